@@ -1,0 +1,112 @@
+// One shard of one embedding table: int64 keys mapped to rows that live in stable slots.
+//
+// Storage is a slot array cut into fixed blocks of `block_slots` records (see record_layout.h); a
+// key index (open addressing) maps key -> slot beside it. A slot never moves while its key lives,
+// so parity over the block bytes stays valid across inserts elsewhere; freed slots are reused.
+// Blocks are the unit of parity striping and of recovery.
+//
+// Thread safety: every public method is safe to call from several threads; each batch call is
+// atomic with respect to the others (a reader/writer lock), so concurrent calls give the result
+// of some serial order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <shared_mutex>
+#include <vector>
+
+#include "xdl_ec/delta_batch.h"
+#include "xdl_ec/initializer.h"
+#include "xdl_ec/optimizer.h"
+#include "xdl_ec/record_layout.h"
+
+namespace xdl_ec {
+
+struct ShardConfig {
+  int dim = 8;
+  OptimizerConfig optimizer;
+  InitializerConfig initializer;
+  uint64_t seed = 0;
+  uint32_t block_slots = 1024;  // records per block: the stripe unit of parity
+
+  void Validate() const;  // throws std::invalid_argument naming the bad field
+};
+
+struct ShardMemoryStats {
+  size_t live_rows = 0;
+  size_t slots = 0;          // slot array length (high-water mark), live or free
+  size_t record_bytes = 0;   // bytes of one record
+  size_t slot_bytes = 0;     // bytes held by allocated blocks
+  size_t index_bytes = 0;    // bytes held by the key index
+};
+
+// Called by a shard under restore (see BeginRestore) when an access touches a block that is not yet
+// restored: must fill `out` (num block bytes) with the block's bytes, e.g. by decoding it from parity.
+using BlockFaultHandler = std::function<void(size_t block, uint8_t* out)>;
+
+class EmbeddingShard {
+ public:
+  explicit EmbeddingShard(const ShardConfig& config);  // validates; throws std::invalid_argument
+  ~EmbeddingShard();
+  EmbeddingShard(const EmbeddingShard&) = delete;
+  EmbeddingShard& operator=(const EmbeddingShard&) = delete;
+
+  const ShardConfig& config() const;
+  const RecordLayout& layout() const;
+  int dim() const;
+
+  // ---- training path --------------------------------------------------------------------------
+  // Writes the rows of keys[0..n) to out[n * dim]. Missing keys are inserted with their initial row
+  // (and initial optimizer state); those inserts are reported in `deltas` when given.
+  void Pull(const int64_t* keys, size_t n, float* out, DeltaBatch* deltas = nullptr);
+  // Looks up without inserting: rows of missing keys are left untouched and found[i] = 0.
+  void Find(const int64_t* keys, size_t n, float* out, uint8_t* found) const;
+  // Sums the gradients of duplicate keys, then applies one optimizer step per unique key (inserting
+  // missing keys first, as a pull would). Validates everything first (finite gradients, step >= 1)
+  // and throws std::invalid_argument without changing any byte if anything is wrong.
+  void Push(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaBatch* deltas = nullptr);
+  // Frees the slots of keys that exist; returns how many were erased.
+  size_t Erase(const int64_t* keys, size_t n, DeltaBatch* deltas = nullptr);
+
+  size_t size() const;  // live rows
+  ShardMemoryStats memory() const;
+
+  // ---- export / import (keys, values, optimizer state), in slot order -------------------------
+  struct Rows {
+    std::vector<int64_t> keys;
+    std::vector<float> values;  // keys.size() * dim
+    std::vector<float> state;   // keys.size() * layout().state_floats
+  };
+  Rows Export() const;
+  // Inserts or overwrites the given rows (slots assigned as for new keys). Validates shapes first.
+  void Load(const int64_t* keys, const float* values, const float* state, size_t n, DeltaBatch* deltas = nullptr);
+
+  // ---- raw slot access for parity and recovery ------------------------------------------------
+  uint32_t block_slots() const;
+  size_t block_bytes() const;  // block_slots * record bytes
+  size_t num_blocks() const;   // blocks covering the slot array's high-water mark
+  // Copies block `b` to out[block_bytes()]; blocks past the end read as zeros.
+  void ReadBlock(size_t b, uint8_t* out) const;
+  // Copies records [slot, slot + count) to out; slots past the end read as zeros.
+  void ReadSlots(size_t slot, size_t count, uint8_t* out) const;
+
+  // Restore protocol, used to rebuild a lost shard into this (new, empty) one:
+  //  1. BeginRestore(keys, slots, high_water, handler): the key index of the lost shard, recovered
+  //     first (it is cheap: only key/flag bytes); every block below high_water is marked missing.
+  //  2. RestoreBlock(b, bytes) for each block, in any order, from a background rebuild; blocks
+  //     already restored (by a fault) are skipped and RestoreBlock returns false.
+  //  3. Any Pull/Find/Push/Erase/Read* touching a missing block first calls the handler for it
+  //     (a degraded read) and installs the result, so callers never see unrestored bytes.
+  void BeginRestore(const int64_t* keys, const uint32_t* slots, size_t n, size_t high_water,
+                    BlockFaultHandler handler);
+  bool RestoreBlock(size_t b, const uint8_t* bytes);
+  size_t missing_blocks() const;  // 0 when not restoring or when done
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace xdl_ec

@@ -1,0 +1,12 @@
+// Each part of the core binds itself in its own file; module.cc only composes them.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace xdl_ec::python {
+
+void BindShard(pybind11::module_& m);   // bind_shard.cc: EmbeddingShard, optimizer/initializer configs
+void BindCodec(pybind11::module_& m);   // bind_codec.cc: ErasureCode
+void BindParity(pybind11::module_& m);  // bind_parity.cc: stripe layout, parity groups, recovery
+
+}  // namespace xdl_ec::python

@@ -1,0 +1,9 @@
+// xdl_ec._core: the thin pybind11 layer over the C++ core. Logic lives in cpp/; this only translates.
+#include "bindings.h"
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "xdl-ec native core: embedding shards, sparse optimizers, erasure codes, parity groups";
+  xdl_ec::python::BindShard(m);
+  xdl_ec::python::BindCodec(m);
+  xdl_ec::python::BindParity(m);
+}

@@ -1,0 +1,3 @@
+"""xdl-ec: a sparse CTR-model trainer whose fault tolerance comes from erasure codes."""
+
+__version__ = "0.1.0"
