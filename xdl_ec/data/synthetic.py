@@ -90,6 +90,13 @@ class SyntheticCriteo:
 
     def batch(self, index: int, batch_size: int, split: str = "train") -> Batch:
         """Batch number ``index`` of a split (deterministic in seed, split, batch_size and index)."""
+        return self._draw(index, batch_size, split)[0]
+
+    def hidden_logits(self, index: int, batch_size: int, split: str = "train") -> np.ndarray:
+        """The hidden model's logits float64 [B] behind the labels of ``batch(index, batch_size, split)``."""
+        return self._draw(index, batch_size, split)[1]
+
+    def _draw(self, index: int, batch_size: int, split: str) -> tuple[Batch, np.ndarray]:
         if split not in _SPLITS:
             raise ValueError(f"split: must be 'train' or 'eval', got {split!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
@@ -106,7 +113,7 @@ class SyntheticCriteo:
         centred = dense - self._dense_scale.astype(np.float32)
         logit = self._bias + self.id_weights(ranks).sum(axis=1) + centred @ self._dense_weights
         label = (rng.random(batch_size) < 1.0 / (1.0 + np.exp(-logit))).astype(np.float32)
-        return Batch(dense=dense, sparse=categorical_keys(ranks), label=label)
+        return Batch(dense=dense, sparse=categorical_keys(ranks), label=label), logit
 
     def batches(self, batch_size: int, num_batches: int, split: str = "train") -> Iterator[Batch]:
         """``num_batches`` consecutive batches of a split."""

@@ -1,0 +1,159 @@
+"""The raw Criteo TSV reader: formats, transforms, keys, bad lines in both modes, split and streaming."""
+
+from __future__ import annotations
+
+import gzip
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xdl_ec.data import BadLineError, CriteoReader
+from xdl_ec.data.schema import EMPTY_VALUE, categorical_keys
+
+SAMPLE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "criteo_kaggle_train_head10k.tsv.gz"
+
+
+def make_line(label: str = "1", ints: list[str] | None = None, cats: list[str] | None = None) -> str:
+    ints = ints if ints is not None else [str(i) for i in range(13)]
+    cats = cats if cats is not None else [f"{0x10000000 + i:08x}" for i in range(26)]
+    return "\t".join([label, *ints, *cats])
+
+
+def write(tmp_path: Path, lines: list[str], gz: bool = False) -> Path:
+    text = "".join(line + "\n" for line in lines)
+    if gz:
+        path = tmp_path / "data.tsv.gz"
+        with gzip.open(path, "wt") as f:
+            f.write(text)
+    else:
+        path = tmp_path / "data.tsv"
+        path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_plain_and_gzip_give_the_same_batches(tmp_path: Path, gz: bool) -> None:
+    lines = [make_line(str(i % 2), [str(i)] * 13) for i in range(10)]
+    reader = CriteoReader(write(tmp_path, lines, gz), eval_fraction=0.0)
+    batches = list(reader.batches(4))
+    assert [len(b) for b in batches] == [4, 4, 2]
+    b = batches[0]
+    assert b.dense.dtype == np.float32 and b.dense.shape == (4, 13)
+    assert b.sparse.dtype == np.int64 and b.sparse.shape == (4, 26)
+    assert b.label.dtype == np.float32 and b.label.tolist() == [0.0, 1.0, 0.0, 1.0]
+    np.testing.assert_array_equal(b.dense[3], np.float32(np.log1p(3.0)))
+
+
+def test_transforms_empties_and_salted_keys(tmp_path: Path) -> None:
+    ints = ["", "-2", "0", "7"] + ["1"] * 9
+    cats = ["deadbeef", "deadbeef", ""] + ["0000000a"] * 22 + [""]  # trailing empty field: line ends in a tab
+    line = make_line("0", ints, cats)
+    assert line.endswith("\t")
+    (b,) = CriteoReader(write(tmp_path, [line]), eval_fraction=0.0).batches(8)
+    np.testing.assert_array_equal(b.dense[0, :4], np.array([0.0, 0.0, 0.0, np.log1p(7.0)], dtype=np.float32))
+    keys = b.sparse[0]
+    assert keys[0] != keys[1], "the same hex in two columns must give two keys (per-column salt)"
+    assert keys[2] != keys[25], "an empty value gets its own key per column"
+    values = np.full((1, 26), 10, dtype=np.uint64)
+    values[0, :2] = 0xDEADBEEF
+    values[0, 2] = values[0, 25] = EMPTY_VALUE
+    np.testing.assert_array_equal(keys, categorical_keys(values)[0])
+    # Distinct (column, value) pairs never collide: the key map is a bijection.
+    grid = np.arange(26 * 1000, dtype=np.uint64).reshape(1000, 26)
+    assert len(np.unique(categorical_keys(grid))) == grid.size
+    assert len(np.unique(categorical_keys(np.full((1, 26), EMPTY_VALUE, dtype=np.uint64)))) == 26
+
+
+BAD_LINES = {
+    "wrong field count": make_line() + "\textra",
+    "bad label": make_line("2"),
+    "non-numeric integer": make_line(ints=["1"] * 5 + ["x1"] + ["1"] * 7),
+    "bad hex": make_line(cats=["0000000g"] + ["00000001"] * 25),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_LINES))
+def test_bad_line_error_names_file_line_and_reason(tmp_path: Path, kind: str) -> None:
+    path = write(tmp_path, [make_line(), make_line(), BAD_LINES[kind], make_line()])
+    reader = CriteoReader(path, eval_fraction=0.0)
+    with pytest.raises(BadLineError) as err:
+        list(reader.batches(2))
+    assert f"{path}:3:" in str(err.value)
+    assert kind in str(err.value)
+    assert err.value.line_no == 3
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_LINES))
+def test_bad_line_skip_counts_once(tmp_path: Path, kind: str) -> None:
+    path = write(tmp_path, [make_line("0"), BAD_LINES[kind], make_line("1"), BAD_LINES[kind]], gz=True)
+    reader = CriteoReader(path, eval_fraction=0.0, on_bad_line="skip")
+    for _ in range(2):  # two epochs: each bad line still counted once
+        batches = list(reader.batches(10))
+        assert [b.label.tolist() for b in batches] == [[0.0, 1.0]]
+    assert reader.bad_lines == 2
+    assert [n for n, _ in reader.bad_line_examples] == [2, 4]
+    assert all(kind in reason for _, reason in reader.bad_line_examples)
+
+
+def test_more_bad_values_are_rejected(tmp_path: Path) -> None:
+    for bad in (make_line(ints=["+"] + ["1"] * 12), make_line(ints=["1.5"] + ["1"] * 12),
+                make_line(cats=["123456789"] + ["1"] * 25), make_line(cats=["0x12"] + ["1"] * 25), ""):
+        reader = CriteoReader(write(tmp_path, [bad]), eval_fraction=0.0)
+        with pytest.raises(BadLineError):
+            list(reader.batches(1))
+
+
+def test_time_ordered_split_holds_out_the_last_lines(tmp_path: Path) -> None:
+    lines = [make_line("1" if i >= 17 else "0", [str(i)] * 13) for i in range(20)]
+    reader = CriteoReader(write(tmp_path, lines), eval_fraction=0.15)
+    assert (reader.num_lines, reader.num_train_lines, reader.num_eval_lines) == (20, 17, 3)
+    train = np.concatenate([b.dense[:, 0] for b in reader.batches(5, "train")])
+    held = np.concatenate([b.dense[:, 0] for b in reader.batches(5, "eval")])
+    np.testing.assert_array_equal(train, np.log1p(np.arange(17, dtype=np.float64)).astype(np.float32))
+    np.testing.assert_array_equal(held, np.log1p(np.arange(17, 20, dtype=np.float64)).astype(np.float32))
+    assert all(b.label.all() for b in reader.batches(5, "eval"))
+
+
+def test_streams_lazily(tmp_path: Path) -> None:
+    # A bad line far down the file is not reached while the first batches are consumed.
+    path = write(tmp_path, [make_line()] * 100 + [make_line("9")])
+    stream = CriteoReader(path, eval_fraction=0.0).batches(10)
+    assert len(next(stream)) == 10 and len(next(stream)) == 10
+    with pytest.raises(BadLineError):
+        list(stream)
+
+
+def test_bad_arguments(tmp_path: Path) -> None:
+    path = write(tmp_path, [make_line()])
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        CriteoReader(tmp_path / "missing.tsv")
+    with pytest.raises(ValueError, match="eval_fraction"):
+        CriteoReader(path, eval_fraction=1.0)
+    with pytest.raises(ValueError, match="on_bad_line"):
+        CriteoReader(path, on_bad_line="ignore")
+    with pytest.raises(ValueError, match="batch_size"):
+        CriteoReader(path).batches(0)
+    with pytest.raises(ValueError, match="split"):
+        CriteoReader(path).batches(1, "test")
+
+
+def test_tf_dataset_matches_numpy_batches(tmp_path: Path) -> None:
+    lines = [make_line(str(i % 2), [str(i)] * 13) for i in range(7)]
+    reader = CriteoReader(write(tmp_path, lines), eval_fraction=0.0)
+    pytest.importorskip("tensorflow")
+    for (d, s, y), b in zip(reader.dataset(3), reader.batches(3), strict=True):
+        np.testing.assert_array_equal(d.numpy(), b.dense)
+        np.testing.assert_array_equal(s.numpy(), b.sparse)
+        np.testing.assert_array_equal(y.numpy(), b.label)
+
+
+def test_real_sample_split_and_click_rate() -> None:
+    if not SAMPLE.exists():
+        pytest.skip(f"Criteo sample absent: {SAMPLE}")
+    reader = CriteoReader(SAMPLE)
+    assert (reader.num_train_lines, reader.num_eval_lines) == (9000, 999)
+    labels = np.concatenate([b.label for b in reader.batches(4096, "all")])
+    assert labels.size == 9999 and math.isclose(labels.mean(), 0.218, abs_tol=0.001)
+    assert reader.bad_lines == 0
