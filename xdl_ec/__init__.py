@@ -1,3 +1,4 @@
 """xdl-ec: a sparse CTR-model trainer whose fault tolerance comes from erasure codes."""
 
 __version__ = "0.1.0"
+from . import codec
