@@ -2,7 +2,9 @@
 //
 // Storage is a slot array cut into fixed blocks of `block_slots` records (see record_layout.h); a
 // key index (open addressing) maps key -> slot beside it. A slot never moves while its key lives,
-// so parity over the block bytes stays valid across inserts elsewhere; freed slots are reused.
+// so parity over the block bytes stays valid across inserts elsewhere; freed slots are reused, the
+// lowest free slot first, so what a shard does next is a function of its bytes alone (a restored
+// shard continues exactly as the lost one would have).
 // Blocks are the unit of parity striping and of recovery.
 //
 // Thread safety: every public method is safe to call from several threads; each batch call is
@@ -40,6 +42,8 @@ struct ShardMemoryStats {
   size_t record_bytes = 0;   // bytes of one record
   size_t slot_bytes = 0;     // bytes held by allocated blocks
   size_t index_bytes = 0;    // bytes held by the key index
+  size_t free_slots = 0;     // slots below the high-water mark waiting for reuse
+  size_t free_list_bytes = 0;  // bytes held by the free-slot list
 };
 
 // Called by a shard under restore (see BeginRestore) when an access touches a block that is not yet
@@ -63,6 +67,9 @@ class EmbeddingShard {
   void Pull(const int64_t* keys, size_t n, float* out, DeltaBatch* deltas = nullptr);
   // Looks up without inserting: rows of missing keys are left untouched and found[i] = 0.
   void Find(const int64_t* keys, size_t n, float* out, uint8_t* found) const;
+  // When `deltas` is given, every mutating call clears it, then records old XOR new of each slot it
+  // touched (each slot once). Pull and Push keep deltas == nullptr at zero cost.
+  //
   // Sums the gradients of duplicate keys, then applies one optimizer step per unique key (inserting
   // missing keys first, as a pull would). Validates everything first (finite gradients, step >= 1)
   // and throws std::invalid_argument without changing any byte if anything is wrong.
@@ -80,7 +87,8 @@ class EmbeddingShard {
     std::vector<float> state;   // keys.size() * layout().state_floats
   };
   Rows Export() const;
-  // Inserts or overwrites the given rows (slots assigned as for new keys). Validates shapes first.
+  // Inserts or overwrites the given rows (slots assigned as for new keys). Validates first (keys
+  // unique, values and state finite); state == nullptr gives the loaded rows fresh optimizer state.
   void Load(const int64_t* keys, const float* values, const float* state, size_t n, DeltaBatch* deltas = nullptr);
 
   // ---- raw slot access for parity and recovery ------------------------------------------------

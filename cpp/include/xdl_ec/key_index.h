@@ -1,0 +1,94 @@
+// The key -> slot index of a shard: open addressing with linear probing over 8-byte entries.
+//
+// An entry holds (tag << 32) | (slot + 1), 0 meaning empty. The tag is the high 32 bits of a strong
+// 64-bit mix of the key; the home bucket is taken from the tag's top bits, so growing the table and
+// backward-shift deletion never need the key itself. The key is only compared (through the caller's
+// `key_of(slot)`) when tags match, which keeps the index at 8 bytes per entry: at the 0.75 load limit
+// and after doubling (0.375) that is 10.7..21.3 bytes per row. No tombstones: deletion shifts the
+// following cluster back, so lookups never slow down with churn.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace xdl_ec {
+
+class KeyIndex {
+ public:
+  static constexpr uint32_t kNone = 0xFFFFFFFFu;
+  static constexpr uint32_t kMaxSlot = 0xFFFFFFFEu;  // slot + 1 must fit 32 bits
+
+  // The splitmix64 finaliser: sequential keys spread over the whole table.
+  static uint64_t Mix(int64_t key) {
+    uint64_t x = static_cast<uint64_t>(key) + 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+  }
+  static uint32_t Tag(int64_t key) { return static_cast<uint32_t>(Mix(key) >> 32); }
+
+  // Returns the slot of `key`, or kNone. key_of(slot) must return the key stored in that slot.
+  template <class KeyOf>
+  uint32_t Find(int64_t key, const KeyOf& key_of) const {
+    if (entries_.empty()) return kNone;
+    const uint32_t tag = Tag(key);
+    size_t i = Home(tag);
+    for (;;) {
+      const uint64_t e = entries_[i];
+      if (e == 0) return kNone;
+      if (static_cast<uint32_t>(e >> 32) == tag) {
+        const uint32_t slot = static_cast<uint32_t>(e) - 1;
+        if (key_of(slot) == key) return slot;
+      }
+      i = (i + 1) & mask_;
+    }
+  }
+
+  // Hints the cache about the bucket `key` will probe first (batch lookups overlap their misses).
+  void Prefetch(int64_t key) const {
+    if (!entries_.empty()) __builtin_prefetch(&entries_[Home(Tag(key))]);
+  }
+
+  // Adds key -> slot. The key must not be present (callers Find first); grows at 0.75 load.
+  void Insert(int64_t key, uint32_t slot);
+
+  // Removes `key`; returns its slot, or kNone when absent.
+  template <class KeyOf>
+  uint32_t Erase(int64_t key, const KeyOf& key_of) {
+    if (entries_.empty()) return kNone;
+    const uint32_t tag = Tag(key);
+    size_t i = Home(tag);
+    for (;;) {
+      const uint64_t e = entries_[i];
+      if (e == 0) return kNone;
+      if (static_cast<uint32_t>(e >> 32) == tag) {
+        const uint32_t slot = static_cast<uint32_t>(e) - 1;
+        if (key_of(slot) == key) {
+          RemoveAt(i);
+          return slot;
+        }
+      }
+      i = (i + 1) & mask_;
+    }
+  }
+
+  void Reserve(size_t rows);  // capacity for `rows` entries without growing
+  void Clear();
+  size_t size() const { return size_; }
+  size_t capacity() const { return entries_.size(); }
+  size_t bytes() const { return entries_.capacity() * sizeof(uint64_t); }
+
+ private:
+  size_t Home(uint32_t tag) const { return static_cast<size_t>(tag) >> shift_; }
+  void RemoveAt(size_t i);
+  void Rehash(size_t capacity);
+  void Place(uint64_t entry);
+
+  std::vector<uint64_t> entries_;
+  size_t size_ = 0;
+  size_t mask_ = 0;
+  int shift_ = 32;
+};
+
+}  // namespace xdl_ec

@@ -1,0 +1,683 @@
+#include "xdl_ec/embedding_shard.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <new>
+#include <stdexcept>
+#include <string>
+
+#include "xdl_ec/key_index.h"
+
+namespace xdl_ec {
+namespace {
+
+constexpr int kMaxDim = 1 << 16;
+constexpr uint32_t kMaxBlockSlots = 1u << 24;
+
+struct FreeDeleter {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+using Block = std::unique_ptr<uint8_t[], FreeDeleter>;
+
+std::string Str(size_t v) { return std::to_string(v); }
+
+void RequirePointer(const void* p, size_t n, const char* what, const char* name) {
+  if (n != 0 && p == nullptr) {
+    throw std::invalid_argument(std::string(what) + ": " + name + " is null but n = " + Str(n));
+  }
+}
+
+// Small open-addressing map key -> first position, for deduplicating one batch.
+class BatchDedup {
+ public:
+  explicit BatchDedup(size_t n) {
+    size_t capacity = 16;
+    while (capacity < 2 * n) capacity *= 2;
+    table_.assign(capacity, -1);
+    mask_ = capacity - 1;
+  }
+  // Returns the unique index of `key`, adding it as `next` when new.
+  int64_t FindOrAdd(const int64_t* unique_keys, int64_t key, int64_t next) {
+    size_t i = KeyIndex::Mix(key) & mask_;
+    for (;;) {
+      const int64_t u = table_[i];
+      if (u < 0) {
+        table_[i] = next;
+        return next;
+      }
+      if (unique_keys[u] == key) return u;
+      i = (i + 1) & mask_;
+    }
+  }
+
+ private:
+  std::vector<int64_t> table_;
+  size_t mask_;
+};
+
+}  // namespace
+
+void ShardConfig::Validate() const {
+  if (dim < 1 || dim > kMaxDim) {
+    throw std::invalid_argument("ShardConfig: dim must be in [1, " + std::to_string(kMaxDim) + "], got " +
+                                std::to_string(dim));
+  }
+  if (block_slots < 1 || block_slots > kMaxBlockSlots) {
+    throw std::invalid_argument("ShardConfig: block_slots must be in [1, " + std::to_string(kMaxBlockSlots) +
+                                "], got " + std::to_string(block_slots));
+  }
+  optimizer.Validate();
+  initializer.Validate();
+}
+
+struct EmbeddingShard::Impl {
+  ShardConfig config;
+  std::unique_ptr<Optimizer> optimizer;
+  RecordLayout layout;
+  size_t record_bytes = 0;
+  size_t block_bytes = 0;
+  uint32_t block_slots = 0;
+
+  mutable std::shared_mutex mutex;
+  std::vector<Block> blocks;         // blocks[b] holds slots [b * block_slots, (b + 1) * block_slots)
+  size_t high_water = 0;             // slots ever used
+  // Reusable (all-zero) slots as a min-heap: the lowest free slot is always taken next, so what a
+  // shard does next depends on its bytes alone and a restored shard behaves exactly as the lost one.
+  std::vector<uint32_t> free_slots;
+  KeyIndex index;
+
+  // Restore state: blocks not yet installed, and the lost shard's key per slot until they are.
+  std::vector<uint8_t> missing;
+  size_t missing_count = 0;
+  std::vector<int64_t> restore_keys;
+  std::vector<uint8_t> restore_live;
+  BlockFaultHandler handler;
+
+  explicit Impl(const ShardConfig& c) : config(c) {
+    config.Validate();
+    optimizer = Optimizer::Create(config.optimizer);
+    layout = RecordLayout(config.dim, optimizer->StateFloats(config.dim));
+    record_bytes = layout.bytes();
+    block_slots = config.block_slots;
+    block_bytes = record_bytes * block_slots;
+  }
+
+  size_t NumBlocks() const { return (high_water + block_slots - 1) / block_slots; }
+  bool Restoring() const { return missing_count != 0; }
+  bool BlockMissing(size_t b) const { return missing_count != 0 && b < missing.size() && missing[b]; }
+
+  uint8_t* Record(size_t slot) const {
+    return blocks[slot / block_slots].get() + (slot % block_slots) * record_bytes;
+  }
+  float* Value(uint8_t* record) const { return reinterpret_cast<float*>(record + RecordLayout::kValueOffset); }
+  float* State(uint8_t* record) const { return reinterpret_cast<float*>(record + layout.state_offset()); }
+
+  int64_t KeyAt(uint32_t slot) const {
+    const size_t b = slot / block_slots;
+    if (BlockMissing(b)) return restore_keys[slot];
+    int64_t key;
+    std::memcpy(&key, blocks[b].get() + (slot % block_slots) * record_bytes, sizeof(key));
+    return key;
+  }
+  uint32_t Lookup(int64_t key) const {
+    return index.Find(key, [this](uint32_t s) { return KeyAt(s); });
+  }
+
+  Block AllocateBlock() const {
+    Block block(static_cast<uint8_t*>(std::calloc(block_bytes, 1)));
+    if (!block) throw std::bad_alloc();
+    return block;
+  }
+
+  // ---- restore ---------------------------------------------------------------------------------
+  // Checks that restored block bytes agree with the index given to BeginRestore: live slots carry
+  // their key and the live flag, free slots are all zero. Returns the first bad slot or -1.
+  int64_t FirstMismatch(size_t b, const uint8_t* bytes) const {
+    for (size_t i = 0; i < block_slots; ++i) {
+      const size_t slot = b * block_slots + i;
+      const uint8_t* r = bytes + i * record_bytes;
+      if (slot < restore_live.size() && restore_live[slot]) {
+        int64_t key;
+        uint32_t flags;
+        std::memcpy(&key, r + RecordLayout::kKeyOffset, sizeof(key));
+        std::memcpy(&flags, r + RecordLayout::kFlagsOffset, sizeof(flags));
+        if (key != restore_keys[slot] || flags != RecordLayout::kLive) return static_cast<int64_t>(slot);
+      } else {
+        for (size_t j = 0; j < record_bytes; ++j) {
+          if (r[j] != 0) return static_cast<int64_t>(slot);
+        }
+      }
+    }
+    return -1;
+  }
+
+  void MarkRestored(size_t b) {
+    missing[b] = 0;
+    if (--missing_count == 0) {
+      std::vector<uint8_t>().swap(missing);
+      std::vector<int64_t>().swap(restore_keys);
+      std::vector<uint8_t>().swap(restore_live);
+      handler = nullptr;
+    }
+  }
+
+  // Exclusive lock held: installs block b through the fault handler when it is still missing.
+  void EnsureBlock(size_t b) {
+    if (!BlockMissing(b)) return;
+    if (!blocks[b]) blocks[b] = AllocateBlock();
+    uint8_t* out = blocks[b].get();
+    try {
+      handler(b, out);
+    } catch (...) {
+      std::memset(out, 0, block_bytes);
+      throw;
+    }
+    const int64_t bad = FirstMismatch(b, out);
+    if (bad >= 0) {
+      std::memset(out, 0, block_bytes);
+      throw std::runtime_error("EmbeddingShard: block fault handler returned bytes for block " + Str(b) +
+                               " that disagree with the restored key index at slot " + std::to_string(bad));
+    }
+    MarkRestored(b);
+  }
+
+  // Exclusive lock held, restoring: faults in every block a mutation of `keys` may touch, so that
+  // a failing handler throws before any byte changes.
+  void PrepareBlocks(const int64_t* keys, size_t n, bool may_insert) {
+    if (!Restoring()) return;
+    size_t misses = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t slot = Lookup(keys[i]);
+      if (slot == KeyIndex::kNone) {
+        ++misses;
+      } else {
+        EnsureBlock(slot / block_slots);
+      }
+    }
+    if (!may_insert || misses == 0) return;
+    const size_t reused = std::min(misses, free_slots.size());
+    std::vector<uint32_t> heap(free_slots);
+    for (size_t i = 0; i < reused; ++i) {
+      EnsureBlock(heap.front() / block_slots);
+      std::pop_heap(heap.begin(), heap.end(), std::greater<uint32_t>());
+      heap.pop_back();
+    }
+    if (misses > reused) EnsureBlock(high_water / block_slots);
+  }
+
+  void EnsureAllBlocks() {
+    for (size_t b = 0; Restoring() && b < missing.size(); ++b) EnsureBlock(b);
+  }
+
+  // ---- slots -----------------------------------------------------------------------------------
+  uint32_t AllocateSlot() {
+    if (!free_slots.empty()) {
+      const uint32_t slot = free_slots.front();
+      EnsureBlock(slot / block_slots);
+      std::pop_heap(free_slots.begin(), free_slots.end(), std::greater<uint32_t>());
+      free_slots.pop_back();
+      return slot;
+    }
+    if (high_water > KeyIndex::kMaxSlot) {
+      throw std::out_of_range("EmbeddingShard: shard is full (" + Str(high_water) + " slots)");
+    }
+    const size_t slot = high_water;
+    const size_t b = slot / block_slots;
+    if (b >= blocks.size()) {
+      blocks.push_back(AllocateBlock());
+    } else {
+      EnsureBlock(b);
+      if (!blocks[b]) blocks[b] = AllocateBlock();
+    }
+    ++high_water;
+    return static_cast<uint32_t>(slot);
+  }
+
+  // Writes a new live record into a free (all-zero) slot and indexes it. values/state null: initial.
+  void WriteNew(uint32_t slot, int64_t key, const float* values, const float* state) {
+    uint8_t* r = Record(slot);
+    std::memcpy(r + RecordLayout::kKeyOffset, &key, sizeof(key));
+    const uint32_t flags = RecordLayout::kLive;
+    std::memcpy(r + RecordLayout::kFlagsOffset, &flags, sizeof(flags));
+    if (values) {
+      std::memcpy(Value(r), values, sizeof(float) * config.dim);
+    } else {
+      InitializeRow(config.initializer, config.seed, key, Value(r), config.dim);
+    }
+    if (state) {
+      std::memcpy(State(r), state, sizeof(float) * layout.state_floats);
+    } else {
+      optimizer->InitState(State(r), config.dim);
+    }
+    index.Insert(key, slot);
+  }
+
+  uint32_t Insert(int64_t key, DeltaBatch* deltas, const float* values = nullptr, const float* state = nullptr) {
+    const uint32_t slot = AllocateSlot();
+    const size_t d = DeltaBegin(deltas, slot);
+    WriteNew(slot, key, values, state);
+    DeltaEnd(deltas, d, slot);
+    return slot;
+  }
+
+  // ---- deltas: copy the record before, XOR it with the record after ------------------------------
+  size_t DeltaBegin(DeltaBatch* deltas, uint32_t slot) const {
+    if (!deltas) return 0;
+    const uint8_t* r = Record(slot);
+    deltas->slots.push_back(slot);
+    deltas->xor_bytes.insert(deltas->xor_bytes.end(), r, r + record_bytes);
+    return deltas->slots.size() - 1;
+  }
+  void DeltaEnd(DeltaBatch* deltas, size_t d, uint32_t slot) const {
+    if (!deltas) return;
+    const uint8_t* r = Record(slot);
+    uint8_t* x = deltas->xor_bytes.data() + d * record_bytes;
+    for (size_t j = 0; j < record_bytes; ++j) x[j] ^= r[j];
+  }
+  void DeltaStart(DeltaBatch* deltas, size_t expected) const {
+    if (!deltas) return;
+    deltas->clear();
+    deltas->record_bytes = record_bytes;
+    deltas->slots.reserve(expected);
+    deltas->xor_bytes.reserve(expected * record_bytes);
+  }
+
+  void CopyValue(uint32_t slot, float* out) const {
+    std::memcpy(out, Value(Record(slot)), sizeof(float) * config.dim);
+  }
+};
+
+EmbeddingShard::EmbeddingShard(const ShardConfig& config) : impl_(new Impl(config)) {}
+EmbeddingShard::~EmbeddingShard() = default;
+
+const ShardConfig& EmbeddingShard::config() const { return impl_->config; }
+const RecordLayout& EmbeddingShard::layout() const { return impl_->layout; }
+int EmbeddingShard::dim() const { return impl_->config.dim; }
+uint32_t EmbeddingShard::block_slots() const { return impl_->block_slots; }
+size_t EmbeddingShard::block_bytes() const { return impl_->block_bytes; }
+
+size_t EmbeddingShard::num_blocks() const {
+  std::shared_lock<std::shared_mutex> lock(impl_->mutex);
+  return impl_->NumBlocks();
+}
+
+size_t EmbeddingShard::size() const {
+  std::shared_lock<std::shared_mutex> lock(impl_->mutex);
+  return impl_->index.size();
+}
+
+size_t EmbeddingShard::missing_blocks() const {
+  std::shared_lock<std::shared_mutex> lock(impl_->mutex);
+  return impl_->missing_count;
+}
+
+ShardMemoryStats EmbeddingShard::memory() const {
+  Impl& s = *impl_;
+  std::shared_lock<std::shared_mutex> lock(s.mutex);
+  ShardMemoryStats m;
+  m.live_rows = s.index.size();
+  m.slots = s.high_water;
+  m.record_bytes = s.record_bytes;
+  for (const Block& b : s.blocks) m.slot_bytes += b ? s.block_bytes : 0;
+  m.index_bytes = s.index.bytes();
+  m.free_slots = s.free_slots.size();
+  m.free_list_bytes = s.free_slots.capacity() * sizeof(uint32_t);
+  return m;
+}
+
+// ---- training path ---------------------------------------------------------------------------
+
+void EmbeddingShard::Pull(const int64_t* keys, size_t n, float* out, DeltaBatch* deltas) {
+  RequirePointer(keys, n, "Pull", "keys");
+  RequirePointer(out, n, "Pull", "out");
+  Impl& s = *impl_;
+  s.DeltaStart(deltas, 0);
+  const size_t dim = static_cast<size_t>(s.config.dim);
+  {
+    // Fast path: every key present, shared lock, nothing changes.
+    std::shared_lock<std::shared_mutex> lock(s.mutex);
+    if (!s.Restoring()) {
+      constexpr size_t kAhead = 8;
+      for (size_t i = 0; i < std::min(n, kAhead); ++i) s.index.Prefetch(keys[i]);
+      size_t i = 0;
+      for (; i < n; ++i) {
+        if (i + kAhead < n) s.index.Prefetch(keys[i + kAhead]);
+        const uint32_t slot = s.Lookup(keys[i]);
+        if (slot == KeyIndex::kNone) break;
+        s.CopyValue(slot, out + i * dim);
+      }
+      if (i == n) return;
+    }
+  }
+  // Some key is missing (or a block is under restore): redo the whole batch exclusively, so the
+  // pull is atomic and its inserts happen in the order of first appearance.
+  std::unique_lock<std::shared_mutex> lock(s.mutex);
+  s.PrepareBlocks(keys, n, /*may_insert=*/true);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t slot = s.Lookup(keys[i]);
+    if (slot == KeyIndex::kNone) slot = s.Insert(keys[i], deltas);
+    s.CopyValue(slot, out + i * dim);
+  }
+}
+
+void EmbeddingShard::Find(const int64_t* keys, size_t n, float* out, uint8_t* found) const {
+  RequirePointer(keys, n, "Find", "keys");
+  RequirePointer(out, n, "Find", "out");
+  RequirePointer(found, n, "Find", "found");
+  Impl& s = *impl_;
+  const size_t dim = static_cast<size_t>(s.config.dim);
+  auto run = [&]() {
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t slot = s.Lookup(keys[i]);
+      found[i] = slot != KeyIndex::kNone;
+      if (found[i]) s.CopyValue(slot, out + i * dim);
+    }
+  };
+  {
+    std::shared_lock<std::shared_mutex> lock(s.mutex);
+    if (!s.Restoring()) return run();
+  }
+  std::unique_lock<std::shared_mutex> lock(s.mutex);
+  s.PrepareBlocks(keys, n, /*may_insert=*/false);
+  run();
+}
+
+void EmbeddingShard::Push(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaBatch* deltas) {
+  RequirePointer(keys, n, "Push", "keys");
+  RequirePointer(grads, n, "Push", "grads");
+  if (step < 1) throw std::invalid_argument("Push: step must be >= 1 (the 1-based global step), got " +
+                                            std::to_string(step));
+  Impl& s = *impl_;
+  const size_t dim = static_cast<size_t>(s.config.dim);
+  for (size_t i = 0; i < n * dim; ++i) {
+    if (!std::isfinite(grads[i])) {
+      throw std::invalid_argument("Push: grads[" + Str(i / dim) + ", " + Str(i % dim) + "] is " +
+                                  (std::isnan(grads[i]) ? "NaN" : "infinite") +
+                                  ": gradients must be finite; nothing was applied");
+    }
+  }
+  // Sum duplicates in order of appearance, from 0 as TF's unsorted_segment_sum does (outside the lock).
+  std::vector<int64_t> unique_keys;
+  unique_keys.reserve(n);
+  std::vector<float> sums;
+  {
+    BatchDedup dedup(n);
+    std::vector<uint32_t> position(n);
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t u = dedup.FindOrAdd(unique_keys.data(), keys[i], static_cast<int64_t>(unique_keys.size()));
+      if (static_cast<size_t>(u) == unique_keys.size()) unique_keys.push_back(keys[i]);
+      position[i] = static_cast<uint32_t>(u);
+    }
+    sums.assign(unique_keys.size() * dim, 0.0f);
+    for (size_t i = 0; i < n; ++i) {
+      float* sum = sums.data() + position[i] * dim;
+      const float* g = grads + i * dim;
+      for (size_t j = 0; j < dim; ++j) sum[j] += g[j];
+    }
+  }
+  const size_t m = unique_keys.size();
+  std::vector<uint32_t> slots(m);
+  std::vector<float*> values(m), states(m);
+
+  std::unique_lock<std::shared_mutex> lock(s.mutex);
+  s.PrepareBlocks(unique_keys.data(), m, /*may_insert=*/true);
+  s.DeltaStart(deltas, m);
+  for (size_t u = 0; u < m; ++u) {
+    uint32_t slot = s.Lookup(unique_keys[u]);
+    if (slot == KeyIndex::kNone) {
+      slot = s.AllocateSlot();
+      s.DeltaBegin(deltas, slot);
+      s.WriteNew(slot, unique_keys[u], nullptr, nullptr);
+    } else {
+      s.DeltaBegin(deltas, slot);
+    }
+    slots[u] = slot;
+    uint8_t* r = s.Record(slot);
+    values[u] = s.Value(r);
+    states[u] = s.State(r);
+  }
+  s.optimizer->ApplyRows(values.data(), states.data(), sums.data(), m, s.config.dim, step);
+  for (size_t u = 0; u < m; ++u) s.DeltaEnd(deltas, u, slots[u]);
+}
+
+size_t EmbeddingShard::Erase(const int64_t* keys, size_t n, DeltaBatch* deltas) {
+  RequirePointer(keys, n, "Erase", "keys");
+  Impl& s = *impl_;
+  std::unique_lock<std::shared_mutex> lock(s.mutex);
+  s.PrepareBlocks(keys, n, /*may_insert=*/false);
+  s.DeltaStart(deltas, 0);
+  size_t erased = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t slot = s.index.Erase(keys[i], [&s](uint32_t sl) { return s.KeyAt(sl); });
+    if (slot == KeyIndex::kNone) continue;
+    const size_t d = s.DeltaBegin(deltas, slot);
+    std::memset(s.Record(slot), 0, s.record_bytes);
+    s.DeltaEnd(deltas, d, slot);
+    s.free_slots.push_back(slot);
+    std::push_heap(s.free_slots.begin(), s.free_slots.end(), std::greater<uint32_t>());
+    ++erased;
+  }
+  return erased;
+}
+
+// ---- export / import -------------------------------------------------------------------------
+
+EmbeddingShard::Rows EmbeddingShard::Export() const {
+  Impl& s = *impl_;
+  std::unique_lock<std::shared_mutex> exclusive(s.mutex, std::defer_lock);
+  std::shared_lock<std::shared_mutex> shared(s.mutex, std::defer_lock);
+  shared.lock();
+  if (s.Restoring()) {
+    shared.unlock();
+    exclusive.lock();
+    s.EnsureAllBlocks();
+  }
+  Rows rows;
+  const size_t dim = s.config.dim, sf = s.layout.state_floats, live = s.index.size();
+  rows.keys.reserve(live);
+  rows.values.reserve(live * dim);
+  rows.state.reserve(live * sf);
+  for (size_t slot = 0; slot < s.high_water; ++slot) {
+    uint8_t* r = s.Record(slot);
+    uint32_t flags;
+    std::memcpy(&flags, r + RecordLayout::kFlagsOffset, sizeof(flags));
+    if (!(flags & RecordLayout::kLive)) continue;
+    int64_t key;
+    std::memcpy(&key, r, sizeof(key));
+    rows.keys.push_back(key);
+    const float* v = s.Value(r);
+    rows.values.insert(rows.values.end(), v, v + dim);
+    const float* st = s.State(r);
+    rows.state.insert(rows.state.end(), st, st + sf);
+  }
+  return rows;
+}
+
+void EmbeddingShard::Load(const int64_t* keys, const float* values, const float* state, size_t n,
+                          DeltaBatch* deltas) {
+  RequirePointer(keys, n, "Load", "keys");
+  RequirePointer(values, n, "Load", "values");
+  Impl& s = *impl_;
+  const size_t dim = s.config.dim, sf = s.layout.state_floats;
+  for (size_t i = 0; i < n * dim; ++i) {
+    if (!std::isfinite(values[i])) {
+      throw std::invalid_argument("Load: values[" + Str(i / dim) + ", " + Str(i % dim) + "] is not finite");
+    }
+  }
+  if (state) {
+    for (size_t i = 0; i < n * sf; ++i) {
+      if (!std::isfinite(state[i])) {
+        throw std::invalid_argument("Load: state[" + Str(i / sf) + ", " + Str(i % sf) + "] is not finite");
+      }
+    }
+  }
+  {
+    BatchDedup dedup(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (dedup.FindOrAdd(keys, keys[i], static_cast<int64_t>(i)) != static_cast<int64_t>(i)) {
+        throw std::invalid_argument("Load: keys must be unique, key " + std::to_string(keys[i]) +
+                                    " appears twice (at " + Str(i) + ")");
+      }
+    }
+  }
+  std::unique_lock<std::shared_mutex> lock(s.mutex);
+  s.PrepareBlocks(keys, n, /*may_insert=*/true);
+  s.DeltaStart(deltas, n);
+  for (size_t i = 0; i < n; ++i) {
+    const float* v = values + i * dim;
+    const float* st = state ? state + i * sf : nullptr;
+    const uint32_t slot = s.Lookup(keys[i]);
+    if (slot == KeyIndex::kNone) {
+      s.Insert(keys[i], deltas, v, st);
+      continue;
+    }
+    const size_t d = s.DeltaBegin(deltas, slot);
+    uint8_t* r = s.Record(slot);
+    std::memcpy(s.Value(r), v, sizeof(float) * dim);
+    if (st) {
+      std::memcpy(s.State(r), st, sizeof(float) * sf);
+    } else {
+      s.optimizer->InitState(s.State(r), s.config.dim);
+    }
+    s.DeltaEnd(deltas, d, slot);
+  }
+}
+
+// ---- raw slot access -------------------------------------------------------------------------
+
+void EmbeddingShard::ReadBlock(size_t b, uint8_t* out) const {
+  RequirePointer(out, 1, "ReadBlock", "out");
+  Impl& s = *impl_;
+  {
+    std::shared_lock<std::shared_mutex> lock(s.mutex);
+    if (b >= s.NumBlocks()) {
+      std::memset(out, 0, s.block_bytes);
+      return;
+    }
+    if (!s.BlockMissing(b)) {
+      std::memcpy(out, s.blocks[b].get(), s.block_bytes);
+      return;
+    }
+  }
+  std::unique_lock<std::shared_mutex> lock(s.mutex);
+  s.EnsureBlock(b);
+  std::memcpy(out, s.blocks[b].get(), s.block_bytes);
+}
+
+void EmbeddingShard::ReadSlots(size_t slot, size_t count, uint8_t* out) const {
+  RequirePointer(out, count, "ReadSlots", "out");
+  Impl& s = *impl_;
+  auto run = [&]() {
+    const size_t nb = s.NumBlocks();
+    size_t done = 0;
+    while (done < count) {
+      const size_t at = slot + done;
+      const size_t b = at / s.block_slots, within = at % s.block_slots;
+      const size_t take = std::min(count - done, s.block_slots - within);
+      uint8_t* dst = out + done * s.record_bytes;
+      if (b < nb && b < s.blocks.size() && s.blocks[b]) {
+        std::memcpy(dst, s.blocks[b].get() + within * s.record_bytes, take * s.record_bytes);
+      } else {
+        std::memset(dst, 0, take * s.record_bytes);
+      }
+      done += take;
+    }
+  };
+  if (slot + count < slot) throw std::out_of_range("ReadSlots: slot + count overflows");
+  {
+    std::shared_lock<std::shared_mutex> lock(s.mutex);
+    if (!s.Restoring()) return run();
+  }
+  std::unique_lock<std::shared_mutex> lock(s.mutex);
+  if (count > 0) {
+    const size_t first = slot / s.block_slots, last = (slot + count - 1) / s.block_slots;
+    for (size_t b = first; b <= last && b < s.NumBlocks(); ++b) s.EnsureBlock(b);
+  }
+  run();
+}
+
+// ---- restore ---------------------------------------------------------------------------------
+
+void EmbeddingShard::BeginRestore(const int64_t* keys, const uint32_t* slots, size_t n, size_t high_water,
+                                  BlockFaultHandler handler) {
+  RequirePointer(keys, n, "BeginRestore", "keys");
+  RequirePointer(slots, n, "BeginRestore", "slots");
+  Impl& s = *impl_;
+  if (high_water > static_cast<size_t>(KeyIndex::kMaxSlot) + 1) {
+    throw std::invalid_argument("BeginRestore: high_water " + Str(high_water) + " exceeds the slot limit");
+  }
+  if (n > high_water) {
+    throw std::invalid_argument("BeginRestore: " + Str(n) + " keys cannot fit below high_water " + Str(high_water));
+  }
+  if (high_water > 0 && !handler) throw std::invalid_argument("BeginRestore: handler is empty");
+  // Build everything aside first: a bad argument leaves the shard untouched.
+  std::vector<int64_t> restore_keys(high_water, 0);
+  std::vector<uint8_t> restore_live(high_water, 0);
+  KeyIndex index;
+  index.Reserve(n);
+  auto key_of = [&restore_keys](uint32_t sl) { return restore_keys[sl]; };
+  for (size_t i = 0; i < n; ++i) {
+    if (slots[i] >= high_water) {
+      throw std::invalid_argument("BeginRestore: slots[" + Str(i) + "] = " + Str(slots[i]) +
+                                  " is not below high_water " + Str(high_water));
+    }
+    if (restore_live[slots[i]]) {
+      throw std::invalid_argument("BeginRestore: slot " + Str(slots[i]) + " appears twice");
+    }
+    if (index.Find(keys[i], key_of) != KeyIndex::kNone) {
+      throw std::invalid_argument("BeginRestore: key " + std::to_string(keys[i]) + " appears twice");
+    }
+    restore_keys[slots[i]] = keys[i];
+    restore_live[slots[i]] = 1;
+    index.Insert(keys[i], slots[i]);
+  }
+  std::vector<uint32_t> free_slots;
+  free_slots.reserve(high_water - n);
+  for (size_t slot = 0; slot < high_water; ++slot) {
+    if (!restore_live[slot]) free_slots.push_back(static_cast<uint32_t>(slot));  // ascending: a min-heap
+  }
+
+  std::unique_lock<std::shared_mutex> lock(s.mutex);
+  if (s.high_water != 0 || s.index.size() != 0 || s.Restoring()) {
+    throw std::invalid_argument("BeginRestore: the shard must be new and empty (it holds " +
+                                Str(s.index.size()) + " rows, " + Str(s.high_water) + " slots)");
+  }
+  s.high_water = high_water;
+  const size_t nb = s.NumBlocks();
+  s.blocks.clear();
+  s.blocks.resize(nb);
+  s.index = std::move(index);
+  s.free_slots = std::move(free_slots);
+  if (nb == 0) return;
+  s.missing.assign(nb, 1);
+  s.missing_count = nb;
+  s.restore_keys = std::move(restore_keys);
+  s.restore_live = std::move(restore_live);
+  s.handler = std::move(handler);
+}
+
+bool EmbeddingShard::RestoreBlock(size_t b, const uint8_t* bytes) {
+  RequirePointer(bytes, 1, "RestoreBlock", "bytes");
+  Impl& s = *impl_;
+  std::unique_lock<std::shared_mutex> lock(s.mutex);
+  if (b >= s.NumBlocks()) {
+    throw std::out_of_range("RestoreBlock: block " + Str(b) + " is out of range (the shard has " +
+                            Str(s.NumBlocks()) + " blocks)");
+  }
+  if (!s.BlockMissing(b)) return false;
+  const int64_t bad = s.FirstMismatch(b, bytes);
+  if (bad >= 0) {
+    throw std::invalid_argument("RestoreBlock: bytes of block " + Str(b) +
+                                " disagree with the restored key index at slot " + std::to_string(bad));
+  }
+  if (!s.blocks[b]) s.blocks[b] = s.AllocateBlock();
+  std::memcpy(s.blocks[b].get(), bytes, s.block_bytes);
+  s.MarkRestored(b);
+  return true;
+}
+
+}  // namespace xdl_ec
