@@ -1,7 +1,335 @@
+// xdl_ec._core.EmbeddingShard and its configs: numpy in/out over xdl_ec::EmbeddingShard, 1:1 with the
+// C++ API. Shapes are checked here (the core takes raw pointers); every call that takes the shard's
+// lock releases the GIL first, so Python threads really run in parallel and a restore handler (which
+// re-acquires the GIL under the shard's lock) cannot deadlock against a waiting caller.
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "bindings.h"
+#include "xdl_ec/embedding_shard.h"
+#include "xdl_ec/shard_registry.h"
+
+namespace py = pybind11;
 
 namespace xdl_ec::python {
+namespace {
 
-void BindShard(pybind11::module_& m) { (void)m; }  // filled in by its owner
+// Safe casts only (int32 -> int64 yes, float -> int64 no); non-contiguous inputs are copied.
+using Keys = py::array_t<int64_t, py::array::c_style>;
+using Floats = py::array_t<float, py::array::c_style>;
+using Slots = py::array_t<uint32_t, py::array::c_style>;
+using Bytes = py::array_t<uint8_t, py::array::c_style>;
+
+std::string Shape(const py::array& a) {
+  std::string s = "(";
+  for (py::ssize_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
+  return s + (a.ndim() == 1 ? ",)" : ")");
+}
+
+void RequireKeys(const Keys& keys, const char* where) {
+  if (keys.ndim() != 1) {
+    throw std::invalid_argument(std::string(where) + ": keys must be 1-D, got shape " + Shape(keys));
+  }
+}
+
+void RequireRows(const Floats& a, size_t n, size_t width, const char* where, const char* name) {
+  if (a.ndim() != 2 || static_cast<size_t>(a.shape(0)) != n || static_cast<size_t>(a.shape(1)) != width) {
+    throw std::invalid_argument(std::string(where) + ": " + name + " must have shape (" + std::to_string(n) + ", " +
+                                std::to_string(width) + ") = (len(keys), " +
+                                (std::string(name) == "state" ? "state_floats" : "dim") + "), got " + Shape(a));
+  }
+}
+
+// Hands a std::vector to numpy without copying: the array's base owns the vector.
+template <class T>
+py::array_t<T> ToNumpy(std::vector<T>&& v, std::vector<py::ssize_t> shape) {
+  auto* owned = new std::vector<T>(std::move(v));
+  py::capsule base(owned, [](void* p) { delete static_cast<std::vector<T>*>(p); });
+  return py::array_t<T>(shape, owned->data(), base);
+}
+
+py::tuple DeltasToNumpy(DeltaBatch&& d) {
+  const py::ssize_t m = static_cast<py::ssize_t>(d.slots.size());
+  const py::ssize_t rb = static_cast<py::ssize_t>(d.record_bytes);
+  return py::make_tuple(ToNumpy(std::move(d.slots), {m}), ToNumpy(std::move(d.xor_bytes), {m, rb}));
+}
+
+py::dict MemoryDict(const ShardMemoryStats& m) {
+  py::dict d;
+  d["live_rows"] = m.live_rows;
+  d["slots"] = m.slots;
+  d["record_bytes"] = m.record_bytes;
+  d["slot_bytes"] = m.slot_bytes;
+  d["index_bytes"] = m.index_bytes;
+  d["free_slots"] = m.free_slots;
+  d["free_list_bytes"] = m.free_list_bytes;
+  return d;
+}
+
+py::object Pull(EmbeddingShard& shard, const Keys& keys, bool return_deltas) {
+  RequireKeys(keys, "pull");
+  const size_t n = static_cast<size_t>(keys.shape(0));
+  Floats out({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(shard.dim())});
+  DeltaBatch deltas;
+  {
+    py::gil_scoped_release release;
+    shard.Pull(keys.data(), n, out.mutable_data(), return_deltas ? &deltas : nullptr);
+  }
+  if (!return_deltas) return std::move(out);
+  return py::make_tuple(out, DeltasToNumpy(std::move(deltas)));
+}
+
+py::tuple Find(const EmbeddingShard& shard, const Keys& keys) {
+  RequireKeys(keys, "find");
+  const size_t n = static_cast<size_t>(keys.shape(0));
+  Floats out({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(shard.dim())});
+  py::array_t<bool> found(static_cast<py::ssize_t>(n));
+  std::memset(out.mutable_data(), 0, n * shard.dim() * sizeof(float));
+  {
+    py::gil_scoped_release release;
+    shard.Find(keys.data(), n, out.mutable_data(), reinterpret_cast<uint8_t*>(found.mutable_data()));
+  }
+  return py::make_tuple(out, found);
+}
+
+py::object Push(EmbeddingShard& shard, const Keys& keys, const Floats& grads, int64_t step, bool return_deltas) {
+  RequireKeys(keys, "push");
+  const size_t n = static_cast<size_t>(keys.shape(0));
+  RequireRows(grads, n, shard.dim(), "push", "grads");
+  DeltaBatch deltas;
+  {
+    py::gil_scoped_release release;
+    shard.Push(keys.data(), grads.data(), n, step, return_deltas ? &deltas : nullptr);
+  }
+  if (!return_deltas) return py::none();
+  return DeltasToNumpy(std::move(deltas));
+}
+
+py::object Erase(EmbeddingShard& shard, const Keys& keys, bool return_deltas) {
+  RequireKeys(keys, "erase");
+  DeltaBatch deltas;
+  size_t erased;
+  {
+    py::gil_scoped_release release;
+    erased = shard.Erase(keys.data(), static_cast<size_t>(keys.shape(0)), return_deltas ? &deltas : nullptr);
+  }
+  if (!return_deltas) return py::int_(erased);
+  return py::make_tuple(erased, DeltasToNumpy(std::move(deltas)));
+}
+
+py::tuple Export(const EmbeddingShard& shard) {
+  EmbeddingShard::Rows rows;
+  {
+    py::gil_scoped_release release;
+    rows = shard.Export();
+  }
+  const py::ssize_t n = static_cast<py::ssize_t>(rows.keys.size());
+  return py::make_tuple(ToNumpy(std::move(rows.keys), {n}), ToNumpy(std::move(rows.values), {n, shard.dim()}),
+                        ToNumpy(std::move(rows.state), {n, shard.layout().state_floats}));
+}
+
+py::object Load(EmbeddingShard& shard, const Keys& keys, const Floats& values, const std::optional<Floats>& state,
+                bool return_deltas) {
+  RequireKeys(keys, "load");
+  const size_t n = static_cast<size_t>(keys.shape(0));
+  RequireRows(values, n, shard.dim(), "load", "values");
+  if (state) RequireRows(*state, n, shard.layout().state_floats, "load", "state");
+  DeltaBatch deltas;
+  {
+    py::gil_scoped_release release;
+    shard.Load(keys.data(), values.data(), state ? state->data() : nullptr, n, return_deltas ? &deltas : nullptr);
+  }
+  if (!return_deltas) return py::none();
+  return DeltasToNumpy(std::move(deltas));
+}
+
+Bytes ReadBlock(const EmbeddingShard& shard, size_t b) {
+  Bytes out(static_cast<py::ssize_t>(shard.block_bytes()));
+  {
+    py::gil_scoped_release release;
+    shard.ReadBlock(b, out.mutable_data());
+  }
+  return out;
+}
+
+Bytes ReadSlots(const EmbeddingShard& shard, size_t slot, size_t count) {
+  const size_t rb = shard.layout().bytes();
+  if (count > (size_t{1} << 34) / rb) {
+    throw std::invalid_argument("read_slots: count " + std::to_string(count) + " is too large");
+  }
+  Bytes out({static_cast<py::ssize_t>(count), static_cast<py::ssize_t>(rb)});
+  {
+    py::gil_scoped_release release;
+    shard.ReadSlots(slot, count, out.mutable_data());
+  }
+  return out;
+}
+
+void BeginRestore(EmbeddingShard& shard, const Keys& keys, const Slots& slots, size_t high_water,
+                  const py::function& handler) {
+  RequireKeys(keys, "begin_restore");
+  if (slots.ndim() != 1 || slots.shape(0) != keys.shape(0)) {
+    throw std::invalid_argument("begin_restore: slots must be 1-D with len(keys) = " +
+                                std::to_string(keys.shape(0)) + " entries, got shape " + Shape(slots));
+  }
+  // The handler may be dropped by a thread without the GIL: delete the Python callable under it.
+  std::shared_ptr<py::function> fn(new py::function(handler), [](py::function* f) {
+    py::gil_scoped_acquire acquire;
+    delete f;
+  });
+  const size_t block_bytes = shard.block_bytes();
+  BlockFaultHandler call = [fn, block_bytes](size_t b, uint8_t* out) {
+    py::gil_scoped_acquire acquire;
+    py::object result = (*fn)(b);
+    Bytes bytes = Bytes::ensure(result);
+    if (!bytes || static_cast<size_t>(bytes.size()) != block_bytes) {
+      throw std::invalid_argument("begin_restore: handler(" + std::to_string(b) +
+                                  ") must return a uint8 array of block_bytes = " + std::to_string(block_bytes) +
+                                  " bytes");
+    }
+    std::memcpy(out, bytes.data(), block_bytes);
+  };
+  py::gil_scoped_release release;
+  shard.BeginRestore(keys.data(), slots.data(), static_cast<size_t>(keys.shape(0)), high_water, std::move(call));
+}
+
+bool RestoreBlock(EmbeddingShard& shard, size_t b, const Bytes& bytes) {
+  if (static_cast<size_t>(bytes.size()) != shard.block_bytes()) {
+    throw std::invalid_argument("restore_block: bytes must hold block_bytes = " +
+                                std::to_string(shard.block_bytes()) + " bytes, got " + std::to_string(bytes.size()));
+  }
+  py::gil_scoped_release release;
+  return shard.RestoreBlock(b, bytes.data());
+}
+
+}  // namespace
+
+void BindShard(py::module_& m) {
+  py::enum_<OptimizerKind>(m, "OptimizerKind")
+      .value("SGD", OptimizerKind::kSGD)
+      .value("MOMENTUM", OptimizerKind::kMomentum)
+      .value("ADAGRAD", OptimizerKind::kAdagrad)
+      .value("ADAM", OptimizerKind::kAdam)
+      .value("FTRL", OptimizerKind::kFtrl);
+  py::enum_<InitializerKind>(m, "InitializerKind")
+      .value("ZEROS", InitializerKind::kZeros)
+      .value("CONSTANT", InitializerKind::kConstant)
+      .value("UNIFORM", InitializerKind::kUniform)
+      .value("TRUNCATED_NORMAL", InitializerKind::kTruncatedNormal);
+
+  py::class_<OptimizerConfig>(m, "OptimizerConfig", "Sparse optimizer settings (see optimizer.h)")
+      .def(py::init<>())
+      .def_readwrite("kind", &OptimizerConfig::kind)
+      .def_readwrite("learning_rate", &OptimizerConfig::learning_rate)
+      .def_readwrite("momentum", &OptimizerConfig::momentum)
+      .def_readwrite("use_nesterov", &OptimizerConfig::use_nesterov)
+      .def_readwrite("initial_accumulator", &OptimizerConfig::initial_accumulator)
+      .def_readwrite("epsilon", &OptimizerConfig::epsilon)
+      .def_readwrite("beta1", &OptimizerConfig::beta1)
+      .def_readwrite("beta2", &OptimizerConfig::beta2)
+      .def_readwrite("learning_rate_power", &OptimizerConfig::learning_rate_power)
+      .def_readwrite("l1", &OptimizerConfig::l1)
+      .def_readwrite("l2", &OptimizerConfig::l2)
+      .def_readwrite("l2_shrinkage", &OptimizerConfig::l2_shrinkage)
+      .def("validate", &OptimizerConfig::Validate);
+
+  py::class_<InitializerConfig>(m, "InitializerConfig", "Row initialiser settings (see initializer.h)")
+      .def(py::init<>())
+      .def_readwrite("kind", &InitializerConfig::kind)
+      .def_readwrite("value", &InitializerConfig::value)
+      .def_readwrite("minval", &InitializerConfig::minval)
+      .def_readwrite("maxval", &InitializerConfig::maxval)
+      .def_readwrite("mean", &InitializerConfig::mean)
+      .def_readwrite("stddev", &InitializerConfig::stddev)
+      .def("validate", &InitializerConfig::Validate);
+
+  m.def(
+      "initialize_row",
+      [](const InitializerConfig& config, uint64_t seed, int64_t key, int dim) {
+        config.Validate();
+        if (dim < 1) throw std::invalid_argument("initialize_row: dim must be >= 1, got " + std::to_string(dim));
+        Floats out(dim);
+        InitializeRow(config, seed, key, out.mutable_data(), dim);
+        return out;
+      },
+      py::arg("config"), py::arg("seed"), py::arg("key"), py::arg("dim"),
+      "The initial row of `key` for a table seeded with `seed` (what a first pull inserts).");
+
+  py::class_<ShardConfig>(m, "ShardConfig", "Settings of one embedding shard")
+      .def(py::init<>())
+      .def_readwrite("dim", &ShardConfig::dim)
+      .def_readwrite("optimizer", &ShardConfig::optimizer)
+      .def_readwrite("initializer", &ShardConfig::initializer)
+      .def_readwrite("seed", &ShardConfig::seed)
+      .def_readwrite("block_slots", &ShardConfig::block_slots)
+      .def("validate", &ShardConfig::Validate);
+
+  py::class_<RecordLayout>(m, "RecordLayout", "Byte layout of a slot record: key | flags | value | state")
+      .def_readonly("dim", &RecordLayout::dim)
+      .def_readonly("state_floats", &RecordLayout::state_floats)
+      .def_property_readonly_static("key_offset", [](py::object) { return RecordLayout::kKeyOffset; })
+      .def_property_readonly_static("flags_offset", [](py::object) { return RecordLayout::kFlagsOffset; })
+      .def_property_readonly_static("value_offset", [](py::object) { return RecordLayout::kValueOffset; })
+      .def_property_readonly_static("live_flag", [](py::object) { return RecordLayout::kLive; })
+      .def_property_readonly("state_offset", &RecordLayout::state_offset)
+      .def_property_readonly("bytes", &RecordLayout::bytes);
+
+  py::class_<EmbeddingShard, std::shared_ptr<EmbeddingShard>>(
+      m, "EmbeddingShard", "One shard of an embedding table: int64 keys -> rows in stable slot records")
+      .def(py::init<const ShardConfig&>(), py::arg("config"))
+      .def_property_readonly("config", &EmbeddingShard::config)
+      .def_property_readonly("layout", &EmbeddingShard::layout)
+      .def_property_readonly("dim", &EmbeddingShard::dim)
+      .def_property_readonly("record_bytes", [](const EmbeddingShard& s) { return s.layout().bytes(); })
+      .def_property_readonly("state_floats", [](const EmbeddingShard& s) { return s.layout().state_floats; })
+      .def_property_readonly("block_slots", &EmbeddingShard::block_slots)
+      .def_property_readonly("block_bytes", &EmbeddingShard::block_bytes)
+      .def_property_readonly("num_blocks", py::cpp_function(&EmbeddingShard::num_blocks,
+                                                            py::call_guard<py::gil_scoped_release>()))
+      .def_property_readonly("missing_blocks", py::cpp_function(&EmbeddingShard::missing_blocks,
+                                                                py::call_guard<py::gil_scoped_release>()))
+      .def("pull", &Pull, py::arg("keys"), py::arg("return_deltas") = false,
+           "Rows of keys (inserting missing keys with their initial rows): float32[n, dim]; with "
+           "return_deltas, (rows, (slots, xor)).")
+      .def("find", &Find, py::arg("keys"), "(rows, found) without inserting; missing rows are zeros.")
+      .def("push", &Push, py::arg("keys"), py::arg("grads"), py::arg("step"), py::arg("return_deltas") = false,
+           "Sums duplicate keys' grads, then one optimizer step per unique key; with return_deltas, "
+           "(slots: uint32[m], xor: uint8[m, record_bytes]).")
+      .def("erase", &Erase, py::arg("keys"), py::arg("return_deltas") = false,
+           "Frees the keys' slots; returns the count (and the deltas when asked).")
+      .def("size", &EmbeddingShard::size, py::call_guard<py::gil_scoped_release>())
+      .def("__len__", &EmbeddingShard::size, py::call_guard<py::gil_scoped_release>())
+      .def("memory", [](const EmbeddingShard& s) {
+        ShardMemoryStats stats;
+        {
+          py::gil_scoped_release release;
+          stats = s.memory();
+        }
+        return MemoryDict(stats);
+      })
+      .def("export", &Export, "(keys, values, state) of every live row, in slot order")
+      .def("load", &Load, py::arg("keys"), py::arg("values"), py::arg("state") = py::none(),
+           py::arg("return_deltas") = false, "Inserts or overwrites rows; state None: fresh optimizer state.")
+      .def("read_block", &ReadBlock, py::arg("b"), "Bytes of block b (zeros past the end)")
+      .def("read_slots", &ReadSlots, py::arg("slot"), py::arg("count"), "uint8[count, record_bytes]")
+      .def("begin_restore", &BeginRestore, py::arg("keys"), py::arg("slots"), py::arg("high_water"),
+           py::arg("handler"),
+           "Starts rebuilding a lost shard into this empty one; handler(b) -> uint8[block_bytes] is "
+           "called (with the GIL) for a missing block an access touches.")
+      .def("restore_block", &RestoreBlock, py::arg("b"), py::arg("bytes"),
+           "Installs block b unless already restored; returns whether it was installed.");
+
+  m.def("register_shard", &ShardRegistry::Register, py::arg("shard"),
+        "Registers a shard for the TF ops; returns its int64 handle.");
+  m.def("unregister_shard", &ShardRegistry::Unregister, py::arg("handle"));
+  m.def("registered_shard", &ShardRegistry::Get, py::arg("handle"),
+        "The shard of a handle (ValueError when unknown).");
+}
 
 }  // namespace xdl_ec::python
