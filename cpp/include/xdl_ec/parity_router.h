@@ -1,0 +1,39 @@
+// Turns what a mutation changed on one data server (a DeltaBatch of slot deltas) into one
+// ParityUpdate per parity holder, following the StripeLayout: slot x lives in local data block
+// b = x / block_slots at byte offset (x % block_slots) * record_bytes; block b is data member j of
+// stripe s, whose parity member i sits on server (m + k + i) mod N as its local parity block q*r + i.
+// Pure computation: no storage, no transport (the networked PS sends these same batches).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "xdl_ec/delta_batch.h"
+#include "xdl_ec/parity_update.h"
+#include "xdl_ec/stripe_layout.h"
+
+namespace xdl_ec {
+
+class ParityRouter {
+ public:
+  // Throws std::invalid_argument for block_slots == 0 or record_bytes == 0.
+  ParityRouter(const StripeLayout& layout, uint32_t block_slots, size_t record_bytes);
+
+  const StripeLayout& layout() const { return layout_; }
+  uint32_t block_slots() const { return block_slots_; }
+  size_t record_bytes() const { return record_bytes_; }
+  size_t block_bytes() const { return block_slots_ * record_bytes_; }
+
+  // Resets (*out) to n() updates, one per holder (empty for servers that get nothing), and appends
+  // the parity deltas of `deltas`, made on server `source`, to them. Throws std::invalid_argument when
+  // the batch's record_bytes differ from the router's, or std::out_of_range for a bad source.
+  void Route(int source, const DeltaBatch& deltas, std::vector<ParityUpdate>* out) const;
+
+ private:
+  StripeLayout layout_;
+  uint32_t block_slots_;
+  size_t record_bytes_;
+};
+
+}  // namespace xdl_ec

@@ -1,0 +1,61 @@
+// The parity blocks one server holds for the stripes it is a parity member of, indexed by its local
+// parity block c (see StripeLayout). Blocks are allocated lazily when the first delta for them
+// arrives: a free record is all-zero bytes, so the parity of never-written data is zero and a
+// missing block reads as zeros.
+//
+// Thread safety: every method may be called from several threads (one mutex); Apply of different
+// batches commutes (XOR), so concurrent senders need no ordering among themselves.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "xdl_ec/erasure_code.h"
+#include "xdl_ec/parity_update.h"
+
+namespace xdl_ec {
+
+class ParityStore {
+ public:
+  // Throws std::invalid_argument for a null code or block_bytes == 0.
+  ParityStore(std::shared_ptr<const ErasureCode> code, size_t block_bytes);
+  ParityStore(const ParityStore&) = delete;
+  ParityStore& operator=(const ParityStore&) = delete;
+
+  size_t block_bytes() const { return block_bytes_; }
+  const ErasureCode& code() const { return *code_; }
+
+  // parity_block[c][offset .. offset + record_bytes) ^= g(i, j) * delta for every entry. Validates the
+  // whole batch first (members within the code, records within a block, sizes consistent) and throws
+  // std::invalid_argument without changing any byte if anything is wrong.
+  void Apply(const ParityUpdate& update);
+  // Copies block c to out[block_bytes()]; a block never written reads as zeros.
+  void ReadBlock(size_t c, uint8_t* out) const;
+  // Copies bytes [offset, offset + width) of every record of block c (records of record_bytes) to
+  // out, packed: out[block_bytes / record_bytes * width]. For decoding only the key columns.
+  void ReadColumns(size_t c, size_t record_bytes, size_t offset, size_t width, uint8_t* out) const;
+  // Overwrites block c with bytes[block_bytes()] (allocating it): recomputed parity after a rebuild.
+  void WriteBlock(size_t c, const uint8_t* bytes);
+  bool HasBlock(size_t c) const;
+
+  size_t num_blocks() const;        // one past the highest allocated block
+  size_t allocated_blocks() const;  // blocks holding memory
+  size_t bytes() const;             // allocated_blocks() * block_bytes()
+  uint64_t delta_bytes_received() const;  // sum of applied deltas' bytes, for balance and stats
+  uint64_t updates_received() const;      // entries applied
+
+ private:
+  uint8_t* BlockLocked(size_t c);  // allocates zeroed on first use
+  std::shared_ptr<const ErasureCode> code_;
+  size_t block_bytes_;
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<uint8_t[]>> blocks_;
+  size_t allocated_ = 0;
+  uint64_t delta_bytes_received_ = 0;
+  uint64_t updates_received_ = 0;
+};
+
+}  // namespace xdl_ec

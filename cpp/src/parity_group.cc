@@ -1,0 +1,398 @@
+#include "xdl_ec/parity_group.h"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+namespace xdl_ec {
+
+namespace {
+std::string JoinServers(const std::vector<int>& servers) {
+  std::string out = "{";
+  for (size_t i = 0; i < servers.size(); ++i) out += (i ? ", " : "") + std::to_string(servers[i]);
+  return out + "}";
+}
+
+bool AllZero(const uint8_t* p, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (p[i]) return false;
+  return true;
+}
+}  // namespace
+
+struct ParityGroup::Server {
+  ServerState state = ServerState::kHealthy;
+  std::shared_ptr<EmbeddingShard> shard;
+  std::shared_ptr<ParityStore> parity;
+  size_t restore_blocks = 0;  // data blocks BeginRestore marked missing on the replacement
+};
+
+ParityGroup::ParityGroup(int n, int k, int r, const ShardConfig& config)
+    : layout_(n, k, r), config_(config), code_(std::make_shared<ErasureCode>(k, r)) {
+  servers_.resize(n);
+  for (Server& s : servers_) s.shard = std::make_shared<EmbeddingShard>(config);  // validates the config
+  router_ = std::make_unique<ParityRouter>(layout_, config.block_slots, servers_[0].shard->layout().bytes());
+  recovery_ = std::make_unique<Recovery>(layout_, code_, config.block_slots, router_->record_bytes());
+  for (Server& s : servers_) s.parity = std::make_shared<ParityStore>(code_, router_->block_bytes());
+}
+
+ParityGroup::~ParityGroup() = default;
+
+void ParityGroup::CheckServer(int server, const char* what) const {
+  if (server < 0 || server >= layout_.n())
+    throw std::out_of_range(std::string("ParityGroup::") + what + ": server " + std::to_string(server) +
+                            " is outside [0, n=" + std::to_string(layout_.n()) + ")");
+}
+
+// Runs op(shard) on `server` under the right lock and routes the deltas it reports. Healthy servers
+// share the group lock; a lost or restoring one takes it exclusively (its block faults decode).
+template <typename Op>
+auto ParityGroup::Mutate(int server, Op op) {
+  {
+    std::shared_lock<std::shared_mutex> lock(mu_);
+    if (servers_[server].state == ServerState::kHealthy) return op(*servers_[server].shard);
+  }
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  if (servers_[server].state == ServerState::kLost) BeginRebuildLocked();
+  return op(*servers_[server].shard);
+}
+
+void ParityGroup::ApplyDeltas(int server, const DeltaBatch& deltas) {
+  if (deltas.size() == 0) return;
+  thread_local std::vector<ParityUpdate> updates;
+  router_->Route(server, deltas, &updates);
+  for (int h = 0; h < layout_.n(); ++h) {
+    // A lost holder's parity is recomputed by its rebuild: deltas to it are dropped.
+    if (!updates[h].empty() && servers_[h].parity) servers_[h].parity->Apply(updates[h]);
+  }
+}
+
+void ParityGroup::Pull(int server, const int64_t* keys, size_t count, float* out) {
+  CheckServer(server, "Pull");
+  Mutate(server, [&](EmbeddingShard& shard) {
+    thread_local DeltaBatch deltas;
+    deltas.clear();
+    shard.Pull(keys, count, out, &deltas);
+    ApplyDeltas(server, deltas);
+  });
+}
+
+void ParityGroup::Find(int server, const int64_t* keys, size_t count, float* out, uint8_t* found) {
+  CheckServer(server, "Find");
+  Mutate(server, [&](EmbeddingShard& shard) { shard.Find(keys, count, out, found); });
+}
+
+void ParityGroup::Push(int server, const int64_t* keys, const float* grads, size_t count, int64_t step) {
+  CheckServer(server, "Push");
+  Mutate(server, [&](EmbeddingShard& shard) {
+    thread_local DeltaBatch deltas;
+    deltas.clear();
+    shard.Push(keys, grads, count, step, &deltas);
+    ApplyDeltas(server, deltas);
+  });
+}
+
+size_t ParityGroup::Erase(int server, const int64_t* keys, size_t count) {
+  CheckServer(server, "Erase");
+  return Mutate(server, [&](EmbeddingShard& shard) {
+    thread_local DeltaBatch deltas;
+    deltas.clear();
+    const size_t erased = shard.Erase(keys, count, &deltas);
+    ApplyDeltas(server, deltas);
+    return erased;
+  });
+}
+
+void ParityGroup::Load(int server, const int64_t* keys, const float* values, const float* state, size_t count) {
+  CheckServer(server, "Load");
+  Mutate(server, [&](EmbeddingShard& shard) {
+    thread_local DeltaBatch deltas;
+    deltas.clear();
+    shard.Load(keys, values, state, count, &deltas);
+    ApplyDeltas(server, deltas);
+  });
+}
+
+std::vector<int> ParityGroup::UnavailableLocked() const {
+  std::vector<int> out;
+  for (int s = 0; s < layout_.n(); ++s)
+    if (servers_[s].state != ServerState::kHealthy) out.push_back(s);
+  return out;
+}
+
+void ParityGroup::Kill(const std::vector<int>& servers) {
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  for (int s : servers) CheckServer(s, "Kill");
+  std::vector<int> down = UnavailableLocked();
+  for (int s : servers)
+    if (std::find(down.begin(), down.end(), s) == down.end()) down.push_back(s);
+  std::sort(down.begin(), down.end());
+  if (static_cast<int>(down.size()) > layout_.r())
+    throw std::invalid_argument("unrecoverable: lost servers " + JoinServers(down) + ", the code tolerates r=" +
+                                std::to_string(layout_.r()) + "; nothing was killed");
+  for (int s : servers) {
+    Server& sv = servers_[s];
+    sv.shard.reset();
+    sv.parity.reset();
+    sv.state = ServerState::kLost;
+    sv.restore_blocks = 0;
+  }
+  // Stripes decoded so far stay valid, but the plan must now cover the new losses too.
+  plan_.clear();
+  plan_done_ = 0;
+}
+
+FragmentReader ParityGroup::Reader() const {
+  FragmentReader reader;
+  const size_t record_bytes = router_->record_bytes();
+  reader.read_data = [this, record_bytes](int server, size_t block, size_t offset, size_t width, uint8_t* out) {
+    const EmbeddingShard& shard = *servers_[server].shard;
+    if (offset == 0 && width == record_bytes) {
+      shard.ReadBlock(block, out);
+      return;
+    }
+    thread_local std::vector<uint8_t> whole;
+    whole.resize(router_->block_bytes());
+    shard.ReadBlock(block, whole.data());
+    const size_t records = router_->block_slots();
+    for (size_t x = 0; x < records; ++x) std::memcpy(out + x * width, whole.data() + x * record_bytes + offset, width);
+  };
+  reader.read_parity = [this, record_bytes](int server, size_t block, size_t offset, size_t width, uint8_t* out) {
+    const ParityStore& store = *servers_[server].parity;
+    if (offset == 0 && width == record_bytes) {
+      store.ReadBlock(block, out);
+    } else {
+      store.ReadColumns(block, record_bytes, offset, width, out);
+    }
+  };
+  return reader;
+}
+
+size_t ParityGroup::StripeExtentLocked() const {
+  size_t stripes = 0;
+  for (const Server& s : servers_) {
+    if (s.shard) stripes = std::max(stripes, layout_.StripesForDataBlocks(s.shard->num_blocks()));
+    if (s.parity) stripes = std::max(stripes, layout_.StripesForParityBlocks(s.parity->num_blocks()));
+  }
+  return stripes;
+}
+
+void ParityGroup::HandleFault(int server, size_t block, uint8_t* out) {
+  // Runs inside the replacement shard's lock, with the group lock held exclusively by the caller.
+  recovery_->DecodeDataBlock(server, block, out, UnavailableLocked(), Reader());
+}
+
+void ParityGroup::BeginRebuild() {
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  BeginRebuildLocked();
+}
+
+void ParityGroup::BeginRebuildLocked() {
+  std::vector<int> lost;
+  for (int s = 0; s < layout_.n(); ++s)
+    if (servers_[s].state == ServerState::kLost) lost.push_back(s);
+  if (lost.empty() && !plan_.empty()) return;
+  const std::vector<int> unavailable = UnavailableLocked();
+  // Any stripe holding a lost server's non-zero data has a surviving parity holder that received its
+  // deltas (at most r - 1 of its r parity members are down), so the survivors' extents bound it.
+  const size_t stripes = StripeExtentLocked();
+  const size_t data_blocks = stripes / layout_.n() * layout_.k();
+  std::vector<RecoveredKeyIndex> indexes;
+  const FragmentReader reader = Reader();
+  for (int s : lost) indexes.push_back(recovery_->RecoverKeyIndex(s, data_blocks, unavailable, reader));
+  for (size_t i = 0; i < lost.size(); ++i) {
+    const int s = lost[i];
+    const RecoveredKeyIndex& index = indexes[i];
+    auto shard = std::make_shared<EmbeddingShard>(config_);
+    shard->BeginRestore(index.keys.data(), index.slots.data(), index.keys.size(), index.high_water,
+                        [this, s](size_t block, uint8_t* out) { HandleFault(s, block, out); });
+    Server& sv = servers_[s];
+    sv.shard = std::move(shard);
+    sv.parity = std::make_shared<ParityStore>(code_, router_->block_bytes());
+    sv.state = ServerState::kRestoring;
+    sv.restore_blocks = (index.high_water + router_->block_slots() - 1) / router_->block_slots();
+  }
+  plan_.clear();
+  plan_done_ = 0;
+  for (size_t stripe = 0; stripe < stripes; ++stripe) {
+    for (int t = 0; t < layout_.width(); ++t) {
+      if (servers_[layout_.ServerAt(stripe, t)].state != ServerState::kHealthy) {
+        plan_.push_back(stripe);
+        break;
+      }
+    }
+  }
+  if (plan_.empty()) RebuildStepLocked(0);  // nothing to decode: the replacements are complete
+}
+
+size_t ParityGroup::RebuildStep(size_t max_stripes) {
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  return RebuildStepLocked(max_stripes);
+}
+
+size_t ParityGroup::RebuildStepLocked(size_t max_stripes) {
+  bool any_lost = false;
+  for (const Server& s : servers_) any_lost |= s.state == ServerState::kLost;
+  if (any_lost) BeginRebuildLocked();
+  const std::vector<int> unavailable = UnavailableLocked();
+  if (unavailable.empty()) return 0;
+  const FragmentReader reader = Reader();
+  const int k = layout_.k();
+  const size_t bytes = router_->block_bytes();
+  std::vector<uint8_t> buffers;
+  for (size_t done = 0; done < max_stripes && plan_done_ < plan_.size(); ++done) {
+    const size_t stripe = plan_[plan_done_];
+    std::vector<int> wanted;
+    for (int t = 0; t < layout_.width(); ++t)
+      if (servers_[layout_.ServerAt(stripe, t)].state != ServerState::kHealthy) wanted.push_back(t);
+    buffers.resize(wanted.size() * bytes);
+    std::vector<uint8_t*> outputs(wanted.size());
+    for (size_t w = 0; w < wanted.size(); ++w) outputs[w] = buffers.data() + w * bytes;
+    recovery_->DecodeStripe(stripe, wanted, outputs.data(), unavailable, reader);
+    bool stripe_has_data = false;
+    for (int j = 0; j < k; ++j) {
+      const BlockRef ref = layout_.DataMember(stripe, j);
+      stripe_has_data |= ref.block < servers_[ref.server].shard->num_blocks();
+    }
+    for (size_t w = 0; w < wanted.size(); ++w) {
+      const int t = wanted[w];
+      if (t < k) {
+        const BlockRef ref = layout_.DataMember(stripe, t);
+        Server& sv = servers_[ref.server];
+        // A block faulted in earlier already holds these bytes (parity is current): RestoreBlock skips it.
+        if (ref.block < sv.restore_blocks) sv.shard->RestoreBlock(ref.block, outputs[w]);
+      } else {
+        const BlockRef ref = layout_.ParityMember(stripe, t - k);
+        ParityStore& store = *servers_[ref.server].parity;
+        // Deltas that reached this block before now were applied to garbage: overwrite. Allocate it
+        // whenever the stripe holds data, so extents keep bounding every stripe with data.
+        if (stripe_has_data || store.HasBlock(ref.block) || !AllZero(outputs[w], bytes))
+          store.WriteBlock(ref.block, outputs[w]);
+      }
+    }
+    ++plan_done_;
+  }
+  if (plan_done_ < plan_.size()) return plan_.size() - plan_done_;
+  for (int s : unavailable) {
+    Server& sv = servers_[s];
+    if (sv.shard->missing_blocks() != 0)
+      throw std::logic_error("ParityGroup: rebuild of server " + std::to_string(s) + " ended with " +
+                             std::to_string(sv.shard->missing_blocks()) + " blocks missing");
+    sv.state = ServerState::kHealthy;
+    sv.restore_blocks = 0;
+  }
+  plan_.clear();
+  plan_done_ = 0;
+  return 0;
+}
+
+void ParityGroup::FinishRebuild() {
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  while (RebuildStepLocked(SIZE_MAX) != 0) {
+  }
+}
+
+size_t ParityGroup::rebuild_remaining() const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return plan_.size() - plan_done_;
+}
+
+ServerState ParityGroup::state(int server) const {
+  CheckServer(server, "state");
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return servers_[server].state;
+}
+
+std::vector<int> ParityGroup::unavailable_servers() const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return UnavailableLocked();
+}
+
+std::vector<ScrubMismatch> ParityGroup::Scrub() const {
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  const std::vector<int> down = UnavailableLocked();
+  if (!down.empty())
+    throw std::invalid_argument("ParityGroup::Scrub: servers " + JoinServers(down) +
+                                " are lost or being rebuilt; finish the rebuild first");
+  const int k = layout_.k(), r = layout_.r();
+  const size_t bytes = router_->block_bytes();
+  const size_t stripes = StripeExtentLocked();
+  std::vector<uint8_t> data(static_cast<size_t>(k) * bytes), parity(static_cast<size_t>(r) * bytes), stored(bytes);
+  std::vector<const uint8_t*> data_ptrs(k);
+  std::vector<uint8_t*> parity_ptrs(r);
+  for (int j = 0; j < k; ++j) data_ptrs[j] = data.data() + j * bytes;
+  for (int i = 0; i < r; ++i) parity_ptrs[i] = parity.data() + i * bytes;
+  std::vector<ScrubMismatch> mismatches;
+  for (size_t stripe = 0; stripe < stripes; ++stripe) {
+    for (int j = 0; j < k; ++j) {
+      const BlockRef ref = layout_.DataMember(stripe, j);
+      servers_[ref.server].shard->ReadBlock(ref.block, data.data() + j * bytes);
+    }
+    code_->Encode(bytes, data_ptrs.data(), parity_ptrs.data());
+    for (int i = 0; i < r; ++i) {
+      const BlockRef ref = layout_.ParityMember(stripe, i);
+      servers_[ref.server].parity->ReadBlock(ref.block, stored.data());
+      if (std::memcmp(stored.data(), parity_ptrs[i], bytes) != 0)
+        mismatches.push_back({stripe, i, ref.server, ref.block});
+    }
+  }
+  return mismatches;
+}
+
+ParityGroupStats ParityGroup::stats() const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  ParityGroupStats st;
+  for (const Server& s : servers_) {
+    const size_t data = s.shard ? s.shard->memory().slot_bytes : 0;
+    const size_t parity = s.parity ? s.parity->bytes() : 0;
+    st.data_bytes.push_back(data);
+    st.parity_bytes.push_back(parity);
+    st.delta_bytes_received.push_back(s.parity ? s.parity->delta_bytes_received() : 0);
+    st.rows.push_back(s.shard ? s.shard->size() : 0);
+    st.total_data_bytes += data;
+    st.total_parity_bytes += parity;
+  }
+  return st;
+}
+
+size_t ParityGroup::num_data_blocks(int server) const {
+  CheckServer(server, "num_data_blocks");
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return servers_[server].shard ? servers_[server].shard->num_blocks() : 0;
+}
+
+size_t ParityGroup::num_parity_blocks(int server) const {
+  CheckServer(server, "num_parity_blocks");
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return servers_[server].parity ? servers_[server].parity->num_blocks() : 0;
+}
+
+void ParityGroup::ReadDataBlock(int server, size_t block, uint8_t* out) {
+  CheckServer(server, "ReadDataBlock");
+  Mutate(server, [&](EmbeddingShard& shard) { shard.ReadBlock(block, out); });
+}
+
+void ParityGroup::ReadParityBlock(int server, size_t block, uint8_t* out) const {
+  CheckServer(server, "ReadParityBlock");
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  if (!servers_[server].parity)
+    throw std::invalid_argument("ParityGroup::ReadParityBlock: server " + std::to_string(server) +
+                                " is lost; rebuild it first (BeginRebuild / FinishRebuild)");
+  servers_[server].parity->ReadBlock(block, out);
+}
+
+std::shared_ptr<EmbeddingShard> ParityGroup::shard(int server) const {
+  CheckServer(server, "shard");
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return servers_[server].shard;
+}
+
+std::shared_ptr<ParityStore> ParityGroup::parity_store(int server) const {
+  CheckServer(server, "parity_store");
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return servers_[server].parity;
+}
+
+}  // namespace xdl_ec

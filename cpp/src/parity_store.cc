@@ -1,0 +1,112 @@
+#include "xdl_ec/parity_store.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace xdl_ec {
+
+ParityStore::ParityStore(std::shared_ptr<const ErasureCode> code, size_t block_bytes)
+    : code_(std::move(code)), block_bytes_(block_bytes) {
+  if (!code_) throw std::invalid_argument("ParityStore: code must not be null");
+  if (block_bytes == 0) throw std::invalid_argument("ParityStore: block_bytes must be >= 1, got 0");
+}
+
+uint8_t* ParityStore::BlockLocked(size_t c) {
+  if (c >= blocks_.size()) blocks_.resize(c + 1);
+  if (!blocks_[c]) {
+    blocks_[c].reset(new uint8_t[block_bytes_]());
+    ++allocated_;
+  }
+  return blocks_[c].get();
+}
+
+void ParityStore::Apply(const ParityUpdate& update) {
+  const size_t rb = update.record_bytes;
+  const size_t count = update.entries.size();
+  if (update.deltas.size() != count * rb)
+    throw std::invalid_argument("ParityStore::Apply: update holds " + std::to_string(update.deltas.size()) +
+                                " delta bytes for " + std::to_string(count) + " entries of record_bytes=" + std::to_string(rb));
+  const int k = code_->k(), r = code_->r();
+  for (size_t e = 0; e < count; ++e) {
+    const ParityUpdate::Entry& en = update.entries[e];
+    if (en.parity_member >= r || en.data_member >= k)
+      throw std::invalid_argument("ParityStore::Apply: entry " + std::to_string(e) + " has parity_member=" +
+                                  std::to_string(en.parity_member) + ", data_member=" + std::to_string(en.data_member) +
+                                  "; this code has r=" + std::to_string(r) + ", k=" + std::to_string(k));
+    if (static_cast<size_t>(en.offset) + rb > block_bytes_)
+      throw std::invalid_argument("ParityStore::Apply: entry " + std::to_string(e) + " writes bytes [" +
+                                  std::to_string(en.offset) + ", " + std::to_string(en.offset + rb) +
+                                  ") outside the " + std::to_string(block_bytes_) + "-byte block");
+    if (en.parity_block > (size_t{1} << 40))
+      throw std::invalid_argument("ParityStore::Apply: entry " + std::to_string(e) + " names parity block " +
+                                  std::to_string(en.parity_block) + ", beyond any plausible table");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t e = 0; e < count; ++e) {
+    const ParityUpdate::Entry& en = update.entries[e];
+    code_->Update(rb, en.parity_member, en.data_member, update.delta(e), BlockLocked(en.parity_block) + en.offset);
+  }
+  delta_bytes_received_ += update.deltas.size();
+  updates_received_ += count;
+}
+
+void ParityStore::ReadBlock(size_t c, uint8_t* out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (c < blocks_.size() && blocks_[c]) {
+    std::memcpy(out, blocks_[c].get(), block_bytes_);
+  } else {
+    std::memset(out, 0, block_bytes_);
+  }
+}
+
+void ParityStore::ReadColumns(size_t c, size_t record_bytes, size_t offset, size_t width, uint8_t* out) const {
+  if (record_bytes == 0 || block_bytes_ % record_bytes != 0 || offset + width > record_bytes)
+    throw std::invalid_argument("ParityStore::ReadColumns: columns [" + std::to_string(offset) + ", " +
+                                std::to_string(offset + width) + ") of " + std::to_string(record_bytes) +
+                                "-byte records do not fit blocks of " + std::to_string(block_bytes_) + " bytes");
+  const size_t records = block_bytes_ / record_bytes;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (c >= blocks_.size() || !blocks_[c]) {
+    std::memset(out, 0, records * width);
+    return;
+  }
+  const uint8_t* src = blocks_[c].get() + offset;
+  for (size_t x = 0; x < records; ++x) std::memcpy(out + x * width, src + x * record_bytes, width);
+}
+
+void ParityStore::WriteBlock(size_t c, const uint8_t* bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::memcpy(BlockLocked(c), bytes, block_bytes_);
+}
+
+bool ParityStore::HasBlock(size_t c) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return c < blocks_.size() && blocks_[c];
+}
+
+size_t ParityStore::num_blocks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = blocks_.size();
+  while (n > 0 && !blocks_[n - 1]) --n;
+  return n;
+}
+
+size_t ParityStore::allocated_blocks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return allocated_;
+}
+
+size_t ParityStore::bytes() const { return allocated_blocks() * block_bytes_; }
+
+uint64_t ParityStore::delta_bytes_received() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return delta_bytes_received_;
+}
+
+uint64_t ParityStore::updates_received() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return updates_received_;
+}
+
+}  // namespace xdl_ec
