@@ -174,7 +174,7 @@ def test_decode_bad_input_raises_clearly() -> None:
         code.decode({0: data[0].astype(np.int16), 1: data[1], 2: data[2], 3: data[3]})
     with pytest.raises(ValueError, match="1-dimensional"):
         code.decode({0: data[:1], 1: data[1], 2: data[2], 3: data[3]})
-    with pytest.raises(TypeError, match="keys must be int"):
+    with pytest.raises(TypeError, match="fragment index must be an int, got str"):
         code.decode({"0": data[0], 1: data[1], 2: data[2], 3: data[3]})
     with pytest.raises(TypeError, match="dict"):
         code.decode([data[0], data[1], data[2], data[3]])  # type: ignore[arg-type]
@@ -206,3 +206,43 @@ def test_update_bad_input_changes_nothing() -> None:
     with pytest.raises(ValueError, match="read-only"):
         code.update(frozen, 0, delta)
     np.testing.assert_array_equal(frozen, before)
+
+
+def test_reconstruct_rebuilds_only_the_lost_fragments_parity_included() -> None:
+    code = ErasureCode(5, 3)
+    data = random_data(5, 321)
+    stripe = np.concatenate([data, code.encode(data)])
+    for lost in ([0], [6], [7, 2], [1, 4, 5], [5, 6, 7]):
+        survivors = {i: stripe[i] for i in range(8) if i not in lost}
+        np.testing.assert_array_equal(code.reconstruct(survivors, lost), stripe[lost], err_msg=f"lost {lost}")
+    out = np.zeros((2, 321), np.uint8)
+    result = code.reconstruct({i: stripe[i] for i in (7, 6, 0, 1, 2)}, np.array([3, 5]), out=out)
+    assert result is out  # written in place, zero-copy
+    np.testing.assert_array_equal(out, stripe[[3, 5]])
+
+
+def test_reconstruct_bad_input_writes_nothing() -> None:
+    code = ErasureCode(3, 2)
+    data = random_data(3, 40)
+    stripe = np.concatenate([data, code.encode(data)])
+    survivors = {0: stripe[0], 2: stripe[2], 4: stripe[4]}
+    out = np.full((1, 40), 7, np.uint8)
+    cases = [
+        (({0: stripe[0], 2: stripe[2]}, [1], out), ValueError, r"unrecoverable: lost fragments \{1, 3, 4\}"),
+        ((survivors, [2], out), ValueError, "also present"),
+        ((survivors, [1, 1], np.zeros((2, 40), np.uint8)), ValueError, "twice"),
+        ((survivors, [5], out), ValueError, "index 5 out of range"),
+        ((survivors, [1], np.zeros((2, 40), np.uint8)), ValueError, "shape"),
+        ((survivors, [1], np.zeros((1, 41), np.uint8)), ValueError, "shape"),
+        ((survivors, [1], out.astype(np.int8)), TypeError, "dtype uint8"),
+        ((survivors, [1.5], out), TypeError, "lost index must be an int, got float"),
+        ((survivors, "1", out), TypeError, "sequence"),
+    ]
+    for args, error, message in cases:
+        with pytest.raises(error, match=message):
+            code.reconstruct(*args)
+        assert (out == 7).all()
+    readonly = out.copy()
+    readonly.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        code.reconstruct(survivors, [1], readonly)

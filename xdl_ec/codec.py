@@ -7,7 +7,7 @@ ISA-L's generator (and pyeclib's ``isa_l_rs_vand`` / ``isa_l_rs_cauchy`` backend
 from __future__ import annotations
 
 import numbers
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -20,6 +20,14 @@ def _check_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     return int(value)
+
+
+def _as_dict(fragments: Mapping[int, np.ndarray]) -> dict:
+    if isinstance(fragments, dict):
+        return fragments
+    if not isinstance(fragments, Mapping):
+        raise TypeError(f"fragments must be a dict {{index: uint8 array}}, got {type(fragments).__name__}")
+    return dict(fragments)
 
 
 class ErasureCode:
@@ -67,12 +75,18 @@ class ErasureCode:
         The k smallest indices given are used (data first). Raises ValueError("unrecoverable: ...")
         when fewer than k survive.
         """
-        if not isinstance(fragments, dict):
-            if not isinstance(fragments, Mapping):
-                raise TypeError(
-                    f"fragments must be a dict {{index: uint8 array}}, got {type(fragments).__name__}")
-            fragments = dict(fragments)
+        fragments = _as_dict(fragments)
         return self._code.decode(fragments)
+
+    def reconstruct(self, fragments: Mapping[int, np.ndarray], lost: Sequence[int],
+                    out: np.ndarray | None = None) -> np.ndarray:
+        """Only the fragments ``lost`` (data or parity indices), uint8[len(lost), L], from at least k
+        survivors {index: uint8[L]}; written into ``out`` (writeable uint8[len(lost), L]) when given.
+
+        For rebuilding a lost server's fragment, parity included, without materialising the others.
+        """
+        fragments = _as_dict(fragments)
+        return self._code.reconstruct(fragments, lost, out)
 
     def update(self, parity: np.ndarray, index: int, delta: np.ndarray) -> None:
         """In place: parity[j] ^= g(j, index) * delta for every j, where delta = old XOR new bytes of
