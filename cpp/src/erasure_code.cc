@@ -13,6 +13,62 @@ namespace {
 // ISA-L takes int lengths: larger buffers go through in pieces of this many bytes.
 constexpr size_t kMaxChunk = size_t{1} << 30;
 
+// Below this length ISA-L's SIMD kernels fall back to scalar GF multiplies, about 10x slower per call
+// (measured: 40 bytes 85 ns vs 64 bytes 11 ns): short fragments, e.g. one slot record, go through
+// zero-padded 64-byte copies instead.
+constexpr size_t kSimdMinLen = 64;
+
+// ec_encode_data for any len: rows outputs dst[w] = sum_t tables(w, t) * src[t].
+void EncodeAnyLength(size_t len, int k, int rows, uint8_t* tables, const uint8_t* const* src,
+                     uint8_t* const* dst) {
+  uint8_t* in[ErasureCode::kMaxFragments];
+  uint8_t* out[ErasureCode::kMaxFragments];
+  if (len < kSimdMinLen) {
+    alignas(64) uint8_t in_pad[ErasureCode::kMaxFragments][kSimdMinLen];
+    alignas(64) uint8_t out_pad[ErasureCode::kMaxFragments][kSimdMinLen];
+    for (int t = 0; t < k; ++t) {
+      std::memcpy(in_pad[t], src[t], len);
+      std::memset(in_pad[t] + len, 0, kSimdMinLen - len);
+      in[t] = in_pad[t];
+    }
+    for (int w = 0; w < rows; ++w) out[w] = out_pad[w];
+    ec_encode_data(static_cast<int>(kSimdMinLen), k, rows, tables, in, out);
+    for (int w = 0; w < rows; ++w) std::memcpy(dst[w], out_pad[w], len);
+    return;
+  }
+  for (size_t off = 0; off < len; off += kMaxChunk) {
+    const size_t n = std::min(kMaxChunk, len - off);
+    for (int t = 0; t < k; ++t) in[t] = const_cast<uint8_t*>(src[t]) + off;  // ISA-L only reads
+    for (int w = 0; w < rows; ++w) out[w] = dst[w] + off;
+    ec_encode_data(static_cast<int>(n), k, rows, tables, in, out);
+  }
+}
+
+// ec_encode_data_update for any len: parity[w] ^= tables(w, i) * delta for w < rows.
+void UpdateAnyLength(size_t len, int k, int rows, int i, uint8_t* tables, const uint8_t* delta,
+                     uint8_t* const* parity) {
+  uint8_t* out[ErasureCode::kMaxParity];
+  if (len < kSimdMinLen) {
+    alignas(64) uint8_t delta_pad[kSimdMinLen];
+    alignas(64) uint8_t out_pad[ErasureCode::kMaxParity][kSimdMinLen];
+    std::memcpy(delta_pad, delta, len);
+    std::memset(delta_pad + len, 0, kSimdMinLen - len);
+    for (int w = 0; w < rows; ++w) {
+      std::memcpy(out_pad[w], parity[w], len);
+      std::memset(out_pad[w] + len, 0, kSimdMinLen - len);
+      out[w] = out_pad[w];
+    }
+    ec_encode_data_update(static_cast<int>(kSimdMinLen), k, rows, i, tables, delta_pad, out);
+    for (int w = 0; w < rows; ++w) std::memcpy(parity[w], out_pad[w], len);
+    return;
+  }
+  for (size_t off = 0; off < len; off += kMaxChunk) {
+    const size_t n = std::min(kMaxChunk, len - off);
+    for (int w = 0; w < rows; ++w) out[w] = parity[w] + off;
+    ec_encode_data_update(static_cast<int>(n), k, rows, i, tables, const_cast<uint8_t*>(delta) + off, out);
+  }
+}
+
 std::string JoinIndices(const std::vector<int>& indices) {
   std::string out = "{";
   for (size_t n = 0; n < indices.size(); ++n) {
@@ -38,6 +94,13 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void XorInto(size_t
   size_t n = 0;
   for (; n + 64 <= len; n += 64) {
     for (size_t b = 0; b < 64; ++b) parity[n + b] ^= delta[n + b];
+  }
+  for (; n + 8 <= len; n += 8) {  // tail of short records: words, then bytes
+    uint64_t d, p;
+    std::memcpy(&d, delta + n, 8);
+    std::memcpy(&p, parity + n, 8);
+    p ^= d;
+    std::memcpy(parity + n, &p, 8);
   }
   for (; n < len; ++n) parity[n] ^= delta[n];
 }
@@ -110,14 +173,7 @@ void ErasureCode::Encode(size_t len, const uint8_t* const* data, uint8_t* const*
       throw std::invalid_argument("ErasureCode::Encode: parity[" + std::to_string(j) + "] is null");
     }
   }
-  uint8_t* src[kMaxFragments];
-  uint8_t* dst[kMaxParity];
-  for (size_t off = 0; off < len; off += kMaxChunk) {
-    const size_t n = std::min(kMaxChunk, len - off);
-    for (int i = 0; i < k_; ++i) src[i] = const_cast<uint8_t*>(data[i]) + off;  // ISA-L only reads
-    for (int j = 0; j < r_; ++j) dst[j] = parity[j] + off;
-    ec_encode_data(static_cast<int>(n), k_, r_, const_cast<uint8_t*>(tables_.data()), src, dst);
-  }
+  EncodeAnyLength(len, k_, r_, const_cast<uint8_t*>(tables_.data()), data, parity);
 }
 
 void ErasureCode::Decode(size_t len, const std::vector<int>& erased, uint8_t* const* fragments) const {
@@ -257,14 +313,7 @@ void ErasureCode::Decode(size_t len, const std::vector<int>& present, const uint
   const int n_out = static_cast<int>(wanted.size());
   std::vector<uint8_t> tables(static_cast<size_t>(32) * k_ * n_out);
   ec_init_tables(k_, n_out, rows.data(), tables.data());
-  uint8_t* src_at[kMaxFragments];
-  uint8_t* dst_at[kMaxFragments];
-  for (size_t off = 0; off < len; off += kMaxChunk) {
-    const size_t n = std::min(kMaxChunk, len - off);
-    for (int t = 0; t < k_; ++t) src_at[t] = src[t] + off;
-    for (int w = 0; w < n_out; ++w) dst_at[w] = outputs[w] + off;
-    ec_encode_data(static_cast<int>(n), k_, n_out, tables.data(), src_at, dst_at);
-  }
+  EncodeAnyLength(len, k_, n_out, tables.data(), src, outputs);
 }
 
 void ErasureCode::Update(size_t len, int j, int i, const uint8_t* delta, uint8_t* parity_j) const {
@@ -283,11 +332,7 @@ void ErasureCode::Update(size_t len, int j, int i, const uint8_t* delta, uint8_t
     return;
   }
   uint8_t* table = const_cast<uint8_t*>(tables_.data()) + static_cast<size_t>(32) * k_ * j;
-  for (size_t off = 0; off < len; off += kMaxChunk) {
-    const size_t n = std::min(kMaxChunk, len - off);
-    uint8_t* dst = parity_j + off;
-    ec_encode_data_update(static_cast<int>(n), k_, 1, i, table, const_cast<uint8_t*>(delta) + off, &dst);
-  }
+  UpdateAnyLength(len, k_, 1, i, table, delta, &parity_j);
 }
 
 void ErasureCode::UpdateRows(size_t len, int i, const uint8_t* delta, uint8_t* const* parity) const {
@@ -308,13 +353,7 @@ void ErasureCode::UpdateRows(size_t len, int i, const uint8_t* delta, uint8_t* c
     Update(len, 0, i, delta, parity[0]);
     return;
   }
-  uint8_t* dst[kMaxParity];
-  for (size_t off = 0; off < len; off += kMaxChunk) {
-    const size_t n = std::min(kMaxChunk, len - off);
-    for (int j = 0; j < r_; ++j) dst[j] = parity[j] + off;
-    ec_encode_data_update(static_cast<int>(n), k_, r_, i, const_cast<uint8_t*>(tables_.data()),
-                          const_cast<uint8_t*>(delta) + off, dst);
-  }
+  UpdateAnyLength(len, k_, r_, i, const_cast<uint8_t*>(tables_.data()), delta, parity);
 }
 
 }  // namespace xdl_ec
