@@ -32,7 +32,7 @@ class SGD final : public Optimizer {
 };
 
 // ResourceSparseApplyMomentum: accum = accum * momentum + grad; var -= lr * accum
-// (Nesterov: var -= lr * grad + lr * accum * momentum).
+// (Nesterov: var -= lr * grad + (lr * momentum) * accum).
 class Momentum final : public Optimizer {
  public:
   using Optimizer::Optimizer;
@@ -43,9 +43,10 @@ class Momentum final : public Optimizer {
   void Apply(float* v, float* a, const float* g, int dim, int64_t) const override {
     const float lr = config_.learning_rate, m = config_.momentum;
     if (config_.use_nesterov) {
+      const float lr_m = lr * m;  // TF's sparse kernel folds lr * momentum into one scalar
       for (int i = 0; i < dim; ++i) {
         a[i] = a[i] * m + g[i];
-        v[i] -= lr * g[i] + lr * a[i] * m;
+        v[i] -= lr * g[i] + lr_m * a[i];
       }
     } else {
       for (int i = 0; i < dim; ++i) {
@@ -83,8 +84,10 @@ class Adam final : public Optimizer {
     for (int i = 0; i < 2 * dim; ++i) s[i] = 0.0f;
   }
   float Alpha(int64_t step) const {
-    const float t = static_cast<float>(step);
-    const float beta1_power = std::pow(config_.beta1, t), beta2_power = std::pow(config_.beta2, t);
+    // beta^t in double, rounded once to float32: the correctly rounded power whatever libm's powf does.
+    const double t = static_cast<double>(step);
+    const float beta1_power = static_cast<float>(std::pow(static_cast<double>(config_.beta1), t));
+    const float beta2_power = static_cast<float>(std::pow(static_cast<double>(config_.beta2), t));
     return config_.learning_rate * std::sqrt(1.0f - beta2_power) / (1.0f - beta1_power);
   }
   void Step(float* var, float* s, const float* g, int dim, float alpha) const {

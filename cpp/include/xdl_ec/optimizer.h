@@ -6,7 +6,8 @@
 //   SGD       0 floats
 //   Momentum  accum[dim]                     (starts at 0)
 //   Adagrad   accum[dim]                     (starts at initial_accumulator)
-//   Adam      m[dim], v[dim]                 (start at 0; lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t))
+//   Adam      m[dim], v[dim]                 (start at 0; lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t),
+//                                             beta^t = float32(double pow), the correctly rounded power)
 //   FTRL      accum[dim], linear[dim]        (accum starts at initial_accumulator, linear at 0)
 //
 // Each Apply mirrors the operation order of TF's CPU kernel on float32 (no fused multiply-add), so
