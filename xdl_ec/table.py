@@ -48,7 +48,8 @@ def as_rows(rows: Any, n: int, width: int, name: str, width_name: str) -> np.nda
         raise TypeError(f"{name} must be floating point (float32 preferred), got dtype {array.dtype}")
     if array.shape != (n, width):
         raise ValueError(f"{name} must have shape (len(keys), {width_name}) = ({n}, {width}), got {array.shape}")
-    return np.ascontiguousarray(array, dtype=np.float32)
+    with np.errstate(over="ignore"):  # a value beyond float32 becomes Inf, which the core rejects by name
+        return np.ascontiguousarray(array, dtype=np.float32)
 
 
 def _check_int(name: str, value: Any, low: int, high: Optional[int] = None) -> int:
