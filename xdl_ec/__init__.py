@@ -4,3 +4,4 @@ __version__ = "0.1.0"
 from . import codec
 from .table import EmbeddingTable
 from . import optim, init
+from . import parity
