@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 
 namespace xdl_ec {
 namespace {
@@ -107,6 +110,12 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void XorInto(size_t
 
 }  // namespace
 
+struct ErasureCode::PlanCache {
+  static constexpr size_t kCapacity = 1024;  // at most ~3.5 MiB of tables (k = 28, 4 outputs)
+  std::mutex mutex;
+  std::unordered_map<uint64_t, std::shared_ptr<const std::vector<uint8_t>>> tables;
+};
+
 const char* CodeMatrixName(CodeMatrix matrix) {
   return matrix == CodeMatrix::kVandermonde ? "vandermonde" : "cauchy";
 }
@@ -128,6 +137,7 @@ ErasureCode::ErasureCode(int k, int r) : ErasureCode(k, r, DefaultMatrix(k, r)) 
 
 ErasureCode::ErasureCode(int k, int r, CodeMatrix matrix) : k_(k), r_(r), matrix_(matrix) {
   CheckParams(k, r);
+  plans_ = std::make_shared<PlanCache>();
   if (matrix != CodeMatrix::kVandermonde && matrix != CodeMatrix::kCauchy) {
     throw std::invalid_argument("ErasureCode: matrix must be kVandermonde or kCauchy");
   }
@@ -283,6 +293,24 @@ void ErasureCode::Decode(size_t len, const std::vector<int>& present, const uint
                                   std::to_string(wanted[w]) + " is null");
     }
   }
+  const auto tables = DecodeTables(used, wanted);
+  EncodeAnyLength(len, k_, static_cast<int>(wanted.size()), const_cast<uint8_t*>(tables->data()), src,
+                  outputs);
+}
+
+// The ec_init_tables of the decode rows for `wanted` from the k fragments `used` (ascending), cached
+// per erasure pattern so repeated degraded reads skip the O(k^3) inversion (1 us at k=4, 80 us at k=28).
+std::shared_ptr<const std::vector<uint8_t>> ErasureCode::DecodeTables(const int* used,
+                                                                     const std::vector<int>& wanted) const {
+  uint32_t used_mask = 0;
+  for (int t = 0; t < k_; ++t) used_mask |= uint32_t{1} << used[t];
+  uint64_t key = static_cast<uint64_t>(used_mask) << 32 | wanted.size();  // wanted.size() <= r <= 4
+  for (size_t w = 0; w < wanted.size(); ++w) key |= static_cast<uint64_t>(wanted[w]) << (3 + 5 * w);
+  {
+    std::lock_guard<std::mutex> lock(plans_->mutex);
+    auto it = plans_->tables.find(key);
+    if (it != plans_->tables.end()) return it->second;
+  }
   // B = the generator rows of the used fragments; B * data = used fragments, so data = B^-1 * used.
   const size_t kk = static_cast<size_t>(k_) * k_;
   std::vector<uint8_t> b(kk), b_inv(kk);
@@ -292,7 +320,7 @@ void ErasureCode::Decode(size_t len, const std::vector<int>& present, const uint
   if (gf_invert_matrix(b.data(), b_inv.data(), k_) != 0) {
     // Cannot happen inside the MDS ranges the constructor enforces; kept as a guard, not a path.
     throw std::invalid_argument("ErasureCode::Decode: decode matrix for fragments " +
-                                JoinIndices(std::vector<int>(used, used + n_used)) + " is singular");
+                                JoinIndices(std::vector<int>(used, used + k_)) + " is singular");
   }
   // Row for wanted data fragment e: B^-1[e]; for wanted parity k + j: g_j * B^-1.
   std::vector<uint8_t> rows(static_cast<size_t>(wanted.size()) * k_, 0);
@@ -311,9 +339,12 @@ void ErasureCode::Decode(size_t len, const std::vector<int>& present, const uint
     }
   }
   const int n_out = static_cast<int>(wanted.size());
-  std::vector<uint8_t> tables(static_cast<size_t>(32) * k_ * n_out);
-  ec_init_tables(k_, n_out, rows.data(), tables.data());
-  EncodeAnyLength(len, k_, n_out, tables.data(), src, outputs);
+  auto tables = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(32) * k_ * n_out);
+  ec_init_tables(k_, n_out, rows.data(), tables->data());
+  std::lock_guard<std::mutex> lock(plans_->mutex);
+  if (plans_->tables.size() >= PlanCache::kCapacity) plans_->tables.clear();  // in-use plans stay alive
+  plans_->tables.emplace(key, tables);
+  return tables;
 }
 
 void ErasureCode::Update(size_t len, int j, int i, const uint8_t* delta, uint8_t* parity_j) const {

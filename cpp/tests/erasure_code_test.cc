@@ -10,6 +10,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace xdl_ec {
@@ -249,6 +250,36 @@ TEST(ErasureCodeTest, PartialDecodeRebuildsOnlyWantedFromAnyPresentOrder) {
   uint8_t* again_ptr = again.data();
   code.Decode(333, more, more_src.data(), only4, &again_ptr);
   EXPECT_EQ(again, stripe[4]);
+}
+
+// Decode plans are cached per erasure pattern and shared by copies: concurrent decodes of many
+// patterns (more than the cache holds, so it is also cleared under them) stay exact.
+TEST(ErasureCodeTest, ConcurrentDecodesOfManyPatternsShareOneCacheAndStayExact) {
+  std::mt19937 rng(8);
+  const ErasureCode code(20, 4);
+  const auto stripe = MakeStripe(code, 48, Fill::kRandom, rng);
+  std::vector<std::vector<int>> patterns;
+  ForEachSubset(24, 4, [&](const std::vector<int>& erased) {
+    if (erased.size() == 3) patterns.push_back(erased);  // C(24, 3) = 2024 patterns
+  });
+  std::vector<std::thread> threads;
+  std::vector<int> failures(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      const ErasureCode copy = code;  // copies share the cache
+      for (size_t n = t; n < patterns.size() * 2; n += 4) {
+        const auto& erased = patterns[(n * 7) % patterns.size()];
+        std::vector<Bytes> work = stripe;
+        std::vector<uint8_t*> ptrs;
+        for (auto& f : work) ptrs.push_back(f.data());
+        for (int idx : erased) std::fill(work[idx].begin(), work[idx].end(), uint8_t{0});
+        (t % 2 ? copy : code).Decode(48, erased, ptrs.data());
+        if (work != stripe) ++failures[t];
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(failures, std::vector<int>(4, 0));
 }
 
 TEST(ErasureCodeTest, RejectsBadParameters) {

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -72,10 +73,14 @@ class ErasureCode {
   void UpdateRows(size_t len, int i, const uint8_t* delta, uint8_t* const* parity) const;
 
  private:
+  struct PlanCache;  // decode tables per erasure pattern, shared by copies, internally locked
+  std::shared_ptr<const std::vector<uint8_t>> DecodeTables(const int* used, const std::vector<int>& wanted) const;
+
   int k_, r_;
   CodeMatrix matrix_;
   std::vector<uint8_t> matrix_bytes_;  // (k + r) x k, systematic
   std::vector<uint8_t> tables_;        // ec_init_tables of the r parity rows: 32 * k * r bytes
+  std::shared_ptr<PlanCache> plans_;
 };
 
 }  // namespace xdl_ec
