@@ -9,7 +9,8 @@
 // ISA-L's documented safe range (m = k + r rows): k <= 3; k = 4, m <= 25; k = 5, m <= 10;
 // k <= 21, m - k = 4; m - k <= 3. Within 1 <= r <= 4, k + r <= 32 that is: r <= 3 for any k, or
 // r = 4 with k <= 21. So the automatic choice is Cauchy only for r = 4, 22 <= k <= 28; an explicit
-// Vandermonde request outside the range throws, because some erasure pattern might not decode.
+// Vandermonde request outside the range throws, because some erasure patterns do not decode (e.g. at
+// k = 22, r = 4 losing data 0, 10, 21 and parity 2 leaves a singular matrix; tested).
 // Parity bytes are byte-identical to ISA-L's generator (and so to pyeclib's isa_l_rs_vand /
 // isa_l_rs_cauchy backends).
 //
