@@ -72,6 +72,17 @@ void UpdateAnyLength(size_t len, int k, int rows, int i, uint8_t* tables, const 
   }
 }
 
+// Throws when the pointer array or any of its n pointers is null.
+template <typename T>
+void CheckNotNull(const char* where, const char* name, T* const* pointers, int n) {
+  if (pointers == nullptr) throw std::invalid_argument(std::string(where) + ": " + name + " is null");
+  for (int t = 0; t < n; ++t) {
+    if (pointers[t] == nullptr) {
+      throw std::invalid_argument(std::string(where) + ": " + name + "[" + std::to_string(t) + "] is null");
+    }
+  }
+}
+
 std::string JoinIndices(const std::vector<int>& indices) {
   std::string out = "{";
   for (size_t n = 0; n < indices.size(); ++n) {
@@ -170,19 +181,8 @@ uint8_t ErasureCode::coefficient(int j, int i) const {
 
 void ErasureCode::Encode(size_t len, const uint8_t* const* data, uint8_t* const* parity) const {
   if (len == 0) return;
-  if (data == nullptr || parity == nullptr) {
-    throw std::invalid_argument("ErasureCode::Encode: data and parity pointer arrays must not be null");
-  }
-  for (int i = 0; i < k_; ++i) {
-    if (data[i] == nullptr) {
-      throw std::invalid_argument("ErasureCode::Encode: data[" + std::to_string(i) + "] is null");
-    }
-  }
-  for (int j = 0; j < r_; ++j) {
-    if (parity[j] == nullptr) {
-      throw std::invalid_argument("ErasureCode::Encode: parity[" + std::to_string(j) + "] is null");
-    }
-  }
+  CheckNotNull("ErasureCode::Encode", "data", data, k_);
+  CheckNotNull("ErasureCode::Encode", "parity", parity, r_);
   EncodeAnyLength(len, k_, r_, const_cast<uint8_t*>(tables_.data()), data, parity);
 }
 
@@ -372,14 +372,8 @@ void ErasureCode::UpdateRows(size_t len, int i, const uint8_t* delta, uint8_t* c
                                 " out of range; need 0 <= i < k=" + std::to_string(k_));
   }
   if (len == 0) return;
-  if (delta == nullptr || parity == nullptr) {
-    throw std::invalid_argument("ErasureCode::UpdateRows: delta and parity must not be null");
-  }
-  for (int j = 0; j < r_; ++j) {
-    if (parity[j] == nullptr) {
-      throw std::invalid_argument("ErasureCode::UpdateRows: parity[" + std::to_string(j) + "] is null");
-    }
-  }
+  CheckNotNull("ErasureCode::UpdateRows", "delta", &delta, 1);
+  CheckNotNull("ErasureCode::UpdateRows", "parity", parity, r_);
   if (r_ == 1) {
     Update(len, 0, i, delta, parity[0]);
     return;

@@ -54,6 +54,12 @@ std::vector<Bytes> MakeStripe(const ErasureCode& code, size_t len, Fill fill, st
   return frags;
 }
 
+std::vector<uint8_t*> Pointers(std::vector<Bytes>& fragments) {
+  std::vector<uint8_t*> out;
+  for (auto& f : fragments) out.push_back(f.data());
+  return out;
+}
+
 // Reference parity straight from the coefficients, byte by byte.
 Bytes ReferenceParity(const ErasureCode& code, const std::vector<Bytes>& frags, int j) {
   Bytes out(frags[0].size(), 0);
@@ -69,8 +75,7 @@ void ExpectDecodes(const ErasureCode& code, const std::vector<Bytes>& stripe,
                    const std::vector<int>& erased) {
   std::vector<Bytes> work = stripe;
   for (int idx : erased) std::fill(work[idx].begin(), work[idx].end(), uint8_t{0xa5});
-  std::vector<uint8_t*> ptrs;
-  for (auto& f : work) ptrs.push_back(f.data());
+  const std::vector<uint8_t*> ptrs = Pointers(work);
   code.Decode(stripe[0].size(), erased, ptrs.data());
   for (size_t idx = 0; idx < stripe.size(); ++idx) {
     ASSERT_EQ(work[idx], stripe[idx]) << "k=" << code.k() << " r=" << code.r() << " fragment " << idx
@@ -271,8 +276,7 @@ TEST(ErasureCodeTest, ConcurrentDecodesOfManyPatternsShareOneCacheAndStayExact) 
       for (size_t n = t; n < patterns.size() * 2; n += 4) {
         const auto& erased = patterns[(n * 7) % patterns.size()];
         std::vector<Bytes> work = stripe;
-        std::vector<uint8_t*> ptrs;
-        for (auto& f : work) ptrs.push_back(f.data());
+        const std::vector<uint8_t*> ptrs = Pointers(work);
         for (int idx : erased) std::fill(work[idx].begin(), work[idx].end(), uint8_t{0});
         (t % 2 ? copy : code).Decode(48, erased, ptrs.data());
         if (work != stripe) ++failures[t];
@@ -335,8 +339,7 @@ TEST(ErasureCodeTest, TooManyErasuresAndBadIndicesThrowAndWriteNothing) {
   ErasureCode code(4, 2);
   const auto stripe = MakeStripe(code, 50, Fill::kRandom, rng);
   auto work = stripe;
-  std::vector<uint8_t*> ptrs;
-  for (auto& f : work) ptrs.push_back(f.data());
+  const std::vector<uint8_t*> ptrs = Pointers(work);
   try {
     code.Decode(50, {5, 0, 3}, ptrs.data());
     FAIL() << "three erasures accepted with r=2";
@@ -379,8 +382,7 @@ TEST(ErasureCodeTest, EmptyErasureListAndZeroLengthAreNoOps) {
   ErasureCode code(3, 1);
   const auto stripe = MakeStripe(code, 20, Fill::kRandom, rng);
   auto work = stripe;
-  std::vector<uint8_t*> ptrs;
-  for (auto& f : work) ptrs.push_back(f.data());
+  const std::vector<uint8_t*> ptrs = Pointers(work);
   code.Decode(20, {}, ptrs.data());
   code.Decode(0, {1}, ptrs.data());
   code.Update(0, 0, 0, nullptr, nullptr);
