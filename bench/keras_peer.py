@@ -1,0 +1,148 @@
+"""The plain-Keras peer of ``xdl-ec train``: the same model body on a dense Keras ``Embedding`` table.
+
+Shape: one shared ``keras.layers.Embedding(buckets, emb_dim)`` (the xdl-ec trainer also uses one table for the 26
+columns) indexed by ``key mod buckets`` of the same salted keys, the same body (:func:`xdl_ec.models.build_model`),
+the same dense Keras optimizer, the same loss, data, batches and epochs. Rows start uniform in [-0.05, 0.05) as
+the xdl-ec table's do.
+
+Table optimizer: by default TF's sparse Adagrad kernel (``ResourceSparseApplyAdagradV2``) on the deduplicated
+``IndexedSlices`` gradient, the formula the xdl-ec table applies, touching only the rows in the batch. Keras 3's
+own ``Adagrad`` (``table_optimizer="keras"``) densifies the update over the whole table (about 170 ms per step at
+2**20 rows on 2 cores), which would make the peer needlessly slow; it is kept as an option.
+
+Used by ``bench/bench_train.py`` and by the AUC comparison test; also runnable:
+``python bench/keras_peer.py --data ../shared/data/criteo_kaggle_train_head10k.tsv.gz``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from typing import Any, Optional
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import tensorflow as tf  # noqa: E402
+
+from xdl_ec.data.schema import NUM_DENSE, NUM_SPARSE, tf_signature  # noqa: E402
+from xdl_ec.data.source import TrainingData  # noqa: E402
+from xdl_ec.metrics import auc, log_loss  # noqa: E402
+from xdl_ec.models import build_model  # noqa: E402
+from xdl_ec.trainer import TrainConfig, configure_determinism, open_training_data  # noqa: E402
+
+DEFAULT_BUCKETS = 1 << 20
+
+
+class KerasPeer:
+    """Trains the plain-Keras peer of a :class:`TrainConfig` (only Adagrad is supported as table optimizer)."""
+
+    def __init__(self, config: TrainConfig, data: Optional[TrainingData] = None, *, buckets: int = DEFAULT_BUCKETS,
+                 table_optimizer: str = "tf_sparse") -> None:
+        config.validate()
+        if config.optimizer != "adagrad":
+            raise ValueError(f"optimizer: the Keras peer implements adagrad only, got {config.optimizer!r}")
+        if table_optimizer not in ("tf_sparse", "keras"):
+            raise ValueError(f"table_optimizer: must be 'tf_sparse' or 'keras', got {table_optimizer!r}")
+        self.config = config
+        self.data = data if data is not None else open_training_data(config)
+        self.buckets = int(buckets)
+        configure_determinism(config.seed, config.deterministic)
+        self.embedding = tf.keras.layers.Embedding(
+            self.buckets, config.emb_dim, embeddings_initializer=tf.keras.initializers.RandomUniform(-0.05, 0.05))
+        self.embedding.build((None, NUM_SPARSE))
+        self.model = build_model(config.model, config.emb_dim, bottom_mlp=config.bottom_mlp, top_mlp=config.top_mlp,
+                                 hidden=config.hidden)
+        self.model((tf.zeros([1, NUM_DENSE]), tf.zeros([1, NUM_SPARSE, config.emb_dim])))
+        self.dense_optimizer = tf.keras.optimizers.get(
+            {"class_name": config.dense_optimizer, "config": {"learning_rate": config.dense_lr}})
+        self.dense_optimizer.build(self.model.trainable_variables)
+        table = self.embedding.embeddings
+        if table_optimizer == "keras":
+            keras_adagrad = tf.keras.optimizers.Adagrad(config.lr, initial_accumulator_value=0.1, epsilon=1e-7)
+            keras_adagrad.build([table])
+            self._apply_table = lambda grad: keras_adagrad.apply([grad], [table])
+        else:
+            self._accumulator = tf.Variable(tf.fill([self.buckets, config.emb_dim], 0.1), trainable=False)
+            self._apply_table = self._sparse_adagrad
+        self._train_step = tf.function(self._step, input_signature=list(tf_signature()))
+        self._predict = tf.function(
+            lambda dense, sparse: tf.sigmoid(self.model((dense, self.embedding(self._bucket(sparse))), training=False)),
+            input_signature=list(tf_signature()[:2]))
+
+    def _bucket(self, sparse: tf.Tensor) -> tf.Tensor:
+        return tf.math.floormod(sparse, self.buckets)
+
+    def _sparse_adagrad(self, grad: tf.IndexedSlices) -> Any:
+        unique, position = tf.unique(grad.indices)
+        summed = tf.math.unsorted_segment_sum(grad.values, position, tf.shape(unique)[0])
+        return tf.raw_ops.ResourceSparseApplyAdagradV2(
+            var=self.embedding.embeddings.value.handle if hasattr(self.embedding.embeddings, "value")
+            else self.embedding.embeddings.handle,
+            accum=self._accumulator.handle, lr=tf.constant(self.config.lr, tf.float32),
+            epsilon=tf.constant(1e-7, tf.float32), grad=summed, indices=unique)
+
+    def _step(self, dense: tf.Tensor, sparse: tf.Tensor, label: tf.Tensor) -> tf.Tensor:
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            emb = self.embedding(self._bucket(sparse))
+            logits = self.model((dense, emb), training=True)
+            loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=label, logits=logits))
+        grads = tape.gradient(loss, [*variables, self.embedding.embeddings])
+        self.dense_optimizer.apply(grads[:-1], variables)
+        self._apply_table(grads[-1])
+        return loss
+
+    def run(self) -> dict:
+        """Trains for the config's steps or epochs, then evaluates on the held-out split."""
+        cfg = self.config
+        samples, steps, losses = 0, 0, []
+        start = time.perf_counter()
+        epoch = 0
+        while (cfg.steps is None and epoch < cfg.epochs) or (cfg.steps is not None and steps < cfg.steps):
+            for b in self.data.train_batches(cfg.batch_size):
+                losses.append(float(self._train_step(b.dense, b.sparse, b.label)))
+                samples += len(b)
+                steps += 1
+                if cfg.steps is not None and steps == cfg.steps:
+                    break
+            epoch += 1
+        seconds = time.perf_counter() - start
+        labels, probs = [], []
+        for b in self.data.eval_batches(max(cfg.batch_size, 4096)):
+            probs.append(self._predict(b.dense, b.sparse).numpy())
+            labels.append(b.label)
+        report = {"samples": samples, "steps": steps, "train_seconds": seconds, "samples_per_sec": samples / seconds,
+                  "final_loss": float(np.mean(losses[-50:])) if losses else None, "auc": None, "logloss": None}
+        if labels:
+            y, p = np.concatenate(labels), np.concatenate(probs).astype(np.float64)
+            a = auc(y, p)
+            report.update(auc=None if math.isnan(a) else a, logloss=log_loss(y, p), eval_samples=int(y.size))
+        return report
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description="Train the plain-Keras peer of `xdl-ec train` and print its report")
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument("--data")
+    src.add_argument("--synthetic", action="store_true")
+    parser.add_argument("--model", default="dlrm", choices=("dlrm", "mlp"))
+    parser.add_argument("--steps", type=int)
+    parser.add_argument("--epochs", type=int, default=TrainConfig.epochs)
+    parser.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
+    parser.add_argument("--buckets", type=int, default=DEFAULT_BUCKETS)
+    parser.add_argument("--table-optimizer", choices=("tf_sparse", "keras"), default="tf_sparse")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    config = TrainConfig(data=args.data, synthetic=args.synthetic, model=args.model, steps=args.steps,
+                         epochs=args.epochs, batch_size=args.batch_size, seed=args.seed)
+    print(json.dumps(KerasPeer(config, buckets=args.buckets, table_optimizer=args.table_optimizer).run(), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

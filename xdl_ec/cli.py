@@ -1,0 +1,213 @@
+"""The ``xdl-ec`` command line: one argparse subcommand per verb (``train`` here; others register theirs in
+:func:`build_parser`). User errors (missing file, bad flag value, malformed data) print one line on stderr and exit
+with status 2, without a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+EXIT_USAGE = 2
+
+# Where `xdl-ec train` without --data looks for the Criteo sample, in order: $XDL_EC_CRITEO_SAMPLE, ../shared/data
+# and shared/data below the working directory, and ../shared/data beside a source checkout of the package.
+SAMPLE_NAME = "criteo_kaggle_train_head10k.tsv.gz"
+
+
+class UsageError(Exception):
+    """A user error: reported as one line on stderr with exit status 2."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a positive finite number, got {text!r}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
+    return value
+
+
+def _layer_sizes(text: str) -> tuple[int, ...]:
+    if text.strip() == "":
+        return ()
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers like 64,32, got {text!r}") from None
+    if any(s < 1 for s in sizes):
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers like 64,32, got {text!r}")
+    return sizes
+
+
+def find_criteo_sample() -> Optional[Path]:
+    """The Criteo sample used by the no-argument demo, or None when it is not around."""
+    candidates = []
+    if os.environ.get("XDL_EC_CRITEO_SAMPLE"):
+        candidates.append(Path(os.environ["XDL_EC_CRITEO_SAMPLE"]))
+    cwd = Path.cwd()
+    candidates += [cwd.parent / "shared" / "data" / SAMPLE_NAME, cwd / "shared" / "data" / SAMPLE_NAME,
+                   Path(__file__).resolve().parents[1].parent / "shared" / "data" / SAMPLE_NAME]
+    return next((p for p in candidates if p.is_file()), None)
+
+
+def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
+    from .trainer import DENSE_OPTIMIZERS, TrainConfig
+
+    d = TrainConfig()
+    p = subparsers.add_parser(
+        "train", help="train a CTR model (DLRM or Embedding&MLP) on Criteo data with an xdl-ec embedding table",
+        description="Train a CTR model on a raw Criteo TSV file (--data) or synthetic data (--synthetic). "
+                    "Without arguments: a short demo on the Criteo sample if it is found, else on synthetic data.")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--data", metavar="PATH", help="raw Criteo TSV file, plain or .gz (label, I1..I13, C1..C26)")
+    src.add_argument("--synthetic", action="store_true", help="train on seeded synthetic Criteo-shaped data")
+    p.add_argument("--synthetic-rows", type=_positive_int, default=d.synthetic_rows,
+                   help=f"rows of synthetic data, eval split included (default {d.synthetic_rows})")
+    p.add_argument("--synthetic-max-cardinality", type=_positive_int, default=d.synthetic_max_cardinality,
+                   help="cap on each synthetic column's cardinality (default %(default)s)")
+    p.add_argument("--model", choices=("dlrm", "mlp"), default=d.model, help="model body (default %(default)s)")
+    p.add_argument("--emb-dim", type=_positive_int, default=d.emb_dim, help="embedding dimension (default %(default)s)")
+    p.add_argument("--bottom-mlp", type=_layer_sizes, default=d.bottom_mlp, metavar="N,N",
+                   help="DLRM bottom MLP hidden sizes; its output layer has emb-dim units (default 64)")
+    p.add_argument("--top-mlp", type=_layer_sizes, default=d.top_mlp, metavar="N,N",
+                   help="DLRM top MLP hidden sizes before the logit (default 64,32)")
+    p.add_argument("--hidden", type=_layer_sizes, default=d.hidden, metavar="N,N",
+                   help="Embedding&MLP hidden sizes (default 128,64)")
+    p.add_argument("--optimizer", default=d.optimizer,
+                   help="sparse optimizer of the embedding table: sgd, momentum, adagrad, adam, ftrl (default %(default)s)")
+    p.add_argument("--lr", type=_positive_float, default=d.lr, help="sparse learning rate (default %(default)s)")
+    p.add_argument("--dense-optimizer", choices=DENSE_OPTIMIZERS, default=d.dense_optimizer,
+                   help="Keras optimizer of the dense model (default %(default)s)")
+    p.add_argument("--dense-lr", type=_positive_float, default=d.dense_lr, help="dense learning rate (default %(default)s)")
+    p.add_argument("--batch-size", type=_positive_int, default=d.batch_size, help="default %(default)s")
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("--steps", type=_positive_int, help="train this many steps (cycling the data as needed)")
+    length.add_argument("--epochs", type=_positive_int, help=f"passes over the train split (default {d.epochs})")
+    p.add_argument("--eval-fraction", type=_fraction, default=d.eval_fraction,
+                   help="held-out fraction: the last rows in file order (default %(default)s)")
+    p.add_argument("--seed", type=_non_negative_int, default=d.seed, help="default %(default)s")
+    p.add_argument("--deterministic", action="store_true",
+                   help="deterministic TF ops and single-threaded op pools: same seed, same model_digest")
+    p.add_argument("--on-bad-line", choices=("error", "skip"), default=d.on_bad_line,
+                   help="malformed lines: stop with file:line and the reason, or skip and count them")
+    p.add_argument("--report", metavar="FILE.json", help="write the run report (JSON) to this file")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(handler=run_train)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from .trainer import TrainConfig
+
+    data, synthetic, epochs, steps = args.data, args.synthetic, args.epochs, args.steps
+    if data is None and not synthetic:
+        sample = find_criteo_sample()
+        if sample is not None:
+            data = str(sample)
+        else:
+            synthetic = True
+        print(f"xdl-ec train: no --data given: demo on {data or 'synthetic data (Criteo sample not found)'}",
+              file=sys.stderr)
+    if data is not None and not Path(data).is_file():
+        raise UsageError(f"--data: no such file: {data}")
+    if args.report is not None:
+        parent = Path(args.report).resolve().parent
+        if not parent.is_dir():
+            raise UsageError(f"--report: directory {parent} does not exist")
+    config = TrainConfig(
+        data=data, synthetic=synthetic, synthetic_rows=args.synthetic_rows,
+        synthetic_max_cardinality=args.synthetic_max_cardinality, model=args.model, emb_dim=args.emb_dim,
+        bottom_mlp=args.bottom_mlp, top_mlp=args.top_mlp, hidden=args.hidden, optimizer=args.optimizer,
+        lr=args.lr, dense_optimizer=args.dense_optimizer, dense_lr=args.dense_lr, batch_size=args.batch_size,
+        steps=steps, epochs=epochs if epochs is not None else TrainConfig.epochs,
+        eval_fraction=args.eval_fraction, seed=args.seed, deterministic=args.deterministic,
+        on_bad_line=args.on_bad_line, progress=not args.no_progress)
+    try:
+        config.validate()
+        from . import optim
+
+        optim.get(config.optimizer, learning_rate=config.lr)  # unknown name -> ValueError listing the known ones
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from .data.criteo import BadLineError
+    from .trainer import Trainer
+
+    try:
+        report = Trainer(config).run()
+    except (BadLineError, FileNotFoundError) as err:
+        raise UsageError(str(err)) from None
+    auc_text = "n/a" if report["auc"] is None else f"{report['auc']:.4f}"
+    logloss_text = "n/a" if report["logloss"] is None else f"{report['logloss']:.4f}"
+    print(f"trained {config.model}: {report['samples']:,} samples in {report['steps']:,} steps, "
+          f"{report['samples_per_sec']:,.0f} samples/s, final loss {report['final_loss']:.4f}")
+    print(f"eval on {report['eval_samples']:,} held-out rows: AUC {auc_text}, log loss {logloss_text}")
+    if report["bad_lines"]:
+        print(f"skipped {report['bad_lines']:,} bad lines")
+    print(f"model_digest {report['model_digest']}")
+    if args.report is not None:
+        with open(args.report, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=2, sort_keys=True)
+            f.write("\n")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="xdl-ec", description="xdl-ec: sparse CTR training with erasure-coded "
+                                                                "fault tolerance")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    add_train_parser(subparsers)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the ``xdl-ec`` script; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)  # argparse itself exits 2 with one usage line on bad flags
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except UsageError as err:
+        print(f"xdl-ec {args.command}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"xdl-ec {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
