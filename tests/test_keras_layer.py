@@ -1,0 +1,134 @@
+"""xdl_ec.keras.SparseEmbedding in Keras models: model.fit, custom loops, exactly one table update per step."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+
+from xdl_ec import EmbeddingTable, init, optim  # noqa: E402
+from xdl_ec.keras import SparseEmbedding  # noqa: E402
+
+_names = itertools.count()
+
+
+def make_table(optimizer: optim.Optimizer, dim: int = 4, initializer: init.Initializer = init.Zeros()) -> EmbeddingTable:
+    return EmbeddingTable(f"keras{next(_names)}", dim, optimizer=optimizer, initializer=initializer, seed=3)
+
+
+class SumModel(keras.Model):
+    """Prediction = sum of the looked-up rows: every row element gets d(loss)/d(prediction)."""
+
+    def __init__(self, table: EmbeddingTable) -> None:
+        super().__init__()
+        self.embedding = SparseEmbedding(table)
+
+    def call(self, ids):
+        return keras.ops.sum(self.embedding(ids), axis=(1, 2))[:, None]
+
+
+def test_output_shapes_and_only_weight_is_the_zero_trigger():
+    table = make_table(optim.SGD(learning_rate=0.1))
+    ids = tf.constant([[1, 2, 3], [4, 5, 6]], tf.int64)
+    assert SparseEmbedding(table)(ids).shape == (2, 3, 4)
+    layer = SparseEmbedding(table, combiner="mean")
+    assert layer(ids).shape == (2, 4)
+    assert layer(tf.ragged.constant([[1], [2, 3], []], dtype=tf.int64)).shape == (3, 4)
+    assert layer(tf.sparse.from_dense(tf.constant([[1, 0], [2, 3]], tf.int64))).shape == (2, 4)
+    assert [w.name for w in layer.weights] == ["backward_trigger"]
+    assert layer.compute_output_shape((None, 3)) == (None, 4)
+    assert SparseEmbedding(table).compute_output_shape((None, 3)) == (None, 3, 4)
+
+
+def test_model_fit_updates_the_table_exactly_once_per_step():
+    # MAE against a far-off target: d(loss)/d(prediction_i) = 1/B for every sample, so with every sample's
+    # id equal to 7 the summed row gradient is exactly 1 per element and each step moves the row by -lr.
+    table = make_table(optim.SGD(learning_rate=0.5))
+    model = SumModel(table)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mean_absolute_error")
+    batch, steps = 4, 6
+    x = np.full((batch * steps, 1), 7, np.int64)
+    y = np.full((batch * steps, 1), -1000.0, np.float32)
+    model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0)
+    np.testing.assert_array_equal(table.pull(np.array([7]))[0], np.full(4, -0.5 * steps, np.float32))
+    assert model.embedding.backward_trigger.numpy() == 0.0
+    # Inference inserts rows but never updates them.
+    model.predict(np.array([[8]], np.int64), verbose=0)
+    np.testing.assert_array_equal(table.pull(np.array([7, 8])), [[-0.5 * steps] * 4, [0.0] * 4])
+
+
+def test_model_fit_decreases_loss_like_plain_keras_embedding():
+    # The same model on keras.layers.Embedding with the same initial rows and dense weights, all trained by SGD
+    # (Keras's own sparse Adagrad squares undeduplicated IndexedSlices, so it is no reference for Adagrad).
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 40, size=(1024, 3)).astype(np.int64)
+    hidden = rng.normal(size=40)
+    y = (hidden[x].sum(axis=1) > 0).astype(np.float32)  # needs per-id knowledge: only the rows can learn it
+    table = make_table(optim.SGD(learning_rate=0.5), dim=8, initializer=init.TruncatedNormal(stddev=0.05))
+    initial_rows = table.pull(np.arange(40, dtype=np.int64))
+    kernel = keras.initializers.Constant(rng.normal(scale=0.3, size=(8, 1)).astype(np.float32))
+    histories = []
+    for sparse in (True, False):
+        ids = keras.Input(shape=(3,), dtype="int64")
+        if sparse:
+            pooled = SparseEmbedding(table, combiner="sum")(ids)
+        else:
+            embedding = keras.layers.Embedding(40, 8)
+            pooled = keras.ops.sum(embedding(ids), axis=1)
+            embedding.set_weights([initial_rows])
+        model = keras.Model(ids, keras.layers.Dense(1, kernel_initializer=kernel)(pooled))
+        model.compile(optimizer=keras.optimizers.SGD(0.5), loss=keras.losses.BinaryCrossentropy(from_logits=True))
+        histories.append(model.fit(x, y, batch_size=64, epochs=4, shuffle=False, verbose=0).history["loss"])
+    ours, plain = histories
+    assert ours[-1] < 0.5 * ours[0], ours
+    np.testing.assert_allclose(ours, plain, rtol=1e-5)
+    assert len(table) == 40
+
+
+def test_custom_loop_in_tf_function_matches_eager_bit_for_bit():
+    rng = np.random.default_rng(1)
+    batches = [(rng.integers(0, 30, size=(16, 2)).astype(np.int64), rng.normal(size=(16, 1)).astype(np.float32))
+               for _ in range(4)]
+
+    def run(compiled: bool) -> tuple[dict, list]:
+        keras.utils.set_random_seed(5)
+        table = make_table(optim.Adam(learning_rate=0.05), initializer=init.RandomUniform(minval=-0.1, maxval=0.1))
+        layer = SparseEmbedding(table, combiner="mean")
+        dense = keras.layers.Dense(1)
+        opt = keras.optimizers.SGD(0.1)
+
+        def step(x, y):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean((dense(layer(x)) - y) ** 2)
+            variables = layer.trainable_variables + dense.trainable_variables
+            opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+            return loss
+
+        step_fn = tf.function(step) if compiled else step
+        for x, y in batches:
+            step_fn(tf.constant(x), tf.constant(y))
+        return table.export(), [w.numpy() for w in dense.weights]
+
+    (eager_rows, eager_dense), (graph_rows, graph_dense) = run(False), run(True)
+    for name in ("keys", "values", "state"):
+        np.testing.assert_array_equal(eager_rows[name], graph_rows[name])
+    for a, b in zip(eager_dense, graph_dense):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_bad_arguments():
+    table = make_table(optim.SGD(learning_rate=0.1))
+    with pytest.raises(ValueError, match="combiner"):
+        SparseEmbedding(table, combiner="max")
+    with pytest.raises(TypeError, match="EmbeddingTable"):
+        SparseEmbedding(np.zeros(3))
+    layer = SparseEmbedding(table)
+    with pytest.raises(TypeError, match="int64"):
+        layer(tf.constant([[0.5]]))
+    with pytest.raises(ValueError, match="combiner 'none'"):
+        layer(tf.ragged.constant([[1], [2, 3]], dtype=tf.int64))
+    assert len(table) == 0
