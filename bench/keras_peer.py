@@ -55,13 +55,16 @@ class KerasPeer:
         self.embedding = tf.keras.layers.Embedding(
             self.buckets, config.emb_dim, embeddings_initializer=tf.keras.initializers.RandomUniform(-0.05, 0.05))
         self.embedding.build((None, NUM_SPARSE))
+        # The layer's tf.Variable: looked up with tf.nn.embedding_lookup (a ResourceGather of the batch's rows).
+        # Calling the Keras layer instead reads the whole table every step (36 ms at 2**20 x 16 on 2 cores).
+        self.table = self.embedding.embeddings.value
         self.model = build_model(config.model, config.emb_dim, bottom_mlp=config.bottom_mlp, top_mlp=config.top_mlp,
                                  hidden=config.hidden)
         self.model((tf.zeros([1, NUM_DENSE]), tf.zeros([1, NUM_SPARSE, config.emb_dim])))
         self.dense_optimizer = tf.keras.optimizers.get(
             {"class_name": config.dense_optimizer, "config": {"learning_rate": config.dense_lr}})
         self.dense_optimizer.build(self.model.trainable_variables)
-        table = self.embedding.embeddings
+        table = self.table
         if table_optimizer == "keras":
             keras_adagrad = tf.keras.optimizers.Adagrad(config.lr, initial_accumulator_value=0.1, epsilon=1e-7)
             keras_adagrad.build([table])
@@ -71,58 +74,70 @@ class KerasPeer:
             self._apply_table = self._sparse_adagrad
         self._train_step = tf.function(self._step, input_signature=list(tf_signature()))
         self._predict = tf.function(
-            lambda dense, sparse: tf.sigmoid(self.model((dense, self.embedding(self._bucket(sparse))), training=False)),
+            lambda dense, sparse: tf.sigmoid(self.model((dense, self._lookup(sparse)), training=False)),
             input_signature=list(tf_signature()[:2]))
 
-    def _bucket(self, sparse: tf.Tensor) -> tf.Tensor:
-        return tf.math.floormod(sparse, self.buckets)
+    def _lookup(self, sparse: tf.Tensor) -> tf.Tensor:
+        return tf.nn.embedding_lookup(self.table, tf.math.floormod(sparse, self.buckets))
 
     def _sparse_adagrad(self, grad: tf.IndexedSlices) -> Any:
         unique, position = tf.unique(grad.indices)
         summed = tf.math.unsorted_segment_sum(grad.values, position, tf.shape(unique)[0])
         return tf.raw_ops.ResourceSparseApplyAdagradV2(
-            var=self.embedding.embeddings.value.handle if hasattr(self.embedding.embeddings, "value")
-            else self.embedding.embeddings.handle,
+            var=self.table.handle,
             accum=self._accumulator.handle, lr=tf.constant(self.config.lr, tf.float32),
             epsilon=tf.constant(1e-7, tf.float32), grad=summed, indices=unique)
 
     def _step(self, dense: tf.Tensor, sparse: tf.Tensor, label: tf.Tensor) -> tf.Tensor:
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
-            emb = self.embedding(self._bucket(sparse))
+            emb = self._lookup(sparse)
             logits = self.model((dense, emb), training=True)
             loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=label, logits=logits))
-        grads = tape.gradient(loss, [*variables, self.embedding.embeddings])
+        grads = tape.gradient(loss, [*variables, self.table])
         self.dense_optimizer.apply(grads[:-1], variables)
         self._apply_table(grads[-1])
         return loss
 
-    def run(self) -> dict:
-        """Trains for the config's steps or epochs, then evaluates on the held-out split."""
+    def fit(self) -> dict:
+        """Trains for the config's steps or epochs (same fields as ``Trainer.fit``)."""
         cfg = self.config
         samples, steps, losses = 0, 0, []
+        first_step_end, first_samples = None, 0
         start = time.perf_counter()
-        epoch = 0
-        while (cfg.steps is None and epoch < cfg.epochs) or (cfg.steps is not None and steps < cfg.steps):
-            for b in self.data.train_batches(cfg.batch_size):
-                losses.append(float(self._train_step(b.dense, b.sparse, b.label)))
-                samples += len(b)
-                steps += 1
-                if cfg.steps is not None and steps == cfg.steps:
-                    break
-            epoch += 1
-        seconds = time.perf_counter() - start
+        # The usual Keras input pipeline: tf.data over the batches, prefetched in the background.
+        dataset = tf.data.Dataset.from_generator(
+            lambda: (tuple(b) for b in self.data.train_batches(cfg.batch_size)), output_signature=tf_signature())
+        dataset = dataset.repeat() if cfg.steps is not None else dataset.repeat(cfg.epochs)
+        if cfg.steps is not None:
+            dataset = dataset.take(cfg.steps)
+        for dense, sparse, label in dataset.prefetch(4):
+            losses.append(float(self._train_step(dense, sparse, label)))
+            samples += int(label.shape[0])
+            steps += 1
+            if first_step_end is None:
+                first_step_end, first_samples = time.perf_counter(), samples
+        end = time.perf_counter()
+        seconds = end - start
+        steady = (samples - first_samples) / (end - first_step_end) if samples > first_samples else None
+        return {"samples": samples, "steps": steps, "train_seconds": seconds, "samples_per_sec": samples / seconds,
+                "steady_samples_per_sec": steady, "final_loss": float(np.mean(losses[-50:])) if losses else None}
+
+    def evaluate(self) -> dict:
+        """AUC and log loss on the held-out split."""
         labels, probs = [], []
-        for b in self.data.eval_batches(max(cfg.batch_size, 4096)):
+        for b in self.data.eval_batches(max(self.config.batch_size, 4096)):
             probs.append(self._predict(b.dense, b.sparse).numpy())
             labels.append(b.label)
-        report = {"samples": samples, "steps": steps, "train_seconds": seconds, "samples_per_sec": samples / seconds,
-                  "final_loss": float(np.mean(losses[-50:])) if losses else None, "auc": None, "logloss": None}
-        if labels:
-            y, p = np.concatenate(labels), np.concatenate(probs).astype(np.float64)
-            a = auc(y, p)
-            report.update(auc=None if math.isnan(a) else a, logloss=log_loss(y, p), eval_samples=int(y.size))
-        return report
+        if not labels:
+            return {"eval_samples": 0, "auc": None, "logloss": None}
+        y, p = np.concatenate(labels), np.concatenate(probs).astype(np.float64)
+        a = auc(y, p)
+        return {"eval_samples": int(y.size), "auc": None if math.isnan(a) else a, "logloss": log_loss(y, p)}
+
+    def run(self) -> dict:
+        """fit + evaluate."""
+        return {**self.fit(), **self.evaluate()}
 
 
 def main(argv: Optional[list[str]] = None) -> int:

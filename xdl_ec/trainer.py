@@ -173,12 +173,14 @@ class Trainer:
             epoch += 1
 
     def fit(self) -> dict:
-        """Runs the training loop; returns samples, steps, seconds, samples_per_sec, final_loss."""
+        """Runs the training loop; returns samples, steps, train_seconds, samples_per_sec (whole loop),
+        steady_samples_per_sec (after the first step, which traces the tf.function) and final_loss."""
         from tqdm import tqdm
 
         cfg = self.config
         total = cfg.steps if cfg.steps is not None else cfg.epochs * math.ceil(self.data.num_train / cfg.batch_size)
         samples = 0
+        first_step_end, first_samples = None, 0  # steady-state rate: after the first step (tracing, warm-up)
         bar = tqdm(total=total, unit="step", disable=not cfg.progress, dynamic_ncols=True, leave=False)
         start = time.perf_counter()
         last_postfix = start
@@ -194,6 +196,8 @@ class Trainer:
                                              f"lower --lr / --dense-lr")
                 self.losses.append(loss)
                 samples += len(b)
+                if first_step_end is None:
+                    first_step_end, first_samples = time.perf_counter(), samples
                 bar.update(1)
                 now = time.perf_counter()
                 if now - last_postfix > 0.5:
@@ -203,9 +207,11 @@ class Trainer:
         finally:
             batches.close()
             bar.close()
-        seconds = time.perf_counter() - start
+        end = time.perf_counter()
+        seconds = end - start
+        steady = (samples - first_samples) / (end - first_step_end) if samples > first_samples else None
         return {"samples": samples, "steps": self.step, "train_seconds": seconds,
-                "samples_per_sec": samples / seconds if seconds > 0 else 0.0,
+                "samples_per_sec": samples / seconds if seconds > 0 else 0.0, "steady_samples_per_sec": steady,
                 "final_loss": float(np.mean(self.losses[-LAST_LOSSES:])) if self.losses else None}
 
     # ---- evaluation -------------------------------------------------------------------------------------
