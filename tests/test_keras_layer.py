@@ -131,4 +131,6 @@ def test_bad_arguments():
         layer(tf.constant([[0.5]]))
     with pytest.raises(ValueError, match="combiner 'none'"):
         layer(tf.ragged.constant([[1], [2, 3]], dtype=tf.int64))
+    with pytest.raises(ValueError, match="cannot be rebuilt"):
+        SparseEmbedding.from_config(layer.get_config())
     assert len(table) == 0

@@ -100,6 +100,22 @@ def test_int32_ids_are_accepted_and_trailing_empty_sparse_rows_kept():
     np.testing.assert_array_equal(out[1:], np.zeros((2, DIM), np.float32))
 
 
+@pytest.mark.parametrize("combiner", [None, "sum"])
+def test_empty_batches(combiner):
+    table = make_table(initializer=init.Zeros())
+    trigger = tf.Variable(0.0)
+    cases = [(tf.zeros([0, 3], tf.int64), (0, 3, DIM) if combiner is None else (0, DIM))]
+    if combiner:
+        cases.append((tf.ragged.constant([[], []], dtype=tf.int64), (2, DIM)))
+    for ids, shape in cases:
+        with tf.GradientTape() as tape:
+            out = tf_ops.lookup(table, ids, combiner=combiner, trigger=trigger)
+            loss = tf.reduce_sum(out)
+        assert out.shape == shape
+        assert tape.gradient(loss, trigger).numpy() == 0.0
+    assert len(table) == 0
+
+
 def test_static_shapes_in_graph():
     table = make_table()
 

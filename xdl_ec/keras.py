@@ -64,3 +64,10 @@ class SparseEmbedding(keras.layers.Layer):
         config.update({"combiner": self._combiner, "table_name": getattr(self._table, "name", None),
                        "dim": self._table.dim})
         return config
+
+    @classmethod
+    def from_config(cls, config: dict) -> "SparseEmbedding":
+        raise ValueError(
+            f"SparseEmbedding {config.get('name')!r} cannot be rebuilt from a Keras config: its rows live in the "
+            f"EmbeddingTable {config.get('table_name')!r}, not in the model. Restore the table (EmbeddingTable.load "
+            f"of its export()) and construct SparseEmbedding(table, combiner={config.get('combiner')!r}) again.")
