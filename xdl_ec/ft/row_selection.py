@@ -1,0 +1,229 @@
+"""Which rows CPR saves at a partial checkpoint: MFU (most frequently used) and SSU (sub-sampled used).
+
+CPR (Maeng et al., MLSys 2021) saves only part of the embedding between full checkpoints, choosing rows whose
+loss would hurt most:
+
+* MFU keeps a per-row counter of updates since the row was last saved and, at each partial checkpoint, saves the
+  ``fraction`` of the table's rows with the highest counts; their counters restart from zero.
+* SSU samples a ``fraction`` of the batches and remembers every row those batches touched; at a partial
+  checkpoint it saves exactly those rows and forgets them. Cheaper to track than MFU (only sampled batches cost
+  anything), and frequently used rows are likely to appear in a sampled batch.
+
+Both keep their bookkeeping BESIDE the shard (never inside the parity-protected slot records), per table, and
+answer "which keys to save now" deterministically given their seed: MFU breaks count ties by a seeded hash of the
+key, SSU decides per batch index from a seeded hash, so the choice does not depend on call timing or on process.
+
+:class:`AccessCounter` is the key -> count structure under both (and under the lost-update ledger of
+:mod:`xdl_ec.ft.partial_restore`): vectorised numpy, new counts buffered and merged into sorted arrays in bulk.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from ..table import as_keys
+
+__all__ = ["AccessCounter", "MfuSelector", "SsuSelector", "key_hash"]
+
+_MIN_MERGE = 1 << 16  # buffered keys before a merge, at least (amortises the merge's O(rows) memmove)
+
+
+def key_hash(keys: np.ndarray, seed: int) -> np.ndarray:
+    """splitmix64 of ``keys`` XOR a seed-derived constant: uint64 per key, a deterministic pseudo-random order."""
+    with np.errstate(over="ignore"):
+        z = keys.view(np.uint64) ^ np.uint64((seed * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) & (2**64 - 1))
+        z = z + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def _key_hash_int(key: int, seed: int) -> int:
+    """:func:`key_hash` of one int, in plain Python (a numpy call per batch costs more than the hash)."""
+    mask = 2**64 - 1
+    z = (key & mask) ^ ((seed * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) & mask)
+    z = (z + 0x9E3779B97F4A7C15) & mask
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+    return z ^ (z >> 31)
+
+
+def _check_fraction(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 < float(value) <= 1.0:
+        raise ValueError(f"{name} must be a number in (0, 1], got {value!r}")
+    return float(value)
+
+
+def _check_seed(seed: Any) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= int(seed) < 2**64:
+        raise ValueError(f"seed must be an int in [0, 2**64), got {seed!r}")
+    return int(seed)
+
+
+class AccessCounter:
+    """Counts of int64 keys: ``add`` is O(batch) (buffered), queries merge the buffer first.
+
+    The merged state is two sorted arrays (unique keys, int64 counts); a merge sorts the buffer (np.unique with
+    counts) and splices it in with one searchsorted/insert, so the cost per counted key stays O(log batch).
+    """
+
+    def __init__(self) -> None:
+        self._keys = np.empty(0, dtype=np.int64)
+        self._counts = np.empty(0, dtype=np.int64)
+        self._pending: List[np.ndarray] = []
+        self._pending_len = 0
+
+    def add(self, keys: Any, *, once: bool = True) -> None:
+        """Counts ``keys``; ``once`` counts each distinct key once per call (one push = one update per row)."""
+        keys = as_keys(keys)
+        if keys.size == 0:
+            return
+        keys = np.unique(keys) if once else keys.copy()
+        self._pending.append(keys)
+        self._pending_len += keys.size
+        if self._pending_len >= max(_MIN_MERGE, self._keys.size // 2):
+            self._merge()
+
+    def _merge(self) -> None:
+        if not self._pending:
+            return
+        new, new_counts = np.unique(np.concatenate(self._pending), return_counts=True)
+        self._pending, self._pending_len = [], 0
+        at = np.searchsorted(self._keys, new)
+        hit = at < self._keys.size
+        hit[hit] = self._keys[at[hit]] == new[hit]
+        self._counts[at[hit]] += new_counts[hit]
+        miss = ~hit
+        self._keys = np.insert(self._keys, at[miss], new[miss])
+        self._counts = np.insert(self._counts, at[miss], new_counts[miss])
+
+    def get(self, keys: Any) -> np.ndarray:
+        """int64 counts of ``keys`` (0 for keys never counted)."""
+        keys = as_keys(keys)
+        self._merge()
+        out = np.zeros(keys.size, dtype=np.int64)
+        if self._keys.size:
+            at = np.minimum(np.searchsorted(self._keys, keys), self._keys.size - 1)
+            hit = self._keys[at] == keys
+            out[hit] = self._counts[at[hit]]
+        return out
+
+    def items(self) -> tuple:
+        """(keys, counts) of every counted key, sorted by key (copies)."""
+        self._merge()
+        return self._keys.copy(), self._counts.copy()
+
+    def total(self) -> int:
+        """Sum of all counts."""
+        self._merge()
+        return int(self._counts.sum())
+
+    def discard(self, keys: Any) -> None:
+        """Forgets ``keys`` (their counts restart from 0)."""
+        keys = as_keys(keys)
+        self._merge()
+        if keys.size and self._keys.size:
+            keep = ~np.isin(self._keys, keys)
+            self._keys, self._counts = self._keys[keep], self._counts[keep]
+
+    def clear(self) -> None:
+        """Forgets every key."""
+        self.__init__()
+
+    def __len__(self) -> int:
+        self._merge()
+        return int(self._keys.size)
+
+    def __repr__(self) -> str:
+        return f"AccessCounter(keys={len(self)}, total={self.total()})"
+
+
+class MfuSelector:
+    """CPR-MFU: per table, count each row's updates since its last save; save the top ``fraction`` of rows.
+
+    ``record`` after every push (the batch's keys of that table); ``select`` at a partial checkpoint;
+    ``mark_saved`` once the save is durable (``keys=None`` after a full save).
+    """
+
+    def __init__(self, fraction: float, seed: int = 0) -> None:
+        self.fraction = _check_fraction("fraction", fraction)
+        self.seed = _check_seed(seed)
+        self._counters: Dict[str, AccessCounter] = {}
+
+    def record(self, table: str, keys: Any, batch: Optional[int] = None) -> None:
+        """Counts one update of each distinct key (``batch`` is unused: the interface matches SSU's)."""
+        self._counters.setdefault(table, AccessCounter()).add(keys)
+
+    def counter(self, table: str) -> AccessCounter:
+        """The table's counter of updates since the last save (empty when never recorded)."""
+        return self._counters.setdefault(table, AccessCounter())
+
+    def select(self, table: str, num_rows: int) -> np.ndarray:
+        """Keys to save now: the ``ceil(fraction * num_rows)`` most-updated rows since their last save.
+
+        ``num_rows`` is the table's live rows (``len(table)``). Rows never updated since their save are not
+        candidates. Ties are broken by a seeded hash of the key, so the result is deterministic. Sorted by key.
+        """
+        if isinstance(num_rows, bool) or not isinstance(num_rows, numbers.Integral) or num_rows < 0:
+            raise ValueError(f"num_rows must be an int >= 0 (the table's live rows), got {num_rows!r}")
+        keys, counts = self.counter(table).items()
+        budget = min(keys.size, math.ceil(self.fraction * int(num_rows)))
+        if budget == keys.size:
+            return keys
+        order = np.lexsort((key_hash(keys, self.seed), -counts))  # last key is primary: count descending
+        return np.sort(keys[order[:budget]])
+
+    def mark_saved(self, table: str, keys: Any = None) -> None:
+        """The rows' counts restart from zero (all rows when ``keys`` is None: after a full save)."""
+        counter = self.counter(table)
+        if keys is None:
+            counter.clear()
+        else:
+            counter.discard(keys)
+
+
+class SsuSelector:
+    """CPR-SSU: sample a ``fraction`` of batches; save the rows the sampled batches touched.
+
+    A batch is sampled iff ``key_hash(batch, seed) < fraction * 2**64``: a pure function of (seed, batch index),
+    the same for every table and every process.
+    """
+
+    def __init__(self, fraction: float, seed: int = 0) -> None:
+        self.fraction = _check_fraction("fraction", fraction)
+        self.seed = _check_seed(seed)
+        self._touched: Dict[str, AccessCounter] = {}
+
+    def sampled(self, batch: int) -> bool:
+        """Whether batch number ``batch`` is in the sample."""
+        if isinstance(batch, bool) or not isinstance(batch, numbers.Integral) or batch < 0:
+            raise ValueError(f"batch must be an int >= 0 (the global batch index), got {batch!r}")
+        if self.fraction >= 1.0:
+            return True
+        return _key_hash_int(int(batch), self.seed) < int(self.fraction * 2.0**64)
+
+    def record(self, table: str, keys: Any, batch: Optional[int] = None) -> None:
+        """Remembers ``keys`` when batch ``batch`` is sampled (``batch`` is required)."""
+        if batch is None:
+            raise ValueError("batch is required for SSU: the global batch index decides the sample")
+        if self.sampled(batch):
+            self._touched.setdefault(table, AccessCounter()).add(keys)
+
+    def select(self, table: str, num_rows: Optional[int] = None) -> np.ndarray:
+        """Keys to save now: every row a sampled batch touched since its last save, sorted."""
+        counter = self._touched.get(table)
+        return counter.items()[0] if counter is not None else np.empty(0, dtype=np.int64)
+
+    def mark_saved(self, table: str, keys: Any = None) -> None:
+        """Forgets saved rows (all of the table's when ``keys`` is None)."""
+        counter = self._touched.get(table)
+        if counter is None:
+            return
+        if keys is None:
+            counter.clear()
+        else:
+            counter.discard(keys)
