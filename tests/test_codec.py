@@ -187,8 +187,10 @@ def test_update_bad_input_changes_nothing() -> None:
     before = parity.copy()
     delta = random_data(1, 64, seed=3)[0]
     cases = [
-        ((parity, 4, delta), ValueError, "out of range"),
-        ((parity, -1, delta), ValueError, "out of range"),
+        ((parity, 4, delta), ValueError, "index 4 is a parity fragment"),
+        ((parity, 6, delta), ValueError, "index 6 out of range"),
+        ((parity, -1, delta), ValueError, "index -1 out of range"),
+        ((parity, 2**70, delta), ValueError, "out of range"),
         ((parity, 0, delta[:63]), ValueError, "63 bytes"),
         ((parity, 0, delta.astype(np.uint16)), TypeError, "dtype uint8"),
         ((parity[:1], 0, delta), ValueError, r"shape \(r=2"),

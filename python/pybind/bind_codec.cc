@@ -203,7 +203,13 @@ py::array_t<uint8_t> Reconstruct(const ErasureCode& code, const py::handle& frag
   return result;
 }
 
-void Update(const ErasureCode& code, const py::handle& parity_obj, int index, const py::handle& delta_obj) {
+void Update(const ErasureCode& code, const py::handle& parity_obj, const py::handle& index_obj,
+            const py::handle& delta_obj) {
+  const int index = CheckedIndex(code, index_obj, "update: index");
+  if (index >= code.k()) {
+    throw py::value_error("update: index " + std::to_string(index) + " is a parity fragment; update takes the "
+                          "data fragment index 0.." + std::to_string(code.k() - 1) + " whose bytes changed");
+  }
   std::vector<uint8_t*> rows = WritableRows(parity_obj, "update: parity", code.r(), "r", -1);
   ByteArray delta = CheckedBytes(delta_obj, "update: delta", 1);
   const auto len = static_cast<size_t>(py::reinterpret_borrow<py::array>(parity_obj).shape(1));
