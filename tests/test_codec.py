@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import pickle
 
 import numpy as np
 import pytest
@@ -110,6 +111,14 @@ def test_properties_and_matrix_choice() -> None:
     np.testing.assert_array_equal(ErasureCode(1, 4).encode(data), np.repeat(data, 4, axis=0))
     xor = random_data(5, 50)
     np.testing.assert_array_equal(ErasureCode(5, 1).encode(xor)[0], np.bitwise_xor.reduce(xor, axis=0))
+
+
+def test_pickles_to_the_same_code() -> None:
+    code = ErasureCode(22, 4)
+    clone = pickle.loads(pickle.dumps(code))
+    assert (clone.k, clone.r, clone.matrix) == (22, 4, "cauchy")
+    data = random_data(22, 40)
+    np.testing.assert_array_equal(clone.encode(data), code.encode(data))
 
 
 def test_zero_length_fragments() -> None:

@@ -93,5 +93,9 @@ class ErasureCode:
         data fragment ``index``. parity is the writeable uint8[r, L] array to update."""
         self._code.update(parity, _check_int("index", index), delta)
 
+    def __reduce__(self) -> tuple:
+        # Picklable (e.g. shipped to Ray actors): the code is fully determined by (k, r, matrix).
+        return (ErasureCode, (self.k, self.r, self.matrix))
+
     def __repr__(self) -> str:
         return f"ErasureCode(k={self.k}, r={self.r}, matrix={self.matrix!r})"
