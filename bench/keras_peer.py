@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -29,11 +28,10 @@ import numpy as np
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
-from xdl_ec.data.schema import NUM_DENSE, NUM_SPARSE, tf_signature  # noqa: E402
+from xdl_ec.data.schema import NUM_SPARSE, tf_signature  # noqa: E402
 from xdl_ec.data.source import TrainingData  # noqa: E402
-from xdl_ec.metrics import auc, log_loss  # noqa: E402
-from xdl_ec.models import build_model  # noqa: E402
-from xdl_ec.trainer import TrainConfig, configure_determinism, open_training_data  # noqa: E402
+from xdl_ec.metrics import holdout_metrics  # noqa: E402
+from xdl_ec.trainer import TrainConfig, build_dense_part, configure_determinism, open_training_data  # noqa: E402
 
 DEFAULT_BUCKETS = 1 << 20
 
@@ -58,12 +56,7 @@ class KerasPeer:
         # The layer's tf.Variable: looked up with tf.nn.embedding_lookup (a ResourceGather of the batch's rows).
         # Calling the Keras layer instead reads the whole table every step (36 ms at 2**20 x 16 on 2 cores).
         self.table = self.embedding.embeddings.value
-        self.model = build_model(config.model, config.emb_dim, bottom_mlp=config.bottom_mlp, top_mlp=config.top_mlp,
-                                 hidden=config.hidden)
-        self.model((tf.zeros([1, NUM_DENSE]), tf.zeros([1, NUM_SPARSE, config.emb_dim])))
-        self.dense_optimizer = tf.keras.optimizers.get(
-            {"class_name": config.dense_optimizer, "config": {"learning_rate": config.dense_lr}})
-        self.dense_optimizer.build(self.model.trainable_variables)
+        self.model, self.dense_optimizer = build_dense_part(config)  # the same body and dense optimizer
         table = self.table
         if table_optimizer == "keras":
             keras_adagrad = tf.keras.optimizers.Adagrad(config.lr, initial_accumulator_value=0.1, epsilon=1e-7)
@@ -129,11 +122,7 @@ class KerasPeer:
         for b in self.data.eval_batches(max(self.config.batch_size, 4096)):
             probs.append(self._predict(b.dense, b.sparse).numpy())
             labels.append(b.label)
-        if not labels:
-            return {"eval_samples": 0, "auc": None, "logloss": None}
-        y, p = np.concatenate(labels), np.concatenate(probs).astype(np.float64)
-        a = auc(y, p)
-        return {"eval_samples": int(y.size), "auc": None if math.isnan(a) else a, "logloss": log_loss(y, p)}
+        return holdout_metrics(labels, probs)
 
     def run(self) -> dict:
         """fit + evaluate."""

@@ -52,3 +52,15 @@ def test_bad_inputs() -> None:
         log_loss(np.array([0, 1]), np.array([0.1, 1.2]))
     with pytest.raises(TypeError, match="numeric"):
         log_loss(np.array(["a"]), np.array([0.1]))
+
+
+def test_holdout_metrics_concatenates_batches() -> None:
+    from xdl_ec.metrics import holdout_metrics
+
+    labels = [np.array([0.0, 1.0]), np.array([1.0, 0.0, 0.0])]
+    probs = [np.array([0.2, 0.7], np.float32), np.array([0.4, 0.3, 0.9], np.float32)]
+    result = holdout_metrics(labels, probs)
+    y, p = np.concatenate(labels), np.concatenate(probs)
+    assert result == {"eval_samples": 5, "auc": auc(y, p), "logloss": log_loss(y, p)}
+    assert holdout_metrics([np.ones(3)], [np.full(3, 0.5)])["auc"] is None
+    assert holdout_metrics([], []) == {"eval_samples": 0, "auc": None, "logloss": None}

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from typing import Sequence
+
 import numpy as np
 
 
@@ -55,3 +58,14 @@ def log_loss(labels: np.ndarray, probabilities: np.ndarray, eps: float = 1e-7) -
         raise ValueError("probabilities: must lie in [0, 1]")
     p = np.clip(p, eps, 1.0 - eps)
     return float(-np.mean(y * np.log(p) + (1.0 - y) * np.log1p(-p)))
+
+
+def holdout_metrics(labels: Sequence[np.ndarray], probabilities: Sequence[np.ndarray]) -> dict:
+    """``eval_samples``, ``auc`` and ``logloss`` of per-batch labels and predicted probabilities; AUC is None when
+    undefined (one class only), and both are None for an empty hold-out."""
+    if not labels:
+        return {"eval_samples": 0, "auc": None, "logloss": None}
+    y = np.concatenate(labels)
+    p = np.concatenate(probabilities).astype(np.float64)
+    a = auc(y, p)
+    return {"eval_samples": int(y.size), "auc": None if math.isnan(a) else a, "logloss": log_loss(y, p)}

@@ -25,7 +25,7 @@ from .data.prefetcher import Prefetcher
 from .data.schema import NUM_DENSE, NUM_SPARSE, Batch, tf_signature
 from .data.source import TrainingData
 from .digest import model_digest
-from .metrics import auc, log_loss
+from .metrics import holdout_metrics
 
 DENSE_OPTIMIZERS = ("adam", "adagrad", "sgd", "rmsprop")
 LAST_LOSSES = 50  # final_loss: mean training loss over this many last steps
@@ -116,19 +116,13 @@ class Trainer:
 
         from . import init, optim
         from .keras import SparseEmbedding
-        from .models import build_model
         from .table import EmbeddingTable
 
         self.table = EmbeddingTable(self.TABLE_NAME, config.emb_dim,
                                     optimizer=optim.get(config.optimizer, learning_rate=config.lr),
                                     initializer=init.RandomUniform(-0.05, 0.05), seed=config.seed)
         self.embedding = SparseEmbedding(self.table)
-        self.model = build_model(config.model, config.emb_dim, bottom_mlp=config.bottom_mlp, top_mlp=config.top_mlp,
-                                 hidden=config.hidden)
-        self.model((tf.zeros([1, NUM_DENSE]), tf.zeros([1, NUM_SPARSE, config.emb_dim])))
-        self.dense_optimizer = tf.keras.optimizers.get(
-            {"class_name": config.dense_optimizer, "config": {"learning_rate": config.dense_lr}})
-        self.dense_optimizer.build(self.model.trainable_variables)
+        self.model, self.dense_optimizer = build_dense_part(config)
         self.step = 0
         self.losses: list[float] = []
         self._train_step = self._make_train_step(tf)
@@ -228,11 +222,7 @@ class Trainer:
         for b in self.data.eval_batches(max(self.config.batch_size, 4096)):
             probs.append(self._predict(b.dense, self.embeddings_for_eval(b.sparse)).numpy())
             labels.append(b.label)
-        if not labels:
-            return {"eval_samples": 0, "auc": None, "logloss": None}
-        y, p = np.concatenate(labels), np.concatenate(probs).astype(np.float64)
-        a = auc(y, p)
-        return {"eval_samples": int(y.size), "auc": None if math.isnan(a) else a, "logloss": log_loss(y, p)}
+        return holdout_metrics(labels, probs)
 
     def digest(self) -> str:
         """``model_digest`` of the current state (see :mod:`xdl_ec.digest`)."""
@@ -249,6 +239,22 @@ class Trainer:
         report["bad_lines"] = self.data.bad_lines
         report["config"] = {**dataclasses.asdict(self.config), "data_source": self.data.description}
         return report
+
+
+def build_dense_part(config: TrainConfig) -> tuple[Any, Any]:
+    """The model body of a config, built (weights created from the seeded Keras RNG), and its dense Keras
+    optimizer, built over the body's trainable variables."""
+    import tensorflow as tf
+
+    from .models import build_model
+
+    model = build_model(config.model, config.emb_dim, bottom_mlp=config.bottom_mlp, top_mlp=config.top_mlp,
+                        hidden=config.hidden)
+    model((tf.zeros([1, NUM_DENSE]), tf.zeros([1, NUM_SPARSE, config.emb_dim])))
+    optimizer = tf.keras.optimizers.get(
+        {"class_name": config.dense_optimizer, "config": {"learning_rate": config.dense_lr}})
+    optimizer.build(model.trainable_variables)
+    return model, optimizer
 
 
 def open_training_data(config: TrainConfig) -> TrainingData:
