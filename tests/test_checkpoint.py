@@ -324,6 +324,8 @@ def test_shape_or_optimizer_mismatch_with_the_target_is_named(saved_job) -> None
         job.restore({0: {"t": xdl_ec.EmbeddingTable("t", 8, optim.Momentum(0.1, 0.9))}})
     with pytest.raises(ValueError, match=r"holds tables \['t'\] with no template"):
         job.restore({0: {"u": t}})
+    with pytest.raises(ValueError, match=r"a full save without tables \['u'\]"):
+        job.restore({0: {"t": t, "u": t}})
     with pytest.raises(ValueError, match=r"holds servers \[0\] with no templates"):
         job.restore({1: {"t": t}})
 

@@ -237,6 +237,7 @@ def test_chain_keeps_the_newest_full_save_and_refuses_bad_input(tmp_path: Path) 
         chain.save_partial(1, {"t": t}, {"t": [1]})
     chain.save_full(1, {"t": t})
     chain.save_partial(2, {"t": t}, {"t": [1, 2]})
+    (tmp_path / "s" / ".tmp-full-000009-step-000000000009-dead").mkdir()  # a save that crashed
     chain.save_full(3, {"t": t})
     chain.save_partial(4, {"t": t}, {"t": [3]})
     names = sorted(p.name for p in (tmp_path / "s").iterdir())

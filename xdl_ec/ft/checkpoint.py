@@ -37,6 +37,10 @@ exception) before the rename leaves only a ``.tmp-`` directory, which readers ig
 the latest. Sequence numbers (not steps) name job checkpoints, so a job that rolled back can save the same step
 again without overwriting the checkpoint it may still need.
 
+Consistency: every table of a server is exported at the moment :meth:`ShardCheckpoint.write` reaches it, so the
+caller saves at a quiescent point (between steps, no push in flight), which makes every table, every server and the
+dense state belong to the same step.
+
 Loading verifies everything (manifest checksum, file sizes, sha256, array headers, dtypes, shapes, the target
 table's dim / state_floats / optimizer) before it creates anything, then loads the rows into FRESH shards that
 the caller swaps in: a bad checkpoint raises ValueError naming the file and changes no state.
@@ -438,6 +442,10 @@ class ShardCheckpoint:
         if missing:
             raise ValueError(f"{self._dir / MANIFEST}: holds tables {missing} with no template among "
                              f"{sorted(templates)}; pass a template for every saved table")
+        unsaved = [n for n in templates if n not in self.tables]
+        if unsaved and not self.partial:
+            raise ValueError(f"{self._dir / MANIFEST}: a full save without tables {unsaved} (it holds "
+                             f"{self.tables}); restore with the templates of the saved tables only")
         return {name: self.read(name, templates[name]) for name in self.tables}
 
     def load_rows(self, table: Table, name: str, arrays: Mapping[str, np.ndarray]) -> None:

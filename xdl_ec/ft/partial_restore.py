@@ -65,6 +65,8 @@ class CheckpointChain:
     def save_full(self, step: int, tables: Mapping[str, Table],
                   update_counts: Optional[Mapping[str, UpdateCounts]] = None) -> ShardCheckpoint:
         """Saves every row of ``tables`` atomically, then deletes chains older than the last ``keep_full``."""
+        for leftover in self.root.glob(".tmp-*"):  # saves that crashed before their rename
+            shutil.rmtree(leftover, ignore_errors=True)
         path = self.root / f"full-{self._next_seq():06d}-step-{step:012d}"
         saved = ShardCheckpoint.write(path, tables, step=step, update_counts=update_counts)
         fulls = [e for e in self._entries() if e[1] == "full"]
