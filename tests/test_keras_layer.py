@@ -44,11 +44,21 @@ def test_output_shapes_and_only_weight_is_the_zero_trigger():
     assert SparseEmbedding(table).compute_output_shape((None, 3)) == (None, 3, 4)
 
 
-def test_model_fit_updates_the_table_exactly_once_per_step():
+@pytest.fixture
+def policy(request):
+    keras.mixed_precision.set_global_policy(request.param)
+    yield request.param
+    keras.mixed_precision.set_global_policy("float32")
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"], indirect=True)
+def test_model_fit_updates_the_table_exactly_once_per_step(policy):
     # MAE against a far-off target: d(loss)/d(prediction_i) = 1/B for every sample, so with every sample's
-    # id equal to 7 the summed row gradient is exactly 1 per element and each step moves the row by -lr.
+    # id equal to 7 the summed row gradient is exactly 1 per element and each step moves the row by -lr
+    # (all of it exact in bfloat16 too).
     table = make_table(optim.SGD(learning_rate=0.5))
     model = SumModel(table)
+    assert model.embedding(tf.constant([[7]], tf.int64)).dtype == policy.replace("mixed_", "")
     model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mean_absolute_error")
     batch, steps = 4, 6
     x = np.full((batch * steps, 1), 7, np.int64)
@@ -118,6 +128,12 @@ def test_custom_loop_in_tf_function_matches_eager_bit_for_bit():
         np.testing.assert_array_equal(eager_rows[name], graph_rows[name])
     for a, b in zip(eager_dense, graph_dense):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16"], indirect=True)
+def test_loss_scaling_policy_is_refused(policy):
+    with pytest.raises(ValueError, match="mixed_float16"):
+        SparseEmbedding(make_table(optim.SGD(learning_rate=0.1)))
 
 
 def test_bad_arguments():

@@ -35,11 +35,16 @@ class SparseEmbedding(keras.layers.Layer):
     def __init__(self, table: Any, combiner: Optional[str] = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._combiner = tf_ops.normalize_combiner(combiner)
+        if self.dtype_policy.name == "mixed_float16":
+            # Keras scales the loss under mixed_float16 and unscales only the gradients it applies itself; the
+            # table would be updated with gradients scaled by the loss scale.
+            raise ValueError("SparseEmbedding does not support the 'mixed_float16' policy (loss scaling would reach "
+                             "the table's optimizer unscaled); use 'mixed_bfloat16' or 'float32'")
         if not hasattr(table, "handle") or not hasattr(table, "dim"):
             raise TypeError(f"table must be an xdl_ec.EmbeddingTable, got {type(table).__name__}")
         self._table = table
         self.backward_trigger = self.add_weight(
-            name="backward_trigger", shape=(), dtype="float32", initializer="zeros", trainable=True)
+            name="backward_trigger", shape=(), dtype="float32", initializer="zeros", trainable=True, autocast=False)
 
     @property
     def table(self) -> Any:
@@ -50,8 +55,10 @@ class SparseEmbedding(keras.layers.Layer):
         return self._combiner
 
     def call(self, ids: Union[tf.Tensor, tf.RaggedTensor, tf.SparseTensor], step: Optional[Any] = None) -> tf.Tensor:
-        return tf_ops.lookup(self._table, ids, combiner=self._combiner, trigger=self.backward_trigger.value,
-                             step=0 if step is None else step)
+        out = tf_ops.lookup(self._table, ids, combiner=self._combiner, trigger=self.backward_trigger.value,
+                            step=0 if step is None else step)
+        # Rows are float32 in the table; under a mixed-precision policy the layer outputs its compute dtype.
+        return out if self.compute_dtype == "float32" else tf.cast(out, self.compute_dtype)
 
     def compute_output_shape(self, ids_shape: tuple) -> tuple:
         if self._combiner == "none":

@@ -143,7 +143,7 @@ def lookup(
     if isinstance(step, int) and step < 0:
         raise ValueError(f"step must be >= 1, or 0 for the table's automatic counter, got {step}")
     step = tf.cast(step, tf.int64)
-    trigger = tf.zeros([], tf.float32) if trigger is None else tf.convert_to_tensor(trigger, tf.float32)
+    trigger = tf.zeros([], tf.float32) if trigger is None else tf.cast(trigger, tf.float32)
     with tf.name_scope(name or "xdl_ec_lookup"):
         embeddings, _, _ = _ops.xdl_ec_lookup(
             handle=tf.constant(handle, tf.int64), ids=values, row_splits=row_splits, step=step, trigger=trigger,
