@@ -99,6 +99,15 @@ def test_model_fit_decreases_loss_like_plain_keras_embedding():
     assert len(table) == 40
 
 
+def test_keras_does_not_jit_compile_models_holding_the_layer():
+    model = SumModel(make_table(optim.SGD(learning_rate=0.5)))
+    model(tf.constant([[1]], tf.int64))
+    with pytest.warns(UserWarning, match="jit_compile"):
+        model.compile(optimizer="sgd", loss="mse", jit_compile=True)
+    assert model.jit_compile is False
+    model.fit(np.array([[1]], np.int64), np.array([[0.0]], np.float32), verbose=0)
+
+
 def test_custom_loop_in_tf_function_matches_eager_bit_for_bit():
     rng = np.random.default_rng(1)
     batches = [(rng.integers(0, 30, size=(16, 2)).astype(np.int64), rng.normal(size=(16, 1)).astype(np.float32))

@@ -344,6 +344,8 @@ def test_bad_python_inputs_are_clear_errors_and_change_nothing():
         tf_ops.lookup(table, tf.ragged.constant([[1], [2, 3]], dtype=tf.int64))
     with pytest.raises(ValueError, match="step"):
         tf_ops.lookup(table, tf.constant([[1]], tf.int64), step=-1)
+    with pytest.raises(TypeError, match="step"):
+        tf_ops.lookup(table, tf.constant([[1]], tf.int64), step=1.5)
     with pytest.raises(TypeError, match="EmbeddingTable"):
         tf_ops.lookup(object(), tf.constant([[1]], tf.int64))
     assert_unchanged(table, before)

@@ -43,6 +43,8 @@ class SparseEmbedding(keras.layers.Layer):
         if not hasattr(table, "handle") or not hasattr(table, "dim"):
             raise TypeError(f"table must be an xdl_ec.EmbeddingTable, got {type(table).__name__}")
         self._table = table
+        # A custom CPU op: XLA cannot compile it, so Keras must not pick jit_compile for models holding it.
+        self.supports_jit = False
         self.backward_trigger = self.add_weight(
             name="backward_trigger", shape=(), dtype="float32", initializer="zeros", trainable=True, autocast=False)
 

@@ -15,10 +15,16 @@ inside ``tf.function`` (both ops are stateful, so they are never pruned).
 
 Step: the optimizer step (Adam's bias correction) is ``step`` when >= 1; with ``step=0`` (the default)
 the op library keeps one counter per table handle that every successful update advances (1, 2, 3, ...).
+That counter is separate from ``EmbeddingTable.step`` and starts again at 1 in a new process, so a
+trainer that resumes from a checkpoint passes its own global step.
+
+Not supported: XLA (``jit_compile``; these are plain CPU kernels), and loss scaling (the table would see
+the scaled gradient). Each ``tape.gradient`` reaching the lookup applies one update.
 """
 
 from __future__ import annotations
 
+import numbers
 import os
 from typing import Any, Optional, Union
 
@@ -140,7 +146,9 @@ def lookup(
     except AttributeError:
         raise TypeError(f"table must be an xdl_ec.EmbeddingTable (with .handle and .dim), got {type(table).__name__}") from None
     values, row_splits = _ids_and_splits(ids, combiner)
-    if isinstance(step, int) and step < 0:
+    if isinstance(step, bool) or not (isinstance(step, numbers.Integral) or (tf.is_tensor(step) and step.dtype.is_integer)):
+        raise TypeError(f"step must be an int or an integer scalar tensor, got {step!r}")
+    if isinstance(step, numbers.Integral) and step < 0:
         raise ValueError(f"step must be >= 1, or 0 for the table's automatic counter, got {step}")
     step = tf.cast(step, tf.int64)
     trigger = tf.zeros([], tf.float32) if trigger is None else tf.cast(trigger, tf.float32)
