@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from xdl_ec.data import BadLineError, CriteoReader
-from xdl_ec.data.schema import EMPTY_VALUE, categorical_keys
+from xdl_ec.data.criteo import CHUNK_LINES, parse_lines_fast
+from xdl_ec.data.schema import EMPTY_VALUE, categorical_keys, dense_transform
 
 SAMPLE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "criteo_kaggle_train_head10k.tsv.gz"
 
@@ -118,11 +119,52 @@ def test_time_ordered_split_holds_out_the_last_lines(tmp_path: Path) -> None:
 
 def test_streams_lazily(tmp_path: Path) -> None:
     # A bad line far down the file is not reached while the first batches are consumed.
-    path = write(tmp_path, [make_line()] * 100 + [make_line("9")])
+    path = write(tmp_path, [make_line()] * (3 * CHUNK_LINES) + [make_line("9")])
     stream = CriteoReader(path, eval_fraction=0.0).batches(10)
     assert len(next(stream)) == 10 and len(next(stream)) == 10
-    with pytest.raises(BadLineError):
+    with pytest.raises(BadLineError, match=f":{3 * CHUNK_LINES + 1}: bad label"):
         list(stream)
+
+
+def random_line(rng: np.random.Generator) -> str:
+    def integer() -> str:
+        kind = rng.integers(6)
+        return ["", "0", str(rng.integers(0, 10**6)), f"-{rng.integers(0, 3)}", f"+{rng.integers(0, 99)}",
+                str(rng.integers(0, 10**15))][kind]
+
+    def hex_value() -> str:
+        kind = rng.integers(5)
+        value = int(rng.integers(0, 1 << 32))
+        return ["", f"{value:08x}", f"{value:08X}", f"{value:x}", f"{value:08x}"][kind]
+
+    return "\t".join([str(rng.integers(2)), *(integer() for _ in range(13)), *(hex_value() for _ in range(26))])
+
+
+def test_vectorised_and_line_by_line_paths_agree(tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    lines = [random_line(rng) + "\n" for _ in range(500)]
+    reader = CriteoReader(write(tmp_path, [make_line()]), eval_fraction=0.0)
+    wanted = reader._parse_lines_checked(lines, 1)
+    # Short hex values make the vectorised path decline a chunk; without them it must take it and agree.
+    full_width = [line for line in lines if all(len(f) in (0, 8) for f in line.rstrip("\n").split("\t")[14:])]
+    fast = parse_lines_fast(full_width)
+    assert fast is not None and len(full_width) > 10
+    for got, want in zip(fast, reader._parse_lines_checked(full_width, 1)):
+        np.testing.assert_array_equal(got, want)
+    # The reader as a whole (either path per chunk) gives the same rows.
+    path = tmp_path / "random.tsv"
+    path.write_text("".join(lines))
+    (batch,) = CriteoReader(path, eval_fraction=0.0).batches(1000)
+    np.testing.assert_array_equal(batch.label, wanted.label)
+    np.testing.assert_array_equal(batch.dense, dense_transform(wanted.raw_dense))
+    np.testing.assert_array_equal(batch.sparse, categorical_keys(wanted.values))
+
+
+def test_vectorised_path_declines_every_bad_kind() -> None:
+    for bad in [*BAD_LINES.values(), make_line(ints=["+"] + ["1"] * 12), make_line(ints=["-"] + ["1"] * 12),
+                make_line(ints=["1" * 16] + ["1"] * 12), make_line(cats=["0000000\x00"] + ["00000001"] * 25),
+                make_line(cats=["00000é01"] + ["00000001"] * 25)]:
+        assert parse_lines_fast([make_line() + "\n", bad + "\n"]) is None
 
 
 def test_bad_arguments(tmp_path: Path) -> None:
