@@ -266,8 +266,12 @@ def test_deltas_are_old_xor_new_record_bytes() -> None:
     after = np.concatenate([shard.read_block(b) for b in range(shard.num_blocks)])
     np.testing.assert_array_equal(image, after)
     layout = shard.layout
-    rec = shard.read_slots(int(slots[1]), 1)[0]
-    assert rec[layout.key_offset:layout.key_offset + 8].view(np.int64)[0] == 9
+    recs = [shard.read_slots(int(s), 1)[0] for s in slots]
+    keys = [r[layout.key_offset:layout.key_offset + 8].view(np.int64)[0] for r in recs]
+    assert sorted(keys) == [2, 9]
+    rec = recs[keys.index(9)]
+    # The insert of 9 is a delta from the all-zero free record: the delta is the record itself.
+    np.testing.assert_array_equal(xor[keys.index(9)], rec)
     assert rec[layout.flags_offset:layout.flags_offset + 4].view(np.uint32)[0] == layout.live_flag
     np.testing.assert_array_equal(rec[layout.value_offset:layout.state_offset].view(np.float32), t.pull([9])[0])
     rows, (ins_slots, ins_xor) = shard.pull(np.array([9, 50]), return_deltas=True)

@@ -11,17 +11,22 @@
 #include <string>
 
 #include "xdl_ec/key_index.h"
+#include "xdl_ec/mapped_buffer.h"
 
 namespace xdl_ec {
 namespace {
 
 constexpr int kMaxDim = 1 << 16;
 constexpr uint32_t kMaxBlockSlots = 1u << 24;
+constexpr size_t kMaxBatch = size_t{1} << 30;  // keys per Push/Load (batch dedup uses 32-bit positions)
 
-struct FreeDeleter {
-  void operator()(uint8_t* p) const { std::free(p); }
-};
-using Block = std::unique_ptr<uint8_t[], FreeDeleter>;
+void RequireBatch(size_t n, const char* what) {
+  if (n > kMaxBatch) {
+    throw std::invalid_argument(std::string(what) + ": batch of " + std::to_string(n) + " keys exceeds " +
+                                std::to_string(kMaxBatch) + "; split it");
+  }
+}
+
 
 std::string Str(size_t v) { return std::to_string(v); }
 
@@ -44,9 +49,9 @@ class BatchDedup {
   int64_t FindOrAdd(const int64_t* unique_keys, int64_t key, int64_t next) {
     size_t i = KeyIndex::Mix(key) & mask_;
     for (;;) {
-      const int64_t u = table_[i];
+      const int32_t u = table_[i];
       if (u < 0) {
-        table_[i] = next;
+        table_[i] = static_cast<int32_t>(next);
         return next;
       }
       if (unique_keys[u] == key) return u;
@@ -55,7 +60,7 @@ class BatchDedup {
   }
 
  private:
-  std::vector<int64_t> table_;
+  std::vector<int32_t> table_;  // batches are far below 2^31 keys (checked by the callers)
   size_t mask_;
 };
 
@@ -79,11 +84,15 @@ struct EmbeddingShard::Impl {
   std::unique_ptr<Optimizer> optimizer;
   RecordLayout layout;
   size_t record_bytes = 0;
+  size_t value_end = 0;  // bytes from the record start to the end of the value
   size_t block_bytes = 0;
   uint32_t block_slots = 0;
 
   mutable std::shared_mutex mutex;
-  std::vector<Block> blocks;         // blocks[b] holds slots [b * block_slots, (b + 1) * block_slots)
+  std::vector<uint8_t*> blocks;      // blocks[b] holds slots [b * block_slots, (b + 1) * block_slots)
+  std::vector<MappedBuffer> slabs;   // where blocks live: large huge-page mappings, never moved
+  size_t slab_used = 0;              // bytes of slabs.back() handed out
+  size_t slab_total = 0;             // bytes of all slabs
   size_t high_water = 0;             // slots ever used
   // Reusable (all-zero) slots as a min-heap: the lowest free slot is always taken next, so what a
   // shard does next depends on its bytes alone and a restored shard behaves exactly as the lost one.
@@ -102,6 +111,7 @@ struct EmbeddingShard::Impl {
     optimizer = Optimizer::Create(config.optimizer);
     layout = RecordLayout(config.dim, optimizer->StateFloats(config.dim));
     record_bytes = layout.bytes();
+    value_end = layout.state_offset();
     block_slots = config.block_slots;
     block_bytes = record_bytes * block_slots;
   }
@@ -111,7 +121,7 @@ struct EmbeddingShard::Impl {
   bool BlockMissing(size_t b) const { return missing_count != 0 && b < missing.size() && missing[b]; }
 
   uint8_t* Record(size_t slot) const {
-    return blocks[slot / block_slots].get() + (slot % block_slots) * record_bytes;
+    return blocks[slot / block_slots] + (slot % block_slots) * record_bytes;
   }
   float* Value(uint8_t* record) const { return reinterpret_cast<float*>(record + RecordLayout::kValueOffset); }
   float* State(uint8_t* record) const { return reinterpret_cast<float*>(record + layout.state_offset()); }
@@ -120,16 +130,62 @@ struct EmbeddingShard::Impl {
     const size_t b = slot / block_slots;
     if (BlockMissing(b)) return restore_keys[slot];
     int64_t key;
-    std::memcpy(&key, blocks[b].get() + (slot % block_slots) * record_bytes, sizeof(key));
+    std::memcpy(&key, blocks[b] + (slot % block_slots) * record_bytes, sizeof(key));
     return key;
   }
   uint32_t Lookup(int64_t key) const {
     return index.Find(key, [this](uint32_t s) { return KeyAt(s); });
   }
 
-  Block AllocateBlock() const {
-    Block block(static_cast<uint8_t*>(std::calloc(block_bytes, 1)));
-    if (!block) throw std::bad_alloc();
+  void PrefetchRecord(uint32_t slot, size_t from, size_t len) const {
+    const uint8_t* r = Record(slot) + from;
+    for (size_t o = 0; o < len; o += 64) __builtin_prefetch(r + o);
+    __builtin_prefetch(r + len - 1);
+  }
+
+  // Resolves keys[0..n) to slots, calling visit(i, slot) in order (slot kNone: absent; visit returns
+  // false to stop). A batch is bound by cache misses, so they are overlapped: index buckets are
+  // prefetched kIndexAhead keys ahead, and the record bytes [from, from + len) of each tag-matching
+  // candidate kRecordAhead keys ahead; the key is confirmed when visited (visit may insert keys,
+  // so an unconfirmed candidate falls back to a full lookup).
+  template <class Visit>
+  bool Resolve(const int64_t* keys, size_t n, size_t from, size_t len, Visit&& visit) const {
+    constexpr size_t kIndexAhead = 16, kRecordAhead = 8, kRing = 16;
+    static_assert(kRing > kRecordAhead, "the ring must hold the keys in flight");
+    uint32_t ring[kRing];
+    const bool prefetch_records = !Restoring();  // missing blocks have no bytes to prefetch
+    for (size_t i = 0; i < std::min(n, kIndexAhead); ++i) index.Prefetch(keys[i]);
+    for (size_t i = 0; i < n + kRecordAhead; ++i) {
+      if (i < n) {
+        if (i + kIndexAhead < n) index.Prefetch(keys[i + kIndexAhead]);
+        const uint32_t candidate = index.Candidate(keys[i]);
+        ring[i % kRing] = candidate;
+        if (candidate != KeyIndex::kNone && prefetch_records) PrefetchRecord(candidate, from, len);
+      }
+      if (i >= kRecordAhead) {
+        const size_t j = i - kRecordAhead;
+        uint32_t slot = ring[j % kRing];
+        if (slot == KeyIndex::kNone || KeyAt(slot) != keys[j]) slot = Lookup(keys[j]);
+        if (!visit(j, slot)) return false;
+      }
+    }
+    return true;
+  }
+
+  // A zeroed block carved from the current slab; a new slab (a quarter of what is held, 2 MiB to
+  // 64 MiB, whole huge pages) when it is full. Untouched slab pages cost no memory.
+  uint8_t* AllocateBlock() {
+    if (slabs.empty() || slab_used + block_bytes > slabs.back().size()) {
+      constexpr size_t kMinSlab = MappedBuffer::kHugePage, kMaxSlab = size_t{64} << 20;
+      size_t bytes = std::min(kMaxSlab, std::max(kMinSlab, slab_total / 4));
+      bytes = std::max(bytes, block_bytes);
+      bytes = (bytes + MappedBuffer::kHugePage - 1) / MappedBuffer::kHugePage * MappedBuffer::kHugePage;
+      slabs.emplace_back(bytes);
+      slab_used = 0;
+      slab_total += bytes;
+    }
+    uint8_t* block = slabs.back().data() + slab_used;
+    slab_used += block_bytes;
     return block;
   }
 
@@ -169,7 +225,7 @@ struct EmbeddingShard::Impl {
   void EnsureBlock(size_t b) {
     if (!BlockMissing(b)) return;
     if (!blocks[b]) blocks[b] = AllocateBlock();
-    uint8_t* out = blocks[b].get();
+    uint8_t* out = blocks[b];
     try {
       handler(b, out);
     } catch (...) {
@@ -322,7 +378,7 @@ ShardMemoryStats EmbeddingShard::memory() const {
   m.live_rows = s.index.size();
   m.slots = s.high_water;
   m.record_bytes = s.record_bytes;
-  for (const Block& b : s.blocks) m.slot_bytes += b ? s.block_bytes : 0;
+  for (const uint8_t* b : s.blocks) m.slot_bytes += b ? s.block_bytes : 0;
   m.index_bytes = s.index.bytes();
   m.free_slots = s.free_slots.size();
   m.free_list_bytes = s.free_slots.capacity() * sizeof(uint32_t);
@@ -341,27 +397,23 @@ void EmbeddingShard::Pull(const int64_t* keys, size_t n, float* out, DeltaBatch*
     // Fast path: every key present, shared lock, nothing changes.
     std::shared_lock<std::shared_mutex> lock(s.mutex);
     if (!s.Restoring()) {
-      constexpr size_t kAhead = 8;
-      for (size_t i = 0; i < std::min(n, kAhead); ++i) s.index.Prefetch(keys[i]);
-      size_t i = 0;
-      for (; i < n; ++i) {
-        if (i + kAhead < n) s.index.Prefetch(keys[i + kAhead]);
-        const uint32_t slot = s.Lookup(keys[i]);
-        if (slot == KeyIndex::kNone) break;
+      const bool all = s.Resolve(keys, n, 0, s.value_end, [&](size_t i, uint32_t slot) {
+        if (slot == KeyIndex::kNone) return false;
         s.CopyValue(slot, out + i * dim);
-      }
-      if (i == n) return;
+        return true;
+      });
+      if (all) return;
     }
   }
   // Some key is missing (or a block is under restore): redo the whole batch exclusively, so the
   // pull is atomic and its inserts happen in the order of first appearance.
   std::unique_lock<std::shared_mutex> lock(s.mutex);
   s.PrepareBlocks(keys, n, /*may_insert=*/true);
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t slot = s.Lookup(keys[i]);
+  s.Resolve(keys, n, 0, s.value_end, [&](size_t i, uint32_t slot) {
     if (slot == KeyIndex::kNone) slot = s.Insert(keys[i], deltas);
     s.CopyValue(slot, out + i * dim);
-  }
+    return true;
+  });
 }
 
 void EmbeddingShard::Find(const int64_t* keys, size_t n, float* out, uint8_t* found) const {
@@ -371,11 +423,11 @@ void EmbeddingShard::Find(const int64_t* keys, size_t n, float* out, uint8_t* fo
   Impl& s = *impl_;
   const size_t dim = static_cast<size_t>(s.config.dim);
   auto run = [&]() {
-    for (size_t i = 0; i < n; ++i) {
-      const uint32_t slot = s.Lookup(keys[i]);
+    s.Resolve(keys, n, 0, s.value_end, [&](size_t i, uint32_t slot) {
       found[i] = slot != KeyIndex::kNone;
       if (found[i]) s.CopyValue(slot, out + i * dim);
-    }
+      return true;
+    });
   };
   {
     std::shared_lock<std::shared_mutex> lock(s.mutex);
@@ -389,21 +441,17 @@ void EmbeddingShard::Find(const int64_t* keys, size_t n, float* out, uint8_t* fo
 void EmbeddingShard::Push(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaBatch* deltas) {
   RequirePointer(keys, n, "Push", "keys");
   RequirePointer(grads, n, "Push", "grads");
+  RequireBatch(n, "Push");
   if (step < 1) throw std::invalid_argument("Push: step must be >= 1 (the 1-based global step), got " +
                                             std::to_string(step));
   Impl& s = *impl_;
   const size_t dim = static_cast<size_t>(s.config.dim);
-  for (size_t i = 0; i < n * dim; ++i) {
-    if (!std::isfinite(grads[i])) {
-      throw std::invalid_argument("Push: grads[" + Str(i / dim) + ", " + Str(i % dim) + "] is " +
-                                  (std::isnan(grads[i]) ? "NaN" : "infinite") +
-                                  ": gradients must be finite; nothing was applied");
-    }
-  }
-  // Sum duplicates in order of appearance, from 0 as TF's unsorted_segment_sum does (outside the lock).
+  // Sum duplicates in order of appearance, from 0 as TF's unsorted_segment_sum does, into a private
+  // buffer (outside the lock), checking finiteness in the same pass over the gradients; nothing of
+  // the shard is touched before the whole batch is known to be valid.
   std::vector<int64_t> unique_keys;
   unique_keys.reserve(n);
-  std::vector<float> sums;
+  std::unique_ptr<float[]> sums;
   {
     BatchDedup dedup(n);
     std::vector<uint32_t> position(n);
@@ -412,36 +460,77 @@ void EmbeddingShard::Push(const int64_t* keys, const float* grads, size_t n, int
       if (static_cast<size_t>(u) == unique_keys.size()) unique_keys.push_back(keys[i]);
       position[i] = static_cast<uint32_t>(u);
     }
-    sums.assign(unique_keys.size() * dim, 0.0f);
+    sums.reset(new float[unique_keys.size() * dim]);
+    uint32_t non_finite = 0;
+    uint32_t next_new = 0;  // positions of first appearances come in increasing order
     for (size_t i = 0; i < n; ++i) {
-      float* sum = sums.data() + position[i] * dim;
+      float* sum = sums.get() + static_cast<size_t>(position[i]) * dim;
       const float* g = grads + i * dim;
-      for (size_t j = 0; j < dim; ++j) sum[j] += g[j];
+      if (position[i] == next_new) {
+        ++next_new;
+        for (size_t j = 0; j < dim; ++j) sum[j] = 0.0f + g[j];  // 0 + g: -0 becomes +0, as in TF
+      } else {
+        for (size_t j = 0; j < dim; ++j) sum[j] += g[j];
+      }
+      for (size_t j = 0; j < dim; ++j) {
+        uint32_t bits;
+        std::memcpy(&bits, g + j, sizeof(bits));
+        non_finite |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+      }
+    }
+    if (non_finite) {
+      for (size_t i = 0; i < n * dim; ++i) {
+        if (!std::isfinite(grads[i])) {
+          throw std::invalid_argument("Push: grads[" + Str(i / dim) + ", " + Str(i % dim) + "] is " +
+                                      (std::isnan(grads[i]) ? "NaN" : "infinite") +
+                                      ": gradients must be finite; nothing was applied");
+        }
+      }
     }
   }
   const size_t m = unique_keys.size();
   std::vector<uint32_t> slots(m);
-  std::vector<float*> values(m), states(m);
+  std::vector<size_t> delta_at(deltas ? m : 0);
+  constexpr size_t kNoDelta = ~size_t{0};
 
   std::unique_lock<std::shared_mutex> lock(s.mutex);
   s.PrepareBlocks(unique_keys.data(), m, /*may_insert=*/true);
   s.DeltaStart(deltas, m);
-  for (size_t u = 0; u < m; ++u) {
-    uint32_t slot = s.Lookup(unique_keys[u]);
+  // Pass 1: slots, inserting missing keys in order of first appearance.
+  s.Resolve(unique_keys.data(), m, 0, sizeof(int64_t), [&](size_t u, uint32_t slot) {
     if (slot == KeyIndex::kNone) {
       slot = s.AllocateSlot();
-      s.DeltaBegin(deltas, slot);
+      if (deltas) delta_at[u] = s.DeltaBegin(deltas, slot);
       s.WriteNew(slot, unique_keys[u], nullptr, nullptr);
-    } else {
-      s.DeltaBegin(deltas, slot);
+    } else if (deltas) {
+      delta_at[u] = kNoDelta;
     }
     slots[u] = slot;
-    uint8_t* r = s.Record(slot);
-    values[u] = s.Value(r);
-    states[u] = s.State(r);
+    return true;
+  });
+  // Pass 2: optimizer steps in chunks, prefetching the next chunk's records during this one's.
+  constexpr size_t kChunk = 16;
+  float* values[kChunk];
+  float* states[kChunk];
+  auto prefetch = [&](size_t begin) {
+    for (size_t u = begin; u < std::min(m, begin + kChunk); ++u) s.PrefetchRecord(slots[u], 0, s.record_bytes);
+  };
+  if (!s.Restoring()) prefetch(0);
+  for (size_t c = 0; c < m; c += kChunk) {
+    const size_t rows = std::min(kChunk, m - c);
+    if (!s.Restoring()) prefetch(c + kChunk);
+    for (size_t r = 0; r < rows; ++r) {
+      const size_t u = c + r;
+      if (deltas && delta_at[u] == kNoDelta) delta_at[u] = s.DeltaBegin(deltas, slots[u]);
+      uint8_t* rec = s.Record(slots[u]);
+      values[r] = s.Value(rec);
+      states[r] = s.State(rec);
+    }
+    s.optimizer->ApplyRows(values, states, sums.get() + c * dim, rows, s.config.dim, step);
+    if (deltas) {
+      for (size_t u = c; u < c + rows; ++u) s.DeltaEnd(deltas, delta_at[u], slots[u]);
+    }
   }
-  s.optimizer->ApplyRows(values.data(), states.data(), sums.data(), m, s.config.dim, step);
-  for (size_t u = 0; u < m; ++u) s.DeltaEnd(deltas, u, slots[u]);
 }
 
 size_t EmbeddingShard::Erase(const int64_t* keys, size_t n, DeltaBatch* deltas) {
@@ -501,6 +590,7 @@ void EmbeddingShard::Load(const int64_t* keys, const float* values, const float*
                           DeltaBatch* deltas) {
   RequirePointer(keys, n, "Load", "keys");
   RequirePointer(values, n, "Load", "values");
+  RequireBatch(n, "Load");
   Impl& s = *impl_;
   const size_t dim = s.config.dim, sf = s.layout.state_floats;
   for (size_t i = 0; i < n * dim; ++i) {
@@ -559,13 +649,13 @@ void EmbeddingShard::ReadBlock(size_t b, uint8_t* out) const {
       return;
     }
     if (!s.BlockMissing(b)) {
-      std::memcpy(out, s.blocks[b].get(), s.block_bytes);
+      std::memcpy(out, s.blocks[b], s.block_bytes);
       return;
     }
   }
   std::unique_lock<std::shared_mutex> lock(s.mutex);
   s.EnsureBlock(b);
-  std::memcpy(out, s.blocks[b].get(), s.block_bytes);
+  std::memcpy(out, s.blocks[b], s.block_bytes);
 }
 
 void EmbeddingShard::ReadSlots(size_t slot, size_t count, uint8_t* out) const {
@@ -580,7 +670,7 @@ void EmbeddingShard::ReadSlots(size_t slot, size_t count, uint8_t* out) const {
       const size_t take = std::min(count - done, s.block_slots - within);
       uint8_t* dst = out + done * s.record_bytes;
       if (b < nb && b < s.blocks.size() && s.blocks[b]) {
-        std::memcpy(dst, s.blocks[b].get() + within * s.record_bytes, take * s.record_bytes);
+        std::memcpy(dst, s.blocks[b] + within * s.record_bytes, take * s.record_bytes);
       } else {
         std::memset(dst, 0, take * s.record_bytes);
       }
@@ -675,7 +765,7 @@ bool EmbeddingShard::RestoreBlock(size_t b, const uint8_t* bytes) {
                                 " disagree with the restored key index at slot " + std::to_string(bad));
   }
   if (!s.blocks[b]) s.blocks[b] = s.AllocateBlock();
-  std::memcpy(s.blocks[b].get(), bytes, s.block_bytes);
+  std::memcpy(s.blocks[b], bytes, s.block_bytes);
   s.MarkRestored(b);
   return true;
 }

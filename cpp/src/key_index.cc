@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace xdl_ec {
 namespace {
@@ -18,9 +19,7 @@ void KeyIndex::Insert(int64_t key, uint32_t slot) {
     throw std::out_of_range("KeyIndex::Insert: slot " + std::to_string(slot) + " exceeds the maximum " +
                             std::to_string(kMaxSlot));
   }
-  if (entries_.empty() || OverLoad(size_ + 1, entries_.size())) {
-    Rehash(entries_.empty() ? kMinCapacity : entries_.size() * 2);
-  }
+  if (capacity_ == 0 || OverLoad(size_ + 1, capacity_)) Rehash(capacity_ == 0 ? kMinCapacity : capacity_ * 2);
   Place((static_cast<uint64_t>(Tag(key)) << 32) | (static_cast<uint64_t>(slot) + 1));
   ++size_;
 }
@@ -51,25 +50,31 @@ void KeyIndex::RemoveAt(size_t i) {
 
 void KeyIndex::Rehash(size_t capacity) {
   if (capacity > kMaxCapacity) throw std::length_error("KeyIndex: more than 2^32 buckets needed");
-  std::vector<uint64_t> old;
-  old.swap(entries_);
-  entries_.assign(capacity, 0);
+  MappedBuffer fresh(capacity * sizeof(uint64_t));  // zeroed: all empty
+  MappedBuffer old = std::move(buffer_);
+  const uint64_t* old_entries = entries_;
+  const size_t old_capacity = capacity_;
+  buffer_ = std::move(fresh);
+  entries_ = reinterpret_cast<uint64_t*>(buffer_.data());
+  capacity_ = capacity;
   mask_ = capacity - 1;
   shift_ = 32;
   for (size_t c = capacity; c > 1; c >>= 1) --shift_;
-  for (uint64_t e : old) {
-    if (e != 0) Place(e);
+  for (size_t i = 0; i < old_capacity; ++i) {
+    if (old_entries[i] != 0) Place(old_entries[i]);
   }
 }
 
 void KeyIndex::Reserve(size_t rows) {
-  size_t capacity = entries_.empty() ? kMinCapacity : entries_.size();
+  size_t capacity = capacity_ == 0 ? kMinCapacity : capacity_;
   while (OverLoad(rows, capacity)) capacity *= 2;
-  if (capacity != entries_.size()) Rehash(capacity);
+  if (capacity != capacity_) Rehash(capacity);
 }
 
 void KeyIndex::Clear() {
-  std::vector<uint64_t>().swap(entries_);
+  buffer_ = MappedBuffer();
+  entries_ = nullptr;
+  capacity_ = 0;
   size_ = 0;
   mask_ = 0;
   shift_ = 32;

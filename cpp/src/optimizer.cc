@@ -1,6 +1,7 @@
 #include "xdl_ec/optimizer.h"
 
 // Bit-exactness with TF needs each a * b + c rounded twice, as Eigen does: never contract into FMA.
+// (The core is built with -fno-math-errno so that the sqrt loops vectorize; sqrt is exact either way.)
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("fp-contract=off")
 #elif defined(__clang__)
@@ -25,7 +26,7 @@ class SGD final : public Optimizer {
   using Optimizer::Optimizer;
   int StateFloats(int) const override { return 0; }
   void InitState(float*, int) const override {}
-  void Apply(float* v, float*, const float* g, int dim, int64_t) const override {
+  void Apply(float* __restrict v, float*, const float* __restrict g, int dim, int64_t) const override {
     const float lr = config_.learning_rate;
     for (int i = 0; i < dim; ++i) v[i] -= g[i] * lr;
   }
@@ -40,7 +41,7 @@ class Momentum final : public Optimizer {
   void InitState(float* s, int dim) const override {
     for (int i = 0; i < dim; ++i) s[i] = 0.0f;
   }
-  void Apply(float* v, float* a, const float* g, int dim, int64_t) const override {
+  void Apply(float* __restrict v, float* __restrict a, const float* __restrict g, int dim, int64_t) const override {
     const float lr = config_.learning_rate, m = config_.momentum;
     if (config_.use_nesterov) {
       const float lr_m = lr * m;  // TF's sparse kernel folds lr * momentum into one scalar
@@ -65,7 +66,7 @@ class Adagrad final : public Optimizer {
   void InitState(float* s, int dim) const override {
     for (int i = 0; i < dim; ++i) s[i] = config_.initial_accumulator;
   }
-  void Apply(float* v, float* a, const float* g, int dim, int64_t) const override {
+  void Apply(float* __restrict v, float* __restrict a, const float* __restrict g, int dim, int64_t) const override {
     const float lr = config_.learning_rate, eps = config_.epsilon;
     for (int i = 0; i < dim; ++i) {
       a[i] += g[i] * g[i];
@@ -90,7 +91,7 @@ class Adam final : public Optimizer {
     const float beta2_power = static_cast<float>(std::pow(static_cast<double>(config_.beta2), t));
     return config_.learning_rate * std::sqrt(1.0f - beta2_power) / (1.0f - beta1_power);
   }
-  void Step(float* var, float* s, const float* g, int dim, float alpha) const {
+  void Step(float* __restrict var, float* __restrict s, const float* __restrict g, int dim, float alpha) const {
     float* m = s;
     float* v = s + dim;
     const float one_minus_b1 = 1.0f - config_.beta1, one_minus_b2 = 1.0f - config_.beta2;
@@ -120,7 +121,7 @@ class Ftrl final : public Optimizer {
     for (int i = 0; i < dim; ++i) s[i] = config_.initial_accumulator;
     for (int i = dim; i < 2 * dim; ++i) s[i] = 0.0f;
   }
-  void Apply(float* var, float* s, const float* g, int dim, int64_t) const override {
+  void Apply(float* __restrict var, float* __restrict s, const float* __restrict g, int dim, int64_t) const override {
     float* accum = s;
     float* linear = s + dim;
     const float lr = config_.learning_rate, lr_power = config_.learning_rate_power;

@@ -10,7 +10,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
+#include <utility>
+
+#include "xdl_ec/mapped_buffer.h"
 
 namespace xdl_ec {
 
@@ -18,6 +20,18 @@ class KeyIndex {
  public:
   static constexpr uint32_t kNone = 0xFFFFFFFFu;
   static constexpr uint32_t kMaxSlot = 0xFFFFFFFEu;  // slot + 1 must fit 32 bits
+
+  KeyIndex() = default;
+  KeyIndex(KeyIndex&& other) noexcept { *this = std::move(other); }
+  KeyIndex& operator=(KeyIndex&& other) noexcept {
+    buffer_ = std::move(other.buffer_);
+    entries_ = std::exchange(other.entries_, nullptr);
+    capacity_ = std::exchange(other.capacity_, 0);
+    size_ = std::exchange(other.size_, 0);
+    mask_ = std::exchange(other.mask_, 0);
+    shift_ = std::exchange(other.shift_, 32);
+    return *this;
+  }
 
   // The splitmix64 finaliser: sequential keys spread over the whole table.
   static uint64_t Mix(int64_t key) {
@@ -31,7 +45,7 @@ class KeyIndex {
   // Returns the slot of `key`, or kNone. key_of(slot) must return the key stored in that slot.
   template <class KeyOf>
   uint32_t Find(int64_t key, const KeyOf& key_of) const {
-    if (entries_.empty()) return kNone;
+    if (capacity_ == 0) return kNone;
     const uint32_t tag = Tag(key);
     size_t i = Home(tag);
     for (;;) {
@@ -47,7 +61,22 @@ class KeyIndex {
 
   // Hints the cache about the bucket `key` will probe first (batch lookups overlap their misses).
   void Prefetch(int64_t key) const {
-    if (!entries_.empty()) __builtin_prefetch(&entries_[Home(Tag(key))]);
+    if (capacity_ != 0) __builtin_prefetch(&entries_[Home(Tag(key))]);
+  }
+
+  // The slot of the first entry whose tag matches `key`'s, without touching any record; kNone when
+  // no tag matches (then the key is certainly absent). Lets a batch prefetch the record before
+  // confirming the key: the caller checks key_of(slot) == key and falls back to Find otherwise.
+  uint32_t Candidate(int64_t key) const {
+    if (capacity_ == 0) return kNone;
+    const uint32_t tag = Tag(key);
+    size_t i = Home(tag);
+    for (;;) {
+      const uint64_t e = entries_[i];
+      if (e == 0) return kNone;
+      if (static_cast<uint32_t>(e >> 32) == tag) return static_cast<uint32_t>(e) - 1;
+      i = (i + 1) & mask_;
+    }
   }
 
   // Adds key -> slot. The key must not be present (callers Find first); grows at 0.75 load.
@@ -56,7 +85,7 @@ class KeyIndex {
   // Removes `key`; returns its slot, or kNone when absent.
   template <class KeyOf>
   uint32_t Erase(int64_t key, const KeyOf& key_of) {
-    if (entries_.empty()) return kNone;
+    if (capacity_ == 0) return kNone;
     const uint32_t tag = Tag(key);
     size_t i = Home(tag);
     for (;;) {
@@ -76,8 +105,8 @@ class KeyIndex {
   void Reserve(size_t rows);  // capacity for `rows` entries without growing
   void Clear();
   size_t size() const { return size_; }
-  size_t capacity() const { return entries_.size(); }
-  size_t bytes() const { return entries_.capacity() * sizeof(uint64_t); }
+  size_t capacity() const { return capacity_; }
+  size_t bytes() const { return capacity_ * sizeof(uint64_t); }
 
  private:
   size_t Home(uint32_t tag) const { return static_cast<size_t>(tag) >> shift_; }
@@ -85,7 +114,9 @@ class KeyIndex {
   void Rehash(size_t capacity);
   void Place(uint64_t entry);
 
-  std::vector<uint64_t> entries_;
+  MappedBuffer buffer_;          // capacity_ entries, huge-page backed when large
+  uint64_t* entries_ = nullptr;  // buffer_.data()
+  size_t capacity_ = 0;
   size_t size_ = 0;
   size_t mask_ = 0;
   int shift_ = 32;

@@ -1,0 +1,69 @@
+#include "xdl_ec/mapped_buffer.h"
+
+#include <sys/mman.h>
+
+#include <cstdlib>
+#include <new>
+#include <utility>
+
+namespace xdl_ec {
+namespace {
+
+constexpr size_t kSmall = size_t{64} << 10;  // below this, calloc: a mapping per small buffer is waste
+
+}  // namespace
+
+MappedBuffer::MappedBuffer(size_t bytes) : size_(bytes) {
+  if (bytes == 0) return;
+  if (bytes < kSmall) {
+    data_ = static_cast<uint8_t*>(std::calloc(bytes, 1));
+    if (!data_) throw std::bad_alloc();
+    return;
+  }
+  const bool huge = bytes >= kHugePage;
+  map_bytes_ = huge ? bytes + kHugePage : bytes;
+  void* map = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (map == MAP_FAILED) throw std::bad_alloc();
+  map_ = map;
+  uintptr_t start = reinterpret_cast<uintptr_t>(map);
+  if (huge) {
+    start = (start + kHugePage - 1) & ~(uintptr_t{kHugePage} - 1);
+#ifdef MADV_HUGEPAGE
+    madvise(reinterpret_cast<void*>(start), bytes, MADV_HUGEPAGE);  // advice only: fine if refused
+#endif
+  }
+  data_ = reinterpret_cast<uint8_t*>(start);
+}
+
+MappedBuffer::~MappedBuffer() { Release(); }
+
+MappedBuffer::MappedBuffer(MappedBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      map_(std::exchange(other.map_, nullptr)),
+      map_bytes_(std::exchange(other.map_bytes_, 0)) {}
+
+MappedBuffer& MappedBuffer::operator=(MappedBuffer&& other) noexcept {
+  if (this != &other) {
+    Release();
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    map_ = std::exchange(other.map_, nullptr);
+    map_bytes_ = std::exchange(other.map_bytes_, 0);
+  }
+  return *this;
+}
+
+void MappedBuffer::Release() {
+  if (map_) {
+    munmap(map_, map_bytes_);
+  } else {
+    std::free(data_);
+  }
+  data_ = nullptr;
+  size_ = 0;
+  map_ = nullptr;
+  map_bytes_ = 0;
+}
+
+}  // namespace xdl_ec
