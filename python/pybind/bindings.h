@@ -8,5 +8,6 @@ namespace xdl_ec::python {
 void BindShard(pybind11::module_& m);   // bind_shard.cc: EmbeddingShard, optimizer/initializer configs
 void BindCodec(pybind11::module_& m);   // bind_codec.cc: ErasureCode
 void BindParity(pybind11::module_& m);  // bind_parity.cc: stripe layout, parity groups, recovery
+void BindFt(pybind11::module_& m);      // bind_ft.cc: AccessCounter (checkpoint / CPR bookkeeping)
 
 }  // namespace xdl_ec::python

@@ -14,23 +14,22 @@ answer "which keys to save now" deterministically given their seed: MFU breaks c
 key, SSU decides per batch index from a seeded hash, so the choice does not depend on call timing or on process.
 
 :class:`AccessCounter` is the key -> count structure under both (and under the lost-update ledger of
-:mod:`xdl_ec.ft.partial_restore`): vectorised numpy, new counts buffered and merged into sorted arrays in bulk.
+:mod:`xdl_ec.ft.partial_restore`): a native hash table (``cpp/include/xdl_ec/access_counter.h``), because a numpy
+version (np.unique per batch, merged into sorted arrays) cost about as much as the push it counted.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
+from .. import _core
 from ..table import as_keys
 
 __all__ = ["AccessCounter", "MfuSelector", "SsuSelector", "key_hash"]
-
-_MIN_MERGE = 1 << 16  # buffered keys before a merge, at least (amortises the merge's O(rows) memmove)
-
 
 def key_hash(keys: np.ndarray, seed: int) -> np.ndarray:
     """splitmix64 of ``keys`` XOR a seed-derived constant: uint64 per key, a deterministic pseudo-random order."""
@@ -65,78 +64,41 @@ def _check_seed(seed: Any) -> int:
 
 
 class AccessCounter:
-    """Counts of int64 keys: ``add`` is O(batch) (buffered), queries merge the buffer first.
+    """Counts of int64 keys, over the native ``_core.AccessCounter`` (open addressing, no sort per batch).
 
-    The merged state is two sorted arrays (unique keys, int64 counts); a merge sorts the buffer (np.unique with
-    counts) and splices it in with one searchsorted/insert, so the cost per counted key stays O(log batch).
+    Keys are taken as :func:`xdl_ec.table.as_keys` does (any integer dtype; uint64 wraps bit for bit); every
+    batch call runs in C++ with the GIL released.
     """
 
     def __init__(self) -> None:
-        self._keys = np.empty(0, dtype=np.int64)
-        self._counts = np.empty(0, dtype=np.int64)
-        self._pending: List[np.ndarray] = []
-        self._pending_len = 0
+        self._native = _core.AccessCounter()
 
     def add(self, keys: Any, *, once: bool = True) -> None:
         """Counts ``keys``; ``once`` counts each distinct key once per call (one push = one update per row)."""
-        keys = as_keys(keys)
-        if keys.size == 0:
-            return
-        keys = np.unique(keys) if once else keys.copy()
-        self._pending.append(keys)
-        self._pending_len += keys.size
-        if self._pending_len >= max(_MIN_MERGE, self._keys.size // 2):
-            self._merge()
-
-    def _merge(self) -> None:
-        if not self._pending:
-            return
-        new, new_counts = np.unique(np.concatenate(self._pending), return_counts=True)
-        self._pending, self._pending_len = [], 0
-        at = np.searchsorted(self._keys, new)
-        hit = at < self._keys.size
-        hit[hit] = self._keys[at[hit]] == new[hit]
-        self._counts[at[hit]] += new_counts[hit]
-        miss = ~hit
-        self._keys = np.insert(self._keys, at[miss], new[miss])
-        self._counts = np.insert(self._counts, at[miss], new_counts[miss])
+        self._native.add(as_keys(keys), bool(once))
 
     def get(self, keys: Any) -> np.ndarray:
         """int64 counts of ``keys`` (0 for keys never counted)."""
-        keys = as_keys(keys)
-        self._merge()
-        out = np.zeros(keys.size, dtype=np.int64)
-        if self._keys.size:
-            at = np.minimum(np.searchsorted(self._keys, keys), self._keys.size - 1)
-            hit = self._keys[at] == keys
-            out[hit] = self._counts[at[hit]]
-        return out
+        return self._native.get(as_keys(keys))
 
-    def items(self) -> tuple:
-        """(keys, counts) of every counted key, sorted by key (copies)."""
-        self._merge()
-        return self._keys.copy(), self._counts.copy()
+    def items(self) -> Tuple[np.ndarray, np.ndarray]:
+        """(keys, counts) of every counted key, sorted by key."""
+        return self._native.items()
 
     def total(self) -> int:
         """Sum of all counts."""
-        self._merge()
-        return int(self._counts.sum())
+        return int(self._native.total())
 
-    def discard(self, keys: Any) -> None:
-        """Forgets ``keys`` (their counts restart from 0)."""
-        keys = as_keys(keys)
-        self._merge()
-        if keys.size and self._keys.size:
-            keep = ~np.isin(self._keys, keys)
-            self._keys, self._counts = self._keys[keep], self._counts[keep]
+    def discard(self, keys: Any) -> int:
+        """Forgets ``keys`` (their counts restart from 0); returns how many were counted."""
+        return int(self._native.discard(as_keys(keys)))
 
     def clear(self) -> None:
         """Forgets every key."""
-        self.__init__()
+        self._native.clear()
 
     def __len__(self) -> int:
-        self._merge()
-        return int(self._keys.size)
+        return int(self._native.size())
 
     def __repr__(self) -> str:
         return f"AccessCounter(keys={len(self)}, total={self.total()})"
