@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import xdl_ec
-from xdl_ec.ft import (AccessCounter, CheckpointChain, IntervalPolicy, MfuSelector, ShardCheckpoint, SsuSelector,
-                       cpr_interval, expected_pls, parse_interval, restore_server, young_interval)
+from xdl_ec.ft import (AccessCounter, CheckpointChain, CprCheckpointer, IntervalPolicy, MfuSelector, ShardCheckpoint,
+                       SsuSelector, cpr_interval, expected_pls, parse_interval, restore_server, young_interval)
 from xdl_ec.ft import row_selection
 
 
@@ -99,6 +99,18 @@ def test_access_counter_matches_a_reference() -> None:
     assert len(c) == 0 and c.total() == 0 and c.get([1]).tolist() == [0]
     with pytest.raises(TypeError, match="keys must be integers"):
         c.add([1.5])
+    c.add([1, 2, 3])
+    c.set([1, 3, 7], [5, 0, 2])
+    assert c.items()[0].tolist() == [1, 2, 7] and c.items()[1].tolist() == [5, 1, 2] and c.total() == 8
+    with pytest.raises(ValueError, match="negative"):
+        c.set([1, 2], [1, -1])
+    with pytest.raises(ValueError, match="appears twice"):
+        c.set([4, 4], [1, 1])
+    with pytest.raises(TypeError, match="counts must be integers"):
+        c.set([4], [1.0])
+    with pytest.raises(ValueError, match="counts must have shape"):
+        c.set([4], [1, 2])
+    assert c.items()[1].tolist() == [5, 1, 2]  # rejected calls changed nothing
 
 
 def test_mfu_saves_the_most_updated_rows_and_is_deterministic() -> None:
@@ -250,3 +262,49 @@ def test_chain_keeps_the_newest_full_save_and_refuses_bad_input(tmp_path: Path) 
         restore_server([ShardCheckpoint.open(chain.chain()[1].directory)], {"t": t})
     with pytest.raises(ValueError, match="keep_full"):
         CheckpointChain(tmp_path, keep_full=0)
+
+
+@pytest.mark.parametrize("mode", ["mfu", "ssu"])
+def test_cpr_checkpointer_two_failures_of_one_server_while_the_other_keeps_its_state(tmp_path: Path,
+                                                                                     mode: str) -> None:
+    """Two servers (key % 2); server 1 fails twice. Each restore brings every row back as of its newest save and
+    counts exactly the pushes since; the second count does not include the first failure's losses again."""
+    servers = {s: {"t": xdl_ec.EmbeddingTable("t", 4, "adagrad", seed=s)} for s in range(2)}
+    ledgers = {s: {"t": AccessCounter()} for s in range(2)}
+    cprs = {s: CprCheckpointer(tmp_path / f"server-{s}", mode, fraction=0.25, full_every=3, seed=s, ledger=ledgers[s])
+            for s in range(2)}
+    pushes = Counter()  # reference bookkeeping of server 1 only
+    saved_rows, saved_count, kinds = {}, {}, []
+    rng = np.random.default_rng(11)
+    for step in range(1, 41):
+        keys = np.minimum(rng.zipf(1.3, size=80), 3000).astype(np.int64)
+        for s, tables in servers.items():
+            mine = keys[keys % 2 == s]
+            tables["t"].push(mine, rng.normal(size=(mine.size, 4)).astype(np.float32), step=step)
+            ledgers[s]["t"].add(mine)
+            cprs[s].record("t", mine, step)
+        pushes.update(set(keys[keys % 2 == 1].tolist()))
+        if step % 4 == 0:
+            kinds.append(cprs[1].next_is_full())
+            for s in range(2):
+                saved = cprs[s].save(step, servers[s])
+                if s == 1:
+                    rows = _rows_by_key(servers[1]["t"])
+                    for k in saved.read("t")["keys"].tolist():
+                        saved_rows[k], saved_count[k] = rows[k], pushes[k]
+        if step in (18, 35):  # server 1 dies: its table is dropped and rebuilt from its own saves
+            other = _rows_by_key(servers[0]["t"])
+            result = cprs[1].restore(servers[1])
+            servers[1] = result.tables
+            assert _rows_by_key(servers[1]["t"]) == saved_rows
+            lost = sum(n - saved_count.get(k, 0) for k, n in pushes.items())
+            assert result.lost_updates == lost > 0
+            assert _rows_by_key(servers[0]["t"]) == other  # the survivor keeps its state
+            pushes = Counter({k: saved_count[k] for k in pushes if k in saved_count})  # what the rows now hold
+    assert kinds[:6] == [True, False, False, True, False, False]
+    stats = cprs[1].stats()
+    assert stats["saves"] == 10 and stats["bytes_written"] > 0 and stats["mode"] == mode
+    with pytest.raises(ValueError, match="mode must be one of"):
+        CprCheckpointer(tmp_path / "x", "lru")
+    with pytest.raises(ValueError, match="full_every"):
+        CprCheckpointer(tmp_path / "x", full_every=0)

@@ -1,7 +1,7 @@
 #include "xdl_ec/access_counter.h"
 
 #include <algorithm>
-#include <numeric>
+#include <string>
 
 namespace xdl_ec {
 namespace {
@@ -73,6 +73,44 @@ void AccessCounter::EraseAt(size_t slot) {
     }
   }
   table_[hole] = Entry{0, 0, 0};
+}
+
+void AccessCounter::Set(const int64_t* keys, const int64_t* counts, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (counts[i] < 0) {
+      throw std::invalid_argument("AccessCounter::Set: counts[" + std::to_string(i) + "] = " +
+                                  std::to_string(counts[i]) + " is negative; counts must be >= 0");
+    }
+  }
+  std::vector<int64_t> sorted(keys, keys + n);
+  std::sort(sorted.begin(), sorted.end());
+  const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+  if (dup != sorted.end()) {
+    throw std::invalid_argument("AccessCounter::Set: key " + std::to_string(*dup) +
+                                " appears twice; keys must be unique");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < n; ++i) {
+    size_t slot = Find(keys[i]);
+    if (table_[slot].count != 0) {
+      total_ -= table_[slot].count;
+      if (counts[i] == 0) {
+        EraseAt(slot);
+        --size_;
+        continue;
+      }
+      table_[slot].count = counts[i];
+    } else {
+      if (counts[i] == 0) continue;
+      if (2 * (size_ + 1) > table_.size()) {
+        Grow();
+        slot = Find(keys[i]);
+      }
+      table_[slot] = Entry{keys[i], counts[i], 0};
+      ++size_;
+    }
+    total_ += counts[i];
+  }
 }
 
 size_t AccessCounter::Discard(const int64_t* keys, size_t n) {

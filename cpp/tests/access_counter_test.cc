@@ -88,5 +88,25 @@ TEST(AccessCounterTest, DiscardEverythingThenClear) {
   EXPECT_EQ(c.size(), 0u);
 }
 
+TEST(AccessCounterTest, SetOverwritesInsertsForgetsAndRejectsBadInput) {
+  AccessCounter c;
+  const std::vector<int64_t> keys = {1, 2, 3};
+  c.Add(keys.data(), keys.size(), true);
+  c.Add(keys.data(), 1, true);
+  const std::vector<int64_t> set_keys = {1, 3, 9}, set_counts = {5, 0, 4};
+  c.Set(set_keys.data(), set_counts.data(), 3);
+  EXPECT_EQ(AsMap(c), (std::map<int64_t, int64_t>{{1, 5}, {2, 1}, {9, 4}}));
+  EXPECT_EQ(c.total(), 10);
+  const std::vector<int64_t> bad_counts = {1, -1, 1}, dup_keys = {4, 5, 4}, ok_counts = {1, 1, 1};
+  EXPECT_THROW(c.Set(set_keys.data(), bad_counts.data(), 3), std::invalid_argument);
+  EXPECT_THROW(c.Set(dup_keys.data(), ok_counts.data(), 3), std::invalid_argument);
+  EXPECT_EQ(AsMap(c), (std::map<int64_t, int64_t>{{1, 5}, {2, 1}, {9, 4}}));  // unchanged
+  std::vector<int64_t> many(3000), counts(3000, 2);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = static_cast<int64_t>(i) + 100;
+  c.Set(many.data(), counts.data(), many.size());  // grows the table
+  EXPECT_EQ(c.size(), 3003u);
+  EXPECT_EQ(c.total(), 10 + 6000);
+}
+
 }  // namespace
 }  // namespace xdl_ec

@@ -126,7 +126,7 @@ def _latest_counts(keys: List[np.ndarray], counts: List[np.ndarray]) -> tuple:
 
 
 def restore_server(saves: Union[CheckpointChain, Sequence[ShardCheckpoint]], templates: Mapping[str, Table],
-                   ledger: Optional[Mapping[str, AccessCounter]] = None) -> RestoreResult:
+                   ledger: Optional[Mapping[str, AccessCounter]] = None, rewind_ledger: bool = False) -> RestoreResult:
     """Rebuilds one server's tables into fresh tables from its full + partial saves; counts lost updates.
 
     Args:
@@ -134,6 +134,8 @@ def restore_server(saves: Union[CheckpointChain, Sequence[ShardCheckpoint]], tem
       templates: name -> a table configured like the lost one (the lost object itself, or one like it).
       ledger: name -> AccessCounter of the updates applied to this server's rows (see the module docstring);
         without it lost_updates, lost_rows and unsaved_rows are 0.
+      rewind_ledger: afterwards set the ledger to what the restored rows hold (each row's count at its newest
+        save; unsaved rows forgotten), so a later failure does not count these lost updates again.
 
     Every save is verified before any table is created; a bad file raises ValueError naming it.
     """
@@ -162,6 +164,9 @@ def restore_server(saves: Union[CheckpointChain, Sequence[ShardCheckpoint]], tem
         lost += int(missed.sum())
         lost_rows += int(np.count_nonzero(missed))
         unsaved += int(np.count_nonzero(~found))
+        if rewind_ledger:
+            ledger[name].clear()
+            ledger[name].set(saved, at_save)
     return RestoreResult(tables=tables, step=chain[-1].step if chain else None,
                          restored_rows=sum(len(t) for t in tables.values()), lost_updates=lost, lost_rows=lost_rows,
                          unsaved_rows=unsaved, checkpoints=[s.directory for s in chain])

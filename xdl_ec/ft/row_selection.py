@@ -89,6 +89,16 @@ class AccessCounter:
         """Sum of all counts."""
         return int(self._native.total())
 
+    def set(self, keys: Any, counts: Any) -> None:
+        """Sets the counts of unique ``keys`` (0 forgets a key); bad input raises and changes nothing."""
+        keys = as_keys(keys)
+        counts = np.asarray(counts)
+        if counts.dtype.kind not in "iu":
+            raise TypeError(f"counts must be integers, got dtype {counts.dtype}")
+        if counts.shape != keys.shape:
+            raise ValueError(f"counts must have shape (len(keys),) = {keys.shape}, got {counts.shape}")
+        self._native.set(keys, np.ascontiguousarray(counts, dtype=np.int64))
+
     def discard(self, keys: Any) -> int:
         """Forgets ``keys`` (their counts restart from 0); returns how many were counted."""
         return int(self._native.discard(as_keys(keys)))

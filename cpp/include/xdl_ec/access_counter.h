@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <stdexcept>
 #include <vector>
 
 namespace xdl_ec {
@@ -23,6 +24,9 @@ class AccessCounter {
   void Add(const int64_t* keys, size_t n, bool once);
   // out[i] = count of keys[i], 0 when never counted (or discarded since).
   void Get(const int64_t* keys, size_t n, int64_t* out) const;
+  // Sets the count of each key (0 forgets it), e.g. to rewind a ledger to what a restore brought back. Keys must
+  // be unique and counts >= 0; throws std::invalid_argument, changing nothing, otherwise.
+  void Set(const int64_t* keys, const int64_t* counts, size_t n);
   // Forgets the keys (their counts restart from 0); returns how many were counted.
   size_t Discard(const int64_t* keys, size_t n);
   void Clear();
