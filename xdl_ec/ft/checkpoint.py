@@ -59,7 +59,7 @@ import re
 import secrets
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Self, Sequence, Union
 
 import numpy as np
 
@@ -244,16 +244,47 @@ def fresh_table(template: Table) -> Table:
                     f"{type(template).__name__}")
 
 
-class ShardCheckpoint:
+class _SavedCheckpoint:
+    """A checkpoint directory whose manifest (of kind ``_kind``) was read and checked."""
+
+    _kind = ""
+
+    def __init__(self, directory: Path, manifest: Dict[str, Any]) -> None:
+        self._dir = directory
+        self._manifest = manifest
+
+    @classmethod
+    def open(cls, directory: Union[str, os.PathLike]) -> Self:
+        """Opens a saved checkpoint (manifest checked; the array files are checked when read)."""
+        directory = Path(directory)
+        return cls(directory, _read_manifest(directory, cls._kind))
+
+    @property
+    def directory(self) -> Path:
+        return self._dir
+
+    @property
+    def step(self) -> int:
+        return int(self._manifest["step"])
+
+    @property
+    def extra(self) -> Dict[str, Any]:
+        return dict(self._manifest.get("extra", {}))
+
+    @property
+    def manifest_sha256(self) -> str:
+        """sha256 of MANIFEST.json (what a job manifest records of each server's part)."""
+        return self._manifest["_sha256"]
+
+
+class ShardCheckpoint(_SavedCheckpoint):
     """The saved tables of one parameter server (full, or a CPR partial save of some keys).
 
     Create with :meth:`write`, open with :meth:`open` (which checks the manifest); :meth:`read` verifies and
     returns one table's arrays, :meth:`restore` verifies every file, then builds fresh tables.
     """
 
-    def __init__(self, directory: Path, manifest: Dict[str, Any]) -> None:
-        self._dir = directory
-        self._manifest = manifest
+    _kind = "shard"
 
     # ---- save -----------------------------------------------------------------------------------
     @classmethod
@@ -332,20 +363,6 @@ class ShardCheckpoint:
         return cls.open(directory)
 
     # ---- load -----------------------------------------------------------------------------------
-    @classmethod
-    def open(cls, directory: Union[str, os.PathLike]) -> "ShardCheckpoint":
-        """Opens a saved shard checkpoint (manifest checked; the array files are checked when read)."""
-        directory = Path(directory)
-        return cls(directory, _read_manifest(directory, "shard"))
-
-    @property
-    def directory(self) -> Path:
-        return self._dir
-
-    @property
-    def step(self) -> int:
-        return int(self._manifest["step"])
-
     @property
     def partial(self) -> bool:
         return bool(self._manifest["partial"])
@@ -354,15 +371,6 @@ class ShardCheckpoint:
     def tables(self) -> List[str]:
         """Names of the saved tables."""
         return list(self._manifest["tables"])
-
-    @property
-    def extra(self) -> Dict[str, Any]:
-        return dict(self._manifest.get("extra", {}))
-
-    @property
-    def manifest_sha256(self) -> str:
-        """sha256 of MANIFEST.json (what a job manifest records)."""
-        return self._manifest["_sha256"]
 
     def rows(self, name: str) -> int:
         return int(self._table_entry(name)["rows"])
@@ -550,24 +558,10 @@ def _job_name(seq: int, step: int) -> str:
 _JOB_NAME = re.compile(r"ckpt-(\d{6,})-step-(\d{12,})")
 
 
-class JobCheckpoint:
+class JobCheckpoint(_SavedCheckpoint):
     """A committed job checkpoint: step, reader position, dense state and one ShardCheckpoint per server."""
 
-    def __init__(self, directory: Path, manifest: Dict[str, Any]) -> None:
-        self._dir, self._manifest = directory, manifest
-
-    @classmethod
-    def open(cls, directory: Union[str, os.PathLike]) -> "JobCheckpoint":
-        directory = Path(directory)
-        return cls(directory, _read_manifest(directory, "job"))
-
-    @property
-    def directory(self) -> Path:
-        return self._dir
-
-    @property
-    def step(self) -> int:
-        return int(self._manifest["step"])
+    _kind = "job"
 
     @property
     def seq(self) -> int:
@@ -576,10 +570,6 @@ class JobCheckpoint:
     @property
     def reader_position(self) -> Dict[str, Any]:
         return dict(self._manifest["reader_position"])
-
-    @property
-    def extra(self) -> Dict[str, Any]:
-        return dict(self._manifest["extra"])
 
     @property
     def servers(self) -> List[int]:
