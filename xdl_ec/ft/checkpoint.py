@@ -469,8 +469,11 @@ class ShardCheckpoint(_SavedCheckpoint):
 
 
 # ---- the job-level checkpoint ---------------------------------------------------------------------
-def _as_numpy(value: Any) -> np.ndarray:
-    return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+def _as_numpy(value: Any, name: str) -> np.ndarray:
+    array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+    if array.dtype.hasobject or array.dtype.kind not in "biufc":
+        raise TypeError(f"{name} must be a numeric array (or a variable with .numpy()), got dtype {array.dtype}")
+    return array
 
 
 class PendingCheckpoint:
@@ -524,7 +527,8 @@ class PendingCheckpoint:
             for prefix, arrays in (("weight", dense_weights), ("optimizer", dense_optimizer)):
                 for i, value in enumerate(arrays):
                     rel = f"dense/{prefix}-{i:04d}.npy"
-                    files[rel] = dict(_write_array(self._tmp / rel, _as_numpy(value)), file=rel)
+                    array = _as_numpy(value, f"{'dense_weights' if prefix == 'weight' else 'dense_optimizer'}[{i}]")
+                    files[rel] = dict(_write_array(self._tmp / rel, array), file=rel)
             _fsync_dir(self._tmp / "dense")
             manifest = {"format": "xdl-ec-checkpoint", "version": FORMAT_VERSION, "kind": "job", "seq": self._seq,
                         "step": self._step, "servers": servers, "files": files,
