@@ -18,7 +18,7 @@ def random_data(k: int, length: int, seed: int = 0) -> np.ndarray:
 
 
 @pytest.mark.parametrize("ec_type,matrix", [("isa_l_rs_vand", "vandermonde"), ("isa_l_rs_cauchy", "cauchy")])
-@pytest.mark.parametrize("k,r", [(1, 1), (2, 1), (4, 1), (4, 2), (3, 3), (6, 3), (10, 4), (12, 4)])
+@pytest.mark.parametrize("k,r", [(1, 1), (2, 1), (4, 1), (4, 2), (3, 3), (6, 3), (10, 4), (12, 4), (21, 4), (29, 3)])
 def test_parity_is_byte_identical_to_pyeclib(ec_type: str, matrix: str, k: int, r: int) -> None:
     ec_iface = pytest.importorskip("pyeclib.ec_iface")
     driver = ec_iface.ECDriver(k=k, m=r, ec_type=ec_type)
@@ -33,6 +33,16 @@ def test_parity_is_byte_identical_to_pyeclib(ec_type: str, matrix: str, k: int, 
         payloads.append(np.frombuffer(fragment[PYECLIB_HEADER:], dtype=np.uint8))
     np.testing.assert_array_equal(np.stack(payloads[:k]), data)
     np.testing.assert_array_equal(np.stack(payloads[k:]), code.encode(data))
+
+
+def test_automatic_cauchy_above_the_vandermonde_range_matches_pyeclib() -> None:
+    ec_iface = pytest.importorskip("pyeclib.ec_iface")
+    code = ErasureCode(28, 4)
+    assert code.matrix == "cauchy"
+    data = random_data(28, 200)
+    fragments = ec_iface.ECDriver(k=28, m=4, ec_type="isa_l_rs_cauchy").encode(data.tobytes())
+    parity = np.stack([np.frombuffer(f[PYECLIB_HEADER:], dtype=np.uint8) for f in fragments[28:]])
+    np.testing.assert_array_equal(parity, code.encode(data))
 
 
 def test_pyeclib_pads_an_uneven_split_with_zeros_and_parity_still_matches() -> None:
