@@ -38,6 +38,7 @@ TEST(Initializer, TruncatedNormalStatistics) {
   c.mean = 1.0f;
   c.stddev = 0.5f;
   double sum = 0, sum2 = 0;
+  size_t within_one = 0, below_half = 0;
   const int rows = 20000, dim = 8;
   std::vector<float> row(dim);
   for (int k = 0; k < rows; ++k) {
@@ -46,11 +47,16 @@ TEST(Initializer, TruncatedNormalStatistics) {
       ASSERT_LE(std::fabs(v - 1.0f), 1.0f + 1e-6f);
       sum += v;
       sum2 += (v - 1.0) * (v - 1.0);
+      within_one += std::fabs(v - 1.0f) <= 0.5f;
+      below_half += v - 1.0f <= -0.25f;
     }
   }
   const double n = rows * dim;
   EXPECT_NEAR(sum / n, 1.0, 0.005);
   EXPECT_NEAR(std::sqrt(sum2 / n), 0.5 * 0.87962566, 0.005);  // a normal truncated at 2 sigma
+  // The shape, not just two moments: P(|z| <= 1 | |z| <= 2) and P(z <= -0.5 | |z| <= 2).
+  EXPECT_NEAR(within_one / n, 0.682689492 / 0.954499736, 0.005);
+  EXPECT_NEAR(below_half / n, (0.308537539 - 0.022750132) / 0.954499736, 0.005);
 }
 
 TEST(Initializer, UniformZerosConstant) {
