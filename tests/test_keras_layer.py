@@ -27,8 +27,8 @@ class SumModel(keras.Model):
         super().__init__()
         self.embedding = SparseEmbedding(table)
 
-    def call(self, ids):
-        return keras.ops.sum(self.embedding(ids), axis=(1, 2))[:, None]
+    def call(self, ids, training=None):
+        return keras.ops.sum(self.embedding(ids, training=training), axis=(1, 2))[:, None]
 
 
 def test_output_shapes_and_only_weight_is_the_zero_trigger():
@@ -66,9 +66,10 @@ def test_model_fit_updates_the_table_exactly_once_per_step(policy):
     model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0)
     np.testing.assert_array_equal(table.pull(np.array([7]))[0], np.full(4, -0.5 * steps, np.float32))
     assert model.embedding.backward_trigger.numpy() == 0.0
-    # Inference inserts rows but never updates them.
-    model.predict(np.array([[8]], np.int64), verbose=0)
-    np.testing.assert_array_equal(table.pull(np.array([7, 8])), [[-0.5 * steps] * 4, [0.0] * 4])
+    # Inference (training=False) reads unseen ids as zero rows and inserts nothing.
+    predictions = model.predict(np.array([[7], [8]], np.int64), verbose=0)
+    np.testing.assert_array_equal(predictions[:, 0], [-0.5 * steps * 4, 0.0])
+    assert len(table) == 1
 
 
 def test_model_fit_decreases_loss_like_plain_keras_embedding():

@@ -90,6 +90,17 @@ def test_multi_hot_forward_matches_numpy(combiner, kind):
     np.testing.assert_array_equal(out[1], np.zeros(DIM, np.float32))  # empty row pools to zeros
 
 
+def test_lookup_without_insert_reads_unseen_ids_as_zero_rows():
+    table = make_table()
+    known = table.pull(np.array([5], np.int64))[0]
+    ids = tf.ragged.constant([[5, 6], [6]], dtype=tf.int64)
+    out = tf_ops.lookup(table, ids, combiner="sum", insert_missing=False).numpy()
+    np.testing.assert_array_equal(out, [known, np.zeros(DIM, np.float32)])
+    assert len(table) == 1
+    tf_ops.lookup(table, ids, combiner="sum")  # the default inserts
+    assert len(table) == 2
+
+
 def test_int32_ids_are_accepted_and_trailing_empty_sparse_rows_kept():
     table = make_table()
     out = tf_ops.lookup(table, tf.constant([[1, 2]], tf.int32), combiner="sum").numpy()

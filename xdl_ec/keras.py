@@ -29,7 +29,12 @@ class SparseEmbedding(keras.layers.Layer):
     each ``tape.gradient`` call reaching the lookup applies one table update.
 
     ``step`` (call argument): the optimizer step for this update (>= 1), or ``None``/0 for the table
-    handle's automatic counter (see :mod:`xdl_ec.tf_ops`).
+    handle's automatic counter (see :mod:`xdl_ec.tf_ops`). With ``training=False`` (Keras passes it in
+    ``predict``/``evaluate``; a subclassed model must forward its ``training`` argument) ids the table has
+    never seen read as zero rows and are not inserted, so evaluating on held-out data does not grow the
+    table; otherwise (``True`` or ``None``) missing ids are inserted with their initial rows, which is what
+    training needs (the forward pass then sees the rows the update applies to). Not XLA-compilable (Keras falls back to ``jit_compile=False``); ``mixed_float16`` is
+    refused because its loss scaling would reach the table.
     """
 
     def __init__(self, table: Any, combiner: Optional[str] = None, **kwargs: Any) -> None:
@@ -56,9 +61,10 @@ class SparseEmbedding(keras.layers.Layer):
     def combiner(self) -> str:
         return self._combiner
 
-    def call(self, ids: Union[tf.Tensor, tf.RaggedTensor, tf.SparseTensor], step: Optional[Any] = None) -> tf.Tensor:
+    def call(self, ids: Union[tf.Tensor, tf.RaggedTensor, tf.SparseTensor], step: Optional[Any] = None,
+             training: Optional[bool] = None) -> tf.Tensor:
         out = tf_ops.lookup(self._table, ids, combiner=self._combiner, trigger=self.backward_trigger.value,
-                            step=0 if step is None else step)
+                            step=0 if step is None else step, insert_missing=training is not False)
         # Rows are float32 in the table; under a mixed-precision policy the layer outputs its compute dtype.
         return out if self.compute_dtype == "float32" else tf.cast(out, self.compute_dtype)
 

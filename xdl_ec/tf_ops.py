@@ -30,7 +30,7 @@ from typing import Any, Optional, Union
 
 import tensorflow as tf
 
-__all__ = ["COMBINERS", "TFVersionMismatchError", "check_tf_version", "lookup", "normalize_combiner"]
+__all__ = ["COMBINERS", "TFVersionMismatchError", "check_tf_version", "gather", "lookup", "normalize_combiner"]
 
 COMBINERS = ("none", "sum", "mean", "sqrtn")
 
@@ -131,6 +131,7 @@ def lookup(
     trigger: Optional[Union[tf.Tensor, tf.Variable]] = None,
     step: Union[int, tf.Tensor] = 0,
     name: Optional[str] = None,
+    insert_missing: bool = True,
 ) -> tf.Tensor:
     """Look up ``ids`` in ``table`` (anything with ``.handle`` and ``.dim``, e.g. an EmbeddingTable).
 
@@ -138,7 +139,8 @@ def lookup(
     ``[batch, dim]`` pooled by ``"sum"``, ``"mean"`` or ``"sqrtn"``; ``tf.RaggedTensor`` / ``tf.SparseTensor``
     ids ``[batch, (n)]`` need a pooling combiner (empty rows pool to zeros). ``trigger`` (a float scalar,
     normally a zero trainable variable) makes the lookup differentiable; without it the result carries no
-    gradient and the table is never updated. ``step``: see the module docstring.
+    gradient and the table is never updated. ``step``: see the module docstring. ``insert_missing=False``
+    (inference) reads keys the table lacks as zero rows without inserting them.
     """
     combiner = normalize_combiner(combiner)
     try:
@@ -155,7 +157,7 @@ def lookup(
     with tf.name_scope(name or "xdl_ec_lookup"):
         embeddings, _, _ = _ops.xdl_ec_lookup(
             handle=tf.constant(handle, tf.int64), ids=values, row_splits=row_splits, step=step, trigger=trigger,
-            combiner=combiner, dim=dim)
+            combiner=combiner, dim=dim, insert_missing=bool(insert_missing))
     return embeddings
 
 
@@ -173,3 +175,33 @@ def _lookup_gradient(op: tf.Operation, grad: Any, *_unused: Any) -> list:
     with tf.control_dependencies([applied]):
         trigger_grad = tf.zeros_like(trigger)
     return [None, None, None, None, trigger_grad]
+
+
+def gather(rows: Any, inverse: Any, combiner: Optional[str] = None, row_splits: Any = None,
+           name: Optional[str] = None) -> tf.Tensor:
+    """The lookup over rows fed by the caller: ``rows[U, dim]`` are the rows of a batch's unique keys (pulled from
+    parameter servers) and ``inverse`` int32 gives, for every id, its row. Dense ``inverse [batch, n]`` gives
+    ``[batch, n, dim]`` for combiner ``"none"`` and ``[batch, dim]`` otherwise; a rank-1 ``inverse`` with
+    ``row_splits [batch + 1]`` is ragged (pooling combiners only).
+
+    Differentiable with respect to ``rows``: the gradient is the per-unique-row summed gradient ``[U, dim]``,
+    computed by the same C++ code (same float additions, same order) as the gradient of :func:`lookup`, so a
+    worker pushing it updates a table exactly as the single-process path does.
+    """
+    combiner = normalize_combiner(combiner)
+    rows = tf.convert_to_tensor(rows, tf.float32)
+    inverse = tf.convert_to_tensor(inverse)
+    if inverse.dtype != tf.int32:
+        raise TypeError(f"inverse must be int32 row indices, got dtype {inverse.dtype.name}")
+    row_splits = tf.zeros([0], tf.int64) if row_splits is None else tf.cast(row_splits, tf.int64)
+    with tf.name_scope(name or "xdl_ec_gather"):
+        return _ops.xdl_ec_gather(rows=rows, inverse=inverse, row_splits=row_splits, combiner=combiner)
+
+
+@tf.RegisterGradient("XdlEcGather")
+def _gather_gradient(op: tf.Operation, grad: Any) -> list:
+    rows, inverse, row_splits = op.inputs
+    grad = tf.convert_to_tensor(grad, tf.float32)
+    row_grads = _ops.xdl_ec_gather_gradient(grad=grad, rows=rows, inverse=inverse, row_splits=row_splits,
+                                            combiner=op.get_attr("combiner"))
+    return [row_grads, None, None]

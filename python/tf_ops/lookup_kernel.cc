@@ -1,11 +1,12 @@
-// XdlEcLookup's CPU kernel: dedup ids, ONE EmbeddingShard::Pull of the unique keys, then gather or
-// pool into the output. TF kernels run without the Python GIL, so the pull runs in parallel with
+// XdlEcLookup's CPU kernel: dedup ids, ONE EmbeddingShard::Pull (or Find, for inference without
+// inserts) of the unique keys, then gather or pool into the output. TF kernels run without the Python GIL, so the pull runs in parallel with
 // Python threads; the shard's own lock serialises it against pushes.
 #include <cstring>
 #include <exception>
 #include <vector>
 
 #include "id_segments.h"
+#include "row_gather.h"
 #include "shard_handle.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "unique_ids.h"
@@ -25,6 +26,7 @@ class LookupKernel : public OpKernel {
     std::string combiner;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("combiner", &combiner));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("insert_missing", &insert_missing_));
     combiner_ = ParseCombiner(combiner);
   }
 
@@ -56,47 +58,35 @@ class LookupKernel : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({num_unique}), &unique_keys));
     if (num_unique > 0) std::memcpy(unique_keys->flat<int64_t>().data(), keys.data(), keys.size() * sizeof(int64_t));
 
+    // Zero-filled: with insert_missing = false the rows of keys the table lacks stay zero.
     std::vector<float> rows(static_cast<size_t>(num_unique) * dim_);
     try {
-      shard->Pull(keys.data(), keys.size(), rows.data());
+      if (insert_missing_) {
+        shard->Pull(keys.data(), keys.size(), rows.data());
+      } else {
+        std::vector<uint8_t> found(keys.size());
+        shard->Find(keys.data(), keys.size(), rows.data(), found.data());
+      }
     } catch (const std::exception& e) {
       ctx->CtxFailure(InvalidArgument("XdlEcLookup: pull failed: ", e.what()));
       return;
     }
 
-    const size_t row_bytes = sizeof(float) * dim_;
+    TensorShape shape = ids.shape();
     if (combiner_ == Combiner::kNone) {
-      TensorShape shape = ids.shape();
       shape.AddDim(dim_);
-      Tensor* out = nullptr;
-      OP_REQUIRES_OK(ctx, ctx->allocate_output(0, shape, &out));
-      float* out_data = out->flat<float>().data();
-      for (int64_t i = 0; i < n; ++i) {
-        std::memcpy(out_data + i * dim_, rows.data() + static_cast<size_t>(inverse_data[i]) * dim_, row_bytes);
-      }
-      return;
+    } else {
+      shape = TensorShape({segments.batch(), dim_});
     }
     Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({segments.batch(), dim_}), &out));
-    float* out_data = out->flat<float>().data();
-    std::memset(out_data, 0, row_bytes * segments.batch());
-    for (int64_t b = 0; b < segments.batch(); ++b) {
-      float* acc = out_data + b * dim_;
-      const int64_t begin = segments.begin(b), end = segments.end(b);
-      for (int64_t p = begin; p < end; ++p) {
-        const float* row = rows.data() + static_cast<size_t>(inverse_data[p]) * dim_;
-        for (int64_t d = 0; d < dim_; ++d) acc[d] += row[d];
-      }
-      const float divisor = IdSegments::Divisor(combiner_, end - begin);
-      if (divisor != 1.0f) {
-        for (int64_t d = 0; d < dim_; ++d) acc[d] /= divisor;
-      }
-    }
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, shape, &out));
+    GatherRows(segments, combiner_, rows.data(), inverse_data, n, dim_, out->flat<float>().data());
   }
 
  private:
   Combiner combiner_ = Combiner::kNone;
   int64_t dim_ = 0;
+  bool insert_missing_ = true;
 };
 
 REGISTER_KERNEL_BUILDER(Name("XdlEcLookup").Device(tensorflow::DEVICE_CPU), LookupKernel);

@@ -81,11 +81,13 @@ REGISTER_OP("XdlEcLookup")
     .Output("inverse: int32")
     .Attr("combiner: {'none', 'sum', 'mean', 'sqrtn'}")
     .Attr("dim: int >= 1")
+    .Attr("insert_missing: bool = true")
     .SetIsStateful()
     .SetShapeFn(LookupShape)
     .Doc(R"doc(
-Looks up the rows of `ids` in the xdl-ec table `handle` (missing keys are inserted with their initial
-row) and pools them per example. Dense ids [batch, n] with row_splits = [] give [batch, n, dim] for
+Looks up the rows of `ids` in the xdl-ec table `handle` and pools them per example. Missing keys are
+inserted with their initial row, or with insert_missing = false (inference) read as zero rows and
+left out of the table. Dense ids [batch, n] with row_splits = [] give [batch, n, dim] for
 combiner 'none', else [batch, dim]; rank-1 ids with row_splits [batch + 1] (ragged) give [batch, dim].
 `trigger` is a zero float scalar that only puts this op on the gradient tape; `step` (0 = automatic)
 is forwarded to the gradient, which applies the table's optimizer.
