@@ -17,7 +17,7 @@ import dataclasses
 import math
 import os
 import time
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -152,19 +152,7 @@ class Trainer:
     # ---- training ---------------------------------------------------------------------------------------
     def _batches(self) -> Iterator[Batch]:
         """Train batches for the whole run (epochs, or steps cycling the data), in data order."""
-        cfg = self.config
-        epoch, steps = 0, 0
-        while (cfg.steps is None and epoch < cfg.epochs) or (cfg.steps is not None and steps < cfg.steps):
-            produced = False
-            for b in self.data.train_batches(cfg.batch_size):
-                produced = True
-                yield b
-                steps += 1
-                if cfg.steps is not None and steps == cfg.steps:
-                    return
-            if not produced:
-                raise ValueError("data: the train split is empty (every line bad, or too small a file)")
-            epoch += 1
+        return train_batch_stream(self.data, self.config)
 
     def fit(self) -> dict:
         """Runs the training loop; returns samples, steps, train_seconds, samples_per_sec (whole loop),
@@ -211,18 +199,11 @@ class Trainer:
     # ---- evaluation -------------------------------------------------------------------------------------
     def embeddings_for_eval(self, sparse: np.ndarray) -> np.ndarray:
         """Rows [B, 26, dim] of the keys without inserting any: unseen keys read as zero rows."""
-        unique, inverse = np.unique(sparse.reshape(-1), return_inverse=True)
-        rows, found = self.table.find(unique)
-        rows = np.where(np.asarray(found, dtype=bool)[:, None], rows, np.float32(0))
-        return rows[inverse].reshape(sparse.shape[0], NUM_SPARSE, self.config.emb_dim)
+        return rows_for_eval(self.table.find, sparse, self.config.emb_dim)
 
     def evaluate(self) -> dict:
         """AUC and log loss on the held-out split (None when it is empty or has one class only)."""
-        labels, probs = [], []
-        for b in self.data.eval_batches(max(self.config.batch_size, 4096)):
-            probs.append(self._predict(b.dense, self.embeddings_for_eval(b.sparse)).numpy())
-            labels.append(b.label)
-        return holdout_metrics(labels, probs)
+        return evaluate_holdout(self.data, self.config, self._predict, self.embeddings_for_eval)
 
     def digest(self) -> str:
         """``model_digest`` of the current state (see :mod:`xdl_ec.digest`)."""
@@ -239,6 +220,51 @@ class Trainer:
         report["bad_lines"] = self.data.bad_lines
         report["config"] = {**dataclasses.asdict(self.config), "data_source": self.data.description}
         return report
+
+
+def num_train_batches(data: TrainingData, config: TrainConfig) -> int:
+    """Batches a run trains on: ``steps``, else ``epochs`` passes over the train split."""
+    if config.steps is not None:
+        return config.steps
+    return config.epochs * math.ceil(data.num_train / config.batch_size)
+
+
+def train_batch_stream(data: TrainingData, config: TrainConfig, total: Optional[int] = None) -> Iterator[Batch]:
+    """The run's train batches in data order: ``epochs`` passes, or ``steps`` (or ``total``) batches cycling the
+    train split. Several workers split this one stream (worker i takes every W-th batch)."""
+    if total is None:
+        total = config.steps
+    epoch, produced_total = 0, 0
+    while (total is None and epoch < config.epochs) or (total is not None and produced_total < total):
+        produced = False
+        for b in data.train_batches(config.batch_size):
+            produced = True
+            yield b
+            produced_total += 1
+            if produced_total == total:
+                return
+        if not produced:
+            raise ValueError("data: the train split is empty (every line bad, or too small a file)")
+        epoch += 1
+
+
+def rows_for_eval(find: Callable[[np.ndarray], tuple], sparse: np.ndarray, dim: int) -> np.ndarray:
+    """Rows [B, 26, dim] of ``sparse`` keys read with ``find(unique_keys) -> (rows, found)`` (no insert): keys
+    never trained read as zero rows."""
+    unique, inverse = np.unique(sparse.reshape(-1), return_inverse=True)
+    rows, found = find(unique)
+    rows = np.where(np.asarray(found, dtype=bool)[:, None], rows, np.float32(0))
+    return rows[inverse].reshape(sparse.shape[0], NUM_SPARSE, dim)
+
+
+def evaluate_holdout(data: TrainingData, config: TrainConfig, predict: Callable[[Any, Any], Any],
+                     embeddings: Callable[[np.ndarray], np.ndarray]) -> dict:
+    """AUC and log loss of ``predict(dense, embeddings(sparse))`` on the held-out split."""
+    labels, probs = [], []
+    for b in data.eval_batches(max(config.batch_size, 4096)):
+        probs.append(np.asarray(predict(b.dense, embeddings(b.sparse))))
+        labels.append(b.label)
+    return holdout_metrics(labels, probs)
 
 
 def build_dense_part(config: TrainConfig) -> tuple[Any, Any]:

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "id_segments.h"
+#include "row_gather.h"
 #include "shard_handle.h"
 #include "step_counter.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -67,22 +68,8 @@ class ScatterGradientKernel : public OpKernel {
                                   num_unique, ")"));
     }
 
-    // Sum per unique key in position order: deterministic, and the order TF's segment sums use.
     std::vector<float> summed(static_cast<size_t>(num_unique) * dim, 0.0f);
-    const float* grad_data = grad.flat<float>().data();
-    for (int64_t b = 0; b < segments.batch(); ++b) {
-      const int64_t begin = segments.begin(b), end = segments.end(b);
-      const float divisor = IdSegments::Divisor(combiner_, end - begin);
-      for (int64_t p = begin; p < end; ++p) {
-        const float* g = grad_data + (combiner_ == Combiner::kNone ? p : b) * dim;
-        float* acc = summed.data() + static_cast<size_t>(inverse_data[p]) * dim;
-        if (divisor == 1.0f) {
-          for (int64_t d = 0; d < dim; ++d) acc[d] += g[d];
-        } else {
-          for (int64_t d = 0; d < dim; ++d) acc[d] += g[d] / divisor;
-        }
-      }
-    }
+    SumGradientPerUnique(segments, combiner_, grad.flat<float>().data(), inverse_data, dim, summed.data());
 
     int64_t applied = 0;
     if (num_unique > 0) {

@@ -1,0 +1,293 @@
+"""Where the roles run: :class:`LocalBackend` (objects in this process, the default) or :class:`RayBackend` (one Ray
+actor per role). Both expose the same small interface:
+
+- ``start(role, index, cls, *args)`` builds ``cls(*args)`` and returns a :class:`Handle`;
+- ``handle.call(method, *args)`` runs ``method`` on the object and returns a future-like (``result(timeout)``);
+  calls to one handle run one at a time, in submission order, as a Ray actor runs them;
+- ``kill(handle)`` ends the role with everything it held (Ray: the actor process is killed; local: the object is
+  dropped), and ``alive(handle)`` probes it.
+
+A call to a dead role raises :class:`ServerLost` or :class:`WorkerLost` naming role and index (Ray's
+``ActorDiedError``/``RayActorError`` are translated here, including when they surface inside another actor), so the
+layers above never see a transport's exception types.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import threading
+from typing import Any, Callable, Dict, List, Optional, Type
+
+DEFAULT_TIMEOUT = 300.0  # seconds a call may take before it counts as hung (a step is far shorter)
+
+
+class RoleLost(RuntimeError):
+    """A role (server or worker) died or stopped answering; names the role and its index."""
+
+    role = "role"
+
+    def __init__(self, index: int, reason: str = "") -> None:
+        self.index = int(index)
+        self.reason = reason
+        super().__init__(f"{self.role} {self.index} was lost" + (f": {reason}" if reason else ""))
+
+    def __reduce__(self) -> tuple:  # picklable across Ray processes with its own arguments
+        return (type(self), (self.index, self.reason))
+
+
+class ServerLost(RoleLost):
+    """A parameter server died (its process killed, or its object dropped)."""
+
+    role = "server"
+
+
+class WorkerLost(RoleLost):
+    """A worker died."""
+
+    role = "worker"
+
+
+class CallTimeout(TimeoutError):
+    """A call got no answer within its timeout: the role may be hung or dead (the scheduler decides)."""
+
+    def __init__(self, role: str, index: int, method: str, seconds: float) -> None:
+        self.role, self.index, self.method, self.seconds = role, int(index), method, float(seconds)
+        super().__init__(f"{role} {index} did not answer {method}() within {seconds:g} s")
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.role, self.index, self.method, self.seconds))
+
+
+LOST_ERRORS: Dict[str, Type[RoleLost]] = {"server": ServerLost, "worker": WorkerLost}
+
+
+def lost_error(role: str, index: int, reason: str) -> RoleLost:
+    if role not in LOST_ERRORS:
+        raise ValueError(f"role: must be one of {sorted(LOST_ERRORS)}, got {role!r}")
+    return LOST_ERRORS[role](index, reason)
+
+
+class Handle:
+    """One started role: ``role`` ('server' or 'worker'), ``index`` and a transport-specific ``call``."""
+
+    role: str
+    index: int
+
+    def call(self, method: str, *args: Any) -> Any:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+# ---- one process -------------------------------------------------------------------------------------
+class LocalFuture:
+    """A concurrent.futures.Future whose ``result`` raises CallTimeout instead of the stdlib TimeoutError."""
+
+    def __init__(self, future: concurrent.futures.Future, handle: "LocalHandle", method: str) -> None:
+        self._future, self._handle, self._method = future, handle, method
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def result(self, timeout: Optional[float] = DEFAULT_TIMEOUT) -> Any:
+        try:
+            return self._future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise CallTimeout(self._handle.role, self._handle.index, self._method, timeout) from None
+
+
+class LocalHandle(Handle):
+    """A role living in this process: its object plus one thread that runs its calls in order."""
+
+    def __init__(self, role: str, index: int, obj: Any) -> None:
+        self.role, self.index = role, index
+        self._obj: Any = obj
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"xdl-ec-{role}{index}")
+        self._lock = threading.Lock()
+
+    def _run(self, method: str, args: tuple) -> Any:
+        obj = self._obj
+        if obj is None:
+            raise lost_error(self.role, self.index, "its object was dropped")
+        return getattr(obj, method)(*args)
+
+    def call(self, method: str, *args: Any) -> LocalFuture:
+        with self._lock:
+            if self._obj is None:
+                future: concurrent.futures.Future = concurrent.futures.Future()
+                future.set_exception(lost_error(self.role, self.index, "its object was dropped"))
+                return LocalFuture(future, self, method)
+            return LocalFuture(self._executor.submit(self._run, method, args), self, method)
+
+    @property
+    def alive(self) -> bool:
+        return self._obj is not None
+
+    def drop(self) -> None:
+        """Drops the object with everything it held; queued and later calls raise the role's Lost error."""
+        with self._lock:
+            obj, self._obj = self._obj, None
+        if obj is not None and hasattr(obj, "close"):
+            obj.close()
+        self._executor.shutdown(wait=False)
+
+
+class LocalBackend:
+    """Every role as a plain object in this process (each with its own call thread, so servers work in parallel:
+    their batch calls release the GIL)."""
+
+    name = "local"
+
+    def __init__(self) -> None:
+        self._handles: List[LocalHandle] = []
+
+    def start(self, role: str, index: int, cls: Callable[..., Any], *args: Any) -> LocalHandle:
+        lost_error(role, index, "")  # validates the role name
+        handle = LocalHandle(role, index, cls(*args))
+        self._handles.append(handle)
+        return handle
+
+    def kill(self, handle: LocalHandle) -> None:
+        handle.drop()
+
+    def alive(self, handle: LocalHandle, timeout: float = 5.0) -> bool:
+        return handle.alive
+
+    def shutdown(self) -> None:
+        for handle in self._handles:
+            handle.drop()
+        self._handles.clear()
+
+
+# ---- Ray ---------------------------------------------------------------------------------------------
+def _translate_ray_error(err: BaseException, role: str, index: int) -> BaseException:
+    """The error a caller of (role, index) should see for a Ray exception ``err``."""
+    import ray.exceptions as rex
+
+    if isinstance(err, rex.RayTaskError):
+        cause = getattr(err, "cause", None)
+        if isinstance(cause, (RoleLost, CallTimeout)):
+            return cause  # raised inside the actor (e.g. a worker that lost a server): keep its own naming
+        if cause is not None:
+            return cause
+    if isinstance(err, (rex.ActorDiedError, rex.RayActorError, rex.ActorUnavailableError)):
+        return lost_error(role, index, f"its Ray actor died ({type(err).__name__})")
+    return err
+
+
+class RayFuture:
+    """An ObjectRef of one actor call; ``result`` is ``ray.get`` with a timeout and error translation."""
+
+    def __init__(self, ref: Any, role: str, index: int, method: str) -> None:
+        self.ref, self.role, self.index, self.method = ref, role, index, method
+
+    def done(self) -> bool:
+        import ray
+
+        ready, _ = ray.wait([self.ref], timeout=0)
+        return bool(ready)
+
+    def result(self, timeout: Optional[float] = DEFAULT_TIMEOUT) -> Any:
+        import ray
+        import ray.exceptions as rex
+
+        try:
+            return ray.get(self.ref, timeout=timeout)
+        except rex.GetTimeoutError:
+            raise CallTimeout(self.role, self.index, self.method, timeout) from None
+        except rex.RayError as err:
+            raise _translate_ray_error(err, self.role, self.index) from None
+
+
+class RayHandle(Handle):
+    """A role living in a Ray actor. Picklable (the actor handle is), so workers receive the servers' handles."""
+
+    def __init__(self, role: str, index: int, actor: Any) -> None:
+        self.role, self.index, self.actor = role, index, actor
+
+    def call(self, method: str, *args: Any) -> RayFuture:
+        return RayFuture(getattr(self.actor, method).remote(*args), self.role, self.index, method)
+
+
+class RayBackend:
+    """Every role as a Ray actor (``num_cpus=0``: roles are I/O- and TF-bound processes, not Ray tasks to pack;
+    no restarts: a dead role is reported, fault tolerance decides what to do). ``address=None`` starts a local
+    Ray when none is running; ``ray.init`` is skipped when this process is already connected."""
+
+    name = "ray"
+
+    def __init__(self, address: Optional[str] = None, num_cpus: Optional[int] = None) -> None:
+        import ray
+
+        self._started_ray = False
+        if not ray.is_initialized():
+            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+            kwargs: Dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+            if address is None:
+                kwargs["num_cpus"] = num_cpus if num_cpus is not None else os.cpu_count()
+                # Actors must import xdl_ec the way this process does (a development stage on PYTHONPATH).
+                kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}}
+            ray.init(address=address, **kwargs)
+            self._started_ray = True
+        self._handles: List[RayHandle] = []
+
+    def start(self, role: str, index: int, cls: Callable[..., Any], *args: Any) -> RayHandle:
+        import ray
+
+        lost_error(role, index, "")
+        actor_cls = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)(cls)
+        handle = RayHandle(role, index, actor_cls.remote(*args))
+        self._handles.append(handle)
+        return handle
+
+    def kill(self, handle: RayHandle) -> None:
+        """Kills the actor's process (SIGKILL semantics: nothing it held survives)."""
+        import ray
+
+        ray.kill(handle.actor, no_restart=True)
+
+    def alive(self, handle: RayHandle, timeout: float = 5.0) -> bool:
+        """True when the actor answers a ping within ``timeout``."""
+        try:
+            handle.call("ping").result(timeout)
+            return True
+        except (RoleLost, CallTimeout):
+            return False
+
+    def shutdown(self) -> None:
+        import ray
+
+        for handle in self._handles:
+            try:
+                ray.kill(handle.actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - already dead
+                pass
+        self._handles.clear()
+        if self._started_ray:
+            ray.shutdown()
+            self._started_ray = False
+
+
+def wait_first(futures: List[Any], timeout: Optional[float] = DEFAULT_TIMEOUT) -> List[Any]:
+    """The futures of ``futures`` that are done, waiting up to ``timeout`` for at least one (all of one backend)."""
+    if not futures:
+        return []
+    if isinstance(futures[0], RayFuture):
+        import ray
+
+        ready, _ = ray.wait([f.ref for f in futures], num_returns=1, timeout=timeout)
+        ready_ids = {r.hex() for r in ready}
+        return [f for f in futures if f.ref.hex() in ready_ids]
+    concurrent.futures.wait([f._future for f in futures], timeout=timeout,
+                            return_when=concurrent.futures.FIRST_COMPLETED)
+    return [f for f in futures if f.done()]
+
+
+def make_backend(name: str, address: Optional[str] = None) -> Any:
+    """``local`` or ``ray`` (``address``: an existing Ray cluster; None starts a local one)."""
+    if name == "local":
+        if address is not None:
+            raise ValueError("address: only the ray backend takes a Ray address")
+        return LocalBackend()
+    if name == "ray":
+        return RayBackend(address)
+    raise ValueError(f"backend: must be 'local' or 'ray', got {name!r}")

@@ -1,0 +1,138 @@
+"""PSClient: the worker's side of the parameter servers (ps-lite's KVWorker).
+
+Keys are routed to servers by ``KeyRouter::ServerOf`` (a salted 64-bit hash, the same in every process and every
+run, never ``key % N``); each call sends ONE batched request per server, all issued before any is awaited (so the
+servers work concurrently), and reassembles the answers in the caller's key order. ``pull_async`` returns at
+once, which is how a worker prefetches the next batch's rows while TF computes the current step.
+
+Pushes carry a per-server sequence number (1, 2, ...). ``push_log`` (optional, off by default) keeps every push
+until a later ``forget(server, seq)``: the seam for replaying non-durable pushes to a rebuilt server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .. import _core
+from ..table import as_keys
+from .backend import DEFAULT_TIMEOUT, Handle
+
+
+def route(keys: np.ndarray, num_servers: int) -> List[np.ndarray]:
+    """For each server, the positions in ``keys`` of the keys it owns (ascending)."""
+    servers = _core.server_of(keys, num_servers)
+    order = np.argsort(servers, kind="stable")
+    bounds = np.searchsorted(servers[order], np.arange(num_servers + 1))
+    return [order[bounds[s]:bounds[s + 1]] for s in range(num_servers)]
+
+
+@dataclasses.dataclass
+class LoggedPush:
+    table: str
+    keys: np.ndarray
+    grads: np.ndarray
+    step: int
+    participants: int
+
+
+class PendingRows:
+    """Rows of a pull in flight: ``result()`` waits for every server's answer and reassembles them."""
+
+    def __init__(self, futures: List[Tuple[np.ndarray, Any]], n: int, dim: int, timeout: Optional[float]) -> None:
+        self._futures, self._n, self._dim, self._timeout = futures, n, dim, timeout
+        self._rows: Optional[np.ndarray] = None
+
+    def result(self) -> np.ndarray:
+        if self._rows is None:
+            rows = np.empty((self._n, self._dim), dtype=np.float32)
+            for positions, future in self._futures:
+                rows[positions] = future.result(self._timeout)
+            self._rows = rows
+        return self._rows
+
+
+class PSClient:
+    """Pull/push by batches of keys against ``servers`` (handles from a backend, index i = server i).
+
+    ``worker`` is this client's sender id in pushes. Byte counters: ``bytes_pulled`` (rows received),
+    ``bytes_pushed`` (keys and gradients sent), ``bytes_requested`` (keys sent in pulls).
+    """
+
+    def __init__(self, servers: Sequence[Handle], worker: int = 0, timeout: Optional[float] = DEFAULT_TIMEOUT,
+                 push_log: bool = False) -> None:
+        if not servers:
+            raise ValueError("servers: need at least one server handle")
+        self.servers = list(servers)
+        self.worker = worker
+        self.timeout = timeout
+        self._seq = [0] * len(self.servers)
+        self.push_log: Optional[Dict[int, Dict[int, LoggedPush]]] = {s: {} for s in range(len(servers))} if push_log else None
+        self.bytes_pulled = 0
+        self.bytes_requested = 0
+        self.bytes_pushed = 0
+
+    @property
+    def num_servers(self) -> int:
+        return len(self.servers)
+
+    def pull_async(self, table: str, keys: Any, dim: int) -> PendingRows:
+        """Starts pulling the rows of ``keys`` (inserting missing ones on their servers); returns at once."""
+        keys = as_keys(keys)
+        futures = []
+        for server, positions in enumerate(route(keys, self.num_servers)):
+            if positions.size:
+                part = keys[positions]
+                futures.append((positions, self.servers[server].call("pull", table, part)))
+                self.bytes_requested += part.nbytes
+        self.bytes_pulled += keys.size * dim * 4
+        return PendingRows(futures, keys.size, dim, self.timeout)
+
+    def pull(self, table: str, keys: Any, dim: int) -> np.ndarray:
+        """Rows float32[len(keys), dim] of ``keys``, in their order."""
+        return self.pull_async(table, keys, dim).result()
+
+    def find(self, table: str, keys: Any, dim: int) -> Tuple[np.ndarray, np.ndarray]:
+        """(rows, found) without inserting: rows of keys no server holds are zeros."""
+        keys = as_keys(keys)
+        rows = np.zeros((keys.size, dim), dtype=np.float32)
+        found = np.zeros(keys.size, dtype=bool)
+        futures = [(positions, self.servers[s].call("find", table, keys[positions]))
+                   for s, positions in enumerate(route(keys, self.num_servers)) if positions.size]
+        for positions, future in futures:
+            part_rows, part_found = future.result(self.timeout)
+            rows[positions] = part_rows
+            found[positions] = np.asarray(part_found, dtype=bool)
+        return rows, found
+
+    def push(self, table: str, keys: Any, grads: np.ndarray, step: int, participants: int = 1) -> List[Any]:
+        """Pushes per-key gradients (keys unique) to their servers; returns the servers' acks.
+
+        With ``participants > 1`` (sync mode) every server gets a request, empty when it owns none of the keys,
+        since it waits for one push per participant before applying the step."""
+        keys = as_keys(keys)
+        grads = np.ascontiguousarray(grads, dtype=np.float32)
+        if grads.ndim != 2 or grads.shape[0] != keys.size:
+            raise ValueError(f"grads: must be [len(keys), dim] = [{keys.size}, dim], got {grads.shape}")
+        futures = []
+        for server, positions in enumerate(route(keys, self.num_servers)):
+            if positions.size == 0 and participants == 1:
+                continue
+            part_keys, part_grads = keys[positions], grads[positions]
+            self._seq[server] += 1
+            seq = self._seq[server]
+            if self.push_log is not None:
+                self.push_log[server][seq] = LoggedPush(table, part_keys, part_grads, step, participants)
+            futures.append(self.servers[server].call("push", table, part_keys, part_grads, step, self.worker, seq,
+                                                     participants))
+            self.bytes_pushed += part_keys.nbytes + part_grads.nbytes
+        return [f.result(self.timeout) for f in futures]
+
+    def forget(self, server: int, seq: int) -> None:
+        """Drops logged pushes to ``server`` up to ``seq`` (they are durable there)."""
+        if self.push_log is not None:
+            log = self.push_log[server]
+            for s in [s for s in log if s <= seq]:
+                del log[s]

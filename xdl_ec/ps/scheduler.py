@@ -1,0 +1,89 @@
+"""Scheduler: owns the cluster map (servers, workers, tables, a version bumped on every change), starts and
+replaces roles through a backend, and is the ONE place that decides a role is dead.
+
+Anyone who sees a call fail (a worker whose pull raised :class:`ServerLost`, the driver whose step call timed out)
+hands the error to :meth:`Scheduler.confirm_failure`, which probes the role and, when it is really gone, marks it
+dead in the map and returns the error to stop on (or, with fault tolerance, to recover from: issue 6 replaces the
+server through :meth:`replace_server`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+from .backend import CallTimeout, Handle, RoleLost, lost_error
+from .server import ParameterServer, TableSpec
+
+PROBE_TIMEOUT = 5.0  # seconds a live role takes at most to answer a ping between two calls
+
+
+class Scheduler:
+    """Starts ``num_servers`` :class:`ParameterServer` roles holding ``tables`` on ``backend``."""
+
+    def __init__(self, backend: Any, num_servers: int, tables: Sequence[TableSpec]) -> None:
+        if isinstance(num_servers, bool) or not isinstance(num_servers, int) or num_servers < 1:
+            raise ValueError(f"num_servers: must be a positive int, got {num_servers!r}")
+        self.backend = backend
+        self.tables: Tuple[TableSpec, ...] = tuple(tables)
+        self.version = 0
+        self.servers: List[Handle] = [backend.start("server", i, ParameterServer, i, self.tables)
+                                      for i in range(num_servers)]
+        self.workers: List[Handle] = []
+        self.dead: Dict[Tuple[str, int], str] = {}
+        for server in self.servers:  # a server that cannot start fails here, not in the first step
+            server.call("ping").result(60.0)
+
+    def start_workers(self, count: int, factory: Callable[..., Any], args_of: Callable[[int], tuple]) -> List[Handle]:
+        """Starts ``count`` workers ``factory(*args_of(i))``."""
+        self.workers = [self.backend.start("worker", i, factory, *args_of(i)) for i in range(count)]
+        self.version += 1
+        return self.workers
+
+    def cluster_map(self) -> Dict[str, Any]:
+        """Servers and workers with their state, tables, and the map's version."""
+        def entry(role: str, h: Handle) -> Dict[str, Any]:
+            return {"index": h.index, "alive": (role, h.index) not in self.dead}
+        return {"version": self.version, "tables": [t.name for t in self.tables],
+                "servers": [entry("server", h) for h in self.servers],
+                "workers": [entry("worker", h) for h in self.workers]}
+
+    def _handle(self, role: str, index: int) -> Handle:
+        handles = self.servers if role == "server" else self.workers
+        if not 0 <= index < len(handles):
+            raise IndexError(f"index: no {role} {index} (there are {len(handles)})")
+        return handles[index]
+
+    def kill(self, role: str, index: int) -> None:
+        """Kills a role (failure injection): its process on Ray, its object in one process."""
+        self.backend.kill(self._handle(role, index))
+
+    def confirm_failure(self, error: Union[RoleLost, CallTimeout]) -> Optional[RoleLost]:
+        """Decides whether the role behind ``error`` is dead: a :class:`RoleLost` for a dead role (marked in the
+        map), None when it still answers (a slow call, not a death)."""
+        role, index = (error.role, error.index)
+        handle = self._handle(role, index)
+        if (role, index) not in self.dead and self.backend.alive(handle, PROBE_TIMEOUT):
+            return None
+        reason = error.reason if isinstance(error, RoleLost) else f"no answer to {error.method}() nor to a ping"
+        if (role, index) not in self.dead:
+            self.dead[(role, index)] = reason
+            self.version += 1
+        return lost_error(role, index, reason)
+
+    def replace_server(self, index: int) -> Handle:
+        """Starts a fresh, empty server ``index`` in place of a dead one (its state is rebuilt by recovery)."""
+        handle = self.backend.start("server", index, ParameterServer, index, self.tables)
+        self.servers[index] = handle
+        self.dead.pop(("server", index), None)
+        self.version += 1
+        return handle
+
+    def server_stats(self) -> List[Dict[str, Any]]:
+        return [f.result(60.0) for f in [s.call("stats") for s in self.servers]]
+
+    def exports(self, table: str) -> List[Dict[str, Any]]:
+        """Every server's rows of ``table`` (for the digest and checkpoints)."""
+        return [f.result(300.0) for f in [s.call("export", table) for s in self.servers]]
+
+    def shutdown(self) -> None:
+        self.backend.shutdown()

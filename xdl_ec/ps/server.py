@@ -1,0 +1,185 @@
+"""ParameterServer: one embedding shard per table, pulled from and pushed to by batches of keys.
+
+A plain object: it knows nothing of threads, Ray or the network, so the same class runs inside this process
+(:class:`xdl_ec.ps.backend.LocalBackend`) and inside a Ray actor (:class:`xdl_ec.ps.backend.RayBackend`); the
+backend serialises calls to one server (an actor runs one call at a time), and the lock below keeps it safe when
+it is called directly from several threads.
+
+Sync mode (``participants > 1``): the pushes of one step from several workers are buffered until all
+``participants`` arrived, then applied as ONE shard push of the concatenation in worker order, each worker's
+gradients divided by ``participants`` (the mean over the global batch, like the dense gradients). The shard sums
+duplicate keys in that fixed order, so the result does not depend on which worker's push arrived first.
+
+Seams for fault tolerance (issue 6): every push carries the sender's sequence number and is answered by a
+:class:`PushAck` naming it; ``last_seq`` records how far each sender's pushes were accepted, so a replayed push is
+recognised and a rebuilt server can tell the workers where to resume.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any, Dict, Tuple
+
+import numpy as np
+
+from .. import init as init_module
+from .. import optim as optim_module
+from ..table import EmbeddingTable, as_keys, as_rows
+
+
+@dataclasses.dataclass(frozen=True)
+class TableSpec:
+    """How to build one table's shard on every server (picklable: it travels to Ray actors)."""
+
+    name: str
+    dim: int
+    optimizer: optim_module.Optimizer
+    initializer: init_module.Initializer
+    seed: int = 0
+    block_slots: int = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class PushAck:
+    """A server's answer to a push: ``applied`` is False while a sync step waits for other workers' pushes."""
+
+    server: int
+    worker: int
+    seq: int
+    step: int
+    applied: bool
+
+
+class ParameterServer:
+    """Server ``index`` of a cluster: one shard per table (the keys the router assigns it), byte counters, stats."""
+
+    def __init__(self, index: int, tables: Tuple[TableSpec, ...] = ()) -> None:
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise ValueError(f"index: must be a non-negative int, got {index!r}")
+        self.index = index
+        self._tables: Dict[str, EmbeddingTable] = {}
+        self._lock = threading.Lock()
+        # (table, step) -> {worker: (keys, grads)} of a sync step still waiting for pushes
+        self._pending: Dict[Tuple[str, int], Dict[int, Tuple[np.ndarray, np.ndarray]]] = {}
+        self.last_seq: Dict[int, int] = {}
+        self._counters = {"bytes_in": 0, "bytes_out": 0, "pulls": 0, "pushes": 0, "keys_pulled": 0,
+                          "keys_pushed": 0, "steps_applied": 0}
+        for spec in tables:
+            self.create_table(spec)
+
+    # ---- tables ---------------------------------------------------------------------------------------
+    def create_table(self, spec: TableSpec) -> None:
+        """Adds a table's (empty) shard; ValueError when a table of that name exists."""
+        if not isinstance(spec, TableSpec):
+            raise TypeError(f"spec must be a TableSpec, got {type(spec).__name__}")
+        with self._lock:
+            if spec.name in self._tables:
+                raise ValueError(f"table {spec.name!r} already exists on server {self.index}")
+            self._tables[spec.name] = EmbeddingTable(spec.name, spec.dim, optimizer=spec.optimizer,
+                                                     initializer=spec.initializer, seed=spec.seed,
+                                                     block_slots=spec.block_slots)
+
+    def _table(self, name: str) -> EmbeddingTable:
+        table = self._tables.get(name)
+        if table is None:
+            raise ValueError(f"table: server {self.index} has no table {name!r} (tables: {sorted(self._tables)})")
+        return table
+
+    def ping(self) -> int:
+        """Answers its index: the liveness probe of the scheduler."""
+        return self.index
+
+    # ---- training path --------------------------------------------------------------------------------
+    def pull(self, table: str, keys: Any) -> np.ndarray:
+        """Rows float32[len(keys), dim], inserting missing keys with their initial rows."""
+        t = self._table(table)
+        keys = as_keys(keys)
+        rows = t.pull(keys)
+        with self._lock:
+            c = self._counters
+            c["pulls"] += 1
+            c["keys_pulled"] += keys.size
+            c["bytes_in"] += keys.nbytes
+            c["bytes_out"] += rows.nbytes
+        return rows
+
+    def find(self, table: str, keys: Any) -> Tuple[np.ndarray, np.ndarray]:
+        """(rows, found) without inserting (evaluation): missing rows are zeros."""
+        t = self._table(table)
+        keys = as_keys(keys)
+        rows, found = t.find(keys)
+        with self._lock:
+            self._counters["bytes_in"] += keys.nbytes
+            self._counters["bytes_out"] += rows.nbytes + np.asarray(found).nbytes
+        return rows, found
+
+    def push(self, table: str, keys: Any, grads: Any, step: int, worker: int = 0, seq: int = 0,
+             participants: int = 1) -> PushAck:
+        """Applies per-key gradients at optimizer ``step`` (1-based), or buffers them until all ``participants``
+        workers pushed ``step`` (sync mode; see the module docstring). Bad input raises and changes nothing."""
+        t = self._table(table)
+        keys = as_keys(keys)
+        grads = as_rows(grads, keys.size, t.dim, "grads", "dim")
+        for name, value, low in (("step", step, 1), ("worker", worker, 0), ("seq", seq, 0), ("participants", participants, 1)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"{name}: must be an int >= {low}, got {value!r}")
+        if worker >= participants:
+            raise ValueError(f"worker: {worker} is not below participants ({participants})")
+        step, worker, seq, participants = int(step), int(worker), int(seq), int(participants)
+        if not np.all(np.isfinite(grads)):
+            raise ValueError(f"grads: NaN or Inf in the push of worker {worker} at step {step}; table unchanged")
+        with self._lock:
+            self._counters["pushes"] += 1
+            self._counters["keys_pushed"] += keys.size
+            self._counters["bytes_in"] += keys.nbytes + grads.nbytes
+            if participants == 1:
+                t.push(keys, grads, step=step)
+                self._counters["steps_applied"] += 1
+                applied = True
+            else:
+                pending = self._pending.setdefault((table, step), {})
+                if worker in pending:
+                    raise ValueError(f"worker {worker} already pushed step {step} of table {table!r} to server "
+                                     f"{self.index}")
+                pending[worker] = (keys, grads)
+                applied = len(pending) == participants
+                if applied:
+                    del self._pending[(table, step)]
+                    self._apply_merged(t, pending, step, participants)
+            self.last_seq[worker] = max(seq, self.last_seq.get(worker, 0))
+        return PushAck(self.index, worker, seq, step, applied)
+
+    def _apply_merged(self, table: EmbeddingTable, pushes: Dict[int, Tuple[np.ndarray, np.ndarray]], step: int,
+                      participants: int) -> None:
+        order = sorted(pushes)
+        keys = np.concatenate([pushes[w][0] for w in order])
+        grads = np.concatenate([pushes[w][1] / np.float32(participants) for w in order])
+        table.push(keys, grads, step=step)
+        self._counters["steps_applied"] += 1
+
+    # ---- state ----------------------------------------------------------------------------------------
+    def export(self, table: str) -> Dict[str, np.ndarray]:
+        """Every live row of the table: dict(keys, values, state)."""
+        return self._table(table).export()
+
+    def size(self, table: str) -> int:
+        return len(self._table(table))
+
+    def stats(self) -> Dict[str, Any]:
+        """Counters (bytes in/out, pulls, pushes, keys), rows per table and pending sync steps."""
+        with self._lock:
+            out: Dict[str, Any] = dict(self._counters)
+            out["pending_steps"] = len(self._pending)
+        out["index"] = self.index
+        out["rows"] = {name: len(t) for name, t in self._tables.items()}
+        return out
+
+    def close(self) -> None:
+        """Releases the shards (unregisters them from the process registry). Idempotent."""
+        with self._lock:
+            for t in self._tables.values():
+                t.close()
+            self._tables.clear()
+            self._pending.clear()
+
