@@ -30,7 +30,9 @@ LR, EPS, ACC0 = 0.01, 1e-7, 0.1
 
 
 def best_seconds(fn: Callable[[], None], repeats: int) -> float:
-    fn()  # warm: caches, page faults, tf.function tracing
+    """Best of `repeats` timings after one warm-up call (caches, page faults, tf.function tracing).
+    Local, not shared with bench_codec.py: benches run with python -P, so they cannot import each other."""
+    fn()
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()

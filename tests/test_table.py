@@ -41,6 +41,9 @@ def test_pull_inserts_rows_that_depend_on_seed_and_key_only() -> None:
         np.testing.assert_array_equal(rows_a[i], _core.initialize_row(a.initializer.to_config(), 5, int(k), 8))
     assert not np.array_equal(rows_a, table(seed=6).pull(keys))
     assert len(a) == 5
+    c = table()
+    dup = c.pull([42, 42, 42])  # a new key repeated in one pull is inserted once
+    assert len(c) == 1 and np.array_equal(dup[0], dup[1]) and np.array_equal(dup[0], dup[2])
     np.testing.assert_array_equal(a.pull(keys), rows_a)  # a second pull inserts nothing
     assert len(a) == 5
 

@@ -8,37 +8,20 @@ lands in (exact replay, resharding, recovery).
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 from typing import Any, Union
 
 from . import _core
+from .hyperparameter import HyperParameters, real
 
 __all__ = ["Initializer", "Zeros", "Constant", "RandomUniform", "TruncatedNormal", "get", "NAMES"]
 
 
-def _real(cls: str, name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{cls}: {name} must be a real number, got {type(value).__name__}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{cls}: {name} must be finite, got {value}")
-    return value
-
-
-class Initializer:
+class Initializer(HyperParameters):
     """Base of the row initialisers: validated settings convertible to the core's config."""
-
-    kind: Any = None
 
     def to_config(self) -> "_core.InitializerConfig":
         """The ``_core.InitializerConfig`` for a shard."""
-        config = _core.InitializerConfig()
-        config.kind = self.kind
-        for field in dataclasses.fields(self):
-            setattr(config, field.name, getattr(self, field.name))
-        config.validate()
-        return config
+        return self._fill(_core.InitializerConfig())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +39,7 @@ class Constant(Initializer):
     kind = _core.InitializerKind.CONSTANT
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "value", _real("Constant", "value", self.value))
+        object.__setattr__(self, "value", real("Constant", "value", self.value))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,8 +51,8 @@ class RandomUniform(Initializer):
     kind = _core.InitializerKind.UNIFORM
 
     def __post_init__(self) -> None:
-        lo = _real("RandomUniform", "minval", self.minval)
-        hi = _real("RandomUniform", "maxval", self.maxval)
+        lo = real("RandomUniform", "minval", self.minval)
+        hi = real("RandomUniform", "maxval", self.maxval)
         if not lo < hi:
             raise ValueError(f"RandomUniform: minval must be < maxval, got minval={lo}, maxval={hi}")
         object.__setattr__(self, "minval", lo)
@@ -85,8 +68,8 @@ class TruncatedNormal(Initializer):
     kind = _core.InitializerKind.TRUNCATED_NORMAL
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "mean", _real("TruncatedNormal", "mean", self.mean))
-        stddev = _real("TruncatedNormal", "stddev", self.stddev)
+        object.__setattr__(self, "mean", real("TruncatedNormal", "mean", self.mean))
+        stddev = real("TruncatedNormal", "stddev", self.stddev)
         if stddev <= 0.0:
             raise ValueError(f"TruncatedNormal: stddev must be > 0, got {stddev}")
         object.__setattr__(self, "stddev", stddev)

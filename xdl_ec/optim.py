@@ -9,48 +9,22 @@ SGD none; Momentum accum[dim]; Adagrad accum[dim]; Adam m[dim], v[dim]; FTRL acc
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 from typing import Any, Union
 
 from . import _core
+from .hyperparameter import HyperParameters, at_least, real
 
 __all__ = ["Optimizer", "SGD", "Momentum", "Adagrad", "Adam", "Ftrl", "get", "NAMES"]
 
 
-def _real(cls: str, name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{cls}: {name} must be a real number, got {type(value).__name__}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{cls}: {name} must be finite, got {value}")
-    return value
-
-
-def _at_least(cls: str, name: str, value: Any, low: float = 0.0, strict: bool = False) -> float:
-    value = _real(cls, name, value)
-    if value < low or (strict and value == low):
-        op = ">" if strict else ">="
-        raise ValueError(f"{cls}: {name} must be {op} {low}, got {value}")
-    return value
-
-
-class Optimizer:
+class Optimizer(HyperParameters):
     """Base of the sparse optimizers: validated hyper-parameters convertible to the core's config."""
 
-    kind: Any = None
+    core_names = {"initial_accumulator_value": "initial_accumulator"}
 
     def to_config(self) -> "_core.OptimizerConfig":
         """The ``_core.OptimizerConfig`` for a shard (validated again by the core)."""
-        config = _core.OptimizerConfig()
-        config.kind = self.kind
-        for field in dataclasses.fields(self):
-            setattr(config, _CORE_NAMES.get(field.name, field.name), getattr(self, field.name))
-        config.validate()
-        return config
-
-
-_CORE_NAMES = {"initial_accumulator_value": "initial_accumulator"}
+        return self._fill(_core.OptimizerConfig())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +35,7 @@ class SGD(Optimizer):
     kind = _core.OptimizerKind.SGD
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "learning_rate", _at_least("SGD", "learning_rate", self.learning_rate))
+        object.__setattr__(self, "learning_rate", at_least("SGD", "learning_rate", self.learning_rate))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,8 +48,8 @@ class Momentum(Optimizer):
     kind = _core.OptimizerKind.MOMENTUM
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "learning_rate", _at_least("Momentum", "learning_rate", self.learning_rate))
-        object.__setattr__(self, "momentum", _at_least("Momentum", "momentum", self.momentum))
+        object.__setattr__(self, "learning_rate", at_least("Momentum", "learning_rate", self.learning_rate))
+        object.__setattr__(self, "momentum", at_least("Momentum", "momentum", self.momentum))
         if not isinstance(self.use_nesterov, bool):
             raise TypeError(f"Momentum: use_nesterov must be a bool, got {type(self.use_nesterov).__name__}")
 
@@ -90,10 +64,10 @@ class Adagrad(Optimizer):
     kind = _core.OptimizerKind.ADAGRAD
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "learning_rate", _at_least("Adagrad", "learning_rate", self.learning_rate))
+        object.__setattr__(self, "learning_rate", at_least("Adagrad", "learning_rate", self.learning_rate))
         object.__setattr__(self, "initial_accumulator_value",
-                           _at_least("Adagrad", "initial_accumulator_value", self.initial_accumulator_value))
-        object.__setattr__(self, "epsilon", _at_least("Adagrad", "epsilon", self.epsilon))
+                           at_least("Adagrad", "initial_accumulator_value", self.initial_accumulator_value))
+        object.__setattr__(self, "epsilon", at_least("Adagrad", "epsilon", self.epsilon))
         if self.initial_accumulator_value == 0.0 and self.epsilon == 0.0:
             raise ValueError("Adagrad: initial_accumulator_value and epsilon cannot both be 0")
 
@@ -109,13 +83,13 @@ class Adam(Optimizer):
     kind = _core.OptimizerKind.ADAM
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "learning_rate", _at_least("Adam", "learning_rate", self.learning_rate))
+        object.__setattr__(self, "learning_rate", at_least("Adam", "learning_rate", self.learning_rate))
         for name in ("beta1", "beta2"):
-            value = _at_least("Adam", name, getattr(self, name))
+            value = at_least("Adam", name, getattr(self, name))
             if value >= 1.0:
                 raise ValueError(f"Adam: {name} must be in [0, 1), got {value}")
             object.__setattr__(self, name, value)
-        object.__setattr__(self, "epsilon", _at_least("Adam", "epsilon", self.epsilon, strict=True))
+        object.__setattr__(self, "epsilon", at_least("Adam", "epsilon", self.epsilon, strict=True))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,13 +105,13 @@ class Ftrl(Optimizer):
     kind = _core.OptimizerKind.FTRL
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "learning_rate", _at_least("Ftrl", "learning_rate", self.learning_rate, strict=True))
-        power = _real("Ftrl", "learning_rate_power", self.learning_rate_power)
+        object.__setattr__(self, "learning_rate", at_least("Ftrl", "learning_rate", self.learning_rate, strict=True))
+        power = real("Ftrl", "learning_rate_power", self.learning_rate_power)
         if power > 0.0:
             raise ValueError(f"Ftrl: learning_rate_power must be <= 0, got {power}")
         object.__setattr__(self, "learning_rate_power", power)
         for name in ("initial_accumulator_value", "l1", "l2", "l2_shrinkage"):
-            object.__setattr__(self, name, _at_least("Ftrl", name, getattr(self, name)))
+            object.__setattr__(self, name, at_least("Ftrl", name, getattr(self, name)))
 
 
 NAMES = {"sgd": SGD, "momentum": Momentum, "adagrad": Adagrad, "adam": Adam, "ftrl": Ftrl}

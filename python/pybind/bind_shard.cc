@@ -321,7 +321,8 @@ void BindShard(py::module_& m) {
       .def("begin_restore", &BeginRestore, py::arg("keys"), py::arg("slots"), py::arg("high_water"),
            py::arg("handler"),
            "Starts rebuilding a lost shard into this empty one; handler(b) -> uint8[block_bytes] is "
-           "called (with the GIL) for a missing block an access touches.")
+           "called (with the GIL, under the shard's lock: it must not call back into this shard) for a "
+           "missing block an access touches.")
       .def("restore_block", &RestoreBlock, py::arg("b"), py::arg("bytes"),
            "Installs block b unless already restored; returns whether it was installed.");
 

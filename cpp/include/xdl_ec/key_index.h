@@ -45,18 +45,8 @@ class KeyIndex {
   // Returns the slot of `key`, or kNone. key_of(slot) must return the key stored in that slot.
   template <class KeyOf>
   uint32_t Find(int64_t key, const KeyOf& key_of) const {
-    if (capacity_ == 0) return kNone;
-    const uint32_t tag = Tag(key);
-    size_t i = Home(tag);
-    for (;;) {
-      const uint64_t e = entries_[i];
-      if (e == 0) return kNone;
-      if (static_cast<uint32_t>(e >> 32) == tag) {
-        const uint32_t slot = static_cast<uint32_t>(e) - 1;
-        if (key_of(slot) == key) return slot;
-      }
-      i = (i + 1) & mask_;
-    }
+    const size_t i = Locate(key, key_of);
+    return i == kNowhere ? kNone : static_cast<uint32_t>(entries_[i]) - 1;
   }
 
   // Hints the cache about the bucket `key` will probe first (batch lookups overlap their misses).
@@ -68,15 +58,7 @@ class KeyIndex {
   // no tag matches (then the key is certainly absent). Lets a batch prefetch the record before
   // confirming the key: the caller checks key_of(slot) == key and falls back to Find otherwise.
   uint32_t Candidate(int64_t key) const {
-    if (capacity_ == 0) return kNone;
-    const uint32_t tag = Tag(key);
-    size_t i = Home(tag);
-    for (;;) {
-      const uint64_t e = entries_[i];
-      if (e == 0) return kNone;
-      if (static_cast<uint32_t>(e >> 32) == tag) return static_cast<uint32_t>(e) - 1;
-      i = (i + 1) & mask_;
-    }
+    return Find(key, [key](uint32_t) { return key; });  // every tag match counts as the key
   }
 
   // Adds key -> slot. The key must not be present (callers Find first); grows at 0.75 load.
@@ -85,21 +67,11 @@ class KeyIndex {
   // Removes `key`; returns its slot, or kNone when absent.
   template <class KeyOf>
   uint32_t Erase(int64_t key, const KeyOf& key_of) {
-    if (capacity_ == 0) return kNone;
-    const uint32_t tag = Tag(key);
-    size_t i = Home(tag);
-    for (;;) {
-      const uint64_t e = entries_[i];
-      if (e == 0) return kNone;
-      if (static_cast<uint32_t>(e >> 32) == tag) {
-        const uint32_t slot = static_cast<uint32_t>(e) - 1;
-        if (key_of(slot) == key) {
-          RemoveAt(i);
-          return slot;
-        }
-      }
-      i = (i + 1) & mask_;
-    }
+    const size_t i = Locate(key, key_of);
+    if (i == kNowhere) return kNone;
+    const uint32_t slot = static_cast<uint32_t>(entries_[i]) - 1;
+    RemoveAt(i);
+    return slot;
   }
 
   void Reserve(size_t rows);  // capacity for `rows` entries without growing
@@ -109,7 +81,23 @@ class KeyIndex {
   size_t bytes() const { return capacity_ * sizeof(uint64_t); }
 
  private:
+  static constexpr size_t kNowhere = ~size_t{0};
+
   size_t Home(uint32_t tag) const { return static_cast<size_t>(tag) >> shift_; }
+
+  // The bucket holding `key`, or kNowhere.
+  template <class KeyOf>
+  size_t Locate(int64_t key, const KeyOf& key_of) const {
+    if (capacity_ == 0) return kNowhere;
+    const uint32_t tag = Tag(key);
+    size_t i = Home(tag);
+    for (;;) {
+      const uint64_t e = entries_[i];
+      if (e == 0) return kNowhere;
+      if (static_cast<uint32_t>(e >> 32) == tag && key_of(static_cast<uint32_t>(e) - 1) == key) return i;
+      i = (i + 1) & mask_;
+    }
+  }
   void RemoveAt(size_t i);
   void Rehash(size_t capacity);
   void Place(uint64_t entry);
