@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 import os
@@ -99,6 +100,25 @@ def test_bad_flags_exit_2_with_one_line(flags: list[str], message: str, capsys: 
     assert status == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_unreadable_or_empty_data_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    good = write_criteo(tmp_path / "good.tsv", 200)
+    truncated = tmp_path / "truncated.tsv.gz"
+    truncated.write_bytes(gzip.compress(good.read_bytes())[:-40])
+    empty = tmp_path / "empty.tsv"
+    empty.write_text("")
+    for path, message in ((truncated, f"{truncated}: cannot read the file"), (empty, "train split is empty")):
+        assert main(["train", "--data", str(path), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam", "ftrl"])
+def test_every_sparse_optimizer_trains(tmp_path: Path, optimizer: str) -> None:
+    report = train(tmp_path, *TINY, "--steps", "3", "--optimizer", optimizer, "--lr", "0.01")
+    assert report["steps"] == 3 and np.isfinite(report["final_loss"])
+    assert report["config"]["optimizer"] == optimizer
 
 
 def test_missing_file_from_the_shell(tmp_path: Path) -> None:

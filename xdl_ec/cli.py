@@ -145,12 +145,12 @@ def run_train(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise UsageError(str(err)) from None
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from .data.criteo import BadLineError
     from .trainer import Trainer
 
     try:
         report = Trainer(config).run()
-    except (BadLineError, FileNotFoundError) as err:
+    # A bad line (BadLineError is a ValueError), an unreadable file, a data set too small to split, divergence.
+    except (OSError, ValueError, FloatingPointError) as err:
         raise UsageError(str(err)) from None
     auc_text = "n/a" if report["auc"] is None else f"{report['auc']:.4f}"
     logloss_text = "n/a" if report["logloss"] is None else f"{report['logloss']:.4f}"

@@ -17,6 +17,7 @@ import itertools
 import math
 import os
 import re
+import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Literal, NamedTuple, Optional
 
@@ -65,12 +66,16 @@ def _diagnose(fields: list[str]) -> str:
     return ""
 
 
-def _open_text(path: Path) -> io.TextIOBase:
-    with open(path, "rb") as probe:
-        magic = probe.read(2)
-    if magic == b"\x1f\x8b":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="replace", newline="\n")
-    return open(path, "r", encoding="utf-8", errors="replace", newline="\n")
+def _read_lines(path: Path) -> Iterator[str]:
+    """The lines of a plain or gzip file (by its magic bytes); a corrupt or truncated file raises OSError naming it."""
+    try:
+        with open(path, "rb") as probe:
+            gzipped = probe.read(2) == b"\x1f\x8b"
+        raw = gzip.open(path, "rb") if gzipped else open(path, "rb")
+        with io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="\n") as f:
+            yield from f
+    except (OSError, EOFError, zlib.error) as err:
+        raise OSError(f"{path}: cannot read the file: {err}") from err
 
 
 class CriteoReader:
@@ -106,8 +111,7 @@ class CriteoReader:
     def num_lines(self) -> int:
         """Lines in the file (one streaming pass the first time)."""
         if self._num_lines is None:
-            with _open_text(self.path) as f:
-                self._num_lines = sum(1 for _ in f)
+            self._num_lines = sum(1 for _ in _read_lines(self.path))
         return self._num_lines
 
     @property
@@ -143,15 +147,14 @@ class CriteoReader:
 
     def _stream(self, batch_size: int, first: int, end: int, drop_remainder: bool) -> Iterator[Batch]:
         rows = _RowBuffer()
-        with _open_text(self.path) as f:
-            lines = itertools.islice(f, first - 1, end - 1)
-            line_no = first
-            while chunk := list(itertools.islice(lines, CHUNK_LINES)):
-                parsed = parse_lines_fast(chunk)
-                rows.append(parsed if parsed is not None else self._parse_lines_checked(chunk, line_no))
-                line_no += len(chunk)
-                while len(rows) >= batch_size:
-                    yield rows.take(batch_size)
+        lines = itertools.islice(_read_lines(self.path), first - 1, end - 1)
+        line_no = first
+        while chunk := list(itertools.islice(lines, CHUNK_LINES)):
+            parsed = parse_lines_fast(chunk)
+            rows.append(parsed if parsed is not None else self._parse_lines_checked(chunk, line_no))
+            line_no += len(chunk)
+            while len(rows) >= batch_size:
+                yield rows.take(batch_size)
         if len(rows) and not drop_remainder:
             yield rows.take(len(rows))
 
