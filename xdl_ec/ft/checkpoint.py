@@ -58,6 +58,7 @@ import os
 import re
 import secrets
 import shutil
+import threading
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Self, Sequence, Union
 
@@ -97,14 +98,22 @@ def _write_array(path: Path, array: np.ndarray) -> Dict[str, Any]:
     np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(array))
     digest = hashlib.sha256(header.getvalue())
     data = memoryview(array.reshape(-1).view(np.uint8)) if array.size else memoryview(b"")
-    with open(path, "wb") as f:
-        f.write(header.getvalue())
-        for start in range(0, len(data), _CHUNK):
-            piece = data[start:start + _CHUNK]
-            digest.update(piece)
-            f.write(piece)
-        f.flush()
-        os.fsync(f.fileno())
+    # sha256 and the write both release the GIL: hash on a second thread while this one writes.
+    hasher = threading.Thread(target=digest.update, args=(data,)) if len(data) >= _CHUNK else None
+    if hasher is not None:
+        hasher.start()
+    else:
+        digest.update(data)
+    try:
+        with open(path, "wb") as f:
+            f.write(header.getvalue())
+            for start in range(0, len(data), _CHUNK):
+                f.write(data[start:start + _CHUNK])
+            f.flush()
+            os.fsync(f.fileno())
+    finally:
+        if hasher is not None:
+            hasher.join()
     return {"bytes": len(header.getvalue()) + len(data), "sha256": digest.hexdigest(),
             "dtype": array.dtype.str, "shape": list(array.shape)}
 
