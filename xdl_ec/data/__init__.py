@@ -1,8 +1,11 @@
-"""Criteo-shaped training data: the raw TSV reader and a seeded synthetic generator, same batch format."""
+"""Criteo-shaped training data: the raw TSV reader and a seeded synthetic generator (same batch format), the
+train/eval view a trainer consumes, and a background prefetcher."""
 
 from .criteo import BadLineError, CriteoReader
+from .prefetcher import Prefetcher
 from .schema import NUM_DENSE, NUM_SPARSE, Batch, categorical_keys
+from .source import TrainingData
 from .synthetic import CRITEO_KAGGLE_CARDINALITIES, SyntheticCriteo
 
-__all__ = ["Batch", "BadLineError", "CriteoReader", "SyntheticCriteo", "CRITEO_KAGGLE_CARDINALITIES",
-           "NUM_DENSE", "NUM_SPARSE", "categorical_keys"]
+__all__ = ["Batch", "BadLineError", "CriteoReader", "SyntheticCriteo", "TrainingData", "Prefetcher",
+           "CRITEO_KAGGLE_CARDINALITIES", "NUM_DENSE", "NUM_SPARSE", "categorical_keys"]
