@@ -46,6 +46,9 @@ def test_interval_policy_steps_seconds_and_auto() -> None:
     assert [p.due(s, 0.0) for s in (4, 5)] == [False, True]
     p.saved(5, 0.0, 0.1)
     assert not p.due(9, 0.0) and p.due(10, 0.0)
+    p.saved(10, 0.0, 0.1)
+    p.restart(5, 0.0)  # rolled back to the checkpoint of step 5: the next one is due at step 10 again
+    assert not p.due(9, 0.0) and p.due(10, 0.0)
     p = IntervalPolicy(seconds=30.0)
     assert not p.due(1, 100.0) and not p.due(2, 129.0) and p.due(3, 130.0)
     p = IntervalPolicy(auto=True, mtbf_seconds=3600.0)

@@ -119,6 +119,10 @@ class IntervalPolicy:
             return False
         return now - self._last_time >= self.interval_seconds
 
+    def restart(self, step: int, now: float) -> None:
+        """After a rollback to a checkpoint of ``step``: the next interval counts from there (costs are kept)."""
+        self._last_step, self._last_time = step, now
+
     def saved(self, step: int, now: float, cost_seconds: float) -> None:
         """Records a save finished at ``now`` that took ``cost_seconds``."""
         self._cost_sum += _positive("cost_seconds", cost_seconds, allow_zero=True)
