@@ -37,18 +37,23 @@ void ParityRouter::Route(int source, const DeltaBatch& deltas, std::vector<Parit
     u.record_bytes = static_cast<uint32_t>(record_bytes_);
   }
   const size_t count = deltas.size();
+  // StripeLayout::DataSlot inlined (without its checks: source is valid): this loop runs per touched
+  // slot on the training path.
+  const size_t rb = record_bytes_;
   for (size_t e = 0; e < count; ++e) {
     const uint32_t slot = deltas.slots[e];
     const size_t b = slot / block_slots_;
-    const uint32_t offset = static_cast<uint32_t>((slot % block_slots_) * record_bytes_);
-    const StripeSlot where = layout_.DataSlot(source, b);
-    const size_t q = where.stripe / n;
-    const int m = static_cast<int>(where.stripe % n);
+    const uint32_t offset = static_cast<uint32_t>((slot % block_slots_) * rb);
+    const size_t q = b / k;
+    const int j = static_cast<int>(b - q * k);
+    const int m = (source - j + n) % n;
     const uint8_t* delta = deltas.delta(e);
     for (int i = 0; i < r; ++i) {
       ParityUpdate& u = (*out)[(m + k + i) % n];
-      u.entries.push_back({q * r + i, offset, static_cast<uint8_t>(i), static_cast<uint8_t>(where.member)});
-      u.deltas.insert(u.deltas.end(), delta, delta + record_bytes_);
+      u.entries.push_back({q * r + i, offset, static_cast<uint8_t>(i), static_cast<uint8_t>(j)});
+      const size_t at = u.deltas.size();
+      u.deltas.resize(at + rb);
+      std::memcpy(u.deltas.data() + at, delta, rb);
     }
   }
 }

@@ -43,9 +43,21 @@ void ParityStore::Apply(const ParityUpdate& update) {
                                   std::to_string(en.parity_block) + ", beyond any plausible table");
   }
   std::lock_guard<std::mutex> lock(mu_);
+  // Parity records are scattered like the data they cover: resolve every target first, then apply with
+  // the records a few entries ahead prefetched, so the cache misses overlap instead of queueing.
+  thread_local std::vector<uint8_t*> targets;
+  targets.resize(count);
   for (size_t e = 0; e < count; ++e) {
     const ParityUpdate::Entry& en = update.entries[e];
-    code_->Update(rb, en.parity_member, en.data_member, update.delta(e), BlockLocked(en.parity_block) + en.offset);
+    targets[e] = BlockLocked(en.parity_block) + en.offset;
+  }
+  constexpr size_t kAhead = 8;
+  for (size_t e = 0; e < count; ++e) {
+    if (e + kAhead < count) {
+      for (size_t line = 0; line < rb; line += 64) __builtin_prefetch(targets[e + kAhead] + line, 1);
+    }
+    const ParityUpdate::Entry& en = update.entries[e];
+    code_->Update(rb, en.parity_member, en.data_member, update.delta(e), targets[e]);
   }
   delta_bytes_received_ += update.deltas.size();
   updates_received_ += count;

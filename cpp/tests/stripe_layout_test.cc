@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "xdl_ec/key_index.h"
 #include "xdl_ec/key_router.h"
 
 namespace xdl_ec {
@@ -139,13 +140,27 @@ TEST(KeyRouterTest, IsStableAndNotModulo) {
   std::vector<int64_t> keys = {0, 1, 2, 3, -1, 1234567890123LL};
   std::vector<int32_t> out(keys.size());
   KeyRouter::ServersOf(keys.data(), keys.size(), 7, out.data());
-  const std::vector<int32_t> pinned = {6, 3, 4, 0, 6, 4};
+  const std::vector<int32_t> pinned = {1, 2, 0, 2, 4, 0};
   EXPECT_EQ(out, pinned);
   for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(out[i], KeyRouter::ServerOf(keys[i], 7));
   int differs_from_modulo = 0;
   for (int64_t key = 0; key < 100; ++key) differs_from_modulo += KeyRouter::ServerOf(key, 7) != key % 7;
   EXPECT_GT(differs_from_modulo, 50);
   EXPECT_THROW(KeyRouter::ServerOf(1, 0), std::invalid_argument);
+}
+
+TEST(KeyRouterTest, OneServersKeysSpreadOverTheWholeShardIndex) {
+  // The shard's KeyIndex homes a key by the high bits of its tag: if routing used the same bits, all
+  // keys of one server would share 1/n of the index and linear probing would crawl.
+  const int n = 8;
+  std::vector<int> buckets(16, 0);
+  int mine = 0;
+  for (int64_t key = 0; mine < 32000; ++key) {
+    if (KeyRouter::ServerOf(key, n) != 3) continue;
+    ++mine;
+    ++buckets[KeyIndex::Tag(key) >> 28];
+  }
+  for (int b : buckets) EXPECT_NEAR(b, mine / 16, mine / 16 * 0.1);
 }
 
 }  // namespace

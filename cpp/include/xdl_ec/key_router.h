@@ -1,6 +1,7 @@
-// Which server owns a key: a mixed 64-bit hash (splitmix64's finaliser) mapped onto [0, n) by a
+// Which server owns a key: a mixed 64-bit hash (MurmurHash3's fmix64, salted) mapped onto [0, n) by a
 // multiply-shift, so consecutive or strided ids spread evenly (key % n would not) and the mapping is
-// the same in every process and every run: workers, servers and recovery all agree on it.
+// the same in every process and every run: workers, servers and recovery all agree on it. It must
+// stay independent of the shard's KeyIndex hash (splitmix64), or each server's keys would cluster.
 #pragma once
 
 #include <cstddef>
