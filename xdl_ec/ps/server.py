@@ -124,7 +124,7 @@ class ParameterServer:
         for name, value, low in (("step", step, 1), ("worker", worker, 0), ("seq", seq, 0), ("participants", participants, 1)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
                 raise ValueError(f"{name}: must be an int >= {low}, got {value!r}")
-        if worker >= participants:
+        if participants > 1 and worker >= participants:
             raise ValueError(f"worker: {worker} is not below participants ({participants})")
         step, worker, seq, participants = int(step), int(worker), int(seq), int(participants)
         if not np.all(np.isfinite(grads)):

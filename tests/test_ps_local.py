@@ -1,0 +1,234 @@
+"""Parameter servers and workers in one process: the fed-rows gather op, server, client routing, sync merging,
+bit-identity with the single-process trainer, async mode, and a dropped server or worker stopping the run."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from xdl_ec import _core, init, optim  # noqa: E402
+from xdl_ec.ps import (ClusterConfig, LocalBackend, PSClient, PSTrainer, ParameterServer, ServerLost,  # noqa: E402
+                       TableSpec, WorkerLost, route)
+from xdl_ec.ps.dense_sync import average_gradients  # noqa: E402
+from xdl_ec.trainer import TrainConfig, Trainer  # noqa: E402
+
+DIM = 4
+SPEC = TableSpec("t", DIM, optim.Adagrad(learning_rate=0.1), init.RandomUniform(-0.05, 0.05), seed=7)
+
+
+def small_config(**kwargs) -> TrainConfig:
+    base = dict(synthetic=True, synthetic_rows=3000, batch_size=128, steps=5, deterministic=True, progress=False,
+                seed=3, emb_dim=8)
+    base.update(kwargs)
+    return TrainConfig(**base)
+
+
+# ---- the gather op --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("combiner", ["none", "sum", "mean", "sqrtn"])
+def test_gather_gradient_pushes_exactly_what_the_lookup_gradient_pushes(combiner: str) -> None:
+    import tensorflow as tf
+
+    from xdl_ec import EmbeddingTable, tf_ops
+
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 40, size=(16, 5)).astype(np.int64)
+    upstream = rng.standard_normal((16, 5, DIM) if combiner == "none" else (16, DIM)).astype(np.float32)
+    make = lambda: EmbeddingTable("g", DIM, optimizer="adagrad", initializer="random_uniform", seed=1)  # noqa: E731
+    via_lookup, via_gather = make(), make()
+
+    trigger = tf.Variable(0.0)
+    with tf.GradientTape() as tape:
+        out_lookup = tf_ops.lookup(via_lookup, ids, combiner=combiner, trigger=trigger, step=1)
+        loss = tf.reduce_sum(out_lookup * upstream)
+    tape.gradient(loss, trigger)
+
+    keys, inverse = np.unique(ids.reshape(-1), return_inverse=True)
+    rows = tf.constant(via_gather.pull(keys))
+    with tf.GradientTape() as tape:
+        tape.watch(rows)
+        out_gather = tf_ops.gather(rows, inverse.astype(np.int32).reshape(ids.shape), combiner=combiner)
+        loss = tf.reduce_sum(out_gather * upstream)
+    row_grads = tape.gradient(loss, rows).numpy()
+    via_gather.push(keys, row_grads, step=1)
+
+    np.testing.assert_array_equal(out_gather.numpy(), out_lookup.numpy())
+    a, b = via_lookup.export(), via_gather.export()
+    order_a, order_b = np.argsort(a["keys"]), np.argsort(b["keys"])
+    for field in ("keys", "values", "state"):
+        np.testing.assert_array_equal(a[field][order_a], b[field][order_b])
+    # and the summed gradient is the per-key sum (numpy reference, tolerance: numpy's order may differ)
+    expected = np.zeros_like(row_grads)
+    per_position = upstream if combiner == "none" else np.repeat(upstream[:, None, :], 5, axis=1) / (
+        {"sum": 1.0, "mean": 5.0, "sqrtn": np.sqrt(5.0)}[combiner])
+    np.add.at(expected, inverse, per_position.reshape(-1, DIM))
+    np.testing.assert_allclose(row_grads, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_gather_rejects_bad_inverse() -> None:
+    import tensorflow as tf
+
+    from xdl_ec import tf_ops
+
+    rows = np.zeros((3, DIM), np.float32)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"inverse\[1\] = 3 is outside \[0, 3\)"):
+        tf_ops.gather(rows, np.array([[0, 3]], np.int32))
+    with pytest.raises(TypeError, match="inverse must be int32"):
+        tf_ops.gather(rows, np.array([[0, 1]], np.int64))
+
+
+# ---- server and client ----------------------------------------------------------------------------------
+def test_server_pull_push_and_byte_counters() -> None:
+    server = ParameterServer(0, (SPEC,))
+    keys = np.array([5, 9, 11], np.int64)
+    rows = server.pull("t", keys)
+    assert rows.shape == (3, DIM)
+    ack = server.push("t", keys, np.ones((3, DIM), np.float32), step=1, worker=0, seq=1)
+    assert ack.applied and ack.seq == 1 and server.last_seq == {0: 1}
+    assert not np.array_equal(server.pull("t", keys), rows)
+    stats = server.stats()
+    assert stats["pulls"] == 2 and stats["pushes"] == 1 and stats["rows"] == {"t": 3}
+    assert stats["bytes_in"] == 3 * 8 * 2 + 3 * 8 + 3 * DIM * 4
+    assert stats["bytes_out"] == 2 * 3 * DIM * 4
+
+
+def test_server_bad_input_changes_nothing() -> None:
+    server = ParameterServer(0, (SPEC,))
+    keys = np.array([1, 2], np.int64)
+    server.pull("t", keys)
+    before = server.export("t")
+    with pytest.raises(ValueError, match="no table 'x'"):
+        server.pull("x", keys)
+    with pytest.raises(ValueError, match="grads"):
+        server.push("t", keys, np.ones((3, DIM), np.float32), step=1)
+    with pytest.raises(ValueError, match="step"):
+        server.push("t", keys, np.ones((2, DIM), np.float32), step=0)
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        server.push("t", keys, np.full((2, DIM), np.nan, np.float32), step=1, worker=0, participants=2)
+    with pytest.raises(ValueError, match="worker: 2 is not below participants"):
+        server.push("t", keys, np.ones((2, DIM), np.float32), step=1, worker=2, participants=2)
+    after = server.export("t")
+    for field in ("keys", "values", "state"):
+        np.testing.assert_array_equal(before[field], after[field])
+    assert server.stats()["pending_steps"] == 0
+
+
+def test_sync_push_waits_for_all_workers_and_merges_in_worker_order() -> None:
+    rng = np.random.default_rng(1)
+    k0, k1 = np.array([1, 2, 3], np.int64), np.array([3, 4], np.int64)
+    g0, g1 = rng.standard_normal((3, DIM)).astype(np.float32), rng.standard_normal((2, DIM)).astype(np.float32)
+    results = []
+    for order in ((0, 1), (1, 0)):
+        server = ParameterServer(0, (SPEC,))
+        pushes = {0: (k0, g0), 1: (k1, g1)}
+        first, second = order
+        ack = server.push("t", *pushes[first], step=1, worker=first, participants=2)
+        assert not ack.applied and server.size("t") == 0  # buffered: nothing applied yet
+        with pytest.raises(ValueError, match=f"worker {first} already pushed step 1"):
+            server.push("t", *pushes[first], step=1, worker=first, participants=2)
+        assert server.push("t", *pushes[second], step=1, worker=second, participants=2).applied
+        results.append(server.export("t"))
+    for field in ("keys", "values", "state"):
+        np.testing.assert_array_equal(results[0][field], results[1][field])
+    # the merge is the mean over workers: equal to one push of the averaged gradients
+    reference = ParameterServer(0, (SPEC,))
+    merged = np.concatenate([g0 / np.float32(2), g1 / np.float32(2)])
+    reference.push("t", np.concatenate([k0, k1]), merged, step=1)
+    np.testing.assert_array_equal(reference.export("t")["values"], results[0]["values"])
+
+
+def test_client_routes_by_key_router_and_reassembles() -> None:
+    backend = LocalBackend()
+    try:
+        servers = [backend.start("server", i, ParameterServer, i, (SPEC,)) for i in range(3)]
+        client = PSClient(servers)
+        keys = np.arange(-500, 500, 7, dtype=np.int64)
+        owners = _core.server_of(keys, 3)
+        assert sorted(np.concatenate(route(keys, 3)).tolist()) == list(range(keys.size))
+        for s, positions in enumerate(route(keys, 3)):
+            assert np.all(owners[positions] == s)
+        assert not np.array_equal(owners, keys % 3)  # a hash, not key % N
+        rows = client.pull("t", keys, DIM)
+        for s, positions in enumerate(route(keys, 3)):
+            assert servers[s].call("size", "t").result() == positions.size
+            np.testing.assert_array_equal(servers[s].call("pull", "t", keys[positions]).result(), rows[positions])
+        found_rows, found = client.find("t", np.array([keys[0], 123456789], np.int64), DIM)
+        assert found.tolist() == [True, False] and np.all(found_rows[1] == 0)
+        np.testing.assert_array_equal(found_rows[0], rows[0])
+    finally:
+        backend.shutdown()
+
+
+def test_average_gradients_is_the_mean_in_worker_order() -> None:
+    a, b = [np.array([1.0, 2.0], np.float32)], [np.array([3.0, 5.0], np.float32)]
+    np.testing.assert_array_equal(average_gradients([a, b])[0], [2.0, 3.5])
+    assert average_gradients([a])[0] is a[0] or np.array_equal(average_gradients([a])[0], a[0])
+    with pytest.raises(ValueError, match="at least one worker"):
+        average_gradients([])
+
+
+# ---- training ---------------------------------------------------------------------------------------------
+def test_one_worker_matches_the_single_process_trainer_bit_for_bit() -> None:
+    single = Trainer(small_config()).run()
+    ps = PSTrainer(small_config(), ClusterConfig(servers=3, workers=1)).run()
+    assert ps["model_digest"] == single["model_digest"]
+    assert ps["final_loss"] == single["final_loss"]
+    assert ps["auc"] == single["auc"] and ps["embedding_rows"] == single["embedding_rows"]
+    assert ps["samples"] == single["samples"] and ps["steps"] == single["steps"]
+    assert len(ps["servers"]) == 3 and all(s["bytes_in"] > 0 and s["bytes_out"] > 0 for s in ps["servers"])
+    assert ps["bytes_pulled_per_sample"] > 0 and ps["bytes_pushed_per_sample"] > 0
+
+
+def test_sync_two_workers_is_deterministic_and_uses_every_batch() -> None:
+    runs = [PSTrainer(small_config(steps=6), ClusterConfig(servers=2, workers=2)).run() for _ in range(2)]
+    assert runs[0]["model_digest"] == runs[1]["model_digest"]
+    assert runs[0]["steps"] == 3 and runs[0]["samples"] == 6 * 128
+    assert [w["steps"] for w in runs[0]["workers"]] == [3, 3]
+    single = Trainer(small_config(steps=6)).run()
+    assert runs[0]["model_digest"] != single["model_digest"]  # averaged steps: a different (valid) trajectory
+
+
+def test_async_mode_trains_every_batch() -> None:
+    report = PSTrainer(small_config(steps=7, deterministic=False), ClusterConfig(servers=2, workers=2, mode="async")).run()
+    assert report["samples"] == 7 * 128 and report["steps"] == 7
+    assert np.isfinite(report["final_loss"])
+    assert sorted(w["steps"] for w in report["workers"]) == [3, 4]
+
+
+def _kill_after(trainer: PSTrainer, role: str, index: int, step: int) -> threading.Thread:
+    def run() -> None:
+        deadline = time.monotonic() + 60
+        while trainer.step < step and time.monotonic() < deadline:
+            time.sleep(0.005)
+        trainer.kill(role, index)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("role,index,error", [("server", 1, ServerLost), ("worker", 1, WorkerLost)])
+def test_a_dropped_role_stops_training_naming_it(role: str, index: int, error: type) -> None:
+    trainer = PSTrainer(small_config(steps=400, synthetic_rows=60_000), ClusterConfig(servers=3, workers=2))
+    killer = _kill_after(trainer, role, index, 3)
+    start = time.monotonic()
+    with pytest.raises(error, match=f"{role} {index} was lost") as info:
+        trainer.run()
+    assert info.value.index == index
+    assert trainer.step < 400 and time.monotonic() - start < 30
+    killer.join()
+    assert trainer.scheduler.cluster_map()[f"{role}s"][index]["alive"] is False
+
+
+def test_bad_cluster_config_is_rejected_before_anything_starts() -> None:
+    with pytest.raises(ValueError, match="servers: must be a positive integer"):
+        PSTrainer(small_config(), ClusterConfig(servers=0))
+    with pytest.raises(ValueError, match="mode: must be one of"):
+        PSTrainer(small_config(), ClusterConfig(mode="bulk"))
+    with pytest.raises(ValueError, match="address: a Ray address needs --backend ray"):
+        PSTrainer(small_config(), ClusterConfig(address="127.0.0.1:6379"))
