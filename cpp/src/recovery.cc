@@ -116,7 +116,9 @@ void Recovery::DecodeStripe(size_t stripe, const std::vector<int>& wanted, uint8
   if (wanted.empty()) return;
   const std::vector<int> present = Present(stripe, down);
   const size_t bytes = block_bytes();
-  std::vector<uint8_t> buffers(static_cast<size_t>(k) * bytes);
+  // Reused across calls: a fresh multi-block buffer per stripe would be page-faulted in every time.
+  thread_local std::vector<uint8_t> buffers;
+  if (buffers.size() < static_cast<size_t>(k) * bytes) buffers.resize(static_cast<size_t>(k) * bytes);
   std::vector<const uint8_t*> sources(k);
   for (int t = 0; t < k; ++t) {
     uint8_t* buf = buffers.data() + static_cast<size_t>(t) * bytes;

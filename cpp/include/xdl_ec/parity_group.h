@@ -100,12 +100,16 @@ class ParityGroup {
   // Blocks covering a server's data (slot high-water) and its parity (highest allocated + 1).
   size_t num_data_blocks(int server) const;
   size_t num_parity_blocks(int server) const;
-  // Copies a block (zeros past the end). Reading a restoring server's block faults it in.
+  // Copies a block (zeros past the end). Reading a restoring server's data block faults it in; a
+  // restoring server's parity blocks are only meaningful once the rebuild has passed their stripe.
+  // Throws std::invalid_argument for the parity of a lost server (nothing to read until rebuilt).
   void ReadDataBlock(int server, size_t block, uint8_t* out);
   void ReadParityBlock(int server, size_t block, uint8_t* out) const;
 
   // Direct access for tests and tools. Mutating a shard or store through these bypasses the parity
-  // maintenance (that is how tests inject corruption); null when the server is lost.
+  // maintenance (that is how tests inject corruption); null when the server is lost. Accessing a
+  // restoring shard directly decodes its faults without the group lock: do it only while no other
+  // thread uses the group (the group's own methods are always safe).
   std::shared_ptr<EmbeddingShard> shard(int server) const;
   std::shared_ptr<ParityStore> parity_store(int server) const;
 
