@@ -41,7 +41,7 @@ class TrainConfig:
 
     data: Optional[str] = None
     synthetic: bool = False
-    synthetic_rows: int = 200_000
+    synthetic_rows: int = 60_000
     synthetic_max_cardinality: Optional[int] = 100_000
     model: str = "dlrm"
     emb_dim: int = 16
