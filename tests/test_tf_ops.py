@@ -294,6 +294,31 @@ def test_tf_function_matches_eager_bit_for_bit_with_adam():
     np.testing.assert_array_equal(a["state"], b["state"])
 
 
+def test_each_gradient_call_applies_one_update_and_two_lookups_apply_two():
+    ids = tf.constant([[1]], tf.int64)
+    trigger = tf.Variable(0.0)
+    persistent = make_table(optim.SGD(learning_rate=1.0), initializer=init.Zeros())
+    with tf.GradientTape(persistent=True) as tape:
+        loss = tf.reduce_sum(tf_ops.lookup(persistent, ids, trigger=trigger))
+    tape.gradient(loss, trigger)
+    tape.gradient(loss, trigger)  # documented: a second backward pass is a second update
+    del tape
+    np.testing.assert_array_equal(persistent.pull(np.array([1]))[0], np.full(DIM, -2.0, np.float32))
+
+    twice = make_table(optim.SGD(learning_rate=1.0), initializer=init.Zeros())
+
+    @tf.function
+    def two_lookups():
+        with tf.GradientTape() as tape:
+            first = tf.reduce_sum(tf_ops.lookup(twice, ids, trigger=trigger))
+            second = tf.reduce_sum(tf_ops.lookup(twice, tf.constant([[1, 2]], tf.int64), trigger=trigger))
+            loss = first + 3.0 * second
+        return tape.gradient(loss, trigger)
+
+    two_lookups()
+    np.testing.assert_array_equal(twice.pull(np.array([1, 2])), [[-4.0] * DIM, [-3.0] * DIM])
+
+
 def test_update_runs_even_when_only_dense_variables_are_requested():
     # The tape backpropagates through every recorded op reaching the target, so asking only for the dense
     # weights still trains the table (in graph mode as eagerly).
@@ -353,6 +378,10 @@ def test_bad_python_inputs_are_clear_errors_and_change_nothing():
         tf_ops.lookup(table, tf.constant([[1]], tf.int64), combiner="max")
     with pytest.raises(ValueError, match="combiner 'none'"):
         tf_ops.lookup(table, tf.ragged.constant([[1], [2, 3]], dtype=tf.int64))
+    with pytest.raises(ValueError, match="one ragged dimension"):
+        tf_ops.lookup(table, tf.ragged.constant([[[1], [2, 3]]], dtype=tf.int64), combiner="sum")
+    with pytest.raises(TypeError, match="ragged ids"):
+        tf_ops.lookup(table, tf.ragged.constant([[1.0]]), combiner="sum")
     with pytest.raises(ValueError, match="step"):
         tf_ops.lookup(table, tf.constant([[1]], tf.int64), step=-1)
     with pytest.raises(TypeError, match="step"):
