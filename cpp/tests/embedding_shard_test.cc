@@ -368,6 +368,47 @@ TEST(EmbeddingShard, RestoreMutationsFaultFirstAndStayExact) {
   EXPECT_EQ(AllBlocks(restored), AllBlocks(*o.shard));
 }
 
+TEST(EmbeddingShard, RestoreUnderConcurrentTraffic) {
+  // A background thread installs blocks while readers pull: every read sees the original rows,
+  // whichever of fault or background install brought its block in.
+  Original o = MakeOriginal();
+  EmbeddingShard restored(o.shard->config());
+  EmbeddingShard* original = o.shard.get();
+  std::atomic<size_t> faults{0};
+  restored.BeginRestore(o.keys.data(), o.slots.data(), o.keys.size(), o.high_water,
+                        [&faults, original](size_t b, uint8_t* out) {
+                          ++faults;
+                          original->ReadBlock(b, out);
+                        });
+  std::vector<float> want(o.keys.size() * 4);
+  o.shard->Pull(o.keys.data(), o.keys.size(), want.data());
+  std::atomic<size_t> installed{0};
+  std::thread background([&]() {
+    std::vector<uint8_t> block(original->block_bytes());
+    for (size_t b = original->num_blocks(); b-- > 0;) {
+      original->ReadBlock(b, block.data());
+      installed += restored.RestoreBlock(b, block.data());
+    }
+  });
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 3; ++t) {
+    readers.emplace_back([&, t]() {
+      std::mt19937 rng(t);
+      for (int round = 0; round < 200; ++round) {
+        const size_t i = rng() % o.keys.size();
+        float row[4];
+        restored.Pull(&o.keys[i], 1, row);
+        for (int j = 0; j < 4; ++j) ASSERT_EQ(row[j], want[i * 4 + j]) << "key " << o.keys[i];
+      }
+    });
+  }
+  background.join();
+  for (auto& r : readers) r.join();
+  EXPECT_EQ(restored.missing_blocks(), 0u);
+  EXPECT_EQ(installed + faults, o.shard->num_blocks());  // each block installed exactly once
+  EXPECT_EQ(AllBlocks(restored), AllBlocks(*o.shard));
+}
+
 TEST(EmbeddingShard, RestoreRejectsBadArgumentsAndFailingHandlers) {
   Original o = MakeOriginal();
   auto handler = [](size_t, uint8_t*) {};
