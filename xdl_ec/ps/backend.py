@@ -174,6 +174,25 @@ def _translate_ray_error(err: BaseException, role: str, index: int) -> BaseExcep
     return err
 
 
+def ray_runtime_env() -> Dict[str, Any]:
+    """The runtime_env that makes Ray actors import xdl_ec exactly as this process does.
+
+    Ray puts the driver's current directory first on every worker's sys.path unless the job has a working_dir;
+    run from a source checkout that would import the source tree (without its compiled modules) instead of the
+    installed or staged package. So the job gets an empty working_dir, and the driver's PYTHONPATH."""
+    import tempfile
+
+    global _EMPTY_WORKING_DIR
+    if _EMPTY_WORKING_DIR is None:
+        _EMPTY_WORKING_DIR = tempfile.mkdtemp(prefix="xdl-ec-ray-")
+    env = {"PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+           "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+    return {"working_dir": _EMPTY_WORKING_DIR, "env_vars": env}
+
+
+_EMPTY_WORKING_DIR: Optional[str] = None
+
+
 class RayFuture:
     """An ObjectRef of one actor call; ``result`` is ``ray.get`` with a timeout and error translation."""
 
@@ -224,8 +243,7 @@ class RayBackend:
             kwargs: Dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
             if address is None:
                 kwargs["num_cpus"] = num_cpus if num_cpus is not None else os.cpu_count()
-                # Actors must import xdl_ec the way this process does (a development stage on PYTHONPATH).
-                kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}}
+            kwargs["runtime_env"] = ray_runtime_env()
             ray.init(address=address, **kwargs)
             self._started_ray = True
         self._handles: List[RayHandle] = []

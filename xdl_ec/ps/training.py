@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
 from typing import Any, Dict, List, Optional
 
@@ -72,6 +73,8 @@ class PSTrainer:
 
         config.validate()
         cluster.validate()
+        if config.data is not None:  # workers may run elsewhere (Ray actors in their own working directory)
+            config = dataclasses.replace(config, data=os.path.abspath(config.data))
         self.config, self.cluster = config, cluster
         self.data = open_training_data(config)
         configure_determinism(config.seed, config.deterministic)

@@ -1,0 +1,73 @@
+"""Parameter servers and workers as Ray actors: bit-identity with the single-process trainer (one worker) and with
+the one-process backend (two workers, sync), and a ray.kill'ed server or worker stopping the run within seconds."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ["RAY_AUTH_MODE"] = "disabled"
+ray = pytest.importorskip("ray")
+
+from xdl_ec.ps import ClusterConfig, PSTrainer, ServerLost, WorkerLost  # noqa: E402
+from xdl_ec.ps.backend import ray_runtime_env  # noqa: E402
+from xdl_ec.trainer import TrainConfig, Trainer  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_cluster():
+    # Actors import xdl_ec as this process does (a development stage on PYTHONPATH, or the installed package).
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=ray_runtime_env())
+    yield
+    ray.shutdown()
+
+
+def small_config(**kwargs) -> TrainConfig:
+    base = dict(synthetic=True, synthetic_rows=3000, batch_size=128, steps=5, deterministic=True, progress=False,
+                seed=3, emb_dim=8)
+    base.update(kwargs)
+    return TrainConfig(**base)
+
+
+def test_one_worker_on_ray_matches_the_single_process_trainer() -> None:
+    single = Trainer(small_config()).run()
+    report = PSTrainer(small_config(), ClusterConfig(servers=2, workers=1, backend="ray")).run()
+    assert report["model_digest"] == single["model_digest"]
+    assert report["final_loss"] == single["final_loss"]
+    assert [s["index"] for s in report["servers"]] == [0, 1]
+    assert all(s["bytes_in"] > 0 and s["bytes_out"] > 0 for s in report["servers"])
+    assert ray.is_initialized()  # the backend leaves a Ray it did not start running
+
+
+def test_two_sync_workers_on_ray_match_the_one_process_backend() -> None:
+    config = lambda: small_config(steps=4)  # noqa: E731
+    local = PSTrainer(config(), ClusterConfig(servers=3, workers=2)).run()
+    on_ray = PSTrainer(config(), ClusterConfig(servers=3, workers=2, backend="ray")).run()
+    assert on_ray["model_digest"] == local["model_digest"]
+    assert on_ray["samples"] == local["samples"] == 4 * 128
+
+
+@pytest.mark.parametrize("role,index,error", [("server", 1, ServerLost), ("worker", 0, WorkerLost)])
+def test_ray_kill_stops_training_naming_the_role(role: str, index: int, error: type) -> None:
+    trainer = PSTrainer(small_config(steps=2000, synthetic_rows=300_000, deterministic=False),
+                        ClusterConfig(servers=2, workers=1, backend="ray"))
+    handles = trainer.scheduler.servers if role == "server" else trainer.scheduler.workers
+
+    def kill() -> None:
+        deadline = time.monotonic() + 60
+        while trainer.step < 3 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        ray.kill(handles[index].actor, no_restart=True)
+
+    killer = threading.Thread(target=kill, daemon=True)
+    killer.start()
+    start = time.monotonic()
+    with pytest.raises(error, match=f"{role} {index} was lost") as info:
+        trainer.run()
+    assert info.value.index == index
+    assert trainer.step < 2000 and time.monotonic() - start < 60
+    killer.join()
