@@ -1,6 +1,7 @@
 // XdlEcLookup's CPU kernel: dedup ids, ONE EmbeddingShard::Pull (or Find, for inference without
-// inserts) of the unique keys, then gather or pool into the output. TF kernels run without the Python GIL, so the pull runs in parallel with
-// Python threads; the shard's own lock serialises it against pushes.
+// inserts) of the unique keys, then gather or pool into the output (row_gather.h). TF kernels run
+// without the Python GIL, so the pull runs in parallel with Python threads; the shard's own lock
+// serialises it against pushes.
 #include <cstring>
 #include <exception>
 #include <vector>
