@@ -232,3 +232,35 @@ def test_bad_cluster_config_is_rejected_before_anything_starts() -> None:
         PSTrainer(small_config(), ClusterConfig(mode="bulk"))
     with pytest.raises(ValueError, match="address: a Ray address needs --backend ray"):
         PSTrainer(small_config(), ClusterConfig(address="127.0.0.1:6379"))
+
+
+# ---- command line ---------------------------------------------------------------------------------------
+def test_cli_trains_on_servers_and_reports_bytes_per_server(tmp_path, capsys) -> None:
+    import json
+
+    from xdl_ec.cli import main
+
+    report_path = tmp_path / "report.json"
+    argv = ["train", "--synthetic", "--synthetic-rows", "3000", "--batch-size", "128", "--steps", "4", "--emb-dim", "8",
+            "--deterministic", "--no-progress", "--report", str(report_path)]
+    assert main(argv) == 0
+    single = json.loads(report_path.read_text())
+    assert main(argv + ["--servers", "2", "--backend", "local", "--mode", "sync"]) == 0
+    report = json.loads(report_path.read_text())
+    assert report["model_digest"] == single["model_digest"]
+    assert set(single) <= set(report)  # the single-process report's fields, plus the cluster's
+    assert [s["index"] for s in report["servers"]] == [0, 1]
+    assert report["cluster"]["servers"] == 2 and report["cluster"]["backend"] == "local"
+    out = capsys.readouterr().out
+    assert "server 1:" in out and "bytes in" in out
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--workers", "2"], "--workers: needs --servers N"),
+    (["--servers", "2", "--address", "127.0.0.1:6379"], "--address: a Ray address needs --backend ray"),
+])
+def test_cli_rejects_cluster_flags_that_do_not_fit(extra: list, message: str, capsys) -> None:
+    from xdl_ec.cli import main
+
+    assert main(["train", "--synthetic", "--steps", "1", "--no-progress", *extra]) == 2
+    assert message in capsys.readouterr().err

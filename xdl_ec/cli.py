@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 EXIT_USAGE = 2
+EXIT_FAILURE = 1  # the run itself failed (e.g. a parameter server was lost)
 
 # Where `xdl-ec train` without --data looks for the Criteo sample, in order: $XDL_EC_CRITEO_SAMPLE, ../shared/data
 # and shared/data below the working directory, and ../shared/data beside a source checkout of the package.
@@ -108,6 +109,15 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="malformed lines: stop with file:line and the reason, or skip and count them")
     p.add_argument("--report", metavar="FILE.json", help="write the run report (JSON) to this file")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ps = p.add_argument_group("parameter servers (default: the single-process trainer, without servers)")
+    ps.add_argument("--servers", type=_positive_int, help="train with N parameter servers (keys sharded by hash)")
+    ps.add_argument("--workers", type=_positive_int, help="workers (default 1; needs --servers)")
+    ps.add_argument("--backend", choices=("local", "ray"),
+                    help="where servers and workers run: local = objects in this process (default), ray = Ray actors")
+    ps.add_argument("--address", metavar="RAY_ADDRESS",
+                    help="an existing Ray cluster (with --backend ray; default: start a local Ray)")
+    ps.add_argument("--mode", choices=("sync", "async"),
+                    help="sync: all workers finish step t before t+1 (default); async: no barrier")
     p.set_defaults(handler=run_train)
 
 
@@ -144,14 +154,19 @@ def run_train(args: argparse.Namespace) -> int:
         optim.get(config.optimizer, learning_rate=config.lr)  # unknown name -> ValueError listing the known ones
     except ValueError as err:
         raise UsageError(str(err)) from None
+    cluster = _cluster_config(args)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from .ps import PSTrainer, RoleLost
     from .trainer import Trainer
 
     try:
-        report = Trainer(config).run()
+        report = Trainer(config).run() if cluster is None else PSTrainer(config, cluster).run()
     # A bad line (BadLineError is a ValueError), an unreadable file, a data set too small to split, divergence.
     except (OSError, ValueError, FloatingPointError) as err:
         raise UsageError(str(err)) from None
+    except RoleLost as err:  # a parameter server or worker died: no fault tolerance in this run
+        print(f"xdl-ec train: error: {err}; training stopped", file=sys.stderr)
+        return EXIT_FAILURE
     auc_text = "n/a" if report["auc"] is None else f"{report['auc']:.4f}"
     logloss_text = "n/a" if report["logloss"] is None else f"{report['logloss']:.4f}"
     print(f"trained {config.model}: {report['samples']:,} samples in {report['steps']:,} steps, "
@@ -160,11 +175,28 @@ def run_train(args: argparse.Namespace) -> int:
     if report["bad_lines"]:
         print(f"skipped {report['bad_lines']:,} bad lines")
     print(f"model_digest {report['model_digest']}")
+    for server in report.get("servers", []):
+        print(f"server {server['index']}: {server['bytes_in']:,} bytes in, {server['bytes_out']:,} bytes out")
     if args.report is not None:
         with open(args.report, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=2, sort_keys=True)
             f.write("\n")
     return 0
+
+
+def _cluster_config(args: argparse.Namespace) -> Any:
+    """The ClusterConfig of --servers/--workers/--backend/--address/--mode, or None for the single-process trainer."""
+    if args.servers is None:
+        given = [f"--{name}" for name in ("workers", "backend", "address", "mode") if getattr(args, name) is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)}: needs --servers N (without it training runs in one process)")
+        return None
+    if args.address is not None and args.backend != "ray":
+        raise UsageError("--address: a Ray address needs --backend ray")
+    from .ps import ClusterConfig
+
+    return ClusterConfig(servers=args.servers, workers=args.workers or 1, backend=args.backend or "local",
+                         address=args.address, mode=args.mode or "sync")
 
 
 def build_parser() -> argparse.ArgumentParser:
