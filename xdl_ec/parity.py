@@ -111,6 +111,18 @@ class ParityGroup:
     def block_bytes(self) -> int:
         return self._group.block_bytes
 
+    @property
+    def background_apply(self) -> bool:
+        """True (default): a background thread applies parity updates, off the push's critical path;
+        every read of parity, decode and scrub waits for them first. False: applied before each call returns."""
+        return self._group.background_apply
+
+    @background_apply.setter
+    def background_apply(self, on: bool) -> None:
+        if not isinstance(on, bool):
+            raise TypeError(f"background_apply must be a bool, got {type(on).__name__}")
+        self._group.background_apply = on
+
     def server_of(self, keys: Any) -> np.ndarray:
         """The server owning each key in this group: int32[len(keys)]."""
         return server_of(keys, self.n)

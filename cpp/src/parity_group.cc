@@ -36,6 +36,7 @@ ParityGroup::ParityGroup(int n, int k, int r, const ShardConfig& config)
   router_ = std::make_unique<ParityRouter>(layout_, config.block_slots, servers_[0].shard->layout().bytes());
   recovery_ = std::make_unique<Recovery>(layout_, code_, config.block_slots, router_->record_bytes());
   for (Server& s : servers_) s.parity = std::make_shared<ParityStore>(code_, router_->block_bytes());
+  SetBackgroundApply(true);
 }
 
 ParityGroup::~ParityGroup() = default;
@@ -46,72 +47,96 @@ void ParityGroup::CheckServer(int server, const char* what) const {
                             " is outside [0, n=" + std::to_string(layout_.n()) + ")");
 }
 
-// Runs op(shard) on `server` under the right lock and routes the deltas it reports. Healthy servers
-// share the group lock; a lost or restoring one takes it exclusively (its block faults decode).
+// Runs op(shard, exclusive) on `server` under the right lock. Healthy servers share the group lock;
+// a lost or restoring one takes it exclusively (its block faults decode) after draining the applier.
 template <typename Op>
 auto ParityGroup::Mutate(int server, Op op) {
   {
     std::shared_lock<std::shared_mutex> lock(mu_);
-    if (servers_[server].state == ServerState::kHealthy) return op(*servers_[server].shard);
+    if (servers_[server].state == ServerState::kHealthy) return op(*servers_[server].shard, false);
   }
   std::unique_lock<std::shared_mutex> lock(mu_);
+  Drain();
   if (servers_[server].state == ServerState::kLost) BeginRebuildLocked();
-  return op(*servers_[server].shard);
+  return op(*servers_[server].shard, true);
 }
 
-void ParityGroup::ApplyDeltas(int server, const DeltaBatch& deltas) {
+void ParityGroup::Drain() const {
+  if (applier_) applier_->Drain();
+}
+
+void ParityGroup::ApplyDeltas(int server, const DeltaBatch& deltas, bool background) {
   if (deltas.size() == 0) return;
   thread_local std::vector<ParityUpdate> updates;
   router_->Route(server, deltas, &updates);
+  if (background && applier_) {
+    applier_->Submit(&updates);
+    return;
+  }
   for (int h = 0; h < layout_.n(); ++h) {
     // A lost holder's parity is recomputed by its rebuild: deltas to it are dropped.
     if (!updates[h].empty() && servers_[h].parity) servers_[h].parity->Apply(updates[h]);
   }
 }
 
+void ParityGroup::SetBackgroundApply(bool on) {
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  Drain();
+  if (on && !applier_) {
+    // Runs only between drains, while no exclusive section can change servers_ (see Drain callers).
+    applier_ = std::make_unique<ParityApplier>([this](const ParityUpdate& u) {
+      const std::shared_ptr<ParityStore>& store = servers_[u.holder].parity;
+      if (store) store->Apply(u);
+    });
+  } else if (!on) {
+    applier_.reset();
+  }
+}
+
+bool ParityGroup::background_apply() const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return applier_ != nullptr;
+}
+
 void ParityGroup::Pull(int server, const int64_t* keys, size_t count, float* out) {
   CheckServer(server, "Pull");
-  Mutate(server, [&](EmbeddingShard& shard) {
+  Mutate(server, [&](EmbeddingShard& shard, bool exclusive) {
     thread_local DeltaBatch deltas;
-    deltas.clear();
     shard.Pull(keys, count, out, &deltas);
-    ApplyDeltas(server, deltas);
+    ApplyDeltas(server, deltas, !exclusive);
   });
 }
 
 void ParityGroup::Find(int server, const int64_t* keys, size_t count, float* out, uint8_t* found) {
   CheckServer(server, "Find");
-  Mutate(server, [&](EmbeddingShard& shard) { shard.Find(keys, count, out, found); });
+  Mutate(server, [&](EmbeddingShard& shard, bool) { shard.Find(keys, count, out, found); });
 }
 
 void ParityGroup::Push(int server, const int64_t* keys, const float* grads, size_t count, int64_t step) {
   CheckServer(server, "Push");
-  Mutate(server, [&](EmbeddingShard& shard) {
+  Mutate(server, [&](EmbeddingShard& shard, bool exclusive) {
     thread_local DeltaBatch deltas;
-    deltas.clear();
     shard.Push(keys, grads, count, step, &deltas);
-    ApplyDeltas(server, deltas);
+    ApplyDeltas(server, deltas, !exclusive);
   });
 }
 
 size_t ParityGroup::Erase(int server, const int64_t* keys, size_t count) {
   CheckServer(server, "Erase");
-  return Mutate(server, [&](EmbeddingShard& shard) {
+  return Mutate(server, [&](EmbeddingShard& shard, bool exclusive) {
     thread_local DeltaBatch deltas;
-    deltas.clear();
     const size_t erased = shard.Erase(keys, count, &deltas);
-    ApplyDeltas(server, deltas);
+    ApplyDeltas(server, deltas, !exclusive);
     return erased;
   });
 }
 
 void ParityGroup::Load(int server, const int64_t* keys, const float* values, const float* state, size_t count) {
   CheckServer(server, "Load");
-  Mutate(server, [&](EmbeddingShard& shard) {
+  Mutate(server, [&](EmbeddingShard& shard, bool exclusive) {
     thread_local DeltaBatch deltas;
-    deltas.clear();
     shard.Load(keys, values, state, count, &deltas);
-    ApplyDeltas(server, deltas);
+    ApplyDeltas(server, deltas, !exclusive);
   });
 }
 
@@ -125,6 +150,7 @@ std::vector<int> ParityGroup::UnavailableLocked() const {
 void ParityGroup::Kill(const std::vector<int>& servers) {
   std::unique_lock<std::shared_mutex> lock(mu_);
   for (int s : servers) CheckServer(s, "Kill");
+  Drain();  // deltas already routed reach the survivors before anything is dropped
   std::vector<int> down = UnavailableLocked();
   for (int s : servers)
     if (std::find(down.begin(), down.end(), s) == down.end()) down.push_back(s);
@@ -186,6 +212,7 @@ void ParityGroup::HandleFault(int server, size_t block, uint8_t* out) {
 
 void ParityGroup::BeginRebuild() {
   std::unique_lock<std::shared_mutex> lock(mu_);
+  Drain();
   BeginRebuildLocked();
 }
 
@@ -229,6 +256,7 @@ void ParityGroup::BeginRebuildLocked() {
 
 size_t ParityGroup::RebuildStep(size_t max_stripes) {
   std::unique_lock<std::shared_mutex> lock(mu_);
+  Drain();
   return RebuildStepLocked(max_stripes);
 }
 
@@ -290,6 +318,7 @@ size_t ParityGroup::RebuildStepLocked(size_t max_stripes) {
 
 void ParityGroup::FinishRebuild() {
   std::unique_lock<std::shared_mutex> lock(mu_);
+  Drain();
   while (RebuildStepLocked(SIZE_MAX) != 0) {
   }
 }
@@ -312,6 +341,7 @@ std::vector<int> ParityGroup::unavailable_servers() const {
 
 std::vector<ScrubMismatch> ParityGroup::Scrub() const {
   std::unique_lock<std::shared_mutex> lock(mu_);
+  Drain();
   const std::vector<int> down = UnavailableLocked();
   if (!down.empty())
     throw std::invalid_argument("ParityGroup::Scrub: servers " + JoinServers(down) +
@@ -343,6 +373,7 @@ std::vector<ScrubMismatch> ParityGroup::Scrub() const {
 
 ParityGroupStats ParityGroup::stats() const {
   std::shared_lock<std::shared_mutex> lock(mu_);
+  Drain();
   ParityGroupStats st;
   for (const Server& s : servers_) {
     const size_t data = s.shard ? s.shard->memory().slot_bytes : 0;
@@ -366,17 +397,19 @@ size_t ParityGroup::num_data_blocks(int server) const {
 size_t ParityGroup::num_parity_blocks(int server) const {
   CheckServer(server, "num_parity_blocks");
   std::shared_lock<std::shared_mutex> lock(mu_);
+  Drain();
   return servers_[server].parity ? servers_[server].parity->num_blocks() : 0;
 }
 
 void ParityGroup::ReadDataBlock(int server, size_t block, uint8_t* out) {
   CheckServer(server, "ReadDataBlock");
-  Mutate(server, [&](EmbeddingShard& shard) { shard.ReadBlock(block, out); });
+  Mutate(server, [&](EmbeddingShard& shard, bool) { shard.ReadBlock(block, out); });
 }
 
 void ParityGroup::ReadParityBlock(int server, size_t block, uint8_t* out) const {
   CheckServer(server, "ReadParityBlock");
   std::shared_lock<std::shared_mutex> lock(mu_);
+  Drain();
   if (!servers_[server].parity)
     throw std::invalid_argument("ParityGroup::ReadParityBlock: server " + std::to_string(server) +
                                 " is lost; rebuild it first (BeginRebuild / FinishRebuild)");
@@ -392,6 +425,7 @@ std::shared_ptr<EmbeddingShard> ParityGroup::shard(int server) const {
 std::shared_ptr<ParityStore> ParityGroup::parity_store(int server) const {
   CheckServer(server, "parity_store");
   std::shared_lock<std::shared_mutex> lock(mu_);
+  Drain();
   return servers_[server].parity;
 }
 

@@ -37,6 +37,12 @@ void ParityRouter::Route(int source, const DeltaBatch& deltas, std::vector<Parit
     u.record_bytes = static_cast<uint32_t>(record_bytes_);
   }
   const size_t count = deltas.size();
+  // Each holder gets about count * r / (n - 1) entries; reserving avoids regrowth on first use.
+  const size_t expect = count * r / (n > 1 ? n - 1 : 1) + 16;
+  for (ParityUpdate& u : *out) {
+    u.entries.reserve(expect);
+    u.deltas.reserve(expect * record_bytes_);
+  }
   // StripeLayout::DataSlot inlined (without its checks: source is valid): this loop runs per touched
   // slot on the training path.
   const size_t rb = record_bytes_;
@@ -51,9 +57,7 @@ void ParityRouter::Route(int source, const DeltaBatch& deltas, std::vector<Parit
     for (int i = 0; i < r; ++i) {
       ParityUpdate& u = (*out)[(m + k + i) % n];
       u.entries.push_back({q * r + i, offset, static_cast<uint8_t>(i), static_cast<uint8_t>(j)});
-      const size_t at = u.deltas.size();
-      u.deltas.resize(at + rb);
-      std::memcpy(u.deltas.data() + at, delta, rb);
+      u.deltas.insert(u.deltas.end(), delta, delta + rb);  // no zero-fill, unlike resize
     }
   }
 }

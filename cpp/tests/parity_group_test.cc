@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "xdl_ec/key_router.h"
+#include "xdl_ec/parity_applier.h"
 #include "xdl_ec/parity_router.h"
 #include "xdl_ec/parity_store.h"
 #include "xdl_ec/parity_update.h"
@@ -213,7 +214,45 @@ TEST(ParityStoreTest, AppliesLazilyAndRejectsBadBatchesWholly) {
   EXPECT_EQ(cols[3], expect[9]);
 }
 
+TEST(ParityApplierTest, DrainWaitsForEverySubmittedBatchAndReportsErrors) {
+  std::atomic<int> applied{0};
+  ParityApplier applier([&](const ParityUpdate& u) {
+    if (u.source < 0) throw std::invalid_argument("bad batch");
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    applied += static_cast<int>(u.size());
+  }, 4);
+  std::vector<ParityUpdate> batch(2);
+  for (int i = 0; i < 20; ++i) {
+    batch.assign(2, ParityUpdate{});
+    batch[0].source = 1;
+    batch[0].entries.resize(3);
+    applier.Submit(&batch);
+    EXPECT_TRUE(batch.empty() || batch[0].empty());  // a recycled, cleared vector comes back
+  }
+  applier.Drain();
+  EXPECT_EQ(applied.load(), 60);
+  batch.assign(1, ParityUpdate{});
+  batch[0].source = -1;
+  batch[0].entries.resize(1);
+  applier.Submit(&batch);
+  EXPECT_THROW(applier.Drain(), std::runtime_error);
+  applier.Drain();  // the error is reported once
+}
+
 // ---- the group ---------------------------------------------------------------------------------
+
+TEST(ParityGroupTest, BackgroundAndSynchronousApplyGiveIdenticalParity) {
+  Twins t(5, 3, 2, Config(OptimizerKind::kFtrl), 41);
+  t.b.SetBackgroundApply(false);
+  EXPECT_TRUE(t.a.background_apply());
+  EXPECT_FALSE(t.b.background_apply());
+  t.TrainAll(6, 60, 8000);
+  t.EraseSome(2, 8000, 40);
+  t.ExpectIdentical("background vs synchronous");
+  EXPECT_TRUE(t.a.Scrub().empty());
+  EXPECT_TRUE(t.b.Scrub().empty());
+}
+
 
 TEST(ParityGroupTest, HealthyGroupScrubsCleanWithEveryOptimizer) {
   for (OptimizerKind kind : kOptimizers) {

@@ -132,6 +132,12 @@ void BindParity(py::module_& m) {
       .def_property_readonly("record_bytes", &ParityGroup::record_bytes)
       .def_property_readonly("block_bytes", &ParityGroup::block_bytes)
       .def_property_readonly("state_floats", &StateFloats)
+      .def_property("background_apply", &ParityGroup::background_apply,
+                    [](ParityGroup& g, bool on) {
+                      py::gil_scoped_release release;
+                      g.SetBackgroundApply(on);
+                    },
+                    "Parity updates applied by a background thread (default) or before each call returns")
       .def("pull", [](ParityGroup& g, int server, const Keys& keys) {
              const size_t n = CheckKeys(keys, "ParityGroup.pull");
              Floats out({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(g.config().dim)});

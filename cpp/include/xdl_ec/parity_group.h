@@ -9,10 +9,11 @@
 // Any operation on a lost server starts the rebuild itself, so callers never see a missing server.
 //
 // Consistency: decoding a stripe must see its data and parity at one version. Mutations of healthy
-// servers hold the group lock shared (their parity deltas commute, so they may run concurrently);
+// servers hold the group lock shared (their parity deltas commute, so they may run concurrently)
+// and, with background apply (the default), hand their routed updates to a ParityApplier thread;
 // everything that decodes - operations on a restoring server (their block faults decode), rebuild
-// steps, Kill, Scrub - holds it exclusively, so no mutation is half-applied while a stripe is
-// decoded. The fault handler runs inside the replacement shard's lock and reads only other shards
+// steps, Kill, Scrub - holds the lock exclusively and first drains the applier, so no mutation is
+// half-applied while a stripe is decoded. Every method that reads parity drains first too. The fault handler runs inside the replacement shard's lock and reads only other shards
 // and parity stores, which never wait for that lock: no deadlock.
 #pragma once
 
@@ -24,6 +25,7 @@
 
 #include "xdl_ec/embedding_shard.h"
 #include "xdl_ec/erasure_code.h"
+#include "xdl_ec/parity_applier.h"
 #include "xdl_ec/parity_router.h"
 #include "xdl_ec/parity_store.h"
 #include "xdl_ec/recovery.h"
@@ -96,6 +98,11 @@ class ParityGroup {
   // std::invalid_argument while any server is lost or restoring (finish the rebuild first).
   std::vector<ScrubMismatch> Scrub() const;
 
+  // Background apply (default on): pushes return once their shard is updated and deltas routed;
+  // a ParityApplier thread applies them. Off: applied before the call returns.
+  void SetBackgroundApply(bool on);
+  bool background_apply() const;
+
   ParityGroupStats stats() const;
   // Blocks covering a server's data (slot high-water) and its parity (highest allocated + 1).
   size_t num_data_blocks(int server) const;
@@ -118,7 +125,8 @@ class ParityGroup {
   template <typename Op>
   auto Mutate(int server, Op op);
   void CheckServer(int server, const char* what) const;
-  void ApplyDeltas(int server, const DeltaBatch& deltas);
+  void ApplyDeltas(int server, const DeltaBatch& deltas, bool background);
+  void Drain() const;
   void BeginRebuildLocked();
   size_t RebuildStepLocked(size_t max_stripes);
   void HandleFault(int server, size_t block, uint8_t* out);
@@ -135,6 +143,8 @@ class ParityGroup {
   std::vector<Server> servers_;
   std::vector<size_t> plan_;  // stripes still to rebuild, in order
   size_t plan_done_ = 0;
+  // Declared last: destroyed first, applying what is pending while the stores still exist.
+  std::unique_ptr<ParityApplier> applier_;
 };
 
 }  // namespace xdl_ec
