@@ -160,3 +160,14 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="cannot be rebuilt"):
         SparseEmbedding.from_config(layer.get_config())
     assert len(table) == 0
+
+
+def test_functional_model_with_sparse_input_trains_in_fit():
+    table = make_table(optim.SGD(learning_rate=0.1))
+    ids = keras.Input(shape=(5,), sparse=True, dtype="int64")
+    model = keras.Model(ids, keras.layers.Dense(1, kernel_initializer="ones")(SparseEmbedding(table, combiner="mean")(ids)))
+    model.compile(optimizer="sgd", loss="mse")
+    x = tf.SparseTensor([[0, 0], [0, 3], [1, 1]], tf.constant([1, 2, 3], tf.int64), [2, 5])
+    losses = model.fit(x, np.ones((2, 1), np.float32), epochs=3, verbose=0).history["loss"]
+    assert losses[-1] < losses[0]
+    assert len(table) == 3 and np.abs(table.pull(np.array([1, 2, 3]))).min() > 0

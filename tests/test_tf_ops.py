@@ -53,10 +53,10 @@ def pool(rows: list[np.ndarray], combiner: str, dim: int = DIM) -> np.ndarray:
 
 
 def as_sparse(rows: list[list[int]]) -> tf.SparseTensor:
-    indices = [[b, j] for b, row in enumerate(rows) for j in range(len(row))]
+    # Columns with gaps (not "right-ragged") and unsorted indices: only the row of an index matters.
+    indices = [[b, 2 * j + 1] for b, row in enumerate(rows) for j in range(len(row))]
     values = [v for row in rows for v in row]
-    width = max(len(row) for row in rows)
-    # Deliberately unsorted indices: the wrapper must reorder them.
+    width = 2 * max(len(row) for row in rows) + 1
     perm = np.random.default_rng(0).permutation(len(values))
     return tf.SparseTensor(np.array(indices, np.int64)[perm], np.array(values, np.int64)[perm], [len(rows), width])
 

@@ -103,11 +103,13 @@ def _ids_and_splits(ids: Any, combiner: str) -> tuple[tf.Tensor, tf.Tensor]:
             raise ValueError("combiner 'none' needs dense ids [batch, n]; sparse ids need 'sum', 'mean' or 'sqrtn'")
         if ids.shape.rank is not None and ids.shape.rank != 2:
             raise ValueError(f"sparse ids must be a 2-D tf.SparseTensor [batch, max_ids], got rank {ids.shape.rank}")
-        values = _as_int64(ids.values, "sparse ids")
-        ids = tf.SparseTensor(ids.indices, values, ids.dense_shape)
-        # Rows follow dense_shape[0], so trailing empty rows pool to zeros; indices must be in row-major
-        # order (tf.sparse.reorder canonicalises unsorted ones).
-        ids = tf.RaggedTensor.from_sparse(tf.sparse.reorder(ids))
+        # Row b pools the values whose index row is b, whatever their columns (as tf.nn.embedding_lookup_sparse
+        # does): reorder to row-major, then row_splits from per-row counts over dense_shape[0] rows, so empty
+        # and trailing rows pool to zeros.
+        ids = tf.sparse.reorder(tf.SparseTensor(ids.indices, _as_int64(ids.values, "sparse ids"), ids.dense_shape))
+        rows = ids.indices[:, 0]
+        counts = tf.math.unsorted_segment_sum(tf.ones_like(rows), rows, ids.dense_shape[0])
+        return ids.values, tf.concat([tf.zeros([1], tf.int64), tf.cumsum(counts)], 0)
     if isinstance(ids, tf.RaggedTensor):
         if combiner == "none":
             raise ValueError("combiner 'none' needs dense ids [batch, n]; ragged ids need 'sum', 'mean' or 'sqrtn'")
