@@ -101,6 +101,19 @@ def test_lookup_without_insert_reads_unseen_ids_as_zero_rows():
     assert len(table) == 2
 
 
+@pytest.mark.parametrize("combiner", ["sum", "mean", "sqrtn"])
+def test_sparse_forward_matches_tf_embedding_lookup_sparse(combiner):
+    table = make_table()
+    unique, index_rows, variable = dense_reference(table, RAGGED)
+    sparse = as_sparse(RAGGED)
+    position = {k: i for i, k in enumerate(unique)}
+    as_index = tf.SparseTensor(sparse.indices, tf.constant([position[int(v)] for v in sparse.values.numpy()],
+                                                           tf.int64), sparse.dense_shape)
+    expected = tf.nn.embedding_lookup_sparse(variable, tf.sparse.reorder(as_index), None, combiner=combiner)
+    ours = tf_ops.lookup(table, sparse, combiner=combiner)
+    np.testing.assert_allclose(ours.numpy(), expected.numpy(), rtol=1e-6, atol=1e-7)  # TF sums in another order
+
+
 def test_int32_ids_are_accepted_and_trailing_empty_sparse_rows_kept():
     table = make_table()
     out = tf_ops.lookup(table, tf.constant([[1, 2]], tf.int32), combiner="sum").numpy()
