@@ -231,3 +231,19 @@ def test_real_criteo_features_survive_two_losses() -> None:
     t.a.finish_rebuild()
     t.assert_identical("Criteo epoch with two losses")
     assert t.a.scrub() == []
+
+
+def test_background_and_synchronous_apply_agree() -> None:
+    t = Twins(5, 3, 1, "momentum", seed=6)
+    assert t.a.background_apply is True
+    t.b.background_apply = False
+    assert t.b.background_apply is False
+    with pytest.raises(TypeError, match="background_apply must be a bool"):
+        t.a.background_apply = 1
+    t.train_all(4, 40, 6000)
+    t.assert_identical("background vs synchronous apply")
+    t.a.kill(1)
+    t.b.kill(1)
+    t.a.rebuild()
+    t.b.rebuild()
+    t.assert_identical("both rebuilt")

@@ -9,12 +9,6 @@
 namespace xdl_ec {
 
 namespace {
-std::string JoinServers(const std::vector<int>& servers) {
-  std::string out = "{";
-  for (size_t i = 0; i < servers.size(); ++i) out += (i ? ", " : "") + std::to_string(servers[i]);
-  return out + "}";
-}
-
 bool AllZero(const uint8_t* p, size_t n) {
   for (size_t i = 0; i < n; ++i)
     if (p[i]) return false;
@@ -155,9 +149,7 @@ void ParityGroup::Kill(const std::vector<int>& servers) {
   for (int s : servers)
     if (std::find(down.begin(), down.end(), s) == down.end()) down.push_back(s);
   std::sort(down.begin(), down.end());
-  if (static_cast<int>(down.size()) > layout_.r())
-    throw std::invalid_argument("unrecoverable: lost servers " + JoinServers(down) + ", the code tolerates r=" +
-                                std::to_string(layout_.r()) + "; nothing was killed");
+  Recovery::CheckRecoverable(layout_, down);  // throws before anything is dropped
   for (int s : servers) {
     Server& sv = servers_[s];
     sv.shard.reset();
@@ -344,7 +336,7 @@ std::vector<ScrubMismatch> ParityGroup::Scrub() const {
   Drain();
   const std::vector<int> down = UnavailableLocked();
   if (!down.empty())
-    throw std::invalid_argument("ParityGroup::Scrub: servers " + JoinServers(down) +
+    throw std::invalid_argument("ParityGroup::Scrub: servers " + Recovery::ServerSet(down) +
                                 " are lost or being rebuilt; finish the rebuild first");
   const int k = layout_.k(), r = layout_.r();
   const size_t bytes = router_->block_bytes();

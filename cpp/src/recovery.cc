@@ -1,5 +1,6 @@
 #include "xdl_ec/recovery.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -8,13 +9,20 @@
 
 namespace xdl_ec {
 
-namespace {
-std::string JoinServers(const std::vector<int>& servers) {
+std::string Recovery::ServerSet(const std::vector<int>& servers) {
   std::string out = "{";
   for (size_t i = 0; i < servers.size(); ++i) out += (i ? ", " : "") + std::to_string(servers[i]);
   return out + "}";
 }
-}  // namespace
+
+void Recovery::CheckRecoverable(const StripeLayout& layout, const std::vector<int>& lost) {
+  std::vector<int> distinct;
+  for (int s : lost)
+    if (std::find(distinct.begin(), distinct.end(), s) == distinct.end()) distinct.push_back(s);
+  if (static_cast<int>(distinct.size()) > layout.r())
+    throw std::invalid_argument("unrecoverable: lost servers " + ServerSet(distinct) + ", the code tolerates r=" +
+                                std::to_string(layout.r()));
+}
 
 Recovery::Recovery(const StripeLayout& layout, std::shared_ptr<const ErasureCode> code, uint32_t block_slots,
                    size_t record_bytes)
@@ -31,17 +39,13 @@ Recovery::Recovery(const StripeLayout& layout, std::shared_ptr<const ErasureCode
 
 std::vector<uint8_t> Recovery::DownMask(const std::vector<int>& unavailable) const {
   std::vector<uint8_t> down(layout_.n(), 0);
-  std::vector<int> distinct;
   for (int s : unavailable) {
     if (s < 0 || s >= layout_.n())
       throw std::out_of_range("Recovery: unavailable server " + std::to_string(s) + " is outside [0, " +
                               std::to_string(layout_.n()) + ")");
-    if (!down[s]) distinct.push_back(s);
     down[s] = 1;
   }
-  if (static_cast<int>(distinct.size()) > layout_.r())
-    throw std::invalid_argument("unrecoverable: lost servers " + JoinServers(distinct) + ", the code tolerates r=" +
-                                std::to_string(layout_.r()));
+  CheckRecoverable(layout_, unavailable);
   return down;
 }
 
@@ -58,7 +62,7 @@ RecoveredKeyIndex Recovery::RecoverKeyIndex(int server, size_t data_blocks, cons
   const std::vector<uint8_t> down = DownMask(unavailable);
   if (server < 0 || server >= layout_.n() || !down[server])
     throw std::invalid_argument("Recovery::RecoverKeyIndex: server " + std::to_string(server) +
-                                " must be one of the unavailable servers " + JoinServers(unavailable));
+                                " must be one of the unavailable servers " + ServerSet(unavailable));
   const int k = layout_.k();
   const size_t width = RecordLayout::kValueOffset;  // key (8) + flags (4)
   const size_t column_bytes = block_slots_ * width;

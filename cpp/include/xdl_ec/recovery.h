@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "xdl_ec/erasure_code.h"
@@ -43,6 +44,12 @@ class Recovery {
   // Throws std::invalid_argument when code and layout disagree on k or r, or sizes are zero.
   Recovery(const StripeLayout& layout, std::shared_ptr<const ErasureCode> code, uint32_t block_slots,
            size_t record_bytes);
+
+  // Throws std::invalid_argument("unrecoverable: lost servers {..}, the code tolerates r=..") when
+  // more than layout.r() distinct servers are listed.
+  static void CheckRecoverable(const StripeLayout& layout, const std::vector<int>& lost);
+  // "{1, 4}": how errors name a set of servers.
+  static std::string ServerSet(const std::vector<int>& servers);
 
   const StripeLayout& layout() const { return layout_; }
   size_t block_bytes() const { return static_cast<size_t>(block_slots_) * record_bytes_; }
