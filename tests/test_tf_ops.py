@@ -471,3 +471,17 @@ def test_version_check_names_both_versions():
         tf_ops.check_tf_version("2.22.1", "2.21.0")
     assert "tensorflow-cpu==2.21" in str(err.value)
     assert isinstance(err.value, ImportError)
+
+
+
+def test_loading_fails_clearly_when_the_build_record_names_another_tf(tmp_path, monkeypatch):
+    # The same function runs at import; point it at a build record from another TF release.
+    record = tmp_path / "_tf_build_version.txt"
+    record.write_text("2.0.0\n")
+    monkeypatch.setattr(tf_ops, "_BUILD_VERSION_FILE", str(record))
+    with pytest.raises(tf_ops.TFVersionMismatchError,
+                       match=f"built against TensorFlow 2.0.0 but TensorFlow {tf.__version__} is installed"):
+        tf_ops._load_library()
+    monkeypatch.setattr(tf_ops, "_BUILD_VERSION_FILE", str(tmp_path / "missing.txt"))
+    with pytest.raises(ImportError, match="built without its TensorFlow ops"):
+        tf_ops._load_library()
