@@ -162,6 +162,8 @@ class ParityGroup:
         """Drops ``servers`` (shard and parity store, everything they held)."""
         if isinstance(servers, numbers.Integral) and not isinstance(servers, bool):
             servers = [servers]
+        elif isinstance(servers, np.ndarray):
+            servers = servers.tolist()
         if isinstance(servers, (str, bytes)) or not isinstance(servers, Sequence):
             raise TypeError(f"servers must be an int or a sequence of ints, got {type(servers).__name__}")
         self._group.kill([self._server(s) for s in servers])

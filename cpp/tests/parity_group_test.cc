@@ -293,6 +293,21 @@ TEST(ParityGroupTest, RebuildsEveryLossPatternBitExactWithEveryOptimizer) {
   }
 }
 
+TEST(ParityGroupTest, WideGroupsAndThreeParitiesRebuildEveryLossPattern) {
+  // n well above k + r (servers outside a stripe) and r = 3 (Vandermonde rows beyond XOR).
+  for (auto [n, k, r] : {std::tuple{8, 3, 2}, std::tuple{7, 2, 3}}) {
+    Twins t(n, k, r, Config(OptimizerKind::kAdam), 51);
+    t.TrainAll(3, 30, 6000);
+    for (const auto& lost : Combinations(n, r)) {
+      t.a.Kill(lost);
+      t.a.FinishRebuild();
+      t.ExpectIdentical("n=" + std::to_string(n) + " k=" + std::to_string(k) + " r=" + std::to_string(r));
+      t.Train(lost[0], 10, 6000);
+    }
+    EXPECT_TRUE(t.a.Scrub().empty());
+  }
+}
+
 TEST(ParityGroupTest, TrafficContinuesDuringRebuildWithDegradedReadsAndNewKeys) {
   for (OptimizerKind kind : {OptimizerKind::kAdam, OptimizerKind::kFtrl, OptimizerKind::kMomentum}) {
     Twins t(6, 4, 2, Config(kind), 21);
