@@ -332,7 +332,9 @@ struct EmbeddingShard::Impl {
     if (!deltas) return;
     const uint8_t* r = Record(slot);
     uint8_t* x = deltas->xor_bytes.data() + d * record_bytes;
-    for (size_t j = 0; j < record_bytes; ++j) x[j] ^= r[j];
+    // A local bound: byte stores may alias the member, which kept this loop scalar (half a push).
+    const size_t bytes = record_bytes;
+    for (size_t j = 0; j < bytes; ++j) x[j] ^= r[j];
   }
   void DeltaStart(DeltaBatch* deltas, size_t expected) const {
     if (!deltas) return;
