@@ -109,9 +109,11 @@ class PSTrainer:
                 return future.result(timeout)
             except (RoleLost, CallTimeout) as err:
                 lost = self.scheduler.confirm_failure(err)
-                if lost is None:
-                    continue  # alive but slow: keep waiting
-                raise lost from None
+                if lost is not None:
+                    raise lost from None
+                if isinstance(err, CallTimeout) and not future.done():
+                    continue  # our own wait ran out but the role answers pings: slow, not dead
+                raise  # the error came from inside the call (e.g. a worker's own timeout): not a death
 
     # ---- training -------------------------------------------------------------------------------------
     def _record(self, result: StepResult) -> None:

@@ -95,7 +95,7 @@ class Worker:
         self._prepared = Prefetcher(prepare_batches(mine), depth=2)
         self._current: Optional[PreparedBatch] = self._next()
         self._step_fn = self._make_step(tf)
-        self.seconds: Dict[str, float] = {"pull_wait": 0.0, "compute": 0.0, "push": 0.0}
+        self.seconds: Dict[str, float] = {"pull_wait": 0.0, "data_wait": 0.0, "compute": 0.0, "push": 0.0}
         self.steps = 0
 
     def _make_step(self, tf: Any) -> Any:
@@ -144,10 +144,12 @@ class Worker:
             self.dense.set_weights(weights)
         t0 = time.perf_counter()
         rows = self._rows(p)
-        t1 = time.perf_counter()
+        t_data = time.perf_counter()
         nxt = self._next()
         if nxt is not None and self.prefetch_across_steps and nxt.fresh.any():
             nxt.pending = self.client.pull_async(self.table.name, nxt.keys[nxt.fresh], self.table.dim)
+        t1 = time.perf_counter()
+        self.seconds["data_wait"] += t1 - t_data
         b = p.batch
         loss, dense_grads, row_grads = self._step_fn(b.dense, rows, p.inverse, b.label)
         row_grads = row_grads.numpy()
@@ -157,7 +159,7 @@ class Worker:
         t3 = time.perf_counter()
         self._current = nxt
         self.steps += 1
-        for name, seconds in (("pull_wait", t1 - t0), ("compute", t2 - t1), ("push", t3 - t2)):
+        for name, seconds in (("pull_wait", t_data - t0), ("compute", t2 - t1), ("push", t3 - t2)):
             self.seconds[name] += seconds
         return StepResult(self.index, float(loss), len(b), dense_grads)
 
