@@ -264,3 +264,77 @@ def test_cli_rejects_cluster_flags_that_do_not_fit(extra: list, message: str, ca
 
     assert main(["train", "--synthetic", "--steps", "1", "--no-progress", *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+# ---- backend and scheduler --------------------------------------------------------------------------------
+class _Sleeper:
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def nap(self, seconds: float) -> str:
+        time.sleep(seconds)
+        return "awake"
+
+    def ping(self) -> int:
+        return self.index
+
+
+def test_local_calls_time_out_by_name_and_dropped_roles_raise_their_lost_error() -> None:
+    from xdl_ec.ps import CallTimeout
+
+    backend = LocalBackend()
+    try:
+        handle = backend.start("worker", 3, _Sleeper, 3)
+        with pytest.raises(CallTimeout, match=r"worker 3 did not answer nap\(\) within 0.05 s"):
+            handle.call("nap", 0.5).result(0.05)
+        backend.kill(handle)
+        assert not backend.alive(handle)
+        with pytest.raises(WorkerLost, match="worker 3 was lost: its object was dropped"):
+            handle.call("ping").result(5)
+        with pytest.raises(ValueError, match="role: must be one of"):
+            backend.start("janitor", 0, _Sleeper, 0)
+    finally:
+        backend.shutdown()
+
+
+def test_scheduler_decides_deaths_and_bumps_the_map_version() -> None:
+    from xdl_ec.ps import CallTimeout, Scheduler
+
+    backend = LocalBackend()
+    try:
+        scheduler = Scheduler(backend, 2, (SPEC,))
+        version = scheduler.version
+        # a timeout from a role that still answers pings is not a death
+        assert scheduler.confirm_failure(CallTimeout("server", 1, "pull", 1.0)) is None
+        assert scheduler.cluster_map()["servers"][1]["alive"] and scheduler.version == version
+        scheduler.kill("server", 1)
+        lost = scheduler.confirm_failure(CallTimeout("server", 1, "pull", 1.0))
+        assert isinstance(lost, ServerLost) and lost.index == 1
+        assert not scheduler.cluster_map()["servers"][1]["alive"] and scheduler.version == version + 1
+        replacement = scheduler.replace_server(1)
+        assert replacement.call("size", "t").result(5) == 0  # a fresh, empty server
+        assert scheduler.cluster_map()["servers"][1]["alive"] and scheduler.version == version + 2
+        with pytest.raises(IndexError, match="no server 5"):
+            scheduler.kill("server", 5)
+    finally:
+        backend.shutdown()
+
+
+def test_client_push_log_keeps_pushes_until_forgotten() -> None:
+    backend = LocalBackend()
+    try:
+        servers = [backend.start("server", i, ParameterServer, i, (SPEC,)) for i in range(2)]
+        client = PSClient(servers, worker=0, push_log=True)
+        keys = np.arange(40, dtype=np.int64)
+        acks = client.push("t", keys, np.ones((40, DIM), np.float32), step=1)
+        assert sorted(a.server for a in acks) == [0, 1] and all(a.seq == 1 and a.applied for a in acks)
+        client.push("t", keys, np.ones((40, DIM), np.float32), step=2)
+        assert [sorted(client.push_log[s]) for s in (0, 1)] == [[1, 2], [1, 2]]
+        logged = client.push_log[0][2]
+        np.testing.assert_array_equal(np.sort(logged.keys), np.sort(keys[_core.server_of(keys, 2) == 0]))
+        client.forget(0, 1)
+        assert sorted(client.push_log[0]) == [2] and sorted(client.push_log[1]) == [1, 2]
+        with pytest.raises(ValueError, match=r"grads: must be \[len\(keys\), dim\]"):
+            client.push("t", keys, np.ones((3, DIM), np.float32), step=3)
+    finally:
+        backend.shutdown()
