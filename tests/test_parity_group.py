@@ -79,6 +79,7 @@ def test_every_loss_pattern_rebuilds_bit_exact(optimizer: str) -> None:
 @pytest.mark.parametrize("optimizer", ["adam", "ftrl"])
 def test_pushes_continue_during_step_by_step_rebuild(optimizer: str) -> None:
     t = Twins(6, 4, 2, optimizer, seed=2)
+    t.a.background_apply = optimizer == "adam"  # both modes keep the rebuild exact
     t.train_all(6, 50, 20000)
     t.a.kill([0, 5])
     t.a.begin_rebuild()
@@ -235,9 +236,9 @@ def test_real_criteo_features_survive_two_losses() -> None:
 
 def test_background_and_synchronous_apply_agree() -> None:
     t = Twins(5, 3, 1, "momentum", seed=6)
-    assert t.a.background_apply is True
-    t.b.background_apply = False
     assert t.b.background_apply is False
+    t.a.background_apply = True
+    assert t.a.background_apply is True
     with pytest.raises(TypeError, match="background_apply must be a bool"):
         t.a.background_apply = 1
     t.train_all(4, 40, 6000)

@@ -113,8 +113,8 @@ class ParityGroup:
 
     @property
     def background_apply(self) -> bool:
-        """True (default): a background thread applies parity updates, off the push's critical path;
-        every read of parity, decode and scrub waits for them first. False: applied before each call returns."""
+        """True: a background thread applies parity updates, off the push's critical path (every read of
+        parity, decode and scrub waits for them first). False (default): applied before each call returns."""
         return self._group.background_apply
 
     @background_apply.setter

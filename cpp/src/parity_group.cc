@@ -30,7 +30,6 @@ ParityGroup::ParityGroup(int n, int k, int r, const ShardConfig& config)
   router_ = std::make_unique<ParityRouter>(layout_, config.block_slots, servers_[0].shard->layout().bytes());
   recovery_ = std::make_unique<Recovery>(layout_, code_, config.block_slots, router_->record_bytes());
   for (Server& s : servers_) s.parity = std::make_shared<ParityStore>(code_, router_->block_bytes());
-  SetBackgroundApply(true);
 }
 
 ParityGroup::~ParityGroup() = default;

@@ -243,7 +243,7 @@ TEST(ParityApplierTest, DrainWaitsForEverySubmittedBatchAndReportsErrors) {
 
 TEST(ParityGroupTest, BackgroundAndSynchronousApplyGiveIdenticalParity) {
   Twins t(5, 3, 2, Config(OptimizerKind::kFtrl), 41);
-  t.b.SetBackgroundApply(false);
+  t.a.SetBackgroundApply(true);
   EXPECT_TRUE(t.a.background_apply());
   EXPECT_FALSE(t.b.background_apply());
   t.TrainAll(6, 60, 8000);
@@ -350,12 +350,13 @@ TEST(ParityGroupTest, ServerKilledWhileAnotherIsRebuilding) {
   t.ExpectIdentical("after killing a replacement");
 }
 
-TEST(ParityGroupTest, ConcurrentPushesDuringRebuildEqualTheSerialRun) {
-  // Each thread owns one server, so every shard sees the same order as in the serial twin; parity
-  // deltas commute. A rebuild thread steps concurrently.
+// Each thread owns one server, so every shard sees the same order as in the serial twin; parity
+// deltas commute. A rebuild thread steps concurrently.
+void ExpectConcurrentRebuildEqualsSerialRun(bool background) {
   const int n = 5;
   ParityGroup a(n, 3, 2, Config(OptimizerKind::kAdagrad));
   ParityGroup b(n, 3, 2, Config(OptimizerKind::kAdagrad));
+  a.SetBackgroundApply(background);
   auto batch = [&](int s, int round, std::vector<int64_t>* keys, std::vector<float>* grads) {
     std::mt19937_64 rng(s * 1000 + round);
     keys->clear();
@@ -419,6 +420,12 @@ TEST(ParityGroupTest, ConcurrentPushesDuringRebuildEqualTheSerialRun) {
       ASSERT_EQ(0, std::memcmp(x.data(), y.data(), bytes)) << "server " << s << " parity block " << blk;
     }
   }
+}
+
+TEST(ParityGroupTest, ConcurrentPushesDuringRebuildEqualTheSerialRun) { ExpectConcurrentRebuildEqualsSerialRun(false); }
+
+TEST(ParityGroupTest, ConcurrentPushesWithBackgroundApplyEqualTheSerialRun) {
+  ExpectConcurrentRebuildEqualsSerialRun(true);
 }
 
 TEST(ParityGroupTest, ScrubCatchesASingleFlippedBitInDataOrParity) {
