@@ -491,48 +491,43 @@ void EmbeddingShard::Push(const int64_t* keys, const float* grads, size_t n, int
     }
   }
   const size_t m = unique_keys.size();
-  std::vector<uint32_t> slots(m);
-  std::vector<size_t> delta_at(deltas ? m : 0);
-  constexpr size_t kNoDelta = ~size_t{0};
 
   std::unique_lock<std::shared_mutex> lock(s.mutex);
   s.PrepareBlocks(unique_keys.data(), m, /*may_insert=*/true);
   s.DeltaStart(deltas, m);
-  // Pass 1: slots, inserting missing keys in order of first appearance.
-  s.Resolve(unique_keys.data(), m, 0, sizeof(int64_t), [&](size_t u, uint32_t slot) {
-    if (slot == KeyIndex::kNone) {
-      slot = s.AllocateSlot();
-      if (deltas) delta_at[u] = s.DeltaBegin(deltas, slot);
-      s.WriteNew(slot, unique_keys[u], nullptr, nullptr);
-    } else if (deltas) {
-      delta_at[u] = kNoDelta;
-    }
-    slots[u] = slot;
-    return true;
-  });
-  // Pass 2: optimizer steps in chunks, prefetching the next chunk's records during this one's.
+  // One pass: each unique key's record (prefetched whole by Resolve) is inserted if missing, in order
+  // of first appearance, then stepped in chunks of kChunk rows while still in cache; a chunk lets
+  // step-wide constants (Adam's bias correction) be computed once per chunk, not per row.
   constexpr size_t kChunk = 16;
   float* values[kChunk];
   float* states[kChunk];
-  auto prefetch = [&](size_t begin) {
-    for (size_t u = begin; u < std::min(m, begin + kChunk); ++u) s.PrefetchRecord(slots[u], 0, s.record_bytes);
-  };
-  if (!s.Restoring()) prefetch(0);
-  for (size_t c = 0; c < m; c += kChunk) {
-    const size_t rows = std::min(kChunk, m - c);
-    if (!s.Restoring()) prefetch(c + kChunk);
-    for (size_t r = 0; r < rows; ++r) {
-      const size_t u = c + r;
-      if (deltas && delta_at[u] == kNoDelta) delta_at[u] = s.DeltaBegin(deltas, slots[u]);
-      uint8_t* rec = s.Record(slots[u]);
-      values[r] = s.Value(rec);
-      states[r] = s.State(rec);
-    }
-    s.optimizer->ApplyRows(values, states, sums.get() + c * dim, rows, s.config.dim, step);
+  uint32_t chunk_slots[kChunk];
+  size_t chunk_deltas[kChunk];
+  size_t rows = 0, first = 0;  // rows pending in the chunk, and the unique index of its first row
+  auto step_chunk = [&]() {
+    s.optimizer->ApplyRows(values, states, sums.get() + first * dim, rows, s.config.dim, step);
     if (deltas) {
-      for (size_t u = c; u < c + rows; ++u) s.DeltaEnd(deltas, delta_at[u], slots[u]);
+      for (size_t r = 0; r < rows; ++r) s.DeltaEnd(deltas, chunk_deltas[r], chunk_slots[r]);
     }
-  }
+    first += rows;
+    rows = 0;
+  };
+  s.Resolve(unique_keys.data(), m, 0, s.record_bytes, [&](size_t u, uint32_t slot) {
+    if (slot == KeyIndex::kNone) {
+      slot = s.AllocateSlot();
+      chunk_deltas[rows] = s.DeltaBegin(deltas, slot);  // from the all-zero free record
+      s.WriteNew(slot, unique_keys[u], nullptr, nullptr);
+    } else {
+      chunk_deltas[rows] = s.DeltaBegin(deltas, slot);
+    }
+    uint8_t* rec = s.Record(slot);
+    chunk_slots[rows] = slot;
+    values[rows] = s.Value(rec);
+    states[rows] = s.State(rec);
+    if (++rows == kChunk) step_chunk();
+    return true;
+  });
+  if (rows) step_chunk();
 }
 
 size_t EmbeddingShard::Erase(const int64_t* keys, size_t n, DeltaBatch* deltas) {
