@@ -332,6 +332,16 @@ def test_each_gradient_call_applies_one_update_and_two_lookups_apply_two():
     np.testing.assert_array_equal(twice.pull(np.array([1, 2])), [[-4.0] * DIM, [-3.0] * DIM])
 
 
+def test_indexed_slices_gradient_from_a_downstream_gather():
+    table = make_table(optim.SGD(learning_rate=1.0), initializer=init.Zeros())
+    trigger = tf.Variable(0.0)
+    with tf.GradientTape() as tape:
+        rows = tf_ops.lookup(table, tf.constant([[1], [2], [3]], tf.int64), trigger=trigger)
+        loss = tf.reduce_sum(tf.gather(rows, [0, 0, 2]))  # the lookup receives tf.IndexedSlices
+    tape.gradient(loss, trigger)
+    np.testing.assert_array_equal(table.pull(np.array([1, 2, 3]))[:, 0], [-2.0, 0.0, -1.0])
+
+
 def test_update_runs_even_when_only_dense_variables_are_requested():
     # The tape backpropagates through every recorded op reaching the target, so asking only for the dense
     # weights still trains the table (in graph mode as eagerly).
