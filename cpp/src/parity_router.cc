@@ -52,10 +52,13 @@ void ParityRouter::Route(int source, const DeltaBatch& deltas, std::vector<Parit
     const uint32_t offset = static_cast<uint32_t>((slot % block_slots_) * rb);
     const size_t q = b / k;
     const int j = static_cast<int>(b - q * k);
-    const int m = (source - j + n) % n;
+    int m = source - j;  // (source - j) mod n without a division: 0 <= j < k < n
+    if (m < 0) m += n;
     const uint8_t* delta = deltas.delta(e);
     for (int i = 0; i < r; ++i) {
-      ParityUpdate& u = (*out)[(m + k + i) % n];
+      int h = m + k + i;  // < 2n since m < n and k + i < n
+      if (h >= n) h -= n;
+      ParityUpdate& u = (*out)[h];
       u.entries.push_back({q * r + i, offset, static_cast<uint8_t>(i), static_cast<uint8_t>(j)});
       u.deltas.insert(u.deltas.end(), delta, delta + rb);  // no zero-fill, unlike resize
     }
