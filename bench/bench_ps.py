@@ -1,7 +1,7 @@
 """Benchmark: parameter-server training samples/s for servers x workers on the one-process and the Ray backend,
 batch 2048, synthetic data, measured in the same run, with the single-process trainer as reference. Not a test.
 
-    PYTHONPATH=build/stage python3 -P bench/bench_ps.py [--steps 10] [--servers 2,4,8] [--workers 1,2]
+    PYTHONPATH=build/stage python3 -P bench/bench_ps.py [--steps 20] [--servers 2,4,8] [--workers 1,2]
                                                         [--backends local,ray] [--mode sync]
 
 Per configuration: steady samples/s (after the first step, which traces TF), bytes pulled and pushed per sample
@@ -30,7 +30,7 @@ def _ints(text: str) -> list[int]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=10, help="batches per configuration (default %(default)s)")
+    parser.add_argument("--steps", type=int, default=20, help="batches per configuration (default %(default)s)")
     parser.add_argument("--batch-size", type=int, default=2048)
     parser.add_argument("--servers", type=_ints, default=[2, 4, 8])
     parser.add_argument("--workers", type=_ints, default=[1, 2])
