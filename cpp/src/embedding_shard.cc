@@ -87,6 +87,7 @@ struct EmbeddingShard::Impl {
   size_t value_end = 0;  // bytes from the record start to the end of the value
   size_t block_bytes = 0;
   uint32_t block_slots = 0;
+  int block_shift = -1;  // log2(block_slots) when it is a power of two
 
   mutable std::shared_mutex mutex;
   std::vector<uint8_t*> blocks;      // blocks[b] holds slots [b * block_slots, (b + 1) * block_slots)
@@ -113,24 +114,34 @@ struct EmbeddingShard::Impl {
     record_bytes = layout.bytes();
     value_end = layout.state_offset();
     block_slots = config.block_slots;
+    if ((block_slots & (block_slots - 1)) == 0) {
+      block_shift = 0;
+      while ((1u << block_shift) < block_slots) ++block_shift;
+    }
     block_bytes = record_bytes * block_slots;
   }
 
   size_t NumBlocks() const { return (high_water + block_slots - 1) / block_slots; }
+  // Slot -> (block, index within the block): a shift and a mask when block_slots is a power of two
+  // (the default), since a 64-bit division per access is a visible share of a cached row read.
+  size_t BlockOf(size_t slot) const { return block_shift >= 0 ? slot >> block_shift : slot / block_slots; }
+  size_t WithinBlock(size_t slot) const {
+    return block_shift >= 0 ? slot & (block_slots - 1) : slot % block_slots;
+  }
   bool Restoring() const { return missing_count != 0; }
   bool BlockMissing(size_t b) const { return missing_count != 0 && b < missing.size() && missing[b]; }
 
   uint8_t* Record(size_t slot) const {
-    return blocks[slot / block_slots] + (slot % block_slots) * record_bytes;
+    return blocks[BlockOf(slot)] + WithinBlock(slot) * record_bytes;
   }
   float* Value(uint8_t* record) const { return reinterpret_cast<float*>(record + RecordLayout::kValueOffset); }
   float* State(uint8_t* record) const { return reinterpret_cast<float*>(record + layout.state_offset()); }
 
   int64_t KeyAt(uint32_t slot) const {
-    const size_t b = slot / block_slots;
+    const size_t b = BlockOf(slot);
     if (BlockMissing(b)) return restore_keys[slot];
     int64_t key;
-    std::memcpy(&key, blocks[b] + (slot % block_slots) * record_bytes, sizeof(key));
+    std::memcpy(&key, blocks[b] + WithinBlock(slot) * record_bytes, sizeof(key));
     return key;
   }
   uint32_t Lookup(int64_t key) const {
