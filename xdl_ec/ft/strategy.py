@@ -1,0 +1,97 @@
+"""FaultTolerance: the one seam through which a strategy (``--ft none|ckpt|cpr|ec``) meets the training driver.
+
+The driver (:class:`xdl_ec.ps.training.PSTrainer`) owns the step loop; a strategy owns what happens around it:
+
+- ``attach(trainer)`` once the cluster is up and before the first step (e.g. ``ec`` gives every server its parity
+  role, ``ckpt`` takes the step-0 checkpoint, ``cpr`` starts its access counters);
+- ``after_step(step)`` at every step boundary where no push is in flight (sync mode: after the barrier; async mode:
+  whenever no step is outstanding, see the driver), e.g. a periodic save;
+- ``recover(lost)`` when the scheduler has confirmed that a server (or worker) is dead. It replaces and rebuilds what
+  was lost and returns a :class:`Resume` telling the driver where training goes on: at the failed step (``ec``,
+  ``cpr``: nothing is rolled back) or at an earlier step with the reader rewound (``ckpt``). It raises
+  :class:`Unrecoverable` naming the lost roles when it cannot make the model exact (``ec`` with more than r
+  losses) or has nothing to recover from (``none``);
+- ``report()`` the strategy's fields of the ``--report`` JSON: ``ft``, ``failures`` (one dict per failure: step,
+  role, index, detect_seconds, rebuild_seconds, samples_per_sec_during_rebuild), ``lost_samples``,
+  ``checkpoint_seconds``, ``parity_bytes``.
+
+Strategies hold no transport: they talk to servers through the trainer's scheduler and backend handles.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any, Dict, List, Optional
+
+
+class Unrecoverable(RuntimeError):
+    """The strategy cannot bring the model back exactly: names the lost roles and what the strategy tolerates."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Resume:
+    """Where training goes on after a recovery.
+
+    ``step``: the last step whose effects the cluster now holds (the driver continues with ``step + 1``);
+    ``reader_position``: the data position to read from next (None: unchanged, the failed step's batch is retried);
+    ``lost_samples``: samples whose updates were dropped by this recovery (``cpr``), or re-trained (``ckpt``).
+    """
+
+    step: int
+    reader_position: Optional[Any] = None
+    lost_samples: int = 0
+
+
+@dataclasses.dataclass
+class FailureRecord:
+    """One failure as the report shows it."""
+
+    step: int
+    role: str
+    index: int
+    detect_seconds: float = 0.0
+    rebuild_seconds: float = 0.0
+    samples_per_sec_during_rebuild: Optional[float] = None
+    lost_samples: int = 0
+
+    def to_json(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class FaultTolerance(abc.ABC):
+    """Base of the strategies; subclasses set ``name`` and implement :meth:`recover`."""
+
+    name: str = ""
+
+    def __init__(self) -> None:
+        self.failures: List[FailureRecord] = []
+        self.checkpoint_seconds = 0.0
+        self.trainer: Any = None
+
+    def attach(self, trainer: Any) -> None:
+        self.trainer = trainer
+
+    def after_step(self, step: int) -> None:
+        """Called at step boundaries with no push in flight; the default does nothing."""
+
+    @abc.abstractmethod
+    def recover(self, lost: BaseException) -> Resume:
+        """Replace and rebuild what ``lost`` (a confirmed RoleLost) names; see the module docstring."""
+
+    def parity_bytes(self) -> int:
+        return 0
+
+    def report(self) -> Dict[str, Any]:
+        return {"ft": self.name, "failures": [f.to_json() for f in self.failures],
+                "lost_samples": sum(f.lost_samples for f in self.failures),
+                "checkpoint_seconds": self.checkpoint_seconds, "parity_bytes": self.parity_bytes()}
+
+
+class NoFaultTolerance(FaultTolerance):
+    """``--ft none``: a dead role stops training with the driver's clear error."""
+
+    name = "none"
+
+    def recover(self, lost: BaseException) -> Resume:
+        raise Unrecoverable(f"{lost} (--ft none keeps no redundancy: use --ft ec, ckpt or cpr)") from lost
