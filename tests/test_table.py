@@ -350,3 +350,27 @@ def test_trains_on_real_criteo_ids() -> None:
     assert len(t) == len(unique)
     # SGD from zeros with grads of 1: each row moved by -0.5 * (occurrences in the batch).
     np.testing.assert_array_equal(t.pull(unique)[:, 0], (-0.5 * counts).astype(np.float32))
+
+
+def test_restore_handler_errors_reach_the_caller_and_leave_the_block_missing() -> None:
+    src = table(4, block_slots=4)
+    src.pull(np.arange(8))
+    dst = table(4, block_slots=4)
+    calls = []
+
+    def failing(b: int) -> np.ndarray:
+        calls.append(b)
+        if len(calls) == 1:
+            raise RuntimeError("parity peer unreachable")
+        if len(calls) == 2:
+            return np.zeros(3, np.uint8)  # wrong size
+        return src.shard.read_block(b)
+
+    dst.shard.begin_restore(np.arange(8), np.arange(8, dtype=np.uint32), 8, failing)
+    with pytest.raises(RuntimeError, match="parity peer unreachable"):
+        dst.pull([1])
+    with pytest.raises(ValueError, match="block_bytes"):
+        dst.pull([1])
+    assert dst.shard.missing_blocks == 2
+    np.testing.assert_array_equal(dst.pull([1]), src.pull([1]))
+    assert dst.shard.missing_blocks == 1 and calls == [0, 0, 0]
