@@ -112,6 +112,10 @@ class PSClient:
 
         With ``participants > 1`` (sync mode) every server gets a request, empty when it owns none of the keys,
         since it waits for one push per participant before applying the step."""
+        return [f.result(self.timeout) for f in self.push_async(table, keys, grads, step, participants)]
+
+    def push_async(self, table: str, keys: Any, grads: np.ndarray, step: int, participants: int = 1) -> List[Any]:
+        """:meth:`push` without waiting: the futures of the servers' acks."""
         keys = as_keys(keys)
         grads = np.ascontiguousarray(grads, dtype=np.float32)
         if grads.ndim != 2 or grads.shape[0] != keys.size:
@@ -128,7 +132,7 @@ class PSClient:
             futures.append(self.servers[server].call("push", table, part_keys, part_grads, step, self.worker, seq,
                                                      participants))
             self.bytes_pushed += part_keys.nbytes + part_grads.nbytes
-        return [f.result(self.timeout) for f in futures]
+        return futures
 
     def forget(self, server: int, seq: int) -> None:
         """Drops logged pushes to ``server`` up to ``seq`` (they are durable there)."""

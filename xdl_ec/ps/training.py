@@ -10,8 +10,16 @@ the same report as the single-process trainer plus per-server bytes in/out.
 - Async mode: each worker is kept busy; its step gets the next global step number and the weights of that moment,
   and its gradients (sparse on the servers, dense here) are applied as soon as they arrive.
 
-A lost server or worker stops the run with :class:`RoleLost` naming role and index (confirmed by the scheduler);
-calls have timeouts, so nothing waits forever.
+Fault tolerance (issue 6) goes through one seam, a :class:`xdl_ec.ft.strategy.FaultTolerance` (``--ft``; default
+``none``): ``attach`` once the cluster is up, ``after_step`` at every step boundary with no push in flight, and on a
+role death confirmed by the scheduler ``recover``, whose :class:`~xdl_ec.ft.strategy.Resume` says where training
+goes on (the failed step retried, or an earlier step with every worker's reader rewound). A failed step is first
+drained (every call of it answered or failed) so no push is in flight during a recovery. A lost worker is
+restarted by the driver itself (unless ``--ft none``): it holds no model state (the dense replica lives here), and
+the new one continues from the reader position of its predecessor. Under ``none`` a lost role stops the run with
+:class:`~xdl_ec.ft.strategy.Unrecoverable` naming role and index. Calls have timeouts, so nothing waits forever.
+
+Failure injection (:class:`xdl_ec.ft.failure_schedule.FailureSchedule`) kills roles for real at step boundaries.
 """
 
 from __future__ import annotations
@@ -67,12 +75,23 @@ class PSTrainer:
 
     TABLE_NAME = "criteo_categorical"
 
-    def __init__(self, config: Any, cluster: ClusterConfig) -> None:
+    def __init__(self, config: Any, cluster: ClusterConfig, strategy: Any = None, failures: Any = None) -> None:
+        """``strategy``: a :class:`~xdl_ec.ft.strategy.FaultTolerance` (default ``none``); ``failures``: a
+        :class:`~xdl_ec.ft.failure_schedule.FailureSchedule` of injected kills (default none)."""
         from .. import init, optim
+        from ..ft.failure_schedule import FailureSchedule
+        from ..ft.strategy import FaultTolerance, NoFaultTolerance
         from ..trainer import configure_determinism, num_train_batches, open_training_data
 
         config.validate()
         cluster.validate()
+        strategy = NoFaultTolerance() if strategy is None else strategy
+        if not isinstance(strategy, FaultTolerance):
+            raise TypeError(f"strategy: expected a FaultTolerance, got {type(strategy).__name__}")
+        failures = FailureSchedule() if failures is None else failures
+        if not isinstance(failures, FailureSchedule):
+            raise TypeError(f"failures: expected a FailureSchedule, got {type(failures).__name__}")
+        self.strategy, self.failures = strategy, failures
         if config.data is not None:  # workers may run elsewhere (Ray actors in their own working directory)
             config = dataclasses.replace(config, data=os.path.abspath(config.data))
         self.config, self.cluster = config, cluster
@@ -82,23 +101,34 @@ class PSTrainer:
         self.table = TableSpec(self.TABLE_NAME, config.emb_dim, optim.get(config.optimizer, learning_rate=config.lr),
                                init.RandomUniform(-0.05, 0.05), seed=config.seed)
         self.total_batches = num_train_batches(self.data, config)
+        self.failures.validate(cluster.servers, cluster.workers, self.total_steps)
         self.step = 0
+        self.samples = 0  # samples trained so far (re-trained ones after a rollback included)
+        self.worker_batches = [0] * cluster.workers  # reader position: batches each worker has trained
+        self._train_start: Optional[float] = None
+        self.injected: List[Dict[str, Any]] = []  # kills done by the failure schedule (step, role, index, time)
         self.losses: List[float] = []
         self.backend = make_backend(cluster.backend, cluster.address)
         try:
             self.scheduler = Scheduler(self.backend, cluster.servers, (self.table,))
             prefetch = cluster.workers == 1 or cluster.mode == "async"
-            servers = list(self.scheduler.servers)
-            self.workers = self.scheduler.start_workers(
-                cluster.workers, Worker,
-                lambda i: (i, cluster.workers, config, servers, self.table, self.total_batches, prefetch,
-                           cluster.call_timeout))
+            self._worker_args = lambda i: (i, cluster.workers, config, list(self.scheduler.servers), self.table,
+                                           self.total_batches, prefetch, cluster.call_timeout)
+            self.workers = self.scheduler.start_workers(cluster.workers, Worker, self._worker_args)
             for w in self.workers:  # workers build TF models: wait for them before the clock starts
                 self._result(w.call("ping"), timeout=max(cluster.call_timeout, 120.0))
+            self.client = PSClient(self.scheduler.servers, worker=cluster.workers, timeout=cluster.call_timeout)
+            self.strategy.attach(self)
         except BaseException:
             self.backend.shutdown()
             raise
-        self.client = PSClient(self.scheduler.servers, worker=cluster.workers, timeout=cluster.call_timeout)
+
+    @property
+    def total_steps(self) -> int:
+        """Steps of the run: one per batch in async mode, one per W batches in sync mode."""
+        if self.cluster.mode == "async":
+            return self.total_batches
+        return math.ceil(self.total_batches / self.cluster.workers)
 
     # ---- failures -------------------------------------------------------------------------------------
     def _result(self, future: Any, timeout: Optional[float] = None) -> Any:
@@ -121,55 +151,199 @@ class PSTrainer:
             raise FloatingPointError(f"training diverged at step {self.step} (worker {result.worker}): loss is "
                                      f"{result.loss}; lower --lr / --dense-lr")
 
+    def _drain(self, futures: List[Any]) -> tuple:
+        """Waits for every future (a step's calls): (results or None per future, confirmed RoleLost errors)."""
+        results: List[Any] = []
+        lost: List[RoleLost] = []
+        for future in futures:
+            try:
+                results.append(self._result(future))
+            except RoleLost as err:
+                results.append(None)
+                lost.append(err)
+        return results, lost
+
     def _fit_sync(self, bar: Any) -> int:
         workers = len(self.workers)
-        samples = 0
-        for first in range(0, self.total_batches, workers):
-            participants = min(workers, self.total_batches - first)
-            self.step += 1
+        while self.step * workers < self.total_batches:
+            self._inject(self.step + 1)
+            participants = min(workers, self.total_batches - self.step * workers)
+            step = self.step + 1
             weights = self.dense.weights()
-            futures = [self.workers[i].call("train_step", self.step, weights, participants)
-                       for i in range(participants)]
-            results: List[StepResult] = [self._result(f) for f in futures]
+            futures = [self.workers[i].call("train_step", step, weights, participants) for i in range(participants)]
+            results, lost = self._drain(futures)
+            if lost:  # no call of the step is in flight any more: recover, then retry or replay
+                self._recover(lost, step)
+                continue
             for r in results:
                 if r is None:
-                    raise RuntimeError(f"a worker ran out of data at step {self.step}: the batch split is inconsistent")
+                    raise RuntimeError(f"a worker ran out of data at step {step}: the batch split is inconsistent")
                 self._record(r)
+            self.step = step
             self.dense.apply(average_gradients([r.dense_grads for r in results]))
             loss = results[0].loss if participants == 1 else float(np.mean([r.loss for r in results]))
             self.losses.append(loss)
-            samples += sum(r.samples for r in results)
-            self._tick(bar, samples)
-        return samples
+            for i, r in enumerate(results):
+                self.worker_batches[i] += 1
+                self.samples += r.samples
+            self._tick(bar, self.samples)
+            self.strategy.after_step(self.step)
+        return self.samples
 
     def _fit_async(self, bar: Any) -> int:
-        per_worker = [len(range(i, self.total_batches, len(self.workers))) for i in range(len(self.workers))]
+        workers = len(self.workers)
         in_flight: Dict[Any, int] = {}
-        samples = 0
+
+        def remaining(i: int) -> int:
+            return len(range(i, self.total_batches, workers)) - self.worker_batches[i] - \
+                sum(1 for j in in_flight.values() if j == i)
 
         def dispatch(i: int) -> None:
+            self._inject(self.step + 1)
             self.step += 1
-            per_worker[i] -= 1
             in_flight[self.workers[i].call("train_step", self.step, self.dense.weights(), 1)] = i
 
-        for i in range(len(self.workers)):
-            if per_worker[i] > 0:
+        for i in range(workers):
+            if remaining(i) > 0:
                 dispatch(i)
         while in_flight:
             done = wait_first(list(in_flight), self.cluster.call_timeout)
             if not done:  # nobody answered in time: let the scheduler judge the oldest call
                 done = [next(iter(in_flight))]
+            lost: List[RoleLost] = []
             for future in done:
                 i = in_flight.pop(future)
-                result = self._result(future)
-                self._record(result)
-                self.dense.apply(result.dense_grads)
-                self.losses.append(result.loss)
-                samples += result.samples
-                self._tick(bar, samples)
-                if per_worker[i] > 0:
+                try:
+                    result = self._result(future)
+                except RoleLost as err:
+                    lost.append(err)
+                    continue
+                self._async_apply(i, result, bar)
+            if lost:  # drain the other steps in flight (applying those that succeeded), then recover
+                futures = list(in_flight.items())
+                in_flight.clear()
+                results, more = self._drain([f for f, _ in futures])
+                for (_, i), result in zip(futures, results):
+                    if result is not None:
+                        self._async_apply(i, result, bar)
+                self._recover(lost + more, self.step)
+                for i in range(workers):
+                    if remaining(i) > 0 and i not in in_flight.values():
+                        dispatch(i)
+                continue
+            idle = [i for i in range(workers) if i not in in_flight.values()]
+            if not in_flight:
+                self.strategy.after_step(self.step)  # a boundary with no push in flight
+            for i in idle:
+                if remaining(i) > 0:
                     dispatch(i)
-        return samples
+        return self.samples
+
+    def _async_apply(self, i: int, result: StepResult, bar: Any) -> None:
+        self._record(result)
+        self.dense.apply(result.dense_grads)
+        self.losses.append(result.loss)
+        self.worker_batches[i] += 1
+        self.samples += result.samples
+        self._tick(bar, self.samples)
+
+    # ---- fault tolerance ------------------------------------------------------------------------------
+    def quiesce(self) -> None:
+        """Waits until every push sent so far is applied (workers may answer a step before its push's acks, see
+        :mod:`xdl_ec.ps.worker`): call before reading or saving server state, or before killing a role."""
+        futures = [w.call("flush") for w in self.workers]
+        _, lost = self._drain(futures)
+        if lost:
+            raise lost[0]
+
+    def _inject(self, step: int) -> None:
+        """Kills the roles the failure schedule wants dead before ``step`` (real kills, see FailureSchedule)."""
+        if self.failures.empty:
+            return
+        elapsed = 0.0 if self._train_start is None else time.perf_counter() - self._train_start
+        kills = self.failures.due(step, elapsed)
+        if kills:
+            self.quiesce()  # the kill lands at a clean boundary: the previous step's pushes are all applied
+            for k in kills:
+                self.scheduler.kill(k.role, k.index)
+                self.injected.append({"step": step, "role": k.role, "index": k.index,
+                                      "time": time.perf_counter()})
+
+    def _detect_seconds(self, role: str, index: int) -> float:
+        """Seconds from the injected kill of (role, index) to now (0.0 when the death was not injected)."""
+        for k in reversed(self.injected):
+            if k["role"] == role and k["index"] == index:
+                return time.perf_counter() - k["time"]
+        return 0.0
+
+    def _recover(self, lost: List[RoleLost], step: int) -> None:
+        """Recovers every role of ``lost`` still dead: workers restarted here, servers by the strategy; applies
+        the strategy's Resume (rollback of the step, the dense state and the readers, or nothing)."""
+        from ..ft.strategy import FailureRecord, NoFaultTolerance
+
+        seen = set()
+        for err in lost:
+            key = (err.role, err.index)
+            if key in seen:
+                continue
+            seen.add(key)
+            if isinstance(self.strategy, NoFaultTolerance):
+                raise err  # no redundancy: the run stops naming the lost role
+            if key not in self.scheduler.dead:
+                continue  # recovered together with an earlier loss
+            detect = self._detect_seconds(*key)
+            if err.role == "worker":
+                start = time.perf_counter()
+                self._restart_worker(err.index)
+                self.strategy.failures.append(FailureRecord(step=step, role="worker", index=err.index,
+                                                            detect_seconds=detect,
+                                                            rebuild_seconds=time.perf_counter() - start))
+                continue
+            before = len(self.strategy.failures)
+            resume = self.strategy.recover(err)
+            for record in self.strategy.failures[before:]:
+                if not record.detect_seconds:
+                    record.detect_seconds = detect
+            self._resume(resume)
+
+    def _resume(self, resume: Any) -> None:
+        if resume.reader_position is None:
+            return  # nothing rolled back: the failed step is retried
+        if self.cluster.mode == "sync":
+            self.losses = self.losses[:resume.step]
+        self.step = resume.step
+        self.worker_batches = [int(n) for n in resume.reader_position["worker_batches"]]
+        futures = [w.call("seek", n) for w, n in zip(self.workers, self.worker_batches)]
+        _, lost = self._drain(futures)
+        if lost:
+            raise lost[0]
+
+    def samples_since(self, worker_batches: List[int]) -> int:
+        """Samples trained after the reader position ``worker_batches`` (what a rollback re-trains)."""
+        batches = sum(max(now - then, 0) for now, then in zip(self.worker_batches, worker_batches))
+        return batches * self.config.batch_size
+
+    def replace_server(self, index: int) -> Any:
+        """Starts a fresh, empty server ``index`` in place of a dead one and points the workers and the driver's
+        client at it; returns its handle (the strategy rebuilds its state)."""
+        handle = self.scheduler.replace_server(index)
+        self.client.servers[index] = handle
+        futures = [w.call("set_server", index, handle) for w in self.workers]
+        _, lost = self._drain(futures)
+        if lost:
+            raise lost[0]
+        return handle
+
+    def _restart_worker(self, index: int) -> None:
+        """A new worker ``index`` continuing from its predecessor's reader position."""
+        from .worker import Worker
+
+        handle = self.backend.start("worker", index, Worker, *self._worker_args(index))
+        self.workers[index] = handle
+        self.scheduler.workers[index] = handle
+        self.scheduler.dead.pop(("worker", index), None)
+        self.scheduler.version += 1
+        self._result(handle.call("seek", self.worker_batches[index]), timeout=max(self.cluster.call_timeout, 120.0))
 
     def _tick(self, bar: Any, samples: int) -> None:
         if self._first_step_end is None:
@@ -184,12 +358,16 @@ class PSTrainer:
 
         cfg = self.config
         self._first_step_end, self._first_samples = None, 0
+        self.samples = 0
+        self.injected: List[Dict[str, Any]] = []
         bar = tqdm(total=self.total_batches if self.cluster.mode == "async" else
                    math.ceil(self.total_batches / len(self.workers)),
                    unit="step", disable=not cfg.progress, dynamic_ncols=True, leave=False)
-        start = time.perf_counter()
+        start = self._train_start = time.perf_counter()
         try:
             samples = self._fit_sync(bar) if self.cluster.mode == "sync" else self._fit_async(bar)
+            for future in [w.call("flush") for w in self.workers]:  # every push applied before the clock stops
+                self._result(future)
         finally:
             bar.close()
         end = time.perf_counter()
@@ -198,7 +376,8 @@ class PSTrainer:
         steady = (samples - first_samples) / (end - first_end) if first_end is not None and samples > first_samples else None
         return {"samples": samples, "steps": self.step, "train_seconds": seconds,
                 "samples_per_sec": samples / seconds if seconds > 0 else 0.0, "steady_samples_per_sec": steady,
-                "final_loss": float(np.mean(self.losses[-LAST_LOSSES:])) if self.losses else None}
+                "final_loss": float(np.mean(self.losses[-LAST_LOSSES:])) if self.losses else None,
+                **self.strategy.report()}
 
     # ---- evaluation and report ------------------------------------------------------------------------
     def evaluate(self) -> Dict[str, Any]:
@@ -248,6 +427,9 @@ class PSTrainer:
         self.scheduler.kill(role, index)
 
     def close(self) -> None:
+        close_strategy = getattr(self.strategy, "close", None)
+        if close_strategy is not None:
+            close_strategy()
         for w in getattr(self, "workers", []):
             try:
                 w.call("close").result(10.0)

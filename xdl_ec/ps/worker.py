@@ -15,12 +15,15 @@ One step (driven by the scheduler's loop, see :mod:`xdl_ec.ps.training`):
    pulled, when the data allow: with one worker or in async mode. In sync mode with several workers another worker's
    push may touch any key, so the next pull waits for the step barrier (prefetch stays within the data pipeline);
 5. the row gradients are pushed to their servers at the step's optimizer step number; the dense gradients go back
-   to the driver with the step's answer.
+   to the driver with the step's answer. When no other worker can pull in between (the same cases as 4), the step
+   answers without waiting for the push's acks: they are collected at the next step (or :meth:`Worker.flush`),
+   so the push overlaps the driver's turnaround.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
@@ -91,12 +94,16 @@ class Worker:
         self.client = PSClient(servers, worker=index, **({} if call_timeout is None else {"timeout": call_timeout}))
         self.dense = DenseReplica(config)
         data = open_training_data(config)
-        mine = (b for i, b in enumerate(train_batch_stream(data, config, total_batches)) if i % count == index)
-        self._prepared = Prefetcher(prepare_batches(mine), depth=2)
+        # this worker's share of the run's batch stream, from its ``skip``-th batch on (seek)
+        self._stream = lambda skip: itertools.islice(
+            (b for i, b in enumerate(train_batch_stream(data, config, total_batches)) if i % count == index),
+            skip, None)
+        self._prepared = Prefetcher(prepare_batches(self._stream(0)), depth=2)
         self._current: Optional[PreparedBatch] = self._next()
         self._step_fn = self._make_step(tf)
         self.seconds: Dict[str, float] = {"pull_wait": 0.0, "data_wait": 0.0, "compute": 0.0, "push": 0.0}
         self.steps = 0
+        self._unacked: List[Any] = []  # push futures not yet awaited (see train_step)
 
     def _make_step(self, tf: Any) -> Any:
         from .. import tf_ops
@@ -143,6 +150,7 @@ class Worker:
         if weights is not None:
             self.dense.set_weights(weights)
         t0 = time.perf_counter()
+        self.flush()
         rows = self._rows(p)
         t_data = time.perf_counter()
         nxt = self._next()
@@ -155,7 +163,12 @@ class Worker:
         row_grads = row_grads.numpy()
         dense_grads = [g.numpy() for g in dense_grads]
         t2 = time.perf_counter()
-        self.client.push(self.table.name, p.keys, row_grads, step, participants)
+        if self.prefetch_across_steps:
+            # No other worker's pull can overtake this push (one worker, or async): its acks are collected before
+            # the next step's pulls, which reach each server after it anyway (calls run in submission order).
+            self._unacked = self.client.push_async(self.table.name, p.keys, row_grads, step, participants)
+        else:
+            self.client.push(self.table.name, p.keys, row_grads, step, participants)
         t3 = time.perf_counter()
         self._current = nxt
         self.steps += 1
@@ -163,11 +176,37 @@ class Worker:
             self.seconds[name] += seconds
         return StepResult(self.index, float(loss), len(b), dense_grads)
 
+    def flush(self) -> int:
+        """Waits for the acks of this worker's last push (raising its failure, if any); returns how many."""
+        unacked, self._unacked = self._unacked, []
+        for future in unacked:
+            future.result(self.client.timeout)
+        return len(unacked)
+
     def stats(self) -> Dict[str, Any]:
         """Steps, seconds spent waiting for pulls / computing / pushing, and the client's byte counters."""
         return {"index": self.index, "steps": self.steps, **{f"{k}_seconds": v for k, v in self.seconds.items()},
                 "bytes_pulled": self.client.bytes_pulled, "bytes_requested": self.client.bytes_requested,
                 "bytes_pushed": self.client.bytes_pushed}
+
+    def seek(self, batches_done: int) -> int:
+        """Continues from this worker's ``batches_done``-th own batch (a restarted worker taking over its
+        predecessor's reader position, or a rollback to a checkpoint); returns it."""
+        if isinstance(batches_done, bool) or not isinstance(batches_done, int) or batches_done < 0:
+            raise ValueError(f"batches_done: must be an int >= 0, got {batches_done!r}")
+        self._unacked = []
+        self._prepared.close()
+        self._prepared = Prefetcher(prepare_batches(self._stream(batches_done)), depth=2)
+        self._current = self._next()
+        return batches_done
+
+    def set_server(self, index: int, handle: Handle) -> None:
+        """Points this worker at a replacement of server ``index``; a prefetch from the old one is dropped."""
+        if not 0 <= index < self.client.num_servers:
+            raise IndexError(f"index: no server {index} (there are {self.client.num_servers})")
+        self.client.servers[index] = handle
+        if self._current is not None:
+            self._current.pending = None  # it may hold the dead server's failed future: pull everything again
 
     def close(self) -> None:
         self._prepared.close()
