@@ -118,7 +118,44 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
                     help="an existing Ray cluster (with --backend ray; default: start a local Ray)")
     ps.add_argument("--mode", choices=("sync", "async"),
                     help="sync: all workers finish step t before t+1 (default); async: no barrier")
+    ft = p.add_argument_group("fault tolerance (needs --servers)")
+    ft.add_argument("--ft", choices=("none", "ckpt", "cpr", "ec"),
+                    help="none: a lost server stops the run (default); ckpt: periodic checkpoints, every server rolls "
+                         "back; cpr: only the lost server reloads its checkpoint; ec: erasure-coded servers")
+    ft.add_argument("--code", type=_code, metavar="K,R", help="ec: K data servers per stripe, R parity (default 4,1)")
+    ft.add_argument("--ckpt-interval", metavar="N|Ns|auto",
+                    help="ckpt: every N steps, every N seconds ('30s') or auto = Young's formula from the measured "
+                         "save cost and --mtbf (default auto)")
+    ft.add_argument("--ckpt-dir", metavar="DIR", help="ckpt/cpr: checkpoint directory (default: a temporary one)")
+    ft.add_argument("--cpr-pls", type=_open_fraction, metavar="P",
+                    help="cpr: target portion of lost samples; interval = 2 * servers * MTBF * P (default 0.02)")
+    ft.add_argument("--cpr-interval", type=_positive_int, metavar="STEPS",
+                    help="cpr: checkpoint every STEPS steps instead of the --cpr-pls interval")
+    ft.add_argument("--cpr-mode", choices=("mfu", "ssu"),
+                    help="cpr: rows saved between full saves: most frequently used or sub-sampled used (default mfu)")
+    ft.add_argument("--fail-at", action="append", metavar="STEP[:SERVER]", default=None,
+                    help="kill server SERVER (default 0) right before step STEP (repeatable)")
+    ft.add_argument("--fail-worker-at", action="append", metavar="STEP[:WORKER]", default=None,
+                    help="kill worker WORKER (default 0) right before step STEP (repeatable)")
+    ft.add_argument("--mtbf", type=_positive_float, metavar="SECONDS",
+                    help="kill a random server (seeded by --seed) every SECONDS of training on average")
     p.set_defaults(handler=run_train)
+
+
+def _code(text: str) -> tuple[int, int]:
+    """``K,R`` of --code: positive K, non-negative R."""
+    parts = text.split(",")
+    try:
+        k, r = (int(p) for p in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected K,R (data and parity servers per stripe) like 4,1, got "
+                                         f"{text!r}") from None
+    if k < 1 or r < 1:
+        raise argparse.ArgumentTypeError(f"expected K >= 1 and R >= 1 in K,R, got {text!r}")
+    return k, r
+
+
+_open_fraction = _number(float, lambda v: 0.0 < v < 1.0, "a number in (0, 1)")
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -155,16 +192,18 @@ def run_train(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise UsageError(str(err)) from None
     cluster = _cluster_config(args)
+    strategy, failures = _fault_tolerance(args, config, cluster)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from .ft.strategy import Unrecoverable
     from .ps import PSTrainer, RoleLost
     from .trainer import Trainer
 
     try:
-        report = Trainer(config).run() if cluster is None else PSTrainer(config, cluster).run()
+        report = Trainer(config).run() if cluster is None else PSTrainer(config, cluster, strategy, failures).run()
     # A bad line (BadLineError is a ValueError), an unreadable file, a data set too small to split, divergence.
     except (OSError, ValueError, FloatingPointError) as err:
         raise UsageError(str(err)) from None
-    except RoleLost as err:  # a parameter server or worker died: no fault tolerance in this run
+    except (RoleLost, Unrecoverable) as err:  # a role died and the strategy could not bring it back
         print(f"xdl-ec train: error: {err}; training stopped", file=sys.stderr)
         return EXIT_FAILURE
     auc_text = "n/a" if report["auc"] is None else f"{report['auc']:.4f}"
@@ -174,6 +213,9 @@ def run_train(args: argparse.Namespace) -> int:
     print(f"eval on {report['eval_samples']:,} held-out rows: AUC {auc_text}, log loss {logloss_text}")
     if report["bad_lines"]:
         print(f"skipped {report['bad_lines']:,} bad lines")
+    for failure in report.get("failures", []):
+        print(f"{report['ft']}: {failure['role']} {failure['index']} lost at step {failure['step']}, recovered in "
+              f"{failure['rebuild_seconds']:.2f} s ({failure['lost_samples']:,} samples lost or re-trained)")
     print(f"model_digest {report['model_digest']}")
     for server in report.get("servers", []):
         print(f"server {server['index']}: {server['bytes_in']:,} bytes in, {server['bytes_out']:,} bytes out")
@@ -197,6 +239,39 @@ def _cluster_config(args: argparse.Namespace) -> Any:
 
     return ClusterConfig(servers=args.servers, workers=args.workers or 1, backend=args.backend or "local",
                          address=args.address, mode=args.mode or "sync")
+
+
+FT_FLAGS = ("ft", "code", "ckpt_interval", "ckpt_dir", "cpr_pls", "cpr_interval", "cpr_mode", "fail_at",
+            "fail_worker_at", "mtbf")
+
+
+def _fault_tolerance(args: argparse.Namespace, config: Any, cluster: Any) -> tuple:
+    """(strategy, failure schedule) of the fault-tolerance flags; (None, None) without any."""
+    given = [f"--{name.replace('_', '-')}" for name in FT_FLAGS if getattr(args, name, None) is not None]
+    if not given:
+        return None, None
+    if cluster is None:
+        raise UsageError(f"{', '.join(given)}: needs --servers N (fault tolerance is about parameter servers)")
+    from .ft.factory import make_strategy
+    from .ft.failure_schedule import FailureSchedule
+
+    name = args.ft or "none"
+    specific = {"ckpt": ("ckpt_interval",), "cpr": ("cpr_pls", "cpr_interval", "cpr_mode"), "ec": ("code",)}
+    for strategy, flags in specific.items():
+        wrong = [f"--{f.replace('_', '-')}" for f in flags if getattr(args, f, None) is not None and name != strategy]
+        if wrong:
+            raise UsageError(f"{', '.join(wrong)}: only used with --ft {strategy} (this run has --ft {name})")
+    if args.ckpt_dir is not None and name not in ("ckpt", "cpr"):
+        raise UsageError(f"--ckpt-dir: only used with --ft ckpt or cpr (this run has --ft {name})")
+    if args.ckpt_dir is not None and Path(args.ckpt_dir).exists() and not Path(args.ckpt_dir).is_dir():
+        raise UsageError(f"--ckpt-dir: {args.ckpt_dir} exists and is not a directory")
+    try:
+        failures = FailureSchedule.from_flags(args.fail_at or (), args.fail_worker_at or (), args.mtbf, config.seed)
+        args.seed = config.seed
+        strategy = make_strategy(name, args)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    return strategy, failures
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -63,6 +63,7 @@ class ParameterServer:
         # (table, step) -> {worker: (keys, grads)} of a sync step still waiting for pushes
         self._pending: Dict[Tuple[str, int], Dict[int, Tuple[np.ndarray, np.ndarray]]] = {}
         self.last_seq: Dict[int, int] = {}
+        self._agent: Any = None  # a fault-tolerance agent living with this server (see attach_agent)
         self._counters = {"bytes_in": 0, "bytes_out": 0, "pulls": 0, "pushes": 0, "keys_pulled": 0,
                           "keys_pushed": 0, "steps_applied": 0}
         for spec in tables:
@@ -137,6 +138,8 @@ class ParameterServer:
                 t.push(keys, grads, step=step)
                 self._counters["steps_applied"] += 1
                 applied = True
+                if self._agent is not None:
+                    self._agent.on_push(table, keys, step)
             else:
                 pending = self._pending.setdefault((table, step), {})
                 if worker in pending:
@@ -157,6 +160,76 @@ class ParameterServer:
         grads = np.concatenate([pushes[w][1] / np.float32(participants) for w in order])
         table.push(keys, grads, step=step)
         self._counters["steps_applied"] += 1
+        if self._agent is not None:
+            self._agent.on_push(table.name, keys, step)
+
+    # ---- fault-tolerance seams (issue 6) --------------------------------------------------------------
+    def attach_agent(self, agent: Any) -> None:
+        """Keeps ``agent`` (e.g. CPR's per-server checkpointer) with this server: it dies with the server, sees
+        every applied push through ``agent.on_push(table, keys, step)``, and the driver calls its methods with
+        :meth:`agent_call`."""
+        with self._lock:
+            self._agent = agent
+
+    def agent_call(self, method: str, *args: Any) -> Any:
+        """``agent.<method>(self, *args)`` under this server's lock (no push runs meanwhile)."""
+        if self._agent is None:
+            raise ValueError(f"server {self.index} has no fault-tolerance agent; attach_agent first")
+        with self._lock:
+            return getattr(self._agent, method)(self, *args)
+
+    def tables(self) -> Dict[str, EmbeddingTable]:
+        """The shards by table name (for an agent running in this server's process)."""
+        return dict(self._tables)
+
+    def replace_tables(self, tables: Dict[str, EmbeddingTable]) -> None:
+        """Swaps in restored shards (same names) and drops sync pushes still buffered; the old shards are closed.
+        Called with the lock held (from an agent) or at a quiescent point."""
+        unknown = sorted(set(tables) - set(self._tables))
+        if unknown:
+            raise ValueError(f"tables: server {self.index} has no tables {unknown} (tables: {sorted(self._tables)})")
+        for name, table in tables.items():
+            old, self._tables[name] = self._tables[name], table
+            if old is not table:
+                old.close()
+        self._pending.clear()
+
+    def save_shard(self, directory: str, step: int) -> int:
+        """Writes every table to ``directory`` as a ShardCheckpoint (not atomic by itself: a job checkpoint's
+        commit publishes it); returns the bytes written."""
+        from ..ft.checkpoint import ShardCheckpoint
+
+        with self._lock:
+            return ShardCheckpoint.write(directory, self._tables, step=step, atomic=False).nbytes()
+
+    def load_shard(self, directory: str) -> int:
+        """Replaces every table by the ShardCheckpoint in ``directory`` (verified before anything changes);
+        returns the rows loaded."""
+        from ..ft.checkpoint import ShardCheckpoint
+
+        with self._lock:
+            restored = ShardCheckpoint.open(directory).restore(self._tables)
+            self.replace_tables(restored)
+            return sum(len(t) for t in restored.values())
+
+    # ---- erasure-coded parity (--ft ec, see xdl_ec.ft.ec_strategy) -------------------------------------
+    def attach_parity(self, n: int, k: int, r: int, servers: Any, seq: int = 0, worker_seqs: Any = None) -> None:
+        """Makes this server a member of the (k, r) parity layout over ``servers`` (handles, index i = server i):
+        its mutations are forwarded to its parity holders from now on, starting after delta seq ``seq``, and
+        ``worker_seqs`` ({worker: push seq}) are the pushes its state already includes."""
+        from .parity_agent import ParityAgent
+
+        with self._lock:
+            tables = {name: (t.shard.block_slots, t.record_bytes) for name, t in self._tables.items()}
+            self._parity = ParityAgent(self.index, n, k, r, tables, servers, seq, worker_seqs)
+            if worker_seqs:
+                self.last_seq.update({int(w): int(s) for w, s in worker_seqs.items()})
+
+    def parity_call(self, method: str, *args: Any) -> Any:
+        """``agent.<method>(self, *args)`` of the parity agent (fragment reads, parity batches, restore)."""
+        if self._parity is None:
+            raise ValueError(f"server {self.index} keeps no parity (--ft ec not attached); call attach_parity first")
+        return getattr(self._parity, method)(self, *args)
 
     # ---- state ----------------------------------------------------------------------------------------
     def export(self, table: str) -> Dict[str, np.ndarray]:

@@ -1,0 +1,145 @@
+"""``--ft ckpt``: XDL's fault tolerance, the baseline: periodic job checkpoints and a global rollback.
+
+Every ``--ckpt-interval`` (steps, ``Ns`` seconds, or ``auto`` = Young's ``sqrt(2 * save cost * MTBF)`` from the
+measured save cost and ``--mtbf``), at a step boundary with every push applied (:meth:`PSTrainer.quiesce`), each
+server writes its own shards (records and optimizer state) into the pending checkpoint directory; the driver adds
+the dense parameters, the dense optimizer state and the reader position (batches trained by each worker) and
+commits it atomically (:class:`~xdl_ec.ft.checkpoint.CheckpointStore`: a crash mid-save leaves the previous
+checkpoint the latest). Step 0 is saved at :meth:`attach`, so there is always a checkpoint to roll back to.
+
+On a server's death, EVERY server rolls back: dead servers are replaced by empty ones, then all load their part of
+the latest checkpoint, the driver restores the dense state, and the :class:`Resume` rewinds the step counter and
+every worker's reader to the saved position. Training re-executes the steps after the checkpoint; with
+``--deterministic`` in sync mode the replay recomputes exactly what was lost, so the final model equals the
+failure-free run's (the report's ``lost_samples`` counts the re-trained samples).
+
+Servers must see the checkpoint directory (one machine, or a shared filesystem on a Ray cluster).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from .checkpoint import CheckpointStore
+from .interval import IntervalPolicy, parse_interval
+from .strategy import FailureRecord, FaultTolerance, Resume, Unrecoverable
+
+__all__ = ["Checkpointing"]
+
+
+class Checkpointing(FaultTolerance):
+    """Periodic full checkpoints of servers + dense state + reader position; rollback of every server on a loss.
+
+    Args:
+      interval: a :class:`IntervalPolicy` or its text (``"100"`` steps, ``"30s"``, ``"auto"``).
+      directory: where checkpoints go (None: a temporary directory removed at the end of the run).
+      mtbf: the job's mean time between failures in seconds (``auto`` needs it).
+      keep: committed checkpoints kept.
+    """
+
+    name = "ckpt"
+
+    def __init__(self, interval: Any = "auto", directory: Optional[str] = None, mtbf: Optional[float] = None,
+                 keep: int = 2) -> None:
+        super().__init__()
+        self.policy: IntervalPolicy = interval if isinstance(interval, IntervalPolicy) else \
+            parse_interval(interval, mtbf)
+        self._own_dir = directory is None
+        self._directory = directory
+        self.keep = keep
+        self.store: Optional[CheckpointStore] = None
+        self.saves = 0
+        self.checkpoint_bytes = 0
+        self.last_step: Optional[int] = None
+
+    @classmethod
+    def from_args(cls, args: Any) -> "Checkpointing":
+        from .factory import strategy_arg
+
+        mtbf = strategy_arg(args, "mtbf")
+        try:
+            return cls(str(strategy_arg(args, "ckpt_interval")), strategy_arg(args, "ckpt_dir"), mtbf)
+        except ValueError as err:
+            raise ValueError(f"--ckpt-interval: {err}") from None
+
+    def attach(self, trainer: Any) -> None:
+        super().attach(trainer)
+        if self._directory is None:
+            self._directory = tempfile.mkdtemp(prefix="xdl-ec-ckpt-")
+        self.store = CheckpointStore(self._directory, keep=self.keep)
+        self.save(0)
+
+    # ---- saving ---------------------------------------------------------------------------------------
+    def save(self, step: int) -> None:
+        """A job checkpoint of ``step``: every server writes its part (in parallel), then one atomic commit."""
+        t = self.trainer
+        start = time.perf_counter()
+        t.quiesce()
+        pending = self.store.begin(step)
+        try:
+            futures = [s.call("save_shard", str(pending.server_dir(i)), step)
+                       for i, s in enumerate(t.scheduler.servers)]
+            _, lost = t._drain(futures)
+            if lost:
+                raise lost[0]
+            saved = pending.commit(dense_weights=t.dense.model.trainable_variables,
+                                   dense_optimizer=t.dense.optimizer.variables,
+                                   reader_position={"step": step, "worker_batches": list(t.worker_batches)})
+        except BaseException:
+            pending.abort()
+            raise
+        end = time.perf_counter()
+        self.checkpoint_seconds += end - start
+        self.checkpoint_bytes += sum(saved.server(s).nbytes() for s in saved.servers)
+        self.saves += 1
+        self.last_step = step
+        self.policy.saved(step, end, end - start)
+
+    def after_step(self, step: int) -> None:
+        if self.policy.due(step, time.perf_counter()):
+            self.save(step)
+
+    # ---- recovery -------------------------------------------------------------------------------------
+    def recover(self, lost: BaseException) -> Resume:
+        t = self.trainer
+        start = time.perf_counter()
+        latest = self.store.latest() if self.store is not None else None
+        if latest is None:
+            raise Unrecoverable(f"{lost}: --ft ckpt has no checkpoint in {self._directory} to roll back to")
+        dead = sorted(index for role, index in t.scheduler.dead if role == "server")
+        for index in dead:
+            t.replace_server(index)
+        futures = [s.call("load_shard", str(latest.server(i).directory)) for i, s in enumerate(t.scheduler.servers)]
+        _, more = t._drain(futures)
+        if more:
+            raise Unrecoverable(f"{more[0]} while rolling back to the checkpoint of step {latest.step}") from more[0]
+        for variables, values in ((t.dense.model.trainable_variables, latest.dense_weights()),
+                                  (t.dense.optimizer.variables, latest.dense_optimizer())):
+            for variable, value in zip(variables, values):
+                variable.assign(value.reshape(tuple(variable.shape)))  # a saved scalar may come back as [1]
+        position = latest.reader_position
+        retrained = t.samples_since(position["worker_batches"])
+        now = time.perf_counter()
+        self.policy.restart(latest.step, now)
+        failed_step = t.step + 1
+        for index in dead or [getattr(lost, "index", -1)]:
+            self.failures.append(FailureRecord(step=failed_step, role="server", index=index,
+                                               rebuild_seconds=now - start,
+                                               lost_samples=retrained if index == (dead or [index])[0] else 0))
+        return Resume(step=latest.step, reader_position=position, lost_samples=retrained)
+
+    def report(self) -> Dict[str, Any]:
+        out = super().report()
+        out["checkpoint"] = {"saves": self.saves, "bytes": self.checkpoint_bytes, "directory": self._directory,
+                             "interval_seconds": self.policy.interval_seconds, "interval_steps": self.policy.steps,
+                             "save_seconds": self.policy.save_cost}
+        return out
+
+    def close(self) -> None:
+        """Removes the temporary checkpoint directory (a user-given ``--ckpt-dir`` is kept)."""
+        if self._own_dir and self._directory is not None and Path(self._directory).is_dir():
+            shutil.rmtree(self._directory, ignore_errors=True)

@@ -1,0 +1,135 @@
+"""FailureSchedule: which role to kill when (``--fail-at STEP[:SERVER]``, ``--fail-worker-at STEP[:WORKER]``,
+``--mtbf SECONDS``), for failure injection by the training driver.
+
+Kills are real, not bookkeeping: the driver hands each due kill to ``Scheduler.kill``, which SIGKILLs the role's Ray
+actor process or, in one process, drops the role's object with everything it held. Detection then happens the
+ordinary way: the next call to the role fails and the scheduler confirms the death.
+
+When a kill lands: at a step boundary, right before step ``STEP`` is dispatched (so ``STEP`` is the step that fails
+and, with ``ec``/``cpr``, is retried). A boundary has no push in flight, which keeps the baselines' semantics clear
+(the failed step either never reached the dead role or is retried whole); kills inside a step are the ``ec``
+engineer's dedicated injection points.
+
+``--mtbf M`` (seeded): failure times are a Poisson process of mean inter-arrival ``M`` seconds of training wall time
+(exponential gaps from ``numpy.random.default_rng(seed)``), each striking a server drawn uniformly from the same
+generator. A failure fires at the first step boundary at or after its time; at most one scheduled MTBF failure
+fires per boundary (several overdue ones fire at the following boundaries), so the victims' order is fixed by the
+seed alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+import re
+from typing import Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+__all__ = ["Kill", "FailureSchedule", "parse_kill"]
+
+_KILL = re.compile(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?")
+
+
+@dataclasses.dataclass(frozen=True)
+class Kill:
+    """One injected failure: kill ``role`` ``index`` right before step ``step`` (1-based) is dispatched."""
+
+    step: int
+    role: str
+    index: int
+
+
+def parse_kill(text: str, role: str, flag: str) -> Kill:
+    """``STEP[:INDEX]`` -> :class:`Kill` (INDEX defaults to 0); ``flag`` names the option in errors."""
+    if not isinstance(text, str):
+        raise TypeError(f"{flag}: expected a string STEP[:INDEX], got {type(text).__name__}")
+    m = _KILL.fullmatch(text)
+    if m is None:
+        raise ValueError(f"{flag}: expected STEP[:{role.upper()}] with non-negative integers, e.g. 50 or 50:1, "
+                         f"got {text!r}")
+    step, index = int(m.group(1)), int(m.group(2) or 0)
+    if step < 1:
+        raise ValueError(f"{flag}: STEP must be >= 1 (a role is killed right before that step), got {text!r}")
+    return Kill(step, role, index)
+
+
+class FailureSchedule:
+    """The run's injected failures: explicit kills at steps, plus seeded random server kills every ``mtbf``
+    seconds on average. :meth:`due` pops what must be killed before a step."""
+
+    def __init__(self, kills: Iterable[Kill] = (), mtbf: Optional[float] = None, seed: int = 0) -> None:
+        self._kills: List[Kill] = sorted(kills, key=lambda k: (k.step, k.role, k.index))
+        for k in self._kills:
+            if not isinstance(k, Kill):
+                raise TypeError(f"kills: expected Kill objects, got {type(k).__name__}")
+        if mtbf is not None and (isinstance(mtbf, bool) or not isinstance(mtbf, numbers.Real)
+                                 or not math.isfinite(mtbf) or mtbf <= 0):
+            raise ValueError(f"--mtbf: expected a positive finite number of seconds, got {mtbf!r}")
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+            raise ValueError(f"seed: expected a non-negative integer, got {seed!r}")
+        self.mtbf = None if mtbf is None else float(mtbf)
+        self.seed = int(seed)
+        self._num_servers = 1
+        self._rng = np.random.default_rng(self.seed)
+        self._next_time: Optional[float] = None if self.mtbf is None else float(self._rng.exponential(self.mtbf))
+        self.fired: List[Tuple[Kill, Optional[float]]] = []
+
+    @classmethod
+    def from_flags(cls, fail_at: Sequence[str] = (), fail_worker_at: Sequence[str] = (),
+                   mtbf: Optional[float] = None, seed: int = 0) -> "FailureSchedule":
+        """From the CLI flags (each list: repeated ``STEP[:INDEX]`` strings)."""
+        kills = [parse_kill(t, "server", "--fail-at") for t in fail_at or ()]
+        kills += [parse_kill(t, "worker", "--fail-worker-at") for t in fail_worker_at or ()]
+        return cls(kills, mtbf, seed)
+
+    @property
+    def empty(self) -> bool:
+        return not self._kills and self.mtbf is None
+
+    @property
+    def kills(self) -> List[Kill]:
+        """The explicit kills not fired yet."""
+        return list(self._kills)
+
+    def validate(self, num_servers: int, num_workers: int, total_steps: Optional[int] = None) -> None:
+        """Checks every kill names an existing role (and a step the run reaches); ValueError names the flag."""
+        for k in self._kills:
+            count = num_servers if k.role == "server" else num_workers
+            flag = "--fail-at" if k.role == "server" else "--fail-worker-at"
+            if k.index >= count:
+                raise ValueError(f"{flag} {k.step}:{k.index}: there is no {k.role} {k.index} (the run has {count} "
+                                 f"{k.role}s, indices 0..{count - 1})")
+            if total_steps is not None and k.step > total_steps:
+                raise ValueError(f"{flag} {k.step}:{k.index}: the run has only {total_steps} steps; pick a step in "
+                                 f"1..{total_steps}")
+        self._num_servers = num_servers
+
+    def due(self, step: int, elapsed: float) -> List[Kill]:
+        """The kills to perform right before ``step``, ``elapsed`` seconds into training (removed from the
+        schedule): every explicit kill of a step <= ``step``, plus at most one MTBF failure whose time has come."""
+        out = [k for k in self._kills if k.step <= step]
+        self._kills = self._kills[len(out):]
+        for k in out:
+            self.fired.append((k, None))
+        if self._next_time is not None and elapsed >= self._next_time:
+            victim = Kill(step, "server", int(self._rng.integers(self._num_servers)))
+            self.fired.append((victim, self._next_time))
+            out.append(victim)
+            self._next_time += float(self._rng.exponential(self.mtbf))
+        return out
+
+    def mtbf_times(self, count: int) -> List[Tuple[float, int]]:
+        """The first ``count`` (time, server) MTBF failures this seed gives (a fresh generator; for inspection)."""
+        if self.mtbf is None:
+            return []
+        rng = np.random.default_rng(self.seed)
+        t, out = 0.0, []
+        for _ in range(count):
+            t += float(rng.exponential(self.mtbf))
+            out.append((t, int(rng.integers(self._num_servers))))
+        return out
+
+    def __repr__(self) -> str:
+        return f"FailureSchedule(kills={self._kills}, mtbf={self.mtbf}, seed={self.seed})"
