@@ -9,5 +9,6 @@ void BindShard(pybind11::module_& m);   // bind_shard.cc: EmbeddingShard, optimi
 void BindCodec(pybind11::module_& m);   // bind_codec.cc: ErasureCode
 void BindParity(pybind11::module_& m);  // bind_parity.cc: stripe layout, parity groups, recovery
 void BindFt(pybind11::module_& m);      // bind_ft.cc: AccessCounter (checkpoint / CPR bookkeeping)
+void BindParityTransport(pybind11::module_& m);  // bind_parity_transport.cc: router/store/recovery for the PS
 
 }  // namespace xdl_ec::python

@@ -108,7 +108,10 @@ class LocalHandle(Handle):
         obj = self._obj
         if obj is None:
             raise lost_error(self.role, self.index, "its object was dropped")
-        return getattr(obj, method)(*args)
+        result = getattr(obj, method)(*args)
+        if getattr(obj, "crash_requested", False):  # an injected crash: the role dies right after answering
+            self.drop()
+        return result
 
     def call(self, method: str, *args: Any) -> LocalFuture:
         with self._lock:

@@ -70,6 +70,7 @@ class PSClient:
         self.timeout = timeout
         self._seq = [0] * len(self.servers)
         self.push_log: Optional[Dict[int, Dict[int, LoggedPush]]] = {s: {} for s in range(len(servers))} if push_log else None
+        self._unread: List[Tuple[int, Any]] = []  # logged pushes' ack futures not yet read for their durable seq
         self.bytes_pulled = 0
         self.bytes_requested = 0
         self.bytes_pushed = 0
@@ -120,6 +121,7 @@ class PSClient:
         grads = np.ascontiguousarray(grads, dtype=np.float32)
         if grads.ndim != 2 or grads.shape[0] != keys.size:
             raise ValueError(f"grads: must be [len(keys), dim] = [{keys.size}, dim], got {grads.shape}")
+        self._forget_durable()
         futures = []
         for server, positions in enumerate(route(keys, self.num_servers)):
             if positions.size == 0 and participants == 1:
@@ -131,6 +133,8 @@ class PSClient:
                 self.push_log[server][seq] = LoggedPush(table, part_keys, part_grads, step, participants)
             futures.append(self.servers[server].call("push", table, part_keys, part_grads, step, self.worker, seq,
                                                      participants))
+            if self.push_log is not None:
+                self._unread.append((server, futures[-1]))
             self.bytes_pushed += part_keys.nbytes + part_grads.nbytes
         return futures
 
@@ -140,3 +144,37 @@ class PSClient:
             log = self.push_log[server]
             for s in [s for s in log if s <= seq]:
                 del log[s]
+
+    def enable_push_log(self) -> None:
+        """Keeps every push from now on until its server reports it parity-durable (``--ft ec``)."""
+        if self.push_log is None:
+            self.push_log = {s: {} for s in range(self.num_servers)}
+
+    def _forget_durable(self) -> None:
+        """Drops logged pushes that answered acks report durable (``PushAck.durable``); unanswered acks wait."""
+        unread, self._unread = self._unread, []
+        for server, future in unread:
+            if not future.done():
+                self._unread.append((server, future))
+                continue
+            try:
+                ack = future.result(0)
+            except Exception:  # noqa: BLE001 - the failure reaches whoever waits on the push itself
+                continue
+            if getattr(ack, "durable", 0):
+                self.forget(server, ack.durable)
+
+    def replay(self, server: int, after_seq: int) -> int:
+        """Re-sends the logged pushes to ``server`` with seq > ``after_seq``, in seq order, each with its original
+        seq (the server applies each exactly once); drops the older ones. Returns how many were sent."""
+        if self.push_log is None:
+            raise ValueError("replay: this client keeps no push log (enable_push_log first)")
+        if not 0 <= server < self.num_servers:
+            raise IndexError(f"server: no server {server} (there are {self.num_servers})")
+        self.forget(server, after_seq)
+        log = self.push_log[server]
+        for seq in sorted(log):
+            p = log[seq]
+            self.servers[server].call("push", p.table, p.keys, p.grads, p.step, self.worker, seq,
+                                      p.participants).result(self.timeout)
+        return len(log)

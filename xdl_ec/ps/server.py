@@ -49,6 +49,7 @@ class PushAck:
     seq: int
     step: int
     applied: bool
+    durable: int = 0  # --ft ec: this worker's highest push seq to this server that is parity-durable
 
 
 class ParameterServer:
@@ -63,6 +64,9 @@ class ParameterServer:
         # (table, step) -> {worker: (keys, grads)} of a sync step still waiting for pushes
         self._pending: Dict[Tuple[str, int], Dict[int, Tuple[np.ndarray, np.ndarray]]] = {}
         self.last_seq: Dict[int, int] = {}
+        self._pending_seqs: Dict[Tuple[str, int], Dict[int, int]] = {}  # seqs of the buffered sync pushes
+        self._parity: Any = None  # --ft ec: a ParityAgent (xdl_ec.ps.parity_agent), see attach_parity
+        self.crash_requested = False  # set by injected crashes: the backend drops this server after the call
         self._agent: Any = None  # a fault-tolerance agent living with this server (see attach_agent)
         self._counters = {"bytes_in": 0, "bytes_out": 0, "pulls": 0, "pushes": 0, "keys_pulled": 0,
                           "keys_pushed": 0, "steps_applied": 0}
@@ -96,7 +100,12 @@ class ParameterServer:
         """Rows float32[len(keys), dim], inserting missing keys with their initial rows."""
         t = self._table(table)
         keys = as_keys(keys)
-        rows = t.pull(keys)
+        if self._parity is None:
+            rows = t.pull(keys)
+        else:  # inserted rows are deltas too; the lock keeps delta seqs in the shard's order
+            with self._lock:
+                rows, deltas = t.shard.pull(keys, return_deltas=True)
+                self._parity.on_deltas(self, table, deltas, {})
         with self._lock:
             c = self._counters
             c["pulls"] += 1
@@ -131,11 +140,14 @@ class ParameterServer:
         if not np.all(np.isfinite(grads)):
             raise ValueError(f"grads: NaN or Inf in the push of worker {worker} at step {step}; table unchanged")
         with self._lock:
+            if self._parity is not None and seq and seq <= self.last_seq.get(worker, 0):
+                # a replayed push this server already applied (or buffered): exactly once
+                return PushAck(self.index, worker, seq, step, True, self._parity.durable(worker))
             self._counters["pushes"] += 1
             self._counters["keys_pushed"] += keys.size
             self._counters["bytes_in"] += keys.nbytes + grads.nbytes
             if participants == 1:
-                t.push(keys, grads, step=step)
+                self._apply(t, keys, grads, step, {worker: seq})
                 self._counters["steps_applied"] += 1
                 applied = True
                 if self._agent is not None:
@@ -146,19 +158,28 @@ class ParameterServer:
                     raise ValueError(f"worker {worker} already pushed step {step} of table {table!r} to server "
                                      f"{self.index}")
                 pending[worker] = (keys, grads)
+                self._pending_seqs.setdefault((table, step), {})[worker] = seq
                 applied = len(pending) == participants
                 if applied:
                     del self._pending[(table, step)]
-                    self._apply_merged(t, pending, step, participants)
+                    self._apply_merged(t, pending, step, participants, self._pending_seqs.pop((table, step)))
             self.last_seq[worker] = max(seq, self.last_seq.get(worker, 0))
-        return PushAck(self.index, worker, seq, step, applied)
+            durable = self._parity.durable(worker) if self._parity is not None else 0
+        return PushAck(self.index, worker, seq, step, applied, durable)
+
+    def _apply(self, table: EmbeddingTable, keys: np.ndarray, grads: np.ndarray, step: int,
+               seqs: Dict[int, int]) -> None:
+        if self._parity is None:
+            table.push(keys, grads, step=step)
+        else:
+            self._parity.on_deltas(self, table.name, table.shard.push(keys, grads, step, return_deltas=True), seqs)
 
     def _apply_merged(self, table: EmbeddingTable, pushes: Dict[int, Tuple[np.ndarray, np.ndarray]], step: int,
-                      participants: int) -> None:
+                      participants: int, seqs: Dict[int, int]) -> None:
         order = sorted(pushes)
         keys = np.concatenate([pushes[w][0] for w in order])
         grads = np.concatenate([pushes[w][1] / np.float32(participants) for w in order])
-        table.push(keys, grads, step=step)
+        self._apply(table, keys, grads, step, seqs)
         self._counters["steps_applied"] += 1
         if self._agent is not None:
             self._agent.on_push(table.name, keys, step)
@@ -193,6 +214,7 @@ class ParameterServer:
             if old is not table:
                 old.close()
         self._pending.clear()
+        self._pending_seqs.clear()
 
     def save_shard(self, directory: str, step: int) -> int:
         """Writes every table to ``directory`` as a ShardCheckpoint (not atomic by itself: a job checkpoint's
@@ -251,6 +273,8 @@ class ParameterServer:
     def close(self) -> None:
         """Releases the shards (unregisters them from the process registry). Idempotent."""
         with self._lock:
+            if self._parity is not None:
+                self._parity.close()
             for t in self._tables.values():
                 t.close()
             self._tables.clear()

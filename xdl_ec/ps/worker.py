@@ -141,6 +141,19 @@ class Worker:
     def ping(self) -> int:
         return self.index
 
+    def enable_push_log(self) -> None:
+        """Keeps each push until its server reports it parity-durable (``--ft ec``), for :meth:`replay_pushes`."""
+        self.client.enable_push_log()
+
+    def replay_pushes(self, server: int, after_seq: int, handle: Optional[Handle] = None) -> int:
+        """Re-sends this worker's logged pushes to (rebuilt) ``server`` above push seq ``after_seq``, in order;
+        ``handle``: the server's replacement, used from now on (a prefetch from the dead one is dropped)."""
+        if handle is not None:
+            self.client.servers[server] = handle
+            if self._current is not None:
+                self._current.pending = None
+        return self.client.replay(server, after_seq)
+
     def train_step(self, step: int, weights: Optional[Sequence[np.ndarray]], participants: int) -> Optional[StepResult]:
         """Trains this worker's next batch at optimizer ``step`` with dense ``weights`` (None: keep its own);
         None when its data are exhausted. ``participants``: pushes a server waits for at this step (sync mode)."""

@@ -1,0 +1,137 @@
+"""``--ft ec`` on the one-process backend: servers killed mid-run (one, two at once, one during a rebuild, one
+between applying a push and forwarding its deltas) leave the final model_digest equal to the failure-free run's;
+more than r losses stop with a clear "unrecoverable" error; the scrub finds every stripe consistent after recovery
+and catches a flipped bit. Runs are tiny (synthetic data, a few steps) so the file takes seconds per test."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from xdl_ec.ft.ec_strategy import ErasureCoded, parse_code  # noqa: E402
+from xdl_ec.ft.failure_schedule import FailureSchedule, Kill  # noqa: E402
+from xdl_ec.ft.strategy import Unrecoverable  # noqa: E402
+from xdl_ec.ps import ClusterConfig, PSTrainer  # noqa: E402
+from xdl_ec.trainer import TrainConfig  # noqa: E402
+
+STEPS = 6
+
+
+def small_config(**kwargs: Any) -> TrainConfig:
+    base = dict(synthetic=True, synthetic_rows=3000, batch_size=128, steps=STEPS, deterministic=True, progress=False,
+                seed=3, emb_dim=8)
+    base.update(kwargs)
+    return TrainConfig(**base)
+
+
+def run(servers: int, strategy: Any, kills: List[Kill] = (), workers: int = 1) -> Dict[str, Any]:
+    trainer = PSTrainer(small_config(), ClusterConfig(servers=servers, workers=workers), strategy=strategy,
+                        failures=FailureSchedule(list(kills)))
+    report = trainer.run()
+    return {**(strategy.report() if strategy is not None else {}), **report}
+
+
+_BASELINES: Dict[Any, str] = {}
+
+
+def baseline(servers: int, workers: int = 1) -> str:
+    """The failure-free digest (without parity: ec must not change the model either)."""
+    key = (servers, workers)
+    if key not in _BASELINES:
+        _BASELINES[key] = run(servers, None, workers=workers)["model_digest"]
+    return _BASELINES[key]
+
+
+def test_failure_free_ec_run_equals_the_run_without_parity() -> None:
+    report = run(3, ErasureCoded(2, 1))
+    assert report["model_digest"] == baseline(3)
+    assert report["ft"] == "ec" and report["failures"] == []
+    assert report["parity_bytes"] > 0
+
+
+def test_one_server_killed_mid_run_is_rebuilt_exactly() -> None:
+    report = run(3, ErasureCoded(2, 1), [Kill(3, "server", 1)])
+    assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 1)]
+    assert report["model_digest"] == baseline(3)
+
+
+def test_two_servers_killed_at_once_with_r2() -> None:
+    report = run(4, ErasureCoded(2, 2), [Kill(3, "server", 0), Kill(3, "server", 2)])
+    assert sorted(f["index"] for f in report["failures"]) == [0, 2]
+    assert report["model_digest"] == baseline(4)
+
+
+def test_server_killed_while_a_rebuild_is_running() -> None:
+    strategy = ErasureCoded(2, 2)
+    killed: List[int] = []
+
+    def kill_another(stripe: int) -> None:  # a survivor dies after the first decoded stripe of the rebuild
+        if not killed:
+            killed.append(3)
+            strategy.trainer.scheduler.kill("server", 3)
+
+    strategy.on_rebuild_stripe = kill_another
+    report = run(4, strategy, [Kill(4, "server", 1)])
+    assert killed == [3]
+    assert sorted(f["index"] for f in report["failures"]) == [1, 3]
+    assert report["model_digest"] == baseline(4)
+
+
+class CrashBeforeForwarding(ErasureCoded):
+    """Arms server 2 after step 2: it applies and acknowledges its next push, then dies before forwarding."""
+
+    def after_step(self, step: int) -> None:
+        if step == 2:
+            self.arm_crash_after_apply(2)
+
+
+def test_server_killed_between_applying_a_push_and_forwarding_its_deltas() -> None:
+    report = run(3, CrashBeforeForwarding(2, 1))
+    assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 2)]
+    assert report["model_digest"] == baseline(3)
+
+
+def test_two_sync_workers_one_server_killed() -> None:
+    report = run(3, ErasureCoded(2, 1), [Kill(2, "server", 0)], workers=2)
+    assert len(report["failures"]) == 1
+    assert report["model_digest"] == baseline(3, workers=2)
+
+
+def test_more_than_r_losses_is_unrecoverable_naming_the_servers() -> None:
+    with pytest.raises(Unrecoverable, match=r"unrecoverable: lost servers \[0, 1\].*tolerates 1"):
+        run(3, ErasureCoded(2, 1), [Kill(3, "server", 0), Kill(3, "server", 1)])
+
+
+def test_scrub_is_clean_after_recovery_and_catches_a_flipped_bit() -> None:
+    strategy = ErasureCoded(2, 1)
+    trainer = PSTrainer(small_config(), ClusterConfig(servers=3, workers=1), strategy=strategy,
+                        failures=FailureSchedule([Kill(3, "server", 0)]))
+    try:
+        trainer.fit()
+        assert len(strategy.failures) == 1
+        assert strategy.verify() == []
+        table = trainer.TABLE_NAME
+        server = 1
+        block = strategy._call(server, "read_parity", table, 0, 0, strategy._geometry(table)[1])
+        assert block.any(), "parity block 0 of server 1 should hold data after training"
+        flipped = block.copy()
+        flipped[123] ^= 0x10
+        strategy._call(server, "write_parity", table, 0, flipped)
+        bad = strategy.verify()
+        assert [(m.table, m.server, m.block) for m in bad] == [(table, server, 0)]
+    finally:
+        trainer.close()
+
+
+def test_bad_code_and_too_few_servers_are_clear_errors() -> None:
+    with pytest.raises(ValueError, match="--code"):
+        parse_code("4")
+    with pytest.raises(ValueError, match="--code"):
+        parse_code("4,0")
+    with pytest.raises(ValueError, match="--servers"):
+        PSTrainer(small_config(), ClusterConfig(servers=2, workers=1), strategy=ErasureCoded(2, 1))

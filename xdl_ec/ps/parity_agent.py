@@ -1,0 +1,148 @@
+"""ParityAgent: what ``--ft ec`` adds to one parameter server (it lives, and dies, with the server).
+
+- as a data server: the C++ :class:`ParityRouter` of each table turns every mutation's slot deltas into per-holder
+  ParityUpdates, and a :class:`~xdl_ec.ps.parity_forwarder.ParityForwarder` sends them in the background;
+- as a parity holder: a :class:`~xdl_ec.ps.parity_role.ParityRole` (ParityStores, applied seqs, undo log);
+- for recovery: fragment reads of its data and parity blocks, and on a replacement server the restore of its
+  shards (C++ ``Recovery`` decoding from the survivors: a block touched before the rebuild reaches it is decoded on
+  demand, a degraded read).
+
+The server calls :meth:`on_deltas` under its lock right after a mutation, so delta sequence numbers follow the
+order in which the shard changed; the driver reaches the other methods through ``ParameterServer.parity_call``.
+See :mod:`xdl_ec.ft.ec_strategy` for the protocol.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .. import _core
+from .parity_forwarder import ParityForwarder
+from .parity_role import ForwardedBatch, ParityRole
+
+
+def holders_of(index: int, n: int, k: int, r: int) -> List[int]:
+    """The servers holding parity of some stripe ``index`` has data in: (index + d) mod n for d in [1, k + r)."""
+    return sorted({(index + d) % n for d in range(1, k + r)})
+
+
+class ParityAgent:
+    """Server ``index`` of ``n`` under a (k, r) code; ``tables`` {name: (block_slots, record_bytes)}; ``servers``
+    the handles of every server (index i = server i)."""
+
+    def __init__(self, index: int, n: int, k: int, r: int, tables: Mapping[str, Tuple[int, int]],
+                 servers: Sequence[Any], seq: int = 0, worker_seqs: Optional[Mapping[int, int]] = None) -> None:
+        self.index, self.n, self.k, self.r = index, n, k, r
+        self.tables = {name: (int(bs), int(rb)) for name, (bs, rb) in tables.items()}
+        self.routers = {name: _core.ParityRouter(n, k, r, bs, rb) for name, (bs, rb) in self.tables.items()}
+        self.role = ParityRole(index, k, r, {name: bs * rb for name, (bs, rb) in self.tables.items()})
+        self.forwarder = ParityForwarder(index, {h: servers[h] for h in holders_of(index, n, k, r)}, seq, worker_seqs)
+        self._crash_armed = False
+        self.crashed = False
+
+    # ---- data-server side ----------------------------------------------------------------------------
+    def on_deltas(self, server: Any, table: str, deltas: Tuple[np.ndarray, np.ndarray],
+                  pushes: Mapping[int, int]) -> None:
+        """Routes one mutation's deltas ``(slots, xor)`` and queues them; ``pushes`` {worker: seq} it applied."""
+        slots, xor = deltas
+        if self._crash_armed and pushes:  # injected: dies after applying (and acking) a push, before forwarding
+            self._crash_armed = False
+            self.crashed = True
+            self.forwarder.drop_pending()
+            server.crash_requested = True
+            if os.environ.get("XDL_EC_IN_RAY_ACTOR") == "1":
+                threading.Timer(0.2, os._exit, args=(1,)).start()
+            return
+        if self.crashed:
+            return
+        if slots.size == 0 and not pushes:
+            return
+        routed = self.routers[table].route(self.index, slots, xor) if slots.size else {}
+        self.forwarder.record({table: routed}, pushes)
+
+    def durable(self, worker: int) -> int:
+        return self.forwarder.durable_seq(worker)
+
+    def arm_crash_after_apply(self, server: Any) -> None:
+        """Failure injection: the next mutation is applied and answered, its deltas are never forwarded, and the
+        server dies (one process: its object is dropped after the answer; Ray: the process exits)."""
+        self._crash_armed = True
+
+    # ---- parity-holder side --------------------------------------------------------------------------
+    def apply_parity(self, server: Any, sender: int, batches: Sequence[ForwardedBatch], durable: int) -> int:
+        return self.role.apply(sender, batches, durable)
+
+    def applied(self, server: Any, sender: int) -> int:
+        return self.role.applied.get(sender, 0)
+
+    def rollback(self, server: Any, sender: int, to_seq: int) -> Dict[int, int]:
+        return self.role.rollback(sender, to_seq)
+
+    def reset_sender(self, server: Any, sender: int, seq: int, worker_seqs: Mapping[int, int]) -> None:
+        self.role.reset_sender(sender, seq, worker_seqs)
+
+    def progress(self, server: Any) -> Dict[str, Any]:
+        return self.forwarder.progress()
+
+    def set_holder(self, server: Any, holder: int, handle: Any) -> None:
+        self.forwarder.set_holder(holder, handle)
+
+    # ---- fragments -----------------------------------------------------------------------------------
+    def extent(self, server: Any, table: str) -> Tuple[int, int]:
+        """(data blocks, parity blocks) this server holds for ``table``."""
+        return int(server._table(table).shard.num_blocks), int(self.role.num_blocks(table))
+
+    def read_data(self, server: Any, table: str, block: int, offset: int, width: int) -> np.ndarray:
+        block_slots, record_bytes = self.tables[table]
+        data = server._table(table).shard.read_block(block)
+        if offset == 0 and width == record_bytes:
+            return data
+        return np.ascontiguousarray(data.reshape(block_slots, record_bytes)[:, offset:offset + width]).reshape(-1)
+
+    def read_parity(self, server: Any, table: str, block: int, offset: int, width: int) -> np.ndarray:
+        return self.role.read_block(table, block, self.tables[table][1], offset, width)
+
+    def write_parity(self, server: Any, table: str, block: int, data: np.ndarray) -> None:
+        self.role.write_block(table, block, data)
+
+    def parity_bytes(self, server: Any) -> int:
+        return self.role.bytes()
+
+    # ---- replacement side ----------------------------------------------------------------------------
+    def begin_restore(self, server: Any, table: str, keys: np.ndarray, slots: np.ndarray, high_water: int,
+                      servers: Sequence[Any], unavailable: Sequence[int]) -> int:
+        """Installs the recovered key index of ``table``; a block touched before :meth:`restore_block` reached it
+        is decoded on demand from ``servers`` (degraded read). Returns the number of blocks to restore."""
+        block_slots, record_bytes = self.tables[table]
+        recovery = _core.Recovery(self.n, self.k, self.r, block_slots, record_bytes)
+        data, parity = fragment_readers(servers, table)
+        down = sorted(int(u) for u in unavailable)
+        index = self.index
+
+        def fault(block: int) -> np.ndarray:
+            return recovery.decode_data_block(index, block, down, data, parity)
+
+        shard = server._table(table).shard
+        shard.begin_restore(keys, slots, int(high_water), fault)
+        return int(shard.missing_blocks)
+
+    def restore_block(self, server: Any, table: str, block: int, data: np.ndarray) -> bool:
+        return bool(server._table(table).shard.restore_block(block, data))
+
+    def close(self) -> None:
+        self.forwarder.close()
+
+
+def fragment_readers(servers: Sequence[Any], table: str, timeout: float = 120.0) -> Tuple[Any, Any]:
+    """read_data / read_parity callbacks for C++ Recovery: each read is a call to the surviving server."""
+    def data(server: int, block: int, offset: int, width: int) -> np.ndarray:
+        return servers[server].call("parity_call", "read_data", table, block, offset, width).result(timeout)
+
+    def parity(server: int, block: int, offset: int, width: int) -> np.ndarray:
+        return servers[server].call("parity_call", "read_parity", table, block, offset, width).result(timeout)
+
+    return data, parity
