@@ -2,7 +2,7 @@
 batch 2048, synthetic data, measured in the same run, with the single-process trainer as reference. Not a test.
 
     PYTHONPATH=build/stage python3 -P bench/bench_ps.py [--steps 20] [--servers 2,4,8] [--workers 1,2]
-                                                        [--backends local,ray] [--mode sync]
+                                                        [--backends local,ray] [--mode sync] [--repeats 1]
 
 Per configuration: steady samples/s (after the first step, which traces TF), bytes pulled and pushed per sample
 (keys and rows, as the workers' clients counted them), and the Ray backend's rate over the one-process backend's
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 
@@ -28,6 +29,22 @@ def _ints(text: str) -> list[int]:
     return [int(part) for part in text.split(",") if part]
 
 
+def _run_once(config: TrainConfig, cluster: ClusterConfig) -> tuple[float, float, float, float]:
+    """(steady samples/s, start-up seconds, bytes pulled per sample, bytes pushed per sample) of one run."""
+    start = time.perf_counter()
+    trainer = PSTrainer(config, cluster)
+    started = time.perf_counter() - start
+    try:
+        report = trainer.fit()
+        workers_stats = [trainer._result(w.call("stats")) for w in trainer.workers]
+    finally:
+        trainer.close()
+    samples = report["samples"]
+    pulled = sum(w["bytes_pulled"] + w["bytes_requested"] for w in workers_stats) / samples
+    pushed = sum(w["bytes_pushed"] for w in workers_stats) / samples
+    return report["steady_samples_per_sec"] or report["samples_per_sec"], started, pulled, pushed
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=20, help="batches per configuration (default %(default)s)")
@@ -38,6 +55,7 @@ def main() -> int:
     parser.add_argument("--mode", choices=("sync", "async"), default="sync")
     parser.add_argument("--emb-dim", type=int, default=16)
     parser.add_argument("--max-cardinality", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=1, help="runs per configuration; the median is reported")
     args = parser.parse_args()
     backends = [b for b in args.backends.split(",") if b]
 
@@ -47,8 +65,8 @@ def main() -> int:
     print(f"dlrm, emb_dim {args.emb_dim}, batch {args.batch_size} per worker step, {args.steps} batches per run, "
           f"synthetic data (cardinality cap {args.max_cardinality:,}), sparse Adagrad, mode {args.mode}, "
           f"{os.cpu_count()} cores", flush=True)
-    reference = Trainer(config).fit()
-    print(f"single-process trainer: {reference['steady_samples_per_sec']:>10,.0f} samples/s steady", flush=True)
+    reference = statistics.median(Trainer(config).fit()["steady_samples_per_sec"] for _ in range(args.repeats))
+    print(f"single-process trainer: {reference:>10,.0f} samples/s steady", flush=True)
     if "ray" in backends:
         import ray
 
@@ -62,22 +80,13 @@ def main() -> int:
     for workers in args.workers:
         for servers in args.servers:
             for backend in backends:
-                start = time.perf_counter()
-                trainer = PSTrainer(config, ClusterConfig(servers=servers, workers=workers, backend=backend,
-                                                          mode=args.mode))
-                started = time.perf_counter() - start
-                try:
-                    report = trainer.fit()
-                    workers_stats = [trainer._result(w.call("stats")) for w in trainer.workers]
-                finally:
-                    trainer.close()
-                samples = report["samples"]
-                pulled = sum(w["bytes_pulled"] + w["bytes_requested"] for w in workers_stats) / samples
-                pushed = sum(w["bytes_pushed"] for w in workers_stats) / samples
-                rate = report["steady_samples_per_sec"] or report["samples_per_sec"]
+                runs = [_run_once(config, ClusterConfig(servers=servers, workers=workers, backend=backend,
+                                                        mode=args.mode)) for _ in range(args.repeats)]
+                rate = statistics.median(r[0] for r in runs)
+                started, pulled, pushed = runs[0][1], runs[0][2], runs[0][3]
                 rates[(backend, servers, workers)] = rate
                 print(f"{backend:>7} {servers:>7} {workers:>7} {rate:>10,.0f} "
-                      f"{rate / reference['steady_samples_per_sec']:>8.2f}x {pulled:>15,.0f} {pushed:>15,.0f} "
+                      f"{rate / reference:>8.2f}x {pulled:>15,.0f} {pushed:>15,.0f} "
                       f"{started:>7.1f}", flush=True)
     if "ray" in backends and "local" in backends:
         print("Ray backend over one-process backend (samples/s ratio, same servers x workers):")
