@@ -165,16 +165,25 @@ class PSTrainer:
 
     def _fit_sync(self, bar: Any) -> int:
         workers = len(self.workers)
+        done: Dict[int, StepResult] = {}  # answers of the current step's workers (kept when it is retried)
         while self.step * workers < self.total_batches:
-            self._inject(self.step + 1)
+            if not done:
+                self._inject(self.step + 1)
             participants = min(workers, self.total_batches - self.step * workers)
             step = self.step + 1
             weights = self.dense.weights()
-            futures = [self.workers[i].call("train_step", step, weights, participants) for i in range(participants)]
-            results, lost = self._drain(futures)
+            todo = [i for i in range(participants) if i not in done]
+            futures = [self.workers[i].call("train_step", step, weights, participants) for i in todo]
+            answers, lost = self._drain(futures)
+            done.update((i, r) for i, r in zip(todo, answers) if r is not None)
             if lost:  # no call of the step is in flight any more: recover, then retry or replay
-                self._recover(lost, step)
+                if self._recover(lost, step):
+                    done = {}  # rolled back: the step is replayed whole
+                # else retried: the workers that answered trained their batch (their pushes wait on the servers
+                # for the others'), only the failed ones run again
                 continue
+            results = [done[i] for i in range(participants)]
+            done = {}
             for r in results:
                 if r is None:
                     raise RuntimeError(f"a worker ran out of data at step {step}: the batch split is inconsistent")
@@ -276,12 +285,14 @@ class PSTrainer:
                 return time.perf_counter() - k["time"]
         return 0.0
 
-    def _recover(self, lost: List[RoleLost], step: int) -> None:
+    def _recover(self, lost: List[RoleLost], step: int) -> bool:
         """Recovers every role of ``lost`` still dead: workers restarted here, servers by the strategy; applies
-        the strategy's Resume (rollback of the step, the dense state and the readers, or nothing)."""
+        the strategy's Resume (rollback of the step, the dense state and the readers, or nothing). True when
+        training was rolled back."""
         from ..ft.strategy import FailureRecord, NoFaultTolerance
 
         seen = set()
+        rolled_back = False
         for err in lost:
             key = (err.role, err.index)
             if key in seen:
@@ -304,11 +315,12 @@ class PSTrainer:
             for record in self.strategy.failures[before:]:
                 if not record.detect_seconds:
                     record.detect_seconds = detect
-            self._resume(resume)
+            rolled_back = self._resume(resume) or rolled_back
+        return rolled_back
 
-    def _resume(self, resume: Any) -> None:
+    def _resume(self, resume: Any) -> bool:
         if resume.reader_position is None:
-            return  # nothing rolled back: the failed step is retried
+            return False  # nothing rolled back: the failed step is retried
         if self.cluster.mode == "sync":
             self.losses = self.losses[:resume.step]
         self.step = resume.step
@@ -317,6 +329,7 @@ class PSTrainer:
         _, lost = self._drain(futures)
         if lost:
             raise lost[0]
+        return True
 
     def samples_since(self, worker_batches: List[int]) -> int:
         """Samples trained after the reader position ``worker_batches`` (what a rollback re-trains)."""

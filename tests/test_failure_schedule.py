@@ -1,0 +1,122 @@
+"""FailureSchedule and the fault-tolerance flags: parsing, seeded MTBF determinism, bad values -> clear errors,
+and the kills being real (the role's object is gone and calls to it fail)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from xdl_ec.ft.failure_schedule import FailureSchedule, Kill, parse_kill
+
+
+def test_parse_kill_step_and_index() -> None:
+    assert parse_kill("50", "server", "--fail-at") == Kill(50, "server", 0)
+    assert parse_kill(" 7:3 ", "worker", "--fail-worker-at") == Kill(7, "worker", 3)
+
+
+@pytest.mark.parametrize("text,message", [("", "expected STEP"), ("a:1", "expected STEP"), ("3:", "expected STEP"),
+                                          ("-1", "expected STEP"), ("0", "STEP must be >= 1"), ("1:2:3", "expected")])
+def test_parse_kill_rejects_bad_values_naming_the_flag(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=f"--fail-at.*{message}"):
+        parse_kill(text, "server", "--fail-at")
+
+
+def test_explicit_kills_fire_once_in_step_order() -> None:
+    schedule = FailureSchedule.from_flags(["5:1", "2"], ["3:1"])
+    schedule.validate(num_servers=2, num_workers=2, total_steps=10)
+    assert schedule.due(1, 0.0) == []
+    assert schedule.due(2, 0.0) == [Kill(2, "server", 0)]
+    assert schedule.due(4, 0.0) == [Kill(3, "worker", 1)]  # a missed boundary still fires
+    assert schedule.due(5, 0.0) == [Kill(5, "server", 1)]
+    assert schedule.due(6, 0.0) == [] and schedule.kills == []
+
+
+def test_validate_names_missing_roles_and_unreached_steps() -> None:
+    with pytest.raises(ValueError, match=r"--fail-at 2:4: there is no server 4 \(the run has 3 servers"):
+        FailureSchedule.from_flags(["2:4"]).validate(3, 1, 10)
+    with pytest.raises(ValueError, match="--fail-worker-at 1:1: there is no worker 1"):
+        FailureSchedule.from_flags([], ["1:1"]).validate(3, 1, 10)
+    with pytest.raises(ValueError, match="--fail-at 11:0: the run has only 10 steps"):
+        FailureSchedule.from_flags(["11"]).validate(3, 1, 10)
+
+
+@pytest.mark.parametrize("mtbf", [0, -1.0, float("inf"), float("nan"), True])
+def test_bad_mtbf_is_rejected(mtbf: float) -> None:
+    with pytest.raises(ValueError, match="--mtbf: expected a positive finite number"):
+        FailureSchedule(mtbf=mtbf)
+
+
+def _mtbf_fired(seed: int, steps: int = 400, seconds_per_step: float = 0.5) -> list:
+    schedule = FailureSchedule(mtbf=10.0, seed=seed)
+    schedule.validate(num_servers=4, num_workers=1)
+    fired = []
+    for step in range(1, steps + 1):
+        for k in schedule.due(step, step * seconds_per_step):
+            fired.append((k.step, k.index))
+    return fired
+
+
+def test_seeded_mtbf_is_deterministic_and_exponential() -> None:
+    a, b, c = _mtbf_fired(7), _mtbf_fired(7), _mtbf_fired(8)
+    assert a == b and a != c
+    # 200 s of training with a 10 s MTBF: about 20 failures, never more than one per boundary, every server hit
+    assert 8 <= len(a) <= 40
+    assert len({step for step, _ in a}) == len(a)
+    assert {index for _, index in a} == {0, 1, 2, 3}
+    times = FailureSchedule(mtbf=10.0, seed=7).mtbf_times(2000)
+    gaps = [t1 - t0 for (t0, _), (t1, _) in zip([(0.0, 0)] + times, times)]
+    assert 9.0 < sum(gaps) / len(gaps) < 11.0  # mean inter-arrival = MTBF
+
+
+def test_a_scheduled_kill_is_real_and_none_stops_naming_the_role() -> None:
+    from xdl_ec.ps import ClusterConfig, PSTrainer, ServerLost
+    from xdl_ec.trainer import TrainConfig
+
+    config = TrainConfig(synthetic=True, synthetic_rows=3000, batch_size=64, steps=8, deterministic=True,
+                         progress=False, emb_dim=8)
+    trainer = PSTrainer(config, ClusterConfig(servers=3), failures=FailureSchedule.from_flags(["4:2"]))
+    with pytest.raises(ServerLost, match="server 2 was lost") as info:
+        trainer.run()
+    assert info.value.index == 2 and trainer.step == 3
+    assert trainer.scheduler.cluster_map()["servers"][2]["alive"] is False
+    assert trainer.injected[0]["step"] == 4 and trainer.injected[0]["role"] == "server"
+
+
+def _cli(*flags: str) -> subprocess.CompletedProcess:
+    root = Path(__file__).resolve().parents[1]
+    return subprocess.run([sys.executable, "-P", "-m", "xdl_ec", "train", "--synthetic", *flags],
+                          capture_output=True, text=True, timeout=120, cwd=root)
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--ft", "ckpt"], "--ft: needs --servers N"),
+    (["--servers", "2", "--fail-at", "x"], "--fail-at: expected STEP"),
+    (["--servers", "2", "--steps", "5", "--fail-at", "3:7"], "there is no server 7"),
+    (["--servers", "2", "--ft", "cpr", "--ckpt-interval", "5"], "--ckpt-interval: only used with --ft ckpt"),
+    (["--servers", "2", "--ft", "ckpt", "--ckpt-interval", "often"], "--ckpt-interval: ckpt interval 'often'"),
+    (["--servers", "2", "--ft", "ckpt"], "needs mtbf_seconds"),
+])
+def test_bad_fault_tolerance_flags_exit_2_with_one_line(flags: list, message: str) -> None:
+    proc = _cli(*flags)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("flags,message", [(["--servers", "2", "--code", "4"], "expected K,R"),
+                                           (["--servers", "2", "--mtbf", "0"], "expected a positive finite number"),
+                                           (["--servers", "2", "--ft", "bogus"], "invalid choice")])
+def test_argparse_rejects_malformed_values(flags: list, message: str) -> None:
+    proc = _cli(*flags)
+    assert proc.returncode == 2 and message in proc.stderr
+
+
+def test_make_strategy_rejects_unknown_names() -> None:
+    from xdl_ec.ft.factory import make_strategy
+
+    with pytest.raises(ValueError, match="--ft: must be one of none, ckpt, cpr, ec"):
+        make_strategy("raid", SimpleNamespace())
+    assert make_strategy("none").name == "none"

@@ -1,0 +1,111 @@
+"""``--ft ckpt``: periodic job checkpoints and a global rollback. A server killed mid-run (for real: its object
+dropped) is replaced, every server and the dense state roll back to the last checkpoint, the readers rewind, and
+the replay ends in the failure-free run's model_digest (sync, --deterministic, one-process backend). A restarted
+worker continues from its reader position."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from xdl_ec.ft.checkpoint import CheckpointStore  # noqa: E402
+from xdl_ec.ft.ckpt_strategy import Checkpointing  # noqa: E402
+from xdl_ec.ft.factory import make_strategy  # noqa: E402
+from xdl_ec.ft.failure_schedule import FailureSchedule  # noqa: E402
+from xdl_ec.ps import ClusterConfig, PSTrainer  # noqa: E402
+from xdl_ec.trainer import TrainConfig  # noqa: E402
+
+STEPS = 10
+
+
+def small_config(**kwargs) -> TrainConfig:
+    base = dict(synthetic=True, synthetic_rows=3000, batch_size=64, steps=STEPS, deterministic=True, progress=False,
+                seed=5, emb_dim=8, optimizer="adam")
+    base.update(kwargs)
+    return TrainConfig(**base)
+
+
+_REFERENCE = {}
+
+
+def reference_digest(workers: int) -> str:
+    """The failure-free run's digest (computed once per worker count)."""
+    if workers not in _REFERENCE:
+        _REFERENCE[workers] = PSTrainer(small_config(), ClusterConfig(servers=3, workers=workers)).run()["model_digest"]
+    return _REFERENCE[workers]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_server_killed_mid_run_rolls_back_and_replays_to_the_failure_free_digest(workers: int, tmp_path: Path) -> None:
+    strategy = Checkpointing("3", str(tmp_path / "ckpt"))
+    report = PSTrainer(small_config(), ClusterConfig(servers=3, workers=workers), strategy,
+                       FailureSchedule.from_flags(["5:1"])).run()
+    steps = STEPS // workers
+    assert report["ft"] == "ckpt" and report["steps"] == steps
+    [failure] = report["failures"]
+    assert failure["step"] == 5 and failure["role"] == "server" and failure["index"] == 1
+    # checkpoints after steps 0 and 3: the failure at step 5 re-trains step 4 (one batch per worker)
+    assert report["lost_samples"] == workers * 64 == failure["lost_samples"]
+    assert report["samples"] == (steps + 1) * workers * 64
+    assert report["checkpoint_seconds"] > 0 and report["checkpoint"]["saves"] == 1 + steps // 3
+    assert report["model_digest"] == reference_digest(workers)
+    assert (tmp_path / "ckpt").is_dir() and CheckpointStore(tmp_path / "ckpt").latest() is not None
+
+
+def test_two_failures_and_a_restarted_worker_still_end_exact(tmp_path: Path) -> None:
+    strategy = make_strategy("ckpt", SimpleNamespace(ckpt_interval="2", ckpt_dir=str(tmp_path)))
+    schedule = FailureSchedule.from_flags(["2:0", "4:2"], ["3:1"])
+    report = PSTrainer(small_config(), ClusterConfig(servers=3, workers=2), strategy, schedule).run()
+    assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 0), ("worker", 1), ("server", 2)]
+    assert report["model_digest"] == reference_digest(2)
+
+
+def test_failure_before_any_periodic_save_rolls_back_to_step_zero(tmp_path: Path) -> None:
+    report = PSTrainer(small_config(), ClusterConfig(servers=2), Checkpointing("100", str(tmp_path)),
+                       FailureSchedule.from_flags(["4:1"])).run()
+    assert report["lost_samples"] == 3 * 64  # steps 1..3 re-trained from the step-0 checkpoint
+    assert report["model_digest"] == PSTrainer(small_config(), ClusterConfig(servers=2)).run()["model_digest"]
+
+
+def test_auto_interval_uses_youngs_formula_from_the_measured_save_cost(tmp_path: Path) -> None:
+    strategy = Checkpointing("auto", str(tmp_path), mtbf=3600.0)
+    report = PSTrainer(small_config(steps=4), ClusterConfig(servers=2), strategy).run()
+    cost = report["checkpoint"]["save_seconds"]
+    assert cost > 0 and report["checkpoint"]["interval_seconds"] == pytest.approx((2 * cost * 3600.0) ** 0.5)
+    assert report["failures"] == [] and report["lost_samples"] == 0
+
+
+def test_corrupt_checkpoint_is_a_clear_error_naming_the_file(tmp_path: Path) -> None:
+    from xdl_ec.ft.strategy import Unrecoverable  # noqa: F401 - the rollback error type
+
+    strategy = Checkpointing("100", str(tmp_path))
+    trainer = PSTrainer(small_config(), ClusterConfig(servers=2), strategy, FailureSchedule.from_flags(["3:0"]))
+    latest = CheckpointStore(tmp_path).latest()
+    victim = next(latest.server(1).directory.glob("*.values.npy"))
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=f"{victim.name}: sha256 mismatch"):
+        trainer.run()
+
+
+def test_cli_ckpt_run_reports_the_failure(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    report_path = tmp_path / "report.json"
+    proc = subprocess.run([sys.executable, "-P", "-m", "xdl_ec", "train", "--synthetic", "--synthetic-rows", "2000",
+                           "--steps", "6", "--batch-size", "64", "--servers", "2", "--ft", "ckpt", "--ckpt-interval",
+                           "2", "--ckpt-dir", str(tmp_path / "c"), "--fail-at", "4:1", "--no-progress",
+                           "--report", str(report_path)], capture_output=True, text=True, timeout=180,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stderr
+    assert "ckpt: server 1 lost at step 4" in proc.stdout
+    report = json.loads(report_path.read_text())
+    assert report["ft"] == "ckpt" and report["failures"][0]["index"] == 1 and report["lost_samples"] == 64

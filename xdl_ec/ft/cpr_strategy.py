@@ -1,0 +1,214 @@
+"""``--ft cpr``: partial recovery (Maeng et al., MLSys 2021), the second baseline.
+
+Every server checkpoints its own shard on CPR's schedule (:class:`~xdl_ec.ft.cpr_checkpointer.CprCheckpointer`:
+a full save, then partial saves of the rows ``--cpr-mode mfu`` or ``ssu`` selects, a full save again every
+``full_every`` saves). The interval comes from the target portion of lost samples, ``T = 2 * N * MTBF * PLS``
+(:func:`~xdl_ec.ft.interval.cpr_interval`, ``--cpr-pls`` with ``--mtbf``), or ``--cpr-interval`` steps.
+
+Where things live: each server holds a :class:`CprAgent` (attached through ``ParameterServer.attach_agent``), which
+sees every applied push (MFU/SSU bookkeeping and the per-row update ledger) and writes that server's checkpoints
+into ``<dir>/server-NNNN``; it dies with its server, as the paper's per-node tracking does. The driver keeps what
+must outlive a server: each server's ledger total (polled at every step boundary) and the samples trained since its
+newest save.
+
+On a server's death ONLY that server is replaced and reloads its newest full + partial saves; the others keep their
+state, the dense state is untouched (it lives with the driver), and the failed step is retried. Nothing is rolled
+back, so the updates the dead shard applied after each row's newest save are lost for good:
+
+- ``lost_updates``: row updates lost = the dead server's ledger total at the last step boundary minus the update
+  counts its restored rows carried when they were saved (exact on the one-process backend, where the poll is
+  ordered after the step's pushes; on Ray a poll may precede the last step's pushes to that server);
+- ``lost_samples``: samples trained since the dead server's newest save, CPR's "lost samples" (each of them lost
+  its updates to the failed shard, fully or, for the rows a partial save kept, partly).
+
+The accuracy cost shows in the report's ``auc`` / ``logloss`` against a failure-free run.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from .cpr_checkpointer import MODES, CprCheckpointer
+from .interval import IntervalPolicy, cpr_interval
+from .row_selection import AccessCounter
+from .strategy import FailureRecord, FaultTolerance, Resume
+
+__all__ = ["CprAgent", "PartialRecovery"]
+
+
+class CprAgent:
+    """One server's CPR state, living in the server's process; the driver calls it via ``agent_call``.
+
+    Picklable before use (native counters are created on the server at the first push or save)."""
+
+    def __init__(self, root: str, mode: str, fraction: float, full_every: int, seed: int) -> None:
+        self.root, self.mode, self.fraction, self.full_every, self.seed = root, mode, fraction, full_every, seed
+        self._checkpointer: Optional[CprCheckpointer] = None
+        self._ledger: Dict[str, AccessCounter] = {}
+
+    def _ckpt(self) -> CprCheckpointer:
+        if self._checkpointer is None:
+            self._checkpointer = CprCheckpointer(self.root, self.mode, self.fraction, self.full_every, self.seed,
+                                                 ledger=self._ledger)
+        return self._checkpointer
+
+    def on_push(self, table: str, keys: Any, step: int) -> None:
+        counter = self._ledger.get(table)
+        if counter is None:
+            counter = self._ledger[table] = AccessCounter()
+        counter.add(keys)
+        self._ckpt().record(table, keys, step)  # SSU samples by batch: one global step = one batch here
+
+    def save(self, server: Any, step: int) -> Dict[str, Any]:
+        tables = server.tables()
+        for name in tables:
+            self._ledger.setdefault(name, AccessCounter())
+        ckpt = self._ckpt()
+        full = ckpt.next_is_full()
+        saved = ckpt.save(step, tables)
+        return {"step": step, "full": full, "bytes": saved.nbytes(), "rows": sum(saved.rows(n) for n in saved.tables)}
+
+    def updates(self, server: Any) -> int:
+        """Row updates applied so far (the ledger's total)."""
+        return sum(c.total() for c in self._ledger.values())
+
+    def restore(self, server: Any) -> Dict[str, Any]:
+        """Reloads this (fresh) server's tables from its chain; the ledger restarts at the saved counts."""
+        tables = server.tables()
+        for name in tables:
+            self._ledger.setdefault(name, AccessCounter())
+        result = self._ckpt().restore(tables)
+        server.replace_tables(result.tables)
+        return {"step": result.step, "restored_rows": result.restored_rows, "saved_updates": self.updates(server),
+                "checkpoints": [str(p) for p in result.checkpoints]}
+
+    def stats(self, server: Any) -> Dict[str, Any]:
+        return self._ckpt().stats()
+
+
+class PartialRecovery(FaultTolerance):
+    """CPR: per-server partial checkpoints; a lost server alone reloads its shard, training goes on.
+
+    Args:
+      pls: target portion of lost samples (with ``mtbf``: interval ``2 * servers * mtbf * pls`` seconds).
+      mtbf: the job's mean time between failures, seconds.
+      interval_steps: checkpoint every this many steps instead (no MTBF needed).
+      mode: ``mfu`` or ``ssu`` row selection for partial saves.
+      fraction: rows (mfu) or batches (ssu) selected per partial save; full_every: saves per full save.
+      directory: where servers save (None: a temporary directory removed at the end).
+    """
+
+    name = "cpr"
+
+    def __init__(self, pls: float = 0.02, mtbf: Optional[float] = None, interval_steps: Optional[int] = None,
+                 mode: str = "mfu", fraction: float = 0.1, full_every: int = 10, directory: Optional[str] = None,
+                 seed: int = 0) -> None:
+        super().__init__()
+        if mode not in MODES:
+            raise ValueError(f"--cpr-mode: must be one of {MODES}, got {mode!r}")
+        if interval_steps is None and mtbf is None:
+            raise ValueError("--ft cpr: the interval comes from --cpr-pls and --mtbf (2 * servers * MTBF * PLS); "
+                             "give --mtbf, or --cpr-interval STEPS")
+        if interval_steps is None:
+            cpr_interval(pls, mtbf, 1)  # validates pls and mtbf now, with a clear message
+        self.pls, self.mtbf, self.interval_steps, self.mode = pls, mtbf, interval_steps, mode
+        self.fraction, self.full_every, self.seed = fraction, full_every, seed
+        self._own_dir = directory is None
+        self._directory = directory
+        self.policy: Optional[IntervalPolicy] = None
+        self.saves: List[Dict[str, Any]] = []
+        self.checkpoint_bytes = 0
+        self.lost_updates = 0
+        self._updates: List[int] = []  # each server's ledger total at the last step boundary
+        self._saved_samples: List[int] = []  # trainer.samples at each server's newest save
+
+    @classmethod
+    def from_args(cls, args: Any) -> "PartialRecovery":
+        from .factory import strategy_arg
+
+        return cls(pls=float(strategy_arg(args, "cpr_pls")), mtbf=strategy_arg(args, "mtbf"),
+                   interval_steps=strategy_arg(args, "cpr_interval"), mode=strategy_arg(args, "cpr_mode"),
+                   directory=strategy_arg(args, "ckpt_dir"), seed=int(strategy_arg(args, "seed")))
+
+    @property
+    def interval_seconds(self) -> Optional[float]:
+        if self.interval_steps is not None or self.trainer is None:
+            return None
+        return cpr_interval(self.pls, self.mtbf, len(self.trainer.scheduler.servers))
+
+    def _agent(self, index: int) -> CprAgent:
+        return CprAgent(str(Path(self._directory) / f"server-{index:04d}"), self.mode, self.fraction,
+                        self.full_every, self.seed)
+
+    def attach(self, trainer: Any) -> None:
+        super().attach(trainer)
+        if self._directory is None:
+            self._directory = tempfile.mkdtemp(prefix="xdl-ec-cpr-")
+        servers = trainer.scheduler.servers
+        self.policy = IntervalPolicy(steps=self.interval_steps) if self.interval_steps is not None else \
+            IntervalPolicy(seconds=self.interval_seconds)
+        self._call_all([s.call("attach_agent", self._agent(i)) for i, s in enumerate(servers)])
+        self._updates = [0] * len(servers)
+        self._saved_samples = [0] * len(servers)
+        self.save(0)
+
+    def _call_all(self, futures: List[Any]) -> List[Any]:
+        results, lost = self.trainer._drain(futures)
+        if lost:
+            raise lost[0]
+        return results
+
+    def save(self, step: int) -> None:
+        """Every server saves its shard (full or partial per its schedule), in parallel."""
+        t = self.trainer
+        start = time.perf_counter()
+        t.quiesce()
+        results = self._call_all([s.call("agent_call", "save", step) for s in t.scheduler.servers])
+        end = time.perf_counter()
+        self.checkpoint_seconds += end - start
+        self.checkpoint_bytes += sum(r["bytes"] for r in results)
+        self.saves.append({"step": step, "full": results[0]["full"], "seconds": end - start})
+        self._saved_samples = [t.samples] * len(results)
+        self.policy.saved(step, end, end - start)
+
+    def after_step(self, step: int) -> None:
+        t = self.trainer
+        self._updates = self._call_all([s.call("agent_call", "updates") for s in t.scheduler.servers])
+        if self.policy.due(step, time.perf_counter()):
+            self.save(step)
+
+    def recover(self, lost: BaseException) -> Resume:
+        t = self.trainer
+        dead = sorted(index for role, index in t.scheduler.dead if role == "server")
+        lost_samples = 0
+        for index in dead:
+            start = time.perf_counter()
+            handle = t.replace_server(index)
+            self._call_all([handle.call("attach_agent", self._agent(index))])
+            [restored] = self._call_all([handle.call("agent_call", "restore")])
+            updates = max(self._updates[index] - restored["saved_updates"], 0)
+            self._updates[index] = restored["saved_updates"]
+            samples = t.samples - self._saved_samples[index]
+            self.lost_updates += updates
+            lost_samples += samples
+            self.failures.append(FailureRecord(step=t.step + 1, role="server", index=index,
+                                               rebuild_seconds=time.perf_counter() - start, lost_samples=samples))
+        return Resume(step=t.step, reader_position=None, lost_samples=lost_samples)
+
+    def report(self) -> Dict[str, Any]:
+        out = super().report()
+        out["lost_updates"] = self.lost_updates
+        out["cpr"] = {"mode": self.mode, "pls_target": self.pls if self.interval_steps is None else None,
+                      "interval_seconds": self.interval_seconds, "interval_steps": self.interval_steps,
+                      "saves": len(self.saves), "full_saves": sum(s["full"] for s in self.saves),
+                      "bytes": self.checkpoint_bytes, "directory": self._directory}
+        return out
+
+    def close(self) -> None:
+        """Removes the temporary checkpoint directory (a user-given ``--ckpt-dir`` is kept)."""
+        if self._own_dir and self._directory is not None and Path(self._directory).is_dir():
+            shutil.rmtree(self._directory, ignore_errors=True)
