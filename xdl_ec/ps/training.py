@@ -359,8 +359,12 @@ class PSTrainer:
         self._result(handle.call("seek", self.worker_batches[index]), timeout=max(self.cluster.call_timeout, 120.0))
 
     def _tick(self, bar: Any, samples: int) -> None:
+        now = time.perf_counter()
         if self._first_step_end is None:
-            self._first_step_end, self._first_samples = time.perf_counter(), samples
+            self._first_step_end, self._first_samples = now, samples
+        # (step, seconds since training started, samples so far, step loss): throughput and loss over time for
+        # `xdl-ec bench`; a few floats per step
+        self.timeline.append([self.step, now - self._train_start, samples, self.losses[-1]])
         bar.update(1)
 
     def fit(self) -> Dict[str, Any]:
@@ -373,6 +377,7 @@ class PSTrainer:
         self._first_step_end, self._first_samples = None, 0
         self.samples = 0
         self.injected: List[Dict[str, Any]] = []
+        self.timeline: List[List[float]] = []
         bar = tqdm(total=self.total_batches if self.cluster.mode == "async" else
                    math.ceil(self.total_batches / len(self.workers)),
                    unit="step", disable=not cfg.progress, dynamic_ncols=True, leave=False)
@@ -390,6 +395,9 @@ class PSTrainer:
         return {"samples": samples, "steps": self.step, "train_seconds": seconds,
                 "samples_per_sec": samples / seconds if seconds > 0 else 0.0, "steady_samples_per_sec": steady,
                 "final_loss": float(np.mean(self.losses[-LAST_LOSSES:])) if self.losses else None,
+                "timeline": self.timeline,
+                "injected": [{"step": k["step"], "role": k["role"], "index": k["index"],
+                              "seconds": k["time"] - start} for k in self.injected],
                 **self.strategy.report()}
 
     # ---- evaluation and report ------------------------------------------------------------------------
