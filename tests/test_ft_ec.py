@@ -67,7 +67,7 @@ def test_two_servers_killed_at_once_with_r2() -> None:
 
 
 def test_server_killed_while_a_rebuild_is_running() -> None:
-    strategy = ErasureCoded(2, 2)
+    strategy = ErasureCoded(2, 2, rebuild_stripes_per_step=1)
     killed: List[int] = []
 
     def kill_another(stripe: int) -> None:  # a survivor dies after the first decoded stripe of the rebuild
@@ -135,3 +135,13 @@ def test_bad_code_and_too_few_servers_are_clear_errors() -> None:
         parse_code("4,0")
     with pytest.raises(ValueError, match="--servers"):
         PSTrainer(small_config(), ClusterConfig(servers=2, workers=1), strategy=ErasureCoded(2, 1))
+
+
+def test_rebuild_runs_between_steps_and_serves_degraded_reads() -> None:
+    """One stripe per step boundary: training goes on while the replacement is incomplete; its blocks touched
+    first are decoded on demand, and the rebuild completes with a measured time and throughput."""
+    report = run(3, ErasureCoded(2, 1, rebuild_stripes_per_step=1), [Kill(2, "server", 2)])
+    assert report["model_digest"] == baseline(3)
+    assert report["degraded_reads"] > 0
+    (failure,) = report["failures"]
+    assert failure["index"] == 2 and failure["rebuild_seconds"] > 0

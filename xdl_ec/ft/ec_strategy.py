@@ -58,7 +58,7 @@ import numpy as np
 
 from .. import _core
 from ..ps.backend import RoleLost
-from ..ps.parity_agent import fragment_readers, holders_of
+from ..ps.parity_agent import consistent_decode, fragment_readers, holders_of
 from .strategy import FailureRecord, FaultTolerance, Resume, Unrecoverable
 
 CALL_TIMEOUT = 120.0
@@ -96,12 +96,22 @@ class ErasureCoded(FaultTolerance):
 
     name = "ec"
 
-    def __init__(self, k: int = 4, r: int = 1) -> None:
+    def __init__(self, k: int = 4, r: int = 1, rebuild_stripes_per_step: Optional[int] = None,
+                 rebuild_seconds_per_step: float = 0.05) -> None:
+        """``rebuild_stripes_per_step``: stripes rebuilt at each step boundary (0: the whole rebuild inside the
+        recovery; None: as many as fit in ``rebuild_seconds_per_step``)."""
         super().__init__()
         self.k, self.r = parse_code((k, r))
+        self.rebuild_stripes_per_step = rebuild_stripes_per_step
+        self.rebuild_seconds_per_step = rebuild_seconds_per_step
         self.n = 0
         self.on_rebuild_stripe: Optional[Callable[[int], None]] = None  # test hook: called after each stripe
-        self._closed_parity_bytes: Optional[int] = None
+        self._closed_stats: Optional[Dict[str, int]] = None
+        self._plan: List[Tuple[str, int]] = []  # (table, stripe) still to rebuild
+        self._rebuilding: List[int] = []  # replacements whose rebuild is not complete
+        self._extent: Dict[str, Dict[int, int]] = {}  # table -> server -> data blocks (restore extent)
+        self._open_records: List[FailureRecord] = []
+        self._rebuild_start: Optional[Tuple[float, int]] = None
         self._geometries: Dict[str, Tuple[int, int]] = {}
 
     @classmethod
@@ -122,47 +132,83 @@ class ErasureCoded(FaultTolerance):
         self._wait([w.call("enable_push_log") for w in trainer.workers])
 
     def recover(self, lost: BaseException) -> Resume:
-        trainer = self.trainer
-        sched = trainer.scheduler
         if getattr(lost, "role", "server") != "server":
             raise Unrecoverable(f"{lost}: --ft ec protects servers; a lost worker is restarted by the driver") from lost
+        self._recover_servers(lost)
+        return Resume(step=self.trainer.step)
+
+    def after_step(self, step: int) -> None:
+        """Rebuilds a share of the stripes still missing (training goes on between shares)."""
+        if not self._plan:
+            return
+        try:
+            self._rebuild_some()
+        except RoleLost as err:  # a server died while a rebuild was running: confirm, then start over with it
+            if self.trainer.scheduler.confirm_failure(err) is None:
+                raise
+            self._recover_servers(err)
+
+    def finish_rebuild(self) -> None:
+        """Rebuilds every stripe still missing now."""
+        while self._plan:
+            self._rebuild_some(budget=None)
+
+    def _recover_servers(self, cause: BaseException) -> None:
+        trainer, sched = self.trainer, self.trainer.scheduler
         start = time.perf_counter()
-        rebuilt: List[int] = []
         while True:
             down = sorted(i for (role, i) in sched.dead if role == "server")
-            pending = sorted(set(down) | set(rebuilt))  # a replacement whose rebuild was cut short starts over
+            pending = sorted(set(down) | set(self._rebuilding))  # replacements not yet complete start over
             if len(pending) > self.r:
                 raise Unrecoverable(f"unrecoverable: lost servers {pending}, the code (k={self.k}, r={self.r}) "
-                                    f"tolerates {self.r} at once; the model cannot be rebuilt exactly") from lost
+                                    f"tolerates {self.r} at once; the model cannot be rebuilt exactly") from cause
             try:
-                self._rebuild(pending)
+                self._begin_rebuild(pending)
                 break
-            except RoleLost as err:  # another server died during the rebuild: confirm it and start again
+            except RoleLost as err:  # another server died during the recovery: confirm it and start again
                 if sched.confirm_failure(err) is None:
                     raise
-                rebuilt = pending
-        seconds = time.perf_counter() - start
+                self._rebuilding = pending
+        known = {r.index for r in self._open_records}
         for p in pending:
-            self.failures.append(FailureRecord(step=trainer.step + 1, role="server", index=p, rebuild_seconds=seconds))
-        return Resume(step=trainer.step)
+            if p not in known:
+                record = FailureRecord(step=trainer.step + 1, role="server", index=p)
+                self.failures.append(record)
+                self._open_records.append(record)
+        self._rebuild_start = (start, getattr(trainer, "samples", 0)) if self._rebuild_start is None else \
+            self._rebuild_start
+        if self.rebuild_stripes_per_step == 0:
+            self.finish_rebuild()
 
     def parity_bytes(self) -> int:
         """Bytes of parity blocks held by all servers (as of :meth:`close` once the cluster is shut down)."""
-        if self.trainer is None or self._closed_parity_bytes is not None:
-            return self._closed_parity_bytes or 0
+        return int(self._stats().get("parity_bytes", 0))
+
+    def _stats(self) -> Dict[str, int]:
+        """Parity bytes, degraded reads and forwarded delta bytes summed over the servers."""
+        if self._closed_stats is not None or self.trainer is None:
+            return self._closed_stats or {}
         try:
-            return int(sum(self._wait([s.call("parity_call", "parity_bytes") for s in self.trainer.scheduler.servers])))
+            per_server = self._wait([s.call("parity_call", "stats") for s in self.trainer.scheduler.servers])
         except RoleLost:
-            return 0
+            return {}
+        return {key: sum(int(s[key]) for s in per_server) for key in per_server[0]}
 
     def close(self) -> None:
-        """Called by the driver before the cluster shuts down: keeps the figures the report needs."""
-        if self._closed_parity_bytes is None:
-            self._closed_parity_bytes = self.parity_bytes()
+        """Called by the driver before the cluster shuts down: completes a rebuild still running and keeps the
+        figures the report needs."""
+        if self._closed_stats is None and self.trainer is not None:
+            try:
+                self.finish_rebuild()
+            finally:
+                self._closed_stats = self._stats()
 
     def report(self) -> Dict[str, Any]:
         out = super().report()
         out["code"] = {"k": self.k, "r": self.r}
+        stats = self._stats()
+        out["degraded_reads"] = stats.get("degraded_reads", 0)
+        out["parity_forwarded_bytes"] = stats.get("forwarded_bytes", 0)
         return out
 
     # ---- failure injection and scrub ---------------------------------------------------------------------
@@ -176,6 +222,7 @@ class ErasureCoded(FaultTolerance):
         from ..codec import ErasureCode
 
         servers = self.trainer.scheduler.servers
+        self.finish_rebuild()
         self._drain(list(range(self.n)))
         code = ErasureCode(self.k, self.r)
         layout = _core.StripeLayout(self.n, self.k, self.r)
@@ -227,7 +274,7 @@ class ErasureCoded(FaultTolerance):
             stripes = max(stripes, math.ceil(data_blocks / self.k) * self.n, math.ceil(parity_blocks / self.r) * self.n)
         return stripes
 
-    def _rebuild(self, lost: List[int]) -> None:
+    def _begin_rebuild(self, lost: List[int]) -> None:
         trainer, sched, n, k, r = self.trainer, self.trainer.scheduler, self.n, self.k, self.r
         survivors = [s for s in range(n) if s not in lost]
         # (a) survivors' pending parity reaches the live holders
@@ -240,10 +287,10 @@ class ErasureCoded(FaultTolerance):
             seq[p] = min(self._call(h, "applied", p) for h in holders)
             agreed = [self._call(h, "rollback", p, seq[p]) for h in holders]
             wseqs[p] = {int(w): int(s) for w, s in agreed[0].items()}
-        # (c) fresh replacements, rebuilt from the survivors
+        # (c) fresh replacements: key index now, blocks by degraded reads and by the rebuild between steps
         for p in lost:
             old = sched.servers[p]
-            if (("server", p) not in sched.dead) and getattr(old, "alive", True):
+            if ("server", p) not in sched.dead and getattr(old, "alive", True):
                 sched.backend.kill(old)  # a replacement whose rebuild was cut short
             handle = sched.replace_server(p)
             trainer.client.servers[p] = handle
@@ -258,32 +305,67 @@ class ErasureCoded(FaultTolerance):
             for s in range(n):
                 if s != q and q in holders_of(s, n, k, r):
                     self._call(q, "reset_sender", s, seq[s], wseqs[s])
+        layout = _core.StripeLayout(n, k, r)
+        plan: List[Tuple[str, int]] = []
         for table in self._tables():
-            self._rebuild_table(table, lost, survivors, servers)
-        # (d) workers replay what the rebuilt servers miss, in seq order
+            block_slots, record_bytes = self._geometry(table)
+            recovery = _core.Recovery(n, k, r, block_slots, record_bytes)
+            data, parity = fragment_readers(servers, table, CALL_TIMEOUT)
+            stripes = self._stripes(table, survivors)
+            extent = {s: self._call(s, "extent", table)[0] for s in survivors}
+            for p in lost:
+                keys, slots, high_water = recovery.recover_key_index(p, stripes // n * k, lost, data, parity)
+                self._call(p, "begin_restore", table, keys, slots, high_water, servers, lost)
+                extent[p] = math.ceil(high_water / block_slots)
+            self._extent[table] = extent
+            plan += [(table, stripe) for stripe in range(stripes)
+                     if any(layout.server_at(stripe, t) in lost for t in range(k + r))]
+        self._plan, self._rebuilding = plan, list(lost)
+        # (d) workers replay what the rebuilt servers miss, in seq order (blocks they touch decode on demand)
         for p in lost:
             self._wait([w.call("replay_pushes", p, wseqs[p].get(i, 0), servers[p])
                         for i, w in enumerate(trainer.workers)])
 
-    def _rebuild_table(self, table: str, lost: List[int], survivors: List[int], servers: List[Any]) -> None:
+    def _rebuild_some(self, budget: Optional[float] = -1.0) -> None:
+        """Rebuilds stripes of the plan: ``rebuild_stripes_per_step`` of them, or for ``budget`` seconds (-1: the
+        strategy's ``rebuild_seconds_per_step``; None: all)."""
+        deadline = None if budget is None else time.perf_counter() + (
+            self.rebuild_seconds_per_step if budget == -1.0 else budget)
+        done = 0
+        while self._plan:
+            if budget is not None and self.rebuild_stripes_per_step is not None and \
+                    done >= self.rebuild_stripes_per_step:
+                break
+            if budget is not None and self.rebuild_stripes_per_step is None and time.perf_counter() > deadline:
+                break
+            table, stripe = self._plan[0]
+            self._rebuild_stripe(table, stripe)
+            self._plan.pop(0)
+            done += 1
+            if self.on_rebuild_stripe is not None:
+                self.on_rebuild_stripe(stripe)
+        if not self._plan and self._rebuilding:
+            self._complete_rebuild()
+
+    def _rebuild_stripe(self, table: str, stripe: int) -> None:
+        """Decodes the stripe's blocks on restoring servers from consistent fragments: data blocks are restored
+        (unless a degraded read did it first), parity blocks written if their holder has applied exactly the data
+        versions they encode (else the stripe is decoded again)."""
         n, k, r = self.n, self.k, self.r
+        servers = self.trainer.scheduler.servers
+        lost = self._rebuilding
         block_slots, record_bytes = self._geometry(table)
         layout = _core.StripeLayout(n, k, r)
         recovery = _core.Recovery(n, k, r, block_slots, record_bytes)
-        data, parity = fragment_readers(servers, table, CALL_TIMEOUT)
-        stripes = self._stripes(table, survivors)
-        data_blocks = stripes // n * k
-        extent = {s: self._call(s, "extent", table)[0] for s in survivors}
-        for p in lost:
-            keys, slots, high_water = recovery.recover_key_index(p, data_blocks, lost, data, parity)
-            self._call(p, "begin_restore", table, keys, slots, high_water, servers, lost)
-            extent[p] = math.ceil(high_water / block_slots)
-        for stripe in range(stripes):
-            wanted = [t for t in range(k + r) if layout.server_at(stripe, t) in lost]
-            if not wanted:
-                continue
-            blocks = recovery.decode_stripe(stripe, wanted, lost, data, parity)
-            has_data = any(b < extent[s] for s, b in (layout.data_member(stripe, j) for j in range(k)))
+        wanted = [t for t in range(k + r) if layout.server_at(stripe, t) in lost]
+        extent = self._extent[table]
+        members = [layout.data_member(stripe, j) for j in range(k)]
+        has_data = any(b < extent[s] for s, b in members)
+        while True:
+            blocks, versions = consistent_decode(
+                servers, table, lambda d, p: recovery.decode_stripe(stripe, wanted, lost, d, p), CALL_TIMEOUT)
+            expected = {s: versions.get(s, 0) for s, _ in members}
+            written = True
             for t, block in zip(wanted, blocks):
                 if t < k:
                     s, b = layout.data_member(stripe, t)
@@ -292,9 +374,19 @@ class ErasureCoded(FaultTolerance):
                 else:
                     s, c = layout.parity_member(stripe, t - k)
                     if has_data or block.any():
-                        self._call(s, "write_parity", table, c, block)
-            if self.on_rebuild_stripe is not None:
-                self.on_rebuild_stripe(stripe)
+                        written &= bool(self._call(s, "write_parity_if", table, c, block, expected))
+            if written:
+                return
+            time.sleep(0.0005)
+
+    def _complete_rebuild(self) -> None:
+        start, samples = self._rebuild_start or (time.perf_counter(), 0)
+        seconds = time.perf_counter() - start
+        trained = getattr(self.trainer, "samples", 0) - samples
+        for record in self._open_records:
+            record.rebuild_seconds = seconds
+            record.samples_per_sec_during_rebuild = trained / seconds if trained and seconds > 0 else None
+        self._open_records, self._rebuilding, self._rebuild_start = [], [], None
 
 
 def _shard_config(spec: Any) -> Any:

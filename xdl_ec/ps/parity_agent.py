@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -43,6 +44,7 @@ class ParityAgent:
         self.forwarder = ParityForwarder(index, {h: servers[h] for h in holders_of(index, n, k, r)}, seq, worker_seqs)
         self._crash_armed = False
         self.crashed = False
+        self.degraded_reads = 0  # blocks decoded on demand because an access touched them before the rebuild
 
     # ---- data-server side ----------------------------------------------------------------------------
     def on_deltas(self, server: Any, table: str, deltas: Tuple[np.ndarray, np.ndarray],
@@ -106,11 +108,24 @@ class ParityAgent:
     def read_parity(self, server: Any, table: str, block: int, offset: int, width: int) -> np.ndarray:
         return self.role.read_block(table, block, self.tables[table][1], offset, width)
 
+    def read_data_at(self, server: Any, table: str, block: int, offset: int, width: int) -> Tuple[np.ndarray, int]:
+        """(bytes, delta seq): the block as of this server's mutation ``seq`` (mutations hold the server lock)."""
+        with server._lock:
+            return self.read_data(server, table, block, offset, width), self.forwarder.seq
+
+    def read_parity_at(self, server: Any, table: str, block: int, offset: int,
+                       width: int) -> Tuple[np.ndarray, Dict[int, int]]:
+        return self.role.read_block_versioned(table, block, self.tables[table][1], offset, width)
+
+    def write_parity_if(self, server: Any, table: str, block: int, data: np.ndarray, expected: Dict[int, int]) -> bool:
+        return self.role.write_block_if(table, block, data, expected)
+
     def write_parity(self, server: Any, table: str, block: int, data: np.ndarray) -> None:
         self.role.write_block(table, block, data)
 
-    def parity_bytes(self, server: Any) -> int:
-        return self.role.bytes()
+    def stats(self, server: Any) -> Dict[str, int]:
+        return {"parity_bytes": self.role.bytes(), "degraded_reads": self.degraded_reads,
+                "forwarded_bytes": self.forwarder.bytes_sent}
 
     # ---- replacement side ----------------------------------------------------------------------------
     def begin_restore(self, server: Any, table: str, keys: np.ndarray, slots: np.ndarray, high_water: int,
@@ -119,12 +134,12 @@ class ParityAgent:
         is decoded on demand from ``servers`` (degraded read). Returns the number of blocks to restore."""
         block_slots, record_bytes = self.tables[table]
         recovery = _core.Recovery(self.n, self.k, self.r, block_slots, record_bytes)
-        data, parity = fragment_readers(servers, table)
         down = sorted(int(u) for u in unavailable)
         index = self.index
 
-        def fault(block: int) -> np.ndarray:
-            return recovery.decode_data_block(index, block, down, data, parity)
+        def fault(block: int) -> np.ndarray:  # a degraded read: decoded from versions the parity agrees with
+            self.degraded_reads += 1
+            return consistent_decode(servers, table, lambda d, p: recovery.decode_data_block(index, block, down, d, p))[0]
 
         shard = server._table(table).shard
         shard.begin_restore(keys, slots, int(high_water), fault)
@@ -146,3 +161,41 @@ def fragment_readers(servers: Sequence[Any], table: str, timeout: float = 120.0)
         return servers[server].call("parity_call", "read_parity", table, block, offset, width).result(timeout)
 
     return data, parity
+
+
+def consistent_decode(servers: Sequence[Any], table: str, decode: Any, timeout: float = 60.0) -> Tuple[Any, Dict[int, int]]:
+    """Runs ``decode(read_data, read_parity)`` until the fragments it read are mutually consistent: every parity
+    block read has applied exactly the data versions (delta seqs) read from the survivors, and the parity blocks
+    agree on every other sender. Forwarding is asynchronous, so a survivor's block may be ahead of its parity for
+    a moment; then the decode is retried. Returns (result, versions {sender: seq} the result reflects)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        data_seqs: Dict[int, int] = {}
+        applied: List[Dict[int, int]] = []
+
+        def data(server: int, block: int, offset: int, width: int) -> np.ndarray:
+            out, seq = servers[server].call("parity_call", "read_data_at", table, block, offset, width).result(timeout)
+            data_seqs[server] = seq
+            return out
+
+        def parity(server: int, block: int, offset: int, width: int) -> np.ndarray:
+            out, seen = servers[server].call("parity_call", "read_parity_at", table, block, offset,
+                                             width).result(timeout)
+            applied.append({int(s): int(v) for s, v in seen.items()})
+            return out
+
+        result = decode(data, parity)
+        versions = dict(data_seqs)
+        ok = True
+        for seen in applied:
+            for s, v in seen.items():
+                if s in data_seqs:
+                    ok &= v == data_seqs[s]
+                else:
+                    ok &= versions.setdefault(s, v) == v
+        if ok:
+            return result, versions
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"degraded read of table {table!r}: parity did not catch up with the survivors' data "
+                               f"within {timeout:g} s")
+        time.sleep(0.0005)

@@ -2,8 +2,8 @@
 
 Every mutation of the server's shards that changed bytes (a push, a pull that inserted rows) gets the next delta
 sequence number; its slot deltas are routed by the C++ :class:`ParityRouter` into one serialised ParityUpdate per
-parity holder and queued, stamped with the worker push seqs the server has applied so far. A background thread
-sends each holder its queued batches in one ``apply_parity`` call (batched per holder, in seq order; every holder
+parity holder and queued, stamped with the worker push seqs the server has applied so far. One background thread
+per holder sends it its queued batches in one ``apply_parity`` call (batched, in seq order; every holder
 gets every seq, empty when it holds none of the touched stripes, so its ``applied`` seq stays contiguous) and
 records how far each holder has applied. The durable watermark is the least seq every holder applied: the server
 reports, per worker, the push seq that watermark includes, and workers forget logged pushes up to it.
@@ -41,8 +41,10 @@ class ParityForwarder:
         self._closed = False
         self.bytes_sent = 0
         self.errors: List[str] = []
-        self._thread = threading.Thread(target=self._run, name=f"xdl-ec-parity-forwarder{index}", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._run, args=(h,), name=f"xdl-ec-forward{index}to{h}", daemon=True)
+                         for h in holders]
+        for thread in self._threads:
+            thread.start()
 
     # ---- called by the server, under its lock, right after a mutation ------------------------------
     def record(self, routed: Mapping[str, Mapping[int, Any]], applied_pushes: Mapping[int, int]) -> int:
@@ -67,36 +69,35 @@ class ParityForwarder:
         with self._cond:
             return self._durable_seqs.get(worker, 0)
 
-    # ---- background sending ------------------------------------------------------------------------
-    def _run(self) -> None:
+    # ---- background sending: one thread per holder, so a holder that is slow to answer (e.g. a replacement
+    # busy decoding a degraded read) never holds back the batches of the others -------------------------
+    def _run(self, holder: int) -> None:
         while True:
             with self._cond:
-                while not self._closed and not any(self._queues[h] for h in self._queues if h not in self._down):
+                while not self._closed and (holder in self._down or not self._queues[holder]):
                     self._cond.wait()
                 if self._closed:
                     return
-                sends = []
-                for h, queue in self._queues.items():
-                    if queue and h not in self._down:
-                        sends.append((h, self._holders[h], queue[:]))
-                        queue.clear()
+                batches = self._queues[holder][:]
+                self._queues[holder].clear()
+                handle = self._holders[holder]
                 durable = self._durable_locked()
                 self._in_flight += 1
-            futures = [(h, batches, handle.call("parity_call", "apply_parity", self.index, batches, durable))
-                       for h, handle, batches in sends]
-            for h, batches, future in futures:
-                try:
-                    applied = future.result(60.0)
-                except Exception as err:  # noqa: BLE001 - a holder that fails counts as down until replaced
-                    with self._cond:
-                        self._down.add(h)
-                        self._queues[h].clear()
-                        if not isinstance(err, RoleLost):
-                            self.errors.append(f"holder {h}: {err!r}")
-                    continue
+            try:
+                applied = handle.call("parity_call", "apply_parity", self.index, batches, durable).result(60.0)
+            except Exception as err:  # noqa: BLE001 - a holder that fails counts as down until replaced
                 with self._cond:
-                    self._acked[h] = max(self._acked[h], int(applied))
+                    if self._holders[holder] is handle:
+                        self._down.add(holder)
+                        self._queues[holder].clear()
+                    if not isinstance(err, RoleLost):
+                        self.errors.append(f"holder {holder}: {err!r}")
+                    self._in_flight -= 1
+                    self._cond.notify_all()
+                continue
             with self._cond:
+                if self._holders[holder] is handle:
+                    self._acked[holder] = max(self._acked[holder], int(applied))
                 self._in_flight -= 1
                 self._advance_durable_locked()
                 self._cond.notify_all()

@@ -101,8 +101,23 @@ class ParityRole:
             return store.read_block(c)
         return _core.parity_store_read_columns(store, c, record_bytes, offset, width)
 
+    def read_block_versioned(self, table: str, c: int, record_bytes: int, offset: int,
+                             width: int) -> Tuple[np.ndarray, Dict[int, int]]:
+        """(bytes, applied seq per sender) read atomically: which version of each sender's data they encode."""
+        with self._lock:
+            return self.read_block(table, c, record_bytes, offset, width), dict(self.applied)
+
     def write_block(self, table: str, c: int, data: np.ndarray) -> None:
         self._store(table).write_block(c, np.ascontiguousarray(data, dtype=np.uint8))
+
+    def write_block_if(self, table: str, c: int, data: np.ndarray, expected: Mapping[int, int]) -> bool:
+        """Overwrites block c with ``data`` (re-encoded from its stripe's data at the versions ``expected``
+        {sender: seq}) only when this role has applied exactly those versions; False otherwise (retry)."""
+        with self._lock:
+            if any(self.applied.get(int(s), 0) != int(v) for s, v in expected.items()):
+                return False
+            self.write_block(table, c, data)
+            return True
 
     def num_blocks(self, table: str) -> int:
         return self._store(table).num_blocks
