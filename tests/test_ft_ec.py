@@ -145,3 +145,17 @@ def test_rebuild_runs_between_steps_and_serves_degraded_reads() -> None:
     assert report["degraded_reads"] > 0
     (failure,) = report["failures"]
     assert failure["index"] == 2 and failure["rebuild_seconds"] > 0
+
+
+def test_verify_subcommand_trains_with_a_failure_then_scrubs(capsys: pytest.CaptureFixture) -> None:
+    from xdl_ec.cli import main
+
+    flags = ["--synthetic", "--synthetic-rows", "3000", "--steps", "6", "--batch-size", "128", "--emb-dim", "8",
+             "--deterministic", "--no-progress"]
+    assert main(["verify", *flags, "--servers", "3", "--code", "2,1", "--fail-at", "3:1"]) == 0
+    out = capsys.readouterr().out
+    assert "server 1 lost at step 3" in out and "scrub: all stripes consistent" in out
+    assert main(["verify", *flags]) == 2
+    assert "--servers" in capsys.readouterr().err
+    assert main(["verify", *flags, "--servers", "3", "--ft", "ckpt"]) == 2
+    assert "needs --ft ec" in capsys.readouterr().err

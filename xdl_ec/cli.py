@@ -274,11 +274,88 @@ def _fault_tolerance(args: argparse.Namespace, config: Any, cluster: Any) -> tup
     return strategy, failures
 
 
+def add_verify_parser(subparsers: argparse._SubParsersAction) -> None:
+    """``xdl-ec verify``: the train flags; trains under --ft ec (failures injected as asked), then scrubs."""
+    helper = argparse.ArgumentParser(add_help=False)
+    inner = helper.add_subparsers()
+    add_train_parser(inner)
+    p = subparsers.add_parser(
+        "verify", parents=[inner.choices["train"]], conflict_handler="resolve",
+        help="train a parameter-server cluster under --ft ec, then scrub every parity stripe",
+        description="Runs like 'xdl-ec train --servers N --ft ec' (with any --fail-at), then re-encodes every stripe "
+                    "from its data blocks and compares it with the stored parity. Exit 0: all consistent; 1: the "
+                    "inconsistent stripes are listed.")
+    p.set_defaults(handler=run_verify)
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    if args.servers is None:
+        raise UsageError("--servers: verify scrubs a parameter-server cluster: give --servers N (N >= k + r)")
+    if (args.ft or "ec") != "ec":
+        raise UsageError(f"--ft: verify scrubs erasure-coded parity, so it needs --ft ec (got --ft {args.ft})")
+    args.ft, args.scrub = "ec", True
+    status = run_train(args)
+    strategy = getattr(args, "ec_strategy", None)
+    if status != 0 or strategy is None or strategy.scrub_result is None:
+        return status or EXIT_FAILURE
+    for m in strategy.scrub_result:
+        print(f"inconsistent: table {m.table} stripe {m.stripe} parity member {m.parity_member} "
+              f"(server {m.server}, parity block {m.block})")
+    print(f"scrub: {'all stripes consistent' if not strategy.scrub_result else f'{len(strategy.scrub_result)} inconsistent parity blocks'}")
+    return EXIT_FAILURE if strategy.scrub_result else 0
+
+
+def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
+    """``xdl-ec bench``: the none / ckpt / cpr / ec comparison (logic in :mod:`xdl_ec.benchmark`)."""
+    p = subparsers.add_parser(
+        "bench", help="compare fault-tolerance strategies (none, ckpt, cpr, ec) through injected server failures",
+        description="Train the same model, data, seed and failure schedule under none (the failure-free reference), "
+                    "ckpt, cpr (mfu, ssu) and ec (k=2 r=1, k=4 r=1, k=4 r=2); write results.json, results.md and "
+                    "PNG plots into --out.")
+    p.add_argument("--quick", action="store_true", help="small preset for smoke tests (minutes, not a measurement)")
+    p.add_argument("--out", metavar="DIR", default="bench-results", help="output directory (default %(default)s)")
+    p.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help="local = servers as objects in this process (default), ray = Ray actors")
+    p.add_argument("--data", metavar="PATH", help="raw Criteo TSV file (default: synthetic Criteo-shaped data)")
+    p.add_argument("--mtbf", type=_positive_float, metavar="SECONDS",
+                   help="mean seconds of training between server failures (default: a third of the reference run)")
+    p.add_argument("--seed", type=_non_negative_int, default=0, help="data, model and failure seed (default 0)")
+    p.add_argument("--only", action="append", metavar="LABEL",
+                   help="run only these rows (repeatable; the none reference always runs): none, ckpt, cpr-mfu, "
+                        "cpr-ssu, ec-2+1, ec-4+1, ec-4+2")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(handler=run_bench_command)
+
+
+def run_bench_command(args: argparse.Namespace) -> int:
+    from .benchmark import BenchConfig, run_bench
+    from .benchmark.table import markdown_table
+
+    config = BenchConfig(quick=args.quick, out=args.out, backend=args.backend, data=args.data, mtbf=args.mtbf,
+                         seed=args.seed, progress=not args.no_progress, variants=args.only)
+    try:
+        config.validate()
+    except ValueError as err:
+        raise UsageError(f"--{str(err).replace('variants:', 'only:')}") from None
+    try:
+        results = run_bench(config, log=lambda line: print(line, file=sys.stderr))
+    except (OSError, ValueError) as err:  # unreadable data, a data set too small to split
+        raise UsageError(str(err)) from None
+    except RuntimeError as err:  # the failure-free reference itself failed: nothing to compare against
+        print(f"xdl-ec bench: error: {err}", file=sys.stderr)
+        return EXIT_FAILURE
+    print(markdown_table(results), end="")
+    print(f"wrote {Path(args.out) / 'results.json'}, results.md, throughput.png, loss.png")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xdl-ec", description="xdl-ec: sparse CTR training with erasure-coded "
                                                                 "fault tolerance")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_train_parser(subparsers)
+    add_bench_parser(subparsers)
+    add_verify_parser(subparsers)
     return parser
 
 

@@ -104,6 +104,8 @@ class ErasureCoded(FaultTolerance):
         self.k, self.r = parse_code((k, r))
         self.rebuild_stripes_per_step = rebuild_stripes_per_step
         self.rebuild_seconds_per_step = rebuild_seconds_per_step
+        self.scrub = False  # verify every stripe when the report is made (xdl-ec verify)
+        self.scrub_result: Optional[List[StripeMismatch]] = None
         self.n = 0
         self.on_rebuild_stripe: Optional[Callable[[int], None]] = None  # test hook: called after each stripe
         self._closed_stats: Optional[Dict[str, int]] = None
@@ -116,9 +118,17 @@ class ErasureCoded(FaultTolerance):
 
     @classmethod
     def from_args(cls, args: Any) -> "ErasureCoded":
+        """From ``--code``; ``args.scrub`` (``xdl-ec verify``) scrubs every stripe for the report, and the
+        instance is left on ``args.ec_strategy`` for the caller to read back."""
         from .factory import strategy_arg
 
-        return cls(*parse_code(strategy_arg(args, "code")))
+        strategy = cls(*parse_code(strategy_arg(args, "code")))
+        strategy.scrub = bool(getattr(args, "scrub", False))
+        try:
+            args.ec_strategy = strategy
+        except AttributeError:  # a read-only args object: nobody reads it back
+            pass
+        return strategy
 
     # ---- the seam --------------------------------------------------------------------------------------
     def attach(self, trainer: Any) -> None:
@@ -204,7 +214,15 @@ class ErasureCoded(FaultTolerance):
                 self._closed_stats = self._stats()
 
     def report(self) -> Dict[str, Any]:
+        """The strategy's report fields, after completing a rebuild still running (so its figures are final);
+        with ``scrub``, ``scrub`` lists the inconsistent stripes of a verify pass."""
+        if self.trainer is not None and self._closed_stats is None and self._plan:
+            self.finish_rebuild()
+        if self.scrub and self.scrub_result is None and self.trainer is not None and self._closed_stats is None:
+            self.scrub_result = self.verify()
         out = super().report()
+        if self.scrub_result is not None:
+            out["scrub"] = {"inconsistent": [dataclasses.asdict(m) for m in self.scrub_result]}
         out["code"] = {"k": self.k, "r": self.r}
         stats = self._stats()
         out["degraded_reads"] = stats.get("degraded_reads", 0)
