@@ -120,3 +120,11 @@ def test_make_strategy_rejects_unknown_names() -> None:
     with pytest.raises(ValueError, match="--ft: must be one of none, ckpt, cpr, ec"):
         make_strategy("raid", SimpleNamespace())
     assert make_strategy("none").name == "none"
+
+
+def test_cli_without_fault_tolerance_exits_1_naming_the_lost_server() -> None:
+    proc = _cli("--synthetic-rows", "2000", "--steps", "6", "--batch-size", "64", "--servers", "3",
+                "--fail-at", "3:2", "--no-progress")
+    assert proc.returncode == 1, proc.stderr
+    assert "error: server 2 was lost" in proc.stderr and "training stopped" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -45,8 +45,9 @@ def test_runs_to_the_end_reporting_lost_updates_samples_and_auc(mode: str, tmp_p
     assert report["ft"] == "cpr" and report["steps"] == STEPS // 2 and report["samples"] == STEPS * 64
     [failure] = report["failures"]
     assert (failure["step"], failure["role"], failure["index"]) == (6, "server", 1)
-    # saves after steps 0 and 3: steps 4 and 5 (two workers each) lost their updates to server 1
-    assert report["lost_samples"] == failure["lost_samples"] == 2 * 2 * 64
+    # a full save after step 0, a partial one after step 3: steps 1..5 (two workers each) lost some or all of
+    # their updates to server 1
+    assert report["lost_samples"] == failure["lost_samples"] == 5 * 2 * 64
     assert report["lost_updates"] > 0
     assert report["cpr"]["mode"] == mode and report["cpr"]["saves"] == 3 and report["cpr"]["full_saves"] == 1
     assert report["checkpoint_seconds"] > 0
@@ -94,3 +95,14 @@ def test_interval_from_pls_and_mtbf() -> None:
 def test_bad_configuration_is_a_clear_error(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         PartialRecovery(**kwargs)
+
+
+def test_seeded_mtbf_failures_hit_servers_and_the_run_finishes(tmp_path: Path) -> None:
+    strategy = PartialRecovery(interval_steps=2, directory=str(tmp_path))
+    schedule = FailureSchedule(mtbf=0.05, seed=4)  # a failure at nearly every step boundary
+    report = PSTrainer(small_config(steps=8), ClusterConfig(servers=2), strategy, schedule).run()
+    assert report["steps"] == 8 and len(report["failures"]) >= 2
+    assert all(f["role"] == "server" and f["index"] in (0, 1) for f in report["failures"])
+    fired = [k.index for k, _ in schedule.fired]
+    assert fired == [f["index"] for f in report["failures"]]
+    assert fired == [index for _, index in schedule.mtbf_times(len(fired))]  # the seed picks the victims

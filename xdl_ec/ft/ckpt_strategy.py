@@ -126,10 +126,11 @@ class Checkpointing(FaultTolerance):
         now = time.perf_counter()
         self.policy.restart(latest.step, now)
         failed_step = t.step + 1
-        for index in dead or [getattr(lost, "index", -1)]:
+        for n, index in enumerate(dead):  # servers lost together share one rollback: its samples count once
             self.failures.append(FailureRecord(step=failed_step, role="server", index=index,
                                                rebuild_seconds=now - start,
-                                               lost_samples=retrained if index == (dead or [index])[0] else 0))
+                                               samples_per_sec_during_rebuild=0.0,  # every server rolls back
+                                               lost_samples=retrained if n == 0 else 0))
         return Resume(step=latest.step, reader_position=position, lost_samples=retrained)
 
     def report(self) -> Dict[str, Any]:

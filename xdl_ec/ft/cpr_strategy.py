@@ -18,8 +18,9 @@ back, so the updates the dead shard applied after each row's newest save are los
 - ``lost_updates``: row updates lost = the dead server's ledger total at the last step boundary minus the update
   counts its restored rows carried when they were saved (exact on the one-process backend, where the poll is
   ordered after the step's pushes; on Ray a poll may precede the last step's pushes to that server);
-- ``lost_samples``: samples trained since the dead server's newest save, CPR's "lost samples" (each of them lost
-  its updates to the failed shard, fully or, for the rows a partial save kept, partly).
+- ``lost_samples``: samples trained since the dead server's newest FULL save: the samples whose updates to the
+  failed shard were lost, fully or (for the rows a later partial save kept) partly; an upper bound of CPR's "lost
+  samples", with ``lost_updates`` the exact count. With a full save at every save both are exact.
 
 The accuracy cost shows in the report's ``auc`` / ``logloss`` against a failure-free run.
 """
@@ -124,7 +125,7 @@ class PartialRecovery(FaultTolerance):
         self.checkpoint_bytes = 0
         self.lost_updates = 0
         self._updates: List[int] = []  # each server's ledger total at the last step boundary
-        self._saved_samples: List[int] = []  # trainer.samples at each server's newest save
+        self._saved_samples: List[int] = []  # trainer.samples at each server's newest full save
 
     @classmethod
     def from_args(cls, args: Any) -> "PartialRecovery":
@@ -172,7 +173,7 @@ class PartialRecovery(FaultTolerance):
         self.checkpoint_seconds += end - start
         self.checkpoint_bytes += sum(r["bytes"] for r in results)
         self.saves.append({"step": step, "full": results[0]["full"], "seconds": end - start})
-        self._saved_samples = [t.samples] * len(results)
+        self._saved_samples = [t.samples if r["full"] else before for r, before in zip(results, self._saved_samples)]
         self.policy.saved(step, end, end - start)
 
     def after_step(self, step: int) -> None:
@@ -196,7 +197,9 @@ class PartialRecovery(FaultTolerance):
             self.lost_updates += updates
             lost_samples += samples
             self.failures.append(FailureRecord(step=t.step + 1, role="server", index=index,
-                                               rebuild_seconds=time.perf_counter() - start, lost_samples=samples))
+                                               rebuild_seconds=time.perf_counter() - start,
+                                               samples_per_sec_during_rebuild=0.0,  # training waits for it
+                                               lost_samples=samples))
         return Resume(step=t.step, reader_position=None, lost_samples=lost_samples)
 
     def report(self) -> Dict[str, Any]:
