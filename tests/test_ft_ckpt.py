@@ -130,7 +130,10 @@ def test_async_mode_recovers_and_trains_every_batch_once(tmp_path: Path) -> None
                        FailureSchedule.from_flags(["6:1"], ["3:0"])).run()
     assert [f["role"] for f in report["failures"]] == ["worker", "server"]
     assert report["samples"] == STEPS * 64 + report["lost_samples"]
-    assert report["steps"] == STEPS and np.isfinite(report["final_loss"])
+    # async step numbers are handed out at dispatch: a step that failed in flight leaves its number unused
+    assert STEPS <= report["steps"] <= STEPS + 2 and np.isfinite(report["final_loss"])
+    # the driver held new steps for the save due after step 4: the rollback went there, not to step 0
+    assert report["checkpoint"]["saves"] >= 3 and report["lost_samples"] < 5 * 64
 
 
 def test_ckpt_on_ray_kills_the_actor_process_and_replays_exactly(tmp_path: Path) -> None:

@@ -99,6 +99,10 @@ class Checkpointing(FaultTolerance):
         self.last_step = step
         self.policy.saved(step, end, end - start)
 
+    def wants_boundary(self, step: int) -> bool:
+        """Whether a save is due (async mode: the driver then lets the steps in flight finish)."""
+        return self.policy.due(step, time.perf_counter())
+
     def after_step(self, step: int) -> None:
         if self.policy.due(step, time.perf_counter()):
             self.save(step)

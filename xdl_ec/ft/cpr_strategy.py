@@ -176,6 +176,10 @@ class PartialRecovery(FaultTolerance):
         self._saved_samples = [t.samples if r["full"] else before for r, before in zip(results, self._saved_samples)]
         self.policy.saved(step, end, end - start)
 
+    def wants_boundary(self, step: int) -> bool:
+        """Whether a save is due (async mode: the driver then lets the steps in flight finish)."""
+        return self.policy.due(step, time.perf_counter())
+
     def after_step(self, step: int) -> None:
         t = self.trainer
         self._updates = self._call_all([s.call("agent_call", "updates") for s in t.scheduler.servers])

@@ -202,6 +202,9 @@ class PSTrainer:
     def _fit_async(self, bar: Any) -> int:
         workers = len(self.workers)
         in_flight: Dict[Any, int] = {}
+        # Async steps overlap, so a boundary with no push in flight only exists when the driver makes one: a
+        # strategy that needs it (e.g. a checkpoint due) says so through the optional ``wants_boundary(step)``.
+        wants_boundary = getattr(self.strategy, "wants_boundary", None)
 
         def remaining(i: int) -> int:
             return len(range(i, self.total_batches, workers)) - self.worker_batches[i] - \
@@ -240,11 +243,12 @@ class PSTrainer:
                     if remaining(i) > 0 and i not in in_flight.values():
                         dispatch(i)
                 continue
-            idle = [i for i in range(workers) if i not in in_flight.values()]
             if not in_flight:
                 self.strategy.after_step(self.step)  # a boundary with no push in flight
-            for i in idle:
-                if remaining(i) > 0:
+            elif wants_boundary is not None and wants_boundary(self.step):
+                continue  # hold new steps until the ones in flight are done: the strategy gets its boundary
+            for i in range(workers):
+                if remaining(i) > 0 and i not in in_flight.values():
                     dispatch(i)
         return self.samples
 
