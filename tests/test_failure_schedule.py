@@ -73,12 +73,10 @@ def test_seeded_mtbf_is_deterministic_and_exponential() -> None:
 
 
 def test_a_scheduled_kill_is_real_and_none_stops_naming_the_role() -> None:
+    from ft_runs import small_config
     from xdl_ec.ps import ClusterConfig, PSTrainer, ServerLost
-    from xdl_ec.trainer import TrainConfig
 
-    config = TrainConfig(synthetic=True, synthetic_rows=3000, batch_size=64, steps=8, deterministic=True,
-                         progress=False, emb_dim=8)
-    trainer = PSTrainer(config, ClusterConfig(servers=3), failures=FailureSchedule.from_flags(["4:2"]))
+    trainer = PSTrainer(small_config(steps=8), ClusterConfig(servers=3), failures=FailureSchedule.from_flags(["4:2"]))
     with pytest.raises(ServerLost, match="server 2 was lost") as info:
         trainer.run()
     assert info.value.index == 2 and trainer.step == 3

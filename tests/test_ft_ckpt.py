@@ -14,31 +14,18 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from ft_runs import reference, small_config  # noqa: E402
 from xdl_ec.ft.checkpoint import CheckpointStore  # noqa: E402
 from xdl_ec.ft.ckpt_strategy import Checkpointing  # noqa: E402
 from xdl_ec.ft.factory import make_strategy  # noqa: E402
 from xdl_ec.ft.failure_schedule import FailureSchedule  # noqa: E402
 from xdl_ec.ps import ClusterConfig, PSTrainer  # noqa: E402
-from xdl_ec.trainer import TrainConfig  # noqa: E402
 
 STEPS = 10
 
 
-def small_config(**kwargs) -> TrainConfig:
-    base = dict(synthetic=True, synthetic_rows=3000, batch_size=64, steps=STEPS, deterministic=True, progress=False,
-                seed=5, emb_dim=8, optimizer="adam")
-    base.update(kwargs)
-    return TrainConfig(**base)
-
-
-_REFERENCE = {}
-
-
 def reference_digest(workers: int) -> str:
-    """The failure-free run's digest (computed once per worker count)."""
-    if workers not in _REFERENCE:
-        _REFERENCE[workers] = PSTrainer(small_config(), ClusterConfig(servers=3, workers=workers)).run()["model_digest"]
-    return _REFERENCE[workers]
+    return reference(3, workers)["model_digest"]
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -70,7 +57,7 @@ def test_failure_before_any_periodic_save_rolls_back_to_step_zero(tmp_path: Path
     report = PSTrainer(small_config(), ClusterConfig(servers=2), Checkpointing("100", str(tmp_path)),
                        FailureSchedule.from_flags(["4:1"])).run()
     assert report["lost_samples"] == 3 * 64  # steps 1..3 re-trained from the step-0 checkpoint
-    assert report["model_digest"] == PSTrainer(small_config(), ClusterConfig(servers=2)).run()["model_digest"]
+    assert report["model_digest"] == reference(2, 1)["model_digest"]
 
 
 def test_auto_interval_uses_youngs_formula_from_the_measured_save_cost(tmp_path: Path) -> None:

@@ -12,29 +12,23 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from ft_runs import reference as reference_run  # noqa: E402
+from ft_runs import small_config as base_config  # noqa: E402
 from xdl_ec.ft.cpr_strategy import PartialRecovery  # noqa: E402
 from xdl_ec.ft.factory import make_strategy  # noqa: E402
 from xdl_ec.ft.failure_schedule import FailureSchedule  # noqa: E402
 from xdl_ec.ps import ClusterConfig, PSTrainer  # noqa: E402
-from xdl_ec.trainer import TrainConfig  # noqa: E402
 
 STEPS = 16
+RUN = dict(synthetic_rows=4000, steps=STEPS, seed=11)
 
 
-def small_config(**kwargs) -> TrainConfig:
-    base = dict(synthetic=True, synthetic_rows=4000, batch_size=64, steps=STEPS, deterministic=True, progress=False,
-                seed=11, emb_dim=8, optimizer="adam")
-    base.update(kwargs)
-    return TrainConfig(**base)
-
-
-_REFERENCE = {}
+def small_config(**kwargs):  # noqa: ANN201
+    return base_config(**{**RUN, **kwargs})
 
 
 def reference(workers: int) -> dict:
-    if workers not in _REFERENCE:
-        _REFERENCE[workers] = PSTrainer(small_config(), ClusterConfig(servers=3, workers=workers)).run()
-    return _REFERENCE[workers]
+    return reference_run(3, workers, **RUN)
 
 
 @pytest.mark.parametrize("mode", ["mfu", "ssu"])
