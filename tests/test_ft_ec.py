@@ -107,6 +107,21 @@ def test_more_than_r_losses_is_unrecoverable_naming_the_servers() -> None:
         run(3, ErasureCoded(2, 1), [Kill(3, "server", 0), Kill(3, "server", 1)])
 
 
+def test_a_second_loss_before_an_r1_rebuild_completes_is_unrecoverable() -> None:
+    """r=1: a survivor dies while server 1's replacement still misses blocks: both stripes' members are gone."""
+    strategy = ErasureCoded(2, 1, rebuild_stripes_per_step=1)
+    killed: List[int] = []
+
+    def kill_another(stripe: int) -> None:
+        if not killed:
+            killed.append(2)
+            strategy.trainer.scheduler.kill("server", 2)
+
+    strategy.on_rebuild_stripe = kill_another
+    with pytest.raises(Unrecoverable, match=r"unrecoverable: lost servers \[1, 2\]"):
+        run(3, strategy, [Kill(2, "server", 1)])
+
+
 def test_scrub_is_clean_after_recovery_and_catches_a_flipped_bit() -> None:
     strategy = ErasureCoded(2, 1)
     trainer = PSTrainer(small_config(), ClusterConfig(servers=3, workers=1), strategy=strategy,
@@ -159,3 +174,15 @@ def test_verify_subcommand_trains_with_a_failure_then_scrubs(capsys: pytest.Capt
     assert "--servers" in capsys.readouterr().err
     assert main(["verify", *flags, "--servers", "3", "--ft", "ckpt"]) == 2
     assert "needs --ft ec" in capsys.readouterr().err
+
+
+def test_ray_backend_two_failures_rebuilt_exactly() -> None:
+    """Real processes: server 2's process exits after applying a push and before forwarding its deltas (armed after
+    step 2), later server 1's actor is SIGKILLed; the digest equals the one-process failure-free run's."""
+    pytest.importorskip("ray")
+    strategy = CrashBeforeForwarding(2, 1, rebuild_stripes_per_step=0)
+    trainer = PSTrainer(small_config(), ClusterConfig(servers=3, workers=1, backend="ray"), strategy=strategy,
+                        failures=FailureSchedule([Kill(5, "server", 1)]))
+    report = trainer.run()
+    assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 2), ("server", 1)]
+    assert report["model_digest"] == baseline(3)

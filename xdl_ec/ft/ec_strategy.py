@@ -170,6 +170,7 @@ class ErasureCoded(FaultTolerance):
             down = sorted(i for (role, i) in sched.dead if role == "server")
             pending = sorted(set(down) | set(self._rebuilding))  # replacements not yet complete start over
             if len(pending) > self.r:
+                self._plan = []  # nothing more can be rebuilt exactly
                 raise Unrecoverable(f"unrecoverable: lost servers {pending}, the code (k={self.k}, r={self.r}) "
                                     f"tolerates {self.r} at once; the model cannot be rebuilt exactly") from cause
             try:
@@ -210,6 +211,8 @@ class ErasureCoded(FaultTolerance):
         if self._closed_stats is None and self.trainer is not None:
             try:
                 self.finish_rebuild()
+            except (RoleLost, Unrecoverable):
+                pass  # the run is stopping on that failure already: keep its error, not this one
             finally:
                 self._closed_stats = self._stats()
 

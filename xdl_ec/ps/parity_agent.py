@@ -26,6 +26,16 @@ from .parity_forwarder import ParityForwarder
 from .parity_role import ForwardedBatch, ParityRole
 
 
+def _in_ray_actor() -> bool:
+    import sys
+
+    if "ray" not in sys.modules:
+        return False
+    import ray
+
+    return ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None
+
+
 def holders_of(index: int, n: int, k: int, r: int) -> List[int]:
     """The servers holding parity of some stripe ``index`` has data in: (index + d) mod n for d in [1, k + r)."""
     return sorted({(index + d) % n for d in range(1, k + r)})
@@ -56,8 +66,8 @@ class ParityAgent:
             self.crashed = True
             self.forwarder.drop_pending()
             server.crash_requested = True
-            if os.environ.get("XDL_EC_IN_RAY_ACTOR") == "1":
-                threading.Timer(0.2, os._exit, args=(1,)).start()
+            if _in_ray_actor():  # a real process death, right after this answer is sent
+                threading.Timer(1.0, os._exit, args=(1,)).start()  # at the latest; a next call exits at once
             return
         if self.crashed:
             return

@@ -18,6 +18,7 @@ recognised and a rebuilt server can tell the workers where to resume.
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from typing import Any, Dict, Tuple
 
@@ -86,6 +87,8 @@ class ParameterServer:
                                                      block_slots=spec.block_slots)
 
     def _table(self, name: str) -> EmbeddingTable:
+        if self.crash_requested:
+            self._die()
         table = self._tables.get(name)
         if table is None:
             raise ValueError(f"table: server {self.index} has no table {name!r} (tables: {sorted(self._tables)})")
@@ -247,8 +250,21 @@ class ParameterServer:
             if worker_seqs:
                 self.last_seq.update({int(w): int(s) for w, s in worker_seqs.items()})
 
+    def _die(self) -> None:
+        """An injected crash: in a Ray actor the process exits before serving anything else; in one process the
+        backend has dropped this object already, so a call reaching it anyway fails as a lost server's would."""
+        from .parity_agent import _in_ray_actor
+
+        if _in_ray_actor():
+            os._exit(1)
+        from .backend import ServerLost
+
+        raise ServerLost(self.index, "it crashed (injected)")
+
     def parity_call(self, method: str, *args: Any) -> Any:
         """``agent.<method>(self, *args)`` of the parity agent (fragment reads, parity batches, restore)."""
+        if self.crash_requested:
+            self._die()
         if self._parity is None:
             raise ValueError(f"server {self.index} keeps no parity (--ft ec not attached); call attach_parity first")
         return getattr(self._parity, method)(self, *args)
