@@ -186,3 +186,11 @@ def test_ray_backend_two_failures_rebuilt_exactly() -> None:
     report = trainer.run()
     assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 2), ("server", 1)]
     assert report["model_digest"] == baseline(3)
+
+
+def test_a_restarted_worker_continues_its_push_seqs_and_log() -> None:
+    """A worker killed under ec is restarted by the driver: its pushes carry seqs above its predecessor's (so
+    servers do not take them for replays) and are logged until durable; a later server loss is still exact."""
+    report = run(3, ErasureCoded(2, 1), [Kill(2, "worker", 0), Kill(4, "server", 2)])
+    assert [(f["role"], f["index"]) for f in report["failures"]] == [("worker", 0), ("server", 2)]
+    assert report["model_digest"] == baseline(3)

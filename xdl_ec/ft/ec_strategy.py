@@ -97,7 +97,7 @@ class ErasureCoded(FaultTolerance):
     name = "ec"
 
     def __init__(self, k: int = 4, r: int = 1, rebuild_stripes_per_step: Optional[int] = None,
-                 rebuild_seconds_per_step: float = 0.05) -> None:
+                 rebuild_seconds_per_step: float = 0.01) -> None:
         """``rebuild_stripes_per_step``: stripes rebuilt at each step boundary (0: the whole rebuild inside the
         recovery; None: as many as fit in ``rebuild_seconds_per_step``)."""
         super().__init__()

@@ -150,6 +150,16 @@ class PSClient:
         if self.push_log is None:
             self.push_log = {s: {} for s in range(self.num_servers)}
 
+    def resume_seqs(self) -> bool:
+        """Continues the push seqs each server last saw from this worker index (a restarted worker: its pushes
+        must not look like replays) and keeps a push log if the servers keep parity. Returns the latter."""
+        states = [f.result(self.timeout) for f in [s.call("push_state", self.worker) for s in self.servers]]
+        for server, (_, last) in enumerate(states):
+            self._seq[server] = max(self._seq[server], int(last))
+        if any(parity for parity, _ in states):
+            self.enable_push_log()
+        return self.push_log is not None
+
     def _forget_durable(self) -> None:
         """Drops logged pushes that answered acks report durable (``PushAck.durable``); unanswered acks wait."""
         unread, self._unread = self._unread, []

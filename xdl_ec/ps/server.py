@@ -250,6 +250,12 @@ class ParameterServer:
             if worker_seqs:
                 self.last_seq.update({int(w): int(s) for w, s in worker_seqs.items()})
 
+    def push_state(self, worker: int) -> Tuple[bool, int]:
+        """(parity attached, last push seq of ``worker``): a restarted worker continues its predecessor's seqs and,
+        under --ft ec, keeps its pushes until durable."""
+        with self._lock:
+            return self._parity is not None, self.last_seq.get(int(worker), 0)
+
     def _die(self) -> None:
         """An injected crash: in a Ray actor the process exits before serving anything else; in one process the
         backend has dropped this object already, so a call reaching it anyway fails as a lost server's would."""

@@ -92,6 +92,7 @@ class Worker:
         self.table = table
         self.prefetch_across_steps = prefetch_across_steps
         self.client = PSClient(servers, worker=index, **({} if call_timeout is None else {"timeout": call_timeout}))
+        self.client.resume_seqs()  # a restarted worker continues its predecessor's push seqs (and log, under ec)
         self.dense = DenseReplica(config)
         data = open_training_data(config)
         # this worker's share of the run's batch stream, from its ``skip``-th batch on (seek)
