@@ -194,3 +194,76 @@ def test_a_restarted_worker_continues_its_push_seqs_and_log() -> None:
     report = run(3, ErasureCoded(2, 1), [Kill(2, "worker", 0), Kill(4, "server", 2)])
     assert [(f["role"], f["index"]) for f in report["failures"]] == [("worker", 0), ("server", 2)]
     assert report["model_digest"] == baseline(3)
+
+
+# ---- the transport pieces, without training ------------------------------------------------------------------
+def _shards(n: int, block_slots: int = 8) -> List[Any]:
+    from xdl_ec import _core, init, optim
+
+    config = _core.ShardConfig()
+    config.dim, config.seed, config.block_slots = 4, 5, block_slots
+    config.optimizer = optim.Adagrad(learning_rate=0.1).to_config()
+    config.initializer = init.RandomUniform(-0.05, 0.05).to_config()
+    return [_core.EmbeddingShard(config) for _ in range(n)]
+
+
+def test_parity_role_rollback_then_recovery_rebuilds_the_lost_shard_as_of_w() -> None:
+    """Routed deltas applied by ParityRoles in order; holders roll server 0's stream back to W = 5 (undo log), and
+    C++ Recovery over the survivors rebuilds server 0's blocks exactly as they were after its 5th batch."""
+    from xdl_ec import _core
+    from xdl_ec.ps.parity_agent import holders_of
+    from xdl_ec.ps.parity_role import ParityRole
+
+    n, k, r = 3, 2, 1
+    shards = _shards(n)
+    bs, rb = shards[0].block_slots, shards[0].record_bytes
+    router = _core.ParityRouter(n, k, r, bs, rb)
+    roles = [ParityRole(i, k, r, {"t": bs * rb}) for i in range(n)]
+    rng = np.random.default_rng(0)
+    snapshot: Dict[int, np.ndarray] = {}
+    for step in range(1, 9):
+        for s in range(n):
+            keys = np.unique(rng.integers(0, 60, size=12)) * n + s
+            slots, xor = shards[s].push(keys, rng.normal(size=(keys.size, 4)).astype(np.float32), step,
+                                        return_deltas=True)
+            routed = router.route(s, slots, xor)
+            for h in holders_of(s, n, k, r):
+                update = {"t": routed[h]} if h in routed else {}
+                assert roles[h].apply(s, [(step, update, {7: step})], durable=2) == step
+        if step == 5:
+            snapshot = {b: shards[0].read_block(b) for b in range(shards[0].num_blocks)}
+    with pytest.raises(ValueError, match="sequence order"):
+        roles[1].apply(0, [(10, {}, {})], durable=0)  # a gap: batch 9 never arrived
+    with pytest.raises(ValueError, match="cannot roll"):
+        roles[1].rollback(0, 1)  # batches up to the durable watermark (2) left the undo log
+    assert [roles[h].rollback(0, 5) for h in holders_of(0, n, k, r)] == [{7: 5}, {7: 5}]
+    recovery = _core.Recovery(n, k, r, bs, rb)
+
+    def data(server: int, block: int, offset: int, width: int) -> np.ndarray:
+        assert server != 0, "the lost server is never read"
+        whole = shards[server].read_block(block).reshape(bs, rb)
+        return np.ascontiguousarray(whole[:, offset:offset + width]).reshape(-1)
+
+    def parity(server: int, block: int, offset: int, width: int) -> np.ndarray:
+        return roles[server].read_block("t", block, rb, offset, width)
+
+    keys, slots, high_water = recovery.recover_key_index(0, 2 * k * 4, [0], data, parity)
+    assert high_water == len(keys) > 0
+    for b, expected in snapshot.items():
+        np.testing.assert_array_equal(recovery.decode_data_block(0, b, [0], data, parity), expected)
+    assert not np.array_equal(shards[0].read_block(0), snapshot[0])  # batches 6..8 did change it
+
+
+def test_transport_bindings_reject_bad_input() -> None:
+    from xdl_ec import _core
+
+    router = _core.ParityRouter(3, 2, 1, 8, 40)
+    with pytest.raises(ValueError, match="route"):
+        router.route(0, np.zeros(2, np.uint32), np.zeros((2, 39), np.uint8))
+    store = _core.new_parity_store(2, 1, 8 * 40)
+    with pytest.raises(ValueError):
+        _core.parity_store_apply(store, np.frombuffer(b"garbage!", np.uint8))
+    with pytest.raises(ValueError, match="unrecoverable: lost servers"):
+        _core.check_recoverable(3, 2, 1, [0, 2])
+    with pytest.raises(ValueError):
+        _core.Recovery(3, 2, 2, 8, 40)  # n < k + r
