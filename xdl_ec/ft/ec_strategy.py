@@ -20,13 +20,18 @@ Protocol (the pieces: :mod:`xdl_ec.ps.parity_agent`, :mod:`~xdl_ec.ps.parity_for
    (b) for each p in L, W_p = min over p's surviving holders of applied[p]; each rolls p's stream back to W_p with
    its undo log (XOR: re-applying a batch removes it), so every surviving parity block reflects exactly p's
    mutations 1..W_p, and the holders agree on the worker seqs S_p that prefix includes;
-   (c) replacements start empty and are rebuilt from the survivors: C++ Recovery decodes the key index, then every
-   stripe touching L (data blocks restored, parity blocks L held re-encoded from the decoded stripe); a block
-   touched earlier is decoded on demand (degraded read). Replacement p continues its delta seqs at W_p and claims
-   S_p as applied; holders in L reset their record of each sender to the sender's current seq;
+   (c) replacements start empty: C++ Recovery decodes each one's key index from the survivors (key bytes only) and
+   the replacement enters restore mode. Replacement p continues its delta seqs at W_p and claims S_p as applied;
+   holders in L reset their record of each sender to the sender's current seq;
    (d) each worker re-sends its logged pushes to p with seq > S_p[worker], in seq order, with their original seqs
    (a server applies a push only if its seq is above the worker's last one: exactly once);
-   (e) training goes on at the failed step; nobody else rolls back.
+   (e) training goes on at the failed step; nobody else rolls back. The stripes touching L are rebuilt a share
+   per step boundary (data blocks restored, parity blocks L held re-encoded); a block an access touches first is
+   decoded on demand (degraded read). Since forwarding is asynchronous, fragments are read with their versions (a
+   data block with its server's delta seq, a parity block with its applied seqs) and a decode is retried until
+   the parity has applied exactly the data versions read; a re-encoded parity block is written only if its holder
+   applied exactly the versions it encodes. A server lost while replacements are incomplete restarts the
+   recovery with them counted as lost (so with r = 1 a second loss before the rebuild ends is unrecoverable).
 
 Why the rebuilt records are exact. Parity blocks are XOR sums (over GF(2^8)) of g * delta over the batches
 applied, and deltas are old XOR new per slot, so after (b) a stripe's parity equals the encoding of the survivors'
@@ -42,6 +47,9 @@ some stripe has fewer than k fragments: recovery refuses, naming the lost server
 
 Dense parameters live on the driver and are sent to the workers every step (xdl_ec.ps.dense_sync): a server loss
 does not touch them.
+
+A worker restarted by the driver continues its predecessor's push seqs (``PSClient.resume_seqs``); pushes its
+predecessor had not seen become durable are lost with it if a server then dies before they are (a short window).
 
 Failure injection inside the protocol: :meth:`ErasureCoded.arm_crash_after_apply` makes a server apply and
 acknowledge its next mutation and die before forwarding its deltas. :meth:`ErasureCoded.verify` scrubs every stripe.
