@@ -137,3 +137,12 @@ def test_ckpt_on_ray_kills_the_actor_process_and_replays_exactly(tmp_path: Path)
     assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 1)]
     assert report["lost_samples"] == 2 * 64
     assert report["model_digest"] == reference_digest(2)
+
+
+def test_a_server_and_a_worker_lost_in_the_same_step_and_a_seconds_interval(tmp_path: Path) -> None:
+    strategy = Checkpointing("0.001s", str(tmp_path))  # a save at every step boundary
+    report = PSTrainer(small_config(), ClusterConfig(servers=3, workers=2), strategy,
+                       FailureSchedule.from_flags(["3:2"], ["3:1"])).run()
+    assert sorted((f["role"], f["index"]) for f in report["failures"]) == [("server", 2), ("worker", 1)]
+    assert report["checkpoint"]["saves"] == 1 + STEPS // 2 and report["lost_samples"] == 0
+    assert report["model_digest"] == reference_digest(2)

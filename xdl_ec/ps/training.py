@@ -297,7 +297,9 @@ class PSTrainer:
 
         seen = set()
         rolled_back = False
-        for err in lost:
+        # servers first (a new worker contacts every server when it starts); a server's recovery skips the dead
+        # workers, which start afterwards from the then current servers and reader position
+        for err in sorted(lost, key=lambda e: e.role == "worker"):
             key = (err.role, err.index)
             if key in seen:
                 continue
@@ -329,11 +331,15 @@ class PSTrainer:
             self.losses = self.losses[:resume.step]
         self.step = resume.step
         self.worker_batches = [int(n) for n in resume.reader_position["worker_batches"]]
-        futures = [w.call("seek", n) for w, n in zip(self.workers, self.worker_batches)]
+        futures = [w.call("seek", n) for w, n in zip(self._live_workers(), self.worker_batches) if w is not None]
         _, lost = self._drain(futures)
         if lost:
             raise lost[0]
         return True
+
+    def _live_workers(self) -> List[Any]:
+        """The workers' handles, None for those the scheduler knows dead (restarted by the driver later)."""
+        return [None if ("worker", w.index) in self.scheduler.dead else w for w in self.workers]
 
     def samples_since(self, worker_batches: List[int]) -> int:
         """Samples trained after the reader position ``worker_batches`` (what a rollback re-trains)."""
@@ -345,7 +351,7 @@ class PSTrainer:
         client at it; returns its handle (the strategy rebuilds its state)."""
         handle = self.scheduler.replace_server(index)
         self.client.servers[index] = handle
-        futures = [w.call("set_server", index, handle) for w in self.workers]
+        futures = [w.call("set_server", index, handle) for w in self._live_workers() if w is not None]
         _, lost = self._drain(futures)
         if lost:
             raise lost[0]
