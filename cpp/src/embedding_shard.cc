@@ -347,6 +347,17 @@ struct EmbeddingShard::Impl {
     const size_t bytes = record_bytes;
     for (size_t j = 0; j < bytes; ++j) x[j] ^= r[j];
   }
+  // Push's split form of DeltaBegin: Reserve keeps the entry's place in batch order, Copy fills it
+  // later, right before the step touches the record anyway (copying at once stalled on the record's
+  // prefetch still in flight).
+  size_t DeltaReserve(DeltaBatch* deltas, uint32_t slot) const {
+    deltas->slots.push_back(slot);
+    deltas->xor_bytes.resize(deltas->xor_bytes.size() + record_bytes);
+    return deltas->slots.size() - 1;
+  }
+  void DeltaCopy(DeltaBatch* deltas, size_t d, uint32_t slot) const {
+    std::memcpy(deltas->xor_bytes.data() + d * record_bytes, Record(slot), record_bytes);
+  }
   void DeltaStart(DeltaBatch* deltas, size_t expected) const {
     if (!deltas) return;
     deltas->clear();
@@ -514,8 +525,13 @@ void EmbeddingShard::Push(const int64_t* keys, const float* grads, size_t n, int
   float* states[kChunk];
   uint32_t chunk_slots[kChunk];
   size_t chunk_deltas[kChunk];
+  bool chunk_copy[kChunk];     // the old record is still to be copied into its delta
   size_t rows = 0, first = 0;  // rows pending in the chunk, and the unique index of its first row
   auto step_chunk = [&]() {
+    if (deltas) {
+      for (size_t r = 0; r < rows; ++r)
+        if (chunk_copy[r]) s.DeltaCopy(deltas, chunk_deltas[r], chunk_slots[r]);
+    }
     s.optimizer->ApplyRows(values, states, sums.get() + first * dim, rows, s.config.dim, step);
     if (deltas) {
       for (size_t r = 0; r < rows; ++r) s.DeltaEnd(deltas, chunk_deltas[r], chunk_slots[r]);
@@ -527,9 +543,11 @@ void EmbeddingShard::Push(const int64_t* keys, const float* grads, size_t n, int
     if (slot == KeyIndex::kNone) {
       slot = s.AllocateSlot();
       chunk_deltas[rows] = s.DeltaBegin(deltas, slot);  // from the all-zero free record
+      chunk_copy[rows] = false;
       s.WriteNew(slot, unique_keys[u], nullptr, nullptr);
     } else {
-      chunk_deltas[rows] = s.DeltaBegin(deltas, slot);
+      if (deltas) chunk_deltas[rows] = s.DeltaReserve(deltas, slot);
+      chunk_copy[rows] = true;
     }
     uint8_t* rec = s.Record(slot);
     chunk_slots[rows] = slot;

@@ -58,17 +58,25 @@ void ParityGroup::Drain() const {
   if (applier_) applier_->Drain();
 }
 
-void ParityGroup::ApplyDeltas(int server, const DeltaBatch& deltas, bool background) {
-  if (deltas.size() == 0) return;
-  thread_local std::vector<ParityUpdate> updates;
-  router_->Route(server, deltas, &updates);
+// Background: the whole delta batch is handed over (swapped, not copied) and routed on the applier's
+// thread. Inline: the parity stores read the deltas where the shard wrote them (no per-holder copy).
+void ParityGroup::ApplyDeltas(int server, DeltaBatch* deltas, bool background) {
+  if (deltas->size() == 0) return;
   if (background && applier_) {
-    applier_->Submit(&updates);
+    applier_->SubmitDeltas(server, deltas);
     return;
   }
+  ApplyRouted(server, *deltas);
+}
+
+void ParityGroup::ApplyRouted(int server, const DeltaBatch& deltas) {
+  thread_local std::vector<std::vector<ParityDeltaRef>> refs;
+  router_->RouteRefs(server, deltas, &refs);
+  const size_t rb = router_->record_bytes();
   for (int h = 0; h < layout_.n(); ++h) {
     // A lost holder's parity is recomputed by its rebuild: deltas to it are dropped.
-    if (!updates[h].empty() && servers_[h].parity) servers_[h].parity->Apply(updates[h]);
+    const std::shared_ptr<ParityStore>& store = servers_[h].parity;
+    if (!refs[h].empty() && store) store->Apply(refs[h].data(), refs[h].size(), rb);
   }
 }
 
@@ -77,10 +85,12 @@ void ParityGroup::SetBackgroundApply(bool on) {
   Drain();
   if (on && !applier_) {
     // Runs only between drains, while no exclusive section can change servers_ (see Drain callers).
-    applier_ = std::make_unique<ParityApplier>([this](const ParityUpdate& u) {
-      const std::shared_ptr<ParityStore>& store = servers_[u.holder].parity;
-      if (store) store->Apply(u);
-    });
+    applier_ = std::make_unique<ParityApplier>(
+        [this](const ParityUpdate& u) {
+          const std::shared_ptr<ParityStore>& store = servers_[u.holder].parity;
+          if (store) store->Apply(u);
+        },
+        [this](int source, const DeltaBatch& deltas) { ApplyRouted(source, deltas); });
   } else if (!on) {
     applier_.reset();
   }
@@ -96,7 +106,7 @@ void ParityGroup::Pull(int server, const int64_t* keys, size_t count, float* out
   Mutate(server, [&](EmbeddingShard& shard, bool exclusive) {
     thread_local DeltaBatch deltas;
     shard.Pull(keys, count, out, &deltas);
-    ApplyDeltas(server, deltas, !exclusive);
+    ApplyDeltas(server, &deltas, !exclusive);
   });
 }
 
@@ -110,7 +120,7 @@ void ParityGroup::Push(int server, const int64_t* keys, const float* grads, size
   Mutate(server, [&](EmbeddingShard& shard, bool exclusive) {
     thread_local DeltaBatch deltas;
     shard.Push(keys, grads, count, step, &deltas);
-    ApplyDeltas(server, deltas, !exclusive);
+    ApplyDeltas(server, &deltas, !exclusive);
   });
 }
 
@@ -119,7 +129,7 @@ size_t ParityGroup::Erase(int server, const int64_t* keys, size_t count) {
   return Mutate(server, [&](EmbeddingShard& shard, bool exclusive) {
     thread_local DeltaBatch deltas;
     const size_t erased = shard.Erase(keys, count, &deltas);
-    ApplyDeltas(server, deltas, !exclusive);
+    ApplyDeltas(server, &deltas, !exclusive);
     return erased;
   });
 }
@@ -129,7 +139,7 @@ void ParityGroup::Load(int server, const int64_t* keys, const float* values, con
   Mutate(server, [&](EmbeddingShard& shard, bool exclusive) {
     thread_local DeltaBatch deltas;
     shard.Load(keys, values, state, count, &deltas);
-    ApplyDeltas(server, deltas, !exclusive);
+    ApplyDeltas(server, &deltas, !exclusive);
   });
 }
 

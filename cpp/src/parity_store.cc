@@ -1,24 +1,95 @@
 #include "xdl_ec/parity_store.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 
 namespace xdl_ec {
 
+namespace {
+// g = 1 (the whole first Vandermonde row, and its first column): XOR in place, inlined, instead of a
+// call through ErasureCode per record; records are ~100 bytes, where the call cost is most of it.
+inline void XorRecord(size_t len, const uint8_t* __restrict delta, uint8_t* __restrict parity) {
+  for (size_t b = 0; b < len; ++b) parity[b] ^= delta[b];
+}
+}  // namespace
+
 ParityStore::ParityStore(std::shared_ptr<const ErasureCode> code, size_t block_bytes)
     : code_(std::move(code)), block_bytes_(block_bytes) {
   if (!code_) throw std::invalid_argument("ParityStore: code must not be null");
   if (block_bytes == 0) throw std::invalid_argument("ParityStore: block_bytes must be >= 1, got 0");
+  const int k = code_->k(), r = code_->r();
+  coefficient_is_one_.resize(static_cast<size_t>(k) * r);
+  for (int i = 0; i < r; ++i)
+    for (int j = 0; j < k; ++j) coefficient_is_one_[static_cast<size_t>(i) * k + j] = code_->coefficient(i, j) == 1;
 }
 
 uint8_t* ParityStore::BlockLocked(size_t c) {
   if (c >= blocks_.size()) blocks_.resize(c + 1);
   if (!blocks_[c]) {
-    blocks_[c].reset(new uint8_t[block_bytes_]());
+    // A new slab (a quarter of what is held, 2 MiB to 64 MiB, whole huge pages) when the last is full.
+    if (slabs_.empty() || slab_used_ + block_bytes_ > slabs_.back().size()) {
+      constexpr size_t kMinSlab = MappedBuffer::kHugePage, kMaxSlab = size_t{64} << 20;
+      size_t bytes = std::max(block_bytes_, std::min(kMaxSlab, std::max(kMinSlab, slab_total_ / 4)));
+      bytes = (bytes + MappedBuffer::kHugePage - 1) / MappedBuffer::kHugePage * MappedBuffer::kHugePage;
+      slabs_.emplace_back(bytes);  // zeroed; pages cost memory only once touched
+      slab_used_ = 0;
+      slab_total_ += bytes;
+    }
+    blocks_[c] = slabs_.back().data() + slab_used_;
+    slab_used_ += block_bytes_;
     ++allocated_;
   }
-  return blocks_[c].get();
+  return blocks_[c];
+}
+
+void ParityStore::CheckEntry(const ParityUpdate::Entry& en, size_t e, size_t rb) const {
+  const int k = code_->k(), r = code_->r();
+  if (en.parity_member >= r || en.data_member >= k)
+    throw std::invalid_argument("ParityStore::Apply: entry " + std::to_string(e) + " has parity_member=" +
+                                std::to_string(en.parity_member) + ", data_member=" + std::to_string(en.data_member) +
+                                "; this code has r=" + std::to_string(r) + ", k=" + std::to_string(k));
+  if (static_cast<size_t>(en.offset) + rb > block_bytes_)
+    throw std::invalid_argument("ParityStore::Apply: entry " + std::to_string(e) + " writes bytes [" +
+                                std::to_string(en.offset) + ", " + std::to_string(en.offset + rb) +
+                                ") outside the " + std::to_string(block_bytes_) + "-byte block");
+  if (en.parity_block > (size_t{1} << 40))
+    throw std::invalid_argument("ParityStore::Apply: entry " + std::to_string(e) + " names parity block " +
+                                std::to_string(en.parity_block) + ", beyond any plausible table");
+}
+
+// Validates every entry, then applies them all under the lock: nothing changes when one is bad.
+template <typename EntryAt, typename DeltaAt>
+void ParityStore::ApplyEntries(size_t count, size_t rb, EntryAt entry_at, DeltaAt delta_at) {
+  for (size_t e = 0; e < count; ++e) CheckEntry(entry_at(e), e, rb);
+  const int k = code_->k();
+  std::lock_guard<std::mutex> lock(mu_);
+  // Parity records are scattered like the data they cover: resolve every target first, then apply with
+  // the records a few entries ahead prefetched, so the cache misses overlap instead of queueing.
+  thread_local std::vector<uint8_t*> targets;
+  targets.resize(count);
+  for (size_t e = 0; e < count; ++e) {
+    const ParityUpdate::Entry& en = entry_at(e);
+    targets[e] = BlockLocked(en.parity_block) + en.offset;
+  }
+  constexpr size_t kAhead = 8;
+  auto prefetch = [rb](const uint8_t* record) {
+    for (size_t line = 0; line < rb; line += 64) __builtin_prefetch(record + line, 1);
+    if (rb > 0) __builtin_prefetch(record + rb - 1, 1);  // a record not aligned to lines ends one further
+  };
+  for (size_t e = 0; e < count && e < kAhead; ++e) prefetch(targets[e]);
+  for (size_t e = 0; e < count; ++e) {
+    if (e + kAhead < count) prefetch(targets[e + kAhead]);
+    const ParityUpdate::Entry& en = entry_at(e);
+    if (coefficient_is_one_[static_cast<size_t>(en.parity_member) * k + en.data_member]) {
+      XorRecord(rb, delta_at(e), targets[e]);
+    } else {
+      code_->Update(rb, en.parity_member, en.data_member, delta_at(e), targets[e]);
+    }
+  }
+  delta_bytes_received_ += count * rb;
+  updates_received_ += count;
 }
 
 void ParityStore::Apply(const ParityUpdate& update) {
@@ -27,46 +98,25 @@ void ParityStore::Apply(const ParityUpdate& update) {
   if (update.deltas.size() != count * rb)
     throw std::invalid_argument("ParityStore::Apply: update holds " + std::to_string(update.deltas.size()) +
                                 " delta bytes for " + std::to_string(count) + " entries of record_bytes=" + std::to_string(rb));
-  const int k = code_->k(), r = code_->r();
-  for (size_t e = 0; e < count; ++e) {
-    const ParityUpdate::Entry& en = update.entries[e];
-    if (en.parity_member >= r || en.data_member >= k)
-      throw std::invalid_argument("ParityStore::Apply: entry " + std::to_string(e) + " has parity_member=" +
-                                  std::to_string(en.parity_member) + ", data_member=" + std::to_string(en.data_member) +
-                                  "; this code has r=" + std::to_string(r) + ", k=" + std::to_string(k));
-    if (static_cast<size_t>(en.offset) + rb > block_bytes_)
-      throw std::invalid_argument("ParityStore::Apply: entry " + std::to_string(e) + " writes bytes [" +
-                                  std::to_string(en.offset) + ", " + std::to_string(en.offset + rb) +
-                                  ") outside the " + std::to_string(block_bytes_) + "-byte block");
-    if (en.parity_block > (size_t{1} << 40))
-      throw std::invalid_argument("ParityStore::Apply: entry " + std::to_string(e) + " names parity block " +
-                                  std::to_string(en.parity_block) + ", beyond any plausible table");
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  // Parity records are scattered like the data they cover: resolve every target first, then apply with
-  // the records a few entries ahead prefetched, so the cache misses overlap instead of queueing.
-  thread_local std::vector<uint8_t*> targets;
-  targets.resize(count);
-  for (size_t e = 0; e < count; ++e) {
-    const ParityUpdate::Entry& en = update.entries[e];
-    targets[e] = BlockLocked(en.parity_block) + en.offset;
-  }
-  constexpr size_t kAhead = 8;
-  for (size_t e = 0; e < count; ++e) {
-    if (e + kAhead < count) {
-      for (size_t line = 0; line < rb; line += 64) __builtin_prefetch(targets[e + kAhead] + line, 1);
-    }
-    const ParityUpdate::Entry& en = update.entries[e];
-    code_->Update(rb, en.parity_member, en.data_member, update.delta(e), targets[e]);
-  }
-  delta_bytes_received_ += update.deltas.size();
-  updates_received_ += count;
+  ApplyEntries(count, rb, [&](size_t e) -> const ParityUpdate::Entry& { return update.entries[e]; },
+               [&](size_t e) { return update.delta(e); });
+}
+
+void ParityStore::Apply(const ParityDeltaRef* refs, size_t count, size_t record_bytes) {
+  if (count == 0) return;
+  if (refs == nullptr)
+    throw std::invalid_argument("ParityStore::Apply: refs is null for " + std::to_string(count) + " entries");
+  for (size_t e = 0; e < count; ++e)
+    if (refs[e].delta == nullptr)
+      throw std::invalid_argument("ParityStore::Apply: entry " + std::to_string(e) + " has a null delta pointer");
+  ApplyEntries(count, record_bytes, [refs](size_t e) -> const ParityUpdate::Entry& { return refs[e].entry; },
+               [refs](size_t e) { return refs[e].delta; });
 }
 
 void ParityStore::ReadBlock(size_t c, uint8_t* out) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (c < blocks_.size() && blocks_[c]) {
-    std::memcpy(out, blocks_[c].get(), block_bytes_);
+    std::memcpy(out, blocks_[c], block_bytes_);
   } else {
     std::memset(out, 0, block_bytes_);
   }
@@ -83,7 +133,7 @@ void ParityStore::ReadColumns(size_t c, size_t record_bytes, size_t offset, size
     std::memset(out, 0, records * width);
     return;
   }
-  const uint8_t* src = blocks_[c].get() + offset;
+  const uint8_t* src = blocks_[c] + offset;
   for (size_t x = 0; x < records; ++x) std::memcpy(out + x * width, src + x * record_bytes, width);
 }
 

@@ -126,7 +126,8 @@ class ParityGroup {
   template <typename Op>
   auto Mutate(int server, Op op);
   void CheckServer(int server, const char* what) const;
-  void ApplyDeltas(int server, const DeltaBatch& deltas, bool background);
+  void ApplyDeltas(int server, DeltaBatch* deltas, bool background);
+  void ApplyRouted(int server, const DeltaBatch& deltas);  // route by reference and apply, this thread
   void Drain() const;
   void BeginRebuildLocked();
   size_t RebuildStepLocked(size_t max_stripes);

@@ -29,10 +29,18 @@ class ParityRouter {
   // the parity deltas of `deltas`, made on server `source`, to them. Throws std::invalid_argument when
   // the batch's record_bytes differ from the router's, or std::out_of_range for a bad source.
   void Route(int source, const DeltaBatch& deltas, std::vector<ParityUpdate>* out) const;
+  // The same entries as Route, per holder in the same order, but pointing into `deltas` instead of
+  // copying its bytes: for applying in the same process. Resets (*out) to n() lists. Same errors.
+  void RouteRefs(int source, const DeltaBatch& deltas, std::vector<std::vector<ParityDeltaRef>>* out) const;
 
  private:
+  void Check(const char* what, int source, const DeltaBatch& deltas) const;
+  template <typename Sink>
+  void ForEachEntry(int source, const DeltaBatch& deltas, Sink sink) const;
+
   StripeLayout layout_;
   uint32_t block_slots_;
+  int block_shift_ = -1;  // log2(block_slots) when a power of two: slot -> block by shift and mask
   size_t record_bytes_;
 };
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "xdl_ec/erasure_code.h"
+#include "xdl_ec/mapped_buffer.h"
 #include "xdl_ec/parity_update.h"
 
 namespace xdl_ec {
@@ -32,6 +33,9 @@ class ParityStore {
   // whole batch first (members within the code, records within a block, sizes consistent) and throws
   // std::invalid_argument without changing any byte if anything is wrong.
   void Apply(const ParityUpdate& update);
+  // The same for entries whose deltas stay in the sender's buffer (ParityRouter::RouteRefs), record_bytes
+  // each: the in-process path, with no copy into a ParityUpdate. Same checks, same all-or-nothing.
+  void Apply(const ParityDeltaRef* refs, size_t count, size_t record_bytes);
   // Copies block c to out[block_bytes()]; a block never written reads as zeros.
   void ReadBlock(size_t c, uint8_t* out) const;
   // Copies bytes [offset, offset + width) of every record of block c (records of record_bytes) to
@@ -49,10 +53,18 @@ class ParityStore {
 
  private:
   uint8_t* BlockLocked(size_t c);  // allocates zeroed on first use
+  void CheckEntry(const ParityUpdate::Entry& entry, size_t e, size_t record_bytes) const;
+  template <typename EntryAt, typename DeltaAt>
+  void ApplyEntries(size_t count, size_t record_bytes, EntryAt entry_at, DeltaAt delta_at);
   std::shared_ptr<const ErasureCode> code_;
   size_t block_bytes_;
+  std::vector<uint8_t> coefficient_is_one_;  // [i * k + j]: g(i, j) == 1, so the update is a plain XOR
   mutable std::mutex mu_;
-  std::vector<std::unique_ptr<uint8_t[]>> blocks_;
+  // Blocks are carved from huge-page slabs, as the shard's slot blocks are: parity records are
+  // updated at random, and with 4 KiB pages nearly every update also missed the TLB.
+  std::vector<uint8_t*> blocks_;  // null: never written (reads as zeros)
+  std::vector<MappedBuffer> slabs_;
+  size_t slab_used_ = 0, slab_total_ = 0;
   size_t allocated_ = 0;
   uint64_t delta_bytes_received_ = 0;
   uint64_t updates_received_ = 0;

@@ -40,4 +40,12 @@ struct ParityUpdate {
   static ParityUpdate Parse(const uint8_t* bytes, size_t size);
 };
 
+// One parity entry whose delta bytes stay where the shard wrote them (a DeltaBatch): the in-process
+// apply path uses these instead of copying every delta into a per-holder ParityUpdate. Valid only
+// while the batch it points into is alive and unchanged.
+struct ParityDeltaRef {
+  ParityUpdate::Entry entry;
+  const uint8_t* delta = nullptr;  // record_bytes bytes, old XOR new
+};
+
 }  // namespace xdl_ec
