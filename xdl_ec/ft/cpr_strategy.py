@@ -16,8 +16,11 @@ state, the dense state is untouched (it lives with the driver), and the failed s
 back, so the updates the dead shard applied after each row's newest save are lost for good:
 
 - ``lost_updates``: row updates lost = the dead server's ledger total at the last step boundary minus the update
-  counts its restored rows carried when they were saved (exact on the one-process backend, where the poll is
-  ordered after the step's pushes; on Ray a poll may precede the last step's pushes to that server);
+  counts its restored rows carried when they were saved. The totals are polled without waiting (a poll sent at one
+  boundary is read at the next, so the step loop never waits for it) and :meth:`PartialRecovery.settle` (the
+  driver's quiesce) completes the poll in flight. Exact on the one-process backend, where a server runs the poll
+  after the step's pushes; on Ray a poll may overtake the last step's pushes to that server; a server dying with
+  its poll unanswered is counted from the poll before;
 - ``lost_samples``: samples trained since the dead server's newest FULL save: the samples whose updates to the
   failed shard were lost, fully or (for the rows a later partial save kept) partly; an upper bound of CPR's "lost
   samples", with ``lost_updates`` the exact count. With a full save at every save both are exact.
@@ -124,7 +127,8 @@ class PartialRecovery(FaultTolerance):
         self.saves: List[Dict[str, Any]] = []
         self.checkpoint_bytes = 0
         self.lost_updates = 0
-        self._updates: List[int] = []  # each server's ledger total at the last step boundary
+        self._updates: List[int] = []  # each server's ledger total at the newest answered poll
+        self._polls: List[Any] = []  # the poll in flight: one future per server
         self._saved_samples: List[int] = []  # trainer.samples at each server's newest full save
 
     @classmethod
@@ -180,14 +184,24 @@ class PartialRecovery(FaultTolerance):
         """Whether a save is due (async mode: the driver then lets the steps in flight finish)."""
         return self.policy.due(step, time.perf_counter())
 
+    def settle(self) -> None:
+        """Reads the ledger poll in flight (a server that died meanwhile keeps its previous total)."""
+        polls, self._polls = self._polls, []
+        results, _ = self.trainer._drain(polls)
+        for i, total in enumerate(results):
+            if total is not None:
+                self._updates[i] = total
+
     def after_step(self, step: int) -> None:
         t = self.trainer
-        self._updates = self._call_all([s.call("agent_call", "updates") for s in t.scheduler.servers])
+        self.settle()
+        self._polls = [s.call("agent_call", "updates") for s in t.scheduler.servers]
         if self.policy.due(step, time.perf_counter()):
             self.save(step)
 
     def recover(self, lost: BaseException) -> Resume:
         t = self.trainer
+        self.settle()
         dead = sorted(index for role, index in t.scheduler.dead if role == "server")
         lost_samples = 0
         for index in dead:

@@ -268,6 +268,9 @@ class PSTrainer:
         _, lost = self._drain(futures)
         if lost:
             raise lost[0]
+        settle = getattr(self.strategy, "settle", None)  # optional: the strategy's own calls in flight
+        if settle is not None:
+            settle()
 
     def _inject(self, step: int) -> None:
         """Kills the roles the failure schedule wants dead before ``step`` (real kills, see FailureSchedule)."""
