@@ -100,3 +100,37 @@ def test_seeded_mtbf_failures_hit_servers_and_the_run_finishes(tmp_path: Path) -
     fired = [k.index for k, _ in schedule.fired]
     assert fired == [f["index"] for f in report["failures"]]
     assert fired == [index for _, index in schedule.mtbf_times(len(fired))]  # the seed picks the victims
+
+
+def test_lost_updates_count_exactly_the_row_updates_since_the_save(tmp_path: Path) -> None:
+    from xdl_ec import _core
+    from xdl_ec.trainer import open_training_data, train_batch_stream
+
+    config = small_config()
+    strategy = PartialRecovery(interval_steps=4, full_every=1, directory=str(tmp_path))
+    report = PSTrainer(config, ClusterConfig(servers=2), strategy, FailureSchedule.from_flags(["11:1"])).run()
+    # full saves after steps 0, 4 and 8: the failure before step 11 loses server 1's updates of steps 9 and 10,
+    # one per distinct key of each batch that server 1 owns
+    batches = list(train_batch_stream(open_training_data(config), config, 10))
+    expected = sum(int(np.count_nonzero(_core.server_of(np.unique(b.sparse.reshape(-1)), 2) == 1))
+                   for b in batches[8:10])
+    assert expected > 0 and report["lost_updates"] == expected
+    assert report["lost_samples"] == 2 * 64
+
+
+def test_cpr_on_ray_reloads_the_killed_actor_shard_and_finishes(tmp_path: Path) -> None:
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    ray = pytest.importorskip("ray")
+    from xdl_ec.ps.backend import ray_runtime_env
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=ray_runtime_env())
+    try:
+        strategy = PartialRecovery(interval_steps=3, directory=str(tmp_path))
+        report = PSTrainer(small_config(), ClusterConfig(servers=3, workers=2, backend="ray"), strategy,
+                           FailureSchedule.from_flags(["6:1"])).run()
+    finally:
+        ray.shutdown()
+    assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 1)]
+    assert report["steps"] == STEPS // 2 and report["samples"] == STEPS * 64
+    assert report["lost_updates"] > 0 and report["lost_samples"] == 5 * 2 * 64
+    assert report["model_digest"] != reference(2)["model_digest"] and report["auc"] is not None
