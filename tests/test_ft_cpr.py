@@ -134,3 +134,20 @@ def test_cpr_on_ray_reloads_the_killed_actor_shard_and_finishes(tmp_path: Path) 
     assert report["steps"] == STEPS // 2 and report["samples"] == STEPS * 64
     assert report["lost_updates"] > 0 and report["lost_samples"] == 5 * 2 * 64
     assert report["model_digest"] != reference(2)["model_digest"] and report["auc"] is not None
+
+
+def test_cli_cpr_run_with_ssu_reports_its_losses(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    report_path = tmp_path / "report.json"
+    proc = subprocess.run([sys.executable, "-P", "-m", "xdl_ec", "train", "--synthetic", "--synthetic-rows", "2000",
+                           "--steps", "8", "--batch-size", "64", "--servers", "2", "--ft", "cpr", "--cpr-interval",
+                           "3", "--cpr-mode", "ssu", "--fail-at", "6:0", "--no-progress", "--report",
+                           str(report_path)], capture_output=True, text=True, timeout=180,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stderr
+    assert "cpr: server 0 lost at step 6" in proc.stdout and "row updates lost" in proc.stdout
+    report = json.loads(report_path.read_text())
+    assert report["cpr"]["mode"] == "ssu" and report["lost_updates"] > 0 and report["lost_samples"] == 5 * 64

@@ -216,6 +216,8 @@ def run_train(args: argparse.Namespace) -> int:
     for failure in report.get("failures", []):
         print(f"{report['ft']}: {failure['role']} {failure['index']} lost at step {failure['step']}, recovered in "
               f"{failure['rebuild_seconds']:.2f} s ({failure['lost_samples']:,} samples lost or re-trained)")
+    if report.get("lost_updates"):
+        print(f"{report['ft']}: {report['lost_updates']:,} row updates lost")
     print(f"model_digest {report['model_digest']}")
     for server in report.get("servers", []):
         print(f"server {server['index']}: {server['bytes_in']:,} bytes in, {server['bytes_out']:,} bytes out")
