@@ -1,0 +1,8 @@
+"""``xdl-ec bench``: the none / ckpt / cpr / ec comparison through injected failures (issue 7).
+
+:mod:`~xdl_ec.benchmark.runner` runs the matrix, :mod:`~xdl_ec.benchmark.table` writes results.json and the Markdown
+table, :mod:`~xdl_ec.benchmark.plots` the PNG charts."""
+
+from .runner import MATRIX, PRESETS, BenchConfig, Variant, run_bench
+
+__all__ = ["MATRIX", "PRESETS", "BenchConfig", "Variant", "run_bench"]

@@ -1,0 +1,118 @@
+"""The bench's PNG plots (matplotlib, Agg backend: no display needed).
+
+- :func:`plot_throughput`: samples/s over training time for every strategy on one chart, each failure marked where
+  its kill landed (the first step, which traces the model, is left out);
+- :func:`plot_losses`: the training loss by step, one panel per strategy side by side, the reference's in grey
+  behind it and the failures as vertical lines.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, List, Mapping, Sequence, Tuple
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+
+
+def _ok_rows(results: Mapping[str, Any]) -> List[Mapping[str, Any]]:
+    return [r for r in results["rows"] if r["status"] == "ok" and r["report"].get("timeline")]
+
+
+def throughput_series(timeline: Sequence[Sequence[float]], window: int) -> Tuple[List[float], List[float]]:
+    """(seconds, samples/s) over sliding windows of ``window`` steps, from the second step on."""
+    xs, ys = [], []
+    for i in range(1, len(timeline)):
+        j = max(0, i - window)
+        dt = timeline[i][1] - timeline[j][1]
+        if dt > 0:
+            xs.append(timeline[i][1])
+            ys.append((timeline[i][2] - timeline[j][2]) / dt)
+    return xs, ys
+
+
+def _smooth(values: Sequence[float], window: int) -> List[float]:
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def _window(results: Mapping[str, Any]) -> int:
+    steps = max((len(r["report"]["timeline"]) for r in _ok_rows(results)), default=1)
+    return max(1, steps // 40)
+
+
+def _color(i: int) -> Any:
+    return plt.get_cmap("tab10")(i % 10)
+
+
+def plot_throughput(results: Mapping[str, Any], path: Path) -> Path:
+    """Writes the samples/s-over-time chart to ``path``."""
+    rows, window = _ok_rows(results), _window(results)
+    fig, ax = plt.subplots(figsize=(11, 5.5))
+    for i, row in enumerate(rows):
+        timeline = row["report"]["timeline"]
+        xs, ys = throughput_series(timeline, window)
+        is_ref = row["label"] == results["reference"]
+        ax.plot(xs, ys, color="black" if is_ref else _color(i), lw=2.2 if is_ref else 1.3,
+                label=row["label"] + (" (reference, no failures)" if is_ref else ""))
+        for k, kill in enumerate(row["report"].get("injected", [])):
+            ax.axvline(kill["seconds"], color=_color(i), lw=0.8, ls=":", alpha=0.8)
+            ax.plot([kill["seconds"]], [0], marker="v", ms=8, color=_color(i), clip_on=False,
+                    label="failure (kill)" if i == 1 and k == 0 else None)
+    ax.set_xlabel("training time (s)")
+    ax.set_ylabel(f"samples/s (window of {window} steps)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"Throughput with injected server failures ({results['backend']} backend, "
+                 f"MTBF {results['mtbf_seconds']:.2f} s)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, ncol=2, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def plot_losses(results: Mapping[str, Any], path: Path) -> Path:
+    """Writes the per-strategy loss panels to ``path``."""
+    rows, window = _ok_rows(results), _window(results)
+    ref = next((r for r in rows if r["label"] == results["reference"]), None)
+    others = [r for r in rows if r is not ref] or rows
+    cols = min(4, len(others))
+    lines = math.ceil(len(others) / cols)
+    fig, axes = plt.subplots(lines, cols, figsize=(3.6 * cols, 3.0 * lines), sharex=True, sharey=True,
+                             squeeze=False)
+    for n, ax in enumerate(axes.flat):
+        if n >= len(others):
+            ax.set_visible(False)
+            continue
+        row = others[n]
+        if ref is not None:
+            t = ref["report"]["timeline"]
+            ax.plot([p[0] for p in t], _smooth([p[3] for p in t], window), color="0.6", lw=2.0, label="none")
+        t = row["report"]["timeline"]
+        ax.plot([p[0] for p in t], _smooth([p[3] for p in t], window), color=_color(rows.index(row)), lw=1.2,
+                label=row["label"])
+        for kill in row["report"].get("injected", []):
+            ax.axvline(kill["step"], color="red", lw=0.8, ls=":")
+        s = row.get("summary", {})
+        ax.set_title(f"{row['label']}  (eval log loss {s.get('logloss', float('nan')) or float('nan'):.4f})",
+                     fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        if n % cols == 0:
+            ax.set_ylabel(f"training loss ({window}-step mean)")
+        if n >= (lines - 1) * cols:
+            ax.set_xlabel("step")
+    fig.suptitle("Loss curves (red dotted: server killed before that step)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
