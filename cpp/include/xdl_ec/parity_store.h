@@ -59,6 +59,9 @@ class ParityStore {
   std::shared_ptr<const ErasureCode> code_;
   size_t block_bytes_;
   std::vector<uint8_t> coefficient_is_one_;  // [i * k + j]: g(i, j) == 1, so the update is a plain XOR
+  // [i * k + j]: g(i, j) * x for x's low and high nibble (16 + 16 bytes, pshufb tables), then for every
+  // byte (256): records are ~100 bytes, where a call into ISA-L per record costs more than the multiply.
+  std::vector<uint8_t> multiply_tables_;
   mutable std::mutex mu_;
   // Blocks are carved from huge-page slabs, as the shard's slot blocks are: parity records are
   // updated at random, and with 4 KiB pages nearly every update also missed the TLB.
