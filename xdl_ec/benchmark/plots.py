@@ -23,13 +23,15 @@ def _ok_rows(results: Mapping[str, Any]) -> List[Mapping[str, Any]]:
 
 
 def throughput_series(timeline: Sequence[Sequence[float]], window: int) -> Tuple[List[float], List[float]]:
-    """(seconds, samples/s) over sliding windows of ``window`` steps, from the second step on."""
+    """(seconds after the first step, samples/s) over sliding windows of ``window`` steps, from the second step
+    on (the first step's length is tf.function tracing, which differs from run to run)."""
     xs, ys = [], []
+    origin = timeline[0][1] if timeline else 0.0
     for i in range(1, len(timeline)):
         j = max(0, i - window)
         dt = timeline[i][1] - timeline[j][1]
         if dt > 0:
-            xs.append(timeline[i][1])
+            xs.append(timeline[i][1] - origin)
             ys.append((timeline[i][2] - timeline[j][2]) / dt)
     return xs, ys
 
@@ -42,6 +44,20 @@ def _smooth(values: Sequence[float], window: int) -> List[float]:
             total -= values[i - window]
         out.append(total / min(i + 1, window))
     return out
+
+
+def _loss_series(timeline: Sequence[Sequence[float]], window: int) -> Tuple[List[float], List[float]]:
+    """(step, smoothed loss) with a break (NaN) where a rollback sends the step back (ckpt replays)."""
+    xs: List[float] = []
+    ys: List[float] = []
+    smooth = _smooth([p[3] for p in timeline], window)
+    for n, (point, loss) in enumerate(zip(timeline, smooth)):
+        if n and point[0] <= timeline[n - 1][0]:
+            xs.append(float("nan"))
+            ys.append(float("nan"))
+        xs.append(point[0])
+        ys.append(loss)
+    return xs, ys
 
 
 def _window(results: Mapping[str, Any]) -> int:
@@ -64,10 +80,11 @@ def plot_throughput(results: Mapping[str, Any], path: Path) -> Path:
         ax.plot(xs, ys, color="black" if is_ref else _color(i), lw=2.2 if is_ref else 1.3,
                 label=row["label"] + (" (reference, no failures)" if is_ref else ""))
         for k, kill in enumerate(row["report"].get("injected", [])):
-            ax.axvline(kill["seconds"], color=_color(i), lw=0.8, ls=":", alpha=0.8)
-            ax.plot([kill["seconds"]], [0], marker="v", ms=8, color=_color(i), clip_on=False,
+            at = kill["seconds"] - timeline[0][1]
+            ax.axvline(at, color=_color(i), lw=0.8, ls=":", alpha=0.8)
+            ax.plot([at], [0], marker="v", ms=8, color=_color(i), clip_on=False,
                     label="failure (kill)" if i == 1 and k == 0 else None)
-    ax.set_xlabel("training time (s)")
+    ax.set_xlabel("training time after the first step (s)")
     ax.set_ylabel(f"samples/s (window of {window} steps)")
     ax.set_ylim(bottom=0)
     ax.set_title(f"Throughput with injected server failures ({results['backend']} backend, "
@@ -95,10 +112,8 @@ def plot_losses(results: Mapping[str, Any], path: Path) -> Path:
             continue
         row = others[n]
         if ref is not None:
-            t = ref["report"]["timeline"]
-            ax.plot([p[0] for p in t], _smooth([p[3] for p in t], window), color="0.6", lw=2.0, label="none")
-        t = row["report"]["timeline"]
-        ax.plot([p[0] for p in t], _smooth([p[3] for p in t], window), color=_color(rows.index(row)), lw=1.2,
+            ax.plot(*_loss_series(ref["report"]["timeline"], window), color="0.6", lw=2.0, label="none")
+        ax.plot(*_loss_series(row["report"]["timeline"], window), color=_color(rows.index(row)), lw=1.2,
                 label=row["label"])
         for kill in row["report"].get("injected", []):
             ax.axvline(kill["step"], color="red", lw=0.8, ls=":")
