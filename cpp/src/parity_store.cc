@@ -41,7 +41,13 @@ __attribute__((target("avx2"))) void MultiplyXorAvx2(size_t len, const uint8_t* 
   MultiplyXorScalar(b, len, table, delta, parity);
 }
 
-const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
+bool HaveAvx2() {
+  static const bool have = [] {
+    __builtin_cpu_init();  // may run before the library's constructors ran the CPU detection
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return have;
+}
 }  // namespace
 
 ParityStore::ParityStore(std::shared_ptr<const ErasureCode> code, size_t block_bytes)
@@ -105,6 +111,7 @@ template <typename EntryAt, typename DeltaAt>
 void ParityStore::ApplyEntries(size_t count, size_t rb, EntryAt entry_at, DeltaAt delta_at) {
   for (size_t e = 0; e < count; ++e) CheckEntry(entry_at(e), e, rb);
   const int k = code_->k();
+  const bool avx2 = HaveAvx2();
   std::lock_guard<std::mutex> lock(mu_);
   // Parity records are scattered like the data they cover: resolve every target first, then apply with
   // the records a few entries ahead prefetched, so the cache misses overlap instead of queueing.
@@ -126,7 +133,7 @@ void ParityStore::ApplyEntries(size_t count, size_t rb, EntryAt entry_at, DeltaA
     const size_t member = static_cast<size_t>(en.parity_member) * k + en.data_member;
     if (coefficient_is_one_[member]) {
       XorRecord(rb, delta_at(e), targets[e]);
-    } else if (kHaveAvx2) {
+    } else if (avx2) {
       MultiplyXorAvx2(rb, &multiply_tables_[member * kTableBytes], delta_at(e), targets[e]);
     } else {
       MultiplyXorScalar(0, rb, &multiply_tables_[member * kTableBytes], delta_at(e), targets[e]);
