@@ -19,6 +19,11 @@ restarted by the driver itself (unless ``--ft none``): it holds no model state (
 the new one continues from the reader position of its predecessor. Under ``none`` a lost role stops the run with
 :class:`~xdl_ec.ft.strategy.Unrecoverable` naming role and index. Calls have timeouts, so nothing waits forever.
 
+Optional strategy hooks beyond the seam: ``wants_boundary(step)`` (async mode: hold new steps until none is in flight,
+e.g. for a due save), ``settle()`` (complete the strategy's own calls in flight; run by :meth:`PSTrainer.quiesce`),
+``close()`` (end of the run). Strategies read or save server state only after :meth:`PSTrainer.quiesce`, since a
+worker may answer a step before its push is acknowledged.
+
 Failure injection (:class:`xdl_ec.ft.failure_schedule.FailureSchedule`) kills roles for real at step boundaries.
 """
 
@@ -317,7 +322,8 @@ class PSTrainer:
                 self._restart_worker(err.index)
                 self.strategy.failures.append(FailureRecord(step=step, role="worker", index=err.index,
                                                             detect_seconds=detect,
-                                                            rebuild_seconds=time.perf_counter() - start))
+                                                            rebuild_seconds=time.perf_counter() - start,
+                                                            samples_per_sec_during_rebuild=0.0))
                 continue
             before = len(self.strategy.failures)
             resume = self.strategy.recover(err)
