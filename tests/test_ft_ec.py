@@ -267,3 +267,19 @@ def test_transport_bindings_reject_bad_input() -> None:
         _core.check_recoverable(3, 2, 1, [0, 2])
     with pytest.raises(ValueError):
         _core.Recovery(3, 2, 2, 8, 40)  # n < k + r
+
+
+class CrashDuringPush(ErasureCoded):
+    """Server 0 dies on its next push after step 2, before applying it: both sync workers' pushes to it fail while
+    the survivors merge theirs; the retried step must not push again, the replay completes server 0's step."""
+
+    def after_step(self, step: int) -> None:
+        super().after_step(step)
+        if step == 2:
+            self.arm_crash_before_apply(0)
+
+
+def test_server_lost_during_a_sync_push_of_two_workers() -> None:
+    report = run(3, CrashDuringPush(2, 1), workers=2)
+    assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 0)]
+    assert report["model_digest"] == baseline(3, workers=2)

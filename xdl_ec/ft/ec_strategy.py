@@ -245,6 +245,10 @@ class ErasureCoded(FaultTolerance):
         """Server ``server`` applies and acknowledges its next mutation, then dies before forwarding its deltas."""
         self._wait([self.trainer.scheduler.servers[server].call("parity_call", "arm_crash_after_apply")])
 
+    def arm_crash_before_apply(self, server: int) -> None:
+        """Server ``server`` dies on its next push, before applying it: the pushing workers see it fail."""
+        self._wait([self.trainer.scheduler.servers[server].call("parity_call", "arm_crash_before_apply")])
+
     def verify(self) -> List[StripeMismatch]:
         """Scrub: re-encodes every stripe of every table from its data blocks and lists the stored parity blocks
         that disagree (empty: all consistent). Waits for in-flight parity first."""

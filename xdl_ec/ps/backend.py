@@ -108,10 +108,11 @@ class LocalHandle(Handle):
         obj = self._obj
         if obj is None:
             raise lost_error(self.role, self.index, "its object was dropped")
-        result = getattr(obj, method)(*args)
-        if getattr(obj, "crash_requested", False):  # an injected crash: the role dies right after answering
-            self.drop()
-        return result
+        try:
+            return getattr(obj, method)(*args)
+        finally:
+            if getattr(obj, "crash_requested", False):  # an injected crash: the role dies right after answering
+                self.drop()
 
     def call(self, method: str, *args: Any) -> LocalFuture:
         with self._lock:

@@ -53,6 +53,7 @@ class ParityAgent:
         self.role = ParityRole(index, k, r, {name: bs * rb for name, (bs, rb) in self.tables.items()})
         self.forwarder = ParityForwarder(index, {h: servers[h] for h in holders_of(index, n, k, r)}, seq, worker_seqs)
         self._crash_armed = False
+        self._crash_before = False
         self.crashed = False
         self.degraded_reads = 0  # blocks decoded on demand because an access touched them before the rebuild
 
@@ -78,6 +79,14 @@ class ParityAgent:
 
     def durable(self, worker: int) -> int:
         return self.forwarder.durable_seq(worker)
+
+    def arm_crash_before_apply(self, server: Any) -> None:
+        """Failure injection: the server dies on its next push, before applying it (the push fails)."""
+        self._crash_before = True
+
+    def take_crash_before_apply(self) -> bool:
+        armed, self._crash_before = self._crash_before, False
+        return armed
 
     def arm_crash_after_apply(self, server: Any) -> None:
         """Failure injection: the next mutation is applied and answered, its deltas are never forwarded, and the

@@ -143,6 +143,9 @@ class ParameterServer:
         if not np.all(np.isfinite(grads)):
             raise ValueError(f"grads: NaN or Inf in the push of worker {worker} at step {step}; table unchanged")
         with self._lock:
+            if self._parity is not None and self._parity.take_crash_before_apply():
+                self.crash_requested = True
+                self._die()
             if self._parity is not None and seq and seq <= self.last_seq.get(worker, 0):
                 # a replayed push this server already applied (or buffered): exactly once
                 return PushAck(self.index, worker, seq, step, True, self._parity.durable(worker))

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..data.prefetcher import Prefetcher
 from ..data.schema import NUM_DENSE, NUM_SPARSE, Batch
-from .backend import Handle
+from .backend import Handle, RoleLost
 from .client import PendingRows, PSClient
 from .server import TableSpec
 
@@ -105,6 +105,7 @@ class Worker:
         self.seconds: Dict[str, float] = {"pull_wait": 0.0, "data_wait": 0.0, "compute": 0.0, "push": 0.0}
         self.steps = 0
         self._unacked: List[Any] = []  # push futures not yet awaited (see train_step)
+        self._pushed: Optional[tuple] = None  # (step, result, next batch) of a step whose push met a lost server
 
     def _make_step(self, tf: Any) -> Any:
         from .. import tf_ops
@@ -158,6 +159,13 @@ class Worker:
     def train_step(self, step: int, weights: Optional[Sequence[np.ndarray]], participants: int) -> Optional[StepResult]:
         """Trains this worker's next batch at optimizer ``step`` with dense ``weights`` (None: keep its own);
         None when its data are exhausted. ``participants``: pushes a server waits for at this step (sync mode)."""
+        if self._pushed is not None and self._pushed[0] == step:
+            # the retry of a step whose push already reached every live server (the lost one's part is in the
+            # push log, replayed to its replacement): pushing again would apply it twice
+            _, result, self._current = self._pushed
+            self._pushed = None
+            self.steps += 1
+            return result
         p = self._current
         if p is None:
             return None
@@ -182,7 +190,11 @@ class Worker:
             # the next step's pulls, which reach each server after it anyway (calls run in submission order).
             self._unacked = self.client.push_async(self.table.name, p.keys, row_grads, step, participants)
         else:
-            self.client.push(self.table.name, p.keys, row_grads, step, participants)
+            try:
+                self.client.push(self.table.name, p.keys, row_grads, step, participants)
+            except RoleLost:
+                self._pushed = (step, StepResult(self.index, float(loss), len(b), dense_grads), nxt)
+                raise
         t3 = time.perf_counter()
         self._current = nxt
         self.steps += 1
@@ -209,6 +221,7 @@ class Worker:
         if isinstance(batches_done, bool) or not isinstance(batches_done, int) or batches_done < 0:
             raise ValueError(f"batches_done: must be an int >= 0, got {batches_done!r}")
         self._unacked = []
+        self._pushed = None
         self._prepared.close()
         self._prepared = Prefetcher(prepare_batches(self._stream(batches_done)), depth=2)
         self._current = self._next()
