@@ -48,8 +48,9 @@ some stripe has fewer than k fragments: recovery refuses, naming the lost server
 Dense parameters live on the driver and are sent to the workers every step (xdl_ec.ps.dense_sync): a server loss
 does not touch them.
 
-A worker restarted by the driver continues its predecessor's push seqs (``PSClient.resume_seqs``); pushes its
-predecessor had not seen become durable are lost with it if a server then dies before they are (a short window).
+A worker restarted by the driver continues its predecessor's push seqs (``PSClient.resume_seqs``); the
+predecessor's pushes that were not yet durable die with its log, so a server lost before they become durable
+(a window of one forwarding round) would miss them.
 
 Failure injection inside the protocol: :meth:`ErasureCoded.arm_crash_after_apply` makes a server apply and
 acknowledge its next mutation and die before forwarding its deltas. :meth:`ErasureCoded.verify` scrubs every stripe.
