@@ -27,7 +27,8 @@ def _row_cells(row: Mapping[str, Any], reference: Optional[Mapping[str, Any]]) -
         during = "0 (paused)"
     else:
         during = _num(s["samples_per_sec_during_rebuild"], ",.0f")
-    stored = f"{s['stored_bytes'] / 1e6:.2f} MB {s['stored_kind']}" if s["stored_kind"] else "0"
+    held = {"parity": "parity held", "checkpoint": "checkpoints written"}
+    stored = f"{s['stored_bytes'] / 1e6:.2f} MB {held[s['stored_kind']]}" if s["stored_kind"] else "0"
     peak = s["peak_rss_bytes"]
     return [row["label"], _num(rate, ",.0f"), _num(ratio, ".3f"), _num(None if s["overhead"] is None
                                                                         else 100 * s["overhead"], "+.1f") + "%",
@@ -54,11 +55,21 @@ def markdown_table(results: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def data_text(source: Any) -> str:
+    """The report's ``data_source`` in words (a file's description, or the synthetic generator's parameters)."""
+    if isinstance(source, Mapping) and source.get("source") == "synthetic":
+        return (f"synthetic Criteo-shaped data ({source.get('rows', 0):,} rows, columns of up to "
+                f"{source.get('max_cardinality')} values, Zipf exponent {source.get('zipf_exponent')})")
+    if isinstance(source, Mapping):
+        return ", ".join(f"{k} {v}" for k, v in source.items())
+    return str(source)
+
+
 def setup_text(results: Mapping[str, Any]) -> str:
     """One paragraph: data, cluster, preset, failure schedule, machine."""
     t, c, m = results["train"], results["cluster"], results["machine"]
     kills = ", ".join(f"step {k['step']} server {k['server']}" for k in results["failure_schedule"]) or "none"
-    return (f"Preset `{results['preset']}` on the `{results['backend']}` backend: {results['data']}, "
+    return (f"Preset `{results['preset']}` on the `{results['backend']}` backend: {data_text(results['data'])}, "
             f"{t['model']} with batch {t['batch_size']}, {t['epochs']} epoch(s), seed {results['seed']}, "
             f"deterministic; {c['servers']} servers, {c['workers']} worker(s), {c['mode']} mode. "
             f"MTBF {results['mtbf_seconds']:.2f} s{' (auto: a third of the reference run)' if results['mtbf_auto'] else ''}"
@@ -69,7 +80,9 @@ NOTES = ("samples/s (normal): steps overlapping no failure (first step excluded)
          "reference's; overhead: training time after the first step over the reference's, minus one; detect and "
          "rebuild s: means over the failures; samples/s in rebuild: as the strategy measured it, 0 (paused) when "
          "training waits for the recovery; lost samples: dropped (cpr) or re-trained (ckpt); stored bytes: parity "
-         "(ec) or checkpoint (ckpt, cpr) bytes; peak RSS: of the bench process during the run; model = none's: the "
+         "blocks held by the servers at the end (ec), or checkpoint bytes written over the run (ckpt, cpr); peak "
+         "RSS: of the bench process during the run (servers included on the local backend; it also holds what "
+         "earlier runs left, so read differences, not levels); model = none's: the "
          "final model_digest equals the failure-free reference's.")
 
 
