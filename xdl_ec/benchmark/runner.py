@@ -19,7 +19,10 @@ loss and AUC, parity or checkpoint bytes, peak resident memory of this process d
 resetting it through ``/proc/self/clear_refs``; with ``--backend ray`` the servers' own processes are not in it),
 and whether the final model equals the reference's bit for bit (runs are ``--deterministic``).
 
-A strategy missing from this build, or a run that fails, gets a row saying so, never numbers.
+A strategy missing from this build, or a run that fails, gets a row saying so, never numbers. E.g. on Ray a rebuild
+takes longer than ``min_gap`` steps of the quick preset, so a second kill can land while ``ec`` k=4 r=1 is still
+rebuilding the first: two servers are then missing at once, which r=1 cannot decode, and the row says
+"unrecoverable" (a longer run or a larger ``--mtbf`` spaces the failures out).
 """
 
 from __future__ import annotations
