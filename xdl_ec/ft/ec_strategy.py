@@ -50,7 +50,7 @@ does not touch them.
 
 A worker restarted by the driver continues its predecessor's push seqs (``PSClient.resume_seqs``); the
 predecessor's pushes that were not yet durable die with its log, so a server lost before they become durable
-(a window of one forwarding round) would miss them.
+(a window of one forwarding round, e.g. a worker and a server killed at the same boundary) would miss them.
 
 Failure injection inside the protocol: :meth:`ErasureCoded.arm_crash_after_apply` makes a server apply and
 acknowledge its next mutation and die before forwarding its deltas. :meth:`ErasureCoded.verify` scrubs every stripe.
@@ -66,7 +66,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import _core
-from ..ps.backend import RoleLost
+from ..ps.backend import RoleLost, WorkerLost
 from ..ps.parity_agent import consistent_decode, fragment_readers, holders_of
 from .strategy import FailureRecord, FaultTolerance, Resume, Unrecoverable
 
@@ -186,7 +186,7 @@ class ErasureCoded(FaultTolerance):
                 self._begin_rebuild(pending)
                 break
             except RoleLost as err:  # another server died during the recovery: confirm it and start again
-                if sched.confirm_failure(err) is None:
+                if err.role != "server" or sched.confirm_failure(err) is None:
                     raise
                 self._rebuilding = pending
         known = {r.index for r in self._open_records}
@@ -355,10 +355,16 @@ class ErasureCoded(FaultTolerance):
             plan += [(table, stripe) for stripe in range(stripes)
                      if any(layout.server_at(stripe, t) in lost for t in range(k + r))]
         self._plan, self._rebuilding = plan, list(lost)
-        # (d) workers replay what the rebuilt servers miss, in seq order (blocks they touch decode on demand)
+        # (d) workers replay what the rebuilt servers miss, in seq order (blocks they touch decode on demand). A
+        # dead worker is skipped (the driver restarts it afterwards); its log died with it.
         for p in lost:
-            self._wait([w.call("replay_pushes", p, wseqs[p].get(i, 0), servers[p])
-                        for i, w in enumerate(trainer.workers)])
+            calls = [w.call("replay_pushes", p, wseqs[p].get(i, 0), servers[p])
+                     for i, w in enumerate(trainer.workers) if ("worker", i) not in sched.dead]
+            for call in calls:
+                try:
+                    call.result(CALL_TIMEOUT)
+                except WorkerLost as err:
+                    sched.confirm_failure(err)
 
     def _rebuild_some(self, budget: Optional[float] = -1.0) -> None:
         """Rebuilds stripes of the plan: ``rebuild_stripes_per_step`` of them, or for ``budget`` seconds (-1: the
