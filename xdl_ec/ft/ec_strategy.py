@@ -147,7 +147,9 @@ class ErasureCoded(FaultTolerance):
         if self.n < self.k + self.r:
             raise ValueError(f"--servers: the code k={self.k}, r={self.r} needs at least k + r = {self.k + self.r} "
                              f"servers, got {self.n}; add servers or use a smaller --code")
-        self._wait([s.call("attach_parity", self.n, self.k, self.r, list(servers)) for s in servers])
+        # two phases: every server's parity holder exists before any forwarder connects to it
+        self._wait([s.call("attach_parity", self.n, self.k, self.r) for s in servers])
+        self._wait([s.call("parity_call", "connect", list(servers)) for s in servers])
         self._wait([w.call("enable_push_log") for w in trainer.workers])
 
     def recover(self, lost: BaseException) -> Resume:
@@ -329,8 +331,8 @@ class ErasureCoded(FaultTolerance):
             handle = sched.replace_server(p)
             trainer.client.servers[p] = handle
         servers = list(sched.servers)
-        for p in lost:
-            self._wait([servers[p].call("attach_parity", n, k, r, servers, seq[p], wseqs[p])])
+        self._wait([servers[p].call("attach_parity", n, k, r, seq[p], wseqs[p]) for p in lost])
+        self._wait([servers[p].call("parity_call", "connect", servers) for p in lost])
         for s in survivors:
             for p in lost:
                 if p in holders_of(s, n, k, r):

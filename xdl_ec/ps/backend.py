@@ -189,7 +189,9 @@ def ray_runtime_env() -> Dict[str, Any]:
     global _EMPTY_WORKING_DIR
     if _EMPTY_WORKING_DIR is None:
         _EMPTY_WORKING_DIR = tempfile.mkdtemp(prefix="xdl-ec-ray-")
-    env = {"PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+    # absolute: the actors run in that working_dir, where a relative entry would silently miss
+    pythonpath = os.pathsep.join(os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)
+    env = {"PYTHONPATH": pythonpath,
            "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
     return {"working_dir": _EMPTY_WORKING_DIR, "env_vars": env}
 

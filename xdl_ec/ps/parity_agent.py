@@ -46,16 +46,22 @@ class ParityAgent:
     the handles of every server (index i = server i)."""
 
     def __init__(self, index: int, n: int, k: int, r: int, tables: Mapping[str, Tuple[int, int]],
-                 servers: Sequence[Any], seq: int = 0, worker_seqs: Optional[Mapping[int, int]] = None) -> None:
+                 seq: int = 0, worker_seqs: Optional[Mapping[int, int]] = None) -> None:
         self.index, self.n, self.k, self.r = index, n, k, r
         self.tables = {name: (int(bs), int(rb)) for name, (bs, rb) in tables.items()}
         self.routers = {name: _core.ParityRouter(n, k, r, bs, rb) for name, (bs, rb) in self.tables.items()}
         self.role = ParityRole(index, k, r, {name: bs * rb for name, (bs, rb) in self.tables.items()})
-        self.forwarder = ParityForwarder(index, {h: servers[h] for h in holders_of(index, n, k, r)}, seq, worker_seqs)
+        self._start = (seq, dict(worker_seqs or {}))
+        self.forwarder: Optional[ParityForwarder] = None  # made by connect
         self._crash_armed = False
         self._crash_before = False
         self.crashed = False
         self.degraded_reads = 0  # blocks decoded on demand because an access touched them before the rebuild
+
+    def connect(self, server: Any, servers: Sequence[Any]) -> None:
+        """Starts forwarding to this server's parity holders among ``servers`` (their agents exist by now)."""
+        holders = {h: servers[h] for h in holders_of(self.index, self.n, self.k, self.r)}
+        self.forwarder = ParityForwarder(self.index, holders, *self._start)
 
     # ---- data-server side ----------------------------------------------------------------------------
     def on_deltas(self, server: Any, table: str, deltas: Tuple[np.ndarray, np.ndarray],
@@ -168,7 +174,8 @@ class ParityAgent:
         return bool(server._table(table).shard.restore_block(block, data))
 
     def close(self) -> None:
-        self.forwarder.close()
+        if self.forwarder is not None:
+            self.forwarder.close()
 
 
 def fragment_readers(servers: Sequence[Any], table: str, timeout: float = 120.0) -> Tuple[Any, Any]:

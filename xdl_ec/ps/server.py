@@ -241,15 +241,16 @@ class ParameterServer:
             return sum(len(t) for t in restored.values())
 
     # ---- erasure-coded parity (--ft ec, see xdl_ec.ft.ec_strategy) -------------------------------------
-    def attach_parity(self, n: int, k: int, r: int, servers: Any, seq: int = 0, worker_seqs: Any = None) -> None:
-        """Makes this server a member of the (k, r) parity layout over ``servers`` (handles, index i = server i):
-        its mutations are forwarded to its parity holders from now on, starting after delta seq ``seq``, and
-        ``worker_seqs`` ({worker: push seq}) are the pushes its state already includes."""
+    def attach_parity(self, n: int, k: int, r: int, seq: int = 0, worker_seqs: Any = None) -> None:
+        """Makes this server a member of the (k, r) parity layout over n servers: it holds parity blocks, and once
+        ``parity_call("connect", servers)`` named the servers' handles (index i = server i) its mutations are
+        forwarded to its parity holders, starting after delta seq ``seq``; ``worker_seqs`` ({worker: push seq})
+        are the pushes its state already includes."""
         from .parity_agent import ParityAgent
 
         with self._lock:
             tables = {name: (t.shard.block_slots, t.record_bytes) for name, t in self._tables.items()}
-            self._parity = ParityAgent(self.index, n, k, r, tables, servers, seq, worker_seqs)
+            self._parity = ParityAgent(self.index, n, k, r, tables, seq, worker_seqs)
             if worker_seqs:
                 self.last_seq.update({int(w): int(s) for w, s in worker_seqs.items()})
 
