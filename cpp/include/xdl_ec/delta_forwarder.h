@@ -1,0 +1,129 @@
+// A data server's side of parity maintenance, off the push's critical path. Every mutation of the
+// server's shards that changed bytes (a push, a pull that inserted rows) gets the next delta seq; Record
+// routes its slot deltas (ParityRouter) into one ForwardedBatch per parity holder, stamped with the
+// worker push seqs applied so far, and queues them. Batches reach each holder in seq order, every holder
+// every seq. The durable watermark is the least seq every holder applied: per worker, the push seq it
+// includes is what the server reports, and workers forget logged pushes up to it.
+//
+// Delivery: a holder in this process (SetHolder with its ParityHolder) is served by this forwarder's
+// own thread, with no Python and no copy beyond routing. A holder in another process (SetHolder with
+// null) is served by whoever calls Take / Ack / Fail (the Python transport). A holder that fails counts
+// as down: it gets nothing more until SetHolder names its replacement, whose parity was recomputed
+// from the stripes' data at the current seq.
+//
+// Thread safety: every method may be called from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "xdl_ec/delta_batch.h"
+#include "xdl_ec/forwarded_batch.h"
+#include "xdl_ec/parity_holder.h"
+#include "xdl_ec/parity_router.h"
+
+namespace xdl_ec {
+
+class DeltaForwarder {
+ public:
+  struct Table {
+    std::string name;
+    uint32_t block_slots = 0;
+    size_t record_bytes = 0;
+  };
+  struct Progress {
+    int64_t seq = 0;           // the last seq recorded
+    int64_t live_applied = 0;  // the least seq the live holders applied (seq when none is live)
+    bool pending = false;      // a batch for a live holder is queued or in flight
+    WorkerSeqs worker_seqs;    // pushes applied so far
+    std::vector<int> down;     // holders that failed and were not replaced
+  };
+  // What Take hands to a remote transport: the batches to send, the durable watermark to send with
+  // them, and the link generation to quote in Ack / Fail.
+  struct Delivery {
+    std::vector<BatchPtr> batches;
+    int64_t durable = 0;
+    uint64_t link = 0;
+  };
+
+  // Server `index` of a (k, r) layout over n servers, its tables, continuing after delta seq `seq`
+  // whose state included the pushes `worker_seqs`. Its holders are every server holding parity of a
+  // stripe it has data in; until SetHolder connects one, its batches wait in its queue.
+  DeltaForwarder(int index, int n, int k, int r, const std::vector<Table>& tables, int64_t seq = 0,
+                 const WorkerSeqs& worker_seqs = {});
+  ~DeltaForwarder();  // Close()
+  DeltaForwarder(const DeltaForwarder&) = delete;
+  DeltaForwarder& operator=(const DeltaForwarder&) = delete;
+
+  int index() const { return index_; }
+  const std::vector<int>& holders() const { return holders_; }
+
+  // Call under the lock that orders the shard's mutations, right after one: queues its deltas of
+  // `table` (may be empty) as the next seq, with `pushes` (worker -> seq) the pushes it applied. A
+  // mutation with no delta and no push records nothing. Returns the current seq. Throws
+  // std::invalid_argument for an unknown table or a batch of the wrong record size (nothing queued).
+  int64_t Record(const std::string& table, const DeltaBatch& deltas, const WorkerSeqs& pushes);
+
+  int64_t DurableSeq(int worker) const;  // the highest push seq of `worker` every holder applied
+
+  // (Re)connects `holder` (one of holders()): `local` is its ParityHolder in this process, or null for
+  // a holder served through Take/Ack. Its parity reflects this server's stream up to the current seq:
+  // the queue is cleared and it counts as having applied seq. Throws std::invalid_argument otherwise.
+  void SetHolder(int holder, std::shared_ptr<ParityHolder> local);
+
+  // Remote transport: waits up to timeout_ms for batches for `holder` (connected remote, not down, none
+  // in flight) and moves them in flight. False on timeout or once closed.
+  bool Take(int holder, int timeout_ms, Delivery* out);
+  void Ack(int holder, uint64_t link, int64_t applied);  // the holder applied up to `applied`
+  // The holder could not be reached or refused: down until replaced; `error` is kept unless lost.
+  void Fail(int holder, uint64_t link, const std::string& error, bool lost);
+
+  Progress progress() const;
+  uint64_t bytes_sent() const;         // delta bytes queued for holders so far
+  std::vector<std::string> errors() const;  // failures other than a lost holder
+
+  void DropPending();  // failure injection: every batch not yet delivered is lost, and nothing more goes out
+  void Close();        // stops the delivery thread; Take returns false from now on
+
+ private:
+  struct Link {
+    std::shared_ptr<ParityHolder> local;  // null: remote (or not connected)
+    bool connected = false;
+    bool down = false;
+    bool in_flight = false;
+    uint64_t generation = 0;
+    int64_t acked = 0;
+    std::deque<BatchPtr> queue;
+  };
+  void Run();  // delivers to local holders
+  int64_t DurableLocked() const;
+  void AdvanceDurableLocked();
+  Link& LinkLocked(int holder, const char* what);
+
+  int index_;
+  std::vector<int> holders_;
+  std::map<std::string, std::unique_ptr<ParityRouter>> routers_;
+  mutable std::mutex mu_;
+  std::condition_variable work_;  // batches queued, a link changed, or closing
+  int64_t seq_;
+  std::shared_ptr<const WorkerSeqs> worker_seqs_;
+  std::map<int, Link> links_;
+  std::deque<std::pair<int64_t, std::shared_ptr<const WorkerSeqs>>> history_;  // not yet durable
+  std::shared_ptr<const WorkerSeqs> durable_seqs_;
+  uint64_t next_generation_ = 1;
+  uint64_t bytes_sent_ = 0;
+  std::vector<std::string> errors_;
+  bool closed_ = false;
+  std::thread thread_;
+};
+
+}  // namespace xdl_ec

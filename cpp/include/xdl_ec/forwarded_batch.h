@@ -1,0 +1,39 @@
+// One sequence-numbered delta batch of a data server as ONE parity holder receives it: the routed
+// ParityUpdate of every table the mutation touched for that holder (none when it touched none of the
+// holder's stripes: the holder still gets the seq, so its applied seq stays contiguous), and the worker
+// push seqs the sender had applied once the mutation was made (recovery tells workers what to replay
+// from it). Immutable once made: the sender's queue and the holder's undo log share it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "xdl_ec/parity_update.h"
+
+namespace xdl_ec {
+
+using WorkerSeqs = std::map<int32_t, int64_t>;  // worker -> its push seq to the sender
+
+struct ForwardedBatch {
+  int64_t seq = 0;                                            // the sender's delta seq (1, 2, ...)
+  std::shared_ptr<const WorkerSeqs> stamp;                    // never null; shared by every holder's copy
+  std::vector<std::pair<std::string, ParityUpdate>> updates;  // (table, non-empty update for this holder)
+
+  size_t delta_bytes() const;  // sum of the updates' delta bytes
+};
+
+using BatchPtr = std::shared_ptr<const ForwardedBatch>;
+
+// Little-endian wire form of a list of batches, for a holder in another process: magic "XFB1", count,
+// then per batch seq, stamp (count, (worker, seq)...), updates (count, (name length, name, update
+// length, ParityUpdate::Serialize bytes)...).
+std::vector<uint8_t> SerializeBatches(const std::vector<BatchPtr>& batches);
+// Throws std::invalid_argument naming what is wrong (bad magic, truncated, trailing bytes, bad update).
+std::vector<BatchPtr> ParseBatches(const uint8_t* bytes, size_t size);
+
+}  // namespace xdl_ec

@@ -1,0 +1,105 @@
+// The parity side of one parameter server: the parity blocks it holds (one ParityStore per table) for
+// the stripes the layout makes it a parity member of, and per sender (a data server whose stripes it
+// protects) the protocol state of xdl_ec/ft/ec_strategy.py:
+// - applied(sender): the sender's delta seq up to which its batches are in the blocks. Batches apply
+//   strictly in seq order: one at or below applied is skipped (a resend), a gap is an error;
+// - the worker seqs stamped on the last applied batch: after a rollback to W, what the rebuilt sender
+//   claims as applied, so workers replay exactly the pushes above it;
+// - an undo log of the batches above the sender's durable watermark (applied by every holder, never
+//   rolled back). Updates are XOR-ed in over GF(2^8), so applying a batch again removes it.
+//
+// Thread safety: every method may be called from any thread (one mutex; reads of a block and of the
+// applied seqs are atomic together, which consistent decoding relies on).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "xdl_ec/erasure_code.h"
+#include "xdl_ec/forwarded_batch.h"
+#include "xdl_ec/parity_store.h"
+
+namespace xdl_ec {
+
+// Thrown by a closed holder: its server is gone (in one process, the object of a killed server).
+class HolderClosed : public std::runtime_error {
+ public:
+  explicit HolderClosed(int index);
+  int index() const { return index_; }
+
+ private:
+  int index_;
+};
+
+class ParityHolder {
+ public:
+  // `tables`: table name -> bytes of one parity block of it (block_slots * record_bytes). Throws
+  // std::invalid_argument for a bad code, an empty name or a zero block size.
+  ParityHolder(int index, int k, int r, const std::map<std::string, size_t>& tables);
+  ParityHolder(const ParityHolder&) = delete;
+  ParityHolder& operator=(const ParityHolder&) = delete;
+
+  int index() const { return index_; }
+
+  // Applies `sender`'s batches in order (see above), then drops undo entries at or below `durable`.
+  // Returns applied(sender). A gap or an update naming an unknown table throws std::invalid_argument
+  // naming sender, seqs and this holder; the batches before it stay applied, it and later ones do not.
+  // Throws HolderClosed after Close().
+  int64_t Apply(int sender, const std::vector<BatchPtr>& batches, int64_t durable);
+
+  int64_t Applied(int sender) const;                 // 0 for a sender never seen
+  std::map<int32_t, int64_t> AppliedAll() const;     // sender -> applied
+  WorkerSeqs WorkerSeqsOf(int sender) const;         // stamped on the last applied batch
+
+  // Undoes `sender`'s batches above `to_seq`, newest first; returns the worker seqs at `to_seq`. Throws
+  // std::invalid_argument (nothing changed) when the undo log does not reach back to to_seq + 1.
+  WorkerSeqs Rollback(int sender, int64_t to_seq);
+  // After the blocks were recomputed from data: they hold `sender`'s stream up to `seq`, which
+  // included the pushes `worker_seqs`. Clears the sender's undo log.
+  void ResetSender(int sender, int64_t seq, const WorkerSeqs& worker_seqs);
+
+  // Copies bytes [offset, offset + width) of every record (record_bytes each) of parity block c of
+  // `table` to out (packed; the whole block when offset == 0 and width == record_bytes) and returns
+  // AppliedAll() as of the same instant: which version of each sender's data the bytes encode.
+  std::map<int32_t, int64_t> ReadBlock(const std::string& table, size_t c, size_t record_bytes, size_t offset,
+                                       size_t width, uint8_t* out) const;
+  // Overwrites block c of `table` with bytes[block_bytes(table)] (re-encoded from its stripe's data at
+  // the versions `expected`) only when this holder applied exactly those versions; false otherwise.
+  bool WriteBlockIf(const std::string& table, size_t c, const uint8_t* bytes,
+                    const std::map<int32_t, int64_t>& expected);
+  void WriteBlock(const std::string& table, size_t c, const uint8_t* bytes);
+
+  size_t block_bytes(const std::string& table) const;
+  size_t NumBlocks(const std::string& table) const;  // one past the highest allocated parity block
+  size_t Bytes() const;                              // parity bytes allocated over all tables
+
+  // The server died: every later Apply throws HolderClosed (reads still work: they are only reached
+  // through the server, which is gone).
+  void Close();
+  bool closed() const;
+
+ private:
+  struct Sender {
+    int64_t applied = 0;
+    std::shared_ptr<const WorkerSeqs> worker_seqs;  // stamped on the last applied batch (null: none)
+    std::deque<BatchPtr> undo;                      // applied batches above the durable watermark
+    std::shared_ptr<const WorkerSeqs> base;         // worker seqs just before undo.front()
+  };
+  ParityStore& StoreLocked(const std::string& table) const;
+
+  int index_;
+  std::shared_ptr<const ErasureCode> code_;
+  std::map<std::string, std::unique_ptr<ParityStore>> stores_;
+  mutable std::mutex mu_;
+  std::map<int32_t, Sender> senders_;
+  bool closed_ = false;
+};
+
+}  // namespace xdl_ec
