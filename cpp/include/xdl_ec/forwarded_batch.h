@@ -29,9 +29,9 @@ struct ForwardedBatch {
 
 using BatchPtr = std::shared_ptr<const ForwardedBatch>;
 
-// Little-endian wire form of a list of batches, for a holder in another process: magic "XFB1", count,
-// then per batch seq, stamp (count, (worker, seq)...), updates (count, (name length, name, update
-// length, ParityUpdate::Serialize bytes)...).
+// Little-endian wire form of a list of batches, for a holder in another process: magic "XFB1", count
+// (u64), then per batch seq (i64), stamp (u32 count, (i32 worker, i64 seq)...), updates (u32 count,
+// (u32 name length, name, u64 update length, ParityUpdate::Serialize bytes)...).
 std::vector<uint8_t> SerializeBatches(const std::vector<BatchPtr>& batches);
 // Throws std::invalid_argument naming what is wrong (bad magic, truncated, trailing bytes, bad update).
 std::vector<BatchPtr> ParseBatches(const uint8_t* bytes, size_t size);

@@ -70,6 +70,9 @@ class ParityHolder {
   // AppliedAll() as of the same instant: which version of each sender's data the bytes encode.
   std::map<int32_t, int64_t> ReadBlock(const std::string& table, size_t c, size_t record_bytes, size_t offset,
                                        size_t width, uint8_t* out) const;
+  // Bytes ReadBlock writes to out for these arguments; throws std::invalid_argument (unknown table,
+  // record_bytes not dividing the block, columns empty or outside a record) as ReadBlock does.
+  size_t ReadBlockBytes(const std::string& table, size_t record_bytes, size_t offset, size_t width) const;
   // Overwrites block c of `table` with bytes[block_bytes(table)] (re-encoded from its stripe's data at
   // the versions `expected`) only when this holder applied exactly those versions; false otherwise.
   bool WriteBlockIf(const std::string& table, size_t c, const uint8_t* bytes,

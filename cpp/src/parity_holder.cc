@@ -1,0 +1,218 @@
+// A C++ port of xdl_ec/ps/parity_role.py (the protocol is in the docstring of xdl_ec/ft/ec_strategy.py), so
+// that a forwarder thread can apply batches without the GIL.
+#include "xdl_ec/parity_holder.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace xdl_ec {
+
+HolderClosed::HolderClosed(int index)
+    : std::runtime_error("parity holder on server " + std::to_string(index) +
+                         " is closed: its server is gone (the replacement's holder takes its place)"),
+      index_(index) {}
+
+ParityHolder::ParityHolder(int index, int k, int r, const std::map<std::string, size_t>& tables)
+    : index_(index) {
+  if (index < 0) throw std::invalid_argument("ParityHolder: index must be >= 0 (a server index), got " + std::to_string(index));
+  code_ = std::make_shared<const ErasureCode>(k, r);  // throws invalid_argument for a bad code
+  for (const auto& [name, block_bytes] : tables) {
+    if (name.empty()) throw std::invalid_argument("ParityHolder: tables: a table name is empty");
+    if (block_bytes == 0)
+      throw std::invalid_argument("ParityHolder: tables: block bytes of table '" + name + "' must be >= 1, got 0");
+    stores_.emplace(name, std::make_unique<ParityStore>(code_, block_bytes));
+  }
+}
+
+// stores_ is fixed after construction, so looking a table up needs no lock.
+ParityStore& ParityHolder::StoreLocked(const std::string& table) const {
+  const auto it = stores_.find(table);
+  if (it == stores_.end()) {
+    std::string names;
+    for (const auto& [name, store] : stores_) names += (names.empty() ? "'" : ", '") + name + "'";
+    throw std::invalid_argument("table: server " + std::to_string(index_) + " holds no parity of table '" + table +
+                                "' (it has " + (names.empty() ? std::string("none") : names) + ")");
+  }
+  return *it->second;
+}
+
+int64_t ParityHolder::Apply(int sender, const std::vector<BatchPtr>& batches, int64_t durable) {
+  if (sender < 0) throw std::invalid_argument("ParityHolder::Apply: sender must be >= 0, got " + std::to_string(sender));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) throw HolderClosed(index_);
+  const auto found = senders_.find(sender);
+  int64_t applied = found == senders_.end() ? 0 : found->second.applied;
+  const std::string who = "server " + std::to_string(sender) + " on parity holder " + std::to_string(index_);
+  for (size_t b = 0; b < batches.size(); ++b) {
+    const BatchPtr& batch = batches[b];
+    if (!batch) throw std::invalid_argument("ParityHolder::Apply: batch " + std::to_string(b) + " from " + who + " is null");
+    if (batch->seq <= applied) continue;  // a resend: already in the blocks
+    const std::string at = "batch seq " + std::to_string(batch->seq) + " from " + who;
+    if (batch->seq != applied + 1)
+      throw std::invalid_argument("ParityHolder::Apply: " + at + " arrived after seq " + std::to_string(applied) +
+                                  ": batches must come in sequence order (a gap means lost batches)");
+    if (!batch->stamp) throw std::invalid_argument("ParityHolder::Apply: " + at + " has no worker-seq stamp");
+    // Every table first, so a batch naming an unknown one changes nothing.
+    std::vector<ParityStore*> stores;
+    stores.reserve(batch->updates.size());
+    for (const auto& [table, update] : batch->updates) {
+      try {
+        stores.push_back(&StoreLocked(table));
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument("ParityHolder::Apply: " + at + ": " + e.what());
+      }
+    }
+    // A store refuses a bad update whole; the updates of this batch already in are XOR-ed out again
+    // (applying an update twice removes it), so the batch is all or nothing.
+    size_t done = 0;
+    try {
+      for (; done < stores.size(); ++done) stores[done]->Apply(batch->updates[done].second);
+    } catch (const std::invalid_argument& e) {
+      const std::string table = batch->updates[done].first;
+      while (done > 0) {
+        --done;
+        stores[done]->Apply(batch->updates[done].second);
+      }
+      throw std::invalid_argument("ParityHolder::Apply: " + at + ", table '" + table + "': " + e.what());
+    }
+    Sender& s = senders_[sender];
+    s.undo.push_back(batch);
+    s.applied = applied = batch->seq;
+    s.worker_seqs = batch->stamp;
+  }
+  const auto it = senders_.find(sender);
+  if (it != senders_.end()) {
+    Sender& s = it->second;
+    // Batches at or below the durable watermark were applied by every holder: they are never rolled back.
+    while (!s.undo.empty() && s.undo.front()->seq <= durable) {
+      s.base = s.undo.front()->stamp;
+      s.undo.pop_front();
+    }
+  }
+  return applied;
+}
+
+int64_t ParityHolder::Applied(int sender) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = senders_.find(sender);
+  return it == senders_.end() ? 0 : it->second.applied;
+}
+
+std::map<int32_t, int64_t> ParityHolder::AppliedAll() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<int32_t, int64_t> out;
+  for (const auto& [sender, s] : senders_) out.emplace(sender, s.applied);
+  return out;
+}
+
+WorkerSeqs ParityHolder::WorkerSeqsOf(int sender) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = senders_.find(sender);
+  return it == senders_.end() || !it->second.worker_seqs ? WorkerSeqs{} : *it->second.worker_seqs;
+}
+
+WorkerSeqs ParityHolder::Rollback(int sender, int64_t to_seq) {
+  if (to_seq < 0)
+    throw std::invalid_argument("ParityHolder::Rollback: to_seq must be >= 0 (a delta seq), got " + std::to_string(to_seq));
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = senders_.find(sender);
+  if (it == senders_.end()) return {};  // nothing applied: already at any seq >= 0
+  Sender& s = it->second;
+  if (s.applied > to_seq && (s.undo.empty() || s.undo.front()->seq > to_seq + 1))
+    throw std::invalid_argument(
+        "ParityHolder::Rollback: parity holder " + std::to_string(index_) + " cannot roll server " + std::to_string(sender) +
+        " back from seq " + std::to_string(s.applied) + " to " + std::to_string(to_seq) + ": its undo log starts at " +
+        (s.undo.empty() ? std::string("none (empty)") : "seq " + std::to_string(s.undo.front()->seq)) +
+        " (batches at or below the durable watermark are never rolled back)");
+  while (!s.undo.empty() && s.undo.back()->seq > to_seq) {
+    for (const auto& [table, update] : s.undo.back()->updates) StoreLocked(table).Apply(update);  // XOR: undoes it
+    s.undo.pop_back();
+  }
+  if (s.applied > to_seq) {
+    s.applied = to_seq;
+    s.worker_seqs = s.undo.empty() ? s.base : s.undo.back()->stamp;
+  }
+  return s.worker_seqs ? *s.worker_seqs : WorkerSeqs{};
+}
+
+void ParityHolder::ResetSender(int sender, int64_t seq, const WorkerSeqs& worker_seqs) {
+  if (sender < 0) throw std::invalid_argument("ParityHolder::ResetSender: sender must be >= 0, got " + std::to_string(sender));
+  if (seq < 0) throw std::invalid_argument("ParityHolder::ResetSender: seq must be >= 0, got " + std::to_string(seq));
+  auto stamp = std::make_shared<const WorkerSeqs>(worker_seqs);
+  std::lock_guard<std::mutex> lock(mu_);
+  Sender& s = senders_[sender];
+  s.applied = seq;
+  s.worker_seqs = stamp;
+  s.undo.clear();
+  s.base = stamp;
+}
+
+size_t ParityHolder::ReadBlockBytes(const std::string& table, size_t record_bytes, size_t offset, size_t width) const {
+  const size_t block = StoreLocked(table).block_bytes();
+  if (record_bytes == 0 || block % record_bytes != 0)
+    throw std::invalid_argument("record_bytes: " + std::to_string(record_bytes) + " does not divide the " +
+                                std::to_string(block) + "-byte parity blocks of table '" + table + "'");
+  if (width == 0 || offset > record_bytes || width > record_bytes - offset)
+    throw std::invalid_argument("offset/width: columns [" + std::to_string(offset) + ", " + std::to_string(offset + width) +
+                                ") are empty or outside the " + std::to_string(record_bytes) + "-byte records");
+  return block / record_bytes * width;
+}
+
+std::map<int32_t, int64_t> ParityHolder::ReadBlock(const std::string& table, size_t c, size_t record_bytes, size_t offset,
+                                                   size_t width, uint8_t* out) const {
+  ReadBlockBytes(table, record_bytes, offset, width);  // validates
+  if (out == nullptr) throw std::invalid_argument("ParityHolder::ReadBlock: out is null");
+  const ParityStore& store = StoreLocked(table);
+  std::map<int32_t, int64_t> applied;
+  // Under the holder's lock: no batch lands between the copy and the seqs it is reported with.
+  std::lock_guard<std::mutex> lock(mu_);
+  if (offset == 0 && width == record_bytes) {
+    store.ReadBlock(c, out);
+  } else {
+    store.ReadColumns(c, record_bytes, offset, width, out);
+  }
+  for (const auto& [sender, s] : senders_) applied.emplace(sender, s.applied);
+  return applied;
+}
+
+bool ParityHolder::WriteBlockIf(const std::string& table, size_t c, const uint8_t* bytes,
+                                const std::map<int32_t, int64_t>& expected) {
+  ParityStore& store = StoreLocked(table);
+  if (bytes == nullptr) throw std::invalid_argument("ParityHolder::WriteBlockIf: bytes is null");
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [sender, version] : expected) {
+    const auto it = senders_.find(sender);
+    if ((it == senders_.end() ? 0 : it->second.applied) != version) return false;
+  }
+  store.WriteBlock(c, bytes);
+  return true;
+}
+
+void ParityHolder::WriteBlock(const std::string& table, size_t c, const uint8_t* bytes) {
+  ParityStore& store = StoreLocked(table);
+  if (bytes == nullptr) throw std::invalid_argument("ParityHolder::WriteBlock: bytes is null");
+  std::lock_guard<std::mutex> lock(mu_);
+  store.WriteBlock(c, bytes);
+}
+
+size_t ParityHolder::block_bytes(const std::string& table) const { return StoreLocked(table).block_bytes(); }
+
+size_t ParityHolder::NumBlocks(const std::string& table) const { return StoreLocked(table).num_blocks(); }
+
+size_t ParityHolder::Bytes() const {
+  size_t total = 0;
+  for (const auto& [name, store] : stores_) total += store->bytes();
+  return total;
+}
+
+void ParityHolder::Close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  closed_ = true;
+}
+
+bool ParityHolder::closed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return closed_;
+}
+
+}  // namespace xdl_ec
