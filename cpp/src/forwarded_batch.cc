@@ -69,9 +69,15 @@ std::vector<uint8_t> SerializeBatches(const std::vector<BatchPtr>& batches) {
   size_t estimate = 4 + 8;
   for (size_t b = 0; b < batches.size(); ++b) {
     if (!batches[b]) throw std::invalid_argument("SerializeBatches: batch " + std::to_string(b) + " is null");
+    if (batches[b]->seq < 1)  // ParseBatches refuses it: fail here, at the sender
+      throw std::invalid_argument("SerializeBatches: batch " + std::to_string(b) + " has seq " +
+                                  std::to_string(batches[b]->seq) + "; seqs start at 1");
     estimate += kMinBatchBytes + (batches[b]->stamp ? batches[b]->stamp->size() * kStampEntryBytes : 0);
-    for (const auto& [table, update] : batches[b]->updates)
+    for (const auto& [table, update] : batches[b]->updates) {
+      if (table.empty())
+        throw std::invalid_argument("SerializeBatches: batch " + std::to_string(b) + " has an update with an empty table name");
       estimate += kMinUpdateBytes + table.size() + 24 + update.entries.size() * 14 + update.delta_bytes();
+    }
   }
   out.reserve(estimate);
   for (uint8_t b : kMagic) out.push_back(b);  // (vector::insert here trips a GCC 12 -Wstringop-overflow false positive)

@@ -238,6 +238,13 @@ TEST(ForwardedBatchTest, MalformedInputIsRefusedWithItsReason) {
   EXPECT_NE(MessageOf(bad).find("seqs start at 1"), std::string::npos) << MessageOf(bad);
   std::vector<BatchPtr> null_batch = {nullptr};
   EXPECT_THROW(SerializeBatches(null_batch), std::invalid_argument);
+  // What ParseBatches would refuse is refused at the sender already.
+  auto zero = std::make_shared<ForwardedBatch>(*SampleBatches()[3]);
+  zero->seq = 0;
+  EXPECT_THROW(SerializeBatches({zero}), std::invalid_argument);
+  auto unnamed = std::make_shared<ForwardedBatch>(*SampleBatches()[0]);
+  unnamed->updates[0].first.clear();
+  EXPECT_THROW(SerializeBatches({unnamed}), std::invalid_argument);
 }
 
 class ParityHolderTest : public ::testing::Test {

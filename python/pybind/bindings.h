@@ -10,5 +10,6 @@ void BindCodec(pybind11::module_& m);   // bind_codec.cc: ErasureCode
 void BindParity(pybind11::module_& m);  // bind_parity.cc: stripe layout, parity groups, recovery
 void BindFt(pybind11::module_& m);      // bind_ft.cc: AccessCounter (checkpoint / CPR bookkeeping)
 void BindParityTransport(pybind11::module_& m);  // bind_parity_transport.cc: router/store/recovery for the PS
+void BindParityHolder(pybind11::module_& m);     // bind_parity_holder.cc: ParityHolder, forwarded-batch wire form
 
 }  // namespace xdl_ec::python

@@ -8,4 +8,5 @@ PYBIND11_MODULE(_core, m) {
   xdl_ec::python::BindParity(m);
   xdl_ec::python::BindFt(m);
   xdl_ec::python::BindParityTransport(m);
+  xdl_ec::python::BindParityHolder(m);
 }
