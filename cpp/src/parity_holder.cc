@@ -42,24 +42,25 @@ int64_t ParityHolder::Apply(int sender, const std::vector<BatchPtr>& batches, in
   if (closed_) throw HolderClosed(index_);
   const auto found = senders_.find(sender);
   int64_t applied = found == senders_.end() ? 0 : found->second.applied;
-  const std::string who = "server " + std::to_string(sender) + " on parity holder " + std::to_string(index_);
+  // Error text is built only on the error path: Apply is the forwarder's hot path.
+  const auto who = [&] { return "server " + std::to_string(sender) + " on parity holder " + std::to_string(index_); };
+  std::vector<ParityStore*> stores;
   for (size_t b = 0; b < batches.size(); ++b) {
     const BatchPtr& batch = batches[b];
-    if (!batch) throw std::invalid_argument("ParityHolder::Apply: batch " + std::to_string(b) + " from " + who + " is null");
+    if (!batch) throw std::invalid_argument("ParityHolder::Apply: batch " + std::to_string(b) + " from " + who() + " is null");
     if (batch->seq <= applied) continue;  // a resend: already in the blocks
-    const std::string at = "batch seq " + std::to_string(batch->seq) + " from " + who;
+    const auto at = [&] { return "batch seq " + std::to_string(batch->seq) + " from " + who(); };
     if (batch->seq != applied + 1)
-      throw std::invalid_argument("ParityHolder::Apply: " + at + " arrived after seq " + std::to_string(applied) +
+      throw std::invalid_argument("ParityHolder::Apply: " + at() + " arrived after seq " + std::to_string(applied) +
                                   ": batches must come in sequence order (a gap means lost batches)");
-    if (!batch->stamp) throw std::invalid_argument("ParityHolder::Apply: " + at + " has no worker-seq stamp");
+    if (!batch->stamp) throw std::invalid_argument("ParityHolder::Apply: " + at() + " has no worker-seq stamp");
     // Every table first, so a batch naming an unknown one changes nothing.
-    std::vector<ParityStore*> stores;
-    stores.reserve(batch->updates.size());
+    stores.clear();
     for (const auto& [table, update] : batch->updates) {
       try {
         stores.push_back(&StoreLocked(table));
       } catch (const std::invalid_argument& e) {
-        throw std::invalid_argument("ParityHolder::Apply: " + at + ": " + e.what());
+        throw std::invalid_argument("ParityHolder::Apply: " + at() + ": " + e.what());
       }
     }
     // A store refuses a bad update whole; the updates of this batch already in are XOR-ed out again
@@ -73,7 +74,7 @@ int64_t ParityHolder::Apply(int sender, const std::vector<BatchPtr>& batches, in
         --done;
         stores[done]->Apply(batch->updates[done].second);
       }
-      throw std::invalid_argument("ParityHolder::Apply: " + at + ", table '" + table + "': " + e.what());
+      throw std::invalid_argument("ParityHolder::Apply: " + at() + ", table '" + table + "': " + e.what());
     }
     Sender& s = senders_[sender];
     s.undo.push_back(batch);
