@@ -6,6 +6,7 @@ and catches a flipped bit. Runs are tiny (synthetic data, a few steps) so the fi
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Dict, List
 
 import numpy as np
@@ -160,6 +161,53 @@ def test_rebuild_runs_between_steps_and_serves_degraded_reads() -> None:
     assert report["degraded_reads"] > 0
     (failure,) = report["failures"]
     assert failure["index"] == 2 and failure["rebuild_seconds"] > 0
+
+
+def test_rate_limited_rebuild_spans_several_steps_and_stays_exact() -> None:
+    """``rebuild_share``: each boundary earns share / (1 - share) of a mean step; a stripe made to cost a whole
+    mean step (the hook sleeps that long) overruns the credit, so no boundary rebuilds more than one stripe and
+    the rebuild spreads over several steps while training goes on; the model still equals the failure-free one."""
+    strategy = ErasureCoded(2, 1, rebuild_share=0.5)
+    steps_of_stripes: List[int] = []
+
+    def slow_stripe(stripe: int) -> None:
+        steps_of_stripes.append(strategy.trainer.step)
+        seconds = list(strategy._step_seconds)
+        time.sleep(sum(seconds) / len(seconds) if seconds else 0.01)
+
+    strategy.on_rebuild_stripe = slow_stripe
+    trainer = PSTrainer(small_config(steps=14), ClusterConfig(servers=3, workers=1), strategy=strategy,
+                        failures=FailureSchedule([Kill(3, "server", 1)]))
+    report = trainer.run()
+    assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 1)]
+    assert len(steps_of_stripes) >= 3, "the test needs a rebuild of several stripes"
+    during_training = [s for s in steps_of_stripes if s < 14]
+    assert len(set(during_training)) >= 2, steps_of_stripes
+    assert all(steps_of_stripes.count(s) == 1 for s in during_training), steps_of_stripes
+    reference = PSTrainer(small_config(steps=14), ClusterConfig(servers=3, workers=1)).run()
+    assert report["model_digest"] == reference["model_digest"]
+
+
+@pytest.mark.parametrize("share", [0, -0.1, 1.5, float("nan"), "fast", None])
+def test_bad_rebuild_share_is_a_clear_error(share: Any) -> None:
+    with pytest.raises(ValueError, match=r"--rebuild-share: must be .*\(0, 1\]"):
+        ErasureCoded(2, 1, rebuild_share=share)
+
+
+def test_rebuild_share_flag(capsys: pytest.CaptureFixture) -> None:
+    from xdl_ec.cli import main
+
+    flags = ["train", "--synthetic", "--synthetic-rows", "3000", "--steps", "4", "--batch-size", "128",
+             "--emb-dim", "8", "--no-progress", "--servers", "3"]
+    for bad in ("0", "1.01", "-1", "x"):
+        with pytest.raises(SystemExit) as exited:  # argparse: one usage line, status 2
+            main([*flags, "--ft", "ec", "--code", "2,1", f"--rebuild-share={bad}"])
+        assert exited.value.code == 2
+        assert "--rebuild-share: expected a number in (0, 1]" in capsys.readouterr().err
+    assert main([*flags, "--ft", "ckpt", "--rebuild-share", "0.1"]) == 2
+    assert "--rebuild-share: only used with --ft ec" in capsys.readouterr().err
+    assert main([*flags, "--ft", "ec", "--code", "2,1", "--rebuild-share", "1", "--fail-at", "2:0"]) == 0
+    assert "server 0 lost at step 2" in capsys.readouterr().out
 
 
 def test_verify_subcommand_trains_with_a_failure_then_scrubs(capsys: pytest.CaptureFixture) -> None:

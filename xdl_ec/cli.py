@@ -123,6 +123,9 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
                     help="none: a lost server stops the run (default); ckpt: periodic checkpoints, every server rolls "
                          "back; cpr: only the lost server reloads its checkpoint; ec: erasure-coded servers")
     ft.add_argument("--code", type=_code, metavar="K,R", help="ec: K data servers per stripe, R parity (default 4,1)")
+    ft.add_argument("--rebuild-share", type=_share, metavar="S",
+                    help="ec: share of wall time a rebuild may take until it is done, in (0, 1] (default 0.05; "
+                         "training goes on meanwhile)")
     ft.add_argument("--ckpt-interval", metavar="N|Ns|auto",
                     help="ckpt: every N steps, every N seconds ('30s') or auto = Young's formula from the measured "
                          "save cost and --mtbf (default auto)")
@@ -156,6 +159,7 @@ def _code(text: str) -> tuple[int, int]:
 
 
 _open_fraction = _number(float, lambda v: 0.0 < v < 1.0, "a number in (0, 1)")
+_share = _number(float, lambda v: 0.0 < v <= 1.0, "a number in (0, 1] (e.g. 0.05)")
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -243,8 +247,8 @@ def _cluster_config(args: argparse.Namespace) -> Any:
                          address=args.address, mode=args.mode or "sync")
 
 
-FT_FLAGS = ("ft", "code", "ckpt_interval", "ckpt_dir", "cpr_pls", "cpr_interval", "cpr_mode", "fail_at",
-            "fail_worker_at", "mtbf")
+FT_FLAGS = ("ft", "code", "rebuild_share", "ckpt_interval", "ckpt_dir", "cpr_pls", "cpr_interval", "cpr_mode",
+            "fail_at", "fail_worker_at", "mtbf")
 
 
 def _fault_tolerance(args: argparse.Namespace, config: Any, cluster: Any) -> tuple:
@@ -258,7 +262,8 @@ def _fault_tolerance(args: argparse.Namespace, config: Any, cluster: Any) -> tup
     from .ft.failure_schedule import FailureSchedule
 
     name = args.ft or "none"
-    specific = {"ckpt": ("ckpt_interval",), "cpr": ("cpr_pls", "cpr_interval", "cpr_mode"), "ec": ("code",)}
+    specific = {"ckpt": ("ckpt_interval",), "cpr": ("cpr_pls", "cpr_interval", "cpr_mode"),
+                "ec": ("code", "rebuild_share")}
     for strategy, flags in specific.items():
         wrong = [f"--{f.replace('_', '-')}" for f in flags if getattr(args, f, None) is not None and name != strategy]
         if wrong:
@@ -322,6 +327,8 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--mtbf", type=_positive_float, metavar="SECONDS",
                    help="mean seconds of training between server failures (default: a third of the reference run)")
     p.add_argument("--seed", type=_non_negative_int, default=0, help="data, model and failure seed (default 0)")
+    p.add_argument("--rebuild-share", type=_share, metavar="S",
+                   help="ec rows: share of wall time a rebuild may take, in (0, 1] (default 0.05)")
     p.add_argument("--only", action="append", metavar="LABEL",
                    help="run only these rows (repeatable; the none reference always runs): none, ckpt, cpr-mfu, "
                         "cpr-ssu, ec-2+1, ec-4+1, ec-4+2")
@@ -334,11 +341,13 @@ def run_bench_command(args: argparse.Namespace) -> int:
     from .benchmark.table import markdown_table
 
     config = BenchConfig(quick=args.quick, out=args.out, backend=args.backend, data=args.data, mtbf=args.mtbf,
-                         seed=args.seed, progress=not args.no_progress, variants=args.only)
+                         seed=args.seed, progress=not args.no_progress, variants=args.only,
+                         rebuild_share=args.rebuild_share)
     try:
         config.validate()
     except ValueError as err:
-        raise UsageError(f"--{str(err).replace('variants:', 'only:')}") from None
+        raise UsageError(f"--{str(err).replace('variants:', 'only:').replace('rebuild_share:', 'rebuild-share:')}") \
+            from None
     try:
         results = run_bench(config, log=lambda line: print(line, file=sys.stderr))
     except (OSError, ValueError) as err:  # unreadable data, a data set too small to split

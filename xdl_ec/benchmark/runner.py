@@ -91,6 +91,7 @@ class BenchConfig:
     seed: int = 0
     progress: bool = True
     variants: Optional[Sequence[str]] = None
+    rebuild_share: Optional[float] = None  # ec rows: share of wall time a rebuild may take (None: the default)
 
     @property
     def preset(self) -> Preset:
@@ -110,6 +111,13 @@ class BenchConfig:
         out = Path(self.out)
         if out.exists() and not out.is_dir():
             raise ValueError(f"out: {self.out} exists and is not a directory; pick another --out")
+        if self.rebuild_share is not None:
+            from ..ft.ec_strategy import parse_rebuild_share
+
+            try:
+                parse_rebuild_share(self.rebuild_share)
+            except ValueError as err:
+                raise ValueError(str(err).replace("--rebuild-share", "rebuild_share")) from None
         if self.variants is not None:
             known = [v.label for v in MATRIX]
             unknown = [v for v in self.variants if v not in known]
@@ -181,15 +189,16 @@ def peak_rss_bytes() -> int:
 
 # ---- one run -----------------------------------------------------------------------------------------------------
 def run_variant(variant: Variant, train: Any, cluster: Any, kills: Sequence[Tuple[int, int, float]],
-                mtbf: Optional[float], seed: int) -> Dict[str, Any]:
+                mtbf: Optional[float], seed: int, rebuild_share: Optional[float] = None) -> Dict[str, Any]:
     """Trains ``variant`` with the kills: ``{"label", "ft", "status": "ok", "report", "peak_rss_bytes", ...}``, or
-    status ``unavailable`` (the strategy is not in this build) or ``failed`` (the run raised) with the error."""
+    status ``unavailable`` (the strategy is not in this build) or ``failed`` (the run raised) with the error.
+    ``rebuild_share``: ec's rebuild rate limit (None: the strategy's default)."""
     from ..ft.factory import make_strategy
     from ..ft.failure_schedule import FailureSchedule, Kill
     from ..ps import PSTrainer
 
     row: Dict[str, Any] = {"label": variant.label, "ft": variant.ft, "options": dict(variant.options)}
-    args = types.SimpleNamespace(**variant.options, mtbf=mtbf, seed=seed)
+    args = types.SimpleNamespace(**variant.options, mtbf=mtbf, seed=seed, rebuild_share=rebuild_share)
     try:
         strategy = make_strategy(variant.ft, args)
     except (ValueError, ImportError) as err:
@@ -321,7 +330,7 @@ def run_bench(config: BenchConfig, log: Callable[[str], None] = print) -> Dict[s
         rows.append(reference)
         for variant in variants[1:]:
             bar.set_description(variant.label)
-            row = run_variant(variant, train, cluster, kills, mtbf, config.seed)
+            row = run_variant(variant, train, cluster, kills, mtbf, config.seed, config.rebuild_share)
             bar.update(1)
             if row["status"] != "ok":
                 log(f"xdl-ec bench: {variant.label}: {row['status']}: {row['error']}")
@@ -338,6 +347,7 @@ def run_bench(config: BenchConfig, log: Callable[[str], None] = print) -> Dict[s
         "seed": config.seed,
         "mtbf_seconds": mtbf,
         "mtbf_auto": config.mtbf is None,
+        "rebuild_share": config.rebuild_share,
         "failure_schedule": [{"step": s, "server": i, "seconds_after_first_step": t} for s, i, t in kills],
         "train": dataclasses.asdict(train),
         "cluster": dataclasses.asdict(cluster),

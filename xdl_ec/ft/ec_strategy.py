@@ -58,10 +58,11 @@ acknowledge its next mutation and die before forwarding its deltas. :meth:`Erasu
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -71,6 +72,22 @@ from ..ps.parity_agent import consistent_decode, fragment_readers, holders_of
 from .strategy import FailureRecord, FaultTolerance, Resume, Unrecoverable
 
 CALL_TIMEOUT = 120.0
+DEFAULT_REBUILD_SHARE = 0.05  # share of wall time a rebuild may take (md RAID-style rate limit)
+STEP_WINDOW = 8  # recent step boundaries whose mean paces the rebuild
+CREDIT_CAP_STEPS = 1.0  # unspent rebuild credit is capped at one mean step (no burst after idle boundaries)
+
+
+def parse_rebuild_share(value: Any) -> float:
+    """``--rebuild-share``: a number in (0, 1]; ValueError naming the flag otherwise."""
+    try:
+        share = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"--rebuild-share: must be a number in (0, 1] (the share of wall time a rebuild may "
+                         f"take, e.g. 0.05), got {value!r}") from None
+    if isinstance(value, bool) or not (0.0 < share <= 1.0):
+        raise ValueError(f"--rebuild-share: must be in (0, 1] (the share of wall time a rebuild may take, e.g. "
+                         f"0.05; 1 rebuilds at the first step boundary), got {value!r}")
+    return share
 
 
 def parse_code(code: Any) -> Tuple[int, int]:
@@ -106,13 +123,17 @@ class ErasureCoded(FaultTolerance):
     name = "ec"
 
     def __init__(self, k: int = 4, r: int = 1, rebuild_stripes_per_step: Optional[int] = None,
-                 rebuild_seconds_per_step: float = 0.01) -> None:
+                 rebuild_share: float = DEFAULT_REBUILD_SHARE) -> None:
         """``rebuild_stripes_per_step``: stripes rebuilt at each step boundary (0: the whole rebuild inside the
-        recovery; None: as many as fit in ``rebuild_seconds_per_step``)."""
+        recovery); None: rate-limited by ``rebuild_share``, the share of wall time the rebuild may take until it
+        is done (see :meth:`after_step`)."""
         super().__init__()
         self.k, self.r = parse_code((k, r))
+        self.rebuild_share = parse_rebuild_share(rebuild_share)
+        if rebuild_stripes_per_step is not None and (isinstance(rebuild_stripes_per_step, bool) or not isinstance(
+                rebuild_stripes_per_step, int) or rebuild_stripes_per_step < 0):
+            raise ValueError(f"rebuild_stripes_per_step: must be an int >= 0 or None, got {rebuild_stripes_per_step!r}")
         self.rebuild_stripes_per_step = rebuild_stripes_per_step
-        self.rebuild_seconds_per_step = rebuild_seconds_per_step
         self.scrub = False  # verify every stripe when the report is made (xdl-ec verify)
         self.scrub_result: Optional[List[StripeMismatch]] = None
         self.n = 0
@@ -124,6 +145,14 @@ class ErasureCoded(FaultTolerance):
         self._open_records: List[FailureRecord] = []
         self._rebuild_start: Optional[Tuple[float, int]] = None
         self._geometries: Dict[str, Tuple[int, int]] = {}
+        self._recoveries: Dict[str, Any] = {}
+        self._layout: Any = None  # the StripeLayout, once attached
+        # rebuild pacing: recent step seconds measured between step boundaries (own work excluded), and the
+        # rebuild seconds earned but not spent yet (negative: a stripe overran the budget, repaid next boundaries)
+        self._step_seconds: Deque[float] = collections.deque(maxlen=STEP_WINDOW)
+        self._boundary_end: Optional[float] = None
+        self._credit = 0.0
+        self.boundaries_rebuilding = 0  # step boundaries that rebuilt stripes (the rebuild's spread, for tests)
 
     @classmethod
     def from_args(cls, args: Any) -> "ErasureCoded":
@@ -131,7 +160,8 @@ class ErasureCoded(FaultTolerance):
         instance is left on ``args.ec_strategy`` for the caller to read back."""
         from .factory import strategy_arg
 
-        strategy = cls(*parse_code(strategy_arg(args, "code")))
+        strategy = cls(*parse_code(strategy_arg(args, "code")),
+                       rebuild_share=parse_rebuild_share(strategy_arg(args, "rebuild_share")))
         strategy.scrub = bool(getattr(args, "scrub", False))
         try:
             args.ec_strategy = strategy
@@ -159,20 +189,50 @@ class ErasureCoded(FaultTolerance):
         return Resume(step=self.trainer.step)
 
     def after_step(self, step: int) -> None:
-        """Rebuilds a share of the stripes still missing (training goes on between shares)."""
-        if not self._plan:
-            return
+        """Rebuilds a share of the stripes still missing (training goes on between shares).
+
+        Rate limit, like md RAID's resync speed limit: the rebuild may take ``rebuild_share`` of wall time until
+        it is done, so each boundary earns ``share / (1 - share)`` times the mean of the recent steps' seconds
+        (measured here between boundaries, this strategy's own time excluded) and spends it on whole stripes; a
+        stripe that overruns is repaid at the next boundaries. A boundary with credit rebuilds at least one
+        stripe, and credit grows every boundary, so the rebuild always finishes."""
+        now = time.perf_counter()
+        if self._boundary_end is not None:
+            self._step_seconds.append(now - self._boundary_end)
         try:
-            self._rebuild_some()
+            if self._plan:
+                self._rebuild_paced()
         except RoleLost as err:  # a server died while a rebuild was running: confirm, then start over with it
             if self.trainer.scheduler.confirm_failure(err) is None:
                 raise
             self._recover_servers(err)
+        finally:
+            self._boundary_end = time.perf_counter()
+
+    def _rebuild_paced(self) -> None:
+        if self.rebuild_stripes_per_step is not None:
+            self._rebuild_some(stripes=self.rebuild_stripes_per_step)
+            self.boundaries_rebuilding += 1
+            return
+        if self.rebuild_share >= 1.0 or not self._step_seconds:
+            budget = None if self.rebuild_share >= 1.0 else 0.0  # no step measured yet: one stripe
+        else:
+            mean = sum(self._step_seconds) / len(self._step_seconds)
+            self._credit = min(self._credit + self.rebuild_share / (1.0 - self.rebuild_share) * mean,
+                               CREDIT_CAP_STEPS * mean)
+            if self._credit <= 0.0:
+                return  # still repaying an overrun
+            budget = self._credit
+        start = time.perf_counter()
+        self._rebuild_some(seconds=budget)
+        self.boundaries_rebuilding += 1
+        if budget is not None:
+            self._credit -= time.perf_counter() - start
 
     def finish_rebuild(self) -> None:
         """Rebuilds every stripe still missing now."""
         while self._plan:
-            self._rebuild_some(budget=None)
+            self._rebuild_some()
 
     def _recover_servers(self, cause: BaseException) -> None:
         trainer, sched = self.trainer, self.trainer.scheduler
@@ -199,6 +259,8 @@ class ErasureCoded(FaultTolerance):
                 self._open_records.append(record)
         self._rebuild_start = (start, getattr(trainer, "samples", 0)) if self._rebuild_start is None else \
             self._rebuild_start
+        self._credit = 0.0
+        self._boundary_end = None  # the step holding this recovery is not a normal step: not measured
         if self.rebuild_stripes_per_step == 0:
             self.finish_rebuild()
 
@@ -302,11 +364,25 @@ class ErasureCoded(FaultTolerance):
                 return progress
             time.sleep(0.001)
 
-    def _stripes(self, table: str, survivors: Sequence[int]) -> int:
-        """Stripes covering every block any survivor holds (data or parity) of ``table``: whole cycles."""
+    def _call_many(self, calls: Sequence[Tuple[Any, ...]]) -> List[Any]:
+        """``parity_call``s (server, method, *args), all issued before any is awaited (the servers work in
+        parallel and the recovery pays one round trip, not one per call); the answers in call order."""
+        servers = self.trainer.scheduler.servers
+        return self._wait([servers[c[0]].call("parity_call", *c[1:]) for c in calls])
+
+    def _recovery(self, table: str) -> Any:
+        """The C++ Recovery of ``table``'s geometry (kept: it caches decode tables per erasure pattern)."""
+        if table not in self._recoveries:
+            self._recoveries[table] = _core.Recovery(self.n, self.k, self.r, *self._geometry(table))
+        return self._recoveries[table]
+
+    def _stripes(self, table: str, survivors: Sequence[int], extents: Optional[Dict[int, Any]] = None) -> int:
+        """Stripes covering every block any survivor holds (data or parity) of ``table``: whole cycles;
+        ``extents``: the survivors' (data blocks, parity blocks) when already read."""
+        extents = extents or dict(zip(survivors, self._call_many([(s, "extent", table) for s in survivors])))
         stripes = 0
         for s in survivors:
-            data_blocks, parity_blocks = self._call(s, "extent", table)
+            data_blocks, parity_blocks = extents[s]
             stripes = max(stripes, math.ceil(data_blocks / self.k) * self.n, math.ceil(parity_blocks / self.r) * self.n)
         return stripes
 
@@ -318,11 +394,15 @@ class ErasureCoded(FaultTolerance):
         # (b) every surviving holder of p's stripes rolls p's stream back to W_p
         seq: Dict[int, int] = {s: progress[s]["seq"] for s in survivors}
         wseqs: Dict[int, Dict[int, int]] = {s: progress[s]["worker_seqs"] for s in survivors}
+        holders = {p: [h for h in holders_of(p, n, k, r) if h not in lost] for p in lost}
+        pairs = [(p, h) for p in lost for h in holders[p]]
+        applied = self._call_many([(h, "applied", p) for p, h in pairs])
         for p in lost:
-            holders = [h for h in holders_of(p, n, k, r) if h not in lost]
-            seq[p] = min(self._call(h, "applied", p) for h in holders)
-            agreed = [self._call(h, "rollback", p, seq[p]) for h in holders]
-            wseqs[p] = {int(w): int(s) for w, s in agreed[0].items()}
+            seq[p] = min(a for (q, _), a in zip(pairs, applied) if q == p)
+        agreed = self._call_many([(h, "rollback", p, seq[p]) for p, h in pairs])
+        for p in lost:
+            first = next(a for (q, _), a in zip(pairs, agreed) if q == p)
+            wseqs[p] = {int(w): int(s) for w, s in first.items()}
         # (c) fresh replacements: key index now, blocks by degraded reads and by the rebuild between steps
         for p in lost:
             old = sched.servers[p]
@@ -333,24 +413,22 @@ class ErasureCoded(FaultTolerance):
         servers = list(sched.servers)
         self._wait([servers[p].call("attach_parity", n, k, r, seq[p], wseqs[p]) for p in lost])
         self._wait([servers[p].call("parity_call", "connect", servers) for p in lost])
-        for s in survivors:
-            for p in lost:
-                if p in holders_of(s, n, k, r):
-                    self._call(s, "set_holder", p, servers[p])
-        for q in lost:
-            for s in range(n):
-                if s != q and q in holders_of(s, n, k, r):
-                    self._call(q, "reset_sender", s, seq[s], wseqs[s])
-        layout = _core.StripeLayout(n, k, r)
+        self._call_many([(s, "set_holder", p, servers[p]) for s in survivors for p in lost
+                         if p in holders_of(s, n, k, r)] +
+                        [(q, "reset_sender", s, seq[s], wseqs[s]) for q in lost for s in range(n)
+                         if s != q and q in holders_of(s, n, k, r)])
+        layout = self._layout = _core.StripeLayout(n, k, r)
         plan: List[Tuple[str, int]] = []
         for table in self._tables():
             block_slots, record_bytes = self._geometry(table)
-            recovery = _core.Recovery(n, k, r, block_slots, record_bytes)
-            data, parity = fragment_readers(servers, table, CALL_TIMEOUT)
-            stripes = self._stripes(table, survivors)
-            extent = {s: self._call(s, "extent", table)[0] for s in survivors}
+            recovery = self._recovery(table)
+            extents = dict(zip(survivors, self._call_many([(s, "extent", table) for s in survivors])))
+            stripes = self._stripes(table, survivors, extents)
+            extent = {s: extents[s][0] for s in survivors}
             for p in lost:
-                keys, slots, high_water = recovery.recover_key_index(p, stripes // n * k, lost, data, parity)
+                keys, slots, high_water = prefetched(
+                    servers, table, block_slots,
+                    lambda d, q: recovery.recover_key_index(p, stripes // n * k, lost, d, q))  # noqa: B023
                 self._call(p, "begin_restore", table, keys, slots, high_water, servers, lost)
                 extent[p] = math.ceil(high_water / block_slots)
             self._extent[table] = extent
@@ -368,17 +446,14 @@ class ErasureCoded(FaultTolerance):
                 except WorkerLost as err:
                     sched.confirm_failure(err)
 
-    def _rebuild_some(self, budget: Optional[float] = -1.0) -> None:
-        """Rebuilds stripes of the plan: ``rebuild_stripes_per_step`` of them, or for ``budget`` seconds (-1: the
-        strategy's ``rebuild_seconds_per_step``; None: all)."""
-        deadline = None if budget is None else time.perf_counter() + (
-            self.rebuild_seconds_per_step if budget == -1.0 else budget)
+    def _rebuild_some(self, stripes: Optional[int] = None, seconds: Optional[float] = None) -> None:
+        """Rebuilds stripes of the plan: at most ``stripes`` of them, and none after ``seconds`` are spent (at
+        least one either way); all of them with neither."""
+        deadline = None if seconds is None else time.perf_counter() + seconds
         done = 0
         while self._plan:
-            if budget is not None and self.rebuild_stripes_per_step is not None and \
-                    done >= self.rebuild_stripes_per_step:
-                break
-            if budget is not None and self.rebuild_stripes_per_step is None and time.perf_counter() > deadline:
+            if done and ((stripes is not None and done >= stripes) or
+                         (deadline is not None and time.perf_counter() >= deadline)):
                 break
             table, stripe = self._plan[0]
             self._rebuild_stripe(table, stripe)
@@ -396,9 +471,8 @@ class ErasureCoded(FaultTolerance):
         n, k, r = self.n, self.k, self.r
         servers = self.trainer.scheduler.servers
         lost = self._rebuilding
-        block_slots, record_bytes = self._geometry(table)
-        layout = _core.StripeLayout(n, k, r)
-        recovery = _core.Recovery(n, k, r, block_slots, record_bytes)
+        layout = self._layout
+        recovery = self._recovery(table)
         wanted = [t for t in range(k + r) if layout.server_at(stripe, t) in lost]
         extent = self._extent[table]
         members = [layout.data_member(stripe, j) for j in range(k)]
@@ -429,6 +503,35 @@ class ErasureCoded(FaultTolerance):
             record.rebuild_seconds = seconds
             record.samples_per_sec_during_rebuild = trained / seconds if trained and seconds > 0 else None
         self._open_records, self._rebuilding, self._rebuild_start = [], [], None
+
+
+def prefetched(servers: Sequence[Any], table: str, block_slots: int, run: Callable[[Any, Any], Any]) -> Any:
+    """``run(read_data, read_parity)`` (a C++ Recovery call reading fragments through callbacks, one at a time)
+    with every fragment fetched at once: a first pass records which fragments ``run`` reads (the reads of an
+    erasure decode depend only on the pattern of lost servers, not on the bytes, so zeros do), then all are
+    requested before any is awaited and the second pass is served from them. Only for fragments that no push
+    changes meanwhile (e.g. key columns while the driver waits in a recovery)."""
+    wanted: List[Tuple[str, int, int, int, int]] = []
+
+    def recorder(method: str) -> Callable[[int, int, int, int], np.ndarray]:
+        def read(server: int, block: int, offset: int, width: int) -> np.ndarray:
+            wanted.append((method, server, block, offset, width))
+            return np.zeros(block_slots * width, dtype=np.uint8)
+        return read
+
+    run(recorder("read_data"), recorder("read_parity"))
+    futures = {w: servers[w[1]].call("parity_call", w[0], table, *w[2:]) for w in dict.fromkeys(wanted)}
+    fetched = {w: f.result(CALL_TIMEOUT) for w, f in futures.items()}
+
+    def reader(method: str) -> Callable[[int, int, int, int], np.ndarray]:
+        def read(server: int, block: int, offset: int, width: int) -> np.ndarray:
+            key = (method, server, block, offset, width)
+            if key in fetched:
+                return fetched[key]
+            return servers[server].call("parity_call", method, table, block, offset, width).result(CALL_TIMEOUT)
+        return read
+
+    return run(reader("read_data"), reader("read_parity"))
 
 
 def _shard_config(spec: Any) -> Any:

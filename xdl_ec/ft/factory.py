@@ -15,7 +15,7 @@ from .strategy import FaultTolerance, NoFaultTolerance
 STRATEGIES = ("none", "ckpt", "cpr", "ec")
 
 DEFAULTS = {"code": "4,1", "ckpt_interval": "auto", "ckpt_dir": None, "cpr_pls": 0.02, "cpr_mode": "mfu",
-            "cpr_interval": None, "mtbf": None, "seed": 0}
+            "cpr_interval": None, "mtbf": None, "seed": 0, "rebuild_share": 0.05}
 
 
 def strategy_arg(args: Any, name: str) -> Any:
