@@ -152,6 +152,7 @@ class ErasureCoded(FaultTolerance):
         self._step_seconds: Deque[float] = collections.deque(maxlen=STEP_WINDOW)
         self._boundary_end: Optional[float] = None
         self._credit = 0.0
+        self._stripe_seconds = 0.0  # what the last stripe took (async mode: when a boundary is worth asking for)
         self.boundaries_rebuilding = 0  # step boundaries that rebuilt stripes (the rebuild's spread, for tests)
 
     @classmethod
@@ -209,6 +210,17 @@ class ErasureCoded(FaultTolerance):
         finally:
             self._boundary_end = time.perf_counter()
 
+    def wants_boundary(self, step: int) -> bool:
+        """Async mode: whether the driver should let the steps in flight finish so that :meth:`after_step` can
+        rebuild (a boundary with no push in flight): while stripes are missing and the rebuild has earned the
+        time of a stripe since the last boundary (so overlapping workers are held no more often than needed)."""
+        if not self._plan:
+            return False
+        if self.rebuild_stripes_per_step is not None or self._boundary_end is None or self.rebuild_share >= 1.0:
+            return True
+        earned = (time.perf_counter() - self._boundary_end) * self.rebuild_share / (1.0 - self.rebuild_share)
+        return self._credit + earned >= self._stripe_seconds
+
     def _rebuild_paced(self) -> None:
         if self.rebuild_stripes_per_step is not None:
             self._rebuild_some(stripes=self.rebuild_stripes_per_step)
@@ -252,9 +264,11 @@ class ErasureCoded(FaultTolerance):
                     raise
                 self._rebuilding = pending
         known = {r.index for r in self._open_records}
+        # the step that failed: sync mode numbers a step once it succeeded, async mode when it is dispatched
+        failed_step = trainer.step + (0 if getattr(trainer.cluster, "mode", "sync") == "async" else 1)
         for p in pending:
             if p not in known:
-                record = FailureRecord(step=trainer.step + 1, role="server", index=p)
+                record = FailureRecord(step=failed_step, role="server", index=p)
                 self.failures.append(record)
                 self._open_records.append(record)
         self._rebuild_start = (start, getattr(trainer, "samples", 0)) if self._rebuild_start is None else \
@@ -456,7 +470,9 @@ class ErasureCoded(FaultTolerance):
                          (deadline is not None and time.perf_counter() >= deadline)):
                 break
             table, stripe = self._plan[0]
+            start = time.perf_counter()
             self._rebuild_stripe(table, stripe)
+            self._stripe_seconds = time.perf_counter() - start
             self._plan.pop(0)
             done += 1
             if self.on_rebuild_stripe is not None:

@@ -207,6 +207,8 @@ class PSTrainer:
     def _fit_async(self, bar: Any) -> int:
         workers = len(self.workers)
         in_flight: Dict[Any, int] = {}
+        step_of: Dict[Any, int] = {}  # the step number each call in flight trains
+        retry: List[int] = []  # numbers of failed steps: a retried batch keeps its optimizer step, as in sync mode
         # Async steps overlap, so a boundary with no push in flight only exists when the driver makes one: a
         # strategy that needs it (e.g. a checkpoint due) says so through the optional ``wants_boundary(step)``.
         wants_boundary = getattr(self.strategy, "wants_boundary", None)
@@ -216,9 +218,14 @@ class PSTrainer:
                 sum(1 for j in in_flight.values() if j == i)
 
         def dispatch(i: int) -> None:
-            self._inject(self.step + 1)
-            self.step += 1
-            in_flight[self.workers[i].call("train_step", self.step, self.dense.weights(), 1)] = i
+            if retry:
+                step = retry.pop(0)
+            else:
+                self._inject(self.step + 1)
+                self.step += 1
+                step = self.step
+            future = self.workers[i].call("train_step", step, self.dense.weights(), 1)
+            in_flight[future], step_of[future] = i, step
 
         for i in range(workers):
             if remaining(i) > 0:
@@ -230,20 +237,27 @@ class PSTrainer:
             lost: List[RoleLost] = []
             for future in done:
                 i = in_flight.pop(future)
+                step = step_of.pop(future)
                 try:
                     result = self._result(future)
                 except RoleLost as err:
                     lost.append(err)
+                    retry.append(step)
                     continue
                 self._async_apply(i, result, bar)
             if lost:  # drain the other steps in flight (applying those that succeeded), then recover
                 futures = list(in_flight.items())
                 in_flight.clear()
                 results, more = self._drain([f for f, _ in futures])
-                for (_, i), result in zip(futures, results):
+                for (future, i), result in zip(futures, results):
+                    step = step_of.pop(future)
                     if result is not None:
                         self._async_apply(i, result, bar)
-                self._recover(lost + more, self.step)
+                    else:
+                        retry.append(step)
+                retry.sort()
+                if self._recover(lost + more, self.step):
+                    retry.clear()  # rolled back: the steps after the checkpoint are numbered again
                 for i in range(workers):
                     if remaining(i) > 0 and i not in in_flight.values():
                         dispatch(i)
