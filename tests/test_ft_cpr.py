@@ -118,6 +118,20 @@ def test_lost_updates_count_exactly_the_row_updates_since_the_save(tmp_path: Pat
     assert report["lost_samples"] == 2 * 64
 
 
+def test_lost_samples_count_each_sample_once_and_never_exceed_the_samples_trained(tmp_path: Path) -> None:
+    """One full save (step 0), then server 1 lost before step 6, server 2 before step 8 and server 1 again before
+    step 12: server 1 loses samples 0..5*64, server 2 samples 0..7*64 (2*64 not counted yet), server 1 again the
+    samples since its reload, 5*64..11*64 (4*64 not counted yet). Summing each failure's window since the save
+    (the old upper bound) would count 5 + 7 + 11 = 23 batches out of 16 trained."""
+    strategy = PartialRecovery(interval_steps=100, directory=str(tmp_path))
+    report = PSTrainer(small_config(), ClusterConfig(servers=3, workers=1), strategy,
+                       FailureSchedule.from_flags(["6:1", "8:2", "12:1"])).run()
+    assert [(f["index"], f["step"]) for f in report["failures"]] == [(1, 6), (2, 8), (1, 12)]
+    assert [f["lost_samples"] for f in report["failures"]] == [5 * 64, 2 * 64, 4 * 64]
+    assert report["lost_samples"] == 11 * 64 <= report["samples"] == STEPS * 64
+    assert report["cpr"]["saves"] == 1
+
+
 def test_cpr_on_ray_reloads_the_killed_actor_shard_and_finishes(tmp_path: Path) -> None:
     os.environ["RAY_AUTH_MODE"] = "disabled"
     ray = pytest.importorskip("ray")

@@ -21,9 +21,14 @@ back, so the updates the dead shard applied after each row's newest save are los
   driver's quiesce) completes the poll in flight. Exact on the one-process backend, where a server runs the poll
   after the step's pushes; on Ray a poll may overtake the last step's pushes to that server; a server dying with
   its poll unanswered is counted from the poll before;
-- ``lost_samples``: samples trained since the dead server's newest FULL save: the samples whose updates to the
-  failed shard were lost, fully or (for the rows a later partial save kept) partly; an upper bound of CPR's "lost
-  samples", with ``lost_updates`` the exact count. With a full save at every save both are exact.
+- ``lost_samples``: the samples trained whose updates to a failed shard were lost, fully or (for the rows a later
+  partial save kept) partly, each sample counted once. A failure of server s loses the samples trained since s's
+  state was last complete: its newest FULL save, or its previous reload if that came later (the samples before
+  that reload were counted by the failure that caused it). The driver keeps the union of these sample intervals
+  (on the axis of samples trained; cpr never rolls back, so it only grows); a failure's ``lost_samples`` is what
+  it adds to the union, so the total never exceeds the samples trained, even when several servers lose the same
+  samples. ``lost_updates`` is the exact count of row updates lost. With a full save at every save both are
+  exact.
 
 The accuracy cost shows in the report's ``auc`` / ``logloss`` against a failure-free run.
 """
@@ -129,7 +134,8 @@ class PartialRecovery(FaultTolerance):
         self.lost_updates = 0
         self._updates: List[int] = []  # each server's ledger total at the newest answered poll
         self._polls: List[Any] = []  # the poll in flight: one future per server
-        self._saved_samples: List[int] = []  # trainer.samples at each server's newest full save
+        self._saved_samples: List[int] = []  # trainer.samples at each server's newest full save or reload
+        self._lost: List[List[int]] = []  # disjoint, sorted [start, end) intervals of samples counted as lost
 
     @classmethod
     def from_args(cls, args: Any) -> "PartialRecovery":
@@ -211,7 +217,8 @@ class PartialRecovery(FaultTolerance):
             [restored] = self._call_all([handle.call("agent_call", "restore")])
             updates = max(self._updates[index] - restored["saved_updates"], 0)
             self._updates[index] = restored["saved_updates"]
-            samples = t.samples - self._saved_samples[index]
+            samples = self._count_lost(self._saved_samples[index], t.samples)
+            self._saved_samples[index] = t.samples  # its state is complete again from here (what came before is lost)
             self.lost_updates += updates
             lost_samples += samples
             self.failures.append(FailureRecord(step=t.step + 1, role="server", index=index,
@@ -219,6 +226,18 @@ class PartialRecovery(FaultTolerance):
                                                samples_per_sec_during_rebuild=0.0,  # training waits for it
                                                lost_samples=samples))
         return Resume(step=t.step, reader_position=None, lost_samples=lost_samples)
+
+    def _count_lost(self, start: int, end: int) -> int:
+        """Adds samples [start, end) to the lost ones; returns how many of them were not counted yet."""
+        before = sum(b - a for a, b in self._lost)
+        merged: List[List[int]] = []
+        for a, b in sorted(self._lost + [[start, end]] if end > start else self._lost):
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        self._lost = merged
+        return sum(b - a for a, b in merged) - before
 
     def report(self) -> Dict[str, Any]:
         out = super().report()
