@@ -10,7 +10,13 @@ and mapped onto steps with the reference's timeline: a failure at time t kills i
 after the one running at t. Every other strategy gets exactly these (step, server) kills, so all strategies see the
 same failures at the same points of training whatever their speed. Without ``--mtbf`` the MTBF is a third of the
 reference's training time after its first step (about three failures a run). Kills are at least ``min_gap`` steps
-apart so that one recovery is over before the next failure.
+apart, and a kill never lands inside a rebuild: ``ec`` rebuilds at a limited share of wall time (``--rebuild-share``)
+over many steps (on Ray, or for a large shard, more than ``min_gap``), so when a kill is due while ``ec`` still
+rebuilds an earlier failure, the rest of that rebuild runs first, at that boundary
+(:class:`~xdl_ec.benchmark.after_rebuild_schedule.AfterRebuildSchedule`; the row's ``kills_after_rebuild`` lists
+those steps). Every strategy thus gets the same kills at the same steps, and ``ec`` with r = 1 is measured
+recovering from each of them; a second loss during a rebuild (which r = 1 cannot decode, reported as
+"unrecoverable" by ``xdl-ec train``) is not part of the bench.
 
 Measures (per strategy; :func:`summarize`): samples/s in normal operation (steps that overlap no failure's
 detection and rebuild, first step excluded), failure-related overhead (training time after the first step over the
@@ -19,10 +25,7 @@ loss and AUC, parity or checkpoint bytes, peak resident memory of this process d
 resetting it through ``/proc/self/clear_refs``; with ``--backend ray`` the servers' own processes are not in it),
 and whether the final model equals the reference's bit for bit (runs are ``--deterministic``).
 
-A strategy missing from this build, or a run that fails, gets a row saying so, never numbers. E.g. on Ray a rebuild
-takes longer than ``min_gap`` steps of the quick preset, so a second kill can land while ``ec`` k=4 r=1 is still
-rebuilding the first: two servers are then missing at once, which r=1 cannot decode, and the row says
-"unrecoverable" (a longer run or a larger ``--mtbf`` spaces the failures out).
+A strategy missing from this build, or a run that fails, gets a row saying so, never numbers.
 """
 
 from __future__ import annotations
@@ -194,8 +197,8 @@ def run_variant(variant: Variant, train: Any, cluster: Any, kills: Sequence[Tupl
     status ``unavailable`` (the strategy is not in this build) or ``failed`` (the run raised) with the error.
     ``rebuild_share``: ec's rebuild rate limit (None: the strategy's default)."""
     from ..ft.factory import make_strategy
-    from ..ft.failure_schedule import FailureSchedule, Kill
     from ..ps import PSTrainer
+    from .after_rebuild_schedule import AfterRebuildSchedule
 
     row: Dict[str, Any] = {"label": variant.label, "ft": variant.ft, "options": dict(variant.options)}
     args = types.SimpleNamespace(**variant.options, mtbf=mtbf, seed=seed, rebuild_share=rebuild_share)
@@ -203,7 +206,7 @@ def run_variant(variant: Variant, train: Any, cluster: Any, kills: Sequence[Tupl
         strategy = make_strategy(variant.ft, args)
     except (ValueError, ImportError) as err:
         return {**row, "status": "unavailable", "error": str(err)}
-    schedule = FailureSchedule([Kill(step, "server", server) for step, server, _ in kills], seed=seed)
+    schedule = AfterRebuildSchedule(kills, seed, strategy)
     exact_rss = reset_peak_rss()
     started = time.perf_counter()
     try:
@@ -212,6 +215,7 @@ def run_variant(variant: Variant, train: Any, cluster: Any, kills: Sequence[Tupl
         return {**row, "status": "failed", "error": f"{type(err).__name__}: {err}",
                 "seconds": time.perf_counter() - started}
     return {**row, "status": "ok", "report": report, "seconds": time.perf_counter() - started,
+            "kills_after_rebuild": list(schedule.waited),
             "peak_rss_bytes": peak_rss_bytes(), "peak_rss_exact": exact_rss}
 
 

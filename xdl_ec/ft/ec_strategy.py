@@ -241,6 +241,11 @@ class ErasureCoded(FaultTolerance):
         if budget is not None:
             self._credit -= time.perf_counter() - start
 
+    @property
+    def rebuilding(self) -> bool:
+        """Whether a replacement still misses stripes (a further loss now counts against r with it)."""
+        return bool(self._plan or self._rebuilding)
+
     def finish_rebuild(self) -> None:
         """Rebuilds every stripe still missing now."""
         while self._plan:
