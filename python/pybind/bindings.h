@@ -11,5 +11,6 @@ void BindParity(pybind11::module_& m);  // bind_parity.cc: stripe layout, parity
 void BindFt(pybind11::module_& m);      // bind_ft.cc: AccessCounter (checkpoint / CPR bookkeeping)
 void BindParityTransport(pybind11::module_& m);  // bind_parity_transport.cc: router/store/recovery for the PS
 void BindParityHolder(pybind11::module_& m);     // bind_parity_holder.cc: ParityHolder, forwarded-batch wire form
+void BindDeltaForwarder(pybind11::module_& m);   // bind_delta_forwarder.cc: a data server's parity forwarding
 
 }  // namespace xdl_ec::python

@@ -9,4 +9,5 @@ PYBIND11_MODULE(_core, m) {
   xdl_ec::python::BindFt(m);
   xdl_ec::python::BindParityTransport(m);
   xdl_ec::python::BindParityHolder(m);
+  xdl_ec::python::BindDeltaForwarder(m);
 }

@@ -126,6 +126,14 @@ class LocalHandle(Handle):
     def alive(self) -> bool:
         return self._obj is not None
 
+    def local_object(self) -> Any:
+        """The role's object itself, for peers in this process that bypass the call thread (parity forwarding
+        to a holder that has its own lock); the role's Lost error once it was dropped."""
+        obj = self._obj
+        if obj is None:
+            raise lost_error(self.role, self.index, "its object was dropped")
+        return obj
+
     def drop(self) -> None:
         """Drops the object with everything it held; queued and later calls raise the role's Lost error."""
         with self._lock:

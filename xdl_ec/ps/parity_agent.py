@@ -1,15 +1,17 @@
 """ParityAgent: what ``--ft ec`` adds to one parameter server (it lives, and dies, with the server).
 
-- as a data server: the C++ :class:`ParityRouter` of each table turns every mutation's slot deltas into per-holder
-  ParityUpdates, and a :class:`~xdl_ec.ps.parity_forwarder.ParityForwarder` sends them in the background;
-- as a parity holder: a :class:`~xdl_ec.ps.parity_role.ParityRole` (ParityStores, applied seqs, undo log);
+- as a data server: a C++ :class:`~xdl_ec._core.DeltaForwarder`. The server's shard records every mutation's slot
+  deltas on it without leaving C++ (``shard.push(..., forwarder=...)``); it routes them into one batch per parity
+  holder and delivers them in the background, from its own thread to holders in this process and through a
+  :class:`~xdl_ec.ps.parity_link.RemoteHolderLink` to holders behind Ray actors;
+- as a parity holder: a C++ :class:`~xdl_ec._core.ParityHolder` (parity blocks, applied seqs, undo log);
 - for recovery: fragment reads of its data and parity blocks, and on a replacement server the restore of its
   shards (C++ ``Recovery`` decoding from the survivors: a block touched before the rebuild reaches it is decoded on
   demand, a degraded read).
 
-The server calls :meth:`on_deltas` under its lock right after a mutation, so delta sequence numbers follow the
-order in which the shard changed; the driver reaches the other methods through ``ParameterServer.parity_call``.
-See :mod:`xdl_ec.ft.ec_strategy` for the protocol.
+The server calls :meth:`push` and :meth:`pull` under its lock, so delta sequence numbers follow the order in which
+the shard changed; the driver reaches the other methods through ``ParameterServer.parity_call``. See
+:mod:`xdl_ec.ft.ec_strategy` for the protocol.
 """
 
 from __future__ import annotations
@@ -22,8 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import _core
-from .parity_forwarder import ParityForwarder
-from .parity_role import ForwardedBatch, ParityRole
+from .parity_link import RemoteHolderLink
 
 
 def _in_ray_actor() -> bool:
@@ -42,17 +43,17 @@ def holders_of(index: int, n: int, k: int, r: int) -> List[int]:
 
 
 class ParityAgent:
-    """Server ``index`` of ``n`` under a (k, r) code; ``tables`` {name: (block_slots, record_bytes)}; ``servers``
-    the handles of every server (index i = server i)."""
+    """Server ``index`` of ``n`` under a (k, r) code; ``tables`` {name: (block_slots, record_bytes)}; its delta
+    stream continues after ``seq``, whose state included the pushes ``worker_seqs`` {worker: seq}."""
 
     def __init__(self, index: int, n: int, k: int, r: int, tables: Mapping[str, Tuple[int, int]],
                  seq: int = 0, worker_seqs: Optional[Mapping[int, int]] = None) -> None:
         self.index, self.n, self.k, self.r = index, n, k, r
         self.tables = {name: (int(bs), int(rb)) for name, (bs, rb) in tables.items()}
-        self.routers = {name: _core.ParityRouter(n, k, r, bs, rb) for name, (bs, rb) in self.tables.items()}
-        self.role = ParityRole(index, k, r, {name: bs * rb for name, (bs, rb) in self.tables.items()})
-        self._start = (seq, dict(worker_seqs or {}))
-        self.forwarder: Optional[ParityForwarder] = None  # made by connect
+        self.holder = _core.ParityHolder(index, k, r, {name: bs * rb for name, (bs, rb) in self.tables.items()})
+        self.forwarder = _core.DeltaForwarder(index, n, k, r, self.tables, int(seq),
+                                              {int(w): int(s) for w, s in (worker_seqs or {}).items()})
+        self._links: Dict[int, RemoteHolderLink] = {}
         self._crash_armed = False
         self._crash_before = False
         self.crashed = False
@@ -60,28 +61,33 @@ class ParityAgent:
 
     def connect(self, server: Any, servers: Sequence[Any]) -> None:
         """Starts forwarding to this server's parity holders among ``servers`` (their agents exist by now)."""
-        holders = {h: servers[h] for h in holders_of(self.index, self.n, self.k, self.r)}
-        self.forwarder = ParityForwarder(self.index, holders, *self._start)
+        for h in self.forwarder.holders:
+            self.set_holder(server, h, servers[h])
 
-    # ---- data-server side ----------------------------------------------------------------------------
-    def on_deltas(self, server: Any, table: str, deltas: Tuple[np.ndarray, np.ndarray],
-                  pushes: Mapping[int, int]) -> None:
-        """Routes one mutation's deltas ``(slots, xor)`` and queues them; ``pushes`` {worker: seq} it applied."""
-        slots, xor = deltas
-        if self._crash_armed and pushes:  # injected: dies after applying (and acking) a push, before forwarding
+    # ---- data-server side (called under the server's lock) --------------------------------------------
+    def push(self, server: Any, table: Any, keys: np.ndarray, grads: np.ndarray, step: int,
+             pushes: Mapping[int, int]) -> None:
+        """Applies a push to ``table``'s shard and records its deltas; ``pushes`` {worker: seq} it applies."""
+        if self._crash_armed:  # injected: dies after applying (and acking) this push, before forwarding it
             self._crash_armed = False
             self.crashed = True
             self.forwarder.drop_pending()
+            table.shard.push(keys, grads, step)
             server.crash_requested = True
             if _in_ray_actor():  # a real process death, right after this answer is sent
                 threading.Timer(1.0, os._exit, args=(1,)).start()  # at the latest; a next call exits at once
             return
         if self.crashed:
+            table.shard.push(keys, grads, step)
             return
-        if slots.size == 0 and not pushes:
-            return
-        routed = self.routers[table].route(self.index, slots, xor) if slots.size else {}
-        self.forwarder.record({table: routed}, pushes)
+        table.shard.push(keys, grads, step, forwarder=self.forwarder, table=table.name,
+                         pushes={int(w): int(s) for w, s in pushes.items()})
+
+    def pull(self, server: Any, table: Any, keys: np.ndarray) -> np.ndarray:
+        """Rows of ``keys``; rows it inserts are a mutation too."""
+        if self.crashed:
+            return table.shard.pull(keys)
+        return table.shard.pull(keys, forwarder=self.forwarder, table=table.name)
 
     def durable(self, worker: int) -> int:
         return self.forwarder.durable_seq(worker)
@@ -95,33 +101,44 @@ class ParityAgent:
         return armed
 
     def arm_crash_after_apply(self, server: Any) -> None:
-        """Failure injection: the next mutation is applied and answered, its deltas are never forwarded, and the
+        """Failure injection: the next push is applied and answered, its deltas are never forwarded, and the
         server dies (one process: its object is dropped after the answer; Ray: the process exits)."""
         self._crash_armed = True
 
     # ---- parity-holder side --------------------------------------------------------------------------
-    def apply_parity(self, server: Any, sender: int, batches: Sequence[ForwardedBatch], durable: int) -> int:
-        return self.role.apply(sender, batches, durable)
+    def apply_parity(self, server: Any, sender: int, batches: np.ndarray, durable: int) -> int:
+        """A remote sender's serialised batches (RemoteHolderLink); returns how far its stream is applied."""
+        return self.holder.apply(sender, batches, durable)
 
     def applied(self, server: Any, sender: int) -> int:
-        return self.role.applied.get(sender, 0)
+        return self.holder.applied(sender)
 
     def rollback(self, server: Any, sender: int, to_seq: int) -> Dict[int, int]:
-        return self.role.rollback(sender, to_seq)
+        return self.holder.rollback(sender, to_seq)
 
     def reset_sender(self, server: Any, sender: int, seq: int, worker_seqs: Mapping[int, int]) -> None:
-        self.role.reset_sender(sender, seq, worker_seqs)
+        self.holder.reset_sender(sender, seq, {int(w): int(s) for w, s in worker_seqs.items()})
 
     def progress(self, server: Any) -> Dict[str, Any]:
         return self.forwarder.progress()
 
     def set_holder(self, server: Any, holder: int, handle: Any) -> None:
-        self.forwarder.set_holder(holder, handle)
+        """(Re)connects parity holder ``holder`` at ``handle``: directly to its ParityHolder when it lives in
+        this process, else through a RemoteHolderLink."""
+        old = self._links.pop(holder, None)
+        if old is not None:
+            old.close()
+        local = getattr(handle, "local_object", None)
+        if local is not None:
+            self.forwarder.set_holder(holder, local().parity_holder())
+        else:
+            self.forwarder.set_holder(holder, None)
+            self._links[holder] = RemoteHolderLink(self.forwarder, holder, handle)
 
     # ---- fragments -----------------------------------------------------------------------------------
     def extent(self, server: Any, table: str) -> Tuple[int, int]:
         """(data blocks, parity blocks) this server holds for ``table``."""
-        return int(server._table(table).shard.num_blocks), int(self.role.num_blocks(table))
+        return int(server._table(table).shard.num_blocks), int(self.holder.num_blocks(table))
 
     def read_data(self, server: Any, table: str, block: int, offset: int, width: int) -> np.ndarray:
         block_slots, record_bytes = self.tables[table]
@@ -131,7 +148,7 @@ class ParityAgent:
         return np.ascontiguousarray(data.reshape(block_slots, record_bytes)[:, offset:offset + width]).reshape(-1)
 
     def read_parity(self, server: Any, table: str, block: int, offset: int, width: int) -> np.ndarray:
-        return self.role.read_block(table, block, self.tables[table][1], offset, width)
+        return self.read_parity_at(server, table, block, offset, width)[0]
 
     def read_data_at(self, server: Any, table: str, block: int, offset: int, width: int) -> Tuple[np.ndarray, int]:
         """(bytes, delta seq): the block as of this server's mutation ``seq`` (mutations hold the server lock)."""
@@ -140,17 +157,19 @@ class ParityAgent:
 
     def read_parity_at(self, server: Any, table: str, block: int, offset: int,
                        width: int) -> Tuple[np.ndarray, Dict[int, int]]:
-        return self.role.read_block_versioned(table, block, self.tables[table][1], offset, width)
+        """(bytes, applied seq per sender) read atomically: which version of each sender's data they encode."""
+        return self.holder.read_block(table, block, self.tables[table][1], offset, width)
 
     def write_parity_if(self, server: Any, table: str, block: int, data: np.ndarray, expected: Dict[int, int]) -> bool:
-        return self.role.write_block_if(table, block, data, expected)
+        return self.holder.write_block_if(table, block, np.ascontiguousarray(data, dtype=np.uint8),
+                                          {int(s): int(v) for s, v in expected.items()})
 
     def write_parity(self, server: Any, table: str, block: int, data: np.ndarray) -> None:
-        self.role.write_block(table, block, data)
+        self.holder.write_block(table, block, np.ascontiguousarray(data, dtype=np.uint8))
 
     def stats(self, server: Any) -> Dict[str, int]:
-        return {"parity_bytes": self.role.bytes(), "degraded_reads": self.degraded_reads,
-                "forwarded_bytes": self.forwarder.bytes_sent}
+        return {"parity_bytes": int(self.holder.bytes), "degraded_reads": self.degraded_reads,
+                "forwarded_bytes": int(self.forwarder.bytes_sent)}
 
     # ---- replacement side ----------------------------------------------------------------------------
     def begin_restore(self, server: Any, table: str, keys: np.ndarray, slots: np.ndarray, high_water: int,
@@ -174,8 +193,12 @@ class ParityAgent:
         return bool(server._table(table).shard.restore_block(block, data))
 
     def close(self) -> None:
-        if self.forwarder is not None:
-            self.forwarder.close()
+        """The server is gone: nothing more is forwarded, and forwarders of other servers in this process find
+        this holder closed (as a call to a dead server fails)."""
+        for link in self._links.values():
+            link.close()
+        self.forwarder.close()
+        self.holder.close()
 
 
 def fragment_readers(servers: Sequence[Any], table: str, timeout: float = 120.0) -> Tuple[Any, Any]:

@@ -107,8 +107,7 @@ class ParameterServer:
             rows = t.pull(keys)
         else:  # inserted rows are deltas too; the lock keeps delta seqs in the shard's order
             with self._lock:
-                rows, deltas = t.shard.pull(keys, return_deltas=True)
-                self._parity.on_deltas(self, table, deltas, {})
+                rows = self._parity.pull(self, t, keys)
         with self._lock:
             c = self._counters
             c["pulls"] += 1
@@ -178,7 +177,7 @@ class ParameterServer:
         if self._parity is None:
             table.push(keys, grads, step=step)
         else:
-            self._parity.on_deltas(self, table.name, table.shard.push(keys, grads, step, return_deltas=True), seqs)
+            self._parity.push(self, table, keys, grads, step, seqs)
 
     def _apply_merged(self, table: EmbeddingTable, pushes: Dict[int, Tuple[np.ndarray, np.ndarray]], step: int,
                       participants: int, seqs: Dict[int, int]) -> None:
@@ -253,6 +252,12 @@ class ParameterServer:
             self._parity = ParityAgent(self.index, n, k, r, tables, seq, worker_seqs)
             if worker_seqs:
                 self.last_seq.update({int(w): int(s) for w, s in worker_seqs.items()})
+
+    def parity_holder(self) -> Any:
+        """This server's C++ ParityHolder, for forwarders in the same process (they deliver to it directly)."""
+        if self._parity is None:
+            raise ValueError(f"server {self.index} keeps no parity (--ft ec not attached); call attach_parity first")
+        return self._parity.holder
 
     def push_state(self, worker: int) -> Tuple[bool, int]:
         """(parity attached, last push seq of ``worker``): a restarted worker continues its predecessor's seqs and,

@@ -73,6 +73,8 @@ class DeltaForwarder {
   // std::invalid_argument for an unknown table or a batch of the wrong record size (nothing queued).
   int64_t Record(const std::string& table, const DeltaBatch& deltas, const WorkerSeqs& pushes);
 
+  bool HasTable(const std::string& table) const { return routers_.count(table) > 0; }
+
   int64_t DurableSeq(int worker) const;  // the highest push seq of `worker` every holder applied
 
   // (Re)connects `holder` (one of holders()): `local` is its ParityHolder in this process, or null for

@@ -1,0 +1,261 @@
+#include "xdl_ec/delta_forwarder.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+#include <stdexcept>
+
+#include "xdl_ec/stripe_layout.h"
+
+namespace xdl_ec {
+
+namespace {
+
+// The servers holding parity of some stripe `index` has data in: (index + d) mod n, d in [1, k + r).
+std::vector<int> HoldersOf(int index, int n, int k, int r) {
+  std::set<int> holders;
+  for (int d = 1; d < k + r; ++d) holders.insert((index + d) % n);
+  return {holders.begin(), holders.end()};
+}
+
+}  // namespace
+
+DeltaForwarder::DeltaForwarder(int index, int n, int k, int r, const std::vector<Table>& tables, int64_t seq,
+                               const WorkerSeqs& worker_seqs)
+    : index_(index), seq_(seq) {
+  const StripeLayout layout(n, k, r);  // validates n, k, r
+  if (index < 0 || index >= n)
+    throw std::invalid_argument("DeltaForwarder: index " + std::to_string(index) + " is not a server of n=" +
+                                std::to_string(n));
+  if (seq < 0) throw std::invalid_argument("DeltaForwarder: seq must be >= 0, got " + std::to_string(seq));
+  for (const Table& t : tables) {
+    if (t.name.empty()) throw std::invalid_argument("DeltaForwarder: a table needs a name");
+    if (routers_.count(t.name)) throw std::invalid_argument("DeltaForwarder: table '" + t.name + "' given twice");
+    routers_[t.name] = std::make_unique<ParityRouter>(layout, t.block_slots, t.record_bytes);
+  }
+  holders_ = HoldersOf(index, n, k, r);
+  for (int h : holders_) links_[h].acked = seq;
+  worker_seqs_ = std::make_shared<const WorkerSeqs>(worker_seqs);
+  durable_seqs_ = worker_seqs_;
+  thread_ = std::thread([this] { Run(); });
+}
+
+DeltaForwarder::~DeltaForwarder() {
+  Close();
+  if (thread_.joinable()) thread_.join();
+}
+
+int64_t DeltaForwarder::Record(const std::string& table, const DeltaBatch& deltas, const WorkerSeqs& pushes) {
+  if (deltas.size() == 0 && pushes.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return seq_;
+  }
+  auto it = routers_.find(table);
+  if (it == routers_.end())
+    throw std::invalid_argument("DeltaForwarder::Record: server " + std::to_string(index_) + " has no table '" +
+                                table + "'");
+  // Routing needs no lock: routers are immutable, and the caller orders mutations.
+  std::vector<ParityUpdate> routed;
+  if (deltas.size() > 0) it->second->Route(index_, deltas, &routed);
+
+  std::lock_guard<std::mutex> lock(mu_);
+  ++seq_;
+  if (!pushes.empty()) {
+    auto seqs = std::make_shared<WorkerSeqs>(*worker_seqs_);
+    for (const auto& [worker, s] : pushes) (*seqs)[worker] = std::max((*seqs)[worker], s);
+    worker_seqs_ = std::move(seqs);
+  }
+  bool queued = false;
+  for (auto& [h, link] : links_) {
+    if (link.down || closed_) continue;
+    auto batch = std::make_shared<ForwardedBatch>();
+    batch->seq = seq_;
+    batch->stamp = worker_seqs_;
+    if (static_cast<size_t>(h) < routed.size() && !routed[h].empty()) {
+      bytes_sent_ += routed[h].delta_bytes();
+      batch->updates.emplace_back(table, std::move(routed[h]));
+    }
+    link.queue.push_back(std::move(batch));
+    queued = true;
+  }
+  history_.emplace_back(seq_, worker_seqs_);
+  if (queued) work_.notify_all();
+  return seq_;
+}
+
+int64_t DeltaForwarder::DurableSeq(int worker) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = durable_seqs_->find(worker);
+  return it == durable_seqs_->end() ? 0 : it->second;
+}
+
+DeltaForwarder::Link& DeltaForwarder::LinkLocked(int holder, const char* what) {
+  auto it = links_.find(holder);
+  if (it == links_.end())
+    throw std::invalid_argument(std::string("DeltaForwarder::") + what + ": server " + std::to_string(holder) +
+                                " holds no parity of server " + std::to_string(index_) + "'s stripes");
+  return it->second;
+}
+
+void DeltaForwarder::SetHolder(int holder, std::shared_ptr<ParityHolder> local) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Link& link = LinkLocked(holder, "SetHolder");
+  if (local && local->index() != holder)
+    throw std::invalid_argument("DeltaForwarder::SetHolder: holder " + std::to_string(holder) +
+                                " given the ParityHolder of server " + std::to_string(local->index()));
+  link.local = std::move(local);
+  link.connected = true;
+  link.down = false;
+  link.in_flight = false;  // a delivery still running for the old link is ignored by generation
+  link.generation = next_generation_++;
+  link.queue.clear();
+  link.acked = seq_;
+  AdvanceDurableLocked();
+  work_.notify_all();
+}
+
+bool DeltaForwarder::Take(int holder, int timeout_ms, Delivery* out) {
+  std::unique_lock<std::mutex> lock(mu_);
+  Link& link = LinkLocked(holder, "Take");
+  const auto ready = [&] {
+    return closed_ || (link.connected && !link.local && !link.down && !link.in_flight && !link.queue.empty());
+  };
+  if (!work_.wait_for(lock, std::chrono::milliseconds(std::max(timeout_ms, 0)), ready) || closed_) return false;
+  out->batches.assign(link.queue.begin(), link.queue.end());
+  link.queue.clear();
+  out->durable = DurableLocked();
+  out->link = link.generation;
+  link.in_flight = true;
+  return true;
+}
+
+void DeltaForwarder::Ack(int holder, uint64_t generation, int64_t applied) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Link& link = LinkLocked(holder, "Ack");
+  if (link.generation != generation) return;  // the link was replaced meanwhile
+  link.in_flight = false;
+  link.acked = std::max(link.acked, applied);
+  AdvanceDurableLocked();
+  work_.notify_all();
+}
+
+void DeltaForwarder::Fail(int holder, uint64_t generation, const std::string& error, bool lost) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Link& link = LinkLocked(holder, "Fail");
+  if (link.generation != generation) return;
+  link.in_flight = false;
+  link.down = true;
+  link.queue.clear();
+  if (!lost) errors_.push_back("holder " + std::to_string(holder) + ": " + error);
+  work_.notify_all();
+}
+
+void DeltaForwarder::Run() {
+  // Round-robin over local holders with work; each delivery runs outside the lock (the holder takes its own),
+  // so Record never waits for a holder.
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    int holder = -1;
+    for (auto& [h, link] : links_) {
+      if (link.connected && link.local && !link.down && !link.in_flight && !link.queue.empty()) {
+        holder = h;
+        break;
+      }
+    }
+    if (closed_) return;
+    if (holder < 0) {
+      work_.wait(lock);
+      continue;
+    }
+    Link& link = links_[holder];
+    std::vector<BatchPtr> batches(link.queue.begin(), link.queue.end());
+    link.queue.clear();
+    link.in_flight = true;
+    const uint64_t generation = link.generation;
+    const int64_t durable = DurableLocked();
+    std::shared_ptr<ParityHolder> target = link.local;
+    lock.unlock();
+    int64_t applied = -1;
+    std::string error;
+    bool lost = false;
+    try {
+      applied = target->Apply(index_, batches, durable);
+    } catch (const HolderClosed& e) {
+      lost = true;
+      error = e.what();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    lock.lock();
+    if (applied >= 0) {
+      Link& now = links_[holder];
+      if (now.generation == generation) {
+        now.in_flight = false;
+        now.acked = std::max(now.acked, applied);
+        AdvanceDurableLocked();
+      }
+      work_.notify_all();  // waiters on progress, and Take callers of other links
+    } else {
+      lock.unlock();
+      Fail(holder, generation, error, lost);
+      lock.lock();
+    }
+  }
+}
+
+int64_t DeltaForwarder::DurableLocked() const {
+  int64_t durable = std::numeric_limits<int64_t>::max();
+  for (const auto& [h, link] : links_) durable = std::min(durable, link.acked);
+  return links_.empty() ? seq_ : durable;
+}
+
+void DeltaForwarder::AdvanceDurableLocked() {
+  const int64_t durable = DurableLocked();
+  while (!history_.empty() && history_.front().first <= durable) {
+    durable_seqs_ = history_.front().second;
+    history_.pop_front();
+  }
+}
+
+DeltaForwarder::Progress DeltaForwarder::progress() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Progress p;
+  p.seq = seq_;
+  p.live_applied = std::numeric_limits<int64_t>::max();
+  for (const auto& [h, link] : links_) {
+    if (link.down) {
+      p.down.push_back(h);
+      continue;
+    }
+    p.live_applied = std::min(p.live_applied, link.acked);
+    p.pending |= link.in_flight || !link.queue.empty();
+  }
+  if (p.live_applied == std::numeric_limits<int64_t>::max()) p.live_applied = seq_;
+  p.worker_seqs = *worker_seqs_;
+  return p;
+}
+
+uint64_t DeltaForwarder::bytes_sent() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_sent_;
+}
+
+std::vector<std::string> DeltaForwarder::errors() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return errors_;
+}
+
+void DeltaForwarder::DropPending() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [h, link] : links_) link.queue.clear();
+  closed_ = true;
+  work_.notify_all();
+}
+
+void DeltaForwarder::Close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  closed_ = true;
+  work_.notify_all();
+}
+
+}  // namespace xdl_ec

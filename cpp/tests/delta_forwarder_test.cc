@@ -1,0 +1,236 @@
+#include "xdl_ec/delta_forwarder.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "xdl_ec/embedding_shard.h"
+#include "xdl_ec/erasure_code.h"
+#include "xdl_ec/parity_holder.h"
+#include "xdl_ec/stripe_layout.h"
+
+namespace xdl_ec {
+namespace {
+
+ShardConfig Config() {
+  ShardConfig c;
+  c.dim = 4;
+  c.optimizer.kind = OptimizerKind::kAdagrad;
+  c.optimizer.learning_rate = 0.05f;
+  c.seed = 3;
+  c.block_slots = 8;
+  return c;
+}
+
+// n servers of a (k, r) code in one process: shards, forwarders and holders, wired as the PS wires them.
+struct Cluster {
+  Cluster(int n, int k, int r) : n(n), k(k), r(r), layout(n, k, r) {
+    for (int s = 0; s < n; ++s) shards.push_back(std::make_unique<EmbeddingShard>(Config()));
+    block_slots = shards[0]->block_slots();
+    record_bytes = shards[0]->layout().bytes();
+    for (int s = 0; s < n; ++s) {
+      holders.push_back(std::make_shared<ParityHolder>(s, k, r, std::map<std::string, size_t>{
+                                                                    {"t", block_slots * record_bytes}}));
+      forwarders.push_back(std::make_unique<DeltaForwarder>(
+          s, n, k, r, std::vector<DeltaForwarder::Table>{{"t", block_slots, record_bytes}}));
+    }
+    for (int s = 0; s < n; ++s)
+      for (int h : forwarders[s]->holders()) forwarders[s]->SetHolder(h, holders[h]);
+  }
+
+  // One push of `count` random keys on server s (new keys insert rows: deltas from the zero record).
+  void Push(int s, int count, int64_t step, int32_t worker, int64_t seq) {
+    std::uniform_int_distribution<int64_t> key(0, 200);
+    std::normal_distribution<float> grad;
+    std::vector<int64_t> keys(count);
+    std::vector<float> grads(count * 4);
+    for (auto& x : keys) x = key(rng);
+    for (auto& g : grads) g = grad(rng);
+    DeltaBatch deltas;
+    shards[s]->Push(keys.data(), grads.data(), keys.size(), step, &deltas);
+    forwarders[s]->Record("t", deltas, {{worker, seq}});
+  }
+
+  void Drain() {
+    for (auto& f : forwarders)
+      while (f->progress().pending) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+
+  // Every stripe's stored parity equals the encoding of its data blocks (a block beyond a shard is zeros).
+  void ExpectConsistent() {
+    const size_t bytes = block_slots * record_bytes;
+    size_t stripes = 0;
+    for (auto& s : shards) stripes = std::max(stripes, (s->num_blocks() + k - 1) / k * n);
+    ErasureCode code(k, r);
+    for (size_t stripe = 0; stripe < stripes; ++stripe) {
+      std::vector<std::vector<uint8_t>> data(k, std::vector<uint8_t>(bytes, 0)), parity(r, std::vector<uint8_t>(bytes));
+      std::vector<const uint8_t*> in;
+      std::vector<uint8_t*> out;
+      for (int j = 0; j < k; ++j) {
+        const BlockRef m = layout.DataMember(stripe, j);
+        if (m.block < shards[m.server]->num_blocks()) shards[m.server]->ReadBlock(m.block, data[j].data());
+        in.push_back(data[j].data());
+      }
+      for (auto& p : parity) out.push_back(p.data());
+      code.Encode(bytes, in.data(), out.data());
+      for (int i = 0; i < r; ++i) {
+        const BlockRef m = layout.ParityMember(stripe, i);
+        std::vector<uint8_t> stored(bytes);
+        holders[m.server]->ReadBlock("t", m.block, record_bytes, 0, record_bytes, stored.data());
+        ASSERT_EQ(parity[i], stored) << "stripe " << stripe << " parity member " << i;
+      }
+    }
+  }
+
+  int n, k, r;
+  StripeLayout layout;
+  uint32_t block_slots = 0;
+  size_t record_bytes = 0;
+  std::vector<std::unique_ptr<EmbeddingShard>> shards;
+  std::vector<std::shared_ptr<ParityHolder>> holders;
+  std::vector<std::unique_ptr<DeltaForwarder>> forwarders;
+  std::mt19937_64 rng{11};
+};
+
+TEST(DeltaForwarder, LocalHoldersEndConsistentWithEveryServersData) {
+  for (auto [n, k, r] : {std::tuple{3, 2, 1}, std::tuple{5, 4, 1}, std::tuple{6, 4, 2}}) {
+    Cluster c(n, k, r);
+    for (int step = 1; step <= 30; ++step)
+      for (int s = 0; s < n; ++s) c.Push(s, 12, step, 0, step);
+    c.Drain();
+    c.ExpectConsistent();
+    for (int s = 0; s < n; ++s) {
+      EXPECT_EQ(30, c.forwarders[s]->progress().seq);
+      EXPECT_EQ(30, c.forwarders[s]->DurableSeq(0)) << "server " << s;
+      for (int h : c.forwarders[s]->holders()) EXPECT_EQ(30, c.holders[h]->Applied(s));
+    }
+  }
+}
+
+TEST(DeltaForwarder, NothingRecordedForAMutationWithoutDeltasOrPushes) {
+  Cluster c(3, 2, 1);
+  EXPECT_EQ(0, c.forwarders[0]->Record("t", DeltaBatch{}, {}));
+  EXPECT_EQ(1, c.forwarders[0]->Record("t", DeltaBatch{}, {{2, 9}}));  // a push that changed nothing still counts
+  c.Drain();
+  EXPECT_EQ(9, c.forwarders[0]->DurableSeq(2));
+}
+
+TEST(DeltaForwarder, BadInputIsRefusedWithNothingQueued) {
+  Cluster c(3, 2, 1);
+  DeltaBatch wrong;
+  wrong.record_bytes = c.record_bytes + 1;
+  wrong.slots = {0};
+  wrong.xor_bytes.assign(wrong.record_bytes, 1);
+  EXPECT_THROW(c.forwarders[0]->Record("nope", wrong, {}), std::invalid_argument);
+  EXPECT_THROW(c.forwarders[0]->Record("t", wrong, {}), std::invalid_argument);
+  EXPECT_EQ(0, c.forwarders[0]->progress().seq);
+  EXPECT_FALSE(c.forwarders[0]->progress().pending);
+  EXPECT_THROW(c.forwarders[0]->SetHolder(0, nullptr), std::invalid_argument);  // not its own holder
+  EXPECT_THROW(c.forwarders[0]->SetHolder(1, c.holders[2]), std::invalid_argument);  // another server's holder
+  EXPECT_THROW(DeltaForwarder(3, 3, 2, 1, {}), std::invalid_argument);
+  EXPECT_THROW(DeltaForwarder(0, 3, 2, 1, {{"t", 8, 0}}), std::invalid_argument);
+}
+
+TEST(DeltaForwarder, AClosedHolderIsDownUntilReplacedAndHoldsBackDurability) {
+  Cluster c(3, 2, 1);
+  for (int step = 1; step <= 5; ++step) c.Push(0, 8, step, 1, step);
+  c.Drain();
+  EXPECT_EQ(5, c.forwarders[0]->DurableSeq(1));
+  c.holders[1]->Close();  // server 1 died
+  for (int step = 6; step <= 9; ++step) c.Push(0, 8, step, 1, step);
+  c.Drain();
+  DeltaForwarder::Progress p = c.forwarders[0]->progress();
+  EXPECT_EQ(std::vector<int>{1}, p.down);
+  EXPECT_EQ(9, p.live_applied);                      // server 2 got everything
+  EXPECT_EQ(5, c.forwarders[0]->DurableSeq(1));      // not durable: server 1's parity lacks 6..9
+  EXPECT_TRUE(c.forwarders[0]->errors().empty());    // a lost holder is not an error
+  auto replacement = std::make_shared<ParityHolder>(1, 2, 1, std::map<std::string, size_t>{
+                                                                 {"t", c.block_slots * c.record_bytes}});
+  replacement->ResetSender(0, 9, {{1, 9}});
+  c.forwarders[0]->SetHolder(1, replacement);
+  EXPECT_EQ(9, c.forwarders[0]->DurableSeq(1));
+  c.Push(0, 8, 10, 1, 10);
+  c.Drain();
+  EXPECT_EQ(10, replacement->Applied(0));
+  EXPECT_EQ(10, c.forwarders[0]->DurableSeq(1));
+}
+
+TEST(DeltaForwarder, RemoteTransportTakesInOrderAndIgnoresStaleLinks) {
+  Cluster c(3, 2, 1);
+  DeltaForwarder& f = *c.forwarders[0];
+  f.SetHolder(1, nullptr);  // served through Take/Ack from now on
+  for (int step = 1; step <= 3; ++step) c.Push(0, 4, step, 0, step);
+  DeltaForwarder::Delivery d;
+  ASSERT_TRUE(f.Take(1, 1000, &d));
+  ASSERT_EQ(3u, d.batches.size());
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(i + 1, d.batches[i]->seq);
+  EXPECT_EQ(0, d.durable);
+  DeltaForwarder::Delivery none;
+  EXPECT_FALSE(f.Take(1, 10, &none));  // in flight: nothing more until acked
+  EXPECT_TRUE(f.progress().pending);
+  // the wire form carries the same batches
+  const std::vector<BatchPtr> parsed = [&] {
+    const std::vector<uint8_t> wire = SerializeBatches(d.batches);
+    return ParseBatches(wire.data(), wire.size());
+  }();
+  EXPECT_EQ(3, c.holders[1]->Apply(0, parsed, d.durable));
+  f.Ack(1, d.link + 100, 3);  // a stale link: ignored
+  EXPECT_TRUE(f.progress().pending);
+  f.Ack(1, d.link, 3);
+  c.Drain();
+  EXPECT_EQ(3, f.DurableSeq(0));
+  c.Push(0, 4, 4, 0, 4);
+  ASSERT_TRUE(f.Take(1, 1000, &d));
+  f.Fail(1, d.link, "refused", false);
+  EXPECT_EQ(std::vector<int>{1}, f.progress().down);
+  ASSERT_EQ(1u, f.errors().size());
+  EXPECT_NE(std::string::npos, f.errors()[0].find("refused"));
+}
+
+TEST(DeltaForwarder, DropPendingLosesWhatWasNotDelivered) {
+  Cluster c(3, 2, 1);
+  c.forwarders[0]->SetHolder(1, nullptr);  // nobody serves holder 1: its batches stay queued
+  c.Push(0, 4, 1, 0, 1);
+  c.forwarders[0]->DropPending();
+  DeltaForwarder::Delivery d;
+  EXPECT_FALSE(c.forwarders[0]->Take(1, 10, &d));
+  c.Push(0, 4, 2, 0, 2);  // after the crash nothing goes out
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(0, c.holders[1]->Applied(0));
+  EXPECT_LE(c.holders[2]->Applied(0), 1);
+}
+
+TEST(DeltaForwarder, ConcurrentSendersToSharedHolders) {
+  Cluster c(5, 4, 1);
+  std::vector<std::thread> threads;
+  std::vector<std::mt19937_64> rngs;
+  for (int s = 0; s < 5; ++s) {
+    threads.emplace_back([&c, s] {
+      std::mt19937_64 rng(100 + s);
+      std::uniform_int_distribution<int64_t> key(0, 300);
+      std::normal_distribution<float> grad;
+      for (int step = 1; step <= 40; ++step) {
+        std::vector<int64_t> keys(16);
+        std::vector<float> grads(16 * 4);
+        for (auto& x : keys) x = key(rng);
+        for (auto& g : grads) g = grad(rng);
+        DeltaBatch deltas;
+        c.shards[s]->Push(keys.data(), grads.data(), keys.size(), step, &deltas);
+        c.forwarders[s]->Record("t", deltas, {{0, step}});
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  c.Drain();
+  c.ExpectConsistent();
+}
+
+}  // namespace
+}  // namespace xdl_ec
