@@ -77,10 +77,11 @@ def test_pushes_and_inserting_pulls_keep_parity_equal_to_the_encoded_data() -> N
 def test_a_remote_holder_is_served_through_take_and_ack() -> None:
     shards, holders, forwarders = _cluster()
     f = forwarders[0]
-    f.set_holder(1, None)
+    generation = f.set_holder(1, None)
     keys = np.arange(0, 40, 3, dtype=np.int64)
     shards[0].push(keys, np.ones((keys.size, 4), np.float32), 1, forwarder=f, table="t", pushes={3: 1})
-    taken = f.take(1, 1.0)
+    assert f.take(1, generation + 1, 0.01) is None  # a transport of another link gets nothing
+    taken = f.take(1, generation, 1.0)
     assert taken is not None
     batches, durable, link, last = taken
     assert batches.dtype == np.uint8 and last == 1 and durable == 0
@@ -88,7 +89,7 @@ def test_a_remote_holder_is_served_through_take_and_ack() -> None:
     f.ack(1, link, holders[1].apply(0, batches, durable))
     _drain(forwarders)
     assert f.durable_seq(3) == 1
-    assert f.take(1, 0.01) is None
+    assert f.take(1, generation, 0.01) is None
 
 
 def test_bad_forwarding_input_changes_nothing() -> None:

@@ -1,5 +1,5 @@
-"""xdl_ec._core.ParityHolder through its binding: the same batches give the bytes, seqs and stamps of the Python
-ParityRole it replaces, its parity is the encoding of the data, and bad input is a clear error that changes nothing."""
+"""xdl_ec._core.ParityHolder through its binding: resent batches change nothing, rollback and reset restore exact
+earlier states, its parity is the encoding of the data, and bad input is a clear error that changes nothing."""
 
 from __future__ import annotations
 
@@ -10,13 +10,6 @@ import numpy as np
 import pytest
 
 from xdl_ec import _core
-
-try:
-    from xdl_ec.ps.parity_role import ParityRole
-except ImportError:  # the lead retires it once the C++ holder serves every path
-    ParityRole = None
-
-needs_role = pytest.mark.skipif(ParityRole is None, reason="xdl_ec.ps.parity_role is gone: nothing to compare with")
 
 N, K, R = 5, 3, 2
 TABLES = {"emb": (8, 24), "wide": (4, 40)}  # name -> (block_slots, record_bytes)
@@ -80,10 +73,6 @@ def all_bytes(holder, blocks: int = CYCLES * R) -> List[np.ndarray]:
     return [holder.read_block(t, c, rb, 0, rb)[0] for t, (_, rb) in TABLES.items() for c in range(blocks)]
 
 
-def role_bytes(role, blocks: int = CYCLES * R) -> List[np.ndarray]:
-    return [role.read_block(t, c, rb, 0, rb) for t, (_, rb) in TABLES.items() for c in range(blocks)]
-
-
 def assert_same_blocks(a: List[np.ndarray], b: List[np.ndarray]) -> None:
     assert len(a) == len(b)
     for x, y in zip(a, b):
@@ -120,61 +109,59 @@ def test_parity_is_the_encoding_of_the_data() -> None:
     assert sum(h.bytes for h in holders) > 0
 
 
-@needs_role
-def test_apply_and_read_agree_with_parity_role() -> None:
+def test_resent_batches_give_the_bytes_of_applying_each_once() -> None:
     cluster = Cluster(3)
     holder = _core.ParityHolder(0, K, R, cluster.block_bytes())
-    role = ParityRole(0, K, R, cluster.block_bytes())
+    once = _core.ParityHolder(0, K, R, cluster.block_bytes())
     streams = cluster.streams_to(0, 8)
     assert len(streams) >= 2
     for sender, stream in streams.items():
         # in chunks, each resending the previous chunk's last batch
         for at in range(0, len(stream), 3):
             chunk = stream[max(0, at - 1):at + 3]
-            assert holder.apply(sender, wire(chunk), at - 2) == role.apply(sender, chunk, at - 2)
-            assert holder.applied(sender) == role.applied[sender]
-            assert holder.worker_seqs(sender) == role.worker_seqs[sender]
-    assert holder.applied_all() == role.applied
-    assert_same_blocks(all_bytes(holder), role_bytes(role))
+            assert holder.apply(sender, wire(chunk), at - 2) == chunk[-1][0]
+            assert holder.worker_seqs(sender) == chunk[-1][2]
+        for batch in stream:
+            once.apply(sender, wire([batch]), 0)
+    assert holder.applied_all() == once.applied_all() == {s: len(st) for s, st in streams.items()}
+    assert_same_blocks(all_bytes(holder), all_bytes(once))
     for table, (_, rb) in TABLES.items():
         for c in range(CYCLES * R):
             columns, versions = holder.read_block(table, c, rb, 4, 9)
-            expected, role_versions = role.read_block_versioned(table, c, rb, 4, 9)
-            np.testing.assert_array_equal(columns, expected)
-            assert versions == role_versions
-        assert holder.num_blocks(table) == role.num_blocks(table)
-    assert holder.bytes == role.bytes()
+            whole = once.read_block(table, c, rb, 0, rb)[0].reshape(-1, rb)
+            np.testing.assert_array_equal(columns, whole[:, 4:13].reshape(-1))
+            assert versions == holder.applied_all()
+        assert holder.num_blocks(table) == once.num_blocks(table)
+    assert holder.bytes == once.bytes > 0
 
 
-@needs_role
-def test_rollback_and_reset_agree_with_parity_role() -> None:
+def test_rollback_and_reset_restore_exact_earlier_states() -> None:
     cluster = Cluster(4)
     h = cluster.holders[0][0]
     holder = _core.ParityHolder(h, K, R, cluster.block_bytes())
-    role = ParityRole(h, K, R, cluster.block_bytes())
     stream = [cluster.mutate(0, 30)[h] for _ in range(6)]
-    holder.apply(0, wire(stream[:2]), 0)
+    holder.apply(0, wire(stream[:1]), 0)
+    at1 = all_bytes(holder)
+    holder.apply(0, wire(stream[1:2]), 0)
     at2 = all_bytes(holder)
     holder.apply(0, wire(stream[2:]), 1)
-    role.apply(0, stream, 1)
     with pytest.raises(ValueError, match="undo log starts at seq 2"):
         holder.rollback(0, 0)
-    with pytest.raises(ValueError):
-        role.rollback(0, 0)
     assert holder.applied(0) == 6
-    assert holder.rollback(0, 2) == role.rollback(0, 2) == stream[1][2]
-    assert holder.applied(0) == role.applied[0] == 2
+    assert holder.rollback(0, 2) == stream[1][2]
+    assert holder.applied(0) == 2
     assert_same_blocks(all_bytes(holder), at2)
-    assert_same_blocks(all_bytes(holder), role_bytes(role))
-    assert holder.rollback(0, 1) == role.rollback(0, 1) == stream[0][2]  # the base: seq 1 left the log
+    assert holder.rollback(0, 1) == stream[0][2]  # the base: seq 1 left the log
+    assert_same_blocks(all_bytes(holder), at1)
     holder.reset_sender(0, 9, {1: 40})
-    role.reset_sender(0, 9, {1: 40})
     assert holder.applied(0) == 9 and holder.worker_seqs(0) == {1: 40}
-    assert holder.rollback(0, 9) == role.rollback(0, 9) == {1: 40}
+    assert holder.rollback(0, 9) == {1: 40}
     data = np.full(holder.block_bytes("emb"), 7, np.uint8)
-    for expected in ({0: 8}, {0: 9, 4: 1}, {0: 9, 4: 0}):
-        assert holder.write_block_if("emb", 1, data, expected) == role.write_block_if("emb", 1, data, expected)
-    assert_same_blocks(all_bytes(holder), role_bytes(role))
+    before = all_bytes(holder)
+    for expected in ({0: 8}, {0: 9, 4: 1}):  # not the applied versions: refused, nothing written
+        assert not holder.write_block_if("emb", 1, data, expected)
+    assert_same_blocks(all_bytes(holder), before)
+    assert holder.write_block_if("emb", 1, data, {0: 9, 4: 0})  # a sender never seen counts as 0
     np.testing.assert_array_equal(holder.read_block("emb", 1, 24, 0, 24)[0], data)
 
 

@@ -97,7 +97,7 @@ DeltaForwarder::Link& DeltaForwarder::LinkLocked(int holder, const char* what) {
   return it->second;
 }
 
-void DeltaForwarder::SetHolder(int holder, std::shared_ptr<ParityHolder> local) {
+uint64_t DeltaForwarder::SetHolder(int holder, std::shared_ptr<ParityHolder> local) {
   std::lock_guard<std::mutex> lock(mu_);
   Link& link = LinkLocked(holder, "SetHolder");
   if (local && local->index() != holder)
@@ -112,15 +112,19 @@ void DeltaForwarder::SetHolder(int holder, std::shared_ptr<ParityHolder> local) 
   link.acked = seq_;
   AdvanceDurableLocked();
   work_.notify_all();
+  return link.generation;
 }
 
-bool DeltaForwarder::Take(int holder, int timeout_ms, Delivery* out) {
+bool DeltaForwarder::Take(int holder, uint64_t generation, int timeout_ms, Delivery* out) {
   std::unique_lock<std::mutex> lock(mu_);
   Link& link = LinkLocked(holder, "Take");
   const auto ready = [&] {
-    return closed_ || (link.connected && !link.local && !link.down && !link.in_flight && !link.queue.empty());
+    return closed_ || link.generation != generation ||
+           (!link.local && !link.down && !link.in_flight && !link.queue.empty());
   };
-  if (!work_.wait_for(lock, std::chrono::milliseconds(std::max(timeout_ms, 0)), ready) || closed_) return false;
+  if (!work_.wait_for(lock, std::chrono::milliseconds(std::max(timeout_ms, 0)), ready) || closed_ ||
+      link.generation != generation)
+    return false;
   out->batches.assign(link.queue.begin(), link.queue.end());
   link.queue.clear();
   out->durable = DurableLocked();

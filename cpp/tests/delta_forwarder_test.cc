@@ -165,15 +165,16 @@ TEST(DeltaForwarder, AClosedHolderIsDownUntilReplacedAndHoldsBackDurability) {
 TEST(DeltaForwarder, RemoteTransportTakesInOrderAndIgnoresStaleLinks) {
   Cluster c(3, 2, 1);
   DeltaForwarder& f = *c.forwarders[0];
-  f.SetHolder(1, nullptr);  // served through Take/Ack from now on
+  const uint64_t link = f.SetHolder(1, nullptr);  // served through Take/Ack from now on
   for (int step = 1; step <= 3; ++step) c.Push(0, 4, step, 0, step);
   DeltaForwarder::Delivery d;
-  ASSERT_TRUE(f.Take(1, 1000, &d));
+  ASSERT_TRUE(f.Take(1, link, 1000, &d));
+  EXPECT_EQ(link, d.link);
   ASSERT_EQ(3u, d.batches.size());
   for (int i = 0; i < 3; ++i) EXPECT_EQ(i + 1, d.batches[i]->seq);
   EXPECT_EQ(0, d.durable);
   DeltaForwarder::Delivery none;
-  EXPECT_FALSE(f.Take(1, 10, &none));  // in flight: nothing more until acked
+  EXPECT_FALSE(f.Take(1, link, 10, &none));  // in flight: nothing more until acked
   EXPECT_TRUE(f.progress().pending);
   // the wire form carries the same batches
   const std::vector<BatchPtr> parsed = [&] {
@@ -187,7 +188,8 @@ TEST(DeltaForwarder, RemoteTransportTakesInOrderAndIgnoresStaleLinks) {
   c.Drain();
   EXPECT_EQ(3, f.DurableSeq(0));
   c.Push(0, 4, 4, 0, 4);
-  ASSERT_TRUE(f.Take(1, 1000, &d));
+  EXPECT_FALSE(f.Take(1, link + 1, 10, &none));  // a transport of another link gets nothing
+  ASSERT_TRUE(f.Take(1, link, 1000, &d));
   f.Fail(1, d.link, "refused", false);
   EXPECT_EQ(std::vector<int>{1}, f.progress().down);
   ASSERT_EQ(1u, f.errors().size());
@@ -196,11 +198,11 @@ TEST(DeltaForwarder, RemoteTransportTakesInOrderAndIgnoresStaleLinks) {
 
 TEST(DeltaForwarder, DropPendingLosesWhatWasNotDelivered) {
   Cluster c(3, 2, 1);
-  c.forwarders[0]->SetHolder(1, nullptr);  // nobody serves holder 1: its batches stay queued
+  const uint64_t link = c.forwarders[0]->SetHolder(1, nullptr);  // nobody serves holder 1 yet
   c.Push(0, 4, 1, 0, 1);
   c.forwarders[0]->DropPending();
   DeltaForwarder::Delivery d;
-  EXPECT_FALSE(c.forwarders[0]->Take(1, 10, &d));
+  EXPECT_FALSE(c.forwarders[0]->Take(1, link, 10, &d));
   c.Push(0, 4, 2, 0, 2);  // after the crash nothing goes out
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(0, c.holders[1]->Applied(0));

@@ -41,23 +41,25 @@ void BindDeltaForwarder(py::module_& m) {
       .def("set_holder", &DeltaForwarder::SetHolder, py::arg("holder"), py::arg("local"),
            py::call_guard<py::gil_scoped_release>(),
            "(Re)connects a holder whose parity reflects this server's stream up to now: `local` its "
-           "ParityHolder in this process, or None for one served through take/ack/fail")
-      .def("take", [](DeltaForwarder& f, int holder, double timeout) -> py::object {
+           "ParityHolder in this process, or None for one served through take/ack/fail; returns the link "
+           "generation to quote in those")
+      .def("take", [](DeltaForwarder& f, int holder, uint64_t link, double timeout) -> py::object {
              DeltaForwarder::Delivery delivery;
              bool got;
              std::vector<uint8_t> wire;
              {
                py::gil_scoped_release release;
-               got = f.Take(holder, static_cast<int>(timeout * 1000.0), &delivery);
+               got = f.Take(holder, link, static_cast<int>(timeout * 1000.0), &delivery);
                if (got) wire = SerializeBatches(delivery.batches);
              }
              if (!got) return py::none();
              py::array_t<uint8_t> bytes(static_cast<py::ssize_t>(wire.size()));
              std::copy(wire.begin(), wire.end(), bytes.mutable_data());
              return py::make_tuple(bytes, delivery.durable, delivery.link, delivery.batches.back()->seq);
-           }, py::arg("holder"), py::arg("timeout"),
-           "Remote transport: (batches bytes, durable, link, last seq) for `holder`, moved in flight; None "
-           "after `timeout` seconds with nothing to send, or once closed")
+           }, py::arg("holder"), py::arg("link"), py::arg("timeout"),
+           "Remote transport of link generation `link` (from set_holder): (batches bytes, durable, link, last "
+           "seq) for `holder`, moved in flight; None after `timeout` seconds with nothing to send, once closed, "
+           "or once the link was replaced")
       .def("ack", &DeltaForwarder::Ack, py::arg("holder"), py::arg("link"), py::arg("applied"))
       .def("fail", &DeltaForwarder::Fail, py::arg("holder"), py::arg("link"), py::arg("error"), py::arg("lost"))
       .def("progress", [](const DeltaForwarder& f) {

@@ -120,7 +120,8 @@ class ParityAgent:
         self.holder.reset_sender(sender, seq, {int(w): int(s) for w, s in worker_seqs.items()})
 
     def progress(self, server: Any) -> Dict[str, Any]:
-        return self.forwarder.progress()
+        """The forwarder's progress (seq, live_applied, pending, worker_seqs, down) and its delivery errors."""
+        return {**self.forwarder.progress(), "errors": list(self.forwarder.errors)}
 
     def set_holder(self, server: Any, holder: int, handle: Any) -> None:
         """(Re)connects parity holder ``holder`` at ``handle``: directly to its ParityHolder when it lives in
@@ -132,8 +133,8 @@ class ParityAgent:
         if local is not None:
             self.forwarder.set_holder(holder, local().parity_holder())
         else:
-            self.forwarder.set_holder(holder, None)
-            self._links[holder] = RemoteHolderLink(self.forwarder, holder, handle)
+            self._links[holder] = RemoteHolderLink(self.forwarder, holder, handle,
+                                                   self.forwarder.set_holder(holder, None))
 
     # ---- fragments -----------------------------------------------------------------------------------
     def extent(self, server: Any, table: str) -> Tuple[int, int]:

@@ -20,10 +20,11 @@ POLL_SECONDS = 0.5  # how often an idle link checks whether it was closed
 
 
 class RemoteHolderLink:
-    """Sends ``forwarder``'s batches for ``holder`` to ``handle`` (a Handle of the holder's server)."""
+    """Sends ``forwarder``'s batches for ``holder`` to ``handle`` (a Handle of the holder's server) on link
+    generation ``link`` (what ``forwarder.set_holder`` returned); it stops once the link is replaced."""
 
-    def __init__(self, forwarder: Any, holder: int, handle: Any) -> None:
-        self.forwarder, self.holder, self.handle = forwarder, holder, handle
+    def __init__(self, forwarder: Any, holder: int, handle: Any, link: int) -> None:
+        self.forwarder, self.holder, self.handle, self.link = forwarder, holder, handle, link
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"xdl-ec-forward{forwarder.index}to{holder}")
@@ -32,7 +33,8 @@ class RemoteHolderLink:
     def _run(self) -> None:
         sender = self.forwarder.index
         while not self._stop.is_set():
-            taken = self.forwarder.take(self.holder, POLL_SECONDS)  # releases the GIL while it waits
+            # releases the GIL while it waits; None also once the link was replaced (then _stop is set)
+            taken = self.forwarder.take(self.holder, self.link, POLL_SECONDS)
             if taken is None:
                 continue
             batches, durable, link, _ = taken

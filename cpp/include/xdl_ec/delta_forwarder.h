@@ -80,11 +80,13 @@ class DeltaForwarder {
   // (Re)connects `holder` (one of holders()): `local` is its ParityHolder in this process, or null for
   // a holder served through Take/Ack. Its parity reflects this server's stream up to the current seq:
   // the queue is cleared and it counts as having applied seq. Throws std::invalid_argument otherwise.
-  void SetHolder(int holder, std::shared_ptr<ParityHolder> local);
+  // Returns the link generation a remote transport quotes in Take / Ack / Fail.
+  uint64_t SetHolder(int holder, std::shared_ptr<ParityHolder> local);
 
-  // Remote transport: waits up to timeout_ms for batches for `holder` (connected remote, not down, none
-  // in flight) and moves them in flight. False on timeout or once closed.
-  bool Take(int holder, int timeout_ms, Delivery* out);
+  // Remote transport of link generation `link`: waits up to timeout_ms for batches for `holder` (not
+  // down, none in flight) and moves them in flight. False on timeout, once closed, or once the link was
+  // replaced (its transport should stop: a new one serves the new link).
+  bool Take(int holder, uint64_t link, int timeout_ms, Delivery* out);
   void Ack(int holder, uint64_t link, int64_t applied);  // the holder applied up to `applied`
   // The holder could not be reached or refused: down until replaced; `error` is kept unless lost.
   void Fail(int holder, uint64_t link, const std::string& error, bool lost);
