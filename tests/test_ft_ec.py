@@ -294,6 +294,44 @@ def test_a_restarted_worker_continues_its_push_seqs_and_log() -> None:
     assert report["model_digest"] == baseline(3)
 
 
+def test_worker_lost_with_a_server_holding_its_non_durable_push_is_unrecoverable_naming_them() -> None:
+    """Server 2 applies and acknowledges step 3's push, then dies before forwarding it (so the push is not
+    parity-durable and lives only in worker 0's log); worker 0 is killed at the next boundary: the push died with
+    both. Recovery names the worker, the server and the push seqs instead of rebuilding a model without them."""
+    with pytest.raises(Unrecoverable, match=r"unrecoverable: server 2 lost pushes 3\.\.3 of worker 0: .*not yet "
+                                            r"parity-durable and died with the worker's push log"):
+        run(3, CrashBeforeForwarding(2, 1), [Kill(4, "worker", 0)])
+
+
+class CrashBeforeForwardingAfterStep1(ErasureCoded):
+    def after_step(self, step: int) -> None:
+        if step == 1:
+            self.arm_crash_after_apply(2)
+
+
+def test_same_window_with_two_workers_is_unrecoverable_too() -> None:
+    """Two sync workers (3 steps): server 2 applies step 2's merged push and dies before forwarding it; worker 1
+    is killed at the next boundary, worker 0 survives and sees server 2's death. The server's recovery, which
+    replays only live workers' logs, must not go on without worker 1's non-durable push."""
+    with pytest.raises(Unrecoverable, match=r"server 2 lost pushes 2\.\.2 of worker 1: .*push log"):
+        run(3, CrashBeforeForwardingAfterStep1(2, 1), [Kill(3, "worker", 1)], workers=2)
+
+
+class DurableAtStep3(ErasureCoded):
+    """Waits after step 3 until every server's deltas reached its parity holders (every push durable)."""
+
+    def after_step(self, step: int) -> None:
+        super().after_step(step)
+        if step == 3:
+            self._drain(list(range(self.n)))
+
+
+def test_worker_and_server_lost_together_after_their_pushes_are_durable_is_exact() -> None:
+    report = run(3, DurableAtStep3(2, 1), [Kill(4, "worker", 0), Kill(4, "server", 1)])
+    assert sorted((f["role"], f["index"]) for f in report["failures"]) == [("server", 1), ("worker", 0)]
+    assert report["model_digest"] == baseline(3)
+
+
 # ---- the transport pieces, without training ------------------------------------------------------------------
 def _shards(n: int, block_slots: int = 8) -> List[Any]:
     from xdl_ec import _core, init, optim
@@ -305,18 +343,17 @@ def _shards(n: int, block_slots: int = 8) -> List[Any]:
     return [_core.EmbeddingShard(config) for _ in range(n)]
 
 
-def test_parity_role_rollback_then_recovery_rebuilds_the_lost_shard_as_of_w() -> None:
-    """Routed deltas applied by ParityRoles in order; holders roll server 0's stream back to W = 5 (undo log), and
+def test_holder_rollback_then_recovery_rebuilds_the_lost_shard_as_of_w() -> None:
+    """Routed deltas applied by ParityHolders in order; holders roll server 0's stream back to W = 5 (undo log), and
     C++ Recovery over the survivors rebuilds server 0's blocks exactly as they were after its 5th batch."""
     from xdl_ec import _core
     from xdl_ec.ps.parity_agent import holders_of
-    from xdl_ec.ps.parity_role import ParityRole
 
     n, k, r = 3, 2, 1
     shards = _shards(n)
     bs, rb = shards[0].block_slots, shards[0].record_bytes
     router = _core.ParityRouter(n, k, r, bs, rb)
-    roles = [ParityRole(i, k, r, {"t": bs * rb}) for i in range(n)]
+    roles = [_core.ParityHolder(i, k, r, {"t": bs * rb}) for i in range(n)]
     rng = np.random.default_rng(0)
     snapshot: Dict[int, np.ndarray] = {}
     for step in range(1, 9):
@@ -327,11 +364,11 @@ def test_parity_role_rollback_then_recovery_rebuilds_the_lost_shard_as_of_w() ->
             routed = router.route(s, slots, xor)
             for h in holders_of(s, n, k, r):
                 update = {"t": routed[h]} if h in routed else {}
-                assert roles[h].apply(s, [(step, update, {7: step})], durable=2) == step
+                assert roles[h].apply(s, _core.serialize_batches([(step, update, {7: step})]), 2) == step
         if step == 5:
             snapshot = {b: shards[0].read_block(b) for b in range(shards[0].num_blocks)}
     with pytest.raises(ValueError, match="sequence order"):
-        roles[1].apply(0, [(10, {}, {})], durable=0)  # a gap: batch 9 never arrived
+        roles[1].apply(0, _core.serialize_batches([(10, {}, {})]), 0)  # a gap: batch 9 never arrived
     with pytest.raises(ValueError, match="cannot roll"):
         roles[1].rollback(0, 1)  # batches up to the durable watermark (2) left the undo log
     assert [roles[h].rollback(0, 5) for h in holders_of(0, n, k, r)] == [{7: 5}, {7: 5}]
@@ -343,7 +380,7 @@ def test_parity_role_rollback_then_recovery_rebuilds_the_lost_shard_as_of_w() ->
         return np.ascontiguousarray(whole[:, offset:offset + width]).reshape(-1)
 
     def parity(server: int, block: int, offset: int, width: int) -> np.ndarray:
-        return roles[server].read_block("t", block, rb, offset, width)
+        return roles[server].read_block("t", block, rb, offset, width)[0]
 
     keys, slots, high_water = recovery.recover_key_index(0, 2 * k * 4, [0], data, parity)
     assert high_water == len(keys) > 0

@@ -4,8 +4,8 @@ Layout. N servers (N >= k + r); the C++ StripeLayout cuts every server's slot ar
 blocks of k servers with r parity blocks on r other servers per stripe, rotated so each server holds data and
 parity. Keys route to servers by KeyRouter::ServerOf (PSClient).
 
-Protocol (the pieces: :mod:`xdl_ec.ps.parity_agent`, :mod:`~xdl_ec.ps.parity_forwarder`,
-:mod:`~xdl_ec.ps.parity_role`, the server's push path, the worker's push log):
+Protocol (the pieces: :mod:`xdl_ec.ps.parity_agent` over the C++ DeltaForwarder and ParityHolder
+(cpp/include/xdl_ec/delta_forwarder.h, parity_holder.h), the server's push path, the worker's push log):
 
 1. A server applies a mutation (a push, or a pull that inserted rows) under its lock and gives it the next delta
    sequence number ``d`` of that server, stamped with the worker push seqs it has applied so far. It answers the
@@ -50,7 +50,12 @@ does not touch them.
 
 A worker restarted by the driver continues its predecessor's push seqs (``PSClient.resume_seqs``); the
 predecessor's pushes that were not yet durable die with its log, so a server lost before they become durable
-(a window of one forwarding round, e.g. a worker and a server killed at the same boundary) would miss them.
+(a window of one forwarding round, e.g. a worker and a server killed at the same boundary) cannot get them back.
+That is detected, never rebuilt around: the driver keeps every worker's sent push seqs per server as of its last
+answered step (``PSTrainer.push_seqs``, and ``unlogged_push_seqs`` of restarted predecessors), and a recovery
+whose S_p[w] is below what a dead worker (or a restarted one's predecessor) sent to p raises
+:class:`Unrecoverable` naming the server, the worker and the push seqs lost. (A worker killed inside a step after
+sending a push the driver never saw answered is outside this check; injected kills land at step boundaries.)
 
 Failure injection inside the protocol: :meth:`ErasureCoded.arm_crash_after_apply` makes a server apply and
 acknowledge its next mutation and die before forwarding its deltas. :meth:`ErasureCoded.verify` scrubs every stripe.
@@ -422,6 +427,7 @@ class ErasureCoded(FaultTolerance):
         for p in lost:
             first = next(a for (q, _), a in zip(pairs, agreed) if q == p)
             wseqs[p] = {int(w): int(s) for w, s in first.items()}
+        self._check_replayable(lost, wseqs)
         # (c) fresh replacements: key index now, blocks by degraded reads and by the rebuild between steps
         for p in lost:
             old = sched.servers[p]
@@ -464,6 +470,28 @@ class ErasureCoded(FaultTolerance):
                     call.result(CALL_TIMEOUT)
                 except WorkerLost as err:
                     sched.confirm_failure(err)
+
+    def _check_replayable(self, lost: Sequence[int], wseqs: Dict[int, Dict[int, int]]) -> None:
+        """Unrecoverable when a rebuilt server would miss pushes no live log holds: those above S_p that a dead
+        worker sent (its log died with it) or that a restarted worker's predecessor sent (the new log starts
+        after them). The driver records each worker's sent seqs per answered step (``PSTrainer.push_seqs``)."""
+        trainer, dead = self.trainer, self.trainer.scheduler.dead
+        sent = getattr(trainer, "push_seqs", None)
+        if sent is None:
+            return
+        unlogged = getattr(trainer, "unlogged_push_seqs", [None] * len(sent))
+        for p in lost:
+            for w in range(len(sent)):
+                if ("worker", w) in dead:
+                    seqs, how = sent[w], "died with the worker's push log (the worker was lost too)"
+                else:
+                    seqs, how = unlogged[w], "were sent by a predecessor of the restarted worker, whose log died"
+                last = seqs[p] if seqs is not None else 0
+                durable = wseqs[p].get(w, 0)
+                if last > durable:
+                    raise Unrecoverable(
+                        f"unrecoverable: server {p} lost pushes {durable + 1}..{last} of worker {w}: they were not "
+                        f"yet parity-durable and {how}; the model cannot be rebuilt exactly")
 
     def _rebuild_some(self, stripes: Optional[int] = None, seconds: Optional[float] = None) -> None:
         """Rebuilds stripes of the plan: at most ``stripes`` of them, and none after ``seconds`` are spent (at

@@ -138,6 +138,10 @@ class PSClient:
             self.bytes_pushed += part_keys.nbytes + part_grads.nbytes
         return futures
 
+    def sent_seqs(self) -> List[int]:
+        """The last push seq sent to each server (pushes 1..seq went out)."""
+        return list(self._seq)
+
     def forget(self, server: int, seq: int) -> None:
         """Drops logged pushes to ``server`` up to ``seq`` (they are durable there)."""
         if self.push_log is not None:

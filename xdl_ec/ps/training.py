@@ -110,6 +110,10 @@ class PSTrainer:
         self.step = 0
         self.samples = 0  # samples trained so far (re-trained ones after a rollback included)
         self.worker_batches = [0] * cluster.workers  # reader position: batches each worker has trained
+        # each worker's last push seq sent to each server, as of its last answered step: what a worker's push log
+        # covered when it died (--ft ec checks that a rebuilt server lost none of a dead worker's pushes)
+        self.push_seqs: List[Optional[List[int]]] = [None] * cluster.workers
+        self.unlogged_push_seqs: List[Optional[List[int]]] = [None] * cluster.workers  # of restarted predecessors
         self._train_start: Optional[float] = None
         self.injected: List[Dict[str, Any]] = []  # kills done by the failure schedule (step, role, index, time)
         self.losses: List[float] = []
@@ -199,6 +203,7 @@ class PSTrainer:
             self.losses.append(loss)
             for i, r in enumerate(results):
                 self.worker_batches[i] += 1
+                self.push_seqs[i] = r.push_seqs
                 self.samples += r.samples
             self._tick(bar, self.samples)
             self.strategy.after_step(self.step)
@@ -276,6 +281,7 @@ class PSTrainer:
         self.dense.apply(result.dense_grads)
         self.losses.append(result.loss)
         self.worker_batches[i] += 1
+        self.push_seqs[i] = result.push_seqs
         self.samples += result.samples
         self._tick(bar, self.samples)
 
@@ -333,7 +339,15 @@ class PSTrainer:
             detect = self._detect_seconds(*key)
             if err.role == "worker":
                 start = time.perf_counter()
-                self._restart_worker(err.index)
+                while True:
+                    try:
+                        self._restart_worker(err.index)
+                        break
+                    except RoleLost as other:  # the new worker met a server that died too: recover it first
+                        confirmed = self.scheduler.confirm_failure(other) if other.role == "server" else None
+                        if confirmed is None:
+                            raise
+                        rolled_back = self._resume(self.strategy.recover(confirmed)) or rolled_back
                 self.strategy.failures.append(FailureRecord(step=step, role="worker", index=err.index,
                                                             detect_seconds=detect,
                                                             rebuild_seconds=time.perf_counter() - start,
@@ -385,6 +399,10 @@ class PSTrainer:
         from .worker import Worker
 
         handle = self.backend.start("worker", index, Worker, *self._worker_args(index))
+        previous, before = self.push_seqs[index], self.unlogged_push_seqs[index]
+        if previous is not None:  # the predecessor's pushes died with its log (durable or not)
+            self.unlogged_push_seqs[index] = previous if before is None else \
+                [max(a, b) for a, b in zip(before, previous)]
         self.workers[index] = handle
         self.scheduler.workers[index] = handle
         self.scheduler.dead.pop(("worker", index), None)

@@ -70,6 +70,7 @@ class StepResult:
     loss: float
     samples: int
     dense_grads: List[np.ndarray]
+    push_seqs: Optional[List[int]] = None  # the last push seq sent to each server (a driver keeps what outlives us)
 
 
 class Worker:
@@ -193,14 +194,15 @@ class Worker:
             try:
                 self.client.push(self.table.name, p.keys, row_grads, step, participants)
             except RoleLost:
-                self._pushed = (step, StepResult(self.index, float(loss), len(b), dense_grads), nxt)
+                self._pushed = (step, StepResult(self.index, float(loss), len(b), dense_grads,
+                                                 self.client.sent_seqs()), nxt)
                 raise
         t3 = time.perf_counter()
         self._current = nxt
         self.steps += 1
         for name, seconds in (("pull_wait", t_data - t0), ("compute", t2 - t1), ("push", t3 - t2)):
             self.seconds[name] += seconds
-        return StepResult(self.index, float(loss), len(b), dense_grads)
+        return StepResult(self.index, float(loss), len(b), dense_grads, self.client.sent_seqs())
 
     def flush(self) -> int:
         """Waits for the acks of this worker's last push (raising its failure, if any); returns how many."""
