@@ -554,12 +554,16 @@ class ErasureCoded(FaultTolerance):
         self._open_records, self._rebuilding, self._rebuild_start = [], [], None
 
 
-def prefetched(servers: Sequence[Any], table: str, block_slots: int, run: Callable[[Any, Any], Any]) -> Any:
-    """``run(read_data, read_parity)`` (a C++ Recovery call reading fragments through callbacks, one at a time)
+def prefetched(servers: Sequence[Any], table: str, block_slots: int, run: Callable[[Any, Any], Any],
+               timeout: float = CALL_TIMEOUT) -> Any:
+    """``run(read_data, read_parity)`` (a C++ Recovery call that reads fragments through callbacks, one at a time)
     with every fragment fetched at once: a first pass records which fragments ``run`` reads (the reads of an
     erasure decode depend only on the pattern of lost servers, not on the bytes, so zeros do), then all are
-    requested before any is awaited and the second pass is served from them. Only for fragments that no push
-    changes meanwhile (e.g. key columns while the driver waits in a recovery)."""
+    requested before any is awaited, with their versions, and the second pass is served from them. As in
+    :func:`~xdl_ec.ps.parity_agent.consistent_decode`, the fetch is repeated until the fragments agree: each
+    survivor's blocks were read at one delta seq, every parity block read has applied exactly that seq of each
+    survivor read, and the parity blocks agree on every other sender (a mutation still in flight, e.g. an async
+    worker's prefetch, can otherwise put a survivor's data ahead of its parity)."""
     wanted: List[Tuple[str, int, int, int, int]] = []
 
     def recorder(method: str) -> Callable[[int, int, int, int], np.ndarray]:
@@ -569,15 +573,34 @@ def prefetched(servers: Sequence[Any], table: str, block_slots: int, run: Callab
         return read
 
     run(recorder("read_data"), recorder("read_parity"))
-    futures = {w: servers[w[1]].call("parity_call", w[0], table, *w[2:]) for w in dict.fromkeys(wanted)}
-    fetched = {w: f.result(CALL_TIMEOUT) for w, f in futures.items()}
+    wanted = list(dict.fromkeys(wanted))
+    deadline = time.monotonic() + timeout
+    while True:
+        futures = [servers[w[1]].call("parity_call", w[0] + "_at", table, *w[2:]) for w in wanted]
+        fetched: Dict[Tuple[str, int, int, int, int], np.ndarray] = {}
+        data_seqs: Dict[int, int] = {}
+        others: Dict[int, int] = {}
+        consistent = True
+        for w, future in zip(wanted, futures):
+            fetched[w], version = future.result(timeout)
+            if w[0] == "read_data":
+                consistent &= data_seqs.setdefault(w[1], int(version)) == int(version)
+            else:
+                for sender, seq in version.items():
+                    sender, seq = int(sender), int(seq)
+                    consistent &= (data_seqs[sender] if sender in data_seqs else others.setdefault(sender, seq)) == seq
+        # a parity block read before a data block of the same sender was checked against others: re-check
+        consistent &= all(data_seqs.get(sender, seq) == seq for sender, seq in others.items())
+        if consistent:
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"recovery of table {table!r}: the survivors' parity did not catch up with their data "
+                               f"within {timeout:g} s")
+        time.sleep(0.0005)
 
     def reader(method: str) -> Callable[[int, int, int, int], np.ndarray]:
         def read(server: int, block: int, offset: int, width: int) -> np.ndarray:
-            key = (method, server, block, offset, width)
-            if key in fetched:
-                return fetched[key]
-            return servers[server].call("parity_call", method, table, block, offset, width).result(CALL_TIMEOUT)
+            return fetched[(method, server, block, offset, width)]  # the pass reads what the first one did
         return read
 
     return run(reader("read_data"), reader("read_parity"))
