@@ -120,8 +120,16 @@ class ParityAgent:
         self.holder.reset_sender(sender, seq, {int(w): int(s) for w, s in worker_seqs.items()})
 
     def progress(self, server: Any) -> Dict[str, Any]:
-        """The forwarder's progress (seq, live_applied, pending, worker_seqs, down) and its delivery errors."""
+        """The forwarder's progress (seq, live_applied, pending, worker_seqs, down) and its delivery errors. Asked
+        by a caller waiting for parity to catch up, so it also flushes the remote links."""
+        self.flush(server)
         return {**self.forwarder.progress(), "errors": list(self.forwarder.errors)}
+
+    def flush(self, server: Any) -> None:
+        """Remote links send what is queued now instead of at their next interval (in-process delivery never
+        waits)."""
+        for link in self._links.values():
+            link.flush()
 
     def set_holder(self, server: Any, holder: int, handle: Any) -> None:
         """(Re)connects parity holder ``holder`` at ``handle``: directly to its ParityHolder when it lives in
@@ -170,7 +178,9 @@ class ParityAgent:
 
     def stats(self, server: Any) -> Dict[str, int]:
         return {"parity_bytes": int(self.holder.bytes), "degraded_reads": self.degraded_reads,
-                "forwarded_bytes": int(self.forwarder.bytes_sent)}
+                "forwarded_bytes": int(self.forwarder.bytes_sent),
+                "remote_sends": sum(link.sends for link in self._links.values()),
+                "remote_send_bytes": sum(link.bytes_sent for link in self._links.values())}
 
     # ---- replacement side ----------------------------------------------------------------------------
     def begin_restore(self, server: Any, table: str, keys: np.ndarray, slots: np.ndarray, high_water: int,
@@ -219,6 +229,7 @@ def consistent_decode(servers: Sequence[Any], table: str, decode: Any, timeout: 
     agree on every other sender. Forwarding is asynchronous, so a survivor's block may be ahead of its parity for
     a moment; then the decode is retried. Returns (result, versions {sender: seq} the result reflects)."""
     deadline = time.monotonic() + timeout
+    flushed: List[Any] = []
     while True:
         data_seqs: Dict[int, int] = {}
         applied: List[Dict[int, int]] = []
@@ -245,6 +256,8 @@ def consistent_decode(servers: Sequence[Any], table: str, decode: Any, timeout: 
                     ok &= versions.setdefault(s, v) == v
         if ok:
             return result, versions
+        if not flushed:  # the parity of the survivors read is behind their data: have it sent now, once
+            flushed = [servers[s].call("parity_call", "flush") for s in data_seqs]
         if time.monotonic() > deadline:
             raise TimeoutError(f"degraded read of table {table!r}: parity did not catch up with the survivors' data "
                                f"within {timeout:g} s")
