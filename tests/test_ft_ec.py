@@ -332,6 +332,42 @@ def test_worker_and_server_lost_together_after_their_pushes_are_durable_is_exact
     assert report["model_digest"] == baseline(3)
 
 
+def test_recovery_fragments_are_fetched_again_until_the_parity_caught_up_with_the_data() -> None:
+    """The key-index fetch of a recovery (all fragments at once, with versions): while a survivor's data (delta
+    seq 5) is ahead of the parity read (applied 4), the fetch is repeated, the survivor's links flushed once, and
+    the decode runs on the consistent fragments only."""
+    from xdl_ec.ft.ec_strategy import prefetched
+
+    class Answered:
+        def __init__(self, value: Any) -> None:
+            self.value = value
+
+        def result(self, timeout: float = 0) -> Any:
+            return self.value
+
+    class Survivor:
+        def __init__(self) -> None:
+            self.calls: List[str] = []
+            self.applied = 4  # as a parity holder: server 0's seq its block reflects
+
+        def call(self, method: str, name: str, *args: Any) -> Answered:
+            assert method == "parity_call"
+            self.calls.append(name)
+            if name == "flush":
+                servers[1].applied = 5
+                return Answered(None)
+            if name == "read_data_at":
+                return Answered((np.full(8 * args[3], 5, np.uint8), 5))
+            assert name == "read_parity_at"
+            return Answered((np.full(8 * args[3], self.applied, np.uint8), {0: self.applied, 2: 7}))
+
+    servers = [Survivor(), Survivor()]
+    decoded = prefetched(servers, "t", 8, lambda data, parity: (data(0, 3, 0, 2), parity(1, 1, 0, 2)))
+    assert decoded[0].tolist() == [5] * 16 and decoded[1].tolist() == [5] * 16  # never the parity at seq 4
+    assert servers[0].calls == ["read_data_at", "flush", "read_data_at"]
+    assert servers[1].calls == ["read_parity_at", "read_parity_at"]
+
+
 # ---- the transport pieces, without training ------------------------------------------------------------------
 def _shards(n: int, block_slots: int = 8) -> List[Any]:
     from xdl_ec import _core, init, optim

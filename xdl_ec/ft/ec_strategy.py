@@ -575,6 +575,7 @@ def prefetched(servers: Sequence[Any], table: str, block_slots: int, run: Callab
     run(recorder("read_data"), recorder("read_parity"))
     wanted = list(dict.fromkeys(wanted))
     deadline = time.monotonic() + timeout
+    flushed: List[Any] = []
     while True:
         futures = [servers[w[1]].call("parity_call", w[0] + "_at", table, *w[2:]) for w in wanted]
         fetched: Dict[Tuple[str, int, int, int, int], np.ndarray] = {}
@@ -593,6 +594,8 @@ def prefetched(servers: Sequence[Any], table: str, block_slots: int, run: Callab
         consistent &= all(data_seqs.get(sender, seq) == seq for sender, seq in others.items())
         if consistent:
             break
+        if not flushed:  # the survivors' parity is behind their data: have their links send it now, once
+            flushed = [servers[server].call("parity_call", "flush") for server in data_seqs]
         if time.monotonic() > deadline:
             raise TimeoutError(f"recovery of table {table!r}: the survivors' parity did not catch up with their data "
                                f"within {timeout:g} s")
