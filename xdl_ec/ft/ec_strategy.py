@@ -497,6 +497,10 @@ class ErasureCoded(FaultTolerance):
         """Rebuilds stripes of the plan: at most ``stripes`` of them, and none after ``seconds`` are spent (at
         least one either way); all of them with neither."""
         deadline = None if seconds is None else time.perf_counter() + seconds
+        if self._plan and getattr(self.trainer.cluster, "backend", "local") == "ray":
+            # remote links batch their sends (parity_link): have every survivor's parity delivered once here,
+            # instead of each stripe's decode finding it behind the data and waiting for a flush
+            self._drain([s for s in range(self.n) if s not in self._rebuilding])
         done = 0
         while self._plan:
             if done and ((stripes is not None and done >= stripes) or
