@@ -1,11 +1,14 @@
-"""Benchmark: the cost of ``--ft ec`` in one process, measured against ``--ft none`` in the same run. Not a test.
+"""Benchmark: the cost of ``--ft ec``, measured against ``--ft none`` in the same run. Not a test.
 
     PYTHONPATH=build/stage python3 -P bench/bench_ft_ec.py [--code 4,1] [--steps 40] [--batch 2048] [--repeats 3]
                                                            [--fail-at 20] [--rebuild-share 0.05]
+                                                           [--backend local|ray]
 
 1. Normal operation: steady samples/s (after the first step, which traces TF) of N = k + r servers, one sync
    worker, synthetic data, with no fault tolerance and with ``ec`` (parity forwarded in the background), runs
-   alternating so drift on a shared machine hits both; medians. Overhead = 1 - ec / none.
+   alternating so drift on a shared machine hits both; medians. Overhead = 1 - ec / none. Also the machine's busy
+   CPU time per sample during training (from /proc/stat: every process, Ray's included), which drifts less than
+   wall time on a shared VM.
 2. Recovery, in every repeat right after its normal ``ec`` run: the same run with server 1 killed before step
    ``--fail-at``: the rebuild's seconds (recovery pause, key index, replay and every stripe, rate-limited to
    ``--rebuild-share`` of wall time over the step boundaries), samples/s while it ran against that repeat's normal
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+from typing import Optional
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -28,11 +32,24 @@ from xdl_ec.ps import ClusterConfig, PSTrainer  # noqa: E402
 from xdl_ec.trainer import TrainConfig  # noqa: E402
 
 
-def _run(config: TrainConfig, servers: int, strategy, kills=()) -> dict:
-    trainer = PSTrainer(config, ClusterConfig(servers=servers, workers=1), strategy=strategy,
+def _busy_cpu_seconds() -> Optional[float]:
+    """CPU seconds the whole machine spent busy so far (Linux /proc/stat), None elsewhere."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return None
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # all but idle and iowait
+
+
+def _run(config: TrainConfig, servers: int, strategy, kills=(), backend: str = "local") -> dict:
+    trainer = PSTrainer(config, ClusterConfig(servers=servers, workers=1, backend=backend), strategy=strategy,
                         failures=FailureSchedule(list(kills)))
     try:
+        start = _busy_cpu_seconds()
         report = trainer.fit()
+        end = _busy_cpu_seconds()
+        report["cpu_us_per_sample"] = None if start is None else (end - start) / report["samples"] * 1e6
         report["model_digest"] = trainer.digest()
     finally:
         trainer.close()
@@ -47,6 +64,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--fail-at", type=int, default=20)
     parser.add_argument("--rebuild-share", type=float, default=DEFAULT_REBUILD_SHARE)
+    parser.add_argument("--backend", choices=("local", "ray"), default="local")
     args = parser.parse_args()
     k, r = parse_code(args.code)
     servers = k + r
@@ -54,22 +72,29 @@ def main() -> None:
                          steps=args.steps, deterministic=True, progress=False, seed=1)
     share = args.rebuild_share
     rates = {"none": [], "ec": []}
+    cpu = {"none": [], "ec": []}
     digests = {}
     recoveries = []
     for _ in range(args.repeats):
         for name in ("none", "ec"):
-            report = _run(config, servers, None if name == "none" else ErasureCoded(k, r, rebuild_share=share))
+            report = _run(config, servers, None if name == "none" else ErasureCoded(k, r, rebuild_share=share),
+                          backend=args.backend)
             rates[name].append(report["steady_samples_per_sec"])
+            cpu[name].append(report["cpu_us_per_sample"])
             digests[name] = report["model_digest"]
         strategy = ErasureCoded(k, r, rebuild_share=share)
-        report = _run(config, servers, strategy, [Kill(args.fail_at, "server", 1)])
+        report = _run(config, servers, strategy, [Kill(args.fail_at, "server", 1)], backend=args.backend)
         (failure,) = report["failures"]
         recoveries.append((failure, report, strategy.boundaries_rebuilding, rates["ec"][-1]))
     none, ec = statistics.median(rates["none"]), statistics.median(rates["ec"])
-    print(f"normal operation, {servers} servers, code k={k} r={r}, batch {args.batch}, {args.steps} steps, "
-          f"median of {args.repeats}:")
+    print(f"normal operation, {args.backend} backend, {servers} servers, code k={k} r={r}, batch {args.batch}, "
+          f"{args.steps} steps, median of {args.repeats}:")
     print(f"  none {none:,.0f} samples/s   ec {ec:,.0f} samples/s   overhead {100 * (1 - ec / none):.1f}%"
           f"   (runs none {[round(x) for x in rates['none']]}, ec {[round(x) for x in rates['ec']]})")
+    if None not in cpu["none"] + cpu["ec"]:
+        cpu_none, cpu_ec = statistics.median(cpu["none"]), statistics.median(cpu["ec"])
+        print(f"  busy CPU per sample: none {cpu_none:.0f} us   ec {cpu_ec:.0f} us   ratio {cpu_ec / cpu_none:.3f}"
+              f"   (runs none {[round(x) for x in cpu['none']]}, ec {[round(x) for x in cpu['ec']]})")
     print(f"  same model with and without parity: {digests['none'] == digests['ec']}")
     print(f"server 1 killed before step {args.fail_at}, rebuild share {share:g}:")
     ratios, own = [], []

@@ -77,6 +77,11 @@ class Handle:
     def call(self, method: str, *args: Any) -> Any:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def call_beside(self, method: str, *args: Any) -> Any:
+        """Like :meth:`call`, for a method that is safe beside the role's other calls (it takes its own locks):
+        it need not wait behind them. Parity batches use it, so applying them never delays a push or pull."""
+        return self.call(method, *args)
+
 
 # ---- one process -------------------------------------------------------------------------------------
 class LocalFuture:
@@ -231,6 +236,9 @@ class RayFuture:
             raise _translate_ray_error(err, self.role, self.index) from None
 
 
+BESIDE_GROUP = "beside"  # one thread per actor for Handle.call_beside
+
+
 class RayHandle(Handle):
     """A role living in a Ray actor. Picklable (the actor handle is), so workers receive the servers' handles."""
 
@@ -239,6 +247,11 @@ class RayHandle(Handle):
 
     def call(self, method: str, *args: Any) -> RayFuture:
         return RayFuture(getattr(self.actor, method).remote(*args), self.role, self.index, method)
+
+    def call_beside(self, method: str, *args: Any) -> RayFuture:
+        """Runs in the actor's ``beside`` concurrency group: its own thread, not queued behind pushes and pulls."""
+        ref = getattr(self.actor, method).options(concurrency_group=BESIDE_GROUP).remote(*args)
+        return RayFuture(ref, self.role, self.index, method)
 
 
 class RayBackend:
@@ -266,7 +279,8 @@ class RayBackend:
         import ray
 
         lost_error(role, index, "")
-        actor_cls = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)(cls)
+        actor_cls = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0,
+                               concurrency_groups={BESIDE_GROUP: 1})(cls)
         handle = RayHandle(role, index, actor_cls.remote(*args))
         self._handles.append(handle)
         return handle

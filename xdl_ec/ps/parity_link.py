@@ -18,12 +18,14 @@ from .backend import RoleLost
 
 CALL_TIMEOUT = 60.0  # seconds a holder may take to apply a batch before it counts as down
 POLL_SECONDS = 0.5  # how often an idle link checks whether it was closed
-# Least seconds between two sends to one holder. A call between processes costs ~1 ms of CPU over both sides,
-# and the holder's actor serves it between pushes and pulls: one call per mutation (every ~10 ms per server, to
-# k + r - 1 holders) cost a quarter of the training throughput on 2 cores. Batching 250 ms of deltas per call
-# only delays durability (workers keep their pushes logged that much longer), never a push; whoever waits for
-# parity (a recovery's drain, a degraded read) calls flush() to cut the wait short.
-SEND_INTERVAL = 0.25
+# Least seconds between two sends to one holder. A call between processes costs ~1 ms of CPU over both sides
+# (serialisation, the object store for batches over 100 KB), and there are k + r - 1 holders per server: one call
+# per mutation (every ~10 ms) cost a quarter of the training throughput on 2 cores, one every 250 ms still ~15%
+# (bench_ft_ec --backend ray). Batching a second of deltas per call only delays durability: workers keep their
+# pushes logged and holders their undo logs that much longer, and a worker lost together with a server in that
+# second is reported unrecoverable; never a push waits. Whoever waits for parity (a recovery's drain, a degraded
+# read) calls flush() to cut the wait short.
+SEND_INTERVAL = 1.0
 
 
 class RemoteHolderLink:
@@ -59,7 +61,8 @@ class RemoteHolderLink:
             self.sends += 1
             self.bytes_sent += int(batches.nbytes)
             try:
-                applied = self.handle.call("parity_call", "apply_parity", sender, batches, durable).result(CALL_TIMEOUT)
+                applied = self.handle.call_beside("parity_call", "apply_parity", sender, batches,
+                                                  durable).result(CALL_TIMEOUT)
             except Exception as err:  # noqa: BLE001 - any failure: the holder is down until replaced
                 self.forwarder.fail(self.holder, link, repr(err), isinstance(err, RoleLost))
                 continue
