@@ -320,6 +320,32 @@ def test_scheduler_decides_deaths_and_bumps_the_map_version() -> None:
         backend.shutdown()
 
 
+def test_a_hot_spare_takes_the_dead_servers_place_and_is_replenished_on_demand() -> None:
+    from xdl_ec.ps import Scheduler
+
+    backend = LocalBackend()
+    try:
+        scheduler = Scheduler(backend, 2, (SPEC,), spares=1)
+        spare = scheduler._spares[0]
+        assert spare.call("ping").result(5) == 2  # idle, under an index past the servers'
+        scheduler.kill("server", 0)
+        scheduler.confirm_failure(ServerLost(0, "killed"))
+        replacement = scheduler.replace_server(0)
+        assert replacement is spare and replacement.index == 0
+        assert replacement.call("ping").result(5) == 0 and replacement.call("size", "t").result(5) == 0
+        assert scheduler._spares == []  # not restarted while a recovery may still run
+        scheduler.replenish_spares()
+        assert [s.call("ping").result(5) for s in scheduler._spares] == [3]
+        # a server that served anything cannot be renamed
+        scheduler.servers[1].call("pull", "t", np.array([5], np.int64)).result(5)
+        with pytest.raises(ValueError, match="only an idle spare"):
+            scheduler.servers[1].call("take_index", 0).result(5)
+        with pytest.raises(ValueError, match="spares"):
+            Scheduler(backend, 2, (SPEC,), spares=-1)
+    finally:
+        backend.shutdown()
+
+
 def test_client_push_log_keeps_pushes_until_forgotten() -> None:
     backend = LocalBackend()
     try:

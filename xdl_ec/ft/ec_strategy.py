@@ -248,7 +248,8 @@ class ErasureCoded(FaultTolerance):
 
     @property
     def rebuilding(self) -> bool:
-        """Whether a replacement still misses stripes (a further loss now counts against r with it)."""
+        """Whether a replacement still misses stripes (a further loss now counts against r with it; the driver
+        leaves spare servers alone until it is done)."""
         return bool(self._plan or self._rebuilding)
 
     def finish_rebuild(self) -> None:
@@ -521,7 +522,7 @@ class ErasureCoded(FaultTolerance):
         """Decodes the stripe's blocks on restoring servers from consistent fragments: data blocks are restored
         (unless a degraded read did it first), parity blocks written if their holder has applied exactly the data
         versions they encode (else the stripe is decoded again)."""
-        n, k, r = self.n, self.k, self.r
+        k, r = self.k, self.r
         servers = self.trainer.scheduler.servers
         lost = self._rebuilding
         layout = self._layout
@@ -556,6 +557,7 @@ class ErasureCoded(FaultTolerance):
             record.rebuild_seconds = seconds
             record.samples_per_sec_during_rebuild = trained / seconds if trained and seconds > 0 else None
         self._open_records, self._rebuilding, self._rebuild_start = [], [], None
+        self.trainer.scheduler.replenish_spares()  # the spare used, started now that no rebuild shares the CPU
 
 
 def prefetched(servers: Sequence[Any], table: str, block_slots: int, run: Callable[[Any, Any], Any],

@@ -166,6 +166,11 @@ class LocalBackend:
     def kill(self, handle: LocalHandle) -> None:
         handle.drop()
 
+    def rename(self, handle: LocalHandle, index: int) -> LocalHandle:
+        """The same role under another index (a spare server taking a dead one's place)."""
+        handle.index = index
+        return handle
+
     def alive(self, handle: LocalHandle, timeout: float = 5.0) -> bool:
         return handle.alive
 
@@ -284,6 +289,12 @@ class RayBackend:
         handle = RayHandle(role, index, actor_cls.remote(*args))
         self._handles.append(handle)
         return handle
+
+    def rename(self, handle: RayHandle, index: int) -> RayHandle:
+        """The same actor under another index (a spare server taking a dead one's place)."""
+        renamed = RayHandle(handle.role, index, handle.actor)
+        self._handles.append(renamed)
+        return renamed
 
     def kill(self, handle: RayHandle) -> None:
         """Kills the actor's process (SIGKILL semantics: nothing it held survives)."""

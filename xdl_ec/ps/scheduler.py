@@ -18,11 +18,15 @@ PROBE_TIMEOUT = 5.0  # seconds a live role takes at most to answer a ping betwee
 
 
 class Scheduler:
-    """Starts ``num_servers`` :class:`ParameterServer` roles holding ``tables`` on ``backend``."""
+    """Starts ``num_servers`` :class:`ParameterServer` roles holding ``tables`` on ``backend``, plus ``spares``
+    idle ones that :meth:`replace_server` hands out first (a hot spare: on Ray a new server process takes ~1.5 s to
+    start, which a recovery would otherwise wait for while training stands still)."""
 
-    def __init__(self, backend: Any, num_servers: int, tables: Sequence[TableSpec]) -> None:
+    def __init__(self, backend: Any, num_servers: int, tables: Sequence[TableSpec], spares: int = 0) -> None:
         if isinstance(num_servers, bool) or not isinstance(num_servers, int) or num_servers < 1:
             raise ValueError(f"num_servers: must be a positive int, got {num_servers!r}")
+        if isinstance(spares, bool) or not isinstance(spares, int) or spares < 0:
+            raise ValueError(f"spares: must be an int >= 0, got {spares!r}")
         self.backend = backend
         self.tables: Tuple[TableSpec, ...] = tuple(tables)
         self.version = 0
@@ -30,8 +34,25 @@ class Scheduler:
                                       for i in range(num_servers)]
         self.workers: List[Handle] = []
         self.dead: Dict[Tuple[str, int], str] = {}
-        for server in self.servers:  # a server that cannot start fails here, not in the first step
+        self._spares: List[Handle] = []
+        self._spare_count = spares
+        self._next_spare = num_servers  # spares get indices past the servers' until they take a dead one's
+        for _ in range(spares):
+            self._start_spare()
+        for server in self.servers + self._spares:  # a server that cannot start fails here, not in the first step
             server.call("ping").result(60.0)
+
+    def replenish_spares(self) -> None:
+        """Starts spares up to the count asked for (call once a recovery is complete: a process starting while a
+        rebuild runs would take CPU from it)."""
+        while len(self._spares) < self._spare_count:
+            self._start_spare()
+
+    def _start_spare(self) -> None:
+        """Starts an idle server; not waited for (it starts while training goes on)."""
+        self._spares.append(self.backend.start("server", self._next_spare, ParameterServer, self._next_spare,
+                                               self.tables))
+        self._next_spare += 1
 
     def start_workers(self, count: int, factory: Callable[..., Any], args_of: Callable[[int], tuple]) -> List[Handle]:
         """Starts ``count`` workers ``factory(*args_of(i))``."""
@@ -71,8 +92,18 @@ class Scheduler:
         return lost_error(role, index, reason)
 
     def replace_server(self, index: int) -> Handle:
-        """Starts a fresh, empty server ``index`` in place of a dead one (its state is rebuilt by recovery)."""
-        handle = self.backend.start("server", index, ParameterServer, index, self.tables)
+        """A fresh, empty server ``index`` in place of a dead one (its state is rebuilt by recovery): a spare when
+        one is ready (and another is started in its place), else a new one."""
+        handle = None
+        while self._spares and handle is None:
+            spare = self._spares.pop(0)
+            try:
+                spare.call("take_index", index).result(60.0)
+                handle = self.backend.rename(spare, index)
+            except (RoleLost, CallTimeout):  # a spare that died idle is simply not used
+                self.backend.kill(spare)
+        if handle is None:
+            handle = self.backend.start("server", index, ParameterServer, index, self.tables)
         self.servers[index] = handle
         self.dead.pop(("server", index), None)
         self.version += 1

@@ -98,6 +98,16 @@ class ParameterServer:
         """Answers its index: the liveness probe of the scheduler."""
         return self.index
 
+    def take_index(self, index: int) -> None:
+        """A spare server becomes server ``index`` (replacing a dead one); only while it has served nothing."""
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise ValueError(f"index: must be a non-negative int, got {index!r}")
+        with self._lock:
+            if self._parity is not None or self.last_seq or any(len(t) for t in self._tables.values()):
+                raise ValueError(f"take_index: server {self.index} already holds state; only an idle spare can "
+                                 f"become server {index}")
+            self.index = index
+
     # ---- training path --------------------------------------------------------------------------------
     def pull(self, table: str, keys: Any) -> np.ndarray:
         """Rows float32[len(keys), dim], inserting missing keys with their initial rows."""

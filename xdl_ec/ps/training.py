@@ -119,7 +119,9 @@ class PSTrainer:
         self.losses: List[float] = []
         self.backend = make_backend(cluster.backend, cluster.address)
         try:
-            self.scheduler = Scheduler(self.backend, cluster.servers, (self.table,))
+            # a hot spare where starting a server is slow (a Ray process) and a strategy replaces lost servers
+            spares = 1 if cluster.backend == "ray" and not isinstance(strategy, NoFaultTolerance) else 0
+            self.scheduler = Scheduler(self.backend, cluster.servers, (self.table,), spares=spares)
             prefetch = cluster.workers == 1 or cluster.mode == "async"
             self._worker_args = lambda i: (i, cluster.workers, config, list(self.scheduler.servers), self.table,
                                            self.total_batches, prefetch, cluster.call_timeout)
@@ -359,6 +361,8 @@ class PSTrainer:
                 if not record.detect_seconds:
                     record.detect_seconds = detect
             rolled_back = self._resume(resume) or rolled_back
+        if not getattr(self.strategy, "rebuilding", False):  # else the strategy replenishes when it is done
+            self.scheduler.replenish_spares()
         return rolled_back
 
     def _resume(self, resume: Any) -> bool:
