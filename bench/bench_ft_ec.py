@@ -6,7 +6,8 @@
 
 1. Normal operation: steady samples/s (after the first step, which traces TF) of N = k + r servers, one sync
    worker, synthetic data, with no fault tolerance and with ``ec`` (parity forwarded in the background), runs
-   alternating so drift on a shared machine hits both; medians. Overhead = 1 - ec / none. Also the machine's busy
+   alternating so drift on a shared machine hits both; medians. Overhead = 1 - ec / none, of the medians and
+   paired (the median of each repeat's back-to-back ratio). Also the machine's busy
    CPU time per sample during training (from /proc/stat: every process, Ray's included), which drifts less than
    wall time on a shared VM.
 2. Recovery, in every repeat right after its normal ``ec`` run: the same run with server 1 killed before step
@@ -89,8 +90,11 @@ def main() -> None:
     none, ec = statistics.median(rates["none"]), statistics.median(rates["ec"])
     print(f"normal operation, {args.backend} backend, {servers} servers, code k={k} r={r}, batch {args.batch}, "
           f"{args.steps} steps, median of {args.repeats}:")
+    paired = statistics.median(e / n for n, e in zip(rates["none"], rates["ec"]))
     print(f"  none {none:,.0f} samples/s   ec {ec:,.0f} samples/s   overhead {100 * (1 - ec / none):.1f}%"
           f"   (runs none {[round(x) for x in rates['none']]}, ec {[round(x) for x in rates['ec']]})")
+    print(f"  paired: median over repeats of (1 - ec / none of the same repeat) {100 * (1 - paired):.1f}%"
+          f" (each pair ran back to back, so slow drift of the machine cancels)")
     if None not in cpu["none"] + cpu["ec"]:
         cpu_none, cpu_ec = statistics.median(cpu["none"]), statistics.median(cpu["ec"])
         print(f"  busy CPU per sample: none {cpu_none:.0f} us   ec {cpu_ec:.0f} us   ratio {cpu_ec / cpu_none:.3f}"
