@@ -336,7 +336,7 @@ def test_recovery_fragments_are_fetched_again_until_the_parity_caught_up_with_th
     """The key-index fetch of a recovery (all fragments at once, with versions): while a survivor's data (delta
     seq 5) is ahead of the parity read (applied 4), the fetch is repeated, the survivor's links flushed once, and
     the decode runs on the consistent fragments only."""
-    from xdl_ec.ft.ec_strategy import prefetched
+    from xdl_ec.ps.parity_agent import consistent_decode
 
     class Answered:
         def __init__(self, value: Any) -> None:
@@ -362,7 +362,7 @@ def test_recovery_fragments_are_fetched_again_until_the_parity_caught_up_with_th
             return Answered((np.full(8 * args[3], self.applied, np.uint8), {0: self.applied, 2: 7}))
 
     servers = [Survivor(), Survivor()]
-    decoded = prefetched(servers, "t", 8, lambda data, parity: (data(0, 3, 0, 2), parity(1, 1, 0, 2)))
+    decoded = consistent_decode(servers, "t", 8, lambda data, parity: (data(0, 3, 0, 2), parity(1, 1, 0, 2)))[0]
     assert decoded[0].tolist() == [5] * 16 and decoded[1].tolist() == [5] * 16  # never the parity at seq 4
     assert servers[0].calls == ["read_data_at", "flush", "read_data_at"]
     assert servers[1].calls == ["read_parity_at", "read_parity_at"]

@@ -452,9 +452,9 @@ class ErasureCoded(FaultTolerance):
             stripes = self._stripes(table, survivors, extents)
             extent = {s: extents[s][0] for s in survivors}
             for p in lost:
-                keys, slots, high_water = prefetched(
+                keys, slots, high_water = consistent_decode(
                     servers, table, block_slots,
-                    lambda d, q: recovery.recover_key_index(p, stripes // n * k, lost, d, q))  # noqa: B023
+                    lambda d, q: recovery.recover_key_index(p, stripes // n * k, lost, d, q), CALL_TIMEOUT)[0]  # noqa: B023
                 self._call(p, "begin_restore", table, keys, slots, high_water, servers, lost)
                 extent[p] = math.ceil(high_water / block_slots)
             self._extent[table] = extent
@@ -533,7 +533,8 @@ class ErasureCoded(FaultTolerance):
         has_data = any(b < extent[s] for s, b in members)
         while True:
             blocks, versions = consistent_decode(
-                servers, table, lambda d, p: recovery.decode_stripe(stripe, wanted, lost, d, p), CALL_TIMEOUT)
+                servers, table, self._geometry(table)[0],
+                lambda d, p: recovery.decode_stripe(stripe, wanted, lost, d, p), CALL_TIMEOUT)
             expected = {s: versions.get(s, 0) for s, _ in members}
             written = True
             for t, block in zip(wanted, blocks):
@@ -558,61 +559,6 @@ class ErasureCoded(FaultTolerance):
             record.samples_per_sec_during_rebuild = trained / seconds if trained and seconds > 0 else None
         self._open_records, self._rebuilding, self._rebuild_start = [], [], None
         self.trainer.scheduler.replenish_spares()  # the spare used, started now that no rebuild shares the CPU
-
-
-def prefetched(servers: Sequence[Any], table: str, block_slots: int, run: Callable[[Any, Any], Any],
-               timeout: float = CALL_TIMEOUT) -> Any:
-    """``run(read_data, read_parity)`` (a C++ Recovery call that reads fragments through callbacks, one at a time)
-    with every fragment fetched at once: a first pass records which fragments ``run`` reads (the reads of an
-    erasure decode depend only on the pattern of lost servers, not on the bytes, so zeros do), then all are
-    requested before any is awaited, with their versions, and the second pass is served from them. As in
-    :func:`~xdl_ec.ps.parity_agent.consistent_decode`, the fetch is repeated until the fragments agree: each
-    survivor's blocks were read at one delta seq, every parity block read has applied exactly that seq of each
-    survivor read, and the parity blocks agree on every other sender (a mutation still in flight, e.g. an async
-    worker's prefetch, can otherwise put a survivor's data ahead of its parity)."""
-    wanted: List[Tuple[str, int, int, int, int]] = []
-
-    def recorder(method: str) -> Callable[[int, int, int, int], np.ndarray]:
-        def read(server: int, block: int, offset: int, width: int) -> np.ndarray:
-            wanted.append((method, server, block, offset, width))
-            return np.zeros(block_slots * width, dtype=np.uint8)
-        return read
-
-    run(recorder("read_data"), recorder("read_parity"))
-    wanted = list(dict.fromkeys(wanted))
-    deadline = time.monotonic() + timeout
-    flushed: List[Any] = []
-    while True:
-        futures = [servers[w[1]].call("parity_call", w[0] + "_at", table, *w[2:]) for w in wanted]
-        fetched: Dict[Tuple[str, int, int, int, int], np.ndarray] = {}
-        data_seqs: Dict[int, int] = {}
-        others: Dict[int, int] = {}
-        consistent = True
-        for w, future in zip(wanted, futures):
-            fetched[w], version = future.result(timeout)
-            if w[0] == "read_data":
-                consistent &= data_seqs.setdefault(w[1], int(version)) == int(version)
-            else:
-                for sender, seq in version.items():
-                    sender, seq = int(sender), int(seq)
-                    consistent &= (data_seqs[sender] if sender in data_seqs else others.setdefault(sender, seq)) == seq
-        # a parity block read before a data block of the same sender was checked against others: re-check
-        consistent &= all(data_seqs.get(sender, seq) == seq for sender, seq in others.items())
-        if consistent:
-            break
-        if not flushed:  # the survivors' parity is behind their data: have their links send it now, once
-            flushed = [servers[server].call("parity_call", "flush") for server in data_seqs]
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"recovery of table {table!r}: the survivors' parity did not catch up with their data "
-                               f"within {timeout:g} s")
-        time.sleep(0.0005)
-
-    def reader(method: str) -> Callable[[int, int, int, int], np.ndarray]:
-        def read(server: int, block: int, offset: int, width: int) -> np.ndarray:
-            return fetched[(method, server, block, offset, width)]  # the pass reads what the first one did
-        return read
-
-    return run(reader("read_data"), reader("read_parity"))
 
 
 def _shard_config(spec: Any) -> Any:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -194,7 +194,8 @@ class ParityAgent:
 
         def fault(block: int) -> np.ndarray:  # a degraded read: decoded from versions the parity agrees with
             self.degraded_reads += 1
-            return consistent_decode(servers, table, lambda d, p: recovery.decode_data_block(index, block, down, d, p))[0]
+            return consistent_decode(servers, table, block_slots,
+                                     lambda d, p: recovery.decode_data_block(index, block, down, d, p))[0]
 
         shard = server._table(table).shard
         shard.begin_restore(keys, slots, int(high_water), fault)
@@ -223,42 +224,56 @@ def fragment_readers(servers: Sequence[Any], table: str, timeout: float = 120.0)
     return data, parity
 
 
-def consistent_decode(servers: Sequence[Any], table: str, decode: Any, timeout: float = 60.0) -> Tuple[Any, Dict[int, int]]:
-    """Runs ``decode(read_data, read_parity)`` until the fragments it read are mutually consistent: every parity
-    block read has applied exactly the data versions (delta seqs) read from the survivors, and the parity blocks
-    agree on every other sender. Forwarding is asynchronous, so a survivor's block may be ahead of its parity for
-    a moment; then the decode is retried. Returns (result, versions {sender: seq} the result reflects)."""
+def consistent_decode(servers: Sequence[Any], table: str, block_slots: int, decode: Callable[[Any, Any], Any],
+                      timeout: float = 60.0) -> Tuple[Any, Dict[int, int]]:
+    """Runs ``decode(read_data, read_parity)`` (a C++ Recovery call that reads fragments through callbacks, one at a
+    time) on fragments that are mutually consistent, all fetched at once: a first pass records which fragments
+    ``decode`` reads (the reads of an erasure decode depend only on the pattern of lost servers, not on the bytes,
+    so zeros do), then all are requested before any is awaited, with their versions, and the second pass is served
+    from them. Forwarding is asynchronous, so a survivor's block may be ahead of its parity for a moment: the fetch
+    is repeated (the survivors' links flushed once) until each survivor's blocks were read at one delta seq, every
+    parity block read has applied exactly that seq of each survivor read, and the parity blocks agree on every other
+    sender. Returns (result, versions {sender: seq} the result reflects)."""
+    wanted: List[Tuple[str, int, int, int, int]] = []
+
+    def recorder(method: str) -> Callable[[int, int, int, int], np.ndarray]:
+        def read(server: int, block: int, offset: int, width: int) -> np.ndarray:
+            wanted.append((method, server, block, offset, width))
+            return np.zeros(block_slots * width, dtype=np.uint8)
+        return read
+
+    decode(recorder("read_data"), recorder("read_parity"))
+    wanted = list(dict.fromkeys(wanted))
     deadline = time.monotonic() + timeout
     flushed: List[Any] = []
     while True:
+        futures = [servers[w[1]].call("parity_call", w[0] + "_at", table, *w[2:]) for w in wanted]
+        fetched: Dict[Tuple[str, int, int, int, int], np.ndarray] = {}
         data_seqs: Dict[int, int] = {}
-        applied: List[Dict[int, int]] = []
-
-        def data(server: int, block: int, offset: int, width: int) -> np.ndarray:
-            out, seq = servers[server].call("parity_call", "read_data_at", table, block, offset, width).result(timeout)
-            data_seqs[server] = seq
-            return out
-
-        def parity(server: int, block: int, offset: int, width: int) -> np.ndarray:
-            out, seen = servers[server].call("parity_call", "read_parity_at", table, block, offset,
-                                             width).result(timeout)
-            applied.append({int(s): int(v) for s, v in seen.items()})
-            return out
-
-        result = decode(data, parity)
-        versions = dict(data_seqs)
-        ok = True
-        for seen in applied:
-            for s, v in seen.items():
-                if s in data_seqs:
-                    ok &= v == data_seqs[s]
-                else:
-                    ok &= versions.setdefault(s, v) == v
-        if ok:
-            return result, versions
-        if not flushed:  # the parity of the survivors read is behind their data: have it sent now, once
-            flushed = [servers[s].call("parity_call", "flush") for s in data_seqs]
+        others: Dict[int, int] = {}
+        consistent = True
+        for w, future in zip(wanted, futures):
+            fetched[w], version = future.result(timeout)
+            if w[0] == "read_data":
+                consistent &= data_seqs.setdefault(w[1], int(version)) == int(version)
+            else:
+                for sender, seq in version.items():
+                    sender, seq = int(sender), int(seq)
+                    consistent &= (data_seqs[sender] if sender in data_seqs else others.setdefault(sender, seq)) == seq
+        # a parity block read before a data block of the same sender was checked against others: re-check
+        consistent &= all(data_seqs.get(sender, seq) == seq for sender, seq in others.items())
+        if consistent:
+            break
+        if not flushed:  # the survivors' parity is behind their data: have their links send it now, once
+            flushed = [servers[server].call("parity_call", "flush") for server in data_seqs]
         if time.monotonic() > deadline:
-            raise TimeoutError(f"degraded read of table {table!r}: parity did not catch up with the survivors' data "
+            raise TimeoutError(f"decode of table {table!r}: the survivors' parity did not catch up with their data "
                                f"within {timeout:g} s")
         time.sleep(0.0005)
+
+    def reader(method: str) -> Callable[[int, int, int, int], np.ndarray]:
+        def read(server: int, block: int, offset: int, width: int) -> np.ndarray:
+            return fetched[(method, server, block, offset, width)]  # the pass reads what the first one did
+        return read
+
+    return decode(reader("read_data"), reader("read_parity")), {**others, **data_seqs}
