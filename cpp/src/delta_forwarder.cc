@@ -146,7 +146,10 @@ void DeltaForwarder::Ack(int holder, uint64_t generation, int64_t applied) {
 void DeltaForwarder::Fail(int holder, uint64_t generation, const std::string& error, bool lost) {
   std::lock_guard<std::mutex> lock(mu_);
   Link& link = LinkLocked(holder, "Fail");
-  if (link.generation != generation) return;
+  if (link.generation == generation) FailLocked(link, holder, error, lost);
+}
+
+void DeltaForwarder::FailLocked(Link& link, int holder, const std::string& error, bool lost) {
   link.in_flight = false;
   link.down = true;
   link.queue.clear();
@@ -191,19 +194,16 @@ void DeltaForwarder::Run() {
       error = e.what();
     }
     lock.lock();
-    if (applied >= 0) {
-      Link& now = links_[holder];
-      if (now.generation == generation) {
-        now.in_flight = false;
-        now.acked = std::max(now.acked, applied);
-        AdvanceDurableLocked();
-      }
-      work_.notify_all();  // waiters on progress, and Take callers of other links
-    } else {
-      lock.unlock();
-      Fail(holder, generation, error, lost);
-      lock.lock();
+    Link& now = links_[holder];
+    if (now.generation != generation) continue;  // replaced meanwhile: the old link's outcome is moot
+    if (applied < 0) {
+      FailLocked(now, holder, error, lost);
+      continue;
     }
+    now.in_flight = false;
+    now.acked = std::max(now.acked, applied);
+    AdvanceDurableLocked();
+    work_.notify_all();  // waiters on progress, and Take callers of other links
   }
 }
 
@@ -219,6 +219,11 @@ void DeltaForwarder::AdvanceDurableLocked() {
     durable_seqs_ = history_.front().second;
     history_.pop_front();
   }
+}
+
+int64_t DeltaForwarder::seq() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return seq_;
 }
 
 DeltaForwarder::Progress DeltaForwarder::progress() const {

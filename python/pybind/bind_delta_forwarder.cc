@@ -73,7 +73,7 @@ void BindDeltaForwarder(py::module_& m) {
              return out;
            }, "seq, the least seq the live holders applied, whether anything is queued or in flight, worker "
               "seqs, holders down")
-      .def_property_readonly("seq", [](const DeltaForwarder& f) { return f.progress().seq; })
+      .def_property_readonly("seq", &DeltaForwarder::seq)
       .def_property_readonly("bytes_sent", &DeltaForwarder::bytes_sent)
       .def_property_readonly("errors", &DeltaForwarder::errors)
       .def("drop_pending", &DeltaForwarder::DropPending,

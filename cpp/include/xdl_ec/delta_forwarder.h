@@ -91,6 +91,7 @@ class DeltaForwarder {
   // The holder could not be reached or refused: down until replaced; `error` is kept unless lost.
   void Fail(int holder, uint64_t link, const std::string& error, bool lost);
 
+  int64_t seq() const;  // the last seq recorded
   Progress progress() const;
   uint64_t bytes_sent() const;         // delta bytes queued for holders so far
   std::vector<std::string> errors() const;  // failures other than a lost holder
@@ -109,6 +110,7 @@ class DeltaForwarder {
     std::deque<BatchPtr> queue;
   };
   void Run();  // delivers to local holders
+  void FailLocked(Link& link, int holder, const std::string& error, bool lost);
   int64_t DurableLocked() const;
   void AdvanceDurableLocked();
   Link& LinkLocked(int holder, const char* what);
