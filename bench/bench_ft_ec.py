@@ -1,35 +1,42 @@
 """Benchmark: the cost of ``--ft ec``, measured against ``--ft none`` in the same run. Not a test.
 
-    PYTHONPATH=build/stage python3 -P bench/bench_ft_ec.py [--code 4,1] [--steps 40] [--batch 2048] [--repeats 3]
-                                                           [--fail-at 20] [--rebuild-share 0.05]
-                                                           [--backend local|ray]
+    PYTHONPATH=build/stage python3 -P bench/bench_ft_ec.py [--code 4,1] [--batch 256] [--chunk 20] [--rounds 30]
+                                                           [--steps 200] [--fail-at 100] [--repeats 3]
+                                                           [--rebuild-share 0.05] [--backend local|ray]
 
-1. Normal operation: steady samples/s (after the first step, which traces TF) of N = k + r servers, one sync
-   worker, synthetic data, with no fault tolerance and with ``ec`` (parity forwarded in the background), runs
-   alternating so drift on a shared machine hits both; medians. Overhead = 1 - ec / none, of the medians and
-   paired (the median of each repeat's back-to-back ratio). Also the machine's busy
-   CPU time per sample during training (from /proc/stat: every process, Ray's included), which drifts less than
-   wall time on a shared VM.
-2. Recovery, in every repeat right after its normal ``ec`` run: the same run with server 1 killed before step
-   ``--fail-at``: the rebuild's seconds (recovery pause, key index, replay and every stripe, rate-limited to
-   ``--rebuild-share`` of wall time over the step boundaries), samples/s while it ran against that repeat's normal
-   ``ec`` run and against the same run's steps before the kill (medians and every repeat's ratio: a rebuild lasts
-   a few hundred ms here, so drift on a shared machine shows), the degraded reads it served; the final
-   model_digest is checked against the failure-free run's.
+1. Normal operation, interleaved: two clusters of N = k + r servers and one sync worker each, one without fault
+   tolerance and one with ``ec``, live side by side on the same machine, training the same synthetic data in
+   turns of ``--chunk`` steps (``--rounds`` turns each, after a first turn that traces TF; the order alternates
+   none-ec, ec-none so a trend within a round cancels). Each ``ec`` turn ends by draining its parity pipeline
+   (every push parity-durable) inside its timed span, so background work is never carried into the other
+   cluster's turn: this charges ``ec`` for all the work it caused. Overhead = the median over rounds of
+   (ec seconds / none seconds of the same round) - 1, with a 95% bootstrap interval, and the ratio of the
+   totals. Runs of whole jobs one after the other swing +-10-50% on a shared VM; turns a fraction of a second
+   apart see the same machine. Also the machine's busy CPU time per sample (from /proc/stat: every process,
+   Ray's included). Both clusters must end with the same model_digest.
+2. Recovery, ``--repeats`` runs of ``--steps`` steps: server 1 killed before step ``--fail-at``: the rebuild's
+   seconds (recovery pause, key index, replay and every stripe, rate-limited to ``--rebuild-share`` of wall time
+   over the step boundaries), samples/s while it ran against the same run's steps before the kill (paired) and
+   against the interleaved ``ec`` rate, the degraded reads it served; the final model_digest is checked against
+   a failure-free run's.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
+import random
 import statistics
-from typing import Optional
+import time
+from typing import Callable, Dict, List, Optional, Tuple
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from xdl_ec.ft.ec_strategy import DEFAULT_REBUILD_SHARE, ErasureCoded, parse_code  # noqa: E402
 from xdl_ec.ft.failure_schedule import FailureSchedule, Kill  # noqa: E402
 from xdl_ec.ps import ClusterConfig, PSTrainer  # noqa: E402
+from xdl_ec.ps.backend import connect_ray  # noqa: E402
 from xdl_ec.trainer import TrainConfig  # noqa: E402
 
 
@@ -43,78 +50,148 @@ def _busy_cpu_seconds() -> Optional[float]:
     return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # all but idle and iowait
 
 
+def _trainer(config: TrainConfig, servers: int, strategy, kills=(), backend: str = "local") -> PSTrainer:
+    return PSTrainer(config, ClusterConfig(servers=servers, workers=1, backend=backend), strategy=strategy,
+                     failures=FailureSchedule(list(kills)))
+
+
 def _run(config: TrainConfig, servers: int, strategy, kills=(), backend: str = "local") -> dict:
-    trainer = PSTrainer(config, ClusterConfig(servers=servers, workers=1, backend=backend), strategy=strategy,
-                        failures=FailureSchedule(list(kills)))
+    trainer = _trainer(config, servers, strategy, kills, backend)
     try:
-        start = _busy_cpu_seconds()
         report = trainer.fit()
-        end = _busy_cpu_seconds()
-        report["cpu_us_per_sample"] = None if start is None else (end - start) / report["samples"] * 1e6
         report["model_digest"] = trainer.digest()
     finally:
         trainer.close()
     return report
 
 
+@dataclasses.dataclass
+class Turn:
+    """One cluster's turn of the interleaved measurement."""
+
+    seconds: float  # wall time of the turn, draining parity included
+    cpu: Optional[float]  # busy CPU seconds of the whole machine during it
+    samples: int
+    steps: List[float]  # each step's wall seconds (from the trainer's timeline)
+    drain: float  # seconds spent waiting for parity after the last step (0 without ec)
+
+
+def _turn(trainer: PSTrainer, steps: int) -> Turn:
+    """Trains ``steps`` steps of ``trainer`` and, under ``ec``, waits until they are parity-durable."""
+    cpu, start = _busy_cpu_seconds(), time.perf_counter()
+    report = trainer.fit(steps=steps)
+    trained = time.perf_counter()
+    if isinstance(trainer.strategy, ErasureCoded):
+        trainer.strategy.drain()
+    end, cpu_end = time.perf_counter(), _busy_cpu_seconds()
+    ends = [row[1] for row in report["timeline"]]
+    return Turn(end - start, None if cpu is None else cpu_end - cpu, report["samples"],
+                [b - a for a, b in zip([0.0] + ends, ends)], end - trained)
+
+
+def _robust_ratio(none: List[Turn], ec: List[Turn]) -> float:
+    """ec / none cost of a step from the medians of every step's seconds (a GC pause or a neighbour's burst
+    moves a median little); ec's includes its parity drain per step (its turns' median drain over the turn's
+    steps), i.e. the background work still queued when its last step ended."""
+    median = statistics.median
+    drain = median(t.drain / len(t.steps) for t in ec)
+    return (median(s for t in ec for s in t.steps) + drain) / median(s for t in none for s in t.steps)
+
+
+def _bootstrap(rounds: List[Tuple[Turn, Turn]], estimate: Callable, seed: int = 7, draws: int = 1000) -> tuple:
+    """95% interval of ``estimate(none turns, ec turns)`` over rounds drawn with replacement (seeded)."""
+    rng = random.Random(seed)
+    values = []
+    for _ in range(draws):
+        drawn = rng.choices(rounds, k=len(rounds))
+        values.append(estimate([n for n, _ in drawn], [e for _, e in drawn]))
+    values.sort()
+    return values[int(0.025 * draws)], values[int(0.975 * draws) - 1]
+
+
+def _normal_operation(args: argparse.Namespace, k: int, r: int) -> float:
+    """Part 1 (see the module docstring); prints it and returns the interleaved ec samples/s."""
+    steps = args.chunk * (args.rounds + 1)
+    config = TrainConfig(synthetic=True, synthetic_rows=args.batch * (steps + 8), batch_size=args.batch,
+                         steps=steps, deterministic=True, progress=False, seed=1)
+    trainers = {"none": _trainer(config, k + r, None, backend=args.backend)}
+    try:
+        trainers["ec"] = _trainer(config, k + r, ErasureCoded(k, r, rebuild_share=args.rebuild_share),
+                                  backend=args.backend)
+        for trainer in trainers.values():
+            _turn(trainer, args.chunk)  # traces TF and inserts the first rows: not measured
+        turns: Dict[str, List[Turn]] = {"none": [], "ec": []}
+        for i in range(args.rounds):
+            for name in ("none", "ec") if i % 2 == 0 else ("ec", "none"):
+                turns[name].append(_turn(trainers[name], args.chunk))
+        digests = {name: t.digest() for name, t in trainers.items()}
+    finally:
+        for trainer in trainers.values():
+            trainer.close()
+    rounds = list(zip(turns["none"], turns["ec"]))
+    per_round = lambda none, ec: statistics.median(e.seconds / n.seconds for n, e in zip(none, ec))  # noqa: E731
+    seconds = {name: sum(t.seconds for t in turns[name]) for name in turns}
+    samples = {name: sum(t.samples for t in turns[name]) for name in turns}
+    print(f"normal operation, {args.backend} backend, {k + r} servers, code k={k} r={r}, batch {args.batch}, "
+          f"{args.rounds} rounds of {args.chunk} steps per cluster, interleaved:")
+    print(f"  none {samples['none'] / seconds['none']:,.0f} samples/s   ec {samples['ec'] / seconds['ec']:,.0f} "
+          f"samples/s (ec turns include draining parity: median {1000 * statistics.median(t.drain for t in turns['ec']):.2f} ms)")
+    for label, estimate in (("per-step medians", _robust_ratio), ("per-round turn seconds", per_round)):
+        low, high = _bootstrap(rounds, estimate)
+        print(f"  overhead from {label}: {100 * (estimate(turns['none'], turns['ec']) - 1):+.2f}% "
+              f"(95% bootstrap interval over rounds {100 * (low - 1):+.2f}% .. {100 * (high - 1):+.2f}%)")
+    print(f"  overhead from total seconds: {100 * (seconds['ec'] / seconds['none'] - 1):+.2f}%")
+    if all(t.cpu is not None for t in turns["none"] + turns["ec"]):
+        cpu = {name: sum(t.cpu for t in turns[name]) / samples[name] * 1e6 for name in turns}
+        print(f"  busy CPU per sample (whole machine): none {cpu['none']:.1f} us   ec {cpu['ec']:.1f} us   ratio "
+              f"{cpu['ec'] / cpu['none']:.3f}")
+    print(f"  same model with and without parity: {digests['none'] == digests['ec']}")
+    return samples["ec"] / seconds["ec"]
+
+
+def _recovery(args: argparse.Namespace, k: int, r: int, normal_ec: float) -> None:
+    """Part 2 (see the module docstring)."""
+    config = TrainConfig(synthetic=True, synthetic_rows=args.batch * (args.steps + 8), batch_size=args.batch,
+                         steps=args.steps, deterministic=True, progress=False, seed=1)
+    share = args.rebuild_share
+    reference = _run(config, k + r, ErasureCoded(k, r, rebuild_share=share), backend=args.backend)["model_digest"]
+    print(f"server 1 killed before step {args.fail_at} of {args.steps}, rebuild share {share:g}:")
+    own, vs_normal = [], []
+    for _ in range(args.repeats):
+        strategy = ErasureCoded(k, r, rebuild_share=share)
+        report = _run(config, k + r, strategy, [Kill(args.fail_at, "server", 1)], backend=args.backend)
+        (failure,) = report["failures"]
+        during = failure["samples_per_sec_during_rebuild"] or 0.0
+        before = _before_kill(report["timeline"], args.fail_at)
+        own.append(during / before)
+        vs_normal.append(during / normal_ec)
+        print(f"  rebuild {failure['rebuild_seconds'] * 1000:.0f} ms over {strategy.boundaries_rebuilding} step "
+              f"boundaries, {during:,.0f} samples/s during it = {100 * own[-1]:.0f}% of its own steps before the "
+              f"kill ({before:,.0f}), degraded reads {report['degraded_reads']}, digest equals failure-free: "
+              f"{report['model_digest'] == reference}")
+    print(f"throughput during rebuild / the same run before the kill: median {100 * statistics.median(own):.0f}% "
+          f"(repeats {[round(100 * x) for x in own]}); / interleaved normal ec: median "
+          f"{100 * statistics.median(vs_normal):.0f}%; parity bytes {report['parity_bytes']:,}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--code", default="4,1")
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--batch", type=int, default=2048)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--fail-at", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--chunk", type=int, default=20, help="steps per turn in the interleaved measurement")
+    parser.add_argument("--rounds", type=int, default=30, help="turns per cluster in the interleaved measurement")
+    parser.add_argument("--steps", type=int, default=200, help="steps of each recovery run")
+    parser.add_argument("--fail-at", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=3, help="recovery runs")
     parser.add_argument("--rebuild-share", type=float, default=DEFAULT_REBUILD_SHARE)
     parser.add_argument("--backend", choices=("local", "ray"), default="local")
     args = parser.parse_args()
     k, r = parse_code(args.code)
-    servers = k + r
-    config = TrainConfig(synthetic=True, synthetic_rows=args.batch * (args.steps + 8), batch_size=args.batch,
-                         steps=args.steps, deterministic=True, progress=False, seed=1)
-    share = args.rebuild_share
-    rates = {"none": [], "ec": []}
-    cpu = {"none": [], "ec": []}
-    digests = {}
-    recoveries = []
-    for _ in range(args.repeats):
-        for name in ("none", "ec"):
-            report = _run(config, servers, None if name == "none" else ErasureCoded(k, r, rebuild_share=share),
-                          backend=args.backend)
-            rates[name].append(report["steady_samples_per_sec"])
-            cpu[name].append(report["cpu_us_per_sample"])
-            digests[name] = report["model_digest"]
-        strategy = ErasureCoded(k, r, rebuild_share=share)
-        report = _run(config, servers, strategy, [Kill(args.fail_at, "server", 1)], backend=args.backend)
-        (failure,) = report["failures"]
-        recoveries.append((failure, report, strategy.boundaries_rebuilding, rates["ec"][-1]))
-    none, ec = statistics.median(rates["none"]), statistics.median(rates["ec"])
-    print(f"normal operation, {args.backend} backend, {servers} servers, code k={k} r={r}, batch {args.batch}, "
-          f"{args.steps} steps, median of {args.repeats}:")
-    paired = statistics.median(e / n for n, e in zip(rates["none"], rates["ec"]))
-    print(f"  none {none:,.0f} samples/s   ec {ec:,.0f} samples/s   overhead {100 * (1 - ec / none):.1f}%"
-          f"   (runs none {[round(x) for x in rates['none']]}, ec {[round(x) for x in rates['ec']]})")
-    print(f"  paired: median over repeats of (1 - ec / none of the same repeat) {100 * (1 - paired):.1f}%"
-          f" (each pair ran back to back, so slow drift of the machine cancels)")
-    if None not in cpu["none"] + cpu["ec"]:
-        cpu_none, cpu_ec = statistics.median(cpu["none"]), statistics.median(cpu["ec"])
-        print(f"  busy CPU per sample: none {cpu_none:.0f} us   ec {cpu_ec:.0f} us   ratio {cpu_ec / cpu_none:.3f}"
-              f"   (runs none {[round(x) for x in cpu['none']]}, ec {[round(x) for x in cpu['ec']]})")
-    print(f"  same model with and without parity: {digests['none'] == digests['ec']}")
-    print(f"server 1 killed before step {args.fail_at}, rebuild share {share:g}:")
-    ratios, own = [], []
-    for failure, report, boundaries, normal in recoveries:
-        during = failure["samples_per_sec_during_rebuild"] or 0.0
-        before = _before_kill(report["timeline"], args.fail_at)
-        ratios.append(during / normal)
-        own.append(during / before)
-        print(f"  rebuild {failure['rebuild_seconds'] * 1000:.0f} ms over {boundaries} step boundaries, "
-              f"{during:,.0f} samples/s during it = {100 * ratios[-1]:.0f}% of that repeat's normal ec run, "
-              f"{100 * own[-1]:.0f}% of its own steps before the kill ({before:,.0f}), degraded reads "
-              f"{report['degraded_reads']}, digest equals failure-free: {report['model_digest'] == digests['ec']}")
-    print(f"throughput during rebuild / normal ec: median {100 * statistics.median(ratios):.0f}% "
-          f"(repeats {[round(100 * x) for x in ratios]}); / the same run before the kill: median "
-          f"{100 * statistics.median(own):.0f}% (repeats {[round(100 * x) for x in own]}); parity bytes "
-          f"{recoveries[-1][1]['parity_bytes']:,}")
+    if args.backend == "ray":
+        connect_ray()  # both clusters in one Ray, started here so that neither trainer stops it when it closes
+    normal_ec = _normal_operation(args, k, r)
+    if args.repeats > 0:
+        _recovery(args, k, r, normal_ec)
 
 
 def _before_kill(timeline: list, fail_at: int) -> float:

@@ -163,6 +163,27 @@ def test_rebuild_runs_between_steps_and_serves_degraded_reads() -> None:
     assert failure["index"] == 2 and failure["rebuild_seconds"] > 0
 
 
+def test_fit_in_chunks_keeps_a_rebuild_running_across_calls_and_drain_makes_every_push_durable() -> None:
+    """A ``fit(steps)`` that stops while stripes are missing leaves the rebuild to the next call (its report has
+    the failure open); ``drain`` returns once every holder applied every delta; the chunked run stays exact."""
+    strategy = ErasureCoded(2, 1, rebuild_stripes_per_step=1)
+    trainer = PSTrainer(small_config(), ClusterConfig(servers=3, workers=1), strategy=strategy,
+                        failures=FailureSchedule([Kill(2, "server", 1)]))
+    try:
+        first = trainer.fit(steps=3)
+        assert strategy.rebuilding, "the test needs a rebuild still running after the first call"
+        assert [f["index"] for f in first["failures"]] == [1] and first["failures"][0]["rebuild_seconds"] == 0.0
+        strategy.drain()
+        for server in trainer.scheduler.servers:
+            progress = server.call("parity_call", "progress").result(10)
+            assert not progress["pending"] and progress["live_applied"] == progress["seq"] > 0
+        last = trainer.fit()
+        assert not strategy.rebuilding and last["failures"][0]["rebuild_seconds"] > 0
+        assert trainer.digest() == baseline(3)
+    finally:
+        trainer.close()
+
+
 def test_rate_limited_rebuild_spans_several_steps_and_stays_exact() -> None:
     """``rebuild_share``: each boundary earns share / (1 - share) of a mean step; a stripe made to cost a whole
     mean step (the hook sleeps that long) overruns the credit, so no boundary rebuilds more than one stripe and

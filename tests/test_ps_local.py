@@ -193,6 +193,33 @@ def test_sync_two_workers_is_deterministic_and_uses_every_batch() -> None:
     assert runs[0]["model_digest"] != single["model_digest"]  # averaged steps: a different (valid) trajectory
 
 
+def test_fit_in_chunks_continues_where_it_stopped_and_ends_at_the_same_model() -> None:
+    whole = PSTrainer(small_config(steps=7), ClusterConfig(servers=2, workers=1))
+    chunked = PSTrainer(small_config(steps=7), ClusterConfig(servers=2, workers=1))
+    try:
+        whole.fit()
+        reports = [chunked.fit(steps=3), chunked.fit(steps=3), chunked.fit(steps=3), chunked.fit()]
+        assert [r["steps"] for r in reports] == [3, 6, 7, 7]  # the last step reached; nothing left at the end
+        assert [r["samples"] for r in reports] == [3 * 128, 3 * 128, 128, 0]
+        assert [len(r["timeline"]) for r in reports] == [3, 3, 1, 0]
+        assert chunked.digest() == whole.digest()
+        with pytest.raises(ValueError, match="steps: must be a positive int"):
+            chunked.fit(steps=0)
+    finally:
+        whole.close()
+        chunked.close()
+
+
+def test_async_fit_in_chunks_trains_every_batch_once() -> None:
+    trainer = PSTrainer(small_config(steps=7, deterministic=False), ClusterConfig(servers=2, workers=2, mode="async"))
+    try:
+        first, rest = trainer.fit(steps=4), trainer.fit()
+    finally:
+        trainer.close()
+    assert first["steps"] == 4 and first["samples"] == 4 * 128  # the steps in flight are completed, none more
+    assert rest["steps"] == 7 and rest["samples"] == 3 * 128
+
+
 def test_async_mode_trains_every_batch() -> None:
     report = PSTrainer(small_config(steps=7, deterministic=False), ClusterConfig(servers=2, workers=2, mode="async")).run()
     assert report["samples"] == 7 * 128 and report["steps"] == 7

@@ -315,9 +315,11 @@ class ErasureCoded(FaultTolerance):
                 self._closed_stats = self._stats()
 
     def report(self) -> Dict[str, Any]:
-        """The strategy's report fields, after completing a rebuild still running (so its figures are final);
-        with ``scrub``, ``scrub`` lists the inconsistent stripes of a verify pass."""
-        if self.trainer is not None and self._closed_stats is None and self._plan:
+        """The strategy's report fields; at the end of training after completing a rebuild still running (so its
+        figures are final; a ``fit(steps)`` that stops earlier leaves it to the steps to come). With ``scrub``,
+        ``scrub`` lists the inconsistent stripes of a verify pass."""
+        t = self.trainer
+        if t is not None and self._closed_stats is None and self._plan and t.step >= t.total_steps:
             self.finish_rebuild()
         if self.scrub and self.scrub_result is None and self.trainer is not None and self._closed_stats is None:
             self.scrub_result = self.verify()
@@ -338,6 +340,11 @@ class ErasureCoded(FaultTolerance):
     def arm_crash_before_apply(self, server: int) -> None:
         """Server ``server`` dies on its next push, before applying it: the pushing workers see it fail."""
         self._wait([self.trainer.scheduler.servers[server].call("parity_call", "arm_crash_before_apply")])
+
+    def drain(self) -> None:
+        """Waits until every live parity holder has applied every delta recorded so far, i.e. every push
+        acknowledged until now is parity-durable (e.g. before stopping a server on purpose)."""
+        self._drain(list(range(self.n)))
 
     def verify(self) -> List[StripeMismatch]:
         """Scrub: re-encodes every stripe of every table from its data blocks and lists the stored parity blocks

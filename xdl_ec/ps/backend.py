@@ -259,6 +259,19 @@ class RayHandle(Handle):
         return RayFuture(ref, self.role, self.index, method)
 
 
+def connect_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -> None:
+    """``ray.init`` as the Ray backend wants it (a local Ray of ``num_cpus``, default every core, when ``address``
+    is None). A caller that connects first keeps Ray up across several clusters: a backend stops only the Ray it
+    started itself."""
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    kwargs: Dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+    if address is None:
+        kwargs["num_cpus"] = num_cpus if num_cpus is not None else os.cpu_count()
+    ray.init(address=address, runtime_env=ray_runtime_env(), **kwargs)
+
+
 class RayBackend:
     """Every role as a Ray actor (``num_cpus=0``: roles are I/O- and TF-bound processes, not Ray tasks to pack;
     no restarts: a dead role is reported, fault tolerance decides what to do). ``address=None`` starts a local
@@ -271,12 +284,7 @@ class RayBackend:
 
         self._started_ray = False
         if not ray.is_initialized():
-            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-            kwargs: Dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
-            if address is None:
-                kwargs["num_cpus"] = num_cpus if num_cpus is not None else os.cpu_count()
-            kwargs["runtime_env"] = ray_runtime_env()
-            ray.init(address=address, **kwargs)
+            connect_ray(address, num_cpus)
             self._started_ray = True
         self._handles: List[RayHandle] = []
 

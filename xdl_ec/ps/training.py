@@ -114,7 +114,8 @@ class PSTrainer:
         # covered when it died (--ft ec checks that a rebuilt server lost none of a dead worker's pushes)
         self.push_seqs: List[Optional[List[int]]] = [None] * cluster.workers
         self.unlogged_push_seqs: List[Optional[List[int]]] = [None] * cluster.workers  # of restarted predecessors
-        self._train_start: Optional[float] = None
+        self._train_start: Optional[float] = None  # when the first fit began
+        self._fit_start = 0.0  # when the current fit call began (the timeline's zero)
         self.injected: List[Dict[str, Any]] = []  # kills done by the failure schedule (step, role, index, time)
         self.losses: List[float] = []
         self.backend = make_backend(cluster.backend, cluster.address)
@@ -174,10 +175,10 @@ class PSTrainer:
                 lost.append(err)
         return results, lost
 
-    def _fit_sync(self, bar: Any) -> int:
+    def _fit_sync(self, bar: Any, stop: int) -> int:
         workers = len(self.workers)
         done: Dict[int, StepResult] = {}  # answers of the current step's workers (kept when it is retried)
-        while self.step * workers < self.total_batches:
+        while self.step * workers < self.total_batches and self.step < stop:
             if not done:
                 self._inject(self.step + 1)
             participants = min(workers, self.total_batches - self.step * workers)
@@ -211,7 +212,7 @@ class PSTrainer:
             self.strategy.after_step(self.step)
         return self.samples
 
-    def _fit_async(self, bar: Any) -> int:
+    def _fit_async(self, bar: Any, stop: int) -> int:
         workers = len(self.workers)
         in_flight: Dict[Any, int] = {}
         step_of: Dict[Any, int] = {}  # the step number each call in flight trains
@@ -221,6 +222,8 @@ class PSTrainer:
         wants_boundary = getattr(self.strategy, "wants_boundary", None)
 
         def remaining(i: int) -> int:
+            if not retry and self.step >= stop:
+                return 0  # this call's steps are all dispatched (a failed one is still retried)
             return len(range(i, self.total_batches, workers)) - self.worker_batches[i] - \
                 sum(1 for j in in_flight.values() if j == i)
 
@@ -419,11 +422,16 @@ class PSTrainer:
             self._first_step_end, self._first_samples = now, samples
         # (step, seconds since training started, samples so far, step loss): throughput and loss over time for
         # `xdl-ec bench`; a few floats per step
-        self.timeline.append([self.step, now - self._train_start, samples, self.losses[-1]])
+        self.timeline.append([self.step, now - self._fit_start, samples, self.losses[-1]])
         bar.update(1)
 
-    def fit(self) -> Dict[str, Any]:
-        """The step loop; the same fields as :meth:`xdl_ec.trainer.Trainer.fit`."""
+    def fit(self, steps: Optional[int] = None) -> Dict[str, Any]:
+        """The step loop; the same fields as :meth:`xdl_ec.trainer.Trainer.fit`, for the steps of this call.
+
+        ``steps``: train at most that many more steps and return (the next call continues where this one stopped,
+        like Keras' ``fit`` with ``initial_epoch``); None trains to the end of the data."""
+        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+            raise ValueError(f"steps: must be a positive int (steps to train in this call) or None, got {steps!r}")
         from tqdm import tqdm
 
         from ..trainer import LAST_LOSSES
@@ -433,12 +441,13 @@ class PSTrainer:
         self.samples = 0
         self.injected: List[Dict[str, Any]] = []
         self.timeline: List[List[float]] = []
-        bar = tqdm(total=self.total_batches if self.cluster.mode == "async" else
-                   math.ceil(self.total_batches / len(self.workers)),
-                   unit="step", disable=not cfg.progress, dynamic_ncols=True, leave=False)
-        start = self._train_start = time.perf_counter()
+        stop = self.total_steps if steps is None else min(self.total_steps, self.step + steps)
+        bar = tqdm(total=stop - self.step, unit="step", disable=not cfg.progress, dynamic_ncols=True, leave=False)
+        start = self._fit_start = time.perf_counter()
+        if self._train_start is None:  # the first call: --mtbf kills count from here
+            self._train_start = start
         try:
-            samples = self._fit_sync(bar) if self.cluster.mode == "sync" else self._fit_async(bar)
+            samples = self._fit_sync(bar, stop) if self.cluster.mode == "sync" else self._fit_async(bar, stop)
             for future in [w.call("flush") for w in self.workers]:  # every push applied before the clock stops
                 self._result(future)
         finally:
