@@ -34,7 +34,7 @@ DeltaForwarder::DeltaForwarder(int index, int n, int k, int r, const std::vector
     routers_[t.name] = std::make_unique<ParityRouter>(layout, t.block_slots, t.record_bytes);
   }
   holders_ = HoldersOf(index, n, k, r);
-  for (int h : holders_) links_[h].acked = seq;
+  for (int h : holders_) links_[h].acked = links_[h].base = seq;
   worker_seqs_ = std::make_shared<const WorkerSeqs>(worker_seqs);
   durable_seqs_ = worker_seqs_;
   thread_ = std::thread([this] { Run(); });
@@ -45,7 +45,7 @@ DeltaForwarder::~DeltaForwarder() {
   if (thread_.joinable()) thread_.join();
 }
 
-int64_t DeltaForwarder::Record(const std::string& table, const DeltaBatch& deltas, const WorkerSeqs& pushes) {
+int64_t DeltaForwarder::Record(const std::string& table, DeltaBatch deltas, const WorkerSeqs& pushes) {
   if (deltas.size() == 0 && pushes.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
     return seq_;
@@ -54,9 +54,7 @@ int64_t DeltaForwarder::Record(const std::string& table, const DeltaBatch& delta
   if (it == routers_.end())
     throw std::invalid_argument("DeltaForwarder::Record: server " + std::to_string(index_) + " has no table '" +
                                 table + "'");
-  // Routing needs no lock: routers are immutable, and the caller orders mutations.
-  std::vector<ParityUpdate> routed;
-  if (deltas.size() > 0) it->second->Route(index_, deltas, &routed);
+  it->second->Check("Record", index_, deltas);  // what Route would refuse, refused now: nothing recorded
 
   std::lock_guard<std::mutex> lock(mu_);
   ++seq_;
@@ -65,22 +63,42 @@ int64_t DeltaForwarder::Record(const std::string& table, const DeltaBatch& delta
     for (const auto& [worker, s] : pushes) (*seqs)[worker] = std::max((*seqs)[worker], s);
     worker_seqs_ = std::move(seqs);
   }
-  bool queued = false;
-  for (auto& [h, link] : links_) {
-    if (link.down || closed_) continue;
-    auto batch = std::make_shared<ForwardedBatch>();
-    batch->seq = seq_;
-    batch->stamp = worker_seqs_;
-    if (static_cast<size_t>(h) < routed.size() && !routed[h].empty()) {
-      bytes_sent_ += routed[h].delta_bytes();
-      batch->updates.emplace_back(table, std::move(routed[h]));
-    }
-    link.queue.push_back(std::move(batch));
-    queued = true;
+  if (!closed_) {
+    recorded_.push_back(Recorded{seq_, it->second.get(), &it->first, std::move(deltas), worker_seqs_});
+    work_.notify_all();
   }
   history_.emplace_back(seq_, worker_seqs_);
-  if (queued) work_.notify_all();
   return seq_;
+}
+
+void DeltaForwarder::RouteLocked(std::unique_lock<std::mutex>& lock) {
+  // Routing copies every delta once per holder: done outside the lock, so Record never waits for it. One
+  // router at a time (routing_ > 0 marks it), so the links' queues stay in seq order.
+  std::deque<Recorded> batch;
+  batch.swap(recorded_);
+  routing_ = batch.size();
+  lock.unlock();
+  std::vector<std::vector<ParityUpdate>> routed(batch.size());
+  for (size_t e = 0; e < batch.size(); ++e)
+    if (batch[e].deltas.size() > 0) batch[e].router->Route(index_, batch[e].deltas, &routed[e]);
+  lock.lock();
+  routing_ = 0;
+  for (size_t e = 0; e < batch.size(); ++e) {
+    const Recorded& rec = batch[e];
+    for (auto& [h, link] : links_) {
+      // a link (re)connected after this seq was recorded already reflects it
+      if (link.down || closed_ || rec.seq <= link.base) continue;
+      auto out = std::make_shared<ForwardedBatch>();
+      out->seq = rec.seq;
+      out->stamp = rec.stamp;
+      if (static_cast<size_t>(h) < routed[e].size() && !routed[e][h].empty()) {
+        bytes_sent_ += routed[e][h].delta_bytes();
+        out->updates.emplace_back(*rec.table, std::move(routed[e][h]));
+      }
+      link.queue.push_back(std::move(out));
+    }
+  }
+  work_.notify_all();  // Take callers of remote links, and waiters on progress
 }
 
 int64_t DeltaForwarder::DurableSeq(int worker) const {
@@ -110,6 +128,7 @@ uint64_t DeltaForwarder::SetHolder(int holder, std::shared_ptr<ParityHolder> loc
   link.generation = next_generation_++;
   link.queue.clear();
   link.acked = seq_;
+  link.base = seq_;
   AdvanceDurableLocked();
   work_.notify_all();
   return link.generation;
@@ -117,14 +136,17 @@ uint64_t DeltaForwarder::SetHolder(int holder, std::shared_ptr<ParityHolder> loc
 
 bool DeltaForwarder::Take(int holder, uint64_t generation, int timeout_ms, Delivery* out) {
   std::unique_lock<std::mutex> lock(mu_);
-  Link& link = LinkLocked(holder, "Take");
+  Link& link = LinkLocked(holder, "Take");  // links_ never loses an entry: the reference stays valid
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
   const auto ready = [&] {
-    return closed_ || link.generation != generation ||
-           (!link.local && !link.down && !link.in_flight && !link.queue.empty());
+    return closed_ || link.generation != generation || (routing_ == 0 && !recorded_.empty()) ||
+           (routing_ == 0 && !link.local && !link.down && !link.in_flight && !link.queue.empty());
   };
-  if (!work_.wait_for(lock, std::chrono::milliseconds(std::max(timeout_ms, 0)), ready) || closed_ ||
-      link.generation != generation)
-    return false;
+  while (true) {
+    if (!work_.wait_until(lock, deadline, ready) || closed_ || link.generation != generation) return false;
+    if (recorded_.empty()) break;
+    RouteLocked(lock);  // hand out everything recorded until now, not just what the thread routed so far
+  }
   out->batches.assign(link.queue.begin(), link.queue.end());
   link.queue.clear();
   out->durable = DurableLocked();
@@ -162,6 +184,7 @@ void DeltaForwarder::Run() {
   // so Record never waits for a holder.
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
+    if (!recorded_.empty() && !closed_ && routing_ == 0) RouteLocked(lock);
     int holder = -1;
     for (auto& [h, link] : links_) {
       if (link.connected && link.local && !link.down && !link.in_flight && !link.queue.empty()) {
@@ -171,7 +194,7 @@ void DeltaForwarder::Run() {
     }
     if (closed_) return;
     if (holder < 0) {
-      work_.wait(lock);
+      if (recorded_.empty() || routing_ > 0) work_.wait(lock);  // else more arrived while routing: route them
       continue;
     }
     Link& link = links_[holder];
@@ -231,13 +254,15 @@ DeltaForwarder::Progress DeltaForwarder::progress() const {
   Progress p;
   p.seq = seq_;
   p.live_applied = std::numeric_limits<int64_t>::max();
+  // a mutation recorded but not yet routed is pending for every live holder
+  const bool unrouted = !closed_ && (!recorded_.empty() || routing_ > 0);
   for (const auto& [h, link] : links_) {
     if (link.down) {
       p.down.push_back(h);
       continue;
     }
     p.live_applied = std::min(p.live_applied, link.acked);
-    p.pending |= link.in_flight || !link.queue.empty();
+    p.pending |= unrouted || link.in_flight || !link.queue.empty();
   }
   if (p.live_applied == std::numeric_limits<int64_t>::max()) p.live_applied = seq_;
   p.worker_seqs = *worker_seqs_;
@@ -257,6 +282,7 @@ std::vector<std::string> DeltaForwarder::errors() const {
 void DeltaForwarder::DropPending() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [h, link] : links_) link.queue.clear();
+  recorded_.clear();
   closed_ = true;
   work_.notify_all();
 }

@@ -100,7 +100,7 @@ py::object Pull(EmbeddingShard& shard, const Keys& keys, bool return_deltas, con
   {
     py::gil_scoped_release release;
     shard.Pull(keys.data(), n, out.mutable_data(), return_deltas || forward ? &deltas : nullptr);
-    if (forward) forward.forwarder->Record(forward.table, deltas, forward.pushes);
+    if (forward) forward.forwarder->Record(forward.table, std::move(deltas), forward.pushes);
   }
   if (!return_deltas) return std::move(out);
   return py::make_tuple(out, DeltasToNumpy(std::move(deltas)));
@@ -129,7 +129,7 @@ py::object Push(EmbeddingShard& shard, const Keys& keys, const Floats& grads, in
   {
     py::gil_scoped_release release;
     shard.Push(keys.data(), grads.data(), n, step, return_deltas || forward ? &deltas : nullptr);
-    if (forward) forward.forwarder->Record(forward.table, deltas, forward.pushes);
+    if (forward) forward.forwarder->Record(forward.table, std::move(deltas), forward.pushes);
   }
   if (!return_deltas) return py::none();
   return DeltasToNumpy(std::move(deltas));

@@ -1,12 +1,14 @@
 // A data server's side of parity maintenance, off the push's critical path. Every mutation of the
 // server's shards that changed bytes (a push, a pull that inserted rows) gets the next delta seq; Record
-// routes its slot deltas (ParityRouter) into one ForwardedBatch per parity holder, stamped with the
-// worker push seqs applied so far, and queues them. Batches reach each holder in seq order, every holder
-// every seq. The durable watermark is the least seq every holder applied: per worker, the push seq it
-// includes is what the server reports, and workers forget logged pushes up to it.
+// takes its slot deltas over (a move, no copy) with the worker push seqs applied so far and returns.
+// This forwarder's own thread then routes them (ParityRouter) into one ForwardedBatch per parity holder
+// and queues them, so the routing's copies and allocations stay off the mutation's path. Batches reach
+// each holder in seq order, every holder every seq. The durable watermark is the least seq every holder
+// applied: per worker, the push seq it includes is what the server reports, and workers forget logged
+// pushes up to it.
 //
-// Delivery: a holder in this process (SetHolder with its ParityHolder) is served by this forwarder's
-// own thread, with no Python and no copy beyond routing. A holder in another process (SetHolder with
+// Delivery: a holder in this process (SetHolder with its ParityHolder) is served by the same thread,
+// with no Python and no copy beyond routing. A holder in another process (SetHolder with
 // null) is served by whoever calls Take / Ack / Fail (the Python transport). A holder that fails counts
 // as down: it gets nothing more until SetHolder names its replacement, whose parity was recomputed
 // from the stripes' data at the current seq.
@@ -67,11 +69,12 @@ class DeltaForwarder {
   int index() const { return index_; }
   const std::vector<int>& holders() const { return holders_; }
 
-  // Call under the lock that orders the shard's mutations, right after one: queues its deltas of
-  // `table` (may be empty) as the next seq, with `pushes` (worker -> seq) the pushes it applied. A
-  // mutation with no delta and no push records nothing. Returns the current seq. Throws
-  // std::invalid_argument for an unknown table or a batch of the wrong record size (nothing queued).
-  int64_t Record(const std::string& table, const DeltaBatch& deltas, const WorkerSeqs& pushes);
+  // Call under the lock that orders the shard's mutations, right after one: takes its deltas of
+  // `table` (may be empty; moved from, so pass an rvalue to avoid a copy) as the next seq, with `pushes`
+  // (worker -> seq) the pushes it applied. A mutation with no delta and no push records nothing.
+  // Returns the current seq. Throws std::invalid_argument for an unknown table or a batch of the wrong
+  // record size (nothing recorded).
+  int64_t Record(const std::string& table, DeltaBatch deltas, const WorkerSeqs& pushes);
 
   bool HasTable(const std::string& table) const { return routers_.count(table) > 0; }
 
@@ -84,7 +87,8 @@ class DeltaForwarder {
   uint64_t SetHolder(int holder, std::shared_ptr<ParityHolder> local);
 
   // Remote transport of link generation `link`: waits up to timeout_ms for batches for `holder` (not
-  // down, none in flight) and moves them in flight. False on timeout, once closed, or once the link was
+  // down, none in flight) and moves every one recorded so far in flight (routing them if the thread has
+  // not yet). False on timeout, once closed, or once the link was
   // replaced (its transport should stop: a new one serves the new link).
   bool Take(int holder, uint64_t link, int timeout_ms, Delivery* out);
   void Ack(int holder, uint64_t link, int64_t applied);  // the holder applied up to `applied`
@@ -107,9 +111,19 @@ class DeltaForwarder {
     bool in_flight = false;
     uint64_t generation = 0;
     int64_t acked = 0;
+    int64_t base = 0;  // the seq its holder's parity already reflected when (re)connected: later seqs only
     std::deque<BatchPtr> queue;
   };
-  void Run();  // delivers to local holders
+  // A mutation recorded but not yet routed into its holders' queues.
+  struct Recorded {
+    int64_t seq = 0;
+    const ParityRouter* router = nullptr;
+    const std::string* table = nullptr;  // the key of its router in routers_ (never erased)
+    DeltaBatch deltas;
+    std::shared_ptr<const WorkerSeqs> stamp;
+  };
+  void Run();  // routes what Record took, and delivers to local holders
+  void RouteLocked(std::unique_lock<std::mutex>& lock);
   void FailLocked(Link& link, int holder, const std::string& error, bool lost);
   int64_t DurableLocked() const;
   void AdvanceDurableLocked();
@@ -123,6 +137,8 @@ class DeltaForwarder {
   int64_t seq_;
   std::shared_ptr<const WorkerSeqs> worker_seqs_;
   std::map<int, Link> links_;
+  std::deque<Recorded> recorded_;  // in seq order, not yet routed
+  size_t routing_ = 0;             // taken from recorded_ by the thread, not yet queued on the links
   std::deque<std::pair<int64_t, std::shared_ptr<const WorkerSeqs>>> history_;  // not yet durable
   std::shared_ptr<const WorkerSeqs> durable_seqs_;
   uint64_t next_generation_ = 1;

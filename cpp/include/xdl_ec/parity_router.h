@@ -33,8 +33,10 @@ class ParityRouter {
   // copying its bytes: for applying in the same process. Resets (*out) to n() lists. Same errors.
   void RouteRefs(int source, const DeltaBatch& deltas, std::vector<std::vector<ParityDeltaRef>>* out) const;
 
- private:
+  // The checks of Route alone, naming `what` (for callers that route later).
   void Check(const char* what, int source, const DeltaBatch& deltas) const;
+
+ private:
   template <typename Sink>
   void ForEachEntry(int source, const DeltaBatch& deltas, Sink sink) const;
 
