@@ -11,6 +11,9 @@ namespace xdl_ec {
 
 namespace {
 
+constexpr size_t kSpares = 4;                    // a few mutations in flight at once per server
+constexpr size_t kSpareBytes = size_t{64} << 20;  // a batch bigger than this (a bulk load) is not kept
+
 // The servers holding parity of some stripe `index` has data in: (index + d) mod n, d in [1, k + r).
 std::vector<int> HoldersOf(int index, int n, int k, int r) {
   std::set<int> holders;
@@ -84,7 +87,7 @@ void DeltaForwarder::RouteLocked(std::unique_lock<std::mutex>& lock) {
   lock.lock();
   routing_ = 0;
   for (size_t e = 0; e < batch.size(); ++e) {
-    const Recorded& rec = batch[e];
+    Recorded& rec = batch[e];
     for (auto& [h, link] : links_) {
       // a link (re)connected after this seq was recorded already reflects it
       if (link.down || closed_ || rec.seq <= link.base) continue;
@@ -97,8 +100,20 @@ void DeltaForwarder::RouteLocked(std::unique_lock<std::mutex>& lock) {
       }
       link.queue.push_back(std::move(out));
     }
+    if (spares_.size() < kSpares && rec.deltas.xor_bytes.capacity() <= kSpareBytes) {
+      rec.deltas.clear();
+      spares_.push_back(std::move(rec.deltas));
+    }
   }
   work_.notify_all();  // Take callers of remote links, and waiters on progress
+}
+
+DeltaBatch DeltaForwarder::TakeSpare() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (spares_.empty()) return {};
+  DeltaBatch spare = std::move(spares_.back());
+  spares_.pop_back();
+  return spare;
 }
 
 int64_t DeltaForwarder::DurableSeq(int worker) const {

@@ -53,7 +53,7 @@ struct Cluster {
     std::vector<float> grads(count * 4);
     for (auto& x : keys) x = key(rng);
     for (auto& g : grads) g = grad(rng);
-    DeltaBatch deltas;
+    DeltaBatch deltas = forwarders[s]->TakeSpare();  // as the server's push path does
     shards[s]->Push(keys.data(), grads.data(), keys.size(), step, &deltas);
     forwarders[s]->Record("t", std::move(deltas), {{worker, seq}});
   }
@@ -233,6 +233,18 @@ TEST(DeltaForwarder, RemoteTakesSeeEverySeqOnceInOrderWhileTheThreadRoutesToo) {
   for (int i = 0; i < kMutations; ++i) ASSERT_EQ(i + 1, seqs[i]);
   c.Drain();
   EXPECT_EQ(kMutations, f.DurableSeq(0));
+}
+
+TEST(DeltaForwarder, RoutedBatchesComeBackAsEmptySparesWithTheirCapacity) {
+  Cluster c(3, 2, 1);
+  DeltaForwarder& f = *c.forwarders[0];
+  EXPECT_EQ(0u, f.TakeSpare().size());  // none yet: a fresh batch
+  c.Push(0, 6, 1, 0, 1);
+  c.Drain();
+  DeltaBatch spare = f.TakeSpare();
+  EXPECT_EQ(0u, spare.size());
+  EXPECT_TRUE(spare.xor_bytes.empty());
+  EXPECT_GE(spare.xor_bytes.capacity(), c.record_bytes);  // the routed push's buffer, kept for the next one
 }
 
 TEST(DeltaForwarder, DropPendingLosesWhatWasNotDelivered) {

@@ -99,6 +99,7 @@ py::object Pull(EmbeddingShard& shard, const Keys& keys, bool return_deltas, con
   DeltaBatch deltas;
   {
     py::gil_scoped_release release;
+    if (forward) deltas = forward.forwarder->TakeSpare();
     shard.Pull(keys.data(), n, out.mutable_data(), return_deltas || forward ? &deltas : nullptr);
     if (forward) forward.forwarder->Record(forward.table, std::move(deltas), forward.pushes);
   }
@@ -128,6 +129,7 @@ py::object Push(EmbeddingShard& shard, const Keys& keys, const Floats& grads, in
   DeltaBatch deltas;
   {
     py::gil_scoped_release release;
+    if (forward) deltas = forward.forwarder->TakeSpare();
     shard.Push(keys.data(), grads.data(), n, step, return_deltas || forward ? &deltas : nullptr);
     if (forward) forward.forwarder->Record(forward.table, std::move(deltas), forward.pushes);
   }

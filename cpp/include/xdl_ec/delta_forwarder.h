@@ -78,6 +78,10 @@ class DeltaForwarder {
 
   bool HasTable(const std::string& table) const { return routers_.count(table) > 0; }
 
+  // An empty DeltaBatch to record the next mutation into: one Record gave back once routed, with its
+  // capacity, so steady-state mutations allocate no delta buffers (a fresh one when none is spare).
+  DeltaBatch TakeSpare();
+
   int64_t DurableSeq(int worker) const;  // the highest push seq of `worker` every holder applied
 
   // (Re)connects `holder` (one of holders()): `local` is its ParityHolder in this process, or null for
@@ -139,6 +143,7 @@ class DeltaForwarder {
   std::map<int, Link> links_;
   std::deque<Recorded> recorded_;  // in seq order, not yet routed
   size_t routing_ = 0;             // taken from recorded_ by the thread, not yet queued on the links
+  std::vector<DeltaBatch> spares_;  // routed batches' buffers, for TakeSpare
   std::deque<std::pair<int64_t, std::shared_ptr<const WorkerSeqs>>> history_;  // not yet durable
   std::shared_ptr<const WorkerSeqs> durable_seqs_;
   uint64_t next_generation_ = 1;
