@@ -1,9 +1,16 @@
 #include "xdl_ec/delta_forwarder.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <set>
 #include <stdexcept>
+
+#ifdef __linux__
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "xdl_ec/stripe_layout.h"
 
@@ -13,6 +20,12 @@ namespace {
 
 constexpr size_t kSpares = 4;                    // a few mutations in flight at once per server
 constexpr size_t kSpareBytes = size_t{64} << 20;  // a batch bigger than this (a bulk load) is not kept
+constexpr int kNice = 19;
+// Record waits while more mutations than this are not yet applied by the in-process holders (the thread
+// fell behind, e.g. on a machine with no idle core), at most kMaxLagWait per call: a soft bound on memory
+// and on the non-durable window that never blocks a push for good.
+constexpr size_t kMaxLag = 64;
+constexpr auto kMaxLagWait = std::chrono::seconds(1);
 
 // The servers holding parity of some stripe `index` has data in: (index + d) mod n, d in [1, k + r).
 std::vector<int> HoldersOf(int index, int n, int k, int r) {
@@ -59,7 +72,11 @@ int64_t DeltaForwarder::Record(const std::string& table, DeltaBatch deltas, cons
                                 table + "'");
   it->second->Check("Record", index_, deltas);  // what Route would refuse, refused now: nothing recorded
 
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  if (LagLocked() >= kMaxLag) {
+    ++lag_waits_;
+    work_.wait_for(lock, kMaxLagWait, [this] { return closed_ || LagLocked() < kMaxLag; });
+  }
   ++seq_;
   if (!pushes.empty()) {
     auto seqs = std::make_shared<WorkerSeqs>(*worker_seqs_);
@@ -106,6 +123,13 @@ void DeltaForwarder::RouteLocked(std::unique_lock<std::mutex>& lock) {
     }
   }
   work_.notify_all();  // Take callers of remote links, and waiters on progress
+}
+
+size_t DeltaForwarder::LagLocked() const {
+  size_t local = 0;
+  for (const auto& [h, link] : links_)
+    if (link.local && !link.down) local = std::max(local, link.queue.size());
+  return recorded_.size() + routing_ + local;
 }
 
 DeltaBatch DeltaForwarder::TakeSpare() {
@@ -195,6 +219,11 @@ void DeltaForwarder::FailLocked(Link& link, int holder, const std::string& error
 }
 
 void DeltaForwarder::Run() {
+#ifdef __linux__
+  // Background work at the lowest priority (as RocksDB lowers its compaction threads): it runs in the cores'
+  // idle time instead of taking turns with the training step; Record's backpressure bounds how far it may lag.
+  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kNice);
+#endif
   // Round-robin over local holders with work; each delivery runs outside the lock (the holder takes its own),
   // so Record never waits for a holder.
   std::unique_lock<std::mutex> lock(mu_);
@@ -281,6 +310,7 @@ DeltaForwarder::Progress DeltaForwarder::progress() const {
   }
   if (p.live_applied == std::numeric_limits<int64_t>::max()) p.live_applied = seq_;
   p.worker_seqs = *worker_seqs_;
+  p.lag_waits = lag_waits_;
   return p;
 }
 

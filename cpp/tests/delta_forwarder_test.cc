@@ -2,8 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -245,6 +249,51 @@ TEST(DeltaForwarder, RoutedBatchesComeBackAsEmptySparesWithTheirCapacity) {
   EXPECT_EQ(0u, spare.size());
   EXPECT_TRUE(spare.xor_bytes.empty());
   EXPECT_GE(spare.xor_bytes.capacity(), c.record_bytes);  // the routed push's buffer, kept for the next one
+}
+
+#ifdef __linux__
+// Nice values of this process's threads, from /proc/self/task/*/stat (field 19).
+std::vector<int> ThreadNiceValues() {
+  std::vector<int> out;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream stat(task.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    std::istringstream fields(line.substr(line.rfind(')') + 2));  // after "pid (comm) "
+    std::string field;
+    for (int i = 3; i <= 19 && fields >> field; ++i)
+      if (i == 19) out.push_back(std::stoi(field));
+  }
+  return out;
+}
+
+TEST(DeltaForwarder, ItsThreadRunsAtTheLowestPriority) {
+  Cluster c(3, 2, 1);  // three forwarders, three threads
+  int lowered = 0;
+  for (int attempt = 0; attempt < 200 && lowered < 3; ++attempt) {
+    const std::vector<int> nice = ThreadNiceValues();
+    lowered = static_cast<int>(std::count(nice.begin(), nice.end(), 19));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(3, lowered);
+  const std::vector<int> nice = ThreadNiceValues();
+  EXPECT_GT(std::count(nice.begin(), nice.end(), 0), 0);  // the caller's own thread is left alone
+}
+#endif
+
+TEST(DeltaForwarder, AHolderServedRemotelyNeverHoldsRecordBack) {
+  // Backpressure counts only what the forwarder's own thread has to do: a remote transport sending once a
+  // second may leave many batches queued without any Record waiting for them.
+  Cluster c(3, 2, 1);
+  DeltaForwarder& f = *c.forwarders[0];
+  f.SetHolder(1, nullptr);  // nobody takes from it
+  for (int step = 1; step <= 200; ++step) {
+    c.Push(0, 2, step, 0, step);
+    for (int attempt = 0; attempt < 1000 && c.holders[2]->Applied(0) < step; ++attempt)  // local lag stays 0
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  EXPECT_EQ(200, c.holders[2]->Applied(0));
+  EXPECT_EQ(0u, f.progress().lag_waits);  // 200 batches queued for the remote holder held nothing back
 }
 
 TEST(DeltaForwarder, DropPendingLosesWhatWasNotDelivered) {

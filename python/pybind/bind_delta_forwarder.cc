@@ -70,9 +70,10 @@ void BindDeltaForwarder(py::module_& m) {
              out["pending"] = p.pending;
              out["worker_seqs"] = p.worker_seqs;
              out["down"] = p.down;
+             out["lag_waits"] = p.lag_waits;
              return out;
            }, "seq, the least seq the live holders applied, whether anything is queued or in flight, worker "
-              "seqs, holders down")
+              "seqs, holders down, records that waited for the in-process delivery to catch up")
       .def_property_readonly("seq", &DeltaForwarder::seq)
       .def_property_readonly("bytes_sent", &DeltaForwarder::bytes_sent)
       .def_property_readonly("errors", &DeltaForwarder::errors)

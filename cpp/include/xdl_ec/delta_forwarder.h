@@ -48,6 +48,7 @@ class DeltaForwarder {
     bool pending = false;      // a batch for a live holder is queued or in flight
     WorkerSeqs worker_seqs;    // pushes applied so far
     std::vector<int> down;     // holders that failed and were not replaced
+    uint64_t lag_waits = 0;    // Records that waited for the in-process delivery to catch up (backpressure)
   };
   // What Take hands to a remote transport: the batches to send, the durable watermark to send with
   // them, and the link generation to quote in Ack / Fail.
@@ -71,8 +72,9 @@ class DeltaForwarder {
 
   // Call under the lock that orders the shard's mutations, right after one: takes its deltas of
   // `table` (may be empty; moved from, so pass an rvalue to avoid a copy) as the next seq, with `pushes`
-  // (worker -> seq) the pushes it applied. A mutation with no delta and no push records nothing.
-  // Returns the current seq. Throws std::invalid_argument for an unknown table or a batch of the wrong
+  // (worker -> seq) the pushes it applied. A mutation with no delta and no push records nothing. The
+  // thread runs at the lowest CPU priority; when it lags 64 mutations behind (routing, or delivery to
+  // in-process holders), Record first waits for it, up to a second. Returns the current seq. Throws std::invalid_argument for an unknown table or a batch of the wrong
   // record size (nothing recorded).
   int64_t Record(const std::string& table, DeltaBatch deltas, const WorkerSeqs& pushes);
 
@@ -128,6 +130,7 @@ class DeltaForwarder {
   };
   void Run();  // routes what Record took, and delivers to local holders
   void RouteLocked(std::unique_lock<std::mutex>& lock);
+  size_t LagLocked() const;  // mutations this thread has still to route or deliver in-process
   void FailLocked(Link& link, int holder, const std::string& error, bool lost);
   int64_t DurableLocked() const;
   void AdvanceDurableLocked();
@@ -144,6 +147,7 @@ class DeltaForwarder {
   std::deque<Recorded> recorded_;  // in seq order, not yet routed
   size_t routing_ = 0;             // taken from recorded_ by the thread, not yet queued on the links
   std::vector<DeltaBatch> spares_;  // routed batches' buffers, for TakeSpare
+  uint64_t lag_waits_ = 0;          // Records that waited for the thread to catch up
   std::deque<std::pair<int64_t, std::shared_ptr<const WorkerSeqs>>> history_;  // not yet durable
   std::shared_ptr<const WorkerSeqs> durable_seqs_;
   uint64_t next_generation_ = 1;
