@@ -13,7 +13,8 @@
    (ec seconds / none seconds of the same round) - 1, with a 95% bootstrap interval, and the ratio of the
    totals. Runs of whole jobs one after the other swing +-10-50% on a shared VM; turns a fraction of a second
    apart see the same machine. Also the machine's busy CPU time per sample (from /proc/stat: every process,
-   Ray's included). Both clusters must end with the same model_digest.
+   Ray's included) and, on the local backend, this process's (the whole cluster's, blind to other processes'
+   load). Both clusters must end with the same model_digest.
 2. Recovery, ``--repeats`` runs of ``--steps`` steps: server 1 killed before step ``--fail-at``: the rebuild's
    seconds (recovery pause, key index, replay and every stripe, rate-limited to ``--rebuild-share`` of wall time
    over the step boundaries), samples/s while it ran against the same run's steps before the kill (paired) and
@@ -71,6 +72,7 @@ class Turn:
 
     seconds: float  # wall time of the turn, draining parity included
     cpu: Optional[float]  # busy CPU seconds of the whole machine during it
+    own_cpu: float  # CPU seconds of this process (every thread): the whole cluster on the local backend
     samples: int
     steps: List[float]  # each step's wall seconds (from the trainer's timeline)
     drain: float  # seconds spent waiting for parity after the last step (0 without ec)
@@ -78,14 +80,14 @@ class Turn:
 
 def _turn(trainer: PSTrainer, steps: int) -> Turn:
     """Trains ``steps`` steps of ``trainer`` and, under ``ec``, waits until they are parity-durable."""
-    cpu, start = _busy_cpu_seconds(), time.perf_counter()
+    cpu, own, start = _busy_cpu_seconds(), time.process_time(), time.perf_counter()
     report = trainer.fit(steps=steps)
     trained = time.perf_counter()
     if isinstance(trainer.strategy, ErasureCoded):
         trainer.strategy.drain()
-    end, cpu_end = time.perf_counter(), _busy_cpu_seconds()
+    end, cpu_end, own_end = time.perf_counter(), _busy_cpu_seconds(), time.process_time()
     ends = [row[1] for row in report["timeline"]]
-    return Turn(end - start, None if cpu is None else cpu_end - cpu, report["samples"],
+    return Turn(end - start, None if cpu is None else cpu_end - cpu, own_end - own, report["samples"],
                 [b - a for a, b in zip([0.0] + ends, ends)], end - trained)
 
 
@@ -145,6 +147,10 @@ def _normal_operation(args: argparse.Namespace, k: int, r: int) -> float:
         cpu = {name: sum(t.cpu for t in turns[name]) / samples[name] * 1e6 for name in turns}
         print(f"  busy CPU per sample (whole machine): none {cpu['none']:.1f} us   ec {cpu['ec']:.1f} us   ratio "
               f"{cpu['ec'] / cpu['none']:.3f}")
+    if args.backend == "local":  # the whole cluster is this process: its CPU time ignores other processes' load
+        own = {name: sum(t.own_cpu for t in turns[name]) / samples[name] * 1e6 for name in turns}
+        print(f"  CPU per sample of this process: none {own['none']:.1f} us   ec {own['ec']:.1f} us   ratio "
+              f"{own['ec'] / own['none']:.3f}")
     print(f"  same model with and without parity: {digests['none'] == digests['ec']}")
     return samples["ec"] / seconds["ec"]
 
