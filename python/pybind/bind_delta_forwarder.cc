@@ -53,8 +53,10 @@ void BindDeltaForwarder(py::module_& m) {
                if (got) wire = SerializeBatches(delivery.batches);
              }
              if (!got) return py::none();
-             py::array_t<uint8_t> bytes(static_cast<py::ssize_t>(wire.size()));
-             std::copy(wire.begin(), wire.end(), bytes.mutable_data());
+             // the serialised bytes become the array's buffer (no copy: a send may carry megabytes)
+             auto* owned = new std::vector<uint8_t>(std::move(wire));
+             py::capsule base(owned, [](void* p) { delete static_cast<std::vector<uint8_t>*>(p); });
+             py::array_t<uint8_t> bytes({static_cast<py::ssize_t>(owned->size())}, owned->data(), base);
              return py::make_tuple(bytes, delivery.durable, delivery.link, delivery.batches.back()->seq);
            }, py::arg("holder"), py::arg("link"), py::arg("timeout"),
            "Remote transport of link generation `link` (from set_holder): (batches bytes, durable, link, last "

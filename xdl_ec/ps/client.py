@@ -113,7 +113,10 @@ class PSClient:
 
         With ``participants > 1`` (sync mode) every server gets a request, empty when it owns none of the keys,
         since it waits for one push per participant before applying the step."""
-        return [f.result(self.timeout) for f in self.push_async(table, keys, grads, step, participants)]
+        futures = self.push_async(table, keys, grads, step, participants)
+        acks = [f.result(self.timeout) for f in futures]
+        self.note_acks(futures, acks)
+        return acks
 
     def push_async(self, table: str, keys: Any, grads: np.ndarray, step: int, participants: int = 1) -> List[Any]:
         """:meth:`push` without waiting: the futures of the servers' acks."""
@@ -163,6 +166,21 @@ class PSClient:
         if any(parity for parity, _ in states):
             self.enable_push_log()
         return self.push_log is not None
+
+    def note_acks(self, futures: Sequence[Any], acks: Sequence[Any]) -> None:
+        """The answers ``acks`` of push ``futures`` (from :meth:`push_async`) that the caller awaited: their durable
+        seqs drop logged pushes now, and the next push need not ask the backend about those futures again (on Ray
+        each ask is a ``ray.wait`` and a ``ray.get``)."""
+        if self.push_log is None or not self._unread:
+            return
+        answered = {id(f): ack for f, ack in zip(futures, acks)}
+        unread, self._unread = self._unread, []
+        for server, future in unread:
+            ack = answered.get(id(future))
+            if ack is None:
+                self._unread.append((server, future))
+            elif getattr(ack, "durable", 0):
+                self.forget(server, ack.durable)
 
     def _forget_durable(self) -> None:
         """Drops logged pushes that answered acks report durable (``PushAck.durable``); unanswered acks wait."""

@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import _core
-from .parity_link import RemoteHolderLink
+from .parity_link import ParityReceiver, RemoteHolderLink
 
 
 def _in_ray_actor() -> bool:
@@ -54,6 +54,8 @@ class ParityAgent:
         self.forwarder = _core.DeltaForwarder(index, n, k, r, self.tables, int(seq),
                                               {int(w): int(s) for w, s in (worker_seqs or {}).items()})
         self._links: Dict[int, RemoteHolderLink] = {}
+        self._receiver: Optional[ParityReceiver] = None  # made when a remote sender first asks for it
+        self._receiver_lock = threading.Lock()
         self._crash_armed = False
         self._crash_before = False
         self.crashed = False
@@ -107,8 +109,19 @@ class ParityAgent:
 
     # ---- parity-holder side --------------------------------------------------------------------------
     def apply_parity(self, server: Any, sender: int, batches: np.ndarray, durable: int) -> int:
-        """A remote sender's serialised batches (RemoteHolderLink); returns how far its stream is applied."""
+        """A remote sender's serialised batches; returns how far its stream is applied. (RemoteHolderLink sends
+        through this holder's ParityReceiver instead: see parity_address.)"""
         return self.holder.apply(sender, batches, durable)
+
+    def parity_address(self, server: Any) -> Tuple[str, int]:
+        """(host, port) of this holder's ParityReceiver, where remote senders' links deliver their batches; started
+        on the first request (in one process nobody asks: forwarders there apply to the holder directly)."""
+        with self._receiver_lock:
+            if self.holder.closed:
+                raise ValueError(f"parity_address: server {self.index}'s parity holder is closed (the server is gone)")
+            if self._receiver is None:
+                self._receiver = ParityReceiver(self.holder, lambda: bool(server.crash_requested))
+            return self._receiver.address
 
     def applied(self, server: Any, sender: int) -> int:
         return self.holder.applied(sender)
@@ -211,6 +224,9 @@ class ParityAgent:
             link.close()
         self.forwarder.close()
         self.holder.close()
+        with self._receiver_lock:
+            if self._receiver is not None:
+                self._receiver.close()
 
 
 def fragment_readers(servers: Sequence[Any], table: str, timeout: float = 120.0) -> Tuple[Any, Any]:

@@ -207,8 +207,7 @@ class Worker:
     def flush(self) -> int:
         """Waits for the acks of this worker's last push (raising its failure, if any); returns how many."""
         unacked, self._unacked = self._unacked, []
-        for future in unacked:
-            future.result(self.client.timeout)
+        self.client.note_acks(unacked, [future.result(self.client.timeout) for future in unacked])
         return len(unacked)
 
     def stats(self) -> Dict[str, Any]:

@@ -1,0 +1,192 @@
+"""Parity batches between processes (xdl_ec.ps.parity_link): RemoteHolderLinks deliver a DeltaForwarder's batches
+over TCP to ParityReceivers, in order and exactly once, so parity equals the encoded data; a holder whose
+connection breaks, that refuses, or that a stale address reaches is marked down. Runs without Ray: the links and
+receivers are the real ones, only the address lookup (a Ray call in a cluster) is answered in this process."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+import pytest
+
+from xdl_ec import _core, init, optim
+from xdl_ec.ps import parity_link
+from xdl_ec.ps.backend import Handle, LocalBackend
+from xdl_ec.ps.client import PSClient
+from xdl_ec.ps.parity_link import ParityReceiver, RemoteHolderLink
+from xdl_ec.ps.server import ParameterServer, TableSpec
+
+N, K, R = 3, 2, 1
+
+
+class AddressHandle(Handle):
+    """A holder's server as a RemoteHolderLink sees it: it answers ``parity_call("parity_address")``."""
+
+    role = "server"
+
+    def __init__(self, index: int, address: Tuple[str, int]) -> None:
+        self.index, self.address = index, address
+
+    def call(self, method: str, *args: Any) -> concurrent.futures.Future:
+        assert (method, args) == ("parity_call", ("parity_address",)), (method, args)
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        future.set_result(self.address)
+        return future
+
+
+def _shard() -> Any:
+    config = _core.ShardConfig()
+    config.dim, config.seed, config.block_slots = 4, 5, 8
+    config.optimizer = optim.Adagrad(0.1).to_config()
+    config.initializer = init.RandomUniform(-0.1, 0.1).to_config()
+    return _core.EmbeddingShard(config)
+
+
+@pytest.fixture
+def fast_links(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parity_link, "SEND_INTERVAL", 0.01)
+    monkeypatch.setattr(parity_link, "POLL_SECONDS", 0.05)
+
+
+def _cluster() -> Tuple[List[Any], List[Any], List[Any], List[ParityReceiver], Dict[Tuple[int, int], RemoteHolderLink]]:
+    """Every holder of every forwarder served through a RemoteHolderLink to its server's ParityReceiver."""
+    shards = [_shard() for _ in range(N)]
+    bs, rb = int(shards[0].block_slots), int(shards[0].record_bytes)
+    holders = [_core.ParityHolder(i, K, R, {"t": bs * rb}) for i in range(N)]
+    receivers = [ParityReceiver(h, host="127.0.0.1") for h in holders]
+    forwarders = [_core.DeltaForwarder(i, N, K, R, {"t": (bs, rb)}) for i in range(N)]
+    links = {}
+    for i, f in enumerate(forwarders):
+        for h in f.holders:
+            links[(i, h)] = RemoteHolderLink(f, h, AddressHandle(h, receivers[h].address), f.set_holder(h, None))
+    return shards, holders, forwarders, receivers, links
+
+
+def _close(forwarders: List[Any], receivers: List[ParityReceiver], links: Dict[Any, RemoteHolderLink]) -> None:
+    for link in links.values():
+        link.close()
+    for f in forwarders:
+        f.close()
+    for r in receivers:
+        r.close()
+
+
+def _wait(condition: Any, what: str, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.002)
+
+
+def _parity_of(shards: List[Any], stripe: int) -> np.ndarray:
+    from xdl_ec.codec import ErasureCode
+
+    layout = _core.StripeLayout(N, K, R)
+    blocks = [shards[s].read_block(b) for s, b in (layout.data_member(stripe, j) for j in range(K))]
+    return ErasureCode(K, R).encode(np.stack(blocks))[0]
+
+
+def _train(shards: List[Any], forwarders: List[Any], steps: int, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    for step in range(1, steps + 1):
+        for s in range(N):
+            keys = np.unique(rng.integers(0, 60, 12).astype(np.int64))
+            shards[s].pull(keys, forwarder=forwarders[s], table="t")
+            grads = rng.standard_normal((keys.size, 4)).astype(np.float32)
+            shards[s].push(keys, grads, step, forwarder=forwarders[s], table="t", pushes={0: step})
+
+
+def test_remote_links_keep_parity_equal_to_the_encoded_data(fast_links: None) -> None:
+    shards, holders, forwarders, receivers, links = _cluster()
+    try:
+        _train(shards, forwarders, 12)
+        _wait(lambda: not any(f.progress()["pending"] for f in forwarders), "links did not deliver")
+        layout = _core.StripeLayout(N, K, R)
+        stripes = max(int(s.num_blocks) for s in shards)
+        for stripe in range(stripes):
+            server, block = layout.parity_member(stripe, 0)
+            np.testing.assert_array_equal(holders[server].read_block("t", block, int(shards[0].record_bytes), 0,
+                                                                     int(shards[0].record_bytes))[0],
+                                          _parity_of(shards, stripe))
+        for i, f in enumerate(forwarders):
+            assert {h: holders[h].applied(i) for h in f.holders} == {h: f.seq for h in f.holders}
+            _wait(lambda: f.durable_seq(0) == 12, "durable seq did not reach the last push")
+        assert all(link.sends >= 1 and link.bytes_sent > 0 for link in links.values())
+        assert sum(r.batches_received for r in receivers) == sum(link.sends for link in links.values())
+    finally:
+        _close(forwarders, receivers, links)
+
+
+def test_a_holder_whose_connection_breaks_is_down_as_lost(fast_links: None) -> None:
+    shards, holders, forwarders, receivers, links = _cluster()
+    try:
+        _train(shards, forwarders, 2)
+        _wait(lambda: not any(f.progress()["pending"] for f in forwarders), "links did not deliver")
+        receivers[1].close()  # server 1's process is gone: its connections break, its port is closed
+        _train(shards, forwarders, 2, seed=1)
+        for i, f in enumerate(forwarders):
+            if 1 in f.holders:
+                _wait(lambda: 1 in f.progress()["down"], f"server {i} did not mark holder 1 down")
+                assert f.errors == []  # a lost holder is no error to report
+                assert f.durable_seq(0) == 2  # what holder 1 applied before it was lost stays the watermark
+    finally:
+        _close(forwarders, receivers, links)
+
+
+def test_a_holder_that_refuses_or_is_reached_at_a_stale_address_is_down_with_the_reason(fast_links: None) -> None:
+    shards, holders, forwarders, receivers, links = _cluster()
+    try:
+        stale = links[(0, 1)]  # server 0's link to holder 1 now reaches holder 2's receiver (a stale address)
+        stale.close()
+        links[(0, 1)] = RemoteHolderLink(forwarders[0], 1, AddressHandle(1, receivers[2].address),
+                                         forwarders[0].set_holder(1, None))
+        holders[2].close()  # and holder 2 refuses every batch (HolderClosed)
+        _train(shards, forwarders, 2)
+        _wait(lambda: 1 in forwarders[0].progress()["down"], "the stale link was not marked down")
+        assert any("meant for holder 1" in e and "stale" in e for e in forwarders[0].errors), forwarders[0].errors
+        _wait(lambda: 2 in forwarders[1].progress()["down"], "the refusing holder was not marked down")
+        assert any("HolderClosed" in e for e in forwarders[1].errors), forwarders[1].errors
+        assert holders[1].applied(0) == 0  # nothing of server 0 reached the wrong holder or the right one
+    finally:
+        _close(forwarders, receivers, links)
+
+
+def test_a_receiver_whose_server_is_crashing_drops_the_connection(fast_links: None) -> None:
+    shards, holders, forwarders, receivers, links = _cluster()
+    try:
+        receivers[1].close()
+        crashing = ParityReceiver(holders[1], lambda: True, host="127.0.0.1")
+        receivers[1] = crashing
+        links[(0, 1)].close()
+        links[(0, 1)] = RemoteHolderLink(forwarders[0], 1, AddressHandle(1, crashing.address),
+                                         forwarders[0].set_holder(1, None))
+        _train(shards, forwarders, 1)
+        _wait(lambda: 1 in forwarders[0].progress()["down"], "the crashing holder was not marked down")
+        assert forwarders[0].errors == [] and holders[1].applied(0) == 0
+    finally:
+        _close(forwarders, receivers, links)
+
+
+def test_answered_push_acks_drop_durable_pushes_without_asking_the_backend_again() -> None:
+    backend = LocalBackend()
+    spec = TableSpec("t", 4, optim.Adagrad(0.1), init.RandomUniform(-0.1, 0.1), block_slots=8)
+    servers = [backend.start("server", i, ParameterServer, i, (spec,)) for i in range(N)]
+    try:
+        for s in servers:
+            s.call("attach_parity", N, K, R).result()
+        for s in servers:
+            s.call("parity_call", "connect", servers).result()
+        client = PSClient(servers, push_log=True)
+        rng = np.random.default_rng(3)
+        for step in range(1, 6):
+            keys = np.unique(rng.integers(0, 100, 20).astype(np.int64))
+            acks = client.push("t", keys, rng.standard_normal((keys.size, 4)).astype(np.float32), step)
+            assert client._unread == []  # awaited here: nothing left for the next push to ask about
+            for ack in acks:
+                assert all(seq > ack.durable for seq in client.push_log[ack.server])
+                assert ack.seq in client.push_log[ack.server] or ack.seq <= ack.durable
+    finally:
+        backend.shutdown()
