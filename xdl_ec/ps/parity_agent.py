@@ -193,7 +193,8 @@ class ParityAgent:
         return {"parity_bytes": int(self.holder.bytes), "degraded_reads": self.degraded_reads,
                 "forwarded_bytes": int(self.forwarder.bytes_sent),
                 "remote_sends": sum(link.sends for link in self._links.values()),
-                "remote_send_bytes": sum(link.bytes_sent for link in self._links.values())}
+                "remote_send_bytes": sum(link.bytes_sent for link in self._links.values()),
+                "links_over_ray": sum(link.transport != "tcp" for link in self._links.values())}
 
     # ---- replacement side ----------------------------------------------------------------------------
     def begin_restore(self, server: Any, table: str, keys: np.ndarray, slots: np.ndarray, high_water: int,

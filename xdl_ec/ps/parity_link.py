@@ -11,7 +11,8 @@ Why not a Ray actor call per send: with batches over Ray's 100 KB inline limit e
 store, ~2.8 ms of CPU over sender, holder and raylet per call (~1.2 ms under it), and there are k + r - 1 links per
 server; that was most of what ``--ft ec`` cost on Ray. The connection costs a ``sendall`` and a ``recv`` per send,
 with the GIL released around both. Ray is used once per link, to ask the holder's server for its receiver's
-address (``parity_call("parity_address")``), so a link follows its holder wherever Ray placed it.
+address (``parity_call("parity_address")``), so a link follows its holder wherever Ray placed it; when that address
+cannot be connected to (a firewall between nodes), the link falls back to Ray calls (``apply_parity``).
 
 Wire form, little-endian: request ``<iiqQ`` (holder, sender, durable, n) then n bytes of ``serialize_batches``;
 answer ``<bqI`` (status 0 ok / 1 refused, applied seq, m) then an m-byte UTF-8 error. The receiver checks the
@@ -163,20 +164,30 @@ class RemoteHolderLink:
         self.bytes_sent = 0
         self._flush = threading.Event()  # send what is queued now, without waiting out SEND_INTERVAL
         self._conn: Optional[socket.socket] = None
+        self.transport = "tcp"  # "ray (why)": the holder's receiver was unreachable, Ray calls carry the batches
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"xdl-ec-forward{forwarder.index}to{holder}")
         self._thread.start()
 
-    def _connect(self) -> socket.socket:
+    def _connect(self) -> Optional[socket.socket]:
+        """A connection to the holder's receiver; None when the holder's server answers but its receiver cannot be
+        reached (e.g. a firewall between nodes): the link then sends through Ray calls, slower but never wrong."""
         host, port = self.handle.call_beside("parity_call", "parity_address").result(CALL_TIMEOUT)
-        conn = socket.create_connection((host, int(port)), timeout=CALL_TIMEOUT)
+        try:
+            conn = socket.create_connection((host, int(port)), timeout=CALL_TIMEOUT)
+        except OSError as err:
+            self.transport = f"ray (no connection to {host}:{port}: {err!r})"
+            return None
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return conn
 
     def _send(self, sender: int, batches: np.ndarray, durable: int) -> int:
-        if self._conn is None:
+        if self._conn is None and self.transport == "tcp":
             self._conn = self._connect()
         conn = self._conn
+        if conn is None:
+            return int(self.handle.call_beside("parity_call", "apply_parity", sender, batches,
+                                               durable).result(CALL_TIMEOUT))
         conn.sendall(_REQUEST.pack(self.holder, sender, int(durable), int(batches.nbytes)))
         conn.sendall(batches)  # the numpy buffer as is; releases the GIL
         status, applied, size = _ANSWER.unpack(_recv_exactly(conn, _ANSWER.size))
