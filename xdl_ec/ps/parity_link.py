@@ -51,12 +51,13 @@ class LinkBroken(ConnectionError):
 
 
 def _recv_exactly(conn: socket.socket, size: int) -> bytearray:
-    """``size`` bytes from ``conn`` (LinkBroken if it closes first); recv_into releases the GIL while it waits."""
+    """``size`` bytes from ``conn`` (LinkBroken if it closes first); recv_into releases the GIL while it waits, and
+    on a blocking socket MSG_WAITALL takes a whole batch in one call (one GIL round trip, not one per segment)."""
     buf = bytearray(size)
     view = memoryview(buf)
     got = 0
     while got < size:
-        n = conn.recv_into(view[got:], size - got)
+        n = conn.recv_into(view[got:], size - got, socket.MSG_WAITALL)
         if n == 0:
             raise LinkBroken(f"connection closed after {got} of {size} bytes")
         got += n
