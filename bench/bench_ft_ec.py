@@ -1,6 +1,6 @@
 """Benchmark: the cost of ``--ft ec``, measured against ``--ft none`` in the same run. Not a test.
 
-    PYTHONPATH=build/stage python3 -P bench/bench_ft_ec.py [--code 4,1] [--batch 256] [--chunk 20] [--rounds 30]
+    PYTHONPATH=build/stage python3 -P bench/bench_ft_ec.py [--code 4,1] [--batch 256] [--chunk 40] [--rounds 40]
                                                            [--steps 200] [--fail-at 100] [--repeats 3]
                                                            [--rebuild-share 0.05] [--backend local|ray]
 
@@ -184,8 +184,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--code", default="4,1")
     parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--chunk", type=int, default=20, help="steps per turn in the interleaved measurement")
-    parser.add_argument("--rounds", type=int, default=30, help="turns per cluster in the interleaved measurement")
+    parser.add_argument("--chunk", type=int, default=40, help="steps per turn in the interleaved measurement")
+    parser.add_argument("--rounds", type=int, default=40, help="turns per cluster in the interleaved measurement")
     parser.add_argument("--steps", type=int, default=200, help="steps of each recovery run")
     parser.add_argument("--fail-at", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3, help="recovery runs")

@@ -323,11 +323,11 @@ class ErasureCoded(FaultTolerance):
             self.finish_rebuild()
         if self.scrub and self.scrub_result is None and self.trainer is not None and self._closed_stats is None:
             self.scrub_result = self.verify()
-        out = super().report()
+        stats = self._stats()  # one round of calls for every figure (fit(steps) reports after each call)
+        out = self._report(int(stats.get("parity_bytes", 0)))
         if self.scrub_result is not None:
             out["scrub"] = {"inconsistent": [dataclasses.asdict(m) for m in self.scrub_result]}
         out["code"] = {"k": self.k, "r": self.r}
-        stats = self._stats()
         out["degraded_reads"] = stats.get("degraded_reads", 0)
         out["parity_forwarded_bytes"] = stats.get("forwarded_bytes", 0)
         return out

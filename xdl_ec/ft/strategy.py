@@ -83,9 +83,14 @@ class FaultTolerance(abc.ABC):
         return 0
 
     def report(self) -> Dict[str, Any]:
+        return self._report(self.parity_bytes())
+
+    def _report(self, parity_bytes: int) -> Dict[str, Any]:
+        """The common report fields, with ``parity_bytes`` already known (a subclass may read it along with
+        other figures in one round of calls)."""
         return {"ft": self.name, "failures": [f.to_json() for f in self.failures],
                 "lost_samples": sum(f.lost_samples for f in self.failures),
-                "checkpoint_seconds": self.checkpoint_seconds, "parity_bytes": self.parity_bytes()}
+                "checkpoint_seconds": self.checkpoint_seconds, "parity_bytes": parity_bytes}
 
 
 class NoFaultTolerance(FaultTolerance):
