@@ -391,7 +391,7 @@ class ErasureCoded(FaultTolerance):
     def _drain(self, survivors: Sequence[int]) -> Dict[int, Dict[str, Any]]:
         """Waits until every survivor's forwarder has nothing queued or in flight; returns their progress."""
         while True:
-            progress = {s: self._call(s, "progress") for s in survivors}
+            progress = dict(zip(survivors, self._call_many([(s, "progress") for s in survivors])))
             if not any(p["pending"] for p in progress.values()):
                 return progress
             time.sleep(0.001)
