@@ -2,7 +2,7 @@
 
     PYTHONPATH=build/stage python3 -P bench/bench_ft_ec.py [--code 4,1] [--batch 256] [--chunk 40] [--rounds 40]
                                                            [--steps 200] [--fail-at 100] [--repeats 3]
-                                                           [--rebuild-share 0.05] [--backend local|ray]
+                                                           [--rebuild-share 0.05] [--backend local|ray] [--aa]
 
 1. Normal operation, interleaved: two clusters of N = k + r servers and one sync worker each, one without fault
    tolerance and one with ``ec``, live side by side on the same machine, training the same synthetic data in
@@ -14,7 +14,8 @@
    totals. Runs of whole jobs one after the other swing +-10-50% on a shared VM; turns a fraction of a second
    apart see the same machine. Also the machine's busy CPU time per sample (from /proc/stat: every process,
    Ray's included) and, on the local backend, this process's (the whole cluster's, blind to other processes'
-   load). Both clusters must end with the same model_digest.
+   load). Both clusters must end with the same model_digest. ``--aa`` runs the second cluster without parity too:
+   the spread of that A/A "overhead" is the method's noise floor on the machine.
 2. Recovery, ``--repeats`` runs of ``--steps`` steps: server 1 killed before step ``--fail-at``: the rebuild's
    seconds (recovery pause, key index, replay and every stripe, rate-limited to ``--rebuild-share`` of wall time
    over the step boundaries), samples/s while it ran against the same run's steps before the kill (paired) and
@@ -118,8 +119,8 @@ def _normal_operation(args: argparse.Namespace, k: int, r: int) -> float:
                          steps=steps, deterministic=True, progress=False, seed=1)
     trainers = {"none": _trainer(config, k + r, None, backend=args.backend)}
     try:
-        trainers["ec"] = _trainer(config, k + r, ErasureCoded(k, r, rebuild_share=args.rebuild_share),
-                                  backend=args.backend)
+        strategy = None if args.aa else ErasureCoded(k, r, rebuild_share=args.rebuild_share)
+        trainers["ec"] = _trainer(config, k + r, strategy, backend=args.backend)
         for trainer in trainers.values():
             _turn(trainer, args.chunk)  # traces TF and inserts the first rows: not measured
         turns: Dict[str, List[Turn]] = {"none": [], "ec": []}
@@ -135,7 +136,8 @@ def _normal_operation(args: argparse.Namespace, k: int, r: int) -> float:
     seconds = {name: sum(t.seconds for t in turns[name]) for name in turns}
     samples = {name: sum(t.samples for t in turns[name]) for name in turns}
     print(f"normal operation, {args.backend} backend, {k + r} servers, code k={k} r={r}, batch {args.batch}, "
-          f"{args.rounds} rounds of {args.chunk} steps per cluster, interleaved:")
+          f"{args.rounds} rounds of {args.chunk} steps per cluster, interleaved"
+          f"{' (A/A: the cluster named ec runs without parity)' if args.aa else ''}:")
     print(f"  none {samples['none'] / seconds['none']:,.0f} samples/s   ec {samples['ec'] / seconds['ec']:,.0f} "
           f"samples/s (ec turns include draining parity: median {1000 * statistics.median(t.drain for t in turns['ec']):.2f} ms)")
     for label, estimate in (("per-step medians", _robust_ratio), ("per-round turn seconds", per_round)):
@@ -191,12 +193,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="recovery runs")
     parser.add_argument("--rebuild-share", type=float, default=DEFAULT_REBUILD_SHARE)
     parser.add_argument("--backend", choices=("local", "ray"), default="local")
+    parser.add_argument("--aa", action="store_true",
+                        help="A/A run: the second cluster has no fault tolerance either (the method's noise floor)")
     args = parser.parse_args()
     k, r = parse_code(args.code)
     if args.backend == "ray":
         connect_ray()  # both clusters in one Ray, started here so that neither trainer stops it when it closes
     normal_ec = _normal_operation(args, k, r)
-    if args.repeats > 0:
+    if args.repeats > 0 and not args.aa:
         _recovery(args, k, r, normal_ec)
 
 
