@@ -9,21 +9,14 @@ from typing import Any, List, Tuple
 import numpy as np
 import pytest
 
-from xdl_ec import _core, init, optim
+from xdl_ec import _core
+from parity_shards import encoded_parity, small_shard
 
 N, K, R = 3, 2, 1
 
 
-def _shard() -> Any:
-    config = _core.ShardConfig()
-    config.dim, config.seed, config.block_slots = 4, 5, 8
-    config.optimizer = optim.Adagrad(0.1).to_config()
-    config.initializer = init.RandomUniform(-0.1, 0.1).to_config()
-    return _core.EmbeddingShard(config)
-
-
 def _cluster() -> Tuple[List[Any], List[Any], List[Any]]:
-    shards = [_shard() for _ in range(N)]
+    shards = [small_shard() for _ in range(N)]
     bs, rb = int(shards[0].block_slots), int(shards[0].record_bytes)
     holders = [_core.ParityHolder(i, K, R, {"t": bs * rb}) for i in range(N)]
     forwarders = [_core.DeltaForwarder(i, N, K, R, {"t": (bs, rb)}) for i in range(N)]
@@ -38,17 +31,6 @@ def _drain(forwarders: List[Any]) -> None:
     while any(f.progress()["pending"] for f in forwarders):
         assert time.monotonic() < deadline, "forwarders did not drain"
         time.sleep(0.001)
-
-
-def _parity_of(shards: List[Any], stripe: int) -> np.ndarray:
-    from xdl_ec.codec import ErasureCode
-
-    layout = _core.StripeLayout(N, K, R)
-    blocks = []
-    for j in range(K):
-        server, block = layout.data_member(stripe, j)
-        blocks.append(shards[server].read_block(block))
-    return ErasureCode(K, R).encode(np.stack(blocks))[0]
 
 
 def test_pushes_and_inserting_pulls_keep_parity_equal_to_the_encoded_data() -> None:
@@ -67,7 +49,7 @@ def test_pushes_and_inserting_pulls_keep_parity_equal_to_the_encoded_data() -> N
     for stripe in range(stripes):
         server, c = layout.parity_member(stripe, 0)
         stored, applied = holders[server].read_block("t", c, rb, 0, rb)
-        assert np.array_equal(stored, _parity_of(shards, stripe)), f"stripe {stripe}"
+        assert np.array_equal(stored, encoded_parity(shards, stripe, K, R)), f"stripe {stripe}"
         assert all(v == forwarders[s].seq for s, v in applied.items())
     for s in range(N):
         assert forwarders[s].durable_seq(0) == 10

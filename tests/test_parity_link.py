@@ -19,6 +19,7 @@ from xdl_ec.ps.backend import Handle, LocalBackend
 from xdl_ec.ps.client import PSClient
 from xdl_ec.ps.parity_link import ParityReceiver, RemoteHolderLink
 from xdl_ec.ps.server import ParameterServer, TableSpec
+from parity_shards import encoded_parity, small_shard
 
 N, K, R = 3, 2, 1
 
@@ -43,14 +44,6 @@ class AddressHandle(Handle):
         return future
 
 
-def _shard() -> Any:
-    config = _core.ShardConfig()
-    config.dim, config.seed, config.block_slots = 4, 5, 8
-    config.optimizer = optim.Adagrad(0.1).to_config()
-    config.initializer = init.RandomUniform(-0.1, 0.1).to_config()
-    return _core.EmbeddingShard(config)
-
-
 @pytest.fixture
 def fast_links(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(parity_link, "SEND_INTERVAL", 0.01)
@@ -59,7 +52,7 @@ def fast_links(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _cluster() -> Tuple[List[Any], List[Any], List[Any], List[ParityReceiver], Dict[Tuple[int, int], RemoteHolderLink]]:
     """Every holder of every forwarder served through a RemoteHolderLink to its server's ParityReceiver."""
-    shards = [_shard() for _ in range(N)]
+    shards = [small_shard() for _ in range(N)]
     bs, rb = int(shards[0].block_slots), int(shards[0].record_bytes)
     holders = [_core.ParityHolder(i, K, R, {"t": bs * rb}) for i in range(N)]
     receivers = [ParityReceiver(h, host="127.0.0.1") for h in holders]
@@ -87,14 +80,6 @@ def _wait(condition: Any, what: str, seconds: float = 10.0) -> None:
         time.sleep(0.002)
 
 
-def _parity_of(shards: List[Any], stripe: int) -> np.ndarray:
-    from xdl_ec.codec import ErasureCode
-
-    layout = _core.StripeLayout(N, K, R)
-    blocks = [shards[s].read_block(b) for s, b in (layout.data_member(stripe, j) for j in range(K))]
-    return ErasureCode(K, R).encode(np.stack(blocks))[0]
-
-
 def _train(shards: List[Any], forwarders: List[Any], steps: int, seed: int = 0) -> None:
     rng = np.random.default_rng(seed)
     for step in range(1, steps + 1):
@@ -116,7 +101,7 @@ def test_remote_links_keep_parity_equal_to_the_encoded_data(fast_links: None) ->
             server, block = layout.parity_member(stripe, 0)
             np.testing.assert_array_equal(holders[server].read_block("t", block, int(shards[0].record_bytes), 0,
                                                                      int(shards[0].record_bytes))[0],
-                                          _parity_of(shards, stripe))
+                                          encoded_parity(shards, stripe, K, R))
         for i, f in enumerate(forwarders):
             assert {h: holders[h].applied(i) for h in f.holders} == {h: f.seq for h in f.holders}
             _wait(lambda: f.durable_seq(0) == 12, "durable seq did not reach the last push")
@@ -218,6 +203,6 @@ def test_a_link_that_cannot_connect_to_the_receiver_sends_through_calls(fast_lin
         for stripe in range(max(int(s.num_blocks) for s in shards)):
             server, block = layout.parity_member(stripe, 0)
             np.testing.assert_array_equal(holders[server].read_block("t", block, rb, 0, rb)[0],
-                                          _parity_of(shards, stripe))
+                                          encoded_parity(shards, stripe, K, R))
     finally:
         _close(forwarders, receivers, links)
