@@ -321,7 +321,7 @@ class ErasureCoded(FaultTolerance):
         t = self.trainer
         if t is not None and self._closed_stats is None and self._plan and t.step >= t.total_steps:
             self.finish_rebuild()
-        if self.scrub and self.scrub_result is None and self.trainer is not None and self._closed_stats is None:
+        if self.scrub and self.scrub_result is None and t is not None and self._closed_stats is None:
             self.scrub_result = self.verify()
         stats = self._stats()  # one round of calls for every figure (fit(steps) reports after each call)
         out = self._report(int(stats.get("parity_bytes", 0)))

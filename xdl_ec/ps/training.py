@@ -178,7 +178,7 @@ class PSTrainer:
     def _fit_sync(self, bar: Any, stop: int) -> int:
         workers = len(self.workers)
         done: Dict[int, StepResult] = {}  # answers of the current step's workers (kept when it is retried)
-        while self.step * workers < self.total_batches and self.step < stop:
+        while self.step < stop:  # stop <= total_steps: every step has a batch for some worker
             if not done:
                 self._inject(self.step + 1)
             participants = min(workers, self.total_batches - self.step * workers)
