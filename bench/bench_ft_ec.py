@@ -9,9 +9,9 @@
    turns of ``--chunk`` steps (``--rounds`` turns each, after a first turn that traces TF; the order alternates
    none-ec, ec-none so a trend within a round cancels). Each ``ec`` turn ends by draining its parity pipeline
    (every push parity-durable) inside its timed span, so background work is never carried into the other
-   cluster's turn: this charges ``ec`` for all the work it caused. Overhead = the median over rounds of
-   (ec seconds / none seconds of the same round) - 1, with a 95% bootstrap interval, and the ratio of the
-   totals. Runs of whole jobs one after the other swing +-10-50% on a shared VM; turns a fraction of a second
+   cluster's turn: this charges ``ec`` for all the work it caused. Overhead three ways: from the medians of
+   every step's seconds (ec's plus its drain per step), the median over rounds of (ec seconds / none seconds of
+   the same round) - 1, each with a 95% bootstrap interval over rounds, and the ratio of the totals. Runs of whole jobs one after the other swing +-10-50% on a shared VM; turns a fraction of a second
    apart see the same machine. Also the machine's busy CPU time per sample (from /proc/stat: every process,
    Ray's included) and, on the local backend, this process's (the whole cluster's, blind to other processes'
    load). Both clusters must end with the same model_digest. ``--aa`` runs the second cluster without parity too:
