@@ -83,13 +83,13 @@ def test_serialize_parse_round_trip() -> None:
     cluster = Cluster(1)
     batches = [cluster.mutate(0, 100)[cluster.holders[0][0]] for _ in range(3)] + [(4, {}, {})]
     back = _core.parse_batches(wire(batches))
-    assert [(s, sorted(u), w) for s, u, w in back] == [(s, sorted(u), w) for s, u, w in batches]
-    for (_, got, _), (_, sent, _) in zip(back, batches):
+    assert [(s, sorted(u), w, f) for s, u, w, f in back] == [(s, sorted(u), w, s) for s, u, w in batches]
+    for (_, got, _, _), (_, sent, _) in zip(back, batches):
         for table in sent:
             assert got[table].dtype == np.uint8
             np.testing.assert_array_equal(got[table], sent[table])
     from_bytes = _core.parse_batches(bytes(wire(batches)))  # bytes objects are accepted too
-    assert [(s, w) for s, _, w in from_bytes] == [(s, w) for s, _, w in back]
+    assert [(s, w) for s, _, w, _ in from_bytes] == [(s, w) for s, _, w, _ in back]
     np.testing.assert_array_equal(wire(back), wire(batches))
 
 

@@ -26,6 +26,8 @@ constexpr int kNice = 19;
 // and on the non-durable window that never blocks a push for good.
 constexpr size_t kMaxLag = 64;
 constexpr auto kMaxLagWait = std::chrono::seconds(1);
+// Mutations coalesced into one seq range at most: bounds the merge's slot table and a range's size.
+constexpr size_t kMaxRange = 256;
 
 // The servers holding parity of some stripe `index` has data in: (index + d) mod n, d in [1, k + r).
 std::vector<int> HoldersOf(int index, int n, int k, int r) {
@@ -97,26 +99,67 @@ void DeltaForwarder::RouteLocked(std::unique_lock<std::mutex>& lock) {
   std::deque<Recorded> batch;
   batch.swap(recorded_);
   routing_ = batch.size();
+  // The mutations taken are coalesced into seq ranges, the same ranges for every link (so the least seq
+  // the holders applied is a range end of each: rollback lands on a boundary). A link (re)connected at
+  // base B gets only seqs above B, so no range spans B. A SetHolder while this routes sets a base at or
+  // above every seq taken here, which needs no cut.
+  std::set<int64_t> cuts;
+  for (const auto& [h, link] : links_)
+    if (!link.down && link.base >= batch.front().seq && link.base < batch.back().seq) cuts.insert(link.base);
   lock.unlock();
-  std::vector<std::vector<ParityUpdate>> routed(batch.size());
-  for (size_t e = 0; e < batch.size(); ++e)
-    if (batch[e].deltas.size() > 0) batch[e].router->Route(index_, batch[e].deltas, &routed[e]);
+  struct Range {
+    size_t begin = 0, end = 0;  // [begin, end) in batch
+    std::vector<std::pair<const std::string*, std::vector<ParityUpdate>>> tables;  // routed, per holder
+  };
+  std::vector<Range> ranges;
+  uint64_t coalesced = 0;
+  for (size_t e = 0; e < batch.size(); ++e) {
+    if (ranges.empty() || e - ranges.back().begin >= kMaxRange || cuts.count(batch[e - 1].seq)) ranges.push_back({e, e, {}});
+    ranges.back().end = e + 1;
+  }
+  for (Range& range : ranges) {
+    // Per table, in order of first appearance: a table's deltas in the range merged (one mutation: as is).
+    for (size_t e = range.begin; e < range.end; ++e) {
+      const std::string* table = batch[e].table;
+      bool seen = false;
+      for (const auto& routed : range.tables) seen |= routed.first == table;
+      if (seen) continue;
+      std::vector<const DeltaBatch*> parts;
+      for (size_t f = e; f < range.end; ++f)
+        if (batch[f].table == table && batch[f].deltas.size() > 0) parts.push_back(&batch[f].deltas);
+      range.tables.emplace_back(table, std::vector<ParityUpdate>{});
+      if (parts.empty()) continue;
+      const DeltaBatch* deltas = parts.front();
+      if (parts.size() > 1) {
+        coalescer_.Coalesce(parts, &merged_);
+        coalesced += parts.size() - 1;
+        deltas = &merged_;
+      }
+      batch[e].router->Route(index_, *deltas, &range.tables.back().second);
+    }
+  }
   lock.lock();
   routing_ = 0;
-  for (size_t e = 0; e < batch.size(); ++e) {
-    Recorded& rec = batch[e];
+  coalesced_ += coalesced;
+  for (Range& range : ranges) {
+    const int64_t first = batch[range.begin].seq, last = batch[range.end - 1].seq;
     for (auto& [h, link] : links_) {
-      // a link (re)connected after this seq was recorded already reflects it
-      if (link.down || closed_ || rec.seq <= link.base) continue;
+      // a link (re)connected after these seqs were recorded already reflects them
+      if (link.down || closed_ || last <= link.base) continue;
       auto out = std::make_shared<ForwardedBatch>();
-      out->seq = rec.seq;
-      out->stamp = rec.stamp;
-      if (static_cast<size_t>(h) < routed[e].size() && !routed[e][h].empty()) {
-        bytes_sent_ += routed[e][h].delta_bytes();
-        out->updates.emplace_back(*rec.table, std::move(routed[e][h]));
+      out->first_seq = first;
+      out->seq = last;
+      out->stamp = batch[range.end - 1].stamp;
+      for (auto& [table, routed] : range.tables) {
+        if (static_cast<size_t>(h) < routed.size() && !routed[h].empty()) {
+          bytes_sent_ += routed[h].delta_bytes();
+          out->updates.emplace_back(*table, std::move(routed[h]));
+        }
       }
       link.queue.push_back(std::move(out));
     }
+  }
+  for (Recorded& rec : batch) {
     if (spares_.size() < kSpares && rec.deltas.xor_bytes.capacity() <= kSpareBytes) {
       rec.deltas.clear();
       spares_.push_back(std::move(rec.deltas));
@@ -125,7 +168,21 @@ void DeltaForwarder::RouteLocked(std::unique_lock<std::mutex>& lock) {
   work_.notify_all();  // Take callers of remote links, and waiters on progress
 }
 
+bool DeltaForwarder::ServesLocalLocked() const {
+  for (const auto& [h, link] : links_)
+    if (link.connected && link.local && !link.down) return true;
+  return false;
+}
+
+bool DeltaForwarder::RoutesNowLocked() const {
+  // With a holder in this process the thread routes at once. With remote holders only, it leaves the
+  // mutations to the links' Takes (a link sends about once a second): what accumulated by then becomes one
+  // coalesced range, unless kMaxRange piled up first.
+  return !recorded_.empty() && !closed_ && routing_ == 0 && (ServesLocalLocked() || recorded_.size() >= kMaxRange);
+}
+
 size_t DeltaForwarder::LagLocked() const {
+  if (!ServesLocalLocked()) return 0;  // remote links pace themselves (Take); their queues never hold Record back
   size_t local = 0;
   for (const auto& [h, link] : links_)
     if (link.local && !link.down) local = std::max(local, link.queue.size());
@@ -228,7 +285,7 @@ void DeltaForwarder::Run() {
   // so Record never waits for a holder.
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    if (!recorded_.empty() && !closed_ && routing_ == 0) RouteLocked(lock);
+    if (RoutesNowLocked()) RouteLocked(lock);
     int holder = -1;
     for (auto& [h, link] : links_) {
       if (link.connected && link.local && !link.down && !link.in_flight && !link.queue.empty()) {
@@ -238,7 +295,7 @@ void DeltaForwarder::Run() {
     }
     if (closed_) return;
     if (holder < 0) {
-      if (recorded_.empty() || routing_ > 0) work_.wait(lock);  // else more arrived while routing: route them
+      if (!RoutesNowLocked()) work_.wait(lock);  // else more arrived while routing: route them
       continue;
     }
     Link& link = links_[holder];
@@ -311,6 +368,7 @@ DeltaForwarder::Progress DeltaForwarder::progress() const {
   if (p.live_applied == std::numeric_limits<int64_t>::max()) p.live_applied = seq_;
   p.worker_seqs = *worker_seqs_;
   p.lag_waits = lag_waits_;
+  p.coalesced = coalesced_;
   return p;
 }
 

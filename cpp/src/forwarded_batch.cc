@@ -8,11 +8,11 @@
 namespace xdl_ec {
 
 // Wire layout (little-endian):
-//   "XFB1", u64 batch count, then per batch:
-//     i64 seq, u32 stamp count, (i32 worker, i64 seq) * count,
+//   "XFB2", u64 batch count, then per batch:
+//     i64 first_seq, i64 seq, u32 stamp count, (i32 worker, i64 seq) * count,
 //     u32 update count, (u32 name length, name bytes, u64 update length, ParityUpdate::Serialize bytes) * count.
 namespace {
-constexpr uint8_t kMagic[4] = {'X', 'F', 'B', '1'};
+constexpr uint8_t kMagic[4] = {'X', 'F', 'B', '2'};
 
 template <typename T>
 void Put(std::vector<uint8_t>& out, T value) {
@@ -53,7 +53,7 @@ class Reader {
 };
 
 // Smallest encodings, so a hostile count is refused before anything is reserved for it.
-constexpr size_t kMinBatchBytes = 8 + 4 + 4;
+constexpr size_t kMinBatchBytes = 8 + 8 + 4 + 4;
 constexpr size_t kStampEntryBytes = 4 + 8;
 constexpr size_t kMinUpdateBytes = 4 + 8;
 }  // namespace
@@ -69,9 +69,10 @@ std::vector<uint8_t> SerializeBatches(const std::vector<BatchPtr>& batches) {
   size_t estimate = 4 + 8;
   for (size_t b = 0; b < batches.size(); ++b) {
     if (!batches[b]) throw std::invalid_argument("SerializeBatches: batch " + std::to_string(b) + " is null");
-    if (batches[b]->seq < 1)  // ParseBatches refuses it: fail here, at the sender
-      throw std::invalid_argument("SerializeBatches: batch " + std::to_string(b) + " has seq " +
-                                  std::to_string(batches[b]->seq) + "; seqs start at 1");
+    if (batches[b]->first_seq < 1 || batches[b]->first_seq > batches[b]->seq)  // ParseBatches refuses it: fail here
+      throw std::invalid_argument("SerializeBatches: batch " + std::to_string(b) + " covers seqs [" +
+                                  std::to_string(batches[b]->first_seq) + ", " + std::to_string(batches[b]->seq) +
+                                  "]; seqs start at 1 and a range must not be empty");
     estimate += kMinBatchBytes + (batches[b]->stamp ? batches[b]->stamp->size() * kStampEntryBytes : 0);
     for (const auto& [table, update] : batches[b]->updates) {
       if (table.empty())
@@ -83,6 +84,7 @@ std::vector<uint8_t> SerializeBatches(const std::vector<BatchPtr>& batches) {
   for (uint8_t b : kMagic) out.push_back(b);  // (vector::insert here trips a GCC 12 -Wstringop-overflow false positive)
   Put<uint64_t>(out, batches.size());
   for (const BatchPtr& batch : batches) {
+    Put<int64_t>(out, batch->first_seq);
     Put<int64_t>(out, batch->seq);
     const WorkerSeqs empty;
     const WorkerSeqs& stamp = batch->stamp ? *batch->stamp : empty;
@@ -95,9 +97,12 @@ std::vector<uint8_t> SerializeBatches(const std::vector<BatchPtr>& batches) {
     for (const auto& [table, update] : batch->updates) {
       Put<uint32_t>(out, static_cast<uint32_t>(table.size()));
       out.insert(out.end(), table.begin(), table.end());
-      const std::vector<uint8_t> wire = update.Serialize();
-      Put<uint64_t>(out, wire.size());
-      out.insert(out.end(), wire.begin(), wire.end());
+      // the length goes before the bytes: written as a placeholder, filled in once they are appended
+      const size_t length_at = out.size();
+      Put<uint64_t>(out, 0);
+      update.SerializeTo(&out);
+      const uint64_t length = out.size() - length_at - 8;
+      for (size_t b = 0; b < 8; ++b) out[length_at + b] = static_cast<uint8_t>(length >> (8 * b));
     }
   }
   return out;
@@ -106,7 +111,8 @@ std::vector<uint8_t> SerializeBatches(const std::vector<BatchPtr>& batches) {
 std::vector<BatchPtr> ParseBatches(const uint8_t* bytes, size_t size) {
   if (bytes == nullptr && size != 0) throw std::invalid_argument("ParseBatches: bytes is null for size " + std::to_string(size));
   if (size < 4 || std::memcmp(bytes, kMagic, 4) != 0)
-    throw std::invalid_argument("ParseBatches: bad magic (expected \"XFB1\"): not a list of forwarded batches");
+    throw std::invalid_argument("ParseBatches: bad magic (expected \"XFB2\"): not a list of forwarded batches "
+                                "(or one from an older version)");
   Reader in(bytes, size);
   in.Take(4, "the magic");
   const uint64_t count = in.Get<uint64_t>("the batch count");
@@ -118,9 +124,13 @@ std::vector<BatchPtr> ParseBatches(const uint8_t* bytes, size_t size) {
   for (uint64_t b = 0; b < count; ++b) {
     auto batch = std::make_shared<ForwardedBatch>();
     const std::string where = "batch " + std::to_string(b);
+    batch->first_seq = in.Get<int64_t>(where + " first seq");
     batch->seq = in.Get<int64_t>(where + " seq");
-    const std::string at = where + " (seq " + std::to_string(batch->seq) + ")";
-    if (batch->seq < 1) throw std::invalid_argument("ParseBatches: " + at + ": seqs start at 1");
+    const std::string at = where + (batch->first_seq == batch->seq ? " (seq " + std::to_string(batch->seq) + ")"
+                                                                   : " (seqs " + std::to_string(batch->first_seq) + ".." +
+                                                                         std::to_string(batch->seq) + ")");
+    if (batch->first_seq < 1 || batch->first_seq > batch->seq)
+      throw std::invalid_argument("ParseBatches: " + at + ": seqs start at 1 and a range must not be empty");
     const uint32_t workers = in.Get<uint32_t>(at + " stamp count");
     if (workers > in.left() / kStampEntryBytes)
       throw std::invalid_argument("ParseBatches: " + at + " stamps " + std::to_string(workers) + " workers, more than the " +

@@ -49,10 +49,15 @@ int64_t ParityHolder::Apply(int sender, const std::vector<BatchPtr>& batches, in
     const BatchPtr& batch = batches[b];
     if (!batch) throw std::invalid_argument("ParityHolder::Apply: batch " + std::to_string(b) + " from " + who() + " is null");
     if (batch->seq <= applied) continue;  // a resend: already in the blocks
-    const auto at = [&] { return "batch seq " + std::to_string(batch->seq) + " from " + who(); };
-    if (batch->seq != applied + 1)
+    const auto at = [&] {
+      return (batch->first_seq == batch->seq ? "batch seq " + std::to_string(batch->seq)
+                                             : "batch seqs " + std::to_string(batch->first_seq) + ".." + std::to_string(batch->seq)) +
+             " from " + who();
+    };
+    if (batch->first_seq != applied + 1)
       throw std::invalid_argument("ParityHolder::Apply: " + at() + " arrived after seq " + std::to_string(applied) +
-                                  ": batches must come in sequence order (a gap means lost batches)");
+                                  ": batches must come in sequence order and start right after the last one applied "
+                                  "(a gap means lost batches)");
     if (!batch->stamp) throw std::invalid_argument("ParityHolder::Apply: " + at() + " has no worker-seq stamp");
     // Every table first, so a batch naming an unknown one changes nothing.
     stores.clear();
@@ -119,12 +124,22 @@ WorkerSeqs ParityHolder::Rollback(int sender, int64_t to_seq) {
   const auto it = senders_.find(sender);
   if (it == senders_.end()) return {};  // nothing applied: already at any seq >= 0
   Sender& s = it->second;
-  if (s.applied > to_seq && (s.undo.empty() || s.undo.front()->seq > to_seq + 1))
-    throw std::invalid_argument(
-        "ParityHolder::Rollback: parity holder " + std::to_string(index_) + " cannot roll server " + std::to_string(sender) +
-        " back from seq " + std::to_string(s.applied) + " to " + std::to_string(to_seq) + ": its undo log starts at " +
-        (s.undo.empty() ? std::string("none (empty)") : "seq " + std::to_string(s.undo.front()->seq)) +
-        " (batches at or below the durable watermark are never rolled back)");
+  if (s.applied > to_seq) {
+    // The batches to undo are the log's suffix above to_seq; the oldest of them must start at to_seq + 1.
+    size_t keep = s.undo.size();
+    while (keep > 0 && s.undo[keep - 1]->seq > to_seq) --keep;
+    const std::string what = "ParityHolder::Rollback: parity holder " + std::to_string(index_) + " cannot roll server " +
+                             std::to_string(sender) + " back from seq " + std::to_string(s.applied) + " to " +
+                             std::to_string(to_seq) + ": ";
+    if (keep == s.undo.size() || (keep == 0 && s.undo.front()->first_seq > to_seq + 1))
+      throw std::invalid_argument(what + "its undo log starts at " +
+                                  (s.undo.empty() ? std::string("none (empty)") : "seq " + std::to_string(s.undo.front()->first_seq)) +
+                                  " (batches at or below the durable watermark are never rolled back)");
+    if (s.undo[keep]->first_seq != to_seq + 1)
+      throw std::invalid_argument(what + "seq " + std::to_string(to_seq) + " is inside the coalesced batch of seqs " +
+                                  std::to_string(s.undo[keep]->first_seq) + ".." + std::to_string(s.undo[keep]->seq) +
+                                  ", which is applied and undone whole (roll back to a batch boundary)");
+  }
   while (!s.undo.empty() && s.undo.back()->seq > to_seq) {
     for (const auto& [table, update] : s.undo.back()->updates) StoreLocked(table).Apply(update);  // XOR: undoes it
     s.undo.pop_back();

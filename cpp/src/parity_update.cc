@@ -25,12 +25,18 @@ T Get(const uint8_t* p) {
 }  // namespace
 
 std::vector<uint8_t> ParityUpdate::Serialize() const {
+  std::vector<uint8_t> out;
+  out.reserve(kHeaderBytes + entries.size() * kEntryBytes + deltas.size());
+  SerializeTo(&out);
+  return out;
+}
+
+void ParityUpdate::SerializeTo(std::vector<uint8_t>* to) const {
   if (deltas.size() != entries.size() * static_cast<size_t>(record_bytes))
     throw std::invalid_argument("ParityUpdate::Serialize: deltas hold " + std::to_string(deltas.size()) +
                                 " bytes, expected entries (" + std::to_string(entries.size()) + ") * record_bytes (" +
                                 std::to_string(record_bytes) + ")");
-  std::vector<uint8_t> out;
-  out.reserve(kHeaderBytes + entries.size() * kEntryBytes + deltas.size());
+  std::vector<uint8_t>& out = *to;  // no reserve here: callers appending many updates reserve once for all
   out.insert(out.end(), kMagic, kMagic + 4);
   Put<uint32_t>(out, static_cast<uint32_t>(source));
   Put<uint32_t>(out, static_cast<uint32_t>(holder));
@@ -43,7 +49,6 @@ std::vector<uint8_t> ParityUpdate::Serialize() const {
     out.push_back(e.data_member);
   }
   out.insert(out.end(), deltas.begin(), deltas.end());
-  return out;
 }
 
 ParityUpdate ParityUpdate::Parse(const uint8_t* bytes, size_t size) {

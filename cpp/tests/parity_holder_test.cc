@@ -70,7 +70,7 @@ class Cluster {
     std::map<int, std::shared_ptr<ForwardedBatch>> out;
     for (int h : holders_[sender]) {
       auto batch = std::make_shared<ForwardedBatch>();
-      batch->seq = seq;
+      batch->first_seq = batch->seq = seq;
       batch->stamp = stamp;
       out[h] = batch;
     }
@@ -160,6 +160,7 @@ void ExpectEncodes(const ParityHolder& holder, int index, const Cluster& cluster
 }
 
 void ExpectSameBatch(const ForwardedBatch& a, const ForwardedBatch& b) {
+  EXPECT_EQ(a.first_seq, b.first_seq);
   EXPECT_EQ(a.seq, b.seq);
   EXPECT_EQ(*a.stamp, *b.stamp);
   ASSERT_EQ(a.updates.size(), b.updates.size());
@@ -174,7 +175,7 @@ std::vector<BatchPtr> SampleBatches() {
   std::vector<BatchPtr> batches;
   for (int m = 0; m < 3; ++m) batches.push_back(cluster.Mutate(0, 1000).begin()->second);  // every slot
   auto bare = std::make_shared<ForwardedBatch>();  // no updates, empty stamp
-  bare->seq = 4;
+  bare->first_seq = bare->seq = 4;
   bare->stamp = std::make_shared<const WorkerSeqs>();
   batches.push_back(bare);
   return batches;
@@ -240,11 +241,28 @@ TEST(ForwardedBatchTest, MalformedInputIsRefusedWithItsReason) {
   EXPECT_THROW(SerializeBatches(null_batch), std::invalid_argument);
   // What ParseBatches would refuse is refused at the sender already.
   auto zero = std::make_shared<ForwardedBatch>(*SampleBatches()[3]);
-  zero->seq = 0;
+  zero->first_seq = zero->seq = 0;
   EXPECT_THROW(SerializeBatches({zero}), std::invalid_argument);
   auto unnamed = std::make_shared<ForwardedBatch>(*SampleBatches()[0]);
   unnamed->updates[0].first.clear();
   EXPECT_THROW(SerializeBatches({unnamed}), std::invalid_argument);
+}
+
+TEST(ForwardedBatchTest, ASeqRangeSurvivesTheWireAndAnEmptyOrBackwardRangeIsRefused) {
+  auto range = std::make_shared<ForwardedBatch>(*SampleBatches()[0]);
+  range->first_seq = 2;
+  range->seq = 5;
+  const std::vector<uint8_t> wire = SerializeBatches({range});
+  const std::vector<BatchPtr> back = ParseBatches(wire.data(), wire.size());
+  ASSERT_EQ(1u, back.size());
+  ExpectSameBatch(*back[0], *range);
+  std::vector<uint8_t> bad = wire;
+  bad[12] = 6;  // first_seq 6 > seq 5
+  EXPECT_NE(MessageOf(bad).find("batch 0 (seqs 6..5): seqs start at 1 and a range must not be empty"), std::string::npos)
+      << MessageOf(bad);
+  auto backward = std::make_shared<ForwardedBatch>(*range);
+  backward->first_seq = 6;
+  EXPECT_THROW(SerializeBatches({backward}), std::invalid_argument);
 }
 
 class ParityHolderTest : public ::testing::Test {
@@ -401,9 +419,9 @@ TEST_F(ParityHolderTest, ResetSenderStartsAFreshStream) {
   EXPECT_EQ(holder.Rollback(0, 10), seqs);
   EXPECT_EQ(holder.Apply(0, Next(1), 0), 10);  // seq 4: taken for a resend
   auto next = std::make_shared<ForwardedBatch>(*Next(1)[0]);
-  next->seq = 12;
+  next->first_seq = next->seq = 12;
   EXPECT_THROW(holder.Apply(0, {next}, 0), std::invalid_argument);
-  next->seq = 11;
+  next->first_seq = next->seq = 11;
   EXPECT_EQ(holder.Apply(0, {next}, 0), 11);
   EXPECT_THROW(holder.ResetSender(0, -1, {}), std::invalid_argument);
   EXPECT_THROW(holder.ResetSender(-1, 0, {}), std::invalid_argument);
@@ -519,6 +537,52 @@ TEST(ParityHolderThreadsTest, ConcurrentSendersGiveTheSequentialBytes) {
   EXPECT_EQ(concurrent.AppliedAll(), sequential.AppliedAll());
   EXPECT_EQ(Snapshot(concurrent, cluster), Snapshot(sequential, cluster));
   ExpectEncodes(concurrent, 0, cluster);
+}
+
+}  // namespace
+}  // namespace xdl_ec
+
+namespace xdl_ec {
+namespace {
+
+// The batches of seqs [first, last] as one coalesced range: their updates together (XOR commutes, so the
+// parity is the same as applying them one by one) with the last one's stamp.
+BatchPtr Range(const std::vector<BatchPtr>& batches) {
+  auto range = std::make_shared<ForwardedBatch>();
+  range->first_seq = batches.front()->first_seq;
+  range->seq = batches.back()->seq;
+  range->stamp = batches.back()->stamp;
+  for (const BatchPtr& b : batches) range->updates.insert(range->updates.end(), b->updates.begin(), b->updates.end());
+  return range;
+}
+
+TEST_F(ParityHolderTest, RangesApplyWholeAndRollBackOnlyToTheirBoundaries) {
+  ParityHolder holder(holder_index(), 3, 2, cluster_.table_bytes());
+  const std::vector<uint8_t> empty = Snapshot(holder, cluster_);
+  const std::vector<BatchPtr> first = Next(3), later = Next(2);  // seqs 1..3 as one range, then 4 and 5
+  EXPECT_THROW(holder.Apply(0, {Range({first[1], first[2]})}, 0), std::invalid_argument);  // starts at 2: a gap
+  EXPECT_EQ(holder.Applied(0), 0);
+  EXPECT_EQ(holder.Apply(0, {Range(first)}, 0), 3);
+  EXPECT_EQ(holder.WorkerSeqsOf(0), *first[2]->stamp);
+  const std::vector<uint8_t> at3 = Snapshot(holder, cluster_);
+  EXPECT_EQ(holder.Apply(0, {Range(first), later[0], later[1]}, 0), 5);  // the range again: a resend
+  ExpectEncodes(holder, holder_index(), cluster_);
+  const std::vector<uint8_t> at5 = Snapshot(holder, cluster_);
+  try {
+    holder.Rollback(0, 2);
+    ADD_FAILURE() << "rolled back into a range";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("inside the coalesced batch of seqs 1..3"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(holder.Applied(0), 5);  // nothing changed
+  EXPECT_EQ(Snapshot(holder, cluster_), at5);
+  EXPECT_EQ(holder.Rollback(0, 3), *first[2]->stamp);
+  EXPECT_EQ(Snapshot(holder, cluster_), at3);
+  EXPECT_EQ(holder.Rollback(0, 0), WorkerSeqs{});
+  EXPECT_EQ(Snapshot(holder, cluster_), empty);
+  // A durable watermark inside a range keeps the range (it may still be rolled back whole).
+  EXPECT_EQ(holder.Apply(0, {Range(first)}, 2), 3);
+  EXPECT_EQ(holder.Rollback(0, 0), WorkerSeqs{});
 }
 
 }  // namespace

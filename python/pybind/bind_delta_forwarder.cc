@@ -73,9 +73,11 @@ void BindDeltaForwarder(py::module_& m) {
              out["worker_seqs"] = p.worker_seqs;
              out["down"] = p.down;
              out["lag_waits"] = p.lag_waits;
+             out["coalesced"] = p.coalesced;
              return out;
            }, "seq, the least seq the live holders applied, whether anything is queued or in flight, worker "
-              "seqs, holders down, records that waited for the in-process delivery to catch up")
+              "seqs, holders down, records that waited for the in-process delivery to catch up, mutations coalesced "
+              "into an earlier one's seq range")
       .def_property_readonly("seq", &DeltaForwarder::seq)
       .def_property_readonly("bytes_sent", &DeltaForwarder::bytes_sent)
       .def_property_readonly("errors", &DeltaForwarder::errors)

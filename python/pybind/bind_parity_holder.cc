@@ -63,16 +63,16 @@ ByteView BlockView(const ParityHolder& holder, const std::string& table, const p
   return view;
 }
 
-// The Python form of a batch: (seq, {table: ParityUpdate bytes}, {worker: seq}).
+// The Python form of a batch: (seq, {table: ParityUpdate bytes}, {worker: seq}, first_seq).
 py::tuple ToPython(const ForwardedBatch& batch) {
   py::dict updates;
   for (const auto& [table, update] : batch.updates) updates[py::str(table)] = ToNumpy(update.Serialize());
-  return py::make_tuple(batch.seq, updates, py::cast(*batch.stamp));
+  return py::make_tuple(batch.seq, updates, py::cast(*batch.stamp), batch.first_seq);
 }
 
 std::vector<uint8_t> SerializePython(const py::list& batches) {
   struct Pending {
-    int64_t seq;
+    int64_t first_seq, seq;
     std::shared_ptr<const WorkerSeqs> stamp;
     std::vector<std::pair<std::string, ByteView>> updates;
   };
@@ -81,14 +81,18 @@ std::vector<uint8_t> SerializePython(const py::list& batches) {
   for (size_t b = 0; b < batches.size(); ++b) {
     const std::string at = "serialize_batches: batches[" + std::to_string(b) + "]";
     const py::handle item = batches[b];
-    if (!py::isinstance<py::tuple>(item) || py::len(item) != 3)
-      throw py::type_error(at + ": expected a (seq, {table: update bytes}, {worker: seq}) tuple, got " +
-                           Py_TYPE(item.ptr())->tp_name);
+    if (!py::isinstance<py::tuple>(item) || (py::len(item) != 3 && py::len(item) != 4))
+      throw py::type_error(at + ": expected a (seq, {table: update bytes}, {worker: seq}[, first_seq]) tuple, got " +
+                           std::string(Py_TYPE(item.ptr())->tp_name) + (py::isinstance<py::tuple>(item) ? " of " +
+                           std::to_string(py::len(item)) : std::string()));
     const py::tuple t = py::reinterpret_borrow<py::tuple>(item);
-    if (!py::isinstance<py::int_>(t[0]) || !py::isinstance<py::dict>(t[1]) || !py::isinstance<py::dict>(t[2]))
-      throw py::type_error(at + ": expected (int seq, dict of table -> update bytes, dict of worker -> seq)");
+    if (!py::isinstance<py::int_>(t[0]) || !py::isinstance<py::dict>(t[1]) || !py::isinstance<py::dict>(t[2]) ||
+        (t.size() == 4 && !py::isinstance<py::int_>(t[3])))
+      throw py::type_error(at + ": expected (int seq, dict of table -> update bytes, dict of worker -> seq[, int "
+                           "first_seq])");
     Pending p;
     p.seq = t[0].cast<int64_t>();
+    p.first_seq = t.size() == 4 ? t[3].cast<int64_t>() : p.seq;  // a single mutation unless a range is given
     p.stamp = std::make_shared<const WorkerSeqs>(t[2].cast<WorkerSeqs>());
     for (const auto& [table, update] : py::reinterpret_borrow<py::dict>(t[1])) {
       if (!py::isinstance<py::str>(table)) throw py::type_error(at + ": table names must be str");
@@ -103,6 +107,7 @@ std::vector<uint8_t> SerializePython(const py::list& batches) {
   out.reserve(pending.size());
   for (size_t b = 0; b < pending.size(); ++b) {
     auto batch = std::make_shared<ForwardedBatch>();
+    batch->first_seq = pending[b].first_seq;
     batch->seq = pending[b].seq;
     batch->stamp = pending[b].stamp;
     for (const auto& [table, view] : pending[b].updates) {
@@ -179,7 +184,8 @@ void BindParityHolder(py::module_& m) {
 
   m.def("serialize_batches", [](const py::list& batches) { return ToNumpy(SerializePython(batches)); },
         py::arg("batches"),
-        "[(seq, {table: ParityUpdate bytes}, {worker: seq}), ...] -> uint8 bytes for ParityHolder.apply");
+        "[(seq, {table: ParityUpdate bytes}, {worker: seq}[, first_seq]), ...] -> uint8 bytes for "
+        "ParityHolder.apply (first_seq: a coalesced range first_seq..seq; seq alone when omitted)");
   m.def("parse_batches", [](const py::object& bytes) {
           const ByteView view(bytes, "parse_batches: bytes");
           std::vector<BatchPtr> batches;
@@ -190,7 +196,7 @@ void BindParityHolder(py::module_& m) {
           py::list out;
           for (const BatchPtr& batch : batches) out.append(ToPython(*batch));
           return out;
-        }, py::arg("bytes"), "serialize_batches bytes -> [(seq, {table: update bytes}, {worker: seq}), ...]");
+        }, py::arg("bytes"), "serialize_batches bytes -> [(seq, {table: update bytes}, {worker: seq}, first_seq), ...]");
 }
 
 }  // namespace xdl_ec::python

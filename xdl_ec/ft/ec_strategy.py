@@ -10,16 +10,20 @@ Protocol (the pieces: :mod:`xdl_ec.ps.parity_agent` over the C++ DeltaForwarder 
 1. A server applies a mutation (a push, or a pull that inserted rows) under its lock and gives it the next delta
    sequence number ``d`` of that server, stamped with the worker push seqs it has applied so far. It answers the
    worker at once; the forwarder sends the routed ParityUpdates to every parity holder in the background,
-   batched per holder and in ``d`` order.
-2. A holder applies a sender's batches strictly in order and records ``applied[sender] = d`` and the worker seqs
-   stamped on ``d``; it keeps an undo log of the batches above the sender's durable watermark.
+   batched per holder and in ``d`` order. The mutations it finds queued at once become one seq range
+   ``first..d`` whose deltas are XOR-merged per slot (old of the first XOR new of the last), cut the same way
+   for every holder of the sender.
+2. A holder applies a sender's batches strictly in order, each range whole, and records ``applied[sender] = d``
+   (a range's end) and the worker seqs stamped on ``d``; it keeps an undo log of the batches above the sender's
+   durable watermark.
 3. ``d`` is parity-durable when every holder applied it. Each push ack carries the worker's highest push seq at or
    below the durable watermark; the worker keeps every push in its log until a later ack says it is durable.
 4. Recovery of dead servers L (the scheduler confirmed them; |L| <= r, else :class:`Unrecoverable` naming L):
    (a) every survivor's forwarder drains (batches to live holders applied, to dead ones dropped);
    (b) for each p in L, W_p = min over p's surviving holders of applied[p]; each rolls p's stream back to W_p with
    its undo log (XOR: re-applying a batch removes it), so every surviving parity block reflects exactly p's
-   mutations 1..W_p, and the holders agree on the worker seqs S_p that prefix includes;
+   mutations 1..W_p, and the holders agree on the worker seqs S_p that prefix includes (every holder got the
+   same ranges, so W_p is a range end for each of them);
    (c) replacements start empty: C++ Recovery decodes each one's key index from the survivors (key bytes only) and
    the replacement enters restore mode. Replacement p continues its delta seqs at W_p and claims S_p as applied;
    holders in L reset their record of each sender to the sender's current seq;

@@ -2,8 +2,11 @@
 // server's shards that changed bytes (a push, a pull that inserted rows) gets the next delta seq; Record
 // takes its slot deltas over (a move, no copy) with the worker push seqs applied so far and returns.
 // This forwarder's own thread then routes them (ParityRouter) into one ForwardedBatch per parity holder
-// and queues them, so the routing's copies and allocations stay off the mutation's path. Batches reach
-// each holder in seq order, every holder every seq. The durable watermark is the least seq every holder
+// and queues them, so the routing's copies and allocations stay off the mutation's path. The mutations
+// it finds queued at once (it fell behind, or a remote link's Take routes what accumulated) become one
+// seq range whose deltas are XOR-merged per slot (DeltaCoalescer): a hot key touched by every push costs
+// one parity update per range, so the work shrinks as the backlog grows. Batches reach each holder in seq
+// order, every holder every seq, in the same ranges for all. The durable watermark is the least seq every holder
 // applied: per worker, the push seq it includes is what the server reports, and workers forget logged
 // pushes up to it.
 //
@@ -29,6 +32,7 @@
 #include <vector>
 
 #include "xdl_ec/delta_batch.h"
+#include "xdl_ec/delta_coalescer.h"
 #include "xdl_ec/forwarded_batch.h"
 #include "xdl_ec/parity_holder.h"
 #include "xdl_ec/parity_router.h"
@@ -49,6 +53,7 @@ class DeltaForwarder {
     WorkerSeqs worker_seqs;    // pushes applied so far
     std::vector<int> down;     // holders that failed and were not replaced
     uint64_t lag_waits = 0;    // Records that waited for the in-process delivery to catch up (backpressure)
+    uint64_t coalesced = 0;    // mutations whose deltas were merged into an earlier one's (same seq range)
   };
   // What Take hands to a remote transport: the batches to send, the durable watermark to send with
   // them, and the link generation to quote in Ack / Fail.
@@ -73,9 +78,10 @@ class DeltaForwarder {
   // Call under the lock that orders the shard's mutations, right after one: takes its deltas of
   // `table` (may be empty; moved from, so pass an rvalue to avoid a copy) as the next seq, with `pushes`
   // (worker -> seq) the pushes it applied. A mutation with no delta and no push records nothing. The
-  // thread runs at the lowest CPU priority; when it lags 64 mutations behind (routing, or delivery to
-  // in-process holders), Record first waits for it, up to a second. Returns the current seq. Throws std::invalid_argument for an unknown table or a batch of the wrong
-  // record size (nothing recorded).
+  // thread runs at the lowest CPU priority; when it serves an in-process holder and lags 64 mutations
+  // behind (routing, or delivery), Record first waits for it, up to a second. Returns the current seq.
+  // Throws std::invalid_argument for an unknown table or a batch of the wrong record size (nothing
+  // recorded).
   int64_t Record(const std::string& table, DeltaBatch deltas, const WorkerSeqs& pushes);
 
   bool HasTable(const std::string& table) const { return routers_.count(table) > 0; }
@@ -130,6 +136,8 @@ class DeltaForwarder {
   };
   void Run();  // routes what Record took, and delivers to local holders
   void RouteLocked(std::unique_lock<std::mutex>& lock);
+  bool ServesLocalLocked() const;  // some live holder is in this process: the thread routes at once
+  bool RoutesNowLocked() const;    // the thread should route what is recorded now
   size_t LagLocked() const;  // mutations this thread has still to route or deliver in-process
   void FailLocked(Link& link, int holder, const std::string& error, bool lost);
   int64_t DurableLocked() const;
@@ -146,6 +154,9 @@ class DeltaForwarder {
   std::map<int, Link> links_;
   std::deque<Recorded> recorded_;  // in seq order, not yet routed
   size_t routing_ = 0;             // taken from recorded_ by the thread, not yet queued on the links
+  DeltaCoalescer coalescer_;       // used by the one router at a time, as is merged_
+  DeltaBatch merged_;
+  uint64_t coalesced_ = 0;         // mutations merged into an earlier one of their range
   std::vector<DeltaBatch> spares_;  // routed batches' buffers, for TakeSpare
   uint64_t lag_waits_ = 0;          // Records that waited for the thread to catch up
   std::deque<std::pair<int64_t, std::shared_ptr<const WorkerSeqs>>> history_;  // not yet durable

@@ -1,8 +1,9 @@
 // The parity side of one parameter server: the parity blocks it holds (one ParityStore per table) for
 // the stripes the layout makes it a parity member of, and per sender (a data server whose stripes it
 // protects) the protocol state of xdl_ec/ft/ec_strategy.py:
-// - applied(sender): the sender's delta seq up to which its batches are in the blocks. Batches apply
-//   strictly in seq order: one at or below applied is skipped (a resend), a gap is an error;
+// - applied(sender): the sender's delta seq up to which its batches are in the blocks. Batches (seq
+//   ranges, see ForwardedBatch) apply strictly in seq order and whole: one ending at or below applied is
+//   skipped (a resend), one not starting at applied + 1 is an error;
 // - the worker seqs stamped on the last applied batch: after a rollback to W, what the rebuilt sender
 //   claims as applied, so workers replay exactly the pushes above it;
 // - an undo log of the batches above the sender's durable watermark (applied by every holder, never
@@ -59,7 +60,9 @@ class ParityHolder {
   WorkerSeqs WorkerSeqsOf(int sender) const;         // stamped on the last applied batch
 
   // Undoes `sender`'s batches above `to_seq`, newest first; returns the worker seqs at `to_seq`. Throws
-  // std::invalid_argument (nothing changed) when the undo log does not reach back to to_seq + 1.
+  // std::invalid_argument (nothing changed) when the undo log does not reach back to to_seq + 1, or when
+  // to_seq falls inside a batch's seq range (ranges are undone whole; the forwarder gives every holder
+  // of a sender the same ranges, so the least applied seq among them is a boundary for all).
   WorkerSeqs Rollback(int sender, int64_t to_seq);
   // After the blocks were recomputed from data: they hold `sender`'s stream up to `seq`, which
   // included the pushes `worker_seqs`. Clears the sender's undo log.

@@ -36,6 +36,7 @@ struct ParityUpdate {
 
   // Little-endian wire form: magic "XPU1", source, holder, record_bytes, count, entries, deltas.
   std::vector<uint8_t> Serialize() const;
+  void SerializeTo(std::vector<uint8_t>* out) const;  // appends the same bytes to *out
   // Throws std::invalid_argument naming what is wrong (bad magic, truncated, sizes inconsistent).
   static ParityUpdate Parse(const uint8_t* bytes, size_t size);
 };
