@@ -84,10 +84,13 @@ def test_server_killed_while_a_rebuild_is_running() -> None:
 
 
 class CrashBeforeForwarding(ErasureCoded):
-    """Arms server 2 after step 2: it applies and acknowledges its next push, then dies before forwarding."""
+    """Arms server 2 after step 2: it applies and acknowledges its next push, then dies before forwarding. Every
+    earlier push is made parity-durable first (forwarding batches a few pushes per range), so the crashed one is
+    the only push in the window."""
 
     def after_step(self, step: int) -> None:
         if step == 2:
+            self._drain(list(range(self.n)))
             self.arm_crash_after_apply(2)
 
 
@@ -327,6 +330,7 @@ def test_worker_lost_with_a_server_holding_its_non_durable_push_is_unrecoverable
 class CrashBeforeForwardingAfterStep1(ErasureCoded):
     def after_step(self, step: int) -> None:
         if step == 1:
+            self._drain(list(range(self.n)))  # as CrashBeforeForwarding: step 1 durable, step 2's push the window
             self.arm_crash_after_apply(2)
 
 

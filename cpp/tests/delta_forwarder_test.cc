@@ -64,8 +64,10 @@ struct Cluster {
   }
 
   void Drain() {
-    for (auto& f : forwarders)
+    for (auto& f : forwarders) {
+      f->Flush();  // as a waiter for parity does: no waiting for a fuller range
       while (f->progress().pending) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
   }
 
   // Every stripe's stored parity equals the encoding of its data blocks (a block beyond a shard is zeros).
@@ -278,6 +280,26 @@ TEST(DeltaForwarder, WithRemoteHoldersOnlyMutationsWaitForATakeAndArriveAsOneExa
   c.ExpectConsistent();  // bit-exact parity from the merged deltas
 }
 
+TEST(DeltaForwarder, InProcessPushesWaitForAFullerRangeUntilFlushed) {
+  // The thread routes a range once kRangeTarget (16) mutations are recorded, the oldest waited 100 ms, or on
+  // Flush: three quick pushes (microseconds apart) become one range.
+  Cluster c(3, 2, 1);
+  DeltaForwarder& f = *c.forwarders[0];
+  for (int step = 1; step <= 3; ++step) c.Push(0, 30, step, 0, step);
+  EXPECT_EQ(0, f.DurableSeq(0));
+  f.Flush();
+  c.Drain();
+  EXPECT_EQ(2u, f.progress().coalesced);
+  EXPECT_EQ(3, f.DurableSeq(0));
+  for (int h : f.holders()) EXPECT_EQ(3, c.holders[h]->Applied(0));
+  c.ExpectConsistent();
+  c.Push(0, 30, 4, 0, 4);  // and without a flush, within the delay
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (f.DurableSeq(0) < 4 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(4, f.DurableSeq(0));
+}
+
 TEST(DeltaForwarder, RoutedBatchesComeBackAsEmptySparesWithTheirCapacity) {
   Cluster c(3, 2, 1);
   DeltaForwarder& f = *c.forwarders[0];
@@ -328,6 +350,7 @@ TEST(DeltaForwarder, AHolderServedRemotelyNeverHoldsRecordBack) {
   f.SetHolder(1, nullptr);  // nobody takes from it
   for (int step = 1; step <= 200; ++step) {
     c.Push(0, 2, step, 0, step);
+    f.Flush();  // each push delivered to the local holder before the next: its lag stays 0
     for (int attempt = 0; attempt < 1000 && c.holders[2]->Applied(0) < step; ++attempt)  // local lag stays 0
       std::this_thread::sleep_for(std::chrono::microseconds(100));
   }

@@ -140,8 +140,9 @@ class ParityAgent:
         return {**self.forwarder.progress(), "errors": list(self.forwarder.errors)}
 
     def flush(self, server: Any) -> None:
-        """Remote links send what is queued now instead of at their next interval (in-process delivery never
-        waits)."""
+        """Parity catches up now: the forwarder routes what it holds back for a fuller range, and remote links send
+        what is queued instead of at their next interval."""
+        self.forwarder.flush()
         for link in self._links.values():
             link.flush()
 

@@ -19,6 +19,7 @@
 // Thread safety: every method may be called from any thread.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -112,6 +113,10 @@ class DeltaForwarder {
   uint64_t bytes_sent() const;         // delta bytes queued for holders so far
   std::vector<std::string> errors() const;  // failures other than a lost holder
 
+  // Someone waits for parity to catch up (a drain, a decode): route what is recorded now instead of
+  // waiting for a fuller range. (Remote links still send on their own schedule; their transport flushes.)
+  void Flush();
+
   void DropPending();  // failure injection: every batch not yet delivered is lost, and nothing more goes out
   void Close();        // stops the delivery thread; Take returns false from now on
 
@@ -133,6 +138,7 @@ class DeltaForwarder {
     const std::string* table = nullptr;  // the key of its router in routers_ (never erased)
     DeltaBatch deltas;
     std::shared_ptr<const WorkerSeqs> stamp;
+    std::chrono::steady_clock::time_point at;  // when recorded: bounds how long routing waits for a range
   };
   void Run();  // routes what Record took, and delivers to local holders
   void RouteLocked(std::unique_lock<std::mutex>& lock);
@@ -154,6 +160,7 @@ class DeltaForwarder {
   std::map<int, Link> links_;
   std::deque<Recorded> recorded_;  // in seq order, not yet routed
   size_t routing_ = 0;             // taken from recorded_ by the thread, not yet queued on the links
+  bool flush_ = false;             // Flush asked to route what is recorded now
   DeltaCoalescer coalescer_;       // used by the one router at a time, as is merged_
   DeltaBatch merged_;
   uint64_t coalesced_ = 0;         // mutations merged into an earlier one of their range
