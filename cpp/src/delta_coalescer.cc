@@ -1,13 +1,12 @@
 #include "xdl_ec/delta_coalescer.h"
 
 #include <algorithm>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
 namespace xdl_ec {
 
-void DeltaCoalescer::Coalesce(const std::vector<const DeltaBatch*>& parts, DeltaBatch* out) {
+void DeltaCoalescer::Coalesce(const std::vector<DeltaBatch*>& parts, Merged* out) {
   size_t total = 0, record_bytes = 0;
   for (size_t p = 0; p < parts.size(); ++p) {
     const DeltaBatch* part = parts[p];
@@ -23,35 +22,36 @@ void DeltaCoalescer::Coalesce(const std::vector<const DeltaBatch*>& parts, Delta
                                   " slots of " + std::to_string(record_bytes) + " bytes");
     total += part->size();
   }
-  out->clear();
   out->record_bytes = record_bytes;
+  out->slots.clear();
+  out->deltas.clear();
   if (total == 0) return;
-  // A table at most half full: linear probing stays short. Cleared per call (a few KB to a few MB, far
-  // less than the deltas it merges).
+  // A table at most half full keeps linear probing short. Cleared per call: 8 bytes per slot of it, far
+  // less than the deltas it merges.
   size_t capacity = 16;
   while (capacity < 2 * total) capacity *= 2;
   if (slot_.size() < capacity) {
     slot_.resize(capacity);
-    position_.resize(capacity);
+    at_.resize(capacity);
   }
   std::fill(slot_.begin(), slot_.begin() + static_cast<std::ptrdiff_t>(capacity), uint64_t{0});
   const size_t mask = capacity - 1;
   out->slots.reserve(total);
-  out->xor_bytes.reserve(total * record_bytes);
-  for (const DeltaBatch* part : parts) {
+  out->deltas.reserve(total);
+  for (DeltaBatch* part : parts) {
+    uint8_t* bytes = part->xor_bytes.data();
     for (size_t e = 0; e < part->size(); ++e) {
-      const uint32_t slot = part->slots[e];
-      const uint64_t key = uint64_t{slot} + 1;
-      const uint8_t* delta = part->delta(e);
+      const uint64_t key = uint64_t{part->slots[e]} + 1;
+      uint8_t* delta = bytes + e * record_bytes;
       size_t h = ((key * 0x9E3779B97F4A7C15ull) >> 32) & mask;
       while (slot_[h] != 0 && slot_[h] != key) h = (h + 1) & mask;
       if (slot_[h] == 0) {
         slot_[h] = key;
-        position_[h] = static_cast<uint32_t>(out->slots.size());
-        out->slots.push_back(slot);
-        out->xor_bytes.insert(out->xor_bytes.end(), delta, delta + record_bytes);
+        at_[h] = delta;
+        out->slots.push_back(part->slots[e]);
+        out->deltas.push_back(delta);
       } else {
-        uint8_t* merged = out->xor_bytes.data() + static_cast<size_t>(position_[h]) * record_bytes;
+        uint8_t* merged = at_[h];
         for (size_t b = 0; b < record_bytes; ++b) merged[b] ^= delta[b];
       }
     }

@@ -135,18 +135,18 @@ void DeltaForwarder::RouteLocked(std::unique_lock<std::mutex>& lock) {
       bool seen = false;
       for (const auto& routed : range.tables) seen |= routed.first == table;
       if (seen) continue;
-      std::vector<const DeltaBatch*> parts;
+      std::vector<DeltaBatch*> parts;
       for (size_t f = e; f < range.end; ++f)
         if (batch[f].table == table && batch[f].deltas.size() > 0) parts.push_back(&batch[f].deltas);
       range.tables.emplace_back(table, std::vector<ParityUpdate>{});
       if (parts.empty()) continue;
-      const DeltaBatch* deltas = parts.front();
-      if (parts.size() > 1) {
-        coalescer_.Coalesce(parts, &merged_);
-        coalesced += parts.size() - 1;
-        deltas = &merged_;
+      if (parts.size() == 1) {
+        batch[e].router->Route(index_, *parts.front(), &range.tables.back().second);
+        continue;
       }
-      batch[e].router->Route(index_, *deltas, &range.tables.back().second);
+      coalescer_.Coalesce(parts, &merged_);  // merges into the parts' own buffers: no copy
+      coalesced += parts.size() - 1;
+      batch[e].router->Route(index_, merged_.slots, merged_.deltas, &range.tables.back().second);
     }
   }
   lock.lock();

@@ -40,17 +40,25 @@ TEST(DeltaCoalescer, EachSlotOnceWithTheXorOfItsDeltasInFirstAppearanceOrder) {
       if (fresh) order.push_back(part.slots[e]);
       for (size_t b = 0; b < rb; ++b) it->second[b] ^= part.delta(e)[b];
     }
-  std::vector<const DeltaBatch*> pointers;
-  for (const DeltaBatch& part : parts) pointers.push_back(&part);
   DeltaCoalescer coalescer;
-  DeltaBatch merged;
-  for (int again = 0; again < 2; ++again) {  // the slot table is reused between calls
+  DeltaCoalescer::Merged merged;
+  for (int again = 0; again < 2; ++again) {  // the slot table is reused between calls (on fresh copies: it merges in place)
+    std::vector<DeltaBatch> copies = parts;
+    std::vector<DeltaBatch*> pointers;
+    for (DeltaBatch& part : copies) pointers.push_back(&part);
     coalescer.Coalesce(pointers, &merged);
     EXPECT_EQ(merged.record_bytes, rb);
     ASSERT_EQ(merged.slots, order);
-    ASSERT_EQ(merged.xor_bytes.size(), order.size() * rb);
-    for (size_t e = 0; e < merged.size(); ++e)
-      EXPECT_EQ(std::vector<uint8_t>(merged.delta(e), merged.delta(e) + rb), expected[merged.slots[e]]) << "slot " << merged.slots[e];
+    ASSERT_EQ(merged.deltas.size(), order.size());
+    for (size_t e = 0; e < merged.size(); ++e) {
+      EXPECT_EQ(std::vector<uint8_t>(merged.deltas[e], merged.deltas[e] + rb), expected[merged.slots[e]])
+          << "slot " << merged.slots[e];
+      // it points into the part where the slot first appeared: nothing was copied
+      bool inside = false;
+      for (const DeltaBatch& part : copies)
+        inside |= merged.deltas[e] >= part.xor_bytes.data() && merged.deltas[e] < part.xor_bytes.data() + part.xor_bytes.size();
+      EXPECT_TRUE(inside);
+    }
   }
   EXPECT_LT(merged.size(), 7 * 120u);  // the parts overlap: fewer deltas than they held
 }
@@ -58,25 +66,24 @@ TEST(DeltaCoalescer, EachSlotOnceWithTheXorOfItsDeltasInFirstAppearanceOrder) {
 TEST(DeltaCoalescer, EmptyPartsAreSkippedAndMismatchedOnesRefusedWithNothingWritten) {
   std::mt19937 rng(1);
   DeltaCoalescer coalescer;
-  DeltaBatch merged = Batch(4, {1, 2}, rng);
-  const DeltaBatch empty;
+  DeltaCoalescer::Merged merged;
+  DeltaBatch empty;
   coalescer.Coalesce({&empty, &empty}, &merged);
   EXPECT_EQ(merged.size(), 0u);
-  const DeltaBatch a = Batch(4, {1, 2}, rng), b = Batch(5, {3}, rng);
-  DeltaBatch untouched = a;
+  DeltaBatch a = Batch(4, {1, 2}, rng), a_again = a, b = Batch(5, {1}, rng);
+  const DeltaBatch a_before = a;
   try {
-    coalescer.Coalesce({&a, &empty, &b}, &untouched);
+    coalescer.Coalesce({&a, &a_again, &empty, &b}, &merged);
     ADD_FAILURE() << "merged records of different sizes";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("part 2 has record_bytes=5"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("part 3 has record_bytes=5"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(untouched.slots, a.slots);
-  EXPECT_EQ(untouched.xor_bytes, a.xor_bytes);
+  EXPECT_EQ(a.xor_bytes, a_before.xor_bytes);  // refused before any byte was merged
   DeltaBatch short_bytes = a;
   short_bytes.xor_bytes.pop_back();
-  EXPECT_THROW(coalescer.Coalesce({&short_bytes}, &untouched), std::invalid_argument);
-  EXPECT_THROW(coalescer.Coalesce({nullptr}, &untouched), std::invalid_argument);
-  EXPECT_EQ(untouched.xor_bytes, a.xor_bytes);
+  EXPECT_THROW(coalescer.Coalesce({&a, &short_bytes}, &merged), std::invalid_argument);
+  EXPECT_THROW(coalescer.Coalesce({nullptr}, &merged), std::invalid_argument);
+  EXPECT_EQ(a.xor_bytes, a_before.xor_bytes);
 }
 
 }  // namespace

@@ -69,6 +69,12 @@ TEST_P(ParityFastPathTest, RefsGiveTheBytesOfTheCopyingPath) {
       router.Route(source, d, &updates);
       router.RouteRefs(source, d, &refs);
       ASSERT_EQ(refs.size(), updates.size());
+      // Route from delta pointers (a coalesced range's form) gives the same updates, byte for byte.
+      std::vector<const uint8_t*> pointers;
+      for (size_t e = 0; e < d.size(); ++e) pointers.push_back(d.delta(e));
+      std::vector<ParityUpdate> from_pointers;
+      router.Route(source, d.slots, pointers, &from_pointers);
+      for (int h = 0; h < g.n; ++h) ASSERT_EQ(from_pointers[h].Serialize(), updates[h].Serialize());
       for (int h = 0; h < g.n; ++h) {
         ASSERT_EQ(refs[h].size(), updates[h].size());
         for (size_t e = 0; e < refs[h].size(); ++e) {
@@ -148,6 +154,11 @@ TEST(ParityRouterRefsTest, RejectsBadBatchesLikeRoute) {
   d.record_bytes = 8;
   d.xor_bytes.resize(7);
   EXPECT_THROW(router.RouteRefs(0, d, &refs), std::invalid_argument);
+  std::vector<ParityUpdate> updates;
+  const uint8_t delta[8] = {};
+  EXPECT_THROW(router.Route(5, {3}, {delta}, &updates), std::out_of_range);
+  EXPECT_THROW(router.Route(0, {3, 4}, {delta}, &updates), std::invalid_argument);
+  EXPECT_THROW(router.Route(0, {3}, {nullptr}, &updates), std::invalid_argument);
 }
 
 TEST(ParityApplierTest, SubmittedDeltaBatchesAreAppliedAndRecycled) {

@@ -1,11 +1,15 @@
-// Merges the DeltaBatches of consecutive mutations of one shard into one: a slot touched by several
-// carries the XOR of their deltas, which is (old record before the first) XOR (record after the last),
-// so parity maintenance pays once per slot per range instead of once per mutation. With Zipf-skewed
-// keys the hot rows are in nearly every push: 4 pushes of a Criteo-shaped batch keep ~73% of their
-// deltas, 8 keep ~62%, 16 ~53%.
+// Merges the DeltaBatches of consecutive mutations of one shard into one set of deltas: a slot touched
+// by several carries the XOR of their deltas, which is (old record before the first) XOR (record after
+// the last), so parity maintenance pays once per slot per range instead of once per mutation. With
+// Zipf-skewed keys the hot rows are in nearly every push: 4 pushes of a Criteo-shaped batch keep ~73% of
+// their deltas, 8 keep ~62%, 16 ~53%.
 //
-// Not thread-safe: one per forwarder thread (it keeps its slot table between calls, so steady-state
-// merging allocates nothing).
+// The merge copies nothing: a repeated slot's delta is XOR-ed into its first occurrence, in that part's
+// own buffer, and the result points into the parts (which the caller owns and keeps alive while it uses
+// the result).
+//
+// Not thread-safe: one per forwarder (it keeps its slot table between calls, so steady-state merging
+// allocates nothing).
 #pragma once
 
 #include <cstddef>
@@ -18,14 +22,24 @@ namespace xdl_ec {
 
 class DeltaCoalescer {
  public:
-  // Resets (*out) to the XOR-merge of `parts` (all of the same record size, each with every slot at most
-  // once): each slot once, in the order of its first appearance. Throws std::invalid_argument naming the
-  // part when record sizes differ or a part's bytes do not match its slots (nothing written).
-  void Coalesce(const std::vector<const DeltaBatch*>& parts, DeltaBatch* out);
+  // The merged deltas: each slot once, in the order of its first appearance, with a pointer to its
+  // record_bytes merged bytes (inside one of the parts).
+  struct Merged {
+    size_t record_bytes = 0;
+    std::vector<uint32_t> slots;
+    std::vector<const uint8_t*> deltas;
+    size_t size() const { return slots.size(); }
+  };
+
+  // Merges `parts` (all of one record size, each with every slot at most once) into (*out), modifying
+  // the parts' bytes: after it, a part's bytes of a slot an earlier part also had are meaningless. Throws
+  // std::invalid_argument naming the part when record sizes differ, a part's bytes do not match its
+  // slots, or a part is null; then nothing was modified.
+  void Coalesce(const std::vector<DeltaBatch*>& parts, Merged* out);
 
  private:
-  std::vector<uint64_t> slot_;      // open addressing: slot + 1 (0 = free)
-  std::vector<uint32_t> position_;  // its entry in the merged batch
+  std::vector<uint64_t> slot_;  // open addressing: slot + 1 (0 = free)
+  std::vector<uint8_t*> at_;    // its merged bytes
 };
 
 }  // namespace xdl_ec

@@ -162,7 +162,7 @@ class DeltaForwarder {
   size_t routing_ = 0;             // taken from recorded_ by the thread, not yet queued on the links
   bool flush_ = false;             // Flush asked to route what is recorded now
   DeltaCoalescer coalescer_;       // used by the one router at a time, as is merged_
-  DeltaBatch merged_;
+  DeltaCoalescer::Merged merged_;
   uint64_t coalesced_ = 0;         // mutations merged into an earlier one of their range
   std::vector<DeltaBatch> spares_;  // routed batches' buffers, for TakeSpare
   uint64_t lag_waits_ = 0;          // Records that waited for the thread to catch up

@@ -29,6 +29,11 @@ class ParityRouter {
   // the parity deltas of `deltas`, made on server `source`, to them. Throws std::invalid_argument when
   // the batch's record_bytes differ from the router's, or std::out_of_range for a bad source.
   void Route(int source, const DeltaBatch& deltas, std::vector<ParityUpdate>* out) const;
+  // The same for deltas given as pointers (record_bytes() bytes each, parallel to `slots`), e.g. a
+  // coalesced range's deltas left in the buffers of the mutations they came from. Throws
+  // std::invalid_argument for sizes that differ or a null pointer, std::out_of_range for a bad source.
+  void Route(int source, const std::vector<uint32_t>& slots, const std::vector<const uint8_t*>& deltas,
+             std::vector<ParityUpdate>* out) const;
   // The same entries as Route, per holder in the same order, but pointing into `deltas` instead of
   // copying its bytes: for applying in the same process. Resets (*out) to n() lists. Same errors.
   void RouteRefs(int source, const DeltaBatch& deltas, std::vector<std::vector<ParityDeltaRef>>* out) const;
@@ -37,8 +42,10 @@ class ParityRouter {
   void Check(const char* what, int source, const DeltaBatch& deltas) const;
 
  private:
-  template <typename Sink>
-  void ForEachEntry(int source, const DeltaBatch& deltas, Sink sink) const;
+  template <typename DeltaAt, typename Sink>
+  void ForEachEntry(int source, size_t count, const uint32_t* slots, DeltaAt delta_at, Sink sink) const;
+  template <typename DeltaAt>
+  void RouteInto(int source, size_t count, const uint32_t* slots, DeltaAt delta_at, std::vector<ParityUpdate>* out) const;
 
   StripeLayout layout_;
   uint32_t block_slots_;
