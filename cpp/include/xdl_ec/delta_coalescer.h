@@ -38,8 +38,12 @@ class DeltaCoalescer {
   void Coalesce(const std::vector<DeltaBatch*>& parts, Merged* out);
 
  private:
-  std::vector<uint64_t> slot_;  // open addressing: slot + 1 (0 = free)
-  std::vector<uint8_t*> at_;    // its merged bytes
+  struct Entry {
+    uint64_t key = 0;       // generation << 33 | (slot + 1); an older generation is a free entry
+    uint8_t* at = nullptr;  // the slot's merged bytes
+  };
+  std::vector<Entry> table_;  // open addressing, linear probing
+  uint64_t generation_ = 0;   // of the current call
 };
 
 }  // namespace xdl_ec
