@@ -18,8 +18,11 @@ namespace xdl_ec {
 
 namespace {
 
-constexpr size_t kSpares = 4;                    // a few mutations in flight at once per server
-constexpr size_t kSpareBytes = size_t{64} << 20;  // a batch bigger than this (a bulk load) is not kept
+// Spare buffers kept for TakeSpare: a range's worth (mutations wait for routing in ranges of kRangeTarget),
+// within a byte budget, so a bulk load's huge batch is not kept. Without them each mutation of a range would
+// allocate (and page-fault in) a fresh buffer.
+constexpr size_t kSpares = 24;
+constexpr size_t kSpareBytes = size_t{32} << 20;
 constexpr int kNice = 19;
 // Record waits while more mutations than this are not yet applied by the in-process holders (the thread
 // fell behind, e.g. on a machine with no idle core), at most kMaxLagWait per call: a soft bound on memory
@@ -171,9 +174,11 @@ void DeltaForwarder::RouteLocked(std::unique_lock<std::mutex>& lock) {
     }
   }
   for (Recorded& rec : batch) {
-    if (spares_.size() < kSpares && rec.deltas.xor_bytes.capacity() <= kSpareBytes) {
+    const size_t bytes = rec.deltas.xor_bytes.capacity() + rec.deltas.slots.capacity() * sizeof(uint32_t);
+    if (spares_.size() < kSpares && spare_bytes_ + bytes <= kSpareBytes) {
       rec.deltas.clear();
       spares_.push_back(std::move(rec.deltas));
+      spare_bytes_ += bytes;
     }
   }
   work_.notify_all();  // Take callers of remote links, and waiters on progress
@@ -214,6 +219,7 @@ DeltaBatch DeltaForwarder::TakeSpare() {
   if (spares_.empty()) return {};
   DeltaBatch spare = std::move(spares_.back());
   spares_.pop_back();
+  spare_bytes_ -= spare.xor_bytes.capacity() + spare.slots.capacity() * sizeof(uint32_t);
   return spare;
 }
 

@@ -165,6 +165,7 @@ class DeltaForwarder {
   DeltaCoalescer::Merged merged_;
   uint64_t coalesced_ = 0;         // mutations merged into an earlier one of their range
   std::vector<DeltaBatch> spares_;  // routed batches' buffers, for TakeSpare
+  size_t spare_bytes_ = 0;          // their capacity
   uint64_t lag_waits_ = 0;          // Records that waited for the thread to catch up
   std::deque<std::pair<int64_t, std::shared_ptr<const WorkerSeqs>>> history_;  // not yet durable
   std::shared_ptr<const WorkerSeqs> durable_seqs_;
