@@ -201,8 +201,13 @@ bool DeltaForwarder::RoutesNowLocked() const {
 }
 
 void DeltaForwarder::Flush() {
-  std::lock_guard<std::mutex> lock(mu_);
+  // The caller routes and delivers to in-process holders itself, at its own priority: the thread runs at the
+  // lowest, and on a busy machine a drain waiting for it would wait for the other processes.
+  std::unique_lock<std::mutex> lock(mu_);
   flush_ = true;
+  if (ServesLocalLocked() && RoutesNowLocked()) RouteLocked(lock);
+  while (DeliverLocked(lock)) {
+  }
   work_.notify_all();
 }
 
@@ -307,59 +312,62 @@ void DeltaForwarder::Run() {
   // idle time instead of taking turns with the training step; Record's backpressure bounds how far it may lag.
   setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kNice);
 #endif
-  // Round-robin over local holders with work; each delivery runs outside the lock (the holder takes its own),
-  // so Record never waits for a holder.
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     if (RoutesNowLocked()) RouteLocked(lock);
-    int holder = -1;
-    for (auto& [h, link] : links_) {
-      if (link.connected && link.local && !link.down && !link.in_flight && !link.queue.empty()) {
-        holder = h;
-        break;
-      }
-    }
     if (closed_) return;
-    if (holder < 0) {
-      if (RoutesNowLocked()) continue;  // more arrived while routing: route them
-      if (!recorded_.empty() && routing_ == 0 && ServesLocalLocked()) {
-        work_.wait_until(lock, recorded_.front().at + kMaxDelay);
-      } else {
-        work_.wait(lock);
-      }
-      continue;
+    if (DeliverLocked(lock)) continue;
+    if (RoutesNowLocked()) continue;  // more arrived while routing: route them
+    if (!recorded_.empty() && routing_ == 0 && ServesLocalLocked()) {
+      work_.wait_until(lock, recorded_.front().at + kMaxDelay);
+    } else {
+      work_.wait(lock);
     }
-    Link& link = links_[holder];
-    std::vector<BatchPtr> batches(link.queue.begin(), link.queue.end());
-    link.queue.clear();
-    link.in_flight = true;
-    const uint64_t generation = link.generation;
-    const int64_t durable = DurableLocked();
-    std::shared_ptr<ParityHolder> target = link.local;
-    lock.unlock();
-    int64_t applied = -1;
-    std::string error;
-    bool lost = false;
-    try {
-      applied = target->Apply(index_, batches, durable);
-    } catch (const HolderClosed& e) {
-      lost = true;
-      error = e.what();
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-    lock.lock();
-    Link& now = links_[holder];
-    if (now.generation != generation) continue;  // replaced meanwhile: the old link's outcome is moot
-    if (applied < 0) {
-      FailLocked(now, holder, error, lost);
-      continue;
-    }
-    now.in_flight = false;
-    now.acked = std::max(now.acked, applied);
-    AdvanceDurableLocked();
-    work_.notify_all();  // waiters on progress, and Take callers of other links
   }
+}
+
+// Round-robin over local holders with work; the delivery runs outside the lock (the holder takes its own), so
+// Record never waits for a holder. One delivery per link at a time (in_flight), whoever runs it.
+bool DeltaForwarder::DeliverLocked(std::unique_lock<std::mutex>& lock) {
+  int holder = -1;
+  for (auto& [h, link] : links_) {
+    if (link.connected && link.local && !link.down && !link.in_flight && !link.queue.empty()) {
+      holder = h;
+      break;
+    }
+  }
+  if (holder < 0 || closed_) return false;
+  Link& link = links_[holder];
+  std::vector<BatchPtr> batches(link.queue.begin(), link.queue.end());
+  link.queue.clear();
+  link.in_flight = true;
+  const uint64_t generation = link.generation;
+  const int64_t durable = DurableLocked();
+  std::shared_ptr<ParityHolder> target = link.local;
+  lock.unlock();
+  int64_t applied = -1;
+  std::string error;
+  bool lost = false;
+  try {
+    applied = target->Apply(index_, batches, durable);
+  } catch (const HolderClosed& e) {
+    lost = true;
+    error = e.what();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  lock.lock();
+  Link& now = links_[holder];
+  if (now.generation != generation) return true;  // replaced meanwhile: the old link's outcome is moot
+  if (applied < 0) {
+    FailLocked(now, holder, error, lost);
+    return true;
+  }
+  now.in_flight = false;
+  now.acked = std::max(now.acked, applied);
+  AdvanceDurableLocked();
+  work_.notify_all();  // waiters on progress, and Take callers of other links
+  return true;
 }
 
 int64_t DeltaForwarder::DurableLocked() const {

@@ -81,8 +81,9 @@ void BindDeltaForwarder(py::module_& m) {
       .def_property_readonly("seq", &DeltaForwarder::seq)
       .def_property_readonly("bytes_sent", &DeltaForwarder::bytes_sent)
       .def_property_readonly("errors", &DeltaForwarder::errors)
-      .def("flush", &DeltaForwarder::Flush,
-           "Someone waits for parity: route what is recorded now instead of waiting for a fuller range")
+      .def("flush", &DeltaForwarder::Flush, py::call_guard<py::gil_scoped_release>(),
+           "Someone waits for parity: route what is recorded now instead of waiting for a fuller range, and "
+           "deliver it to in-process holders on this thread")
       .def("drop_pending", &DeltaForwarder::DropPending,
            "Failure injection: loses every batch not yet delivered; nothing more goes out")
       .def("close", &DeltaForwarder::Close, py::call_guard<py::gil_scoped_release>());

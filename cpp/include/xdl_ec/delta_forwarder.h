@@ -113,8 +113,10 @@ class DeltaForwarder {
   uint64_t bytes_sent() const;         // delta bytes queued for holders so far
   std::vector<std::string> errors() const;  // failures other than a lost holder
 
-  // Someone waits for parity to catch up (a drain, a decode): route what is recorded now instead of
-  // waiting for a fuller range. (Remote links still send on their own schedule; their transport flushes.)
+  // Someone waits for parity to catch up (a drain, a decode): what is recorded is routed now instead of
+  // waiting for a fuller range, and delivered to in-process holders on the calling thread (at its priority)
+  // unless a delivery to them is already running. (Remote links still send on their own schedule; their
+  // transport flushes.)
   void Flush();
 
   void DropPending();  // failure injection: every batch not yet delivered is lost, and nothing more goes out
@@ -141,6 +143,7 @@ class DeltaForwarder {
     std::chrono::steady_clock::time_point at;  // when recorded: bounds how long routing waits for a range
   };
   void Run();  // routes what Record took, and delivers to local holders
+  bool DeliverLocked(std::unique_lock<std::mutex>& lock);  // one delivery to a local holder; false: none due
   void RouteLocked(std::unique_lock<std::mutex>& lock);
   bool ServesLocalLocked() const;  // some live holder is in this process: the thread routes at once
   bool RoutesNowLocked() const;    // the thread should route what is recorded now
