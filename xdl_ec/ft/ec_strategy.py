@@ -81,6 +81,7 @@ from ..ps.parity_agent import consistent_decode, fragment_readers, holders_of
 from .strategy import FailureRecord, FaultTolerance, Resume, Unrecoverable
 
 CALL_TIMEOUT = 120.0
+DRAIN_WAIT = 1.0  # seconds a server waits for its parity links in one drain call before answering "still pending"
 DEFAULT_REBUILD_SHARE = 0.05  # share of wall time a rebuild may take (md RAID-style rate limit)
 STEP_WINDOW = 8  # recent step boundaries whose mean paces the rebuild
 CREDIT_CAP_STEPS = 1.0  # unspent rebuild credit is capped at one mean step (no burst after idle boundaries)
@@ -393,12 +394,13 @@ class ErasureCoded(FaultTolerance):
         return self._geometries[table]
 
     def _drain(self, survivors: Sequence[int]) -> Dict[int, Dict[str, Any]]:
-        """Waits until every survivor's forwarder has nothing queued or in flight; returns their progress."""
+        """Waits until every survivor's forwarder has nothing queued or in flight; returns their progress. Each
+        survivor waits for its own links (``ParityAgent.drain``, woken by their deliveries), so this is usually
+        one round of calls; a survivor still pending after DRAIN_WAIT seconds is asked again."""
         while True:
-            progress = dict(zip(survivors, self._call_many([(s, "progress") for s in survivors])))
+            progress = dict(zip(survivors, self._call_many([(s, "drain", DRAIN_WAIT) for s in survivors])))
             if not any(p["pending"] for p in progress.values()):
                 return progress
-            time.sleep(0.001)
 
     def _call_many(self, calls: Sequence[Tuple[Any, ...]]) -> List[Any]:
         """``parity_call``s (server, method, *args), all issued before any is awaited (the servers work in

@@ -27,6 +27,10 @@ import numpy as np
 from .. import _core
 from .parity_link import ParityReceiver, RemoteHolderLink
 
+# ParityAgent.drain re-checks its forwarder this often when nothing signals it (in-process holders are served by
+# the C++ thread, which does not); the remote links wake it at once after each delivery
+DRAIN_POLL_SECONDS = 0.001
+
 
 def _in_ray_actor() -> bool:
     import sys
@@ -57,6 +61,7 @@ class ParityAgent:
         self._links: Dict[int, RemoteHolderLink] = {}
         self._receiver: Optional[ParityReceiver] = None  # made when a remote sender first asks for it
         self._receiver_lock = threading.Lock()
+        self._delivered = threading.Condition()  # notified by the remote links after each ack or failure
         self._crash_armed = False
         self._crash_before = False
         self.crashed = False
@@ -143,8 +148,31 @@ class ParityAgent:
         """Parity catches up now: the forwarder routes what it holds back for a fuller range, and remote links send
         what is queued instead of at their next interval."""
         self.forwarder.flush()
-        for link in self._links.values():
+        for link in list(self._links.values()):
             link.flush()
+
+    def drain(self, server: Any, timeout: float = 1.0) -> Dict[str, Any]:
+        """:meth:`progress` once nothing is queued or in flight for a live holder, waiting here up to ``timeout``
+        seconds (then ``pending`` is still True: ask again). The links are flushed, and again after each delivery
+        while more is queued (a batch recorded while a send was in flight would else wait out the link's send
+        interval). Waiting here, woken by the links, costs a caller one round trip to every server instead of a
+        poll of progress calls (each round ~5-10 ms of Ray calls)."""
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 <= timeout <= 60:
+            raise ValueError(f"timeout: must be seconds in [0, 60], got {timeout!r}")
+        deadline = time.monotonic() + timeout
+        with self._delivered:  # held while checking: a delivery between the check and the wait is not missed
+            while True:
+                self.flush(server)
+                progress = self.forwarder.progress()
+                remaining = deadline - time.monotonic()
+                if not progress["pending"] or remaining <= 0:
+                    break
+                self._delivered.wait(min(remaining, DRAIN_POLL_SECONDS))
+        return {**progress, "errors": list(self.forwarder.errors)}
+
+    def _notify_delivery(self) -> None:
+        with self._delivered:
+            self._delivered.notify_all()
 
     def set_holder(self, server: Any, holder: int, handle: Any) -> None:
         """(Re)connects parity holder ``holder`` at ``handle``: directly to its ParityHolder when it lives in
@@ -157,7 +185,7 @@ class ParityAgent:
             self.forwarder.set_holder(holder, local().parity_holder())
         else:
             self._links[holder] = RemoteHolderLink(self.forwarder, holder, handle,
-                                                   self.forwarder.set_holder(holder, None))
+                                                   self.forwarder.set_holder(holder, None), self._notify_delivery)
 
     # ---- fragments -----------------------------------------------------------------------------------
     def extent(self, server: Any, table: str) -> Tuple[int, int]:

@@ -156,10 +156,13 @@ class HolderRefused(RuntimeError):
 class RemoteHolderLink:
     """Sends ``forwarder``'s batches for ``holder`` to the ParityReceiver of ``handle`` (a Handle of the holder's
     server) on link generation ``link`` (what ``forwarder.set_holder`` returned); it stops once the link is
-    replaced."""
+    replaced. ``on_delivery`` (optional) is called after each send was acked or failed: someone waiting for
+    parity to catch up (``ParityAgent.drain``) wakes then instead of polling."""
 
-    def __init__(self, forwarder: Any, holder: int, handle: Any, link: int) -> None:
+    def __init__(self, forwarder: Any, holder: int, handle: Any, link: int,
+                 on_delivery: Optional[Callable[[], None]] = None) -> None:
         self.forwarder, self.holder, self.handle, self.link = forwarder, holder, handle, link
+        self._on_delivery = on_delivery
         self._stop = threading.Event()
         self.sends = 0  # sends made, and the bytes they carried (batches serialised)
         self.bytes_sent = 0
@@ -228,8 +231,10 @@ class RemoteHolderLink:
                     # a broken connection or a dead actor is the holder's loss; a refusal or a timeout is an error
                     lost = isinstance(err, (RoleLost, ConnectionError))
                     self.forwarder.fail(self.holder, link, repr(err), lost)
-                    continue
-                self.forwarder.ack(self.holder, link, applied)
+                else:
+                    self.forwarder.ack(self.holder, link, applied)
+                if self._on_delivery is not None:
+                    self._on_delivery()
         finally:
             self._drop_connection()
 
