@@ -17,6 +17,7 @@ from xdl_ec import _core, init, optim
 from xdl_ec.ps import parity_link
 from xdl_ec.ps.backend import Handle, LocalBackend
 from xdl_ec.ps.client import PSClient
+from xdl_ec.ps.parity_agent import ParityAgent
 from xdl_ec.ps.parity_link import ParityReceiver, RemoteHolderLink
 from xdl_ec.ps.server import ParameterServer, TableSpec
 from parity_shards import encoded_parity, small_shard
@@ -206,3 +207,65 @@ def test_a_link_that_cannot_connect_to_the_receiver_sends_through_calls(fast_lin
                                           encoded_parity(shards, stripe, K, R))
     finally:
         _close(forwarders, receivers, links)
+
+
+def test_a_link_reports_every_delivery_acked_or_failed(fast_links: None) -> None:
+    """on_delivery runs after each send once its answer (or failure) is in: what wakes a ParityAgent.drain."""
+    shards, holders, forwarders, receivers, links = _cluster()
+    calls: List[int] = []
+    try:
+        links[(0, 1)].close()
+        link = links[(0, 1)] = RemoteHolderLink(forwarders[0], 1, AddressHandle(1, receivers[1].address),
+                                                forwarders[0].set_holder(1, None), lambda: calls.append(1))
+        _train(shards, forwarders, 4)
+        _wait(lambda: not forwarders[0].progress()["pending"] and len(calls) == link.sends >= 1,
+              "every acked send was not reported")
+        receivers[1].close()  # the next send fails: reported too
+        _train(shards, forwarders, 1, seed=1)
+        _wait(lambda: 1 in forwarders[0].progress()["down"] and len(calls) == link.sends, "the failed send was not "
+              "reported")
+    finally:
+        _close(forwarders, receivers, links)
+
+
+class _Server:
+    """What a ParityAgent reads of its server here: whether it is crashing."""
+
+    crash_requested = False
+
+
+def test_agent_drain_flushes_its_links_and_returns_once_every_holder_applied_everything(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Links that would wait a minute between sends: drain has them send now, waits until every holder applied
+    every delta (durable up to the last push), and the parity equals the encoded data."""
+    monkeypatch.setattr(parity_link, "SEND_INTERVAL", 60.0)
+    monkeypatch.setattr(parity_link, "POLL_SECONDS", 0.05)
+    shards = [small_shard() for _ in range(N)]
+    bs, rb = int(shards[0].block_slots), int(shards[0].record_bytes)
+    servers = [_Server() for _ in range(N)]
+    agents = [ParityAgent(i, N, K, R, {"t": (bs, rb)}) for i in range(N)]
+    try:
+        addresses = [agent.parity_address(server) for agent, server in zip(agents, servers)]
+        for i, agent in enumerate(agents):
+            for h in agent.forwarder.holders:
+                agent.set_holder(servers[i], h, AddressHandle(h, addresses[h]))
+        for rounds in (8, 4):  # the first sends go out at once; then each link waits out its interval
+            _train(shards, [agent.forwarder for agent in agents], rounds, seed=rounds)
+            for i, agent in enumerate(agents):
+                progress = agent.drain(servers[i], 30.0)
+                assert not progress["pending"] and progress["live_applied"] == progress["seq"] > 0
+                assert progress["errors"] == [] and progress["down"] == []
+                assert agent.forwarder.durable_seq(0) == 8  # the highest push seq recorded (the first round's)
+                assert {h: agents[h].holder.applied(i) for h in agent.forwarder.holders} == \
+                    {h: progress["seq"] for h in agent.forwarder.holders}
+        layout = _core.StripeLayout(N, K, R)
+        for stripe in range(max(int(s.num_blocks) for s in shards)):
+            server, block = layout.parity_member(stripe, 0)
+            np.testing.assert_array_equal(agents[server].holder.read_block("t", block, rb, 0, rb)[0],
+                                          encoded_parity(shards, stripe, K, R))
+        for bad in (-1, 61, "1", True):
+            with pytest.raises(ValueError, match="timeout: must be seconds"):
+                agents[0].drain(servers[0], bad)
+    finally:
+        for agent in agents:
+            agent.close()
