@@ -110,6 +110,7 @@ class ParityReceiver:
         threading.Thread(target=self._accept, daemon=True, name=f"xdl-ec-receive{holder.index}").start()
 
     def _accept(self) -> None:
+        _lower_priority()
         while True:
             try:
                 conn, _ = self._listener.accept()
