@@ -6,10 +6,7 @@ receivers are the real ones, only the address lookup (a Ray call in a cluster) i
 from __future__ import annotations
 
 import concurrent.futures
-import os
 import socket
-import sys
-import threading
 import time
 from typing import Any, Dict, List, Tuple
 
@@ -272,21 +269,3 @@ def test_agent_drain_flushes_its_links_and_returns_once_every_holder_applied_eve
     finally:
         for agent in agents:
             agent.close()
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is a Linux feature")
-def test_link_and_receiver_threads_run_at_background_priority(fast_links: None) -> None:
-    """Their work is off the step's path: every link and receiver thread runs at nice >= BACKGROUND_NICE, and
-    the thread that started them keeps its own priority."""
-    own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    shards, holders, forwarders, receivers, links = _cluster()
-    try:
-        _train(shards, forwarders, 2)
-        _wait(lambda: not any(f.progress()["pending"] for f in forwarders), "links did not deliver")
-        threads = [t for t in threading.enumerate() if t.name.startswith(("xdl-ec-forward", "xdl-ec-receive"))]
-        assert len(threads) >= len(links) + len(receivers)  # every link, every accept loop, the connections served
-        nice = {t.name: os.getpriority(os.PRIO_PROCESS, t.native_id) for t in threads if t.is_alive()}
-        assert all(v >= parity_link.BACKGROUND_NICE for v in nice.values()), nice
-        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own
-    finally:
-        _close(forwarders, receivers, links)

@@ -23,7 +23,6 @@ protocol in :mod:`xdl_ec.ft.ec_strategy` is unchanged: batches in seq order, ack
 
 from __future__ import annotations
 
-import os
 import socket
 import struct
 import threading
@@ -42,24 +41,9 @@ POLL_SECONDS = 0.5  # how often an idle link checks whether it was closed
 # drain, a degraded read) calls flush() to cut the wait short.
 SEND_INTERVAL = 1.0
 
-# Nice of the link and receiver threads: their work (routing, serialising, sending, applying parity) is off the
-# training step's path, so it should take the cores' idle time rather than preempt a push or pull being answered
-# (the C++ forwarder thread runs at 19). Not 19: they take the GIL for a few statements between their C++ calls,
-# and a step's thread waiting for the GIL behind one must not wait for a starved thread's next time slice.
-BACKGROUND_NICE = 10
-
 _REQUEST = struct.Struct("<iiqQ")  # holder, sender, durable, payload bytes
 _ANSWER = struct.Struct("<bqI")  # status, applied, error bytes
 _MAX_ERROR = 1 << 16
-
-
-def _lower_priority() -> None:
-    """Lowers the calling thread's priority to BACKGROUND_NICE (Linux: a thread's own nice; never raises it)."""
-    try:
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, max(os.getpriority(os.PRIO_PROCESS, tid), BACKGROUND_NICE))
-    except (AttributeError, OSError):  # no per-thread nice here: the thread keeps the process's priority
-        pass
 
 
 class LinkBroken(ConnectionError):
@@ -110,7 +94,6 @@ class ParityReceiver:
         threading.Thread(target=self._accept, daemon=True, name=f"xdl-ec-receive{holder.index}").start()
 
     def _accept(self) -> None:
-        _lower_priority()
         while True:
             try:
                 conn, _ = self._listener.accept()
@@ -126,7 +109,6 @@ class ParityReceiver:
                              name=f"xdl-ec-receive{self.holder.index}").start()
 
     def _serve(self, conn: socket.socket) -> None:
-        _lower_priority()
         try:
             while True:
                 holder, sender, durable, size = _REQUEST.unpack(_recv_exactly(conn, _REQUEST.size))
@@ -224,7 +206,6 @@ class RemoteHolderLink:
             conn.close()
 
     def _run(self) -> None:
-        _lower_priority()
         sender = self.forwarder.index
         last_send = 0.0
         try:
