@@ -53,6 +53,8 @@ def test_failure_free_ec_run_equals_the_run_without_parity() -> None:
     assert report["model_digest"] == baseline(3)
     assert report["ft"] == "ec" and report["failures"] == []
     assert report["parity_bytes"] > 0
+    # pushes reach the holders in seq ranges of several mutations (a few steps each), whose deltas are merged
+    assert report["parity_coalesced_mutations"] > 0
 
 
 def test_one_server_killed_mid_run_is_rebuilt_exactly() -> None:

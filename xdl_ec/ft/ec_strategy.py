@@ -335,6 +335,8 @@ class ErasureCoded(FaultTolerance):
         out["code"] = {"k": self.k, "r": self.r}
         out["degraded_reads"] = stats.get("degraded_reads", 0)
         out["parity_forwarded_bytes"] = stats.get("forwarded_bytes", 0)
+        # mutations whose deltas were merged into an earlier one of their seq range (hot rows sent once per range)
+        out["parity_coalesced_mutations"] = stats.get("coalesced", 0)
         return out
 
     # ---- failure injection and scrub ---------------------------------------------------------------------

@@ -222,6 +222,7 @@ class ParityAgent:
     def stats(self, server: Any) -> Dict[str, int]:
         return {"parity_bytes": int(self.holder.bytes), "degraded_reads": self.degraded_reads,
                 "forwarded_bytes": int(self.forwarder.bytes_sent),
+                "coalesced": int(self.forwarder.progress()["coalesced"]),
                 "remote_sends": sum(link.sends for link in self._links.values()),
                 "remote_send_bytes": sum(link.bytes_sent for link in self._links.values()),
                 "links_over_ray": sum(link.transport != "tcp" for link in self._links.values())}
