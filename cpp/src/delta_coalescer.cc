@@ -1,27 +1,12 @@
 #include "xdl_ec/delta_coalescer.h"
 
 #include <algorithm>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
-namespace xdl_ec {
+#include "xdl_ec/xor_bytes.h"
 
-namespace {
-// to ^= from, 8 bytes a step (the compiler widens it further); a byte loop over pointers that might alias
-// stayed scalar, which made the merge cost more than the routing it saves.
-inline void XorInto(uint8_t* __restrict to, const uint8_t* __restrict from, size_t n) {
-  size_t b = 0;
-  for (; b + 8 <= n; b += 8) {
-    uint64_t x, y;
-    std::memcpy(&x, to + b, 8);
-    std::memcpy(&y, from + b, 8);
-    x ^= y;
-    std::memcpy(to + b, &x, 8);
-  }
-  for (; b < n; ++b) to[b] ^= from[b];
-}
-}  // namespace
+namespace xdl_ec {
 
 void DeltaCoalescer::Coalesce(const std::vector<DeltaBatch*>& parts, Merged* out) {
   size_t total = 0, record_bytes = 0;
@@ -75,7 +60,7 @@ void DeltaCoalescer::Coalesce(const std::vector<DeltaBatch*>& parts, Merged* out
         out->slots.push_back(part->slots[e]);
         out->deltas.push_back(delta);
       } else {
-        XorInto(table_[h].at, delta, record_bytes);
+        XorBytes(table_[h].at, delta, record_bytes);
       }
     }
   }

@@ -8,15 +8,11 @@
 #include <stdexcept>
 #include <string>
 
+#include "xdl_ec/xor_bytes.h"
+
 namespace xdl_ec {
 
 namespace {
-// g = 1 (the whole first Vandermonde row, and its first column): XOR in place, inlined, instead of a
-// call through ErasureCode per record; records are ~100 bytes, where the call cost is most of it.
-inline void XorRecord(size_t len, const uint8_t* __restrict delta, uint8_t* __restrict parity) {
-  for (size_t b = 0; b < len; ++b) parity[b] ^= delta[b];
-}
-
 constexpr size_t kTableBytes = 32 + 256;  // nibble tables, then the full product table
 
 inline void MultiplyXorScalar(size_t from, size_t len, const uint8_t* table, const uint8_t* delta, uint8_t* parity) {
@@ -132,7 +128,7 @@ void ParityStore::ApplyEntries(size_t count, size_t rb, EntryAt entry_at, DeltaA
     const ParityUpdate::Entry& en = entry_at(e);
     const size_t member = static_cast<size_t>(en.parity_member) * k + en.data_member;
     if (coefficient_is_one_[member]) {
-      XorRecord(rb, delta_at(e), targets[e]);
+      XorBytes(targets[e], delta_at(e), rb);  // g = 1 (the first Vandermonde row): no multiply
     } else if (avx2) {
       MultiplyXorAvx2(rb, &multiply_tables_[member * kTableBytes], delta_at(e), targets[e]);
     } else {
