@@ -73,6 +73,7 @@ void BindDeltaForwarder(py::module_& m) {
              out["worker_seqs"] = p.worker_seqs;
              out["down"] = p.down;
              out["lag_waits"] = p.lag_waits;
+             out["lag_catchups"] = p.lag_catchups;
              out["coalesced"] = p.coalesced;
              return out;
            }, "seq, the least seq the live holders applied, whether anything is queued or in flight, worker "

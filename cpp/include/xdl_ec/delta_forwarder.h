@@ -53,7 +53,8 @@ class DeltaForwarder {
     bool pending = false;      // a batch for a live holder is queued or in flight
     WorkerSeqs worker_seqs;    // pushes applied so far
     std::vector<int> down;     // holders that failed and were not replaced
-    uint64_t lag_waits = 0;    // Records that waited for the in-process delivery to catch up (backpressure)
+    uint64_t lag_waits = 0;    // Records that found the in-process delivery lagging (backpressure)
+    uint64_t lag_catchups = 0;  // of those, the ones that routed or delivered the backlog themselves
     uint64_t coalesced = 0;    // mutations whose deltas were merged into an earlier one's (same seq range)
   };
   // What Take hands to a remote transport: the batches to send, the durable watermark to send with
@@ -79,8 +80,9 @@ class DeltaForwarder {
   // Call under the lock that orders the shard's mutations, right after one: takes its deltas of
   // `table` (may be empty; moved from, so pass an rvalue to avoid a copy) as the next seq, with `pushes`
   // (worker -> seq) the pushes it applied. A mutation with no delta and no push records nothing. The
-  // thread runs at the lowest CPU priority; when it serves an in-process holder and lags 64 mutations
-  // behind (routing, or delivery), Record first waits for it, up to a second. Returns the current seq.
+  // thread runs in the idle time (SCHED_IDLE); when it serves an in-process holder and lags 64 mutations
+  // behind (routing, or delivery), Record first routes and delivers them itself, on the caller's thread,
+  // waiting (up to a second) only for work another thread has under way. Returns the current seq.
   // Throws std::invalid_argument for an unknown table or a batch of the wrong record size (nothing
   // recorded).
   int64_t Record(const std::string& table, DeltaBatch deltas, const WorkerSeqs& pushes);
@@ -169,7 +171,8 @@ class DeltaForwarder {
   uint64_t coalesced_ = 0;         // mutations merged into an earlier one of their range
   std::vector<DeltaBatch> spares_;  // routed batches' buffers, for TakeSpare
   size_t spare_bytes_ = 0;          // their capacity
-  uint64_t lag_waits_ = 0;          // Records that waited for the thread to catch up
+  uint64_t lag_waits_ = 0;          // Records that found the delivery lagging
+  uint64_t lag_catchups_ = 0;       // of those, the ones that did the thread's work themselves
   std::deque<std::pair<int64_t, std::shared_ptr<const WorkerSeqs>>> history_;  // not yet durable
   std::shared_ptr<const WorkerSeqs> durable_seqs_;
   uint64_t next_generation_ = 1;
