@@ -283,7 +283,7 @@ TEST(DeltaForwarder, WithRemoteHoldersOnlyMutationsWaitForATakeAndArriveAsOneExa
 }
 
 TEST(DeltaForwarder, InProcessPushesWaitForAFullerRangeUntilFlushed) {
-  // The thread routes a range once kRangeTarget (16) mutations are recorded, the oldest waited 100 ms, or on
+  // The thread routes a range once kRangeTarget (16) mutations are recorded, the oldest waited 20 ms, or on
   // Flush: three quick pushes (microseconds apart) become one range.
   Cluster c(3, 2, 1);
   DeltaForwarder& f = *c.forwarders[0];
