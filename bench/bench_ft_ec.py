@@ -3,6 +3,7 @@
     PYTHONPATH=build/stage python3 -P bench/bench_ft_ec.py [--code 4,1] [--batch 256] [--chunk 40] [--rounds 40]
                                                            [--steps 200] [--fail-at 100] [--repeats 3]
                                                            [--rebuild-share 0.05] [--backend local|ray] [--aa]
+                                                           [--pairs 1]
 
 1. Normal operation, interleaved: two clusters of N = k + r servers and one sync worker each, one without fault
    tolerance and one with ``ec``, live side by side on the same machine, training the same synthetic data in
@@ -14,8 +15,11 @@
    the same round) - 1, each with a 95% bootstrap interval over rounds, and the ratio of the totals. Runs of whole jobs one after the other swing +-10-50% on a shared VM; turns a fraction of a second
    apart see the same machine. Also the machine's busy CPU time per sample (from /proc/stat: every process,
    Ray's included) and, on the local backend, this process's (the whole cluster's, blind to other processes'
-   load). Both clusters must end with the same model_digest. ``--aa`` runs the second cluster without parity too:
-   the spread of that A/A "overhead" is the method's noise floor on the machine.
+   load). Both clusters must end with the same model_digest. ``--pairs P`` splits the rounds over P fresh cluster
+   pairs, made none-first and ec-first in turn: one pair keeps a lasting bias of its own (A/A runs of one pair
+   showed the second-made cluster up to 2.7% faster), P pairs average it out, and the intervals resample rounds
+   within each pair. ``--aa`` runs the cluster named ec without parity too: the spread of that A/A "overhead"
+   is the method's noise floor on the machine.
 2. Recovery, ``--repeats`` runs of ``--steps`` steps: server 1 killed before step ``--fail-at``: the rebuild's
    seconds (recovery pause, key index, replay and every stripe, rate-limited to ``--rebuild-share`` of wall time
    over the step boundaries), samples/s while it ran against the same run's steps before the kill (paired) and
@@ -101,12 +105,13 @@ def _robust_ratio(none: List[Turn], ec: List[Turn]) -> float:
     return (median(s for t in ec for s in t.steps) + drain) / median(s for t in none for s in t.steps)
 
 
-def _bootstrap(rounds: List[Tuple[Turn, Turn]], estimate: Callable, seed: int = 7, draws: int = 1000) -> tuple:
-    """95% interval of ``estimate(none turns, ec turns)`` over rounds drawn with replacement (seeded)."""
+def _bootstrap(pairs: List[List[Tuple[Turn, Turn]]], estimate: Callable, seed: int = 7, draws: int = 1000) -> tuple:
+    """95% interval of ``estimate(none turns, ec turns)`` over rounds drawn with replacement (seeded), within each
+    cluster pair (each pair's own bias stays in every draw in its share)."""
     rng = random.Random(seed)
     values = []
     for _ in range(draws):
-        drawn = rng.choices(rounds, k=len(rounds))
+        drawn = [r for rounds in pairs for r in rng.choices(rounds, k=len(rounds))]
         values.append(estimate([n for n, _ in drawn], [e for _, e in drawn]))
     values.sort()
     return values[int(0.025 * draws)], values[int(0.975 * draws) - 1]
@@ -114,34 +119,28 @@ def _bootstrap(rounds: List[Tuple[Turn, Turn]], estimate: Callable, seed: int = 
 
 def _normal_operation(args: argparse.Namespace, k: int, r: int) -> float:
     """Part 1 (see the module docstring); prints it and returns the interleaved ec samples/s."""
-    steps = args.chunk * (args.rounds + 1)
-    config = TrainConfig(synthetic=True, synthetic_rows=args.batch * (steps + 8), batch_size=args.batch,
-                         steps=steps, deterministic=True, progress=False, seed=1)
-    trainers = {"none": _trainer(config, k + r, None, backend=args.backend)}
-    try:
-        strategy = None if args.aa else ErasureCoded(k, r, rebuild_share=args.rebuild_share)
-        trainers["ec"] = _trainer(config, k + r, strategy, backend=args.backend)
-        for trainer in trainers.values():
-            _turn(trainer, args.chunk)  # traces TF and inserts the first rows: not measured
-        turns: Dict[str, List[Turn]] = {"none": [], "ec": []}
-        for i in range(args.rounds):
-            for name in ("none", "ec") if i % 2 == 0 else ("ec", "none"):
-                turns[name].append(_turn(trainers[name], args.chunk))
-        digests = {name: t.digest() for name, t in trainers.items()}
-    finally:
-        for trainer in trainers.values():
-            trainer.close()
-    rounds = list(zip(turns["none"], turns["ec"]))
+    if not 1 <= args.pairs <= args.rounds:
+        raise SystemExit(f"--pairs: must be in [1, --rounds={args.rounds}], got {args.pairs}")
+    turns: Dict[str, List[Turn]] = {"none": [], "ec": []}
+    pairs: List[List[Tuple[Turn, Turn]]] = []
+    same_model = True
+    for pair in range(args.pairs):
+        rounds = args.rounds // args.pairs + (pair < args.rounds % args.pairs)
+        pair_turns = _pair(args, k, r, rounds, ec_first=pair % 2 == 1)
+        same_model &= pair_turns.pop("same_model")
+        pairs.append(list(zip(pair_turns["none"], pair_turns["ec"])))
+        for name in turns:
+            turns[name] += pair_turns[name]
     per_round = lambda none, ec: statistics.median(e.seconds / n.seconds for n, e in zip(none, ec))  # noqa: E731
     seconds = {name: sum(t.seconds for t in turns[name]) for name in turns}
     samples = {name: sum(t.samples for t in turns[name]) for name in turns}
     print(f"normal operation, {args.backend} backend, {k + r} servers, code k={k} r={r}, batch {args.batch}, "
-          f"{args.rounds} rounds of {args.chunk} steps per cluster, interleaved"
+          f"{args.rounds} rounds of {args.chunk} steps per cluster, interleaved, over {args.pairs} cluster pair(s)"
           f"{' (A/A: the cluster named ec runs without parity)' if args.aa else ''}:")
     print(f"  none {samples['none'] / seconds['none']:,.0f} samples/s   ec {samples['ec'] / seconds['ec']:,.0f} "
           f"samples/s (ec turns include draining parity: median {1000 * statistics.median(t.drain for t in turns['ec']):.2f} ms)")
     for label, estimate in (("per-step medians", _robust_ratio), ("per-round turn seconds", per_round)):
-        low, high = _bootstrap(rounds, estimate)
+        low, high = _bootstrap(pairs, estimate)
         print(f"  overhead from {label}: {100 * (estimate(turns['none'], turns['ec']) - 1):+.2f}% "
               f"(95% bootstrap interval over rounds {100 * (low - 1):+.2f}% .. {100 * (high - 1):+.2f}%)")
     print(f"  overhead from total seconds: {100 * (seconds['ec'] / seconds['none'] - 1):+.2f}%")
@@ -153,8 +152,34 @@ def _normal_operation(args: argparse.Namespace, k: int, r: int) -> float:
         own = {name: sum(t.own_cpu for t in turns[name]) / samples[name] * 1e6 for name in turns}
         print(f"  CPU per sample of this process: none {own['none']:.1f} us   ec {own['ec']:.1f} us   ratio "
               f"{own['ec'] / own['none']:.3f}")
-    print(f"  same model with and without parity: {digests['none'] == digests['ec']}")
+    print(f"  same model with and without parity: {same_model}")
     return samples["ec"] / seconds["ec"]
+
+
+def _pair(args: argparse.Namespace, k: int, r: int, rounds: int, ec_first: bool) -> dict:
+    """One none / ec cluster pair (made in that order, or ec first), ``rounds`` interleaved rounds of turns:
+    {"none": turns, "ec": turns, "same_model": digests equal}. Fresh pairs made in alternating order let a
+    cluster's lasting advantage (where its memory landed, which was made first) average out over pairs; one pair
+    showed the second cluster 0.1-2.7% faster in A/A runs."""
+    steps = args.chunk * (rounds + 1)
+    config = TrainConfig(synthetic=True, synthetic_rows=args.batch * (steps + 8), batch_size=args.batch,
+                         steps=steps, deterministic=True, progress=False, seed=1)
+    trainers: Dict[str, PSTrainer] = {}
+    try:
+        for name in ("ec", "none") if ec_first else ("none", "ec"):
+            strategy = None if name == "none" or args.aa else ErasureCoded(k, r, rebuild_share=args.rebuild_share)
+            trainers[name] = _trainer(config, k + r, strategy, backend=args.backend)
+        for trainer in trainers.values():
+            _turn(trainer, args.chunk)  # traces TF and inserts the first rows: not measured
+        turns: Dict[str, List[Turn]] = {"none": [], "ec": []}
+        for i in range(rounds):
+            for name in ("none", "ec") if i % 2 == 0 else ("ec", "none"):
+                turns[name].append(_turn(trainers[name], args.chunk))
+        digests = {name: t.digest() for name, t in trainers.items()}
+    finally:
+        for trainer in trainers.values():
+            trainer.close()
+    return {**turns, "same_model": digests["none"] == digests["ec"]}
 
 
 def _recovery(args: argparse.Namespace, k: int, r: int, normal_ec: float) -> None:
@@ -188,13 +213,15 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--chunk", type=int, default=40, help="steps per turn in the interleaved measurement")
     parser.add_argument("--rounds", type=int, default=40, help="turns per cluster in the interleaved measurement")
+    parser.add_argument("--pairs", type=int, default=1,
+                        help="fresh none/ec cluster pairs the rounds are split over, made in alternating order")
     parser.add_argument("--steps", type=int, default=200, help="steps of each recovery run")
     parser.add_argument("--fail-at", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3, help="recovery runs")
     parser.add_argument("--rebuild-share", type=float, default=DEFAULT_REBUILD_SHARE)
     parser.add_argument("--backend", choices=("local", "ray"), default="local")
     parser.add_argument("--aa", action="store_true",
-                        help="A/A run: the second cluster has no fault tolerance either (the method's noise floor)")
+                        help="A/A run: the cluster named ec has no fault tolerance either (the method's noise floor)")
     args = parser.parse_args()
     k, r = parse_code(args.code)
     if args.backend == "ray":
