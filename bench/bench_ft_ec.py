@@ -121,16 +121,14 @@ def _normal_operation(args: argparse.Namespace, k: int, r: int) -> float:
     """Part 1 (see the module docstring); prints it and returns the interleaved ec samples/s."""
     if not 1 <= args.pairs <= args.rounds:
         raise SystemExit(f"--pairs: must be in [1, --rounds={args.rounds}], got {args.pairs}")
-    turns: Dict[str, List[Turn]] = {"none": [], "ec": []}
     pairs: List[List[Tuple[Turn, Turn]]] = []
     same_model = True
     for pair in range(args.pairs):
         rounds = args.rounds // args.pairs + (pair < args.rounds % args.pairs)
         pair_turns = _pair(args, k, r, rounds, ec_first=pair % 2 == 1)
-        same_model &= pair_turns.pop("same_model")
+        same_model &= pair_turns["same_model"]
         pairs.append(list(zip(pair_turns["none"], pair_turns["ec"])))
-        for name in turns:
-            turns[name] += pair_turns[name]
+    turns = {name: [turn[i] for rounds in pairs for turn in rounds] for i, name in enumerate(("none", "ec"))}
     per_round = lambda none, ec: statistics.median(e.seconds / n.seconds for n, e in zip(none, ec))  # noqa: E731
     seconds = {name: sum(t.seconds for t in turns[name]) for name in turns}
     samples = {name: sum(t.samples for t in turns[name]) for name in turns}
@@ -158,9 +156,7 @@ def _normal_operation(args: argparse.Namespace, k: int, r: int) -> float:
 
 def _pair(args: argparse.Namespace, k: int, r: int, rounds: int, ec_first: bool) -> dict:
     """One none / ec cluster pair (made in that order, or ec first), ``rounds`` interleaved rounds of turns:
-    {"none": turns, "ec": turns, "same_model": digests equal}. Fresh pairs made in alternating order let a
-    cluster's lasting advantage (where its memory landed, which was made first) average out over pairs; one pair
-    showed the second cluster 0.1-2.7% faster in A/A runs."""
+    {"none": turns, "ec": turns, "same_model": digests equal} (``--pairs`` in the module docstring)."""
     steps = args.chunk * (rounds + 1)
     config = TrainConfig(synthetic=True, synthetic_rows=args.batch * (steps + 8), batch_size=args.batch,
                          steps=steps, deterministic=True, progress=False, seed=1)

@@ -90,14 +90,7 @@ int64_t DeltaForwarder::Record(const std::string& table, DeltaBatch deltas, cons
   std::unique_lock<std::mutex> lock(mu_);
   if (LagLocked() >= kMaxLag) {
     ++lag_waits_;
-    flush_ = true;  // as Flush: the range due now, whatever its size
-    bool caught_up = false;
-    if (RoutesNowLocked()) {
-      RouteLocked(lock);
-      caught_up = true;
-    }
-    while (DeliverLocked(lock)) caught_up = true;
-    lag_catchups_ += caught_up;
+    lag_catchups_ += FlushLocked(lock);
     work_.wait_for(lock, kMaxLagWait, [this] { return closed_ || LagLocked() < kMaxLag; });
   }
   ++seq_;
@@ -212,14 +205,22 @@ bool DeltaForwarder::RoutesNowLocked() const {
 }
 
 void DeltaForwarder::Flush() {
-  // The caller routes and delivers to in-process holders itself, at its own priority: the thread runs at the
-  // lowest, and on a busy machine a drain waiting for it would wait for the other processes.
+  // The caller routes and delivers to in-process holders itself, at its own priority: the thread runs only in
+  // idle time, and on a busy machine a drain waiting for it would wait for the other processes.
   std::unique_lock<std::mutex> lock(mu_);
-  flush_ = true;
-  if (ServesLocalLocked() && RoutesNowLocked()) RouteLocked(lock);
-  while (DeliverLocked(lock)) {
-  }
+  FlushLocked(lock);
   work_.notify_all();
+}
+
+bool DeltaForwarder::FlushLocked(std::unique_lock<std::mutex>& lock) {
+  flush_ = true;  // the range due now, whatever its size
+  bool worked = false;
+  if (ServesLocalLocked() && RoutesNowLocked()) {
+    RouteLocked(lock);
+    worked = true;
+  }
+  while (DeliverLocked(lock)) worked = true;
+  return worked;
 }
 
 size_t DeltaForwarder::LagLocked() const {

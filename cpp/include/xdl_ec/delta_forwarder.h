@@ -147,6 +147,9 @@ class DeltaForwarder {
   void Run();  // routes what Record took, and delivers to local holders
   bool DeliverLocked(std::unique_lock<std::mutex>& lock);  // one delivery to a local holder; false: none due
   void RouteLocked(std::unique_lock<std::mutex>& lock);
+  // Routes what is recorded and delivers to in-process holders on the calling thread (Flush, and Record when
+  // the thread lags); whether there was anything to do.
+  bool FlushLocked(std::unique_lock<std::mutex>& lock);
   bool ServesLocalLocked() const;  // some live holder is in this process: the thread routes at once
   bool RoutesNowLocked() const;    // the thread should route what is recorded now
   size_t LagLocked() const;  // mutations this thread has still to route or deliver in-process
