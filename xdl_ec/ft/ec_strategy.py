@@ -4,7 +4,7 @@ Layout. N servers (N >= k + r); the C++ StripeLayout cuts every server's slot ar
 blocks of k servers with r parity blocks on r other servers per stripe, rotated so each server holds data and
 parity. Keys route to servers by KeyRouter::ServerOf (PSClient).
 
-Protocol (the pieces: :mod:`xdl_ec.ps.parity_agent` over the C++ DeltaForwarder and ParityHolder
+Protocol (the pieces: :mod:`xdl_ec.ft.parity_agent` over the C++ DeltaForwarder and ParityHolder
 (cpp/include/xdl_ec/delta_forwarder.h, parity_holder.h), the server's push path, the worker's push log):
 
 1. A server applies a mutation (a push, or a pull that inserted rows) under its lock and gives it the next delta
@@ -77,7 +77,7 @@ import numpy as np
 
 from .. import _core
 from ..ps.backend import RoleLost, WorkerLost
-from ..ps.parity_agent import consistent_decode, fragment_readers, holders_of
+from .parity_agent import consistent_decode, fragment_readers, holders_of
 from .strategy import FailureRecord, FaultTolerance, Resume, Unrecoverable
 
 CALL_TIMEOUT = 120.0

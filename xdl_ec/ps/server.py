@@ -255,7 +255,7 @@ class ParameterServer:
         ``parity_call("connect", servers)`` named the servers' handles (index i = server i) its mutations are
         forwarded to its parity holders, starting after delta seq ``seq``; ``worker_seqs`` ({worker: push seq})
         are the pushes its state already includes."""
-        from .parity_agent import ParityAgent
+        from ..ft.parity_agent import ParityAgent
 
         with self._lock:
             tables = {name: (t.shard.block_slots, t.record_bytes) for name, t in self._tables.items()}
@@ -278,7 +278,7 @@ class ParameterServer:
     def _die(self) -> None:
         """An injected crash: in a Ray actor the process exits before serving anything else; in one process the
         backend has dropped this object already, so a call reaching it anyway fails as a lost server's would."""
-        from .parity_agent import _in_ray_actor
+        from ..ft.parity_agent import _in_ray_actor
 
         if _in_ray_actor():
             os._exit(1)

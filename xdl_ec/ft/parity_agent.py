@@ -3,9 +3,9 @@
 - as a data server: a C++ :class:`~xdl_ec._core.DeltaForwarder`. The server's shard records every mutation's slot
   deltas on it without leaving C++ (``shard.push(..., forwarder=...)``); it routes them into one batch per parity
   holder and delivers them in the background, from its own thread to holders in this process and through a
-  :class:`~xdl_ec.ps.parity_link.RemoteHolderLink` (a TCP connection) to holders behind Ray actors;
+  :class:`~xdl_ec.ft.parity_link.RemoteHolderLink` (a TCP connection) to holders behind Ray actors;
 - as a parity holder: a C++ :class:`~xdl_ec._core.ParityHolder` (parity blocks, applied seqs, undo log), and for
-  remote senders a :class:`~xdl_ec.ps.parity_link.ParityReceiver` applying what their links send;
+  remote senders a :class:`~xdl_ec.ft.parity_link.ParityReceiver` applying what their links send;
 - for recovery: fragment reads of its data and parity blocks, and on a replacement server the restore of its
   shards (C++ ``Recovery`` decoding from the survivors: a block touched before the rebuild reaches it is decoded on
   demand, a degraded read).

@@ -11,8 +11,9 @@ import pytest
 
 import xdl_ec
 from xdl_ec import _core, init, optim
+from support.paths import SHARED_DATA  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = SHARED_DATA
 
 
 def table(dim: int = 8, **kw) -> xdl_ec.EmbeddingTable:

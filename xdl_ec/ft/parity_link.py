@@ -31,7 +31,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 
-from .backend import RoleLost
+from ..ps.backend import RoleLost
 
 CALL_TIMEOUT = 60.0  # seconds a holder may take to apply a batch before it counts as down
 POLL_SECONDS = 0.5  # how often an idle link checks whether it was closed

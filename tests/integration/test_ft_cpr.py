@@ -12,12 +12,13 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from ft_runs import reference as reference_run  # noqa: E402
-from ft_runs import small_config as base_config  # noqa: E402
+from support.ft_runs import reference as reference_run  # noqa: E402
+from support.ft_runs import small_config as base_config  # noqa: E402
 from xdl_ec.ft.cpr_strategy import PartialRecovery  # noqa: E402
 from xdl_ec.ft.factory import make_strategy  # noqa: E402
 from xdl_ec.ft.failure_schedule import FailureSchedule  # noqa: E402
 from xdl_ec.ps import ClusterConfig, PSTrainer  # noqa: E402
+from support.paths import REPO_ROOT  # noqa: E402
 
 STEPS = 16
 RUN = dict(synthetic_rows=4000, steps=STEPS, seed=11)
@@ -160,7 +161,7 @@ def test_cli_cpr_run_with_ssu_reports_its_losses(tmp_path: Path) -> None:
                            "--steps", "8", "--batch-size", "64", "--servers", "2", "--ft", "cpr", "--cpr-interval",
                            "3", "--cpr-mode", "ssu", "--fail-at", "6:0", "--no-progress", "--report",
                            str(report_path)], capture_output=True, text=True, timeout=180,
-                          cwd=Path(__file__).resolve().parents[1])
+                          cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "cpr: server 0 lost at step 6" in proc.stdout and "row updates lost" in proc.stdout
     report = json.loads(report_path.read_text())

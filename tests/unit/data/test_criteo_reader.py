@@ -12,8 +12,9 @@ import pytest
 from xdl_ec.data import BadLineError, CriteoReader
 from xdl_ec.data.criteo import CHUNK_LINES, parse_lines_fast
 from xdl_ec.data.schema import EMPTY_VALUE, categorical_keys, dense_transform
+from support.paths import CRITEO_SAMPLE  # noqa: E402
 
-SAMPLE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "criteo_kaggle_train_head10k.tsv.gz"
+SAMPLE = CRITEO_SAMPLE
 
 
 def make_line(label: str = "1", ints: list[str] | None = None, cats: list[str] | None = None) -> str:

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from xdl_ec.ft.failure_schedule import FailureSchedule, Kill, parse_kill
+from support.paths import REPO_ROOT  # noqa: E402
 
 
 def test_parse_kill_step_and_index() -> None:
@@ -85,7 +86,7 @@ def test_a_scheduled_kill_is_real_and_none_stops_naming_the_role() -> None:
 
 
 def _cli(*flags: str) -> subprocess.CompletedProcess:
-    root = Path(__file__).resolve().parents[1]
+    root = REPO_ROOT
     return subprocess.run([sys.executable, "-P", "-m", "xdl_ec", "train", "--synthetic", *flags],
                           capture_output=True, text=True, timeout=120, cwd=root)
 

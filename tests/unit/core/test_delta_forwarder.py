@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from xdl_ec import _core
-from parity_shards import encoded_parity, small_shard
+from support.parity_shards import encoded_parity, small_shard
 
 N, K, R = 3, 2, 1
 

@@ -1,4 +1,4 @@
-"""Parity batches between processes (xdl_ec.ps.parity_link): RemoteHolderLinks deliver a DeltaForwarder's batches
+"""Parity batches between processes (xdl_ec.ft.parity_link): RemoteHolderLinks deliver a DeltaForwarder's batches
 over TCP to ParityReceivers, in order and exactly once, so parity equals the encoded data; a holder whose
 connection breaks, that refuses, or that a stale address reaches is marked down. Runs without Ray: the links and
 receivers are the real ones, only the address lookup (a Ray call in a cluster) is answered in this process."""
@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from xdl_ec import _core, init, optim
-from xdl_ec.ps import parity_link
+from xdl_ec.ft import parity_link
 from xdl_ec.ps.backend import Handle, LocalBackend
 from xdl_ec.ps.client import PSClient
-from xdl_ec.ps.parity_agent import ParityAgent
-from xdl_ec.ps.parity_link import ParityReceiver, RemoteHolderLink
+from xdl_ec.ft.parity_agent import ParityAgent
+from xdl_ec.ft.parity_link import ParityReceiver, RemoteHolderLink
 from xdl_ec.ps.server import ParameterServer, TableSpec
-from parity_shards import encoded_parity, small_shard
+from support.parity_shards import encoded_parity, small_shard
 
 N, K, R = 3, 2, 1
 

@@ -16,9 +16,10 @@ import pytest
 pytest.importorskip("tensorflow")
 
 from xdl_ec.cli import main  # noqa: E402
+from support.paths import REPO_ROOT, CRITEO_SAMPLE  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = ROOT.parent / "shared" / "data" / "criteo_kaggle_train_head10k.tsv.gz"
+ROOT = REPO_ROOT
+SAMPLE = CRITEO_SAMPLE
 REPORT_FIELDS = {"samples", "steps", "samples_per_sec", "final_loss", "auc", "logloss", "model_digest", "config",
                  "eval_samples", "bad_lines", "embedding_rows"}
 TINY = ["--synthetic", "--synthetic-rows", "3000", "--synthetic-max-cardinality", "500", "--batch-size", "256",

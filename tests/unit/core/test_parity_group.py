@@ -11,8 +11,9 @@ import pytest
 
 from xdl_ec import optim
 from xdl_ec.parity import ParityGroup, ScrubMismatch, server_of
+from support.paths import SHARED_DATA  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = SHARED_DATA
 OPTIMIZERS = ["sgd", "momentum", "adagrad", "adam", "ftrl"]
 
 

@@ -14,12 +14,13 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from ft_runs import reference, small_config  # noqa: E402
+from support.ft_runs import reference, small_config  # noqa: E402
 from xdl_ec.ft.checkpoint import CheckpointStore  # noqa: E402
 from xdl_ec.ft.ckpt_strategy import Checkpointing  # noqa: E402
 from xdl_ec.ft.factory import make_strategy  # noqa: E402
 from xdl_ec.ft.failure_schedule import FailureSchedule  # noqa: E402
 from xdl_ec.ps import ClusterConfig, PSTrainer  # noqa: E402
+from support.paths import REPO_ROOT  # noqa: E402
 
 STEPS = 10
 
@@ -92,7 +93,7 @@ def test_cli_ckpt_run_reports_the_failure(tmp_path: Path) -> None:
                            "--steps", "6", "--batch-size", "64", "--servers", "2", "--ft", "ckpt", "--ckpt-interval",
                            "2", "--ckpt-dir", str(tmp_path / "c"), "--fail-at", "4:1", "--no-progress",
                            "--report", str(report_path)], capture_output=True, text=True, timeout=180,
-                          cwd=Path(__file__).resolve().parents[1])
+                          cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "ckpt: server 1 lost at step 4" in proc.stdout
     report = json.loads(report_path.read_text())

@@ -12,7 +12,7 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from ft_runs import small_config  # noqa: E402
+from support.ft_runs import small_config  # noqa: E402
 from xdl_ec.benchmark import BenchConfig  # noqa: E402
 from xdl_ec.benchmark.after_rebuild_schedule import AfterRebuildSchedule  # noqa: E402
 from xdl_ec.benchmark.runner import Variant, run_variant  # noqa: E402
