@@ -5,6 +5,7 @@ with status 2, without a traceback."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -68,48 +69,55 @@ def find_criteo_sample() -> Optional[Path]:
 
 
 def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
-    from .trainer import DENSE_OPTIMIZERS, TrainConfig
+    from .criteo_job import TrainConfig
+    from .dense_model import DENSE_OPTIMIZERS
 
-    d = TrainConfig()
+    d = TrainConfig(synthetic=True)
     p = subparsers.add_parser(
-        "train", help="train a CTR model (DLRM or Embedding&MLP) on Criteo data with an xdl-ec embedding table",
-        description="Train a CTR model on a raw Criteo TSV file (--data) or synthetic data (--synthetic). "
-                    "Without arguments: a short demo on the Criteo sample if it is found, else on synthetic data.")
+        "train", help="train a job: your --script, or the built-in CTR model (DLRM or Embedding&MLP) on Criteo data",
+        description="Train the job of a --script FILE.py (its job() returns an xdl_ec.Job), or the built-in CTR "
+                    "model on a raw Criteo TSV file (--data) or synthetic data (--synthetic). Without arguments: a "
+                    "short demo of the built-in model on the Criteo sample if it is found, else on synthetic data.")
+    p.add_argument("--script", metavar="FILE.py",
+                   help="a Python file whose job() returns the xdl_ec.Job to train (the built-in model's flags, "
+                        "marked [built-in], are then refused)")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--data", metavar="PATH", help="raw Criteo TSV file, plain or .gz (label, I1..I13, C1..C26)")
-    src.add_argument("--synthetic", action="store_true", help="train on seeded synthetic Criteo-shaped data")
-    p.add_argument("--synthetic-rows", type=_positive_int, default=d.synthetic_rows,
-                   help=f"rows of synthetic data, eval split included (default {d.synthetic_rows})")
-    p.add_argument("--synthetic-max-cardinality", type=_positive_int, default=d.synthetic_max_cardinality,
-                   help="cap on each synthetic column's cardinality (default %(default)s)")
-    p.add_argument("--model", choices=("dlrm", "mlp"), default=d.model, help="model body (default %(default)s)")
-    p.add_argument("--emb-dim", type=_positive_int, default=d.emb_dim, help="embedding dimension (default %(default)s)")
-    p.add_argument("--bottom-mlp", type=_layer_sizes, default=d.bottom_mlp, metavar="N,N",
-                   help="DLRM bottom MLP hidden sizes; its output layer has emb-dim units (default 64)")
-    p.add_argument("--top-mlp", type=_layer_sizes, default=d.top_mlp, metavar="N,N",
-                   help="DLRM top MLP hidden sizes before the logit (default 64,32)")
-    p.add_argument("--hidden", type=_layer_sizes, default=d.hidden, metavar="N,N",
-                   help="Embedding&MLP hidden sizes (default 128,64)")
-    p.add_argument("--optimizer", default=d.optimizer,
-                   help="sparse optimizer of the embedding table: sgd, momentum, adagrad, adam, ftrl (default %(default)s)")
-    p.add_argument("--lr", type=_positive_float, default=d.lr, help="sparse learning rate (default %(default)s)")
-    p.add_argument("--dense-optimizer", choices=DENSE_OPTIMIZERS, default=d.dense_optimizer,
-                   help="Keras optimizer of the dense model (default %(default)s)")
-    p.add_argument("--dense-lr", type=_positive_float, default=d.dense_lr, help="dense learning rate (default %(default)s)")
-    p.add_argument("--batch-size", type=_positive_int, default=d.batch_size, help="default %(default)s")
+    src.add_argument("--data", metavar="PATH", help="[built-in] raw Criteo TSV file, plain or .gz")
+    src.add_argument("--synthetic", action="store_true", help="[built-in] seeded synthetic Criteo-shaped data")
+    p.add_argument("--synthetic-rows", type=_positive_int,
+                   help=f"[built-in] rows of synthetic data, eval split included (default {d.synthetic_rows})")
+    p.add_argument("--synthetic-max-cardinality", type=_positive_int,
+                   help=f"[built-in] cap on each synthetic column's cardinality (default {d.synthetic_max_cardinality})")
+    p.add_argument("--model", choices=("dlrm", "mlp"), help=f"[built-in] model body (default {d.model})")
+    p.add_argument("--emb-dim", type=_positive_int, help=f"[built-in] embedding dimension (default {d.emb_dim})")
+    p.add_argument("--bottom-mlp", type=_layer_sizes, metavar="N,N",
+                   help="[built-in] DLRM bottom MLP hidden sizes; its output layer has emb-dim units (default 64)")
+    p.add_argument("--top-mlp", type=_layer_sizes, metavar="N,N",
+                   help="[built-in] DLRM top MLP hidden sizes before the logit (default 64,32)")
+    p.add_argument("--hidden", type=_layer_sizes, metavar="N,N",
+                   help="[built-in] Embedding&MLP hidden sizes (default 128,64)")
+    p.add_argument("--optimizer", help=f"[built-in] sparse optimizer of the embedding table: sgd, momentum, adagrad, "
+                                       f"adam, ftrl (default {d.optimizer})")
+    p.add_argument("--lr", type=_positive_float, help=f"[built-in] sparse learning rate (default {d.lr})")
+    p.add_argument("--dense-optimizer", choices=DENSE_OPTIMIZERS,
+                   help=f"[built-in] Keras optimizer of the dense model (default {d.dense_optimizer})")
+    p.add_argument("--dense-lr", type=_positive_float, help=f"[built-in] dense learning rate (default {d.dense_lr})")
+    p.add_argument("--batch-size", type=_positive_int, help=f"[built-in] default {d.batch_size}")
     length = p.add_mutually_exclusive_group()
-    length.add_argument("--steps", type=_positive_int, help="train this many steps (cycling the data as needed)")
-    length.add_argument("--epochs", type=_positive_int, help=f"passes over the train split (default {d.epochs})")
-    p.add_argument("--eval-fraction", type=_fraction, default=d.eval_fraction,
-                   help="held-out fraction: the last rows in file order (default %(default)s)")
-    p.add_argument("--seed", type=_non_negative_int, default=d.seed, help="default %(default)s")
+    length.add_argument("--steps", type=_positive_int,
+                        help="built-in: batches of the run, split over the workers (cycling the data as needed); "
+                             "--script: at most this many steps, each one batch on every worker")
+    length.add_argument("--epochs", type=_positive_int, help=f"[built-in] passes over the train split (default {d.epochs})")
+    p.add_argument("--eval-fraction", type=_fraction,
+                   help=f"[built-in] held-out fraction: the last rows in file order (default {d.eval_fraction})")
+    p.add_argument("--seed", type=_non_negative_int, default=0, help="default %(default)s")
     p.add_argument("--deterministic", action="store_true",
                    help="deterministic TF ops and single-threaded op pools: same seed, same model_digest")
-    p.add_argument("--on-bad-line", choices=("error", "skip"), default=d.on_bad_line,
-                   help="malformed lines: stop with file:line and the reason, or skip and count them")
+    p.add_argument("--on-bad-line", choices=("error", "skip"),
+                   help="[built-in] malformed lines: stop with file:line and the reason, or skip and count them")
     p.add_argument("--report", metavar="FILE.json", help="write the run report (JSON) to this file")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    ps = p.add_argument_group("parameter servers (default: the single-process trainer, without servers)")
+    ps = p.add_argument_group("parameter servers (default: the job trains in this process, without servers)")
     ps.add_argument("--servers", type=_positive_int, help="train with N parameter servers (keys sharded by hash)")
     ps.add_argument("--workers", type=_positive_int, help="workers (default 1; needs --servers)")
     ps.add_argument("--backend", choices=("local", "ray"),
@@ -161,11 +169,77 @@ def _code(text: str) -> tuple[int, int]:
 _open_fraction = _number(float, lambda v: 0.0 < v < 1.0, "a number in (0, 1)")
 _share = _number(float, lambda v: 0.0 < v <= 1.0, "a number in (0, 1] (e.g. 0.05)")
 
+BUILTIN_FLAGS = ("data", "synthetic", "synthetic_rows", "synthetic_max_cardinality", "model", "emb_dim", "bottom_mlp",
+                 "top_mlp", "hidden", "optimizer", "lr", "dense_optimizer", "dense_lr", "batch_size", "epochs",
+                 "eval_fraction", "on_bad_line")
+CLUSTER_FLAGS = ("workers", "backend", "address", "mode")
+FT_FLAGS = ("ft", "code", "rebuild_share", "ckpt_interval", "ckpt_dir", "cpr_pls", "cpr_interval", "cpr_mode",
+            "fail_at", "fail_worker_at", "mtbf")
 
-def run_train(args: argparse.Namespace) -> int:
-    from .trainer import TrainConfig
 
-    data, synthetic, epochs, steps = args.data, args.synthetic, args.epochs, args.steps
+def _flag(name: str) -> str:
+    return f"--{name.replace('_', '-')}"
+
+
+def _given(args: argparse.Namespace, names: Sequence[str]) -> list:
+    return [_flag(n) for n in names if getattr(args, n, None) not in (None, False)]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainRequest:
+    """What ``xdl-ec train`` was asked: the job, where it runs, and how (built from the flags by
+    :func:`train_request`)."""
+
+    job: Any
+    cluster: Any
+    steps: Optional[int]
+    seed: int
+    deterministic: bool
+    progress: bool
+    config: Optional[Any] = None  # the built-in job's TrainConfig
+    data: Optional[Any] = None  # the built-in job's data (description and bad lines for the report)
+
+
+def train_request(args: argparse.Namespace) -> TrainRequest:
+    """The one mapping of ``xdl-ec train``'s flags to the job, the Cluster and the fit arguments; UsageError
+    names the flag at fault. Reads ``args``, changes nothing."""
+    from .cluster import Cluster
+
+    if args.report is not None:
+        parent = Path(args.report).resolve().parent
+        if not parent.is_dir():
+            raise UsageError(f"--report: directory {parent} does not exist")
+    cluster = None
+    if args.servers is None:
+        given = _given(args, CLUSTER_FLAGS)
+        if given:
+            raise UsageError(f"{', '.join(given)}: needs --servers N (without it training runs in one process)")
+        given = _given(args, FT_FLAGS)
+        if given:
+            raise UsageError(f"{', '.join(given)}: needs --servers N (fault tolerance is about parameter servers)")
+    else:
+        if args.ckpt_dir is not None and Path(args.ckpt_dir).exists() and not Path(args.ckpt_dir).is_dir():
+            raise UsageError(f"--ckpt-dir: {args.ckpt_dir} exists and is not a directory")
+        try:
+            cluster = Cluster(servers=args.servers, workers=args.workers or 1, backend=args.backend or "local",
+                              address=args.address, mode=args.mode or "sync", ft=args.ft or "none", code=args.code,
+                              rebuild_share=args.rebuild_share, ckpt_interval=args.ckpt_interval,
+                              ckpt_dir=args.ckpt_dir, cpr_pls=args.cpr_pls, cpr_interval=args.cpr_interval,
+                              cpr_mode=args.cpr_mode, mtbf=args.mtbf, fail_at=args.fail_at or (),
+                              fail_worker_at=args.fail_worker_at or ())
+        except (TypeError, ValueError) as err:
+            raise UsageError(_flag_names(str(err))) from None
+    progress = not args.no_progress
+    if args.script is not None:
+        given = _given(args, BUILTIN_FLAGS)
+        if given:
+            raise UsageError(f"{', '.join(given)}: describe the built-in model; with --script the job declares its "
+                             f"own tables, model and input (drop the flag(s) or the --script)")
+        return TrainRequest(load_script_job(args.script), cluster, args.steps, args.seed, args.deterministic,
+                            progress)
+    from .criteo_job import TrainConfig, criteo_job, open_training_data
+
+    data, synthetic = args.data, args.synthetic
     if data is None and not synthetic:
         sample = find_criteo_sample()
         if sample is not None:
@@ -176,46 +250,107 @@ def run_train(args: argparse.Namespace) -> int:
               file=sys.stderr)
     if data is not None and not Path(data).is_file():
         raise UsageError(f"--data: no such file: {data}")
-    if args.report is not None:
-        parent = Path(args.report).resolve().parent
-        if not parent.is_dir():
-            raise UsageError(f"--report: directory {parent} does not exist")
-    config = TrainConfig(
-        data=data, synthetic=synthetic, synthetic_rows=args.synthetic_rows,
-        synthetic_max_cardinality=args.synthetic_max_cardinality, model=args.model, emb_dim=args.emb_dim,
-        bottom_mlp=args.bottom_mlp, top_mlp=args.top_mlp, hidden=args.hidden, optimizer=args.optimizer,
-        lr=args.lr, dense_optimizer=args.dense_optimizer, dense_lr=args.dense_lr, batch_size=args.batch_size,
-        steps=steps, epochs=epochs if epochs is not None else TrainConfig.epochs,
-        eval_fraction=args.eval_fraction, seed=args.seed, deterministic=args.deterministic,
-        on_bad_line=args.on_bad_line, progress=not args.no_progress)
+    given = {name: getattr(args, name) for name in BUILTIN_FLAGS if getattr(args, name, None) is not None
+             and name not in ("data", "synthetic")}
     try:
-        config.validate()
-        from . import optim
-
-        optim.get(config.optimizer, learning_rate=config.lr)  # unknown name -> ValueError listing the known ones
-    except ValueError as err:
+        config = TrainConfig(data=data, synthetic=synthetic, steps=args.steps, seed=args.seed,
+                             deterministic=args.deterministic, progress=progress, **given)
+        training_data = open_training_data(config)
+    except (OSError, ValueError) as err:
         raise UsageError(str(err)) from None
-    cluster = _cluster_config(args)
-    strategy, failures = _fault_tolerance(args, config, cluster)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from .ft.strategy import Unrecoverable
-    from .ps import PSTrainer, RoleLost
-    from .trainer import Trainer
+    return TrainRequest(criteo_job(config), cluster, None, args.seed, args.deterministic, progress, config,
+                        training_data)
 
+
+def _flag_names(message: str) -> str:
+    """A config's error with its setting names written as the flags that set them."""
+    import re
+
+    for name in (*CLUSTER_FLAGS, *FT_FLAGS, "servers", "interval_steps", "pls", "interval"):
+        message = re.sub(rf"(?<![\w-]){name}:", f"{_flag(name)}:", message)
+    message = message.replace("--interval-steps:", "--cpr-interval:").replace("--pls:", "--cpr-pls:")
+    message = message.replace("ckpt interval:", "--ckpt-interval:").replace("cpr mode:", "--cpr-mode:")
+    return re.sub(r"ft='(\w+)'", r"--ft \1", message)
+
+
+class ScriptError(UsageError):
+    """A --script that cannot give a job."""
+
+
+def load_script_job(path: str) -> Any:
+    """Imports the file at ``path`` and returns what its ``job()`` returns, checked to be an xdl_ec.Job."""
+    import importlib.util
+    import traceback
+
+    from .job import Job
+
+    file = Path(path)
+    if not file.is_file():
+        raise ScriptError(f"--script: no such file: {path}")
+    spec = importlib.util.spec_from_file_location(f"xdl_ec_script_{file.stem}", file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # pickling the job's functions (Ray) finds them by module name
     try:
-        report = Trainer(config).run() if cluster is None else PSTrainer(config, cluster, strategy, failures).run()
-    # A bad line (BadLineError is a ValueError), an unreadable file, a data set too small to split, divergence.
-    except (OSError, ValueError, FloatingPointError) as err:
+        spec.loader.exec_module(module)
+    except Exception as err:  # noqa: BLE001 - user code: one line naming the file and the error
+        raise ScriptError(f"--script {path}: importing it raised {type(err).__name__}: {err}") from None
+    make = getattr(module, "job", None)
+    if not callable(make):
+        raise ScriptError(f"--script {path}: defines no job() function (it must return an xdl_ec.Job)")
+    try:
+        job = make()
+    except Exception as err:  # noqa: BLE001
+        where = traceback.extract_tb(err.__traceback__)[-1]
+        raise ScriptError(f"--script {path}: job() raised {type(err).__name__}: {err} (at {where.filename}:"
+                          f"{where.lineno})") from None
+    if not isinstance(job, Job):
+        raise ScriptError(f"--script {path}: job() must return an xdl_ec.Job, got {type(job).__name__}")
+    return job
+
+
+def run_train(args: argparse.Namespace) -> int:
+    status, _ = _train(args, verify=False)
+    return status
+
+
+def _train(args: argparse.Namespace, verify: bool) -> tuple:
+    """(exit status, report or None) of ``xdl-ec train`` (or ``verify``)."""
+    request = train_request(args)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from .input_stream import InputFnError
+    from .ps import RoleLost, Unrecoverable
+
+    fit = request.job.verify if verify else request.job.fit
+    try:
+        report = fit(steps=request.steps, cluster=request.cluster, deterministic=request.deterministic,
+                     seed=request.seed, progress=request.progress)
+    # A bad line (BadLineError is a ValueError), an unreadable file, a data set too small to split, divergence,
+    # a job whose model or input breaks the contract (InputError, ModelError are ValueErrors).
+    except (OSError, ValueError, TypeError, FloatingPointError, InputFnError) as err:
         raise UsageError(str(err)) from None
     except (RoleLost, Unrecoverable) as err:  # a role died and the strategy could not bring it back
-        print(f"xdl-ec train: error: {err}; training stopped", file=sys.stderr)
-        return EXIT_FAILURE
-    auc_text = "n/a" if report["auc"] is None else f"{report['auc']:.4f}"
-    logloss_text = "n/a" if report["logloss"] is None else f"{report['logloss']:.4f}"
-    print(f"trained {config.model}: {report['samples']:,} samples in {report['steps']:,} steps, "
+        print(f"xdl-ec {args.command}: error: {err}; training stopped", file=sys.stderr)
+        return EXIT_FAILURE, None
+    if request.config is not None:
+        report["bad_lines"] = request.data.bad_lines
+        report["config"] = {**request.config.describe(), "data_source": request.data.description}
+    _print_report(report, request)
+    if args.report is not None:
+        with open(args.report, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=2, sort_keys=True)
+            f.write("\n")
+    return 0, report
+
+
+def _print_report(report: dict, request: TrainRequest) -> None:
+    what = request.config.model if request.config is not None else "the job"
+    print(f"trained {what}: {report['samples']:,} samples in {report['steps']:,} steps, "
           f"{report['samples_per_sec']:,.0f} samples/s, final loss {report['final_loss']:.4f}")
-    print(f"eval on {report['eval_samples']:,} held-out rows: AUC {auc_text}, log loss {logloss_text}")
-    if report["bad_lines"]:
+    if "eval_samples" in report:
+        auc_text = "n/a" if report["auc"] is None else f"{report['auc']:.4f}"
+        logloss_text = "n/a" if report["logloss"] is None else f"{report['logloss']:.4f}"
+        print(f"eval on {report['eval_samples']:,} held-out rows: AUC {auc_text}, log loss {logloss_text}")
+    if report.get("bad_lines"):
         print(f"skipped {report['bad_lines']:,} bad lines")
     for failure in report.get("failures", []):
         print(f"{report['ft']}: {failure['role']} {failure['index']} lost at step {failure['step']}, recovered in "
@@ -225,60 +360,6 @@ def run_train(args: argparse.Namespace) -> int:
     print(f"model_digest {report['model_digest']}")
     for server in report.get("servers", []):
         print(f"server {server['index']}: {server['bytes_in']:,} bytes in, {server['bytes_out']:,} bytes out")
-    if args.report is not None:
-        with open(args.report, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=2, sort_keys=True)
-            f.write("\n")
-    return 0
-
-
-def _cluster_config(args: argparse.Namespace) -> Any:
-    """The ClusterConfig of --servers/--workers/--backend/--address/--mode, or None for the single-process trainer."""
-    if args.servers is None:
-        given = [f"--{name}" for name in ("workers", "backend", "address", "mode") if getattr(args, name) is not None]
-        if given:
-            raise UsageError(f"{', '.join(given)}: needs --servers N (without it training runs in one process)")
-        return None
-    if args.address is not None and args.backend != "ray":
-        raise UsageError("--address: a Ray address needs --backend ray")
-    from .ps import ClusterConfig
-
-    return ClusterConfig(servers=args.servers, workers=args.workers or 1, backend=args.backend or "local",
-                         address=args.address, mode=args.mode or "sync")
-
-
-FT_FLAGS = ("ft", "code", "rebuild_share", "ckpt_interval", "ckpt_dir", "cpr_pls", "cpr_interval", "cpr_mode",
-            "fail_at", "fail_worker_at", "mtbf")
-
-
-def _fault_tolerance(args: argparse.Namespace, config: Any, cluster: Any) -> tuple:
-    """(strategy, failure schedule) of the fault-tolerance flags; (None, None) without any."""
-    given = [f"--{name.replace('_', '-')}" for name in FT_FLAGS if getattr(args, name, None) is not None]
-    if not given:
-        return None, None
-    if cluster is None:
-        raise UsageError(f"{', '.join(given)}: needs --servers N (fault tolerance is about parameter servers)")
-    from .ft.factory import make_strategy
-    from .ft.failure_schedule import FailureSchedule
-
-    name = args.ft or "none"
-    specific = {"ckpt": ("ckpt_interval",), "cpr": ("cpr_pls", "cpr_interval", "cpr_mode"),
-                "ec": ("code", "rebuild_share")}
-    for strategy, flags in specific.items():
-        wrong = [f"--{f.replace('_', '-')}" for f in flags if getattr(args, f, None) is not None and name != strategy]
-        if wrong:
-            raise UsageError(f"{', '.join(wrong)}: only used with --ft {strategy} (this run has --ft {name})")
-    if args.ckpt_dir is not None and name not in ("ckpt", "cpr"):
-        raise UsageError(f"--ckpt-dir: only used with --ft ckpt or cpr (this run has --ft {name})")
-    if args.ckpt_dir is not None and Path(args.ckpt_dir).exists() and not Path(args.ckpt_dir).is_dir():
-        raise UsageError(f"--ckpt-dir: {args.ckpt_dir} exists and is not a directory")
-    try:
-        failures = FailureSchedule.from_flags(args.fail_at or (), args.fail_worker_at or (), args.mtbf, config.seed)
-        args.seed = config.seed
-        strategy = make_strategy(name, args)
-    except ValueError as err:
-        raise UsageError(str(err)) from None
-    return strategy, failures
 
 
 def add_verify_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -300,16 +381,18 @@ def run_verify(args: argparse.Namespace) -> int:
         raise UsageError("--servers: verify scrubs a parameter-server cluster: give --servers N (N >= k + r)")
     if (args.ft or "ec") != "ec":
         raise UsageError(f"--ft: verify scrubs erasure-coded parity, so it needs --ft ec (got --ft {args.ft})")
-    args.ft, args.scrub = "ec", True
-    status = run_train(args)
-    strategy = getattr(args, "ec_strategy", None)
-    if status != 0 or strategy is None or strategy.scrub_result is None:
-        return status or EXIT_FAILURE
-    for m in strategy.scrub_result:
-        print(f"inconsistent: table {m.table} stripe {m.stripe} parity member {m.parity_member} "
-              f"(server {m.server}, parity block {m.block})")
-    print(f"scrub: {'all stripes consistent' if not strategy.scrub_result else f'{len(strategy.scrub_result)} inconsistent parity blocks'}")
-    return EXIT_FAILURE if strategy.scrub_result else 0
+    status, report = _train(argparse.Namespace(**{**vars(args), "ft": "ec"}), verify=True)
+    if status != 0:
+        return status
+    inconsistent = report.get("scrub", {}).get("inconsistent")
+    if inconsistent is None:
+        print("xdl-ec verify: error: the run reported no scrub", file=sys.stderr)
+        return EXIT_FAILURE
+    for m in inconsistent:
+        print(f"inconsistent: table {m['table']} stripe {m['stripe']} parity member {m['parity_member']} "
+              f"(server {m['server']}, parity block {m['block']})")
+    print(f"scrub: {f'{len(inconsistent)} inconsistent parity blocks' if inconsistent else 'all stripes consistent'}")
+    return EXIT_FAILURE if inconsistent else 0
 
 
 def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -2,8 +2,8 @@
 
 The bytes hashed, in this order:
 
-1. Every embedding record of every table, merged and sorted by key (int64, ascending): for each record the key as
-   int64 little-endian, then its ``dim`` values as float32 little-endian, then its optimizer state floats as
+1. Every table in the job's declared order, and within a table every embedding record, merged over its shards and
+   sorted by key (int64, ascending): for each record the key as int64 little-endian, then its ``dim`` values as float32 little-endian, then its optimizer state floats as
    float32 little-endian (the layout of ``EmbeddingTable.export()``: ``keys``, ``values``, ``state``). Where the
    records live (which table object, shard, server or slot) does not enter the digest.
 2. Every dense weight in ``model.weights`` order, each as its raw little-endian bytes in its own dtype.
@@ -50,17 +50,19 @@ def _little_endian_bytes(array: Any) -> bytes:
     return np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes()
 
 
-def model_digest(embedding_exports: Iterable[Mapping[str, np.ndarray]], dense_weights: Iterable[Any],
+def model_digest(tables: Iterable[Iterable[Mapping[str, np.ndarray]]], dense_weights: Iterable[Any],
                  optimizer_variables: Iterable[Any]) -> str:
     """Hex sha256 of the trained state in the documented order (see the module docstring).
 
     Args:
-      embedding_exports: ``table.export()`` dicts (``keys``, ``values``, ``state``), e.g. one per shard.
+      tables: per table (in the job's order), its ``export()`` dicts (``keys``, ``values``, ``state``), e.g. one
+        per shard.
       dense_weights: ``model.weights`` (Keras variables or arrays), in order.
       optimizer_variables: the dense optimizer's ``variables``, in order.
     """
     h = hashlib.sha256()
-    h.update(_records(embedding_exports))
+    for exports in tables:
+        h.update(_records(exports))
     for w in dense_weights:
         h.update(_little_endian_bytes(w))
     for v in optimizer_variables:

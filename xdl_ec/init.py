@@ -11,7 +11,8 @@ import dataclasses
 from typing import Any, Union
 
 from . import _core
-from .hyperparameter import HyperParameters, real
+from .checks import real
+from .hyperparameter import HyperParameters
 
 __all__ = ["Initializer", "Zeros", "Constant", "RandomUniform", "TruncatedNormal", "get", "NAMES"]
 

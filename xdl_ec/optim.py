@@ -12,7 +12,8 @@ import dataclasses
 from typing import Any, Union
 
 from . import _core
-from .hyperparameter import HyperParameters, at_least, real
+from .checks import at_least, real
+from .hyperparameter import HyperParameters
 
 __all__ = ["Optimizer", "SGD", "Momentum", "Adagrad", "Adam", "Ftrl", "get", "NAMES"]
 

@@ -13,7 +13,8 @@ from typing import Any, Dict, Optional, Tuple, Union
 
 import numpy as np
 
-from . import _core, init, optim
+from . import _core, checks, init, optim
+from .table_config import Table
 
 __all__ = ["EmbeddingTable", "as_keys", "as_rows"]
 
@@ -52,16 +53,6 @@ def as_rows(rows: Any, n: int, width: int, name: str, width_name: str) -> np.nda
         return np.ascontiguousarray(array, dtype=np.float32)
 
 
-def _check_int(name: str, value: Any, low: int, high: Optional[int] = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {_type_name(value)}")
-    value = int(value)
-    if value < low or (high is not None and value > high):
-        bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
-        raise ValueError(f"{name} must be {bound}, got {value}")
-    return value
-
-
 class EmbeddingTable:
     """A sparse embedding table: int64 keys -> ``dim`` float32 values plus optimizer state.
 
@@ -86,27 +77,29 @@ class EmbeddingTable:
         seed: int = 0,
         block_slots: int = 1024,
     ) -> None:
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"name must be a non-empty str, got {name!r}")
-        self._name = name
-        self._dim = _check_int("dim", dim, 1, 1 << 16)
-        self._seed = _check_int("seed", seed, 0, (1 << 64) - 1)
-        block_slots = _check_int("block_slots", block_slots, 1, 1 << 24)
-        self._optimizer = optim.get(optimizer)
-        self._initializer = init.get(initializer)
-        config = _core.ShardConfig()
-        config.dim = self._dim
-        config.seed = self._seed
-        config.block_slots = block_slots
-        config.optimizer = self._optimizer.to_config()
-        config.initializer = self._initializer.to_config()
+        self._config = Table(name, dim, optimizer=optimizer, initializer=initializer, seed=seed,
+                             block_slots=block_slots)
+        self._name, self._dim, self._seed = name, int(dim), int(seed)
+        self._optimizer, self._initializer = self._config.optimizer, self._config.initializer
+        config = self._config.shard_config()
         self._shard = _core.EmbeddingShard(config)
         self._step = 0
         self._step_lock = threading.Lock()
         self._handle: Optional[int] = _core.register_shard(self._shard)
         self._unregister = weakref.finalize(self, _core.unregister_shard, self._handle)
 
+    @classmethod
+    def from_config(cls, table: Table) -> "EmbeddingTable":
+        """An empty table built as ``table`` describes."""
+        return cls(table.name, table.dim, optimizer=table.optimizer, initializer=table.initializer, seed=table.seed,
+                   block_slots=table.block_slots)
+
     # ---- properties ----------------------------------------------------------------------------
+    @property
+    def config(self) -> Table:
+        """The :class:`~xdl_ec.table_config.Table` this table was built from."""
+        return self._config
+
     @property
     def name(self) -> str:
         return self._name
@@ -155,7 +148,7 @@ class EmbeddingTable:
     @step.setter
     def step(self, value: int) -> None:
         with self._step_lock:
-            self._step = _check_int("step", value, 0)
+            self._step = checks.non_negative_int("step", value)
 
     # ---- training path -------------------------------------------------------------------------
     def pull(self, keys: Any) -> np.ndarray:
@@ -174,7 +167,7 @@ class EmbeddingTable:
         keys = as_keys(keys)
         grads = as_rows(grads, len(keys), self._dim, "grads", "dim")
         if step is not None:
-            self._shard.push(keys, grads, _check_int("step", step, 1))
+            self._shard.push(keys, grads, checks.positive_int("step", step))
             return
         with self._step_lock:
             self._shard.push(keys, grads, self._step + 1)

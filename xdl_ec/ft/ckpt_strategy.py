@@ -1,8 +1,8 @@
 """``--ft ckpt``: XDL's fault tolerance, the baseline: periodic job checkpoints and a global rollback.
 
 Every ``--ckpt-interval`` (steps, ``Ns`` seconds, or ``auto`` = Young's ``sqrt(2 * save cost * MTBF)`` from the
-measured save cost and ``--mtbf``), at a step boundary with every push applied (:meth:`PSTrainer.quiesce`), each
-server writes its own shards (records and optimizer state) into the pending checkpoint directory; the driver adds
+measured save cost and ``--mtbf``), at a step boundary with every push applied (``ClusterView.quiesce``), each
+server's agent (:class:`~xdl_ec.ft.shard_saver.ShardSaver`) writes its own shards (records and optimizer state) into the pending checkpoint directory; the driver adds
 the dense parameters, the dense optimizer state and the reader position (batches trained by each worker) and
 commits it atomically (:class:`~xdl_ec.ft.checkpoint.CheckpointStore`: a crash mid-save leaves the previous
 checkpoint the latest). Step 0 is saved at :meth:`attach`, so there is always a checkpoint to roll back to.
@@ -26,7 +26,8 @@ from typing import Any, Dict, Optional
 
 from .checkpoint import CheckpointStore
 from .interval import IntervalPolicy, parse_interval
-from .strategy import FailureRecord, FaultTolerance, Resume, Unrecoverable
+from ..ps.fault_tolerance import FailureRecord, FaultTolerance, Resume, Unrecoverable
+from .shard_saver import ShardSaver
 
 __all__ = ["Checkpointing"]
 
@@ -56,39 +57,34 @@ class Checkpointing(FaultTolerance):
         self.checkpoint_bytes = 0
         self.last_step: Optional[int] = None
 
-    @classmethod
-    def from_args(cls, args: Any) -> "Checkpointing":
-        from .factory import strategy_arg
-
-        mtbf = strategy_arg(args, "mtbf")
-        try:
-            return cls(str(strategy_arg(args, "ckpt_interval")), strategy_arg(args, "ckpt_dir"), mtbf)
-        except ValueError as err:
-            raise ValueError(f"--ckpt-interval: {err}") from None
-
-    def attach(self, trainer: Any) -> None:
-        super().attach(trainer)
+    def attach(self, view: Any) -> None:
+        super().attach(view)
+        self._attach_savers(range(view.num_servers))
         if self._directory is None:
             self._directory = tempfile.mkdtemp(prefix="xdl-ec-ckpt-")
         self.store = CheckpointStore(self._directory, keep=self.keep)
         self.save(0)
 
+    def _attach_savers(self, servers: Any) -> None:
+        _, lost = self.view.wait([self.view.server(i).attach_agent(ShardSaver) for i in servers])
+        if lost:
+            raise lost[0]
+
     # ---- saving ---------------------------------------------------------------------------------------
     def save(self, step: int) -> None:
         """A job checkpoint of ``step``: every server writes its part (in parallel), then one atomic commit."""
-        t = self.trainer
+        v = self.view
         start = time.perf_counter()
-        t.quiesce()
+        v.quiesce()
         pending = self.store.begin(step)
         try:
-            futures = [s.call("save_shard", str(pending.server_dir(i)), step)
-                       for i, s in enumerate(t.scheduler.servers)]
-            _, lost = t._drain(futures)
+            futures = [v.agent(i, ShardSaver).save(str(pending.server_dir(i)), step) for i in range(v.num_servers)]
+            _, lost = v.wait(futures)
             if lost:
                 raise lost[0]
-            saved = pending.commit(dense_weights=t.dense.model.trainable_variables,
-                                   dense_optimizer=t.dense.optimizer.variables,
-                                   reader_position={"step": step, "worker_batches": list(t.worker_batches)})
+            weights, optimizer = v.dense_variables()
+            saved = pending.commit(dense_weights=weights, dense_optimizer=optimizer,
+                                   reader_position=v.reader_position())
         except BaseException:
             pending.abort()
             raise
@@ -109,27 +105,28 @@ class Checkpointing(FaultTolerance):
 
     # ---- recovery -------------------------------------------------------------------------------------
     def recover(self, lost: BaseException) -> Resume:
-        t = self.trainer
+        v = self.view
         start = time.perf_counter()
         latest = self.store.latest() if self.store is not None else None
         if latest is None:
             raise Unrecoverable(f"{lost}: --ft ckpt has no checkpoint in {self._directory} to roll back to")
-        dead = sorted(index for role, index in t.scheduler.dead if role == "server")
+        dead = v.dead_servers()
         for index in dead:
-            t.replace_server(index)
-        futures = [s.call("load_shard", str(latest.server(i).directory)) for i, s in enumerate(t.scheduler.servers)]
-        _, more = t._drain(futures)
+            v.replace_server(index)
+        self._attach_savers(dead)
+        futures = [v.agent(i, ShardSaver).load(str(latest.server(i).directory)) for i in range(v.num_servers)]
+        _, more = v.wait(futures)
         if more:
             raise Unrecoverable(f"{more[0]} while rolling back to the checkpoint of step {latest.step}") from more[0]
-        for variables, values in ((t.dense.model.trainable_variables, latest.dense_weights()),
-                                  (t.dense.optimizer.variables, latest.dense_optimizer())):
+        weights, optimizer = v.dense_variables()
+        for variables, values in ((weights, latest.dense_weights()), (optimizer, latest.dense_optimizer())):
             for variable, value in zip(variables, values):
                 variable.assign(value.reshape(tuple(variable.shape)))  # a saved scalar may come back as [1]
         position = latest.reader_position
-        retrained = t.samples_since(position["worker_batches"])
+        retrained = v.samples_since(position)
         now = time.perf_counter()
         self.policy.restart(latest.step, now)
-        failed_step = t.step + 1
+        failed_step = v.step + 1
         for n, index in enumerate(dead):  # servers lost together share one rollback: its samples count once
             self.failures.append(FailureRecord(step=failed_step, role="server", index=index,
                                                rebuild_seconds=now - start,

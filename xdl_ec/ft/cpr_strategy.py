@@ -44,17 +44,17 @@ from typing import Any, Dict, List, Optional
 from .cpr_checkpointer import MODES, CprCheckpointer
 from .interval import IntervalPolicy, cpr_interval
 from .row_selection import AccessCounter
-from .strategy import FailureRecord, FaultTolerance, Resume
+from ..ps.agent import ServerAgent
+from ..ps.fault_tolerance import FailureRecord, FaultTolerance, Resume
 
 __all__ = ["CprAgent", "PartialRecovery"]
 
 
-class CprAgent:
-    """One server's CPR state, living in the server's process; the driver calls it via ``agent_call``.
+class CprAgent(ServerAgent):
+    """One server's CPR state (its agent), living in the server's process: counts every row a push updates, saves
+    and restores the server's shards."""
 
-    Picklable before use (native counters are created on the server at the first push or save)."""
-
-    def __init__(self, root: str, mode: str, fraction: float, full_every: int, seed: int) -> None:
+    def __init__(self, host: Any, root: str, mode: str, fraction: float, full_every: int, seed: int) -> None:
         self.root, self.mode, self.fraction, self.full_every, self.seed = root, mode, fraction, full_every, seed
         self._checkpointer: Optional[CprCheckpointer] = None
         self._ledger: Dict[str, AccessCounter] = {}
@@ -65,7 +65,11 @@ class CprAgent:
                                                  ledger=self._ledger)
         return self._checkpointer
 
-    def on_push(self, table: str, keys: Any, step: int) -> None:
+    def push(self, host: Any, table: Any, keys: Any, grads: Any, step: int, pushes: Any) -> None:
+        table.push(keys, grads, step=step)
+        self._count(table.name, keys, step)
+
+    def _count(self, table: str, keys: Any, step: int) -> None:
         counter = self._ledger.get(table)
         if counter is None:
             counter = self._ledger[table] = AccessCounter()
@@ -73,6 +77,10 @@ class CprAgent:
         self._ckpt().record(table, keys, step)  # SSU samples by batch: one global step = one batch here
 
     def save(self, server: Any, step: int) -> Dict[str, Any]:
+        with server.lock:
+            return self._save(server, step)
+
+    def _save(self, server: Any, step: int) -> Dict[str, Any]:
         tables = server.tables()
         for name in tables:
             self._ledger.setdefault(name, AccessCounter())
@@ -87,6 +95,10 @@ class CprAgent:
 
     def restore(self, server: Any) -> Dict[str, Any]:
         """Reloads this (fresh) server's tables from its chain; the ledger restarts at the saved counts."""
+        with server.lock:
+            return self._restore(server)
+
+    def _restore(self, server: Any) -> Dict[str, Any]:
         tables = server.tables()
         for name in tables:
             self._ledger.setdefault(name, AccessCounter())
@@ -137,53 +149,44 @@ class PartialRecovery(FaultTolerance):
         self._saved_samples: List[int] = []  # trainer.samples at each server's newest full save or reload
         self._lost: List[List[int]] = []  # disjoint, sorted [start, end) intervals of samples counted as lost
 
-    @classmethod
-    def from_args(cls, args: Any) -> "PartialRecovery":
-        from .factory import strategy_arg
-
-        return cls(pls=float(strategy_arg(args, "cpr_pls")), mtbf=strategy_arg(args, "mtbf"),
-                   interval_steps=strategy_arg(args, "cpr_interval"), mode=strategy_arg(args, "cpr_mode"),
-                   directory=strategy_arg(args, "ckpt_dir"), seed=int(strategy_arg(args, "seed")))
-
     @property
     def interval_seconds(self) -> Optional[float]:
-        if self.interval_steps is not None or self.trainer is None:
+        if self.interval_steps is not None or self.view is None:
             return None
-        return cpr_interval(self.pls, self.mtbf, len(self.trainer.scheduler.servers))
+        return cpr_interval(self.pls, self.mtbf, self.view.num_servers)
 
-    def _agent(self, index: int) -> CprAgent:
-        return CprAgent(str(Path(self._directory) / f"server-{index:04d}"), self.mode, self.fraction,
-                        self.full_every, self.seed)
+    def _attach_agent(self, index: int) -> Any:
+        return self.view.server(index).attach_agent(CprAgent, str(Path(self._directory) / f"server-{index:04d}"),
+                                                    self.mode, self.fraction, self.full_every, self.seed)
 
-    def attach(self, trainer: Any) -> None:
-        super().attach(trainer)
+    def attach(self, view: Any) -> None:
+        super().attach(view)
         if self._directory is None:
             self._directory = tempfile.mkdtemp(prefix="xdl-ec-cpr-")
-        servers = trainer.scheduler.servers
         self.policy = IntervalPolicy(steps=self.interval_steps) if self.interval_steps is not None else \
             IntervalPolicy(seconds=self.interval_seconds)
-        self._call_all([s.call("attach_agent", self._agent(i)) for i, s in enumerate(servers)])
-        self._updates = [0] * len(servers)
-        self._saved_samples = [0] * len(servers)
+        self._call_all([self._attach_agent(i) for i in range(view.num_servers)])
+        self._updates = [0] * view.num_servers
+        self._saved_samples = [0] * view.num_servers
         self.save(0)
 
     def _call_all(self, futures: List[Any]) -> List[Any]:
-        results, lost = self.trainer._drain(futures)
+        results, lost = self.view.wait(futures)
         if lost:
             raise lost[0]
         return results
 
     def save(self, step: int) -> None:
         """Every server saves its shard (full or partial per its schedule), in parallel."""
-        t = self.trainer
+        v = self.view
         start = time.perf_counter()
-        t.quiesce()
-        results = self._call_all([s.call("agent_call", "save", step) for s in t.scheduler.servers])
+        v.quiesce()
+        results = self._call_all([v.agent(i, CprAgent).save(step) for i in range(v.num_servers)])
         end = time.perf_counter()
         self.checkpoint_seconds += end - start
         self.checkpoint_bytes += sum(r["bytes"] for r in results)
         self.saves.append({"step": step, "full": results[0]["full"], "seconds": end - start})
-        self._saved_samples = [t.samples if r["full"] else before for r, before in zip(results, self._saved_samples)]
+        self._saved_samples = [v.samples if r["full"] else before for r, before in zip(results, self._saved_samples)]
         self.policy.saved(step, end, end - start)
 
     def wants_boundary(self, step: int) -> bool:
@@ -193,39 +196,38 @@ class PartialRecovery(FaultTolerance):
     def settle(self) -> None:
         """Reads the ledger poll in flight (a server that died meanwhile keeps its previous total)."""
         polls, self._polls = self._polls, []
-        results, _ = self.trainer._drain(polls)
+        results, _ = self.view.wait(polls)
         for i, total in enumerate(results):
             if total is not None:
                 self._updates[i] = total
 
     def after_step(self, step: int) -> None:
-        t = self.trainer
+        v = self.view
         self.settle()
-        self._polls = [s.call("agent_call", "updates") for s in t.scheduler.servers]
+        self._polls = [v.agent(i, CprAgent).updates() for i in range(v.num_servers)]
         if self.policy.due(step, time.perf_counter()):
             self.save(step)
 
     def recover(self, lost: BaseException) -> Resume:
-        t = self.trainer
+        v = self.view
         self.settle()
-        dead = sorted(index for role, index in t.scheduler.dead if role == "server")
         lost_samples = 0
-        for index in dead:
+        for index in v.dead_servers():
             start = time.perf_counter()
-            handle = t.replace_server(index)
-            self._call_all([handle.call("attach_agent", self._agent(index))])
-            [restored] = self._call_all([handle.call("agent_call", "restore")])
+            v.replace_server(index)
+            self._call_all([self._attach_agent(index)])
+            [restored] = self._call_all([v.agent(index, CprAgent).restore()])
             updates = max(self._updates[index] - restored["saved_updates"], 0)
             self._updates[index] = restored["saved_updates"]
-            samples = self._count_lost(self._saved_samples[index], t.samples)
-            self._saved_samples[index] = t.samples  # its state is complete again from here (what came before is lost)
+            samples = self._count_lost(self._saved_samples[index], v.samples)
+            self._saved_samples[index] = v.samples  # its state is complete again from here (what came before is lost)
             self.lost_updates += updates
             lost_samples += samples
-            self.failures.append(FailureRecord(step=t.step + 1, role="server", index=index,
+            self.failures.append(FailureRecord(step=v.step + 1, role="server", index=index,
                                                rebuild_seconds=time.perf_counter() - start,
                                                samples_per_sec_during_rebuild=0.0,  # training waits for it
                                                lost_samples=samples))
-        return Resume(step=t.step, reader_position=None, lost_samples=lost_samples)
+        return Resume(step=v.step, reader_position=None, lost_samples=lost_samples)
 
     def _count_lost(self, start: int, end: int) -> int:
         """Adds samples [start, end) to the lost ones; returns how many of them were not counted yet."""

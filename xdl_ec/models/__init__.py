@@ -1,5 +1,6 @@
-"""CTR model bodies (Keras 3 via tf.keras). A body maps (dense [B, 13], embeddings [B, 26, dim]) to logits [B]
-and owns no embeddings, so the same body trains on an xdl-ec table or on a plain Keras ``Embedding``."""
+"""CTR model bodies (Keras 3 via tf.keras), called as a job's model: ``model(embedded, dense)`` -> logits [B],
+with ``embedded`` {feature: [B, dim] or [B, n, dim]}. A body owns no embeddings, so the same body trains on an
+xdl-ec table or on a plain Keras ``Embedding``."""
 
 from __future__ import annotations
 

@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
-from ..data.schema import NUM_SPARSE
+
+def feature_vectors(embedded: Dict[str, Any]) -> Any:
+    """The embedded features as vectors [B, F, dim]: a [B, dim] feature is one vector, a [B, n, dim] one n, in the
+    job's feature order (every feature must have the same dim)."""
+    parts = [x[:, None, :] if x.shape.rank == 2 else x for x in embedded.values()]
+    dims = {int(p.shape[-1]) for p in parts}
+    if len(dims) != 1:
+        raise ValueError(f"DLRM's dot interaction needs every feature's rows of one dim, got dims {sorted(dims)}")
+    return parts[0] if len(parts) == 1 else tf.concat(parts, axis=1)
 
 
 class DLRM(tf.keras.Model):
-    """DLRM body: inputs ``(dense [B, 13], embeddings [B, 26, emb_dim])`` -> click logits ``[B]``.
+    """DLRM body: ``model(embedded, dense)`` -> click logits [B], with ``embedded`` {feature: [B, dim] or
+    [B, n, dim]} (a job's embedded features) and ``dense`` [B, D] or None.
 
     The bottom MLP maps the dense features to one more ``emb_dim`` vector (its last layer has ``emb_dim`` units);
-    the 27 vectors interact by pairwise dot products (the strict upper triangle: 27 * 26 / 2 = 351 features),
-    concatenated with the bottom output and fed to the top MLP, whose last layer is one linear unit. The body owns
-    no embeddings, so the same body serves an xdl-ec table and a plain Keras ``Embedding``.
+    the F + 1 vectors interact by pairwise dot products (the strict upper triangle), concatenated with the bottom
+    output and fed to the top MLP, whose last layer is one linear unit. The body owns no embeddings, so the same
+    body serves an xdl-ec table and a plain Keras ``Embedding``.
     """
 
     def __init__(self, emb_dim: int, bottom_mlp: Sequence[int] = (64,), top_mlp: Sequence[int] = (64, 32),
@@ -28,20 +37,20 @@ class DLRM(tf.keras.Model):
                        for i, u in enumerate([*bottom_mlp, emb_dim])]
         self.top = [tf.keras.layers.Dense(int(u), activation="relu", name=f"top_{i}") for i, u in enumerate(top_mlp)]
         self.top.append(tf.keras.layers.Dense(1, name="logit"))
-        n = NUM_SPARSE + 1
-        rows, cols = np.triu_indices(n, k=1)
-        self._pairs = tf.constant(rows * n + cols, dtype=tf.int32)
 
-    def call(self, inputs, training: bool = False):  # noqa: ANN001, ANN201 - Keras signature
-        dense, emb = inputs
-        x = dense
-        for layer in self.bottom:
-            x = layer(x)
-        vectors = tf.concat([x[:, None, :], emb], axis=1)  # [B, 27, d]
-        dots = tf.matmul(vectors, vectors, transpose_b=True)  # [B, 27, 27]
-        n = NUM_SPARSE + 1
-        pairs = tf.gather(tf.reshape(dots, [-1, n * n]), self._pairs, axis=1)
-        h = tf.concat([x, pairs], axis=1)
+    def call(self, embedded: Dict[str, Any], dense: Optional[Any] = None, training: bool = False):  # noqa: ANN201
+        vectors = feature_vectors(embedded)
+        x = None
+        if dense is not None:
+            x = dense
+            for layer in self.bottom:
+                x = layer(x)
+            vectors = tf.concat([x[:, None, :], vectors], axis=1)  # [B, F + 1, d]
+        n = int(vectors.shape[1])
+        rows, cols = np.triu_indices(n, k=1)
+        dots = tf.matmul(vectors, vectors, transpose_b=True)  # [B, n, n]
+        pairs = tf.gather(tf.reshape(dots, [-1, n * n]), tf.constant(rows * n + cols, dtype=tf.int32), axis=1)
+        h = pairs if x is None else tf.concat([x, pairs], axis=1)
         for layer in self.top:
             h = layer(h)
         return tf.squeeze(h, axis=1)

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import tensorflow as tf
 
-from ..data.schema import NUM_SPARSE
 from .dlrm import _check_sizes
 
 
 class EmbeddingMLP(tf.keras.Model):
-    """Embedding&MLP body: inputs ``(dense [B, 13], embeddings [B, 26, emb_dim])`` -> click logits ``[B]``.
-
-    The 26 embeddings are flattened and concatenated with the dense features, then go through ReLU layers of
-    ``hidden`` units and one linear output unit. The body owns no embeddings (see :class:`DLRM`).
+    """Embedding&MLP body: ``model(embedded, dense)`` -> click logits [B]. Every embedded feature is flattened
+    and concatenated with the dense features, then goes through ReLU layers of ``hidden`` units and one linear
+    output unit. The body owns no embeddings (see :class:`~xdl_ec.models.dlrm.DLRM`).
     """
 
     def __init__(self, emb_dim: int, hidden: Sequence[int] = (128, 64), **kwargs) -> None:
@@ -25,9 +23,11 @@ class EmbeddingMLP(tf.keras.Model):
                        for i, u in enumerate(hidden)]
         self.out = tf.keras.layers.Dense(1, name="logit")
 
-    def call(self, inputs, training: bool = False):  # noqa: ANN001, ANN201 - Keras signature
-        dense, emb = inputs
-        h = tf.concat([tf.reshape(emb, [-1, NUM_SPARSE * self.emb_dim]), dense], axis=1)
+    def call(self, embedded: Dict[str, Any], dense: Optional[Any] = None, training: bool = False):  # noqa: ANN201
+        parts = [tf.reshape(x, [-1, x.shape[1] * x.shape[2]]) if x.shape.rank == 3 else x for x in embedded.values()]
+        if dense is not None:
+            parts.append(dense)
+        h = tf.concat(parts, axis=1)
         for layer in self.hidden:
             h = layer(h)
         return tf.squeeze(self.out(h), axis=1)

@@ -1,21 +1,31 @@
-"""Parameter servers and workers (issue 5): XDL's roles with two backends behind one interface.
+"""Parameter servers and workers: XDL's roles, with two backends behind one interface, and the driver.
 
-- :class:`ParameterServer` (``server.py``): one embedding shard per table, pull/push by key batches, stats.
-- :class:`PSClient` (``client.py``): routes keys by ``KeyRouter::ServerOf``, one batched request per server.
-- :class:`Worker` (``worker.py``): its part of the data, the TF model over fed rows, prefetching pulls.
-- :class:`Scheduler` (``scheduler.py``): cluster map, starts/replaces servers, decides deaths.
+- :class:`ParameterServer` (``server.py``): one embedding shard per table, pull/push by key batches, one agent;
+- :class:`PSClient` (``client.py``): routes keys by ``KeyRouter::ServerOf``, one request per server;
+- :class:`Worker` (``worker.py``): its own input, the job's model over fed rows, prefetching pulls;
+- :class:`Scheduler` (``scheduler.py``): cluster map, starts/replaces servers, decides deaths;
 - :class:`LocalBackend` / :class:`RayBackend` (``backend.py``): where roles run; dead roles -> :class:`ServerLost` /
-  :class:`WorkerLost`.
-- dense parameters: ``dense_sync.py``; the driver loop and report: :class:`PSTrainer` (``training.py``).
+  :class:`WorkerLost`; :class:`Remote` (``remote.py``) calls them by the interfaces of ``api.py``;
+- the driver :class:`PSTrainer` (``training.py``) with its loops, recovery coordinator and the seams through which
+  fault tolerance reaches it: :class:`FaultTolerance` (``fault_tolerance.py``), :class:`ClusterView`,
+  :class:`ServerAgent` (``agent.py``).
 
-Nothing here imports TensorFlow or Ray at import time.
+Nothing here imports TensorFlow or Ray at import time, and nothing here knows a strategy (``xdl_ec.ft`` builds on
+this package, never the reverse).
 """
 
+from .agent import ServerAgent
 from .backend import CallTimeout, LocalBackend, RayBackend, RoleLost, ServerLost, WorkerLost, make_backend
 from .client import PSClient, route
+from .cluster_view import ClusterView
+from .fault_tolerance import FailureRecord, FaultTolerance, NoFaultTolerance, Resume, Unrecoverable
+from .remote import Remote
 from .scheduler import Scheduler
-from .server import ParameterServer, PushAck, TableSpec
+from .server import ParameterServer, PushAck
 from .training import ClusterConfig, PSTrainer
+from .worker import RunSettings, Worker
 
-__all__ = ["CallTimeout", "ClusterConfig", "LocalBackend", "PSClient", "PSTrainer", "ParameterServer", "PushAck",
-           "RayBackend", "RoleLost", "Scheduler", "ServerLost", "TableSpec", "WorkerLost", "make_backend", "route"]
+__all__ = ["CallTimeout", "ClusterConfig", "ClusterView", "FailureRecord", "FaultTolerance", "LocalBackend",
+           "NoFaultTolerance", "PSClient", "PSTrainer", "ParameterServer", "PushAck", "RayBackend", "Remote",
+           "Resume", "RoleLost", "RunSettings", "Scheduler", "ServerAgent", "ServerLost", "Unrecoverable", "Worker",
+           "WorkerLost", "make_backend", "route"]

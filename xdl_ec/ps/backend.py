@@ -19,6 +19,9 @@ import os
 import threading
 from typing import Any, Callable, Dict, List, Optional, Type
 
+from .api import RoleAPI
+from .remote import Remote
+
 DEFAULT_TIMEOUT = 300.0  # seconds a call may take before it counts as hung (a step is far shorter)
 
 
@@ -60,6 +63,17 @@ class CallTimeout(TimeoutError):
 
 
 LOST_ERRORS: Dict[str, Type[RoleLost]] = {"server": ServerLost, "worker": WorkerLost}
+
+
+def in_ray_actor() -> bool:
+    """True inside a Ray actor's process (never imports Ray when this process has not)."""
+    import sys
+
+    if "ray" not in sys.modules:
+        return False
+    import ray
+
+    return ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None
 
 
 def lost_error(role: str, index: int, reason: str) -> RoleLost:
@@ -313,7 +327,7 @@ class RayBackend:
     def alive(self, handle: RayHandle, timeout: float = 5.0) -> bool:
         """True when the actor answers a ping within ``timeout``."""
         try:
-            handle.call("ping").result(timeout)
+            Remote(handle, RoleAPI).ping().result(timeout)
             return True
         except (RoleLost, CallTimeout):
             return False

@@ -1,24 +1,27 @@
 """PSClient: the worker's side of the parameter servers (ps-lite's KVWorker).
 
 Keys are routed to servers by ``KeyRouter::ServerOf`` (a salted 64-bit hash, the same in every process and every
-run, never ``key % N``); each call sends ONE batched request per server, all issued before any is awaited (so the
-servers work concurrently), and reassembles the answers in the caller's key order. ``pull_async`` returns at
-once, which is how a worker prefetches the next batch's rows while TF computes the current step.
+run, never ``key % N``); each call sends ONE request per server carrying every table's part, all issued before any
+is awaited (so the servers work concurrently), and reassembles the answers in the caller's key order.
+``pull_async`` returns at once, which is how a worker prefetches the next batch's rows while TF computes the
+current step.
 
-Pushes carry a per-server sequence number (1, 2, ...). ``push_log`` (optional, off by default) keeps every push
-until a later ``forget(server, seq)``: the seam for replaying non-durable pushes to a rebuilt server.
+Every table's part of a push carries a per-server sequence number (1, 2, ...). With a push log (``--ft ec``)
+every part is kept until its server reports it durable (``PushAck.durable``), to be replayed to a rebuilt server.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .. import _core
 from ..table import as_keys
+from .api import ServerAPI
 from .backend import DEFAULT_TIMEOUT, Handle
+from .remote import Remote
 
 
 def route(keys: np.ndarray, num_servers: int) -> List[np.ndarray]:
@@ -39,17 +42,20 @@ class LoggedPush:
 
 
 class PendingRows:
-    """Rows of a pull in flight: ``result()`` waits for every server's answer and reassembles them."""
+    """Rows of a pull in flight: ``result()`` waits for every server's answer and reassembles them per table."""
 
-    def __init__(self, futures: List[Tuple[np.ndarray, Any]], n: int, dim: int, timeout: Optional[float]) -> None:
-        self._futures, self._n, self._dim, self._timeout = futures, n, dim, timeout
-        self._rows: Optional[np.ndarray] = None
+    def __init__(self, calls: List[Tuple[Any, List[Tuple[str, np.ndarray]]]], sizes: Mapping[str, Tuple[int, int]],
+                 timeout: Optional[float]) -> None:
+        self._calls, self._sizes, self._timeout = calls, sizes, timeout
+        self._rows: Optional[Dict[str, np.ndarray]] = None
 
-    def result(self) -> np.ndarray:
+    def result(self) -> Dict[str, np.ndarray]:
+        """{table: rows float32 [len(keys), dim]} in the order of the keys asked for."""
         if self._rows is None:
-            rows = np.empty((self._n, self._dim), dtype=np.float32)
-            for positions, future in self._futures:
-                rows[positions] = future.result(self._timeout)
+            rows = {t: np.empty(shape, dtype=np.float32) for t, shape in self._sizes.items()}
+            for future, parts in self._calls:
+                for (table, positions), part in zip(parts, future.result(self._timeout)):
+                    rows[table][positions] = part
             self._rows = rows
         return self._rows
 
@@ -79,66 +85,89 @@ class PSClient:
     def num_servers(self) -> int:
         return len(self.servers)
 
-    def pull_async(self, table: str, keys: Any, dim: int) -> PendingRows:
-        """Starts pulling the rows of ``keys`` (inserting missing ones on their servers); returns at once."""
-        keys = as_keys(keys)
-        futures = []
-        for server, positions in enumerate(route(keys, self.num_servers)):
-            if positions.size:
-                part = keys[positions]
-                futures.append((positions, self.servers[server].call("pull", table, part)))
-                self.bytes_requested += part.nbytes
-        self.bytes_pulled += keys.size * dim * 4
-        return PendingRows(futures, keys.size, dim, self.timeout)
+    def server(self, index: int) -> Remote:
+        return Remote(self.servers[index], ServerAPI)
 
-    def pull(self, table: str, keys: Any, dim: int) -> np.ndarray:
-        """Rows float32[len(keys), dim] of ``keys``, in their order."""
-        return self.pull_async(table, keys, dim).result()
+    def pull_async(self, requests: Mapping[str, Tuple[Any, int]]) -> PendingRows:
+        """Starts pulling {table: (keys, dim)} (inserting missing rows on their servers); returns at once."""
+        per_server: List[List[Tuple[str, np.ndarray, np.ndarray]]] = [[] for _ in self.servers]
+        sizes = {}
+        for table, (keys, dim) in requests.items():
+            keys = as_keys(keys)
+            sizes[table] = (keys.size, dim)
+            self.bytes_pulled += keys.size * dim * 4
+            for server, positions in enumerate(route(keys, self.num_servers)):
+                if positions.size:
+                    per_server[server].append((table, positions, keys[positions]))
+        calls = []
+        for server, parts in enumerate(per_server):
+            if parts:
+                self.bytes_requested += sum(k.nbytes for _, _, k in parts)
+                future = self.server(server).pull([(t, k) for t, _, k in parts])
+                calls.append((future, [(t, p) for t, p, _ in parts]))
+        return PendingRows(calls, sizes, self.timeout)
 
-    def find(self, table: str, keys: Any, dim: int) -> Tuple[np.ndarray, np.ndarray]:
-        """(rows, found) without inserting: rows of keys no server holds are zeros."""
-        keys = as_keys(keys)
-        rows = np.zeros((keys.size, dim), dtype=np.float32)
-        found = np.zeros(keys.size, dtype=bool)
-        futures = [(positions, self.servers[s].call("find", table, keys[positions]))
-                   for s, positions in enumerate(route(keys, self.num_servers)) if positions.size]
-        for positions, future in futures:
-            part_rows, part_found = future.result(self.timeout)
-            rows[positions] = part_rows
-            found[positions] = np.asarray(part_found, dtype=bool)
-        return rows, found
+    def pull(self, requests: Mapping[str, Tuple[Any, int]]) -> Dict[str, np.ndarray]:
+        """{table: rows float32[len(keys), dim]} of {table: (keys, dim)}, in the keys' order."""
+        return self.pull_async(requests).result()
 
-    def push(self, table: str, keys: Any, grads: np.ndarray, step: int, participants: int = 1) -> List[Any]:
-        """Pushes per-key gradients (keys unique) to their servers; returns the servers' acks.
+    def find(self, requests: Mapping[str, Tuple[Any, int]]) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
+        """{table: (rows, found)} without inserting: rows of keys no server holds are zeros."""
+        out, calls = {}, []
+        per_server: List[List[Tuple[str, np.ndarray, np.ndarray]]] = [[] for _ in self.servers]
+        for table, (keys, dim) in requests.items():
+            keys = as_keys(keys)
+            out[table] = (np.zeros((keys.size, dim), dtype=np.float32), np.zeros(keys.size, dtype=bool))
+            for server, positions in enumerate(route(keys, self.num_servers)):
+                if positions.size:
+                    per_server[server].append((table, positions, keys[positions]))
+        for server, parts in enumerate(per_server):
+            if parts:
+                calls.append((self.server(server).find([(t, k) for t, _, k in parts]), parts))
+        for future, parts in calls:
+            for (table, positions, _), (rows, found) in zip(parts, future.result(self.timeout)):
+                out[table][0][positions] = rows
+                out[table][1][positions] = np.asarray(found, dtype=bool)
+        return out
 
-        With ``participants > 1`` (sync mode) every server gets a request, empty when it owns none of the keys,
-        since it waits for one push per participant before applying the step."""
-        futures = self.push_async(table, keys, grads, step, participants)
+    def push(self, grads: Mapping[str, Tuple[Any, np.ndarray]], step: int, participants: int = 1) -> List[Any]:
+        """Pushes {table: (unique keys, per-key gradients)} to their servers; returns the servers' acks.
+
+        With ``participants > 1`` (sync mode) every server gets every table's part, empty when it owns none of
+        the keys, since it waits for one push per participant before applying the step."""
+        futures = self.push_async(grads, step, participants)
         acks = [f.result(self.timeout) for f in futures]
         self.note_acks(futures, acks)
         return acks
 
-    def push_async(self, table: str, keys: Any, grads: np.ndarray, step: int, participants: int = 1) -> List[Any]:
+    def push_async(self, grads: Mapping[str, Tuple[Any, np.ndarray]], step: int, participants: int = 1) -> List[Any]:
         """:meth:`push` without waiting: the futures of the servers' acks."""
-        keys = as_keys(keys)
-        grads = np.ascontiguousarray(grads, dtype=np.float32)
-        if grads.ndim != 2 or grads.shape[0] != keys.size:
-            raise ValueError(f"grads: must be [len(keys), dim] = [{keys.size}, dim], got {grads.shape}")
+        per_server: List[List[Tuple[str, np.ndarray, np.ndarray]]] = [[] for _ in self.servers]
+        for table, (keys, table_grads) in grads.items():
+            keys = as_keys(keys)
+            table_grads = np.ascontiguousarray(table_grads, dtype=np.float32)
+            if table_grads.ndim != 2 or table_grads.shape[0] != keys.size:
+                raise ValueError(f"grads of table {table!r}: must be [len(keys), dim] = [{keys.size}, dim], got "
+                                 f"{table_grads.shape}")
+            for server, positions in enumerate(route(keys, self.num_servers)):
+                if positions.size or participants > 1:
+                    per_server[server].append((table, keys[positions], table_grads[positions]))
         self._forget_durable()
         futures = []
-        for server, positions in enumerate(route(keys, self.num_servers)):
-            if positions.size == 0 and participants == 1:
+        for server, parts in enumerate(per_server):
+            if not parts:
                 continue
-            part_keys, part_grads = keys[positions], grads[positions]
-            self._seq[server] += 1
-            seq = self._seq[server]
-            if self.push_log is not None:
-                self.push_log[server][seq] = LoggedPush(table, part_keys, part_grads, step, participants)
-            futures.append(self.servers[server].call("push", table, part_keys, part_grads, step, self.worker, seq,
-                                                     participants))
+            wire = []
+            for table, keys, table_grads in parts:
+                self._seq[server] += 1
+                seq = self._seq[server]
+                if self.push_log is not None:
+                    self.push_log[server][seq] = LoggedPush(table, keys, table_grads, step, participants)
+                wire.append((table, keys, table_grads, seq))
+                self.bytes_pushed += keys.nbytes + table_grads.nbytes
+            futures.append(self.server(server).push(wire, step, self.worker, participants))
             if self.push_log is not None:
                 self._unread.append((server, futures[-1]))
-            self.bytes_pushed += part_keys.nbytes + part_grads.nbytes
         return futures
 
     def sent_seqs(self) -> List[int]:
@@ -153,17 +182,18 @@ class PSClient:
                 del log[s]
 
     def enable_push_log(self) -> None:
-        """Keeps every push from now on until its server reports it parity-durable (``--ft ec``)."""
+        """Keeps every push from now on until its server reports it durable (``--ft ec``)."""
         if self.push_log is None:
             self.push_log = {s: {} for s in range(self.num_servers)}
 
     def resume_seqs(self) -> bool:
         """Continues the push seqs each server last saw from this worker index (a restarted worker: its pushes
-        must not look like replays) and keeps a push log if the servers keep parity. Returns the latter."""
-        states = [f.result(self.timeout) for f in [s.call("push_state", self.worker) for s in self.servers]]
+        must not look like replays) and keeps a push log if the servers' agents ask for one. Returns the latter."""
+        states = [f.result(self.timeout) for f in [self.server(s).push_state(self.worker)
+                                                   for s in range(self.num_servers)]]
         for server, (_, last) in enumerate(states):
             self._seq[server] = max(self._seq[server], int(last))
-        if any(parity for parity, _ in states):
+        if any(logs for logs, _ in states):
             self.enable_push_log()
         return self.push_log is not None
 
@@ -207,6 +237,6 @@ class PSClient:
         log = self.push_log[server]
         for seq in sorted(log):
             p = log[seq]
-            self.servers[server].call("push", p.table, p.keys, p.grads, p.step, self.worker, seq,
-                                      p.participants).result(self.timeout)
+            self.server(server).push([(p.table, p.keys, p.grads, seq)], p.step, self.worker,
+                                     p.participants).result(self.timeout)
         return len(log)

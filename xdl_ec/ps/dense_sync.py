@@ -2,7 +2,7 @@
 
 Mechanism (a choice between XDL, which keeps dense parameters on the servers, and ECRec, which replicates them on
 workers with their optimizer state): the AUTHORITATIVE replica, weights and optimizer state, lives with the
-driver (the scheduler's process) as a :class:`DenseReplica`; every worker holds a copy of the weights. A step
+driver (the scheduler's process) as a :class:`~xdl_ec.dense_model.DenseModel`; every worker holds a copy of the weights. A step
 call carries the current weights to the worker and its answer carries the worker's dense gradients back, so the
 dense traffic rides on the step's own round trip (no extra RPC) and no parameter server becomes a hot spot for
 the ~10^4-10^5 dense floats that every sample touches.
@@ -14,7 +14,7 @@ the ~10^4-10^5 dense floats that every sample touches.
 
 Survival: the dense state is held by the driver, not by any server or worker, so losing any one of those loses
 nothing dense; a restarted worker simply receives the current weights with its next step. With one worker,
-:meth:`DenseReplica.apply` performs exactly the single-process trainer's ``optimizer.apply`` on the same gradients,
+:meth:`DenseModel.apply` performs exactly the single-process trainer's ``optimizer.apply`` on the same gradients,
 which the model_digest test checks bit for bit.
 """
 
@@ -42,35 +42,3 @@ def average_gradients(per_worker: Sequence[Sequence[np.ndarray]]) -> List[np.nda
             total += grads[i]
         out.append(total / np.float32(len(per_worker)))
     return out
-
-
-class DenseReplica:
-    """The model body and its dense optimizer (built by the trainer's ``build_dense_part``)."""
-
-    def __init__(self, config: Any) -> None:
-        import tensorflow as tf
-
-        from ..trainer import build_dense_part
-
-        self.model, self.optimizer = build_dense_part(config)
-        if len(self.model.trainable_variables) != len(self.model.weights):
-            raise ValueError("model: non-trainable dense weights are not synchronised between workers")
-        variables = self.model.trainable_variables
-        self._apply = tf.function(lambda grads: self.optimizer.apply(grads, variables))
-
-    def weights(self) -> List[np.ndarray]:
-        """The current weights, in ``model.trainable_variables`` order."""
-        return [v.numpy() for v in self.model.trainable_variables]
-
-    def set_weights(self, weights: Sequence[np.ndarray]) -> None:
-        variables = self.model.trainable_variables
-        if len(weights) != len(variables):
-            raise ValueError(f"weights: expected {len(variables)} arrays, got {len(weights)}")
-        for v, w in zip(variables, weights):
-            v.assign(w)
-
-    def apply(self, grads: Sequence[np.ndarray]) -> None:
-        """One optimizer step with ``grads`` (``model.trainable_variables`` order)."""
-        import tensorflow as tf
-
-        self._apply([tf.convert_to_tensor(g) for g in grads])

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
+from .. import checks
+from ..table_config import Table
+from .api import ServerAPI
 from .backend import CallTimeout, Handle, RoleLost, lost_error
-from .server import ParameterServer, TableSpec
+from .remote import Remote
+from .server import ParameterServer
 
 PROBE_TIMEOUT = 5.0  # seconds a live role takes at most to answer a ping between two calls
 
@@ -22,13 +26,11 @@ class Scheduler:
     idle ones that :meth:`replace_server` hands out first (a hot spare: on Ray a new server process takes ~1.5 s to
     start, which a recovery would otherwise wait for while training stands still)."""
 
-    def __init__(self, backend: Any, num_servers: int, tables: Sequence[TableSpec], spares: int = 0) -> None:
-        if isinstance(num_servers, bool) or not isinstance(num_servers, int) or num_servers < 1:
-            raise ValueError(f"num_servers: must be a positive int, got {num_servers!r}")
-        if isinstance(spares, bool) or not isinstance(spares, int) or spares < 0:
-            raise ValueError(f"spares: must be an int >= 0, got {spares!r}")
+    def __init__(self, backend: Any, num_servers: int, tables: Sequence[Table], spares: int = 0) -> None:
+        checks.positive_int("num_servers", num_servers)
+        checks.non_negative_int("spares", spares)
         self.backend = backend
-        self.tables: Tuple[TableSpec, ...] = tuple(tables)
+        self.tables: Tuple[Table, ...] = tuple(tables)
         self.version = 0
         self.servers: List[Handle] = [backend.start("server", i, ParameterServer, i, self.tables)
                                       for i in range(num_servers)]
@@ -40,7 +42,7 @@ class Scheduler:
         for _ in range(spares):
             self._start_spare()
         for server in self.servers + self._spares:  # a server that cannot start fails here, not in the first step
-            server.call("ping").result(60.0)
+            Remote(server, ServerAPI).ping().result(60.0)
 
     def replenish_spares(self) -> None:
         """Starts spares up to the count asked for (call once a recovery is complete: a process starting while a
@@ -59,6 +61,12 @@ class Scheduler:
         self.workers = [self.backend.start("worker", i, factory, *args_of(i)) for i in range(count)]
         self.version += 1
         return self.workers
+
+    def worker_restarted(self, index: int, handle: Handle) -> None:
+        """Worker ``index`` runs again, as ``handle`` (started by the driver)."""
+        self.workers[index] = handle
+        self.dead.pop(("worker", index), None)
+        self.version += 1
 
     def cluster_map(self) -> Dict[str, Any]:
         """Servers and workers with their state, tables, and the map's version."""
@@ -98,7 +106,7 @@ class Scheduler:
         while self._spares and handle is None:
             spare = self._spares.pop(0)
             try:
-                spare.call("take_index", index).result(60.0)
+                Remote(spare, ServerAPI).take_index(index).result(60.0)
                 handle = self.backend.rename(spare, index)
             except (RoleLost, CallTimeout):  # a spare that died idle is simply not used
                 self.backend.kill(spare)
@@ -110,11 +118,11 @@ class Scheduler:
         return handle
 
     def server_stats(self) -> List[Dict[str, Any]]:
-        return [f.result(60.0) for f in [s.call("stats") for s in self.servers]]
+        return [f.result(60.0) for f in [Remote(s, ServerAPI).stats() for s in self.servers]]
 
     def exports(self, table: str) -> List[Dict[str, Any]]:
         """Every server's rows of ``table`` (for the digest and checkpoints)."""
-        return [f.result(300.0) for f in [s.call("export", table) for s in self.servers]]
+        return [f.result(300.0) for f in [Remote(s, ServerAPI).export(table) for s in self.servers]]
 
     def shutdown(self) -> None:
         self.backend.shutdown()

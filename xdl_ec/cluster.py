@@ -1,0 +1,83 @@
+"""Cluster: where and how a job trains on parameter servers, with its fault tolerance, checked once.
+
+``Cluster(servers=N, workers=W, backend="local"|"ray", address=None, mode="sync"|"async", ft="none"|"ckpt"|"cpr"|
+"ec", code=(k, r), ...)``; the strategy's own keywords (``rebuild_share``, ``ckpt_interval``, ``ckpt_dir``,
+``cpr_pls``, ``cpr_interval``, ``cpr_mode``, ``mtbf``) and failure injection (``fail_at``, ``fail_worker_at``:
+"STEP[:INDEX]" strings, ``mtbf`` seconds) are those of ``xdl-ec train``'s flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence, Tuple, Union
+
+from . import checks
+from .ft.configs import STRATEGIES, CkptConfig, CprConfig, EcConfig, StrategyConfig, parse_code
+from .ft.failure_schedule import FailureSchedule
+from .ps.backend import DEFAULT_TIMEOUT
+from .ps.training import ClusterConfig
+
+_ONLY = {"code": "ec", "rebuild_share": "ec", "ckpt_interval": "ckpt", "cpr_pls": "cpr", "cpr_interval": "cpr",
+         "cpr_mode": "cpr"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    servers: int = 1
+    workers: int = 1
+    backend: str = "local"
+    address: Optional[str] = None
+    mode: str = "sync"
+    ft: str = "none"
+    code: Optional[Union[str, Tuple[int, int]]] = None
+    rebuild_share: Optional[float] = None
+    ckpt_interval: Optional[str] = None
+    ckpt_dir: Optional[str] = None
+    cpr_pls: Optional[float] = None
+    cpr_interval: Optional[int] = None
+    cpr_mode: Optional[str] = None
+    mtbf: Optional[float] = None
+    fail_at: Sequence[str] = ()
+    fail_worker_at: Sequence[str] = ()
+    call_timeout: float = DEFAULT_TIMEOUT
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fail_at", tuple(self.fail_at))
+        object.__setattr__(self, "fail_worker_at", tuple(self.fail_worker_at))
+        self.cluster_config()  # checks servers, workers, backend, address, mode, call_timeout
+        checks.one_of("ft", self.ft, STRATEGIES)
+        wrong = [name for name, ft in _ONLY.items() if getattr(self, name) is not None and ft != self.ft]
+        if wrong:
+            raise ValueError(f"{', '.join(wrong)}: only used with ft={_ONLY[wrong[0]]!r} (this cluster has "
+                             f"ft={self.ft!r})")
+        if self.ckpt_dir is not None and self.ft not in ("ckpt", "cpr"):
+            raise ValueError(f"ckpt_dir: only used with ft='ckpt' or 'cpr' (this cluster has ft={self.ft!r})")
+        if self.code is not None:
+            object.__setattr__(self, "code", parse_code(self.code))
+        self.strategy_config(0)
+        self.failure_schedule(0)
+        if self.ft == "ec":
+            k, r = self.code or (4, 1)
+            if self.servers < k + r:
+                raise ValueError(f"servers: the code k={k}, r={r} needs at least k + r = {k + r} servers, got "
+                                 f"{self.servers}; add servers or use a smaller code")
+
+    def cluster_config(self) -> ClusterConfig:
+        return ClusterConfig(servers=self.servers, workers=self.workers, backend=self.backend,
+                             address=self.address, mode=self.mode, call_timeout=self.call_timeout)
+
+    def strategy_config(self, seed: int) -> StrategyConfig:
+        """The fault-tolerance strategy's config (None for ft='none')."""
+        if self.ft == "ec":
+            return EcConfig(code=self.code or (4, 1),
+                            rebuild_share=0.05 if self.rebuild_share is None else self.rebuild_share)
+        if self.ft == "ckpt":
+            return CkptConfig(interval=self.ckpt_interval or "auto", directory=self.ckpt_dir, mtbf=self.mtbf)
+        if self.ft == "cpr":
+            return CprConfig(pls=0.02 if self.cpr_pls is None else self.cpr_pls, mtbf=self.mtbf,
+                             interval_steps=self.cpr_interval, mode=self.cpr_mode or "mfu",
+                             directory=self.ckpt_dir, seed=seed)
+        return None
+
+    def failure_schedule(self, seed: int) -> FailureSchedule:
+        return FailureSchedule.from_flags(self.fail_at, self.fail_worker_at, self.mtbf, seed)

@@ -1,0 +1,100 @@
+"""The fault-tolerance strategies' settings, each checked once when it is made (the CLI maps its flags onto
+these in one function; the job API's ``Cluster`` builds them from its keywords)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional, Tuple, Union
+
+from .. import checks
+from .interval import IntervalPolicy, parse_interval
+
+STRATEGIES = ("none", "ckpt", "cpr", "ec")
+CPR_MODES = ("mfu", "ssu")
+MAX_R = 4
+MAX_K_PLUS_R = 32
+
+
+def parse_code(code: Any) -> Tuple[int, int]:
+    """``"k,r"`` or a (k, r) pair -> (k, r) with k >= 1, 1 <= r <= 4, k + r <= 32."""
+    if isinstance(code, str):
+        parts = [p.strip() for p in code.split(",")]
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise ValueError(f"code: must be 'k,r' with two positive integers (e.g. 4,1), got {code!r}")
+        k, r = int(parts[0]), int(parts[1])
+    elif isinstance(code, (tuple, list)) and len(code) == 2:
+        k, r = checks.integer("code k", code[0]), checks.integer("code r", code[1])
+    else:
+        raise TypeError(f"code: expected 'k,r' or a (k, r) pair, got {type(code).__name__}")
+    if k < 1 or not 1 <= r <= MAX_R or k + r > MAX_K_PLUS_R:
+        raise ValueError(f"code: need k >= 1, 1 <= r <= {MAX_R} and k + r <= {MAX_K_PLUS_R}, got k={k}, r={r}")
+    return k, r
+
+
+@dataclasses.dataclass(frozen=True)
+class EcConfig:
+    """``--ft ec``: a (k, r) code over the servers; ``rebuild_share``: the share of wall time a rebuild may take
+    until it is done, in (0, 1]; ``scrub``: re-encode every stripe when the run reports (``xdl-ec verify``)."""
+
+    code: Tuple[int, int] = (4, 1)
+    rebuild_share: float = 0.05
+    scrub: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "code", parse_code(self.code))
+        checks.number("rebuild_share", self.rebuild_share, 0.0, 1.0, low_open=True)
+        checks.instance("scrub", self.scrub, bool)
+
+
+@dataclasses.dataclass(frozen=True)
+class CkptConfig:
+    """``--ft ckpt``: full checkpoints every ``interval`` ("N" steps, "Ns" seconds, "auto": Young's interval from
+    the measured save cost and ``mtbf``) into ``directory`` (None: a temporary one), the last ``keep`` kept."""
+
+    interval: Union[str, IntervalPolicy] = "auto"
+    directory: Optional[str] = None
+    mtbf: Optional[float] = None
+    keep: int = 2
+
+    def __post_init__(self) -> None:
+        if self.mtbf is not None:
+            checks.positive_number("mtbf", self.mtbf)
+        if not isinstance(self.interval, IntervalPolicy):
+            try:
+                parse_interval(str(self.interval), self.mtbf)
+            except ValueError as err:
+                raise ValueError(f"ckpt interval: {err}") from None
+        checks.positive_int("keep", self.keep)
+
+
+@dataclasses.dataclass(frozen=True)
+class CprConfig:
+    """``--ft cpr`` (partial recovery): checkpoint interval from the target portion of lost samples ``pls`` and
+    ``mtbf`` (``2 * servers * mtbf * pls`` seconds) or every ``interval_steps``; rows saved between full saves by
+    ``mode`` (mfu: most updated; ssu: of sub-sampled batches)."""
+
+    pls: float = 0.02
+    mtbf: Optional[float] = None
+    interval_steps: Optional[int] = None
+    mode: str = "mfu"
+    fraction: float = 0.1
+    full_every: int = 10
+    directory: Optional[str] = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        checks.number("pls", self.pls, 0.0, 1.0, low_open=True, high_open=True)
+        if self.mtbf is not None:
+            checks.positive_number("mtbf", self.mtbf)
+        if self.interval_steps is not None:
+            checks.positive_int("interval_steps", self.interval_steps)
+        if self.interval_steps is None and self.mtbf is None:
+            raise ValueError("cpr: the interval comes from pls and mtbf (2 * servers * MTBF * PLS); give mtbf, or "
+                             "interval_steps")
+        checks.one_of("cpr mode", self.mode, CPR_MODES)
+        checks.number("fraction", self.fraction, 0.0, 1.0, low_open=True)
+        checks.positive_int("full_every", self.full_every)
+        checks.non_negative_int("seed", self.seed)
+
+
+StrategyConfig = Union[None, EcConfig, CkptConfig, CprConfig]

@@ -1,0 +1,48 @@
+"""FailureInjector: kills roles for real at step boundaries, as a :class:`~xdl_ec.ft.failure_schedule.
+FailureSchedule` says (the driver's :class:`~xdl_ec.ps.fault_injector.FaultInjector`).
+
+A kill lands at a clean boundary: the previous step's pushes are all applied first (``view.quiesce()``), so the
+failed step either never reached the dead role or is retried whole.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, List, Optional
+
+from .failure_schedule import FailureSchedule
+
+
+class FailureInjector:
+    def __init__(self, schedule: FailureSchedule) -> None:
+        if not isinstance(schedule, FailureSchedule):
+            raise TypeError(f"schedule: expected a FailureSchedule, got {type(schedule).__name__}")
+        self.schedule = schedule
+        self._injected: List[Dict[str, Any]] = []
+
+    def validate(self, num_servers: int, num_workers: int, total_steps: Optional[int]) -> None:
+        self.schedule.validate(num_servers, num_workers, total_steps)
+
+    def reset(self) -> None:
+        """A new fit call: its report lists the kills made during it."""
+        self._injected = []
+
+    def before_step(self, view: Any, step: int, elapsed: float) -> None:
+        if self.schedule.empty:
+            return
+        kills = self.schedule.due(step, elapsed)
+        if kills:
+            view.quiesce()
+            for k in kills:
+                view.kill(k.role, k.index)
+                self._injected.append({"step": step, "role": k.role, "index": k.index, "time": time.perf_counter()})
+
+    def detect_seconds(self, role: str, index: int) -> float:
+        """Seconds from the injected kill of (role, index) to now (0.0 when its death was not injected)."""
+        for k in reversed(self._injected):
+            if k["role"] == role and k["index"] == index:
+                return time.perf_counter() - k["time"]
+        return 0.0
+
+    def injected(self) -> List[Dict[str, Any]]:
+        return list(self._injected)

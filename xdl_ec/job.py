@@ -1,0 +1,160 @@
+"""Job: your model on xdl-ec, the public training API (as XDL's scripts, TorchRec's configs and TFRA's tables).
+
+    import xdl_ec
+    users = xdl_ec.Table("users", dim=16, optimizer=xdl_ec.optim.Adagrad(0.05))
+    job = xdl_ec.Job(tables=[users], features=[xdl_ec.Feature("user", users)],
+                     model_fn=make_model, input_fn=make_input)
+    report = job.fit(steps=1000, cluster=xdl_ec.Cluster(servers=5, ft="ec", code=(4, 1)), deterministic=True)
+    job.evaluate(holdout_batches)                     # {"auc": ..., "logloss": ..., "eval_samples": ...}
+
+``model_fn()`` returns a Keras model called as ``model(embedded, dense)``; ``input_fn(worker, num_workers)`` returns
+an iterable of dict batches (see :mod:`xdl_ec.feature_batch`). Both are factories: every worker (a Ray actor on
+another machine, perhaps) builds its own. ``cluster=None`` trains in this process. Each :meth:`Job.fit` trains a
+fresh model; the trained one stays with the job for :meth:`Job.evaluate` and :meth:`Job.predict`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Union
+
+import numpy as np
+
+from . import checks
+from .cluster import Cluster
+from .determinism import configure_determinism
+from .feature import Feature
+from .ft.factory import make_strategy
+from .ft.failure_injector import FailureInjector
+from .job_spec import JobSpec
+from .local_run import LocalRun
+from .local_tables import LocalTables
+from .ps.training import PSTrainer
+from .ps.worker import RunSettings
+from .table_config import Table
+from .trained_model import TrainedModel
+
+
+class Job:
+    """A training job: tables, features, model and input factories, loss (see the module docstring)."""
+
+    def __init__(self, tables: Sequence[Table], features: Sequence[Feature], model_fn: Callable[[], Any],
+                 input_fn: Callable[[int, int], Any], loss: Union[str, Callable[[Any, Any], Any]] = "binary_crossentropy",
+                 dense_optimizer: Union[str, Dict[str, Any]] = "adam", dense_learning_rate: float = 0.001,
+                 eval_fn: Optional[Callable[[], Iterable[Any]]] = None) -> None:
+        """``dense_optimizer``: the dense model's Keras optimizer (a name or a Keras config dict) at
+        ``dense_learning_rate``; ``eval_fn()``: hold-out batches that :meth:`fit` evaluates on at the end."""
+        self.spec = JobSpec(tuple(tables), tuple(features), model_fn, input_fn, loss, dense_optimizer,
+                            dense_learning_rate, eval_fn)
+        self.model: Optional[TrainedModel] = None  # the model of the last fit
+
+    @property
+    def tables(self) -> Sequence[Table]:
+        return self.spec.tables
+
+    @property
+    def features(self) -> Sequence[Feature]:
+        return self.spec.features
+
+    def fit(self, steps: Optional[int] = None, cluster: Optional[Cluster] = None, deterministic: bool = False,
+            seed: int = 0, progress: bool = False) -> Dict[str, Any]:
+        """Trains a fresh model for at most ``steps`` steps (a step trains one batch on every worker; None: until
+        the input is exhausted), in this process or on ``cluster``; returns the run report (the same as
+        ``xdl-ec train --report``): samples, steps, samples_per_sec, final_loss, model_digest, the hold-out
+        metrics when the job has an ``eval_fn``, and a cluster's servers, workers and fault-tolerance fields."""
+        return self._run(steps, cluster, deterministic, seed, progress, scrub=False)
+
+    def verify(self, steps: Optional[int] = None, cluster: Optional[Cluster] = None, deterministic: bool = False,
+               seed: int = 0, progress: bool = False) -> Dict[str, Any]:
+        """:meth:`fit` on an ``ft="ec"`` cluster, then re-encode every parity stripe from its data: the report's
+        ``scrub`` lists the stripes whose stored parity disagrees (empty: all consistent)."""
+        if cluster is None or cluster.ft != "ec":
+            raise ValueError("verify: scrubs erasure-coded parity, so it needs cluster=Cluster(..., ft='ec')")
+        return self._run(steps, cluster, deterministic, seed, progress, scrub=True)
+
+    def _run(self, steps: Optional[int], cluster: Optional[Cluster], deterministic: bool, seed: int,
+             progress: bool, scrub: bool) -> Dict[str, Any]:
+        if steps is not None:
+            checks.positive_int("steps", steps)
+        checks.non_negative_int("seed", seed)
+        checks.instance("deterministic", deterministic, bool)
+        if cluster is not None:
+            checks.instance("cluster", cluster, Cluster)
+        settings = RunSettings(seed=seed, deterministic=deterministic)
+        configure_determinism(seed, deterministic)
+        self._close_model()
+        if cluster is None:
+            return self._fit_here(steps, settings, progress)
+        return self._fit_on(cluster, steps, settings, progress, scrub)
+
+    def _fit_here(self, steps: Optional[int], settings: RunSettings, progress: bool) -> Dict[str, Any]:
+        run = LocalRun(self.spec, settings, progress)
+        try:
+            report = run.fit(steps)
+            report.update(self._evaluate(run.trained()))
+            report["model_digest"] = run.digest()
+            report.update(run.report())
+        except BaseException:
+            run.close()
+            run.tables.close()
+            raise
+        run.close()
+        self.model = run.trained()
+        report["job"] = self.spec.describe()
+        return report
+
+    def _fit_on(self, cluster: Cluster, steps: Optional[int], settings: RunSettings, progress: bool,
+                scrub: bool) -> Dict[str, Any]:
+        config = cluster.strategy_config(settings.seed)
+        if scrub:
+            from .ft.configs import EcConfig
+
+            config = EcConfig(code=config.code, rebuild_share=config.rebuild_share, scrub=True)
+        schedule = cluster.failure_schedule(settings.seed)
+        injector = None if schedule.empty else FailureInjector(schedule)
+        trainer = PSTrainer(self.spec, cluster.cluster_config(), settings, make_strategy(config), injector, progress)
+        try:
+            report = trainer.fit(steps)
+            start = time.perf_counter()
+            if self.spec.eval_fn is not None:
+                report.update(trainer.evaluate(self.spec.eval_fn()))
+            report["eval_seconds"] = time.perf_counter() - start
+            exports = [trainer.scheduler.exports(t.name) for t in self.spec.tables]
+            report["model_digest"] = trainer.digest_of(exports)
+            report.update(trainer.report())
+        finally:
+            trainer.close()
+        tables = LocalTables(self.spec.tables)
+        for table, parts in zip(self.spec.tables, exports):
+            for rows in parts:
+                if len(rows["keys"]):
+                    tables.tables[table.name].load(rows["keys"], rows["values"], rows["state"])
+        self.model = TrainedModel(self.spec, tables, trainer.dense, trainer.signature)
+        report["job"] = self.spec.describe()
+        return report
+
+    def _evaluate(self, model: TrainedModel) -> Dict[str, Any]:
+        if self.spec.eval_fn is None:
+            return {}
+        start = time.perf_counter()
+        out = model.evaluate(self.spec.eval_fn())
+        out["eval_seconds"] = time.perf_counter() - start
+        return out
+
+    def _trained(self) -> TrainedModel:
+        if self.model is None:
+            raise ValueError("this job has no trained model yet: call fit first")
+        return self.model
+
+    def evaluate(self, batches: Iterable[Any]) -> Dict[str, Any]:
+        """AUC, log loss and sample count of the last fit's model on ``batches`` (dict batches as input_fn's)."""
+        return self._trained().evaluate(batches)
+
+    def predict(self, batch: Any) -> np.ndarray:
+        """Probabilities [B] of one batch with the last fit's model."""
+        return self._trained().predict(batch)
+
+    def _close_model(self) -> None:
+        if self.model is not None:
+            self.model.close()
+            self.model = None

@@ -1,0 +1,66 @@
+"""ServerAgent: the one seam through which something outside the parameter-server layer lives with a server.
+
+As ps-lite's ``KVServer`` takes a request handle, a :class:`~xdl_ec.ps.server.ParameterServer` hosts at most one
+agent (a fault-tolerance strategy's per-server part: ec's parity agent, cpr's checkpointer, ckpt's shard saver).
+The server builds it in its own process with ``attach_agent(factory, *args)`` as ``factory(server, *args)``, so an
+agent may hold native state that never crosses a process boundary, and it dies with the server.
+
+What the server asks of its agent, always holding its own lock (so the agent sees pulls and pushes in the order
+the shards changed):
+
+- :meth:`ServerAgent.pull` / :meth:`ServerAgent.push` apply a pull (which inserts missing rows) or a push to a table
+  (the defaults apply it plainly; an agent may also record what changed);
+- :meth:`ServerAgent.durable` tells how far a worker's pushes are safe beyond this server (PushAck.durable);
+- :meth:`ServerAgent.close` when the server closes.
+
+Everything else an agent offers is called by the driver through the server's ``agent_call`` (see
+:class:`~xdl_ec.ps.remote.Remote` with ``agent=True``), without the server's lock: an agent takes
+``host.lock`` itself where it must not race a push. What an agent may use of its host is :class:`AgentHost`.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Dict, Mapping, Protocol
+
+import numpy as np
+
+
+class AgentHost(Protocol):
+    """The part of a parameter server its agent may use."""
+
+    index: int
+    lock: threading.RLock
+    crash_requested: bool
+
+    def table(self, name: str) -> Any: ...
+
+    def tables(self) -> Dict[str, Any]: ...
+
+    def replace_tables(self, tables: Dict[str, Any]) -> None: ...
+
+    def note_push_seqs(self, worker_seqs: Mapping[int, int]) -> None: ...
+
+    def die(self) -> None: ...
+
+
+class ServerAgent:
+    """Base of the agents; the defaults are a plain server's behaviour."""
+
+    logs_pushes = False  # True: workers keep each push until durable() covers it, to replay it to a rebuilt server
+
+    def pull(self, host: AgentHost, table: Any, keys: np.ndarray) -> np.ndarray:
+        """Rows of ``keys`` in ``table`` (an EmbeddingTable), inserting missing ones."""
+        return table.pull(keys)
+
+    def push(self, host: AgentHost, table: Any, keys: np.ndarray, grads: np.ndarray, step: int,
+             pushes: Mapping[int, int]) -> None:
+        """Applies per-key gradients at ``step``; ``pushes`` {worker: push seq} are the pushes it contains."""
+        table.push(keys, grads, step=step)
+
+    def durable(self, worker: int) -> int:
+        """The highest push seq of ``worker`` to this server that survives this server's loss (0: none)."""
+        return 0
+
+    def close(self) -> None:
+        """The server is closing: release threads and native state."""

@@ -1,0 +1,123 @@
+"""ClusterView: what a fault-tolerance strategy sees of a running cluster, and the only things it may change.
+
+Reading: the servers and workers (through :class:`~xdl_ec.ps.remote.Remote`), the tables, who is dead, the
+step, samples and reader positions, the dense state. Changing: replacing a dead server, quiescing, waiting for
+calls (failures confirmed by the scheduler), and loading a dense state. The driver's own bookkeeping (steps,
+readers, push seqs) stays the driver's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence, Set, Tuple
+
+import numpy as np
+
+from ..table_config import Table
+from .api import ServerAPI, WorkerAPI
+from .backend import Handle, RoleLost
+from .remote import Remote
+
+
+class ClusterView:
+    """A strategy's window on ``trainer`` (a :class:`~xdl_ec.ps.training.PSTrainer`)."""
+
+    def __init__(self, trainer: Any) -> None:
+        self._t = trainer
+
+    # ---- who is there -----------------------------------------------------------------------------------
+    @property
+    def num_servers(self) -> int:
+        return len(self._t.scheduler.servers)
+
+    @property
+    def num_workers(self) -> int:
+        return len(self._t.workers)
+
+    @property
+    def backend(self) -> str:
+        return self._t.cluster.backend
+
+    @property
+    def tables(self) -> Tuple[Table, ...]:
+        return self._t.job.tables
+
+    def server_handles(self) -> List[Handle]:
+        """The current server handles, index i = server i (to hand to servers that reach each other)."""
+        return list(self._t.scheduler.servers)
+
+    def server(self, index: int) -> Remote:
+        return Remote(self._t.scheduler.servers[index], ServerAPI)
+
+    def servers(self) -> List[Remote]:
+        return [Remote(h, ServerAPI) for h in self._t.scheduler.servers]
+
+    def agent(self, index: int, api: type, beside: bool = False) -> Remote:
+        """Server ``index``'s agent, by the methods of ``api`` (its class)."""
+        return Remote(self._t.scheduler.servers[index], api, agent=True, beside=beside)
+
+    def workers(self) -> List[Remote]:
+        """The live workers (a dead one is restarted by the driver after the recovery)."""
+        return [Remote(w, WorkerAPI) for w in self._t.live_workers() if w is not None]
+
+    def dead(self) -> Set[Tuple[str, int]]:
+        return set(self._t.scheduler.dead)
+
+    def dead_servers(self) -> List[int]:
+        return sorted(index for role, index in self._t.scheduler.dead if role == "server")
+
+    # ---- where training is ------------------------------------------------------------------------------
+    @property
+    def step(self) -> int:
+        return self._t.step
+
+    @property
+    def samples(self) -> int:
+        return self._t.samples
+
+    @property
+    def total_steps(self) -> Optional[int]:
+        return self._t.total_steps
+
+    def reader_position(self) -> List[int]:
+        """Batches each worker has trained."""
+        return list(self._t.worker_batches)
+
+    def samples_since(self, worker_batches: Sequence[int]) -> int:
+        return self._t.samples_since(worker_batches)
+
+    def push_seqs(self) -> Tuple[list, list]:
+        """(each worker's last push seqs as of its last answered step, those of restarted workers' predecessors)."""
+        return list(self._t.push_seqs), list(self._t.unlogged_push_seqs)
+
+    def dense_state(self) -> Tuple[List[np.ndarray], List[np.ndarray]]:
+        return self._t.dense.state()
+
+    def dense_variables(self) -> Tuple[list, list]:
+        """The authoritative dense weights and optimizer variables (TF variables, for checkpoint writers)."""
+        return self._t.dense.model.trainable_variables, self._t.dense.optimizer.variables
+
+    # ---- what a strategy may do -------------------------------------------------------------------------
+    def load_dense_state(self, weights: Sequence[np.ndarray], optimizer_variables: Sequence[np.ndarray]) -> None:
+        self._t.dense.load_state(weights, optimizer_variables)
+
+    def replace_server(self, index: int) -> Handle:
+        """A fresh, empty server ``index`` in place of a dead one, known to the workers and the driver."""
+        return self._t.replace_server(index)
+
+    def kill(self, role: str, index: int) -> None:
+        """Kills a server or worker for real (failure injection: its Ray process, or its object here)."""
+        self._t.scheduler.kill(role, index)
+
+    def replenish_spares(self) -> None:
+        self._t.scheduler.replenish_spares()
+
+    def quiesce(self) -> None:
+        """Waits until every push sent so far is applied (and the strategy's own calls settled)."""
+        self._t.quiesce()
+
+    def wait(self, futures: Sequence[Any]) -> Tuple[List[Any], List[RoleLost]]:
+        """Waits for every future: (results or None per future, confirmed RoleLost errors)."""
+        return self._t.drain(futures)
+
+    def confirm_failure(self, error: Any) -> Optional[RoleLost]:
+        return self._t.scheduler.confirm_failure(error)

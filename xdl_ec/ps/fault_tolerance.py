@@ -1,0 +1,115 @@
+"""FaultTolerance: the one seam through which a strategy (``--ft none|ckpt|cpr|ec``) meets the training driver.
+
+The driver (:class:`xdl_ec.ps.training.PSTrainer`) owns the step loop; a strategy owns what happens around it, and
+sees the cluster only through a :class:`~xdl_ec.ps.cluster_view.ClusterView`. Every hook is declared here, with
+its default:
+
+- ``attach(view)`` once the cluster is up and before the first step (e.g. ``ec`` gives every server its parity
+  agent, ``ckpt`` takes the step-0 checkpoint, ``cpr`` starts its access counters);
+- ``after_step(step)`` at every step boundary where no push is in flight (sync mode: after the barrier; async mode:
+  whenever no step is outstanding), e.g. a periodic save;
+- ``wants_boundary(step)`` (async mode): True holds new steps until none is in flight, so ``after_step`` comes;
+- ``settle()`` completes the strategy's own calls in flight (run by ``ClusterView.quiesce``);
+- ``recover(lost)`` when the scheduler has confirmed that a server (or worker) is dead. It replaces and rebuilds
+  what was lost and returns a :class:`Resume` telling the driver where training goes on: at the failed step
+  (``ec``, ``cpr``: nothing is rolled back) or at an earlier step with the readers rewound (``ckpt``). It raises
+  :class:`Unrecoverable` naming the lost roles when it cannot make the model exact or has nothing to recover from;
+- ``rebuilding``: True while a recovery still rebuilds in the background (the driver starts no spare meanwhile);
+- ``report()`` the strategy's fields of the report: ``ft``, ``failures`` (one :class:`FailureRecord` each),
+  ``lost_samples``, ``checkpoint_seconds``, ``parity_bytes``;
+- ``close()`` at the end of the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List, Optional
+
+
+class Unrecoverable(RuntimeError):
+    """The strategy cannot bring the model back exactly: names the lost roles and what the strategy tolerates."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Resume:
+    """Where training goes on after a recovery.
+
+    ``step``: the last step whose effects the cluster now holds (the driver continues with ``step + 1``);
+    ``reader_position``: {"worker_batches": [...]} to read from next (None: unchanged, the failed step is retried);
+    ``lost_samples``: samples whose updates were dropped by this recovery (``cpr``), or re-trained (``ckpt``).
+    """
+
+    step: int
+    reader_position: Optional[Any] = None
+    lost_samples: int = 0
+
+
+@dataclasses.dataclass
+class FailureRecord:
+    """One failure as the report shows it."""
+
+    step: int
+    role: str
+    index: int
+    detect_seconds: float = 0.0
+    rebuild_seconds: float = 0.0
+    samples_per_sec_during_rebuild: Optional[float] = None
+    lost_samples: int = 0
+
+    def to_json(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class FaultTolerance:
+    """Base of the strategies; subclasses set ``name`` and override the hooks they need."""
+
+    name: str = ""
+
+    def __init__(self) -> None:
+        self.failures: List[FailureRecord] = []
+        self.checkpoint_seconds = 0.0
+        self.view: Any = None  # the ClusterView, from attach on
+
+    def attach(self, view: Any) -> None:
+        self.view = view
+
+    def after_step(self, step: int) -> None:
+        """Called at step boundaries with no push in flight."""
+
+    def wants_boundary(self, step: int) -> bool:
+        return False
+
+    def settle(self) -> None:
+        """Completes this strategy's own calls in flight."""
+
+    def recover(self, lost: BaseException) -> Resume:
+        raise Unrecoverable(f"{lost} ({self.name or type(self).__name__} keeps no redundancy)") from lost
+
+    @property
+    def rebuilding(self) -> bool:
+        return False
+
+    def parity_bytes(self) -> int:
+        return 0
+
+    def report(self) -> Dict[str, Any]:
+        return self._report(self.parity_bytes())
+
+    def _report(self, parity_bytes: int) -> Dict[str, Any]:
+        """The common report fields, with ``parity_bytes`` already known (a subclass may read it along with
+        other figures in one round of calls)."""
+        return {"ft": self.name, "failures": [f.to_json() for f in self.failures],
+                "lost_samples": sum(f.lost_samples for f in self.failures),
+                "checkpoint_seconds": self.checkpoint_seconds, "parity_bytes": parity_bytes}
+
+    def close(self) -> None:
+        """The run ended (successfully or not)."""
+
+
+class NoFaultTolerance(FaultTolerance):
+    """``--ft none``: a dead role stops training with the driver's clear error."""
+
+    name = "none"
+
+    def recover(self, lost: BaseException) -> Resume:
+        raise Unrecoverable(f"{lost} (--ft none keeps no redundancy: use --ft ec, ckpt or cpr)") from lost
