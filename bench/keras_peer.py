@@ -31,7 +31,8 @@ import tensorflow as tf  # noqa: E402
 from xdl_ec.data.schema import NUM_SPARSE, tf_signature  # noqa: E402
 from xdl_ec.data.source import TrainingData  # noqa: E402
 from xdl_ec.metrics import holdout_metrics  # noqa: E402
-from xdl_ec.trainer import TrainConfig, build_dense_part, configure_determinism, open_training_data  # noqa: E402
+from xdl_ec.criteo_job import FEATURE_NAME, CriteoModel, TrainConfig, open_training_data  # noqa: E402
+from xdl_ec.determinism import configure_determinism  # noqa: E402
 
 DEFAULT_BUCKETS = 1 << 20
 
@@ -41,7 +42,6 @@ class KerasPeer:
 
     def __init__(self, config: TrainConfig, data: Optional[TrainingData] = None, *, buckets: int = DEFAULT_BUCKETS,
                  table_optimizer: str = "tf_sparse") -> None:
-        config.validate()
         if config.optimizer != "adagrad":
             raise ValueError(f"optimizer: the Keras peer implements adagrad only, got {config.optimizer!r}")
         if table_optimizer not in ("tf_sparse", "keras"):
@@ -56,7 +56,13 @@ class KerasPeer:
         # The layer's tf.Variable: looked up with tf.nn.embedding_lookup (a ResourceGather of the batch's rows).
         # Calling the Keras layer instead reads the whole table every step (36 ms at 2**20 x 16 on 2 cores).
         self.table = self.embedding.embeddings.value
-        self.model, self.dense_optimizer = build_dense_part(config)  # the same body and dense optimizer
+        # the same body, built as the job builds it (seeded just before), and the same dense optimizer
+        tf.keras.utils.set_random_seed(config.seed)
+        self.model = CriteoModel(config)()
+        self.model({FEATURE_NAME: tf.zeros([1, NUM_SPARSE, config.emb_dim])}, tf.zeros([1, 13]))
+        self.dense_optimizer = tf.keras.optimizers.get(
+            {"class_name": config.dense_optimizer, "config": {"learning_rate": config.dense_lr}})
+        self.dense_optimizer.build(self.model.trainable_variables)
         table = self.table
         if table_optimizer == "keras":
             keras_adagrad = tf.keras.optimizers.Adagrad(config.lr, initial_accumulator_value=0.1, epsilon=1e-7)
@@ -67,7 +73,7 @@ class KerasPeer:
             self._apply_table = self._sparse_adagrad
         self._train_step = tf.function(self._step, input_signature=list(tf_signature()))
         self._predict = tf.function(
-            lambda dense, sparse: tf.sigmoid(self.model((dense, self._lookup(sparse)), training=False)),
+            lambda dense, sparse: tf.sigmoid(self.model({FEATURE_NAME: self._lookup(sparse)}, dense, training=False)),
             input_signature=list(tf_signature()[:2]))
 
     def _lookup(self, sparse: tf.Tensor) -> tf.Tensor:
@@ -85,7 +91,7 @@ class KerasPeer:
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
             emb = self._lookup(sparse)
-            logits = self.model((dense, emb), training=True)
+            logits = self.model({FEATURE_NAME: emb}, dense, training=True)
             loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=label, logits=logits))
         grads = tape.gradient(loss, [*variables, self.table])
         self.dense_optimizer.apply(grads[:-1], variables)
@@ -93,7 +99,7 @@ class KerasPeer:
         return loss
 
     def fit(self) -> dict:
-        """Trains for the config's steps or epochs (same fields as ``Trainer.fit``)."""
+        """Trains for the config's steps or epochs (same fields as ``Job.fit``'s report)."""
         cfg = self.config
         samples, steps, losses = 0, 0, []
         first_step_end, first_samples = None, 0

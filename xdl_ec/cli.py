@@ -266,11 +266,12 @@ def _flag_names(message: str) -> str:
     """A config's error with its setting names written as the flags that set them."""
     import re
 
-    for name in (*CLUSTER_FLAGS, *FT_FLAGS, "servers", "interval_steps", "pls", "interval"):
-        message = re.sub(rf"(?<![\w-]){name}:", f"{_flag(name)}:", message)
-    message = message.replace("--interval-steps:", "--cpr-interval:").replace("--pls:", "--cpr-pls:")
     message = message.replace("ckpt interval:", "--ckpt-interval:").replace("cpr mode:", "--cpr-mode:")
-    return re.sub(r"ft='(\w+)'", r"--ft \1", message)
+    for name, flag in (("interval_steps", "cpr_interval"), ("pls", "cpr_pls")):
+        message = re.sub(rf"(?<![\w-]){name}:", f"{_flag(flag)}:", message)
+    for name in (*CLUSTER_FLAGS, *FT_FLAGS, "servers"):
+        message = re.sub(rf"(?<![\w-]){name}:", f"{_flag(name)}:", message)
+    return re.sub(r"(ft|backend)='(\w+)'", r"--\1 \2", message)
 
 
 class ScriptError(UsageError):
@@ -332,7 +333,8 @@ def _train(args: argparse.Namespace, verify: bool) -> tuple:
         print(f"xdl-ec {args.command}: error: {err}; training stopped", file=sys.stderr)
         return EXIT_FAILURE, None
     if request.config is not None:
-        report["bad_lines"] = request.data.bad_lines
+        # every worker reads the whole file (keeping its share of the batches): each saw every bad line so far
+        report["bad_lines"] = max(w.get("input", {}).get("bad_lines", 0) for w in report["workers"])
         report["config"] = {**request.config.describe(), "data_source": request.data.description}
     _print_report(report, request)
     if args.report is not None:

@@ -115,17 +115,31 @@ def as_job_batch(batch: Batch) -> Dict[str, Any]:
     return {"label": batch.label, "dense": batch.dense, FEATURE_NAME: batch.sparse}
 
 
+class CriteoBatches:
+    """One worker's share of the run's batches; ``stats()`` reports the bad lines its reader skipped so far."""
+
+    def __init__(self, config: TrainConfig, worker: int, num_workers: int) -> None:
+        self.data = open_training_data(config)
+        if self.data.num_train == 0:
+            raise ValueError("data: the train split is empty (every line bad, or too small a file)")
+        self._stream = train_batch_stream(self.data, config, num_train_batches(self.data, config))
+        self._worker, self._count = worker, num_workers
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        return (as_job_batch(b) for i, b in enumerate(self._stream) if i % self._count == self._worker)
+
+    def stats(self) -> Dict[str, Any]:
+        return {"bad_lines": self.data.bad_lines}
+
+
 @dataclasses.dataclass(frozen=True)
 class CriteoInput:
     """``input_fn`` of the built-in job (picklable: each worker opens the data itself)."""
 
     config: TrainConfig
 
-    def __call__(self, worker: int, num_workers: int) -> Iterator[Dict[str, Any]]:
-        data = open_training_data(self.config)
-        total = num_train_batches(data, self.config)
-        stream = train_batch_stream(data, self.config, total)
-        return (as_job_batch(b) for i, b in enumerate(stream) if i % num_workers == worker)
+    def __call__(self, worker: int, num_workers: int) -> CriteoBatches:
+        return CriteoBatches(self.config, worker, num_workers)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,12 +36,14 @@ class InputStream:
         self.features = list(features)
         self.position = 0  # batches handed out so far
         self._prefetch: Optional[Prefetcher] = None
+        self._source: Any = None
         self.seek(0)
 
     def _batches(self, skip: int) -> Iterator[Any]:
         try:
             source = self._input_fn(self.worker, self.num_workers)
             iterator = iter(source)
+            self._source = source
         except Exception as err:  # noqa: BLE001 - user code: reported with its cause
             raise InputFnError(f"input_fn({self.worker}, {self.num_workers}) failed: {type(err).__name__}: "
                                f"{err}") from err
@@ -73,6 +75,12 @@ class InputStream:
         if batch is not None:
             self.position += 1
         return batch
+
+    def stats(self) -> dict:
+        """What the input says of itself: its ``stats()`` when the iterable input_fn returned has one (e.g. the
+        built-in Criteo input's bad lines), else {}."""
+        stats = getattr(self._source, "stats", None)
+        return dict(stats()) if callable(stats) else {}
 
     def close(self) -> None:
         if self._prefetch is not None:

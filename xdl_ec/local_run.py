@@ -32,7 +32,7 @@ class LocalRun:
         self.worker = Worker(0, 1, job, settings, [], prefetch_across_steps=True, client=self.tables)
         if self.worker.dense is None:
             self.close()
-            raise ValueError("input_fn: the input yielded no batch")
+            raise ValueError("input_fn(0, 1): the input yielded no batch (an empty dataset?)")
         self.step = 0
         self.samples = 0
         self.losses: list = []

@@ -12,14 +12,17 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import xdl_ec  # noqa: E402
+from support.ft_runs import make_trainer, run  # noqa: E402
 from xdl_ec import _core, init, optim  # noqa: E402
-from xdl_ec.ps import (ClusterConfig, LocalBackend, PSClient, PSTrainer, ParameterServer, ServerLost,  # noqa: E402
-                       TableSpec, WorkerLost, route)
+from xdl_ec.criteo_job import TrainConfig, criteo_job  # noqa: E402
+from xdl_ec.ps import (ClusterConfig, LocalBackend, PSClient, ParameterServer, Remote, ServerLost,  # noqa: E402
+                       WorkerLost, route)
+from xdl_ec.ps.api import ServerAPI  # noqa: E402
 from xdl_ec.ps.dense_sync import average_gradients  # noqa: E402
-from xdl_ec.trainer import TrainConfig, Trainer  # noqa: E402
 
 DIM = 4
-SPEC = TableSpec("t", DIM, optim.Adagrad(learning_rate=0.1), init.RandomUniform(-0.05, 0.05), seed=7)
+SPEC = xdl_ec.Table("t", DIM, optim.Adagrad(learning_rate=0.1), init.RandomUniform(-0.05, 0.05), seed=7)
 
 
 def small_config(**kwargs) -> TrainConfig:
@@ -27,6 +30,16 @@ def small_config(**kwargs) -> TrainConfig:
                 seed=3, emb_dim=8)
     base.update(kwargs)
     return TrainConfig(**base)
+
+
+def fit(config: TrainConfig, cluster: "xdl_ec.Cluster | None" = None) -> dict:
+    """The built-in job of ``config`` trained here (cluster None) or on ``cluster``."""
+    return criteo_job(config).fit(cluster=cluster, deterministic=config.deterministic, seed=config.seed)
+
+
+def push(server: ParameterServer, keys: np.ndarray, grads: np.ndarray, step: int, worker: int = 0, seq: int = 0,
+         participants: int = 1):
+    return server.push([("t", keys, grads, seq)], step, worker, participants)
 
 
 # ---- the gather op --------------------------------------------------------------------------------------
@@ -86,11 +99,11 @@ def test_gather_rejects_bad_inverse() -> None:
 def test_server_pull_push_and_byte_counters() -> None:
     server = ParameterServer(0, (SPEC,))
     keys = np.array([5, 9, 11], np.int64)
-    rows = server.pull("t", keys)
+    [rows] = server.pull([("t", keys)])
     assert rows.shape == (3, DIM)
-    ack = server.push("t", keys, np.ones((3, DIM), np.float32), step=1, worker=0, seq=1)
+    ack = push(server, keys, np.ones((3, DIM), np.float32), step=1, worker=0, seq=1)
     assert ack.applied and ack.seq == 1 and server.last_seq == {0: 1}
-    assert not np.array_equal(server.pull("t", keys), rows)
+    assert not np.array_equal(server.pull([("t", keys)])[0], rows)
     stats = server.stats()
     assert stats["pulls"] == 2 and stats["pushes"] == 1 and stats["rows"] == {"t": 3}
     assert stats["bytes_in"] == 3 * 8 * 2 + 3 * 8 + 3 * DIM * 4
@@ -100,18 +113,23 @@ def test_server_pull_push_and_byte_counters() -> None:
 def test_server_bad_input_changes_nothing() -> None:
     server = ParameterServer(0, (SPEC,))
     keys = np.array([1, 2], np.int64)
-    server.pull("t", keys)
+    server.pull([("t", keys)])
     before = server.export("t")
     with pytest.raises(ValueError, match="no table 'x'"):
-        server.pull("x", keys)
+        server.pull([("t", keys), ("x", keys)])
     with pytest.raises(ValueError, match="grads"):
-        server.push("t", keys, np.ones((3, DIM), np.float32), step=1)
+        push(server, keys, np.ones((3, DIM), np.float32), step=1)
     with pytest.raises(ValueError, match="step"):
-        server.push("t", keys, np.ones((2, DIM), np.float32), step=0)
+        push(server, keys, np.ones((2, DIM), np.float32), step=0)
     with pytest.raises(ValueError, match="NaN or Inf"):
-        server.push("t", keys, np.full((2, DIM), np.nan, np.float32), step=1, worker=0, participants=2)
-    with pytest.raises(ValueError, match="worker: 2 is not below participants"):
-        server.push("t", keys, np.ones((2, DIM), np.float32), step=1, worker=2, participants=2)
+        push(server, keys, np.full((2, DIM), np.nan, np.float32), step=1, worker=0, participants=2)
+    with pytest.raises(ValueError, match="participants"):
+        push(server, keys, np.ones((2, DIM), np.float32), step=1, worker=1, participants=0)
+    # a push whose second part is bad applies neither part
+    with pytest.raises(ValueError, match="grads"):
+        server.push([("t", keys, np.ones((2, DIM), np.float32), 1), ("t", keys, np.ones((1, DIM), np.float32), 2)],
+                    1, 0, 1)
+    assert server.last_seq == {}
     after = server.export("t")
     for field in ("keys", "values", "state"):
         np.testing.assert_array_equal(before[field], after[field])
@@ -127,18 +145,18 @@ def test_sync_push_waits_for_all_workers_and_merges_in_worker_order() -> None:
         server = ParameterServer(0, (SPEC,))
         pushes = {0: (k0, g0), 1: (k1, g1)}
         first, second = order
-        ack = server.push("t", *pushes[first], step=1, worker=first, participants=2)
+        ack = push(server, *pushes[first], step=1, worker=first, participants=2)
         assert not ack.applied and server.size("t") == 0  # buffered: nothing applied yet
         with pytest.raises(ValueError, match=f"worker {first} already pushed step 1"):
-            server.push("t", *pushes[first], step=1, worker=first, participants=2)
-        assert server.push("t", *pushes[second], step=1, worker=second, participants=2).applied
+            push(server, *pushes[first], step=1, worker=first, participants=2)
+        assert push(server, *pushes[second], step=1, worker=second, participants=2).applied
         results.append(server.export("t"))
     for field in ("keys", "values", "state"):
         np.testing.assert_array_equal(results[0][field], results[1][field])
     # the merge is the mean over workers: equal to one push of the averaged gradients
     reference = ParameterServer(0, (SPEC,))
     merged = np.concatenate([g0 / np.float32(2), g1 / np.float32(2)])
-    reference.push("t", np.concatenate([k0, k1]), merged, step=1)
+    push(reference, np.concatenate([k0, k1]), merged, step=1)
     np.testing.assert_array_equal(reference.export("t")["values"], results[0]["values"])
 
 
@@ -153,11 +171,12 @@ def test_client_routes_by_key_router_and_reassembles() -> None:
         for s, positions in enumerate(route(keys, 3)):
             assert np.all(owners[positions] == s)
         assert not np.array_equal(owners, keys % 3)  # a hash, not key % N
-        rows = client.pull("t", keys, DIM)
+        rows = client.pull({"t": (keys, DIM)})["t"]
         for s, positions in enumerate(route(keys, 3)):
-            assert servers[s].call("size", "t").result() == positions.size
-            np.testing.assert_array_equal(servers[s].call("pull", "t", keys[positions]).result(), rows[positions])
-        found_rows, found = client.find("t", np.array([keys[0], 123456789], np.int64), DIM)
+            assert Remote(servers[s], ServerAPI).stats().result()["rows"]["t"] == positions.size
+            [part] = Remote(servers[s], ServerAPI).pull([("t", keys[positions])]).result()
+            np.testing.assert_array_equal(part, rows[positions])
+        found_rows, found = client.find({"t": (np.array([keys[0], 123456789], np.int64), DIM)})["t"]
         assert found.tolist() == [True, False] and np.all(found_rows[1] == 0)
         np.testing.assert_array_equal(found_rows[0], rows[0])
     finally:
@@ -173,9 +192,9 @@ def test_average_gradients_is_the_mean_in_worker_order() -> None:
 
 
 # ---- training ---------------------------------------------------------------------------------------------
-def test_one_worker_matches_the_single_process_trainer_bit_for_bit() -> None:
-    single = Trainer(small_config()).run()
-    ps = PSTrainer(small_config(), ClusterConfig(servers=3, workers=1)).run()
+def test_one_worker_matches_the_single_process_run_bit_for_bit() -> None:
+    single = fit(small_config())
+    ps = fit(small_config(), xdl_ec.Cluster(servers=3, workers=1))
     assert ps["model_digest"] == single["model_digest"]
     assert ps["final_loss"] == single["final_loss"]
     assert ps["auc"] == single["auc"] and ps["embedding_rows"] == single["embedding_rows"]
@@ -185,17 +204,17 @@ def test_one_worker_matches_the_single_process_trainer_bit_for_bit() -> None:
 
 
 def test_sync_two_workers_is_deterministic_and_uses_every_batch() -> None:
-    runs = [PSTrainer(small_config(steps=6), ClusterConfig(servers=2, workers=2)).run() for _ in range(2)]
+    runs = [fit(small_config(steps=6), xdl_ec.Cluster(servers=2, workers=2)) for _ in range(2)]
     assert runs[0]["model_digest"] == runs[1]["model_digest"]
     assert runs[0]["steps"] == 3 and runs[0]["samples"] == 6 * 128
     assert [w["steps"] for w in runs[0]["workers"]] == [3, 3]
-    single = Trainer(small_config(steps=6)).run()
+    single = fit(small_config(steps=6))
     assert runs[0]["model_digest"] != single["model_digest"]  # averaged steps: a different (valid) trajectory
 
 
 def test_fit_in_chunks_continues_where_it_stopped_and_ends_at_the_same_model() -> None:
-    whole = PSTrainer(small_config(steps=7), ClusterConfig(servers=2, workers=1))
-    chunked = PSTrainer(small_config(steps=7), ClusterConfig(servers=2, workers=1))
+    whole = make_trainer(small_config(steps=7), ClusterConfig(servers=2, workers=1))
+    chunked = make_trainer(small_config(steps=7), ClusterConfig(servers=2, workers=1))
     try:
         whole.fit()
         reports = [chunked.fit(steps=3), chunked.fit(steps=3), chunked.fit(steps=3), chunked.fit()]
@@ -203,7 +222,7 @@ def test_fit_in_chunks_continues_where_it_stopped_and_ends_at_the_same_model() -
         assert [r["samples"] for r in reports] == [3 * 128, 3 * 128, 128, 0]
         assert [len(r["timeline"]) for r in reports] == [3, 3, 1, 0]
         assert chunked.digest() == whole.digest()
-        with pytest.raises(ValueError, match="steps: must be a positive int"):
+        with pytest.raises(ValueError, match="steps: must be an int >= 1"):
             chunked.fit(steps=0)
     finally:
         whole.close()
@@ -211,7 +230,7 @@ def test_fit_in_chunks_continues_where_it_stopped_and_ends_at_the_same_model() -
 
 
 def test_async_fit_in_chunks_trains_every_batch_once() -> None:
-    trainer = PSTrainer(small_config(steps=7, deterministic=False), ClusterConfig(servers=2, workers=2, mode="async"))
+    trainer = make_trainer(small_config(steps=7, deterministic=False), ClusterConfig(servers=2, workers=2, mode="async"))
     try:
         first, rest = trainer.fit(steps=4), trainer.fit()
     finally:
@@ -221,7 +240,7 @@ def test_async_fit_in_chunks_trains_every_batch_once() -> None:
 
 
 def test_async_mode_trains_every_batch() -> None:
-    report = PSTrainer(small_config(steps=7, deterministic=False), ClusterConfig(servers=2, workers=2, mode="async")).run()
+    report = fit(small_config(steps=7, deterministic=False), xdl_ec.Cluster(servers=2, workers=2, mode="async"))
     assert report["samples"] == 7 * 128 and report["steps"] == 7
     assert np.isfinite(report["final_loss"])
     assert sorted(w["steps"] for w in report["workers"]) == [3, 4]
@@ -232,7 +251,7 @@ def _kill_after(trainer: PSTrainer, role: str, index: int, step: int) -> threadi
         deadline = time.monotonic() + 60
         while trainer.step < step and time.monotonic() < deadline:
             time.sleep(0.005)
-        trainer.kill(role, index)
+        trainer.scheduler.kill(role, index)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
@@ -241,11 +260,11 @@ def _kill_after(trainer: PSTrainer, role: str, index: int, step: int) -> threadi
 
 @pytest.mark.parametrize("role,index,error", [("server", 1, ServerLost), ("worker", 1, WorkerLost)])
 def test_a_dropped_role_stops_training_naming_it(role: str, index: int, error: type) -> None:
-    trainer = PSTrainer(small_config(steps=400, synthetic_rows=60_000), ClusterConfig(servers=3, workers=2))
+    trainer = make_trainer(small_config(steps=400, synthetic_rows=60_000), ClusterConfig(servers=3, workers=2))
     killer = _kill_after(trainer, role, index, 3)
     start = time.monotonic()
     with pytest.raises(error, match=f"{role} {index} was lost") as info:
-        trainer.run()
+        run(trainer)
     assert info.value.index == index
     assert trainer.step < 400 and time.monotonic() - start < 30
     killer.join()
@@ -253,12 +272,14 @@ def test_a_dropped_role_stops_training_naming_it(role: str, index: int, error: t
 
 
 def test_bad_cluster_config_is_rejected_before_anything_starts() -> None:
-    with pytest.raises(ValueError, match="servers: must be a positive integer"):
-        PSTrainer(small_config(), ClusterConfig(servers=0))
+    with pytest.raises(ValueError, match="servers: must be an int >= 1"):
+        xdl_ec.Cluster(servers=0)
     with pytest.raises(ValueError, match="mode: must be one of"):
-        PSTrainer(small_config(), ClusterConfig(mode="bulk"))
-    with pytest.raises(ValueError, match="address: a Ray address needs --backend ray"):
-        PSTrainer(small_config(), ClusterConfig(address="127.0.0.1:6379"))
+        ClusterConfig(mode="bulk")
+    with pytest.raises(ValueError, match="address: a Ray address needs backend='ray'"):
+        xdl_ec.Cluster(address="127.0.0.1:6379")
+    with pytest.raises(ValueError, match="servers: the code k=4, r=1 needs at least k \\+ r = 5 servers"):
+        xdl_ec.Cluster(servers=3, ft="ec")
 
 
 # ---- command line ---------------------------------------------------------------------------------------
@@ -339,7 +360,7 @@ def test_scheduler_decides_deaths_and_bumps_the_map_version() -> None:
         assert isinstance(lost, ServerLost) and lost.index == 1
         assert not scheduler.cluster_map()["servers"][1]["alive"] and scheduler.version == version + 1
         replacement = scheduler.replace_server(1)
-        assert replacement.call("size", "t").result(5) == 0  # a fresh, empty server
+        assert Remote(replacement, ServerAPI).stats().result(5)["rows"] == {"t": 0}  # a fresh, empty server
         assert scheduler.cluster_map()["servers"][1]["alive"] and scheduler.version == version + 2
         with pytest.raises(IndexError, match="no server 5"):
             scheduler.kill("server", 5)
@@ -354,19 +375,19 @@ def test_a_hot_spare_takes_the_dead_servers_place_and_is_replenished_on_demand()
     try:
         scheduler = Scheduler(backend, 2, (SPEC,), spares=1)
         spare = scheduler._spares[0]
-        assert spare.call("ping").result(5) == 2  # idle, under an index past the servers'
+        assert Remote(spare, ServerAPI).ping().result(5) == 2  # idle, under an index past the servers'
         scheduler.kill("server", 0)
         scheduler.confirm_failure(ServerLost(0, "killed"))
         replacement = scheduler.replace_server(0)
         assert replacement is spare and replacement.index == 0
-        assert replacement.call("ping").result(5) == 0 and replacement.call("size", "t").result(5) == 0
+        assert Remote(replacement, ServerAPI).ping().result(5) == 0
         assert scheduler._spares == []  # not restarted while a recovery may still run
         scheduler.replenish_spares()
-        assert [s.call("ping").result(5) for s in scheduler._spares] == [3]
+        assert [Remote(s, ServerAPI).ping().result(5) for s in scheduler._spares] == [3]
         # a server that served anything cannot be renamed
-        scheduler.servers[1].call("pull", "t", np.array([5], np.int64)).result(5)
+        Remote(scheduler.servers[1], ServerAPI).pull([("t", np.array([5], np.int64))]).result(5)
         with pytest.raises(ValueError, match="only an idle spare"):
-            scheduler.servers[1].call("take_index", 0).result(5)
+            Remote(scheduler.servers[1], ServerAPI).take_index(0).result(5)
         with pytest.raises(ValueError, match="spares"):
             Scheduler(backend, 2, (SPEC,), spares=-1)
     finally:
@@ -379,15 +400,25 @@ def test_client_push_log_keeps_pushes_until_forgotten() -> None:
         servers = [backend.start("server", i, ParameterServer, i, (SPEC,)) for i in range(2)]
         client = PSClient(servers, worker=0, push_log=True)
         keys = np.arange(40, dtype=np.int64)
-        acks = client.push("t", keys, np.ones((40, DIM), np.float32), step=1)
+        acks = client.push({"t": (keys, np.ones((40, DIM), np.float32))}, step=1)
         assert sorted(a.server for a in acks) == [0, 1] and all(a.seq == 1 and a.applied for a in acks)
-        client.push("t", keys, np.ones((40, DIM), np.float32), step=2)
+        client.push({"t": (keys, np.ones((40, DIM), np.float32))}, step=2)
         assert [sorted(client.push_log[s]) for s in (0, 1)] == [[1, 2], [1, 2]]
         logged = client.push_log[0][2]
         np.testing.assert_array_equal(np.sort(logged.keys), np.sort(keys[_core.server_of(keys, 2) == 0]))
         client.forget(0, 1)
         assert sorted(client.push_log[0]) == [2] and sorted(client.push_log[1]) == [1, 2]
-        with pytest.raises(ValueError, match=r"grads: must be \[len\(keys\), dim\]"):
-            client.push("t", keys, np.ones((3, DIM), np.float32), step=3)
+        with pytest.raises(ValueError, match=r"grads of table 't': must be \[len\(keys\), dim\]"):
+            client.push({"t": (keys, np.ones((3, DIM), np.float32))}, step=3)
+    finally:
+        backend.shutdown()
+
+
+def test_a_remote_call_must_be_declared_by_the_interface() -> None:
+    backend = LocalBackend()
+    try:
+        server = backend.start("server", 0, ParameterServer, 0, (SPEC,))
+        with pytest.raises(AttributeError, match="ServerAPI declares no remote method 'close'"):
+            Remote(server, ServerAPI).close()
     finally:
         backend.shutdown()

@@ -151,13 +151,13 @@ def load_peer():  # noqa: ANN201 - the bench module
 def test_dlrm_auc_matches_the_plain_keras_peer_on_criteo() -> None:
     if not SAMPLE.exists():
         pytest.skip(f"Criteo sample absent: {SAMPLE}")
-    from xdl_ec.trainer import TrainConfig, Trainer
+    from xdl_ec.criteo_job import TrainConfig, criteo_job
 
     peer = load_peer()
     ours, theirs = [], []
     for seed in (0, 1):  # the mean over two seeds: one 999-row hold-out is noisy at the 0.01 level
         config = TrainConfig(data=str(SAMPLE), seed=seed, deterministic=True, progress=False)  # the CLI defaults
-        report = Trainer(config).run()
+        report = criteo_job(config).fit(deterministic=True, seed=seed)
         assert (report["samples"], report["eval_samples"]) == (3 * 9000, 999)
         ours.append(report["auc"])
         theirs.append(peer.KerasPeer(config).run()["auc"])

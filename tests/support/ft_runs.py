@@ -1,15 +1,18 @@
-"""Small deterministic parameter-server runs shared by the fault-tolerance tests, and their failure-free
-references (each configuration trained once per test session)."""
+"""Small deterministic parameter-server runs of the built-in job shared by the fault-tolerance tests, and their
+failure-free references (each configuration trained once per test session)."""
 
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from xdl_ec.ps import ClusterConfig, PSTrainer  # noqa: E402
-from xdl_ec.trainer import TrainConfig  # noqa: E402
+import xdl_ec  # noqa: E402
+from xdl_ec.criteo_job import TrainConfig, criteo_job  # noqa: E402
+from xdl_ec.ft.failure_injector import FailureInjector  # noqa: E402
+from xdl_ec.ft.failure_schedule import FailureSchedule  # noqa: E402
+from xdl_ec.ps import ClusterConfig, PSTrainer, RunSettings  # noqa: E402
 
 _REFERENCES: Dict[Tuple, Dict[str, Any]] = {}
 
@@ -22,9 +25,30 @@ def small_config(**overrides: Any) -> TrainConfig:
     return TrainConfig(**base)
 
 
+def make_trainer(config: TrainConfig, cluster: ClusterConfig, strategy: Any = None,
+                 failures: Optional[FailureSchedule] = None) -> PSTrainer:
+    """A PSTrainer of the built-in job of ``config`` (tests that look inside the driver)."""
+    injector = None if failures is None else FailureInjector(failures)
+    return PSTrainer(criteo_job(config).spec, cluster, RunSettings(config.seed, config.deterministic), strategy,
+                     injector)
+
+
+def run(trainer: PSTrainer) -> Dict[str, Any]:
+    """fit, then the digest and the cluster's report; closes the trainer."""
+    try:
+        report = trainer.fit()
+        report["model_digest"] = trainer.digest()
+        report.update(trainer.report())
+        return report
+    finally:
+        trainer.close()
+
+
 def reference(servers: int, workers: int, **overrides: Any) -> Dict[str, Any]:
     """The report of the failure-free run of ``small_config(**overrides)`` on ``servers`` x ``workers``."""
     key = (servers, workers, tuple(sorted(overrides.items())))
     if key not in _REFERENCES:
-        _REFERENCES[key] = PSTrainer(small_config(**overrides), ClusterConfig(servers=servers, workers=workers)).run()
+        config = small_config(**overrides)
+        _REFERENCES[key] = criteo_job(config).fit(cluster=xdl_ec.Cluster(servers=servers, workers=workers),
+                                                  deterministic=config.deterministic, seed=config.seed)
     return _REFERENCES[key]

@@ -192,7 +192,7 @@ class Worker:
         """Steps, seconds spent waiting for pulls / computing / pushing, and the client's byte counters."""
         return {"index": self.index, "steps": self.steps, **{f"{k}_seconds": v for k, v in self.seconds.items()},
                 "bytes_pulled": self.client.bytes_pulled, "bytes_requested": self.client.bytes_requested,
-                "bytes_pushed": self.client.bytes_pushed}
+                "bytes_pushed": self.client.bytes_pushed, "input": self._stream.stats()}
 
     @property
     def position(self) -> int:

@@ -28,20 +28,28 @@ def test_documented_byte_order() -> None:
         expected.update(e["state"][i].astype("<f4").tobytes())
     expected.update(weights[0].astype("<f4").tobytes())
     expected.update(opt[0].astype("<i8").tobytes())
-    assert model_digest([e], weights, opt) == expected.hexdigest()
+    assert model_digest([[e]], weights, opt) == expected.hexdigest()
 
 
 def test_placement_does_not_matter_but_content_does() -> None:
     whole = export([1, 2, 3, 4])
     split = [export([4, 2]), export([3, 1])]
     weights, opt = [np.ones((2, 2), np.float32)], [np.zeros(2, np.float32)]
-    base = model_digest([whole], weights, opt)
-    assert model_digest(split, weights, opt) == base
-    assert model_digest([export([1, 2, 3, 4], offset=1e-7)], weights, opt) != base
+    base = model_digest([[whole]], weights, opt)
+    assert model_digest([split], weights, opt) == base
+    assert model_digest([[export([1, 2, 3, 4], offset=1e-7)]], weights, opt) != base
     flipped = export([1, 2, 3, 4])
     flipped["state"][2, 1] = np.nextafter(flipped["state"][2, 1], np.float32(1e9))
-    assert model_digest([flipped], weights, opt) != base
-    assert model_digest([whole], [np.ones((2, 2), np.float32) * 2], opt) != base
-    assert model_digest([whole], weights, [np.ones(2, np.float32)]) != base
+    assert model_digest([[flipped]], weights, opt) != base
+    assert model_digest([[whole]], [np.ones((2, 2), np.float32) * 2], opt) != base
+    assert model_digest([[whole]], weights, [np.ones(2, np.float32)]) != base
     with pytest.raises(ValueError, match="twice"):
-        model_digest([export([1, 2]), export([2])], weights, opt)
+        model_digest([[export([1, 2]), export([2])]], weights, opt)
+
+
+def test_tables_are_hashed_in_order_and_one_table_keeps_its_bytes() -> None:
+    a, b = export([1, 2]), export([3])
+    weights, opt = [np.ones(2, np.float32)], [np.zeros(1, np.float32)]
+    assert model_digest([[a], [b]], weights, opt) != model_digest([[b], [a]], weights, opt)
+    # one table split over shards: the same bytes as the table whole
+    assert model_digest([[export([1, 2, 3])]], weights, opt) == model_digest([[a, b]], weights, opt)

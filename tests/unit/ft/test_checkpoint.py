@@ -124,7 +124,7 @@ class ToyJob:
         self.batch += 1
 
     def digest(self) -> str:
-        tables = [model_digest([t.export()], [], []) for ts in self.servers.values() for t in ts.values()]
+        tables = [model_digest([[t.export()]], [], []) for ts in self.servers.values() for t in ts.values()]
         return " ".join(tables + [model_digest([], self.dense, self.dense_opt)])
 
 

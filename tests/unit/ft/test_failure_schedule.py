@@ -74,15 +74,19 @@ def test_seeded_mtbf_is_deterministic_and_exponential() -> None:
 
 
 def test_a_scheduled_kill_is_real_and_none_stops_naming_the_role() -> None:
-    from ft_runs import small_config
-    from xdl_ec.ps import ClusterConfig, PSTrainer, ServerLost
+    from support.ft_runs import make_trainer, small_config
+    from xdl_ec.ps import ClusterConfig, ServerLost
 
-    trainer = PSTrainer(small_config(steps=8), ClusterConfig(servers=3), failures=FailureSchedule.from_flags(["4:2"]))
-    with pytest.raises(ServerLost, match="server 2 was lost") as info:
-        trainer.run()
-    assert info.value.index == 2 and trainer.step == 3
-    assert trainer.scheduler.cluster_map()["servers"][2]["alive"] is False
-    assert trainer.injected[0]["step"] == 4 and trainer.injected[0]["role"] == "server"
+    trainer = make_trainer(small_config(steps=8), ClusterConfig(servers=3), failures=FailureSchedule.from_flags(["4:2"]))
+    try:
+        with pytest.raises(ServerLost, match="server 2 was lost") as info:
+            trainer.fit()
+        assert info.value.index == 2 and trainer.step == 3
+        assert trainer.scheduler.cluster_map()["servers"][2]["alive"] is False
+        injected = trainer.injector.injected()
+        assert injected[0]["step"] == 4 and injected[0]["role"] == "server"
+    finally:
+        trainer.close()
 
 
 def _cli(*flags: str) -> subprocess.CompletedProcess:
@@ -113,12 +117,17 @@ def test_argparse_rejects_malformed_values(flags: list, message: str) -> None:
     assert proc.returncode == 2 and message in proc.stderr
 
 
-def test_make_strategy_rejects_unknown_names() -> None:
+def test_strategies_are_named_and_configs_typed() -> None:
+    import xdl_ec
+    from xdl_ec.ft.configs import EcConfig
     from xdl_ec.ft.factory import make_strategy
 
-    with pytest.raises(ValueError, match="--ft: must be one of none, ckpt, cpr, ec"):
-        make_strategy("raid", SimpleNamespace())
-    assert make_strategy("none").name == "none"
+    with pytest.raises(ValueError, match="ft: must be one of 'none', 'ckpt', 'cpr', 'ec'"):
+        xdl_ec.Cluster(servers=2, ft="raid")
+    with pytest.raises(TypeError, match="EcConfig"):
+        make_strategy("ec")
+    assert make_strategy(None).name == "none"
+    assert make_strategy(EcConfig(code=(2, 1))).k == 2
 
 
 def test_cli_without_fault_tolerance_exits_1_naming_the_lost_server() -> None:
