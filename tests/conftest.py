@@ -1,5 +1,5 @@
-"""Shared pytest set-up: Ray clusters the tests start run without Ray's auth unless a test asks for it, and the
-``slow`` marker is left out unless selected (``pytest -m slow``)."""
+"""Shared pytest set-up: Ray clusters the tests start require Ray's token (RAY_AUTH_MODE=token, as the clusters
+xdl-ec starts do), and the ``slow`` marker is left out unless selected (``pytest -m slow``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_AUTH_MODE", "token")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:

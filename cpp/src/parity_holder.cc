@@ -2,6 +2,7 @@
 // that a forwarder thread can apply batches without the GIL.
 #include "xdl_ec/parity_holder.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -12,15 +13,92 @@ HolderClosed::HolderClosed(int index)
                          " is closed: its server is gone (the replacement's holder takes its place)"),
       index_(index) {}
 
-ParityHolder::ParityHolder(int index, int k, int r, const std::map<std::string, size_t>& tables)
-    : index_(index) {
-  if (index < 0) throw std::invalid_argument("ParityHolder: index must be >= 0 (a server index), got " + std::to_string(index));
+ParityHolder::ParityHolder(int index, int n, int k, int r, const std::map<std::string, size_t>& tables)
+    : index_(index), layout_(n, k, r) {  // the layout throws invalid_argument for a bad n, k or r
+  if (index < 0 || index >= n)
+    throw std::invalid_argument("ParityHolder: index must be a server index in [0, n=" + std::to_string(n) + "), got " +
+                                std::to_string(index));
   code_ = std::make_shared<const ErasureCode>(k, r);  // throws invalid_argument for a bad code
   for (const auto& [name, block_bytes] : tables) {
     if (name.empty()) throw std::invalid_argument("ParityHolder: tables: a table name is empty");
     if (block_bytes == 0)
       throw std::invalid_argument("ParityHolder: tables: block bytes of table '" + name + "' must be >= 1, got 0");
     stores_.emplace(name, std::make_unique<ParityStore>(code_, block_bytes));
+  }
+}
+
+bool ParityHolder::Protects(int sender) const {
+  if (sender < 0 || sender >= layout_.n()) return false;
+  const int d = ((index_ - sender) % layout_.n() + layout_.n()) % layout_.n();
+  return d >= 1 && d < layout_.width();
+}
+
+void ParityHolder::SetExtent(const std::string& table, size_t parity_blocks) {
+  StoreLocked(table);  // throws for an unknown table
+  const uint64_t cycles = (parity_blocks + layout_.r() - 1) / layout_.r();
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t& at = extent_cycles_[table];
+  at = std::max(at, cycles);
+}
+
+// Integer checks per entry only: this runs on the forwarder's hot path too, beside the XOR of each record.
+void ParityHolder::CheckBatchLocked(int sender, const Sender* known, const ForwardedBatch& batch,
+                                    const std::vector<ParityStore*>& stores,
+                                    const std::function<std::string()>& at) const {
+  const uint64_t n = static_cast<uint64_t>(layout_.n()), k = static_cast<uint64_t>(layout_.k()),
+                 r = static_cast<uint64_t>(layout_.r());
+  for (size_t u = 0; u < batch.updates.size(); ++u) {
+    const std::string& table = batch.updates[u].first;
+    const ParityUpdate& update = batch.updates[u].second;
+    const auto refuse = [&](const std::string& why) {
+      throw BatchRefused("ParityHolder::Apply: refused " + at() + ", table '" + table + "': " + why);
+    };
+    if (update.source != sender)
+      refuse("its update names server " + std::to_string(update.source) + " as its source (a batch carries only its "
+             "sender's deltas)");
+    if (update.holder != index_)
+      refuse("its update is meant for parity holder " + std::to_string(update.holder));
+    const size_t block_bytes = stores[u]->block_bytes();
+    if (update.record_bytes == 0 || block_bytes % update.record_bytes != 0)
+      refuse("records of " + std::to_string(update.record_bytes) + " bytes do not divide its " +
+             std::to_string(block_bytes) + "-byte parity blocks");
+    const uint64_t block_slots = block_bytes / update.record_bytes;
+    // The extent this batch may reach: see the header.
+    uint64_t extent = (stores[u]->num_blocks() + r - 1) / r;
+    const auto declared = extent_cycles_.find(table);
+    if (declared != extent_cycles_.end()) extent = std::max(extent, declared->second);
+    if (known != nullptr) {
+      const auto reached = known->reach.find(table);
+      if (reached != known->reach.end()) extent = std::max(extent, reached->second);
+    }
+    const uint64_t limit = extent + 2 + update.entries.size() / block_slots;
+    for (size_t e = 0; e < update.entries.size(); ++e) {
+      const ParityUpdate::Entry& en = update.entries[e];
+      const auto entry_refused = [&](const std::string& why) {
+        refuse("entry " + std::to_string(e) + " (parity block " + std::to_string(en.parity_block) + ", offset " +
+               std::to_string(en.offset) + ", parity member " + std::to_string(en.parity_member) + ", data member " +
+               std::to_string(en.data_member) + ") " + why);
+      };
+      if (en.offset % update.record_bytes != 0) entry_refused("is not at a record boundary");
+      const uint64_t cycle = en.parity_block / r;
+      if (cycle >= limit)
+        entry_refused("is beyond the table's extent: stripe cycle " + std::to_string(cycle) + ", while " +
+                      std::to_string(extent) + " cycles are known and this batch's " +
+                      std::to_string(update.entries.size()) + " entries justify at most " + std::to_string(limit) +
+                      " (a shard fills its blocks in order)");
+      const uint64_t i = en.parity_block % r;
+      if (en.parity_member != i)
+        entry_refused("does not match the layout: this holder's parity block " + std::to_string(en.parity_block) +
+                      " is parity member " + std::to_string(i) + " of its stripe");
+      if (en.data_member >= k) entry_refused("names a data member outside [0, k=" + std::to_string(k) + ")");
+      // StripeLayout::ParitySlot: the stripe's first member m = (holder - k - i) mod n; its data member j is
+      // server (m + j) mod n.
+      const uint64_t m = (static_cast<uint64_t>(index_) + n * 2 - k - i) % n;
+      const uint64_t member = (m + en.data_member) % n;
+      if (member != static_cast<uint64_t>(sender))
+        entry_refused("does not match the layout: data member " + std::to_string(en.data_member) + " of that stripe "
+                      "is server " + std::to_string(member) + ", not the sender");
+    }
   }
 }
 
@@ -38,6 +116,14 @@ ParityStore& ParityHolder::StoreLocked(const std::string& table) const {
 
 int64_t ParityHolder::Apply(int sender, const std::vector<BatchPtr>& batches, int64_t durable) {
   if (sender < 0) throw std::invalid_argument("ParityHolder::Apply: sender must be >= 0, got " + std::to_string(sender));
+  if (sender == index_)
+    throw BatchRefused("ParityHolder::Apply: parity holder " + std::to_string(index_) + " refused batches from itself "
+                       "as sender: a server never holds parity of its own data");
+  if (!Protects(sender))
+    throw BatchRefused("ParityHolder::Apply: parity holder " + std::to_string(index_) + " refused batches from server " +
+                       std::to_string(sender) + ": it protects no stripe of that server (n=" +
+                       std::to_string(layout_.n()) + ", k=" + std::to_string(layout_.k()) + ", r=" +
+                       std::to_string(layout_.r()) + ")");
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) throw HolderClosed(index_);
   const auto found = senders_.find(sender);
@@ -68,6 +154,10 @@ int64_t ParityHolder::Apply(int sender, const std::vector<BatchPtr>& batches, in
         throw std::invalid_argument("ParityHolder::Apply: " + at() + ": " + e.what());
       }
     }
+    {
+      const auto known = senders_.find(sender);
+      CheckBatchLocked(sender, known == senders_.end() ? nullptr : &known->second, *batch, stores, at);
+    }
     // A store refuses a bad update whole; the updates of this batch already in are XOR-ed out again
     // (applying an update twice removes it), so the batch is all or nothing.
     size_t done = 0;
@@ -85,6 +175,14 @@ int64_t ParityHolder::Apply(int sender, const std::vector<BatchPtr>& batches, in
     s.undo.push_back(batch);
     s.applied = applied = batch->seq;
     s.worker_seqs = batch->stamp;
+    for (const auto& [table, update] : batch->updates) {
+      uint64_t highest = 0;
+      for (const ParityUpdate::Entry& en : update.entries) highest = std::max<uint64_t>(highest, en.parity_block);
+      if (!update.entries.empty()) {
+        uint64_t& reach = s.reach[table];
+        reach = std::max<uint64_t>(reach, highest / static_cast<uint64_t>(layout_.r()) + 1);
+      }
+    }
   }
   const auto it = senders_.find(sender);
   if (it != senders_.end()) {
@@ -152,7 +250,9 @@ WorkerSeqs ParityHolder::Rollback(int sender, int64_t to_seq) {
 }
 
 void ParityHolder::ResetSender(int sender, int64_t seq, const WorkerSeqs& worker_seqs) {
-  if (sender < 0) throw std::invalid_argument("ParityHolder::ResetSender: sender must be >= 0, got " + std::to_string(sender));
+  if (!Protects(sender))
+    throw std::invalid_argument("ParityHolder::ResetSender: parity holder " + std::to_string(index_) +
+                                " protects no stripe of server " + std::to_string(sender));
   if (seq < 0) throw std::invalid_argument("ParityHolder::ResetSender: seq must be >= 0, got " + std::to_string(seq));
   auto stamp = std::make_shared<const WorkerSeqs>(worker_seqs);
   std::lock_guard<std::mutex> lock(mu_);

@@ -279,7 +279,7 @@ class ParityHolderTest : public ::testing::Test {
 };
 
 TEST_F(ParityHolderTest, AppliesInOrderSkipsResendsRefusesGaps) {
-  ParityHolder holder(holder_index(), 3, 2, cluster_.table_bytes());
+  ParityHolder holder(holder_index(), 5, 3, 2, cluster_.table_bytes());
   const std::vector<BatchPtr> batches = Next(5);
   EXPECT_EQ(holder.Applied(0), 0);
   EXPECT_TRUE(holder.AppliedAll().empty());
@@ -309,7 +309,7 @@ TEST_F(ParityHolderTest, AppliesInOrderSkipsResendsRefusesGaps) {
 }
 
 TEST_F(ParityHolderTest, ABadBatchChangesNothing) {
-  ParityHolder holder(holder_index(), 3, 2, cluster_.table_bytes());
+  ParityHolder holder(holder_index(), 5, 3, 2, cluster_.table_bytes());
   holder.Apply(0, Next(1), 0);
   const std::vector<uint8_t> before = Snapshot(holder, cluster_);
   const BatchPtr good = Next(1, 1000)[0];  // every slot: both tables reach this holder
@@ -345,7 +345,7 @@ TEST_P(ParityHolderEncodeTest, ParityEqualsTheEncodingOfTheData) {
   const Code g = GetParam();
   Cluster cluster(g.n, g.k, g.r, kTables, 3);
   std::vector<std::unique_ptr<ParityHolder>> holders;
-  for (int h = 0; h < g.n; ++h) holders.push_back(std::make_unique<ParityHolder>(h, g.k, g.r, cluster.table_bytes()));
+  for (int h = 0; h < g.n; ++h) holders.push_back(std::make_unique<ParityHolder>(h, g.n, g.k, g.r, cluster.table_bytes()));
   std::mt19937 rng(5);
   for (int round = 0; round < 30; ++round) {
     const int sender = static_cast<int>(rng() % g.n);
@@ -362,7 +362,7 @@ INSTANTIATE_TEST_SUITE_P(Codes, ParityHolderEncodeTest,
                          ::testing::Values(Code{3, 2, 1}, Code{5, 3, 2}, Code{7, 4, 3}));
 
 TEST_F(ParityHolderTest, RollbackRestoresAnEarlierSeqExactly) {
-  ParityHolder holder(holder_index(), 3, 2, cluster_.table_bytes());
+  ParityHolder holder(holder_index(), 5, 3, 2, cluster_.table_bytes());
   const std::vector<BatchPtr> batches = Next(6);
   holder.Apply(0, {batches[0], batches[1]}, 0);
   const std::vector<uint8_t> at2 = Snapshot(holder, cluster_);
@@ -388,7 +388,7 @@ TEST_F(ParityHolderTest, RollbackRestoresAnEarlierSeqExactly) {
 }
 
 TEST_F(ParityHolderTest, RollbackBeyondTheUndoLogIsRefusedAndChangesNothing) {
-  ParityHolder holder(holder_index(), 3, 2, cluster_.table_bytes());
+  ParityHolder holder(holder_index(), 5, 3, 2, cluster_.table_bytes());
   const std::vector<BatchPtr> batches = Next(5);
   holder.Apply(0, batches, 3);  // undo log: 4, 5
   const std::vector<uint8_t> before = Snapshot(holder, cluster_);
@@ -409,7 +409,7 @@ TEST_F(ParityHolderTest, RollbackBeyondTheUndoLogIsRefusedAndChangesNothing) {
 }
 
 TEST_F(ParityHolderTest, ResetSenderStartsAFreshStream) {
-  ParityHolder holder(holder_index(), 3, 2, cluster_.table_bytes());
+  ParityHolder holder(holder_index(), 5, 3, 2, cluster_.table_bytes());
   holder.Apply(0, Next(3), 0);
   const WorkerSeqs seqs = {{1, 40}, {2, 7}};
   holder.ResetSender(0, 10, seqs);
@@ -428,7 +428,7 @@ TEST_F(ParityHolderTest, ResetSenderStartsAFreshStream) {
 }
 
 TEST_F(ParityHolderTest, WriteBlockIfComparesEveryExpectedSender) {
-  ParityHolder holder(holder_index(), 3, 2, cluster_.table_bytes());
+  ParityHolder holder(holder_index(), 5, 3, 2, cluster_.table_bytes());
   holder.Apply(0, Next(2), 0);
   const size_t bytes = holder.block_bytes("emb");
   const std::vector<uint8_t> fresh(bytes, 0xA5);
@@ -445,7 +445,7 @@ TEST_F(ParityHolderTest, WriteBlockIfComparesEveryExpectedSender) {
 }
 
 TEST_F(ParityHolderTest, ReadBlockColumnsAndTheirVersions) {
-  ParityHolder holder(holder_index(), 3, 2, cluster_.table_bytes());
+  ParityHolder holder(holder_index(), 5, 3, 2, cluster_.table_bytes());
   holder.Apply(0, Next(3, 1000), 0);
   holder.ResetSender(2, 4, {});
   size_t c = 0;  // a block holding sender 0's parity
@@ -470,7 +470,7 @@ TEST_F(ParityHolderTest, ReadBlockColumnsAndTheirVersions) {
 }
 
 TEST_F(ParityHolderTest, ClosedHolderRefusesApplyButStillReads) {
-  ParityHolder holder(holder_index(), 3, 2, cluster_.table_bytes());
+  ParityHolder holder(holder_index(), 5, 3, 2, cluster_.table_bytes());
   holder.Apply(0, Next(1), 0);
   const std::vector<uint8_t> before = Snapshot(holder, cluster_);
   EXPECT_FALSE(holder.closed());
@@ -488,12 +488,14 @@ TEST_F(ParityHolderTest, ClosedHolderRefusesApplyButStillReads) {
 }
 
 TEST(ParityHolderConstructionTest, RefusesBadArguments) {
-  EXPECT_THROW(ParityHolder(0, 0, 1, {{"t", 8}}), std::invalid_argument);
-  EXPECT_THROW(ParityHolder(0, 4, 5, {{"t", 8}}), std::invalid_argument);
-  EXPECT_THROW(ParityHolder(0, 4, 1, {{"", 8}}), std::invalid_argument);
-  EXPECT_THROW(ParityHolder(0, 4, 1, {{"t", 0}}), std::invalid_argument);
-  EXPECT_THROW(ParityHolder(-1, 4, 1, {{"t", 8}}), std::invalid_argument);
-  ParityHolder holder(2, 4, 1, {{"t", 8}});
+  EXPECT_THROW(ParityHolder(0, 5, 0, 1, {{"t", 8}}), std::invalid_argument);
+  EXPECT_THROW(ParityHolder(0, 9, 4, 5, {{"t", 8}}), std::invalid_argument);  // ISA-L: k + r <= 8 at r = 5
+  EXPECT_THROW(ParityHolder(0, 4, 4, 1, {{"t", 8}}), std::invalid_argument);  // n < k + r
+  EXPECT_THROW(ParityHolder(0, 5, 4, 1, {{"", 8}}), std::invalid_argument);
+  EXPECT_THROW(ParityHolder(0, 5, 4, 1, {{"t", 0}}), std::invalid_argument);
+  EXPECT_THROW(ParityHolder(-1, 5, 4, 1, {{"t", 8}}), std::invalid_argument);
+  EXPECT_THROW(ParityHolder(5, 5, 4, 1, {{"t", 8}}), std::invalid_argument);
+  ParityHolder holder(2, 5, 4, 1, {{"t", 8}});
   EXPECT_EQ(holder.index(), 2);
   EXPECT_EQ(holder.Bytes(), 0u);
   EXPECT_EQ(holder.NumBlocks("t"), 0u);
@@ -510,9 +512,9 @@ TEST(ParityHolderThreadsTest, ConcurrentSendersGiveTheSequentialBytes) {
       for (const auto& [h, batch] : cluster.Mutate(sender, 5))
         if (h == 0) streams[sender].push_back(batch);
   ASSERT_GE(streams.size(), 2u);
-  ParityHolder sequential(0, k, r, cluster.table_bytes());
+  ParityHolder sequential(0, n, k, r, cluster.table_bytes());
   for (const auto& [sender, stream] : streams) sequential.Apply(sender, stream, 0);
-  ParityHolder concurrent(0, k, r, cluster.table_bytes());
+  ParityHolder concurrent(0, n, k, r, cluster.table_bytes());
   std::vector<std::thread> threads;
   for (const auto& [sender, stream] : streams) {
     threads.emplace_back([&concurrent, sender = sender, &stream = stream] {
@@ -557,7 +559,7 @@ BatchPtr Range(const std::vector<BatchPtr>& batches) {
 }
 
 TEST_F(ParityHolderTest, RangesApplyWholeAndRollBackOnlyToTheirBoundaries) {
-  ParityHolder holder(holder_index(), 3, 2, cluster_.table_bytes());
+  ParityHolder holder(holder_index(), 5, 3, 2, cluster_.table_bytes());
   const std::vector<uint8_t> empty = Snapshot(holder, cluster_);
   const std::vector<BatchPtr> first = Next(3), later = Next(2);  // seqs 1..3 as one range, then 4 and 5
   EXPECT_THROW(holder.Apply(0, {Range({first[1], first[2]})}, 0), std::invalid_argument);  // starts at 2: a gap

@@ -127,21 +127,31 @@ std::vector<uint8_t> SerializePython(const py::list& batches) {
 void BindParityHolder(py::module_& m) {
   // A RuntimeError, so callers that catch the server's loss as RuntimeError keep working.
   py::register_exception<HolderClosed>(m, "HolderClosed", PyExc_RuntimeError);
+  // A ValueError, as every other bad batch is: a batch that does not agree with the stripe layout.
+  py::register_exception<BatchRefused>(m, "BatchRefused", PyExc_ValueError);
 
   py::class_<ParityHolder, std::shared_ptr<ParityHolder>>(
       m, "ParityHolder", "A server's parity blocks per table and, per sender, its applied seq, stamp and undo log")
-      .def(py::init([](int index, int k, int r, const std::map<std::string, size_t>& tables) {
-             return std::make_shared<ParityHolder>(index, k, r, tables);
-           }), py::arg("index"), py::arg("k"), py::arg("r"), py::arg("tables"),
-           "tables: {name: bytes of one parity block (block_slots * record_bytes)}")
+      .def(py::init([](int index, int n, int k, int r, const std::map<std::string, size_t>& tables) {
+             return std::make_shared<ParityHolder>(index, n, k, r, tables);
+           }), py::arg("index"), py::arg("n"), py::arg("k"), py::arg("r"), py::arg("tables"),
+           "Server index of n under a (k, r) code; tables: {name: bytes of one parity block (block_slots * "
+           "record_bytes)}")
       .def_property_readonly("index", &ParityHolder::index)
+      .def_property_readonly("n", [](const ParityHolder& holder) { return holder.layout().n(); })
+      .def("protects", &ParityHolder::Protects, py::arg("sender"),
+           "Whether sender is a data member of a stripe this holder protects (the only servers it takes batches from)")
+      .def("set_extent", &ParityHolder::SetExtent, py::arg("table"), py::arg("parity_blocks"),
+           "The table's extent in this holder's parity blocks as measured elsewhere (a replacement holder, before "
+           "its senders' batches arrive); never shrinks")
       .def("apply", [](ParityHolder& holder, int sender, const py::object& batches, int64_t durable) {
              const ByteView view(batches, "ParityHolder.apply: batches");
              py::gil_scoped_release release;
              return holder.Apply(sender, ParseBatches(view.data(), view.size()), durable);
            }, py::arg("sender"), py::arg("batches"), py::arg("durable"),
-           "Applies serialize_batches bytes of `sender` in seq order (resends skipped, a gap is a ValueError), "
-           "trims the undo log at `durable`; returns applied(sender)")
+           "Applies serialize_batches bytes of `sender` in seq order (resends skipped, a gap is a ValueError, a batch "
+           "that disagrees with the stripe layout a BatchRefused, changing nothing), trims the undo log at "
+           "`durable`; returns applied(sender)")
       .def("applied", &ParityHolder::Applied, py::arg("sender"))
       .def("applied_all", &ParityHolder::AppliedAll, "{sender: applied seq}")
       .def("worker_seqs", &ParityHolder::WorkerSeqsOf, py::arg("sender"),

@@ -1,5 +1,5 @@
 """Parity batches between server processes: :class:`RemoteHolderLink` (sender side) and :class:`ParityReceiver`
-(holder side), over one plain TCP connection per (sender, holder) pair.
+(holder side), over one plain TCP connection per (sender, holder) pair, open only to members of the job.
 
 The C++ :class:`~xdl_ec._core.DeltaForwarder` serves holders in its own process from its own thread; a holder
 in another process (a Ray actor) is served by a RemoteHolderLink: a thread that takes the holder's queued batches
@@ -14,24 +14,50 @@ with the GIL released around both. Ray is used once per link, to ask the holder'
 address (``parity_call("parity_address")``), so a link follows its holder wherever Ray placed it; when that address
 cannot be connected to (a firewall between nodes), the link falls back to Ray calls (``apply_parity``).
 
-Wire form, little-endian: request ``<iiqQ`` (holder, sender, durable, n) then n bytes of ``serialize_batches``;
-answer ``<bqI`` (status 0 ok / 1 refused, applied seq, m) then an m-byte UTF-8 error. The receiver checks the
-holder index, so a link never applies to a server it did not mean. A connection that breaks, or a holder that
-refuses a batch, makes the link fail: the forwarder marks the holder down, exactly as a failed call did (the
-protocol in :mod:`xdl_ec.ft.ec_strategy` is unchanged: batches in seq order, acked only once applied).
+Membership. A receiver listens on the node's address, so anyone on the network can connect: every connection
+opens with a mutual challenge-response under the job's :class:`~xdl_ec.ft.job_secret.JobSecret` K (as Ceph's
+cephx does), and a peer that fails it gets nothing back but its nonce challenge and a closed connection (no seq,
+no error text), and the receiver logs one warning naming it:
+
+- link -> receiver ``hello`` = ``<4sii32s`` (magic ``XEA1``, sender, holder, link nonce Nl); the receiver checks
+  that it is that holder and protects that sender (else closes);
+- receiver -> link: receiver nonce Nr (32 bytes);
+- link -> receiver: ``HMAC(K, "xdl-ec link proof" | hello | Nr)``; the receiver closes unless it matches;
+- receiver -> link: ``HMAC(K, "xdl-ec receiver proof" | hello | Nr)``; the link gives up unless it matches (an
+  impostor receiver learns nothing and takes no batch).
+
+Both then MAC under the connection's key ``S = HMAC(K, "xdl-ec session" | hello | Nr)`` (fresh nonces: a key of
+its own per connection) with a counter c of requests on it, so a replayed, reordered or altered message fails:
+request ``<iiqQ`` (holder, sender, durable, n) + ``HMAC(S, "H" | c | header)``, checked before anything is
+allocated for the n bytes (at most ``max_payload`` bytes, default :data:`MAX_PAYLOAD_BYTES`), then n bytes of
+``serialize_batches`` + ``HMAC(S, "P" | c | header | payload)``; answer ``<bqI`` (status 0 ok / 1 refused, applied
+seq, m) + an m-byte UTF-8 error + ``HMAC(S, "A" | c | answer)``. The header's sender must be the one the
+handshake proved. The holder (C++ ParityHolder) then checks every batch against the stripe layout, so even a
+member cannot write outside its own stripes. A refused batch changes nothing, is answered with its error and
+logged as a warning. There is no encryption: deltas cross the network in the clear (run on a trusted network).
+
+A connection that breaks, or a holder that refuses a batch, makes the link fail: the forwarder marks the holder
+down, exactly as a failed call did (the protocol in :mod:`xdl_ec.ft.ec_strategy` is unchanged: batches in seq
+order, acked only once applied).
 """
 
 from __future__ import annotations
 
+import collections
+import hashlib
+import hmac
+import logging
+import secrets
 import socket
 import struct
 import threading
 import time
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Deque, List, Optional, Tuple
 
 import numpy as np
 
 from ..ps.backend import RoleLost
+from .job_secret import JobSecret
 
 CALL_TIMEOUT = 60.0  # seconds a holder may take to apply a batch before it counts as down
 POLL_SECONDS = 0.5  # how often an idle link checks whether it was closed
@@ -40,23 +66,51 @@ POLL_SECONDS = 0.5  # how often an idle link checks whether it was closed
 # a server in that second is reported unrecoverable; never a push waits. Whoever waits for parity (a recovery's
 # drain, a degraded read) calls flush() to cut the wait short.
 SEND_INTERVAL = 1.0
+# A peer has this long, from connecting, to complete the handshake (a peer trickling bytes is cut off then).
+HANDSHAKE_SECONDS = 10.0
+# Connections still in their handshake at once; more are closed at once (each holds a thread until it ends).
+MAX_PENDING_HANDSHAKES = 16
+# Largest payload a receiver takes in one request (ParityReceiver(max_payload=...) changes it). A link sends what
+# its holder's queue held, about a second of deltas (a few MB at 10k samples/s); a bigger one is refused with an
+# error and the holder counts as down.
+MAX_PAYLOAD_BYTES = 1 << 30
+# Warning lines a receiver writes per second at most (a flood of strangers is summarised, never all printed).
+WARNINGS_PER_SECOND = 20
 
+_MAGIC = b"XEA1"
+_HELLO = struct.Struct("<4sii32s")  # magic, sender, holder, link nonce
+_NONCE = 32
+_TAG = 32  # HMAC-SHA256
+_COUNTER = struct.Struct("<Q")
 _REQUEST = struct.Struct("<iiqQ")  # holder, sender, durable, payload bytes
 _ANSWER = struct.Struct("<bqI")  # status, applied, error bytes
 _MAX_ERROR = 1 << 16
+
+log = logging.getLogger(__name__)
 
 
 class LinkBroken(ConnectionError):
     """The connection to a holder closed or broke mid-exchange (its process died, or its agent closed)."""
 
 
-def _recv_exactly(conn: socket.socket, size: int) -> bytearray:
+class _Refused(Exception):
+    """A peer broke the protocol: the receiver closes the connection (after a warning) without answering."""
+
+
+def _recv_exactly(conn: socket.socket, size: int, deadline: Optional[float] = None) -> bytearray:
     """``size`` bytes from ``conn`` (LinkBroken if it closes first); recv_into releases the GIL while it waits, and
-    on a blocking socket MSG_WAITALL takes a whole batch in one call (one GIL round trip, not one per segment)."""
+    on a blocking socket MSG_WAITALL takes a whole batch in one call (one GIL round trip, not one per segment).
+    With ``deadline`` (time.monotonic()) the whole read must end by then (socket.timeout otherwise), however the
+    bytes trickle in."""
     buf = bytearray(size)
     view = memoryview(buf)
     got = 0
     while got < size:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise socket.timeout(f"timed out after {got} of {size} bytes")
+            conn.settimeout(remaining)
         n = conn.recv_into(view[got:], size - got, socket.MSG_WAITALL)
         if n == 0:
             raise LinkBroken(f"connection closed after {got} of {size} bytes")
@@ -76,46 +130,163 @@ def _node_host() -> str:
     return "127.0.0.1"
 
 
-class ParityReceiver:
-    """Holder side: accepts RemoteHolderLink connections and applies their batches to ``holder`` (a C++
-    ParityHolder, which has its own lock: the senders' connections apply concurrently). ``refuse()`` True (its
-    server is crashing) drops connections instead of applying, as a dead process would."""
+class _Session:
+    """One authenticated connection's MAC key and request counter (both ends keep the same)."""
 
-    def __init__(self, holder: Any, refuse: Callable[[], bool] = lambda: False, host: Optional[str] = None) -> None:
+    __slots__ = ("_key", "counter")
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+        self.counter = 0
+
+    def tag(self, kind: bytes, *parts: Any) -> bytes:
+        h = hmac.new(self._key, kind + _COUNTER.pack(self.counter), hashlib.sha256)
+        for part in parts:
+            h.update(part)  # OpenSSL's HMAC: releases the GIL on large buffers
+        return h.digest()
+
+    def __repr__(self) -> str:
+        return f"_Session(counter={self.counter})"
+
+
+def _proofs(secret: JobSecret, hello: bytes, receiver_nonce: bytes) -> Tuple[bytes, bytes, bytes]:
+    """(link proof, receiver proof, session key) for one handshake."""
+    return (secret.mac(b"xdl-ec link proof", hello, receiver_nonce),
+            secret.mac(b"xdl-ec receiver proof", hello, receiver_nonce),
+            secret.mac(b"xdl-ec session", hello, receiver_nonce))
+
+
+class ParityReceiver:
+    """Holder side: accepts RemoteHolderLink connections that prove they belong to the job (``secret``) and applies
+    their batches to ``holder`` (a C++ ParityHolder, which has its own lock: the senders' connections apply
+    concurrently, and checks every batch against the stripe layout). ``refuse()`` True (its server is crashing)
+    drops connections instead of applying, as a dead process would. Every refused peer or batch is logged as one
+    warning naming the peer and kept in :attr:`events` (the newest 100)."""
+
+    def __init__(self, holder: Any, secret: JobSecret, refuse: Callable[[], bool] = lambda: False,
+                 host: Optional[str] = None, max_payload: int = MAX_PAYLOAD_BYTES) -> None:
+        if not isinstance(secret, JobSecret):
+            raise TypeError(f"ParityReceiver: secret must be the job's JobSecret, got {type(secret).__name__}")
+        if isinstance(max_payload, bool) or not isinstance(max_payload, int) or max_payload < 1:
+            raise ValueError(f"ParityReceiver: max_payload must be a positive number of bytes, got {max_payload!r}")
         self.holder = holder
+        self._secret = secret
         self._refuse = refuse
+        self.max_payload = max_payload
         self._listener = socket.create_server((host or _node_host(), 0))
         self.address: Tuple[str, int] = self._listener.getsockname()[:2]
         self._closed = False
         self._conns: List[socket.socket] = []
         self._lock = threading.Lock()
+        self._pending = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
         self.batches_received = 0  # sends applied, and their bytes
         self.bytes_received = 0
+        self.refused = 0  # peers and batches refused (each a warning, unless the flood was summarised)
+        self.events: Deque[str] = collections.deque(maxlen=100)
+        self._warned_at = 0.0  # the second the last warnings were counted in, and how many
+        self._warned = 0
+        self._unshown = 0
         threading.Thread(target=self._accept, daemon=True, name=f"xdl-ec-receive{holder.index}").start()
+
+    def __repr__(self) -> str:
+        return f"ParityReceiver(holder={self.holder.index}, address={self.address})"
+
+    def _warn(self, line: str) -> None:
+        line = f"parity receiver of server {self.holder.index}: {line}"
+        with self._lock:
+            self.refused += 1
+            self.events.append(line)
+            now = int(time.monotonic())
+            if now != self._warned_at:
+                unshown, self._warned_at, self._warned, self._unshown = self._unshown, now, 0, 0
+                if unshown:
+                    log.warning("parity receiver of server %d: %d more refusals not shown", self.holder.index,
+                                unshown)
+            self._warned += 1
+            if self._warned > WARNINGS_PER_SECOND:
+                self._unshown += 1
+                return
+        log.warning("%s", line)
 
     def _accept(self) -> None:
         while True:
             try:
-                conn, _ = self._listener.accept()
+                conn, addr = self._listener.accept()
             except OSError:  # closed
                 return
+            peer = f"{addr[0]}:{addr[1]}"
+            if not self._pending.acquire(blocking=False):
+                conn.close()
+                self._warn(f"closed a connection from {peer}: {MAX_PENDING_HANDSHAKES} others are still in their "
+                           f"handshake")
+                continue
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
                 if self._closed:
                     conn.close()
+                    self._pending.release()
                     return
                 self._conns.append(conn)
-            threading.Thread(target=self._serve, args=(conn,), daemon=True,
+            threading.Thread(target=self._serve, args=(conn, peer), daemon=True,
                              name=f"xdl-ec-receive{self.holder.index}").start()
 
-    def _serve(self, conn: socket.socket) -> None:
+    def _authenticate(self, conn: socket.socket, peer: str) -> Tuple[_Session, int]:
+        """The handshake (see the module docstring); _Refused for a peer that fails it."""
+        deadline = time.monotonic() + HANDSHAKE_SECONDS
         try:
+            magic = bytes(_recv_exactly(conn, len(_MAGIC), deadline))  # the magic first: garbage ends here at once
+            if magic != _MAGIC:
+                raise _Refused(f"refused {peer}: not a parity link (it did not open with the handshake)")
+            hello = magic + bytes(_recv_exactly(conn, _HELLO.size - len(_MAGIC), deadline))
+            _, sender, holder, _ = _HELLO.unpack(hello)
+            if holder != self.holder.index or not self.holder.protects(sender):
+                raise _Refused(f"refused {peer}: it claims to be server {sender} linking to holder {holder}, which is "
+                               f"not a link of this job's layout")
+            nonce = secrets.token_bytes(_NONCE)
+            conn.sendall(nonce)
+            link_proof, receiver_proof, session = _proofs(self._secret, hello, nonce)
+            if not hmac.compare_digest(bytes(_recv_exactly(conn, _TAG, deadline)), link_proof):
+                raise _Refused(f"refused {peer} (claiming to be server {sender}): it failed authentication (it does "
+                               f"not hold the job's secret, or replayed another connection's handshake)")
+            conn.sendall(receiver_proof)
+        except socket.timeout:
+            raise _Refused(f"refused {peer}: it did not complete the handshake within {HANDSHAKE_SECONDS:g} s")                 from None
+        except LinkBroken as err:
+            raise _Refused(f"refused {peer}: it closed the connection during the handshake ({err})") from None
+        conn.settimeout(None)
+        return _Session(session), sender
+
+    def _serve(self, conn: socket.socket, peer: str) -> None:
+        try:
+            try:
+                session, sender = self._authenticate(conn, peer)
+            finally:
+                self._pending.release()
+            who = f"{peer} (server {sender})"
             while True:
-                holder, sender, durable, size = _REQUEST.unpack(_recv_exactly(conn, _REQUEST.size))
-                payload = _recv_exactly(conn, size)
+                head = _recv_exactly(conn, _REQUEST.size + _TAG)
+                header = bytes(head[:_REQUEST.size])
+                if not hmac.compare_digest(bytes(head[_REQUEST.size:]), session.tag(b"H", header)):
+                    raise _Refused(f"closed the connection of {who}: a request failed its MAC (altered, replayed or "
+                                   f"out of order)")
+                holder, claimed, durable, size = _REQUEST.unpack(header)
+                if claimed != sender:
+                    raise _Refused(f"closed the connection of {who}: a request names sender {claimed}")
+                status, applied, error = 0, 0, b""
+                if size > self.max_payload:
+                    # authenticated, so the member learns why; its bytes are not read: the connection ends after it
+                    status, error = 1, (f"a request of {size} bytes exceeds this receiver's max_payload of "
+                                        f"{self.max_payload} bytes").encode()
+                    self._warn(f"refused a request of {who}: {size} bytes exceed max_payload {self.max_payload}")
+                    answer = _ANSWER.pack(status, applied, len(error)) + error
+                    conn.sendall(answer + session.tag(b"A", answer))
+                    return
+                body = _recv_exactly(conn, size + _TAG)
+                payload = memoryview(body)[:size]
+                if not hmac.compare_digest(bytes(body[size:]), session.tag(b"P", header, payload)):
+                    raise _Refused(f"closed the connection of {who}: a payload failed its MAC (altered)")
                 if self._refuse():
                     return  # the server is going down: the sender sees the connection break
-                status, applied, error = 0, 0, b""
                 if holder != self.holder.index:
                     status, error = 1, (f"server {self.holder.index} received a batch meant for holder {holder}; "
                                         f"the link's address is stale").encode()
@@ -126,7 +297,13 @@ class ParityReceiver:
                         self.bytes_received += size
                     except Exception as err:  # noqa: BLE001 - the sender marks this holder down with the reason
                         status, error = 1, f"{type(err).__name__}: {err}".encode()[:_MAX_ERROR]
-                conn.sendall(_ANSWER.pack(status, applied, len(error)) + error)
+                if status:
+                    self._warn(f"refused a batch of {who}: {error.decode(errors='replace')}")
+                answer = _ANSWER.pack(status, applied, len(error)) + error
+                conn.sendall(answer + session.tag(b"A", answer))
+                session.counter += 1
+        except _Refused as refused:
+            self._warn(str(refused))
         except OSError:  # LinkBroken included: the sender went away (or close())
             pass
         finally:
@@ -155,13 +332,17 @@ class HolderRefused(RuntimeError):
 
 class RemoteHolderLink:
     """Sends ``forwarder``'s batches for ``holder`` to the ParityReceiver of ``handle`` (a Handle of the holder's
-    server) on link generation ``link`` (what ``forwarder.set_holder`` returned); it stops once the link is
-    replaced. ``on_delivery`` (optional) is called after each send was acked or failed: someone waiting for
-    parity to catch up (``ParityAgent.drain``) wakes then instead of polling."""
+    server) on link generation ``link`` (what ``forwarder.set_holder`` returned), proving membership with the job's
+    ``secret``; it stops once the link is replaced. ``on_delivery`` (optional) is called after each send was acked
+    or failed: someone waiting for parity to catch up (``ParityAgent.drain``) wakes then instead of polling."""
 
-    def __init__(self, forwarder: Any, holder: int, handle: Any, link: int,
+    def __init__(self, forwarder: Any, holder: int, handle: Any, link: int, secret: JobSecret,
                  on_delivery: Optional[Callable[[], None]] = None) -> None:
+        if not isinstance(secret, JobSecret):
+            raise TypeError(f"RemoteHolderLink: secret must be the job's JobSecret, got {type(secret).__name__}")
         self.forwarder, self.holder, self.handle, self.link = forwarder, holder, handle, link
+        self._secret = secret
+        self._session: Optional[_Session] = None
         self._on_delivery = on_delivery
         self._stop = threading.Event()
         self.sends = 0  # sends made, and the bytes they carried (batches serialised)
@@ -183,25 +364,57 @@ class RemoteHolderLink:
             self.transport = f"ray (no connection to {host}:{port}: {err!r})"
             return None
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            self._session = self._handshake(conn, host, int(port))
+        except BaseException:
+            conn.close()
+            raise
         return conn
+
+    def _handshake(self, conn: socket.socket, host: str, port: int) -> _Session:
+        """The link's side of the mutual challenge-response (module docstring)."""
+        hello = _HELLO.pack(_MAGIC, self.forwarder.index, self.holder, secrets.token_bytes(_NONCE))
+        deadline = time.monotonic() + HANDSHAKE_SECONDS
+        try:
+            conn.sendall(hello)
+            nonce = bytes(_recv_exactly(conn, _NONCE, deadline))
+            link_proof, receiver_proof, session = _proofs(self._secret, hello, nonce)
+            conn.sendall(link_proof)
+            answer = bytes(_recv_exactly(conn, _TAG, deadline))
+        except socket.timeout:
+            raise LinkBroken(f"holder {self.holder} at {host}:{port} did not complete the handshake within "
+                             f"{HANDSHAKE_SECONDS:g} s") from None
+        if not hmac.compare_digest(answer, receiver_proof):
+            raise HolderRefused(f"the receiver at {host}:{port} failed to prove it is holder {self.holder} of this job "
+                                f"(it does not hold the job's secret)")
+        conn.settimeout(CALL_TIMEOUT)
+        return _Session(session)
 
     def _send(self, sender: int, batches: np.ndarray, durable: int) -> int:
         if self._conn is None and self.transport == "tcp":
             self._conn = self._connect()
-        conn = self._conn
-        if conn is None:
+        conn, session = self._conn, self._session
+        if conn is None or session is None:
             return int(self.handle.call_beside("parity_call", "apply_parity", sender, batches,
                                                durable).result(CALL_TIMEOUT))
-        conn.sendall(_REQUEST.pack(self.holder, sender, int(durable), int(batches.nbytes)))
+        header = _REQUEST.pack(self.holder, sender, int(durable), int(batches.nbytes))
+        conn.sendall(header + session.tag(b"H", header))
         conn.sendall(batches)  # the numpy buffer as is; releases the GIL
-        status, applied, size = _ANSWER.unpack(_recv_exactly(conn, _ANSWER.size))
-        error = bytes(_recv_exactly(conn, size)).decode(errors="replace") if size else ""
+        conn.sendall(session.tag(b"P", header, batches))
+        head = bytes(_recv_exactly(conn, _ANSWER.size))
+        status, applied, size = _ANSWER.unpack(head)
+        if size > _MAX_ERROR:
+            raise LinkBroken(f"holder {self.holder} answered with a {size}-byte error, more than any receiver sends")
+        error = bytes(_recv_exactly(conn, size)) if size else b""
+        if not hmac.compare_digest(bytes(_recv_exactly(conn, _TAG)), session.tag(b"A", head, error)):
+            raise LinkBroken(f"holder {self.holder}'s answer failed its MAC (altered on the way)")
+        session.counter += 1
         if status != 0:
-            raise HolderRefused(f"holder {self.holder} refused the batches: {error}")
+            raise HolderRefused(f"holder {self.holder} refused the batches: {error.decode(errors='replace')}")
         return int(applied)
 
     def _drop_connection(self) -> None:
-        conn, self._conn = self._conn, None
+        conn, self._conn, self._session = self._conn, None, None
         if conn is not None:
             conn.close()
 
@@ -242,6 +455,12 @@ class RemoteHolderLink:
         """Sends what is queued now (someone waits for this holder's parity to catch up)."""
         self._flush.set()
 
+    def __repr__(self) -> str:
+        return f"RemoteHolderLink(sender={self.forwarder.index}, holder={self.holder}, transport={self.transport!r})"
+
     def close(self) -> None:
         self._stop.set()
         self._flush.set()
+
+    def __repr__(self) -> str:
+        return f"RemoteHolderLink(sender={self.forwarder.index}, holder={self.holder}, transport={self.transport!r})"

@@ -9,6 +9,18 @@
 // - an undo log of the batches above the sender's durable watermark (applied by every holder, never
 //   rolled back). Updates are XOR-ed in over GF(2^8), so applying a batch again removes it.
 //
+// Every batch is checked against the layout before any byte changes (a holder in another process takes
+// batches from the network, see xdl_ec/ft/parity_link.py): the sender must be a data member of a stripe
+// this holder protects (never the holder itself), every update must name that sender and this holder, and
+// every entry must agree with StripeLayout (its parity block's stripe has the sender at the entry's data
+// position and this holder at its parity position; whole records) and stay within the table's extent plus
+// the growth the batch itself justifies. The extent of a (sender, table) is the highest stripe cycle
+// applied from it, this holder's own parity blocks, and what SetExtent declared; a sender's shard fills
+// its slots in order (free slots first, then new ones), so reaching cycle q + 1 means filling every block
+// of cycle q, of which this holder protects at least one whole block (block_slots entries): a batch of E
+// entries reaches at most cycle extent + 1 + E / block_slots. A refused batch changes
+// nothing and throws BatchRefused naming the rule it broke.
+//
 // Thread safety: every method may be called from any thread (one mutex; reads of a block and of the
 // applied seqs are atomic together, which consistent decoding relies on).
 #pragma once
@@ -16,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -26,6 +39,7 @@
 #include "xdl_ec/erasure_code.h"
 #include "xdl_ec/forwarded_batch.h"
 #include "xdl_ec/parity_store.h"
+#include "xdl_ec/stripe_layout.h"
 
 namespace xdl_ec {
 
@@ -39,21 +53,37 @@ class HolderClosed : public std::runtime_error {
   int index_;
 };
 
+// A batch that does not agree with the layout (see above): a std::invalid_argument, so callers that
+// treat any bad batch as one keep working.
+class BatchRefused : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
 class ParityHolder {
  public:
-  // `tables`: table name -> bytes of one parity block of it (block_slots * record_bytes). Throws
-  // std::invalid_argument for a bad code, an empty name or a zero block size.
-  ParityHolder(int index, int k, int r, const std::map<std::string, size_t>& tables);
+  // Server `index` of `n` under a (k, r) code; `tables`: table name -> bytes of one parity block of it
+  // (block_slots * record_bytes). Throws std::invalid_argument for a bad layout or code, an index outside
+  // [0, n), an empty name or a zero block size.
+  ParityHolder(int index, int n, int k, int r, const std::map<std::string, size_t>& tables);
   ParityHolder(const ParityHolder&) = delete;
   ParityHolder& operator=(const ParityHolder&) = delete;
 
   int index() const { return index_; }
+  const StripeLayout& layout() const { return layout_; }
+  // Whether `sender` is a data member of some stripe this holder is a parity member of: the only servers
+  // whose batches it takes ((index - sender) mod n in [1, k + r)).
+  bool Protects(int sender) const;
 
   // Applies `sender`'s batches in order (see above), then drops undo entries at or below `durable`.
-  // Returns applied(sender). A gap or an update naming an unknown table throws std::invalid_argument
-  // naming sender, seqs and this holder; the batches before it stay applied, it and later ones do not.
-  // Throws HolderClosed after Close().
+  // Returns applied(sender). A gap or an update naming an unknown table throws std::invalid_argument,
+  // a batch that does not agree with the layout BatchRefused, both naming sender, seqs and this holder;
+  // the batches before it stay applied, it and later ones do not. Throws HolderClosed after Close().
   int64_t Apply(int sender, const std::vector<BatchPtr>& batches, int64_t durable);
+  // The table's extent in parity blocks of this holder, as measured elsewhere (a replacement holder is
+  // told the stripes being rebuilt before its senders' batches arrive): entries up to it, plus the growth
+  // rule's allowance, are accepted from every sender. Never shrinks.
+  void SetExtent(const std::string& table, size_t parity_blocks);
 
   int64_t Applied(int sender) const;                 // 0 for a sender never seen
   std::map<int32_t, int64_t> AppliedAll() const;     // sender -> applied
@@ -97,14 +127,20 @@ class ParityHolder {
     std::shared_ptr<const WorkerSeqs> worker_seqs;  // stamped on the last applied batch (null: none)
     std::deque<BatchPtr> undo;                      // applied batches above the durable watermark
     std::shared_ptr<const WorkerSeqs> base;         // worker seqs just before undo.front()
+    std::map<std::string, uint64_t> reach;          // table -> 1 + the highest stripe cycle applied from it
   };
   ParityStore& StoreLocked(const std::string& table) const;
+  // Throws BatchRefused unless every update of `batch` agrees with the layout (see above).
+  void CheckBatchLocked(int sender, const Sender* known, const ForwardedBatch& batch,
+                        const std::vector<ParityStore*>& stores, const std::function<std::string()>& at) const;
 
   int index_;
+  StripeLayout layout_;
   std::shared_ptr<const ErasureCode> code_;
   std::map<std::string, std::unique_ptr<ParityStore>> stores_;
   mutable std::mutex mu_;
   std::map<int32_t, Sender> senders_;
+  std::map<std::string, uint64_t> extent_cycles_;  // SetExtent, in stripe cycles
   bool closed_ = false;
 };
 

@@ -17,12 +17,14 @@ from xdl_ec import _core, init, optim
 from xdl_ec.ft import parity_link
 from xdl_ec.ps.backend import Handle, LocalBackend
 from xdl_ec.ps.client import PSClient
-from xdl_ec.ft.parity_agent import ParityAgent
+from xdl_ec.ft.job_secret import JobSecret
+from xdl_ec.ft.parity_agent import ParityAgent, parity_agent_for
 from xdl_ec.ft.parity_link import ParityReceiver, RemoteHolderLink
 from xdl_ec.ps.server import ParameterServer, TableSpec
 from support.parity_shards import encoded_parity, small_shard
 
 N, K, R = 3, 2, 1
+SECRET = JobSecret.generate()
 
 
 class AddressHandle(Handle):
@@ -55,13 +57,14 @@ def _cluster() -> Tuple[List[Any], List[Any], List[Any], List[ParityReceiver], D
     """Every holder of every forwarder served through a RemoteHolderLink to its server's ParityReceiver."""
     shards = [small_shard() for _ in range(N)]
     bs, rb = int(shards[0].block_slots), int(shards[0].record_bytes)
-    holders = [_core.ParityHolder(i, K, R, {"t": bs * rb}) for i in range(N)]
-    receivers = [ParityReceiver(h, host="127.0.0.1") for h in holders]
+    holders = [_core.ParityHolder(i, N, K, R, {"t": bs * rb}) for i in range(N)]
+    receivers = [ParityReceiver(h, SECRET, host="127.0.0.1") for h in holders]
     forwarders = [_core.DeltaForwarder(i, N, K, R, {"t": (bs, rb)}) for i in range(N)]
     links = {}
     for i, f in enumerate(forwarders):
         for h in f.holders:
-            links[(i, h)] = RemoteHolderLink(f, h, AddressHandle(h, receivers[h].address), f.set_holder(h, None))
+            links[(i, h)] = RemoteHolderLink(f, h, AddressHandle(h, receivers[h].address), f.set_holder(h, None),
+                                             SECRET)
     return shards, holders, forwarders, receivers, links
 
 
@@ -128,17 +131,18 @@ def test_a_holder_whose_connection_breaks_is_down_as_lost(fast_links: None) -> N
         _close(forwarders, receivers, links)
 
 
-def test_a_holder_that_refuses_or_is_reached_at_a_stale_address_is_down_with_the_reason(fast_links: None) -> None:
+def test_a_holder_that_refuses_or_is_reached_at_a_stale_address_is_down(fast_links: None) -> None:
     shards, holders, forwarders, receivers, links = _cluster()
     try:
         stale = links[(0, 1)]  # server 0's link to holder 1 now reaches holder 2's receiver (a stale address)
         stale.close()
         links[(0, 1)] = RemoteHolderLink(forwarders[0], 1, AddressHandle(1, receivers[2].address),
-                                         forwarders[0].set_holder(1, None))
+                                         forwarders[0].set_holder(1, None), SECRET)
         holders[2].close()  # and holder 2 refuses every batch (HolderClosed)
         _train(shards, forwarders, 2)
+        # the wrong receiver ends the handshake (the link claims holder 1): to the link the holder is lost
         _wait(lambda: 1 in forwarders[0].progress()["down"], "the stale link was not marked down")
-        assert any("meant for holder 1" in e and "stale" in e for e in forwarders[0].errors), forwarders[0].errors
+        assert any("claims to be server 0 linking to holder 1" in e for e in receivers[2].events), receivers[2].events
         _wait(lambda: 2 in forwarders[1].progress()["down"], "the refusing holder was not marked down")
         assert any("HolderClosed" in e for e in forwarders[1].errors), forwarders[1].errors
         assert holders[1].applied(0) == 0  # nothing of server 0 reached the wrong holder or the right one
@@ -150,11 +154,11 @@ def test_a_receiver_whose_server_is_crashing_drops_the_connection(fast_links: No
     shards, holders, forwarders, receivers, links = _cluster()
     try:
         receivers[1].close()
-        crashing = ParityReceiver(holders[1], lambda: True, host="127.0.0.1")
+        crashing = ParityReceiver(holders[1], SECRET, lambda: True, host="127.0.0.1")
         receivers[1] = crashing
         links[(0, 1)].close()
         links[(0, 1)] = RemoteHolderLink(forwarders[0], 1, AddressHandle(1, crashing.address),
-                                         forwarders[0].set_holder(1, None))
+                                         forwarders[0].set_holder(1, None), SECRET)
         _train(shards, forwarders, 1)
         _wait(lambda: 1 in forwarders[0].progress()["down"], "the crashing holder was not marked down")
         assert forwarders[0].errors == [] and holders[1].applied(0) == 0
@@ -168,7 +172,7 @@ def test_answered_push_acks_drop_durable_pushes_without_asking_the_backend_again
     servers = [backend.start("server", i, ParameterServer, i, (spec,)) for i in range(N)]
     try:
         for s in servers:
-            s.call("attach_parity", N, K, R).result()
+            s.call("attach_agent", parity_agent_for, N, K, R, 0, None, SECRET).result()
         for s in servers:
             s.call("parity_call", "connect", servers).result()
         client = PSClient(servers, push_log=True)
@@ -194,7 +198,7 @@ def test_a_link_that_cannot_connect_to_the_receiver_sends_through_calls(fast_lin
         closed.close()  # nothing listens there any more: connecting is refused
         handle = AddressHandle(2, unreachable, holders[2])
         links[(0, 2)].close()
-        links[(0, 2)] = RemoteHolderLink(forwarders[0], 2, handle, forwarders[0].set_holder(2, None))
+        links[(0, 2)] = RemoteHolderLink(forwarders[0], 2, handle, forwarders[0].set_holder(2, None), SECRET)
         _train(shards, forwarders, 6)
         _wait(lambda: not any(f.progress()["pending"] for f in forwarders), "links did not deliver")
         assert links[(0, 2)].transport.startswith("ray (no connection to") and handle.applied_by_call >= 1
@@ -216,7 +220,7 @@ def test_a_link_reports_every_delivery_acked_or_failed(fast_links: None) -> None
     try:
         links[(0, 1)].close()
         link = links[(0, 1)] = RemoteHolderLink(forwarders[0], 1, AddressHandle(1, receivers[1].address),
-                                                forwarders[0].set_holder(1, None), lambda: calls.append(1))
+                                                forwarders[0].set_holder(1, None), SECRET, lambda: calls.append(1))
         _train(shards, forwarders, 4)
         _wait(lambda: not forwarders[0].progress()["pending"] and len(calls) == link.sends >= 1,
               "every acked send was not reported")
@@ -243,7 +247,7 @@ def test_agent_drain_flushes_its_links_and_returns_once_every_holder_applied_eve
     shards = [small_shard() for _ in range(N)]
     bs, rb = int(shards[0].block_slots), int(shards[0].record_bytes)
     servers = [_Server() for _ in range(N)]
-    agents = [ParityAgent(i, N, K, R, {"t": (bs, rb)}) for i in range(N)]
+    agents = [ParityAgent(i, N, K, R, {"t": (bs, rb)}, secret=SECRET) for i in range(N)]
     try:
         addresses = [agent.parity_address(server) for agent, server in zip(agents, servers)]
         for i, agent in enumerate(agents):

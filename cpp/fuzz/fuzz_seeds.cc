@@ -1,0 +1,77 @@
+// Seeds for the fuzz targets: real forwarded batches in their wire form, as a data server's forwarder makes them
+// for holder 4 of the fuzz layout (fuzz_input.h): a sender's slots filled in order, then updated at random, routed
+// by ParityRouter, coalesced ranges included. Usage: fuzz_seeds DIR (writes DIR/<target>/seed-*).
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fuzz_input.h"
+#include "xdl_ec/delta_batch.h"
+#include "xdl_ec/forwarded_batch.h"
+#include "xdl_ec/parity_router.h"
+#include "xdl_ec/stripe_layout.h"
+
+namespace {
+using namespace xdl_ec;
+using namespace xdl_ec::fuzz;
+
+void Write(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!out) {
+    std::fprintf(stderr, "fuzz_seeds: cannot write %s\n", path.c_str());
+    std::exit(1);
+  }
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: fuzz_seeds DIR (DIR/parse_batches_fuzzer etc. must exist)\n");
+    return 2;
+  }
+  const std::string dir = argv[1];
+  const StripeLayout layout(kN, kK, kR);
+  const ParityRouter router(layout, kSlots, kRecord);
+  std::mt19937_64 rng(1);
+  int written = 0;
+  for (int sender : {0, 1, 3}) {  // protected by holder 4 at distances 4, 3, 1
+    int64_t seq = 0;
+    uint32_t high = 0;  // slots filled so far
+    std::vector<BatchPtr> stream;
+    for (int mutation = 0; mutation < 6; ++mutation) {
+      DeltaBatch deltas;
+      deltas.record_bytes = kRecord;
+      const uint32_t inserts = 1 + static_cast<uint32_t>(rng() % (2 * kSlots * kK));
+      for (uint32_t s = 0; s < inserts; ++s) deltas.slots.push_back(high + s);
+      high += inserts;
+      for (uint32_t s = 0; s < high && deltas.slots.size() < inserts + 3; ++s)
+        if (rng() % 4 == 0 && s < high - inserts) deltas.slots.push_back(s);  // updates of rows already there
+      for (size_t b = 0; b < deltas.slots.size() * kRecord; ++b) deltas.xor_bytes.push_back(static_cast<uint8_t>(rng()));
+      std::vector<ParityUpdate> updates;
+      router.Route(sender, deltas, &updates);
+      auto batch = std::make_shared<ForwardedBatch>();
+      batch->first_seq = seq + 1;
+      seq += 1 + static_cast<int64_t>(rng() % 2);  // sometimes a coalesced range of two mutations
+      batch->seq = seq;
+      batch->stamp = std::make_shared<const WorkerSeqs>(WorkerSeqs{{0, seq}, {1, seq / 2}});
+      if (!updates[kHolder].empty()) {
+        Write(dir + "/parity_update_fuzzer/seed-" + std::to_string(written), updates[kHolder].Serialize());
+        batch->updates.emplace_back("t", std::move(updates[kHolder]));
+      }
+      stream.push_back(batch);
+      const std::vector<uint8_t> wire = SerializeBatches(stream);
+      Write(dir + "/parse_batches_fuzzer/seed-" + std::to_string(written), wire);
+      std::vector<uint8_t> apply = {static_cast<uint8_t>(sender), static_cast<uint8_t>(mutation % 2 ? 0 : 3 << 1)};
+      apply.insert(apply.end(), wire.begin(), wire.end());
+      Write(dir + "/parity_holder_apply_fuzzer/seed-" + std::to_string(written), apply);
+      ++written;
+    }
+  }
+  std::printf("fuzz_seeds: %d seeds per target in %s\n", written, dir.c_str());
+  return 0;
+}
