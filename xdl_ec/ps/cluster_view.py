@@ -78,9 +78,9 @@ class ClusterView:
     def total_steps(self) -> Optional[int]:
         return self._t.total_steps
 
-    def reader_position(self) -> List[int]:
-        """Batches each worker has trained."""
-        return list(self._t.worker_batches)
+    def reader_position(self) -> dict:
+        """Where every worker's input is: {"step", "worker_batches", "worker_samples"} (JSON)."""
+        return self._t.reader_position()
 
     def samples_since(self, worker_batches: Sequence[int]) -> int:
         return self._t.samples_since(worker_batches)
