@@ -52,7 +52,7 @@ class LocalRun:
         dense = self.worker.dense
         try:
             while stop is None or self.step < stop:
-                result = self.worker.train_step(self.step + 1, None, 1)
+                result = self.worker.train_step(self.step + 1, None, 1, stop is None or self.step + 1 < stop)
                 if result is None:
                     break
                 if not math.isfinite(result.loss):

@@ -29,7 +29,7 @@ def run_async(trainer: Any, bar: Any, stop: Optional[int]) -> None:
             t.before_step(t.step + 1)
             t.step += 1
             step = t.step
-        future = t.worker(i).train_step(step, t.dense.weights(), 1)
+        future = t.worker(i).train_step(step, t.dense.weights(), 1, stop is None or step < stop)
         in_flight[future], step_of[future] = i, step
 
     def apply(i: int, result: Any) -> None:

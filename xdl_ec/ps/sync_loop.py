@@ -27,7 +27,8 @@ def run_sync(trainer: Any, bar: Any, stop: Optional[int]) -> None:
         step = t.step + 1
         weights = t.dense.weights()
         todo = [i for i in todo_all if i not in done]
-        futures = [t.worker(i).train_step(step, weights, participants) for i in todo]
+        more = stop is None or step < stop
+        futures = [t.worker(i).train_step(step, weights, participants, more) for i in todo]
         answers, lost = t.drain(futures)
         done.update((i, r) for i, r in zip(todo, answers) if r is not None)
         if lost:  # no call of the step is in flight any more: recover, then retry or replay

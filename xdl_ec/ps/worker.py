@@ -127,9 +127,12 @@ class Worker:
             rows[t] = table_rows
         return rows
 
-    def train_step(self, step: int, weights: Optional[Sequence[np.ndarray]], participants: int) -> Optional[StepResult]:
+    def train_step(self, step: int, weights: Optional[Sequence[np.ndarray]], participants: int,
+                   more: bool = True) -> Optional[StepResult]:
         """Trains this worker's next batch at optimizer ``step`` with dense ``weights`` (None: keep its own);
-        None when its input is exhausted. ``participants``: pushes a server waits for at this step (sync mode)."""
+        None when its input is exhausted. ``participants``: pushes a server waits for at this step (sync mode).
+        ``more``: another step may follow in this fit, so the next batch's rows may be prefetched (a pull inserts
+        rows: the last step of a fit prefetches nothing, so a run that stops early holds only rows it trained)."""
         if self._pushed is not None and self._pushed[0] == step:
             # the retry of a step whose push already reached every live server (the lost one's part is in the
             # push log, replayed to its replacement): pushing again would apply it twice
@@ -151,7 +154,7 @@ class Worker:
         next_pending = None
         if nxt is not None and nxt.signature() != batch.signature():
             self._step._inputs(nxt, {})  # raises the clear shape-mismatch error before anything is applied
-        if nxt is not None and self.prefetch_across_steps:
+        if nxt is not None and self.prefetch_across_steps and more:
             fresh = {t: (keys[nxt.fresh[t]], self._dims[t]) for t, keys in nxt.keys.items() if nxt.fresh[t].any()}
             next_pending = self.client.pull_async(fresh) if fresh else _NoRows()
         t1 = time.perf_counter()

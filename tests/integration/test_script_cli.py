@@ -1,0 +1,62 @@
+"""`xdl-ec train --script FILE.py`: a user's job on the command line, every existing flag that is not about the
+built-in model, and a clear error for every way a script can be wrong."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from support.paths import REPO_ROOT
+from xdl_ec.cli import main
+
+EXAMPLES = REPO_ROOT / "examples"
+
+
+def train(tmp_path: Path, *flags: str) -> dict:
+    path = tmp_path / "report.json"
+    assert main(["train", *flags, "--no-progress", "--report", str(path)]) == 0
+    return json.loads(path.read_text())
+
+
+def test_a_script_job_trains_in_one_process_and_on_servers(tmp_path: Path) -> None:
+    script = str(EXAMPLES / "user_item_tags.py")
+    here = train(tmp_path, "--script", script, "--steps", "6", "--deterministic", "--seed", "2")
+    servers = train(tmp_path, "--script", script, "--steps", "6", "--deterministic", "--seed", "2", "--servers", "3")
+    assert here["steps"] == 6 and here["model_digest"] == servers["model_digest"]
+    assert [t["name"] for t in here["job"]["tables"]] == ["users", "items", "tags"]
+    assert "auc" in here and len(servers["servers"]) == 3
+
+
+def test_the_criteo_dlrm_script_is_the_built_in_job(tmp_path: Path) -> None:
+    built_in = train(tmp_path, "--synthetic", "--steps", "8", "--deterministic")
+    script = train(tmp_path, "--script", str(EXAMPLES / "criteo_dlrm.py"), "--steps", "8", "--deterministic")
+    assert script["model_digest"] == built_in["model_digest"] and script["auc"] == built_in["auc"]
+
+
+def write(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "job_script.py"
+    path.write_text(body)
+    return str(path)
+
+
+@pytest.mark.parametrize("body,message", [
+    ("def job():\n    raise KeyError('users table')\n", "job() raised KeyError: 'users table' (at "),
+    ("def job():\n    return 42\n", "job() must return an xdl_ec.Job, got int"),
+    ("x = 1\n", "defines no job() function"),
+    ("import no_such_module_here\n", "importing it raised ModuleNotFoundError"),
+])
+def test_a_broken_script_is_one_clear_line(tmp_path: Path, body: str, message: str,
+                                          capsys: pytest.CaptureFixture) -> None:
+    assert main(["train", "--script", write(tmp_path, body), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_built_in_flags_are_refused_with_a_script(capsys: pytest.CaptureFixture) -> None:
+    assert main(["train", "--script", str(EXAMPLES / "user_item_tags.py"), "--emb-dim", "8", "--model", "mlp"]) == 2
+    err = capsys.readouterr().err
+    assert "--model, --emb-dim: describe the built-in model" in err
+    assert main(["train", "--script", "/no/such/file.py"]) == 2
+    assert "--script: no such file: /no/such/file.py" in capsys.readouterr().err
