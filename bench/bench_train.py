@@ -1,4 +1,4 @@
-"""Benchmark: training samples/s of the xdl-ec trainer vs the plain-Keras peer (bench/keras_peer.py), same model,
+"""Benchmark: training samples/s of the built-in job trained in one process (the job API) vs the plain-Keras peer (bench/keras_peer.py), same model,
 same synthetic data, batch 2048, measured in the same run (alternating, medians over --repeats). Not a test.
 
     PYTHONPATH=build/stage python3 -P bench/bench_train.py [--steps 60] [--model dlrm] [--repeats 2]
@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from keras_peer import KerasPeer  # noqa: E402
 
-from xdl_ec.trainer import TrainConfig, Trainer  # noqa: E402
+from xdl_ec.criteo_job import TrainConfig, criteo_job  # noqa: E402
+from xdl_ec.local_run import LocalRun  # noqa: E402
 
 
 def main() -> int:
@@ -45,9 +46,12 @@ def main() -> int:
     runs: dict[str, list[dict]] = {"xdl-ec": [], "keras": []}
     for repeat in range(args.repeats):
         for name in runs:
-            trainer = Trainer(config) if name == "xdl-ec" else KerasPeer(config, table_optimizer=args.table_optimizer)
+            trainer = LocalRun(criteo_job(config).spec) if name == "xdl-ec" else \
+                KerasPeer(config, table_optimizer=args.table_optimizer)
             cpu_start = time.process_time()
             result = trainer.fit()
+            if name == "xdl-ec":
+                trainer.close()
             result["samples_per_cpu_sec"] = result["samples"] / (time.process_time() - cpu_start)
             runs[name].append(result)
             print(f"  run {repeat + 1} {name:>6}: {result['steady_samples_per_sec']:>10,.0f} samples/s steady, "

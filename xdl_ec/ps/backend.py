@@ -177,6 +177,9 @@ class LocalBackend:
         self._handles.append(handle)
         return handle
 
+    def share_code(self, functions: List[Any]) -> None:
+        """Roles run in this process: they find every function where the caller does."""
+
     def kill(self, handle: LocalHandle) -> None:
         handle.drop()
 
@@ -311,6 +314,24 @@ class RayBackend:
         handle = RayHandle(role, index, actor_cls.remote(*args))
         self._handles.append(handle)
         return handle
+
+    def share_code(self, functions: List[Any]) -> None:
+        """Makes the modules that define ``functions`` travel with them (pickled by value): a job script, or a
+        module beside it, is not importable in the actors' processes (their working directory is empty, see
+        :func:`ray_runtime_env`). Installed packages (site-packages) and xdl_ec itself stay pickled by name."""
+        import sys
+        import sysconfig
+
+        from ray import cloudpickle
+
+        installed = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+        for fn in functions:
+            module = sys.modules.get(getattr(fn, "__module__", None) or getattr(type(fn), "__module__", ""))
+            path = getattr(module, "__file__", None)
+            if module is None or path is None or module.__name__ in ("__main__",) or \
+                    module.__name__.split(".")[0] == "xdl_ec" or any(path.startswith(p) for p in installed):
+                continue
+            cloudpickle.register_pickle_by_value(module)
 
     def rename(self, handle: RayHandle, index: int) -> RayHandle:
         """The same actor under another index (a spare server taking a dead one's place)."""

@@ -99,6 +99,7 @@ class PSTrainer:
             # a hot spare where starting a server is slow (a Ray process) and a strategy replaces lost servers
             spares = 1 if cluster.backend == "ray" and not isinstance(strategy, NoFaultTolerance) else 0
             self.scheduler = Scheduler(self.backend, cluster.servers, job.tables, spares=spares)
+            self.backend.share_code([job.model_fn, job.input_fn, job.loss, job.eval_fn])
             self.workers = self.scheduler.start_workers(cluster.workers, self.worker_class, self.worker_args)
             # workers build their models and read their first batch: wait for them before the clock starts
             signatures = [self.result(self.worker(i).batch_signature(), timeout=max(cluster.call_timeout, 120.0))
