@@ -62,7 +62,7 @@ class JobSpec:
         for name in ("model_fn", "input_fn"):
             if not callable(getattr(self, name)):
                 raise TypeError(f"{name}: must be a function (a factory), got {type(getattr(self, name)).__name__}")
-        if hasattr(self.model_fn, "trainable_variables"):  # a Keras model is callable too
+        if not isinstance(self.model_fn, type) and hasattr(self.model_fn, "trainable_variables"):  # a model is callable
             raise TypeError("model_fn: must be a function that builds the model, got a model itself: every worker "
                             "builds its own (model_fn=make_model, not make_model())")
         if self.eval_fn is not None and not callable(self.eval_fn):
