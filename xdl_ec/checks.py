@@ -1,7 +1,8 @@
 """Validation of user-facing settings, in one place: every config, flag and API argument is checked with these,
 and every error names the setting, what it must be and what it got.
 
-TypeError for a value of the wrong kind (a bool is not an int here), ValueError for one out of range.
+A value of the wrong kind (a bool is not an int here) raises :class:`WrongKind`, which is both a TypeError and a
+ValueError (callers catching either see it); one out of range raises ValueError.
 """
 
 from __future__ import annotations
@@ -11,10 +12,14 @@ import numbers
 from typing import Any, Optional, Sequence
 
 
+class WrongKind(TypeError, ValueError):
+    """A setting of the wrong kind (e.g. a str or a bool where an int is expected)."""
+
+
 def integer(name: str, value: Any, low: Optional[int] = None, high: Optional[int] = None) -> int:
     """``value`` as an int in [low, high] (either bound optional)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name}: must be an int, got {type(value).__name__} {value!r}")
+        raise WrongKind(f"{name}: must be an int, got {type(value).__name__} {value!r}")
     value = int(value)
     if (low is not None and value < low) or (high is not None and value > high):
         bound = f"in [{low}, {high}]" if low is not None and high is not None else \
@@ -35,7 +40,7 @@ def real(owner: str, name: str, value: Any) -> float:
     """``value`` as a finite float; TypeError for non-numbers (and bools), ValueError for NaN/Inf. The error
     reads "owner: name ..." (owner: the object the setting belongs to)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{owner}: {name} must be a real number, got {type(value).__name__}")
+        raise WrongKind(f"{owner}: {name} must be a real number, got {type(value).__name__}")
     value = float(value)
     if not math.isfinite(value):
         raise ValueError(f"{owner}: {name} must be finite, got {value}")
@@ -55,7 +60,7 @@ def number(name: str, value: Any, low: Optional[float] = None, high: Optional[fl
            low_open: bool = False, high_open: bool = False) -> float:
     """A finite float in the interval given by the bounds (open or closed at each end)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name}: must be a number, got {type(value).__name__} {value!r}")
+        raise WrongKind(f"{name}: must be a number, got {type(value).__name__} {value!r}")
     value = float(value)
     below = low is not None and (value < low or (low_open and value == low))
     above = high is not None and (value > high or (high_open and value == high))
@@ -79,11 +84,11 @@ def one_of(name: str, value: Any, choices: Sequence[Any]) -> Any:
 
 def non_empty_str(name: str, value: Any) -> str:
     if not isinstance(value, str) or not value:
-        raise TypeError(f"{name}: must be a non-empty str, got {value!r}")
+        raise WrongKind(f"{name}: must be a non-empty str, got {value!r}")
     return value
 
 
 def instance(name: str, value: Any, cls: type) -> Any:
     if not isinstance(value, cls):
-        raise TypeError(f"{name}: expected a {cls.__name__}, got {type(value).__name__}")
+        raise WrongKind(f"{name}: expected a {cls.__name__}, got {type(value).__name__}")
     return value

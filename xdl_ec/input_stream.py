@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
+from . import checks
 from .data.prefetcher import Prefetcher
 from .feature import Feature
 from .feature_batch import FeatureBatch, InputError
@@ -61,8 +62,7 @@ class InputStream:
 
     def seek(self, position: int) -> int:
         """Continues after the first ``position`` batches (see the module docstring for the cost)."""
-        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
-            raise ValueError(f"position: must be an int >= 0, got {position!r}")
+        position = checks.integer("position", position, 0)
         if self._prefetch is not None:
             self._prefetch.close()
         self._prefetch = Prefetcher(self._batches(position), depth=PREFETCH_DEPTH)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Iterator, Literal, NamedTuple, Optional
 
 import numpy as np
 
+from .. import checks
 from .schema import (EMPTY_VALUE, NUM_DENSE, NUM_FIELDS, NUM_SPARSE, Batch, categorical_keys, dense_transform,
                      tf_signature)
 
@@ -140,8 +141,7 @@ class CriteoReader:
     # ---- streaming ------------------------------------------------------------------------------------
     def batches(self, batch_size: int, split: Split = "train", *, drop_remainder: bool = False) -> Iterator[Batch]:
         """Yields batches of ``batch_size`` rows of a split in file order (the last one may be short)."""
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ValueError(f"batch_size: must be a positive integer, got {batch_size!r}")
+        batch_size = checks.integer("batch_size", batch_size, 1)
         first, end = self._line_range(split)
         return self._stream(int(batch_size), first, end, drop_remainder)
 

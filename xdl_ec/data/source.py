@@ -7,6 +7,7 @@ import math
 import os
 from typing import Iterator
 
+from .. import checks
 from .criteo import CriteoReader
 from .schema import Batch
 from .synthetic import SyntheticCriteo
@@ -39,8 +40,7 @@ class TrainingData:
     def synthetic(rows: int, *, eval_fraction: float = 0.1, seed: int = 0, max_cardinality: int | None = None,
                   zipf_exponent: float = 1.1) -> "TrainingData":
         """``rows`` synthetic rows, of which the last ``floor(rows * eval_fraction)`` are held out."""
-        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
-            raise ValueError(f"rows: must be a positive integer, got {rows!r}")
+        rows = checks.integer("rows", rows, 1)
         if not 0.0 <= eval_fraction < 1.0:
             raise ValueError(f"eval_fraction: must be in [0, 1), got {eval_fraction}")
         gen = SyntheticCriteo(seed, max_cardinality=max_cardinality, zipf_exponent=zipf_exponent)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
+from .. import checks
 from .schema import NUM_DENSE, NUM_SPARSE, Batch, categorical_keys, dense_transform, fmix64, tf_signature
 
 if TYPE_CHECKING:
@@ -55,8 +56,7 @@ class SyntheticCriteo:
 
     def __init__(self, seed: int = 0, *, max_cardinality: int | None = None, zipf_exponent: float = 1.1,
                  id_weight_scale: float = 0.5) -> None:
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ValueError(f"seed: must be a non-negative integer, got {seed!r}")
+        seed = checks.integer("seed", seed, 0)
         if max_cardinality is not None and (
                 isinstance(max_cardinality, bool) or not isinstance(max_cardinality, (int, np.integer))
                 or max_cardinality < 1):
@@ -99,10 +99,8 @@ class SyntheticCriteo:
     def _draw(self, index: int, batch_size: int, split: str) -> tuple[Batch, np.ndarray]:
         if split not in _SPLITS:
             raise ValueError(f"split: must be 'train' or 'eval', got {split!r}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ValueError(f"batch_size: must be a positive integer, got {batch_size!r}")
-        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or index < 0:
-            raise ValueError(f"index: must be a non-negative integer, got {index!r}")
+        batch_size = checks.integer("batch_size", batch_size, 1)
+        index = checks.integer("index", index, 0)
         rng = np.random.default_rng([self.seed, _SPLITS[split], int(batch_size), int(index)])
         ranks = _bounded_zipf(rng.random((batch_size, NUM_SPARSE)), self.cardinalities[None, :], self.zipf_exponent)
         # Counts: geometric around each column's scale; I2 may go negative, and ~10% of values are missing (0).
@@ -117,8 +115,7 @@ class SyntheticCriteo:
 
     def batches(self, batch_size: int, num_batches: int, split: str = "train") -> Iterator[Batch]:
         """``num_batches`` consecutive batches of a split."""
-        if isinstance(num_batches, bool) or not isinstance(num_batches, (int, np.integer)) or num_batches < 0:
-            raise ValueError(f"num_batches: must be a non-negative integer, got {num_batches!r}")
+        num_batches = checks.integer("num_batches", num_batches, 0)
         for i in range(int(num_batches)):
             yield self.batch(i, batch_size, split)
 

@@ -64,6 +64,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Self, Sequence,
 
 import numpy as np
 
+from .. import checks
 from .. import _core
 from ..table import EmbeddingTable, as_keys
 
@@ -315,8 +316,7 @@ class ShardCheckpoint(_SavedCheckpoint):
         directory = Path(directory)
         if not isinstance(tables, Mapping) or not tables:
             raise ValueError("tables must be a non-empty mapping of table name -> EmbeddingTable/EmbeddingShard")
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError(f"step must be an int >= 0, got {step!r}")
+        step = checks.integer("step", step, 0)
         shards = {str(name): _shard_of(t, name) for name, t in tables.items()}
         if keys is not None:
             unknown = sorted(set(map(str, keys)) - set(shards))
@@ -502,8 +502,7 @@ class PendingCheckpoint:
 
     def server_dir(self, server: int) -> Path:
         """Where server ``server`` writes its ShardCheckpoint (``atomic=False``)."""
-        if isinstance(server, bool) or not isinstance(server, int) or server < 0:
-            raise ValueError(f"server must be an int >= 0, got {server!r}")
+        server = checks.integer("server", server, 0)
         return self._tmp / f"server-{server:04d}"
 
     def save_server(self, server: int, tables: Mapping[str, Table]) -> ShardCheckpoint:
@@ -647,8 +646,7 @@ class CheckpointStore:
     """
 
     def __init__(self, root: Union[str, os.PathLike], keep: int = 2) -> None:
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            raise ValueError(f"keep must be an int >= 1 (checkpoints kept), got {keep!r}")
+        keep = checks.integer("keep", keep, 1)
         self.root = Path(root)
         self.keep = keep
 
@@ -664,8 +662,7 @@ class CheckpointStore:
 
     def begin(self, step: int) -> PendingCheckpoint:
         """Starts the checkpoint of ``step``: removes leftovers of crashed saves, makes the temp dir."""
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError(f"step must be an int >= 0, got {step!r}")
+        step = checks.integer("step", step, 0)
         self.root.mkdir(parents=True, exist_ok=True)
         for leftover in self.root.glob(".tmp-ckpt-*"):
             shutil.rmtree(leftover, ignore_errors=True)

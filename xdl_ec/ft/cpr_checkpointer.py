@@ -17,6 +17,7 @@ import numbers
 import os
 from typing import Any, Dict, Mapping, Optional, Union
 
+from .. import checks
 from .checkpoint import ShardCheckpoint, Table
 from .partial_restore import CheckpointChain, RestoreResult, restore_server
 from .row_selection import AccessCounter, MfuSelector, SsuSelector
@@ -34,8 +35,7 @@ class CprCheckpointer:
                  ledger: Optional[Mapping[str, AccessCounter]] = None) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES} (--cpr-mode), got {mode!r}")
-        if isinstance(full_every, bool) or not isinstance(full_every, numbers.Integral) or full_every < 1:
-            raise ValueError(f"full_every must be an int >= 1 (saves per full save), got {full_every!r}")
+        full_every = checks.integer("full_every", full_every, 1)
         self.mode = mode
         self.full_every = int(full_every)
         self.selector = MfuSelector(fraction, seed) if mode == "mfu" else SsuSelector(fraction, seed)

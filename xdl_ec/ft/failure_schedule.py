@@ -27,6 +27,8 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .. import checks
+
 __all__ = ["Kill", "FailureSchedule", "parse_kill"]
 
 _KILL = re.compile(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?")
@@ -67,8 +69,7 @@ class FailureSchedule:
         if mtbf is not None and (isinstance(mtbf, bool) or not isinstance(mtbf, numbers.Real)
                                  or not math.isfinite(mtbf) or mtbf <= 0):
             raise ValueError(f"--mtbf: expected a positive finite number of seconds, got {mtbf!r}")
-        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-            raise ValueError(f"seed: expected a non-negative integer, got {seed!r}")
+        seed = checks.integer("seed", seed, 0)
         self.mtbf = None if mtbf is None else float(mtbf)
         self.seed = int(seed)
         self._num_servers = 1

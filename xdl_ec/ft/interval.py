@@ -26,6 +26,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from .. import checks
+
 __all__ = ["young_interval", "cpr_interval", "expected_pls", "IntervalPolicy", "parse_interval"]
 
 
@@ -49,16 +51,14 @@ def cpr_interval(target_pls: float, mtbf_seconds: float, num_servers: int) -> fl
     pls = _positive("target_pls", target_pls)
     if pls >= 1:
         raise ValueError(f"target_pls must be < 1 (a portion of the samples, e.g. 0.02), got {target_pls!r}")
-    if isinstance(num_servers, bool) or not isinstance(num_servers, numbers.Integral) or num_servers < 1:
-        raise ValueError(f"num_servers must be an int >= 1 (embedding servers), got {num_servers!r}")
+    num_servers = checks.integer("num_servers", num_servers, 1)
     return 2.0 * int(num_servers) * _positive("mtbf_seconds", mtbf_seconds) * pls
 
 
 def expected_pls(interval_seconds: float, mtbf_seconds: float, num_servers: int = 1) -> float:
     """The PLS a checkpoint interval gives under partial recovery: ``T / (2 N M)`` (N = 1: full recovery)."""
     t = _positive("interval_seconds", interval_seconds)
-    if isinstance(num_servers, bool) or not isinstance(num_servers, numbers.Integral) or num_servers < 1:
-        raise ValueError(f"num_servers must be an int >= 1, got {num_servers!r}")
+    num_servers = checks.integer("num_servers", num_servers, 1)
     return t / (2.0 * int(num_servers) * _positive("mtbf_seconds", mtbf_seconds))
 
 

@@ -31,6 +31,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from .. import checks
 from .checkpoint import ShardCheckpoint, Table, UpdateCounts, fresh_table
 from .row_selection import AccessCounter
 
@@ -43,8 +44,7 @@ class CheckpointChain:
     """One server's CPR checkpoints in ``root``: full saves and the partial saves after them."""
 
     def __init__(self, root: Union[str, os.PathLike], keep_full: int = 1) -> None:
-        if isinstance(keep_full, bool) or not isinstance(keep_full, int) or keep_full < 1:
-            raise ValueError(f"keep_full must be an int >= 1 (full saves kept with their partials), got {keep_full!r}")
+        keep_full = checks.integer("keep_full", keep_full, 1)
         self.root = Path(root)
         self.keep_full = keep_full
 

@@ -26,6 +26,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
+from .. import checks
 from .. import _core
 from ..table import as_keys
 
@@ -140,8 +141,7 @@ class MfuSelector:
         ``num_rows`` is the table's live rows (``len(table)``). Rows never updated since their save are not
         candidates. Ties are broken by a seeded hash of the key, so the result is deterministic. Sorted by key.
         """
-        if isinstance(num_rows, bool) or not isinstance(num_rows, numbers.Integral) or num_rows < 0:
-            raise ValueError(f"num_rows must be an int >= 0 (the table's live rows), got {num_rows!r}")
+        num_rows = checks.integer("num_rows", num_rows, 0)
         keys, counts = self.counter(table).items()
         budget = min(keys.size, math.ceil(self.fraction * int(num_rows)))
         if budget == keys.size:
@@ -172,8 +172,7 @@ class SsuSelector:
 
     def sampled(self, batch: int) -> bool:
         """Whether batch number ``batch`` is in the sample."""
-        if isinstance(batch, bool) or not isinstance(batch, numbers.Integral) or batch < 0:
-            raise ValueError(f"batch must be an int >= 0 (the global batch index), got {batch!r}")
+        batch = checks.integer("batch", batch, 0)
         if self.fraction >= 1.0:
             return True
         return _key_hash_int(int(batch), self.seed) < int(self.fraction * 2.0**64)

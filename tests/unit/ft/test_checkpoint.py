@@ -360,7 +360,7 @@ def test_bad_arguments(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match=r"dense_optimizer\[1\] must be a numeric array"):
         store.save(1, {0: {"t": t}}, dense_optimizer=[np.zeros(2), np.array(["adam"])])
     assert store.steps() == [] and not list((tmp_path / "store").glob(".tmp-*"))
-    with pytest.raises(ValueError, match="keep must be an int >= 1"):
+    with pytest.raises(ValueError, match="keep: must be an int >= 1"):
         CheckpointStore(tmp_path, keep=0)
-    with pytest.raises(ValueError, match="step must be an int >= 0"):
+    with pytest.raises(ValueError, match="step: must be an int >= 0"):
         store.begin(-1)

@@ -176,7 +176,7 @@ def test_ssu_samples_batches_by_seed_and_saves_their_rows() -> None:
     assert [row_selection._key_hash_int(int(b), 3) for b in batches] == row_selection.key_hash(batches, 3).tolist()
     with pytest.raises(ValueError, match="batch is required"):
         s.record("t", [1])
-    with pytest.raises(ValueError, match="batch must be an int"):
+    with pytest.raises(ValueError, match="batch: must be an int"):
         s.sampled(-1)
 
 

@@ -75,7 +75,7 @@ def test_features_of_several_shapes_feed_one_interaction() -> None:
     dlrm = DLRM(4, bottom_mlp=(4,), top_mlp=())
     assert dlrm(embedded, tf.zeros((3, 5))).shape == (3,)
     assert dlrm.top[-1].kernel.shape[0] == 4 + 4 * 3 // 2  # bottom output + pairs of 4 vectors
-    assert dlrm(embedded, None).shape == (3,)  # no dense features: the embeddings' pairs alone
+    assert DLRM(4, bottom_mlp=(4,), top_mlp=())(embedded, None).shape == (3,)  # no dense: the embeddings' pairs alone
     mlp = EmbeddingMLP(4, hidden=(2,))
     mlp(embedded, None)
     assert mlp.hidden[0].kernel.shape[0] == 4 + 2 * 4
