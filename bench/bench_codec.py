@@ -7,7 +7,7 @@ delta read once for all r rows), GB/s of parity bytes updated; the baseline copi
 bytes per call with numpy.copyto over the same walk, so per-call overhead is in both.
 Decode: rebuild whole lost data shards of k=4 from the survivors with ``reconstruct`` (ISA-L
 ec_encode_data with the inverted matrix), GB/s of rebuilt bytes, beside memcpy of those bytes.
-Goals (issue 3): delta apply >= 60% of memcpy at r=1, >= 40% at r=2; decode >= 2 GB/s.
+Goals: delta apply >= 60% of memcpy at r=1, >= 40% at r=2; decode >= 2 GB/s.
 The byte work is single-threaded C++ (ISA-L); the GIL is released around it.
 """
 

@@ -11,7 +11,7 @@ The TF side runs as a tf.function (graph), so what is measured is TF's kernels, 
 rows/s counts batch keys (duplicates included) per second; best of --repeats. Also printed: bytes
 held per row (slot blocks + key index + free list) vs the raw record bytes (goal: index <= 25%).
 --big adds tables of 10M keys (several GB for d=64: needs the memory).
-Goal (issue 2): at least 5x TF's path.
+Goal: at least 5x TF's path.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ replaces roles through a backend, and is the ONE place that decides a role is de
 
 Anyone who sees a call fail (a worker whose pull raised :class:`ServerLost`, the driver whose step call timed out)
 hands the error to :meth:`Scheduler.confirm_failure`, which probes the role and, when it is really gone, marks it
-dead in the map and returns the error to stop on (or, with fault tolerance, to recover from: issue 6 replaces the
+dead in the map and returns the error to stop on (or, with fault tolerance, to recover from: a strategy replaces the
 server through :meth:`replace_server`).
 """
 
