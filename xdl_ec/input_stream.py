@@ -32,8 +32,11 @@ class InputStream:
     """Batches of ``input_fn(worker, num_workers)`` for ``features``; iterate with :meth:`next`."""
 
     def __init__(self, input_fn: Callable[[int, int], Any], worker: int, num_workers: int,
-                 features: Sequence[Feature]) -> None:
+                 features: Sequence[Feature], track_fresh: bool = True) -> None:
+        """``track_fresh``: mark each batch's keys the previous batch did not touch (FeatureBatch.fresh), for a
+        worker that prefetches them."""
         self._input_fn, self.worker, self.num_workers = input_fn, worker, num_workers
+        self.track_fresh = track_fresh
         self.features = list(features)
         self.position = 0  # batches handed out so far
         self._prefetch: Optional[Prefetcher] = None
@@ -53,7 +56,7 @@ class InputStream:
         for batch in _guarded(itertools.islice(iterator, skip, None), self.worker, skip):
             ordinal += 1
             prepared = FeatureBatch.prepare(batch, self.features, f"worker {self.worker}, step {ordinal}")
-            for table, keys in prepared.keys.items():
+            for table, keys in (prepared.keys.items() if self.track_fresh else ()):
                 before = previous.get(table)
                 prepared.fresh[table] = np.ones(keys.size, dtype=bool) if before is None else \
                     np.isin(keys, before, assume_unique=True, invert=True)

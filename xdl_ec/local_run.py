@@ -29,7 +29,9 @@ class LocalRun:
     def __init__(self, job: JobSpec, settings: RunSettings = RunSettings(), progress: bool = False) -> None:
         self.job, self.settings, self.progress = job, settings, progress
         self.tables = LocalTables(job.tables)
-        self.worker = Worker(0, 1, job, settings, [], prefetch_across_steps=True, client=self.tables)
+        # pulls here are synchronous: nothing to prefetch; the model here is the authoritative one
+        self.worker = Worker(0, 1, job, settings, [], prefetch_across_steps=False, client=self.tables,
+                             apply_dense=True)
         if self.worker.dense is None:
             self.close()
             raise ValueError("input_fn(0, 1): the input yielded no batch (an empty dataset?)")
@@ -59,7 +61,6 @@ class LocalRun:
                     raise FloatingPointError(f"training diverged at step {self.step + 1}: loss is {result.loss}; "
                                              f"lower the learning rates")
                 self.step += 1
-                dense.apply(result.dense_grads)
                 self.losses.append(result.loss)
                 samples += result.samples
                 now = time.perf_counter()

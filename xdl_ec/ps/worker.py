@@ -67,18 +67,21 @@ class Worker:
     current step (see the module docstring for when that is exact)."""
 
     def __init__(self, index: int, count: int, job: JobSpec, settings: RunSettings, servers: Sequence[Handle],
-                 prefetch_across_steps: bool, call_timeout: Optional[float] = None, client: Any = None) -> None:
+                 prefetch_across_steps: bool, call_timeout: Optional[float] = None, client: Any = None,
+                 apply_dense: bool = False) -> None:
+        """``apply_dense``: this worker's model is the authoritative one (one process): each step applies its
+        dense gradients itself, inside the same TF call, and answers none."""
         if not 0 <= index < count:
             raise ValueError(f"index: must be in [0, {count}), got {index}")
         configure_determinism(settings.seed, settings.deterministic)
         self.index, self.count, self.job, self.settings = index, count, job, settings
-        self.prefetch_across_steps = prefetch_across_steps
+        self.prefetch_across_steps, self.apply_dense = prefetch_across_steps, apply_dense
         if client is None:
             client = PSClient(servers, worker=index, **({} if call_timeout is None else {"timeout": call_timeout}))
             client.resume_seqs()  # a restarted worker continues its predecessor's push seqs (and log, under ec)
         self.client = client
         self._dims = {t.name: t.dim for t in job.tables}
-        self._stream = InputStream(job.input_fn, index, count, job.features)
+        self._stream = InputStream(job.input_fn, index, count, job.features, track_fresh=prefetch_across_steps)
         self._current: Optional[FeatureBatch] = self._stream.next()
         self._pending: Any = None  # the prefetched rows of _current's fresh keys
         self._step: Optional[ModelStep] = None
@@ -95,7 +98,8 @@ class Worker:
         job = self.job
         self.dense = DenseModel(job.model_fn, job.dense_optimizer, job.dense_learning_rate, signature, job.dims(),
                                 job.combiners(), self.settings.seed)
-        self._step = ModelStep(self.dense.model, job.features, job.table_names, job.loss, signature)
+        self._step = ModelStep(self.dense.model, job.features, job.table_names, job.loss, signature,
+                               self.dense.optimizer if self.apply_dense else None)
 
     def ping(self) -> int:
         return self.index
