@@ -43,7 +43,7 @@ struct Cluster {
     block_slots = shards[0]->block_slots();
     record_bytes = shards[0]->layout().bytes();
     for (int s = 0; s < n; ++s) {
-      holders.push_back(std::make_shared<ParityHolder>(s, k, r, std::map<std::string, size_t>{
+      holders.push_back(std::make_shared<ParityHolder>(s, n, k, r, std::map<std::string, size_t>{
                                                                     {"t", block_slots * record_bytes}}));
       forwarders.push_back(std::make_unique<DeltaForwarder>(
           s, n, k, r, std::vector<DeltaForwarder::Table>{{"t", block_slots, record_bytes}}));
@@ -160,9 +160,11 @@ TEST(DeltaForwarder, AClosedHolderIsDownUntilReplacedAndHoldsBackDurability) {
   EXPECT_EQ(9, p.live_applied);                      // server 2 got everything
   EXPECT_EQ(5, c.forwarders[0]->DurableSeq(1));      // not durable: server 1's parity lacks 6..9
   EXPECT_TRUE(c.forwarders[0]->errors().empty());    // a lost holder is not an error
-  auto replacement = std::make_shared<ParityHolder>(1, 2, 1, std::map<std::string, size_t>{
+  auto replacement = std::make_shared<ParityHolder>(1, c.n, 2, 1, std::map<std::string, size_t>{
                                                                  {"t", c.block_slots * c.record_bytes}});
   replacement->ResetSender(0, 9, {{1, 9}});
+  // as the driver does: the replacement learns the extent being rebuilt (the survivors' blocks, whole cycles)
+  replacement->SetExtent("t", c.layout.StripesForDataBlocks(c.shards[0]->num_blocks()) / c.n * c.r);
   c.forwarders[0]->SetHolder(1, replacement);
   EXPECT_EQ(9, c.forwarders[0]->DurableSeq(1));
   c.Push(0, 8, 10, 1, 10);

@@ -416,7 +416,7 @@ def test_holder_rollback_then_recovery_rebuilds_the_lost_shard_as_of_w() -> None
     shards = _shards(n)
     bs, rb = shards[0].block_slots, shards[0].record_bytes
     router = _core.ParityRouter(n, k, r, bs, rb)
-    roles = [_core.ParityHolder(i, k, r, {"t": bs * rb}) for i in range(n)]
+    roles = [_core.ParityHolder(i, n, k, r, {"t": bs * rb}) for i in range(n)]
     rng = np.random.default_rng(0)
     snapshot: Dict[int, np.ndarray] = {}
     for step in range(1, 9):

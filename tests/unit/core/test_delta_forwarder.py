@@ -18,7 +18,7 @@ N, K, R = 3, 2, 1
 def _cluster() -> Tuple[List[Any], List[Any], List[Any]]:
     shards = [small_shard() for _ in range(N)]
     bs, rb = int(shards[0].block_slots), int(shards[0].record_bytes)
-    holders = [_core.ParityHolder(i, K, R, {"t": bs * rb}) for i in range(N)]
+    holders = [_core.ParityHolder(i, N, K, R, {"t": bs * rb}) for i in range(N)]
     forwarders = [_core.DeltaForwarder(i, N, K, R, {"t": (bs, rb)}) for i in range(N)]
     for i, f in enumerate(forwarders):
         for h in f.holders:

@@ -95,7 +95,7 @@ def test_serialize_parse_round_trip() -> None:
 
 def test_parity_is_the_encoding_of_the_data() -> None:
     cluster = Cluster(2)
-    holders = [_core.ParityHolder(h, K, R, cluster.block_bytes()) for h in range(N)]
+    holders = [_core.ParityHolder(h, N, K, R, cluster.block_bytes()) for h in range(N)]
     rng = np.random.default_rng(0)
     for _ in range(25):
         sender = int(rng.integers(N))
@@ -111,8 +111,8 @@ def test_parity_is_the_encoding_of_the_data() -> None:
 
 def test_resent_batches_give_the_bytes_of_applying_each_once() -> None:
     cluster = Cluster(3)
-    holder = _core.ParityHolder(0, K, R, cluster.block_bytes())
-    once = _core.ParityHolder(0, K, R, cluster.block_bytes())
+    holder = _core.ParityHolder(0, N, K, R, cluster.block_bytes())
+    once = _core.ParityHolder(0, N, K, R, cluster.block_bytes())
     streams = cluster.streams_to(0, 8)
     assert len(streams) >= 2
     for sender, stream in streams.items():
@@ -138,7 +138,7 @@ def test_resent_batches_give_the_bytes_of_applying_each_once() -> None:
 def test_rollback_and_reset_restore_exact_earlier_states() -> None:
     cluster = Cluster(4)
     h = cluster.holders[0][0]
-    holder = _core.ParityHolder(h, K, R, cluster.block_bytes())
+    holder = _core.ParityHolder(h, N, K, R, cluster.block_bytes())
     stream = [cluster.mutate(0, 30)[h] for _ in range(6)]
     holder.apply(0, wire(stream[:1]), 0)
     at1 = all_bytes(holder)
@@ -168,7 +168,7 @@ def test_rollback_and_reset_restore_exact_earlier_states() -> None:
 def test_concurrent_senders_from_python_threads() -> None:
     cluster = Cluster(5)
     streams = cluster.streams_to(0, 20)
-    holder = _core.ParityHolder(0, K, R, cluster.block_bytes())
+    holder = _core.ParityHolder(0, N, K, R, cluster.block_bytes())
     errors: List[BaseException] = []
 
     def send(sender: int) -> None:
@@ -193,7 +193,7 @@ def test_concurrent_senders_from_python_threads() -> None:
 def test_bad_input_is_a_clear_error_and_changes_nothing() -> None:
     cluster = Cluster(6)
     h = cluster.holders[0][0]
-    holder = _core.ParityHolder(h, K, R, cluster.block_bytes())
+    holder = _core.ParityHolder(h, N, K, R, cluster.block_bytes())
     stream = [cluster.mutate(0, 100)[h] for _ in range(3)]
     holder.apply(0, wire(stream[:1]), 0)
     before = all_bytes(holder)
@@ -242,9 +242,9 @@ def test_bad_input_is_a_clear_error_and_changes_nothing() -> None:
     with pytest.raises(ValueError, match="seqs start at 1"):
         _core.serialize_batches([(0, {}, {})])
     with pytest.raises(ValueError, match="ErasureCode: k=3, r=9 out of range"):
-        _core.ParityHolder(0, 3, 9, {"emb": 192})
+        _core.ParityHolder(0, 12, 3, 9, {"emb": 192})
     with pytest.raises(ValueError, match="block bytes of table 'emb' must be >= 1"):
-        _core.ParityHolder(0, 3, 2, {"emb": 0})
+        _core.ParityHolder(0, 5, 3, 2, {"emb": 0})
     holder.close()
     assert holder.closed
     with pytest.raises(_core.HolderClosed, match=f"parity holder on server {h} is closed"):
