@@ -6,4 +6,3 @@ from .table import EmbeddingTable
 from . import optim, init
 # XDL-shaped API: xdl_ec.embedding and the optimizers by XDL's names (TF is imported on first embedding()).
 from .xdl import Adagrad, Adam, Ftrl, Momentum, SGD, embedding, set_sparse_optimizer
-from . import parity

@@ -73,7 +73,6 @@ import math
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
 
 from .. import _core
 from ..ps.backend import RoleLost, WorkerLost
@@ -355,26 +354,18 @@ class ErasureCoded(FaultTolerance):
 
     def verify(self) -> List[StripeMismatch]:
         """Scrub: re-encodes every stripe of every table from its data blocks and lists the stored parity blocks
-        that disagree (empty: all consistent). Waits for in-flight parity first."""
-        from ..codec import ErasureCode
-
+        that disagree (empty: all consistent). Waits for in-flight parity first. The C++ Scrubber does the work,
+        reading the servers' blocks through the fragment readers."""
         servers = self.trainer.scheduler.servers
         self.finish_rebuild()
         self._drain(list(range(self.n)))
-        code = ErasureCode(self.k, self.r)
-        layout = _core.StripeLayout(self.n, self.k, self.r)
         bad: List[StripeMismatch] = []
         for table in self._tables():
             stripes = self._stripes(table, list(range(self.n)))
             data, parity = fragment_readers(servers, table, CALL_TIMEOUT)
-            rb = self._geometry(table)[1]
-            for stripe in range(stripes):
-                blocks = np.stack([data(*layout.data_member(stripe, j), 0, rb) for j in range(self.k)])
-                expected = code.encode(blocks)
-                for i in range(self.r):
-                    srv, c = layout.parity_member(stripe, i)
-                    if not np.array_equal(parity(srv, c, 0, rb), expected[i]):
-                        bad.append(StripeMismatch(table, stripe, i, srv, c))
+            scrubber = _core.Scrubber(self.n, self.k, self.r, *self._geometry(table))
+            for stripe, i, srv, c in scrubber.scrub(stripes, data, parity):
+                bad.append(StripeMismatch(table, stripe, i, srv, c))
         return bad
 
     # ---- recovery ----------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from xdl_ec import _core
+from support.parity_reference import route
 
 N, K, R = 5, 3, 2
 TABLES = {"emb": (8, 24), "wide": (4, 40)}  # name -> (block_slots, record_bytes)
@@ -23,7 +24,6 @@ class Cluster:
     def __init__(self, seed: int) -> None:
         self.rng = np.random.default_rng(seed)
         self.layout = _core.StripeLayout(N, K, R)
-        self.routers = {t: _core.ParityRouter(N, K, R, slots, rb) for t, (slots, rb) in TABLES.items()}
         self.data = {t: np.zeros((N, CYCLES * K * slots, rb), np.uint8) for t, (slots, rb) in TABLES.items()}
         self.seqs = [0] * N
         self.holders = [sorted({self.layout.parity_member(self.layout.data_slot(s, b)[0], i)[0]
@@ -42,7 +42,7 @@ class Cluster:
             fresh = self.rng.integers(0, 256, size=(len(slots), records.shape[2]), dtype=np.uint8)
             xor = records[sender, slots] ^ fresh
             records[sender, slots] = fresh
-            for h, update in self.routers[table].route(sender, slots, xor).items():
+            for h, update in route(self.layout, sender, slots, xor, TABLES[table][0]).items():
                 out[h][1][table] = update
         return out
 
