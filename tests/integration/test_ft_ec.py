@@ -193,12 +193,12 @@ def test_rate_limited_rebuild_spans_several_steps_and_stays_exact() -> None:
     """``rebuild_share``: each boundary earns share / (1 - share) of a mean step; a stripe made to cost a whole
     mean step (the hook sleeps that long) overruns the credit, so no boundary rebuilds more than one stripe and
     the rebuild spreads over several steps while training goes on; the model still equals the failure-free one."""
-    strategy = ErasureCoded(2, 1, rebuild_share=0.5)
+    strategy = ErasureCoded(2, 1, rebuild_share=0.5, rebuild="boundary")
     steps_of_stripes: List[int] = []
 
     def slow_stripe(stripe: int) -> None:
         steps_of_stripes.append(strategy.trainer.step)
-        seconds = list(strategy._step_seconds)
+        seconds = list(strategy.pacer.step_seconds)
         time.sleep(sum(seconds) / len(seconds) if seconds else 0.01)
 
     strategy.on_rebuild_stripe = slow_stripe

@@ -30,6 +30,8 @@ from .parity_link import ParityReceiver, RemoteHolderLink
 # ParityAgent.drain re-checks its forwarder this often when nothing signals it (in-process holders are served by
 # the C++ thread, which does not); the remote links wake it at once after each delivery
 DRAIN_POLL_SECONDS = 0.001
+# consistent_decode flushes the survivors' links again this often while their parity is behind their data
+REFLUSH_SECONDS = 0.02
 
 
 def _in_ray_actor() -> bool:
@@ -279,7 +281,7 @@ def consistent_decode(servers: Sequence[Any], table: str, block_slots: int, deco
     ``decode`` reads (the reads of an erasure decode depend only on the pattern of lost servers, not on the bytes,
     so zeros do), then all are requested before any is awaited, with their versions, and the second pass is served
     from them. Forwarding is asynchronous, so a survivor's block may be ahead of its parity for a moment: the fetch
-    is repeated (the survivors' links flushed once) until each survivor's blocks were read at one delta seq, every
+    is repeated (their links re-flushed) until each survivor's blocks were read at one delta seq, every
     parity block read has applied exactly that seq of each survivor read, and the parity blocks agree on every other
     sender. Returns (result, versions {sender: seq} the result reflects)."""
     wanted: List[Tuple[str, int, int, int, int]] = []
@@ -293,15 +295,17 @@ def consistent_decode(servers: Sequence[Any], table: str, block_slots: int, deco
     decode(recorder("read_data"), recorder("read_parity"))
     wanted = list(dict.fromkeys(wanted))
     deadline = time.monotonic() + timeout
-    flushed: List[Any] = []
+    flushed_at = None  # when the survivors' links were last flushed
     while True:
         futures = [servers[w[1]].call("parity_call", w[0] + "_at", table, *w[2:]) for w in wanted]
         fetched: Dict[Tuple[str, int, int, int, int], np.ndarray] = {}
         data_seqs: Dict[int, int] = {}
         others: Dict[int, int] = {}
         consistent = True
+        fetched_versions: Dict[Tuple[str, int, int, int, int], Any] = {}
         for w, future in zip(wanted, futures):
             fetched[w], version = future.result(timeout)
+            fetched_versions[w] = version
             if w[0] == "read_data":
                 consistent &= data_seqs.setdefault(w[1], int(version)) == int(version)
             else:
@@ -312,11 +316,19 @@ def consistent_decode(servers: Sequence[Any], table: str, block_slots: int, deco
         consistent &= all(data_seqs.get(sender, seq) == seq for sender, seq in others.items())
         if consistent:
             break
-        if not flushed:  # the survivors' parity is behind their data: have their links send it now, once
-            flushed = [servers[server].call("parity_call", "flush") for server in data_seqs]
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"decode of table {table!r}: the survivors' parity did not catch up with their data "
-                               f"within {timeout:g} s")
+        now = time.monotonic()
+        if flushed_at is None or now - flushed_at > REFLUSH_SECONDS:
+            # the survivors' parity is behind their data: have their links send it now (again while their data
+            # moves on, e.g. a rebuild running beside training: what they record after a flush would else wait
+            # for the forwarder's background thread)
+            for server in data_seqs:
+                servers[server].call("parity_call", "flush")
+            flushed_at = now
+        if now > deadline:
+            parity_seqs = {(w[1], w[2]): fetched_versions[w] for w in wanted if w[0] == "read_parity"}
+            raise TimeoutError(f"decode of table {table!r}: the fragments never agreed within {timeout:g} s (data "
+                               f"read at seqs {data_seqs}, parity blocks (server, block) with their applied seqs "
+                               f"{parity_seqs}); the survivors' parity did not catch up with their data")
         time.sleep(0.0005)
 
     def reader(method: str) -> Callable[[int, int, int, int], np.ndarray]:
