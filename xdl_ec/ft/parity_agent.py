@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import _core
+from .job_secret import JobSecret
 from .parity_link import ParityReceiver, RemoteHolderLink
 
 # ParityAgent.drain re-checks its forwarder this often when nothing signals it (in-process holders are served by
@@ -51,13 +52,18 @@ def holders_of(index: int, n: int, k: int, r: int) -> List[int]:
 
 class ParityAgent:
     """Server ``index`` of ``n`` under a (k, r) code; ``tables`` {name: (block_slots, record_bytes)}; its delta
-    stream continues after ``seq``, whose state included the pushes ``worker_seqs`` {worker: seq}."""
+    stream continues after ``seq``, whose state included the pushes ``worker_seqs`` {worker: seq}. ``secret``: the
+    job's JobSecret, which its parity links and receiver prove membership with (see xdl_ec.ft.parity_link)."""
 
     def __init__(self, index: int, n: int, k: int, r: int, tables: Mapping[str, Tuple[int, int]],
-                 seq: int = 0, worker_seqs: Optional[Mapping[int, int]] = None) -> None:
+                 seq: int = 0, worker_seqs: Optional[Mapping[int, int]] = None, *, secret: JobSecret) -> None:
+        if not isinstance(secret, JobSecret):
+            raise TypeError(f"ParityAgent: secret must be the job's JobSecret (JobSecret.generate() on the driver), "
+                            f"got {type(secret).__name__}")
         self.index, self.n, self.k, self.r = index, n, k, r
+        self._secret = secret
         self.tables = {name: (int(bs), int(rb)) for name, (bs, rb) in tables.items()}
-        self.holder = _core.ParityHolder(index, k, r, {name: bs * rb for name, (bs, rb) in self.tables.items()})
+        self.holder = _core.ParityHolder(index, n, k, r, {name: bs * rb for name, (bs, rb) in self.tables.items()})
         self.forwarder = _core.DeltaForwarder(index, n, k, r, self.tables, int(seq),
                                               {int(w): int(s) for w, s in (worker_seqs or {}).items()})
         self._links: Dict[int, RemoteHolderLink] = {}
@@ -128,8 +134,24 @@ class ParityAgent:
             if self.holder.closed:
                 raise ValueError(f"parity_address: server {self.index}'s parity holder is closed (the server is gone)")
             if self._receiver is None:
-                self._receiver = ParityReceiver(self.holder, lambda: bool(server.crash_requested))
+                self._receiver = ParityReceiver(self.holder, self._secret, lambda: bool(server.crash_requested))
             return self._receiver.address
+
+    def set_parity_extent(self, server: Any, table: str, parity_blocks: int) -> None:
+        """A replacement holder learns ``table``'s extent (its parity blocks being rebuilt) before its senders'
+        batches arrive: the holder accepts entries up to it (plus the growth rule's allowance)."""
+        self.holder.set_extent(table, int(parity_blocks))
+
+    def security_events(self, server: Any) -> List[str]:
+        """The receiver's newest warnings (peers refused, batches refused), oldest first; [] without a receiver."""
+        with self._receiver_lock:
+            return list(self._receiver.events) if self._receiver is not None else []
+
+    def peak_rss(self, server: Any) -> int:
+        """Peak resident memory of this server's process in bytes (what a flood of strangers may cost it)."""
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
     def applied(self, server: Any, sender: int) -> int:
         return self.holder.applied(sender)
@@ -187,7 +209,8 @@ class ParityAgent:
             self.forwarder.set_holder(holder, local().parity_holder())
         else:
             self._links[holder] = RemoteHolderLink(self.forwarder, holder, handle,
-                                                   self.forwarder.set_holder(holder, None), self._notify_delivery)
+                                                   self.forwarder.set_holder(holder, None), self._secret,
+                                                   self._notify_delivery)
 
     # ---- fragments -----------------------------------------------------------------------------------
     def extent(self, server: Any, table: str) -> Tuple[int, int]:
