@@ -50,7 +50,7 @@ def _client(address: Tuple[str, int]) -> Tuple[socket.socket, Any]:
     link_proof, receiver_proof, key = parity_link._proofs(SECRET, hello, nonce)
     conn.sendall(link_proof)
     assert bytes(parity_link._recv_exactly(conn, 32)) == receiver_proof
-    return conn, parity_link._Session(key)
+    return conn, parity_link._Session(SECRET, key)
 
 
 def _send(conn: socket.socket, session: Any, payload: np.ndarray) -> None:
@@ -84,11 +84,11 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     receiver = parity_link.ParityReceiver(_NullHolder(), SECRET, host="127.0.0.1")
-    real_tag: Callable[..., bytes] = parity_link._Session.tag
+    real_mac: Callable[..., bytes] = JobSecret.session_mac
     null = b"\0" * 32
 
     def set_mac(on: bool) -> None:
-        parity_link._Session.tag = real_tag if on else (lambda self, kind, *parts: null)  # type: ignore[assignment]
+        JobSecret.session_mac = real_mac if on else (lambda self, key, *parts: null)  # type: ignore[assignment]
 
     try:
         per_mib: List[float] = []

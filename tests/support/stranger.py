@@ -113,7 +113,7 @@ def genuine_exchange(address: Tuple[str, int], secret: Any, sender: int, holder:
         conn.sendall(link_proof)
         if bytes(parity_link._recv_exactly(conn, 32)) != receiver_proof:
             raise AssertionError(f"the receiver at {address} did not prove the job's secret")
-        session = parity_link._Session(key)
+        session = parity_link._Session(secret, key)
         header = parity_link._REQUEST.pack(holder, sender, 0, len(payload))
         request = header + session.tag(b"H", header) + payload + session.tag(b"P", header, payload)
         conn.sendall(request)
