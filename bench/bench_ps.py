@@ -19,7 +19,7 @@ import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_AUTH_MODE", "token")
 
 from xdl_ec.ps import ClusterConfig, PSTrainer  # noqa: E402
 from xdl_ec.trainer import TrainConfig, Trainer  # noqa: E402

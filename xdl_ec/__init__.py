@@ -12,7 +12,6 @@ from .cluster import Cluster
 from .job import Job
 # XDL-shaped API: xdl_ec.embedding and the optimizers by XDL's names (TF is imported on first embedding()).
 from .xdl import Adagrad, Adam, Ftrl, Momentum, SGD, embedding, set_sparse_optimizer
-from . import parity
 
 __all__ = ["Cluster", "EmbeddingTable", "Feature", "InputError", "Job", "ModelError", "Table", "codec", "embedding",
            "init", "optim"]

@@ -76,16 +76,43 @@ DeltaForwarder::~DeltaForwarder() {
   if (thread_.joinable()) thread_.join();
 }
 
+DeltaForwarder::Mutation::Mutation(DeltaForwarder& forwarder, const std::string& table, const WorkerSeqs& pushes)
+    : forwarder_(forwarder), pushes_(pushes), route_(forwarder.RouteOf(table, "Mutation")) {}
+
+DeltaBatch DeltaForwarder::Mutation::Begin(size_t record_bytes) {
+  if (record_bytes != route_.second->record_bytes())
+    throw std::invalid_argument("DeltaForwarder::Mutation: server " + std::to_string(forwarder_.index_) +
+                                "'s table '" + route_.first + "' has " +
+                                std::to_string(route_.second->record_bytes()) + "-byte records, the shard " +
+                                std::to_string(record_bytes) + ": the forwarder was made for another table config");
+  return forwarder_.TakeSpare();
+}
+
+void DeltaForwarder::Mutation::Record(DeltaBatch deltas) { forwarder_.Record(route_, std::move(deltas), pushes_); }
+
+const DeltaForwarder::Route& DeltaForwarder::RouteOf(const std::string& table, const char* what) const {
+  auto it = routers_.find(table);
+  if (it == routers_.end())
+    throw std::invalid_argument(std::string("DeltaForwarder::") + what + ": server " + std::to_string(index_) +
+                                " has no table '" + table + "'");
+  return *it;
+}
+
 int64_t DeltaForwarder::Record(const std::string& table, DeltaBatch deltas, const WorkerSeqs& pushes) {
   if (deltas.size() == 0 && pushes.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
     return seq_;
   }
-  auto it = routers_.find(table);
-  if (it == routers_.end())
-    throw std::invalid_argument("DeltaForwarder::Record: server " + std::to_string(index_) + " has no table '" +
-                                table + "'");
-  it->second->Check("Record", index_, deltas);  // what Route would refuse, refused now: nothing recorded
+  return Record(RouteOf(table, "Record"), std::move(deltas), pushes);
+}
+
+int64_t DeltaForwarder::Record(const Route& route, DeltaBatch deltas, const WorkerSeqs& pushes) {
+  if (deltas.size() == 0 && pushes.empty()) {  // nothing changed: only the buffer goes back
+    std::lock_guard<std::mutex> lock(mu_);
+    KeepSpareLocked(std::move(deltas));
+    return seq_;
+  }
+  route.second->Check("Record", index_, deltas);  // what Route would refuse, refused now: nothing recorded
 
   std::unique_lock<std::mutex> lock(mu_);
   if (LagLocked() >= kMaxLag) {
@@ -100,7 +127,7 @@ int64_t DeltaForwarder::Record(const std::string& table, DeltaBatch deltas, cons
     worker_seqs_ = std::move(seqs);
   }
   if (!closed_) {
-    recorded_.push_back(Recorded{seq_, it->second.get(), &it->first, std::move(deltas), worker_seqs_,
+    recorded_.push_back(Recorded{seq_, route.second.get(), &route.first, std::move(deltas), worker_seqs_,
                                  std::chrono::steady_clock::now()});
     // Wake the thread when a range starts (it sets its deadline; a remote link's Take may be waiting) and
     // when it is full, not on every mutation.
@@ -177,14 +204,7 @@ void DeltaForwarder::RouteLocked(std::unique_lock<std::mutex>& lock) {
       link.queue.push_back(std::move(out));
     }
   }
-  for (Recorded& rec : batch) {
-    const size_t bytes = rec.deltas.xor_bytes.capacity() + rec.deltas.slots.capacity() * sizeof(uint32_t);
-    if (spares_.size() < kSpares && spare_bytes_ + bytes <= kSpareBytes) {
-      rec.deltas.clear();
-      spares_.push_back(std::move(rec.deltas));
-      spare_bytes_ += bytes;
-    }
-  }
+  for (Recorded& rec : batch) KeepSpareLocked(std::move(rec.deltas));
   work_.notify_all();  // Take callers of remote links, and waiters on progress
 }
 
@@ -229,6 +249,15 @@ size_t DeltaForwarder::LagLocked() const {
   for (const auto& [h, link] : links_)
     if (link.local && !link.down) local = std::max(local, link.queue.size());
   return recorded_.size() + routing_ + local;
+}
+
+void DeltaForwarder::KeepSpareLocked(DeltaBatch&& deltas) {
+  const size_t bytes = deltas.xor_bytes.capacity() + deltas.slots.capacity() * sizeof(uint32_t);
+  if (bytes > 0 && spares_.size() < kSpares && spare_bytes_ + bytes <= kSpareBytes) {
+    deltas.clear();
+    spares_.push_back(std::move(deltas));
+    spare_bytes_ += bytes;
+  }
 }
 
 DeltaBatch DeltaForwarder::TakeSpare() {
@@ -362,6 +391,7 @@ bool DeltaForwarder::DeliverLocked(std::unique_lock<std::mutex>& lock) {
   const uint64_t generation = link.generation;
   const int64_t durable = DurableLocked();
   std::shared_ptr<ParityHolder> target = link.local;
+  ++delivering_;  // Close waits for it: see Close
   lock.unlock();
   int64_t applied = -1;
   std::string error;
@@ -375,6 +405,7 @@ bool DeltaForwarder::DeliverLocked(std::unique_lock<std::mutex>& lock) {
     error = e.what();
   }
   lock.lock();
+  if (--delivering_ == 0 && closed_) work_.notify_all();
   Link& now = links_[holder];
   if (now.generation != generation) return true;  // replaced meanwhile: the old link's outcome is moot
   if (applied < 0) {
@@ -449,9 +480,13 @@ void DeltaForwarder::DropPending() {
 }
 
 void DeltaForwarder::Close() {
-  std::lock_guard<std::mutex> lock(mu_);
+  // Returns once no delivery to a holder is running (none starts after closed_): recovery rolls a lost server's
+  // stream back on its holders after closing what is left of it, and a batch landing after that rollback would
+  // leave them disagreeing on the server's seq for good (issue 19: a decode waiting for them forever).
+  std::unique_lock<std::mutex> lock(mu_);
   closed_ = true;
   work_.notify_all();
+  work_.wait(lock, [this] { return delivering_ == 0; });
 }
 
 }  // namespace xdl_ec

@@ -64,6 +64,17 @@ class BatchDedup {
   size_t mask_;
 };
 
+// The DeltaBatch* overloads' sink: the caller's batch itself (its capacity reused).
+class IntoBatch final : public DeltaSink {
+ public:
+  explicit IntoBatch(DeltaBatch* out) : out_(out) {}
+  DeltaBatch Begin(size_t) override { return std::move(*out_); }
+  void Record(DeltaBatch deltas) override { *out_ = std::move(deltas); }
+
+ private:
+  DeltaBatch* out_;
+};
+
 }  // namespace
 
 void ShardConfig::Validate() const {
@@ -412,10 +423,21 @@ ShardMemoryStats EmbeddingShard::memory() const {
 // ---- training path ---------------------------------------------------------------------------
 
 void EmbeddingShard::Pull(const int64_t* keys, size_t n, float* out, DeltaBatch* deltas) {
+  if (!deltas) return PullTo(keys, n, out, nullptr);
+  deltas->clear();  // also when the fast path below reports nothing
+  deltas->record_bytes = impl_->record_bytes;
+  IntoBatch sink(deltas);
+  PullTo(keys, n, out, &sink);
+}
+
+void EmbeddingShard::Pull(const int64_t* keys, size_t n, float* out, DeltaSink& sink) {
+  PullTo(keys, n, out, &sink);
+}
+
+void EmbeddingShard::PullTo(const int64_t* keys, size_t n, float* out, DeltaSink* sink) {
   RequirePointer(keys, n, "Pull", "keys");
   RequirePointer(out, n, "Pull", "out");
   Impl& s = *impl_;
-  s.DeltaStart(deltas, 0);
   const size_t dim = static_cast<size_t>(s.config.dim);
   {
     // Fast path: every key present, shared lock, nothing changes.
@@ -432,12 +454,20 @@ void EmbeddingShard::Pull(const int64_t* keys, size_t n, float* out, DeltaBatch*
   // Some key is missing (or a block is under restore): redo the whole batch exclusively, so the
   // pull is atomic and its inserts happen in the order of first appearance.
   std::unique_lock<std::shared_mutex> lock(s.mutex);
+  DeltaBatch batch;
+  DeltaBatch* deltas = nullptr;
+  if (sink) {
+    batch = sink->Begin(s.record_bytes);
+    deltas = &batch;
+  }
+  s.DeltaStart(deltas, 0);
   s.PrepareBlocks(keys, n, /*may_insert=*/true);
   s.Resolve(keys, n, 0, s.value_end, [&](size_t i, uint32_t slot) {
     if (slot == KeyIndex::kNone) slot = s.Insert(keys[i], deltas);
     s.CopyValue(slot, out + i * dim);
     return true;
   });
+  if (sink) sink->Record(std::move(batch));
 }
 
 void EmbeddingShard::Find(const int64_t* keys, size_t n, float* out, uint8_t* found) const {
@@ -463,6 +493,16 @@ void EmbeddingShard::Find(const int64_t* keys, size_t n, float* out, uint8_t* fo
 }
 
 void EmbeddingShard::Push(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaBatch* deltas) {
+  if (!deltas) return PushTo(keys, grads, n, step, nullptr);
+  IntoBatch sink(deltas);
+  PushTo(keys, grads, n, step, &sink);
+}
+
+void EmbeddingShard::Push(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaSink& sink) {
+  PushTo(keys, grads, n, step, &sink);
+}
+
+void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaSink* sink) {
   RequirePointer(keys, n, "Push", "keys");
   RequirePointer(grads, n, "Push", "grads");
   RequireBatch(n, "Push");
@@ -515,6 +555,12 @@ void EmbeddingShard::Push(const int64_t* keys, const float* grads, size_t n, int
   const size_t m = unique_keys.size();
 
   std::unique_lock<std::shared_mutex> lock(s.mutex);
+  DeltaBatch batch;
+  DeltaBatch* deltas = nullptr;
+  if (sink) {
+    batch = sink->Begin(s.record_bytes);
+    deltas = &batch;
+  }
   s.PrepareBlocks(unique_keys.data(), m, /*may_insert=*/true);
   s.DeltaStart(deltas, m);
   // One pass: each unique key's record (prefetched whole by Resolve) is inserted if missing, in order
@@ -557,6 +603,7 @@ void EmbeddingShard::Push(const int64_t* keys, const float* grads, size_t n, int
     return true;
   });
   if (rows) step_chunk();
+  if (sink) sink->Record(std::move(batch));
 }
 
 size_t EmbeddingShard::Erase(const int64_t* keys, size_t n, DeltaBatch* deltas) {

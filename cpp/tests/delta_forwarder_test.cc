@@ -43,7 +43,7 @@ struct Cluster {
     block_slots = shards[0]->block_slots();
     record_bytes = shards[0]->layout().bytes();
     for (int s = 0; s < n; ++s) {
-      holders.push_back(std::make_shared<ParityHolder>(s, k, r, std::map<std::string, size_t>{
+      holders.push_back(std::make_shared<ParityHolder>(s, n, k, r, std::map<std::string, size_t>{
                                                                     {"t", block_slots * record_bytes}}));
       forwarders.push_back(std::make_unique<DeltaForwarder>(
           s, n, k, r, std::vector<DeltaForwarder::Table>{{"t", block_slots, record_bytes}}));
@@ -60,9 +60,9 @@ struct Cluster {
     std::vector<float> grads(count * 4);
     for (auto& x : keys) x = key(rng);
     for (auto& g : grads) g = grad(rng);
-    DeltaBatch deltas = forwarders[s]->TakeSpare();  // as the server's push path does
-    shards[s]->Push(keys.data(), grads.data(), keys.size(), step, &deltas);
-    forwarders[s]->Record("t", std::move(deltas), {{worker, seq}});
+    const WorkerSeqs pushes{{worker, seq}};
+    DeltaForwarder::Mutation sink(*forwarders[s], "t", pushes);  // as the server's push path does
+    shards[s]->Push(keys.data(), grads.data(), keys.size(), step, sink);
   }
 
   void Drain() {
@@ -160,9 +160,11 @@ TEST(DeltaForwarder, AClosedHolderIsDownUntilReplacedAndHoldsBackDurability) {
   EXPECT_EQ(9, p.live_applied);                      // server 2 got everything
   EXPECT_EQ(5, c.forwarders[0]->DurableSeq(1));      // not durable: server 1's parity lacks 6..9
   EXPECT_TRUE(c.forwarders[0]->errors().empty());    // a lost holder is not an error
-  auto replacement = std::make_shared<ParityHolder>(1, 2, 1, std::map<std::string, size_t>{
+  auto replacement = std::make_shared<ParityHolder>(1, c.n, 2, 1, std::map<std::string, size_t>{
                                                                  {"t", c.block_slots * c.record_bytes}});
   replacement->ResetSender(0, 9, {{1, 9}});
+  // as the driver does: the replacement learns the extent being rebuilt (the survivors' blocks, whole cycles)
+  replacement->SetExtent("t", c.layout.StripesForDataBlocks(c.shards[0]->num_blocks()) / c.n * c.r);
   c.forwarders[0]->SetHolder(1, replacement);
   EXPECT_EQ(9, c.forwarders[0]->DurableSeq(1));
   c.Push(0, 8, 10, 1, 10);
@@ -312,6 +314,37 @@ TEST(DeltaForwarder, RoutedBatchesComeBackAsEmptySparesWithTheirCapacity) {
   EXPECT_EQ(0u, spare.size());
   EXPECT_TRUE(spare.xor_bytes.empty());
   EXPECT_GE(spare.xor_bytes.capacity(), c.record_bytes);  // the routed push's buffer, kept for the next one
+}
+
+TEST(DeltaForwarder, AShardRecordsIntoItsMutationSinkOnlyWhatChangedIt) {
+  Cluster c(3, 2, 1);
+  DeltaForwarder& f = *c.forwarders[0];
+  EmbeddingShard& shard = *c.shards[0];
+  std::vector<int64_t> keys = {3, 9, 27};
+  std::vector<float> rows(keys.size() * 4), grads(keys.size() * 4, 0.5f);
+  const WorkerSeqs none;
+  DeltaForwarder::Mutation pull(f, "t", none);
+  shard.Pull(keys.data(), keys.size(), rows.data(), pull);  // inserts three rows: one mutation
+  EXPECT_EQ(1, f.seq());
+  shard.Pull(keys.data(), keys.size(), rows.data(), pull);  // all present: nothing changed, nothing recorded
+  EXPECT_EQ(1, f.seq());
+  const WorkerSeqs pushes{{4, 7}};
+  DeltaForwarder::Mutation push(f, "t", pushes);
+  shard.Push(keys.data(), grads.data(), keys.size(), 1, push);
+  EXPECT_EQ(2, f.seq());
+  c.Drain();
+  EXPECT_EQ(7, f.DurableSeq(4));
+  c.ExpectConsistent();
+  EXPECT_THROW(DeltaForwarder::Mutation(f, "other", none), std::invalid_argument);
+  // A shard of another record size is refused before it changes a byte.
+  ShardConfig wide = Config();
+  wide.dim = 8;
+  EmbeddingShard other(wide);
+  EXPECT_THROW(other.Push(keys.data(), std::vector<float>(keys.size() * 8, 0.5f).data(), keys.size(), 1, push),
+               std::invalid_argument);
+  EXPECT_EQ(0u, other.size());
+  EXPECT_EQ(0u, other.num_blocks());
+  EXPECT_EQ(2, f.seq());
 }
 
 #ifdef __linux__

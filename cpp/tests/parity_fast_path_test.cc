@@ -1,10 +1,9 @@
 // The in-process parity path: deltas applied by reference (ParityRouter::RouteRefs + ParityStore::Apply
-// of refs) and whole delta batches handed to the background applier must give the very bytes of the
-// copying path (Route + Apply of ParityUpdate), for XOR rows and GF-multiply rows alike.
+// of refs) must give the very bytes of the copying path (Route + Apply of ParityUpdate), for XOR rows
+// and GF-multiply rows alike.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -13,7 +12,6 @@
 
 #include "xdl_ec/delta_batch.h"
 #include "xdl_ec/erasure_code.h"
-#include "xdl_ec/parity_applier.h"
 #include "xdl_ec/parity_router.h"
 #include "xdl_ec/parity_store.h"
 #include "xdl_ec/parity_update.h"
@@ -159,38 +157,6 @@ TEST(ParityRouterRefsTest, RejectsBadBatchesLikeRoute) {
   EXPECT_THROW(router.Route(5, {3}, {delta}, &updates), std::out_of_range);
   EXPECT_THROW(router.Route(0, {3, 4}, {delta}, &updates), std::invalid_argument);
   EXPECT_THROW(router.Route(0, {3}, {nullptr}, &updates), std::invalid_argument);
-}
-
-TEST(ParityApplierTest, SubmittedDeltaBatchesAreAppliedAndRecycled) {
-  std::atomic<size_t> slots{0};
-  std::atomic<int> sources{0};
-  ParityApplier applier([](const ParityUpdate&) { FAIL() << "no routed updates were submitted"; },
-                        [&](int source, const DeltaBatch& d) {
-                          if (source == 9) throw std::invalid_argument("bad source");
-                          slots += d.size();
-                          sources += source;
-                        });
-  for (int i = 0; i < 40; ++i) {
-    DeltaBatch d;
-    d.record_bytes = 4;
-    d.slots = {1, 2, 3};
-    d.xor_bytes.assign(12, 7);
-    applier.SubmitDeltas(i % 3, &d);
-    EXPECT_EQ(d.size(), 0u);  // a recycled, cleared batch came back
-  }
-  applier.Drain();
-  EXPECT_EQ(slots.load(), 120u);
-  EXPECT_EQ(sources.load(), 39);  // 13 * 1 + 13 * 2
-  DeltaBatch bad;
-  bad.record_bytes = 4;
-  bad.slots = {1};
-  bad.xor_bytes.assign(4, 1);
-  applier.SubmitDeltas(9, &bad);
-  EXPECT_THROW(applier.Drain(), std::runtime_error);
-  applier.Drain();  // the error is reported once
-  EXPECT_THROW(applier.SubmitDeltas(-1, &bad), std::invalid_argument);
-  ParityApplier routed_only([](const ParityUpdate&) {});
-  EXPECT_THROW(routed_only.SubmitDeltas(0, &bad), std::invalid_argument);
 }
 
 }  // namespace

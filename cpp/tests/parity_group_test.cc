@@ -1,4 +1,4 @@
-#include "xdl_ec/parity_group.h"
+#include "parity_group.h"
 
 #include <gtest/gtest.h>
 
@@ -13,13 +13,16 @@
 #include <vector>
 
 #include "xdl_ec/key_router.h"
-#include "xdl_ec/parity_applier.h"
 #include "xdl_ec/parity_router.h"
 #include "xdl_ec/parity_store.h"
 #include "xdl_ec/parity_update.h"
 
 namespace xdl_ec {
 namespace {
+
+using testing::ParityGroup;
+using testing::ParityGroupStats;
+using testing::ServerState;
 
 const std::vector<OptimizerKind> kOptimizers = {OptimizerKind::kSGD, OptimizerKind::kMomentum,
                                                 OptimizerKind::kAdagrad, OptimizerKind::kAdam, OptimizerKind::kFtrl};
@@ -214,45 +217,7 @@ TEST(ParityStoreTest, AppliesLazilyAndRejectsBadBatchesWholly) {
   EXPECT_EQ(cols[3], expect[9]);
 }
 
-TEST(ParityApplierTest, DrainWaitsForEverySubmittedBatchAndReportsErrors) {
-  std::atomic<int> applied{0};
-  ParityApplier applier([&](const ParityUpdate& u) {
-    if (u.source < 0) throw std::invalid_argument("bad batch");
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-    applied += static_cast<int>(u.size());
-  }, 4);
-  std::vector<ParityUpdate> batch(2);
-  for (int i = 0; i < 20; ++i) {
-    batch.assign(2, ParityUpdate{});
-    batch[0].source = 1;
-    batch[0].entries.resize(3);
-    applier.Submit(&batch);
-    EXPECT_TRUE(batch.empty() || batch[0].empty());  // a recycled, cleared vector comes back
-  }
-  applier.Drain();
-  EXPECT_EQ(applied.load(), 60);
-  batch.assign(1, ParityUpdate{});
-  batch[0].source = -1;
-  batch[0].entries.resize(1);
-  applier.Submit(&batch);
-  EXPECT_THROW(applier.Drain(), std::runtime_error);
-  applier.Drain();  // the error is reported once
-}
-
 // ---- the group ---------------------------------------------------------------------------------
-
-TEST(ParityGroupTest, BackgroundAndSynchronousApplyGiveIdenticalParity) {
-  Twins t(5, 3, 2, Config(OptimizerKind::kFtrl), 41);
-  t.a.SetBackgroundApply(true);
-  EXPECT_TRUE(t.a.background_apply());
-  EXPECT_FALSE(t.b.background_apply());
-  t.TrainAll(6, 60, 8000);
-  t.EraseSome(2, 8000, 40);
-  t.ExpectIdentical("background vs synchronous");
-  EXPECT_TRUE(t.a.Scrub().empty());
-  EXPECT_TRUE(t.b.Scrub().empty());
-}
-
 
 TEST(ParityGroupTest, HealthyGroupScrubsCleanWithEveryOptimizer) {
   for (OptimizerKind kind : kOptimizers) {
@@ -352,11 +317,10 @@ TEST(ParityGroupTest, ServerKilledWhileAnotherIsRebuilding) {
 
 // Each thread owns one server, so every shard sees the same order as in the serial twin; parity
 // deltas commute. A rebuild thread steps concurrently.
-void ExpectConcurrentRebuildEqualsSerialRun(bool background) {
+void ExpectConcurrentRebuildEqualsSerialRun() {
   const int n = 5;
   ParityGroup a(n, 3, 2, Config(OptimizerKind::kAdagrad));
   ParityGroup b(n, 3, 2, Config(OptimizerKind::kAdagrad));
-  a.SetBackgroundApply(background);
   auto batch = [&](int s, int round, std::vector<int64_t>* keys, std::vector<float>* grads) {
     std::mt19937_64 rng(s * 1000 + round);
     keys->clear();
@@ -422,11 +386,7 @@ void ExpectConcurrentRebuildEqualsSerialRun(bool background) {
   }
 }
 
-TEST(ParityGroupTest, ConcurrentPushesDuringRebuildEqualTheSerialRun) { ExpectConcurrentRebuildEqualsSerialRun(false); }
-
-TEST(ParityGroupTest, ConcurrentPushesWithBackgroundApplyEqualTheSerialRun) {
-  ExpectConcurrentRebuildEqualsSerialRun(true);
-}
+TEST(ParityGroupTest, ConcurrentPushesDuringRebuildEqualTheSerialRun) { ExpectConcurrentRebuildEqualsSerialRun(); }
 
 TEST(ParityGroupTest, ScrubCatchesASingleFlippedBitInDataOrParity) {
   ParityGroup g(5, 3, 2, Config(OptimizerKind::kAdam));

@@ -73,35 +73,29 @@ py::dict MemoryDict(const ShardMemoryStats& m) {
   return d;
 }
 
-// --ft ec: a mutation's deltas go straight to the server's DeltaForwarder (never through Python) when the
-// caller names it, with the table and the worker pushes the mutation applies.
-struct Forward {
-  std::shared_ptr<DeltaForwarder> forwarder;
-  std::string table;
-  WorkerSeqs pushes;
+// --ft ec: with a DeltaForwarder, the shard records the mutation into the forwarder's DeltaSink for `table`
+// (DeltaForwarder::Mutation, applying the worker pushes `pushes`) without leaving C++.
+void CheckForward(const char* where, bool return_deltas, const std::shared_ptr<DeltaForwarder>& forwarder) {
+  if (forwarder && return_deltas)
+    throw std::invalid_argument(std::string(where) + ": give either return_deltas or forwarder, not both");
+}
 
-  explicit operator bool() const { return forwarder != nullptr; }
-  void Check(const char* where, bool return_deltas) const {
-    if (!forwarder) return;
-    if (return_deltas)
-      throw std::invalid_argument(std::string(where) + ": give either return_deltas or forwarder, not both");
-    if (!forwarder->HasTable(table))
-      throw std::invalid_argument(std::string(where) + ": the forwarder of server " +
-                                  std::to_string(forwarder->index()) + " has no table '" + table + "'");
-  }
-};
-
-py::object Pull(EmbeddingShard& shard, const Keys& keys, bool return_deltas, const Forward& forward) {
+py::object Pull(EmbeddingShard& shard, const Keys& keys, bool return_deltas,
+                const std::shared_ptr<DeltaForwarder>& forwarder, const std::string& table, const WorkerSeqs& pushes) {
   RequireKeys(keys, "pull");
-  forward.Check("pull", return_deltas);
+  CheckForward("pull", return_deltas, forwarder);
   const size_t n = static_cast<size_t>(keys.shape(0));
   Floats out({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(shard.dim())});
+  if (forwarder) {
+    DeltaForwarder::Mutation sink(*forwarder, table, pushes);
+    py::gil_scoped_release release;
+    shard.Pull(keys.data(), n, out.mutable_data(), sink);
+    return std::move(out);
+  }
   DeltaBatch deltas;
   {
     py::gil_scoped_release release;
-    if (forward) deltas = forward.forwarder->TakeSpare();
-    shard.Pull(keys.data(), n, out.mutable_data(), return_deltas || forward ? &deltas : nullptr);
-    if (forward) forward.forwarder->Record(forward.table, std::move(deltas), forward.pushes);
+    shard.Pull(keys.data(), n, out.mutable_data(), return_deltas ? &deltas : nullptr);
   }
   if (!return_deltas) return std::move(out);
   return py::make_tuple(out, DeltasToNumpy(std::move(deltas)));
@@ -121,17 +115,21 @@ py::tuple Find(const EmbeddingShard& shard, const Keys& keys) {
 }
 
 py::object Push(EmbeddingShard& shard, const Keys& keys, const Floats& grads, int64_t step, bool return_deltas,
-                const Forward& forward) {
+                const std::shared_ptr<DeltaForwarder>& forwarder, const std::string& table, const WorkerSeqs& pushes) {
   RequireKeys(keys, "push");
   const size_t n = static_cast<size_t>(keys.shape(0));
   RequireRows(grads, n, shard.dim(), "push", "grads");
-  forward.Check("push", return_deltas);
+  CheckForward("push", return_deltas, forwarder);
+  if (forwarder) {
+    DeltaForwarder::Mutation sink(*forwarder, table, pushes);
+    py::gil_scoped_release release;
+    shard.Push(keys.data(), grads.data(), n, step, sink);
+    return py::none();
+  }
   DeltaBatch deltas;
   {
     py::gil_scoped_release release;
-    if (forward) deltas = forward.forwarder->TakeSpare();
-    shard.Push(keys.data(), grads.data(), n, step, return_deltas || forward ? &deltas : nullptr);
-    if (forward) forward.forwarder->Record(forward.table, std::move(deltas), forward.pushes);
+    shard.Push(keys.data(), grads.data(), n, step, return_deltas ? &deltas : nullptr);
   }
   if (!return_deltas) return py::none();
   return DeltasToNumpy(std::move(deltas));
@@ -320,19 +318,13 @@ void BindShard(py::module_& m) {
                                                             py::call_guard<py::gil_scoped_release>()))
       .def_property_readonly("missing_blocks", py::cpp_function(&EmbeddingShard::missing_blocks,
                                                                 py::call_guard<py::gil_scoped_release>()))
-      .def("pull", [](EmbeddingShard& shard, const Keys& keys, bool return_deltas,
-                      std::shared_ptr<DeltaForwarder> forwarder, const std::string& table, const WorkerSeqs& pushes) {
-             return Pull(shard, keys, return_deltas, Forward{std::move(forwarder), table, pushes});
-           }, py::arg("keys"), py::arg("return_deltas") = false, py::arg("forwarder") = nullptr,
+      .def("pull", &Pull, py::arg("keys"), py::arg("return_deltas") = false, py::arg("forwarder") = nullptr,
            py::arg("table") = "", py::arg("pushes") = WorkerSeqs{},
            "Rows of keys (inserting missing keys with their initial rows): float32[n, dim]; with "
            "return_deltas, (rows, (slots, xor)); with a DeltaForwarder, the inserts are recorded on it as a "
            "mutation of `table` (--ft ec).")
       .def("find", &Find, py::arg("keys"), "(rows, found) without inserting; missing rows are zeros.")
-      .def("push", [](EmbeddingShard& shard, const Keys& keys, const Floats& grads, int64_t step, bool return_deltas,
-                      std::shared_ptr<DeltaForwarder> forwarder, const std::string& table, const WorkerSeqs& pushes) {
-             return Push(shard, keys, grads, step, return_deltas, Forward{std::move(forwarder), table, pushes});
-           }, py::arg("keys"), py::arg("grads"), py::arg("step"), py::arg("return_deltas") = false,
+      .def("push", &Push, py::arg("keys"), py::arg("grads"), py::arg("step"), py::arg("return_deltas") = false,
            py::arg("forwarder") = nullptr, py::arg("table") = "", py::arg("pushes") = WorkerSeqs{},
            "Sums duplicate keys' grads, then one optimizer step per unique key; with return_deltas, "
            "(slots: uint32[m], xor: uint8[m, record_bytes]); with a DeltaForwarder, the deltas are recorded on "

@@ -7,9 +7,9 @@ namespace xdl_ec::python {
 
 void BindShard(pybind11::module_& m);   // bind_shard.cc: EmbeddingShard, optimizer/initializer configs
 void BindCodec(pybind11::module_& m);   // bind_codec.cc: ErasureCode
-void BindParity(pybind11::module_& m);  // bind_parity.cc: stripe layout, parity groups, recovery
+void BindLayout(pybind11::module_& m);  // bind_layout.cc: StripeLayout, server_of
 void BindFt(pybind11::module_& m);      // bind_ft.cc: AccessCounter (checkpoint / CPR bookkeeping)
-void BindParityTransport(pybind11::module_& m);  // bind_parity_transport.cc: router/store/recovery for the PS
+void BindRecovery(pybind11::module_& m);        // bind_recovery.cc: Recovery and Scrubber over fragment readers
 void BindParityHolder(pybind11::module_& m);     // bind_parity_holder.cc: ParityHolder, forwarded-batch wire form
 void BindDeltaForwarder(pybind11::module_& m);   // bind_delta_forwarder.cc: a data server's parity forwarding
 

@@ -2,12 +2,12 @@
 #include "bindings.h"
 
 PYBIND11_MODULE(_core, m) {
-  m.doc() = "xdl-ec native core: embedding shards, sparse optimizers, erasure codes, parity groups";
+  m.doc() = "xdl-ec native core: embedding shards, sparse optimizers, erasure codes, parity forwarding and recovery";
   xdl_ec::python::BindShard(m);
   xdl_ec::python::BindCodec(m);
-  xdl_ec::python::BindParity(m);
+  xdl_ec::python::BindLayout(m);
   xdl_ec::python::BindFt(m);
-  xdl_ec::python::BindParityTransport(m);
+  xdl_ec::python::BindRecovery(m);
   xdl_ec::python::BindParityHolder(m);
   xdl_ec::python::BindDeltaForwarder(m);
 }

@@ -125,7 +125,6 @@ def test_async_mode_recovers_and_trains_every_batch_once(tmp_path: Path) -> None
 
 
 def test_ckpt_on_ray_kills_the_actor_process_and_replays_exactly(tmp_path: Path) -> None:
-    os.environ["RAY_AUTH_MODE"] = "disabled"
     ray = pytest.importorskip("ray")
     from xdl_ec.ps.backend import ray_runtime_env
 

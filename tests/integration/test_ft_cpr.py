@@ -134,7 +134,6 @@ def test_lost_samples_count_each_sample_once_and_never_exceed_the_samples_traine
 
 
 def test_cpr_on_ray_reloads_the_killed_actor_shard_and_finishes(tmp_path: Path) -> None:
-    os.environ["RAY_AUTH_MODE"] = "disabled"
     ray = pytest.importorskip("ray")
     from xdl_ec.ps.backend import ray_runtime_env
 

@@ -193,12 +193,12 @@ def test_rate_limited_rebuild_spans_several_steps_and_stays_exact() -> None:
     """``rebuild_share``: each boundary earns share / (1 - share) of a mean step; a stripe made to cost a whole
     mean step (the hook sleeps that long) overruns the credit, so no boundary rebuilds more than one stripe and
     the rebuild spreads over several steps while training goes on; the model still equals the failure-free one."""
-    strategy = ErasureCoded(2, 1, rebuild_share=0.5)
+    strategy = ErasureCoded(2, 1, rebuild_share=0.5, rebuild="boundary")
     steps_of_stripes: List[int] = []
 
     def slow_stripe(stripe: int) -> None:
         steps_of_stripes.append(strategy.trainer.step)
-        seconds = list(strategy._step_seconds)
+        seconds = list(strategy.pacer.step_seconds)
         time.sleep(sum(seconds) / len(seconds) if seconds else 0.01)
 
     strategy.on_rebuild_stripe = slow_stripe
@@ -411,12 +411,13 @@ def test_holder_rollback_then_recovery_rebuilds_the_lost_shard_as_of_w() -> None
     C++ Recovery over the survivors rebuilds server 0's blocks exactly as they were after its 5th batch."""
     from xdl_ec import _core
     from xdl_ec.ft.parity_agent import holders_of
+    from support.parity_reference import route
 
     n, k, r = 3, 2, 1
     shards = _shards(n)
     bs, rb = shards[0].block_slots, shards[0].record_bytes
-    router = _core.ParityRouter(n, k, r, bs, rb)
-    roles = [_core.ParityHolder(i, k, r, {"t": bs * rb}) for i in range(n)]
+    layout = _core.StripeLayout(n, k, r)
+    roles = [_core.ParityHolder(i, n, k, r, {"t": bs * rb}) for i in range(n)]
     rng = np.random.default_rng(0)
     snapshot: Dict[int, np.ndarray] = {}
     for step in range(1, 9):
@@ -424,7 +425,7 @@ def test_holder_rollback_then_recovery_rebuilds_the_lost_shard_as_of_w() -> None
             keys = np.unique(rng.integers(0, 60, size=12)) * n + s
             slots, xor = shards[s].push(keys, rng.normal(size=(keys.size, 4)).astype(np.float32), step,
                                         return_deltas=True)
-            routed = router.route(s, slots, xor)
+            routed = route(layout, s, slots, xor, bs)
             for h in holders_of(s, n, k, r):
                 update = {"t": routed[h]} if h in routed else {}
                 assert roles[h].apply(s, _core.serialize_batches([(step, update, {7: step})]), 2) == step
@@ -452,19 +453,21 @@ def test_holder_rollback_then_recovery_rebuilds_the_lost_shard_as_of_w() -> None
     assert not np.array_equal(shards[0].read_block(0), snapshot[0])  # batches 6..8 did change it
 
 
-def test_transport_bindings_reject_bad_input() -> None:
+def test_recovery_and_scrubber_bindings_reject_bad_input() -> None:
     from xdl_ec import _core
 
-    router = _core.ParityRouter(3, 2, 1, 8, 40)
-    with pytest.raises(ValueError, match="route"):
-        router.route(0, np.zeros(2, np.uint32), np.zeros((2, 39), np.uint8))
-    store = _core.new_parity_store(2, 1, 8 * 40)
-    with pytest.raises(ValueError):
-        _core.parity_store_apply(store, np.frombuffer(b"garbage!", np.uint8))
+    def zeros(server: int, block: int, offset: int, width: int) -> np.ndarray:
+        return np.zeros(8 * width, np.uint8)
+
     with pytest.raises(ValueError, match="unrecoverable: lost servers"):
-        _core.check_recoverable(3, 2, 1, [0, 2])
+        _core.Recovery(3, 2, 1, 8, 40).recover_key_index(0, 4, [0, 2], zeros, zeros)
     with pytest.raises(ValueError):
         _core.Recovery(3, 2, 2, 8, 40)  # n < k + r
+    with pytest.raises(ValueError):
+        _core.Scrubber(3, 2, 2, 8, 40)
+    with pytest.raises(ValueError, match=r"Scrubber: read_parity\(.*must return uint8\[320\]"):
+        _core.Scrubber(3, 2, 1, 8, 40).scrub(3, zeros, lambda *a: np.zeros(3, np.uint8))
+    assert _core.Scrubber(3, 2, 1, 8, 40).scrub(3, zeros, zeros) == []  # all zeros: consistent
 
 
 class CrashDuringPush(ErasureCoded):

@@ -10,7 +10,6 @@ import time
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ["RAY_AUTH_MODE"] = "disabled"
 ray = pytest.importorskip("ray")
 
 from xdl_ec.ps import ClusterConfig, PSTrainer, ServerLost, WorkerLost  # noqa: E402

@@ -25,11 +25,14 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import _core
+from .job_secret import JobSecret
 from .parity_link import ParityReceiver, RemoteHolderLink
 
 # ParityAgent.drain re-checks its forwarder this often when nothing signals it (in-process holders are served by
 # the C++ thread, which does not); the remote links wake it at once after each delivery
 DRAIN_POLL_SECONDS = 0.001
+# consistent_decode flushes the survivors' links again this often while their parity is behind their data
+REFLUSH_SECONDS = 0.02
 
 
 def _in_ray_actor() -> bool:
@@ -49,13 +52,18 @@ def holders_of(index: int, n: int, k: int, r: int) -> List[int]:
 
 class ParityAgent:
     """Server ``index`` of ``n`` under a (k, r) code; ``tables`` {name: (block_slots, record_bytes)}; its delta
-    stream continues after ``seq``, whose state included the pushes ``worker_seqs`` {worker: seq}."""
+    stream continues after ``seq``, whose state included the pushes ``worker_seqs`` {worker: seq}. ``secret``: the
+    job's JobSecret, which its parity links and receiver prove membership with (see xdl_ec.ft.parity_link)."""
 
     def __init__(self, index: int, n: int, k: int, r: int, tables: Mapping[str, Tuple[int, int]],
-                 seq: int = 0, worker_seqs: Optional[Mapping[int, int]] = None) -> None:
+                 seq: int = 0, worker_seqs: Optional[Mapping[int, int]] = None, *, secret: JobSecret) -> None:
+        if not isinstance(secret, JobSecret):
+            raise TypeError(f"ParityAgent: secret must be the job's JobSecret (JobSecret.generate() on the driver), "
+                            f"got {type(secret).__name__}")
         self.index, self.n, self.k, self.r = index, n, k, r
+        self._secret = secret
         self.tables = {name: (int(bs), int(rb)) for name, (bs, rb) in tables.items()}
-        self.holder = _core.ParityHolder(index, k, r, {name: bs * rb for name, (bs, rb) in self.tables.items()})
+        self.holder = _core.ParityHolder(index, n, k, r, {name: bs * rb for name, (bs, rb) in self.tables.items()})
         self.forwarder = _core.DeltaForwarder(index, n, k, r, self.tables, int(seq),
                                               {int(w): int(s) for w, s in (worker_seqs or {}).items()})
         self._links: Dict[int, RemoteHolderLink] = {}
@@ -126,8 +134,24 @@ class ParityAgent:
             if self.holder.closed:
                 raise ValueError(f"parity_address: server {self.index}'s parity holder is closed (the server is gone)")
             if self._receiver is None:
-                self._receiver = ParityReceiver(self.holder, lambda: bool(server.crash_requested))
+                self._receiver = ParityReceiver(self.holder, self._secret, lambda: bool(server.crash_requested))
             return self._receiver.address
+
+    def set_parity_extent(self, server: Any, table: str, parity_blocks: int) -> None:
+        """A replacement holder learns ``table``'s extent (its parity blocks being rebuilt) before its senders'
+        batches arrive: the holder accepts entries up to it (plus the growth rule's allowance)."""
+        self.holder.set_extent(table, int(parity_blocks))
+
+    def security_events(self, server: Any) -> List[str]:
+        """The receiver's newest warnings (peers refused, batches refused), oldest first; [] without a receiver."""
+        with self._receiver_lock:
+            return list(self._receiver.events) if self._receiver is not None else []
+
+    def peak_rss(self, server: Any) -> int:
+        """Peak resident memory of this server's process in bytes (what a flood of strangers may cost it)."""
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
     def applied(self, server: Any, sender: int) -> int:
         return self.holder.applied(sender)
@@ -185,7 +209,8 @@ class ParityAgent:
             self.forwarder.set_holder(holder, local().parity_holder())
         else:
             self._links[holder] = RemoteHolderLink(self.forwarder, holder, handle,
-                                                   self.forwarder.set_holder(holder, None), self._notify_delivery)
+                                                   self.forwarder.set_holder(holder, None), self._secret,
+                                                   self._notify_delivery)
 
     # ---- fragments -----------------------------------------------------------------------------------
     def extent(self, server: Any, table: str) -> Tuple[int, int]:
@@ -279,7 +304,7 @@ def consistent_decode(servers: Sequence[Any], table: str, block_slots: int, deco
     ``decode`` reads (the reads of an erasure decode depend only on the pattern of lost servers, not on the bytes,
     so zeros do), then all are requested before any is awaited, with their versions, and the second pass is served
     from them. Forwarding is asynchronous, so a survivor's block may be ahead of its parity for a moment: the fetch
-    is repeated (the survivors' links flushed once) until each survivor's blocks were read at one delta seq, every
+    is repeated (their links re-flushed) until each survivor's blocks were read at one delta seq, every
     parity block read has applied exactly that seq of each survivor read, and the parity blocks agree on every other
     sender. Returns (result, versions {sender: seq} the result reflects)."""
     wanted: List[Tuple[str, int, int, int, int]] = []
@@ -293,15 +318,17 @@ def consistent_decode(servers: Sequence[Any], table: str, block_slots: int, deco
     decode(recorder("read_data"), recorder("read_parity"))
     wanted = list(dict.fromkeys(wanted))
     deadline = time.monotonic() + timeout
-    flushed: List[Any] = []
+    flushed_at = None  # when the survivors' links were last flushed
     while True:
         futures = [servers[w[1]].call("parity_call", w[0] + "_at", table, *w[2:]) for w in wanted]
         fetched: Dict[Tuple[str, int, int, int, int], np.ndarray] = {}
         data_seqs: Dict[int, int] = {}
         others: Dict[int, int] = {}
         consistent = True
+        fetched_versions: Dict[Tuple[str, int, int, int, int], Any] = {}
         for w, future in zip(wanted, futures):
             fetched[w], version = future.result(timeout)
+            fetched_versions[w] = version
             if w[0] == "read_data":
                 consistent &= data_seqs.setdefault(w[1], int(version)) == int(version)
             else:
@@ -312,11 +339,19 @@ def consistent_decode(servers: Sequence[Any], table: str, block_slots: int, deco
         consistent &= all(data_seqs.get(sender, seq) == seq for sender, seq in others.items())
         if consistent:
             break
-        if not flushed:  # the survivors' parity is behind their data: have their links send it now, once
-            flushed = [servers[server].call("parity_call", "flush") for server in data_seqs]
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"decode of table {table!r}: the survivors' parity did not catch up with their data "
-                               f"within {timeout:g} s")
+        now = time.monotonic()
+        if flushed_at is None or now - flushed_at > REFLUSH_SECONDS:
+            # the survivors' parity is behind their data: have their links send it now (again while their data
+            # moves on, e.g. a rebuild running beside training: what they record after a flush would else wait
+            # for the forwarder's background thread)
+            for server in data_seqs:
+                servers[server].call("parity_call", "flush")
+            flushed_at = now
+        if now > deadline:
+            parity_seqs = {(w[1], w[2]): fetched_versions[w] for w in wanted if w[0] == "read_parity"}
+            raise TimeoutError(f"decode of table {table!r}: the fragments never agreed within {timeout:g} s (data "
+                               f"read at seqs {data_seqs}, parity blocks (server, block) with their applied seqs "
+                               f"{parity_seqs}); the survivors' parity did not catch up with their data")
         time.sleep(0.0005)
 
     def reader(method: str) -> Callable[[int, int, int, int], np.ndarray]:

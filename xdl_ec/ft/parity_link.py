@@ -44,7 +44,6 @@ order, acked only once applied).
 from __future__ import annotations
 
 import collections
-import hashlib
 import hmac
 import logging
 import secrets
@@ -133,17 +132,14 @@ def _node_host() -> str:
 class _Session:
     """One authenticated connection's MAC key and request counter (both ends keep the same)."""
 
-    __slots__ = ("_key", "counter")
+    __slots__ = ("_secret", "_key", "counter")
 
-    def __init__(self, key: bytes) -> None:
-        self._key = key
+    def __init__(self, secret: JobSecret, key: bytes) -> None:
+        self._secret, self._key = secret, key
         self.counter = 0
 
     def tag(self, kind: bytes, *parts: Any) -> bytes:
-        h = hmac.new(self._key, kind + _COUNTER.pack(self.counter), hashlib.sha256)
-        for part in parts:
-            h.update(part)  # OpenSSL's HMAC: releases the GIL on large buffers
-        return h.digest()
+        return self._secret.session_mac(self._key, kind + _COUNTER.pack(self.counter), *parts)
 
     def __repr__(self) -> str:
         return f"_Session(counter={self.counter})"
@@ -254,7 +250,7 @@ class ParityReceiver:
         except LinkBroken as err:
             raise _Refused(f"refused {peer}: it closed the connection during the handshake ({err})") from None
         conn.settimeout(None)
-        return _Session(session), sender
+        return _Session(self._secret, session), sender
 
     def _serve(self, conn: socket.socket, peer: str) -> None:
         try:
@@ -388,7 +384,7 @@ class RemoteHolderLink:
             raise HolderRefused(f"the receiver at {host}:{port} failed to prove it is holder {self.holder} of this job "
                                 f"(it does not hold the job's secret)")
         conn.settimeout(CALL_TIMEOUT)
-        return _Session(session)
+        return _Session(self._secret, session)
 
     def _send(self, sender: int, batches: np.ndarray, durable: int) -> int:
         if self._conn is None and self.transport == "tcp":

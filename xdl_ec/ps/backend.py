@@ -17,6 +17,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import threading
+import warnings
 from typing import Any, Callable, Dict, List, Optional, Type
 
 from .api import RoleAPI
@@ -282,11 +283,49 @@ def connect_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -
     started itself."""
     import ray
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     kwargs: Dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
     if address is None:
+        # A Ray xdl-ec starts requires Ray's token (Ray 2.52+ makes one for a local start, ~/.ray/auth_token),
+        # unless the caller set RAY_AUTH_MODE: a user's cluster (address given) keeps the user's setting.
+        if "RAY_AUTH_MODE" not in os.environ:
+            os.environ["RAY_AUTH_MODE"] = "token"
+            try:  # Ray read the mode when it was imported: have this process see token mode too, as Ray does
+                from ray._raylet import Config
+
+                Config.initialize("")
+            except ImportError:  # a Ray without token authentication: nothing to refresh
+                pass
         kwargs["num_cpus"] = num_cpus if num_cpus is not None else os.cpu_count()
     ray.init(address=address, runtime_env=ray_runtime_env(), **kwargs)
+    warn_if_unauthenticated_cluster()
+
+
+_warned_unauthenticated = False
+
+
+def warn_if_unauthenticated_cluster() -> bool:
+    """Warns once per process when the connected Ray cluster spans several nodes without Ray's token
+    authentication: anyone who reaches its ports can then run code in it (the job's parity secret travels in actor
+    arguments). Returns whether it warned now."""
+    global _warned_unauthenticated
+    import ray
+
+    if _warned_unauthenticated or not ray.is_initialized():
+        return False
+    try:
+        from ray._private.authentication.authentication_utils import is_token_auth_enabled
+
+        token = bool(is_token_auth_enabled())
+    except ImportError:  # a Ray without token authentication (before 2.52)
+        token = False
+    nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+    if token or nodes <= 1:
+        return False
+    _warned_unauthenticated = True
+    warnings.warn(f"the Ray cluster has {nodes} nodes and no authentication: anyone who can reach its ports can run "
+                  f"code in it. Start it with RAY_AUTH_MODE=token (Ray 2.52+; see README 'Security') and set it here "
+                  f"too", RuntimeWarning, stacklevel=3)
+    return True
 
 
 class RayBackend:

@@ -1,6 +1,7 @@
 // A data server's side of parity maintenance, off the push's critical path. Every mutation of the
-// server's shards that changed bytes (a push, a pull that inserted rows) gets the next delta seq; Record
-// takes its slot deltas over (a move, no copy) with the worker push seqs applied so far and returns.
+// server's shards that changed bytes (a push, a pull that inserted rows) gets the next delta seq: the
+// shard records it into a Mutation (this forwarder's DeltaSink, given to EmbeddingShard::Push / Pull),
+// whose Record takes its slot deltas over (a move, no copy) with the worker push seqs applied so far.
 // This forwarder's own thread then routes them (ParityRouter) into one ForwardedBatch per parity holder
 // and queues them, so the routing's copies and allocations stay off the mutation's path. The mutations
 // it finds queued at once (it fell behind, or a remote link's Take routes what accumulated) become one
@@ -34,6 +35,7 @@
 
 #include "xdl_ec/delta_batch.h"
 #include "xdl_ec/delta_coalescer.h"
+#include "xdl_ec/delta_sink.h"
 #include "xdl_ec/forwarded_batch.h"
 #include "xdl_ec/parity_holder.h"
 #include "xdl_ec/parity_router.h"
@@ -65,6 +67,25 @@ class DeltaForwarder {
     uint64_t link = 0;
   };
 
+  // The DeltaSink of one mutation of `table`'s shard that applies the worker pushes `pushes` (worker ->
+  // seq, empty for a pull): the training path gives it to EmbeddingShard::Push / Pull, which record into a
+  // spare buffer (TakeSpare) and hand it to Record under the shard's lock, so seqs follow the order in which
+  // the shard changed (a lag catch-up in Record holds that lock too: the shard waits, as its pushes would).
+  // Made per call; it refers to `forwarder` and `pushes`, which must outlive it.
+  class Mutation final : public DeltaSink {
+   public:
+    // Throws std::invalid_argument naming the server when the forwarder has no table `table`.
+    Mutation(DeltaForwarder& forwarder, const std::string& table, const WorkerSeqs& pushes);
+    // A spare buffer; throws std::invalid_argument for records of another size than the table's.
+    DeltaBatch Begin(size_t record_bytes) override;
+    void Record(DeltaBatch deltas) override;  // DeltaForwarder::Record
+
+   private:
+    DeltaForwarder& forwarder_;
+    const WorkerSeqs& pushes_;
+    const std::pair<const std::string, std::unique_ptr<ParityRouter>>& route_;  // the table's router
+  };
+
   // Server `index` of a (k, r) layout over n servers, its tables, continuing after delta seq `seq`
   // whose state included the pushes `worker_seqs`. Its holders are every server holding parity of a
   // stripe it has data in; until SetHolder connects one, its batches wait in its queue.
@@ -77,17 +98,15 @@ class DeltaForwarder {
   int index() const { return index_; }
   const std::vector<int>& holders() const { return holders_; }
 
-  // Call under the lock that orders the shard's mutations, right after one: takes its deltas of
-  // `table` (may be empty; moved from, so pass an rvalue to avoid a copy) as the next seq, with `pushes`
-  // (worker -> seq) the pushes it applied. A mutation with no delta and no push records nothing. The
+  // What Mutation::Record calls (the shard's write lock held). Call under the lock that orders the shard's
+  // mutations, right after one: takes its deltas of `table` (may be empty; moved from, so pass an rvalue
+  // to avoid a copy) as the next seq, with `pushes` (worker -> seq) the pushes it applied. A mutation with no delta and no push records nothing. The
   // thread runs in the idle time (SCHED_IDLE); when it serves an in-process holder and lags 64 mutations
   // behind (routing, or delivery), Record first routes and delivers them itself, on the caller's thread,
   // waiting (up to a second) only for work another thread has under way. Returns the current seq.
   // Throws std::invalid_argument for an unknown table or a batch of the wrong record size (nothing
   // recorded).
   int64_t Record(const std::string& table, DeltaBatch deltas, const WorkerSeqs& pushes);
-
-  bool HasTable(const std::string& table) const { return routers_.count(table) > 0; }
 
   // An empty DeltaBatch to record the next mutation into: one Record gave back once routed, with its
   // capacity, so steady-state mutations allocate no delta buffers (a fresh one when none is spare).
@@ -122,9 +141,14 @@ class DeltaForwarder {
   void Flush();
 
   void DropPending();  // failure injection: every batch not yet delivered is lost, and nothing more goes out
-  void Close();        // stops the delivery thread; Take returns false from now on
+  void Close();        // stops delivering (returns once no delivery runs); Take returns false from now on
 
  private:
+  using Route = std::pair<const std::string, std::unique_ptr<ParityRouter>>;  // a table's entry in routers_
+  const Route& RouteOf(const std::string& table, const char* what) const;
+  int64_t Record(const Route& route, DeltaBatch deltas, const WorkerSeqs& pushes);
+  void KeepSpareLocked(DeltaBatch&& deltas);  // keeps an emptied buffer for TakeSpare, within the budget
+
   struct Link {
     std::shared_ptr<ParityHolder> local;  // null: remote (or not connected)
     bool connected = false;
@@ -168,6 +192,7 @@ class DeltaForwarder {
   std::map<int, Link> links_;
   std::deque<Recorded> recorded_;  // in seq order, not yet routed
   size_t routing_ = 0;             // taken from recorded_ by the thread, not yet queued on the links
+  size_t delivering_ = 0;          // deliveries to local holders running outside the lock (Close waits for them)
   bool flush_ = false;             // Flush asked to route what is recorded now
   DeltaCoalescer coalescer_;       // used by the one router at a time, as is merged_
   DeltaCoalescer::Merged merged_;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "xdl_ec/delta_batch.h"
+#include "xdl_ec/delta_sink.h"
 #include "xdl_ec/initializer.h"
 #include "xdl_ec/optimizer.h"
 #include "xdl_ec/record_layout.h"
@@ -74,6 +75,12 @@ class EmbeddingShard {
   // missing keys first, as a pull would). Validates everything first (finite gradients, step >= 1)
   // and throws std::invalid_argument without changing any byte if anything is wrong.
   void Push(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaBatch* deltas = nullptr);
+  // The same, reporting to `sink` (delta_sink.h) under the shard's write lock: every push (its deltas,
+  // possibly none), and a pull that takes the write lock (a key missing, or blocks under restore) its
+  // inserts; a pull of keys that all exist reports nothing.
+  // This is how a mutation reaches parity maintenance (DeltaForwarder::Mutation) on the training path.
+  void Pull(const int64_t* keys, size_t n, float* out, DeltaSink& sink);
+  void Push(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaSink& sink);
   // Frees the slots of keys that exist; returns how many were erased.
   size_t Erase(const int64_t* keys, size_t n, DeltaBatch* deltas = nullptr);
 
@@ -113,6 +120,9 @@ class EmbeddingShard {
   size_t missing_blocks() const;  // 0 when not restoring or when done
 
  private:
+  void PullTo(const int64_t* keys, size_t n, float* out, DeltaSink* sink);
+  void PushTo(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaSink* sink);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

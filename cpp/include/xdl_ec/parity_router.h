@@ -2,7 +2,7 @@
 // ParityUpdate per parity holder, following the StripeLayout: slot x lives in local data block
 // b = x / block_slots at byte offset (x % block_slots) * record_bytes; block b is data member j of
 // stripe s, whose parity member i sits on server (m + k + i) mod N as its local parity block q*r + i.
-// Pure computation: no storage, no transport (the networked PS sends these same batches).
+// Pure computation: no storage, no transport (DeltaForwarder routes with it, in-process or for the wire).
 #pragma once
 
 #include <cstddef>

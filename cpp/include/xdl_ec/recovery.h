@@ -1,7 +1,8 @@
 // Reconstruction of lost servers' blocks from the survivors, transport-free: fragments are read
-// through callbacks, so the in-process ParityGroup plugs in direct reads and the networked PS RPCs.
+// through callbacks (the parameter servers' recovery reads them over RPC, xdl_ec/ft/ec_strategy.py;
+// the rebuild tests read shards and parity stores directly).
 //
-// Two phases (see ParityGroup for how they are driven):
+// Two phases:
 //  1. RecoverKeyIndex: for every stripe holding a lost server's data, decode only the key + flags
 //     bytes (the first 12 bytes of each record) from k survivors -> the lost shard's (key, slot) list
 //     and high-water mark, which EmbeddingShard::BeginRestore takes. 12 / record_bytes of the work.

@@ -1,5 +1,5 @@
 // Where every block of a parity group lives: pure arithmetic over (N servers, k data, r parity), no
-// storage and no transport, so the in-process group and the networked PS agree by construction.
+// storage and no transport, so routing, parity holders, recovery and scrub agree by construction.
 //
 // Stripes rotate RAID-5/6 style so every server holds data and parity in equal measure:
 //   stripe s = q * N + m (q = cycle, m in [0, N)); its members are servers (m + j) mod N for j in

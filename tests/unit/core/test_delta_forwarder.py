@@ -18,7 +18,7 @@ N, K, R = 3, 2, 1
 def _cluster() -> Tuple[List[Any], List[Any], List[Any]]:
     shards = [small_shard() for _ in range(N)]
     bs, rb = int(shards[0].block_slots), int(shards[0].record_bytes)
-    holders = [_core.ParityHolder(i, K, R, {"t": bs * rb}) for i in range(N)]
+    holders = [_core.ParityHolder(i, N, K, R, {"t": bs * rb}) for i in range(N)]
     forwarders = [_core.DeltaForwarder(i, N, K, R, {"t": (bs, rb)}) for i in range(N)]
     for i, f in enumerate(forwarders):
         for h in f.holders:
@@ -89,3 +89,37 @@ def test_bad_forwarding_input_changes_nothing() -> None:
         forwarders[0].set_holder(0, None)
     with pytest.raises(ValueError):
         _core.DeltaForwarder(5, N, K, R, {"t": (8, 64)})
+
+
+def test_scrubber_over_the_live_path_finds_exactly_the_stripe_of_a_flipped_bit() -> None:
+    """The C++ Scrubber (what ErasureCoded.verify runs) reading shards and ParityHolders through callbacks: clean
+    after forwarded training, and one bit flipped behind parity's back shows as that stripe's parity block."""
+    shards, holders, forwarders = _cluster()
+    rng = np.random.default_rng(1)
+    for step in range(1, 6):
+        for s in range(N):
+            keys = rng.integers(0, 90, 16).astype(np.int64)
+            shards[s].push(keys, rng.standard_normal((16, 4)).astype(np.float32), step, forwarder=forwarders[s],
+                           table="t", pushes={0: step})
+    for f in forwarders:
+        f.flush()
+    _drain(forwarders)
+    bs, rb = int(shards[0].block_slots), int(shards[0].record_bytes)
+
+    def data(server: int, block: int, offset: int, width: int) -> np.ndarray:
+        whole = shards[server].read_block(block).reshape(bs, rb)
+        return np.ascontiguousarray(whole[:, offset:offset + width]).reshape(-1)
+
+    def parity(server: int, block: int, offset: int, width: int) -> np.ndarray:
+        return holders[server].read_block("t", block, rb, offset, width)[0]
+
+    scrubber = _core.Scrubber(N, K, R, bs, rb)
+    stripes = max(-(-int(s.num_blocks) // K) * N for s in shards)
+    assert stripes > N and scrubber.scrub(stripes, data, parity) == []
+    keys, values, state = shards[2].export()
+    row = 11  # export is in slot order: row 11 is slot 11, local data block 1
+    values.view(np.uint32)[row, 3] ^= np.uint32(1 << 7)  # one bit of one float
+    shards[2].load(keys[row:row + 1], values[row:row + 1], state[row:row + 1])  # no forwarder: parity misses it
+    stripe, _ = _core.StripeLayout(N, K, R).data_slot(2, row // bs)
+    holder, c = _core.StripeLayout(N, K, R).parity_member(stripe, 0)
+    assert scrubber.scrub(stripes, data, parity) == [(stripe, 0, holder, c)]

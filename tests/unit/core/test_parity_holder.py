@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from xdl_ec import _core
+from support.parity_reference import route
 
 N, K, R = 5, 3, 2
 TABLES = {"emb": (8, 24), "wide": (4, 40)}  # name -> (block_slots, record_bytes)
@@ -23,7 +24,6 @@ class Cluster:
     def __init__(self, seed: int) -> None:
         self.rng = np.random.default_rng(seed)
         self.layout = _core.StripeLayout(N, K, R)
-        self.routers = {t: _core.ParityRouter(N, K, R, slots, rb) for t, (slots, rb) in TABLES.items()}
         self.data = {t: np.zeros((N, CYCLES * K * slots, rb), np.uint8) for t, (slots, rb) in TABLES.items()}
         self.seqs = [0] * N
         self.holders = [sorted({self.layout.parity_member(self.layout.data_slot(s, b)[0], i)[0]
@@ -42,7 +42,7 @@ class Cluster:
             fresh = self.rng.integers(0, 256, size=(len(slots), records.shape[2]), dtype=np.uint8)
             xor = records[sender, slots] ^ fresh
             records[sender, slots] = fresh
-            for h, update in self.routers[table].route(sender, slots, xor).items():
+            for h, update in route(self.layout, sender, slots, xor, TABLES[table][0]).items():
                 out[h][1][table] = update
         return out
 
@@ -95,7 +95,7 @@ def test_serialize_parse_round_trip() -> None:
 
 def test_parity_is_the_encoding_of_the_data() -> None:
     cluster = Cluster(2)
-    holders = [_core.ParityHolder(h, K, R, cluster.block_bytes()) for h in range(N)]
+    holders = [_core.ParityHolder(h, N, K, R, cluster.block_bytes()) for h in range(N)]
     rng = np.random.default_rng(0)
     for _ in range(25):
         sender = int(rng.integers(N))
@@ -111,8 +111,8 @@ def test_parity_is_the_encoding_of_the_data() -> None:
 
 def test_resent_batches_give_the_bytes_of_applying_each_once() -> None:
     cluster = Cluster(3)
-    holder = _core.ParityHolder(0, K, R, cluster.block_bytes())
-    once = _core.ParityHolder(0, K, R, cluster.block_bytes())
+    holder = _core.ParityHolder(0, N, K, R, cluster.block_bytes())
+    once = _core.ParityHolder(0, N, K, R, cluster.block_bytes())
     streams = cluster.streams_to(0, 8)
     assert len(streams) >= 2
     for sender, stream in streams.items():
@@ -138,7 +138,7 @@ def test_resent_batches_give_the_bytes_of_applying_each_once() -> None:
 def test_rollback_and_reset_restore_exact_earlier_states() -> None:
     cluster = Cluster(4)
     h = cluster.holders[0][0]
-    holder = _core.ParityHolder(h, K, R, cluster.block_bytes())
+    holder = _core.ParityHolder(h, N, K, R, cluster.block_bytes())
     stream = [cluster.mutate(0, 30)[h] for _ in range(6)]
     holder.apply(0, wire(stream[:1]), 0)
     at1 = all_bytes(holder)
@@ -168,7 +168,7 @@ def test_rollback_and_reset_restore_exact_earlier_states() -> None:
 def test_concurrent_senders_from_python_threads() -> None:
     cluster = Cluster(5)
     streams = cluster.streams_to(0, 20)
-    holder = _core.ParityHolder(0, K, R, cluster.block_bytes())
+    holder = _core.ParityHolder(0, N, K, R, cluster.block_bytes())
     errors: List[BaseException] = []
 
     def send(sender: int) -> None:
@@ -193,7 +193,7 @@ def test_concurrent_senders_from_python_threads() -> None:
 def test_bad_input_is_a_clear_error_and_changes_nothing() -> None:
     cluster = Cluster(6)
     h = cluster.holders[0][0]
-    holder = _core.ParityHolder(h, K, R, cluster.block_bytes())
+    holder = _core.ParityHolder(h, N, K, R, cluster.block_bytes())
     stream = [cluster.mutate(0, 100)[h] for _ in range(3)]
     holder.apply(0, wire(stream[:1]), 0)
     before = all_bytes(holder)
@@ -242,9 +242,9 @@ def test_bad_input_is_a_clear_error_and_changes_nothing() -> None:
     with pytest.raises(ValueError, match="seqs start at 1"):
         _core.serialize_batches([(0, {}, {})])
     with pytest.raises(ValueError, match="ErasureCode: k=3, r=9 out of range"):
-        _core.ParityHolder(0, 3, 9, {"emb": 192})
+        _core.ParityHolder(0, 12, 3, 9, {"emb": 192})
     with pytest.raises(ValueError, match="block bytes of table 'emb' must be >= 1"):
-        _core.ParityHolder(0, 3, 2, {"emb": 0})
+        _core.ParityHolder(0, 5, 3, 2, {"emb": 0})
     holder.close()
     assert holder.closed
     with pytest.raises(_core.HolderClosed, match=f"parity holder on server {h} is closed"):

@@ -99,7 +99,7 @@ class _Member:
         link_proof, receiver_proof, session = parity_link._proofs(secret, hello, bytes(nonce))
         self._send(link_proof)
         assert bytes(parity_link._recv_exactly(self.conn, 32)) == receiver_proof
-        self.session = parity_link._Session(session)
+        self.session = parity_link._Session(secret, session)
         self.sender, self.holder = sender, holder
 
     def _send(self, data: bytes) -> None:

@@ -1,20 +1,147 @@
-#include "xdl_ec/parity_group.h"
+// Test-only: N embedding shards of one table and their parity in one process, driving Recovery and
+// the shard's restore protocol. The rebuild tests (parity_group_test.cc) run it against a twin that
+// never loses anything. Training does not use it: there a shard records into a DeltaForwarder (a
+// DeltaSink), which delivers to the ParityHolders of other servers (delta_forwarder.h).
+//
+// Every mutation's slot deltas are routed (ParityRouter) and applied in place (ParityStore) before the
+// call returns; up to r lost servers are rebuilt bit for bit while traffic continues.
+//
+// Lifecycle of a server: healthy -> Kill -> lost (shard and parity store dropped) -> BeginRebuild
+// (key index decoded, replacement shard installed in restore mode: traffic goes to it and blocks it
+// has not got yet are decoded on demand) -> restoring -> RebuildStep ... / FinishRebuild -> healthy.
+// Any operation on a lost server starts the rebuild itself.
+//
+// Consistency: decoding a stripe must see its data and parity at one version. Mutations of healthy
+// servers hold the group lock shared (their parity deltas commute); everything that decodes
+// (operations on a restoring server, rebuild steps, Kill, Scrub) holds it exclusively. The fault
+// handler runs inside the replacement shard's lock and reads only other shards and parity stores.
+#pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <cstdint>
+#include <memory>
+#include <shared_mutex>
+#include <vector>
 
-namespace xdl_ec {
+#include "xdl_ec/embedding_shard.h"
+#include "xdl_ec/erasure_code.h"
+#include "xdl_ec/parity_router.h"
+#include "xdl_ec/parity_store.h"
+#include "xdl_ec/recovery.h"
+#include "xdl_ec/scrubber.h"
+#include "xdl_ec/stripe_layout.h"
 
-namespace {
-bool AllZero(const uint8_t* p, size_t n) {
+namespace xdl_ec::testing {
+
+enum class ServerState { kHealthy, kLost, kRestoring };
+
+struct ParityGroupStats {
+  std::vector<size_t> data_bytes;             // per server: bytes of allocated slot blocks
+  std::vector<size_t> parity_bytes;           // per server: bytes of allocated parity blocks
+  std::vector<uint64_t> delta_bytes_received; // per server: parity delta bytes applied since it (re)started
+  std::vector<size_t> rows;                   // per server: live rows
+  size_t total_data_bytes = 0;
+  size_t total_parity_bytes = 0;
+};
+
+class ParityGroup {
+ public:
+  // Throws std::invalid_argument naming the bad argument: k/r outside the code's range, n < k + r,
+  // or a bad shard config.
+  ParityGroup(int n, int k, int r, const ShardConfig& config);
+  ~ParityGroup();
+  ParityGroup(const ParityGroup&) = delete;
+  ParityGroup& operator=(const ParityGroup&) = delete;
+
+  int n() const { return layout_.n(); }
+  int k() const { return layout_.k(); }
+  int r() const { return layout_.r(); }
+  const StripeLayout& layout() const { return layout_; }
+  const ErasureCode& code() const { return *code_; }
+  const ShardConfig& config() const { return config_; }
+  size_t record_bytes() const { return router_->record_bytes(); }
+  size_t block_bytes() const { return router_->block_bytes(); }
+
+  // ---- training path (the caller picks the server, e.g. with KeyRouter::ServerOf) --------------
+  void Pull(int server, const int64_t* keys, size_t count, float* out);
+  void Find(int server, const int64_t* keys, size_t count, float* out, uint8_t* found);
+  void Push(int server, const int64_t* keys, const float* grads, size_t count, int64_t step);
+  size_t Erase(int server, const int64_t* keys, size_t count);
+  void Load(int server, const int64_t* keys, const float* values, const float* state, size_t count);
+
+  // ---- failures and recovery -------------------------------------------------------------------
+  // Drops the shards and parity stores of `servers` with everything they held. Throws
+  // std::invalid_argument("unrecoverable: lost servers {..}, the code tolerates r=..") and changes
+  // nothing when that would leave more than r servers lost or restoring.
+  void Kill(const std::vector<int>& servers);
+  // Phase 1 for every lost server: decodes its key index, installs a replacement shard in restore
+  // mode and an empty parity store, and plans the stripes to rebuild. A no-op when none is lost.
+  void BeginRebuild();
+  // Rebuilds up to max_stripes planned stripes (data blocks restored, lost parity re-decoded); returns
+  // the stripes still to do. Servers become healthy when it reaches 0.
+  size_t RebuildStep(size_t max_stripes);
+  void FinishRebuild();  // BeginRebuild if needed, then steps to the end
+  size_t rebuild_remaining() const;
+
+  ServerState state(int server) const;
+  std::vector<int> unavailable_servers() const;  // lost or restoring
+
+  // ---- verification ----------------------------------------------------------------------------
+  // Re-encodes every stripe from its data blocks and compares with the stored parity. Throws
+  // std::invalid_argument while any server is lost or restoring (finish the rebuild first).
+  std::vector<ScrubMismatch> Scrub() const;
+
+  ParityGroupStats stats() const;
+  // Blocks covering a server's data (slot high-water) and its parity (highest allocated + 1).
+  size_t num_data_blocks(int server) const;
+  size_t num_parity_blocks(int server) const;
+  // Copies a block (zeros past the end). Reading a restoring server's data block faults it in; a
+  // restoring server's parity blocks are only meaningful once the rebuild has passed their stripe.
+  // Throws std::invalid_argument for the parity of a lost server (nothing to read until rebuilt).
+  void ReadDataBlock(int server, size_t block, uint8_t* out);
+  void ReadParityBlock(int server, size_t block, uint8_t* out) const;
+
+  // Direct access for tests and tools. Mutating a shard or store through these bypasses the parity
+  // maintenance (that is how tests inject corruption); null when the server is lost. Accessing a
+  // restoring shard directly decodes its faults without the group lock: do it only while no other
+  // thread uses the group (the group's own methods are always safe).
+  std::shared_ptr<EmbeddingShard> shard(int server) const;
+  std::shared_ptr<ParityStore> parity_store(int server) const;
+
+ private:
+  struct Server;
+  template <typename Op>
+  auto Mutate(int server, Op op);
+  void CheckServer(int server, const char* what) const;
+  void ApplyRouted(int server, const DeltaBatch& deltas);  // route by reference and apply, this thread
+  void BeginRebuildLocked();
+  size_t RebuildStepLocked(size_t max_stripes);
+  void HandleFault(int server, size_t block, uint8_t* out);
+  std::vector<int> UnavailableLocked() const;
+  FragmentReader Reader() const;
+  size_t StripeExtentLocked() const;
+
+  StripeLayout layout_;
+  ShardConfig config_;
+  std::shared_ptr<const ErasureCode> code_;
+  std::unique_ptr<ParityRouter> router_;
+  std::unique_ptr<Recovery> recovery_;
+  mutable std::shared_mutex mu_;
+  std::vector<Server> servers_;
+  std::vector<size_t> plan_;  // stripes still to rebuild, in order
+  size_t plan_done_ = 0;
+};
+
+inline bool AllZero(const uint8_t* p, size_t n) {
   for (size_t i = 0; i < n; ++i)
     if (p[i]) return false;
   return true;
 }
-}  // namespace
 
 struct ParityGroup::Server {
   ServerState state = ServerState::kHealthy;
@@ -23,7 +150,7 @@ struct ParityGroup::Server {
   size_t restore_blocks = 0;  // data blocks BeginRestore marked missing on the replacement
 };
 
-ParityGroup::ParityGroup(int n, int k, int r, const ShardConfig& config)
+inline ParityGroup::ParityGroup(int n, int k, int r, const ShardConfig& config)
     : layout_(n, k, r), config_(config), code_(std::make_shared<ErasureCode>(k, r)) {
   servers_.resize(n);
   for (Server& s : servers_) s.shard = std::make_shared<EmbeddingShard>(config);  // validates the config
@@ -32,44 +159,29 @@ ParityGroup::ParityGroup(int n, int k, int r, const ShardConfig& config)
   for (Server& s : servers_) s.parity = std::make_shared<ParityStore>(code_, router_->block_bytes());
 }
 
-ParityGroup::~ParityGroup() = default;
+inline ParityGroup::~ParityGroup() = default;
 
-void ParityGroup::CheckServer(int server, const char* what) const {
+inline void ParityGroup::CheckServer(int server, const char* what) const {
   if (server < 0 || server >= layout_.n())
     throw std::out_of_range(std::string("ParityGroup::") + what + ": server " + std::to_string(server) +
                             " is outside [0, n=" + std::to_string(layout_.n()) + ")");
 }
 
 // Runs op(shard, exclusive) on `server` under the right lock. Healthy servers share the group lock;
-// a lost or restoring one takes it exclusively (its block faults decode) after draining the applier.
+// a lost or restoring one takes it exclusively (its block faults decode).
 template <typename Op>
-auto ParityGroup::Mutate(int server, Op op) {
+inline auto ParityGroup::Mutate(int server, Op op) {
   {
     std::shared_lock<std::shared_mutex> lock(mu_);
     if (servers_[server].state == ServerState::kHealthy) return op(*servers_[server].shard, false);
   }
   std::unique_lock<std::shared_mutex> lock(mu_);
-  Drain();
   if (servers_[server].state == ServerState::kLost) BeginRebuildLocked();
   return op(*servers_[server].shard, true);
 }
 
-void ParityGroup::Drain() const {
-  if (applier_) applier_->Drain();
-}
-
-// Background: the whole delta batch is handed over (swapped, not copied) and routed on the applier's
-// thread. Inline: the parity stores read the deltas where the shard wrote them (no per-holder copy).
-void ParityGroup::ApplyDeltas(int server, DeltaBatch* deltas, bool background) {
-  if (deltas->size() == 0) return;
-  if (background && applier_) {
-    applier_->SubmitDeltas(server, deltas);
-    return;
-  }
-  ApplyRouted(server, *deltas);
-}
-
-void ParityGroup::ApplyRouted(int server, const DeltaBatch& deltas) {
+// The parity stores read the deltas where the shard wrote them (no per-holder copy).
+inline void ParityGroup::ApplyRouted(int server, const DeltaBatch& deltas) {
   thread_local std::vector<std::vector<ParityDeltaRef>> refs;
   router_->RouteRefs(server, deltas, &refs);
   const size_t rb = router_->record_bytes();
@@ -80,80 +192,58 @@ void ParityGroup::ApplyRouted(int server, const DeltaBatch& deltas) {
   }
 }
 
-void ParityGroup::SetBackgroundApply(bool on) {
-  std::unique_lock<std::shared_mutex> lock(mu_);
-  Drain();
-  if (on && !applier_) {
-    // Runs only between drains, while no exclusive section can change servers_ (see Drain callers).
-    applier_ = std::make_unique<ParityApplier>(
-        [this](const ParityUpdate& u) {
-          const std::shared_ptr<ParityStore>& store = servers_[u.holder].parity;
-          if (store) store->Apply(u);
-        },
-        [this](int source, const DeltaBatch& deltas) { ApplyRouted(source, deltas); });
-  } else if (!on) {
-    applier_.reset();
-  }
-}
-
-bool ParityGroup::background_apply() const {
-  std::shared_lock<std::shared_mutex> lock(mu_);
-  return applier_ != nullptr;
-}
-
-void ParityGroup::Pull(int server, const int64_t* keys, size_t count, float* out) {
+inline void ParityGroup::Pull(int server, const int64_t* keys, size_t count, float* out) {
   CheckServer(server, "Pull");
-  Mutate(server, [&](EmbeddingShard& shard, bool exclusive) {
+  Mutate(server, [&](EmbeddingShard& shard, bool) {
     thread_local DeltaBatch deltas;
     shard.Pull(keys, count, out, &deltas);
-    ApplyDeltas(server, &deltas, !exclusive);
+    if (deltas.size() > 0) ApplyRouted(server, deltas);
   });
 }
 
-void ParityGroup::Find(int server, const int64_t* keys, size_t count, float* out, uint8_t* found) {
+inline void ParityGroup::Find(int server, const int64_t* keys, size_t count, float* out, uint8_t* found) {
   CheckServer(server, "Find");
   Mutate(server, [&](EmbeddingShard& shard, bool) { shard.Find(keys, count, out, found); });
 }
 
-void ParityGroup::Push(int server, const int64_t* keys, const float* grads, size_t count, int64_t step) {
+inline void ParityGroup::Push(int server, const int64_t* keys, const float* grads, size_t count, int64_t step) {
   CheckServer(server, "Push");
-  Mutate(server, [&](EmbeddingShard& shard, bool exclusive) {
+  Mutate(server, [&](EmbeddingShard& shard, bool) {
     thread_local DeltaBatch deltas;
     shard.Push(keys, grads, count, step, &deltas);
-    ApplyDeltas(server, &deltas, !exclusive);
+    if (deltas.size() > 0) ApplyRouted(server, deltas);
   });
 }
 
-size_t ParityGroup::Erase(int server, const int64_t* keys, size_t count) {
+inline size_t ParityGroup::Erase(int server, const int64_t* keys, size_t count) {
   CheckServer(server, "Erase");
-  return Mutate(server, [&](EmbeddingShard& shard, bool exclusive) {
+  return Mutate(server, [&](EmbeddingShard& shard, bool) {
     thread_local DeltaBatch deltas;
     const size_t erased = shard.Erase(keys, count, &deltas);
-    ApplyDeltas(server, &deltas, !exclusive);
+    if (deltas.size() > 0) ApplyRouted(server, deltas);
     return erased;
   });
 }
 
-void ParityGroup::Load(int server, const int64_t* keys, const float* values, const float* state, size_t count) {
+inline void ParityGroup::Load(int server, const int64_t* keys, const float* values, const float* state, size_t count) {
   CheckServer(server, "Load");
-  Mutate(server, [&](EmbeddingShard& shard, bool exclusive) {
+  Mutate(server, [&](EmbeddingShard& shard, bool) {
     thread_local DeltaBatch deltas;
     shard.Load(keys, values, state, count, &deltas);
-    ApplyDeltas(server, &deltas, !exclusive);
+    if (deltas.size() > 0) ApplyRouted(server, deltas);
   });
 }
 
-std::vector<int> ParityGroup::UnavailableLocked() const {
+inline std::vector<int> ParityGroup::UnavailableLocked() const {
   std::vector<int> out;
   for (int s = 0; s < layout_.n(); ++s)
     if (servers_[s].state != ServerState::kHealthy) out.push_back(s);
   return out;
 }
 
-void ParityGroup::Kill(const std::vector<int>& servers) {
+inline void ParityGroup::Kill(const std::vector<int>& servers) {
   std::unique_lock<std::shared_mutex> lock(mu_);
   for (int s : servers) CheckServer(s, "Kill");
-  Drain();  // deltas already routed reach the survivors before anything is dropped
   std::vector<int> down = UnavailableLocked();
   for (int s : servers)
     if (std::find(down.begin(), down.end(), s) == down.end()) down.push_back(s);
@@ -171,7 +261,7 @@ void ParityGroup::Kill(const std::vector<int>& servers) {
   plan_done_ = 0;
 }
 
-FragmentReader ParityGroup::Reader() const {
+inline FragmentReader ParityGroup::Reader() const {
   FragmentReader reader;
   const size_t record_bytes = router_->record_bytes();
   reader.read_data = [this, record_bytes](int server, size_t block, size_t offset, size_t width, uint8_t* out) {
@@ -197,7 +287,7 @@ FragmentReader ParityGroup::Reader() const {
   return reader;
 }
 
-size_t ParityGroup::StripeExtentLocked() const {
+inline size_t ParityGroup::StripeExtentLocked() const {
   size_t stripes = 0;
   for (const Server& s : servers_) {
     if (s.shard) stripes = std::max(stripes, layout_.StripesForDataBlocks(s.shard->num_blocks()));
@@ -206,18 +296,17 @@ size_t ParityGroup::StripeExtentLocked() const {
   return stripes;
 }
 
-void ParityGroup::HandleFault(int server, size_t block, uint8_t* out) {
+inline void ParityGroup::HandleFault(int server, size_t block, uint8_t* out) {
   // Runs inside the replacement shard's lock, with the group lock held exclusively by the caller.
   recovery_->DecodeDataBlock(server, block, out, UnavailableLocked(), Reader());
 }
 
-void ParityGroup::BeginRebuild() {
+inline void ParityGroup::BeginRebuild() {
   std::unique_lock<std::shared_mutex> lock(mu_);
-  Drain();
   BeginRebuildLocked();
 }
 
-void ParityGroup::BeginRebuildLocked() {
+inline void ParityGroup::BeginRebuildLocked() {
   std::vector<int> lost;
   for (int s = 0; s < layout_.n(); ++s)
     if (servers_[s].state == ServerState::kLost) lost.push_back(s);
@@ -255,13 +344,12 @@ void ParityGroup::BeginRebuildLocked() {
   if (plan_.empty()) RebuildStepLocked(0);  // nothing to decode: the replacements are complete
 }
 
-size_t ParityGroup::RebuildStep(size_t max_stripes) {
+inline size_t ParityGroup::RebuildStep(size_t max_stripes) {
   std::unique_lock<std::shared_mutex> lock(mu_);
-  Drain();
   return RebuildStepLocked(max_stripes);
 }
 
-size_t ParityGroup::RebuildStepLocked(size_t max_stripes) {
+inline size_t ParityGroup::RebuildStepLocked(size_t max_stripes) {
   bool any_lost = false;
   for (const Server& s : servers_) any_lost |= s.state == ServerState::kLost;
   if (any_lost) BeginRebuildLocked();
@@ -317,64 +405,39 @@ size_t ParityGroup::RebuildStepLocked(size_t max_stripes) {
   return 0;
 }
 
-void ParityGroup::FinishRebuild() {
+inline void ParityGroup::FinishRebuild() {
   std::unique_lock<std::shared_mutex> lock(mu_);
-  Drain();
   while (RebuildStepLocked(SIZE_MAX) != 0) {
   }
 }
 
-size_t ParityGroup::rebuild_remaining() const {
+inline size_t ParityGroup::rebuild_remaining() const {
   std::shared_lock<std::shared_mutex> lock(mu_);
   return plan_.size() - plan_done_;
 }
 
-ServerState ParityGroup::state(int server) const {
+inline ServerState ParityGroup::state(int server) const {
   CheckServer(server, "state");
   std::shared_lock<std::shared_mutex> lock(mu_);
   return servers_[server].state;
 }
 
-std::vector<int> ParityGroup::unavailable_servers() const {
+inline std::vector<int> ParityGroup::unavailable_servers() const {
   std::shared_lock<std::shared_mutex> lock(mu_);
   return UnavailableLocked();
 }
 
-std::vector<ScrubMismatch> ParityGroup::Scrub() const {
+inline std::vector<ScrubMismatch> ParityGroup::Scrub() const {
   std::unique_lock<std::shared_mutex> lock(mu_);
-  Drain();
   const std::vector<int> down = UnavailableLocked();
   if (!down.empty())
     throw std::invalid_argument("ParityGroup::Scrub: servers " + Recovery::ServerSet(down) +
                                 " are lost or being rebuilt; finish the rebuild first");
-  const int k = layout_.k(), r = layout_.r();
-  const size_t bytes = router_->block_bytes();
-  const size_t stripes = StripeExtentLocked();
-  std::vector<uint8_t> data(static_cast<size_t>(k) * bytes), parity(static_cast<size_t>(r) * bytes), stored(bytes);
-  std::vector<const uint8_t*> data_ptrs(k);
-  std::vector<uint8_t*> parity_ptrs(r);
-  for (int j = 0; j < k; ++j) data_ptrs[j] = data.data() + j * bytes;
-  for (int i = 0; i < r; ++i) parity_ptrs[i] = parity.data() + i * bytes;
-  std::vector<ScrubMismatch> mismatches;
-  for (size_t stripe = 0; stripe < stripes; ++stripe) {
-    for (int j = 0; j < k; ++j) {
-      const BlockRef ref = layout_.DataMember(stripe, j);
-      servers_[ref.server].shard->ReadBlock(ref.block, data.data() + j * bytes);
-    }
-    code_->Encode(bytes, data_ptrs.data(), parity_ptrs.data());
-    for (int i = 0; i < r; ++i) {
-      const BlockRef ref = layout_.ParityMember(stripe, i);
-      servers_[ref.server].parity->ReadBlock(ref.block, stored.data());
-      if (std::memcmp(stored.data(), parity_ptrs[i], bytes) != 0)
-        mismatches.push_back({stripe, i, ref.server, ref.block});
-    }
-  }
-  return mismatches;
+  return Scrubber(layout_, code_, router_->block_slots(), router_->record_bytes()).Scrub(StripeExtentLocked(), Reader());
 }
 
-ParityGroupStats ParityGroup::stats() const {
+inline ParityGroupStats ParityGroup::stats() const {
   std::shared_lock<std::shared_mutex> lock(mu_);
-  Drain();
   ParityGroupStats st;
   for (const Server& s : servers_) {
     const size_t data = s.shard ? s.shard->memory().slot_bytes : 0;
@@ -389,45 +452,42 @@ ParityGroupStats ParityGroup::stats() const {
   return st;
 }
 
-size_t ParityGroup::num_data_blocks(int server) const {
+inline size_t ParityGroup::num_data_blocks(int server) const {
   CheckServer(server, "num_data_blocks");
   std::shared_lock<std::shared_mutex> lock(mu_);
   return servers_[server].shard ? servers_[server].shard->num_blocks() : 0;
 }
 
-size_t ParityGroup::num_parity_blocks(int server) const {
+inline size_t ParityGroup::num_parity_blocks(int server) const {
   CheckServer(server, "num_parity_blocks");
   std::shared_lock<std::shared_mutex> lock(mu_);
-  Drain();
   return servers_[server].parity ? servers_[server].parity->num_blocks() : 0;
 }
 
-void ParityGroup::ReadDataBlock(int server, size_t block, uint8_t* out) {
+inline void ParityGroup::ReadDataBlock(int server, size_t block, uint8_t* out) {
   CheckServer(server, "ReadDataBlock");
   Mutate(server, [&](EmbeddingShard& shard, bool) { shard.ReadBlock(block, out); });
 }
 
-void ParityGroup::ReadParityBlock(int server, size_t block, uint8_t* out) const {
+inline void ParityGroup::ReadParityBlock(int server, size_t block, uint8_t* out) const {
   CheckServer(server, "ReadParityBlock");
   std::shared_lock<std::shared_mutex> lock(mu_);
-  Drain();
   if (!servers_[server].parity)
     throw std::invalid_argument("ParityGroup::ReadParityBlock: server " + std::to_string(server) +
                                 " is lost; rebuild it first (BeginRebuild / FinishRebuild)");
   servers_[server].parity->ReadBlock(block, out);
 }
 
-std::shared_ptr<EmbeddingShard> ParityGroup::shard(int server) const {
+inline std::shared_ptr<EmbeddingShard> ParityGroup::shard(int server) const {
   CheckServer(server, "shard");
   std::shared_lock<std::shared_mutex> lock(mu_);
   return servers_[server].shard;
 }
 
-std::shared_ptr<ParityStore> ParityGroup::parity_store(int server) const {
+inline std::shared_ptr<ParityStore> ParityGroup::parity_store(int server) const {
   CheckServer(server, "parity_store");
   std::shared_lock<std::shared_mutex> lock(mu_);
-  Drain();
   return servers_[server].parity;
 }
 
-}  // namespace xdl_ec
+}  // namespace xdl_ec::testing

@@ -1,0 +1,135 @@
+"""Benchmark: what membership (issue 21) costs a parity link: a send's round trip over loopback with the MACs of
+xdl_ec.ft.parity_link against the same exchange with the MACs replaced by constants (the wire bytes and the rest of
+the code unchanged), interleaved in the same run. Not a test.
+
+    PYTHONPATH=build/stage python3 -P bench/bench_parity_link.py [--repeats 9] [--sends 200]
+                                                                [--sizes 4096,65536,1048576]
+
+Prints, per payload size, the median round trip of both sides and the added microseconds per send and per MiB;
+then the CPU a k=4, r=1 server would spend on it at a given send rate and size: a server has k + r - 1 = 4 links
+and receives from 4 senders, one send per link per second (SEND_INTERVAL) or as drained; pass the send sizes seen
+in a run (``remote_send_bytes / remote_sends`` of the ec report) with --per-send-bytes to convert.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import statistics
+import threading
+import time
+from typing import Any, Callable, List, Tuple
+
+import numpy as np
+
+from xdl_ec.ft import parity_link
+from xdl_ec.ft.job_secret import JobSecret
+
+SECRET = JobSecret.generate()
+
+
+class _NullHolder:
+    """A holder whose apply costs nothing, so the round trip is the link's own work."""
+
+    index = 1
+    n = 3
+
+    def protects(self, sender: int) -> bool:
+        return sender == 0
+
+    def apply(self, sender: int, payload: Any, durable: int) -> int:
+        return 1
+
+
+def _client(address: Tuple[str, int]) -> Tuple[socket.socket, Any]:
+    conn = socket.create_connection(address)
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    hello = parity_link._HELLO.pack(parity_link._MAGIC, 0, 1, b"n" * 32)
+    conn.sendall(hello)
+    nonce = bytes(parity_link._recv_exactly(conn, 32))
+    link_proof, receiver_proof, key = parity_link._proofs(SECRET, hello, nonce)
+    conn.sendall(link_proof)
+    assert bytes(parity_link._recv_exactly(conn, 32)) == receiver_proof
+    return conn, parity_link._Session(SECRET, key)
+
+
+def _send(conn: socket.socket, session: Any, payload: np.ndarray) -> None:
+    """RemoteHolderLink._send's exchange."""
+    header = parity_link._REQUEST.pack(1, 0, 0, payload.nbytes)
+    conn.sendall(header + session.tag(b"H", header))
+    conn.sendall(payload)
+    conn.sendall(session.tag(b"P", header, payload))
+    head = bytes(parity_link._recv_exactly(conn, parity_link._ANSWER.size))
+    size = parity_link._ANSWER.unpack(head)[2]
+    error = bytes(parity_link._recv_exactly(conn, size)) if size else b""
+    if bytes(parity_link._recv_exactly(conn, 32)) != session.tag(b"A", head, error):
+        raise RuntimeError("answer MAC mismatch")
+    session.counter += 1
+
+
+def _timed(sends: int, payload: np.ndarray, conn: socket.socket, session: Any) -> float:
+    start = time.perf_counter()
+    for _ in range(sends):
+        _send(conn, session, payload)
+    return (time.perf_counter() - start) / sends
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--sends", type=int, default=200)
+    parser.add_argument("--sizes", default="4096,65536,1048576")
+    parser.add_argument("--per-send-bytes", type=float, default=None,
+                        help="mean bytes per send of a real run, to print the CPU share at one send per link per s")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    receiver = parity_link.ParityReceiver(_NullHolder(), SECRET, host="127.0.0.1")
+    real_mac: Callable[..., bytes] = JobSecret.session_mac
+    null = b"\0" * 32
+
+    def set_mac(on: bool) -> None:
+        JobSecret.session_mac = real_mac if on else (lambda self, key, *parts: null)  # type: ignore[assignment]
+
+    try:
+        per_mib: List[float] = []
+        print(f"{'bytes':>9} {'auth us':>9} {'no-MAC us':>10} {'added us':>9} {'added/MiB us':>13}")
+        for size in sizes:
+            payload = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8)
+            on: List[float] = []
+            off: List[float] = []
+            for repeat in range(args.repeats):
+                for auth in ((True, False) if repeat % 2 == 0 else (False, True)):
+                    set_mac(auth)
+                    conn, session = _client(receiver.address)  # handshake outside the timed span
+                    try:
+                        _send(conn, session, payload)  # warm
+                        (on if auth else off).append(_timed(args.sends, payload, conn, session))
+                    finally:
+                        conn.close()
+            set_mac(True)
+            a, b = statistics.median(on) * 1e6, statistics.median(off) * 1e6
+            per_mib.append((a - b) / (size / 2 ** 20))
+            print(f"{size:>9} {a:>9.1f} {b:>10.1f} {a - b:>9.1f} {(a - b) / (size / 2 ** 20):>13.0f}")
+        secret = JobSecret.generate()
+        start = time.perf_counter()
+        for _ in range(1000):
+            secret.mac(b"x", b"h" * 44, b"n" * 32)
+        handshake_us = (time.perf_counter() - start) / 1000 * 3 * 1e6
+        print(f"handshake MACs (3 per side): {handshake_us:.1f} us, once per connection")
+        if args.per_send_bytes is not None:
+            # added(s) = fixed + s * per_byte, fitted through the smallest and largest sizes
+            small, large = sizes[0], sizes[-1]
+            added_small, added_large = per_mib[0] * small / 2 ** 20, per_mib[-1] * large / 2 ** 20
+            per_byte = (added_large - added_small) / (large - small)
+            cost = added_small + (args.per_send_bytes - small) * per_byte
+            # a send's round trip holds both ends' MACs; a server has 4 links out and 4 senders in, a send per
+            # link per second: 4 sends' worth of both ends
+            print(f"at {args.per_send_bytes:,.0f} B per send and one send per link per second, a k=4 r=1 server "
+                  f"spends {4 * cost:.0f} us of CPU per second on MACs = {4 * cost / 1e4:.3f}% of one core")
+    finally:
+        set_mac(True)
+        receiver.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""BackgroundRebuild: ``--ft ec``'s default rebuild, off the step's path: a thread of the driver rebuilds the
+stripes of lost servers one at a time while training goes on, instead of the step boundaries doing it.
+
+Why it may run beside the steps: each stripe is decoded from fragments read with their versions and retried until
+they agree (I7), a data block is restored only while its replacement still misses it (a push or pull touching it
+first decodes it on demand under the server's lock), and a parity block is written only if its holder applied
+exactly the versions it encodes (I8): a concurrent push makes a stripe be decoded again, never wrong.
+
+Pace (issue 19): redundancy stays reduced until the rebuild ends, and with ``r`` servers being rebuilt one more
+loss ends the job, so the rebuild runs flat out whenever that is so (``urgent()``) or the machine has a core's
+worth of idle CPU (``/proc/stat``, measured over the last stripe); otherwise it keeps to ``share`` of its wall time
+(sleeping ``(1 - share) / share`` times what the last stripe took), so a busy machine's training is not slowed.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any, Callable, Optional
+
+from .ec_recovery import RecoveryTimeout
+
+STOP_TIMEOUT = 30.0  # seconds a stop waits for the stripe being rebuilt (each wait inside it is bounded too)
+IDLE_CORES = 1.0  # idle CPU (in cores) over the last stripe that lets the rebuild run without pausing
+
+
+def _cpu_ticks() -> Optional[tuple]:
+    """(idle, total) jiffies of the whole machine (Linux /proc/stat), None elsewhere."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return ticks[3] + ticks[4], sum(ticks)
+
+
+class BackgroundRebuild:
+    """Rebuilds ``coordinator``'s plan (a :class:`~xdl_ec.ft.ec_recovery.RecoveryCoordinator`) in a thread;
+    ``share``: the share of its wall time it keeps to on a busy machine; ``urgent()``: True when one more loss
+    would be fatal (then it never pauses)."""
+
+    def __init__(self, coordinator: Any, share: float, urgent: Callable[[], bool]) -> None:
+        self.coordinator = coordinator
+        self.share = share
+        self.urgent = urgent
+        self.finished_at: Optional[float] = None  # perf_counter when the plan became empty
+        self.stripes = 0  # stripes rebuilt by the thread
+        self.paused_seconds = 0.0  # time it left to training
+        self._thread: Optional[threading.Thread] = None
+        self._stop = threading.Event()
+        self._error: Optional[BaseException] = None
+        self._cores = os.cpu_count() or 1
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> None:
+        """Starts the thread on the current plan (stopped first if running)."""
+        self.stop()
+        self._stop.clear()
+        self._error, self.finished_at = None, None
+        self._thread = threading.Thread(target=self._run, name="xdl-ec-rebuild", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """Stops the thread after the stripe it is on (bounded: RecoveryTimeout naming the stripe)."""
+        thread = self._thread
+        if thread is None:
+            return
+        self._stop.set()
+        thread.join(timeout)
+        if thread.is_alive():
+            plan = self.coordinator.plan
+            raise RecoveryTimeout(f"rebuild: the background rebuild did not stop within {timeout:g} s (stripe "
+                                  f"{plan[0] if plan else None} of the plan still running)")
+        self._thread = None
+
+    def take_error(self) -> Optional[BaseException]:
+        """The error that ended the thread (e.g. a server lost during the rebuild), once; None if none."""
+        err, self._error = self._error, None
+        return err
+
+    def _run(self) -> None:
+        coordinator = self.coordinator
+        try:
+            if getattr(coordinator.trainer.cluster, "backend", "local") == "ray":
+                # remote links batch their sends (parity_link): every survivor's parity delivered once first
+                coordinator.drain([s for s in range(coordinator.n) if s not in coordinator.rebuilding])
+            while not self._stop.is_set():
+                before = _cpu_ticks()
+                start = time.perf_counter()
+                if not coordinator.rebuild_next():
+                    break
+                self.stripes += 1
+                pause = self._pause(time.perf_counter() - start, before)
+                if pause > 0:
+                    self.paused_seconds += pause
+                    self._stop.wait(pause)
+            if not coordinator.plan:
+                self.finished_at = time.perf_counter()
+        except BaseException as err:  # noqa: BLE001 - handed to the driver (after_step, recover, finish)
+            self._error = err
+
+    def _pause(self, took: float, before: Optional[tuple]) -> float:
+        """Seconds to leave to training after a stripe that took ``took`` seconds."""
+        if self.share >= 1.0 or self.urgent():
+            return 0.0
+        after = _cpu_ticks()
+        if before is not None and after is not None and after[1] > before[1]:
+            idle_cores = (after[0] - before[0]) / (after[1] - before[1]) * self._cores
+            if idle_cores >= IDLE_CORES:
+                return 0.0  # a core sat idle while the stripe was rebuilt: the rebuild takes nothing from training
+        return took * (1.0 - self.share) / self.share

@@ -1,0 +1,331 @@
+"""RecoveryCoordinator: brings lost servers of ``--ft ec`` back, steps (a)-(e) of the protocol in
+docs/design/ec-protocol.md (the invariants cited as I1..I11 are numbered there), and rebuilds their stripes one at a
+time for whoever paces the rebuild (:mod:`xdl_ec.ft.rebuild_pacer`, :mod:`xdl_ec.ft.background_rebuild`).
+
+Every wait here is bounded (I10): a deadline that runs out raises :class:`RecoveryTimeout` naming what was waited
+for, so a recovery either completes or stops the run with a clear error; it never hangs.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from .. import _core
+from ..ps.backend import CallTimeout, WorkerLost
+from .parity_agent import consistent_decode, holders_of, parity_agent_for
+from .strategy import Unrecoverable
+
+CALL_TIMEOUT = 120.0  # seconds one call of the recovery may take
+DRAIN_WAIT = 1.0  # seconds a server waits for its parity links in one drain call before answering "still pending"
+DRAIN_TIMEOUT = 120.0  # seconds survivors may take to have every pending delta applied by the live holders
+STOP_WAIT = 30.0  # seconds a killed remnant of a lost server may take to be gone (a Ray actor's process exit)
+SETTLE_ATTEMPTS = 5  # rollbacks of a lost server's stream before its holders must have stopped moving
+STRIPE_TIMEOUT = 120.0  # seconds one stripe may take to be decoded and written consistently
+
+
+class RecoveryTimeout(Unrecoverable):
+    """A wait of the recovery ran out (I10): names what it waited for; the run stops instead of hanging."""
+
+
+class RecoveryCoordinator:
+    """The recovery of one ``--ft ec`` job: ``strategy`` is its :class:`~xdl_ec.ft.ec_strategy.ErasureCoded`
+    (k, r, n, the trainer, the job's secret). Holds the rebuild in progress: the stripes still to rebuild
+    (``plan``), the replacements not complete (``rebuilding``) and their restore extents."""
+
+    def __init__(self, strategy: Any) -> None:
+        self.strategy = strategy
+        self.plan: List[Tuple[str, int]] = []  # (table, stripe) still to rebuild, in order
+        self.rebuilding: List[int] = []  # replacements whose rebuild is not complete
+        self.extent: Dict[str, Dict[int, int]] = {}  # table -> server -> data blocks (restore extent)
+        self.layout: Any = None  # the StripeLayout, once a recovery ran
+        self.stripe_seconds = 0.0  # what the last stripe took
+        self._geometries: Dict[str, Tuple[int, int]] = {}
+        self._recoveries: Dict[str, Any] = {}
+        self._plan_lock = threading.Lock()  # plan is read by the driver while a background thread pops it
+
+    # ---- calls -----------------------------------------------------------------------------------------
+    @property
+    def trainer(self) -> Any:
+        return self.strategy.trainer
+
+    @property
+    def n(self) -> int:
+        return self.strategy.n
+
+    def wait(self, futures: Sequence[Any]) -> List[Any]:
+        return [f.result(CALL_TIMEOUT) for f in futures]
+
+    def call(self, server: int, method: str, *args: Any) -> Any:
+        return self.trainer.scheduler.servers[server].call("parity_call", method, *args).result(CALL_TIMEOUT)
+
+    def call_many(self, calls: Sequence[Tuple[Any, ...]]) -> List[Any]:
+        """``parity_call``s (server, method, *args), all issued before any is awaited (the servers work in
+        parallel and the recovery pays one round trip, not one per call); the answers in call order."""
+        servers = self.trainer.scheduler.servers
+        return self.wait([servers[c[0]].call("parity_call", *c[1:]) for c in calls])
+
+    # ---- geometry --------------------------------------------------------------------------------------
+    def tables(self) -> List[str]:
+        return [t.name for t in self.trainer.scheduler.tables]
+
+    def geometry(self, table: str) -> Tuple[int, int]:
+        """(block_slots, record_bytes) of ``table``'s shards."""
+        if table not in self._geometries:
+            spec = next(t for t in self.trainer.scheduler.tables if t.name == table)
+            probe = _core.EmbeddingShard(_shard_config(spec))
+            self._geometries[table] = (int(probe.block_slots), int(probe.record_bytes))
+        return self._geometries[table]
+
+    def recovery(self, table: str) -> Any:
+        """The C++ Recovery of ``table``'s geometry (kept: it caches decode tables per erasure pattern)."""
+        if table not in self._recoveries:
+            s = self.strategy
+            self._recoveries[table] = _core.Recovery(s.n, s.k, s.r, *self.geometry(table))
+        return self._recoveries[table]
+
+    def stripes(self, table: str, survivors: Sequence[int], extents: Optional[Dict[int, Any]] = None) -> int:
+        """Stripes covering every block any survivor holds (data or parity) of ``table``: whole cycles;
+        ``extents``: the survivors' (data blocks, parity blocks) when already read."""
+        k, r, n = self.strategy.k, self.strategy.r, self.n
+        extents = extents or dict(zip(survivors, self.call_many([(s, "extent", table) for s in survivors])))
+        stripes = 0
+        for s in survivors:
+            data_blocks, parity_blocks = extents[s]
+            stripes = max(stripes, math.ceil(data_blocks / k) * n, math.ceil(parity_blocks / r) * n)
+        return stripes
+
+    def decode(self, what: str, servers: Sequence[Any], table: str, decode: Any, timeout: float) -> Any:
+        """``consistent_decode`` (I7) whose deadline running out is a RecoveryTimeout naming ``what`` it decoded."""
+        try:
+            return consistent_decode(servers, table, self.geometry(table)[0], decode, timeout)
+        except CallTimeout:
+            raise
+        except TimeoutError as err:
+            raise RecoveryTimeout(f"recovery: {what} of table {table!r}: {err}") from err
+
+    # ---- (a) drain -------------------------------------------------------------------------------------
+    def drain(self, survivors: Sequence[int], timeout: float = DRAIN_TIMEOUT) -> Dict[int, Dict[str, Any]]:
+        """Waits until every survivor's forwarder has nothing queued or in flight; returns their progress. Each
+        survivor waits for its own links (``ParityAgent.drain``, woken by their deliveries), so this is usually
+        one round of calls; a survivor still pending after DRAIN_WAIT seconds is asked again, until ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            progress = dict(zip(survivors, self.call_many([(s, "drain", DRAIN_WAIT) for s in survivors])))
+            pending = [s for s, p in progress.items() if p["pending"]]
+            if not pending:
+                return progress
+            if time.monotonic() > deadline:
+                raise RecoveryTimeout(
+                    f"recovery: servers {pending} still had parity deltas queued or in flight to their holders "
+                    f"after {timeout:g} s (seq / applied by every live holder: "
+                    f"{ {s: (progress[s]['seq'], progress[s]['live_applied']) for s in pending} }, delivery "
+                    f"errors: { {s: progress[s].get('errors', []) for s in pending} })")
+
+    # ---- the whole recovery ----------------------------------------------------------------------------
+    def begin(self, lost: List[int]) -> None:
+        """Steps (a)-(d) for the servers ``lost`` (|lost| <= r); leaves the stripes to rebuild in ``plan``."""
+        survivors = [s for s in range(self.n) if s not in lost]
+        self.stop_remnants(lost)  # I5
+        progress = self.drain(survivors)  # (a)
+        seq, wseqs, pairs = self.roll_back(lost, survivors, progress)  # (b)
+        self.check_replayable(lost, wseqs)  # I11
+        self.settle_rollback(pairs, seq)  # I5
+        self.replace(lost, survivors, seq, wseqs)  # (c)
+        self.replay(lost, wseqs)  # (d)
+
+    def stop_remnants(self, lost: Sequence[int]) -> None:
+        """I5: kills every server of ``lost`` still running (a replacement whose rebuild was cut short by another
+        loss) and waits until it is gone, before any holder's record of it is read or rolled back: a batch it
+        delivered after the rollback would leave its holders disagreeing on its seq for good, and every decode
+        would wait for them to agree (issue 19). In one process the kill returns once its forwarder delivers
+        nothing more (DeltaForwarder::Close); a Ray actor is probed until it is dead."""
+        sched = self.trainer.scheduler
+        for p in lost:
+            old = sched.servers[p]
+            if ("server", p) in sched.dead and not sched.backend.alive(old, 1.0):
+                continue
+            sched.backend.kill(old)
+            deadline = time.monotonic() + STOP_WAIT
+            while sched.backend.alive(old, 1.0):
+                if time.monotonic() > deadline:
+                    raise RecoveryTimeout(f"recovery: server {p}'s replacement, whose rebuild was cut short, was "
+                                          f"killed but still answers after {STOP_WAIT:g} s; its parity cannot be "
+                                          f"rolled back while it may still send")
+                time.sleep(0.05)
+
+    def roll_back(self, lost: Sequence[int], survivors: Sequence[int], progress: Dict[int, Dict[str, Any]]
+                  ) -> Tuple[Dict[int, int], Dict[int, Dict[int, int]], List[Tuple[int, int]]]:
+        """(b), I4: every surviving holder of p's stripes rolls p's stream back to W_p = the least seq of p any of
+        them applied. Returns (seq: W_p for lost p and the current seq of each survivor, worker seqs S_p and the
+        survivors', the (p, holder) pairs)."""
+        n, k, r = self.n, self.strategy.k, self.strategy.r
+        seq: Dict[int, int] = {s: progress[s]["seq"] for s in survivors}
+        wseqs: Dict[int, Dict[int, int]] = {s: progress[s]["worker_seqs"] for s in survivors}
+        pairs = [(p, h) for p in lost for h in holders_of(p, n, k, r) if h not in lost]
+        applied = self.call_many([(h, "applied", p) for p, h in pairs])
+        for p in lost:
+            seq[p] = min(a for (q, _), a in zip(pairs, applied) if q == p)
+        agreed = self.call_many([(h, "rollback", p, seq[p]) for p, h in pairs])
+        for p in lost:
+            first = next(a for (q, _), a in zip(pairs, agreed) if q == p)
+            wseqs[p] = {int(w): int(s) for w, s in first.items()}
+        return seq, wseqs, pairs
+
+    def settle_rollback(self, pairs: Sequence[Tuple[int, int]], seq: Dict[int, int]) -> None:
+        """I5, checked: every surviving holder of a lost server p has p's stream at W_p now; a holder found past it
+        got a batch of a remnant of p after the rollback (a Ray link's last send still in a socket when the actor
+        died) and is rolled back again. Bounded: a holder that keeps moving is an error naming it."""
+        ahead: List[Tuple[int, int]] = []
+        for attempt in range(SETTLE_ATTEMPTS):
+            applied = self.call_many([(h, "applied", p) for p, h in pairs])
+            ahead = [(p, h) for (p, h), a in zip(pairs, applied) if a != seq[p]]
+            if not ahead:
+                return
+            self.call_many([(h, "rollback", p, seq[p]) for p, h in ahead])
+            time.sleep(0.01 * (attempt + 1))
+        raise RecoveryTimeout(f"recovery: holders {sorted({h for _, h in ahead})} keep receiving batches of lost "
+                              f"servers {sorted({p for p, _ in ahead})} after rolling them back to "
+                              f"{ {p: seq[p] for p, _ in ahead} }; something still sends for them")
+
+    def check_replayable(self, lost: Sequence[int], wseqs: Dict[int, Dict[int, int]]) -> None:
+        """I11: Unrecoverable when a rebuilt server would miss pushes no live log holds: those above S_p that a
+        dead worker sent (its log died with it) or that a restarted worker's predecessor sent (the new log starts
+        after them). The driver records each worker's sent seqs per answered step (``PSTrainer.push_seqs``)."""
+        trainer, dead = self.trainer, self.trainer.scheduler.dead
+        sent = getattr(trainer, "push_seqs", None)
+        if sent is None:
+            return
+        unlogged = getattr(trainer, "unlogged_push_seqs", [None] * len(sent))
+        for p in lost:
+            for w in range(len(sent)):
+                if ("worker", w) in dead:
+                    seqs, how = sent[w], "died with the worker's push log (the worker was lost too)"
+                else:
+                    seqs, how = unlogged[w], "were sent by a predecessor of the restarted worker, whose log died"
+                last = seqs[p] if seqs is not None else 0
+                durable = wseqs[p].get(w, 0)
+                if last > durable:
+                    raise Unrecoverable(
+                        f"unrecoverable: server {p} lost pushes {durable + 1}..{last} of worker {w}: they were not "
+                        f"yet parity-durable and {how}; the model cannot be rebuilt exactly")
+
+    def replace(self, lost: Sequence[int], survivors: Sequence[int], seq: Dict[int, int],
+                wseqs: Dict[int, Dict[int, int]]) -> None:
+        """(c): fresh replacements continue p's delta seqs at W_p claiming S_p; each decodes its key index from the
+        survivors (key bytes only) and enters restore mode; holders among them reset their record of every sender
+        to the sender's current seq. Leaves the stripes touching ``lost`` in ``plan``."""
+        trainer, sched = self.trainer, self.trainer.scheduler
+        n, k, r = self.n, self.strategy.k, self.strategy.r
+        for p in lost:
+            trainer.client.servers[p] = sched.replace_server(p)
+        servers = list(sched.servers)
+        self.wait([servers[p].call("attach_agent", parity_agent_for, n, k, r, seq[p], wseqs[p], self.strategy.secret)
+                   for p in lost])
+        self.wait([servers[p].call("parity_call", "connect", servers) for p in lost])
+        self.call_many([(s, "set_holder", p, servers[p]) for s in survivors for p in lost
+                        if p in holders_of(s, n, k, r)] +
+                       [(q, "reset_sender", s, seq[s], wseqs[s]) for q in lost for s in range(n)
+                        if s != q and q in holders_of(s, n, k, r)])
+        layout = self.layout = _core.StripeLayout(n, k, r)
+        plan: List[Tuple[str, int]] = []
+        for table in self.tables():
+            block_slots, record_bytes = self.geometry(table)
+            recovery = self.recovery(table)
+            extents = dict(zip(survivors, self.call_many([(s, "extent", table) for s in survivors])))
+            stripes = self.stripes(table, survivors, extents)
+            # the replacements' holders accept their senders' batches up to this extent (ParityHolder::SetExtent)
+            self.call_many([(p, "set_parity_extent", table, stripes // n * r) for p in lost])
+            extent = {s: extents[s][0] for s in survivors}
+            for p in lost:
+                keys, slots, high_water = self.decode(
+                    f"key index of server {p}", servers, table,
+                    lambda d, q: recovery.recover_key_index(p, stripes // n * k, lost, d, q), CALL_TIMEOUT)[0]  # noqa: B023
+                self.call(p, "begin_restore", table, keys, slots, high_water, servers, lost)
+                extent[p] = math.ceil(high_water / block_slots)
+            self.extent[table] = extent
+            plan += [(table, stripe) for stripe in range(stripes)
+                     if any(layout.server_at(stripe, t) in lost for t in range(k + r))]
+        with self._plan_lock:
+            self.plan, self.rebuilding = plan, list(lost)
+
+    def replay(self, lost: Sequence[int], wseqs: Dict[int, Dict[int, int]]) -> None:
+        """(d), I6: each worker re-sends its logged pushes above S_p to p, in seq order (blocks they touch decode on
+        demand). A dead worker is skipped (the driver restarts it afterwards); its log died with it."""
+        trainer, sched = self.trainer, self.trainer.scheduler
+        servers = sched.servers
+        for p in lost:
+            calls = [w.call("replay_pushes", p, wseqs[p].get(i, 0), servers[p])
+                     for i, w in enumerate(trainer.workers) if ("worker", i) not in sched.dead]
+            for call in calls:
+                try:
+                    call.result(CALL_TIMEOUT)
+                except WorkerLost as err:
+                    sched.confirm_failure(err)
+
+    # ---- (e) the rebuild -------------------------------------------------------------------------------
+    def rebuild_next(self) -> bool:
+        """Rebuilds the first stripe of ``plan`` and drops it from the plan; False when nothing was left."""
+        with self._plan_lock:
+            if not self.plan:
+                return False
+            table, stripe = self.plan[0]
+        start = time.perf_counter()
+        self.rebuild_stripe(table, stripe)
+        self.stripe_seconds = time.perf_counter() - start
+        with self._plan_lock:
+            if self.plan and self.plan[0] == (table, stripe):
+                self.plan.pop(0)
+        hook = self.strategy.on_rebuild_stripe
+        if hook is not None:
+            hook(stripe)
+        return True
+
+    def rebuild_stripe(self, table: str, stripe: int, timeout: float = STRIPE_TIMEOUT) -> None:
+        """(e): decodes the stripe's blocks on restoring servers from consistent fragments (I7): data blocks are
+        restored (unless a degraded read did it first), parity blocks written if their holder has applied exactly
+        the data versions they encode (I8; else the stripe is decoded again, until ``timeout``)."""
+        k, r = self.strategy.k, self.strategy.r
+        servers = self.trainer.scheduler.servers
+        lost = list(self.rebuilding)
+        layout = self.layout
+        recovery = self.recovery(table)
+        wanted = [t for t in range(k + r) if layout.server_at(stripe, t) in lost]
+        extent = self.extent[table]
+        members = [layout.data_member(stripe, j) for j in range(k)]
+        has_data = any(b < extent[s] for s, b in members)
+        deadline = time.monotonic() + timeout
+        while True:
+            blocks, versions = self.decode(
+                f"stripe {stripe}", servers, table,
+                lambda d, p: recovery.decode_stripe(stripe, wanted, lost, d, p), max(deadline - time.monotonic(), 1.0))
+            expected = {s: versions.get(s, 0) for s, _ in members}
+            refused: List[int] = []
+            for t, block in zip(wanted, blocks):
+                if t < k:
+                    s, b = layout.data_member(stripe, t)
+                    if b < extent[s]:
+                        self.call(s, "restore_block", table, b, block)
+                else:
+                    s, c = layout.parity_member(stripe, t - k)
+                    if (has_data or block.any()) and not self.call(s, "write_parity_if", table, c, block, expected):
+                        refused.append(s)
+            if not refused:
+                return
+            if time.monotonic() > deadline:
+                raise RecoveryTimeout(f"rebuild of table {table!r} stripe {stripe}: the parity holders {refused} "
+                                      f"never had applied exactly the data versions decoded ({expected}) within "
+                                      f"{timeout:g} s")
+            time.sleep(0.0005)
+
+
+def _shard_config(spec: Any) -> Any:
+    config = _core.ShardConfig()
+    config.dim = spec.dim
+    config.seed = spec.seed
+    config.block_slots = spec.block_slots
+    config.optimizer = spec.optimizer.to_config()
+    config.initializer = spec.initializer.to_config()
+    return config
