@@ -41,12 +41,14 @@ from typing import Callable, Dict, List, Optional, Tuple
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from xdl_ec.ft import ec_strategy  # noqa: E402
-from xdl_ec.ft.ec_strategy import DEFAULT_REBUILD_SHARE, ErasureCoded, parse_code  # noqa: E402
+from xdl_ec.ft.configs import parse_code  # noqa: E402
+from xdl_ec.ft.ec_strategy import DEFAULT_REBUILD_SHARE, ErasureCoded  # noqa: E402
 from xdl_ec.ft.job_secret import JobSecret  # noqa: E402
 from xdl_ec.ft.failure_schedule import FailureSchedule, Kill  # noqa: E402
-from xdl_ec.ps import ClusterConfig, PSTrainer  # noqa: E402
+from xdl_ec.ft.failure_injector import FailureInjector  # noqa: E402
+from xdl_ec.ps import ClusterConfig, PSTrainer, RunSettings  # noqa: E402
 from xdl_ec.ps.backend import connect_ray  # noqa: E402
-from xdl_ec.trainer import TrainConfig  # noqa: E402
+from xdl_ec.criteo_job import TrainConfig, criteo_job  # noqa: E402
 
 
 def _busy_cpu_seconds() -> Optional[float]:
@@ -82,8 +84,9 @@ class _UnauthenticatedLinks(ErasureCoded):
 
 
 def _trainer(config: TrainConfig, servers: int, strategy, kills=(), backend: str = "local") -> PSTrainer:
-    return PSTrainer(config, ClusterConfig(servers=servers, workers=1, backend=backend), strategy=strategy,
-                     failures=FailureSchedule(list(kills)))
+    return PSTrainer(criteo_job(config).spec, ClusterConfig(servers=servers, workers=1, backend=backend),
+                     RunSettings(config.seed, config.deterministic), strategy,
+                     FailureInjector(FailureSchedule(list(kills))) if kills else None)
 
 
 def _run(config: TrainConfig, servers: int, strategy, kills=(), backend: str = "local") -> dict:

@@ -15,6 +15,7 @@ fresh model; the trained one stays with the job for :meth:`Job.evaluate` and :me
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Union
 
@@ -107,9 +108,7 @@ class Job:
                 scrub: bool) -> Dict[str, Any]:
         config = cluster.strategy_config(settings.seed)
         if scrub:
-            from .ft.configs import EcConfig
-
-            config = EcConfig(code=config.code, rebuild_share=config.rebuild_share, scrub=True)
+            config = dataclasses.replace(config, scrub=True)
         schedule = cluster.failure_schedule(settings.seed)
         injector = None if schedule.empty else FailureInjector(schedule)
         trainer = PSTrainer(self.spec, cluster.cluster_config(), settings, make_strategy(config), injector, progress)

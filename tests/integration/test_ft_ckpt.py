@@ -17,9 +17,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from support.ft_runs import reference, small_config  # noqa: E402
 from xdl_ec.ft.checkpoint import CheckpointStore  # noqa: E402
 from xdl_ec.ft.ckpt_strategy import Checkpointing  # noqa: E402
+from xdl_ec.ft.configs import CkptConfig  # noqa: E402
 from xdl_ec.ft.factory import make_strategy  # noqa: E402
 from xdl_ec.ft.failure_schedule import FailureSchedule  # noqa: E402
-from xdl_ec.ps import ClusterConfig, PSTrainer  # noqa: E402
+from support.ft_runs import make_trainer, run as run_trainer  # noqa: E402
+from xdl_ec.ps import ClusterConfig  # noqa: E402
 from support.paths import REPO_ROOT  # noqa: E402
 
 STEPS = 10
@@ -32,8 +34,8 @@ def reference_digest(workers: int) -> str:
 @pytest.mark.parametrize("workers", [1, 2])
 def test_server_killed_mid_run_rolls_back_and_replays_to_the_failure_free_digest(workers: int, tmp_path: Path) -> None:
     strategy = Checkpointing("3", str(tmp_path / "ckpt"))
-    report = PSTrainer(small_config(), ClusterConfig(servers=3, workers=workers), strategy,
-                       FailureSchedule.from_flags(["5:1"])).run()
+    report = run_trainer(make_trainer(small_config(), ClusterConfig(servers=3, workers=workers), strategy,
+                       FailureSchedule.from_flags(["5:1"])))
     steps = STEPS // workers
     assert report["ft"] == "ckpt" and report["steps"] == steps
     [failure] = report["failures"]
@@ -47,40 +49,40 @@ def test_server_killed_mid_run_rolls_back_and_replays_to_the_failure_free_digest
 
 
 def test_two_failures_and_a_restarted_worker_still_end_exact(tmp_path: Path) -> None:
-    strategy = make_strategy("ckpt", SimpleNamespace(ckpt_interval="2", ckpt_dir=str(tmp_path)))
+    strategy = make_strategy(CkptConfig(interval="2", directory=str(tmp_path)))
     schedule = FailureSchedule.from_flags(["2:0", "4:2"], ["3:1"])
-    report = PSTrainer(small_config(), ClusterConfig(servers=3, workers=2), strategy, schedule).run()
+    report = run_trainer(make_trainer(small_config(), ClusterConfig(servers=3, workers=2), strategy, schedule))
     assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 0), ("worker", 1), ("server", 2)]
     assert report["model_digest"] == reference_digest(2)
 
 
 def test_failure_before_any_periodic_save_rolls_back_to_step_zero(tmp_path: Path) -> None:
-    report = PSTrainer(small_config(), ClusterConfig(servers=2), Checkpointing("100", str(tmp_path)),
-                       FailureSchedule.from_flags(["4:1"])).run()
+    report = run_trainer(make_trainer(small_config(), ClusterConfig(servers=2), Checkpointing("100", str(tmp_path)),
+                       FailureSchedule.from_flags(["4:1"])))
     assert report["lost_samples"] == 3 * 64  # steps 1..3 re-trained from the step-0 checkpoint
     assert report["model_digest"] == reference(2, 1)["model_digest"]
 
 
 def test_auto_interval_uses_youngs_formula_from_the_measured_save_cost(tmp_path: Path) -> None:
     strategy = Checkpointing("auto", str(tmp_path), mtbf=3600.0)
-    report = PSTrainer(small_config(steps=4), ClusterConfig(servers=2), strategy).run()
+    report = run_trainer(make_trainer(small_config(steps=4), ClusterConfig(servers=2), strategy))
     cost = report["checkpoint"]["save_seconds"]
     assert cost > 0 and report["checkpoint"]["interval_seconds"] == pytest.approx((2 * cost * 3600.0) ** 0.5)
     assert report["failures"] == [] and report["lost_samples"] == 0
 
 
 def test_corrupt_checkpoint_is_a_clear_error_naming_the_file(tmp_path: Path) -> None:
-    from xdl_ec.ft.strategy import Unrecoverable  # noqa: F401 - the rollback error type
+    from xdl_ec.ps import Unrecoverable  # noqa: F401 - the rollback error type
 
     strategy = Checkpointing("100", str(tmp_path))
-    trainer = PSTrainer(small_config(), ClusterConfig(servers=2), strategy, FailureSchedule.from_flags(["3:0"]))
+    trainer = make_trainer(small_config(), ClusterConfig(servers=2), strategy, FailureSchedule.from_flags(["3:0"]))
     latest = CheckpointStore(tmp_path).latest()
     victim = next(latest.server(1).directory.glob("*.values.npy"))
     data = bytearray(victim.read_bytes())
     data[-1] ^= 0xFF
     victim.write_bytes(bytes(data))
     with pytest.raises(ValueError, match=f"{victim.name}: sha256 mismatch"):
-        trainer.run()
+        run_trainer(trainer)
 
 
 def test_cli_ckpt_run_reports_the_failure(tmp_path: Path) -> None:
@@ -104,8 +106,8 @@ def test_restarted_workers_continue_from_their_reader_position(tmp_path: Path) -
     """Only workers die: no rollback, each new worker takes over its predecessor's reader position, so no sample
     is lost or trained twice and the model is the failure-free one."""
     strategy = Checkpointing("100", str(tmp_path))
-    report = PSTrainer(small_config(), ClusterConfig(servers=3, workers=2), strategy,
-                       FailureSchedule.from_flags([], ["2:1", "4:0"])).run()
+    report = run_trainer(make_trainer(small_config(), ClusterConfig(servers=3, workers=2), strategy,
+                       FailureSchedule.from_flags([], ["2:1", "4:0"])))
     assert [(f["role"], f["index"], f["step"]) for f in report["failures"]] == [("worker", 1, 2), ("worker", 0, 4)]
     assert report["lost_samples"] == 0 and report["samples"] == STEPS * 64
     assert [w["steps"] for w in report["workers"]] == [2, 4]  # the new workers trained steps 4-5 and 2-5
@@ -114,8 +116,8 @@ def test_restarted_workers_continue_from_their_reader_position(tmp_path: Path) -
 
 def test_async_mode_recovers_and_trains_every_batch_once(tmp_path: Path) -> None:
     strategy = Checkpointing("4", str(tmp_path))
-    report = PSTrainer(small_config(deterministic=False), ClusterConfig(servers=2, workers=2, mode="async"), strategy,
-                       FailureSchedule.from_flags(["6:1"], ["3:0"])).run()
+    report = run_trainer(make_trainer(small_config(deterministic=False), ClusterConfig(servers=2, workers=2, mode="async"), strategy,
+                       FailureSchedule.from_flags(["6:1"], ["3:0"])))
     assert [f["role"] for f in report["failures"]] == ["worker", "server"]
     assert report["samples"] == STEPS * 64 + report["lost_samples"]
     # async step numbers are handed out at dispatch: a step that failed in flight leaves its number unused
@@ -130,8 +132,8 @@ def test_ckpt_on_ray_kills_the_actor_process_and_replays_exactly(tmp_path: Path)
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=ray_runtime_env())
     try:
-        report = PSTrainer(small_config(), ClusterConfig(servers=3, workers=2, backend="ray"),
-                           Checkpointing("2", str(tmp_path)), FailureSchedule.from_flags(["4:1"])).run()
+        report = run_trainer(make_trainer(small_config(), ClusterConfig(servers=3, workers=2, backend="ray"),
+                           Checkpointing("2", str(tmp_path)), FailureSchedule.from_flags(["4:1"])))
     finally:
         ray.shutdown()
     assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 1)]
@@ -141,8 +143,8 @@ def test_ckpt_on_ray_kills_the_actor_process_and_replays_exactly(tmp_path: Path)
 
 def test_a_server_and_a_worker_lost_in_the_same_step_and_a_seconds_interval(tmp_path: Path) -> None:
     strategy = Checkpointing("0.001s", str(tmp_path))  # a save at every step boundary
-    report = PSTrainer(small_config(), ClusterConfig(servers=3, workers=2), strategy,
-                       FailureSchedule.from_flags(["3:2"], ["3:1"])).run()
+    report = run_trainer(make_trainer(small_config(), ClusterConfig(servers=3, workers=2), strategy,
+                       FailureSchedule.from_flags(["3:2"], ["3:1"])))
     assert sorted((f["role"], f["index"]) for f in report["failures"]) == [("server", 2), ("worker", 1)]
     assert report["checkpoint"]["saves"] == 1 + STEPS // 2 and report["lost_samples"] == 0
     assert report["model_digest"] == reference_digest(2)

@@ -15,9 +15,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from support.ft_runs import reference as reference_run  # noqa: E402
 from support.ft_runs import small_config as base_config  # noqa: E402
 from xdl_ec.ft.cpr_strategy import PartialRecovery  # noqa: E402
+from xdl_ec.ft.configs import CprConfig  # noqa: E402
 from xdl_ec.ft.factory import make_strategy  # noqa: E402
 from xdl_ec.ft.failure_schedule import FailureSchedule  # noqa: E402
-from xdl_ec.ps import ClusterConfig, PSTrainer  # noqa: E402
+from support.ft_runs import make_trainer, run as run_trainer  # noqa: E402
+from xdl_ec.ps import ClusterConfig  # noqa: E402
 from support.paths import REPO_ROOT  # noqa: E402
 
 STEPS = 16
@@ -34,9 +36,9 @@ def reference(workers: int) -> dict:
 
 @pytest.mark.parametrize("mode", ["mfu", "ssu"])
 def test_runs_to_the_end_reporting_lost_updates_samples_and_auc(mode: str, tmp_path: Path) -> None:
-    strategy = make_strategy("cpr", SimpleNamespace(cpr_interval=3, cpr_mode=mode, ckpt_dir=str(tmp_path)))
-    report = PSTrainer(small_config(), ClusterConfig(servers=3, workers=2), strategy,
-                       FailureSchedule.from_flags(["6:1"])).run()
+    strategy = make_strategy(CprConfig(interval_steps=3, mode=mode, directory=str(tmp_path)))
+    report = run_trainer(make_trainer(small_config(), ClusterConfig(servers=3, workers=2), strategy,
+                       FailureSchedule.from_flags(["6:1"])))
     assert report["ft"] == "cpr" and report["steps"] == STEPS // 2 and report["samples"] == STEPS * 64
     [failure] = report["failures"]
     assert (failure["step"], failure["role"], failure["index"]) == (6, "server", 1)
@@ -56,8 +58,8 @@ def test_full_save_every_step_loses_nothing_and_matches_the_failure_free_run(tmp
     """With a full save at every step boundary the reloaded shard is exactly the lost one: the retried step then
     ends in the failure-free digest (the partial-recovery path is bit-exact; only staleness loses updates)."""
     strategy = PartialRecovery(interval_steps=1, full_every=1, directory=str(tmp_path))
-    report = PSTrainer(small_config(), ClusterConfig(servers=3, workers=1), strategy,
-                       FailureSchedule.from_flags(["5:2", "9:0"])).run()
+    report = run_trainer(make_trainer(small_config(), ClusterConfig(servers=3, workers=1), strategy,
+                       FailureSchedule.from_flags(["5:2", "9:0"])))
     assert [f["index"] for f in report["failures"]] == [2, 0]
     assert report["lost_updates"] == 0 and report["lost_samples"] == 0
     assert report["model_digest"] == reference(1)["model_digest"]
@@ -67,7 +69,7 @@ def test_a_longer_interval_loses_more_updates(tmp_path: Path) -> None:
     lost = []
     for interval in (2, 6):
         strategy = PartialRecovery(interval_steps=interval, full_every=1, directory=str(tmp_path / str(interval)))
-        report = PSTrainer(small_config(), ClusterConfig(servers=2), strategy, FailureSchedule.from_flags(["12:1"])).run()
+        report = run_trainer(make_trainer(small_config(), ClusterConfig(servers=2), strategy, FailureSchedule.from_flags(["12:1"])))
         lost.append(report["lost_updates"])
         assert report["lost_samples"] == ((12 - 1) % interval) * 64
     assert 0 < lost[0] < lost[1]
@@ -75,7 +77,7 @@ def test_a_longer_interval_loses_more_updates(tmp_path: Path) -> None:
 
 def test_interval_from_pls_and_mtbf() -> None:
     strategy = PartialRecovery(pls=0.01, mtbf=100.0)
-    trainer = PSTrainer(small_config(steps=2), ClusterConfig(servers=4), strategy)
+    trainer = make_trainer(small_config(steps=2), ClusterConfig(servers=4), strategy)
     try:
         assert strategy.interval_seconds == pytest.approx(2 * 4 * 100.0 * 0.01)
     finally:
@@ -94,8 +96,8 @@ def test_bad_configuration_is_a_clear_error(kwargs: dict, message: str) -> None:
 
 def test_seeded_mtbf_failures_hit_servers_and_the_run_finishes(tmp_path: Path) -> None:
     strategy = PartialRecovery(interval_steps=2, directory=str(tmp_path))
-    schedule = FailureSchedule(mtbf=0.05, seed=4)  # a failure at nearly every step boundary
-    report = PSTrainer(small_config(steps=8), ClusterConfig(servers=2), strategy, schedule).run()
+    schedule = FailureSchedule(mtbf=0.005, seed=4)  # a failure at nearly every step boundary
+    report = run_trainer(make_trainer(small_config(steps=8), ClusterConfig(servers=2), strategy, schedule))
     assert report["steps"] == 8 and len(report["failures"]) >= 2
     assert all(f["role"] == "server" and f["index"] in (0, 1) for f in report["failures"])
     fired = [k.index for k, _ in schedule.fired]
@@ -105,11 +107,11 @@ def test_seeded_mtbf_failures_hit_servers_and_the_run_finishes(tmp_path: Path) -
 
 def test_lost_updates_count_exactly_the_row_updates_since_the_save(tmp_path: Path) -> None:
     from xdl_ec import _core
-    from xdl_ec.trainer import open_training_data, train_batch_stream
+    from xdl_ec.criteo_job import open_training_data, train_batch_stream
 
     config = small_config()
     strategy = PartialRecovery(interval_steps=4, full_every=1, directory=str(tmp_path))
-    report = PSTrainer(config, ClusterConfig(servers=2), strategy, FailureSchedule.from_flags(["11:1"])).run()
+    report = run_trainer(make_trainer(config, ClusterConfig(servers=2), strategy, FailureSchedule.from_flags(["11:1"])))
     # full saves after steps 0, 4 and 8: the failure before step 11 loses server 1's updates of steps 9 and 10,
     # one per distinct key of each batch that server 1 owns
     batches = list(train_batch_stream(open_training_data(config), config, 10))
@@ -125,8 +127,8 @@ def test_lost_samples_count_each_sample_once_and_never_exceed_the_samples_traine
     samples since its reload, 5*64..11*64 (4*64 not counted yet). Summing each failure's window since the save
     (the old upper bound) would count 5 + 7 + 11 = 23 batches out of 16 trained."""
     strategy = PartialRecovery(interval_steps=100, directory=str(tmp_path))
-    report = PSTrainer(small_config(), ClusterConfig(servers=3, workers=1), strategy,
-                       FailureSchedule.from_flags(["6:1", "8:2", "12:1"])).run()
+    report = run_trainer(make_trainer(small_config(), ClusterConfig(servers=3, workers=1), strategy,
+                       FailureSchedule.from_flags(["6:1", "8:2", "12:1"])))
     assert [(f["index"], f["step"]) for f in report["failures"]] == [(1, 6), (2, 8), (1, 12)]
     assert [f["lost_samples"] for f in report["failures"]] == [5 * 64, 2 * 64, 4 * 64]
     assert report["lost_samples"] == 11 * 64 <= report["samples"] == STEPS * 64
@@ -140,8 +142,8 @@ def test_cpr_on_ray_reloads_the_killed_actor_shard_and_finishes(tmp_path: Path) 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=ray_runtime_env())
     try:
         strategy = PartialRecovery(interval_steps=3, directory=str(tmp_path))
-        report = PSTrainer(small_config(), ClusterConfig(servers=3, workers=2, backend="ray"), strategy,
-                           FailureSchedule.from_flags(["6:1"])).run()
+        report = run_trainer(make_trainer(small_config(), ClusterConfig(servers=3, workers=2, backend="ray"), strategy,
+                           FailureSchedule.from_flags(["6:1"])))
     finally:
         ray.shutdown()
     assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 1)]

@@ -14,11 +14,15 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from xdl_ec.ft.ec_strategy import ErasureCoded, parse_code  # noqa: E402
+from xdl_ec.ft.configs import parse_code  # noqa: E402
+from xdl_ec.ft.ec_strategy import ErasureCoded  # noqa: E402
 from xdl_ec.ft.failure_schedule import FailureSchedule, Kill  # noqa: E402
-from xdl_ec.ft.strategy import Unrecoverable  # noqa: E402
-from xdl_ec.ps import ClusterConfig, PSTrainer  # noqa: E402
-from xdl_ec.trainer import TrainConfig  # noqa: E402
+from xdl_ec.ps import Unrecoverable  # noqa: E402
+from support.ft_runs import make_trainer, run as run_trainer  # noqa: E402
+from xdl_ec.ft.parity_agent import ParityAgent  # noqa: E402
+from xdl_ec.ps import ClusterConfig, Remote  # noqa: E402
+from xdl_ec.ps.api import ServerAPI  # noqa: E402
+from xdl_ec.criteo_job import TrainConfig  # noqa: E402
 
 STEPS = 6
 
@@ -31,9 +35,9 @@ def small_config(**kwargs: Any) -> TrainConfig:
 
 
 def run(servers: int, strategy: Any, kills: List[Kill] = (), workers: int = 1, mode: str = "sync") -> Dict[str, Any]:
-    trainer = PSTrainer(small_config(), ClusterConfig(servers=servers, workers=workers, mode=mode), strategy=strategy,
+    trainer = make_trainer(small_config(), ClusterConfig(servers=servers, workers=workers, mode=mode), strategy=strategy,
                         failures=FailureSchedule(list(kills)))
-    report = trainer.run()
+    report = run_trainer(trainer)
     return {**(strategy.report() if strategy is not None else {}), **report}
 
 
@@ -76,7 +80,7 @@ def test_server_killed_while_a_rebuild_is_running() -> None:
     def kill_another(stripe: int) -> None:  # a survivor dies after the first decoded stripe of the rebuild
         if not killed:
             killed.append(3)
-            strategy.trainer.scheduler.kill("server", 3)
+            strategy.view.kill("server", 3)
 
     strategy.on_rebuild_stripe = kill_another
     report = run(4, strategy, [Kill(4, "server", 1)])
@@ -121,7 +125,7 @@ def test_a_second_loss_before_an_r1_rebuild_completes_is_unrecoverable() -> None
     def kill_another(stripe: int) -> None:
         if not killed:
             killed.append(2)
-            strategy.trainer.scheduler.kill("server", 2)
+            strategy.view.kill("server", 2)
 
     strategy.on_rebuild_stripe = kill_another
     with pytest.raises(Unrecoverable, match=r"unrecoverable: lost servers \[1, 2\]"):
@@ -130,13 +134,13 @@ def test_a_second_loss_before_an_r1_rebuild_completes_is_unrecoverable() -> None
 
 def test_scrub_is_clean_after_recovery_and_catches_a_flipped_bit() -> None:
     strategy = ErasureCoded(2, 1)
-    trainer = PSTrainer(small_config(), ClusterConfig(servers=3, workers=1), strategy=strategy,
+    trainer = make_trainer(small_config(), ClusterConfig(servers=3, workers=1), strategy=strategy,
                         failures=FailureSchedule([Kill(3, "server", 0)]))
     try:
         trainer.fit()
         assert len(strategy.failures) == 1
         assert strategy.verify() == []
-        table = trainer.TABLE_NAME
+        table = trainer.job.tables[0].name
         server = 1
         block = strategy._call(server, "read_parity", table, 0, 0, strategy._geometry(table)[1])
         assert block.any(), "parity block 0 of server 1 should hold data after training"
@@ -150,12 +154,12 @@ def test_scrub_is_clean_after_recovery_and_catches_a_flipped_bit() -> None:
 
 
 def test_bad_code_and_too_few_servers_are_clear_errors() -> None:
-    with pytest.raises(ValueError, match="--code"):
+    with pytest.raises(ValueError, match="code: must be 'k,r'"):
         parse_code("4")
-    with pytest.raises(ValueError, match="--code"):
+    with pytest.raises(ValueError, match="code: need k >= 1, 1 <= r <= 4"):
         parse_code("4,0")
     with pytest.raises(ValueError, match="--servers"):
-        PSTrainer(small_config(), ClusterConfig(servers=2, workers=1), strategy=ErasureCoded(2, 1))
+        make_trainer(small_config(), ClusterConfig(servers=2, workers=1), strategy=ErasureCoded(2, 1))
 
 
 def test_rebuild_runs_between_steps_and_serves_degraded_reads() -> None:
@@ -172,7 +176,7 @@ def test_fit_in_chunks_keeps_a_rebuild_running_across_calls_and_drain_makes_ever
     """A ``fit(steps)`` that stops while stripes are missing leaves the rebuild to the next call (its report has
     the failure open); ``drain`` returns once every holder applied every delta; the chunked run stays exact."""
     strategy = ErasureCoded(2, 1, rebuild_stripes_per_step=1)
-    trainer = PSTrainer(small_config(), ClusterConfig(servers=3, workers=1), strategy=strategy,
+    trainer = make_trainer(small_config(), ClusterConfig(servers=3, workers=1), strategy=strategy,
                         failures=FailureSchedule([Kill(2, "server", 1)]))
     try:
         first = trainer.fit(steps=3)
@@ -180,7 +184,7 @@ def test_fit_in_chunks_keeps_a_rebuild_running_across_calls_and_drain_makes_ever
         assert [f["index"] for f in first["failures"]] == [1] and first["failures"][0]["rebuild_seconds"] == 0.0
         strategy.drain()
         for server in trainer.scheduler.servers:
-            progress = server.call("parity_call", "progress").result(10)
+            progress = Remote(server, ParityAgent, agent=True).progress().result(10)
             assert not progress["pending"] and progress["live_applied"] == progress["seq"] > 0
         last = trainer.fit()
         assert not strategy.rebuilding and last["failures"][0]["rebuild_seconds"] > 0
@@ -197,26 +201,26 @@ def test_rate_limited_rebuild_spans_several_steps_and_stays_exact() -> None:
     steps_of_stripes: List[int] = []
 
     def slow_stripe(stripe: int) -> None:
-        steps_of_stripes.append(strategy.trainer.step)
+        steps_of_stripes.append(strategy.view.step)
         seconds = list(strategy.pacer.step_seconds)
         time.sleep(sum(seconds) / len(seconds) if seconds else 0.01)
 
     strategy.on_rebuild_stripe = slow_stripe
-    trainer = PSTrainer(small_config(steps=14), ClusterConfig(servers=3, workers=1), strategy=strategy,
+    trainer = make_trainer(small_config(steps=14), ClusterConfig(servers=3, workers=1), strategy=strategy,
                         failures=FailureSchedule([Kill(3, "server", 1)]))
-    report = trainer.run()
+    report = run_trainer(trainer)
     assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 1)]
     assert len(steps_of_stripes) >= 3, "the test needs a rebuild of several stripes"
     during_training = [s for s in steps_of_stripes if s < 14]
     assert len(set(during_training)) >= 2, steps_of_stripes
     assert all(steps_of_stripes.count(s) == 1 for s in during_training), steps_of_stripes
-    reference = PSTrainer(small_config(steps=14), ClusterConfig(servers=3, workers=1)).run()
+    reference = run_trainer(make_trainer(small_config(steps=14), ClusterConfig(servers=3, workers=1)))
     assert report["model_digest"] == reference["model_digest"]
 
 
 @pytest.mark.parametrize("share", [0, -0.1, 1.5, float("nan"), "fast", None])
 def test_bad_rebuild_share_is_a_clear_error(share: Any) -> None:
-    with pytest.raises(ValueError, match=r"--rebuild-share: must be .*\(0, 1\]"):
+    with pytest.raises(ValueError, match=r"rebuild_share: must be a (finite number in \(0.0, 1.0\]|number, got)"):
         ErasureCoded(2, 1, rebuild_share=share)
 
 
@@ -265,7 +269,7 @@ def test_two_async_workers_with_a_kill_lose_no_push_and_leave_consistent_stripes
 
     monkeypatch.setattr(Worker, "replay_pushes", recording_replay)
     strategy = ErasureCoded(2, 1, rebuild_stripes_per_step=1)
-    trainer = PSTrainer(small_config(steps=16), ClusterConfig(servers=3, workers=2, mode="async"), strategy=strategy,
+    trainer = make_trainer(small_config(steps=16), ClusterConfig(servers=3, workers=2, mode="async"), strategy=strategy,
                         failures=FailureSchedule([Kill(6, "server", 2)]))
     try:
         report = trainer.fit()
@@ -276,10 +280,10 @@ def test_two_async_workers_with_a_kill_lose_no_push_and_leave_consistent_stripes
         assert sorted(replayed_after) == [(2, 0), (2, 1)]
         sent = [w._obj.client._seq for w in trainer.workers]  # pushes each worker sent to each server
         for s, server in enumerate(trainer.scheduler.servers):
-            stats = server.call("stats").result(10)
+            stats = Remote(server, ServerAPI).stats().result(10)
             expected = 0
             for w in range(2):
-                assert server.call("push_state", w).result(10)[1] == sent[w][s], (s, w)
+                assert Remote(server, ServerAPI).push_state(w).result(10)[1] == sent[w][s], (s, w)
                 expected += sent[w][s] - replayed_after.get((s, w), 0)
             assert stats["pushes"] == expected, (s, stats["pushes"], expected)
     finally:
@@ -305,9 +309,9 @@ def test_ray_backend_two_failures_rebuilt_exactly() -> None:
     step 2), later server 1's actor is SIGKILLed; the digest equals the one-process failure-free run's."""
     pytest.importorskip("ray")
     strategy = CrashBeforeForwarding(2, 1, rebuild_stripes_per_step=0)
-    trainer = PSTrainer(small_config(), ClusterConfig(servers=3, workers=1, backend="ray"), strategy=strategy,
+    trainer = make_trainer(small_config(), ClusterConfig(servers=3, workers=1, backend="ray"), strategy=strategy,
                         failures=FailureSchedule([Kill(5, "server", 1)]))
-    report = trainer.run()
+    report = run_trainer(trainer)
     assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 2), ("server", 1)]
     assert report["model_digest"] == baseline(3)
 
@@ -378,7 +382,7 @@ def test_recovery_fragments_are_fetched_again_until_the_parity_caught_up_with_th
             self.applied = 4  # as a parity holder: server 0's seq its block reflects
 
         def call(self, method: str, name: str, *args: Any) -> Answered:
-            assert method == "parity_call"
+            assert method == "agent_call"
             self.calls.append(name)
             if name == "flush":
                 servers[1].applied = 5

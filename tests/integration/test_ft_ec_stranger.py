@@ -20,7 +20,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from xdl_ec import _core  # noqa: E402
 from xdl_ec.ft.ec_strategy import ErasureCoded  # noqa: E402
 from xdl_ec.ft.failure_schedule import FailureSchedule, Kill  # noqa: E402
-from xdl_ec.ps import ClusterConfig, PSTrainer  # noqa: E402
+from xdl_ec.ft.parity_agent import ParityAgent  # noqa: E402
+from xdl_ec.ps.remote import Remote  # noqa: E402
+from support.ft_runs import make_trainer, run as run_trainer  # noqa: E402
+from xdl_ec.ps import ClusterConfig  # noqa: E402
 from support import stranger  # noqa: E402
 from support.ft_runs import small_config  # noqa: E402
 
@@ -38,7 +41,7 @@ class StrangerAtStep(ErasureCoded):
         self.peak_rss: List[int] = []
 
     def _servers(self) -> List[Any]:
-        return list(self.trainer.scheduler.servers)
+        return self.view.server_handles()
 
     def after_step(self, step: int) -> None:
         super().after_step(step)
@@ -47,30 +50,31 @@ class StrangerAtStep(ErasureCoded):
             self._drain(list(range(self.n)))  # every sender's seq 1 applied: the recorded request is a resend
             targets = []
             for h, s in enumerate(servers):
-                host, port = s.call("parity_call", "parity_address").result(60)
+                host, port = Remote(s, ParityAgent, agent=True).parity_address().result(60)
                 sender = (h - 1) % self.n
                 resend = _core.serialize_batches([(1, {}, {}, 1)]).tobytes()
                 replay = stranger.genuine_exchange((host, int(port)), self.secret, sender, h, resend)
                 targets.append(dict(host=host, port=int(port), holder=h, sender=sender, servers=self.n,
                                     replay=replay.hex()))
-            before = [len(s.call("parity_call", "security_events").result(60)) for s in servers]
+            before = [len(Remote(s, ParityAgent, agent=True).security_events().result(60)) for s in servers]
             done = subprocess.run([sys.executable, stranger.__file__, json.dumps(targets)], capture_output=True,
                                   text=True, timeout=120, check=True)
             self.attacks = json.loads(done.stdout)
-            self.events = [s.call("parity_call", "security_events").result(60)[b:] for s, b in zip(servers, before)]
+            self.events = [Remote(s, ParityAgent, agent=True).security_events().result(60)[b:] for s, b in zip(servers, before)]
         if step == STEPS:
-            self.peak_rss = [int(s.call("parity_call", "peak_rss").result(60)) for s in servers]
+            self.peak_rss = [int(Remote(s, ParityAgent, agent=True).peak_rss().result(60)) for s in servers]
 
 
 def _run(backend: str, attack: bool) -> Dict[str, Any]:
     strategy = StrangerAtStep(4, 1, attack)
-    report = PSTrainer(small_config(steps=STEPS), ClusterConfig(servers=5, workers=1, backend=backend),
-                       strategy=strategy, failures=FailureSchedule([Kill(KILL_STEP, "server", 1)])).run()
+    report = make_trainer(small_config(steps=STEPS), ClusterConfig(servers=5, workers=1, backend=backend),
+                       strategy=strategy, failures=FailureSchedule([Kill(KILL_STEP, "server", 1)]))
+    report = run_trainer(report)
     return {"report": report, "strategy": strategy}
 
 
 def _reference_digest() -> str:
-    return PSTrainer(small_config(steps=STEPS), ClusterConfig(servers=5, workers=1)).run()["model_digest"]
+    return run_trainer(make_trainer(small_config(steps=STEPS), ClusterConfig(servers=5, workers=1)))["model_digest"]
 
 
 def _check_attacks(strategy: StrangerAtStep) -> None:

@@ -60,8 +60,7 @@ def test_no_remnant_batch_lands_after_the_rollback(monkeypatch: pytest.MonkeyPat
     roll_back, settle = RecoveryCoordinator.roll_back, RecoveryCoordinator.settle_rollback
 
     def checked_roll_back(self: RecoveryCoordinator, lost: Any, survivors: Any, progress: Any) -> Any:
-        sched = self.trainer.scheduler
-        alive_at_rollback.extend(p for p in lost if sched.backend.alive(sched.servers[p], 1.0))
+        alive_at_rollback.extend(p for p in lost if self.view.server_alive(p, 1.0))
         return roll_back(self, lost, survivors, progress)
 
     def checked_settle(self: RecoveryCoordinator, pairs: Any, seq: Dict[int, int]) -> None:

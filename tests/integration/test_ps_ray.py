@@ -14,7 +14,7 @@ ray = pytest.importorskip("ray")
 
 from xdl_ec.ps import ClusterConfig, PSTrainer, ServerLost, WorkerLost  # noqa: E402
 from xdl_ec.ps.backend import ray_runtime_env  # noqa: E402
-from xdl_ec.trainer import TrainConfig, Trainer  # noqa: E402
+from xdl_ec.criteo_job import TrainConfig, criteo_job  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -33,8 +33,8 @@ def small_config(**kwargs) -> TrainConfig:
 
 
 def test_one_worker_on_ray_matches_the_single_process_trainer() -> None:
-    single = Trainer(small_config()).run()
-    report = PSTrainer(small_config(), ClusterConfig(servers=2, workers=1, backend="ray")).run()
+    single = criteo_job(small_config()).fit(deterministic=True, seed=3)
+    report = run_trainer(make_trainer(small_config(), ClusterConfig(servers=2, workers=1, backend="ray")))
     assert report["model_digest"] == single["model_digest"]
     assert report["final_loss"] == single["final_loss"]
     assert [s["index"] for s in report["servers"]] == [0, 1]
@@ -44,15 +44,15 @@ def test_one_worker_on_ray_matches_the_single_process_trainer() -> None:
 
 def test_two_sync_workers_on_ray_match_the_one_process_backend() -> None:
     config = lambda: small_config(steps=4)  # noqa: E731
-    local = PSTrainer(config(), ClusterConfig(servers=3, workers=2)).run()
-    on_ray = PSTrainer(config(), ClusterConfig(servers=3, workers=2, backend="ray")).run()
+    local = run_trainer(make_trainer(config(), ClusterConfig(servers=3, workers=2)))
+    on_ray = run_trainer(make_trainer(config(), ClusterConfig(servers=3, workers=2, backend="ray")))
     assert on_ray["model_digest"] == local["model_digest"]
     assert on_ray["samples"] == local["samples"] == 4 * 128
 
 
 @pytest.mark.parametrize("role,index,error", [("server", 1, ServerLost), ("worker", 0, WorkerLost)])
 def test_ray_kill_stops_training_naming_the_role(role: str, index: int, error: type) -> None:
-    trainer = PSTrainer(small_config(steps=2000, synthetic_rows=300_000, deterministic=False),
+    trainer = make_trainer(small_config(steps=2000, synthetic_rows=300_000, deterministic=False),
                         ClusterConfig(servers=2, workers=1, backend="ray"))
     handles = trainer.scheduler.servers if role == "server" else trainer.scheduler.workers
 
@@ -66,7 +66,7 @@ def test_ray_kill_stops_training_naming_the_role(role: str, index: int, error: t
     killer.start()
     start = time.monotonic()
     with pytest.raises(error, match=f"{role} {index} was lost") as info:
-        trainer.run()
+        run_trainer(trainer)
     assert info.value.index == index
     assert trainer.step < 2000 and time.monotonic() - start < 60
     killer.join()

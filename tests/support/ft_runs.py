@@ -34,9 +34,12 @@ def make_trainer(config: TrainConfig, cluster: ClusterConfig, strategy: Any = No
 
 
 def run(trainer: PSTrainer) -> Dict[str, Any]:
-    """fit, then the digest and the cluster's report; closes the trainer."""
+    """fit, the hold-out metrics, the digest and the cluster's report (what ``Job.fit`` reports); closes the
+    trainer."""
     try:
         report = trainer.fit()
+        if trainer.job.eval_fn is not None:
+            report.update(trainer.evaluate(trainer.job.eval_fn()))
         report["model_digest"] = trainer.digest()
         report.update(trainer.report())
         return report

@@ -13,9 +13,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from xdl_ec.ft.ec_strategy import ErasureCoded  # noqa: E402
 from xdl_ec.ft.failure_schedule import FailureSchedule, Kill  # noqa: E402
-from xdl_ec.ft.strategy import Unrecoverable  # noqa: E402
-from xdl_ec.ps import ClusterConfig, PSTrainer  # noqa: E402
-from xdl_ec.trainer import TrainConfig  # noqa: E402
+from xdl_ec.ps import Unrecoverable  # noqa: E402
+from support.ft_runs import make_trainer, run as run_trainer  # noqa: E402
+from xdl_ec.ps import ClusterConfig  # noqa: E402
+from xdl_ec.criteo_job import TrainConfig  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,9 +93,9 @@ def reference_digest(scenario: Scenario, data: Optional[str] = None, backend: st
     """The failure-free model_digest of the scenario's configuration (trained once per process)."""
     key = (scenario.servers, scenario.workers, scenario.steps, data)
     if key not in _REFERENCES:
-        trainer = PSTrainer(config(scenario.steps, data),
+        trainer = make_trainer(config(scenario.steps, data),
                             ClusterConfig(servers=scenario.servers, workers=scenario.workers, backend=backend))
-        _REFERENCES[key] = trainer.run()["model_digest"]
+        _REFERENCES[key] = run_trainer(trainer)["model_digest"]
     return _REFERENCES[key]
 
 
@@ -102,12 +103,12 @@ def run_scenario(scenario: Scenario, data: Optional[str] = None, backend: str = 
     """Runs ``scenario`` to its end and judges it (see :class:`Outcome`)."""
     expected = reference_digest(scenario, data, backend)
     strategy = ErasureCoded(scenario.k, scenario.r, rebuild_share=scenario.rebuild_share)
-    trainer = PSTrainer(config(scenario.steps, data),
+    trainer = make_trainer(config(scenario.steps, data),
                         ClusterConfig(servers=scenario.servers, workers=scenario.workers, backend=backend),
                         strategy=strategy,
                         failures=FailureSchedule([Kill(step, "server", s) for step, s in scenario.kills]))
     try:
-        report = trainer.run()
+        report = run_trainer(trainer)
     except Unrecoverable as err:
         if scenario.expect == "exact":
             return Outcome("unexpected-unrecoverable", str(err))

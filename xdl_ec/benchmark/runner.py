@@ -35,9 +35,10 @@ import math
 import os
 import resource
 import time
-import types
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from .. import checks
 
 BACKENDS = ("local", "ray")
 
@@ -115,12 +116,7 @@ class BenchConfig:
         if out.exists() and not out.is_dir():
             raise ValueError(f"out: {self.out} exists and is not a directory; pick another --out")
         if self.rebuild_share is not None:
-            from ..ft.ec_strategy import parse_rebuild_share
-
-            try:
-                parse_rebuild_share(self.rebuild_share)
-            except ValueError as err:
-                raise ValueError(str(err).replace("--rebuild-share", "rebuild_share")) from None
+            checks.number("rebuild_share", self.rebuild_share, 0.0, 1.0, low_open=True)
         if self.variants is not None:
             known = [v.label for v in MATRIX]
             unknown = [v for v in self.variants if v not in known]
@@ -128,7 +124,7 @@ class BenchConfig:
                 raise ValueError(f"variants: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(known)}")
 
     def train_config(self) -> Any:
-        from ..trainer import TrainConfig
+        from ..criteo_job import TrainConfig
 
         p = self.preset
         return TrainConfig(data=self.data, synthetic=self.data is None, synthetic_rows=p.synthetic_rows,
@@ -196,21 +192,35 @@ def run_variant(variant: Variant, train: Any, cluster: Any, kills: Sequence[Tupl
     """Trains ``variant`` with the kills: ``{"label", "ft", "status": "ok", "report", "peak_rss_bytes", ...}``, or
     status ``unavailable`` (the strategy is not in this build) or ``failed`` (the run raised) with the error.
     ``rebuild_share``: ec's rebuild rate limit (None: the strategy's default)."""
+    from ..cluster import Cluster
+    from ..criteo_job import criteo_job
     from ..ft.factory import make_strategy
-    from ..ps import PSTrainer
+    from ..ft.failure_injector import FailureInjector
+    from ..ps import PSTrainer, RunSettings
     from .after_rebuild_schedule import AfterRebuildSchedule
 
     row: Dict[str, Any] = {"label": variant.label, "ft": variant.ft, "options": dict(variant.options)}
-    args = types.SimpleNamespace(**variant.options, mtbf=mtbf, seed=seed, rebuild_share=rebuild_share)
     try:
-        strategy = make_strategy(variant.ft, args)
+        options = dict(variant.options)
+        if variant.ft == "ec" and rebuild_share is not None:
+            options["rebuild_share"] = rebuild_share
+        config = Cluster(servers=cluster.servers, workers=cluster.workers, backend=cluster.backend, ft=variant.ft,
+                         mtbf=mtbf if variant.ft in ("ckpt", "cpr") else None, **options).strategy_config(seed)
+        strategy = make_strategy(config)
     except (ValueError, ImportError) as err:
         return {**row, "status": "unavailable", "error": str(err)}
     schedule = AfterRebuildSchedule(kills, seed, strategy)
     exact_rss = reset_peak_rss()
     started = time.perf_counter()
     try:
-        report = PSTrainer(train, cluster, strategy, schedule).run()
+        trainer = PSTrainer(criteo_job(train).spec, cluster, RunSettings(train.seed, train.deterministic), strategy,
+                            FailureInjector(schedule))
+        try:
+            report = trainer.fit()
+            report["model_digest"] = trainer.digest()
+            report.update(trainer.report())
+        finally:
+            trainer.close()
     except Exception as err:  # noqa: BLE001 - any failure of the run becomes its row, the matrix goes on
         return {**row, "status": "failed", "error": f"{type(err).__name__}: {err}",
                 "seconds": time.perf_counter() - started}

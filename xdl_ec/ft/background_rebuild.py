@@ -85,7 +85,7 @@ class BackgroundRebuild:
     def _run(self) -> None:
         coordinator = self.coordinator
         try:
-            if getattr(coordinator.trainer.cluster, "backend", "local") == "ray":
+            if coordinator.view.backend == "ray":
                 # remote links batch their sends (parity_link): every survivor's parity delivered once first
                 coordinator.drain([s for s in range(coordinator.n) if s not in coordinator.rebuilding])
             while not self._stop.is_set():

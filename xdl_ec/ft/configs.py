@@ -11,6 +11,7 @@ from .interval import IntervalPolicy, parse_interval
 
 STRATEGIES = ("none", "ckpt", "cpr", "ec")
 CPR_MODES = ("mfu", "ssu")
+REBUILD_MODES = ("background", "boundary")
 MAX_R = 4
 MAX_K_PLUS_R = 32
 
@@ -33,15 +34,19 @@ def parse_code(code: Any) -> Tuple[int, int]:
 
 @dataclasses.dataclass(frozen=True)
 class EcConfig:
-    """``--ft ec``: a (k, r) code over the servers; ``rebuild_share``: the share of wall time a rebuild may take
-    until it is done, in (0, 1]; ``scrub``: re-encode every stripe when the run reports (``xdl-ec verify``)."""
+    """``--ft ec``: a (k, r) code over the servers; ``rebuild``: "background" (a thread beside the steps, flat
+    out while a core is idle or one more loss would be fatal) or "boundary" (at step boundaries);
+    ``rebuild_share``: the share of wall time a rebuild keeps to while it would slow training, in (0, 1];
+    ``scrub``: re-encode every stripe when the run reports (``xdl-ec verify``)."""
 
     code: Tuple[int, int] = (4, 1)
     rebuild_share: float = 0.05
     scrub: bool = False
+    rebuild: str = "background"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "code", parse_code(self.code))
+        checks.one_of("rebuild", self.rebuild, REBUILD_MODES)
         checks.number("rebuild_share", self.rebuild_share, 0.0, 1.0, low_open=True)
         checks.instance("scrub", self.scrub, bool)
 

@@ -15,8 +15,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .. import _core
 from ..ps.backend import CallTimeout, WorkerLost
-from .parity_agent import consistent_decode, holders_of, parity_agent_for
-from .strategy import Unrecoverable
+from ..ps.fault_tolerance import Unrecoverable
+from ..ps.remote import Remote
+from .parity_agent import ParityAgent, consistent_decode, holders_of, parity_agent_for
 
 CALL_TIMEOUT = 120.0  # seconds one call of the recovery may take
 DRAIN_WAIT = 1.0  # seconds a server waits for its parity links in one drain call before answering "still pending"
@@ -32,7 +33,7 @@ class RecoveryTimeout(Unrecoverable):
 
 class RecoveryCoordinator:
     """The recovery of one ``--ft ec`` job: ``strategy`` is its :class:`~xdl_ec.ft.ec_strategy.ErasureCoded`
-    (k, r, n, the trainer, the job's secret). Holds the rebuild in progress: the stripes still to rebuild
+    (k, r, n, the cluster view, the job's secret). Holds the rebuild in progress: the stripes still to rebuild
     (``plan``), the replacements not complete (``rebuilding``) and their restore extents."""
 
     def __init__(self, strategy: Any) -> None:
@@ -48,8 +49,11 @@ class RecoveryCoordinator:
 
     # ---- calls -----------------------------------------------------------------------------------------
     @property
-    def trainer(self) -> Any:
-        return self.strategy.trainer
+    def view(self) -> Any:
+        return self.strategy.view
+
+    def agent(self, server: int) -> Remote:
+        return self.view.agent(server, ParityAgent)
 
     @property
     def n(self) -> int:
@@ -59,23 +63,22 @@ class RecoveryCoordinator:
         return [f.result(CALL_TIMEOUT) for f in futures]
 
     def call(self, server: int, method: str, *args: Any) -> Any:
-        return self.trainer.scheduler.servers[server].call("parity_call", method, *args).result(CALL_TIMEOUT)
+        return getattr(self.agent(server), method)(*args).result(CALL_TIMEOUT)
 
     def call_many(self, calls: Sequence[Tuple[Any, ...]]) -> List[Any]:
         """``parity_call``s (server, method, *args), all issued before any is awaited (the servers work in
         parallel and the recovery pays one round trip, not one per call); the answers in call order."""
-        servers = self.trainer.scheduler.servers
-        return self.wait([servers[c[0]].call("parity_call", *c[1:]) for c in calls])
+        return self.wait([getattr(self.agent(c[0]), c[1])(*c[2:]) for c in calls])
 
     # ---- geometry --------------------------------------------------------------------------------------
     def tables(self) -> List[str]:
-        return [t.name for t in self.trainer.scheduler.tables]
+        return [t.name for t in self.view.tables]
 
     def geometry(self, table: str) -> Tuple[int, int]:
         """(block_slots, record_bytes) of ``table``'s shards."""
         if table not in self._geometries:
-            spec = next(t for t in self.trainer.scheduler.tables if t.name == table)
-            probe = _core.EmbeddingShard(_shard_config(spec))
+            spec = next(t for t in self.view.tables if t.name == table)
+            probe = _core.EmbeddingShard(spec.shard_config())
             self._geometries[table] = (int(probe.block_slots), int(probe.record_bytes))
         return self._geometries[table]
 
@@ -142,14 +145,13 @@ class RecoveryCoordinator:
         delivered after the rollback would leave its holders disagreeing on its seq for good, and every decode
         would wait for them to agree (issue 19). In one process the kill returns once its forwarder delivers
         nothing more (DeltaForwarder::Close); a Ray actor is probed until it is dead."""
-        sched = self.trainer.scheduler
+        view = self.view
         for p in lost:
-            old = sched.servers[p]
-            if ("server", p) in sched.dead and not sched.backend.alive(old, 1.0):
+            if ("server", p) in view.dead() and not view.server_alive(p, 1.0):
                 continue
-            sched.backend.kill(old)
+            view.kill("server", p)
             deadline = time.monotonic() + STOP_WAIT
-            while sched.backend.alive(old, 1.0):
+            while view.server_alive(p, 1.0):
                 if time.monotonic() > deadline:
                     raise RecoveryTimeout(f"recovery: server {p}'s replacement, whose rebuild was cut short, was "
                                           f"killed but still answers after {STOP_WAIT:g} s; its parity cannot be "
@@ -194,11 +196,8 @@ class RecoveryCoordinator:
         """I11: Unrecoverable when a rebuilt server would miss pushes no live log holds: those above S_p that a
         dead worker sent (its log died with it) or that a restarted worker's predecessor sent (the new log starts
         after them). The driver records each worker's sent seqs per answered step (``PSTrainer.push_seqs``)."""
-        trainer, dead = self.trainer, self.trainer.scheduler.dead
-        sent = getattr(trainer, "push_seqs", None)
-        if sent is None:
-            return
-        unlogged = getattr(trainer, "unlogged_push_seqs", [None] * len(sent))
+        dead = self.view.dead()
+        sent, unlogged = self.view.push_seqs()
         for p in lost:
             for w in range(len(sent)):
                 if ("worker", w) in dead:
@@ -217,14 +216,14 @@ class RecoveryCoordinator:
         """(c): fresh replacements continue p's delta seqs at W_p claiming S_p; each decodes its key index from the
         survivors (key bytes only) and enters restore mode; holders among them reset their record of every sender
         to the sender's current seq. Leaves the stripes touching ``lost`` in ``plan``."""
-        trainer, sched = self.trainer, self.trainer.scheduler
+        view = self.view
         n, k, r = self.n, self.strategy.k, self.strategy.r
         for p in lost:
-            trainer.client.servers[p] = sched.replace_server(p)
-        servers = list(sched.servers)
-        self.wait([servers[p].call("attach_agent", parity_agent_for, n, k, r, seq[p], wseqs[p], self.strategy.secret)
+            view.replace_server(p)
+        servers = view.server_handles()
+        self.wait([view.server(p).attach_agent(parity_agent_for, n, k, r, seq[p], wseqs[p], self.strategy.secret)
                    for p in lost])
-        self.wait([servers[p].call("parity_call", "connect", servers) for p in lost])
+        self.wait([self.agent(p).connect(servers) for p in lost])
         self.call_many([(s, "set_holder", p, servers[p]) for s in survivors for p in lost
                         if p in holders_of(s, n, k, r)] +
                        [(q, "reset_sender", s, seq[s], wseqs[s]) for q in lost for s in range(n)
@@ -254,16 +253,15 @@ class RecoveryCoordinator:
     def replay(self, lost: Sequence[int], wseqs: Dict[int, Dict[int, int]]) -> None:
         """(d), I6: each worker re-sends its logged pushes above S_p to p, in seq order (blocks they touch decode on
         demand). A dead worker is skipped (the driver restarts it afterwards); its log died with it."""
-        trainer, sched = self.trainer, self.trainer.scheduler
-        servers = sched.servers
+        view = self.view
+        servers = view.server_handles()
         for p in lost:
-            calls = [w.call("replay_pushes", p, wseqs[p].get(i, 0), servers[p])
-                     for i, w in enumerate(trainer.workers) if ("worker", i) not in sched.dead]
+            calls = [w.replay_pushes(p, wseqs[p].get(w.index, 0), servers[p]) for w in view.workers()]
             for call in calls:
                 try:
                     call.result(CALL_TIMEOUT)
                 except WorkerLost as err:
-                    sched.confirm_failure(err)
+                    view.confirm_failure(err)
 
     # ---- (e) the rebuild -------------------------------------------------------------------------------
     def rebuild_next(self) -> bool:
@@ -288,7 +286,7 @@ class RecoveryCoordinator:
         restored (unless a degraded read did it first), parity blocks written if their holder has applied exactly
         the data versions they encode (I8; else the stripe is decoded again, until ``timeout``)."""
         k, r = self.strategy.k, self.strategy.r
-        servers = self.trainer.scheduler.servers
+        servers = self.view.server_handles()
         lost = list(self.rebuilding)
         layout = self.layout
         recovery = self.recovery(table)
@@ -319,13 +317,3 @@ class RecoveryCoordinator:
                                       f"never had applied exactly the data versions decoded ({expected}) within "
                                       f"{timeout:g} s")
             time.sleep(0.0005)
-
-
-def _shard_config(spec: Any) -> Any:
-    config = _core.ShardConfig()
-    config.dim = spec.dim
-    config.seed = spec.seed
-    config.block_slots = spec.block_slots
-    config.optimizer = spec.optimizer.to_config()
-    config.initializer = spec.initializer.to_config()
-    return config

@@ -27,7 +27,7 @@ def scrub(coordinator: Any) -> List[StripeMismatch]:
     """The stored parity blocks that disagree with their stripes' data (empty: all consistent), over the servers
     of ``coordinator`` (a :class:`~xdl_ec.ft.ec_recovery.RecoveryCoordinator`)."""
     strategy = coordinator.strategy
-    servers = coordinator.trainer.scheduler.servers
+    servers = coordinator.view.server_handles()
     everyone = list(range(coordinator.n))
     bad: List[StripeMismatch] = []
     for table in coordinator.tables():

@@ -25,51 +25,22 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from .. import checks
 from ..ps.backend import RoleLost
+from ..ps.fault_tolerance import FailureRecord, FaultTolerance, Resume, Unrecoverable
 from .background_rebuild import BackgroundRebuild
+from .configs import REBUILD_MODES, parse_code
 from .ec_recovery import CALL_TIMEOUT, RecoveryCoordinator, RecoveryTimeout
 from .ec_scrub import StripeMismatch, scrub
 from .job_secret import JobSecret
 from .parity_agent import parity_agent_for
 from .rebuild_pacer import BoundaryPacer
-from .strategy import FailureRecord, FaultTolerance, Resume, Unrecoverable
 
-__all__ = ["CALL_TIMEOUT", "DEFAULT_REBUILD_SHARE", "ErasureCoded", "RecoveryTimeout", "StripeMismatch",
-           "parse_code", "parse_rebuild_share"]
+__all__ = ["CALL_TIMEOUT", "DEFAULT_REBUILD_SHARE", "ErasureCoded", "RecoveryTimeout", "StripeMismatch"]
 
 DEFAULT_REBUILD_SHARE = 0.05  # share of wall time a rebuild keeps to while it would slow training
-REBUILD_MODES = ("background", "boundary")
 
 log = logging.getLogger(__name__)
-
-
-def parse_rebuild_share(value: Any) -> float:
-    """``--rebuild-share``: a number in (0, 1]; ValueError naming the flag otherwise."""
-    try:
-        share = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"--rebuild-share: must be a number in (0, 1] (the share of wall time a rebuild may "
-                         f"take, e.g. 0.05), got {value!r}") from None
-    if isinstance(value, bool) or not (0.0 < share <= 1.0):
-        raise ValueError(f"--rebuild-share: must be in (0, 1] (the share of wall time a rebuild may take, e.g. "
-                         f"0.05; 1 rebuilds at the first step boundary), got {value!r}")
-    return share
-
-
-def parse_code(code: Any) -> Tuple[int, int]:
-    """``"k,r"`` (or a (k, r) pair) -> (k, r); ValueError naming ``--code`` otherwise."""
-    if isinstance(code, str):
-        parts = [p.strip() for p in code.split(",")]
-        if len(parts) != 2 or not all(p.isdigit() for p in parts):
-            raise ValueError(f"--code: must be 'k,r' with two positive integers (e.g. 4,1), got {code!r}")
-        k, r = int(parts[0]), int(parts[1])
-    elif isinstance(code, (tuple, list)) and len(code) == 2 and all(isinstance(x, int) for x in code):
-        k, r = code
-    else:
-        raise TypeError(f"--code: expected 'k,r' or a (k, r) pair, got {type(code).__name__}")
-    if k < 1 or not 1 <= r <= 4 or k + r > 32:
-        raise ValueError(f"--code: need k >= 1, 1 <= r <= 4 and k + r <= 32, got k={k}, r={r}")
-    return k, r
 
 
 class ErasureCoded(FaultTolerance):
@@ -86,7 +57,7 @@ class ErasureCoded(FaultTolerance):
         the recovery)."""
         super().__init__()
         self.k, self.r = parse_code((k, r))
-        self.rebuild_share = parse_rebuild_share(rebuild_share)
+        self.rebuild_share = checks.number("rebuild_share", rebuild_share, 0.0, 1.0, low_open=True)
         if rebuild_stripes_per_step is not None and (isinstance(rebuild_stripes_per_step, bool) or not isinstance(
                 rebuild_stripes_per_step, int) or rebuild_stripes_per_step < 0):
             raise ValueError(f"rebuild_stripes_per_step: must be an int >= 0 or None, got {rebuild_stripes_per_step!r}")
@@ -109,41 +80,26 @@ class ErasureCoded(FaultTolerance):
         self._record_start: Dict[int, float] = {}  # id(record) -> perf_counter of the recovery that opened it
         self._rebuild_start: Optional[Tuple[float, int]] = None
 
-    @classmethod
-    def from_args(cls, args: Any) -> "ErasureCoded":
-        """From ``--code``; ``args.scrub`` (``xdl-ec verify``) scrubs every stripe for the report, and the
-        instance is left on ``args.ec_strategy`` for the caller to read back."""
-        from .factory import strategy_arg
-
-        strategy = cls(*parse_code(strategy_arg(args, "code")),
-                       rebuild_share=parse_rebuild_share(strategy_arg(args, "rebuild_share")))
-        strategy.scrub = bool(getattr(args, "scrub", False))
-        try:
-            args.ec_strategy = strategy
-        except AttributeError:  # a read-only args object: nobody reads it back
-            pass
-        return strategy
-
     # ---- the seam --------------------------------------------------------------------------------------
-    def attach(self, trainer: Any) -> None:
-        super().attach(trainer)
-        servers = trainer.scheduler.servers
+    def attach(self, view: Any) -> None:
+        super().attach(view)
+        servers = view.server_handles()
         self.n = len(servers)
         if self.n < self.k + self.r:
             raise ValueError(f"--servers: the code k={self.k}, r={self.r} needs at least k + r = {self.k + self.r} "
                              f"servers, got {self.n}; add servers or use a smaller --code")
         # two phases: every server's parity holder exists before any forwarder connects to it
         self.secret = JobSecret.generate()  # the job's parity links prove membership with it (ft.parity_link)
-        self._wait([s.call("attach_agent", parity_agent_for, self.n, self.k, self.r, 0, None, self.secret)
-                    for s in servers])
-        self._wait([s.call("parity_call", "connect", list(servers)) for s in servers])
-        self._wait([w.call("enable_push_log") for w in trainer.workers])
+        self._wait([view.server(i).attach_agent(parity_agent_for, self.n, self.k, self.r, 0, None, self.secret)
+                    for i in range(self.n)])
+        self._wait([self.coordinator.agent(i).connect(servers) for i in range(self.n)])
+        self._wait([w.enable_push_log() for w in view.workers()])
 
     def recover(self, lost: BaseException) -> Resume:
         if getattr(lost, "role", "server") != "server":
             raise Unrecoverable(f"{lost}: --ft ec protects servers; a lost worker is restarted by the driver") from lost
         self._recover_servers(lost)
-        return Resume(step=self.trainer.step)
+        return Resume(step=self.view.step)
 
     def after_step(self, step: int) -> None:
         """Background mode: hands a failure the rebuild thread met to the recovery, and closes a rebuild the
@@ -200,12 +156,12 @@ class ErasureCoded(FaultTolerance):
     def _rebuild_failed(self, err: BaseException) -> None:
         """A rebuild stopped on ``err``: a server lost meanwhile restarts the recovery with it; anything else
         stops the run."""
-        if not isinstance(err, RoleLost) or self.trainer.scheduler.confirm_failure(err) is None:
+        if not isinstance(err, RoleLost) or self.view.confirm_failure(err) is None:
             raise err
         self._recover_servers(err)
 
     def _recover_servers(self, cause: BaseException) -> None:
-        trainer, sched, coordinator = self.trainer, self.trainer.scheduler, self.coordinator
+        view, coordinator = self.view, self.coordinator
         start = time.perf_counter()
         if self.background is not None:  # the thread reads the plan this recovery replaces
             self.background.stop()
@@ -213,33 +169,33 @@ class ErasureCoded(FaultTolerance):
             if err is not None and not isinstance(err, RoleLost):
                 raise err
             if err is not None:
-                sched.confirm_failure(err)  # counted below if it is dead
+                view.confirm_failure(err)  # counted below if it is dead
         while True:
-            down = sorted(i for (role, i) in sched.dead if role == "server")
+            down = view.dead_servers()
             pending = sorted(set(down) | set(coordinator.rebuilding))  # replacements not yet complete start over
             if len(pending) > self.r:  # I9
                 coordinator.plan = []  # nothing more can be rebuilt exactly
                 raise Unrecoverable(f"unrecoverable: lost servers {pending}, the code (k={self.k}, r={self.r}) "
                                     f"tolerates {self.r} at once; the model cannot be rebuilt exactly") from cause
-            log.warning("ec: servers %s lost before step %d: recovering (k=%d, r=%d)", pending, trainer.step + 1,
+            log.warning("ec: servers %s lost before step %d: recovering (k=%d, r=%d)", pending, view.step + 1,
                         self.k, self.r)
             try:
                 coordinator.begin(pending)
                 break
             except RoleLost as err:  # another server died during the recovery: confirm it and start again
-                if err.role != "server" or sched.confirm_failure(err) is None:
+                if err.role != "server" or view.confirm_failure(err) is None:
                     raise
                 coordinator.rebuilding = pending
         known = {r.index for r in self._open_records}
         # the step that failed: sync mode numbers a step once it succeeded, async mode when it is dispatched
-        failed_step = trainer.step + (0 if getattr(trainer.cluster, "mode", "sync") == "async" else 1)
+        failed_step = view.step + (0 if view.mode == "async" else 1)
         for p in pending:
             if p not in known:
                 record = FailureRecord(step=failed_step, role="server", index=p)
                 self.failures.append(record)
                 self._open_records.append(record)
                 self._record_start[id(record)] = start
-        self._rebuild_start = (start, getattr(trainer, "samples", 0)) if self._rebuild_start is None else \
+        self._rebuild_start = (start, view.samples) if self._rebuild_start is None else \
             self._rebuild_start
         self.pacer.restart()
         if self.rebuild_stripes_per_step == 0:
@@ -254,7 +210,7 @@ class ErasureCoded(FaultTolerance):
         end = finished_at if finished_at is not None else now
         start, samples = self._rebuild_start or (end, 0)
         seconds = end - start
-        trained = getattr(self.trainer, "samples", 0) - samples
+        trained = self.view.samples - samples
         for record in self._open_records:
             record.rebuild_seconds = seconds
             record.samples_per_sec_during_rebuild = trained / seconds if trained and seconds > 0 else None
@@ -263,7 +219,7 @@ class ErasureCoded(FaultTolerance):
         self._open_records, self._rebuild_start = [], None
         self.coordinator.rebuilding = []
         log.info("ec: full redundancy again after %.3f s", seconds)
-        self.trainer.scheduler.replenish_spares()  # the spare used, started now that no rebuild shares the CPU
+        self.view.replenish_spares()  # the spare used, started now that no rebuild shares the CPU
 
     # ---- report ----------------------------------------------------------------------------------------
     def parity_bytes(self) -> int:
@@ -272,10 +228,10 @@ class ErasureCoded(FaultTolerance):
 
     def _stats(self) -> Dict[str, int]:
         """Parity bytes, degraded reads and forwarded delta bytes summed over the servers."""
-        if self._closed_stats is not None or self.trainer is None:
+        if self._closed_stats is not None or self.view is None:
             return self._closed_stats or {}
         try:
-            per_server = self._wait([s.call("parity_call", "stats") for s in self.trainer.scheduler.servers])
+            per_server = self._wait([self.coordinator.agent(i).stats() for i in range(self.n)])
         except RoleLost:
             return {}
         return {key: sum(int(s[key]) for s in per_server) for key in per_server[0]}
@@ -284,7 +240,7 @@ class ErasureCoded(FaultTolerance):
         """Called by the driver before the cluster shuts down: completes a rebuild still running and keeps the
         figures the report needs. When the run is stopping on an error or an interrupt (an exception is being
         raised through the driver), the rebuild is only stopped: nothing more is waited for."""
-        if self._closed_stats is not None or self.trainer is None:
+        if self._closed_stats is not None or self.view is None:
             return
         if sys.exc_info()[0] is not None:
             if self.background is not None:
@@ -305,8 +261,8 @@ class ErasureCoded(FaultTolerance):
         """The strategy's report fields; at the end of training after completing a rebuild still running (so its
         figures are final; a ``fit(steps)`` that stops earlier leaves it to the steps to come). With ``scrub``,
         ``scrub`` lists the inconsistent stripes of a verify pass."""
-        t = self.trainer
-        if t is not None and self._closed_stats is None and self.rebuilding and t.step >= t.total_steps:
+        t = self.view
+        if t is not None and self._closed_stats is None and self.rebuilding and t.finished:
             self.finish_rebuild()
         if self.scrub and self.scrub_result is None and t is not None and self._closed_stats is None:
             self.scrub_result = self.verify()
@@ -325,11 +281,11 @@ class ErasureCoded(FaultTolerance):
     # ---- failure injection and scrub ---------------------------------------------------------------------
     def arm_crash_after_apply(self, server: int) -> None:
         """Server ``server`` applies and acknowledges its next mutation, then dies before forwarding its deltas."""
-        self._wait([self.trainer.scheduler.servers[server].call("parity_call", "arm_crash_after_apply")])
+        self._wait([self.coordinator.agent(server).arm_crash_after_apply()])
 
     def arm_crash_before_apply(self, server: int) -> None:
         """Server ``server`` dies on its next push, before applying it: the pushing workers see it fail."""
-        self._wait([self.trainer.scheduler.servers[server].call("parity_call", "arm_crash_before_apply")])
+        self._wait([self.coordinator.agent(server).arm_crash_before_apply()])
 
     def drain(self) -> None:
         """Waits until every live parity holder has applied every delta recorded so far, i.e. every push

@@ -14,7 +14,7 @@ def make_strategy(config: StrategyConfig) -> FaultTolerance:
     if config is None:
         return NoFaultTolerance()
     if isinstance(config, EcConfig):
-        strategy = ErasureCoded(*config.code, rebuild_share=config.rebuild_share)
+        strategy = ErasureCoded(*config.code, rebuild_share=config.rebuild_share, rebuild=config.rebuild)
         strategy.scrub = config.scrub
         return strategy
     if isinstance(config, CkptConfig):

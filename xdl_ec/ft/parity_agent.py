@@ -25,6 +25,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import _core
+from ..ps.agent import ServerAgent
+from ..ps.backend import in_ray_actor
+from ..ps.remote import Remote
 from .job_secret import JobSecret
 from .parity_link import ParityReceiver, RemoteHolderLink
 
@@ -35,25 +38,17 @@ DRAIN_POLL_SECONDS = 0.001
 REFLUSH_SECONDS = 0.02
 
 
-def _in_ray_actor() -> bool:
-    import sys
-
-    if "ray" not in sys.modules:
-        return False
-    import ray
-
-    return ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None
-
-
 def holders_of(index: int, n: int, k: int, r: int) -> List[int]:
     """The servers holding parity of some stripe ``index`` has data in: (index + d) mod n for d in [1, k + r)."""
     return sorted({(index + d) % n for d in range(1, k + r)})
 
 
-class ParityAgent:
+class ParityAgent(ServerAgent):
     """Server ``index`` of ``n`` under a (k, r) code; ``tables`` {name: (block_slots, record_bytes)}; its delta
     stream continues after ``seq``, whose state included the pushes ``worker_seqs`` {worker: seq}. ``secret``: the
     job's JobSecret, which its parity links and receiver prove membership with (see xdl_ec.ft.parity_link)."""
+
+    logs_pushes = True  # a push is safe only once its deltas reached the parity holders
 
     def __init__(self, index: int, n: int, k: int, r: int, tables: Mapping[str, Tuple[int, int]],
                  seq: int = 0, worker_seqs: Optional[Mapping[int, int]] = None, *, secret: JobSecret) -> None:
@@ -84,13 +79,15 @@ class ParityAgent:
     def push(self, server: Any, table: Any, keys: np.ndarray, grads: np.ndarray, step: int,
              pushes: Mapping[int, int]) -> None:
         """Applies a push to ``table``'s shard and records its deltas; ``pushes`` {worker: seq} it applies."""
+        if self.take_crash_before_apply():  # injected: dies before applying this push (the push fails)
+            server.die()
         if self._crash_armed:  # injected: dies after applying (and acking) this push, before forwarding it
             self._crash_armed = False
             self.crashed = True
             self.forwarder.drop_pending()
             table.shard.push(keys, grads, step)
             server.crash_requested = True
-            if _in_ray_actor():  # a real process death, right after this answer is sent
+            if in_ray_actor():  # a real process death, right after this answer is sent
                 threading.Timer(1.0, os._exit, args=(1,)).start()  # at the latest; a next call exits at once
             return
         if self.crashed:
@@ -206,7 +203,7 @@ class ParityAgent:
             old.close()
         local = getattr(handle, "local_object", None)
         if local is not None:
-            self.forwarder.set_holder(holder, local().parity_holder())
+            self.forwarder.set_holder(holder, local().agent.holder)
         else:
             self._links[holder] = RemoteHolderLink(self.forwarder, holder, handle,
                                                    self.forwarder.set_holder(holder, None), self._secret,
@@ -215,11 +212,11 @@ class ParityAgent:
     # ---- fragments -----------------------------------------------------------------------------------
     def extent(self, server: Any, table: str) -> Tuple[int, int]:
         """(data blocks, parity blocks) this server holds for ``table``."""
-        return int(server._table(table).shard.num_blocks), int(self.holder.num_blocks(table))
+        return int(server.table(table).shard.num_blocks), int(self.holder.num_blocks(table))
 
     def read_data(self, server: Any, table: str, block: int, offset: int, width: int) -> np.ndarray:
         block_slots, record_bytes = self.tables[table]
-        data = server._table(table).shard.read_block(block)
+        data = server.table(table).shard.read_block(block)
         if offset == 0 and width == record_bytes:
             return data
         return np.ascontiguousarray(data.reshape(block_slots, record_bytes)[:, offset:offset + width]).reshape(-1)
@@ -229,7 +226,7 @@ class ParityAgent:
 
     def read_data_at(self, server: Any, table: str, block: int, offset: int, width: int) -> Tuple[np.ndarray, int]:
         """(bytes, delta seq): the block as of this server's mutation ``seq`` (mutations hold the server lock)."""
-        with server._lock:
+        with server.lock:
             return self.read_data(server, table, block, offset, width), self.forwarder.seq
 
     def read_parity_at(self, server: Any, table: str, block: int, offset: int,
@@ -267,12 +264,12 @@ class ParityAgent:
             return consistent_decode(servers, table, block_slots,
                                      lambda d, p: recovery.decode_data_block(index, block, down, d, p))[0]
 
-        shard = server._table(table).shard
+        shard = server.table(table).shard
         shard.begin_restore(keys, slots, int(high_water), fault)
         return int(shard.missing_blocks)
 
     def restore_block(self, server: Any, table: str, block: int, data: np.ndarray) -> bool:
-        return bool(server._table(table).shard.restore_block(block, data))
+        return bool(server.table(table).shard.restore_block(block, data))
 
     def close(self) -> None:
         """The server is gone: nothing more is forwarded, and forwarders of other servers in this process find
@@ -286,13 +283,18 @@ class ParityAgent:
                 self._receiver.close()
 
 
+def _agent(handle: Any) -> Remote:
+    """The ParityAgent of the server behind ``handle``."""
+    return Remote(handle, ParityAgent, agent=True)
+
+
 def fragment_readers(servers: Sequence[Any], table: str, timeout: float = 120.0) -> Tuple[Any, Any]:
     """read_data / read_parity callbacks for C++ Recovery: each read is a call to the surviving server."""
     def data(server: int, block: int, offset: int, width: int) -> np.ndarray:
-        return servers[server].call("parity_call", "read_data", table, block, offset, width).result(timeout)
+        return _agent(servers[server]).read_data(table, block, offset, width).result(timeout)
 
     def parity(server: int, block: int, offset: int, width: int) -> np.ndarray:
-        return servers[server].call("parity_call", "read_parity", table, block, offset, width).result(timeout)
+        return _agent(servers[server]).read_parity(table, block, offset, width).result(timeout)
 
     return data, parity
 
@@ -320,7 +322,7 @@ def consistent_decode(servers: Sequence[Any], table: str, block_slots: int, deco
     deadline = time.monotonic() + timeout
     flushed_at = None  # when the survivors' links were last flushed
     while True:
-        futures = [servers[w[1]].call("parity_call", w[0] + "_at", table, *w[2:]) for w in wanted]
+        futures = [getattr(_agent(servers[w[1]]), w[0] + "_at")(table, *w[2:]) for w in wanted]
         fetched: Dict[Tuple[str, int, int, int, int], np.ndarray] = {}
         data_seqs: Dict[int, int] = {}
         others: Dict[int, int] = {}
@@ -345,7 +347,7 @@ def consistent_decode(servers: Sequence[Any], table: str, block_slots: int, deco
             # moves on, e.g. a rebuild running beside training: what they record after a flush would else wait
             # for the forwarder's background thread)
             for server in data_seqs:
-                servers[server].call("parity_call", "flush")
+                _agent(servers[server]).flush()
             flushed_at = now
         if now > deadline:
             parity_seqs = {(w[1], w[2]): fetched_versions[w] for w in wanted if w[0] == "read_parity"}
@@ -360,3 +362,14 @@ def consistent_decode(servers: Sequence[Any], table: str, block_slots: int, deco
         return read
 
     return decode(reader("read_data"), reader("read_parity")), {**others, **data_seqs}
+
+
+def parity_agent_for(server: Any, n: int, k: int, r: int, seq: int = 0,
+                     worker_seqs: Optional[Mapping[int, int]] = None, secret: Optional[JobSecret] = None) -> ParityAgent:
+    """The ParityAgent of ``server`` (its ``attach_agent`` factory): member ``server.index`` of the (k, r) layout
+    over n servers, its delta stream continuing after ``seq``; ``worker_seqs`` {worker: push seq} are the pushes
+    its state already includes (a rebuilt server); ``secret`` the job's JobSecret (required)."""
+    tables = {name: (t.shard.block_slots, t.record_bytes) for name, t in server.tables().items()}
+    if worker_seqs:
+        server.note_push_seqs(worker_seqs)
+    return ParityAgent(server.index, n, k, r, tables, seq, worker_seqs, secret=secret)  # type: ignore[arg-type]

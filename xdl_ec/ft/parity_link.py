@@ -51,11 +51,12 @@ import socket
 import struct
 import threading
 import time
-from typing import Any, Callable, Deque, List, Optional, Tuple
+from typing import Any, Callable, Deque, List, Optional, Protocol, Tuple
 
 import numpy as np
 
 from ..ps.backend import RoleLost
+from ..ps.remote import Remote
 from .job_secret import JobSecret
 
 CALL_TIMEOUT = 60.0  # seconds a holder may take to apply a batch before it counts as down
@@ -326,6 +327,14 @@ class HolderRefused(RuntimeError):
     """The holder answered a batch with an error (e.g. a seq gap): it counts as down until replaced."""
 
 
+class HolderAPI(Protocol):
+    """What a link asks of its holder's server agent through Ray (the parity agent answers it)."""
+
+    def parity_address(self) -> Tuple[str, int]: ...
+
+    def apply_parity(self, sender: int, batches: np.ndarray, durable: int) -> int: ...
+
+
 class RemoteHolderLink:
     """Sends ``forwarder``'s batches for ``holder`` to the ParityReceiver of ``handle`` (a Handle of the holder's
     server) on link generation ``link`` (what ``forwarder.set_holder`` returned), proving membership with the job's
@@ -353,7 +362,7 @@ class RemoteHolderLink:
     def _connect(self) -> Optional[socket.socket]:
         """A connection to the holder's receiver; None when the holder's server answers but its receiver cannot be
         reached (e.g. a firewall between nodes): the link then sends through Ray calls, slower but never wrong."""
-        host, port = self.handle.call_beside("parity_call", "parity_address").result(CALL_TIMEOUT)
+        host, port = Remote(self.handle, HolderAPI, agent=True, beside=True).parity_address().result(CALL_TIMEOUT)
         try:
             conn = socket.create_connection((host, int(port)), timeout=CALL_TIMEOUT)
         except OSError as err:
@@ -391,8 +400,8 @@ class RemoteHolderLink:
             self._conn = self._connect()
         conn, session = self._conn, self._session
         if conn is None or session is None:
-            return int(self.handle.call_beside("parity_call", "apply_parity", sender, batches,
-                                               durable).result(CALL_TIMEOUT))
+            holder = Remote(self.handle, HolderAPI, agent=True, beside=True)
+            return int(holder.apply_parity(sender, batches, durable).result(CALL_TIMEOUT))
         header = _REQUEST.pack(self.holder, sender, int(durable), int(batches.nbytes))
         conn.sendall(header + session.tag(b"H", header))
         conn.sendall(batches)  # the numpy buffer as is; releases the GIL

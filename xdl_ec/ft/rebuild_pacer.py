@@ -82,7 +82,7 @@ class BoundaryPacer:
         """At most ``stripes`` stripes, none after ``seconds`` are spent (at least one either way)."""
         coordinator = self.coordinator
         deadline = None if seconds is None else time.perf_counter() + seconds
-        if coordinator.plan and getattr(coordinator.trainer.cluster, "backend", "local") == "ray":
+        if coordinator.plan and coordinator.view.backend == "ray":
             # remote links batch their sends (parity_link): have every survivor's parity delivered once here,
             # instead of each stripe's decode finding it behind the data and waiting for a flush
             coordinator.drain([s for s in range(coordinator.n) if s not in coordinator.rebuilding])

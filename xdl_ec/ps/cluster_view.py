@@ -38,6 +38,10 @@ class ClusterView:
         return self._t.cluster.backend
 
     @property
+    def mode(self) -> str:
+        return self._t.cluster.mode
+
+    @property
     def tables(self) -> Tuple[Table, ...]:
         return self._t.job.tables
 
@@ -75,6 +79,11 @@ class ClusterView:
         return self._t.samples
 
     @property
+    def finished(self) -> bool:
+        """True once every worker's input is exhausted: the run has no step left."""
+        return not any(self._t.has_next)
+
+    @property
     def total_steps(self) -> Optional[int]:
         return self._t.total_steps
 
@@ -103,6 +112,10 @@ class ClusterView:
     def replace_server(self, index: int) -> Handle:
         """A fresh, empty server ``index`` in place of a dead one, known to the workers and the driver."""
         return self._t.replace_server(index)
+
+    def server_alive(self, index: int, timeout: float) -> bool:
+        """Whether server ``index`` (its current handle) still answers a ping within ``timeout``."""
+        return self._t.backend.alive(self._t.scheduler.servers[index], timeout)
 
     def kill(self, role: str, index: int) -> None:
         """Kills a server or worker for real (failure injection: its Ray process, or its object here)."""

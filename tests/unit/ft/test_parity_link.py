@@ -20,7 +20,10 @@ from xdl_ec.ps.client import PSClient
 from xdl_ec.ft.job_secret import JobSecret
 from xdl_ec.ft.parity_agent import ParityAgent, parity_agent_for
 from xdl_ec.ft.parity_link import ParityReceiver, RemoteHolderLink
-from xdl_ec.ps.server import ParameterServer, TableSpec
+from xdl_ec.ps.api import ServerAPI
+from xdl_ec.ps.remote import Remote
+from xdl_ec.ps.server import ParameterServer
+from xdl_ec.table_config import Table
 from support.parity_shards import encoded_parity, small_shard
 
 N, K, R = 3, 2, 1
@@ -41,7 +44,7 @@ class AddressHandle(Handle):
         if args == ("parity_address",):
             future.set_result(self.address)
         else:  # what ParityAgent.apply_parity does behind a Ray call
-            assert method == "parity_call" and args[0] == "apply_parity" and self.holder is not None, (method, args)
+            assert method == "agent_call" and args[0] == "apply_parity" and self.holder is not None, (method, args)
             self.applied_by_call += 1
             future.set_result(self.holder.apply(*args[1:]))
         return future
@@ -168,13 +171,13 @@ def test_a_receiver_whose_server_is_crashing_drops_the_connection(fast_links: No
 
 def test_answered_push_acks_drop_durable_pushes_without_asking_the_backend_again() -> None:
     backend = LocalBackend()
-    spec = TableSpec("t", 4, optim.Adagrad(0.1), init.RandomUniform(-0.1, 0.1), block_slots=8)
+    spec = Table("t", 4, optim.Adagrad(0.1), init.RandomUniform(-0.1, 0.1), block_slots=8)
     servers = [backend.start("server", i, ParameterServer, i, (spec,)) for i in range(N)]
     try:
         for s in servers:
-            s.call("attach_agent", parity_agent_for, N, K, R, 0, None, SECRET).result()
+            Remote(s, ServerAPI).attach_agent(parity_agent_for, N, K, R, 0, None, SECRET).result()
         for s in servers:
-            s.call("parity_call", "connect", servers).result()
+            Remote(s, ParityAgent, agent=True).connect(servers).result()
         client = PSClient(servers, push_log=True)
         rng = np.random.default_rng(3)
         for step in range(1, 6):
