@@ -1,7 +1,7 @@
 """Cluster: where and how a job trains on parameter servers, with its fault tolerance, checked once.
 
 ``Cluster(servers=N, workers=W, backend="local"|"ray", address=None, mode="sync"|"async", ft="none"|"ckpt"|"cpr"|
-"ec", code=(k, r), ...)``; the strategy's own keywords (``rebuild_share``, ``ckpt_interval``, ``ckpt_dir``,
+"ec", code=(k, r), ...)``; the strategy's own keywords (``rebuild_share``, ``rebuild``, ``ckpt_interval``, ``ckpt_dir``,
 ``cpr_pls``, ``cpr_interval``, ``cpr_mode``, ``mtbf``) and failure injection (``fail_at``, ``fail_worker_at``:
 "STEP[:INDEX]" strings, ``mtbf`` seconds) are those of ``xdl-ec train``'s flags.
 """
@@ -17,7 +17,7 @@ from .ft.failure_schedule import FailureSchedule
 from .ps.backend import DEFAULT_TIMEOUT
 from .ps.training import ClusterConfig
 
-_ONLY = {"code": "ec", "rebuild_share": "ec", "ckpt_interval": "ckpt", "cpr_pls": "cpr", "cpr_interval": "cpr",
+_ONLY = {"code": "ec", "rebuild_share": "ec", "rebuild": "ec", "ckpt_interval": "ckpt", "cpr_pls": "cpr", "cpr_interval": "cpr",
          "cpr_mode": "cpr"}
 
 
@@ -31,6 +31,7 @@ class Cluster:
     ft: str = "none"
     code: Optional[Union[str, Tuple[int, int]]] = None
     rebuild_share: Optional[float] = None
+    rebuild: Optional[str] = None
     ckpt_interval: Optional[str] = None
     ckpt_dir: Optional[str] = None
     cpr_pls: Optional[float] = None
@@ -70,7 +71,8 @@ class Cluster:
         """The fault-tolerance strategy's config (None for ft='none')."""
         if self.ft == "ec":
             return EcConfig(code=self.code or (4, 1),
-                            rebuild_share=0.05 if self.rebuild_share is None else self.rebuild_share)
+                            rebuild_share=0.05 if self.rebuild_share is None else self.rebuild_share,
+                            rebuild=self.rebuild or "background")
         if self.ft == "ckpt":
             return CkptConfig(interval=self.ckpt_interval or "auto", directory=self.ckpt_dir, mtbf=self.mtbf)
         if self.ft == "cpr":

@@ -53,7 +53,7 @@ def test_second_kill_inside_an_r1_rebuild_is_deferred_past_the_rebuild_and_stays
     schedule completes the rebuild first, both kills land at their steps and the model is the failure-free one."""
     train, cluster = small_config(steps=8), ClusterConfig(servers=3, workers=1)
     reference = run_variant(Variant("none", "none"), train, cluster, [], None, 0)
-    row = run_variant(Variant("ec-2+1", "ec", {"code": "2,1"}), train, cluster, [(3, 1, 0.0), (5, 2, 0.0)], None, 0,
+    row = run_variant(Variant("ec-2+1", "ec", {"code": "2,1", "rebuild": "boundary"}), train, cluster, [(3, 1, 0.0), (5, 2, 0.0)], None, 0,
                       rebuild_share=0.001)
     assert row["status"] == "ok", row.get("error")
     report = row["report"]
@@ -67,7 +67,7 @@ def test_second_kill_inside_an_r1_rebuild_is_deferred_past_the_rebuild_and_stays
 def test_bad_bench_rebuild_share(share: Any, capsys: pytest.CaptureFixture) -> None:
     from xdl_ec.cli import main
 
-    with pytest.raises(ValueError, match=r"rebuild_share: must be in \(0, 1\]"):
+    with pytest.raises(ValueError, match=r"rebuild_share: must be a finite number in \(0.0, 1.0\]"):
         BenchConfig(rebuild_share=share).validate()
     with pytest.raises(SystemExit) as exited:
         main(["bench", "--quick", "--rebuild-share", str(share)])
