@@ -237,6 +237,54 @@ def _recovery(args: argparse.Namespace, k: int, r: int, normal_ec: float) -> Non
           f"{100 * statistics.median(vs_normal):.0f}%; parity bytes {report['parity_bytes']:,}")
 
 
+REDUNDANCY_VARIANTS = {  # label -> ErasureCoded keyword arguments
+    "unthrottled": dict(rebuild="boundary", rebuild_share=1.0),  # the whole rebuild at the first boundary
+    "boundary 0.05": dict(rebuild="boundary", rebuild_share=DEFAULT_REBUILD_SHARE),  # session 5's default
+    "background": dict(rebuild="background", rebuild_share=DEFAULT_REBUILD_SHARE),  # issue 19's default
+}
+
+
+def _redundancy(args: argparse.Namespace, k: int, r: int) -> None:
+    """``--redundancy``: server 1 killed before step ``--fail-at``; for each rebuild variant, interleaved (the
+    order rotates every repeat), the seconds from the kill to full redundancy and samples/s of the steps after the
+    failed one until then, against the same run's steps before the kill (the failed step, which holds the
+    recovery pause, excluded from both). Goal (issue 19): background <= 2x unthrottled, >= 95% of normal."""
+    config = TrainConfig(synthetic=True, synthetic_rows=args.batch * (args.steps + 8), batch_size=args.batch,
+                         steps=args.steps, deterministic=True, progress=False, seed=1)
+    reference = _run(config, k + r, None, backend=args.backend)["model_digest"]
+    labels = list(REDUNDANCY_VARIANTS)
+    ttfr: Dict[str, List[float]] = {label: [] for label in labels}
+    during: Dict[str, List[float]] = {label: [] for label in labels}
+    print(f"time to full redundancy, k={k} r={r}, server 1 killed before step {args.fail_at} of {args.steps}:")
+    for repeat in range(args.repeats):
+        for label in labels[repeat % len(labels):] + labels[:repeat % len(labels)]:
+            strategy = ErasureCoded(k, r, **REDUNDANCY_VARIANTS[label])
+            report = _run(config, k + r, strategy, [Kill(args.fail_at, "server", 1)], backend=args.backend)
+            (failure,) = report["failures"]
+            ttfr[label].append(failure["seconds_to_full_redundancy"])
+            kill_at = report["injected"][0]["seconds"]
+            end = kill_at + failure["seconds_to_full_redundancy"]
+            timeline = report["timeline"]
+            times = {row[0]: row[1] for row in timeline}
+            after = [(row[0], row[1] - times[row[0] - 1]) for row in timeline
+                     if row[0] > args.fail_at + 1 and row[0] - 1 in times and row[1] <= end]
+            before = [row[1] - times[row[0] - 1] for row in timeline
+                      if 2 < row[0] < args.fail_at and row[0] - 1 in times]
+            ratio = (statistics.mean(before) / statistics.mean([s for _, s in after])) if after else None
+            if ratio is not None:
+                during[label].append(ratio)
+            print(f"  {label:>14}: full redundancy {1000 * ttfr[label][-1]:6.0f} ms after the kill, "
+                  f"{len(after)} normal steps during it at "
+                  f"{'n/a' if ratio is None else f'{100 * ratio:.0f}%'} of the steps before, digest equals "
+                  f"failure-free: {report['model_digest'] == reference}")
+    base = statistics.median(ttfr["unthrottled"])
+    for label in labels:
+        rates = during[label]
+        print(f"{label:>14}: median {1000 * statistics.median(ttfr[label]):.0f} ms to full redundancy = "
+              f"{statistics.median(ttfr[label]) / base:.2f}x unthrottled; samples/s during it "
+              f"{'n/a' if not rates else f'{100 * statistics.median(rates):.0f}% (median of {len(rates)})'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--code", default="4,1")
@@ -255,8 +303,13 @@ def main() -> None:
     parser.add_argument("--link-auth", action="store_true",
                         help="the cost of authenticating parity links: both clusters run ec, the one named none with "
                              "every HMAC replaced by a constant (same messages, no hashing)")
+    parser.add_argument("--redundancy", action="store_true",
+                        help="only the time to full redundancy of each rebuild variant (see _redundancy)")
     args = parser.parse_args()
     k, r = parse_code(args.code)
+    if args.redundancy:
+        _redundancy(args, k, r)
+        return
     if args.backend == "ray":
         connect_ray()  # both clusters in one Ray, started here so that neither trainer stops it when it closes
     normal_ec = _normal_operation(args, k, r)

@@ -417,6 +417,9 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--only", action="append", metavar="LABEL",
                    help="run only these rows (repeatable; the none reference always runs): none, ckpt, cpr-mfu, "
                         "cpr-ssu, ec-2+1, ec-4+1, ec-4+2")
+    p.add_argument("--overlap", type=_positive_int, metavar="RUNS",
+                   help="instead: RUNS seeded runs per strategy whose kills do not wait for rebuilds (quick "
+                        "preset); reports how many runs each survives (xdl_ec.benchmark.overlap)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(handler=run_bench_command)
 
@@ -433,6 +436,13 @@ def run_bench_command(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise UsageError(f"--{str(err).replace('variants:', 'only:').replace('rebuild_share:', 'rebuild-share:')}") \
             from None
+    if args.overlap is not None:
+        from .benchmark.overlap import overlap_table, run_overlap
+
+        results = run_overlap(config, args.overlap, log=lambda line: print(line, file=sys.stderr))
+        print(overlap_table(results), end="")
+        print(f"wrote {Path(args.out) / 'overlap.json'}")
+        return 0
     try:
         results = run_bench(config, log=lambda line: print(line, file=sys.stderr))
     except (OSError, ValueError) as err:  # unreadable data, a data set too small to split

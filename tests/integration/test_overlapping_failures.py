@@ -111,3 +111,41 @@ def test_sigint_mid_recovery_stops_the_run_within_seconds(tmp_path: Any) -> None
     assert "interrupted" in proc.stderr.read()
     leftover = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
     assert leftover == [], f"processes left in the run's session: {leftover}"
+
+
+def test_default_rebuild_runs_beside_training_and_reports_time_to_full_redundancy() -> None:
+    """The default rebuild runs in its own thread while training goes on (no step boundary rebuilds a stripe),
+    ends exact, and each failure reports the seconds from the kill to full redundancy (detection included)."""
+    from support.overlapping_failures import config, reference_digest
+    from xdl_ec.ft.ec_strategy import ErasureCoded
+    from xdl_ec.ft.failure_schedule import FailureSchedule, Kill
+    from xdl_ec.ps import ClusterConfig, PSTrainer
+
+    scenario = Scenario("one-loss", 4, 2, 2, 20, ((6, 1),))
+    strategy = ErasureCoded(2, 2)
+    trainer = PSTrainer(config(scenario.steps), ClusterConfig(servers=4), strategy=strategy,
+                        failures=FailureSchedule([Kill(6, "server", 1)]))
+    report = trainer.run()
+    assert report["rebuild"] == "background" and report["model_digest"] == reference_digest(scenario)
+    assert strategy.background is not None and strategy.background.stripes > 0
+    assert strategy.boundaries_rebuilding == 0
+    (failure,) = report["failures"]
+    assert failure["seconds_to_full_redundancy"] >= failure["detect_seconds"] > 0
+    assert failure["seconds_to_full_redundancy"] >= failure["rebuild_seconds"] > 0
+
+
+def test_overlap_bench_counts_the_runs_each_strategy_survives(tmp_path: Any) -> None:
+    """``xdl-ec bench --overlap``: kills as close as one step apart, not waiting for rebuilds; every row says how
+    many of its runs trained to the end and how many of those equal the failure-free model."""
+    import json
+
+    from xdl_ec.benchmark import BenchConfig
+    from xdl_ec.benchmark.overlap import overlap_table, run_overlap
+
+    results = run_overlap(BenchConfig(out=str(tmp_path), progress=False, variants=["ec-4+2"]), 1, log=lambda _: None)
+    assert [row["label"] for row in results["rows"]] == ["ec-4+2", "ec-4+2 (boundary)"]
+    for row in results["rows"]:
+        assert row["runs"] == 1 and 0 <= row["exact"] <= row["survived"] <= 1
+        assert all(o["status"] in ("survived", "stopped") for o in row["outcomes"])
+    assert json.loads((tmp_path / "overlap.json").read_text())["rows"][0]["label"] == "ec-4+2"
+    assert "| ec-4+2 |" in overlap_table(results)

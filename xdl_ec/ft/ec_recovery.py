@@ -239,9 +239,9 @@ class RecoveryCoordinator:
             self.call_many([(p, "set_parity_extent", table, stripes // n * r) for p in lost])
             extent = {s: extents[s][0] for s in survivors}
             for p in lost:
-                keys, slots, high_water = self.decode(
-                    f"key index of server {p}", servers, table,
-                    lambda d, q: recovery.recover_key_index(p, stripes // n * k, lost, d, q), CALL_TIMEOUT)[0]  # noqa: B023
+                decode_keys = lambda d, q: recovery.recover_key_index(p, stripes // n * k, lost, d, q)  # noqa
+                keys, slots, high_water = self.decode(f"key index of server {p}", servers, table, decode_keys,
+                                                      CALL_TIMEOUT)[0]
                 self.call(p, "begin_restore", table, keys, slots, high_water, servers, lost)
                 extent[p] = math.ceil(high_water / block_slots)
             self.extent[table] = extent
@@ -316,4 +316,6 @@ class RecoveryCoordinator:
                 raise RecoveryTimeout(f"rebuild of table {table!r} stripe {stripe}: the parity holders {refused} "
                                       f"never had applied exactly the data versions decoded ({expected}) within "
                                       f"{timeout:g} s")
-            time.sleep(0.0005)
+            # the holder written lags the ones the decode read (a forwarder delivers to its holders one after the
+            # other, from a thread a busy machine starves): the data members deliver everything now, then again
+            self.wait([self.agent(s).flush() for s in sorted({s for s, _ in members})])

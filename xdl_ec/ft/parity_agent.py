@@ -34,8 +34,8 @@ from .parity_link import ParityReceiver, RemoteHolderLink
 # ParityAgent.drain re-checks its forwarder this often when nothing signals it (in-process holders are served by
 # the C++ thread, which does not); the remote links wake it at once after each delivery
 DRAIN_POLL_SECONDS = 0.001
-# consistent_decode flushes the survivors' links again this often while their parity is behind their data
-REFLUSH_SECONDS = 0.02
+# consistent_decode retries at once (each retry behind a flush) until misses come closer together than this
+REFLUSH_SECONDS = 0.002
 
 
 def holders_of(index: int, n: int, k: int, r: int) -> List[int]:
@@ -320,8 +320,16 @@ def consistent_decode(servers: Sequence[Any], table: str, block_slots: int, deco
     decode(recorder("read_data"), recorder("read_parity"))
     wanted = list(dict.fromkeys(wanted))
     deadline = time.monotonic() + timeout
-    flushed_at = None  # when the survivors' links were last flushed
+    missed_at = None  # when the fragments last disagreed (retries flush first)
+    readers = sorted({w[1] for w in wanted if w[0] == "read_data"})
     while True:
+        if missed_at is not None:
+            # a retry: the survivors' parity was behind their data, e.g. training goes on beside a rebuild and the
+            # forwarders hold a range back (or their background thread is starved). Each survivor routes and
+            # delivers what it recorded, and only then are the fragments read again: reads right behind a flush
+            # find parity and data at one seq unless a mutation slips in between
+            for flush in [_agent(servers[server]).flush() for server in readers]:
+                flush.result(timeout)
         futures = [getattr(_agent(servers[w[1]]), w[0] + "_at")(table, *w[2:]) for w in wanted]
         fetched: Dict[Tuple[str, int, int, int, int], np.ndarray] = {}
         data_seqs: Dict[int, int] = {}
@@ -342,19 +350,14 @@ def consistent_decode(servers: Sequence[Any], table: str, block_slots: int, deco
         if consistent:
             break
         now = time.monotonic()
-        if flushed_at is None or now - flushed_at > REFLUSH_SECONDS:
-            # the survivors' parity is behind their data: have their links send it now (again while their data
-            # moves on, e.g. a rebuild running beside training: what they record after a flush would else wait
-            # for the forwarder's background thread)
-            for server in data_seqs:
-                _agent(servers[server]).flush()
-            flushed_at = now
+        if missed_at is not None and now - missed_at < REFLUSH_SECONDS:
+            time.sleep(0.0005)  # several misses in a row: a mutation keeps slipping in, back off a little
+        missed_at = now
         if now > deadline:
             parity_seqs = {(w[1], w[2]): fetched_versions[w] for w in wanted if w[0] == "read_parity"}
             raise TimeoutError(f"decode of table {table!r}: the fragments never agreed within {timeout:g} s (data "
                                f"read at seqs {data_seqs}, parity blocks (server, block) with their applied seqs "
                                f"{parity_seqs}); the survivors' parity did not catch up with their data")
-        time.sleep(0.0005)
 
     def reader(method: str) -> Callable[[int, int, int, int], np.ndarray]:
         def read(server: int, block: int, offset: int, width: int) -> np.ndarray:

@@ -213,9 +213,9 @@ class ParityReceiver:
                 return
             peer = f"{addr[0]}:{addr[1]}"
             if not self._pending.acquire(blocking=False):
-                conn.close()
                 self._warn(f"closed a connection from {peer}: {MAX_PENDING_HANDSHAKES} others are still in their "
                            f"handshake")
+                conn.close()
                 continue
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
