@@ -21,22 +21,32 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 
-from xdl_ec.ps import ClusterConfig, PSTrainer  # noqa: E402
-from xdl_ec.trainer import TrainConfig, Trainer  # noqa: E402
+from xdl_ec.criteo_job import TrainConfig, criteo_job  # noqa: E402
+from xdl_ec.local_run import LocalRun  # noqa: E402
+from xdl_ec.ps import ClusterConfig, PSTrainer, RunSettings  # noqa: E402
 
 
 def _ints(text: str) -> list[int]:
     return [int(part) for part in text.split(",") if part]
 
 
+def _local(config: TrainConfig) -> float:
+    """Steady samples/s of the job trained in one process (no servers)."""
+    run = LocalRun(criteo_job(config).spec)
+    try:
+        return run.fit()["steady_samples_per_sec"]
+    finally:
+        run.close()
+
+
 def _run_once(config: TrainConfig, cluster: ClusterConfig) -> tuple[float, float, float, float]:
     """(steady samples/s, start-up seconds, bytes pulled per sample, bytes pushed per sample) of one run."""
     start = time.perf_counter()
-    trainer = PSTrainer(config, cluster)
+    trainer = PSTrainer(criteo_job(config).spec, cluster, RunSettings(config.seed))
     started = time.perf_counter() - start
     try:
         report = trainer.fit()
-        workers_stats = [trainer._result(w.call("stats")) for w in trainer.workers]
+        workers_stats = trainer.report()["workers"]
     finally:
         trainer.close()
     samples = report["samples"]
@@ -65,7 +75,7 @@ def main() -> int:
     print(f"dlrm, emb_dim {args.emb_dim}, batch {args.batch_size} per worker step, {args.steps} batches per run, "
           f"synthetic data (cardinality cap {args.max_cardinality:,}), sparse Adagrad, mode {args.mode}, "
           f"{os.cpu_count()} cores", flush=True)
-    reference = statistics.median(Trainer(config).fit()["steady_samples_per_sec"] for _ in range(args.repeats))
+    reference = statistics.median(_local(config) for _ in range(args.repeats))
     print(f"single-process trainer: {reference:>10,.0f} samples/s steady", flush=True)
     if "ray" in backends:
         import ray

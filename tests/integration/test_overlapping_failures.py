@@ -119,13 +119,14 @@ def test_default_rebuild_runs_beside_training_and_reports_time_to_full_redundanc
     from support.overlapping_failures import config, reference_digest
     from xdl_ec.ft.ec_strategy import ErasureCoded
     from xdl_ec.ft.failure_schedule import FailureSchedule, Kill
-    from xdl_ec.ps import ClusterConfig, PSTrainer
+    from support.ft_runs import make_trainer, run as run_trainer
+    from xdl_ec.ps import ClusterConfig
 
     scenario = Scenario("one-loss", 4, 2, 2, 20, ((6, 1),))
     strategy = ErasureCoded(2, 2)
-    trainer = PSTrainer(config(scenario.steps), ClusterConfig(servers=4), strategy=strategy,
-                        failures=FailureSchedule([Kill(6, "server", 1)]))
-    report = trainer.run()
+    trainer = make_trainer(config(scenario.steps), ClusterConfig(servers=4), strategy=strategy,
+                           failures=FailureSchedule([Kill(6, "server", 1)]))
+    report = run_trainer(trainer)
     assert report["rebuild"] == "background" and report["model_digest"] == reference_digest(scenario)
     assert strategy.background is not None and strategy.background.stripes > 0
     assert strategy.boundaries_rebuilding == 0

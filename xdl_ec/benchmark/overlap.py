@@ -1,4 +1,4 @@
-"""The ``xdl-ec bench --overlap RUNS`` preset (issue 19): kills that do not wait for rebuilds.
+"""The ``xdl-ec bench --overlap RUNS`` preset: kills that do not wait for rebuilds.
 
 The main bench lets a rebuild finish before the next kill lands (:mod:`xdl_ec.benchmark.after_rebuild_schedule`),
 which hides the window in which redundancy is reduced. Here each strategy trains ``RUNS`` times the quick preset's
@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import statistics
-import types
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
@@ -26,10 +25,8 @@ def run_overlap(config: Any, runs: int, log: Callable[[str], None] = print) -> D
     """Runs every variant of ``config`` (a :class:`~xdl_ec.benchmark.runner.BenchConfig`; its preset is forced to
     quick) ``runs`` times under overlapping kills; writes overlap.json into ``config.out`` and returns the results:
     per variant the runs survived, those ending at the failure-free model, and ec's seconds to full redundancy."""
-    from ..ft.factory import make_strategy
     from ..ft.failure_schedule import FailureSchedule, Kill
-    from ..ps import PSTrainer
-    from .runner import MATRIX, REFERENCE, _quiet_tensorflow, failure_steps
+    from .runner import MATRIX, REFERENCE, _quiet_tensorflow, failure_steps, strategy_for, train_once
 
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
         raise ValueError(f"overlap: the number of runs must be a positive integer, got {runs!r}")
@@ -37,7 +34,7 @@ def run_overlap(config: Any, runs: int, log: Callable[[str], None] = print) -> D
     config.validate()
     _quiet_tensorflow()
     train, cluster = dataclasses.replace(config.train_config(), progress=False), config.cluster_config()
-    reference = PSTrainer(train, cluster).run()
+    reference = train_once(train, cluster)
     timeline = reference["timeline"]
     after_first = timeline[-1][1] - timeline[0][1] if timeline else 0.0
     mtbf = config.mtbf if config.mtbf is not None else max(after_first / 8.0, 1e-3)
@@ -52,19 +49,15 @@ def run_overlap(config: Any, runs: int, log: Callable[[str], None] = print) -> D
     for variant, boundary in plan:
         outcomes: List[Dict[str, Any]] = []
         for run, kills in enumerate(schedules):
-            args = types.SimpleNamespace(**variant.options, mtbf=mtbf, seed=config.seed + run,
-                                         rebuild_share=config.rebuild_share)
-            try:
-                strategy = make_strategy(variant.ft, args)
-                if boundary:  # the same code, its rebuild paced at step boundaries (session 5's way)
-                    strategy = type(strategy)(strategy.k, strategy.r, rebuild_share=strategy.rebuild_share,
-                                              rebuild="boundary")
+            try:  # boundary: the same code, its rebuild paced at step boundaries
+                strategy = strategy_for(variant, cluster, mtbf, config.seed + run, config.rebuild_share,
+                                        "boundary" if boundary else None)
             except (ValueError, ImportError) as err:
                 outcomes.append({"run": run, "status": "unavailable", "error": str(err)})
                 break
             schedule = FailureSchedule([Kill(step, "server", server) for step, server, _ in kills])
             try:
-                report = PSTrainer(train, cluster, strategy, schedule).run()
+                report = train_once(train, cluster, strategy, schedule)
             except Exception as err:  # noqa: BLE001 - a run that stops is this preset's measure
                 outcomes.append({"run": run, "status": "stopped", "error": f"{type(err).__name__}: {err}"})
                 continue

@@ -187,40 +187,57 @@ def peak_rss_bytes() -> int:
 
 
 # ---- one run -----------------------------------------------------------------------------------------------------
+def strategy_for(variant: Variant, cluster: Any, mtbf: Optional[float], seed: int,
+                 rebuild_share: Optional[float] = None, rebuild: Optional[str] = None) -> Any:
+    """The strategy of a matrix row (``mtbf`` feeds ckpt's and cpr's intervals; ``rebuild_share`` and ``rebuild``
+    set ec's rebuild, None: its defaults)."""
+    from ..cluster import Cluster
+    from ..ft.factory import make_strategy
+
+    options = dict(variant.options)
+    if variant.ft == "ec":
+        options.update({k: v for k, v in (("rebuild_share", rebuild_share), ("rebuild", rebuild)) if v is not None})
+    config = Cluster(servers=cluster.servers, workers=cluster.workers, backend=cluster.backend, ft=variant.ft,
+                     mtbf=mtbf if variant.ft in ("ckpt", "cpr") else None, **options).strategy_config(seed)
+    return make_strategy(config)
+
+
+def train_once(train: Any, cluster: Any, strategy: Any = None, schedule: Any = None) -> Dict[str, Any]:
+    """The built-in job of ``train`` on ``cluster`` under ``strategy`` and the kills of ``schedule`` (a
+    FailureSchedule): the run's report with its model_digest and cluster figures."""
+    from ..criteo_job import criteo_job
+    from ..ft.failure_injector import FailureInjector
+    from ..ps import PSTrainer, RunSettings
+
+    injector = None if schedule is None else FailureInjector(schedule)
+    trainer = PSTrainer(criteo_job(train).spec, cluster, RunSettings(train.seed, train.deterministic), strategy,
+                        injector)
+    try:
+        report = trainer.fit()
+        report["model_digest"] = trainer.digest()
+        report.update(trainer.report())
+    finally:
+        trainer.close()
+    return report
+
+
 def run_variant(variant: Variant, train: Any, cluster: Any, kills: Sequence[Tuple[int, int, float]],
                 mtbf: Optional[float], seed: int, rebuild_share: Optional[float] = None) -> Dict[str, Any]:
     """Trains ``variant`` with the kills: ``{"label", "ft", "status": "ok", "report", "peak_rss_bytes", ...}``, or
     status ``unavailable`` (the strategy is not in this build) or ``failed`` (the run raised) with the error.
     ``rebuild_share``: ec's rebuild rate limit (None: the strategy's default)."""
-    from ..cluster import Cluster
-    from ..criteo_job import criteo_job
-    from ..ft.factory import make_strategy
-    from ..ft.failure_injector import FailureInjector
-    from ..ps import PSTrainer, RunSettings
     from .after_rebuild_schedule import AfterRebuildSchedule
 
     row: Dict[str, Any] = {"label": variant.label, "ft": variant.ft, "options": dict(variant.options)}
     try:
-        options = dict(variant.options)
-        if variant.ft == "ec" and rebuild_share is not None:
-            options["rebuild_share"] = rebuild_share
-        config = Cluster(servers=cluster.servers, workers=cluster.workers, backend=cluster.backend, ft=variant.ft,
-                         mtbf=mtbf if variant.ft in ("ckpt", "cpr") else None, **options).strategy_config(seed)
-        strategy = make_strategy(config)
+        strategy = strategy_for(variant, cluster, mtbf, seed, rebuild_share)
     except (ValueError, ImportError) as err:
         return {**row, "status": "unavailable", "error": str(err)}
     schedule = AfterRebuildSchedule(kills, seed, strategy)
     exact_rss = reset_peak_rss()
     started = time.perf_counter()
     try:
-        trainer = PSTrainer(criteo_job(train).spec, cluster, RunSettings(train.seed, train.deterministic), strategy,
-                            FailureInjector(schedule))
-        try:
-            report = trainer.fit()
-            report["model_digest"] = trainer.digest()
-            report.update(trainer.report())
-        finally:
-            trainer.close()
+        report = train_once(train, cluster, strategy, schedule)
     except Exception as err:  # noqa: BLE001 - any failure of the run becomes its row, the matrix goes on
         return {**row, "status": "failed", "error": f"{type(err).__name__}: {err}",
                 "seconds": time.perf_counter() - started}
