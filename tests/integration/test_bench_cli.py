@@ -123,15 +123,3 @@ def test_out_that_is_a_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> No
     target.write_text("x")
     assert main(["bench", "--quick", "--out", str(target), "--no-progress"]) == 2
     assert "--out:" in capsys.readouterr().err
-
-
-def test_unavailable_strategy_gets_a_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # as in a build without the ec module: the factory's import of xdl_ec.ft.ec_strategy fails
-    monkeypatch.setitem(sys.modules, "xdl_ec.ft.ec_strategy", None)
-    results = run_bench(BenchConfig(quick=True, out=str(tmp_path), progress=False, variants=["ec-4+1"]),
-                        log=lambda line: None)
-    rows = {r["label"]: r for r in results["rows"]}
-    assert list(rows) == ["none", "ec-4+1"]
-    assert rows["ec-4+1"]["status"] == "unavailable" and "not part of this build" in rows["ec-4+1"]["error"]
-    assert "report" not in rows["ec-4+1"]
-    assert "**ec-4+1**: not available in this build" in (tmp_path / "results.md").read_text()

@@ -165,3 +165,20 @@ def test_job_settings_are_checked_when_the_job_is_made() -> None:
         xdl_ec.Job([users], [feature], example.make_model(), LOG.train)
     with pytest.raises(ValueError, match="loss: must be one of"):
         xdl_ec.Job([users], [feature], example.make_model, LOG.train, loss="mse")
+
+
+@pytest.mark.ray
+def test_the_example_job_on_ray_with_ec_and_a_killed_server_ends_at_the_failure_free_model() -> None:
+    """Example (1) on Ray actors with --ft ec --code 2,1, server 1's process killed mid-run: the model equals the
+    one-process run's (which equals the failure-free run's on servers, see above)."""
+    pytest.importorskip("ray")
+    from xdl_ec.ps.backend import connect_ray
+
+    import ray
+
+    if not ray.is_initialized():
+        connect_ray()
+    report = job().fit(cluster=xdl_ec.Cluster(servers=3, backend="ray", ft="ec", code=(2, 1), fail_at=["6:1"]),
+                       deterministic=True, seed=3)
+    assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 1)]
+    assert report["model_digest"] == run()["model_digest"]

@@ -205,19 +205,22 @@ def strategy_for(variant: Variant, cluster: Any, mtbf: Optional[float], seed: in
 def train_once(train: Any, cluster: Any, strategy: Any = None, schedule: Any = None) -> Dict[str, Any]:
     """The built-in job of ``train`` on ``cluster`` under ``strategy`` and the kills of ``schedule`` (a
     FailureSchedule): the run's report with its model_digest and cluster figures."""
-    from ..criteo_job import criteo_job
+    from ..criteo_job import criteo_job, open_training_data
     from ..ft.failure_injector import FailureInjector
     from ..ps import PSTrainer, RunSettings
 
     injector = None if schedule is None else FailureInjector(schedule)
-    trainer = PSTrainer(criteo_job(train).spec, cluster, RunSettings(train.seed, train.deterministic), strategy,
-                        injector)
+    job = criteo_job(train).spec
+    trainer = PSTrainer(job, cluster, RunSettings(train.seed, train.deterministic), strategy, injector)
     try:
         report = trainer.fit()
+        if job.eval_fn is not None:
+            report.update(trainer.evaluate(job.eval_fn()))
         report["model_digest"] = trainer.digest()
         report.update(trainer.report())
     finally:
         trainer.close()
+    report["config"] = {**train.describe(), "data_source": open_training_data(train).description}
     return report
 
 
