@@ -12,7 +12,8 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ray = pytest.importorskip("ray")
 
-from xdl_ec.ps import ClusterConfig, PSTrainer, ServerLost, WorkerLost  # noqa: E402
+from support.ft_runs import make_trainer, run as run_trainer  # noqa: E402
+from xdl_ec.ps import ClusterConfig, ServerLost, WorkerLost  # noqa: E402
 from xdl_ec.ps.backend import ray_runtime_env  # noqa: E402
 from xdl_ec.criteo_job import TrainConfig, criteo_job  # noqa: E402
 

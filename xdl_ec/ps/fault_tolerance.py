@@ -55,6 +55,7 @@ class FailureRecord:
     rebuild_seconds: float = 0.0
     samples_per_sec_during_rebuild: Optional[float] = None
     lost_samples: int = 0
+    seconds_to_full_redundancy: Optional[float] = None  # from the loss to every stripe redundant again (ec)
 
     def to_json(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)

@@ -182,7 +182,7 @@ def test_answered_push_acks_drop_durable_pushes_without_asking_the_backend_again
         rng = np.random.default_rng(3)
         for step in range(1, 6):
             keys = np.unique(rng.integers(0, 100, 20).astype(np.int64))
-            acks = client.push("t", keys, rng.standard_normal((keys.size, 4)).astype(np.float32), step)
+            acks = client.push({"t": (keys, rng.standard_normal((keys.size, 4)).astype(np.float32))}, step)
             assert client._unread == []  # awaited here: nothing left for the next push to ask about
             for ack in acks:
                 assert all(seq > ack.durable for seq in client.push_log[ack.server])
