@@ -111,12 +111,13 @@ class ErasureCoded(FaultTolerance):
 
     @classmethod
     def from_args(cls, args: Any) -> "ErasureCoded":
-        """From ``--code``; ``args.scrub`` (``xdl-ec verify``) scrubs every stripe for the report, and the
-        instance is left on ``args.ec_strategy`` for the caller to read back."""
+        """From ``--code`` (and ``args.rebuild``, "background" when absent); ``args.scrub`` (``xdl-ec verify``)
+        scrubs every stripe for the report, and the instance is left on ``args.ec_strategy`` for the caller."""
         from .factory import strategy_arg
 
         strategy = cls(*parse_code(strategy_arg(args, "code")),
-                       rebuild_share=parse_rebuild_share(strategy_arg(args, "rebuild_share")))
+                       rebuild_share=parse_rebuild_share(strategy_arg(args, "rebuild_share")),
+                       rebuild=getattr(args, "rebuild", None) or "background")
         strategy.scrub = bool(getattr(args, "scrub", False))
         try:
             args.ec_strategy = strategy
