@@ -250,7 +250,7 @@ def _redundancy(args: argparse.Namespace, k: int, r: int) -> None:
     failed one until then, against the same run's steps before the kill (the failed step, which holds the
     recovery pause, excluded from both). Goal (issue 19): background <= 2x unthrottled, >= 95% of normal."""
     config = TrainConfig(synthetic=True, synthetic_rows=args.batch * (args.steps + 8), batch_size=args.batch,
-                         steps=args.steps, deterministic=True, progress=False, seed=1)
+                         steps=args.steps, deterministic=True, progress=False, seed=1, emb_dim=args.emb_dim)
     reference = _run(config, k + r, None, backend=args.backend)["model_digest"]
     labels = list(REDUNDANCY_VARIANTS)
     ttfr: Dict[str, List[float]] = {label: [] for label in labels}
@@ -303,6 +303,8 @@ def main() -> None:
     parser.add_argument("--link-auth", action="store_true",
                         help="the cost of authenticating parity links: both clusters run ec, the one named none with "
                              "every HMAC replaced by a constant (same messages, no hashing)")
+    parser.add_argument("--emb-dim", type=int, default=TrainConfig.emb_dim,
+                        help="--redundancy: embedding dimension (a larger one makes a longer rebuild)")
     parser.add_argument("--redundancy", action="store_true",
                         help="only the time to full redundancy of each rebuild variant (see _redundancy)")
     args = parser.parse_args()

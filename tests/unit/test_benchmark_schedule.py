@@ -48,13 +48,14 @@ def test_strategies_without_a_background_rebuild_never_wait() -> None:
 
 
 def test_second_kill_inside_an_r1_rebuild_is_deferred_past_the_rebuild_and_stays_exact() -> None:
-    """ec 2+1 with a rebuild slowed to 0.1% of wall time is still rebuilding server 1 when server 2's kill is due
-    two steps later: scheduled as is, two servers would be missing at once (unrecoverable for r = 1); the bench's
-    schedule completes the rebuild first, both kills land at their steps and the model is the failure-free one."""
+    """ec 2+1 with a rebuild slowed to 0.1% of wall time (paced at step boundaries: the default background rebuild
+    runs flat out when one more loss is fatal) is still rebuilding server 1 when server 2's kill is due two steps
+    later: scheduled as is, two servers would be missing at once (unrecoverable for r = 1); the bench's schedule
+    completes the rebuild first, both kills land at their steps and the model is the failure-free one."""
     train, cluster = small_config(steps=8), ClusterConfig(servers=3, workers=1)
     reference = run_variant(Variant("none", "none"), train, cluster, [], None, 0)
-    row = run_variant(Variant("ec-2+1", "ec", {"code": "2,1", "rebuild": "boundary"}), train, cluster, [(3, 1, 0.0), (5, 2, 0.0)], None, 0,
-                      rebuild_share=0.001)
+    row = run_variant(Variant("ec-2+1", "ec", {"code": "2,1", "rebuild": "boundary"}), train, cluster,
+                      [(3, 1, 0.0), (5, 2, 0.0)], None, 0, rebuild_share=0.001)
     assert row["status"] == "ok", row.get("error")
     report = row["report"]
     assert [(k["step"], k["index"]) for k in report["injected"]] == [(3, 1), (5, 2)]
