@@ -409,6 +409,9 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", choices=("local", "ray"), default="local",
                    help="local = servers as objects in this process (default), ray = Ray actors")
     p.add_argument("--data", metavar="PATH", help="raw Criteo TSV file (default: synthetic Criteo-shaped data)")
+    p.add_argument("--script", metavar="FILE.py",
+                   help="bench the job a script's job() returns instead of the built-in model (its input decides the "
+                        "run's length; --data and --quick's data size then do not apply)")
     p.add_argument("--mtbf", type=_positive_float, metavar="SECONDS",
                    help="mean seconds of training between server failures (default: a third of the reference run)")
     p.add_argument("--seed", type=_non_negative_int, default=0, help="data, model and failure seed (default 0)")
@@ -428,9 +431,12 @@ def run_bench_command(args: argparse.Namespace) -> int:
     from .benchmark import BenchConfig, run_bench
     from .benchmark.table import markdown_table
 
+    if args.script is not None and args.data is not None:
+        raise UsageError("--data: describes the built-in model's data; with --script the job reads its own")
+    job = load_script_job(args.script) if args.script is not None else None
     config = BenchConfig(quick=args.quick, out=args.out, backend=args.backend, data=args.data, mtbf=args.mtbf,
                          seed=args.seed, progress=not args.no_progress, variants=args.only,
-                         rebuild_share=args.rebuild_share)
+                         rebuild_share=args.rebuild_share, job=job)
     try:
         config.validate()
     except ValueError as err:

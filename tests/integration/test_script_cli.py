@@ -60,3 +60,21 @@ def test_built_in_flags_are_refused_with_a_script(capsys: pytest.CaptureFixture)
     assert "--model, --emb-dim: describe the built-in model" in err
     assert main(["train", "--script", "/no/such/file.py"]) == 2
     assert "--script: no such file: /no/such/file.py" in capsys.readouterr().err
+
+
+def test_bench_runs_a_script_job_through_the_same_kills(tmp_path: Path) -> None:
+    script = write(tmp_path, f'''import sys
+sys.path.insert(0, {str(REPO_ROOT / "tests")!r})
+from support.examples import load_example
+example = load_example("user_item_tags")
+
+def job():
+    return example.make_job(example.ClickLog(batch_size=64, batches=30, eval_batches=2))
+''')
+    out = tmp_path / "bench"
+    assert main(["bench", "--quick", "--script", script, "--only", "ec-2+1", "--out", str(out), "--no-progress"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    rows = {r["label"]: r for r in results["rows"]}
+    assert [t["name"] for t in results["train"]["job"]["tables"]] == ["users", "items", "tags"]
+    assert rows["ec-2+1"]["status"] == "ok" and rows["ec-2+1"]["report"]["failures"]
+    assert rows["ec-2+1"]["summary"]["same_model_as_reference"]

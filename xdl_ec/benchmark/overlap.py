@@ -33,8 +33,8 @@ def run_overlap(config: Any, runs: int, log: Callable[[str], None] = print) -> D
     config = dataclasses.replace(config, quick=True)
     config.validate()
     _quiet_tensorflow()
-    train, cluster = dataclasses.replace(config.train_config(), progress=False), config.cluster_config()
-    reference = train_once(train, cluster)
+    workload, cluster = config.workload(), config.cluster_config()
+    reference = train_once(workload, cluster)
     timeline = reference["timeline"]
     after_first = timeline[-1][1] - timeline[0][1] if timeline else 0.0
     mtbf = config.mtbf if config.mtbf is not None else max(after_first / 8.0, 1e-3)
@@ -57,7 +57,7 @@ def run_overlap(config: Any, runs: int, log: Callable[[str], None] = print) -> D
                 break
             schedule = FailureSchedule([Kill(step, "server", server) for step, server, _ in kills])
             try:
-                report = train_once(train, cluster, strategy, schedule)
+                report = train_once(workload, cluster, strategy, schedule)
             except Exception as err:  # noqa: BLE001 - a run that stops is this preset's measure
                 outcomes.append({"run": run, "status": "stopped", "error": f"{type(err).__name__}: {err}"})
                 continue

@@ -96,6 +96,7 @@ class BenchConfig:
     progress: bool = True
     variants: Optional[Sequence[str]] = None
     rebuild_share: Optional[float] = None  # ec rows: share of wall time a rebuild may take (None: the default)
+    job: Any = None  # an xdl_ec.Job to bench instead of the built-in model (``xdl-ec bench --script``)
 
     @property
     def preset(self) -> Preset:
@@ -122,6 +123,16 @@ class BenchConfig:
             unknown = [v for v in self.variants if v not in known]
             if unknown:
                 raise ValueError(f"variants: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(known)}")
+
+    def workload(self) -> "Workload":
+        """What every row trains: the job given, or the built-in model at the preset's size."""
+        if self.job is not None:
+            return Workload(self.job.spec, self.seed, {"job": self.job.spec.describe()})
+        from ..criteo_job import criteo_job, open_training_data
+
+        train = self.train_config()
+        return Workload(criteo_job(train).spec, self.seed,
+                        {**train.describe(), "data_source": open_training_data(train).description}, train)
 
     def train_config(self) -> Any:
         from ..criteo_job import TrainConfig
@@ -202,30 +213,42 @@ def strategy_for(variant: Variant, cluster: Any, mtbf: Optional[float], seed: in
     return make_strategy(config)
 
 
-def train_once(train: Any, cluster: Any, strategy: Any = None, schedule: Any = None) -> Dict[str, Any]:
-    """The built-in job of ``train`` on ``cluster`` under ``strategy`` and the kills of ``schedule`` (a
-    FailureSchedule): the run's report with its model_digest and cluster figures."""
-    from ..criteo_job import criteo_job, open_training_data
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """What the bench trains: a job (its JobSpec), the seed, a description for the results, and for the built-in
+    model its TrainConfig (None for a --script job)."""
+
+    job: Any
+    seed: int
+    config: Dict[str, Any]
+    train: Any = None
+
+
+def train_once(workload: Workload, cluster: Any, strategy: Any = None, schedule: Any = None,
+               steps: Optional[int] = None) -> Dict[str, Any]:
+    """``workload`` on ``cluster`` (deterministic) under ``strategy`` and the kills of ``schedule`` (a
+    FailureSchedule), for at most ``steps`` steps: the run's report with its model_digest and cluster figures."""
     from ..ft.failure_injector import FailureInjector
     from ..ps import PSTrainer, RunSettings
 
     injector = None if schedule is None else FailureInjector(schedule)
-    job = criteo_job(train).spec
-    trainer = PSTrainer(job, cluster, RunSettings(train.seed, train.deterministic), strategy, injector)
+    job = workload.job
+    trainer = PSTrainer(job, cluster, RunSettings(workload.seed, True), strategy, injector)
     try:
-        report = trainer.fit()
+        report = trainer.fit(steps)
         if job.eval_fn is not None:
             report.update(trainer.evaluate(job.eval_fn()))
         report["model_digest"] = trainer.digest()
         report.update(trainer.report())
     finally:
         trainer.close()
-    report["config"] = {**train.describe(), "data_source": open_training_data(train).description}
+    report["config"] = workload.config
     return report
 
 
-def run_variant(variant: Variant, train: Any, cluster: Any, kills: Sequence[Tuple[int, int, float]],
-                mtbf: Optional[float], seed: int, rebuild_share: Optional[float] = None) -> Dict[str, Any]:
+def run_variant(variant: Variant, workload: Workload, cluster: Any, kills: Sequence[Tuple[int, int, float]],
+                mtbf: Optional[float], seed: int, rebuild_share: Optional[float] = None,
+                steps: Optional[int] = None) -> Dict[str, Any]:
     """Trains ``variant`` with the kills: ``{"label", "ft", "status": "ok", "report", "peak_rss_bytes", ...}``, or
     status ``unavailable`` (the strategy is not in this build) or ``failed`` (the run raised) with the error.
     ``rebuild_share``: ec's rebuild rate limit (None: the strategy's default)."""
@@ -240,7 +263,7 @@ def run_variant(variant: Variant, train: Any, cluster: Any, kills: Sequence[Tupl
     exact_rss = reset_peak_rss()
     started = time.perf_counter()
     try:
-        report = train_once(train, cluster, strategy, schedule)
+        report = train_once(workload, cluster, strategy, schedule, steps)
     except Exception as err:  # noqa: BLE001 - any failure of the run becomes its row, the matrix goes on
         return {**row, "status": "failed", "error": f"{type(err).__name__}: {err}",
                 "seconds": time.perf_counter() - started}
@@ -333,7 +356,7 @@ def run_bench(config: BenchConfig, log: Callable[[str], None] = print) -> Dict[s
 
     config.validate()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    train, cluster = config.train_config(), config.cluster_config()
+    workload, cluster = config.workload(), config.cluster_config()
     variants = [v for v in MATRIX if config.variants is None or v.label == REFERENCE or v.label in config.variants]
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -344,11 +367,11 @@ def run_bench(config: BenchConfig, log: Callable[[str], None] = print) -> Dict[s
         # A short unreported run first: the first run in a process pays one-time costs (imports, allocator
         # growth, graph caches) that would otherwise count against the reference alone
         bar.set_description("warm-up")
-        warm = dataclasses.replace(train, epochs=1, steps=min(20, max(2, config.preset.min_gap * 3)))
-        run_variant(variants[0], warm, cluster, (), config.mtbf, config.seed)
+        run_variant(variants[0], workload, cluster, (), config.mtbf, config.seed,
+                    steps=min(20, max(2, config.preset.min_gap * 3)))
         bar.update(1)
         bar.set_description(REFERENCE)
-        reference = run_variant(variants[0], train, cluster, (), config.mtbf, config.seed)
+        reference = run_variant(variants[0], workload, cluster, (), config.mtbf, config.seed)
         bar.update(1)
         if reference["status"] != "ok":
             raise RuntimeError(f"the reference run ({REFERENCE}, no failures) failed: {reference.get('error')}")
@@ -364,7 +387,7 @@ def run_bench(config: BenchConfig, log: Callable[[str], None] = print) -> Dict[s
         rows.append(reference)
         for variant in variants[1:]:
             bar.set_description(variant.label)
-            row = run_variant(variant, train, cluster, kills, mtbf, config.seed, config.rebuild_share)
+            row = run_variant(variant, workload, cluster, kills, mtbf, config.seed, config.rebuild_share)
             bar.update(1)
             if row["status"] != "ok":
                 log(f"xdl-ec bench: {variant.label}: {row['status']}: {row['error']}")
@@ -377,13 +400,13 @@ def run_bench(config: BenchConfig, log: Callable[[str], None] = print) -> Dict[s
     results = {
         "preset": "quick" if config.quick else "default",
         "backend": config.backend,
-        "data": ref_report["config"]["data_source"],
+        "data": ref_report["config"].get("data_source", "the job's input_fn"),
         "seed": config.seed,
         "mtbf_seconds": mtbf,
         "mtbf_auto": config.mtbf is None,
         "rebuild_share": config.rebuild_share,
         "failure_schedule": [{"step": s, "server": i, "seconds_after_first_step": t} for s, i, t in kills],
-        "train": dataclasses.asdict(train),
+        "train": workload.config,
         "cluster": dataclasses.asdict(cluster),
         "machine": machine(),
         "reference": REFERENCE,

@@ -65,12 +65,19 @@ def data_text(source: Any) -> str:
     return str(source)
 
 
+def _model_text(train: Mapping[str, Any]) -> str:
+    """The built-in model's size, or a --script job's tables."""
+    if "job" in train:
+        return "a script's job (tables " + ", ".join(f"{t['name']} dim {t['dim']}" for t in train["job"]["tables"]) + ")"
+    return f"{train['model']} with batch {train['batch_size']}, {train['epochs']} epoch(s)"
+
+
 def setup_text(results: Mapping[str, Any]) -> str:
     """One paragraph: data, cluster, preset, failure schedule, machine."""
     t, c, m = results["train"], results["cluster"], results["machine"]
     kills = ", ".join(f"step {k['step']} server {k['server']}" for k in results["failure_schedule"]) or "none"
     return (f"Preset `{results['preset']}` on the `{results['backend']}` backend: {data_text(results['data'])}, "
-            f"{t['model']} with batch {t['batch_size']}, {t['epochs']} epoch(s), seed {results['seed']}, "
+            f"{_model_text(t)}, seed {results['seed']}, "
             f"deterministic; {c['servers']} servers, {c['workers']} worker(s), {c['mode']} mode. "
             f"MTBF {results['mtbf_seconds']:.2f} s{' (auto: a third of the reference run)' if results['mtbf_auto'] else ''}"
             f" -> kills: {kills}. Machine: {m['cpus']} CPUs, {m['platform']}, Python {m['python']}.")
