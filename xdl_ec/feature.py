@@ -21,20 +21,10 @@ from typing import Optional
 import numpy as np
 
 from . import checks
+from .hashing import fmix64
 from .table_config import Table
 
 COMBINERS = ("sum", "mean", "sqrtn")
-
-
-def fmix64(x: np.ndarray) -> np.ndarray:
-    """MurmurHash3's 64-bit finaliser on uint64 words (wrapping arithmetic, bijective)."""
-    x = np.array(x, dtype=np.uint64, copy=True)
-    x ^= x >> np.uint64(33)
-    x *= np.uint64(0xFF51AFD7ED558CCD)
-    x ^= x >> np.uint64(33)
-    x *= np.uint64(0xC4CEB9FE1A85EC53)
-    x ^= x >> np.uint64(33)
-    return x
 
 
 @dataclasses.dataclass(frozen=True)

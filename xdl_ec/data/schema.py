@@ -17,6 +17,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..hashing import fmix64
+
 NUM_DENSE = 13
 NUM_SPARSE = 26
 NUM_FIELDS = 1 + NUM_DENSE + NUM_SPARSE
@@ -34,17 +36,6 @@ class Batch(NamedTuple):
 
     def __len__(self) -> int:
         return int(self.label.shape[0])
-
-
-def fmix64(x: np.ndarray) -> np.ndarray:
-    """MurmurHash3's 64-bit finaliser on a uint64 array (wrapping arithmetic, bijective)."""
-    x = np.asarray(x, dtype=np.uint64).copy()
-    x ^= x >> np.uint64(33)
-    x *= np.uint64(0xFF51AFD7ED558CCD)
-    x ^= x >> np.uint64(33)
-    x *= np.uint64(0xC4CEB9FE1A85EC53)
-    x ^= x >> np.uint64(33)
-    return x
 
 
 def categorical_keys(values: np.ndarray) -> np.ndarray:

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Iterator
 import numpy as np
 
 from .. import checks
-from .schema import NUM_DENSE, NUM_SPARSE, Batch, categorical_keys, dense_transform, fmix64, tf_signature
+from ..hashing import fmix64
+from .schema import NUM_DENSE, NUM_SPARSE, Batch, categorical_keys, dense_transform, tf_signature
 
 if TYPE_CHECKING:
     import tensorflow as tf
