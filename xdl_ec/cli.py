@@ -319,19 +319,21 @@ def _train(args: argparse.Namespace, verify: bool) -> tuple:
     request = train_request(args)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from .input_stream import InputFnError
-    from .ps import RoleLost, Unrecoverable
+    from .ps import CallTimeout, RoleLost, Unrecoverable
 
     fit = request.job.verify if verify else request.job.fit
     try:
         report = fit(steps=request.steps, cluster=request.cluster, deterministic=request.deterministic,
                      seed=request.seed, progress=request.progress)
+    # a role died and the strategy could not bring it back, or a role is stuck: the run failed (before the OSError
+    # clause: a CallTimeout is a TimeoutError)
+    except (RoleLost, Unrecoverable, CallTimeout) as err:
+        print(f"xdl-ec {args.command}: error: {err}; training stopped", file=sys.stderr)
+        return EXIT_FAILURE, None
     # A bad line (BadLineError is a ValueError), an unreadable file, a data set too small to split, divergence,
     # a job whose model or input breaks the contract (InputError, ModelError are ValueErrors).
     except (OSError, ValueError, TypeError, FloatingPointError, InputFnError) as err:
         raise UsageError(str(err)) from None
-    except (RoleLost, Unrecoverable) as err:  # a role died and the strategy could not bring it back
-        print(f"xdl-ec {args.command}: error: {err}; training stopped", file=sys.stderr)
-        return EXIT_FAILURE, None
     if request.config is not None:
         # every worker reads the whole file (keeping its share of the batches): each saw every bad line so far
         report["bad_lines"] = max(w.get("input", {}).get("bad_lines", 0) for w in report["workers"])

@@ -422,3 +422,20 @@ def test_a_remote_call_must_be_declared_by_the_interface() -> None:
             Remote(server, ServerAPI).close()
     finally:
         backend.shutdown()
+
+
+def test_a_role_that_answers_pings_but_not_its_call_stops_the_run_naming_it() -> None:
+    """A stuck role is not waited for forever: past the call timeout its CallTimeout stops the run."""
+    from xdl_ec.ps import CallTimeout
+
+    trainer = make_trainer(small_config(steps=3), ClusterConfig(servers=2, call_timeout=0.5))
+    try:
+        release = threading.Event()
+        worker = trainer.workers[0].local_object()
+        real = worker.train_step
+        worker.train_step = lambda *args: release.wait(30) or real(*args)  # stuck, yet its handle answers pings
+        with pytest.raises(CallTimeout, match=r"worker 0 did not answer train_step\(\) within 0.5 s"):
+            trainer.fit()
+        release.set()
+    finally:
+        trainer.close()

@@ -135,18 +135,17 @@ class PSTrainer:
 
     # ---- calls and failures -----------------------------------------------------------------------------
     def result(self, future: Any, timeout: Optional[float] = None) -> Any:
-        """``future.result`` with failures confirmed by the scheduler: a dead role raises its RoleLost."""
+        """``future.result`` with failures confirmed by the scheduler: a dead role raises its RoleLost; a role that
+        answers pings but not this call within ``timeout`` (the cluster's call timeout) is stuck, and its
+        CallTimeout, naming role, method and seconds, stops the run instead of waiting forever."""
         timeout = self.cluster.call_timeout if timeout is None else timeout
-        while True:
-            try:
-                return future.result(timeout)
-            except (RoleLost, CallTimeout) as err:
-                lost = self.scheduler.confirm_failure(err)
-                if lost is not None:
-                    raise lost from None
-                if isinstance(err, CallTimeout) and not future.done():
-                    continue  # our own wait ran out but the role answers pings: slow, not dead
-                raise  # the error came from inside the call (e.g. a worker's own timeout): not a death
+        try:
+            return future.result(timeout)
+        except (RoleLost, CallTimeout) as err:
+            lost = self.scheduler.confirm_failure(err)
+            if lost is not None:
+                raise lost from None
+            raise  # a stuck role, or an error from inside the call (e.g. a worker's own timeout): not a death
 
     def drain(self, futures: Sequence[Any]) -> tuple:
         """Waits for every future: (results or None per future, confirmed RoleLost errors)."""
