@@ -176,9 +176,14 @@ def test_the_example_job_on_ray_with_ec_and_a_killed_server_ends_at_the_failure_
 
     import ray
 
-    if not ray.is_initialized():
+    started = not ray.is_initialized()
+    if started:
         connect_ray()
-    report = job().fit(cluster=xdl_ec.Cluster(servers=3, backend="ray", ft="ec", code=(2, 1), fail_at=["6:1"]),
-                       deterministic=True, seed=3)
+    try:
+        report = job().fit(cluster=xdl_ec.Cluster(servers=3, backend="ray", ft="ec", code=(2, 1), fail_at=["6:1"]),
+                           deterministic=True, seed=3)
+    finally:
+        if started:  # the next test file starts its own Ray
+            ray.shutdown()
     assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 1)]
     assert report["model_digest"] == run()["model_digest"]

@@ -15,7 +15,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from support.ft_runs import small_config  # noqa: E402
 from xdl_ec.benchmark import BenchConfig  # noqa: E402
 from xdl_ec.benchmark.after_rebuild_schedule import AfterRebuildSchedule  # noqa: E402
-from xdl_ec.benchmark.runner import Variant, run_variant  # noqa: E402
+from xdl_ec.benchmark.runner import Variant, Workload, run_variant  # noqa: E402
 from xdl_ec.ps import ClusterConfig  # noqa: E402
 
 
@@ -52,7 +52,7 @@ def test_second_kill_inside_an_r1_rebuild_is_deferred_past_the_rebuild_and_stays
     runs flat out when one more loss is fatal) is still rebuilding server 1 when server 2's kill is due two steps
     later: scheduled as is, two servers would be missing at once (unrecoverable for r = 1); the bench's schedule
     completes the rebuild first, both kills land at their steps and the model is the failure-free one."""
-    train, cluster = small_config(steps=8), ClusterConfig(servers=3, workers=1)
+    train, cluster = Workload.built_in(small_config(steps=8)), ClusterConfig(servers=3, workers=1)
     reference = run_variant(Variant("none", "none"), train, cluster, [], None, 0)
     row = run_variant(Variant("ec-2+1", "ec", {"code": "2,1", "rebuild": "boundary"}), train, cluster,
                       [(3, 1, 0.0), (5, 2, 0.0)], None, 0, rebuild_share=0.001)

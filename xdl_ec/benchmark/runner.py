@@ -128,11 +128,7 @@ class BenchConfig:
         """What every row trains: the job given, or the built-in model at the preset's size."""
         if self.job is not None:
             return Workload(self.job.spec, self.seed, {"job": self.job.spec.describe()})
-        from ..criteo_job import criteo_job, open_training_data
-
-        train = self.train_config()
-        return Workload(criteo_job(train).spec, self.seed,
-                        {**train.describe(), "data_source": open_training_data(train).description}, train)
+        return Workload.built_in(self.train_config())
 
     def train_config(self) -> Any:
         from ..criteo_job import TrainConfig
@@ -222,6 +218,14 @@ class Workload:
     seed: int
     config: Dict[str, Any]
     train: Any = None
+
+    @classmethod
+    def built_in(cls, train: Any) -> "Workload":
+        """The built-in model of a :class:`~xdl_ec.criteo_job.TrainConfig`."""
+        from ..criteo_job import criteo_job, open_training_data
+
+        return cls(criteo_job(train).spec, train.seed,
+                   {**train.describe(), "data_source": open_training_data(train).description}, train)
 
 
 def train_once(workload: Workload, cluster: Any, strategy: Any = None, schedule: Any = None,
