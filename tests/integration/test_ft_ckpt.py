@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from support.ft_runs import reference, small_config  # noqa: E402
+from support.ft_runs import small_config  # noqa: E402
 from xdl_ec.ft.checkpoint import CheckpointStore  # noqa: E402
 from xdl_ec.ft.ckpt_strategy import Checkpointing  # noqa: E402
 from xdl_ec.ft.configs import CkptConfig  # noqa: E402
@@ -27,12 +28,9 @@ from support.paths import REPO_ROOT  # noqa: E402
 STEPS = 10
 
 
-def reference_digest(workers: int) -> str:
-    return reference(3, workers)["model_digest"]
-
-
 @pytest.mark.parametrize("workers", [1, 2])
-def test_server_killed_mid_run_rolls_back_and_replays_to_the_failure_free_digest(workers: int, tmp_path: Path) -> None:
+def test_server_killed_mid_run_rolls_back_and_replays_to_the_failure_free_digest(workers: int, tmp_path: Path,
+                                                                                 failure_free: Any) -> None:
     strategy = Checkpointing("3", str(tmp_path / "ckpt"))
     report = run_trainer(make_trainer(small_config(), ClusterConfig(servers=3, workers=workers), strategy,
                        FailureSchedule.from_flags(["5:1"])))
@@ -44,23 +42,23 @@ def test_server_killed_mid_run_rolls_back_and_replays_to_the_failure_free_digest
     assert report["lost_samples"] == workers * 64 == failure["lost_samples"]
     assert report["samples"] == (steps + 1) * workers * 64
     assert report["checkpoint_seconds"] > 0 and report["checkpoint"]["saves"] == 1 + steps // 3
-    assert report["model_digest"] == reference_digest(workers)
+    assert report["model_digest"] == failure_free(3, workers)["model_digest"]
     assert (tmp_path / "ckpt").is_dir() and CheckpointStore(tmp_path / "ckpt").latest() is not None
 
 
-def test_two_failures_and_a_restarted_worker_still_end_exact(tmp_path: Path) -> None:
+def test_two_failures_and_a_restarted_worker_still_end_exact(tmp_path: Path, failure_free: Any) -> None:
     strategy = make_strategy(CkptConfig(interval="2", directory=str(tmp_path)))
     schedule = FailureSchedule.from_flags(["2:0", "4:2"], ["3:1"])
     report = run_trainer(make_trainer(small_config(), ClusterConfig(servers=3, workers=2), strategy, schedule))
     assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 0), ("worker", 1), ("server", 2)]
-    assert report["model_digest"] == reference_digest(2)
+    assert report["model_digest"] == failure_free(3, 2)["model_digest"]
 
 
-def test_failure_before_any_periodic_save_rolls_back_to_step_zero(tmp_path: Path) -> None:
+def test_failure_before_any_periodic_save_rolls_back_to_step_zero(tmp_path: Path, failure_free: Any) -> None:
     report = run_trainer(make_trainer(small_config(), ClusterConfig(servers=2), Checkpointing("100", str(tmp_path)),
                        FailureSchedule.from_flags(["4:1"])))
     assert report["lost_samples"] == 3 * 64  # steps 1..3 re-trained from the step-0 checkpoint
-    assert report["model_digest"] == reference(2, 1)["model_digest"]
+    assert report["model_digest"] == failure_free(2, 1)["model_digest"]
 
 
 def test_auto_interval_uses_youngs_formula_from_the_measured_save_cost(tmp_path: Path) -> None:
@@ -102,7 +100,7 @@ def test_cli_ckpt_run_reports_the_failure(tmp_path: Path) -> None:
     assert report["ft"] == "ckpt" and report["failures"][0]["index"] == 1 and report["lost_samples"] == 64
 
 
-def test_restarted_workers_continue_from_their_reader_position(tmp_path: Path) -> None:
+def test_restarted_workers_continue_from_their_reader_position(tmp_path: Path, failure_free: Any) -> None:
     """Only workers die: no rollback, each new worker takes over its predecessor's reader position, so no sample
     is lost or trained twice and the model is the failure-free one."""
     strategy = Checkpointing("100", str(tmp_path))
@@ -111,7 +109,7 @@ def test_restarted_workers_continue_from_their_reader_position(tmp_path: Path) -
     assert [(f["role"], f["index"], f["step"]) for f in report["failures"]] == [("worker", 1, 2), ("worker", 0, 4)]
     assert report["lost_samples"] == 0 and report["samples"] == STEPS * 64
     assert [w["steps"] for w in report["workers"]] == [2, 4]  # the new workers trained steps 4-5 and 2-5
-    assert report["model_digest"] == reference_digest(2)
+    assert report["model_digest"] == failure_free(3, 2)["model_digest"]
 
 
 def test_async_mode_recovers_and_trains_every_batch_once(tmp_path: Path) -> None:
@@ -126,7 +124,7 @@ def test_async_mode_recovers_and_trains_every_batch_once(tmp_path: Path) -> None
     assert report["checkpoint"]["saves"] >= 3 and report["lost_samples"] < 5 * 64
 
 
-def test_ckpt_on_ray_kills_the_actor_process_and_replays_exactly(tmp_path: Path) -> None:
+def test_ckpt_on_ray_kills_the_actor_process_and_replays_exactly(tmp_path: Path, failure_free: Any) -> None:
     ray = pytest.importorskip("ray")
     from xdl_ec.ps.backend import ray_runtime_env
 
@@ -138,13 +136,13 @@ def test_ckpt_on_ray_kills_the_actor_process_and_replays_exactly(tmp_path: Path)
         ray.shutdown()
     assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 1)]
     assert report["lost_samples"] == 2 * 64
-    assert report["model_digest"] == reference_digest(2)
+    assert report["model_digest"] == failure_free(3, 2)["model_digest"]
 
 
-def test_a_server_and_a_worker_lost_in_the_same_step_and_a_seconds_interval(tmp_path: Path) -> None:
+def test_a_server_and_a_worker_lost_in_the_same_step_and_a_seconds_interval(tmp_path: Path, failure_free: Any) -> None:
     strategy = Checkpointing("0.001s", str(tmp_path))  # a save at every step boundary
     report = run_trainer(make_trainer(small_config(), ClusterConfig(servers=3, workers=2), strategy,
                        FailureSchedule.from_flags(["3:2"], ["3:1"])))
     assert sorted((f["role"], f["index"]) for f in report["failures"]) == [("server", 2), ("worker", 1)]
     assert report["checkpoint"]["saves"] == 1 + STEPS // 2 and report["lost_samples"] == 0
-    assert report["model_digest"] == reference_digest(2)
+    assert report["model_digest"] == failure_free(3, 2)["model_digest"]

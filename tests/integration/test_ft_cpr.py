@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 from types import SimpleNamespace
 
 import numpy as np
@@ -12,7 +13,6 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from support.ft_runs import reference as reference_run  # noqa: E402
 from support.ft_runs import small_config as base_config  # noqa: E402
 from xdl_ec.ft.cpr_strategy import PartialRecovery  # noqa: E402
 from xdl_ec.ft.configs import CprConfig  # noqa: E402
@@ -30,12 +30,8 @@ def small_config(**kwargs):  # noqa: ANN201
     return base_config(**{**RUN, **kwargs})
 
 
-def reference(workers: int) -> dict:
-    return reference_run(3, workers, **RUN)
-
-
 @pytest.mark.parametrize("mode", ["mfu", "ssu"])
-def test_runs_to_the_end_reporting_lost_updates_samples_and_auc(mode: str, tmp_path: Path) -> None:
+def test_runs_to_the_end_reporting_lost_updates_samples_and_auc(mode: str, tmp_path: Path, failure_free: Any) -> None:
     strategy = make_strategy(CprConfig(interval_steps=3, mode=mode, directory=str(tmp_path)))
     report = run_trainer(make_trainer(small_config(), ClusterConfig(servers=3, workers=2), strategy,
                        FailureSchedule.from_flags(["6:1"])))
@@ -50,11 +46,11 @@ def test_runs_to_the_end_reporting_lost_updates_samples_and_auc(mode: str, tmp_p
     assert report["checkpoint_seconds"] > 0
     assert report["auc"] is not None and 0.0 <= report["auc"] <= 1.0 and np.isfinite(report["logloss"])
     # nothing was rolled back, so the lost updates show in the model
-    assert report["model_digest"] != reference(2)["model_digest"]
+    assert report["model_digest"] != failure_free(3, 2, **RUN)["model_digest"]
     assert (tmp_path / "server-0001").is_dir()
 
 
-def test_full_save_every_step_loses_nothing_and_matches_the_failure_free_run(tmp_path: Path) -> None:
+def test_full_save_every_step_loses_nothing_and_matches_the_failure_free_run(tmp_path: Path, failure_free: Any) -> None:
     """With a full save at every step boundary the reloaded shard is exactly the lost one: the retried step then
     ends in the failure-free digest (the partial-recovery path is bit-exact; only staleness loses updates)."""
     strategy = PartialRecovery(interval_steps=1, full_every=1, directory=str(tmp_path))
@@ -62,7 +58,7 @@ def test_full_save_every_step_loses_nothing_and_matches_the_failure_free_run(tmp
                        FailureSchedule.from_flags(["5:2", "9:0"])))
     assert [f["index"] for f in report["failures"]] == [2, 0]
     assert report["lost_updates"] == 0 and report["lost_samples"] == 0
-    assert report["model_digest"] == reference(1)["model_digest"]
+    assert report["model_digest"] == failure_free(3, 1, **RUN)["model_digest"]
 
 
 def test_a_longer_interval_loses_more_updates(tmp_path: Path) -> None:
@@ -135,7 +131,7 @@ def test_lost_samples_count_each_sample_once_and_never_exceed_the_samples_traine
     assert report["cpr"]["saves"] == 1
 
 
-def test_cpr_on_ray_reloads_the_killed_actor_shard_and_finishes(tmp_path: Path) -> None:
+def test_cpr_on_ray_reloads_the_killed_actor_shard_and_finishes(tmp_path: Path, failure_free: Any) -> None:
     ray = pytest.importorskip("ray")
     from xdl_ec.ps.backend import ray_runtime_env
 
@@ -149,7 +145,7 @@ def test_cpr_on_ray_reloads_the_killed_actor_shard_and_finishes(tmp_path: Path) 
     assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 1)]
     assert report["steps"] == STEPS // 2 and report["samples"] == STEPS * 64
     assert report["lost_updates"] > 0 and report["lost_samples"] == 5 * 2 * 64
-    assert report["model_digest"] != reference(2)["model_digest"] and report["auc"] is not None
+    assert report["model_digest"] != failure_free(3, 2, **RUN)["model_digest"] and report["auc"] is not None
 
 
 def test_cli_cpr_run_with_ssu_reports_its_losses(tmp_path: Path) -> None:

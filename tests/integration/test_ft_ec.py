@@ -41,39 +41,31 @@ def run(servers: int, strategy: Any, kills: List[Kill] = (), workers: int = 1, m
     return {**(strategy.report() if strategy is not None else {}), **report}
 
 
-_BASELINES: Dict[Any, str] = {}
+BASE = dict(batch_size=128, steps=STEPS, seed=3, optimizer="adagrad")  # this file's small_config, for failure_free
 
 
-def baseline(servers: int, workers: int = 1) -> str:
-    """The failure-free digest (without parity: ec must not change the model either)."""
-    key = (servers, workers)
-    if key not in _BASELINES:
-        _BASELINES[key] = run(servers, None, workers=workers)["model_digest"]
-    return _BASELINES[key]
-
-
-def test_failure_free_ec_run_equals_the_run_without_parity() -> None:
+def test_failure_free_ec_run_equals_the_run_without_parity(failure_free: Any) -> None:
     report = run(3, ErasureCoded(2, 1))
-    assert report["model_digest"] == baseline(3)
+    assert report["model_digest"] == failure_free(3, 1, **BASE)["model_digest"]
     assert report["ft"] == "ec" and report["failures"] == []
     assert report["parity_bytes"] > 0
     # pushes reach the holders in seq ranges of several mutations (a few steps each), whose deltas are merged
     assert report["parity_coalesced_mutations"] > 0
 
 
-def test_one_server_killed_mid_run_is_rebuilt_exactly() -> None:
+def test_one_server_killed_mid_run_is_rebuilt_exactly(failure_free: Any) -> None:
     report = run(3, ErasureCoded(2, 1), [Kill(3, "server", 1)])
     assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 1)]
-    assert report["model_digest"] == baseline(3)
+    assert report["model_digest"] == failure_free(3, 1, **BASE)["model_digest"]
 
 
-def test_two_servers_killed_at_once_with_r2() -> None:
+def test_two_servers_killed_at_once_with_r2(failure_free: Any) -> None:
     report = run(4, ErasureCoded(2, 2), [Kill(3, "server", 0), Kill(3, "server", 2)])
     assert sorted(f["index"] for f in report["failures"]) == [0, 2]
-    assert report["model_digest"] == baseline(4)
+    assert report["model_digest"] == failure_free(4, 1, **BASE)["model_digest"]
 
 
-def test_server_killed_while_a_rebuild_is_running() -> None:
+def test_server_killed_while_a_rebuild_is_running(failure_free: Any) -> None:
     strategy = ErasureCoded(2, 2, rebuild_stripes_per_step=1)
     killed: List[int] = []
 
@@ -86,7 +78,7 @@ def test_server_killed_while_a_rebuild_is_running() -> None:
     report = run(4, strategy, [Kill(4, "server", 1)])
     assert killed == [3]
     assert sorted(f["index"] for f in report["failures"]) == [1, 3]
-    assert report["model_digest"] == baseline(4)
+    assert report["model_digest"] == failure_free(4, 1, **BASE)["model_digest"]
 
 
 class CrashBeforeForwarding(ErasureCoded):
@@ -100,16 +92,16 @@ class CrashBeforeForwarding(ErasureCoded):
             self.arm_crash_after_apply(2)
 
 
-def test_server_killed_between_applying_a_push_and_forwarding_its_deltas() -> None:
+def test_server_killed_between_applying_a_push_and_forwarding_its_deltas(failure_free: Any) -> None:
     report = run(3, CrashBeforeForwarding(2, 1))
     assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 2)]
-    assert report["model_digest"] == baseline(3)
+    assert report["model_digest"] == failure_free(3, 1, **BASE)["model_digest"]
 
 
-def test_two_sync_workers_one_server_killed() -> None:
+def test_two_sync_workers_one_server_killed(failure_free: Any) -> None:
     report = run(3, ErasureCoded(2, 1), [Kill(2, "server", 0)], workers=2)
     assert len(report["failures"]) == 1
-    assert report["model_digest"] == baseline(3, workers=2)
+    assert report["model_digest"] == failure_free(3, 2, **BASE)["model_digest"]
 
 
 def test_more_than_r_losses_is_unrecoverable_naming_the_servers() -> None:
@@ -162,17 +154,18 @@ def test_bad_code_and_too_few_servers_are_clear_errors() -> None:
         make_trainer(small_config(), ClusterConfig(servers=2, workers=1), strategy=ErasureCoded(2, 1))
 
 
-def test_rebuild_runs_between_steps_and_serves_degraded_reads() -> None:
+def test_rebuild_runs_between_steps_and_serves_degraded_reads(failure_free: Any) -> None:
     """One stripe per step boundary: training goes on while the replacement is incomplete; its blocks touched
     first are decoded on demand, and the rebuild completes with a measured time and throughput."""
     report = run(3, ErasureCoded(2, 1, rebuild_stripes_per_step=1), [Kill(2, "server", 2)])
-    assert report["model_digest"] == baseline(3)
+    assert report["model_digest"] == failure_free(3, 1, **BASE)["model_digest"]
     assert report["degraded_reads"] > 0
     (failure,) = report["failures"]
     assert failure["index"] == 2 and failure["rebuild_seconds"] > 0
 
 
-def test_fit_in_chunks_keeps_a_rebuild_running_across_calls_and_drain_makes_every_push_durable() -> None:
+def test_fit_in_chunks_keeps_a_rebuild_running_across_calls_and_drain_makes_every_push_durable(
+        failure_free: Any) -> None:
     """A ``fit(steps)`` that stops while stripes are missing leaves the rebuild to the next call (its report has
     the failure open); ``drain`` returns once every holder applied every delta; the chunked run stays exact."""
     strategy = ErasureCoded(2, 1, rebuild_stripes_per_step=1)
@@ -188,7 +181,7 @@ def test_fit_in_chunks_keeps_a_rebuild_running_across_calls_and_drain_makes_ever
             assert not progress["pending"] and progress["live_applied"] == progress["seq"] > 0
         last = trainer.fit()
         assert not strategy.rebuilding and last["failures"][0]["rebuild_seconds"] > 0
-        assert trainer.digest() == baseline(3)
+        assert trainer.digest() == failure_free(3, 1, **BASE)["model_digest"]
     finally:
         trainer.close()
 
@@ -304,7 +297,7 @@ def test_verify_subcommand_trains_with_a_failure_then_scrubs(capsys: pytest.Capt
     assert "needs --ft ec" in capsys.readouterr().err
 
 
-def test_ray_backend_two_failures_rebuilt_exactly() -> None:
+def test_ray_backend_two_failures_rebuilt_exactly(failure_free: Any) -> None:
     """Real processes: server 2's process exits after applying a push and before forwarding its deltas (armed after
     step 2), later server 1's actor is SIGKILLed; the digest equals the one-process failure-free run's."""
     pytest.importorskip("ray")
@@ -313,15 +306,15 @@ def test_ray_backend_two_failures_rebuilt_exactly() -> None:
                         failures=FailureSchedule([Kill(5, "server", 1)]))
     report = run_trainer(trainer)
     assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 2), ("server", 1)]
-    assert report["model_digest"] == baseline(3)
+    assert report["model_digest"] == failure_free(3, 1, **BASE)["model_digest"]
 
 
-def test_a_restarted_worker_continues_its_push_seqs_and_log() -> None:
+def test_a_restarted_worker_continues_its_push_seqs_and_log(failure_free: Any) -> None:
     """A worker killed under ec is restarted by the driver: its pushes carry seqs above its predecessor's (so
     servers do not take them for replays) and are logged until durable; a later server loss is still exact."""
     report = run(3, ErasureCoded(2, 1), [Kill(2, "worker", 0), Kill(4, "server", 2)])
     assert [(f["role"], f["index"]) for f in report["failures"]] == [("worker", 0), ("server", 2)]
-    assert report["model_digest"] == baseline(3)
+    assert report["model_digest"] == failure_free(3, 1, **BASE)["model_digest"]
 
 
 def test_worker_lost_with_a_server_holding_its_non_durable_push_is_unrecoverable_naming_them() -> None:
@@ -357,10 +350,10 @@ class DurableAtStep3(ErasureCoded):
             self._drain(list(range(self.n)))
 
 
-def test_worker_and_server_lost_together_after_their_pushes_are_durable_is_exact() -> None:
+def test_worker_and_server_lost_together_after_their_pushes_are_durable_is_exact(failure_free: Any) -> None:
     report = run(3, DurableAtStep3(2, 1), [Kill(4, "worker", 0), Kill(4, "server", 1)])
     assert sorted((f["role"], f["index"]) for f in report["failures"]) == [("server", 1), ("worker", 0)]
-    assert report["model_digest"] == baseline(3)
+    assert report["model_digest"] == failure_free(3, 1, **BASE)["model_digest"]
 
 
 def test_recovery_fragments_are_fetched_again_until_the_parity_caught_up_with_the_data() -> None:
@@ -484,7 +477,7 @@ class CrashDuringPush(ErasureCoded):
             self.arm_crash_before_apply(0)
 
 
-def test_server_lost_during_a_sync_push_of_two_workers() -> None:
+def test_server_lost_during_a_sync_push_of_two_workers(failure_free: Any) -> None:
     report = run(3, CrashDuringPush(2, 1), workers=2)
     assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 0)]
-    assert report["model_digest"] == baseline(3, workers=2)
+    assert report["model_digest"] == failure_free(3, 2, **BASE)["model_digest"]

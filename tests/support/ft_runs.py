@@ -4,7 +4,7 @@ failure-free references (each configuration trained once per test session)."""
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -13,9 +13,6 @@ from xdl_ec.criteo_job import TrainConfig, criteo_job  # noqa: E402
 from xdl_ec.ft.failure_injector import FailureInjector  # noqa: E402
 from xdl_ec.ft.failure_schedule import FailureSchedule  # noqa: E402
 from xdl_ec.ps import ClusterConfig, PSTrainer, RunSettings  # noqa: E402
-
-_REFERENCES: Dict[Tuple, Dict[str, Any]] = {}
-
 
 def small_config(**overrides: Any) -> TrainConfig:
     """Seconds-long synthetic runs: 64-sample batches, dim 8, Adam (optimizer state in every record)."""
@@ -48,10 +45,8 @@ def run(trainer: PSTrainer) -> Dict[str, Any]:
 
 
 def reference(servers: int, workers: int, **overrides: Any) -> Dict[str, Any]:
-    """The report of the failure-free run of ``small_config(**overrides)`` on ``servers`` x ``workers``."""
-    key = (servers, workers, tuple(sorted(overrides.items())))
-    if key not in _REFERENCES:
-        config = small_config(**overrides)
-        _REFERENCES[key] = criteo_job(config).fit(cluster=xdl_ec.Cluster(servers=servers, workers=workers),
-                                                  deterministic=config.deterministic, seed=config.seed)
-    return _REFERENCES[key]
+    """The report of the failure-free run of ``small_config(**overrides)`` on ``servers`` x ``workers`` (the
+    session fixture ``failure_free`` in conftest.py trains each once per test session)."""
+    config = small_config(**overrides)
+    return criteo_job(config).fit(cluster=xdl_ec.Cluster(servers=servers, workers=workers),
+                                  deterministic=config.deterministic, seed=config.seed)
