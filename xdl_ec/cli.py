@@ -237,7 +237,7 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
                              f"own tables, model and input (drop the flag(s) or the --script)")
         return TrainRequest(load_script_job(args.script), cluster, args.steps, args.seed, args.deterministic,
                             progress)
-    from .criteo_job import TrainConfig, criteo_job, open_training_data
+    from .criteo_job import TrainConfig, criteo_job, num_train_batches, open_training_data
 
     data, synthetic = args.data, args.synthetic
     if data is None and not synthetic:
@@ -258,7 +258,11 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
         training_data = open_training_data(config)
     except (OSError, ValueError) as err:
         raise UsageError(str(err)) from None
-    return TrainRequest(criteo_job(config), cluster, None, args.seed, args.deterministic, progress, config,
+    # the run's steps, known here (the input is bounded to the run's batches): the progress bar's total
+    batches = num_train_batches(training_data, config)
+    workers = 1 if cluster is None else cluster.workers
+    steps = (batches if cluster is not None and cluster.mode == "async" else -(-batches // workers)) or None
+    return TrainRequest(criteo_job(config), cluster, steps, args.seed, args.deterministic, progress, config,
                         training_data)
 
 
