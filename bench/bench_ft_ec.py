@@ -239,8 +239,8 @@ def _recovery(args: argparse.Namespace, k: int, r: int, normal_ec: float) -> Non
 
 REDUNDANCY_VARIANTS = {  # label -> ErasureCoded keyword arguments
     "unthrottled": dict(rebuild="boundary", rebuild_share=1.0),  # the whole rebuild at the first boundary
-    "boundary 0.05": dict(rebuild="boundary", rebuild_share=DEFAULT_REBUILD_SHARE),  # session 5's default
-    "background": dict(rebuild="background", rebuild_share=DEFAULT_REBUILD_SHARE),  # issue 19's default
+    "boundary 0.05": dict(rebuild="boundary", rebuild_share=DEFAULT_REBUILD_SHARE),  # the step-boundary pacing
+    "background": dict(rebuild="background", rebuild_share=DEFAULT_REBUILD_SHARE),  # the default: beside the steps
 }
 
 
@@ -248,7 +248,7 @@ def _redundancy(args: argparse.Namespace, k: int, r: int) -> None:
     """``--redundancy``: server 1 killed before step ``--fail-at``; for each rebuild variant, interleaved (the
     order rotates every repeat), the seconds from the kill to full redundancy and samples/s of the steps after the
     failed one until then, against the same run's steps before the kill (the failed step, which holds the
-    recovery pause, excluded from both). Goal (issue 19): background <= 2x unthrottled, >= 95% of normal."""
+    recovery pause, excluded from both). Goal: background <= 2x unthrottled, >= 95% of normal."""
     config = TrainConfig(synthetic=True, synthetic_rows=args.batch * (args.steps + 8), batch_size=args.batch,
                          steps=args.steps, deterministic=True, progress=False, seed=1, emb_dim=args.emb_dim)
     reference = _run(config, k + r, None, backend=args.backend)["model_digest"]

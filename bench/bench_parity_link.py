@@ -1,4 +1,4 @@
-"""Benchmark: what membership (issue 21) costs a parity link: a send's round trip over loopback with the MACs of
+"""Benchmark: what membership (authenticated links) costs a parity link: a send's round trip over loopback with the MACs of
 xdl_ec.ft.parity_link against the same exchange with the MACs replaced by constants (the wire bytes and the rest of
 the code unchanged), interleaved in the same run. Not a test.
 

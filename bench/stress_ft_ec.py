@@ -5,8 +5,8 @@ bounded version lives in tests/integration/test_overlapping_failures.py).
                                                             [--scenario NAME ...] [--backend local|ray]
                                                             [--watchdog-factor 10] [--dumps DIR]
 
-Each run trains a small model on servers of which some die at overlapping times (issue 19's scenario and its
-neighbours: two lost at once, a replacement lost while it is being rebuilt, losses at adjacent steps, r = 1, 2, 3,
+Each run trains a small model on servers of which some die at overlapping times (two lost at once,
+a replacement lost while it is being rebuilt, losses at adjacent steps, r = 1, 2, 3,
 plus seeded random schedules), and must end either at the failure-free model_digest or with ``Unrecoverable``
 (more than r servers down at once); anything else - a wrong digest, another error, a run that does not end - is a
 failure. ``--load N`` starts N CPU-bound processes beside it. The watchdog: a run taking more than

@@ -482,7 +482,7 @@ void DeltaForwarder::DropPending() {
 void DeltaForwarder::Close() {
   // Returns once no delivery to a holder is running (none starts after closed_): recovery rolls a lost server's
   // stream back on its holders after closing what is left of it, and a batch landing after that rollback would
-  // leave them disagreeing on the server's seq for good (issue 19: a decode waiting for them forever).
+  // leave them disagreeing on the server's seq for good (a decode would wait for them forever).
   std::unique_lock<std::mutex> lock(mu_);
   closed_ = true;
   work_.notify_all();

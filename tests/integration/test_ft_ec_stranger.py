@@ -1,4 +1,4 @@
-"""Issue 21's stranger: while a --ft ec run trains, a process outside the job connects to every parity receiver
+"""A stranger on the network: while a --ft ec run trains, a process outside the job connects to every parity receiver
 and sends (a) a well-formed batch from a sender the job does not have, (b) a real sender's id at a far seq without
 the secret, (c) a replay of a recorded genuine connection, (d) random bytes, (e) a header claiming 2^60 payload
 bytes, (f) one byte a second; then a server is killed. The run ends at the failure-free digest, every attempt got

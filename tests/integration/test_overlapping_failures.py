@@ -1,4 +1,4 @@
-"""Issue 19: overlapping server failures under ``--ft ec`` (two at once, a replacement lost while it is rebuilt,
+"""Overlapping server failures under ``--ft ec`` (two at once, a replacement lost while it is rebuilt,
 losses at adjacent steps, r = 1, 2, 3) end either at the failure-free model_digest or with a clear
 "unrecoverable", never hang; a lost server's remnant delivers nothing after its holders rolled it back; SIGINT
 stops a run mid-recovery within seconds. The stress loop (bench/stress_ft_ec.py, under load with a watchdog) runs
@@ -50,7 +50,7 @@ def test_issue19_scenario_repeated(repeat: int) -> None:
 
 
 def test_no_remnant_batch_lands_after_the_rollback(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The cause of issue 19: a replacement lost mid-rebuild while another loss restarts the recovery still had a
+    """The cause of a recovery that once hung: a replacement lost mid-rebuild while another loss restarts the recovery still had a
     range recorded, which its forwarder delivered after the survivors rolled its stream back (the holders then
     disagreed on its seq for good and the key-index decode waited for them). I5: when the holders roll a lost
     server back, nothing of it runs any more; and 60 ms later (three times the forwarder's routing delay) none of

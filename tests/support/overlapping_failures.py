@@ -1,4 +1,4 @@
-"""Overlapping server failures under ``--ft ec`` (issue 19): named scenarios and seeded random ones, each run to
+"""Overlapping server failures under ``--ft ec``: named scenarios and seeded random ones, each run to
 its end and judged against the failure-free run. Shared by tests/integration/test_overlapping_failures.py and
 bench/stress_ft_ec.py (which repeats them under load with a watchdog)."""
 
@@ -37,7 +37,7 @@ class Scenario:
 
 
 SCENARIOS: Dict[str, Scenario] = {s.name: s for s in (
-    # issue 19 as reported: two lost at once (r = 2), the replacement of 0 lost during its rebuild, then 1 again
+    # the scenario that once hung: two lost at once (r = 2), the replacement of 0 lost during its rebuild, then 1 again
     Scenario("issue19", 6, 4, 2, 60, ((20, 0), (20, 1), (22, 0), (24, 1))),
     # a replacement lost while it is being rebuilt, r = 1: the same server again is still one loss
     Scenario("replacement-lost-r1", 4, 2, 1, 30, ((8, 1), (9, 1), (11, 1))),

@@ -1,4 +1,4 @@
-"""A process outside an xdl-ec job that attacks its parity receivers (issue 21's stranger), and a member's genuine
+"""A process outside an xdl-ec job that attacks its parity receivers (a stranger on the network), and a member's genuine
 exchange to record for it to replay.
 
 Run as a program: ``python stranger.py ATTACKS_JSON`` where the JSON is a list of {"host", "port", "holder",

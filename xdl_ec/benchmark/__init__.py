@@ -1,4 +1,4 @@
-"""``xdl-ec bench``: the none / ckpt / cpr / ec comparison through injected failures (issue 7).
+"""``xdl-ec bench``: the none / ckpt / cpr / ec comparison through injected failures.
 
 :mod:`~xdl_ec.benchmark.runner` runs the matrix, :mod:`~xdl_ec.benchmark.table` writes results.json and the Markdown
 table, :mod:`~xdl_ec.benchmark.plots` the PNG charts."""

@@ -44,7 +44,7 @@ def run_overlap(config: Any, runs: int, log: Callable[[str], None] = print) -> D
     log(f"xdl-ec bench --overlap: {runs} runs, MTBF {mtbf:.3f} s, kills per run "
         f"{[len(s) for s in schedules]}")
     rows: List[Dict[str, Any]] = []
-    # ec also as session 5 paced it (rebuild at step boundaries, --rebuild-share of wall time): the window it left
+    # ec also paced at step boundaries (--rebuild-share of wall time, rebuild="boundary"): the window that leaves
     plan = [(v, False) for v in variants] + [(v, True) for v in variants if v.ft == "ec"]
     for variant, boundary in plan:
         outcomes: List[Dict[str, Any]] = []

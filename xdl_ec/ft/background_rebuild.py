@@ -6,7 +6,7 @@ they agree (I7), a data block is restored only while its replacement still misse
 first decodes it on demand under the server's lock), and a parity block is written only if its holder applied
 exactly the versions it encodes (I8): a concurrent push makes a stripe be decoded again, never wrong.
 
-Pace (issue 19): redundancy stays reduced until the rebuild ends, and with ``r`` servers being rebuilt one more
+Pace: redundancy stays reduced until the rebuild ends, and with ``r`` servers being rebuilt one more
 loss ends the job, so the rebuild runs flat out whenever that is so (``urgent()``) or the machine has a core's
 worth of idle CPU (``/proc/stat``, measured over the last stripe); otherwise it keeps to ``share`` of its wall time
 (sleeping ``(1 - share) / share`` times what the last stripe took), so a busy machine's training is not slowed.

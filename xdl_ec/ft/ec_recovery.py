@@ -66,7 +66,7 @@ class RecoveryCoordinator:
         return getattr(self.agent(server), method)(*args).result(CALL_TIMEOUT)
 
     def call_many(self, calls: Sequence[Tuple[Any, ...]]) -> List[Any]:
-        """``parity_call``s (server, method, *args), all issued before any is awaited (the servers work in
+        """Agent calls (server, method, *args), all issued before any is awaited (the servers work in
         parallel and the recovery pays one round trip, not one per call); the answers in call order."""
         return self.wait([getattr(self.agent(c[0]), c[1])(*c[2:]) for c in calls])
 
@@ -143,7 +143,7 @@ class RecoveryCoordinator:
         """I5: kills every server of ``lost`` still running (a replacement whose rebuild was cut short by another
         loss) and waits until it is gone, before any holder's record of it is read or rolled back: a batch it
         delivered after the rollback would leave its holders disagreeing on its seq for good, and every decode
-        would wait for them to agree (issue 19). In one process the kill returns once its forwarder delivers
+        would wait for them to agree. In one process the kill returns once its forwarder delivers
         nothing more (DeltaForwarder::Close); a Ray actor is probed until it is dead."""
         view = self.view
         for p in lost:

@@ -1,4 +1,4 @@
-"""Ray's own authentication (issue 21): a Ray that xdl-ec starts requires Ray's token; connecting to a cluster of
+"""Ray's own authentication: a Ray that xdl-ec starts requires Ray's token; connecting to a cluster of
 several nodes without authentication warns once."""
 
 from __future__ import annotations
