@@ -154,16 +154,14 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _code(text: str) -> tuple[int, int]:
-    """``K,R`` of --code: positive K, non-negative R."""
-    parts = text.split(",")
+    """``K,R`` of --code, by the ec config's one rule (:func:`xdl_ec.ft.configs.parse_code`)."""
+    from .ft.configs import parse_code
+
     try:
-        k, r = (int(p) for p in parts)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected K,R (data and parity servers per stripe) like 4,1, got "
-                                         f"{text!r}") from None
-    if k < 1 or r < 1:
-        raise argparse.ArgumentTypeError(f"expected K >= 1 and R >= 1 in K,R, got {text!r}")
-    return k, r
+        return parse_code(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected K,R (data and parity servers per stripe) like 4,1: "
+                                          f"{str(err).removeprefix('code: ')}") from None
 
 
 _open_fraction = _number(float, lambda v: 0.0 < v < 1.0, "a number in (0, 1)")

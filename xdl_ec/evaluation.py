@@ -18,6 +18,12 @@ from .metrics import holdout_metrics
 FindRows = Callable[[Dict[str, np.ndarray]], Dict[str, Tuple[np.ndarray, np.ndarray]]]
 
 
+def found_rows(batch: FeatureBatch, find_rows: FindRows) -> Dict[str, np.ndarray]:
+    """{table: rows} of ``batch``'s keys read by ``find_rows`` without inserting; ``find`` already gives the
+    default row (zeros) for a key it does not hold."""
+    return {t: rows for t, (rows, _) in find_rows(batch.keys).items()}
+
+
 def evaluate_batches(batches: Iterable[Any], features: Sequence[Feature], find_rows: FindRows,
                      predict: Callable[[FeatureBatch, Dict[str, np.ndarray]], np.ndarray]) -> Dict[str, Any]:
     """``eval_samples``, ``auc`` and ``logloss`` of ``predict`` over ``batches`` (rows read by ``find_rows``
@@ -25,8 +31,6 @@ def evaluate_batches(batches: Iterable[Any], features: Sequence[Feature], find_r
     labels, probs = [], []
     for n, batch in enumerate(batches, 1):
         prepared = FeatureBatch.prepare(batch, features, f"evaluation batch {n}")
-        found = find_rows(prepared.keys)
-        rows = {t: np.where(np.asarray(f, dtype=bool)[:, None], r, np.float32(0)) for t, (r, f) in found.items()}
-        probs.append(np.asarray(predict(prepared, rows)))
+        probs.append(np.asarray(predict(prepared, found_rows(prepared, find_rows))))
         labels.append(prepared.label)
     return holdout_metrics(labels, probs)

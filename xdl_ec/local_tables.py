@@ -41,9 +41,6 @@ class LocalTables:
     def pull(self, requests: Mapping[str, Tuple[Any, int]]) -> Dict[str, np.ndarray]:
         return {t: self.tables[t].pull(keys) for t, (keys, _) in requests.items()}
 
-    def find(self, requests: Mapping[str, Tuple[Any, int]]) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
-        return {t: self.tables[t].find(keys) for t, (keys, _) in requests.items()}
-
     def find_rows(self, keys: Mapping[str, np.ndarray]) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
         return {t: self.tables[t].find(k) for t, k in keys.items()}
 

@@ -11,7 +11,7 @@ from typing import Any, Dict, Iterable, List
 import numpy as np
 
 from .dense_model import DenseModel
-from .evaluation import evaluate_batches
+from .evaluation import evaluate_batches, found_rows
 from .feature_batch import FeatureBatch
 from .job_spec import JobSpec
 from .local_tables import LocalTables
@@ -25,14 +25,10 @@ class TrainedModel:
         self.job, self.tables, self.dense = job, tables, dense
         self._step = ModelStep(dense.model, job.features, job.table_names, job.loss, signature)
 
-    def _rows(self, batch: FeatureBatch) -> Dict[str, np.ndarray]:
-        found = self.tables.find_rows(batch.keys)
-        return {t: np.where(np.asarray(f, dtype=bool)[:, None], r, np.float32(0)) for t, (r, f) in found.items()}
-
     def predict(self, batch: Any) -> np.ndarray:
         """Probabilities [B] of one dict batch shaped like the job's input."""
         prepared = FeatureBatch.prepare(batch, self.job.features, "predict")
-        return self._step.predict(prepared, self._rows(prepared))
+        return self._step.predict(prepared, found_rows(prepared, self.tables.find_rows))
 
     def evaluate(self, batches: Iterable[Any]) -> Dict[str, Any]:
         """``eval_samples``, ``auc`` and ``logloss`` over ``batches``."""

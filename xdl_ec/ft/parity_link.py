@@ -11,7 +11,7 @@ Why not a Ray actor call per send: with batches over Ray's 100 KB inline limit e
 store, ~2.8 ms of CPU over sender, holder and raylet per call (~1.2 ms under it), and there are k + r - 1 links per
 server; that was most of what ``--ft ec`` cost on Ray. The connection costs a ``sendall`` and a ``recv`` per send,
 with the GIL released around both. Ray is used once per link, to ask the holder's server for its receiver's
-address (``parity_call("parity_address")``), so a link follows its holder wherever Ray placed it; when that address
+address (its agent's ``parity_address``, through :class:`~xdl_ec.ps.remote.Remote`), so a link follows its holder wherever Ray placed it; when that address
 cannot be connected to (a firewall between nodes), the link falls back to Ray calls (``apply_parity``).
 
 Membership. A receiver listens on the node's address, so anyone on the network can connect: every connection

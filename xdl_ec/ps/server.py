@@ -232,8 +232,6 @@ class ParameterServer:
             raise AttributeError(f"{type(self.agent).__name__} has no method {method!r}")
         return getattr(self.agent, method)(self, *args)
 
-    parity_call = agent_call  # the ec strategy's older name for agent_call
-
     def die(self) -> None:
         """The role dies now (an injected crash): in a Ray actor the process exits; in one process the backend
         drops this object after the call, and the call fails as a lost server's would."""

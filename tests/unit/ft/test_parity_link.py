@@ -31,7 +31,7 @@ SECRET = JobSecret.generate()
 
 
 class AddressHandle(Handle):
-    """A holder's server as a RemoteHolderLink sees it: it answers ``parity_call("parity_address")``."""
+    """A holder's server as a RemoteHolderLink sees it: it answers its agent's ``parity_address``."""
 
     role = "server"
 
