@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+from .job_source import ScriptError, load_script_job
+
 EXIT_USAGE = 2
 EXIT_FAILURE = 1  # the run itself failed (e.g. a parameter server was lost)
 
@@ -276,41 +278,6 @@ def _flag_names(message: str) -> str:
     return re.sub(r"(ft|backend)='(\w+)'", r"--\1 \2", message)
 
 
-class ScriptError(UsageError):
-    """A --script that cannot give a job."""
-
-
-def load_script_job(path: str) -> Any:
-    """Imports the file at ``path`` and returns what its ``job()`` returns, checked to be an xdl_ec.Job."""
-    import importlib.util
-    import traceback
-
-    from .job import Job
-
-    file = Path(path)
-    if not file.is_file():
-        raise ScriptError(f"--script: no such file: {path}")
-    spec = importlib.util.spec_from_file_location(f"xdl_ec_script_{file.stem}", file)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # pickling the job's functions (Ray) finds them by module name
-    try:
-        spec.loader.exec_module(module)
-    except Exception as err:  # noqa: BLE001 - user code: one line naming the file and the error
-        raise ScriptError(f"--script {path}: importing it raised {type(err).__name__}: {err}") from None
-    make = getattr(module, "job", None)
-    if not callable(make):
-        raise ScriptError(f"--script {path}: defines no job() function (it must return an xdl_ec.Job)")
-    try:
-        job = make()
-    except Exception as err:  # noqa: BLE001
-        where = traceback.extract_tb(err.__traceback__)[-1]
-        raise ScriptError(f"--script {path}: job() raised {type(err).__name__}: {err} (at {where.filename}:"
-                          f"{where.lineno})") from None
-    if not isinstance(job, Job):
-        raise ScriptError(f"--script {path}: job() must return an xdl_ec.Job, got {type(job).__name__}")
-    return job
-
-
 def run_train(args: argparse.Namespace) -> int:
     status, _ = _train(args, verify=False)
     return status
@@ -482,7 +449,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)
-    except UsageError as err:
+    except (UsageError, ScriptError) as err:
         print(f"xdl-ec {args.command}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -101,7 +101,7 @@ class DenseModel:
         if len(optimizer_variables) != len(variables):
             raise ValueError(f"optimizer state: expected {len(variables)} arrays, got {len(optimizer_variables)}")
         for v, value in zip(variables, optimizer_variables):
-            v.assign(value)
+            v.assign(np.reshape(value, tuple(v.shape)))  # a checkpoint stores a scalar as [1]
 
 
 def check_logits_shape(shape: Tuple[Any, ...], batch: Optional[int]) -> None:

@@ -16,6 +16,7 @@ fresh model; the trained one stays with the job for :meth:`Job.evaluate` and :me
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Union
 
@@ -30,10 +31,14 @@ from .ft.failure_injector import FailureInjector
 from .job_spec import JobSpec
 from .local_run import LocalRun
 from .local_tables import LocalTables
+from .run_saver import RunSaver
+from .saved_run import SavedRun, SaveMismatch
 from .ps.training import PSTrainer
 from .ps.worker import RunSettings
 from .table_config import Table
 from .trained_model import TrainedModel
+
+PathLike = Union[str, os.PathLike]
 
 
 class Job:
@@ -48,6 +53,8 @@ class Job:
         self.spec = JobSpec(tuple(tables), tuple(features), model_fn, input_fn, loss, dense_optimizer,
                             dense_learning_rate, eval_fn)
         self.model: Optional[TrainedModel] = None  # the model of the last fit
+        self.source: Optional[Dict[str, Any]] = None  # where the job comes from (see xdl_ec.job_source), for saves
+        self._finished: Optional[_FinishedRun] = None  # the last fit's end, for save()
 
     @property
     def tables(self) -> Sequence[Table]:
@@ -58,12 +65,19 @@ class Job:
         return self.spec.features
 
     def fit(self, steps: Optional[int] = None, cluster: Optional[Cluster] = None, deterministic: bool = False,
-            seed: int = 0, progress: bool = False) -> Dict[str, Any]:
+            seed: int = 0, progress: bool = False, resume: Optional[PathLike] = None,
+            save_dir: Optional[PathLike] = None, save_every: Optional[str] = None, keep: int = 2) -> Dict[str, Any]:
         """Trains a fresh model for at most ``steps`` steps (a step trains one batch on every worker; None: until
         the input is exhausted), in this process or on ``cluster``; returns the run report (the same as
         ``xdl-ec train --report``): samples, steps, samples_per_sec, final_loss, model_digest, the hold-out
-        metrics when the job has an ``eval_fn``, and a cluster's servers, workers and fault-tolerance fields."""
-        return self._run(steps, cluster, deterministic, seed, progress, scrub=False)
+        metrics when the job has an ``eval_fn``, and a cluster's servers, workers and fault-tolerance fields.
+
+        ``resume``: continue the newest save under that directory (from :meth:`save` or ``save_dir``) instead of
+        starting fresh: ``steps`` counts the whole run, so the resumed run trains ``steps`` minus the saved step
+        (same ``seed``, ``deterministic`` and worker count as the saved run; any backend and server count).
+        ``save_dir`` / ``save_every`` (``"500"`` steps or ``"60s"``) / ``keep``: save the run periodically
+        there, keeping the newest ``keep`` saves (see :mod:`xdl_ec.run_saver`)."""
+        return self._run(steps, cluster, deterministic, seed, progress, False, resume, save_dir, save_every, keep)
 
     def verify(self, steps: Optional[int] = None, cluster: Optional[Cluster] = None, deterministic: bool = False,
                seed: int = 0, progress: bool = False) -> Dict[str, Any]:
@@ -71,41 +85,88 @@ class Job:
         ``scrub`` lists the stripes whose stored parity disagrees (empty: all consistent)."""
         if cluster is None or cluster.ft != "ec":
             raise ValueError("verify: scrubs erasure-coded parity, so it needs cluster=Cluster(..., ft='ec')")
-        return self._run(steps, cluster, deterministic, seed, progress, scrub=True)
+        return self._run(steps, cluster, deterministic, seed, progress, True, None, None, None, 2)
 
     def _run(self, steps: Optional[int], cluster: Optional[Cluster], deterministic: bool, seed: int,
-             progress: bool, scrub: bool) -> Dict[str, Any]:
+             progress: bool, scrub: bool, resume: Optional[PathLike], save_dir: Optional[PathLike],
+             save_every: Optional[str], keep: int) -> Dict[str, Any]:
         if steps is not None:
             checks.positive_int("steps", steps)
         checks.non_negative_int("seed", seed)
         checks.instance("deterministic", deterministic, bool)
         if cluster is not None:
             checks.instance("cluster", cluster, Cluster)
+        workers = 1 if cluster is None else cluster.workers
+        saved = None
+        if resume is not None:  # checked whole before anything starts
+            saved = SavedRun.open(resume)
+            saved.check_job(self.spec)
+            saved.check_run(workers)
+            if (saved.seed, saved.deterministic) != (seed, deterministic):
+                raise SaveMismatch(f"{saved.directory}: saved by a run with seed={saved.seed}, deterministic="
+                                   f"{saved.deterministic}; resume with the same (got seed={seed}, "
+                                   f"deterministic={deterministic})")
+            saved.verify()
+        if save_every is not None and save_dir is None:
+            raise ValueError("save_every: needs save_dir, the directory the saves go to")
+        saver = None if save_dir is None else \
+            RunSaver(save_dir, self.spec, seed=seed, deterministic=deterministic, workers=workers, every=save_every,
+                     keep=keep, source=self.source)
         settings = RunSettings(seed=seed, deterministic=deterministic)
         configure_determinism(seed, deterministic)
         self._close_model()
         if cluster is None:
-            return self._fit_here(steps, settings, progress)
-        return self._fit_on(cluster, steps, settings, progress, scrub)
+            return self._fit_here(steps, settings, progress, saved, saver)
+        return self._fit_on(cluster, steps, settings, progress, scrub, saved, saver)
 
-    def _fit_here(self, steps: Optional[int], settings: RunSettings, progress: bool) -> Dict[str, Any]:
+    @staticmethod
+    def _steps_left(steps: Optional[int], saved: Optional[SavedRun]) -> Optional[int]:
+        """``steps`` counts the whole run: a resumed run trains what is left of it (0: nothing)."""
+        if steps is None or saved is None:
+            return steps
+        return max(steps - saved.step, 0)
+
+    @staticmethod
+    def _resumed(report: Dict[str, Any], saved: Optional[SavedRun], saver: Optional[RunSaver]) -> None:
+        if saved is not None:
+            report["resumed_from"] = {"directory": str(saved.directory), "step": saved.step,
+                                      "samples": saved.samples}
+        if saver is not None:
+            report["saves"] = saver.report()
+
+    def _fit_here(self, steps: Optional[int], settings: RunSettings, progress: bool, saved: Optional[SavedRun],
+                  saver: Optional[RunSaver]) -> Dict[str, Any]:
         run = LocalRun(self.spec, settings, progress)
         try:
-            report = run.fit(steps)
+            if saved is not None:
+                run.restore(saved)
+            if saver is not None:
+                saver.start(run.step)
+                run.saver = saver
+            report = run.fit(self._steps_left(steps, saved))
+            self._save_end(saver, run)
             report.update(self._evaluate(run.trained()))
             report["model_digest"] = run.digest()
             report.update(run.report())
+            self._resumed(report, saved, saver)
         except BaseException:
             run.close()
             run.tables.close()
             raise
         run.close()
         self.model = run.trained()
+        self._finished = _FinishedRun(self.model, run.reader_position(), run.samples, settings, 1)
         report["job"] = self.spec.describe()
         return report
 
+    @staticmethod
+    def _save_end(saver: Optional[RunSaver], run: Any) -> None:
+        """A run with a save directory ends with a save of its last step (unless its last save is of it)."""
+        if saver is not None and (saver.last is None or saver.last.step != run.step):
+            saver.save(run)
+
     def _fit_on(self, cluster: Cluster, steps: Optional[int], settings: RunSettings, progress: bool,
-                scrub: bool) -> Dict[str, Any]:
+                scrub: bool, saved: Optional[SavedRun], saver: Optional[RunSaver]) -> Dict[str, Any]:
         config = cluster.strategy_config(settings.seed)
         if scrub:
             config = dataclasses.replace(config, scrub=True)
@@ -113,7 +174,13 @@ class Job:
         injector = None if schedule.empty else FailureInjector(schedule)
         trainer = PSTrainer(self.spec, cluster.cluster_config(), settings, make_strategy(config), injector, progress)
         try:
-            report = trainer.fit(steps)
+            if saved is not None:
+                trainer.restore(saved)
+            if saver is not None:
+                saver.start(trainer.step)
+                trainer.saver = saver
+            report = trainer.fit(self._steps_left(steps, saved))
+            self._save_end(saver, trainer)
             start = time.perf_counter()
             if self.spec.eval_fn is not None:
                 report.update(trainer.evaluate(self.spec.eval_fn()))
@@ -121,6 +188,8 @@ class Job:
             exports = [trainer.scheduler.exports(t.name) for t in self.spec.tables]
             report["model_digest"] = trainer.digest_of(exports)
             report.update(trainer.report())
+            self._resumed(report, saved, saver)
+            position, samples = trainer.reader_position(), trainer.samples
         finally:
             trainer.close()
         tables = LocalTables(self.spec.tables)
@@ -129,8 +198,21 @@ class Job:
                 if len(rows["keys"]):
                     tables.tables[table.name].load(rows["keys"], rows["values"], rows["state"])
         self.model = TrainedModel(self.spec, tables, trainer.dense, trainer.signature)
+        self._finished = _FinishedRun(self.model, position, samples, settings, cluster.workers)
         report["job"] = self.spec.describe()
         return report
+
+    def save(self, directory: PathLike, keep: int = 2) -> str:
+        """Saves the last fit's model (every table's rows with optimizer state, the dense weights with their
+        optimizer state, reader positions, step, seed) into the save root ``directory`` as its newest save
+        (atomic; the newest ``keep`` kept); returns that save's path. :meth:`fit` with ``resume=directory``
+        continues it, :func:`xdl_ec.load` loads it."""
+        if self._finished is None or self.model is None:
+            raise ValueError("save: this job has no trained model yet: call fit first")
+        run = self._finished
+        saver = RunSaver(directory, self.spec, seed=run.settings.seed, deterministic=run.settings.deterministic,
+                         workers=run.workers, keep=keep, source=self.source)
+        return str(saver.save(run).directory)
 
     def _evaluate(self, model: TrainedModel) -> Dict[str, Any]:
         if self.spec.eval_fn is None:
@@ -157,3 +239,28 @@ class Job:
         if self.model is not None:
             self.model.close()
             self.model = None
+            self._finished = None
+
+
+class _FinishedRun:
+    """A fit that has ended, as :class:`~xdl_ec.run_saver.RunSaver` saves runs: its model, step, samples and
+    reader positions."""
+
+    def __init__(self, model: TrainedModel, position: Dict[str, Any], samples: int, settings: RunSettings,
+                 workers: int) -> None:
+        self.model, self._position, self.samples = model, dict(position), samples
+        self.settings, self.workers = settings, workers
+        self.step = int(position["step"])
+        self.signature = model.signature
+
+    def quiesce(self) -> None:
+        """Nothing runs any more."""
+
+    def save_tables(self, pending: Any) -> int:
+        return pending.save_server(0, self.model.tables.tables).nbytes()
+
+    def dense_state(self) -> tuple:
+        return self.model.dense.state()
+
+    def reader_position(self) -> Dict[str, Any]:
+        return dict(self._position)

@@ -15,9 +15,11 @@ import numpy as np
 
 from . import checks
 from .digest import model_digest
+from .checkpoint import PendingCheckpoint
 from .job_spec import JobSpec
 from .local_tables import LocalTables
 from .ps.worker import RunSettings, Worker
+from .saved_run import SavedRun
 from .trained_model import TrainedModel
 
 LAST_LOSSES = 50  # final_loss: mean training loss over this many last steps
@@ -36,8 +38,9 @@ class LocalRun:
             self.close()
             raise ValueError("input_fn(0, 1): the input yielded no batch (an empty dataset?)")
         self.step = 0
-        self.samples = 0
+        self.samples = 0  # trained by the whole run (a resumed run's earlier part included)
         self.losses: list = []
+        self.saver: Any = None  # a RunSaver saving at step boundaries (--save-every)
 
     def fit(self, steps: Optional[int] = None) -> Dict[str, Any]:
         """Trains at most ``steps`` steps (None: until the input is exhausted); the same figures as a cluster
@@ -45,7 +48,7 @@ class LocalRun:
         from tqdm import tqdm
 
         if steps is not None:
-            steps = checks.positive_int("steps", steps)
+            steps = checks.non_negative_int("steps", steps)
         stop = None if steps is None else self.step + steps
         bar = tqdm(total=steps, unit="step", disable=not self.progress, dynamic_ncols=True, leave=False)
         timeline = []
@@ -63,17 +66,19 @@ class LocalRun:
                 self.step += 1
                 self.losses.append(result.loss)
                 samples += result.samples
+                self.samples += result.samples
                 now = time.perf_counter()
                 if first_end is None:
                     first_end, first_samples = now, samples
                 timeline.append([self.step, now - start, samples, result.loss])
                 bar.update(1)
+                if self.saver is not None:
+                    self.saver.after_step(self)
                 if not result.has_next:
                     break
         finally:
             bar.close()
         end = time.perf_counter()
-        self.samples += samples
         seconds = end - start
         steady = (samples - first_samples) / (end - first_end) if first_end is not None and samples > first_samples \
             else None
@@ -81,6 +86,36 @@ class LocalRun:
                 "samples_per_sec": samples / seconds if seconds > 0 else 0.0, "steady_samples_per_sec": steady,
                 "final_loss": float(np.mean(self.losses[-LAST_LOSSES:])) if self.losses else None,
                 "timeline": timeline}
+
+    # ---- saving and resuming (see xdl_ec.run_saver) ---------------------------------------------------------
+    def quiesce(self) -> None:
+        """Nothing in flight between steps here: pushes are applied before a step returns."""
+
+    def save_tables(self, pending: PendingCheckpoint) -> int:
+        return pending.save_server(0, self.tables.tables).nbytes()
+
+    def dense_state(self) -> tuple:
+        return self.worker.dense.state()
+
+    @property
+    def signature(self) -> Any:
+        return self.worker.batch_signature_built()
+
+    def reader_position(self) -> Dict[str, Any]:
+        # one worker trains one batch per step: its reader position is the step
+        return {"step": self.step, "worker_batches": [self.step], "worker_samples": [self.samples]}
+
+    def restore(self, saved: SavedRun) -> None:
+        """Continues ``saved`` (checked against this run's job by the caller): its rows, dense state, step and
+        reader position."""
+        saved.check_run(1)
+        for name, table in self.tables.tables.items():
+            for rows in saved.rows(name):
+                table.load(rows["keys"], rows["values"], rows["state"])
+        self.worker.dense.load_state(*saved.dense_state())
+        self.step = saved.step
+        self.samples = saved.worker_samples[0]
+        self.worker.seek(saved.worker_batches[0])
 
     def trained(self) -> TrainedModel:
         return TrainedModel(self.job, self.tables, self.worker.dense, self.worker.batch_signature_built())

@@ -661,6 +661,18 @@ EmbeddingShard::Rows EmbeddingShard::Export() const {
 
 void EmbeddingShard::Load(const int64_t* keys, const float* values, const float* state, size_t n,
                           DeltaBatch* deltas) {
+  if (!deltas) return LoadTo(keys, values, state, n, nullptr);
+  IntoBatch sink(deltas);
+  LoadTo(keys, values, state, n, &sink);
+}
+
+void EmbeddingShard::Load(const int64_t* keys, const float* values, const float* state, size_t n,
+                          DeltaSink& sink) {
+  LoadTo(keys, values, state, n, &sink);
+}
+
+void EmbeddingShard::LoadTo(const int64_t* keys, const float* values, const float* state, size_t n,
+                            DeltaSink* sink) {
   RequirePointer(keys, n, "Load", "keys");
   RequirePointer(values, n, "Load", "values");
   RequireBatch(n, "Load");
@@ -688,6 +700,12 @@ void EmbeddingShard::Load(const int64_t* keys, const float* values, const float*
     }
   }
   std::unique_lock<std::shared_mutex> lock(s.mutex);
+  DeltaBatch batch;
+  DeltaBatch* deltas = nullptr;
+  if (sink) {
+    batch = sink->Begin(s.record_bytes);
+    deltas = &batch;
+  }
   s.PrepareBlocks(keys, n, /*may_insert=*/true);
   s.DeltaStart(deltas, n);
   for (size_t i = 0; i < n; ++i) {
@@ -708,6 +726,7 @@ void EmbeddingShard::Load(const int64_t* keys, const float* values, const float*
     }
     s.DeltaEnd(deltas, d, slot);
   }
+  if (sink) sink->Record(std::move(batch));
 }
 
 // ---- raw slot access -------------------------------------------------------------------------

@@ -159,11 +159,19 @@ py::tuple Export(const EmbeddingShard& shard) {
 }
 
 py::object Load(EmbeddingShard& shard, const Keys& keys, const Floats& values, const std::optional<Floats>& state,
-                bool return_deltas) {
+                bool return_deltas, const std::shared_ptr<DeltaForwarder>& forwarder, const std::string& table) {
   RequireKeys(keys, "load");
   const size_t n = static_cast<size_t>(keys.shape(0));
   RequireRows(values, n, shard.dim(), "load", "values");
   if (state) RequireRows(*state, n, shard.layout().state_floats, "load", "state");
+  CheckForward("load", return_deltas, forwarder);
+  if (forwarder) {
+    const WorkerSeqs no_pushes;  // the Mutation refers to it: it must outlive the sink
+    DeltaForwarder::Mutation sink(*forwarder, table, no_pushes);
+    py::gil_scoped_release release;
+    shard.Load(keys.data(), values.data(), state ? state->data() : nullptr, n, sink);
+    return py::none();
+  }
   DeltaBatch deltas;
   {
     py::gil_scoped_release release;
@@ -343,7 +351,8 @@ void BindShard(py::module_& m) {
       })
       .def("export", &Export, "(keys, values, state) of every live row, in slot order")
       .def("load", &Load, py::arg("keys"), py::arg("values"), py::arg("state") = py::none(),
-           py::arg("return_deltas") = false, "Inserts or overwrites rows; state None: fresh optimizer state.")
+           py::arg("return_deltas") = false, py::arg("forwarder") = nullptr, py::arg("table") = "",
+           "Inserts or overwrites rows; state None: fresh optimizer state. forwarder: a resume's rows reach parity.")
       .def("read_block", &ReadBlock, py::arg("b"), "Bytes of block b (zeros past the end)")
       .def("read_slots", &ReadSlots, py::arg("slot"), py::arg("count"), "uint8[count, record_bytes]")
       .def("begin_restore", &BeginRestore, py::arg("keys"), py::arg("slots"), py::arg("high_water"),

@@ -18,7 +18,7 @@ import os
 from typing import Any, Dict, Mapping, Optional, Union
 
 from .. import checks
-from .checkpoint import ShardCheckpoint, Table
+from ..checkpoint import ShardCheckpoint, Table
 from .partial_restore import CheckpointChain, RestoreResult, restore_server
 from .row_selection import AccessCounter, MfuSelector, SsuSelector
 

@@ -170,6 +170,10 @@ class PartialRecovery(FaultTolerance):
         self._saved_samples = [0] * view.num_servers
         self.save(0)
 
+    def resumed(self, step: int) -> None:
+        """A resumed run's rows are loaded: a lost shard reloads them, not the empty shard of :meth:`attach`."""
+        self.save(step)
+
     def _call_all(self, futures: List[Any]) -> List[Any]:
         results, lost = self.view.wait(futures)
         if lost:

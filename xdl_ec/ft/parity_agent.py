@@ -103,6 +103,13 @@ class ParityAgent(ServerAgent):
             return table.shard.pull(keys)
         return table.shard.pull(keys, forwarder=self.forwarder, table=table.name)
 
+    def load(self, server: Any, table: Any, keys: np.ndarray, values: np.ndarray, state: np.ndarray) -> None:
+        """Saved rows of a resumed run: forwarded to the parity holders as a push's deltas are."""
+        if self.crashed:
+            table.shard.load(keys, values, state)
+            return
+        table.shard.load(keys, values, state, forwarder=self.forwarder, table=table.name)
+
     def durable(self, worker: int) -> int:
         return self.forwarder.durable_seq(worker)
 

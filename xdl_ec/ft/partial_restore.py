@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from .. import checks
-from .checkpoint import ShardCheckpoint, Table, UpdateCounts, fresh_table
+from ..checkpoint import ShardCheckpoint, Table, UpdateCounts, fresh_table
 from .row_selection import AccessCounter
 
 __all__ = ["CheckpointChain", "RestoreResult", "restore_server"]

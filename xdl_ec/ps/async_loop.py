@@ -74,8 +74,8 @@ def run_async(trainer: Any, bar: Any, stop: Optional[int]) -> None:
             if t.recover(lost + more, t.step):
                 retry.clear()  # rolled back: the steps after the checkpoint are numbered again
         elif not in_flight:
-            t.strategy.after_step(t.step)  # a boundary with no push in flight
-        elif t.strategy.wants_boundary(t.step):
+            t.after_step(t.step)  # a boundary with no push in flight
+        elif t.wants_boundary(t.step):
             continue  # hold new steps until the ones in flight are done: the strategy gets its boundary
         for i in range(workers):
             if can_dispatch(i):

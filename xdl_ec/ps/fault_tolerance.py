@@ -90,6 +90,13 @@ class FaultTolerance:
     def rebuilding(self) -> bool:
         return False
 
+    def finish_rebuild(self) -> None:
+        """Completes a rebuild under way now, on the caller's thread (before a save reads every server)."""
+
+    def resumed(self, step: int) -> None:
+        """The run continues a save of ``step`` whose rows are now loaded (after :meth:`attach`): a strategy
+        whose redundancy is a copy of the state takes a fresh one."""
+
     def parity_bytes(self) -> int:
         return 0
 

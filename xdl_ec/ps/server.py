@@ -27,6 +27,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import checks
+from ..checkpoint import ShardCheckpoint
 from ..table import EmbeddingTable, as_keys, as_rows
 from ..table_config import Table
 from .agent import ServerAgent
@@ -248,12 +249,22 @@ class ParameterServer:
         return self.table(table).export()
 
     def load_rows(self, table: str, rows: Mapping[str, np.ndarray]) -> int:
-        """Inserts exported rows (keys, values, state) into ``table`` (a resume re-sharding a saved table);
-        returns how many."""
+        """Inserts exported rows (keys, values, state) into ``table`` through the agent (a resume re-sharding a
+        saved table: under ``ec`` the rows reach parity as a push does); returns how many."""
         with self.lock:
             t = self.table(table)
-            t.load(rows["keys"], rows["values"], rows["state"])
-            return int(np.asarray(rows["keys"]).size)
+            keys = as_keys(rows["keys"], "rows['keys']")
+            values = as_rows(rows["values"], keys.size, t.dim, "rows['values']", "dim")
+            state = as_rows(rows["state"], keys.size, t.state_floats, "rows['state']", "state_floats")
+            self.agent.load(self, t, keys, values, state)
+            return int(keys.size)
+
+    def save(self, directory: str, step: int) -> int:
+        """Writes every table of this server into ``directory`` as a ShardCheckpoint of ``step`` (a job save's
+        part, published by the driver's commit); returns the bytes written. The caller has quiesced the job."""
+        with self.lock:
+            part = ShardCheckpoint.write(directory, self._tables, step=step, atomic=False)
+        return part.nbytes()
 
     def size(self, table: str) -> int:
         return len(self.table(table))

@@ -49,4 +49,4 @@ def run_sync(trainer: Any, bar: Any, stop: Optional[int]) -> None:
         for i, r in zip(todo_all, results):
             t.note_result(i, r)
         t.tick(bar)
-        t.strategy.after_step(t.step)
+        t.after_step(t.step)

@@ -28,7 +28,7 @@ from ..digest import model_digest
 from ..evaluation import evaluate_batches
 from ..job_spec import JobSpec
 from ..model_step import ModelStep
-from .api import WorkerAPI
+from .api import ServerAPI, WorkerAPI
 from .async_loop import run_async
 from .backend import DEFAULT_TIMEOUT, CallTimeout, RoleLost, make_backend
 from .client import PSClient
@@ -94,6 +94,7 @@ class PSTrainer:
         self._train_start: Optional[float] = None
         self._fit_start = 0.0
         self._recovery = RecoveryCoordinator(self)
+        self.saver: Any = None  # a RunSaver saving at step boundaries (--save-every), set by the job layer
         self.backend = make_backend(cluster.backend, cluster.address)
         try:
             # a hot spare where starting a server is slow (a Ray process) and a strategy replaces lost servers
@@ -167,6 +168,55 @@ class PSTrainer:
             raise lost[0]
         self.strategy.settle()
 
+    # ---- saving and resuming (see xdl_ec.run_saver) ---------------------------------------------------------
+    def save_tables(self, pending: Any) -> int:
+        """Every server writes its tables into the pending save (in parallel); returns the bytes written. The
+        strategy's rebuild, if one is under way, completes first: a save reads every server whole."""
+        self.strategy.finish_rebuild()
+        servers = self.scheduler.servers
+        written, lost = self.drain([Remote(s, ServerAPI).save(str(pending.server_dir(i)), pending.step)
+                                    for i, s in enumerate(servers)])
+        if lost:
+            raise lost[0]
+        return int(sum(written))
+
+    def dense_state(self) -> tuple:
+        return self.dense.state()
+
+    def restore(self, saved: Any) -> None:
+        """Continues ``saved`` (a :class:`~xdl_ec.saved_run.SavedRun` checked against this job by the caller):
+        its rows routed to this cluster's servers (any server count) through their agents, the dense state, the
+        step and every worker's reader position; then the strategy takes its own copy (``resumed``)."""
+        saved.check_run(self.cluster.workers)
+        servers = self.scheduler.servers
+        for table in self.job.tables:
+            routed = saved.routed_rows(table.name, len(servers))
+            _, lost = self.drain([Remote(servers[i], ServerAPI).load_rows(table.name, rows)
+                                  for i, rows in routed.items()])
+            if lost:
+                raise lost[0]
+        self.dense.load_state(*saved.dense_state())
+        self.step = saved.step
+        self.samples = saved.samples
+        self.worker_batches = saved.worker_batches
+        self.worker_samples = saved.worker_samples
+        answers, lost = self.drain([self.worker(i).seek(n) for i, n in enumerate(self.worker_batches)])
+        if lost:
+            raise lost[0]
+        self.has_next = [bool(a) for a in answers]
+        self.quiesce()
+        self.strategy.resumed(self.step)
+
+    def after_step(self, step: int) -> None:
+        """A step boundary with no push in flight: the strategy's, then a periodic save when one is due."""
+        self.strategy.after_step(step)
+        if self.saver is not None:
+            self.saver.after_step(self)
+
+    def wants_boundary(self, step: int) -> bool:
+        """Async mode: hold new steps until none is in flight, so :meth:`after_step` comes."""
+        return self.strategy.wants_boundary(step) or (self.saver is not None and self.saver.due(step))
+
     def recover(self, lost: List[RoleLost], step: int) -> bool:
         return self._recovery.recover(lost, step)
 
@@ -225,7 +275,7 @@ class PSTrainer:
         """Trains at most ``steps`` more steps (None: until every worker's input is exhausted); the next call
         continues where this one stopped. Returns this call's figures plus the strategy's report."""
         if steps is not None:
-            steps = checks.positive_int("steps", steps)
+            steps = checks.non_negative_int("steps", steps)
         from tqdm import tqdm
 
         stop = None if steps is None else self.step + steps

@@ -97,6 +97,9 @@ class EmbeddingShard {
   // Inserts or overwrites the given rows (slots assigned as for new keys). Validates first (keys
   // unique, values and state finite); state == nullptr gives the loaded rows fresh optimizer state.
   void Load(const int64_t* keys, const float* values, const float* state, size_t n, DeltaBatch* deltas = nullptr);
+  // The same, reporting the loaded slots to `sink` under the write lock: a resumed run's rows reach parity
+  // maintenance as any other mutation does.
+  void Load(const int64_t* keys, const float* values, const float* state, size_t n, DeltaSink& sink);
 
   // ---- raw slot access for parity and recovery ------------------------------------------------
   uint32_t block_slots() const;
@@ -121,6 +124,7 @@ class EmbeddingShard {
 
  private:
   void PullTo(const int64_t* keys, size_t n, float* out, DeltaSink* sink);
+  void LoadTo(const int64_t* keys, const float* values, const float* state, size_t n, DeltaSink* sink);
   void PushTo(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaSink* sink);
 
   struct Impl;

@@ -12,7 +12,7 @@ import pytest
 import xdl_ec
 from xdl_ec import _core, optim
 from xdl_ec.digest import model_digest
-from xdl_ec.ft import checkpoint as ckpt_mod
+from xdl_ec import checkpoint as ckpt_mod
 from xdl_ec.ft import CheckpointStore, JobCheckpoint, ShardCheckpoint
 
 OPTIMIZERS = {

@@ -64,9 +64,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Self, Sequence,
 
 import numpy as np
 
-from .. import checks
-from .. import _core
-from ..table import EmbeddingTable, as_keys
+from . import checks
+from . import _core
+from .table import EmbeddingTable, as_keys
 
 __all__ = ["ShardCheckpoint", "JobCheckpoint", "PendingCheckpoint", "CheckpointStore", "Table",
            "fresh_table", "FORMAT_VERSION"]
