@@ -10,9 +10,9 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
-from .job_source import ScriptError, load_script_job
+from .job_source import ScriptError, builtin_source, load_script_job
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1  # the run itself failed (e.g. a parameter server was lost)
@@ -152,6 +152,15 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
                     help="kill worker WORKER (default 0) right before step STEP (repeatable)")
     ft.add_argument("--mtbf", type=_positive_float, metavar="SECONDS",
                     help="kill a random server (seeded by --seed) every SECONDS of training on average")
+    save = p.add_argument_group("saving (any backend, any --ft)")
+    save.add_argument("--save-dir", metavar="DIR",
+                      help="save the run into DIR: every --save-every and at the end (a consistent cut of every "
+                           "table, the dense state and the reader positions; atomic)")
+    save.add_argument("--save-every", metavar="N|Ns", help="save every N steps or every N seconds ('60s')")
+    save.add_argument("--keep", type=_positive_int, metavar="K", help="saves kept in --save-dir (default 2)")
+    save.add_argument("--resume", metavar="DIR",
+                      help="continue the newest save in DIR: repeat the saved run's command (--steps/--epochs count "
+                           "the whole run) plus --resume DIR; any --backend and --servers")
     p.set_defaults(handler=run_train)
 
 
@@ -198,6 +207,11 @@ class TrainRequest:
     progress: bool
     config: Optional[Any] = None  # the built-in job's TrainConfig
     data: Optional[Any] = None  # the built-in job's data (description and bad lines for the report)
+    saving: Dict[str, Any] = dataclasses.field(default_factory=dict)  # fit's resume/save_dir/save_every/keep
+
+    def fit_arguments(self) -> Dict[str, Any]:
+        return dict(steps=self.steps, cluster=self.cluster, deterministic=self.deterministic, seed=self.seed,
+                    progress=self.progress, **self.saving)
 
 
 def train_request(args: argparse.Namespace) -> TrainRequest:
@@ -230,13 +244,14 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
         except (TypeError, ValueError) as err:
             raise UsageError(_flag_names(str(err))) from None
     progress = not args.no_progress
+    saving = _saving(args)
     if args.script is not None:
         given = _given(args, BUILTIN_FLAGS)
         if given:
             raise UsageError(f"{', '.join(given)}: describe the built-in model; with --script the job declares its "
                              f"own tables, model and input (drop the flag(s) or the --script)")
         return TrainRequest(load_script_job(args.script), cluster, args.steps, args.seed, args.deterministic,
-                            progress)
+                            progress, saving=saving)
     from .criteo_job import TrainConfig, criteo_job, num_train_batches, open_training_data
 
     data, synthetic = args.data, args.synthetic
@@ -262,8 +277,36 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
     batches = num_train_batches(training_data, config)
     workers = 1 if cluster is None else cluster.workers
     steps = (batches if cluster is not None and cluster.mode == "async" else -(-batches // workers)) or None
-    return TrainRequest(criteo_job(config), cluster, steps, args.seed, args.deterministic, progress, config,
-                        training_data)
+    job = criteo_job(config)
+    job.source = builtin_source(config)
+    return TrainRequest(job, cluster, steps, args.seed, args.deterministic, progress, config, training_data, saving)
+
+
+def _saving(args: argparse.Namespace) -> Dict[str, Any]:
+    """fit's saving arguments from --save-dir, --save-every, --keep and --resume (checked here, before any run)."""
+    if getattr(args, "save_dir", None) is None:
+        given = _given(args, ("save_every", "keep"))
+        if given:
+            raise UsageError(f"{', '.join(given)}: needs --save-dir DIR, where the saves go")
+        out: Dict[str, Any] = {}
+    else:
+        if Path(args.save_dir).exists() and not Path(args.save_dir).is_dir():
+            raise UsageError(f"--save-dir: {args.save_dir} exists and is not a directory")
+        if args.save_every is not None:
+            from .ft.interval import parse_interval
+
+            try:
+                if args.save_every.strip().lower() == "auto":
+                    raise ValueError("'auto' is for --ckpt-interval")
+                parse_interval(args.save_every)
+            except (TypeError, ValueError) as err:
+                raise UsageError(f"--save-every: {err}; give N steps or N seconds ('60s')") from None
+        out = {"save_dir": args.save_dir, "save_every": args.save_every, "keep": args.keep or 2}
+    if getattr(args, "resume", None) is not None:
+        if not Path(args.resume).is_dir():
+            raise UsageError(f"--resume: no such save directory: {args.resume}")
+        out["resume"] = args.resume
+    return out
 
 
 def _flag_names(message: str) -> str:
@@ -290,10 +333,13 @@ def _train(args: argparse.Namespace, verify: bool) -> tuple:
     from .input_stream import InputFnError
     from .ps import CallTimeout, RoleLost, Unrecoverable
 
-    fit = request.job.verify if verify else request.job.fit
     try:
-        report = fit(steps=request.steps, cluster=request.cluster, deterministic=request.deterministic,
-                     seed=request.seed, progress=request.progress)
+        if verify:
+            report = request.job.verify(steps=request.steps, cluster=request.cluster,
+                                        deterministic=request.deterministic, seed=request.seed,
+                                        progress=request.progress)
+        else:
+            report = request.job.fit(**request.fit_arguments())
     # a role died and the strategy could not bring it back, or a role is stuck: the run failed (before the OSError
     # clause: a CallTimeout is a TimeoutError)
     except (RoleLost, Unrecoverable, CallTimeout) as err:
@@ -354,6 +400,10 @@ def run_verify(args: argparse.Namespace) -> int:
         raise UsageError("--servers: verify scrubs a parameter-server cluster: give --servers N (N >= k + r)")
     if (args.ft or "ec") != "ec":
         raise UsageError(f"--ft: verify scrubs erasure-coded parity, so it needs --ft ec (got --ft {args.ft})")
+    given = _given(args, ("save_dir", "save_every", "keep", "resume"))
+    if given:
+        raise UsageError(f"{', '.join(given)}: verify trains a fresh run to scrub it; save and resume with "
+                         f"'xdl-ec train'")
     status, report = _train(argparse.Namespace(**{**vars(args), "ft": "ec"}), verify=True)
     if status != 0:
         return status
@@ -432,6 +482,39 @@ def run_bench_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_export_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "export", help="export a save as a TensorFlow SavedModel that serves without xdl-ec",
+        description="Writes the newest save under --from as a SavedModel whose serving_default takes one int64 input "
+                    "per feature (a variable-length one as <name>_values and <name>_row_splits) plus dense, and "
+                    "returns probability [B]; standard TensorFlow ops only (no xdl-ec, no custom op library).")
+    p.add_argument("--from", dest="source", required=True, metavar="DIR", help="a --save-dir (or one save in it)")
+    p.add_argument("--out", required=True, metavar="SAVEDMODEL", help="the SavedModel directory to write (new)")
+    p.add_argument("--script", metavar="FILE.py",
+                   help="the job's script, when the save was made by a job built in Python (a --script or built-in "
+                        "run's save names its job itself)")
+    p.set_defaults(handler=run_export)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from .trained_model import TrainedModel
+
+    if Path(args.out).exists() and (not Path(args.out).is_dir() or any(Path(args.out).iterdir())):
+        raise UsageError(f"--out: {args.out} exists and is not an empty directory; choose a new path")
+    job = load_script_job(args.script) if args.script is not None else None
+    try:
+        model = TrainedModel.load(args.source, job=job)
+        try:
+            path = model.export(args.out)
+        finally:
+            model.close()
+    except (OSError, ValueError, TypeError) as err:
+        raise UsageError(str(err)) from None
+    print(f"exported {args.source} to {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xdl-ec", description="xdl-ec: sparse CTR training with erasure-coded "
                                                                 "fault tolerance")
@@ -439,6 +522,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_parser(subparsers)
     add_bench_parser(subparsers)
     add_verify_parser(subparsers)
+    add_export_parser(subparsers)
     return parser
 
 

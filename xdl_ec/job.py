@@ -235,6 +235,11 @@ class Job:
         """Probabilities [B] of one batch with the last fit's model."""
         return self._trained().predict(batch)
 
+    def export(self, directory: PathLike) -> str:
+        """The last fit's model as a TensorFlow SavedModel that serves without xdl-ec (``serving_default``: one
+        input per feature, ``dense``, -> ``probability`` [B]; see :mod:`xdl_ec.serving_export`)."""
+        return self._trained().export(directory)
+
     def _close_model(self) -> None:
         if self.model is not None:
             self.model.close()

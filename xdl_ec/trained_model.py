@@ -65,6 +65,13 @@ class TrainedModel:
         """``eval_samples``, ``auc`` and ``logloss`` over ``batches``."""
         return evaluate_batches(batches, self.job.features, self.tables.find_rows, self._step.predict)
 
+    def export(self, directory: Union[str, os.PathLike]) -> str:
+        """A TensorFlow SavedModel of this model for serving without xdl-ec (see :mod:`xdl_ec.serving_export`);
+        returns its path."""
+        from .serving_export import export_saved_model  # it imports this module
+
+        return str(export_saved_model(self, directory))
+
     def exports(self) -> List[List[Dict[str, np.ndarray]]]:
         return self.tables.exports()
 

@@ -103,7 +103,7 @@ class ParityAgent(ServerAgent):
             return table.shard.pull(keys)
         return table.shard.pull(keys, forwarder=self.forwarder, table=table.name)
 
-    def load(self, server: Any, table: Any, keys: np.ndarray, values: np.ndarray, state: np.ndarray) -> None:
+    def load_rows(self, server: Any, table: Any, keys: np.ndarray, values: np.ndarray, state: np.ndarray) -> None:
         """Saved rows of a resumed run: forwarded to the parity holders as a push's deltas are."""
         if self.crashed:
             table.shard.load(keys, values, state)

@@ -8,7 +8,7 @@ agent may hold native state that never crosses a process boundary, and it dies w
 What the server asks of its agent, always holding its own lock (so the agent sees pulls and pushes in the order
 the shards changed):
 
-- :meth:`ServerAgent.pull` / :meth:`ServerAgent.push` / :meth:`ServerAgent.load` apply a pull (which inserts
+- :meth:`ServerAgent.pull` / :meth:`ServerAgent.push` / :meth:`ServerAgent.load_rows` apply a pull (which inserts
   missing rows), a push or a resume's saved rows to a table (the defaults apply it plainly; an agent may also
   record what changed);
 - :meth:`ServerAgent.durable` tells how far a worker's pushes are safe beyond this server (PushAck.durable);
@@ -59,7 +59,7 @@ class ServerAgent:
         """Applies per-key gradients at ``step``; ``pushes`` {worker: push seq} are the pushes it contains."""
         table.push(keys, grads, step=step)
 
-    def load(self, host: AgentHost, table: Any, keys: np.ndarray, values: np.ndarray, state: np.ndarray) -> None:
+    def load_rows(self, host: AgentHost, table: Any, keys: np.ndarray, values: np.ndarray, state: np.ndarray) -> None:
         """Inserts or overwrites saved rows (a resumed run's): a mutation like a push."""
         table.load(keys, values, state)
 

@@ -256,7 +256,7 @@ class ParameterServer:
             keys = as_keys(rows["keys"], "rows['keys']")
             values = as_rows(rows["values"], keys.size, t.dim, "rows['values']", "dim")
             state = as_rows(rows["state"], keys.size, t.state_floats, "rows['state']", "state_floats")
-            self.agent.load(self, t, keys, values, state)
+            self.agent.load_rows(self, t, keys, values, state)
             return int(keys.size)
 
     def save(self, directory: str, step: int) -> int:
