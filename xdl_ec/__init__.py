@@ -22,8 +22,19 @@ def save(job: Job, directory: str, keep: int = 2) -> str:
     return job.save(directory, keep)
 
 
-# XDL-shaped API: xdl_ec.embedding and the optimizers by XDL's names (TF is imported on first embedding()).
-from .xdl import Adagrad, Adam, Ftrl, Momentum, SGD, embedding, set_sparse_optimizer
+# XDL-shaped API: xdl_ec.embedding, the optimizers and initializers by XDL's names, and what a script ported from
+# XDL needs to run as a job (xdl_job, layers, losses, tf_wrapper); TF is imported on first embedding() or xdl_job().
+from .xdl import (Adagrad, Adam, Constant, Ftrl, Momentum, Ones, RandomUniform, SGD, TruncatedNormal, VarType, Zeros,
+                  embedding, layers, losses, set_sparse_optimizer, tf_wrapper, xdl_job)
+from typing import NoReturn
+
+
+def __getattr__(name: str) -> NoReturn:
+    """XDL names the port has no counterpart for: an error that says what to do instead."""
+    from .xdl import missing
+
+    raise missing(name)
+
 
 __all__ = ["Cluster", "EmbeddingTable", "Feature", "InputError", "Job", "ModelError", "SaveMismatch", "Table",
            "TrainedModel", "codec", "embedding", "init", "load", "optim", "save"]
