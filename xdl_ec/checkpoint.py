@@ -300,7 +300,8 @@ class ShardCheckpoint(_SavedCheckpoint):
     @classmethod
     def write(cls, directory: Union[str, os.PathLike], tables: Mapping[str, Table], *, step: int = 0,
               keys: Optional[Mapping[str, Any]] = None, update_counts: Optional[Mapping[str, UpdateCounts]] = None,
-              atomic: bool = True, extra: Optional[Mapping[str, Any]] = None) -> "ShardCheckpoint":
+              atomic: bool = True, extra: Optional[Mapping[str, Any]] = None,
+              rows: Optional[Mapping[str, Mapping[str, np.ndarray]]] = None) -> "ShardCheckpoint":
         """Saves ``tables`` into ``directory`` (which must not exist yet).
 
         Args:
@@ -312,6 +313,9 @@ class ShardCheckpoint(_SavedCheckpoint):
             beside the rows so a partial restore can count the updates it lost.
           atomic: write into a temporary sibling and rename (False when a job checkpoint's commit provides the
             atomicity, see :class:`PendingCheckpoint`).
+          rows: name -> (keys, values, state) to save instead of the table's rows (a snapshot taken earlier, e.g.
+            an incremental backstop's changed rows); ``tables`` then only gives each table's configuration, and
+            tables absent from ``rows`` are not saved.
         """
         directory = Path(directory)
         if not isinstance(tables, Mapping) or not tables:
@@ -338,9 +342,15 @@ class ShardCheckpoint(_SavedCheckpoint):
         try:
             manifest_tables: Dict[str, Any] = {}
             for i, (name, shard) in enumerate(shards.items()):
-                if keys is not None and name not in wanted:
+                if (keys is not None and name not in wanted) or (rows is not None and name not in rows):
                     continue
-                k, values, state = shard.export()
+                if rows is not None:
+                    k = as_keys(rows[name]["keys"], f"rows[{name!r}]['keys']")
+                    values = np.ascontiguousarray(rows[name]["values"], dtype=np.float32).reshape(k.size, shard.dim)
+                    state = np.ascontiguousarray(rows[name]["state"], dtype=np.float32).reshape(
+                        k.size, shard.state_floats)
+                else:
+                    k, values, state = shard.export()
                 if keys is not None:
                     mask = np.isin(k, wanted[name])
                     k, values, state = k[mask], values[mask], state[mask]

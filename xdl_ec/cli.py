@@ -158,6 +158,10 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
                            "table, the dense state and the reader positions; atomic)")
     save.add_argument("--save-every", metavar="N|Ns", help="save every N steps or every N seconds ('60s')")
     save.add_argument("--keep", type=_positive_int, metavar="K", help="saves kept in --save-dir (default 2)")
+    save.add_argument("--backstop-every", metavar="Ns|N",
+                      help="instead of --save-every (needs --servers; meant for --ft ec): incremental saves into "
+                           "--save-dir, only the rows changed since the previous one, written in the background; when "
+                           "the run cannot recover (more than r servers lost, the driver lost) resume from them")
     save.add_argument("--resume", metavar="DIR",
                       help="continue the newest save in DIR: repeat the saved run's command (--steps/--epochs count "
                            "the whole run) plus --resume DIR; any --backend and --servers")
@@ -285,23 +289,31 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
 def _saving(args: argparse.Namespace) -> Dict[str, Any]:
     """fit's saving arguments from --save-dir, --save-every, --keep and --resume (checked here, before any run)."""
     if getattr(args, "save_dir", None) is None:
-        given = _given(args, ("save_every", "keep"))
+        given = _given(args, ("save_every", "keep", "backstop_every"))
         if given:
             raise UsageError(f"{', '.join(given)}: needs --save-dir DIR, where the saves go")
         out: Dict[str, Any] = {}
     else:
         if Path(args.save_dir).exists() and not Path(args.save_dir).is_dir():
             raise UsageError(f"--save-dir: {args.save_dir} exists and is not a directory")
-        if args.save_every is not None:
+        if args.save_every is not None and args.backstop_every is not None:
+            raise UsageError("--backstop-every: give it or --save-every, not both (incremental background saves or "
+                             "full saves at the step boundary, into one --save-dir)")
+        if args.backstop_every is not None and args.servers is None:
+            raise UsageError("--backstop-every: backs up parameter servers: needs --servers N (and --ft ec)")
+        for flag, text in (("--save-every", args.save_every), ("--backstop-every", args.backstop_every)):
+            if text is None:
+                continue
             from .ft.interval import parse_interval
 
             try:
-                if args.save_every.strip().lower() == "auto":
+                if text.strip().lower() == "auto":
                     raise ValueError("'auto' is for --ckpt-interval")
-                parse_interval(args.save_every)
+                parse_interval(text)
             except (TypeError, ValueError) as err:
-                raise UsageError(f"--save-every: {err}; give N steps or N seconds ('60s')") from None
-        out = {"save_dir": args.save_dir, "save_every": args.save_every, "keep": args.keep or 2}
+                raise UsageError(f"{flag}: {err}; give N steps or N seconds ('60s')") from None
+        out = {"save_dir": args.save_dir, "save_every": args.save_every, "keep": args.keep or 2,
+               "backstop_every": args.backstop_every}
     if getattr(args, "resume", None) is not None:
         if not Path(args.resume).is_dir():
             raise UsageError(f"--resume: no such save directory: {args.resume}")
@@ -400,7 +412,7 @@ def run_verify(args: argparse.Namespace) -> int:
         raise UsageError("--servers: verify scrubs a parameter-server cluster: give --servers N (N >= k + r)")
     if (args.ft or "ec") != "ec":
         raise UsageError(f"--ft: verify scrubs erasure-coded parity, so it needs --ft ec (got --ft {args.ft})")
-    given = _given(args, ("save_dir", "save_every", "keep", "resume"))
+    given = _given(args, ("save_dir", "save_every", "keep", "resume", "backstop_every"))
     if given:
         raise UsageError(f"{', '.join(given)}: verify trains a fresh run to scrub it; save and resume with "
                          f"'xdl-ec train'")

@@ -31,6 +31,9 @@ from .ft.failure_injector import FailureInjector
 from .job_spec import JobSpec
 from .local_run import LocalRun
 from .local_tables import LocalTables
+from .backstop import Backstop
+from .ps.backend import RoleLost
+from .ps.fault_tolerance import Unrecoverable
 from .run_saver import RunSaver
 from .saved_run import SavedRun, SaveMismatch
 from .ps.training import PSTrainer
@@ -66,7 +69,8 @@ class Job:
 
     def fit(self, steps: Optional[int] = None, cluster: Optional[Cluster] = None, deterministic: bool = False,
             seed: int = 0, progress: bool = False, resume: Optional[PathLike] = None,
-            save_dir: Optional[PathLike] = None, save_every: Optional[str] = None, keep: int = 2) -> Dict[str, Any]:
+            save_dir: Optional[PathLike] = None, save_every: Optional[str] = None, keep: int = 2,
+            backstop_every: Optional[str] = None) -> Dict[str, Any]:
         """Trains a fresh model for at most ``steps`` steps (a step trains one batch on every worker; None: until
         the input is exhausted), in this process or on ``cluster``; returns the run report (the same as
         ``xdl-ec train --report``): samples, steps, samples_per_sec, final_loss, model_digest, the hold-out
@@ -76,8 +80,11 @@ class Job:
         starting fresh: ``steps`` counts the whole run, so the resumed run trains ``steps`` minus the saved step
         (same ``seed``, ``deterministic`` and worker count as the saved run; any backend and server count).
         ``save_dir`` / ``save_every`` (``"500"`` steps or ``"60s"``) / ``keep``: save the run periodically
-        there, keeping the newest ``keep`` saves (see :mod:`xdl_ec.run_saver`)."""
-        return self._run(steps, cluster, deterministic, seed, progress, False, resume, save_dir, save_every, keep)
+        there, keeping the newest ``keep`` saves (see :mod:`xdl_ec.run_saver`). ``backstop_every`` (a cluster
+        run, e.g. ``"60s"``): incremental saves into ``save_dir`` written in the background instead (see
+        :mod:`xdl_ec.backstop`); when the run cannot recover, its error names the save to resume from."""
+        return self._run(steps, cluster, deterministic, seed, progress, False, resume, save_dir, save_every, keep,
+                         backstop_every)
 
     def verify(self, steps: Optional[int] = None, cluster: Optional[Cluster] = None, deterministic: bool = False,
                seed: int = 0, progress: bool = False) -> Dict[str, Any]:
@@ -85,11 +92,11 @@ class Job:
         ``scrub`` lists the stripes whose stored parity disagrees (empty: all consistent)."""
         if cluster is None or cluster.ft != "ec":
             raise ValueError("verify: scrubs erasure-coded parity, so it needs cluster=Cluster(..., ft='ec')")
-        return self._run(steps, cluster, deterministic, seed, progress, True, None, None, None, 2)
+        return self._run(steps, cluster, deterministic, seed, progress, True, None, None, None, 2, None)
 
     def _run(self, steps: Optional[int], cluster: Optional[Cluster], deterministic: bool, seed: int,
              progress: bool, scrub: bool, resume: Optional[PathLike], save_dir: Optional[PathLike],
-             save_every: Optional[str], keep: int) -> Dict[str, Any]:
+             save_every: Optional[str], keep: int, backstop_every: Optional[str]) -> Dict[str, Any]:
         if steps is not None:
             checks.positive_int("steps", steps)
         checks.non_negative_int("seed", seed)
@@ -107,11 +114,24 @@ class Job:
                                    f"{saved.deterministic}; resume with the same (got seed={seed}, "
                                    f"deterministic={deterministic})")
             saved.verify()
-        if save_every is not None and save_dir is None:
-            raise ValueError("save_every: needs save_dir, the directory the saves go to")
-        saver = None if save_dir is None else \
-            RunSaver(save_dir, self.spec, seed=seed, deterministic=deterministic, workers=workers, every=save_every,
-                     keep=keep, source=self.source)
+        for name, value in (("save_every", save_every), ("backstop_every", backstop_every)):
+            if value is not None and save_dir is None:
+                raise ValueError(f"{name}: needs save_dir, the directory the saves go to")
+        if backstop_every is not None:
+            if save_every is not None:
+                raise ValueError("backstop_every: give it or save_every, not both (one writes incremental saves in the "
+                                 "background, the other full saves at the step boundary, into one save_dir)")
+            if cluster is None:
+                raise ValueError("backstop_every: backs up parameter servers; it needs a cluster (and is meant for "
+                                 "ft='ec', for what parity cannot cover)")
+        if save_dir is None:
+            saver = None
+        elif backstop_every is not None:
+            saver = Backstop(save_dir, self.spec, seed=seed, deterministic=deterministic, workers=workers,
+                             every=backstop_every, source=self.source)
+        else:
+            saver = RunSaver(save_dir, self.spec, seed=seed, deterministic=deterministic, workers=workers,
+                             every=save_every, keep=keep, source=self.source)
         settings = RunSettings(seed=seed, deterministic=deterministic)
         configure_determinism(seed, deterministic)
         self._close_model()
@@ -142,7 +162,7 @@ class Job:
                 run.restore(saved)
             if saver is not None:
                 saver.start(run.step)
-                run.saver = saver
+                run.hooks.append(saver)
             report = run.fit(self._steps_left(steps, saved))
             self._save_end(saver, run)
             report.update(self._evaluate(run.trained()))
@@ -162,8 +182,14 @@ class Job:
     @staticmethod
     def _save_end(saver: Optional[RunSaver], run: Any) -> None:
         """A run with a save directory ends with a save of its last step (unless its last save is of it)."""
-        if saver is not None and (saver.last is None or saver.last.step != run.step):
+        if saver is None:
+            return
+        if isinstance(saver, Backstop):
+            saver.wait()
+        if saver.last is None or saver.last.step != run.step:
             saver.save(run)
+        if isinstance(saver, Backstop):
+            saver.wait()
 
     def _fit_on(self, cluster: Cluster, steps: Optional[int], settings: RunSettings, progress: bool,
                 scrub: bool, saved: Optional[SavedRun], saver: Optional[RunSaver]) -> Dict[str, Any]:
@@ -178,8 +204,13 @@ class Job:
                 trainer.restore(saved)
             if saver is not None:
                 saver.start(trainer.step)
-                trainer.saver = saver
-            report = trainer.fit(self._steps_left(steps, saved))
+                trainer.hooks.append(saver)
+            try:
+                report = trainer.fit(self._steps_left(steps, saved))
+            except (RoleLost, Unrecoverable) as err:
+                if isinstance(saver, Backstop):
+                    raise self._backstop_error(err, saver) from err
+                raise
             self._save_end(saver, trainer)
             start = time.perf_counter()
             if self.spec.eval_fn is not None:
@@ -191,6 +222,8 @@ class Job:
             self._resumed(report, saved, saver)
             position, samples = trainer.reader_position(), trainer.samples
         finally:
+            if isinstance(saver, Backstop):
+                saver.close()
             trainer.close()
         tables = LocalTables(self.spec.tables)
         for table, parts in zip(self.spec.tables, exports):
@@ -201,6 +234,18 @@ class Job:
         self._finished = _FinishedRun(self.model, position, samples, settings, cluster.workers)
         report["job"] = self.spec.describe()
         return report
+
+    @staticmethod
+    def _backstop_error(err: BaseException, backstop: Backstop) -> Unrecoverable:
+        """The run cannot recover: the error names the newest complete backstop save to resume from."""
+        try:
+            backstop.wait()
+        except (RuntimeError, TimeoutError) as failed:
+            return Unrecoverable(f"{err}; and the backstop's last write failed ({failed})")
+        if backstop.last is None:
+            return Unrecoverable(f"{err}; the backstop in {backstop.store.root} has no save yet")
+        return Unrecoverable(f"{err}; resume from the backstop: the same command with --resume {backstop.store.root} "
+                             f"(its newest save is of step {backstop.last.step}: {backstop.last.directory})")
 
     def save(self, directory: PathLike, keep: int = 2) -> str:
         """Saves the last fit's model (every table's rows with optimizer state, the dense weights with their

@@ -40,7 +40,7 @@ class LocalRun:
         self.step = 0
         self.samples = 0  # trained by the whole run (a resumed run's earlier part included)
         self.losses: list = []
-        self.saver: Any = None  # a RunSaver saving at step boundaries (--save-every)
+        self.hooks: list = []  # at every step boundary: hook.after_step(run) (a RunSaver's periodic saves)
 
     def fit(self, steps: Optional[int] = None) -> Dict[str, Any]:
         """Trains at most ``steps`` steps (None: until the input is exhausted); the same figures as a cluster
@@ -72,8 +72,8 @@ class LocalRun:
                     first_end, first_samples = now, samples
                 timeline.append([self.step, now - start, samples, result.loss])
                 bar.update(1)
-                if self.saver is not None:
-                    self.saver.after_step(self)
+                for hook in self.hooks:
+                    hook.after_step(self)
                 if not result.has_next:
                     break
         finally:
@@ -88,7 +88,7 @@ class LocalRun:
                 "timeline": timeline}
 
     # ---- saving and resuming (see xdl_ec.run_saver) ---------------------------------------------------------
-    def quiesce(self) -> None:
+    def quiesce(self, settle: bool = True) -> None:
         """Nothing in flight between steps here: pushes are applied before a step returns."""
 
     def save_tables(self, pending: PendingCheckpoint) -> int:

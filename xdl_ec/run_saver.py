@@ -80,11 +80,7 @@ class RunSaver:
             written = run.save_tables(pending)
             weights, optimizer = run.dense_state()
             saved = pending.commit(dense_weights=weights, dense_optimizer=optimizer,
-                                   reader_position=run.reader_position(),
-                                   extra={"format": SAVE_FORMAT, "job": self.job.describe(), "source": self.source,
-                                          "seed": self.seed, "deterministic": self.deterministic,
-                                          "workers": self.workers, "samples": int(run.samples),
-                                          "signature": run.signature})
+                                   reader_position=run.reader_position(), extra=self.extra(run))
         except BaseException:
             pending.abort()
             raise
@@ -96,6 +92,12 @@ class RunSaver:
         if self.policy is not None:
             self.policy.saved(run.step, end, end - start)
         return saved
+
+    def extra(self, run: SaveableRun, **more: Any) -> Dict[str, Any]:
+        """What a save records beside the state, for :class:`~xdl_ec.saved_run.SavedRun`'s checks."""
+        return {"format": SAVE_FORMAT, "job": self.job.describe(), "source": self.source, "seed": self.seed,
+                "deterministic": self.deterministic, "workers": self.workers, "samples": int(run.samples),
+                "signature": run.signature, **more}
 
     def report(self) -> Dict[str, Any]:
         return {"directory": str(self.store.root), "saves": self.saves, "seconds": self.seconds,

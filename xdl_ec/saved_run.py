@@ -138,20 +138,43 @@ class SavedRun:
                                f"--workers {self.workers}")
 
     def verify(self) -> None:
-        """Reads and checks every file of the save (sizes, sha256, array headers) without loading anything."""
-        for server in self.checkpoint.servers:
-            part = self.checkpoint.server(server)
-            for name in part.tables:
-                part.read(name)
+        """Reads and checks every file of the save (and of the saves its rows build on) without loading anything."""
+        for checkpoint in self._chain():
+            for server in checkpoint.servers:
+                part = checkpoint.server(server)
+                for name in part.tables:
+                    part.read(name)
         self.dense_state()
 
     # ---- rows -------------------------------------------------------------------------------------------
+    def _chain(self) -> List[JobCheckpoint]:
+        """The saves whose rows make this one's, oldest first: itself, or for an incremental backstop save the
+        full save and the increments it builds on (see :mod:`xdl_ec.backstop`)."""
+        names = self._extra.get("backstop", {}).get("chain", [])
+        chain = []
+        for name in names:
+            path = self.directory.parent / name
+            if not path.is_dir():
+                raise ValueError(f"{self.directory}: an incremental save that builds on {path}, which is missing; "
+                                 f"resume from an older complete save")
+            chain.append(JobCheckpoint.open(path))
+        return chain + [self.checkpoint]
+
     def rows(self, table: str) -> Iterator[Dict[str, np.ndarray]]:
-        """The saved rows of ``table`` (keys, values, state), one dict per saved server, verified."""
-        for server in self.checkpoint.servers:
-            part = self.checkpoint.server(server)
-            if table in part.tables:
-                yield part.read(table)
+        """The saved rows of ``table`` (keys, values, state), verified: one dict per saved server, or for an
+        incremental save one dict merged over its chain (a key's newest row wins)."""
+        chain = self._chain()
+        parts = [c.server(s).read(table) for c in chain for s in c.servers if table in c.server(s).tables]
+        if len(chain) == 1:
+            yield from parts
+            return
+        if not parts:
+            return
+        merged = {field: np.concatenate([p[field] for p in parts]) for field in ("keys", "values", "state")}
+        keys = merged["keys"]
+        _, last = np.unique(keys[::-1], return_index=True)  # the first in reverse: each key's newest row
+        newest = np.sort(keys.size - 1 - last)
+        yield {field: array[newest] for field, array in merged.items()}
 
     def routed_rows(self, table: str, num_servers: int) -> Dict[int, Dict[str, np.ndarray]]:
         """The saved rows of ``table`` per server of a cluster of ``num_servers`` ({server: rows}, servers that get

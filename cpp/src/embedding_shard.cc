@@ -118,6 +118,21 @@ struct EmbeddingShard::Impl {
   std::vector<uint8_t> restore_live;
   BlockFaultHandler handler;
 
+  // Rows changed since the last TakeDirty (an incremental backstop's cut), when tracking is on: one flag
+  // per slot plus the list of flagged slots, so a cut costs the changed rows, not the table.
+  bool track_dirty = false;
+  std::vector<uint8_t> dirty;
+  std::vector<uint32_t> dirty_slots;
+
+  void MarkDirty(uint32_t slot) {
+    if (!track_dirty) return;
+    if (slot >= dirty.size()) dirty.resize(std::max<size_t>(size_t{slot} + 1, dirty.size() * 2), 0);
+    if (!dirty[slot]) {
+      dirty[slot] = 1;
+      dirty_slots.push_back(slot);
+    }
+  }
+
   explicit Impl(const ShardConfig& c) : config(c) {
     config.Validate();
     optimizer = Optimizer::Create(config.optimizer);
@@ -317,6 +332,7 @@ struct EmbeddingShard::Impl {
 
   // Writes a new live record into a free (all-zero) slot and indexes it. values/state null: initial.
   void WriteNew(uint32_t slot, int64_t key, const float* values, const float* state) {
+    MarkDirty(slot);
     uint8_t* r = Record(slot);
     std::memcpy(r + RecordLayout::kKeyOffset, &key, sizeof(key));
     const uint32_t flags = RecordLayout::kLive;
@@ -579,6 +595,9 @@ void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, i
         if (chunk_copy[r]) s.DeltaCopy(deltas, chunk_deltas[r], chunk_slots[r]);
     }
     s.optimizer->ApplyRows(values, states, sums.get() + first * dim, rows, s.config.dim, step);
+    if (s.track_dirty) {
+      for (size_t r = 0; r < rows; ++r) s.MarkDirty(chunk_slots[r]);
+    }
     if (deltas) {
       for (size_t r = 0; r < rows; ++r) s.DeltaEnd(deltas, chunk_deltas[r], chunk_slots[r]);
     }
@@ -659,6 +678,45 @@ EmbeddingShard::Rows EmbeddingShard::Export() const {
   return rows;
 }
 
+void EmbeddingShard::TrackDirty(bool on) {
+  Impl& s = *impl_;
+  std::unique_lock<std::shared_mutex> lock(s.mutex);
+  s.track_dirty = on;
+  s.dirty.clear();
+  s.dirty_slots.clear();
+}
+
+bool EmbeddingShard::tracking_dirty() const {
+  std::shared_lock<std::shared_mutex> lock(impl_->mutex);
+  return impl_->track_dirty;
+}
+
+EmbeddingShard::Rows EmbeddingShard::TakeDirty() {
+  Impl& s = *impl_;
+  std::unique_lock<std::shared_mutex> lock(s.mutex);
+  if (!s.track_dirty) throw std::logic_error("TakeDirty: dirty tracking is off (TrackDirty(true) first)");
+  if (s.Restoring()) s.EnsureAllBlocks();
+  std::sort(s.dirty_slots.begin(), s.dirty_slots.end());  // slot order, as Export
+  Rows rows;
+  const size_t dim = s.config.dim, sf = s.layout.state_floats;
+  for (const uint32_t slot : s.dirty_slots) {
+    s.dirty[slot] = 0;
+    uint8_t* r = s.Record(slot);
+    uint32_t flags;
+    std::memcpy(&flags, r + RecordLayout::kFlagsOffset, sizeof(flags));
+    if (!(flags & RecordLayout::kLive)) continue;  // erased since: its slot is free
+    int64_t key;
+    std::memcpy(&key, r, sizeof(key));
+    rows.keys.push_back(key);
+    const float* v = s.Value(r);
+    rows.values.insert(rows.values.end(), v, v + dim);
+    const float* st = s.State(r);
+    rows.state.insert(rows.state.end(), st, st + sf);
+  }
+  s.dirty_slots.clear();
+  return rows;
+}
+
 void EmbeddingShard::Load(const int64_t* keys, const float* values, const float* state, size_t n,
                           DeltaBatch* deltas) {
   if (!deltas) return LoadTo(keys, values, state, n, nullptr);
@@ -717,6 +775,7 @@ void EmbeddingShard::LoadTo(const int64_t* keys, const float* values, const floa
       continue;
     }
     const size_t d = s.DeltaBegin(deltas, slot);
+    s.MarkDirty(slot);
     uint8_t* r = s.Record(slot);
     std::memcpy(s.Value(r), v, sizeof(float) * dim);
     if (st) {

@@ -447,5 +447,37 @@ TEST(EmbeddingShard, RestoreRejectsBadArgumentsAndFailingHandlers) {
   EXPECT_THROW(restored.RestoreBlock(missing + 5, nullptr), std::invalid_argument);
 }
 
+
+TEST(EmbeddingShard, TakeDirtyReturnsTheRowsChangedSinceTheLastTake) {
+  EmbeddingShard shard(Config(OptimizerKind::kAdagrad, 2));
+  std::vector<int64_t> keys = {5, 6, 7};
+  std::vector<float> out(keys.size() * 2), grads(keys.size() * 2, 0.5f);
+  shard.Pull(keys.data(), keys.size(), out.data());
+  EXPECT_THROW(shard.TakeDirty(), std::logic_error);  // tracking is off
+  shard.TrackDirty(true);
+  EXPECT_TRUE(shard.TakeDirty().keys.empty());  // nothing changed since tracking began
+  const int64_t pushed[] = {7, 5, 7};
+  shard.Push(pushed, grads.data(), 3, 1);
+  const int64_t fresh = 9;
+  shard.Pull(&fresh, 1, out.data());
+  EmbeddingShard::Rows dirty = shard.TakeDirty();
+  EXPECT_EQ(dirty.keys, (std::vector<int64_t>{5, 7, 9}));  // slot order; 6 untouched
+  // the rows are the current ones, byte for byte as Export gives them
+  EmbeddingShard::Rows all = shard.Export();
+  for (size_t i = 0; i < dirty.keys.size(); ++i) {
+    size_t j = std::find(all.keys.begin(), all.keys.end(), dirty.keys[i]) - all.keys.begin();
+    ASSERT_LT(j, all.keys.size());
+    EXPECT_EQ(0, std::memcmp(&dirty.values[i * 2], &all.values[j * 2], 2 * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(&dirty.state[i * 2], &all.state[j * 2], 2 * sizeof(float)));
+  }
+  EXPECT_TRUE(shard.TakeDirty().keys.empty());  // taken: the set is clear
+  const int64_t erased = 5;
+  shard.Push(&erased, grads.data(), 1, 2);
+  shard.Erase(&erased, 1);
+  EXPECT_TRUE(shard.TakeDirty().keys.empty());  // an erased row is not reported
+  shard.TrackDirty(false);
+  EXPECT_FALSE(shard.tracking_dirty());
+}
+
 }  // namespace
 }  // namespace xdl_ec

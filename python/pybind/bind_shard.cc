@@ -158,6 +158,17 @@ py::tuple Export(const EmbeddingShard& shard) {
                         ToNumpy(std::move(rows.state), {n, shard.layout().state_floats}));
 }
 
+py::tuple TakeDirty(EmbeddingShard& shard) {
+  EmbeddingShard::Rows rows;
+  {
+    py::gil_scoped_release release;
+    rows = shard.TakeDirty();
+  }
+  const py::ssize_t n = static_cast<py::ssize_t>(rows.keys.size());
+  return py::make_tuple(ToNumpy(std::move(rows.keys), {n}), ToNumpy(std::move(rows.values), {n, shard.dim()}),
+                        ToNumpy(std::move(rows.state), {n, shard.layout().state_floats}));
+}
+
 py::object Load(EmbeddingShard& shard, const Keys& keys, const Floats& values, const std::optional<Floats>& state,
                 bool return_deltas, const std::shared_ptr<DeltaForwarder>& forwarder, const std::string& table) {
   RequireKeys(keys, "load");
@@ -350,6 +361,11 @@ void BindShard(py::module_& m) {
         return MemoryDict(stats);
       })
       .def("export", &Export, "(keys, values, state) of every live row, in slot order")
+      .def("track_dirty", &EmbeddingShard::TrackDirty, py::arg("on"), py::call_guard<py::gil_scoped_release>(),
+           "Starts (clearing) or stops the set of rows changed since the last take_dirty.")
+      .def_property_readonly("tracking_dirty", &EmbeddingShard::tracking_dirty)
+      .def("take_dirty", &TakeDirty, "(keys, values, state) of the rows changed since the last take, in slot "
+           "order; clears the set. RuntimeError when tracking is off.")
       .def("load", &Load, py::arg("keys"), py::arg("values"), py::arg("state") = py::none(),
            py::arg("return_deltas") = false, py::arg("forwarder") = nullptr, py::arg("table") = "",
            "Inserts or overwrites rows; state None: fresh optimizer state. forwarder: a resume's rows reach parity.")

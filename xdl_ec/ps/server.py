@@ -266,6 +266,22 @@ class ParameterServer:
             part = ShardCheckpoint.write(directory, self._tables, step=step, atomic=False)
         return part.nbytes()
 
+    def take_changes(self, full: bool) -> Dict[str, Any]:
+        """An incremental backstop's cut (at a quiescent point): ``{"full": bool, "tables": {name: rows}}`` with
+        the rows changed since the previous cut, or every row when ``full`` is asked or this server has not been
+        tracking changes (a fresh or rebuilt server), which starts tracking from here."""
+        with self.lock:
+            whole = full or not all(t.shard.tracking_dirty for t in self._tables.values())
+            out = {}
+            for name, t in self._tables.items():
+                if whole:
+                    t.shard.track_dirty(True)
+                    rows = t.shard.export()
+                else:
+                    rows = t.shard.take_dirty()
+                out[name] = dict(zip(("keys", "values", "state"), rows))
+            return {"full": whole, "tables": out}
+
     def size(self, table: str) -> int:
         return len(self.table(table))
 

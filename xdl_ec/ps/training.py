@@ -94,7 +94,9 @@ class PSTrainer:
         self._train_start: Optional[float] = None
         self._fit_start = 0.0
         self._recovery = RecoveryCoordinator(self)
-        self.saver: Any = None  # a RunSaver saving at step boundaries (--save-every), set by the job layer
+        # at step boundaries with no push in flight, after the strategy: each hook's after_step(trainer) (the job
+        # layer's RunSaver and Backstop); async mode holds new steps while a hook's due(step) is True
+        self.hooks: List[Any] = []
         self.backend = make_backend(cluster.backend, cluster.address)
         try:
             # a hot spare where starting a server is slow (a Ray process) and a strategy replaces lost servers
@@ -160,13 +162,15 @@ class PSTrainer:
                 lost.append(err)
         return results, lost
 
-    def quiesce(self) -> None:
+    def quiesce(self, settle: bool = True) -> None:
         """Waits until every push sent so far is applied (a worker may answer a step before its push's acks, see
-        :mod:`xdl_ec.ps.worker`): before reading or saving server state, or before killing a role."""
+        :mod:`xdl_ec.ps.worker`): before reading or saving server state, or before killing a role. ``settle``:
+        also complete the strategy's own calls in flight (a backstop's cut reads only the shards: it skips that)."""
         _, lost = self.drain([self.worker(i).flush() for i, w in enumerate(self.live_workers()) if w is not None])
         if lost:
             raise lost[0]
-        self.strategy.settle()
+        if settle:
+            self.strategy.settle()
 
     # ---- saving and resuming (see xdl_ec.run_saver) ---------------------------------------------------------
     def save_tables(self, pending: Any) -> int:
@@ -207,15 +211,22 @@ class PSTrainer:
         self.quiesce()
         self.strategy.resumed(self.step)
 
+    def take_changes(self, full: bool) -> List[Dict[str, Any]]:
+        """Every server's rows changed since its previous cut (or all of them), for an incremental backstop."""
+        changes, lost = self.drain([Remote(s, ServerAPI).take_changes(full) for s in self.scheduler.servers])
+        if lost:
+            raise lost[0]
+        return changes
+
     def after_step(self, step: int) -> None:
-        """A step boundary with no push in flight: the strategy's, then a periodic save when one is due."""
+        """A step boundary with no push in flight: the strategy's, then the hooks' (periodic saves)."""
         self.strategy.after_step(step)
-        if self.saver is not None:
-            self.saver.after_step(self)
+        for hook in self.hooks:
+            hook.after_step(self)
 
     def wants_boundary(self, step: int) -> bool:
         """Async mode: hold new steps until none is in flight, so :meth:`after_step` comes."""
-        return self.strategy.wants_boundary(step) or (self.saver is not None and self.saver.due(step))
+        return self.strategy.wants_boundary(step) or any(hook.due(step) for hook in self.hooks)
 
     def recover(self, lost: List[RoleLost], step: int) -> bool:
         return self._recovery.recover(lost, step)

@@ -94,6 +94,13 @@ class EmbeddingShard {
     std::vector<float> state;   // keys.size() * layout().state_floats
   };
   Rows Export() const;
+  // Dirty tracking, for incremental backstops: TrackDirty(true) starts (and clears) a set of the slots
+  // changed since (inserted, pushed, loaded); TakeDirty returns their live rows in slot order and clears
+  // the set, under the write lock, so a cut taken between mutations is consistent. Erased keys are not
+  // reported (training never erases). TrackDirty(false) stops and frees the set.
+  void TrackDirty(bool on);
+  bool tracking_dirty() const;
+  Rows TakeDirty();
   // Inserts or overwrites the given rows (slots assigned as for new keys). Validates first (keys
   // unique, values and state finite); state == nullptr gives the loaded rows fresh optimizer state.
   void Load(const int64_t* keys, const float* values, const float* state, size_t n, DeltaBatch* deltas = nullptr);
