@@ -35,7 +35,8 @@ Not supported, each with an error saying what to do instead: ``DataReader``, ``T
 ``Saver`` / ``CheckpointHook`` (fault tolerance is the Cluster's ``ft=``), ``auc`` (the report's AUC comes from
 ``eval_reader``), ``merged_embedding``, ``mxnet_wrapper``, ``Estimator``, ``RMSProp``, the initializers other than the
 five above (see :func:`missing`); ``embedding``'s ``combiner='tile'``, feature admission
-(``feature_add_probability``, ``cbf``), ``statis_list``, ``save=False``; in the model function: variables made
+(``feature_add_probability``, ``cbf``), ``statis_list``, ``save=False`` (``vtype`` defaults to ``'hash'``, not
+XDL's ``'index'``: ids in range train alike, only unchecked); in the model function: variables made
 other than by ``layers.dense`` (e.g. ``tf.keras.layers.Dense(..)(x)``), regularizers, any loss but
 ``losses.sigmoid_cross_entropy`` at its defaults, ids transformed after ``reader`` or labels used other than in
 that loss, one batch entry looked up in two tables, and a different sequence of lookups or layers from one call
@@ -232,7 +233,7 @@ def _entry_for(name: str, initializer: Any, emb_dim: int, feature_dim: int, vtyp
 
 # XDL's embedding arguments that xdl_ec has no counterpart for: accepted at XDL's defaults only (why not, after)
 _XDL_OPTIONS = {
-    "length": (50, "it sets combiner='tile''s length, and 'tile' is not supported"),
+    "length": (50, "it is the length of combiner='tile', which is not supported"),
     "reverse": (False, "it reverses combiner='tile', which is not supported"),
     "feature_add_probability": (1.0, "feature admission is not supported: every id gets a row"),
     "cbf": (0, "counting-bloom-filter feature admission is not supported: every id gets a row"),
@@ -250,9 +251,10 @@ def _check_xdl_options(name: str, combiner: Any, options: Mapping[str, Any]) -> 
     if unknown:
         raise TypeError(f"embedding {name!r}: unexpected keyword argument(s) {unknown}")
     for option, value in options.items():
-        if option in _XDL_OPTIONS and value != _XDL_OPTIONS[option][0]:
-            raise ValueError(f"embedding {name!r}: XDL's {option}={value!r} is not supported ({_XDL_OPTIONS[option][1]}); "
-                             f"drop the argument")
+        default = _XDL_OPTIONS[option][0] if option in _XDL_OPTIONS else value
+        if (value is not None) if default is None else (value != default):
+            raise ValueError(f"embedding {name!r}: XDL's {option}={value!r} is not supported "
+                             f"({_XDL_OPTIONS[option][1]}); drop the argument")
     if combiner == "tile":
         raise ValueError(f"embedding {name!r}: XDL's combiner='tile' (the first `length` rows side by side) is not "
                          f"supported; use 'sum', 'mean', 'sqrtn', or None for one row per id")
@@ -328,8 +330,8 @@ def _dense(inputs: Any, units: int, activation: Any = None, use_bias: bool = Tru
     if given or trainable is not True:
         raise xdl_model.XdlPortError(
             f"xdl_ec.layers.dense: {', '.join(given + ([] if trainable is True else ['trainable=False']))} not "
-            f"supported: the job trains its loss alone (no regularization terms), every dense weight, and shares "
-            f"layers by call order, not by name")
+            f"supported: the job's loss has no regularization terms, every dense weight is trained, and layers are "
+            f"shared by call order, not by name (reuse)")
     if isinstance(units, bool) or not isinstance(units, numbers.Integral) or units < 1:
         raise ValueError(f"xdl_ec.layers.dense: units must be a positive int, got {units!r}")
     return model_pass.dense(inputs, int(units), activation, use_bias, kernel_initializer, bias_initializer, name)

@@ -53,7 +53,6 @@ class StandIn:
         raise self._refused()
 
 
-
 # arithmetic, comparison, indexing, iteration: each says why instead of Python's "unsupported operand type"
 for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor", "lshift",
               "rshift"):
@@ -152,8 +151,9 @@ class Layout:
     def keys(self) -> List[str]:
         return ["label", *(e.key for e in self.sparse), *(k for k, _ in self.dense)]
 
-    def model_batch(self, embedded: Optional[Mapping[str, Any]], dense: Any) -> Batch:
-        """The batch the model function reads inside the job's model (``embedded``/``dense`` as the job's)."""
+    def model_batch(self, dense: Any) -> Batch:
+        """The batch the model function reads inside the job's model (``dense`` as the job's: [B, D] or None);
+        its sparse entries stand for the features whose embedded tensors the model was called with."""
         batch = Batch(label=Labels())
         for entry in self.sparse:
             batch[entry.key] = SparseIds(entry.key, entry.kind, entry.width)
@@ -237,10 +237,11 @@ def current() -> Optional["ModelPass"]:
 
 def active(caller: str) -> "ModelPass":
     """The model pass running now; outside one, an XdlPortError naming ``caller``."""
-    if _active.get() is None:
+    model_pass = _active.get()
+    if model_pass is None:
         raise XdlPortError(f"{caller}: only inside the model function of xdl_ec.xdl_job (it stands for a part of the "
                            f"job's Keras model); in your own Keras model use tf.keras layers")
-    return _active.get()
+    return model_pass
 
 
 class ModelPass:
@@ -271,6 +272,10 @@ class ModelPass:
         if self.next_layer != len(self.layers):
             raise XdlPortError(f"the model function used {self.next_layer} dense layers, {len(self.layers)} on its "
                                f"first call: it must make the same xdl_ec.layers.dense calls on every call")
+        if self.layout is not None and len(self.lookups) != len(self.layout.sparse):
+            raise XdlPortError(f"the model function looked up {sorted(self.lookups)}, on its first call "
+                               f"{sorted(e.key for e in self.layout.sparse)}: it must make the same lookups on every "
+                               f"call")
         return self.loss.logits
 
     def _create_variable(self, next_creator: Callable[..., Any], **kwargs: Any) -> Any:
@@ -293,6 +298,7 @@ class ModelPass:
         if entry.lookup != spec:
             raise XdlPortError(f"{where} of batch[{key!r}]: on the first batch the model function looked it up as "
                                f"{entry.lookup}, now as {spec}: it must make the same lookups on every call")
+        self.lookups[key] = spec
         return self.embedded[key]
 
     def _record(self, key: str, ids: SparseIds, spec: EmbeddingSpec, where: str) -> Any:
@@ -333,10 +339,11 @@ class ModelPass:
             raise XdlPortError(f"xdl_ec.layers.dense({units}): the model function makes more dense layers than on "
                                f"its first call ({len(self.layers)}): it must make the same calls every time")
         layer = self.layers[self.next_layer]
-        if (layer.units, layer.activation, layer.use_bias) != signature:
+        made = (layer.units, layer.activation, layer.use_bias)
+        if made != signature:
             raise XdlPortError(f"xdl_ec.layers.dense call {self.next_layer + 1}: units/activation/use_bias "
-                               f"{signature} differ from the first call's {(layer.units, layer.activation, layer.use_bias)}: "
-                               f"the model function must make the same calls every time")
+                               f"{signature} differ from the first call's {made}: the model function must make the "
+                               f"same calls every time")
         self.next_layer += 1
         return layer(inputs)
 
@@ -390,7 +397,7 @@ class XdlModel(keras.Model):
 
     def _run(self, embedded: Mapping[str, Any], dense: Any, create: bool) -> Any:
         model_pass = ModelPass(self._layout, embedded, self.dense_layers, create)
-        return model_pass.run(self._layout.function, self._layout.model_batch(embedded, dense))
+        return model_pass.run(self._layout.function, self._layout.model_batch(dense))
 
     def call(self, embedded: Mapping[str, Any], dense: Any = None, training: bool = False) -> Any:
         return self._run(embedded, dense, create=False)
