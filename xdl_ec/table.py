@@ -194,6 +194,26 @@ class EmbeddingTable:
             state = as_rows(state, len(keys), self.state_floats, "state", "state_floats")
         self._shard.load(keys, values, state)
 
+    def replace(self, keys: Any, values: Any, state: Any) -> None:
+        """Makes the table hold exactly these rows (a checkpoint restore): rows of other keys are erased, these
+        are loaded with their values and optimizer state.
+
+        Validated before anything changes (keys unique, shapes, finite floats), so a rejected call leaves the
+        table as it was. Other threads' pulls and pushes may interleave with the erase and the load: replace at
+        a quiescent point."""
+        keys = as_keys(keys)
+        values = as_rows(values, len(keys), self._dim, "values", "dim")
+        state = as_rows(state, len(keys), self.state_floats, "state", "state_floats")
+        duplicates = len(keys) - len(np.unique(keys))
+        if duplicates:
+            raise ValueError(f"table {self._name!r}: replace needs unique keys, got {duplicates} duplicate(s)")
+        for what, rows in (("values", values), ("state", state)):
+            if not np.isfinite(rows).all():
+                raise ValueError(f"table {self._name!r}: replace got non-finite {what} (NaN or Inf)")
+        stale = np.setdiff1d(self._shard.export()[0], keys, assume_unique=True)
+        self._shard.erase(stale)
+        self._shard.load(keys, values, state)
+
     def memory_stats(self) -> Dict[str, Any]:
         """Rows, slots and bytes held; ``index_overhead`` = index bytes / raw record bytes of live rows."""
         stats = dict(self._shard.memory())

@@ -3,7 +3,8 @@
 // XdlEcLookup is stateful: it pulls from (and inserts missing keys into) a table outside TF's view,
 // so TF must never constant-fold, CSE or prune it. XdlEcScatterGradient is stateful because it is
 // the table update; inside tf.function automatic control dependencies keep it, and the Python
-// gradient also makes the returned gradient depend on its output.
+// gradient also makes the returned gradient depend on its output. XdlEcAutoStep / XdlEcSetAutoStep
+// read and set a handle's automatic step counter (checkpoints of the table save and restore it).
 #include "op_error.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
@@ -68,6 +69,20 @@ Status ScatterGradientShape(InferenceContext* c) {
   return Status();
 }
 
+Status AutoStepShape(InferenceContext* c) {
+  ShapeHandle unused;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 0, &unused));  // handle
+  c->set_output(0, c->Scalar());
+  return Status();
+}
+
+Status SetAutoStepShape(InferenceContext* c) {
+  ShapeHandle unused;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 0, &unused));  // handle
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 0, &unused));  // latest
+  return Status();
+}
+
 }  // namespace
 
 REGISTER_OP("XdlEcLookup")
@@ -111,6 +126,26 @@ REGISTER_OP("XdlEcScatterGradient")
 Sums the gradient of an XdlEcLookup output per unique key (scaled as the combiner pooled) and applies
 ONE optimizer step of the table `handle` to those keys. step >= 1 is used as given; 0 takes the table
 handle's automatic counter (latest + 1). applied_step: the step used (0 when there was nothing to push).
+)doc");
+
+REGISTER_OP("XdlEcAutoStep")
+    .Input("handle: int64")
+    .Output("latest: int64")
+    .SetIsStateful()
+    .SetShapeFn(AutoStepShape)
+    .Doc(R"doc(
+The latest step applied to the table `handle` by XdlEcScatterGradient (0 before the first): the next
+automatic step (step = 0) is latest + 1.
+)doc");
+
+REGISTER_OP("XdlEcSetAutoStep")
+    .Input("handle: int64")
+    .Input("latest: int64")
+    .SetIsStateful()
+    .SetShapeFn(SetAutoStepShape)
+    .Doc(R"doc(
+Sets the latest step of the table `handle` (>= 0), so its next automatic step is latest + 1: a table
+restored from a checkpoint continues the saved step count.
 )doc");
 
 }  // namespace xdl_ec::tf_ops

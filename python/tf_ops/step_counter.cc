@@ -42,4 +42,16 @@ int64_t StepCounter::Apply(int64_t handle, int64_t requested, const std::functio
   return step;
 }
 
+int64_t StepCounter::Latest(int64_t handle) {
+  Counter& counter = CounterOf(handle);
+  std::lock_guard<std::mutex> lock(counter.mutex);
+  return counter.latest;
+}
+
+void StepCounter::Restore(int64_t handle, int64_t latest) {
+  Counter& counter = CounterOf(handle);
+  std::lock_guard<std::mutex> lock(counter.mutex);
+  counter.latest = latest;
+}
+
 }  // namespace xdl_ec::tf_ops
