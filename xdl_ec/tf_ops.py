@@ -15,8 +15,8 @@ inside ``tf.function`` (both ops are stateful, so they are never pruned).
 
 Step: the optimizer step (Adam's bias correction) is ``step`` when >= 1; with ``step=0`` (the default)
 the op library keeps one counter per table handle that every successful update advances (1, 2, 3, ...).
-That counter is separate from ``EmbeddingTable.step`` and starts again at 1 in a new process, so a
-trainer that resumes from a checkpoint passes its own global step.
+That counter is separate from ``EmbeddingTable.step``; TensorFlow checkpoints of a ``SparseEmbedding`` save and
+restore it (see :mod:`xdl_ec.table_trackable`), anything else that resumes passes its own global step.
 
 Not supported: XLA (``jit_compile``; these are plain CPU kernels), and loss scaling (the table would see
 the scaled gradient). Each ``tape.gradient`` reaching the lookup applies one update.
@@ -173,10 +173,11 @@ def _lookup_gradient(op: tf.Operation, grad: Any, *_unused: Any) -> list:
     applied = _ops.xdl_ec_scatter_gradient(
         handle=handle, grad=grad, ids=ids, row_splits=row_splits, unique_keys=unique_keys, inverse=inverse,
         step=step, combiner=op.get_attr("combiner"))
-    # Returned gradient depends on the update, so no graph transformation can drop it.
-    with tf.control_dependencies([applied]):
-        trigger_grad = tf.zeros_like(trigger)
-    return [None, None, None, None, trigger_grad]
+    # The returned (zero) gradient is computed FROM the update's output, a data dependency: with a control
+    # dependency on a zeros_like, Grappler's constant folding and dependency optimisation dropped the update under
+    # Keras Adam's model.fit. applied_step >= 0, so min(applied_step, 0) is 0, which no pass can know.
+    zero = tf.cast(tf.minimum(applied, tf.constant(0, applied.dtype)), trigger.dtype)
+    return [None, None, None, None, tf.reshape(zero, tf.shape(trigger))]
 
 
 def gather(rows: Any, inverse: Any, combiner: Optional[str] = None, row_splits: Any = None,

@@ -72,6 +72,27 @@ def test_model_fit_updates_the_table_exactly_once_per_step(policy):
     assert len(table) == 1
 
 
+@pytest.mark.parametrize("dense_optimizer", ["sgd", "adam", "adagrad", "rmsprop"])
+def test_model_fit_trains_the_table_as_eager_execution_does_whatever_the_dense_optimizer(dense_optimizer):
+    # Under Keras Adam's fit the table update once had only a control dependency into the trigger's zero gradient,
+    # which Grappler folded away: the table never moved. The graph must apply what eager execution applies.
+    def train(run_eagerly: bool) -> np.ndarray:
+        keras.utils.set_random_seed(5)
+        table = make_table(optim.Adagrad(learning_rate=0.1), initializer=init.TruncatedNormal(stddev=0.1))
+        ids = keras.Input(shape=(3,), dtype="int64")
+        model = keras.Model(ids, keras.layers.Dense(1)(SparseEmbedding(table, combiner="sum")(ids)))
+        model.compile(optimizer=dense_optimizer, loss="mse", run_eagerly=run_eagerly)
+        x = np.arange(30, dtype=np.int64).reshape(10, 3)
+        model.fit(x, np.ones((10, 1), np.float32), batch_size=5, epochs=2, shuffle=False, verbose=0)
+        return table.pull(np.arange(30, dtype=np.int64))
+
+    fresh = make_table(optim.Adagrad(learning_rate=0.1), initializer=init.TruncatedNormal(stddev=0.1))
+    untrained = fresh.pull(np.arange(30, dtype=np.int64))
+    graph = train(run_eagerly=False)
+    assert not np.array_equal(graph, untrained)
+    np.testing.assert_allclose(graph, train(run_eagerly=True), rtol=1e-5, atol=1e-6)
+
+
 def test_model_fit_decreases_loss_like_plain_keras_embedding():
     # The same model on keras.layers.Embedding with the same initial rows and dense weights, all trained by SGD
     # (Keras's own sparse Adagrad squares undeduplicated IndexedSlices, so it is no reference for Adagrad).
