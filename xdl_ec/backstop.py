@@ -14,12 +14,14 @@ one, oldest first, and :class:`~xdl_ec.saved_run.SavedRun` replays them (a key's
 save is committed, every older save is deleted; a chain is never broken by pruning.
 
 A backstop save is an ordinary save: ``--resume DIR`` continues from the newest one, replaying the steps after it
-(with ``--deterministic`` the run ends at the failure-free model; the report's ``resumed_from`` says where it
-restarted, so the re-trained samples are the ones after that step).
+(with ``--deterministic`` the run ends at the failure-free model). A run that stops because it cannot recover
+writes ``STOPPED.json`` beside the saves (its step and samples), so the resumed run's report gives
+``retrained_samples``; a driver killed outright writes nothing, and the report then says only where it resumed.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import threading
@@ -35,6 +37,7 @@ from .run_saver import RunSaver
 from .table import EmbeddingTable
 
 WRITE_TIMEOUT = 600.0  # seconds a cut waits for the previous write
+STOPPED = "STOPPED.json"  # beside the saves: how far a run that could not recover got
 
 
 class Backstop(RunSaver):
@@ -114,6 +117,16 @@ class Backstop(RunSaver):
         for old in self.store._committed():
             if old.name < saved.directory.name:  # names sort by sequence number
                 shutil.rmtree(old, ignore_errors=True)
+
+    def note_stop(self, step: int, samples: int, cause: str) -> None:
+        """The run cannot recover: records how far it got beside the saves (``STOPPED.json``), so the resumed run
+        reports the samples it trains again."""
+        record = {"step": int(step), "samples": int(samples), "cause": cause}
+        path = self.store.root / STOPPED
+        self.store.root.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record, sort_keys=True))
+        os.replace(tmp, path)
 
     def wait(self) -> None:
         """Waits for the write in flight; its failure is raised here (the run stops: a backstop that cannot

@@ -151,6 +151,10 @@ class Job:
         if saved is not None:
             report["resumed_from"] = {"directory": str(saved.directory), "step": saved.step,
                                       "samples": saved.samples}
+            stopped = saved.stopped_run()
+            if stopped is not None:  # the run that failed said how far it got: what the resume trained again
+                report["retrained_samples"] = max(int(stopped["samples"]) - saved.samples, 0)
+                report["resumed_from"]["stopped_run"] = stopped
         if saver is not None:
             report["saves"] = saver.report()
 
@@ -209,6 +213,7 @@ class Job:
                 report = trainer.fit(self._steps_left(steps, saved))
             except (RoleLost, Unrecoverable) as err:
                 if isinstance(saver, Backstop):
+                    saver.note_stop(trainer.step, trainer.samples, str(err))
                     raise self._backstop_error(err, saver) from err
                 raise
             self._save_end(saver, trainer)

@@ -107,6 +107,20 @@ class SavedRun:
         dense_width, features = self._extra["signature"]
         return dense_width, tuple(tuple(f) for f in features)
 
+    def stopped_run(self) -> Optional[Dict[str, Any]]:
+        """What the run that stopped after this save recorded (``STOPPED.json`` of :mod:`xdl_ec.backstop`: its step,
+        samples and cause), or None."""
+        import json
+
+        path = self.directory.parent / "STOPPED.json"
+        if not path.is_file():
+            return None
+        try:
+            record = json.loads(path.read_text())
+            return record if int(record["step"]) >= self.step else None  # an older run's record
+        except (ValueError, KeyError, TypeError):
+            return None
+
     def dense_state(self) -> tuple:
         """(dense weights, dense optimizer variables), verified."""
         return self.checkpoint.dense_weights(), self.checkpoint.dense_optimizer()

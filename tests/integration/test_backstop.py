@@ -44,18 +44,20 @@ def test_losing_more_than_r_servers_names_the_backstop_and_resuming_ends_at_the_
                                             rf"of step 9"):
         job().fit(steps=STEPS, deterministic=True, seed=SEED, cluster=doomed, save_dir=tmp_path, backstop_every="3")
     # the step-9 save is an increment over the full save of step 3: all three are kept, nothing else
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-000001-step-000000000003",
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["STOPPED.json", "ckpt-000001-step-000000000003",
                                                           "ckpt-000002-step-000000000006",
                                                           "ckpt-000003-step-000000000009"]
+    assert json.loads((tmp_path / "STOPPED.json").read_text())["step"] == 10
     report = job().fit(steps=STEPS, deterministic=True, seed=SEED, cluster=xdl_ec.Cluster(**EC), resume=tmp_path,
                        save_dir=tmp_path, backstop_every="3")
     assert report["resumed_from"]["step"] == 9 and report["samples"] == (STEPS - 9) * LOG.batch_size
+    assert report["retrained_samples"] == (10 - 9) * LOG.batch_size  # the stopped run had trained step 10
     assert report["model_digest"] == failure_free_digest
     increments = report["saves"]["increments"]
     assert [(i["step"], i["full"]) for i in increments] == [(12, True), (15, False), (16, False)]
     assert increments[1]["rows"] < increments[0]["rows"]  # an increment writes the rows changed, not the table
     # a full save deletes the chains before it
-    assert sorted(p.name for p in tmp_path.iterdir())[0] == "ckpt-000004-step-000000000012"
+    assert sorted(p.name for p in tmp_path.glob("ckpt-*"))[0] == "ckpt-000004-step-000000000012"
 
 
 def test_an_increment_resumes_with_the_newest_row_of_every_key(tmp_path: Path, failure_free_digest: str) -> None:
