@@ -222,8 +222,9 @@ def test_fit_in_chunks_continues_where_it_stopped_and_ends_at_the_same_model() -
         assert [r["samples"] for r in reports] == [3 * 128, 3 * 128, 128, 0]
         assert [len(r["timeline"]) for r in reports] == [3, 3, 1, 0]
         assert chunked.digest() == whole.digest()
-        with pytest.raises(ValueError, match="steps: must be an int >= 1"):
-            chunked.fit(steps=0)
+        assert chunked.fit(steps=0)["steps_this_fit"] == 0  # a resumed run with nothing left trains nothing
+        with pytest.raises(ValueError, match="steps: must be an int >= 0"):
+            chunked.fit(steps=-1)
     finally:
         whole.close()
         chunked.close()
