@@ -8,6 +8,7 @@ from .table_config import Table
 from .feature import Feature
 from .feature_batch import InputError
 from .dense_model import ModelError
+from .cache_config import Cache
 from .cluster import Cluster
 from .job import Job
 from .saved_run import SaveMismatch
@@ -36,5 +37,5 @@ def __getattr__(name: str) -> NoReturn:
     raise missing(name)
 
 
-__all__ = ["Cluster", "EmbeddingTable", "Feature", "InputError", "Job", "ModelError", "SaveMismatch", "Table",
+__all__ = ["Cache", "Cluster", "EmbeddingTable", "Feature", "InputError", "Job", "ModelError", "SaveMismatch", "Table",
            "TrainedModel", "codec", "embedding", "init", "load", "optim", "save"]

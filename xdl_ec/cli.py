@@ -90,6 +90,8 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
                    help=f"[built-in] rows of synthetic data, eval split included (default {d.synthetic_rows})")
     p.add_argument("--synthetic-max-cardinality", type=_positive_int,
                    help=f"[built-in] cap on each synthetic column's cardinality (default {d.synthetic_max_cardinality})")
+    p.add_argument("--synthetic-zipf", type=_positive_float, metavar="S",
+                   help=f"[built-in] Zipf exponent of the synthetic ids' skew (default {d.synthetic_zipf})")
     p.add_argument("--model", choices=("dlrm", "mlp"), help=f"[built-in] model body (default {d.model})")
     p.add_argument("--emb-dim", type=_positive_int, help=f"[built-in] embedding dimension (default {d.emb_dim})")
     p.add_argument("--bottom-mlp", type=_layer_sizes, metavar="N,N",
@@ -126,6 +128,12 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
                     help="where servers and workers run: local = objects in this process (default), ray = Ray actors")
     ps.add_argument("--address", metavar="RAY_ADDRESS",
                     help="an existing Ray cluster (with --backend ray; default: start a local Ray)")
+    ps.add_argument("--cache-rows", metavar="N|P%",
+                    help="a worker cache of every table (HET): N rows or P%% of the table's rows (needs --servers)")
+    ps.add_argument("--staleness", type=_non_negative_int, metavar="S",
+                    help="cache: read a cached row while at most S versions behind, write back after S local "
+                         "updates (default 0: exact, the same model as without a cache)")
+    ps.add_argument("--cache-policy", choices=("lru", "lfu"), help="cache eviction (default lru)")
     ps.add_argument("--mode", choices=("sync", "async"),
                     help="sync: all workers finish step t before t+1 (default); async: no barrier")
     ft = p.add_argument_group("fault tolerance (needs --servers)")
@@ -182,10 +190,10 @@ def _code(text: str) -> tuple[int, int]:
 _open_fraction = _number(float, lambda v: 0.0 < v < 1.0, "a number in (0, 1)")
 _share = _number(float, lambda v: 0.0 < v <= 1.0, "a number in (0, 1] (e.g. 0.05)")
 
-BUILTIN_FLAGS = ("data", "synthetic", "synthetic_rows", "synthetic_max_cardinality", "model", "emb_dim", "bottom_mlp",
-                 "top_mlp", "hidden", "optimizer", "lr", "dense_optimizer", "dense_lr", "batch_size", "epochs",
-                 "eval_fraction", "on_bad_line")
-CLUSTER_FLAGS = ("workers", "backend", "address", "mode")
+BUILTIN_FLAGS = ("data", "synthetic", "synthetic_rows", "synthetic_max_cardinality", "synthetic_zipf", "model",
+                 "emb_dim", "bottom_mlp", "top_mlp", "hidden", "optimizer", "lr", "dense_optimizer", "dense_lr",
+                 "batch_size", "epochs", "eval_fraction", "on_bad_line")
+CLUSTER_FLAGS = ("workers", "backend", "address", "mode", "cache_rows", "staleness", "cache_policy")
 FT_FLAGS = ("ft", "code", "rebuild_share", "ckpt_interval", "ckpt_dir", "cpr_pls", "cpr_interval", "cpr_mode",
             "fail_at", "fail_worker_at", "mtbf")
 
@@ -239,12 +247,21 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
         if args.ckpt_dir is not None and Path(args.ckpt_dir).exists() and not Path(args.ckpt_dir).is_dir():
             raise UsageError(f"--ckpt-dir: {args.ckpt_dir} exists and is not a directory")
         try:
+            cache = None
+            if args.cache_rows is not None:
+                from .cache_config import Cache
+
+                rows = int(args.cache_rows) if args.cache_rows.isdigit() else args.cache_rows
+                cache = Cache(rows=rows, staleness=args.staleness or 0, policy=args.cache_policy or "lru")
+            elif args.staleness is not None or args.cache_policy is not None:
+                raise UsageError(f"{', '.join(_given(args, ('staleness', 'cache_policy')))}: set the worker cache, "
+                                 f"which needs --cache-rows N|P%")
             cluster = Cluster(servers=args.servers, workers=args.workers or 1, backend=args.backend or "local",
                               address=args.address, mode=args.mode or "sync", ft=args.ft or "none", code=args.code,
                               rebuild_share=args.rebuild_share, ckpt_interval=args.ckpt_interval,
                               ckpt_dir=args.ckpt_dir, cpr_pls=args.cpr_pls, cpr_interval=args.cpr_interval,
                               cpr_mode=args.cpr_mode, mtbf=args.mtbf, fail_at=args.fail_at or (),
-                              fail_worker_at=args.fail_worker_at or ())
+                              fail_worker_at=args.fail_worker_at or (), cache=cache)
         except (TypeError, ValueError) as err:
             raise UsageError(_flag_names(str(err))) from None
     progress = not args.no_progress
@@ -326,6 +343,7 @@ def _flag_names(message: str) -> str:
     import re
 
     message = message.replace("ckpt interval:", "--ckpt-interval:").replace("cpr mode:", "--cpr-mode:")
+    message = message.replace("cache rows:", "--cache-rows:").replace("cache policy:", "--cache-policy:")
     for name, flag in (("interval_steps", "cpr_interval"), ("pls", "cpr_pls")):
         message = re.sub(rf"(?<![\w-]){name}:", f"{_flag(flag)}:", message)
     for name in (*CLUSTER_FLAGS, *FT_FLAGS, "servers"):

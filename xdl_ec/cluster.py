@@ -3,15 +3,17 @@
 ``Cluster(servers=N, workers=W, backend="local"|"ray", address=None, mode="sync"|"async", ft="none"|"ckpt"|"cpr"|
 "ec", code=(k, r), ...)``; the strategy's own keywords (``rebuild_share``, ``rebuild``, ``ckpt_interval``, ``ckpt_dir``,
 ``cpr_pls``, ``cpr_interval``, ``cpr_mode``, ``mtbf``) and failure injection (``fail_at``, ``fail_worker_at``:
-"STEP[:INDEX]" strings, ``mtbf`` seconds) are those of ``xdl-ec train``'s flags.
+"STEP[:INDEX]" strings, ``mtbf`` seconds) are those of ``xdl-ec train``'s flags. ``cache``: the workers' embedding
+caches (an :class:`~xdl_ec.cache_config.Cache` for every table, or a dict of table name -> Cache).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence, Tuple, Union
+from typing import Any, Mapping, Optional, Sequence, Tuple, Union
 
 from . import checks
+from .cache_config import Cache, caches_for
 from .ft.configs import STRATEGIES, CkptConfig, CprConfig, EcConfig, StrategyConfig, parse_code
 from .ft.failure_schedule import FailureSchedule
 from .ps.backend import DEFAULT_TIMEOUT
@@ -41,8 +43,14 @@ class Cluster:
     fail_at: Sequence[str] = ()
     fail_worker_at: Sequence[str] = ()
     call_timeout: float = DEFAULT_TIMEOUT
+    cache: Optional[Union[Cache, Mapping[str, Cache]]] = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.cache, Mapping):  # kept as sorted pairs: a Cluster stays hashable
+            object.__setattr__(self, "cache", tuple(sorted(self.cache.items())))
+        if self.cache is not None and not isinstance(self.cache, (Cache, tuple)):
+            raise TypeError(f"cache: must be an xdl_ec.Cache or a dict of table name -> Cache, got "
+                            f"{type(self.cache).__name__}")
         object.__setattr__(self, "fail_at", tuple(self.fail_at))
         object.__setattr__(self, "fail_worker_at", tuple(self.fail_worker_at))
         self.cluster_config()  # checks servers, workers, backend, address, mode, call_timeout
@@ -80,6 +88,10 @@ class Cluster:
                              interval_steps=self.cpr_interval, mode=self.cpr_mode or "mfu",
                              directory=self.ckpt_dir, seed=seed)
         return None
+
+    def caches(self, tables: Sequence[Any]) -> dict:
+        """{table name: Cache} of the job's ``tables`` (see :mod:`xdl_ec.cache_config`)."""
+        return caches_for(dict(self.cache) if isinstance(self.cache, tuple) else self.cache, tables)
 
     def failure_schedule(self, seed: int) -> FailureSchedule:
         return FailureSchedule.from_flags(self.fail_at, self.fail_worker_at, self.mtbf, seed)

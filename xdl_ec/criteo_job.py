@@ -39,6 +39,7 @@ class TrainConfig:
     synthetic: bool = False
     synthetic_rows: int = 60_000
     synthetic_max_cardinality: Optional[int] = 100_000
+    synthetic_zipf: float = 1.1
     model: str = "dlrm"
     emb_dim: int = 16
     bottom_mlp: Sequence[int] = (64,)
@@ -68,7 +69,7 @@ class TrainConfig:
             checks.positive_int("steps", self.steps)
         if self.synthetic_max_cardinality is not None:
             checks.positive_int("synthetic_max_cardinality", self.synthetic_max_cardinality)
-        for name in ("lr", "dense_lr"):
+        for name in ("lr", "dense_lr", "synthetic_zipf"):
             checks.positive_number(name, getattr(self, name))
         checks.number("eval_fraction", self.eval_fraction, 0.0, 1.0, high_open=True)
         checks.one_of("dense_optimizer", self.dense_optimizer, DENSE_OPTIMIZERS)
@@ -84,7 +85,8 @@ def open_training_data(config: TrainConfig) -> TrainingData:
     """The data a config names: its Criteo file, or the synthetic generator seeded by its seed."""
     if config.synthetic:
         return TrainingData.synthetic(config.synthetic_rows, eval_fraction=config.eval_fraction, seed=config.seed,
-                                      max_cardinality=config.synthetic_max_cardinality)
+                                      max_cardinality=config.synthetic_max_cardinality,
+                                      zipf_exponent=config.synthetic_zipf)
     return TrainingData.from_file(os.fspath(config.data), eval_fraction=config.eval_fraction,
                                   on_bad_line=config.on_bad_line)
 

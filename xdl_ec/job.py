@@ -202,7 +202,8 @@ class Job:
             config = dataclasses.replace(config, scrub=True)
         schedule = cluster.failure_schedule(settings.seed)
         injector = None if schedule.empty else FailureInjector(schedule)
-        trainer = PSTrainer(self.spec, cluster.cluster_config(), settings, make_strategy(config), injector, progress)
+        trainer = PSTrainer(self.spec, cluster.cluster_config(), settings, make_strategy(config), injector, progress,
+                            cluster.caches(self.spec.tables))
         try:
             if saved is not None:
                 trainer.restore(saved)

@@ -103,6 +103,12 @@ class ParityAgent(ServerAgent):
             return table.shard.pull(keys)
         return table.shard.pull(keys, forwarder=self.forwarder, table=table.name)
 
+    def pull_stale(self, server: Any, table: Any, keys: np.ndarray, known: np.ndarray, staleness: int) -> tuple:
+        """A caching worker's pull; rows it inserts are a mutation too."""
+        if self.crashed:
+            return table.shard.pull_stale(keys, known, staleness)
+        return table.shard.pull_stale(keys, known, staleness, forwarder=self.forwarder, table=table.name)
+
     def load_rows(self, server: Any, table: Any, keys: np.ndarray, values: np.ndarray, state: np.ndarray) -> None:
         """Saved rows of a resumed run: forwarded to the parity holders as a push's deltas are."""
         if self.crashed:

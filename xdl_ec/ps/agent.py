@@ -59,6 +59,11 @@ class ServerAgent:
         """Applies per-key gradients at ``step``; ``pushes`` {worker: push seq} are the pushes it contains."""
         table.push(keys, grads, step=step)
 
+    def pull_stale(self, host: AgentHost, table: Any, keys: np.ndarray, known: np.ndarray, staleness: int) -> tuple:
+        """A caching worker's pull (``ParameterServer.pull_stale``): (rows of the sent keys, clocks, sent); rows it
+        inserts are a mutation, as a pull's."""
+        return table.shard.pull_stale(keys, known, staleness)
+
     def load_rows(self, host: AgentHost, table: Any, keys: np.ndarray, values: np.ndarray, state: np.ndarray) -> None:
         """Inserts or overwrites saved rows (a resumed run's): a mutation like a push."""
         table.load(keys, values, state)

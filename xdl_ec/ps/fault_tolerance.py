@@ -56,6 +56,7 @@ class FailureRecord:
     samples_per_sec_during_rebuild: Optional[float] = None
     lost_samples: int = 0
     seconds_to_full_redundancy: Optional[float] = None  # from the loss to every stripe redundant again (ec)
+    lost_updates: int = 0  # a lost worker's cached gradients that no server had seen (worker caches)
 
     def to_json(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
@@ -108,6 +109,7 @@ class FaultTolerance:
         other figures in one round of calls)."""
         return {"ft": self.name, "failures": [f.to_json() for f in self.failures],
                 "lost_samples": sum(f.lost_samples for f in self.failures),
+                "lost_updates": sum(f.lost_updates for f in self.failures),
                 "checkpoint_seconds": self.checkpoint_seconds, "parity_bytes": parity_bytes}
 
     def close(self) -> None:

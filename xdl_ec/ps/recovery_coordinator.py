@@ -50,7 +50,9 @@ class RecoveryCoordinator:
                 strategy.failures.append(FailureRecord(step=step, role="worker", index=err.index,
                                                        detect_seconds=detect,
                                                        rebuild_seconds=time.perf_counter() - start,
-                                                       samples_per_sec_during_rebuild=0.0))
+                                                       samples_per_sec_during_rebuild=0.0,
+                                                       lost_updates=t.pending_updates[err.index]))
+                t.pending_updates[err.index] = 0
                 continue
             before = len(strategy.failures)
             resume = strategy.recover(err)

@@ -21,6 +21,7 @@ seam of :mod:`xdl_ec.ps.agent`.
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -62,6 +63,11 @@ class ParameterServer:
         self.agent: ServerAgent = ServerAgent()
         self._has_agent = False
         self.crash_requested = False  # the role dies right after this call (see die)
+        # Caching workers keep rows with their clocks; rows changed other than by a pull or push (a load, a
+        # rollback, a fresh server) could repeat a clock with other bytes, so such a change starts a new epoch
+        # and copies from an older one are not trusted (see pull_stale).
+        self.epoch = 0
+        self._new_epoch()
         self._counters = {"bytes_in": 0, "bytes_out": 0, "pulls": 0, "pushes": 0, "keys_pulled": 0,
                           "keys_pushed": 0, "steps_applied": 0}
         for table in tables:
@@ -75,6 +81,9 @@ class ParameterServer:
             if table.name in self._tables:
                 raise ValueError(f"table {table.name!r} already exists on server {self.index}")
             self._tables[table.name] = EmbeddingTable.from_config(table)
+
+    def _new_epoch(self) -> None:
+        self.epoch = secrets.randbits(62) + 1
 
     def table(self, name: str) -> EmbeddingTable:
         """The shard of table ``name`` (for this server's agent)."""
@@ -100,6 +109,7 @@ class ParameterServer:
             if old is not table:
                 old.close()
         self._pending.clear()
+        self._new_epoch()
 
     def ping(self) -> int:
         """Answers its index: the liveness probe of the scheduler."""
@@ -130,6 +140,34 @@ class ParameterServer:
                 c["bytes_out"] += rows.nbytes
             self._counters["pulls"] += 1
         return out
+
+    def pull_stale(self, requests: Sequence[Tuple[str, Any, Any, int]], epoch: int) -> Tuple[int, List[tuple]]:
+        """A caching worker's pull: for each (table, keys, known clocks (-1: not cached), staleness), the rows of
+        the keys whose copy is more than ``staleness`` versions behind (or unknown; missing keys are inserted), as
+        ``(rows of the sent keys, clocks of every key, sent mask)``. ``epoch``: the one the worker's copies came
+        from; when this server's rows changed other than by pulls and pushes since (a load, a rollback), every
+        key is sent. Returns (this server's epoch, the answers)."""
+        parts = [(self.table(name), as_keys(keys), np.asarray(known, dtype=np.int32), int(staleness))
+                 for name, keys, known, staleness in requests]
+        out = []
+        with self.lock:
+            fresh = epoch == self.epoch
+            for table, keys, known, staleness in parts:
+                if not fresh:
+                    known = np.full(keys.size, -1, np.int32)
+                rows, clocks, sent = self.agent.pull_stale(self, table, keys, known, staleness)
+                out.append((rows, clocks, sent))
+                c = self._counters
+                c["keys_pulled"] += keys.size
+                c["bytes_in"] += keys.nbytes + known.nbytes
+                c["bytes_out"] += rows.nbytes + clocks.nbytes + sent.nbytes
+            self._counters["pulls"] += 1
+            return self.epoch, out
+
+    def clocks(self, table: str, keys: Any) -> np.ndarray:
+        """The row clocks of ``keys`` in ``table`` (int32; -1 where missing): one more per push that changed the
+        row, restored with the row by a rebuild."""
+        return self.table(table).shard.clocks(as_keys(keys))
 
     def find(self, requests: Sequence[Tuple[str, Any]]) -> List[Tuple[np.ndarray, np.ndarray]]:
         """(rows, found) of each (table, keys) request without inserting (evaluation): missing rows are zeros."""
@@ -257,6 +295,7 @@ class ParameterServer:
             values = as_rows(rows["values"], keys.size, t.dim, "rows['values']", "dim")
             state = as_rows(rows["state"], keys.size, t.state_floats, "rows['state']", "state_floats")
             self.agent.load_rows(self, t, keys, values, state)
+            self._new_epoch()
             return int(keys.size)
 
     def save(self, directory: str, step: int) -> int:

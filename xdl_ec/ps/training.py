@@ -23,6 +23,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 import numpy as np
 
 from .. import checks
+from ..cache_config import RESIZE_STEPS, Cache
 from ..dense_model import DenseModel
 from ..digest import model_digest
 from ..evaluation import evaluate_batches
@@ -31,6 +32,7 @@ from ..model_step import ModelStep
 from .api import ServerAPI, WorkerAPI
 from .async_loop import run_async
 from .backend import DEFAULT_TIMEOUT, CallTimeout, RoleLost, make_backend
+from .cached_client import merged_cache_stats
 from .client import PSClient
 from .cluster_view import ClusterView
 from .fault_tolerance import FaultTolerance, NoFaultTolerance
@@ -72,12 +74,21 @@ class PSTrainer:
     worker_class = Worker
 
     def __init__(self, job: JobSpec, cluster: ClusterConfig, settings: RunSettings = RunSettings(),
-                 strategy: Optional[FaultTolerance] = None, injector: Any = None, progress: bool = False) -> None:
+                 strategy: Optional[FaultTolerance] = None, injector: Any = None, progress: bool = False,
+                 caches: Optional[Dict[str, Cache]] = None) -> None:
+        """``caches``: {table: Cache}, the workers' embedding caches (:mod:`xdl_ec.ps.cached_client`)."""
         checks.instance("job", job, JobSpec)
         checks.instance("cluster", cluster, ClusterConfig)
         strategy = NoFaultTolerance() if strategy is None else strategy
         checks.instance("strategy", strategy, FaultTolerance)
         self.job, self.cluster, self.settings = job, cluster, settings
+        self.caches: Dict[str, Cache] = dict(caches or {})
+        for name, cache in self.caches.items():
+            checks.instance(f"caches[{name!r}]", cache, Cache)
+            cache.check_memory(name, {t.name: t.dim for t in job.tables}[name],
+                               cluster.workers if cluster.backend == "local" else 1)
+        self.pending_updates = [0] * cluster.workers  # per worker, as of its last answered step
+        self._restored_samples = 0  # samples a resumed run's save had trained
         self.strategy, self.injector, self.progress = strategy, injector, progress
         self.step = 0
         self.samples = 0  # samples trained so far (re-trained ones after a rollback included)
@@ -127,7 +138,26 @@ class PSTrainer:
     def worker_args(self, index: int) -> tuple:
         prefetch = self.cluster.workers == 1 or self.cluster.mode == "async"
         return (index, self.cluster.workers, self.job, self.settings, list(self.scheduler.servers), prefetch,
-                self.cluster.call_timeout)
+                self.cluster.call_timeout, None, False, self.caches, self.table_rows())
+
+    def table_rows(self) -> Dict[str, int]:
+        """Rows of each table over every server now (sizes "P%" worker caches); {} without such a cache."""
+        if not any(c.share is not None for c in self.caches.values()):
+            return {}
+        rows: Dict[str, int] = {}
+        for stats in self.scheduler.server_stats():
+            for table, n in stats["rows"].items():
+                rows[table] = rows.get(table, 0) + int(n)
+        return rows
+
+    def _resize_caches(self, step: int) -> None:
+        if step % RESIZE_STEPS or not any(c.share is not None for c in self.caches.values()):
+            return
+        rows = self.table_rows()
+        workers = self.live_workers()
+        _, lost = self.drain([self.worker(i).resize_caches(rows) for i, w in enumerate(workers) if w is not None])
+        if lost:
+            raise lost[0]
 
     def worker(self, index: int) -> Remote:
         return Remote(self.workers[index], WorkerAPI)
@@ -166,7 +196,7 @@ class PSTrainer:
         """Waits until every push sent so far is applied (a worker may answer a step before its push's acks, see
         :mod:`xdl_ec.ps.worker`): before reading or saving server state, or before killing a role. ``settle``:
         also complete the strategy's own calls in flight (a backstop's cut reads only the shards: it skips that)."""
-        _, lost = self.drain([self.worker(i).flush() for i, w in enumerate(self.live_workers()) if w is not None])
+        _, lost = self.drain([self.worker(i).flush(True) for i, w in enumerate(self.live_workers()) if w is not None])
         if lost:
             raise lost[0]
         if settle:
@@ -201,7 +231,7 @@ class PSTrainer:
                 raise lost[0]
         self.dense.load_state(*saved.dense_state())
         self.step = saved.step
-        self.samples = saved.samples
+        self.samples = self._restored_samples = saved.samples
         self.worker_batches = saved.worker_batches
         self.worker_samples = saved.worker_samples
         answers, lost = self.drain([self.worker(i).seek(n) for i, n in enumerate(self.worker_batches)])
@@ -221,6 +251,7 @@ class PSTrainer:
     def after_step(self, step: int) -> None:
         """A step boundary with no push in flight: the strategy's, then the hooks' (periodic saves)."""
         self.strategy.after_step(step)
+        self._resize_caches(step)
         for hook in self.hooks:
             hook.after_step(self)
 
@@ -271,6 +302,7 @@ class PSTrainer:
         self.worker_batches[i] += 1
         self.worker_samples[i] += result.samples
         self.push_seqs[i] = result.push_seqs
+        self.pending_updates[i] = result.pending_updates
         self.has_next[i] = result.has_next
         self.samples += result.samples
 
@@ -344,8 +376,11 @@ class PSTrainer:
         """The cluster's part of a report: per-server and per-worker stats, bytes moved per sample."""
         servers = self.scheduler.server_stats()
         workers = [self.result(self.worker(i).stats()) for i in range(len(self.workers))]
-        samples = max(self.samples, 1)
+        samples = max(self.samples - self._restored_samples, 1)  # what this process's workers moved bytes for
+        cached = [w["cache"] for w in workers if "cache" in w]
+        caching = {"cache": merged_cache_stats(cached)} if cached else {}
         return {
+            **caching,
             "embedding_rows": sum(sum(s["rows"].values()) for s in servers),
             "cluster": {**dataclasses.asdict(self.cluster), "map": self.scheduler.cluster_map()},
             "servers": [{k: s[k] for k in ("index", "bytes_in", "bytes_out", "pulls", "pushes", "keys_pulled",

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..cache_config import Cache
 from ..dense_model import DenseModel
 from ..determinism import configure_determinism
 from ..feature_batch import FeatureBatch
@@ -37,6 +38,7 @@ from ..input_stream import InputStream
 from ..job_spec import JobSpec
 from ..model_step import ModelStep
 from .backend import Handle, RoleLost
+from .cached_client import CachedClient
 from .client import PSClient
 
 
@@ -51,6 +53,7 @@ class StepResult:
     dense_grads: List[np.ndarray]
     push_seqs: Optional[List[int]] = None
     has_next: bool = True
+    pending_updates: int = 0  # gradients held in this worker's caches, not yet pushed (lost if it dies)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,9 +71,11 @@ class Worker:
 
     def __init__(self, index: int, count: int, job: JobSpec, settings: RunSettings, servers: Sequence[Handle],
                  prefetch_across_steps: bool, call_timeout: Optional[float] = None, client: Any = None,
-                 apply_dense: bool = False) -> None:
+                 apply_dense: bool = False, caches: Optional[Mapping[str, Cache]] = None,
+                 table_rows: Optional[Mapping[str, int]] = None) -> None:
         """``apply_dense``: this worker's model is the authoritative one (one process): each step applies its
-        dense gradients itself, inside the same TF call, and answers none."""
+        dense gradients itself, inside the same TF call, and answers none. ``caches``: {table: Cache}, the
+        worker's embedding caches (:mod:`xdl_ec.ps.cached_client`), sized by ``table_rows`` for "P%" ones."""
         if not 0 <= index < count:
             raise ValueError(f"index: must be in [0, {count}), got {index}")
         configure_determinism(settings.seed, settings.deterministic)
@@ -79,7 +84,10 @@ class Worker:
         if client is None:
             client = PSClient(servers, worker=index, **({} if call_timeout is None else {"timeout": call_timeout}))
             client.resume_seqs()  # a restarted worker continues its predecessor's push seqs (and log, under ec)
+            if caches:
+                client = CachedClient(client, caches, {t.name: t.dim for t in job.tables}, table_rows)
         self.client = client
+        self._last_step = 0
         self._dims = {t.name: t.dim for t in job.tables}
         self._stream = InputStream(job.input_fn, index, count, job.features, track_fresh=prefetch_across_steps)
         self._current: Optional[FeatureBatch] = self._stream.next()
@@ -167,6 +175,7 @@ class Worker:
         t2 = time.perf_counter()
         grads = {t: (batch.keys[t], g) for t, g in row_grads.items()}
         result = StepResult(self.index, loss, len(batch), dense_grads, None, nxt is not None)
+        self._last_step = step
         if self.prefetch_across_steps:
             # No other worker's pull can overtake this push (one worker, or async): its acks are collected before
             # the next step's pulls, which reach each server after it anyway (calls run in submission order).
@@ -179,6 +188,8 @@ class Worker:
                 self._pushed = (step, result, nxt)
                 raise
         result.push_seqs = self.client.sent_seqs()
+        if isinstance(self.client, CachedClient):
+            result.pending_updates = self.client.pending_updates()
         t3 = time.perf_counter()
         self._current, self._pending = nxt, next_pending
         self.steps += 1
@@ -186,8 +197,12 @@ class Worker:
             self.seconds[name] += seconds
         return result
 
-    def flush(self) -> int:
-        """Waits for the acks of this worker's last push (raising its failure, if any); returns how many."""
+    def flush(self, write_back: bool = False) -> int:
+        """Waits for the acks of this worker's last push (raising its failure, if any); returns how many.
+        ``write_back``: first push every gradient its caches hold (the driver's quiesce: saves, checkpoints, the
+        end of a run see every update)."""
+        if write_back and isinstance(self.client, CachedClient):
+            self._unacked += self.client.write_back(self._last_step)
         unacked, self._unacked = self._unacked, []
         self.client.note_acks(unacked, [future.result(self.client.timeout) for future in unacked])
         return len(unacked)
@@ -197,9 +212,17 @@ class Worker:
 
     def stats(self) -> Dict[str, Any]:
         """Steps, seconds spent waiting for pulls / computing / pushing, and the client's byte counters."""
-        return {"index": self.index, "steps": self.steps, **{f"{k}_seconds": v for k, v in self.seconds.items()},
-                "bytes_pulled": self.client.bytes_pulled, "bytes_requested": self.client.bytes_requested,
-                "bytes_pushed": self.client.bytes_pushed, "input": self._stream.stats()}
+        out = {"index": self.index, "steps": self.steps, **{f"{k}_seconds": v for k, v in self.seconds.items()},
+               "bytes_pulled": self.client.bytes_pulled, "bytes_requested": self.client.bytes_requested,
+               "bytes_pushed": self.client.bytes_pushed, "input": self._stream.stats()}
+        if isinstance(self.client, CachedClient):
+            out["cache"] = self.client.cache_stats()
+        return out
+
+    def resize_caches(self, table_rows: Mapping[str, int]) -> None:
+        """The driver's periodic news of the tables' sizes, for "P%" caches."""
+        if isinstance(self.client, CachedClient):
+            self.client.resize(table_rows)
 
     @property
     def position(self) -> int:
@@ -212,6 +235,8 @@ class Worker:
         self._unacked = []
         self._pushed = None
         self._pending = None
+        if isinstance(self.client, CachedClient):
+            self.client.drop_pending()  # their steps are trained again
         self._stream.seek(position)
         self._current = self._stream.next()
         if self._current is not None and self._step is None:

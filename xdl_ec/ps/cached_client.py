@@ -1,0 +1,241 @@
+"""CachedClient: a worker's :class:`~xdl_ec.ps.client.PSClient` with an embedding cache per table (HET's
+bounded-staleness cache, the lines in C++: ``_core.RowCache``).
+
+Every row on a server carries a clock that changes on every mutation of its record (one per applied push), so an
+unchanged clock means unchanged bytes. A pull of a table with a cache sends, per key, the clock of the cached copy
+(-1: not cached); the server returns rows only where the copy is more than S versions behind (or unknown) and the
+clocks of every key (``ParameterServer.pull_stale``), so a hit costs 12 bytes on the wire instead of the row.
+The worker's own gradients of a cached row are summed on the worker until S of them accumulated, then written
+back as one push of their sum, which the server applies as ONE optimizer step on the summed gradient (with SGD
+that equals S steps; with Adagrad, Adam, FTRL it is a larger single step, not S steps); a line evicted or flushed
+with pending gradient is written back with the next push (or at :meth:`flush`). ``staleness=0`` is exact: every
+changed row is fetched again and every gradient pushed at once, so the model equals the run without a cache.
+
+What a worker holds that no server has seen (pending gradients) is lost with the worker: at most S updates per
+cached row, counted as ``pending_updates`` in each step's answer (``lost_updates`` in the report when a worker dies).
+A rollback (ckpt, a resume) drops them: those steps are trained again. Copies are trusted only within the server's
+epoch (a load or rollback on the server starts a new one), so a repeated clock can never pass for an unchanged row.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .. import _core
+from ..cache_config import Cache
+from ..table import as_keys
+from .client import PSClient, route
+
+_CLOCK_MOD = 1 << 31
+
+
+class _PendingCached:
+    """A pull in flight over cached and uncached tables; ``result()`` waits and assembles {table: rows}."""
+
+    def __init__(self, owner: "CachedClient", plain: Any, calls: List[Tuple[int, Any, List[tuple]]],
+                 sizes: Mapping[str, Tuple[int, int]]) -> None:
+        self._owner, self._plain, self._calls, self._sizes = owner, plain, calls, sizes
+        self._rows: Optional[Dict[str, np.ndarray]] = None
+
+    def result(self) -> Dict[str, np.ndarray]:
+        if self._rows is None:
+            rows = {} if self._plain is None else dict(self._plain.result())
+            rows.update({t: np.empty(shape, np.float32) for t, shape in self._sizes.items()})
+            for server, future, parts in self._calls:
+                epoch, answers = future.result(self._owner.client.timeout)
+                self._owner.answered(server, epoch, parts, answers, rows)
+            self._rows = rows
+        return self._rows
+
+
+class CachedClient:
+    """``client`` (a PSClient) with a cache per table of ``caches`` ({table: Cache}; ``dims`` {table: dim});
+    ``table_rows`` sizes "P%" caches. Everything else is the inner client's."""
+
+    def __init__(self, client: PSClient, caches: Mapping[str, Cache], dims: Mapping[str, int],
+                 table_rows: Optional[Mapping[str, int]] = None) -> None:
+        self.client = client
+        self.settings = dict(caches)
+        self.dims = dict(dims)
+        self.caches: Dict[str, Any] = {}
+        self._writebacks: Dict[str, List[Tuple[np.ndarray, np.ndarray]]] = {}
+        self._epochs = [0] * client.num_servers  # each server's epoch as of its last answer (0: none yet)
+        self._stats = {t: {"clock_only": 0, "rows": 0, "stale_sum": 0, "stale_max": 0} for t in self.settings}
+        for table in self.settings:
+            self.caches[table] = self._make(table, (table_rows or {}).get(table, 0))
+
+    def _make(self, table: str, table_rows: int) -> Any:
+        cache = self.settings[table]
+        return _core.RowCache(self.dims[table], cache.capacity(table_rows), cache.staleness, cache.policy)
+
+    def __getattr__(self, name: str) -> Any:  # the inner client's counters, push log, seqs, servers, ...
+        return getattr(self.client, name)
+
+    # ---- pulls ------------------------------------------------------------------------------------------
+    def pull_async(self, requests: Mapping[str, Tuple[Any, int]]) -> _PendingCached:
+        plain = {t: r for t, r in requests.items() if t not in self.caches}
+        pending_plain = self.client.pull_async(plain) if plain else None
+        per_server: List[List[tuple]] = [[] for _ in range(self.client.num_servers)]
+        sizes = {}
+        for table, (keys, dim) in requests.items():
+            if table not in self.caches:
+                continue
+            keys = as_keys(keys)
+            sizes[table] = (keys.size, dim)
+            known, tags = self.caches[table].lookup(keys)
+            for server, positions in enumerate(route(keys, self.client.num_servers)):
+                if not positions.size:
+                    continue
+                mine = np.where(tags[positions] == np.uint64(self._epochs[server]), known[positions], -1)
+                per_server[server].append((table, positions, keys[positions], mine.astype(np.int32)))
+        calls = []
+        for server, parts in enumerate(per_server):
+            if parts:
+                self.client.bytes_requested += sum(k.nbytes + c.nbytes for _, _, k, c in parts)
+                wire = [(t, k, c, self.settings[t].staleness) for t, _, k, c in parts]
+                calls.append((server, self.client.server(server).pull_stale(wire, self._epochs[server]), parts))
+        return _PendingCached(self, pending_plain, calls, sizes)
+
+    def pull(self, requests: Mapping[str, Tuple[Any, int]]) -> Dict[str, np.ndarray]:
+        return self.pull_async(requests).result()
+
+    def answered(self, server: int, epoch: int, parts: Sequence[tuple], answers: Sequence[tuple],
+                 rows: Dict[str, np.ndarray]) -> None:
+        """One server's answer to a cached pull: rows from the answer where sent, else from the cache; the sent
+        rows (re)fill the cache."""
+        self._epochs[server] = int(epoch)
+        for (table, positions, keys, known), (sent_rows, clocks, sent) in zip(parts, answers):
+            sent = np.asarray(sent, dtype=bool)
+            self.client.bytes_pulled += sent_rows.nbytes + np.asarray(clocks).nbytes + sent.nbytes
+            cache = self.caches[table]
+            hit = ~sent
+            out = rows[table]
+            if hit.any():  # before the fill below, which may evict them
+                out[positions[hit]] = cache.get(keys[hit])
+                behind = (np.asarray(clocks, np.int64)[hit] - known[hit].astype(np.int64)) % _CLOCK_MOD
+                stats = self._stats[table]
+                stats["stale_sum"] += int(behind.sum())
+                stats["stale_max"] = max(stats["stale_max"], int(behind.max()))
+            out[positions[sent]] = sent_rows
+            self._stats[table]["clock_only"] += int(hit.sum())
+            self._stats[table]["rows"] += int(sent.sum())
+            if sent.any():
+                tags = np.full(int(sent.sum()), epoch, np.uint64)
+                self._evicted(table, cache.fill(keys[sent], sent_rows, np.asarray(clocks, np.int32)[sent], tags))
+
+    def _evicted(self, table: str, lines: tuple) -> None:
+        keys, grads, _counts = lines
+        if len(keys):
+            self._writebacks.setdefault(table, []).append((np.asarray(keys), np.asarray(grads)))
+
+    # ---- pushes -----------------------------------------------------------------------------------------
+    def push_async(self, grads: Mapping[str, Tuple[Any, np.ndarray]], step: int, participants: int = 1) -> List[Any]:
+        """Pushes what is due: uncached rows' gradients at once, a cached row's sum once S accumulated (all at once
+        with S = 0), and lines evicted with pending gradient."""
+        out = {}
+        for table, (keys, table_grads) in grads.items():
+            if table in self.caches:
+                keys, table_grads = self.caches[table].accumulate(as_keys(keys), np.ascontiguousarray(
+                    table_grads, dtype=np.float32))
+            out[table] = self._with_writebacks(table, as_keys(keys), np.asarray(table_grads, np.float32))
+        for table in list(self._writebacks):
+            if table not in out:
+                out[table] = self._with_writebacks(table, np.zeros(0, np.int64),
+                                                   np.zeros((0, self.dims[table]), np.float32))
+        return self.client.push_async(out, step, participants)
+
+    def _with_writebacks(self, table: str, keys: np.ndarray, grads: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        backs = self._writebacks.pop(table, [])
+        if not backs:
+            return keys, grads
+        # a key both due now and written back is pushed twice in one push: the server sums duplicates
+        return (np.concatenate([keys] + [k for k, _ in backs]),
+                np.concatenate([grads] + [g.reshape(-1, self.dims[table]) for _, g in backs]))
+
+    def push(self, grads: Mapping[str, Tuple[Any, np.ndarray]], step: int, participants: int = 1) -> List[Any]:
+        futures = self.push_async(grads, step, participants)
+        acks = [f.result(self.client.timeout) for f in futures]
+        self.client.note_acks(futures, acks)
+        return acks
+
+    def write_back(self, step: int) -> List[Any]:
+        """Pushes every pending gradient (flush, save, the end of a run) as a push of its own at ``step``, applied
+        at once (participants 1: no other worker's push is waited for); returns the push futures."""
+        for table, cache in self.caches.items():
+            self._evicted(table, cache.flush())
+        if not self._writebacks:
+            return []
+        return self.push_async({}, max(int(step), 1), 1)
+
+    def pending_updates(self) -> int:
+        """Gradients held here that no server has seen (what a crash of this worker loses)."""
+        held = sum(int(c.stats()["pending_count"]) for c in self.caches.values())
+        return held + sum(len(k) for backs in self._writebacks.values() for k, _ in backs)
+
+    def drop_pending(self) -> int:
+        """A rollback: pending gradients belong to steps that are trained again; every line is dropped (cold)."""
+        dropped = self.pending_updates()
+        for cache in self.caches.values():
+            cache.clear()
+        self._writebacks.clear()
+        return dropped
+
+    def resize(self, table_rows: Mapping[str, int]) -> None:
+        """A "P%" cache follows its table's size (re-made when its capacity changed by more than a tenth; pending
+        gradients of the old one are written back with the next push)."""
+        for table, cache in self.settings.items():
+            if cache.share is None or table not in table_rows:
+                continue
+            want = cache.capacity(int(table_rows[table]))
+            have = int(self.caches[table].stats()["capacity"])
+            if abs(want - have) * 10 > have:
+                self._evicted(table, self.caches[table].flush())
+                self._fold(table)
+                self.caches[table] = self._make(table, int(table_rows[table]))
+
+    def _fold(self, table: str) -> None:
+        """Keeps a replaced cache's counters in the totals."""
+        stats = self.caches[table].stats()
+        kept = self._stats[table]
+        for name in ("hits", "misses", "evictions", "write_backs"):
+            kept[f"old_{name}"] = kept.get(f"old_{name}", 0) + int(stats[name])
+
+    def cache_stats(self) -> Dict[str, Any]:
+        """Per table: hit rate, clock-only vs row pulls, observed staleness, lines held, evictions, write-backs."""
+        out = {}
+        for table, cache in self.caches.items():
+            stats = cache.stats()
+            kept = self._stats[table]
+            hits = int(stats["hits"]) + kept.get("old_hits", 0)
+            misses = int(stats["misses"]) + kept.get("old_misses", 0)
+            clock_only = kept["clock_only"]
+            out[table] = {"rows": int(stats["rows"]), "capacity": int(stats["capacity"]), "hits": hits,
+                          "misses": misses, "hit_rate": hits / (hits + misses) if hits + misses else None,
+                          "clock_only_keys": clock_only, "row_keys": kept["rows"],
+                          "staleness_max": kept["stale_max"],
+                          "staleness_mean": kept["stale_sum"] / clock_only if clock_only else 0.0,
+                          "evictions": int(stats["evictions"]) + kept.get("old_evictions", 0),
+                          "write_backs": int(stats["write_backs"]) + kept.get("old_write_backs", 0),
+                          **self.settings[table].describe()}
+        return out
+
+
+def merged_cache_stats(per_worker: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+    """The run's cache figures per table over every worker's :meth:`CachedClient.cache_stats`."""
+    out: Dict[str, Any] = {}
+    for stats in per_worker:
+        for table, s in stats.items():
+            m = out.setdefault(table, {"hits": 0, "misses": 0, "clock_only_keys": 0, "row_keys": 0, "evictions": 0,
+                                       "write_backs": 0, "staleness_max": 0, "_stale_sum": 0.0,
+                                       **{k: s[k] for k in ("rows", "staleness", "policy")}})
+            for name in ("hits", "misses", "clock_only_keys", "row_keys", "evictions", "write_backs"):
+                m[name] += s[name]
+            m["staleness_max"] = max(m["staleness_max"], s["staleness_max"])
+            m["_stale_sum"] += s["staleness_mean"] * s["clock_only_keys"]
+    for m in out.values():
+        looked = m["hits"] + m["misses"]
+        m["hit_rate"] = m["hits"] / looked if looked else None
+        m["staleness_mean"] = m.pop("_stale_sum") / m["clock_only_keys"] if m["clock_only_keys"] else 0.0
+    return out
