@@ -228,17 +228,17 @@ struct EmbeddingShard::Impl {
 
   // ---- restore ---------------------------------------------------------------------------------
   // Checks that restored block bytes agree with the index given to BeginRestore: live slots carry
-  // their key and the live flag, free slots are all zero. Returns the first bad slot or -1.
+  // their key and the live bit (any clock), free slots are all zero. Returns the first bad slot or -1.
   int64_t FirstMismatch(size_t b, const uint8_t* bytes) const {
     for (size_t i = 0; i < block_slots; ++i) {
       const size_t slot = b * block_slots + i;
       const uint8_t* r = bytes + i * record_bytes;
       if (slot < restore_live.size() && restore_live[slot]) {
         int64_t key;
-        uint32_t flags;
         std::memcpy(&key, r + RecordLayout::kKeyOffset, sizeof(key));
-        std::memcpy(&flags, r + RecordLayout::kFlagsOffset, sizeof(flags));
-        if (key != restore_keys[slot] || flags != RecordLayout::kLive) return static_cast<int64_t>(slot);
+        if (key != restore_keys[slot] || !RecordLayout::IsLive(RecordLayout::Flags(r))) {
+          return static_cast<int64_t>(slot);
+        }
       } else {
         for (size_t j = 0; j < record_bytes; ++j) {
           if (r[j] != 0) return static_cast<int64_t>(slot);
@@ -335,8 +335,7 @@ struct EmbeddingShard::Impl {
     MarkDirty(slot);
     uint8_t* r = Record(slot);
     std::memcpy(r + RecordLayout::kKeyOffset, &key, sizeof(key));
-    const uint32_t flags = RecordLayout::kLive;
-    std::memcpy(r + RecordLayout::kFlagsOffset, &flags, sizeof(flags));
+    RecordLayout::SetFlags(r, RecordLayout::LiveFlags(RecordLayout::kInitialClock));
     if (values) {
       std::memcpy(Value(r), values, sizeof(float) * config.dim);
     } else {
@@ -395,6 +394,12 @@ struct EmbeddingShard::Impl {
 
   void CopyValue(uint32_t slot, float* out) const {
     std::memcpy(out, Value(Record(slot)), sizeof(float) * config.dim);
+  }
+
+  // A changed live record takes the next clock (record_layout.h), before its delta is closed.
+  void Tick(uint32_t slot) const {
+    uint8_t* r = Record(slot);
+    RecordLayout::SetFlags(r, RecordLayout::Ticked(RecordLayout::Flags(r)));
   }
 };
 
@@ -508,6 +513,93 @@ void EmbeddingShard::Find(const int64_t* keys, size_t n, float* out, uint8_t* fo
   run();
 }
 
+void EmbeddingShard::Clocks(const int64_t* keys, size_t n, int32_t* clocks) const {
+  RequirePointer(keys, n, "Clocks", "keys");
+  RequirePointer(clocks, n, "Clocks", "clocks");
+  Impl& s = *impl_;
+  auto run = [&]() {
+    s.Resolve(keys, n, 0, RecordLayout::kValueOffset, [&](size_t i, uint32_t slot) {
+      clocks[i] = slot == KeyIndex::kNone ? -1 : static_cast<int32_t>(RecordLayout::Clock(s.Record(slot)));
+      return true;
+    });
+  };
+  {
+    std::shared_lock<std::shared_mutex> lock(s.mutex);
+    if (!s.Restoring()) return run();
+  }
+  // Under restore a clock check is a degraded read too: fault the blocks in first.
+  std::unique_lock<std::shared_mutex> lock(s.mutex);
+  s.PrepareBlocks(keys, n, /*may_insert=*/false);
+  run();
+}
+
+size_t EmbeddingShard::PullStale(const int64_t* keys, size_t n, const int32_t* known, uint32_t staleness,
+                                 float* rows, int32_t* clocks, uint8_t* sent, DeltaBatch* deltas) {
+  if (!deltas) return PullStaleTo(keys, n, known, staleness, rows, clocks, sent, nullptr);
+  deltas->clear();  // also when the fast path reports nothing
+  deltas->record_bytes = impl_->record_bytes;
+  IntoBatch sink(deltas);
+  return PullStaleTo(keys, n, known, staleness, rows, clocks, sent, &sink);
+}
+
+size_t EmbeddingShard::PullStale(const int64_t* keys, size_t n, const int32_t* known, uint32_t staleness,
+                                 float* rows, int32_t* clocks, uint8_t* sent, DeltaSink& sink) {
+  return PullStaleTo(keys, n, known, staleness, rows, clocks, sent, &sink);
+}
+
+size_t EmbeddingShard::PullStaleTo(const int64_t* keys, size_t n, const int32_t* known, uint32_t staleness,
+                                   float* rows, int32_t* clocks, uint8_t* sent, DeltaSink* sink) {
+  RequirePointer(keys, n, "PullStale", "keys");
+  RequirePointer(known, n, "PullStale", "known");
+  RequirePointer(rows, n, "PullStale", "rows");
+  RequirePointer(clocks, n, "PullStale", "clocks");
+  RequirePointer(sent, n, "PullStale", "sent");
+  Impl& s = *impl_;
+  const size_t dim = static_cast<size_t>(s.config.dim);
+  size_t m = 0;
+  // Answers key i at `slot` (present): its clock, and its row when the worker's copy is too old.
+  auto answer = [&](size_t i, uint32_t slot, bool inserted) {
+    const uint8_t* r = s.Record(slot);
+    const uint32_t clock = RecordLayout::Clock(r);
+    clocks[i] = static_cast<int32_t>(clock);
+    const bool send = inserted || known[i] < 0 ||
+                      RecordLayout::ClockBehind(clock, static_cast<uint32_t>(known[i])) > staleness;
+    sent[i] = send;
+    if (send) std::memcpy(rows + m++ * dim, r + RecordLayout::kValueOffset, sizeof(float) * dim);
+  };
+  {
+    // Fast path, as Pull's: every key present, shared lock, nothing changes.
+    std::shared_lock<std::shared_mutex> lock(s.mutex);
+    if (!s.Restoring()) {
+      const bool all = s.Resolve(keys, n, 0, s.value_end, [&](size_t i, uint32_t slot) {
+        if (slot == KeyIndex::kNone) return false;
+        answer(i, slot, false);
+        return true;
+      });
+      if (all) return m;
+    }
+  }
+  // Some key is missing (or a block is under restore): redo the whole batch exclusively, as Pull does.
+  m = 0;
+  std::unique_lock<std::shared_mutex> lock(s.mutex);
+  DeltaBatch batch;
+  DeltaBatch* deltas = nullptr;
+  if (sink) {
+    batch = sink->Begin(s.record_bytes);
+    deltas = &batch;
+  }
+  s.DeltaStart(deltas, 0);
+  s.PrepareBlocks(keys, n, /*may_insert=*/true);
+  s.Resolve(keys, n, 0, s.value_end, [&](size_t i, uint32_t slot) {
+    const bool inserted = slot == KeyIndex::kNone;
+    if (inserted) slot = s.Insert(keys[i], deltas);
+    answer(i, slot, inserted);
+    return true;
+  });
+  if (sink) sink->Record(std::move(batch));
+  return m;
+}
+
 void EmbeddingShard::Push(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaBatch* deltas) {
   if (!deltas) return PushTo(keys, grads, n, step, nullptr);
   IntoBatch sink(deltas);
@@ -595,6 +687,7 @@ void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, i
         if (chunk_copy[r]) s.DeltaCopy(deltas, chunk_deltas[r], chunk_slots[r]);
     }
     s.optimizer->ApplyRows(values, states, sums.get() + first * dim, rows, s.config.dim, step);
+    for (size_t r = 0; r < rows; ++r) s.Tick(chunk_slots[r]);
     if (s.track_dirty) {
       for (size_t r = 0; r < rows; ++r) s.MarkDirty(chunk_slots[r]);
     }
@@ -664,9 +757,7 @@ EmbeddingShard::Rows EmbeddingShard::Export() const {
   rows.state.reserve(live * sf);
   for (size_t slot = 0; slot < s.high_water; ++slot) {
     uint8_t* r = s.Record(slot);
-    uint32_t flags;
-    std::memcpy(&flags, r + RecordLayout::kFlagsOffset, sizeof(flags));
-    if (!(flags & RecordLayout::kLive)) continue;
+    if (!RecordLayout::IsLive(RecordLayout::Flags(r))) continue;
     int64_t key;
     std::memcpy(&key, r, sizeof(key));
     rows.keys.push_back(key);
@@ -702,9 +793,7 @@ EmbeddingShard::Rows EmbeddingShard::TakeDirty() {
   for (const uint32_t slot : s.dirty_slots) {
     s.dirty[slot] = 0;
     uint8_t* r = s.Record(slot);
-    uint32_t flags;
-    std::memcpy(&flags, r + RecordLayout::kFlagsOffset, sizeof(flags));
-    if (!(flags & RecordLayout::kLive)) continue;  // erased since: its slot is free
+    if (!RecordLayout::IsLive(RecordLayout::Flags(r))) continue;  // erased since: its slot is free
     int64_t key;
     std::memcpy(&key, r, sizeof(key));
     rows.keys.push_back(key);
@@ -783,6 +872,7 @@ void EmbeddingShard::LoadTo(const int64_t* keys, const float* values, const floa
     } else {
       s.optimizer->InitState(s.State(r), s.config.dim);
     }
+    s.Tick(slot);
     s.DeltaEnd(deltas, d, slot);
   }
   if (sink) sink->Record(std::move(batch));

@@ -66,7 +66,7 @@ TEST(EmbeddingShard, RecordLayoutInBlockBytes) {
   std::memcpy(&key, block.data(), 8);
   std::memcpy(&flags, block.data() + 8, 4);
   EXPECT_EQ(key, 77);
-  EXPECT_EQ(flags, RecordLayout::kLive);
+  EXPECT_EQ(flags, RecordLayout::kLive | (RecordLayout::kInitialClock << RecordLayout::kClockShift));
   EXPECT_EQ(0, std::memcmp(block.data() + 12, row.data(), 12));
   float accum[3];
   std::memcpy(accum, block.data() + shard.layout().state_offset(), 12);
@@ -262,6 +262,232 @@ TEST(EmbeddingShard, ConcurrentPushesAreAtomic) {
   EXPECT_EQ(shard.size(), 32u);
 }
 
+// ---- row clocks -------------------------------------------------------------------------------
+
+std::vector<int32_t> Clocks(const EmbeddingShard& shard, const std::vector<int64_t>& keys) {
+  std::vector<int32_t> clocks(keys.size(), -7);
+  shard.Clocks(keys.data(), keys.size(), clocks.data());
+  return clocks;
+}
+
+void PushOnce(EmbeddingShard& shard, const std::vector<int64_t>& keys, int64_t step = 1) {
+  std::vector<float> grads(keys.size() * shard.dim(), 0.25f);
+  shard.Push(keys.data(), grads.data(), keys.size(), step);
+}
+
+// The clock in the record bytes of `key` (scanning every block), -1 when no live record holds it.
+int64_t ClockInBytes(const EmbeddingShard& shard, int64_t key) {
+  const auto bytes = AllBlocks(shard);
+  const size_t rb = shard.layout().bytes();
+  for (size_t at = 0; at + rb <= bytes.size(); at += rb) {
+    const uint8_t* r = bytes.data() + at;
+    int64_t k;
+    std::memcpy(&k, r, sizeof(k));
+    if (k == key && RecordLayout::IsLive(RecordLayout::Flags(r))) return RecordLayout::Clock(r);
+  }
+  return -1;
+}
+
+struct PullStaleResult {
+  size_t sent_count = 0;
+  std::vector<float> rows;  // the sent rows, compact
+  std::vector<int32_t> clocks;
+  std::vector<uint8_t> sent;
+};
+
+PullStaleResult PullStale(EmbeddingShard& shard, const std::vector<int64_t>& keys, const std::vector<int32_t>& known,
+                          uint32_t staleness, DeltaBatch* deltas = nullptr) {
+  PullStaleResult r;
+  r.rows.assign(keys.size() * shard.dim(), -99.0f);
+  r.clocks.assign(keys.size(), -7);
+  r.sent.assign(keys.size(), 7);
+  r.sent_count = shard.PullStale(keys.data(), keys.size(), known.data(), staleness, r.rows.data(), r.clocks.data(),
+                                 r.sent.data(), deltas);
+  r.rows.resize(r.sent_count * shard.dim());
+  return r;
+}
+
+TEST(EmbeddingShardClocks, StartAtOneOnInsertAndCountEveryMutation) {
+  EmbeddingShard shard(Config(OptimizerKind::kAdagrad, 2));
+  EXPECT_EQ(Clocks(shard, {1, 2}), (std::vector<int32_t>{-1, -1}));
+  EXPECT_EQ(shard.size(), 0u);  // a clock check inserts nothing
+  Pull(shard, {1, 2});
+  EXPECT_EQ(Clocks(shard, {1, 2, 3}), (std::vector<int32_t>{1, 1, -1}));
+  Pull(shard, {1, 2});  // reads change nothing
+  EXPECT_EQ(Clocks(shard, {1, 2}), (std::vector<int32_t>{1, 1}));
+  PushOnce(shard, {1, 1, 3});  // duplicates are one step; 3 is inserted (1), then stepped
+  EXPECT_EQ(Clocks(shard, {1, 2, 3}), (std::vector<int32_t>{2, 1, 2}));
+  PushOnce(shard, {2}, 2);
+  PushOnce(shard, {2, 1}, 3);
+  EXPECT_EQ(Clocks(shard, {1, 2, 3}), (std::vector<int32_t>{3, 3, 2}));
+  // A load over a row is a mutation; a loaded new row starts at the initial clock.
+  const int64_t load_keys[] = {3, 4};
+  const float values[] = {1, 2, 3, 4};
+  shard.Load(load_keys, values, nullptr, 2);
+  EXPECT_EQ(Clocks(shard, {3, 4}), (std::vector<int32_t>{3, 1}));
+  // Erased and inserted again: the clock starts over (the ABA a per-server epoch must cover).
+  const int64_t gone = 2;
+  shard.Erase(&gone, 1);
+  EXPECT_EQ(Clocks(shard, {2}), (std::vector<int32_t>{-1}));
+  Pull(shard, {2});
+  EXPECT_EQ(Clocks(shard, {2}), (std::vector<int32_t>{1}));
+  // The clock lives in the record bytes (so parity covers it).
+  for (int64_t k : {1, 2, 3, 4}) EXPECT_EQ(ClockInBytes(shard, k), Clocks(shard, {k})[0]) << "key " << k;
+}
+
+TEST(EmbeddingShardClocks, RejectedPushChangesNoClock) {
+  EmbeddingShard shard(Config());
+  Pull(shard, {1, 2});
+  PushOnce(shard, {1});
+  const auto before = AllBlocks(shard);
+  std::vector<int64_t> keys = {1, 2, 9};
+  std::vector<float> grads(12, 0.5f);
+  grads[5] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_THROW(shard.Push(keys.data(), grads.data(), 3, 2), std::invalid_argument);
+  grads[5] = 0.5f;
+  EXPECT_THROW(shard.Push(keys.data(), grads.data(), 3, 0), std::invalid_argument);
+  EXPECT_EQ(Clocks(shard, {1, 2, 9}), (std::vector<int32_t>{2, 1, -1}));
+  EXPECT_EQ(AllBlocks(shard), before);
+}
+
+TEST(EmbeddingShardClocks, PushDeltasCarryTheClock) {
+  EmbeddingShard shard(Config(OptimizerKind::kSGD, 2, 4));
+  Pull(shard, {5});
+  const auto before = AllBlocks(shard);
+  DeltaBatch deltas;
+  const int64_t key = 5;
+  const float zero[] = {0.0f, 0.0f};  // SGD with a zero gradient leaves the value: only the clock moves
+  shard.Push(&key, zero, 1, 1, &deltas);
+  ASSERT_EQ(deltas.size(), 1u);
+  const uint8_t* d = deltas.delta(0);
+  uint32_t flags_xor;
+  std::memcpy(&flags_xor, d + RecordLayout::kFlagsOffset, 4);
+  EXPECT_EQ(flags_xor, RecordLayout::LiveFlags(1) ^ RecordLayout::LiveFlags(2));
+  for (size_t j = RecordLayout::kValueOffset; j < deltas.record_bytes; ++j) EXPECT_EQ(d[j], 0) << "byte " << j;
+  EXPECT_NE(AllBlocks(shard), before);
+}
+
+TEST(EmbeddingShardClocks, PullStaleSendsExactlyTheRowsMoreThanSBehind) {
+  for (uint32_t staleness : {0u, 1u, 5u}) {
+    EmbeddingShard shard(Config(OptimizerKind::kAdagrad, 3));
+    std::vector<int64_t> keys(10);
+    std::iota(keys.begin(), keys.end(), 100);
+    Pull(shard, keys);
+    // Key 100 + k is pushed k times: clock 1 + k.
+    for (int k = 1; k < 10; ++k) {
+      std::vector<int64_t> pushed(keys.begin() + k, keys.end());
+      PushOnce(shard, pushed, k);
+    }
+    std::vector<int64_t> ask = keys;
+    std::vector<int32_t> known(10, 1);  // every copy taken at clock 1
+    ask.push_back(100);                 // a repeated key, no copy
+    known.push_back(-1);
+    ask.push_back(103);                 // a copy "from the future" (e.g. before a rollback): sent
+    known.push_back(5);
+    ask.push_back(777);                 // missing: inserted and sent, whatever the worker holds
+    known.push_back(3);
+    DeltaBatch deltas;
+    const PullStaleResult r = PullStale(shard, ask, known, staleness, &deltas);
+    std::vector<int64_t> want_sent_keys;
+    for (size_t i = 0; i < ask.size(); ++i) {
+      bool want;
+      if (i < 10) {
+        want = static_cast<uint32_t>(i) > staleness;  // key 100 + i is i versions past the copy
+      } else {
+        want = true;
+      }
+      EXPECT_EQ(r.sent[i], want) << "key " << ask[i] << " S " << staleness;
+      if (want) want_sent_keys.push_back(ask[i]);
+    }
+    EXPECT_EQ(r.sent_count, want_sent_keys.size());
+    EXPECT_EQ(r.rows, Pull(shard, want_sent_keys));  // compact, in the order of the keys
+    std::vector<int32_t> want_clocks;
+    for (int k = 0; k < 10; ++k) want_clocks.push_back(1 + k);
+    want_clocks.insert(want_clocks.end(), {1, 4, 1});
+    EXPECT_EQ(r.clocks, want_clocks);
+    // The insert of 777 is the one mutation, reported as a pull's insert is.
+    EXPECT_EQ(deltas.size(), 1u);
+    EXPECT_EQ(shard.size(), 11u);
+    // Nothing missing: the shared-lock path, no deltas, the same answer.
+    ask.pop_back();
+    known.pop_back();
+    const PullStaleResult again = PullStale(shard, ask, known, staleness, &deltas);
+    EXPECT_EQ(deltas.size(), 0u);
+    EXPECT_EQ(again.sent, std::vector<uint8_t>(r.sent.begin(), r.sent.end() - 1));
+  }
+}
+
+TEST(EmbeddingShardClocks, PullStaleInsertsMissingKeysAsPullDoes) {
+  EmbeddingShard a(Config()), b(Config());
+  const std::vector<int64_t> keys = {8, 3, 8, 5};
+  const PullStaleResult r = PullStale(a, keys, {-1, -1, 1, 4}, 0);
+  // Inserted in order of first appearance, with Pull's initial rows and slots; both 8s are answered
+  // (the second occurrence now finds the row at clock 1 and its copy current: not sent again).
+  EXPECT_EQ(r.sent, (std::vector<uint8_t>{1, 1, 0, 1}));
+  EXPECT_EQ(r.clocks, (std::vector<int32_t>{1, 1, 1, 1}));
+  EXPECT_EQ(r.rows, Pull(b, {8, 3, 5}));
+  EXPECT_EQ(AllBlocks(a), AllBlocks(b));
+}
+
+// Sees every mutation a shard reports, as DeltaForwarder::Mutation would.
+class RecordingSink final : public DeltaSink {
+ public:
+  DeltaBatch Begin(size_t record_bytes) override {
+    ++begins;
+    DeltaBatch batch;
+    batch.record_bytes = record_bytes;
+    return batch;
+  }
+  void Record(DeltaBatch deltas) override { recorded.push_back(std::move(deltas)); }
+  int begins = 0;
+  std::vector<DeltaBatch> recorded;
+};
+
+TEST(EmbeddingShardClocks, PullStaleReportsItsInsertsToASink) {
+  EmbeddingShard shard(Config(OptimizerKind::kAdam, 4, 4));
+  const auto zero_image = AllBlocks(shard);
+  RecordingSink sink;
+  std::vector<int64_t> keys = {1, 2, 3};
+  std::vector<int32_t> known(3, -1), clocks(3);
+  std::vector<float> rows(3 * 4);
+  std::vector<uint8_t> sent(3);
+  EXPECT_EQ(shard.PullStale(keys.data(), 3, known.data(), 0, rows.data(), clocks.data(), sent.data(), sink), 3u);
+  ASSERT_EQ(sink.recorded.size(), 1u);
+  EXPECT_EQ(sink.recorded[0].slots, (std::vector<uint32_t>{0, 1, 2}));
+  // The deltas rebuild the shard's bytes from the zero image (clocks included).
+  std::vector<uint8_t> image(AllBlocks(shard).size(), 0);
+  for (size_t i = 0; i < sink.recorded[0].size(); ++i) {
+    const DeltaBatch& d = sink.recorded[0];
+    for (size_t j = 0; j < d.record_bytes; ++j) image[d.slots[i] * d.record_bytes + j] ^= d.delta(i)[j];
+  }
+  EXPECT_EQ(image, AllBlocks(shard));
+  // All present: nothing changes, nothing is reported (as a pull of present keys).
+  known = clocks;
+  EXPECT_EQ(shard.PullStale(keys.data(), 3, known.data(), 0, rows.data(), clocks.data(), sent.data(), sink), 0u);
+  EXPECT_EQ(sink.begins, 1);
+  EXPECT_EQ(sent, (std::vector<uint8_t>{0, 0, 0}));
+  EXPECT_THROW(shard.PullStale(keys.data(), 3, nullptr, 0, rows.data(), clocks.data(), sent.data(), sink),
+               std::invalid_argument);
+}
+
+TEST(EmbeddingShardClocks, DistanceIsModular) {
+  constexpr uint32_t kTop = RecordLayout::kClockMask;  // 2^31 - 1, the last clock before the wrap
+  EXPECT_EQ(RecordLayout::ClockBehind(3, 3), 0u);
+  EXPECT_EQ(RecordLayout::ClockBehind(9, 3), 6u);
+  EXPECT_EQ(RecordLayout::ClockBehind(0, kTop), 1u);
+  EXPECT_EQ(RecordLayout::ClockBehind(5, kTop - 1), 7u);
+  EXPECT_EQ(RecordLayout::ClockBehind(3, 4), kTop);  // a copy ahead of the server is as far as can be
+  const uint32_t top = RecordLayout::LiveFlags(kTop);
+  EXPECT_EQ(RecordLayout::ClockOf(top), kTop);
+  EXPECT_EQ(RecordLayout::Ticked(top), RecordLayout::LiveFlags(0));  // wraps, stays live
+  EXPECT_TRUE(RecordLayout::IsLive(RecordLayout::Ticked(top)));
+  uint8_t record[16] = {};
+  RecordLayout::SetFlags(record, RecordLayout::LiveFlags(4));
+  RecordLayout::SetClock(record, kTop + 3);  // taken mod 2^31
+  EXPECT_EQ(RecordLayout::Clock(record), 2u);
+  EXPECT_TRUE(RecordLayout::IsLive(RecordLayout::Flags(record)));
+}
+
 // ---- restore protocol -------------------------------------------------------------------------
 
 struct Original {
@@ -287,9 +513,7 @@ Original MakeOriginal() {
     o.shard->ReadBlock(b, block.data());
     for (size_t i = 0; i < o.shard->block_slots(); ++i) {
       const uint8_t* r = block.data() + i * o.shard->layout().bytes();
-      uint32_t flags;
-      std::memcpy(&flags, r + 8, 4);
-      if (!flags) continue;
+      if (!RecordLayout::IsLive(RecordLayout::Flags(r))) continue;
       int64_t key;
       std::memcpy(&key, r, 8);
       o.keys.push_back(key);
@@ -407,6 +631,53 @@ TEST(EmbeddingShard, RestoreUnderConcurrentTraffic) {
   EXPECT_EQ(restored.missing_blocks(), 0u);
   EXPECT_EQ(installed + faults, o.shard->num_blocks());  // each block installed exactly once
   EXPECT_EQ(AllBlocks(restored), AllBlocks(*o.shard));
+}
+
+TEST(EmbeddingShardClocks, ARestoredShardHasTheLostOnesClocks) {
+  Original o = MakeOriginal();
+  PushOnce(*o.shard, {1001, 1002, 1001}, 2);
+  PushOnce(*o.shard, {1002}, 3);
+  EmbeddingShard restored(o.shard->config());
+  EmbeddingShard* original = o.shard.get();
+  restored.BeginRestore(o.keys.data(), o.slots.data(), o.keys.size(), o.high_water,
+                        [original](size_t b, uint8_t* out) { original->ReadBlock(b, out); });
+  // Clock checks are degraded reads while blocks are missing, and answer as the lost shard would.
+  EXPECT_EQ(Clocks(restored, {1001, 1002, 1042, 1003}), (std::vector<int32_t>{3, 4, 2, -1}));
+  EXPECT_GT(restored.missing_blocks(), 0u);
+  const std::vector<int32_t> known = {2, 2, 2, -1};
+  const PullStaleResult a = PullStale(restored, {1001, 1002, 1042, 1003}, known, 1);
+  const PullStaleResult b = PullStale(*o.shard, {1001, 1002, 1042, 1003}, known, 1);
+  EXPECT_EQ(a.sent, (std::vector<uint8_t>{0, 1, 0, 1}));
+  EXPECT_EQ(a.sent, b.sent);
+  EXPECT_EQ(a.rows, b.rows);
+  EXPECT_EQ(a.clocks, b.clocks);
+  EXPECT_EQ(Clocks(restored, o.keys), Clocks(*o.shard, o.keys));
+}
+
+TEST(EmbeddingShardClocks, ClocksWrapModTwoToThe31) {
+  // A shard whose row 1042 is at the last clock before the wrap, made through the restore path (the
+  // clock is record bytes, so a crafted block carries it).
+  Original o = MakeOriginal();
+  const size_t at = std::find(o.keys.begin(), o.keys.end(), 1042) - o.keys.begin();
+  const uint32_t slot = o.slots[at];
+  EmbeddingShard* original = o.shard.get();
+  const uint32_t block_slots = original->block_slots();
+  const size_t rb = original->layout().bytes();
+  constexpr uint32_t kTop = RecordLayout::kClockMask;
+  EmbeddingShard shard(o.shard->config());
+  shard.BeginRestore(o.keys.data(), o.slots.data(), o.keys.size(), o.high_water,
+                     [=](size_t b, uint8_t* out) {
+                       original->ReadBlock(b, out);
+                       if (b == slot / block_slots) RecordLayout::SetClock(out + (slot % block_slots) * rb, kTop);
+                     });
+  EXPECT_EQ(Clocks(shard, {1042}), (std::vector<int32_t>{static_cast<int32_t>(kTop)}));
+  PushOnce(shard, {1042}, 2);
+  EXPECT_EQ(Clocks(shard, {1042}), (std::vector<int32_t>{0}));
+  EXPECT_EQ(ClockInBytes(shard, 1042), 0);  // and the record is still live
+  const int32_t top = static_cast<int32_t>(kTop);
+  EXPECT_EQ(PullStale(shard, {1042}, {top}, 0).sent, (std::vector<uint8_t>{1}));  // one behind, across the wrap
+  EXPECT_EQ(PullStale(shard, {1042}, {top}, 1).sent, (std::vector<uint8_t>{0}));
+  EXPECT_EQ(PullStale(shard, {1042}, {0}, 0).sent, (std::vector<uint8_t>{0}));
 }
 
 TEST(EmbeddingShard, RestoreRejectsBadArgumentsAndFailingHandlers) {

@@ -6,6 +6,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -99,6 +100,54 @@ py::object Pull(EmbeddingShard& shard, const Keys& keys, bool return_deltas,
   }
   if (!return_deltas) return std::move(out);
   return py::make_tuple(out, DeltasToNumpy(std::move(deltas)));
+}
+
+py::array_t<int32_t> Clocks(const EmbeddingShard& shard, const Keys& keys) {
+  RequireKeys(keys, "clocks");
+  const size_t n = static_cast<size_t>(keys.shape(0));
+  py::array_t<int32_t> clocks(static_cast<py::ssize_t>(n));
+  py::gil_scoped_release release;
+  shard.Clocks(keys.data(), n, clocks.mutable_data());
+  return clocks;
+}
+
+// (rows of the sent keys float32[m, dim], clocks int32[n], sent bool[n]); `known` is exactly int32 (the
+// clocks a RowCache's lookup gives): another dtype is more likely a mix-up than something to convert.
+py::tuple PullStale(EmbeddingShard& shard, const Keys& keys, const py::object& known_object, int64_t staleness,
+                    const std::shared_ptr<DeltaForwarder>& forwarder, const std::string& table) {
+  RequireKeys(keys, "pull_stale");
+  const size_t n = static_cast<size_t>(keys.shape(0));
+  const py::array known = py::array::ensure(known_object);
+  if (!known) throw std::invalid_argument("pull_stale: known must be an int32 array of len(keys)");
+  if (!py::isinstance<py::array_t<int32_t>>(known) || known.ndim() != 1 || static_cast<size_t>(known.shape(0)) != n) {
+    throw std::invalid_argument("pull_stale: known must be an int32 array of len(keys) = " + std::to_string(n) +
+                                " (the cached clocks, -1 where nothing is cached), got dtype " +
+                                py::str(known.dtype()).cast<std::string>() + " and shape " + Shape(known));
+  }
+  if (staleness < 0 || staleness > static_cast<int64_t>(UINT32_MAX)) {
+    throw std::invalid_argument("pull_stale: staleness (the versions a cached row may lag) must be in "
+                                "[0, 4294967295], got " + std::to_string(staleness));
+  }
+  const auto known32 = py::array_t<int32_t, py::array::c_style>::ensure(known);
+  const py::ssize_t dim = shard.dim();
+  Floats rows({static_cast<py::ssize_t>(n), dim});
+  py::array_t<int32_t> clocks(static_cast<py::ssize_t>(n));
+  py::array_t<bool> sent(static_cast<py::ssize_t>(n));
+  auto* sent_bytes = reinterpret_cast<uint8_t*>(sent.mutable_data());
+  size_t m;
+  if (forwarder) {
+    const WorkerSeqs no_pushes;  // the Mutation refers to it: it must outlive the sink
+    DeltaForwarder::Mutation sink(*forwarder, table, no_pushes);
+    py::gil_scoped_release release;
+    m = shard.PullStale(keys.data(), n, known32.data(), static_cast<uint32_t>(staleness), rows.mutable_data(),
+                        clocks.mutable_data(), sent_bytes, sink);
+  } else {
+    py::gil_scoped_release release;
+    m = shard.PullStale(keys.data(), n, known32.data(), static_cast<uint32_t>(staleness), rows.mutable_data(),
+                        clocks.mutable_data(), sent_bytes);
+  }
+  rows.resize({static_cast<py::ssize_t>(m), dim});  // in place: only the sent rows travel on
+  return py::make_tuple(rows, clocks, sent);
 }
 
 py::tuple Find(const EmbeddingShard& shard, const Keys& keys) {
@@ -320,6 +369,7 @@ void BindShard(py::module_& m) {
       .def_property_readonly_static("flags_offset", [](py::object) { return RecordLayout::kFlagsOffset; })
       .def_property_readonly_static("value_offset", [](py::object) { return RecordLayout::kValueOffset; })
       .def_property_readonly_static("live_flag", [](py::object) { return RecordLayout::kLive; })
+      .def_property_readonly_static("clock_shift", [](py::object) { return RecordLayout::kClockShift; })
       .def_property_readonly("state_offset", &RecordLayout::state_offset)
       .def_property_readonly("bytes", &RecordLayout::bytes);
 
@@ -343,6 +393,14 @@ void BindShard(py::module_& m) {
            "return_deltas, (rows, (slots, xor)); with a DeltaForwarder, the inserts are recorded on it as a "
            "mutation of `table` (--ft ec).")
       .def("find", &Find, py::arg("keys"), "(rows, found) without inserting; missing rows are zeros.")
+      .def("clocks", &Clocks, py::arg("keys"),
+           "int32[n]: each key's row clock (its version, changed by every mutation), -1 when missing.")
+      .def("pull_stale", &PullStale, py::arg("keys"), py::arg("known"), py::arg("staleness"),
+           py::arg("forwarder") = nullptr, py::arg("table") = "",
+           "(rows float32[m, dim], clocks int32[n], sent bool[n]): a pull that sends only the rows whose "
+           "cached copy (known: int32 clocks, -1 = none) is more than `staleness` versions behind, and missing "
+           "keys (inserted); rows holds the sent rows in the order of keys. forwarder: the inserts reach "
+           "parity (--ft ec).")
       .def("push", &Push, py::arg("keys"), py::arg("grads"), py::arg("step"), py::arg("return_deltas") = false,
            py::arg("forwarder") = nullptr, py::arg("table") = "", py::arg("pushes") = WorkerSeqs{},
            "Sums duplicate keys' grads, then one optimizer step per unique key; with return_deltas, "

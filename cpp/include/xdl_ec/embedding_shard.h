@@ -72,8 +72,9 @@ class EmbeddingShard {
   // touched (each slot once). Pull and Push keep deltas == nullptr at zero cost.
   //
   // Sums the gradients of duplicate keys, then applies one optimizer step per unique key (inserting
-  // missing keys first, as a pull would). Validates everything first (finite gradients, step >= 1)
-  // and throws std::invalid_argument without changing any byte if anything is wrong.
+  // missing keys first, as a pull would); each step adds one to the row's clock (an inserted row: the
+  // initial clock, then one). Validates everything first (finite gradients, step >= 1) and throws
+  // std::invalid_argument without changing any byte if anything is wrong.
   void Push(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaBatch* deltas = nullptr);
   // The same, reporting to `sink` (delta_sink.h) under the shard's write lock: every push (its deltas,
   // possibly none), and a pull that takes the write lock (a key missing, or blocks under restore) its
@@ -81,7 +82,23 @@ class EmbeddingShard {
   // This is how a mutation reaches parity maintenance (DeltaForwarder::Mutation) on the training path.
   void Pull(const int64_t* keys, size_t n, float* out, DeltaSink& sink);
   void Push(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaSink& sink);
-  // Frees the slots of keys that exist; returns how many were erased.
+  // ---- row clocks, for workers' caches (record_layout.h) ------------------------------------------
+  // clocks[i] = the clock of keys[i], or -1 when the key is missing (nothing is inserted).
+  void Clocks(const int64_t* keys, size_t n, int32_t* clocks) const;
+  // A pull that leaves out rows a worker's cache holds fresh enough. known[i] is the clock of the
+  // worker's copy of keys[i] (< 0: none). A missing key is inserted (as Pull does, in order of first
+  // appearance) and sent; a present one is sent when known[i] < 0 or the copy is more than `staleness`
+  // versions behind (RecordLayout::ClockBehind). The rows of sent keys are written compactly, in the
+  // order of `keys`, to rows[j * dim] for the j-th sent key (room for n rows); sent[i] tells which,
+  // and clocks[i] is every key's clock after the call. Returns the number of rows sent. Repeated keys
+  // are answered per occurrence. Locks and reports to `deltas` / `sink` exactly as Pull does.
+  size_t PullStale(const int64_t* keys, size_t n, const int32_t* known, uint32_t staleness, float* rows,
+                   int32_t* clocks, uint8_t* sent, DeltaBatch* deltas = nullptr);
+  size_t PullStale(const int64_t* keys, size_t n, const int32_t* known, uint32_t staleness, float* rows,
+                   int32_t* clocks, uint8_t* sent, DeltaSink& sink);
+
+  // Frees the slots of keys that exist; returns how many were erased. A key inserted again starts
+  // over at the initial clock (see record_layout.h on ABA).
   size_t Erase(const int64_t* keys, size_t n, DeltaBatch* deltas = nullptr);
 
   size_t size() const;  // live rows
@@ -101,8 +118,9 @@ class EmbeddingShard {
   void TrackDirty(bool on);
   bool tracking_dirty() const;
   Rows TakeDirty();
-  // Inserts or overwrites the given rows (slots assigned as for new keys). Validates first (keys
-  // unique, values and state finite); state == nullptr gives the loaded rows fresh optimizer state.
+  // Inserts or overwrites the given rows (slots assigned as for new keys; a new row gets the initial
+  // clock, an overwritten one its clock plus one). Validates first (keys unique, values and state
+  // finite); state == nullptr gives the loaded rows fresh optimizer state.
   void Load(const int64_t* keys, const float* values, const float* state, size_t n, DeltaBatch* deltas = nullptr);
   // The same, reporting the loaded slots to `sink` under the write lock: a resumed run's rows reach parity
   // maintenance as any other mutation does.
@@ -131,6 +149,8 @@ class EmbeddingShard {
 
  private:
   void PullTo(const int64_t* keys, size_t n, float* out, DeltaSink* sink);
+  size_t PullStaleTo(const int64_t* keys, size_t n, const int32_t* known, uint32_t staleness, float* rows,
+                     int32_t* clocks, uint8_t* sent, DeltaSink* sink);
   void LoadTo(const int64_t* keys, const float* values, const float* state, size_t n, DeltaSink* sink);
   void PushTo(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaSink* sink);
 

@@ -276,7 +276,8 @@ def test_deltas_are_old_xor_new_record_bytes() -> None:
     rec = recs[keys.index(9)]
     # The insert of 9 is a delta from the all-zero free record: the delta is the record itself.
     np.testing.assert_array_equal(xor[keys.index(9)], rec)
-    assert rec[layout.flags_offset:layout.flags_offset + 4].view(np.uint32)[0] == layout.live_flag
+    flags = rec[layout.flags_offset:layout.flags_offset + 4].view(np.uint32)[0]
+    assert flags == layout.live_flag | 2 << layout.clock_shift  # live, at clock 2: inserted (1), then stepped
     np.testing.assert_array_equal(rec[layout.value_offset:layout.state_offset].view(np.float32), t.pull([9])[0])
     rows, (ins_slots, ins_xor) = shard.pull(np.array([9, 50]), return_deltas=True)
     assert ins_slots.tolist() == [7]  # only the insert of 50
