@@ -12,5 +12,6 @@ void BindFt(pybind11::module_& m);      // bind_ft.cc: AccessCounter (checkpoint
 void BindRecovery(pybind11::module_& m);        // bind_recovery.cc: Recovery and Scrubber over fragment readers
 void BindParityHolder(pybind11::module_& m);     // bind_parity_holder.cc: ParityHolder, forwarded-batch wire form
 void BindDeltaForwarder(pybind11::module_& m);   // bind_delta_forwarder.cc: a data server's parity forwarding
+void BindRowCache(pybind11::module_& m);        // bind_row_cache.cc: RowCache, a worker's cache of hot rows
 
 }  // namespace xdl_ec::python

@@ -2,7 +2,9 @@
 #include "bindings.h"
 
 PYBIND11_MODULE(_core, m) {
-  m.doc() = "xdl-ec native core: embedding shards, sparse optimizers, erasure codes, parity forwarding and recovery";
+  m.doc() =
+      "xdl-ec native core: embedding shards, sparse optimizers, erasure codes, parity forwarding and recovery, "
+      "worker row caches";
   xdl_ec::python::BindShard(m);
   xdl_ec::python::BindCodec(m);
   xdl_ec::python::BindLayout(m);
@@ -10,4 +12,5 @@ PYBIND11_MODULE(_core, m) {
   xdl_ec::python::BindRecovery(m);
   xdl_ec::python::BindParityHolder(m);
   xdl_ec::python::BindDeltaForwarder(m);
+  xdl_ec::python::BindRowCache(m);
 }
