@@ -85,16 +85,22 @@ class CachedClient:
             keys = as_keys(keys)
             sizes[table] = (keys.size, dim)
             known, tags = self.caches[table].lookup(keys)
+            # the cached rows are copied now: a fill by another answer (or another pull in flight) may evict them
+            cached = np.zeros((keys.size, dim), np.float32)
+            found = known >= 0
+            if found.any():
+                cached[found] = self.caches[table].get(keys[found])
             for server, positions in enumerate(route(keys, self.client.num_servers)):
                 if not positions.size:
                     continue
                 mine = np.where(tags[positions] == np.uint64(self._epochs[server]), known[positions], -1)
-                per_server[server].append((table, positions, keys[positions], mine.astype(np.int32)))
+                per_server[server].append((table, positions, keys[positions], mine.astype(np.int32),
+                                           cached[positions]))
         calls = []
         for server, parts in enumerate(per_server):
             if parts:
-                self.client.bytes_requested += sum(k.nbytes + c.nbytes for _, _, k, c in parts)
-                wire = [(t, k, c, self.settings[t].staleness) for t, _, k, c in parts]
+                self.client.bytes_requested += sum(k.nbytes + c.nbytes for _, _, k, c, _ in parts)
+                wire = [(t, k, c, self.settings[t].staleness) for t, _, k, c, _ in parts]
                 calls.append((server, self.client.server(server).pull_stale(wire, self._epochs[server]), parts))
         return _PendingCached(self, pending_plain, calls, sizes)
 
@@ -106,14 +112,14 @@ class CachedClient:
         """One server's answer to a cached pull: rows from the answer where sent, else from the cache; the sent
         rows (re)fill the cache."""
         self._epochs[server] = int(epoch)
-        for (table, positions, keys, known), (sent_rows, clocks, sent) in zip(parts, answers):
+        for (table, positions, keys, known, cached), (sent_rows, clocks, sent) in zip(parts, answers):
             sent = np.asarray(sent, dtype=bool)
             self.client.bytes_pulled += sent_rows.nbytes + np.asarray(clocks).nbytes + sent.nbytes
             cache = self.caches[table]
             hit = ~sent
             out = rows[table]
-            if hit.any():  # before the fill below, which may evict them
-                out[positions[hit]] = cache.get(keys[hit])
+            if hit.any():  # a key not sent had a copy (known >= 0), taken when the pull started
+                out[positions[hit]] = cached[hit]
                 behind = (np.asarray(clocks, np.int64)[hit] - known[hit].astype(np.int64)) % _CLOCK_MOD
                 stats = self._stats[table]
                 stats["stale_sum"] += int(behind.sum())

@@ -1,0 +1,133 @@
+"""The worker embedding cache (HET, issue #16): exact at staleness 0 (the model of the run without a cache, one
+and two workers, under ec with a server killed, on Ray), staleness never beyond S, every held gradient written
+back by a flush or a save, row clocks rebuilt with their rows, and a lost worker's held updates counted."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import xdl_ec  # noqa: E402
+from support.examples import load_example  # noqa: E402
+from xdl_ec.ft.configs import EcConfig  # noqa: E402
+from xdl_ec.ft.factory import make_strategy  # noqa: E402
+from xdl_ec.ft.failure_injector import FailureInjector  # noqa: E402
+from xdl_ec.ft.failure_schedule import FailureSchedule  # noqa: E402
+from xdl_ec.ps import ClusterConfig, PSTrainer, RunSettings  # noqa: E402
+from xdl_ec.ps.api import ServerAPI  # noqa: E402
+from xdl_ec.ps.remote import Remote  # noqa: E402
+
+example = load_example("user_item_tags")
+LOG = example.ClickLog(batch_size=64, batches=16, eval_batches=2)
+STEPS, SEED = 16, 3
+_RUNS: dict = {}
+
+
+def job() -> xdl_ec.Job:
+    return example.make_job(LOG)
+
+
+def fit(**cluster) -> dict:  # noqa: ANN003
+    key = tuple(sorted(cluster.items()))
+    if key not in _RUNS:
+        _RUNS[key] = job().fit(steps=STEPS, deterministic=True, seed=SEED, cluster=xdl_ec.Cluster(**cluster))
+    return _RUNS[key]
+
+
+@pytest.mark.parametrize("cluster", [
+    dict(servers=3),
+    dict(servers=2, workers=2),
+    dict(servers=3, ft="ec", code=(2, 1), fail_at=("9:1",)),
+], ids=["one-worker", "two-workers", "ec-kill"])
+def test_staleness_zero_trains_the_model_of_the_run_without_a_cache(cluster: dict) -> None:
+    plain = fit(**cluster)
+    cached = fit(**cluster, cache=xdl_ec.Cache(rows=40, staleness=0))
+    assert cached["model_digest"] == plain["model_digest"]
+    stats = cached["cache"]
+    assert set(stats) == {"users", "items", "tags"}
+    assert all(s["staleness_max"] == 0 for s in stats.values())
+    # lines are found, but at S = 0 a row any push changed since comes again (a worker pushes every row it read)
+    assert stats["tags"]["hits"] > 0 and stats["tags"]["row_keys"] > 0
+    # clocks cross the wire: a cached run's pull requests carry 4 more bytes per key than the plain run's
+    assert cached["bytes_pulled_per_sample"] != plain["bytes_pulled_per_sample"]
+
+
+def test_bounded_staleness_is_never_exceeded_and_saves_traffic() -> None:
+    plain = fit(servers=3)
+    cached = fit(servers=3, cache=xdl_ec.Cache(rows=2000, staleness=3))
+    for table, s in cached["cache"].items():
+        assert 0 <= s["staleness_max"] <= 3, table
+    assert max(s["staleness_max"] for s in cached["cache"].values()) > 0  # the bound was used
+    assert sum(s["write_backs"] for s in cached["cache"].values()) > 0
+    assert cached["bytes_pulled_per_sample"] < plain["bytes_pulled_per_sample"]
+    assert cached["bytes_pushed_per_sample"] < plain["bytes_pushed_per_sample"]
+    assert cached["model_digest"] != plain["model_digest"]  # stale reads and summed pushes: another model
+    again = job().fit(steps=STEPS, deterministic=True, seed=SEED,
+                      cluster=xdl_ec.Cluster(servers=3, cache=xdl_ec.Cache(rows=2000, staleness=3)))
+    assert again["model_digest"] == cached["model_digest"]  # sync mode stays deterministic for a seed
+
+
+def test_held_gradients_are_written_back_at_the_end_and_in_a_save(tmp_path) -> None:  # noqa: ANN001
+    never = xdl_ec.Cache(rows=5000, staleness=10**6)  # nothing comes due, nothing is evicted during the run
+    report = job().fit(steps=4, deterministic=True, seed=SEED, cluster=xdl_ec.Cluster(servers=2, cache=never),
+                       save_dir=tmp_path)
+    assert report["saves"]["saves"] == 1 and all(s["evictions"] == 0 for s in report["cache"].values())
+    saved = xdl_ec.load(tmp_path, job=job())
+    for spec in job().spec.tables:
+        rows = saved.tables.tables[spec.name].export()
+        initial = xdl_ec.EmbeddingTable.from_config(spec).pull(rows["keys"])
+        # held all run long, written back by the save's flush: every trained row moved from its initial value
+        assert not np.isclose(rows["values"], initial).all(axis=1).any(), spec.name
+
+
+def test_row_clocks_are_rebuilt_with_their_rows() -> None:
+    def clocks(fail_at: tuple) -> dict:
+        schedule = FailureSchedule.from_flags(fail_at, (), None, SEED)
+        trainer = PSTrainer(job().spec, ClusterConfig(servers=3), RunSettings(seed=SEED, deterministic=True),
+                            make_strategy(EcConfig(code=(2, 1))), FailureInjector(schedule) if fail_at else None)
+        try:
+            report = trainer.fit(STEPS)
+            out = {}
+            for t in job().spec.tables:
+                for server in trainer.scheduler.servers:
+                    keys = Remote(server, ServerAPI).export(t.name).result(60)["keys"]
+                    out.update(zip(((t.name, int(k)) for k in keys),
+                                   Remote(server, ServerAPI).clocks(t.name, keys).result(60).tolist()))
+            return {"clocks": out, "failures": report["failures"]}
+        finally:
+            trainer.close()
+
+    plain, killed = clocks(()), clocks(("9:1",))
+    assert [f["index"] for f in killed["failures"]] == [1]
+    assert killed["clocks"] == plain["clocks"] and max(plain["clocks"].values()) > 1
+
+
+def test_a_lost_worker_loses_at_most_its_held_updates() -> None:
+    cache = xdl_ec.Cache(rows=2000, staleness=5)
+    report = job().fit(steps=STEPS, deterministic=True, seed=SEED,
+                       cluster=xdl_ec.Cluster(servers=3, ft="ckpt", ckpt_interval="100", fail_worker_at=("9",),
+                                              cache=cache))
+    (failure,) = [f for f in report["failures"] if f["role"] == "worker"]
+    assert 0 < failure["lost_updates"] == report["lost_updates"] <= 5 * 2000 * 3  # at most S per cached row
+
+
+@pytest.mark.ray
+def test_staleness_zero_on_ray_with_a_killed_server() -> None:
+    pytest.importorskip("ray")
+    import ray
+
+    from xdl_ec.ps.backend import connect_ray
+
+    started = not ray.is_initialized()
+    try:
+        connect_ray()
+        report = fit(servers=3, backend="ray", ft="ec", code=(2, 1), fail_at=("9:1",),
+                     cache=xdl_ec.Cache(rows=40, staleness=0))
+    finally:
+        if started:
+            ray.shutdown()
+    assert report["model_digest"] == fit(servers=3)["model_digest"]
