@@ -133,7 +133,7 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
     ps.add_argument("--staleness", type=_non_negative_int, metavar="S",
                     help="cache: read a cached row while at most S versions behind, write back after S local "
                          "updates (default 0: exact, the same model as without a cache)")
-    ps.add_argument("--cache-policy", choices=("lru", "lfu"), help="cache eviction (default lru)")
+    ps.add_argument("--cache-policy", choices=("lfu", "lru"), help="cache eviction (default lfu)")
     ps.add_argument("--mode", choices=("sync", "async"),
                     help="sync: all workers finish step t before t+1 (default); async: no barrier")
     ft = p.add_argument_group("fault tolerance (needs --servers)")
@@ -141,6 +141,9 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
                     help="none: a lost server stops the run (default); ckpt: periodic checkpoints, every server rolls "
                          "back; cpr: only the lost server reloads its checkpoint; ec: erasure-coded servers")
     ft.add_argument("--code", type=_code, metavar="K,R", help="ec: K data servers per stripe, R parity (default 4,1)")
+    ft.add_argument("--failure-domain", choices=("node", "none"),
+                    help="ec on Ray: node = at most R servers of any stripe on one Ray node, so losing a node is "
+                         "recovered exactly (default when the Ray cluster has several nodes); none = Ray places them")
     ft.add_argument("--rebuild-share", type=_share, metavar="S",
                     help="ec: share of wall time a rebuild may take until it is done, in (0, 1] (default 0.05; "
                          "training goes on meanwhile)")
@@ -194,8 +197,8 @@ BUILTIN_FLAGS = ("data", "synthetic", "synthetic_rows", "synthetic_max_cardinali
                  "emb_dim", "bottom_mlp", "top_mlp", "hidden", "optimizer", "lr", "dense_optimizer", "dense_lr",
                  "batch_size", "epochs", "eval_fraction", "on_bad_line")
 CLUSTER_FLAGS = ("workers", "backend", "address", "mode", "cache_rows", "staleness", "cache_policy")
-FT_FLAGS = ("ft", "code", "rebuild_share", "ckpt_interval", "ckpt_dir", "cpr_pls", "cpr_interval", "cpr_mode",
-            "fail_at", "fail_worker_at", "mtbf")
+FT_FLAGS = ("ft", "code", "failure_domain", "rebuild_share", "ckpt_interval", "ckpt_dir", "cpr_pls", "cpr_interval",
+            "cpr_mode", "fail_at", "fail_worker_at", "mtbf")
 
 
 def _flag(name: str) -> str:
@@ -252,7 +255,7 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
                 from .cache_config import Cache
 
                 rows = int(args.cache_rows) if args.cache_rows.isdigit() else args.cache_rows
-                cache = Cache(rows=rows, staleness=args.staleness or 0, policy=args.cache_policy or "lru")
+                cache = Cache(rows=rows, staleness=args.staleness or 0, policy=args.cache_policy or "lfu")
             elif args.staleness is not None or args.cache_policy is not None:
                 raise UsageError(f"{', '.join(_given(args, ('staleness', 'cache_policy')))}: set the worker cache, "
                                  f"which needs --cache-rows N|P%")
@@ -261,7 +264,8 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
                               rebuild_share=args.rebuild_share, ckpt_interval=args.ckpt_interval,
                               ckpt_dir=args.ckpt_dir, cpr_pls=args.cpr_pls, cpr_interval=args.cpr_interval,
                               cpr_mode=args.cpr_mode, mtbf=args.mtbf, fail_at=args.fail_at or (),
-                              fail_worker_at=args.fail_worker_at or (), cache=cache)
+                              fail_worker_at=args.fail_worker_at or (), cache=cache,
+                              failure_domain=args.failure_domain)
         except (TypeError, ValueError) as err:
             raise UsageError(_flag_names(str(err))) from None
     progress = not args.no_progress

@@ -36,6 +36,7 @@ from .cached_client import merged_cache_stats
 from .client import PSClient
 from .cluster_view import ClusterView
 from .fault_tolerance import FaultTolerance, NoFaultTolerance
+from .placement import check_failure_domain, plan_placement
 from .recovery_coordinator import RecoveryCoordinator
 from .remote import Remote
 from .scheduler import Scheduler
@@ -49,7 +50,9 @@ LAST_LOSSES = 50  # final_loss: mean training loss over this many last steps
 
 @dataclasses.dataclass(frozen=True)
 class ClusterConfig:
-    """Where a job runs: servers, workers, backend (+ Ray address), mode, call timeout. Checked on creation."""
+    """Where a job runs: servers, workers, backend (+ Ray address), mode, call timeout, failure domain ("node",
+    "none", None: "node" for erasure-coded servers on a Ray cluster of several nodes; see
+    :mod:`xdl_ec.ps.placement`). Checked on creation."""
 
     servers: int = 1
     workers: int = 1
@@ -57,6 +60,7 @@ class ClusterConfig:
     address: Optional[str] = None
     mode: str = "sync"
     call_timeout: float = DEFAULT_TIMEOUT
+    failure_domain: Optional[str] = None
 
     def __post_init__(self) -> None:
         checks.positive_int("servers", self.servers)
@@ -66,6 +70,7 @@ class ClusterConfig:
             raise ValueError("address: a Ray address needs backend='ray'")
         checks.one_of("mode", self.mode, MODES)
         checks.positive_number("call_timeout", self.call_timeout)
+        check_failure_domain(self.failure_domain, self.backend)
 
 
 class PSTrainer:
@@ -112,7 +117,9 @@ class PSTrainer:
         try:
             # a hot spare where starting a server is slow (a Ray process) and a strategy replaces lost servers
             spares = 1 if cluster.backend == "ray" and not isinstance(strategy, NoFaultTolerance) else 0
-            self.scheduler = Scheduler(self.backend, cluster.servers, job.tables, spares=spares)
+            # before any server starts: a placement the nodes cannot satisfy is an error now
+            placement = plan_placement(self.backend, cluster.failure_domain, cluster.servers, strategy.stripe_code)
+            self.scheduler = Scheduler(self.backend, cluster.servers, job.tables, spares=spares, placement=placement)
             self.backend.share_code([job.model_fn, job.input_fn, job.loss, job.eval_fn])
             self.workers = self.scheduler.start_workers(cluster.workers, self.worker_class, self.worker_args)
             # workers build their models and read their first batch: wait for them before the clock starts
@@ -151,7 +158,9 @@ class PSTrainer:
         return rows
 
     def _resize_caches(self, step: int) -> None:
-        if step % RESIZE_STEPS or not any(c.share is not None for c in self.caches.values()):
+        # a fresh table grows fastest at first: resize at steps 1, 2, 4, ..., then every RESIZE_STEPS
+        due = step % RESIZE_STEPS == 0 or (step < RESIZE_STEPS and step & (step - 1) == 0)
+        if not due or not any(c.share is not None for c in self.caches.values()):
             return
         rows = self.table_rows()
         workers = self.live_workers()
