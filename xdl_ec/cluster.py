@@ -5,6 +5,8 @@
 ``cpr_pls``, ``cpr_interval``, ``cpr_mode``, ``mtbf``) and failure injection (``fail_at``, ``fail_worker_at``:
 "STEP[:INDEX]" strings, ``mtbf`` seconds) are those of ``xdl-ec train``'s flags. ``cache``: the workers' embedding
 caches (an :class:`~xdl_ec.cache_config.Cache` for every table, or a dict of table name -> Cache).
+``failure_domain`` (ft="ec" on Ray): "node" keeps at most r members of any stripe on one Ray node, "none" lets Ray
+place the servers; default "node" when the Ray cluster has several alive nodes (see :mod:`xdl_ec.ps.placement`).
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from .ft.failure_schedule import FailureSchedule
 from .ps.backend import DEFAULT_TIMEOUT
 from .ps.training import ClusterConfig
 
-_ONLY = {"code": "ec", "rebuild_share": "ec", "rebuild": "ec", "ckpt_interval": "ckpt", "cpr_pls": "cpr", "cpr_interval": "cpr",
-         "cpr_mode": "cpr"}
+_ONLY = {"code": "ec", "rebuild_share": "ec", "rebuild": "ec", "failure_domain": "ec", "ckpt_interval": "ckpt",
+         "cpr_pls": "cpr", "cpr_interval": "cpr", "cpr_mode": "cpr"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +46,7 @@ class Cluster:
     fail_worker_at: Sequence[str] = ()
     call_timeout: float = DEFAULT_TIMEOUT
     cache: Optional[Union[Cache, Mapping[str, Cache]]] = None
+    failure_domain: Optional[str] = None
 
     def __post_init__(self) -> None:
         if isinstance(self.cache, Mapping):  # kept as sorted pairs: a Cluster stays hashable
@@ -73,7 +76,8 @@ class Cluster:
 
     def cluster_config(self) -> ClusterConfig:
         return ClusterConfig(servers=self.servers, workers=self.workers, backend=self.backend,
-                             address=self.address, mode=self.mode, call_timeout=self.call_timeout)
+                             address=self.address, mode=self.mode, call_timeout=self.call_timeout,
+                             failure_domain=self.failure_domain)
 
     def strategy_config(self, seed: int) -> StrategyConfig:
         """The fault-tolerance strategy's config (None for ft='none')."""

@@ -127,6 +127,10 @@ class ErasureCoded(FaultTolerance):
         return self.background is None and self.pacer.wants_boundary()
 
     @property
+    def stripe_code(self) -> Tuple[int, int]:
+        return self.k, self.r
+
+    @property
     def boundaries_rebuilding(self) -> int:
         """Step boundaries that rebuilt stripes (boundary mode: the rebuild's spread, for tests)."""
         return self.pacer.boundaries_rebuilding

@@ -1,15 +1,17 @@
 """Where the roles run: :class:`LocalBackend` (objects in this process, the default) or :class:`RayBackend` (one Ray
 actor per role). Both expose the same small interface:
 
-- ``start(role, index, cls, *args)`` builds ``cls(*args)`` and returns a :class:`Handle`;
+- ``start(role, index, cls, *args, node=None)`` builds ``cls(*args)`` (on Ray node ``node`` when given) and returns a
+  :class:`Handle`; ``nodes()`` lists the alive nodes (see :mod:`xdl_ec.ps.placement`);
 - ``handle.call(method, *args)`` runs ``method`` on the object and returns a future-like (``result(timeout)``);
   calls to one handle run one at a time, in submission order, as a Ray actor runs them;
 - ``kill(handle)`` ends the role with everything it held (Ray: the actor process is killed; local: the object is
   dropped), and ``alive(handle)`` probes it.
 
 A call to a dead role raises :class:`ServerLost` or :class:`WorkerLost` naming role and index (Ray's
-``ActorDiedError``/``RayActorError`` are translated here, including when they surface inside another actor), so the
-layers above never see a transport's exception types.
+``ActorDiedError``/``RayActorError``, and ``ActorUnschedulableError`` for a role pinned to a node that died, are
+translated here, including when they surface inside another actor), so the layers above never see a transport's
+exception types.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ class Handle:
 
     role: str
     index: int
+    node: Optional[str] = None  # the node it was placed on (None: wherever the backend chose)
 
     def call(self, method: str, *args: Any) -> Any:  # pragma: no cover - interface
         raise NotImplementedError
@@ -163,6 +166,9 @@ class LocalHandle(Handle):
         self._executor.shutdown(wait=False)
 
 
+LOCAL_NODE = "local"
+
+
 class LocalBackend:
     """Every role as a plain object in this process (each with its own call thread, so servers work in parallel:
     their batch calls release the GIL)."""
@@ -172,14 +178,21 @@ class LocalBackend:
     def __init__(self) -> None:
         self._handles: List[LocalHandle] = []
 
-    def start(self, role: str, index: int, cls: Callable[..., Any], *args: Any) -> LocalHandle:
+    def start(self, role: str, index: int, cls: Callable[..., Any], *args: Any,
+              node: Optional[str] = None) -> LocalHandle:
         lost_error(role, index, "")  # validates the role name
+        if node not in (None, LOCAL_NODE):
+            raise ValueError(f"node: the local backend has one node, {LOCAL_NODE!r}; got {node!r}")
         handle = LocalHandle(role, index, cls(*args))
         self._handles.append(handle)
         return handle
 
     def share_code(self, functions: List[Any]) -> None:
         """Roles run in this process: they find every function where the caller does."""
+
+    def nodes(self) -> List[str]:
+        """This process is the one node."""
+        return [LOCAL_NODE]
 
     def kill(self, handle: LocalHandle) -> None:
         handle.drop()
@@ -210,7 +223,11 @@ def _translate_ray_error(err: BaseException, role: str, index: int) -> BaseExcep
         if cause is not None:
             return cause
     if isinstance(err, (rex.ActorDiedError, rex.RayActorError, rex.ActorUnavailableError)):
-        return lost_error(role, index, f"its Ray actor died ({type(err).__name__})")
+        # Ray says why in its message; a whole node's death is worth naming (every role there went with it)
+        where = "its Ray node died" if "node has died" in str(err) else "its Ray actor died"
+        return lost_error(role, index, f"{where} ({type(err).__name__})")
+    if isinstance(err, rex.ActorUnschedulableError):  # pinned to a node that is gone: it never ran
+        return lost_error(role, index, f"its Ray actor could not be placed on its node ({type(err).__name__})")
     return err
 
 
@@ -265,8 +282,8 @@ BESIDE_GROUP = "beside"  # one thread per actor for Handle.call_beside
 class RayHandle(Handle):
     """A role living in a Ray actor. Picklable (the actor handle is), so workers receive the servers' handles."""
 
-    def __init__(self, role: str, index: int, actor: Any) -> None:
-        self.role, self.index, self.actor = role, index, actor
+    def __init__(self, role: str, index: int, actor: Any, node: Optional[str] = None) -> None:
+        self.role, self.index, self.actor, self.node = role, index, actor, node
 
     def call(self, method: str, *args: Any) -> RayFuture:
         return RayFuture(getattr(self.actor, method).remote(*args), self.role, self.index, method)
@@ -344,15 +361,28 @@ class RayBackend:
             self._started_ray = True
         self._handles: List[RayHandle] = []
 
-    def start(self, role: str, index: int, cls: Callable[..., Any], *args: Any) -> RayHandle:
+    def start(self, role: str, index: int, cls: Callable[..., Any], *args: Any,
+              node: Optional[str] = None) -> RayHandle:
+        """``node``: a Ray node id (of :meth:`nodes`) the actor must run on; it fails (as the role's Lost error at
+        its first call) rather than run elsewhere, since placement decided what a node's death may take."""
         import ray
 
         lost_error(role, index, "")
         actor_cls = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0,
                                concurrency_groups={BESIDE_GROUP: 1})(cls)
-        handle = RayHandle(role, index, actor_cls.remote(*args))
+        if node is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            actor_cls = actor_cls.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
+        handle = RayHandle(role, index, actor_cls.remote(*args), node)
         self._handles.append(handle)
         return handle
+
+    def nodes(self) -> List[str]:
+        """The ids of the Ray cluster's alive nodes, sorted (so a placement over them is reproducible)."""
+        import ray
+
+        return sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
 
     def share_code(self, functions: List[Any]) -> None:
         """Makes the modules that define ``functions`` travel with them (pickled by value): a job script, or a
@@ -374,7 +404,7 @@ class RayBackend:
 
     def rename(self, handle: RayHandle, index: int) -> RayHandle:
         """The same actor under another index (a spare server taking a dead one's place)."""
-        renamed = RayHandle(handle.role, index, handle.actor)
+        renamed = RayHandle(handle.role, index, handle.actor, handle.node)
         self._handles.append(renamed)
         return renamed
 

@@ -23,7 +23,7 @@ its default:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 
 class Unrecoverable(RuntimeError):
@@ -97,6 +97,12 @@ class FaultTolerance:
     def resumed(self, step: int) -> None:
         """The run continues a save of ``step`` whose rows are now loaded (after :meth:`attach`): a strategy
         whose redundancy is a copy of the state takes a fresh one."""
+
+    @property
+    def stripe_code(self) -> Optional[Tuple[int, int]]:
+        """(k, r) when the servers form stripes of k + r members of which any r may be lost together (the
+        placement then keeps at most r of a stripe on one node, :mod:`xdl_ec.ps.placement`); None otherwise."""
+        return None
 
     def parity_bytes(self) -> int:
         return 0

@@ -5,6 +5,9 @@ Anyone who sees a call fail (a worker whose pull raised :class:`ServerLost`, the
 hands the error to :meth:`Scheduler.confirm_failure`, which probes the role and, when it is really gone, marks it
 dead in the map and returns the error to stop on (or, with fault tolerance, to recover from: a strategy replaces the
 server through :meth:`replace_server`).
+
+With a :class:`~xdl_ec.ps.placement.Placement` (a failure domain on Ray), every server, spare and replacement is
+started on the node the placement names, and the cluster map reports each server's node.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from .. import checks
 from ..table_config import Table
 from .api import ServerAPI
 from .backend import CallTimeout, Handle, RoleLost, lost_error
+from .placement import Placement
 from .remote import Remote
 from .server import ParameterServer
 
@@ -24,15 +28,20 @@ PROBE_TIMEOUT = 5.0  # seconds a live role takes at most to answer a ping betwee
 class Scheduler:
     """Starts ``num_servers`` :class:`ParameterServer` roles holding ``tables`` on ``backend``, plus ``spares``
     idle ones that :meth:`replace_server` hands out first (a hot spare: on Ray a new server process takes ~1.5 s to
-    start, which a recovery would otherwise wait for while training stands still)."""
+    start, which a recovery would otherwise wait for while training stands still). ``placement``: the node of every
+    server (None: wherever the backend puts it)."""
 
-    def __init__(self, backend: Any, num_servers: int, tables: Sequence[Table], spares: int = 0) -> None:
+    def __init__(self, backend: Any, num_servers: int, tables: Sequence[Table], spares: int = 0,
+                 placement: Optional[Placement] = None) -> None:
         checks.positive_int("num_servers", num_servers)
         checks.non_negative_int("spares", spares)
+        if placement is not None and len(placement.nodes) != num_servers:
+            raise ValueError(f"placement: places {len(placement.nodes)} servers, the cluster has {num_servers}")
         self.backend = backend
+        self.placement = placement
         self.tables: Tuple[Table, ...] = tuple(tables)
         self.version = 0
-        self.servers: List[Handle] = [backend.start("server", i, ParameterServer, i, self.tables)
+        self.servers: List[Handle] = [self._start_server(i, None if placement is None else placement.node_of(i))
                                       for i in range(num_servers)]
         self.workers: List[Handle] = []
         self.dead: Dict[Tuple[str, int], str] = {}
@@ -50,10 +59,17 @@ class Scheduler:
         while len(self._spares) < self._spare_count:
             self._start_spare()
 
+    def _start_server(self, index: int, node: Optional[str]) -> Handle:
+        if node is None:  # a backend without nodes is called as it always was
+            return self.backend.start("server", index, ParameterServer, index, self.tables)
+        return self.backend.start("server", index, ParameterServer, index, self.tables, node=node)
+
     def _start_spare(self) -> None:
         """Starts an idle server; not waited for (it starts while training goes on)."""
-        self._spares.append(self.backend.start("server", self._next_spare, ParameterServer, self._next_spare,
-                                               self.tables))
+        node = None
+        if self.placement is not None:
+            node = self.placement.spare_node(self.backend.nodes(), [s.node for s in self._spares])
+        self._spares.append(self._start_server(self._next_spare, node))
         self._next_spare += 1
 
     def start_workers(self, count: int, factory: Callable[..., Any], args_of: Callable[[int], tuple]) -> List[Handle]:
@@ -71,10 +87,12 @@ class Scheduler:
     def cluster_map(self) -> Dict[str, Any]:
         """Servers and workers with their state, tables, and the map's version."""
         def entry(role: str, h: Handle) -> Dict[str, Any]:
-            return {"index": h.index, "alive": (role, h.index) not in self.dead}
+            placed = {} if h.node is None else {"node": h.node}
+            return {"index": h.index, "alive": (role, h.index) not in self.dead, **placed}
         return {"version": self.version, "tables": [t.name for t in self.tables],
                 "servers": [entry("server", h) for h in self.servers],
-                "workers": [entry("worker", h) for h in self.workers]}
+                "workers": [entry("worker", h) for h in self.workers],
+                "placement": {"failure_domain": "none"} if self.placement is None else self.placement.describe()}
 
     def _handle(self, role: str, index: int) -> Handle:
         handles = self.servers if role == "server" else self.workers
@@ -101,17 +119,31 @@ class Scheduler:
 
     def replace_server(self, index: int) -> Handle:
         """A fresh, empty server ``index`` in place of a dead one (its state is rebuilt by recovery): a spare when
-        one is ready (and another is started in its place), else a new one."""
+        one is ready (and another is started in its place), else a new one. With a placement: on a node the
+        placement allows (a spare there first), and the placement records the move."""
+        node = None
+        usable = list(self._spares)
+        if self.placement is not None:
+            alive = self.backend.nodes()
+            for spare in [s for s in self._spares if s.node not in alive]:  # went with its node
+                self._spares.remove(spare)
+                self.backend.kill(spare)
+            allowed = self.placement.candidates(index, alive)
+            node = next((s.node for s in self._spares if s.node in allowed), allowed[0])
+            usable = [s for s in self._spares if s.node == node]
         handle = None
-        while self._spares and handle is None:
-            spare = self._spares.pop(0)
+        while usable and handle is None:
+            spare = usable.pop(0)
+            self._spares.remove(spare)
             try:
                 Remote(spare, ServerAPI).take_index(index).result(60.0)
                 handle = self.backend.rename(spare, index)
             except (RoleLost, CallTimeout):  # a spare that died idle is simply not used
                 self.backend.kill(spare)
         if handle is None:
-            handle = self.backend.start("server", index, ParameterServer, index, self.tables)
+            handle = self._start_server(index, node)
+        if self.placement is not None:
+            self.placement.moved(index, node)
         self.servers[index] = handle
         self.dead.pop(("server", index), None)
         self.version += 1
