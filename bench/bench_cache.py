@@ -97,7 +97,7 @@ def main() -> None:
                        "auc_delta": None if cached["auc"] is None else cached["auc"] - base["auc"],
                        "speed_ratio": cached["samples_per_sec"] / near}
                 rows.append(row)
-                print(f"  cache {share:g}% S={s:<3}: traffic -{row['traffic_reduction']:.1%}, hit rate "
+                print(f"  cache {share:g}% S={s:<3}: traffic saved {row['traffic_reduction']:+.1%}, hit rate "
                       f"{row['hit_rate']:.3f}, AUC {row['auc_delta']:+.4f}, samples/s x{row['speed_ratio']:.2f}")
         speeds = [b["samples_per_sec"] for b in baselines]
         results["data"][data] = {"no_cache": baselines[0], "cached": rows,
@@ -111,8 +111,8 @@ def main() -> None:
             cached = run(config, args, xdl_ec.Cache(rows="10%", staleness=10, policy=args.policy), backend="ray")
             ratios.append(cached["samples_per_sec"] / plain["samples_per_sec"])
             print(f"ray pair {pair + 1}: no cache {plain['samples_per_sec']:.0f}, cache 10% S=10 "
-                  f"{cached['samples_per_sec']:.0f} samples/s (x{ratios[-1]:.2f}); traffic "
-                  f"-{1 - cached['bytes_per_sample'] / plain['bytes_per_sample']:.1%}")
+                  f"{cached['samples_per_sec']:.0f} samples/s (x{ratios[-1]:.2f}); traffic saved "
+                  f"{1 - cached['bytes_per_sample'] / plain['bytes_per_sample']:+.1%}")
         results["ray"] = {"ratios": ratios}
     (out / "results.json").write_text(json.dumps(results, indent=2))
     plot(results, out / "cache.png", stalenesses)
