@@ -194,6 +194,9 @@ class LocalBackend:
         """This process is the one node."""
         return [LOCAL_NODE]
 
+    def driver_node(self) -> str:
+        return LOCAL_NODE
+
     def kill(self, handle: LocalHandle) -> None:
         handle.drop()
 
@@ -383,6 +386,12 @@ class RayBackend:
         import ray
 
         return sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
+
+    def driver_node(self) -> str:
+        """The id of the Ray node this process (the driver) is attached to."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
 
     def share_code(self, functions: List[Any]) -> None:
         """Makes the modules that define ``functions`` travel with them (pickled by value): a job script, or a

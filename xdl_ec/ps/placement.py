@@ -9,8 +9,13 @@ A node may then hold at most ``floor(n * r / (k + r))`` servers (each server is 
 window takes at most r of the node's), which decides how many nodes n servers need. :func:`assign` meets that bound
 whenever the nodes are enough, so its error is exact: it fails only where no assignment exists.
 
+Workers run on the driver's node: its loss ends the run whatever runs there, and a worker lost with servers would
+take with it the pushes it logged for them that their parity does not hold yet (recovery could not be exact). So
+losing any other node loses servers only, at most r of a stripe. (The cost: the workers' compute stays on one node;
+"none" lets Ray spread them.)
+
 ``failure_domain`` (``Cluster(failure_domain=...)``, ``--failure-domain``): "node" keeps the rule, "none" lets Ray
-place the servers; None (the default) is "node" when the run has stripes (``--ft ec``) on a Ray cluster of several
+place the servers and workers; None (the default) is "node" when the run has stripes (``--ft ec``) on a Ray cluster of several
 alive nodes. A replacement of a lost server goes to an alive node that keeps the rule; when none does (a cluster of
 two nodes that lost one), to the one that breaks it least, with a warning, and the cluster map lists the stripes
 that broke it.
@@ -100,16 +105,18 @@ def short(node: str) -> str:
 class Placement:
     """Where each server runs under a (k, r) code, kept current as lost servers are replaced."""
 
-    def __init__(self, k: int, r: int, nodes: Sequence[str]) -> None:
-        """``nodes``: server index -> node (e.g. :func:`assign`'s)."""
+    def __init__(self, k: int, r: int, nodes: Sequence[str], worker_node: Optional[str] = None) -> None:
+        """``nodes``: server index -> node (e.g. :func:`assign`'s); ``worker_node``: where every worker runs (the
+        driver's node; None: wherever the backend puts them)."""
         self.k, self.r = int(k), int(r)
         self.nodes: List[str] = list(nodes)
+        self.worker_node = worker_node
         self._stripes = stripe_sets(len(self.nodes), self.k, self.r)
         self.moves: List[Dict[str, Any]] = []  # replacements: server, from, to, whether the rule held
 
     @classmethod
-    def plan(cls, n: int, k: int, r: int, alive: Sequence[str]) -> "Placement":
-        return cls(k, r, assign(n, k, r, alive))
+    def plan(cls, n: int, k: int, r: int, alive: Sequence[str], worker_node: Optional[str] = None) -> "Placement":
+        return cls(k, r, assign(n, k, r, alive), worker_node)
 
     def node_of(self, index: int) -> str:
         return self.nodes[index]
@@ -165,8 +172,8 @@ class Placement:
 
     def describe(self) -> Dict[str, Any]:
         """For the cluster map: the rule, the replacements made and the stripes that break the rule now."""
-        return {"failure_domain": "node", "code": [self.k, self.r], "moves": list(self.moves),
-                "violations": self.violations()}
+        return {"failure_domain": "node", "code": [self.k, self.r], "worker_node": self.worker_node,
+                "moves": list(self.moves), "violations": self.violations()}
 
 
 def check_failure_domain(failure_domain: Optional[str], backend: str) -> None:
@@ -195,4 +202,5 @@ def plan_placement(backend: Any, failure_domain: Optional[str], servers: int,
     if failure_domain is None and len(alive) < 2:
         return None  # one node: nothing to spread over
     k, r = stripe_code
-    return Placement.plan(servers, k, r, alive)
+    driver = backend.driver_node()
+    return Placement.plan(servers, k, r, alive, driver if driver in alive else None)

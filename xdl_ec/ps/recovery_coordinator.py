@@ -26,6 +26,10 @@ class RecoveryCoordinator:
         strategy = t.strategy
         seen = set()
         rolled_back = False
+        if any(e.role == "worker" for e in lost) and not isinstance(strategy, NoFaultTolerance):
+            # a worker's node may have taken servers with it (not noticed yet): a new worker contacts every
+            # server when it starts, so those are confirmed now and recovered first
+            lost = list(lost) + t.scheduler.probe_servers()
         for err in sorted(lost, key=lambda e: e.role == "worker"):
             key = (err.role, err.index)
             if key in seen:
@@ -85,7 +89,7 @@ class RecoveryCoordinator:
     def restart_worker(self, index: int) -> None:
         """A new worker ``index`` continuing from its predecessor's reader position."""
         t = self.t
-        handle = t.backend.start("worker", index, t.worker_class, *t.worker_args(index))
+        handle = t.scheduler.start_worker(index, t.worker_class, t.worker_args(index))
         previous, before = t.push_seqs[index], t.unlogged_push_seqs[index]
         if previous is not None:  # the predecessor's pushes died with its log (durable or not)
             t.unlogged_push_seqs[index] = previous if before is None else \

@@ -7,7 +7,7 @@ dead in the map and returns the error to stop on (or, with fault tolerance, to r
 server through :meth:`replace_server`).
 
 With a :class:`~xdl_ec.ps.placement.Placement` (a failure domain on Ray), every server, spare and replacement is
-started on the node the placement names, and the cluster map reports each server's node.
+started on the node the placement names, workers on its worker node, and the cluster map reports each role's node.
 """
 
 from __future__ import annotations
@@ -74,9 +74,30 @@ class Scheduler:
 
     def start_workers(self, count: int, factory: Callable[..., Any], args_of: Callable[[int], tuple]) -> List[Handle]:
         """Starts ``count`` workers ``factory(*args_of(i))``."""
-        self.workers = [self.backend.start("worker", i, factory, *args_of(i)) for i in range(count)]
+        self.workers = [self.start_worker(i, factory, args_of(i)) for i in range(count)]
         self.version += 1
         return self.workers
+
+    def start_worker(self, index: int, factory: Callable[..., Any], args: tuple) -> Handle:
+        """Starts worker ``index`` as ``factory(*args)`` (where the placement puts workers), not yet in the map."""
+        node = None if self.placement is None else self.placement.worker_node
+        if node is None:
+            return self.backend.start("worker", index, factory, *args)
+        return self.backend.start("worker", index, factory, *args, node=node)
+
+    def probe_servers(self) -> List[RoleLost]:
+        """Pings every server not known dead, all at once; those that do not answer within PROBE_TIMEOUT are
+        marked dead, and their Lost errors returned (a worker restarting must not meet a server that died with
+        its predecessor, e.g. on the same node, unnoticed so far)."""
+        pings = [(i, Remote(h, ServerAPI).ping()) for i, h in enumerate(self.servers) if ("server", i) not in self.dead]
+        lost: List[RoleLost] = []
+        for i, ping in pings:
+            try:
+                ping.result(PROBE_TIMEOUT)
+            except (RoleLost, CallTimeout) as err:
+                reason = err.reason if isinstance(err, RoleLost) else f"no answer to a ping within {PROBE_TIMEOUT:g} s"
+                lost.append(self._mark_dead("server", i, reason))
+        return lost
 
     def worker_restarted(self, index: int, handle: Handle) -> None:
         """Worker ``index`` runs again, as ``handle`` (started by the driver)."""
@@ -112,6 +133,9 @@ class Scheduler:
         if (role, index) not in self.dead and self.backend.alive(handle, PROBE_TIMEOUT):
             return None
         reason = error.reason if isinstance(error, RoleLost) else f"no answer to {error.method}() nor to a ping"
+        return self._mark_dead(role, index, reason)
+
+    def _mark_dead(self, role: str, index: int, reason: str) -> RoleLost:
         if (role, index) not in self.dead:
             self.dead[(role, index)] = reason
             self.version += 1

@@ -102,18 +102,23 @@ def test_when_no_alive_node_keeps_the_rule_the_replacement_breaks_it_least_with_
 class FakeRay:
     name = "ray"
 
-    def __init__(self, alive: List[str]) -> None:
-        self.alive = alive
+    def __init__(self, alive: List[str], driver: str = "a") -> None:
+        self.alive, self.driver = alive, driver
 
     def nodes(self) -> List[str]:
         return list(self.alive)
+
+    def driver_node(self) -> str:
+        return self.driver
 
 
 def test_the_default_failure_domain_is_node_for_stripes_on_several_nodes() -> None:
     assert plan_placement(FakeRay(["a"]), None, 4, (2, 2)) is None  # one node: nothing to spread over
     assert plan_placement(FakeRay(["a", "b"]), None, 4, None) is None  # no stripes
     assert plan_placement(FakeRay(["a", "b"]), "none", 4, (2, 2)) is None
-    assert plan_placement(FakeRay(["a", "b"]), None, 4, (2, 2)).nodes == ["a", "b", "a", "b"]
+    placement = plan_placement(FakeRay(["a", "b"], driver="b"), None, 4, (2, 2))
+    assert placement.nodes == ["a", "b", "a", "b"] and placement.worker_node == "b"  # workers beside the driver
+    assert plan_placement(FakeRay(["a", "b"], driver="gone"), None, 4, (2, 2)).worker_node is None
     with pytest.raises(PlacementError, match="need at least 4 nodes"):  # asked for: one node is an error
         plan_placement(FakeRay(["a"]), "node", 4, (3, 1))
     with pytest.raises(ValueError, match="it needs ft='ec'"):
@@ -127,6 +132,11 @@ def test_the_default_failure_domain_is_node_for_stripes_on_several_nodes() -> No
         xdl_ec.Cluster(servers=4, backend="ray", failure_domain="node")
 
 
+class Idle:
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
 class NodesBackend(LocalBackend):
     """In-process roles that pretend to run on named nodes: records where each was started."""
 
@@ -137,6 +147,9 @@ class NodesBackend(LocalBackend):
 
     def nodes(self) -> List[str]:
         return list(self.alive_nodes)
+
+    def driver_node(self) -> str:
+        return "a"
 
     def start(self, role: str, index: int, cls: Any, *args: Any, node: Any = None) -> Any:
         handle = super().start(role, index, cls, *args)
@@ -149,14 +162,19 @@ def test_the_scheduler_starts_servers_spares_and_replacements_where_the_placemen
     table = xdl_ec.Table("t", 4, optim.Adagrad(learning_rate=0.1))
     backend = NodesBackend(["a", "b", "c", "d"])
     try:
-        scheduler = Scheduler(backend, 6, (table,), spares=1, placement=Placement.plan(6, 2, 1, ["a", "b", "c", "d"]))
+        placement = Placement.plan(6, 2, 1, ["a", "b", "c", "d"], worker_node="a")
+        scheduler = Scheduler(backend, 6, (table,), spares=1, placement=placement)
         assert [s["node"] for s in scheduler.cluster_map()["servers"]] == ["a", "b", "c", "a", "b", "c"]
         assert backend.started[-1] == ("server", 6, "d")  # the spare: on the least loaded node
-        # node b dies with servers 1 and 4: the spare on d replaces server 1, a new server on d server 4
+        scheduler.start_workers(2, Idle, lambda i: (i,))
+        assert [w["node"] for w in scheduler.cluster_map()["workers"]] == ["a", "a"]
+        # node b dies with servers 1 and 4, unnoticed until a probe (as when a worker restarts)
         backend.alive_nodes = ["a", "c", "d"]
         for index in (1, 4):
             scheduler.kill("server", index)
-            scheduler.confirm_failure(ServerLost(index, "its node died"))
+        assert sorted(e.index for e in scheduler.probe_servers()) == [1, 4]
+        assert scheduler.probe_servers() == [] and sorted(i for _, i in scheduler.dead) == [1, 4]
+        # the spare on d replaces server 1, a new server on d server 4
         spare = scheduler._spares[0]
         assert scheduler.replace_server(1) is spare
         scheduler.replace_server(4)
