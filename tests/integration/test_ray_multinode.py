@@ -123,6 +123,14 @@ class RayNode:
         raise RuntimeError(f"processes of the Ray node in {self.temp_dir} outlived SIGKILL: {self.processes()}")
 
 
+def ensure_ray_token() -> None:
+    """In token mode (the tests' default, see conftest) ``ray start`` needs Ray's token to exist already; Ray makes
+    one only when none does (its output, the token, is not shown)."""
+    if os.environ.get("RAY_AUTH_MODE", "").lower() == "token":
+        subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "get-auth-token", "--generate"],
+                       capture_output=True, check=True, timeout=60)
+
+
 def test_losing_a_whole_node_mid_run_loses_at_most_r_of_a_stripe_and_recovery_is_exact() -> None:
     ray = pytest.importorskip("ray")
     reference = example.make_job(example.ClickLog(batch_size=64, batches=BATCHES)).fit(deterministic=True, seed=SEED)
@@ -143,6 +151,7 @@ def test_losing_a_whole_node_mid_run_loses_at_most_r_of_a_stripe_and_recovery_is
             Path(signals, "resume").touch()
 
     try:
+        ensure_ray_token()
         nodes.append(RayNode(os.path.join(signals, "a")))
         address = f"127.0.0.1:{nodes[0].port}"
         nodes.append(RayNode(os.path.join(signals, "b"), address, '{"node_b": 100}'))
