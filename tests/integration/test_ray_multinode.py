@@ -93,8 +93,9 @@ class RayNode:
 
     def processes(self) -> Dict[int, str]:
         """The node's processes (pid -> command line): its process group, and anything they started elsewhere."""
-        rows = [line.split(None, 3) for line in subprocess.run(
-            ["ps", "-ww", "-eo", "pid=,ppid=,pgid=,args="], capture_output=True, text=True, check=True).stdout.splitlines()]
+        table = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,pgid=,args="], capture_output=True, text=True,
+                               check=True).stdout
+        rows = [line.split(None, 3) for line in table.splitlines()]
         args = {int(row[0]): row[3] if len(row) > 3 else "" for row in rows}
         found = {int(row[0]) for row in rows if int(row[2]) == self.group}
         grew = True

@@ -15,10 +15,10 @@ losing any other node loses servers only, at most r of a stripe. (The cost: the 
 "none" lets Ray spread them.)
 
 ``failure_domain`` (``Cluster(failure_domain=...)``, ``--failure-domain``): "node" keeps the rule, "none" lets Ray
-place the servers and workers; None (the default) is "node" when the run has stripes (``--ft ec``) on a Ray cluster of several
-alive nodes. A replacement of a lost server goes to an alive node that keeps the rule; when none does (a cluster of
-two nodes that lost one), to the one that breaks it least, with a warning, and the cluster map lists the stripes
-that broke it.
+place the servers and workers; None (the default) is "node" when the run has stripes (``--ft ec``) on a Ray cluster
+of several alive nodes. A replacement of a lost server goes to an alive node that keeps the rule; when none does (a
+cluster of two nodes that lost one), to the one that breaks it least, with a warning, and the cluster map lists the
+stripes that broke it.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ started on the node the placement names, workers on its worker node, and the clu
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from .. import checks
@@ -90,10 +91,11 @@ class Scheduler:
         marked dead, and their Lost errors returned (a worker restarting must not meet a server that died with
         its predecessor, e.g. on the same node, unnoticed so far)."""
         pings = [(i, Remote(h, ServerAPI).ping()) for i, h in enumerate(self.servers) if ("server", i) not in self.dead]
+        deadline = time.monotonic() + PROBE_TIMEOUT
         lost: List[RoleLost] = []
         for i, ping in pings:
             try:
-                ping.result(PROBE_TIMEOUT)
+                ping.result(max(deadline - time.monotonic(), 0.01))
             except (RoleLost, CallTimeout) as err:
                 reason = err.reason if isinstance(err, RoleLost) else f"no answer to a ping within {PROBE_TIMEOUT:g} s"
                 lost.append(self._mark_dead("server", i, reason))
