@@ -491,19 +491,12 @@ void EmbeddingShard::PullTo(const int64_t* keys, size_t n, float* out, DeltaSink
   if (sink) sink->Record(std::move(batch));
 }
 
-void EmbeddingShard::Find(const int64_t* keys, size_t n, float* out, uint8_t* found) const {
-  RequirePointer(keys, n, "Find", "keys");
-  RequirePointer(out, n, "Find", "out");
-  RequirePointer(found, n, "Find", "found");
-  Impl& s = *impl_;
-  const size_t dim = static_cast<size_t>(s.config.dim);
-  auto run = [&]() {
-    s.Resolve(keys, n, 0, s.value_end, [&](size_t i, uint32_t slot) {
-      found[i] = slot != KeyIndex::kNone;
-      if (found[i]) s.CopyValue(slot, out + i * dim);
-      return true;
-    });
-  };
+namespace {
+
+// A read-only pass over the slots of keys[0..n): under the shared lock, or, while blocks are under restore,
+// under the write lock after faulting the keys' blocks in (a read of a block under restore is a degraded read).
+template <typename Impl, typename Run>
+void ReadPass(Impl& s, const int64_t* keys, size_t n, Run run) {
   {
     std::shared_lock<std::shared_mutex> lock(s.mutex);
     if (!s.Restoring()) return run();
@@ -513,24 +506,33 @@ void EmbeddingShard::Find(const int64_t* keys, size_t n, float* out, uint8_t* fo
   run();
 }
 
+}  // namespace
+
+void EmbeddingShard::Find(const int64_t* keys, size_t n, float* out, uint8_t* found) const {
+  RequirePointer(keys, n, "Find", "keys");
+  RequirePointer(out, n, "Find", "out");
+  RequirePointer(found, n, "Find", "found");
+  Impl& s = *impl_;
+  const size_t dim = static_cast<size_t>(s.config.dim);
+  ReadPass(s, keys, n, [&]() {
+    s.Resolve(keys, n, 0, s.value_end, [&](size_t i, uint32_t slot) {
+      found[i] = slot != KeyIndex::kNone;
+      if (found[i]) s.CopyValue(slot, out + i * dim);
+      return true;
+    });
+  });
+}
+
 void EmbeddingShard::Clocks(const int64_t* keys, size_t n, int32_t* clocks) const {
   RequirePointer(keys, n, "Clocks", "keys");
   RequirePointer(clocks, n, "Clocks", "clocks");
   Impl& s = *impl_;
-  auto run = [&]() {
+  ReadPass(s, keys, n, [&]() {  // under restore a clock check is a degraded read too
     s.Resolve(keys, n, 0, RecordLayout::kValueOffset, [&](size_t i, uint32_t slot) {
       clocks[i] = slot == KeyIndex::kNone ? -1 : static_cast<int32_t>(RecordLayout::Clock(s.Record(slot)));
       return true;
     });
-  };
-  {
-    std::shared_lock<std::shared_mutex> lock(s.mutex);
-    if (!s.Restoring()) return run();
-  }
-  // Under restore a clock check is a degraded read too: fault the blocks in first.
-  std::unique_lock<std::shared_mutex> lock(s.mutex);
-  s.PrepareBlocks(keys, n, /*may_insert=*/false);
-  run();
+  });
 }
 
 size_t EmbeddingShard::PullStale(const int64_t* keys, size_t n, const int32_t* known, uint32_t staleness,

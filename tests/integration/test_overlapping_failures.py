@@ -7,7 +7,6 @@ the same scenarios many more times; here a fixed, seeded set, and more under ``-
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
+from support.interrupt import interrupt_when_recovering
 from support.overlapping_failures import SCENARIOS, Scenario, random_scenario, run_scenario
 from xdl_ec.ft.ec_recovery import RecoveryCoordinator
 
@@ -87,29 +87,11 @@ def test_sigint_mid_recovery_stops_the_run_within_seconds(tmp_path: Any) -> None
     cmd = [sys.executable, "-P", "-m", "xdl_ec", "train", "--synthetic", "--synthetic-rows", "60000",
            "--batch-size", "512", "--steps", "400", "--emb-dim", "32", "--no-progress", "--servers", "5",
            "--ft", "ec", "--code", "3,2", "--rebuild-share", "0.01", "--fail-at", "40:0", "--fail-at", "40:3"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
-    try:
-        deadline = time.monotonic() + 240
-        for line in proc.stderr:  # the strategy's warning when a recovery starts
-            if "recovering" in line:
-                break
-            assert time.monotonic() < deadline, "no recovery started"
-        else:
-            pytest.fail(f"the run ended without a recovery: {proc.wait()}")
-        time.sleep(0.05)
-        interrupted = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        status = proc.wait(timeout=30)
-        seconds = time.monotonic() - interrupted
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert status == 130, proc.stderr.read()
+    status, seconds, stderr, session = interrupt_when_recovering(cmd, env)
+    assert status == 130, stderr
     assert seconds < 5.0, f"SIGINT took {seconds:.1f} s to stop the run"
-    assert "interrupted" in proc.stderr.read()
-    leftover = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert "interrupted" in stderr
+    leftover = subprocess.run(["pgrep", "-s", str(session)], capture_output=True, text=True).stdout.split()
     assert leftover == [], f"processes left in the run's session: {leftover}"
 
 

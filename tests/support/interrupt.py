@@ -1,0 +1,39 @@
+"""A training run interrupted (SIGINT) right after it starts recovering lost servers: what the SIGINT tests of one
+process and of Ray share."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from typing import Dict, List, Optional, Tuple
+
+
+def interrupt_when_recovering(cmd: List[str], env: Dict[str, str], cwd: Optional[str] = None,
+                              start_timeout: float = 240.0) -> Tuple[int, float, str, int]:
+    """Runs ``cmd`` in a session of its own, sends SIGINT as soon as its stderr says "recovering", and returns
+    (exit status, seconds from the SIGINT to the exit, the rest of stderr, the run's session id). Fails the calling
+    test when no recovery starts; the whole session is killed if the run outlives the wait."""
+    import pytest
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + start_timeout
+        for line in proc.stderr:  # the strategy's warning when a recovery starts
+            if "recovering" in line:
+                break
+            assert time.monotonic() < deadline, "no recovery started"
+        else:
+            pytest.fail(f"the run ended without a recovery: {proc.wait()}")
+        time.sleep(0.05)
+        interrupted = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        status = proc.wait(timeout=60)
+        seconds = time.monotonic() - interrupted
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return status, seconds, proc.stderr.read(), proc.pid
