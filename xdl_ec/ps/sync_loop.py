@@ -5,6 +5,7 @@ with one worker the model_digest equals the one-process run's."""
 
 from __future__ import annotations
 
+import time
 from typing import Any, Dict, Optional
 
 import numpy as np
@@ -25,11 +26,16 @@ def run_sync(trainer: Any, bar: Any, stop: Optional[int]) -> None:
             t.before_step(t.step + 1)
         participants = len(todo_all)
         step = t.step + 1
+        tw = time.perf_counter()
         weights = t.dense.weights()
         todo = [i for i in todo_all if i not in done]
         more = stop is None or step < stop
+        t0 = time.perf_counter()
+        t.loop_seconds["dense"] += t0 - tw
         futures = [t.worker(i).train_step(step, weights, participants, more) for i in todo]
         answers, lost = t.drain(futures)
+        t1 = time.perf_counter()
+        t.loop_seconds["call"] += t1 - t0
         done.update((i, r) for i, r in zip(todo, answers) if r is not None)
         if lost:  # no call of the step is in flight any more: recover, then retry or replay
             if t.recover(lost, step):
@@ -44,9 +50,14 @@ def run_sync(trainer: Any, bar: Any, stop: Optional[int]) -> None:
                 raise RuntimeError(f"worker {i} had no batch at step {step} although it reported one")
             t.check_finite(r)
         t.step = step
+        t.dense_bytes += len(todo_all) * sum(np.asarray(w).nbytes for w in weights) + \
+            sum(np.asarray(g).nbytes for r in results for g in r.dense_grads)
         t.dense.apply(average_gradients([r.dense_grads for r in results]))
+        t2 = time.perf_counter()
+        t.loop_seconds["dense"] += t2 - t1
         t.losses.append(results[0].loss if participants == 1 else float(np.mean([r.loss for r in results])))
         for i, r in zip(todo_all, results):
             t.note_result(i, r)
         t.tick(bar)
         t.after_step(t.step)
+        t.loop_seconds["boundary"] += time.perf_counter() - t2

@@ -107,6 +107,11 @@ class PSTrainer:
         self.total_steps: Optional[int] = None
         self.losses: List[float] = []
         self.timeline: List[List[float]] = []
+        # the driver's seconds per part of its loop (sync mode): "call" (step calls sent until every answer is
+        # in), "dense" (weights read, gradients applied), "boundary" (bookkeeping, after_step); dense_bytes:
+        # dense arrays carried by step calls and answers (bench/bench_ray_step.py)
+        self.loop_seconds: Dict[str, float] = {"call": 0.0, "dense": 0.0, "boundary": 0.0}
+        self.dense_bytes = 0
         self._train_start: Optional[float] = None
         self._fit_start = 0.0
         self._recovery = RecoveryCoordinator(self)

@@ -96,7 +96,9 @@ class Worker:
         self.dense: Optional[DenseModel] = None
         if self._current is not None:
             self._build(self._current.signature())
-        self.seconds: Dict[str, float] = {"pull_wait": 0.0, "data_wait": 0.0, "compute": 0.0, "push": 0.0}
+        # wall seconds per phase of train_step; "in_step": the whole call (dense weights set included)
+        self.seconds: Dict[str, float] = {"set_weights": 0.0, "pull_wait": 0.0, "data_wait": 0.0, "compute": 0.0,
+                                          "push": 0.0, "in_step": 0.0}
         self.steps = 0
         self._unacked: List[Any] = []  # push futures not yet awaited (see train_step)
         self._pushed: Optional[tuple] = None  # (step, result, next batch) of a step whose push met a lost server
@@ -145,6 +147,14 @@ class Worker:
         None when its input is exhausted. ``participants``: pushes a server waits for at this step (sync mode).
         ``more``: another step may follow in this fit, so the next batch's rows may be prefetched (a pull inserts
         rows: the last step of a fit prefetches nothing, so a run that stops early holds only rows it trained)."""
+        start = time.perf_counter()
+        try:
+            return self._train_step(step, weights, participants, more)
+        finally:
+            self.seconds["in_step"] += time.perf_counter() - start
+
+    def _train_step(self, step: int, weights: Optional[Sequence[np.ndarray]], participants: int,
+                    more: bool) -> Optional[StepResult]:
         if self._pushed is not None and self._pushed[0] == step:
             # the retry of a step whose push already reached every live server (the lost one's part is in the
             # push log, replayed to its replacement): pushing again would apply it twice
@@ -156,9 +166,11 @@ class Worker:
         batch = self._current
         if batch is None:
             return None
+        tw = time.perf_counter()
         if weights is not None:
             self.dense.set_weights(weights)
         t0 = time.perf_counter()
+        self.seconds["set_weights"] += t0 - tw
         self.flush()
         rows = self._rows(batch, self._pending)
         t_data = time.perf_counter()
@@ -196,6 +208,16 @@ class Worker:
         for name, seconds in (("pull_wait", t_data - t0), ("compute", t2 - t1), ("push", t3 - t2)):
             self.seconds[name] += seconds
         return result
+
+    def call_latency(self, calls: int) -> float:
+        """Mean seconds of an empty call (a ping) from this worker to a server, ``calls`` rounds over every server
+        one call at a time (bench/bench_ray_step.py)."""
+        client = getattr(self.client, "client", self.client)  # a CachedClient's PSClient
+        start = time.perf_counter()
+        for _ in range(calls):
+            for server in range(client.num_servers):
+                client.server(server).ping().result(client.timeout)
+        return (time.perf_counter() - start) / max(calls * client.num_servers, 1)
 
     def flush(self, write_back: bool = False) -> int:
         """Waits for the acks of this worker's last push (raising its failure, if any); returns how many.
