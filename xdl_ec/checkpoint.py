@@ -45,8 +45,10 @@ Loading verifies everything (manifest checksum, file sizes, sha256, array header
 table's dim / state_floats / optimizer) before it creates anything, then loads the rows into FRESH shards that
 the caller swaps in: a bad checkpoint raises ValueError naming the file and changes no state.
 
-Restored records are byte-identical by key (keys, values, optimizer state); slots are reassigned lowest-first in
-the saved slot order, so a shard without freed slots also gets its original slot layout back.
+Restored records are byte-identical by key (keys, values, optimizer state) but for their row clocks (a restored row
+starts at clock 1: the server starts a new epoch for workers' caches, see :mod:`xdl_ec.ps.cached_client`); slots are
+reassigned lowest-first in the saved slot order, so a shard without freed slots also gets its original slot
+layout back.
 """
 
 from __future__ import annotations
