@@ -28,9 +28,10 @@ class ModelStep:
 
     def __init__(self, model: Any, features: Sequence[Feature], table_names: Sequence[str],
                  loss: Union[str, Callable[[Any, Any], Any]], signature: Tuple[Any, ...],
-                 optimizer: Any = None) -> None:
+                 optimizer: Any = None, return_dense: bool = False) -> None:
         """``optimizer``: the model's dense optimizer, to apply the dense gradients inside the step itself (one
-        process: one TF call per step); None returns them (a worker sends them to the driver)."""
+        TF call per step); None returns them (a worker sends them to the driver). ``return_dense``: with an
+        optimizer, return the gradients it applied as well (a cluster's only worker: the driver logs them)."""
         import tensorflow as tf
 
         self.model, self.features, self.table_names = model, list(features), list(table_names)
@@ -95,7 +96,7 @@ class ModelStep:
                                   unconnected_gradients=tf.UnconnectedGradients.ZERO)
             if optimizer is not None:
                 optimizer.apply(grads[:len(variables)], variables)
-                return value, [], grads[len(variables):]
+                return value, grads[:len(variables)] if return_dense else [], grads[len(variables):]
             return value, grads[:len(variables)], grads[len(variables):]
 
         def predict(*args):  # noqa: ANN002, ANN202

@@ -29,12 +29,12 @@ def run_async(trainer: Any, bar: Any, stop: Optional[int]) -> None:
             t.before_step(t.step + 1)
             t.step += 1
             step = t.step
-        future = t.worker(i).train_step(step, t.dense.weights(), 1, stop is None or step < stop)
+        future = t.worker(i).train_step(step, t._dense.for_step(), 1, stop is None or step < stop)
         in_flight[future], step_of[future] = i, step
 
     def apply(i: int, result: Any) -> None:
         t.check_finite(result)
-        t.dense.apply(result.dense_grads)
+        t._dense.answered([result.dense_grads])
         t.losses.append(result.loss)
         t.note_result(i, result)
         t.tick(bar)

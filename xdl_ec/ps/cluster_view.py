@@ -99,7 +99,7 @@ class ClusterView:
         return list(self._t.push_seqs), list(self._t.unlogged_push_seqs)
 
     def dense_state(self) -> Tuple[List[np.ndarray], List[np.ndarray]]:
-        return self._t.dense.state()
+        return self._t.dense_state()
 
     def dense_variables(self) -> Tuple[list, list]:
         """The authoritative dense weights and optimizer variables (TF variables, for checkpoint writers)."""

@@ -89,6 +89,7 @@ class RecoveryCoordinator:
     def restart_worker(self, index: int) -> None:
         """A new worker ``index`` continuing from its predecessor's reader position."""
         t = self.t
+        t._dense.worker_lost()  # its successor gets the driver's dense state with its first step
         handle = t.scheduler.start_worker(index, t.worker_class, t.worker_args(index))
         previous, before = t.push_seqs[index], t.unlogged_push_seqs[index]
         if previous is not None:  # the predecessor's pushes died with its log (durable or not)

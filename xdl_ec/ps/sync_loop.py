@@ -1,5 +1,6 @@
-"""The synchronous step loop: step t is dispatched to every worker that has a batch left, with the dense weights;
-all answers are awaited (the barrier), the dense gradients averaged in worker order and applied; servers apply the
+"""The synchronous step loop: step t is dispatched to every worker that has a batch left, with the dense weights
+(none when the only worker applies its own dense updates, :mod:`~xdl_ec.ps.dense_sync`); all answers are awaited
+(the barrier), the dense gradients averaged in worker order and applied (or logged); servers apply the
 step's sparse pushes merged in worker order (see :mod:`xdl_ec.ps.server`). Deterministic with ``--deterministic``;
 with one worker the model_digest equals the one-process run's."""
 
@@ -10,7 +11,7 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from .dense_sync import average_gradients
+from .dense_sync import dense_nbytes
 from .worker import StepResult
 
 
@@ -27,7 +28,7 @@ def run_sync(trainer: Any, bar: Any, stop: Optional[int]) -> None:
         participants = len(todo_all)
         step = t.step + 1
         tw = time.perf_counter()
-        weights = t.dense.weights()
+        weights = t._dense.for_step()
         todo = [i for i in todo_all if i not in done]
         more = stop is None or step < stop
         t0 = time.perf_counter()
@@ -50,9 +51,8 @@ def run_sync(trainer: Any, bar: Any, stop: Optional[int]) -> None:
                 raise RuntimeError(f"worker {i} had no batch at step {step} although it reported one")
             t.check_finite(r)
         t.step = step
-        t.dense_bytes += len(todo_all) * sum(np.asarray(w).nbytes for w in weights) + \
-            sum(np.asarray(g).nbytes for r in results for g in r.dense_grads)
-        t.dense.apply(average_gradients([r.dense_grads for r in results]))
+        t.dense_bytes += len(todo) * dense_nbytes(weights) + sum(dense_nbytes(r.dense_grads) for r in results)
+        t._dense.answered([r.dense_grads for r in results])
         t2 = time.perf_counter()
         t.loop_seconds["dense"] += t2 - t1
         t.losses.append(results[0].loss if participants == 1 else float(np.mean([r.loss for r in results])))

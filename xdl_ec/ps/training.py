@@ -35,6 +35,7 @@ from .backend import DEFAULT_TIMEOUT, CallTimeout, RoleLost, make_backend
 from .cached_client import merged_cache_stats
 from .client import PSClient
 from .cluster_view import ClusterView
+from .dense_sync import DriverDense
 from .fault_tolerance import FaultTolerance, NoFaultTolerance
 from .placement import check_failure_domain, plan_placement
 from .recovery_coordinator import RecoveryCoordinator
@@ -136,10 +137,12 @@ class PSTrainer:
                 raise ValueError("input_fn: no worker got a batch (every worker's input is empty)")
             if any(s != known[0] for s in known):
                 raise ValueError(f"input_fn: workers' batches differ in their features' shapes: {signatures}")
-            self.dense = DenseModel(job.model_fn, job.dense_optimizer, job.dense_learning_rate, known[0], job.dims(),
-                                    job.combiners(), settings.seed)
+            model = DenseModel(job.model_fn, job.dense_optimizer, job.dense_learning_rate, known[0], job.dims(),
+                               job.combiners(), settings.seed)
+            # the driver's dense state; a single worker applies its own updates (see xdl_ec.ps.dense_sync)
+            self._dense = DriverDense(model, self.worker_applies_dense, self._worker_dense_state)
             self.signature = known[0]
-            self._predict = ModelStep(self.dense.model, job.features, job.table_names, job.loss, known[0])
+            self._predict = ModelStep(model.model, job.features, job.table_names, job.loss, known[0])
             self.client = PSClient(self.scheduler.servers, worker=cluster.workers, timeout=cluster.call_timeout)
             self.view = ClusterView(self)
             self.strategy.attach(self.view)
@@ -147,10 +150,32 @@ class PSTrainer:
             self.backend.shutdown()
             raise
 
+    @property
+    def worker_applies_dense(self) -> bool:
+        """A cluster's only worker applies its own dense updates (see :mod:`xdl_ec.ps.dense_sync`)."""
+        return self.cluster.workers == 1
+
     def worker_args(self, index: int) -> tuple:
         prefetch = self.cluster.workers == 1 or self.cluster.mode == "async"
+        applies = self.worker_applies_dense
         return (index, self.cluster.workers, self.job, self.settings, list(self.scheduler.servers), prefetch,
-                self.cluster.call_timeout, None, False, self.caches, self.table_rows())
+                self.cluster.call_timeout, None, applies, self.caches, self.table_rows(), applies)
+
+    # ---- the dense model (see xdl_ec.ps.dense_sync) -----------------------------------------------------------
+    @property
+    def dense(self) -> DenseModel:
+        """The authoritative dense model, up to date; taken to be changed (a worker applying its own dense updates
+        gets it whole with its next step)."""
+        return self._dense.take()
+
+    def _worker_dense_state(self) -> Optional[tuple]:
+        """The only worker's dense state (weights, optimizer variables, iterations), None when it cannot answer."""
+        if ("worker", 0) in self.scheduler.dead:
+            return None
+        try:
+            return self.result(self.worker(0).dense_state())
+        except (RoleLost, CallTimeout):
+            return None
 
     def table_rows(self) -> Dict[str, int]:
         """Rows of each table over every server now (sizes "P%" worker caches); {} without such a cache."""
@@ -229,7 +254,7 @@ class PSTrainer:
         return int(sum(written))
 
     def dense_state(self) -> tuple:
-        return self.dense.state()
+        return self._dense.current().state()
 
     def restore(self, saved: Any) -> None:
         """Continues ``saved`` (a :class:`~xdl_ec.saved_run.SavedRun` checked against this job by the caller):
@@ -376,6 +401,7 @@ class PSTrainer:
     def evaluate(self, batches: Iterable[Any]) -> Dict[str, Any]:
         """AUC, log loss and sample count of ``batches`` (dict batches as input_fn yields); no row is inserted,
         ids never trained read a zero row."""
+        self._dense.current()
         return evaluate_batches(batches, self.job.features, self.find_rows, self._predict.predict)
 
     def digest(self) -> str:
@@ -384,7 +410,8 @@ class PSTrainer:
 
     def digest_of(self, exports: Sequence[Sequence[Dict[str, np.ndarray]]]) -> str:
         """``model_digest`` of the tables' ``exports`` (per table, every server's) with the dense state."""
-        return model_digest(exports, self.dense.model.weights, self.dense.optimizer.variables)
+        dense = self._dense.current()
+        return model_digest(exports, dense.model.weights, dense.optimizer.variables)
 
     def report(self) -> Dict[str, Any]:
         """The cluster's part of a report: per-server and per-worker stats, bytes moved per sample."""
@@ -405,6 +432,9 @@ class PSTrainer:
         }
 
     def close(self) -> None:
+        dense = getattr(self, "_dense", None)
+        if dense is not None:
+            dense.sync(ask_worker=False)  # the model stays usable after the cluster is gone (job.fit's model)
         try:
             self.strategy.close()
         finally:

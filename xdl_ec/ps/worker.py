@@ -57,6 +57,16 @@ class StepResult:
 
 
 @dataclasses.dataclass(frozen=True)
+class DenseState:
+    """A dense model's whole state (weights in ``model.trainable_variables`` order, optimizer variables): what the
+    driver sends a worker that applies its own dense updates when the driver's copy is the one to go on from (a
+    restarted worker, a rollback, a resumed run)."""
+
+    weights: List[np.ndarray]
+    optimizer: List[np.ndarray]
+
+
+@dataclasses.dataclass(frozen=True)
 class RunSettings:
     """What every process of a run sets the same way."""
 
@@ -72,15 +82,17 @@ class Worker:
     def __init__(self, index: int, count: int, job: JobSpec, settings: RunSettings, servers: Sequence[Handle],
                  prefetch_across_steps: bool, call_timeout: Optional[float] = None, client: Any = None,
                  apply_dense: bool = False, caches: Optional[Mapping[str, Cache]] = None,
-                 table_rows: Optional[Mapping[str, int]] = None) -> None:
-        """``apply_dense``: this worker's model is the authoritative one (one process): each step applies its
-        dense gradients itself, inside the same TF call, and answers none. ``caches``: {table: Cache}, the
-        worker's embedding caches (:mod:`xdl_ec.ps.cached_client`), sized by ``table_rows`` for "P%" ones."""
+                 table_rows: Optional[Mapping[str, int]] = None, report_dense: bool = False) -> None:
+        """``apply_dense``: each step applies its dense gradients to this worker's model itself, inside the same
+        TF call (one process; a cluster's only worker), and answers none unless ``report_dense`` (a cluster's only
+        worker answers them: the driver logs them, see :mod:`xdl_ec.ps.dense_sync`). ``caches``: {table: Cache},
+        the worker's embedding caches (:mod:`xdl_ec.ps.cached_client`), sized by ``table_rows`` for "P%" ones."""
         if not 0 <= index < count:
             raise ValueError(f"index: must be in [0, {count}), got {index}")
         configure_determinism(settings.seed, settings.deterministic)
         self.index, self.count, self.job, self.settings = index, count, job, settings
         self.prefetch_across_steps, self.apply_dense = prefetch_across_steps, apply_dense
+        self.report_dense = report_dense
         if client is None:
             client = PSClient(servers, worker=index, **({} if call_timeout is None else {"timeout": call_timeout}))
             client.resume_seqs()  # a restarted worker continues its predecessor's push seqs (and log, under ec)
@@ -109,7 +121,8 @@ class Worker:
         self.dense = DenseModel(job.model_fn, job.dense_optimizer, job.dense_learning_rate, signature, job.dims(),
                                 job.combiners(), self.settings.seed)
         self._step = ModelStep(self.dense.model, job.features, job.table_names, job.loss, signature,
-                               self.dense.optimizer if self.apply_dense else None)
+                               self.dense.optimizer if self.apply_dense else None,
+                               return_dense=self.report_dense)
 
     def ping(self) -> int:
         return self.index
@@ -143,8 +156,8 @@ class Worker:
 
     def train_step(self, step: int, weights: Optional[Sequence[np.ndarray]], participants: int,
                    more: bool = True) -> Optional[StepResult]:
-        """Trains this worker's next batch at optimizer ``step`` with dense ``weights`` (None: keep its own);
-        None when its input is exhausted. ``participants``: pushes a server waits for at this step (sync mode).
+        """Trains this worker's next batch at optimizer ``step`` with dense ``weights`` (None: keep its own; a
+        :class:`DenseState`: load it whole first); None when its input is exhausted. ``participants``: pushes a server waits for at this step (sync mode).
         ``more``: another step may follow in this fit, so the next batch's rows may be prefetched (a pull inserts
         rows: the last step of a fit prefetches nothing, so a run that stops early holds only rows it trained)."""
         start = time.perf_counter()
@@ -167,7 +180,9 @@ class Worker:
         if batch is None:
             return None
         tw = time.perf_counter()
-        if weights is not None:
+        if isinstance(weights, DenseState):
+            self.load_dense(weights)
+        elif weights is not None:
             self.dense.set_weights(weights)
         t0 = time.perf_counter()
         self.seconds["set_weights"] += t0 - tw
@@ -208,6 +223,16 @@ class Worker:
         for name, seconds in (("pull_wait", t_data - t0), ("compute", t2 - t1), ("push", t3 - t2)):
             self.seconds[name] += seconds
         return result
+
+    def load_dense(self, state: DenseState) -> None:
+        """Takes ``state`` as this worker's dense model (weights and optimizer variables)."""
+        self.dense.load_state(state.weights, state.optimizer)
+
+    def dense_state(self) -> Tuple[List[np.ndarray], List[np.ndarray], int]:
+        """(weights, optimizer variables, optimizer iterations) of this worker's dense model: a worker that applies
+        its own dense updates hands the driver its state (see :mod:`xdl_ec.ps.dense_sync`)."""
+        weights, variables = self.dense.state()
+        return weights, variables, int(self.dense.optimizer.iterations.numpy())
 
     def call_latency(self, calls: int) -> float:
         """Mean seconds of an empty call (a ping) from this worker to a server, ``calls`` rounds over every server
