@@ -263,3 +263,14 @@ def test_cli_export_of_a_save_serves_what_load_predicts(saved: Path, tmp_path: P
         np.testing.assert_allclose(out["probability"].numpy(), model.predict(batch), atol=1e-6)
     assert main(["export", "--from", str(saved), "--out", str(tmp_path / "served"), "--script", script]) == 2
     assert "exists and is not an empty directory" in capsys.readouterr().err
+
+
+def test_load_rebuilds_the_built_in_job_from_its_save(tmp_path: Path) -> None:
+    assert main(["train", "--synthetic", "--synthetic-rows", "3000", "--steps", "3", "--batch-size", "64",
+                 "--deterministic", "--no-progress", "--save-dir", str(tmp_path)]) == 0
+    model = xdl_ec.load(tmp_path)  # the save names the built-in model's config
+    from xdl_ec.criteo_job import CriteoHoldout, TrainConfig
+
+    holdout = CriteoHoldout(TrainConfig(synthetic=True, synthetic_rows=3000, batch_size=64))
+    metrics = model.evaluate(holdout())
+    assert metrics["eval_samples"] == 300 and 0.0 < metrics["logloss"] < 5.0
