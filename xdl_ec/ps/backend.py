@@ -19,6 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import threading
+import time
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Type
 
@@ -207,6 +208,10 @@ class LocalBackend:
 
     def alive(self, handle: LocalHandle, timeout: float = 5.0) -> bool:
         return handle.alive
+
+    def seconds_since_death(self, handle: LocalHandle) -> Optional[float]:
+        """Unknown here: an object in this process dies only by the job's own injection, which times itself."""
+        return None
 
     def shutdown(self) -> None:
         for handle in self._handles:
@@ -430,6 +435,19 @@ class RayBackend:
             return True
         except (RoleLost, CallTimeout):
             return False
+
+    def seconds_since_death(self, handle: RayHandle) -> Optional[float]:
+        """Seconds since Ray recorded the actor's death (its GCS entry's end time: a kill from outside the job is
+        timed from the kill, not from the call that failed), or None when Ray does not say."""
+        try:
+            import ray._private.state  # the GCS actor table; the public state API needs the dashboard
+
+            info = ray._private.state.actors(handle.actor._actor_id.hex())
+            if info.get("State") != "DEAD" or not info.get("EndTime"):
+                return None
+            return max(time.time() - float(info["EndTime"]) / 1000.0, 0.0)
+        except Exception:  # noqa: BLE001 - a private API: without it the detection time is unknown, not an error
+            return None
 
     def shutdown(self) -> None:
         import ray

@@ -307,7 +307,14 @@ class PSTrainer:
             self.injector.before_step(self.view, step, elapsed)
 
     def detect_seconds(self, role: str, index: int) -> float:
-        return 0.0 if self.injector is None else self.injector.detect_seconds(role, index)
+        """Seconds from the death of (role, index) to now: from its injected kill, else from the death the backend
+        recorded (a kill from outside the job, on Ray), else 0.0 (unknown)."""
+        injected = 0.0 if self.injector is None else self.injector.detect_seconds(role, index)
+        if injected:
+            return injected
+        handles = self.scheduler.servers if role == "server" else self.workers
+        since = self.backend.seconds_since_death(handles[index]) if 0 <= index < len(handles) else None
+        return 0.0 if since is None else since
 
     def replace_server(self, index: int) -> Any:
         """Starts a fresh, empty server ``index`` in place of a dead one and points the workers and the driver's
