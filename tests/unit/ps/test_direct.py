@@ -1,0 +1,331 @@
+"""Direct links (xdl_ec.ps.direct): framing (arrays out of band, answers in order, errors raised in the caller),
+membership (a wrong secret, a stranger, a forged proof, an altered or replayed message, a stale address, a message
+naming a global it may not all end in a closed connection and a warning, the method never run), and failures (a
+role process killed mid-call is its Lost error at once, a stuck one a CallTimeout at the timeout). Real links over
+loopback; the role runs in this process, or in a child process where it must die."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, List, Tuple
+
+import numpy as np
+import pytest
+
+from xdl_ec.ft.job_secret import JobSecret
+from xdl_ec.ps import direct
+from xdl_ec.ps.backend import CallTimeout, Handle, ServerLost
+from xdl_ec.ps.direct import Link, LinkedHandle, LinkHost, LinkRefused, LinkServer
+
+SECRET = JobSecret.generate()
+
+
+class _Foreign(Exception):
+    pass
+
+
+class _Role(LinkHost):
+    """A stand-in server: ``pull`` echoes its arrays (and records the call), ``push`` raises the error named."""
+
+    link_role = "server"
+
+    def __init__(self, index: int = 0) -> None:
+        self.index = index
+        self.calls: List[Any] = []
+
+    def ping(self) -> int:
+        return self.index
+
+    def pull(self, requests: Any) -> Any:
+        self.calls.append(requests)
+        return [(name, keys, keys.astype(np.float32)[:, None] * np.ones((1, 3), np.float32)) for name, keys in requests]
+
+    def push(self, error: str) -> None:
+        raise {"value": ValueError("bad grads"), "lost": ServerLost(3, "gone"),
+               "foreign": _Foreign("not from here")}[error]
+
+
+class _Handle(Handle):
+    """A handle whose only backend call is ``open_links`` on ``role`` (in this process), or a fixed address."""
+
+    role = "server"
+
+    def __init__(self, role: Any, index: int = 0, address: Any = None) -> None:
+        self._role, self.index, self._address = role, index, address
+
+    def call(self, method: str, *args: Any) -> Any:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        assert method == "open_links", method
+        future.set_result(self._address if self._address is not None else self._role.open_links(*args))
+        return future
+
+
+def _link(role: _Role, secret: JobSecret = SECRET, index: int = 0) -> Link:
+    return Link(_Handle(role, index), secret, caller=7)
+
+
+def test_arrays_travel_out_of_band_and_answers_come_in_order() -> None:
+    role = _Role()
+    link = _link(role)
+    try:
+        keys = [np.arange(n, dtype=np.int64) * 3 for n in (1, 1000, 0, 70_000)]
+        futures = [link.call("pull", [("t", k)]) for k in keys]  # pipelined: sent before any answer is read
+        for k, future in zip(keys, futures):
+            ((name, got, rows),) = future.result(10.0)
+            assert name == "t" and got.dtype == np.int64 and np.array_equal(got, k)
+            assert rows.shape == (k.size, 3) and rows.dtype == np.float32 and rows.flags.writeable
+            np.testing.assert_array_equal(rows[:, 2], k.astype(np.float32))
+        assert link.call("ping").result(10.0) == 0
+        data, buffers = direct.encode(("pull", [("t", keys[3])]))
+        assert len(buffers) == 1 and len(data) < 200  # the keys are not in the pickle
+    finally:
+        link.close()
+        role.close_links()
+
+
+def test_errors_are_raised_in_the_caller() -> None:
+    role = _Role()
+    link = _link(role)
+    try:
+        with pytest.raises(ValueError, match="bad grads"):
+            link.call("push", "value").result(10.0)
+        with pytest.raises(ServerLost, match="server 3 was lost: gone"):
+            link.call("push", "lost").result(10.0)
+        with pytest.raises(AttributeError, match="not 'export'"):
+            link.call("export", "t").result(10.0)
+        assert link.call("ping").result(10.0) == 0  # the link is still in step
+    finally:
+        link.close()
+        role.close_links()
+
+
+def test_an_error_the_caller_may_not_unpickle_comes_as_a_runtime_error() -> None:
+    role = _Role()
+    link = _link(role)
+    try:
+        with pytest.raises(RuntimeError, match="_Foreign: not from here"):
+            link.call("push", "foreign").result(10.0)
+    finally:
+        link.close()
+        role.close_links()
+
+
+def test_a_wrong_secret_is_refused_and_the_role_keeps_its_own(caplog: pytest.LogCaptureFixture) -> None:
+    role = _Role()
+    address = role.open_links(SECRET)
+    try:
+        with pytest.raises(LinkRefused):
+            role.open_links(JobSecret.generate())  # a role serves one run's secret
+        intruder = Link(_Handle(role, 0, address), JobSecret.generate(), caller=1)
+        with caplog.at_level(logging.WARNING, logger="xdl_ec.ps.direct"):
+            future = intruder.call("pull", [("t", np.arange(3))])
+            with pytest.raises(ServerLost, match="direct link broke"):
+                future.result(10.0)
+            _wait_for(lambda: role._link_server.refused == 1)
+        assert role.calls == [] and "failed authentication" in caplog.text
+    finally:
+        role.close_links()
+
+
+def _wait_for(condition: Any, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def _raw(address: Tuple[str, int]) -> socket.socket:
+    conn = socket.create_connection(address, timeout=10.0)
+    return conn
+
+
+def _closed(conn: socket.socket) -> bool:
+    try:
+        return conn.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_a_stranger_and_a_stale_address_get_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    role = _Role(index=2)
+    address = role.open_links(SECRET)
+    try:
+        with caplog.at_level(logging.WARNING, logger="xdl_ec.ps.direct"):
+            conn = _raw(address)
+            conn.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            assert _closed(conn)
+            conn = _raw(address)  # the right magic, asking for server 5 at server 2's address
+            conn.sendall(direct._HELLO.pack(direct._MAGIC, 0, 5, 1, os.urandom(32)))
+            assert _closed(conn)
+            conn = _raw(address)  # a forged proof
+            conn.sendall(direct._HELLO.pack(direct._MAGIC, 0, 2, 1, os.urandom(32)))
+            conn.recv(32)
+            conn.sendall(os.urandom(32))
+            assert _closed(conn)
+            _wait_for(lambda: role._link_server.refused == 3)
+        assert "not a direct link" in caplog.text and "a stale address" in caplog.text
+        assert "failed authentication" in caplog.text and role.calls == []
+        stale = Link(_Handle(role, 4, address), SECRET)  # a member that names the wrong index is refused too
+        with pytest.raises(ServerLost):
+            stale.call("ping").result(10.0)
+    finally:
+        role.close_links()
+
+
+class _Tap:
+    """Wraps a Link's socket to record (and optionally alter) what it sends."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn, self.sent, self.alter = conn, [], None
+
+    def sendmsg(self, views: List[Any]) -> int:
+        data = b"".join(bytes(v) for v in views)
+        self.sent.append(data)
+        if self.alter is not None:
+            data = self.alter(data)
+        self.conn.sendall(data)
+        return sum(len(v) for v in views)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
+
+
+@pytest.mark.parametrize("attack", ["altered", "replayed", "foreign global"])
+def test_an_altered_replayed_or_foreign_message_closes_the_connection(attack: str,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    role = _Role()
+    link = _link(role)
+    try:
+        assert link.call("ping").result(10.0) == 0
+        tap = _Tap(link._conn)
+        link._conn = tap
+        before = len(role.calls)
+        with caplog.at_level(logging.WARNING, logger="xdl_ec.ps.direct"):
+            if attack == "altered":
+                tap.alter = lambda data: data[:-40] + bytes([data[-40] ^ 1]) + data[-39:]
+                future = link.call("pull", [("t", np.arange(5))])
+            elif attack == "replayed":
+                assert len(link.call("pull", [("t", np.arange(5))]).result(10.0)) == 1
+                tap.conn.sendall(tap.sent[-1])  # the same bytes again: their counter is spent
+                future = link.call("ping")
+            else:  # a member's message whose pickle names os.system: refused before anything runs
+                session = link._session
+                data = pickle.dumps(("pull", (os.system, "true")), protocol=5)
+                header = direct._HEADER.pack(len(data), 0)
+                counter = session.sent
+                tap.conn.sendall(header + session.mac(b"C", b"H", counter, header) + data +
+                                 session.mac(b"C", b"P", counter, header, data))
+                session.sent += 1
+                future = link.call("ping")
+            with pytest.raises(ServerLost, match="direct link broke"):
+                future.result(10.0)
+            _wait_for(lambda: role._link_server.refused == 1)
+        expected = {"altered": "failed its MAC", "replayed": "failed its MAC",
+                    "foreign global": "may not name posix.system"}[attack]
+        assert expected in caplog.text
+        assert len(role.calls) == before + (1 if attack == "replayed" else 0)
+        assert link.call("ping").result(10.0) == 0  # a new connection
+    finally:
+        link.close()
+        role.close_links()
+
+
+_CHILD = """
+import sys, time
+from xdl_ec.ft.job_secret import JobSecret
+from xdl_ec.ps.direct import LinkHost
+
+class Role(LinkHost):
+    link_role = "server"
+    index = 0
+    def ping(self):
+        return 0
+    def pull(self, seconds):
+        sys.stdout.write("pulling\\n"); sys.stdout.flush()
+        time.sleep(seconds)
+        return seconds
+
+secret = JobSecret(bytes.fromhex(sys.argv[1]))
+host, port = Role().open_links(secret)
+sys.stdout.write(f"{host} {port}\\n"); sys.stdout.flush()
+time.sleep(600)
+"""
+
+
+@pytest.fixture
+def child_role() -> Any:
+    key = os.urandom(32)
+    import xdl_ec
+
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(xdl_ec.__file__)))  # the staged package's
+    child = subprocess.Popen([sys.executable, "-P", "-c", _CHILD, key.hex()], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": package_root})
+    try:
+        host, port = child.stdout.readline().split()
+        yield child, (host, int(port)), JobSecret(key)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_role_killed_mid_call_is_lost_at_once(child_role: Any) -> None:
+    child, address, secret = child_role
+    link = Link(_Handle(None, 0, address), secret)
+    assert link.call("ping").result(10.0) == 0
+    future = link.call("pull", 30.0)
+    assert child.stdout.readline() == "pulling\n"
+    start = time.monotonic()
+    os.kill(child.pid, signal.SIGKILL)
+    with pytest.raises(ServerLost, match="server 0 was lost: its direct link broke"):
+        future.result(60.0)
+    assert time.monotonic() - start < 5.0
+    # the next call cannot connect: lost as well, not a hang
+    with pytest.raises(ServerLost):
+        link.call("ping").result(10.0)
+
+
+def test_a_stuck_role_times_out_and_the_link_reconnects(child_role: Any) -> None:
+    child, address, secret = child_role
+    link = Link(_Handle(None, 0, address), secret)
+    future = link.call("pull", 3.0)
+    start = time.monotonic()
+    with pytest.raises(CallTimeout, match=r"server 0 did not answer pull\(\) within 0.5 s"):
+        future.result(0.5)
+    assert time.monotonic() - start < 2.0
+    assert link.call("ping").result(10.0) == 0  # a fresh connection, served beside the stuck one
+
+
+_SENT: List[str] = []
+
+
+class _Recording(_Handle):
+    """A picklable handle (a fixed address) that records the backend calls it gets."""
+
+    def call(self, method: str, *args: Any) -> Any:
+        _SENT.append(method)
+        return super().call(method, *args) if method == "open_links" else None
+
+
+def test_a_linked_handle_routes_only_link_methods_and_pickles_as_its_handle() -> None:
+    role = _Role()
+    inner = _Recording(None, 0, role.open_links(SECRET))
+    linked = LinkedHandle(inner, SECRET)
+    _SENT.clear()
+    try:
+        assert linked.call("ping").result(10.0) == 0
+        linked.call("export", "t")
+        assert _SENT == ["open_links", "export"]
+        copy = pickle.loads(pickle.dumps(linked))
+        assert type(copy) is _Recording and copy._address == inner._address
+    finally:
+        linked.close()
+        role.close_links()

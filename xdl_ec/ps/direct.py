@@ -1,0 +1,648 @@
+"""Direct links: the step's data path on Ray over one TCP connection per (caller, role) pair, served by a thread in
+the role's process; Ray keeps placement, liveness and control (every other call).
+
+Why: a Ray actor call costs ~0.6 ms of latency and, on a busy 2-core host, 1-2 ms of CPU over caller, callee and
+their gRPC threads (arguments over 100 KB go through the object store); a step made up to 16 of them (a prefetch
+pull, a pull and a push per server, the driver's step call), which was most of a small step's time. Over a link a
+call is one ``sendmsg`` and one read on each side, with the GIL released around both.
+
+What goes over a link (:data:`LINK_METHODS`): a server's ``pull``, ``push``, ``pull_stale`` and ``push_pull`` (from
+its workers), a worker's ``train_step`` (from the driver), and ``ping`` (a link's empty call; liveness probes go
+through Ray). A :class:`LinkedHandle` wraps a role's Ray handle: those
+methods go over its link, everything else (pings, recovery, saves, stats) to Ray as before. Calls on one link are
+answered in order, one at a time, by the role's serving thread for that connection; the role object guards itself
+against its other callers (a server's lock; a worker's, see :class:`~xdl_ec.ps.worker.Worker`).
+
+Messages: ``pickle`` protocol 5 with out-of-band buffers, so numpy arrays are sent from and received into their own
+memory (one ``sendmsg`` gathers header, pickle and every array; the receiver reads each array into a buffer of its
+own, which the unpickled array then uses: no copy beyond the kernel's). A request is ``(method, args)``, an answer
+``(True, value)`` or ``(False, error)``; the error is raised in the caller as Ray raises an actor's error's cause.
+Unpickling allows only plain data, numpy arrays and scalars, the few xdl_ec types a call carries and exception
+classes (:class:`_Unpickler`), and only after the message's MAC checked.
+
+Membership, as the parity links (:mod:`xdl_ec.ft.parity_link`): the driver makes a :class:`~xdl_ec.ft.job_secret.JobSecret`
+K per run and gives it to its workers (actor arguments); a caller asks the role, through Ray, to open its links
+with K (``open_links(K)`` answers the address; a role keeps the first K it was given and refuses another), then:
+
+- caller -> role ``hello`` = ``<4sbii32s`` (magic ``XDL1``, role 0 server / 1 worker, role index, caller id, nonce
+  Nc); the role checks it is that role and index (a stale address reaches another role: refused);
+- role -> caller: nonce Nr (32 bytes);
+- caller -> role: ``HMAC(K, "xdl-ec direct caller proof" | hello | Nr)``; the role closes unless it matches;
+- role -> caller: ``HMAC(K, "xdl-ec direct role proof" | hello | Nr)``; the caller gives up unless it matches.
+
+Both then MAC under ``S = HMAC(K, "xdl-ec direct session" | hello | Nr)`` with a counter per direction (a replayed,
+reordered or altered message fails): header ``<QI`` (pickle bytes, buffer count) and the buffers' lengths
+``<Q`` each, + ``HMAC(S, dir | "H" | counter | header | lengths)``, checked before anything is allocated (at most
+``MAX_PAYLOAD_BYTES``), then the pickle, the buffers and ``HMAC(S, dir | "P" | counter | header | lengths | pickle |
+buffers)``; ``dir`` is ``C`` from the caller, ``R`` from the role. A peer that breaks the protocol is closed
+without an answer, and the role logs one warning naming it. No encryption (as Ray's own traffic): a trusted network.
+
+Failures: a role whose process dies closes its connections, so a call in flight fails at once with the role's
+Lost error (``ServerLost``, ``WorkerLost``: "its direct link broke"); a role that stops answering fails a call
+with :class:`~xdl_ec.ps.backend.CallTimeout` at the caller's timeout (the connection is then dropped: the next call
+reconnects). A role whose Ray actor is dead cannot give its address: Ray's error, translated, says so. Either way
+the scheduler confirms the death by a Ray ping, as for any failed call.
+"""
+
+from __future__ import annotations
+
+import collections
+import hmac
+import io
+import logging
+import pickle
+import secrets
+import socket
+import struct
+import threading
+import time
+from typing import Any, Callable, Deque, Dict, FrozenSet, List, Optional, Tuple
+
+from .backend import CallTimeout, Handle, RoleLost, lost_error
+
+LINK_METHODS: Dict[str, FrozenSet[str]] = {
+    "server": frozenset({"ping", "pull", "push", "pull_stale", "push_pull"}),
+    "worker": frozenset({"ping", "train_step"}),
+}
+ROLE_CODES = {"server": 0, "worker": 1}
+HANDSHAKE_SECONDS = 10.0  # a peer has this long, from connecting, to complete the handshake
+CONNECT_SECONDS = 60.0  # asking a role for its address and connecting to it
+MAX_PAYLOAD_BYTES = 1 << 30  # largest message a link takes (a batch's keys and rows are a few MB)
+MAX_BUFFERS = 1 << 12  # out-of-band buffers (arrays) in one message
+MAX_PENDING_HANDSHAKES = 16
+WARNINGS_PER_SECOND = 20
+
+_MAGIC = b"XDL1"
+_HELLO = struct.Struct("<4sbii32s")  # magic, role code, role index, caller id, caller nonce
+_NONCE = 32
+_TAG = 32  # HMAC-SHA256
+_HEADER = struct.Struct("<QI")  # pickle bytes, buffers
+_LENGTH = struct.Struct("<Q")
+_COUNTER = struct.Struct("<Q")
+
+log = logging.getLogger(__name__)
+
+
+class LinkBroken(ConnectionError):
+    """The connection closed or broke mid-message (the peer's process died, or it closed the link)."""
+
+
+class LinkRefused(RuntimeError):
+    """The role behind a link failed to prove it belongs to this run, or refused this run's secret."""
+
+
+class _Refused(Exception):
+    """A peer broke the protocol: the role closes the connection (after a warning) without answering."""
+
+
+# ---- messages ----------------------------------------------------------------------------------------------
+_NUMPY_GLOBALS = {(module, name) for prefix in ("numpy._core", "numpy.core")
+                  for module, name in ((f"{prefix}.numeric", "_frombuffer"), (f"{prefix}.multiarray", "_reconstruct"),
+                                       (f"{prefix}.multiarray", "scalar"))} | {("numpy", "ndarray"), ("numpy", "dtype")}
+# the xdl_ec types a linked call carries or answers (exception classes are allowed from xdl_ec and builtins)
+_XDL_GLOBALS = {("xdl_ec.ps.server", "PushAck"), ("xdl_ec.ps.worker", "StepResult"),
+                ("xdl_ec.ps.worker", "DenseState")}
+
+
+def _allowed_exception(module: str, name: str) -> bool:
+    return module == "builtins" or module == "xdl_ec" or module.startswith("xdl_ec.")
+
+
+class _Unpickler(pickle.Unpickler):
+    """Plain data, numpy arrays and scalars, the xdl_ec types of :data:`_XDL_GLOBALS` and exception classes of
+    builtins and xdl_ec; any other global is refused (an authenticated peer still cannot make this process run
+    code by a message)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _NUMPY_GLOBALS or (module, name) in _XDL_GLOBALS:
+            return super().find_class(module, name)
+        if _allowed_exception(module, name):
+            found = super().find_class(module, name)
+            if isinstance(found, type) and issubclass(found, BaseException):
+                return found
+        raise pickle.UnpicklingError(f"a direct link message may not name {module}.{name}")
+
+
+def encode(obj: Any) -> Tuple[bytes, List[memoryview]]:
+    """``obj`` as (pickle, out-of-band buffers): contiguous numpy arrays are not copied."""
+    buffers: List[pickle.PickleBuffer] = []
+    data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    return data, [b.raw() for b in buffers]
+
+
+def decode(data: Any, buffers: List[Any]) -> Any:
+    return _Unpickler(io.BytesIO(data), buffers=buffers).load()
+
+
+def _error_answer(err: BaseException) -> BaseException:
+    """``err`` itself when the caller can unpickle it (an exception of builtins or xdl_ec with picklable
+    arguments), else a RuntimeError naming its type and message."""
+    cls = type(err)
+    if _allowed_exception(cls.__module__, cls.__qualname__):
+        try:
+            decode(*encode(err))
+            return err
+        except Exception:  # noqa: BLE001 - not picklable, or an argument the caller may not unpickle
+            pass
+    return RuntimeError(f"{cls.__module__}.{cls.__qualname__}: {err}")
+
+
+class _Session:
+    """One authenticated connection's MAC key and the counters of its two directions."""
+
+    __slots__ = ("_key", "out_label", "in_label", "sent", "received")
+
+    def __init__(self, key: bytes, caller: bool) -> None:
+        self._key = key
+        self.out_label, self.in_label = (b"C", b"R") if caller else (b"R", b"C")
+        self.sent = self.received = 0
+
+    def mac(self, label: bytes, kind: bytes, counter: int, *parts: Any) -> bytes:
+        h = hmac.new(self._key, label + kind + _COUNTER.pack(counter), "sha256")
+        for part in parts:
+            h.update(part)  # hashlib releases the GIL on large buffers
+        return h.digest()
+
+
+def _proofs(secret: Any, hello: bytes, nonce: bytes) -> Tuple[bytes, bytes, bytes]:
+    """(caller proof, role proof, session key) of one handshake."""
+    return (secret.mac(b"xdl-ec direct caller proof", hello, nonce),
+            secret.mac(b"xdl-ec direct role proof", hello, nonce),
+            secret.mac(b"xdl-ec direct session", hello, nonce))
+
+
+def _recv_exactly(conn: socket.socket, size: int, deadline: Optional[float] = None,
+                  into: Optional[bytearray] = None) -> bytearray:
+    """``size`` bytes from ``conn`` (LinkBroken if it closes first; socket.timeout past ``deadline``, a
+    time.monotonic())."""
+    buf = bytearray(size) if into is None else into
+    view = memoryview(buf)
+    got = 0
+    while got < size:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise socket.timeout(f"timed out after {got} of {size} bytes")
+            conn.settimeout(remaining)
+        n = conn.recv_into(view[got:], size - got, socket.MSG_WAITALL)
+        if n == 0:
+            raise LinkBroken(f"connection closed after {got} of {size} bytes")
+        got += n
+    return buf
+
+
+def _send_all(conn: socket.socket, parts: List[Any]) -> None:
+    """Every byte of ``parts`` (bytes-likes) with as few ``sendmsg`` calls as the kernel allows."""
+    views = [memoryview(p).cast("B") for p in parts if len(memoryview(p).cast("B"))]
+    while views:
+        sent = conn.sendmsg(views[:1024])
+        while sent and views:
+            first = views[0]
+            if sent >= len(first):
+                sent -= len(first)
+                views.pop(0)
+            else:
+                views[0] = first[sent:]
+                sent = 0
+
+
+def send_message(conn: socket.socket, session: _Session, obj: Any) -> int:
+    """Sends ``obj`` as one message; returns its bytes."""
+    data, buffers = encode(obj)
+    lengths = b"".join(_LENGTH.pack(len(b)) for b in buffers)
+    header = _HEADER.pack(len(data), len(buffers)) + lengths
+    counter = session.sent
+    head_tag = session.mac(session.out_label, b"H", counter, header)
+    tag = session.mac(session.out_label, b"P", counter, header, data, *buffers)
+    _send_all(conn, [header, head_tag, data, *buffers, tag])
+    session.sent += 1
+    return len(header) + len(data) + sum(len(b) for b in buffers) + 2 * _TAG
+
+
+def recv_message(conn: socket.socket, session: _Session, deadline: Optional[float] = None,
+                 max_payload: int = MAX_PAYLOAD_BYTES) -> Any:
+    """The next message, checked; LinkBroken or _Refused (a MAC that does not match, a message too large)."""
+    head = bytes(_recv_exactly(conn, _HEADER.size, deadline))
+    size, count = _HEADER.unpack(head)
+    if count > MAX_BUFFERS:
+        raise _Refused(f"a message of {count} buffers (at most {MAX_BUFFERS})")
+    rest = bytes(_recv_exactly(conn, count * _LENGTH.size + _TAG, deadline))
+    header = head + rest[:count * _LENGTH.size]
+    counter = session.received
+    if not hmac.compare_digest(rest[count * _LENGTH.size:], session.mac(session.in_label, b"H", counter, header)):
+        raise _Refused("a message header failed its MAC (altered, replayed or out of order)")
+    lengths = [_LENGTH.unpack_from(header, _HEADER.size + i * _LENGTH.size)[0] for i in range(count)]
+    if size + sum(lengths) > max_payload:
+        raise _Refused(f"a message of {size + sum(lengths)} bytes (at most {max_payload})")
+    data = _recv_exactly(conn, size, deadline)
+    buffers = [_recv_exactly(conn, n, deadline) for n in lengths]
+    tag = bytes(_recv_exactly(conn, _TAG, deadline))
+    if not hmac.compare_digest(tag, session.mac(session.in_label, b"P", counter, header, data, *buffers)):
+        raise _Refused("a message failed its MAC (altered on the way)")
+    session.received += 1
+    return decode(data, buffers)
+
+
+def _node_host() -> str:
+    """The address other Ray nodes reach this process at (loopback outside Ray)."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001 - no Ray: a single machine
+        pass
+    return "127.0.0.1"
+
+
+# ---- the role's side ---------------------------------------------------------------------------------------
+class LinkServer:
+    """Serves the :data:`LINK_METHODS` of ``role`` of ``obj`` (its ``index`` read at each handshake: a spare
+    server takes a dead one's index) to callers proving membership with ``secret``; one thread per connection runs
+    its calls in order. ``refuse()`` True (the role is going down) drops connections instead of answering."""
+
+    def __init__(self, obj: Any, role: str, secret: Any, host: Optional[str] = None,
+                 refuse: Callable[[], bool] = lambda: False, max_payload: int = MAX_PAYLOAD_BYTES) -> None:
+        from ..ft.job_secret import JobSecret
+
+        if not isinstance(secret, JobSecret):
+            raise TypeError(f"LinkServer: secret must be the run's JobSecret, got {type(secret).__name__}")
+        if role not in LINK_METHODS:
+            raise ValueError(f"role: one of {sorted(LINK_METHODS)}, got {role!r}")
+        self.obj, self.role, self.secret = obj, role, secret
+        self.methods = LINK_METHODS[role]
+        self._refuse = refuse
+        self.max_payload = max_payload
+        self._listener = socket.create_server((host or _node_host(), 0))
+        self.address: Tuple[str, int] = self._listener.getsockname()[:2]
+        self._closed = False
+        self._conns: List[socket.socket] = []
+        self._lock = threading.Lock()
+        self._pending = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
+        self.calls = 0
+        self.refused = 0
+        self.events: Deque[str] = collections.deque(maxlen=100)
+        self._warned_at, self._warned, self._unshown = 0, 0, 0
+        threading.Thread(target=self._accept, daemon=True, name=f"xdl-ec-link-{role}{obj.index}").start()
+
+    def __repr__(self) -> str:
+        return f"LinkServer({self.role} {self.obj.index}, address={self.address})"
+
+    def _warn(self, line: str) -> None:
+        line = f"direct link of {self.role} {self.obj.index}: {line}"
+        with self._lock:
+            self.refused += 1
+            self.events.append(line)
+            now = int(time.monotonic())
+            if now != self._warned_at:
+                unshown, self._warned_at, self._warned, self._unshown = self._unshown, now, 0, 0
+                if unshown:
+                    log.warning("direct link of %s %d: %d more refusals not shown", self.role, self.obj.index,
+                                unshown)
+            self._warned += 1
+            if self._warned > WARNINGS_PER_SECOND:
+                self._unshown += 1
+                return
+        log.warning("%s", line)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, addr = self._listener.accept()
+            except OSError:  # closed
+                return
+            peer = f"{addr[0]}:{addr[1]}"
+            if not self._pending.acquire(blocking=False):
+                self._warn(f"closed a connection from {peer}: {MAX_PENDING_HANDSHAKES} others are still in their "
+                           f"handshake")
+                conn.close()
+                continue
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                if self._closed:
+                    conn.close()
+                    self._pending.release()
+                    return
+                self._conns.append(conn)
+            threading.Thread(target=self._serve, args=(conn, peer), daemon=True,
+                             name=f"xdl-ec-link-{self.role}{self.obj.index}").start()
+
+    def _authenticate(self, conn: socket.socket, peer: str) -> Tuple[_Session, int]:
+        deadline = time.monotonic() + HANDSHAKE_SECONDS
+        try:
+            magic = bytes(_recv_exactly(conn, len(_MAGIC), deadline))
+            if magic != _MAGIC:
+                raise _Refused(f"refused {peer}: not a direct link (it did not open with the handshake)")
+            hello = magic + bytes(_recv_exactly(conn, _HELLO.size - len(_MAGIC), deadline))
+            _, role, index, caller, _ = _HELLO.unpack(hello)
+            if role != ROLE_CODES[self.role] or index != self.obj.index:
+                raise _Refused(f"refused {peer}: it asked for role {role} index {index}, this is {self.role} "
+                               f"{self.obj.index} (a stale address?)")
+            nonce = secrets.token_bytes(_NONCE)
+            conn.sendall(nonce)
+            caller_proof, role_proof, key = _proofs(self.secret, hello, nonce)
+            if not hmac.compare_digest(bytes(_recv_exactly(conn, _TAG, deadline)), caller_proof):
+                raise _Refused(f"refused {peer} (caller {caller}): it failed authentication (it does not hold the "
+                               f"run's secret, or replayed another connection's handshake)")
+            conn.sendall(role_proof)
+        except socket.timeout:
+            raise _Refused(f"refused {peer}: it did not complete the handshake within {HANDSHAKE_SECONDS:g} s") \
+                from None
+        except LinkBroken as err:
+            raise _Refused(f"refused {peer}: it closed the connection during the handshake ({err})") from None
+        conn.settimeout(None)
+        return _Session(key, caller=False), caller
+
+    def _serve(self, conn: socket.socket, peer: str) -> None:
+        try:
+            try:
+                session, caller = self._authenticate(conn, peer)
+            finally:
+                self._pending.release()
+            who = f"{peer} (caller {caller})"
+            while True:
+                try:
+                    method, args = recv_message(conn, session, max_payload=self.max_payload)
+                except pickle.UnpicklingError as err:
+                    raise _Refused(f"closed the connection of {who}: {err}") from None
+                except _Refused as err:
+                    raise _Refused(f"closed the connection of {who}: {err}") from None
+                if self._refuse():
+                    return  # going down: the caller sees its link break
+                if method not in self.methods:
+                    answer: Any = (False, AttributeError(f"{self.role} links serve {sorted(self.methods)}, not "
+                                                         f"{method!r}"))
+                else:
+                    try:
+                        answer = (True, getattr(self.obj, method)(*args))
+                    except BaseException as err:  # noqa: BLE001 - the caller raises it, as Ray raises a cause
+                        answer = (False, _error_answer(err))
+                    self.calls += 1
+                try:
+                    send_message(conn, session, answer)
+                except (pickle.PicklingError, TypeError, AttributeError) as err:
+                    send_message(conn, session, (False, RuntimeError(f"{method}: answer not sendable: {err}")))
+        except _Refused as refused:
+            self._warn(str(refused))
+        except OSError:  # LinkBroken included: the caller went away (or close())
+            pass
+        finally:
+            conn.close()
+            with self._lock:
+                if conn in self._conns:
+                    self._conns.remove(conn)
+
+    def close(self) -> None:
+        """Stops accepting and drops every connection (callers see their links break)."""
+        with self._lock:
+            self._closed = True
+            conns, self._conns = self._conns, []
+        self._listener.close()
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            conn.close()
+
+
+class LinkHost:
+    """A role's ``open_links`` (mixed into ParameterServer and Worker): its LinkServer, started on the first call
+    with the run's secret."""
+
+    _link_server: Optional[LinkServer] = None
+    link_role = "server"
+
+    def open_links(self, secret: Any) -> Tuple[str, int]:
+        """Starts serving direct links to members of the run holding ``secret`` (once; the same secret after) and
+        answers their address."""
+        lock = self.__dict__.setdefault("_link_lock", threading.Lock())
+        with lock:
+            server = self._link_server
+            if server is None:
+                server = self._link_server = LinkServer(self, self.link_role, secret,
+                                                        refuse=lambda: bool(getattr(self, "crash_requested", False)))
+            elif server.secret != secret:
+                raise LinkRefused(f"{self.link_role} {getattr(self, 'index', '?')}: its links serve another "
+                                      f"run's secret")
+            return server.address
+
+    def close_links(self) -> None:
+        server, self._link_server = self._link_server, None
+        if server is not None:
+            server.close()
+
+
+# ---- the caller's side -------------------------------------------------------------------------------------
+class LinkFuture:
+    """The answer of one call over a link (``result(timeout)``, ``done()``), read when asked for."""
+
+    __slots__ = ("_link", "method", "_done", "_value", "_error")
+
+    def __init__(self, link: Optional["Link"], method: str, error: Optional[BaseException] = None) -> None:
+        self._link, self.method = link, method
+        self._done, self._value, self._error = error is not None, None, error
+
+    def _set(self, ok: bool, value: Any) -> None:
+        self._done = True
+        if ok:
+            self._value = value
+        else:
+            self._error = value
+
+    def done(self) -> bool:
+        if not self._done and self._link is not None:
+            self._link.poll()
+        return self._done
+
+    def result(self, timeout: Optional[float] = None) -> Any:
+        if not self._done:
+            self._link.wait(self, timeout)
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+class Link:
+    """One connection to the role behind ``handle`` (its Ray handle, for the address), opened on the first call.
+    ``caller``: this end's id in the handshake (a worker's index, -1 for the driver)."""
+
+    def __init__(self, handle: Handle, secret: Any, caller: int = -1) -> None:
+        self.handle, self.secret, self.caller = handle, secret, caller
+        self._conn: Optional[socket.socket] = None
+        self._session: Optional[_Session] = None
+        self._waiting: Deque[LinkFuture] = collections.deque()
+        self._lock = threading.RLock()
+        self.calls = 0
+        self.bytes_sent = 0
+
+    def _lost(self, why: str) -> RoleLost:
+        return lost_error(self.handle.role, self.handle.index, why)
+
+    def _connect(self) -> None:
+        from .remote import Remote
+
+        host, port = Remote(self.handle, LinkAPI).open_links(self.secret).result(CONNECT_SECONDS)
+        conn = socket.create_connection((host, int(port)), timeout=CONNECT_SECONDS)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            hello = _HELLO.pack(_MAGIC, ROLE_CODES[self.handle.role], self.handle.index, self.caller,
+                                secrets.token_bytes(_NONCE))
+            deadline = time.monotonic() + HANDSHAKE_SECONDS
+            conn.sendall(hello)
+            nonce = bytes(_recv_exactly(conn, _NONCE, deadline))
+            caller_proof, role_proof, key = _proofs(self.secret, hello, nonce)
+            conn.sendall(caller_proof)
+            if not hmac.compare_digest(bytes(_recv_exactly(conn, _TAG, deadline)), role_proof):
+                raise LinkRefused(f"the direct link of {self.handle.role} {self.handle.index} at {host}:{port} "
+                                      f"failed to prove it belongs to this run")
+            conn.settimeout(None)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn, self._session = conn, _Session(key, caller=True)
+
+    def call(self, method: str, *args: Any) -> LinkFuture:
+        """Sends ``method(*args)``; a failure to connect or send is the future's error, never raised here (a call
+        sent is a call that may run, as a Ray call's submission)."""
+        with self._lock:
+            try:
+                if self._conn is None:
+                    self._connect()
+                self.bytes_sent += send_message(self._conn, self._session, (method, args))
+            except (RoleLost, CallTimeout) as err:  # from Ray, asking for the address: a dead or stuck role
+                self._break(err)
+                return LinkFuture(None, method, err)
+            except socket.timeout:
+                error = CallTimeout(self.handle.role, self.handle.index, method, CONNECT_SECONDS)
+                self._break(error)
+                return LinkFuture(None, method, error)
+            except OSError as err:
+                error = self._lost(f"its direct link broke ({err!r})")
+                self._break(error)
+                return LinkFuture(None, method, error)
+            self.calls += 1
+            future = LinkFuture(self, method)
+            self._waiting.append(future)
+            return future
+
+    def _break(self, error: BaseException) -> None:
+        """Drops the connection; every call waiting on it fails with ``error``."""
+        conn, self._conn, self._session = self._conn, None, None
+        if conn is not None:
+            try:
+                conn.close()
+            except OSError:
+                pass
+        waiting, self._waiting = self._waiting, collections.deque()
+        for future in waiting:
+            future._set(False, error)
+
+    def _read_one(self, deadline: Optional[float], method: str, timeout: Optional[float]) -> None:
+        try:
+            ok, value = recv_message(self._conn, self._session, deadline)
+        except socket.timeout:
+            self._break(CallTimeout(self.handle.role, self.handle.index, method, timeout or 0.0))
+            return
+        except LinkBroken as err:
+            self._break(self._lost(f"its direct link broke ({err})"))
+            return
+        except (OSError, _Refused, pickle.UnpicklingError) as err:
+            self._break(self._lost(f"its direct link broke ({err})"))
+            return
+        finally:
+            if self._conn is not None:
+                self._conn.settimeout(None)
+        if self._waiting:
+            self._waiting.popleft()._set(ok, value)
+
+    def wait(self, future: LinkFuture, timeout: Optional[float]) -> None:
+        """Reads answers in order until ``future``'s (or the link breaks, or ``timeout`` seconds pass)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while not future._done:
+                self._read_one(deadline, future.method, timeout)
+
+    def poll(self) -> None:
+        """Reads the answers that have arrived, without waiting for more."""
+        import select
+
+        with self._lock:
+            while self._waiting and self._conn is not None:
+                readable, _, _ = select.select([self._conn], [], [], 0)
+                if not readable:
+                    return
+                self._read_one(time.monotonic() + CONNECT_SECONDS, self._waiting[0].method, CONNECT_SECONDS)
+
+    def fileno(self) -> Optional[int]:
+        conn = self._conn
+        return None if conn is None else conn.fileno()
+
+    def close(self) -> None:
+        with self._lock:
+            self._break(self._lost("its direct link was closed"))
+
+
+class LinkAPI:
+    """What a caller asks a linked role through Ray."""
+
+    def open_links(self, secret: Any) -> Tuple[str, int]: ...
+
+
+class LinkedHandle(Handle):
+    """``handle`` (a role's Ray handle) with its :data:`LINK_METHODS` sent over a direct :class:`Link` proven with
+    ``secret``; every other call goes to ``handle``. Pickles as ``handle`` (a connection stays in its process)."""
+
+    def __init__(self, handle: Handle, secret: Any, caller: int = -1) -> None:
+        if isinstance(handle, LinkedHandle):
+            handle = handle.handle
+        self.handle = handle
+        self.role, self.index, self.node = handle.role, handle.index, getattr(handle, "node", None)
+        self.methods = LINK_METHODS[handle.role]
+        self.link = Link(handle, secret, caller)
+
+    def call(self, method: str, *args: Any) -> Any:
+        if method in self.methods:
+            return self.link.call(method, *args)
+        return self.handle.call(method, *args)
+
+    def call_beside(self, method: str, *args: Any) -> Any:
+        return self.handle.call_beside(method, *args)
+
+    def close(self) -> None:
+        self.link.close()
+
+    def __reduce__(self) -> tuple:
+        return (_same, (self.handle,))
+
+    def __repr__(self) -> str:
+        return f"LinkedHandle({self.role} {self.index})"
+
+
+def _same(handle: Handle) -> Handle:
+    return handle
+
+
+def unlinked(handle: Handle) -> Handle:
+    """The Ray handle behind ``handle``."""
+    return handle.handle if isinstance(handle, LinkedHandle) else handle
+
+
+def wait_first_linked(futures: List[LinkFuture], timeout: Optional[float]) -> List[LinkFuture]:
+    """The futures of ``futures`` that are done, waiting up to ``timeout`` for at least one (their links' sockets
+    selected on)."""
+    import select
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        done = [f for f in futures if f.done()]
+        if done:
+            return done
+        links = {id(f._link): f._link for f in futures if f._link is not None}
+        fds = [link for link in links.values() if link.fileno() is not None]
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            return []
+        if not fds:
+            return [f for f in futures if f.done()]
+        select.select(fds, [], [], remaining)
