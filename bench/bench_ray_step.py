@@ -15,7 +15,8 @@ span, so background work is charged to the turn that caused it. Printed per back
 - the worker's phases inside ``train_step`` (set_weights, pull_wait, data_wait (the next batch and its prefetch
   pulls submitted), compute, push) and the call's overhead (the driver's step call minus the worker's time in it:
   transport, serialisation, queueing, process switching);
-- an empty call's latency (driver -> worker, worker -> server; sequential pings, outside the turns);
+- an empty call's latency (driver -> worker, worker -> server; sequential pings, outside the turns), over the path
+  the step's calls take (direct links on Ray, :mod:`xdl_ec.ps.direct`) and through the backend's handles;
 - bytes per step: dense arrays between driver and worker, keys, rows and gradients between worker and servers
   (all serialised on Ray; nothing is on the one-process backend);
 - CPU per sample: the whole machine's busy time (/proc/stat: every process, other jobs' included, which the
@@ -40,7 +41,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from xdl_ec.criteo_job import TrainConfig, criteo_job  # noqa: E402
 from xdl_ec.ft.ec_strategy import ErasureCoded  # noqa: E402
 from xdl_ec.ps import ClusterConfig, PSTrainer, RunSettings  # noqa: E402
+from xdl_ec.ps.api import WorkerAPI  # noqa: E402
 from xdl_ec.ps.backend import connect_ray  # noqa: E402
+from xdl_ec.ps.remote import Remote  # noqa: E402
 
 WORKER_PHASES = ("set_weights", "pull_wait", "data_wait", "compute", "push")
 LOOP_PARTS = ("call", "dense", "boundary")
@@ -147,14 +150,18 @@ class Side:
                                after.dense_bytes - before.dense_bytes, phases, wire))
 
     def ping_ms(self, calls: int) -> tuple:
-        """(driver -> worker, worker -> server) mean ms of an empty call."""
+        """Mean ms of an empty call: (driver -> worker, worker -> server) over the step's path, then both through
+        the backend's handles (Ray's calls)."""
         t = self.trainer
-        start = time.perf_counter()
-        for _ in range(calls):
-            t.worker(0).ping().result(60)
-        driver = (time.perf_counter() - start) / calls
-        worker = t.result(t.worker(0).call_latency(calls))
-        return 1000 * driver, 1000 * worker
+        out = []
+        for remote in (t.worker(0), Remote(t.workers[0], WorkerAPI)):
+            start = time.perf_counter()
+            for _ in range(calls):
+                remote.ping().result(60)
+            out.append(1000 * (time.perf_counter() - start) / calls)
+        out.insert(1, 1000 * t.result(t.worker(0).call_latency(calls, True)))
+        out.append(1000 * t.result(t.worker(0).call_latency(calls, False)))
+        return tuple(out)
 
     def close(self) -> None:
         self.trainer.close()
@@ -218,8 +225,10 @@ def _print(args: argparse.Namespace, batch: int, ft: str, sides: Dict[str, Side]
     row("step call overhead (call - in train_step) ms",
         lambda n: 1000 * (_sum(turns[n], lambda t: t.loop["call"]) - _sum(turns[n], lambda t: t.phases["in_step"]))
         / steps[n])
-    row("empty call driver -> worker ms", lambda n: pings[n][0], "{:12.3f}")
-    row("empty call worker -> server ms", lambda n: pings[n][1], "{:12.3f}")
+    row("empty call driver -> worker ms (step's path)", lambda n: pings[n][0], "{:12.3f}")
+    row("empty call worker -> server ms (step's path)", lambda n: pings[n][1], "{:12.3f}")
+    row("empty call driver -> worker ms (backend)", lambda n: pings[n][2], "{:12.3f}")
+    row("empty call worker -> server ms (backend)", lambda n: pings[n][3], "{:12.3f}")
     row("bytes: dense, driver <-> worker", lambda n: _sum(turns[n], lambda t: t.dense_bytes) / steps[n],
         "{:12,.0f}")
     row("bytes: keys/rows/grads, worker <-> servers", lambda n: _sum(turns[n], lambda t: t.wire_bytes) / steps[n],

@@ -45,12 +45,15 @@ BASE = dict(batch_size=128, steps=STEPS, seed=3, optimizer="adagrad")  # this fi
 
 
 def test_failure_free_ec_run_equals_the_run_without_parity(failure_free: Any) -> None:
-    report = run(3, ErasureCoded(2, 1))
+    strategy = ErasureCoded(2, 1)
+    report = run(3, strategy)
     assert report["model_digest"] == failure_free(3, 1, **BASE)["model_digest"]
     assert report["ft"] == "ec" and report["failures"] == []
     assert report["parity_bytes"] > 0
     # pushes reach the holders in seq ranges of several mutations (a few steps each), whose deltas are merged
-    assert report["parity_coalesced_mutations"] > 0
+    # (counted as ranges are routed: the figures as of the run's close, not fit's, which may come within the
+    # first range's 20 ms)
+    assert strategy.report()["parity_coalesced_mutations"] > 0
 
 
 def test_one_server_killed_mid_run_is_rebuilt_exactly(failure_free: Any) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from .backend import RoleLost, wait_first
+from .direct import LinkFuture, wait_first_linked
 
 
 def run_async(trainer: Any, bar: Any, stop: Optional[int]) -> None:
@@ -43,7 +44,9 @@ def run_async(trainer: Any, bar: Any, stop: Optional[int]) -> None:
         if can_dispatch(i):
             dispatch(i)
     while in_flight:
-        done = wait_first(list(in_flight), t.cluster.call_timeout)
+        futures = list(in_flight)
+        waiter = wait_first_linked if isinstance(futures[0], LinkFuture) else wait_first
+        done = waiter(futures, t.cluster.call_timeout)
         if not done:  # nobody answered in time: let the scheduler judge the oldest call
             done = [next(iter(in_flight))]
         lost: List[RoleLost] = []
@@ -74,7 +77,8 @@ def run_async(trainer: Any, bar: Any, stop: Optional[int]) -> None:
             if t.recover(lost + more, t.step):
                 retry.clear()  # rolled back: the steps after the checkpoint are numbered again
         elif not in_flight:
-            t.after_step(t.step)  # a boundary with no push in flight
+            if t.at_boundary(lambda: t.after_step(t.step)):  # a boundary with no push in flight
+                retry.clear()  # rolled back: the steps after the checkpoint are numbered again
         elif t.wants_boundary(t.step):
             continue  # hold new steps until the ones in flight are done: the strategy gets its boundary
         for i in range(workers):

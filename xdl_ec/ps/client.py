@@ -4,7 +4,8 @@ Keys are routed to servers by ``KeyRouter::ServerOf`` (a salted 64-bit hash, the
 run, never ``key % N``); each call sends ONE request per server carrying every table's part, all issued before any
 is awaited (so the servers work concurrently), and reassembles the answers in the caller's key order.
 ``pull_async`` returns at once, which is how a worker prefetches the next batch's rows while TF computes the
-current step.
+current step; ``push_pull_async`` sends a step's push and the next step's pull as ONE request per server (applied in
+that order), when nothing may come between them (one worker, or async mode).
 
 Every table's part of a push carries a per-server sequence number (1, 2, ...). With a push log (``--ft ec``)
 every part is kept until its server reports it durable (``PushAck.durable``), to be replayed to a rebuilt server.
@@ -20,7 +21,7 @@ import numpy as np
 from .. import _core
 from ..table import as_keys
 from .api import ServerAPI
-from .backend import DEFAULT_TIMEOUT, Handle
+from .backend import DEFAULT_TIMEOUT, Handle, ServerLost
 from .remote import Remote
 
 
@@ -60,6 +61,28 @@ class PendingRows:
         return self._rows
 
 
+class Ack:
+    """The future of server ``server``'s answer to a push (``part`` 0 of a ``push_pull``'s answer; None: the whole
+    answer), or (``part`` 1) of a ``push_pull``'s pulled rows. ``sent``: (step, participants, parts) of the push, to
+    send again to a replacement (see :meth:`PSClient.resend`)."""
+
+    __slots__ = ("_future", "_part", "server", "sent")
+
+    def __init__(self, future: Any, part: Optional[int], server: int, sent: Optional[tuple] = None) -> None:
+        self._future, self._part, self.server, self.sent = future, part, server, sent
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def result(self, timeout: Optional[float] = DEFAULT_TIMEOUT) -> Any:
+        answer = self._future.result(timeout)
+        if self._part is None:
+            return answer
+        if answer[self._part] is None:  # the server died after answering the push (ParameterServer.push_pull)
+            raise ServerLost(self.server, "it died after answering a push")
+        return answer[self._part]
+
+
 class PSClient:
     """Pull/push by batches of keys against ``servers`` (handles from a backend, index i = server i).
 
@@ -88,8 +111,8 @@ class PSClient:
     def server(self, index: int) -> Remote:
         return Remote(self.servers[index], ServerAPI)
 
-    def pull_async(self, requests: Mapping[str, Tuple[Any, int]]) -> PendingRows:
-        """Starts pulling {table: (keys, dim)} (inserting missing rows on their servers); returns at once."""
+    def _route_pull(self, requests: Mapping[str, Tuple[Any, int]]) -> tuple:
+        """({table: (rows, dim)}, per server its [(table, positions, keys)]) of a pull of {table: (keys, dim)}."""
         per_server: List[List[Tuple[str, np.ndarray, np.ndarray]]] = [[] for _ in self.servers]
         sizes = {}
         for table, (keys, dim) in requests.items():
@@ -99,13 +122,40 @@ class PSClient:
             for server, positions in enumerate(route(keys, self.num_servers)):
                 if positions.size:
                     per_server[server].append((table, positions, keys[positions]))
+        for parts in per_server:
+            self.bytes_requested += sum(k.nbytes for _, _, k in parts)
+        return sizes, per_server
+
+    def pull_async(self, requests: Mapping[str, Tuple[Any, int]]) -> PendingRows:
+        """Starts pulling {table: (keys, dim)} (inserting missing rows on their servers); returns at once."""
+        sizes, per_server = self._route_pull(requests)
         calls = []
         for server, parts in enumerate(per_server):
             if parts:
-                self.bytes_requested += sum(k.nbytes for _, _, k in parts)
                 future = self.server(server).pull([(t, k) for t, _, k in parts])
                 calls.append((future, [(t, p) for t, p, _ in parts]))
         return PendingRows(calls, sizes, self.timeout)
+
+    def push_pull_async(self, grads: Mapping[str, Tuple[Any, np.ndarray]], step: int,
+                        requests: Mapping[str, Tuple[Any, int]]) -> Tuple[List[Any], PendingRows]:
+        """:meth:`push_async` of ``grads`` (one participant) and :meth:`pull_async` of ``requests`` as ONE call per
+        server, each applying the push before the pull: (the acks' futures, the rows in flight). Exact where no
+        other worker's push may come between them (one worker, or async mode)."""
+        wire = self._push_wire(grads, step, 1)
+        sizes, pulls = self._route_pull(requests)
+        acks, calls = [], []
+        for server in range(self.num_servers):
+            push, pull = wire[server], pulls[server]
+            if not push and not pull:
+                continue
+            future = self.server(server).push_pull(push, step, self.worker, 1, [(t, k) for t, _, k in pull])
+            if push:
+                acks.append(Ack(future, 0, server, (step, 1, push)))
+                if self.push_log is not None:
+                    self._unread.append((server, acks[-1]))
+            if pull:
+                calls.append((Ack(future, 1, server), [(t, p) for t, p, _ in pull]))
+        return acks, PendingRows(calls, sizes, self.timeout)
 
     def pull(self, requests: Mapping[str, Tuple[Any, int]]) -> Dict[str, np.ndarray]:
         """{table: rows float32[len(keys), dim]} of {table: (keys, dim)}, in the keys' order."""
@@ -142,6 +192,21 @@ class PSClient:
 
     def push_async(self, grads: Mapping[str, Tuple[Any, np.ndarray]], step: int, participants: int = 1) -> List[Any]:
         """:meth:`push` without waiting: the futures of the servers' acks."""
+        wire = self._push_wire(grads, step, participants)
+        futures = []
+        for server, parts in enumerate(wire):
+            if not parts:
+                continue
+            futures.append(Ack(self.server(server).push(parts, step, self.worker, participants), None, server,
+                               (step, participants, parts)))
+            if self.push_log is not None:
+                self._unread.append((server, futures[-1]))
+        return futures
+
+    def _push_wire(self, grads: Mapping[str, Tuple[Any, np.ndarray]], step: int,
+                   participants: int) -> List[List[tuple]]:
+        """Per server, the push parts (table, keys, grads, seq) of ``grads``, each given the server's next push seq
+        (and logged, with a push log)."""
         per_server: List[List[Tuple[str, np.ndarray, np.ndarray]]] = [[] for _ in self.servers]
         for table, (keys, table_grads) in grads.items():
             keys = as_keys(keys)
@@ -153,10 +218,8 @@ class PSClient:
                 if positions.size or participants > 1:
                     per_server[server].append((table, keys[positions], table_grads[positions]))
         self._forget_durable()
-        futures = []
+        out: List[List[tuple]] = []
         for server, parts in enumerate(per_server):
-            if not parts:
-                continue
             wire = []
             for table, keys, table_grads in parts:
                 self._seq[server] += 1
@@ -165,10 +228,19 @@ class PSClient:
                     self.push_log[server][seq] = LoggedPush(table, keys, table_grads, step, participants)
                 wire.append((table, keys, table_grads, seq))
                 self.bytes_pushed += keys.nbytes + table_grads.nbytes
-            futures.append(self.server(server).push(wire, step, self.worker, participants))
-            if self.push_log is not None:
-                self._unread.append((server, futures[-1]))
-        return futures
+            out.append(wire)
+        return out
+
+    def drop_acks(self, server: int) -> None:
+        """Forgets the acks awaited from ``server``, which was replaced."""
+        self._unread = [(s, f) for s, f in self._unread if s != server]
+
+    def resend(self, server: int, sent: tuple) -> Any:
+        """Sends a push again, ``sent`` = (step, participants, parts) with the parts' original seqs, to (the
+        replacement of) ``server``: it applies the parts its state does not include yet, exactly once (by seq).
+        Returns the ack's future."""
+        step, participants, parts = sent
+        return Ack(self.server(server).push(parts, step, self.worker, participants), None, server, sent)
 
     def sent_seqs(self) -> List[int]:
         """The last push seq sent to each server (pushes 1..seq went out)."""

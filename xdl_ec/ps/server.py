@@ -5,7 +5,10 @@ A plain object: it knows nothing of threads, Ray or the network, so the same cla
 backend serialises calls to one server (an actor runs one call at a time), and ``lock`` keeps it safe when it is
 called directly from several threads. Its remote interface is :class:`~xdl_ec.ps.api.ServerAPI`.
 
-One request per worker and step: ``pull`` and ``push`` carry every table's part for this server.
+One request per worker and step: ``pull`` and ``push`` carry every table's part for this server; ``push_pull``
+carries a step's push and the next step's pull in one request (one worker, or async mode: see
+:mod:`xdl_ec.ps.worker`). On Ray those calls come over direct links (:mod:`xdl_ec.ps.direct`, served by a thread
+of the server's process: ``open_links``); everything else through Ray.
 
 Sync mode (``participants > 1``): the pushes of one step from several workers are buffered per table until all
 ``participants`` arrived, then applied as ONE shard push of the concatenation in worker order, each worker's
@@ -34,6 +37,7 @@ from ..table_config import Table
 from .agent import ServerAgent
 from .api import PushPart
 from .backend import ServerLost, in_ray_actor
+from .direct import LinkHost
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,8 +54,10 @@ class PushAck:
     durable: int = 0
 
 
-class ParameterServer:
+class ParameterServer(LinkHost):
     """Server ``index`` of a cluster: one shard per table of ``tables`` (the keys the router assigns it)."""
+
+    link_role = "server"
 
     def __init__(self, index: int, tables: Sequence[Table] = ()) -> None:
         self.index = checks.non_negative_int("index", index)
@@ -220,6 +226,17 @@ class ParameterServer:
             durable = self.agent.durable(worker)
         return PushAck(self.index, worker, last, step, applied, durable)
 
+    def push_pull(self, parts: Sequence[PushPart], step: int, worker: int, participants: int,
+                  requests: Sequence[Tuple[str, Any]]) -> Tuple[Optional[PushAck], Optional[List[np.ndarray]]]:
+        """:meth:`push` of ``parts`` (none when empty), then :meth:`pull` of ``requests``, in that order: a worker's
+        push of step t and its rows of step t + 1 in one request (see :mod:`xdl_ec.ps.worker`). A push that
+        raises pulls nothing, and so does a server that dies right after answering the push (an injected crash):
+        the caller gets the ack, and None for rows."""
+        ack = self.push(parts, step, worker, participants) if parts else None
+        if self.crash_requested:
+            return ack, None
+        return ack, (self.pull(requests) if requests else [])
+
     def _buffer(self, table: EmbeddingTable, keys: np.ndarray, grads: np.ndarray, step: int, worker: int, seq: int,
                 participants: int) -> bool:
         """Buffers one worker's part of a sync step; applies the step's parts merged once all arrived."""
@@ -335,6 +352,7 @@ class ParameterServer:
 
     def close(self) -> None:
         """Releases the agent and the shards (unregisters them from the process registry). Idempotent."""
+        self.close_links()
         with self.lock:
             self.agent.close()
             for t in self._tables.values():

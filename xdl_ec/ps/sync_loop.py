@@ -59,5 +59,5 @@ def run_sync(trainer: Any, bar: Any, stop: Optional[int]) -> None:
         for i, r in zip(todo_all, results):
             t.note_result(i, r)
         t.tick(bar)
-        t.after_step(t.step)
+        t.at_boundary(lambda: t.after_step(t.step))  # a rollback there: the loop goes on from its step
         t.loop_seconds["boundary"] += time.perf_counter() - t2

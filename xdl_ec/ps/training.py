@@ -36,6 +36,7 @@ from .cached_client import merged_cache_stats
 from .client import PSClient
 from .cluster_view import ClusterView
 from .dense_sync import DriverDense
+from .direct import LinkedHandle
 from .fault_tolerance import FaultTolerance, NoFaultTolerance
 from .placement import check_failure_domain, plan_placement
 from .recovery_coordinator import RecoveryCoordinator
@@ -120,6 +121,14 @@ class PSTrainer:
         # layer's RunSaver and Backstop); async mode holds new steps while a hook's due(step) is True
         self.hooks: List[Any] = []
         self.backend = make_backend(cluster.backend, cluster.address)
+        # on Ray the step's data path (pulls, pushes, step calls) goes over direct links proven with this run's
+        # secret (xdl_ec.ps.direct); Ray keeps placement, liveness and control
+        self.link_secret = None
+        if cluster.backend == "ray":
+            from ..ft.job_secret import JobSecret
+
+            self.link_secret = JobSecret.generate()
+        self._linked: Dict[int, LinkedHandle] = {}
         try:
             # a hot spare where starting a server is slow (a Ray process) and a strategy replaces lost servers
             spares = 1 if cluster.backend == "ray" and not isinstance(strategy, NoFaultTolerance) else 0
@@ -159,7 +168,7 @@ class PSTrainer:
         prefetch = self.cluster.workers == 1 or self.cluster.mode == "async"
         applies = self.worker_applies_dense
         return (index, self.cluster.workers, self.job, self.settings, list(self.scheduler.servers), prefetch,
-                self.cluster.call_timeout, None, applies, self.caches, self.table_rows(), applies)
+                self.cluster.call_timeout, None, applies, self.caches, self.table_rows(), applies, self.link_secret)
 
     # ---- the dense model (see xdl_ec.ps.dense_sync) -----------------------------------------------------------
     @property
@@ -199,7 +208,16 @@ class PSTrainer:
             raise lost[0]
 
     def worker(self, index: int) -> Remote:
-        return Remote(self.workers[index], WorkerAPI)
+        """Worker ``index``'s calls: its steps over a direct link on Ray, everything else through its handle."""
+        handle = self.workers[index]
+        if self.link_secret is not None:
+            linked = self._linked.get(index)
+            if linked is None or linked.handle is not handle:
+                if linked is not None:
+                    linked.close()
+                linked = self._linked[index] = LinkedHandle(handle, self.link_secret)
+            handle = linked
+        return Remote(handle, WorkerAPI)
 
     def live_workers(self) -> List[Any]:
         """The workers' handles, None for those the scheduler knows dead (restarted by the driver later)."""
@@ -301,6 +319,22 @@ class PSTrainer:
     def recover(self, lost: List[RoleLost], step: int) -> bool:
         return self._recovery.recover(lost, step)
 
+    def at_boundary(self, action: Any) -> bool:
+        """Runs ``action()`` at a step boundary (``after_step``, the end of a fit's quiesce). A worker's push may
+        meet a dead server after its step answered (acks are collected later), so the loss may surface here: it is
+        recovered as a failed step's would be and ``action`` run again. True when the recovery rolled training
+        back (the loop then trains again from there)."""
+        while True:
+            try:
+                action()
+                return False
+            except RoleLost as err:
+                confirmed = self.scheduler.confirm_failure(err)
+                if confirmed is None:
+                    raise
+                if self.recover([confirmed], self.step):
+                    return True
+
     def before_step(self, step: int) -> None:
         if self.injector is not None:
             elapsed = 0.0 if self._train_start is None else time.perf_counter() - self._train_start
@@ -381,8 +415,10 @@ class PSTrainer:
             self._train_start = start
         first_step = self.step
         try:
-            (run_sync if self.cluster.mode == "sync" else run_async)(self, bar, stop)
-            self.quiesce()  # every push applied before the clock stops
+            loop = run_sync if self.cluster.mode == "sync" else run_async
+            loop(self, bar, stop)
+            while self.at_boundary(self.quiesce):  # every push applied before the clock stops
+                loop(self, bar, stop)  # rolled back by a recovery: train the steps again
         finally:
             bar.close()
         end = time.perf_counter()
@@ -450,4 +486,6 @@ class PSTrainer:
                     self.worker(i).close().result(10.0)
                 except Exception:  # noqa: BLE001 - already dead or closing
                     pass
+            for linked in self._linked.values():
+                linked.close()
             self.backend.shutdown()

@@ -19,12 +19,24 @@ prepares the next batches on a background thread). One step (driven by the drive
    step's participants). When no other worker can pull in between (the same cases as 4), the step answers without
    waiting for the push's acks: they are collected at the next step (or :meth:`Worker.flush`).
 
+When no other worker can come between them (the cases of 4) and the client is a plain :class:`PSClient`, 4 and 5 are
+ONE request per server (``combine_calls``, the default): the push of step t and the pull of ALL of step t + 1's
+keys, applied in that order by the server (``ParameterServer.push_pull``), sent as TF finishes; the rows come back
+while the answer travels to the driver and its next step call comes back. One call per server and step instead of
+up to three (a prefetch pull, a pull of the keys the push changed, the push).
+
+On Ray the driver's step calls and the pulls and pushes go over direct links (:mod:`xdl_ec.ps.direct`, given the
+run's ``link_secret``): the step runs on the link's thread, so every method that touches the worker's state holds
+its lock (Ray runs the other calls on its own thread).
+
 The same class trains in one process (:mod:`xdl_ec.local_run`), there over the tables themselves.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import threading
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -40,6 +52,18 @@ from ..model_step import ModelStep
 from .backend import Handle, RoleLost
 from .cached_client import CachedClient
 from .client import PSClient
+from .direct import LinkedHandle, LinkHost
+
+
+def _serialised(method: Any) -> Any:
+    """Runs ``method`` holding the worker's lock (a step from a direct link's thread, other calls from Ray's)."""
+
+    @functools.wraps(method)
+    def run(self: "Worker", *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return run
 
 
 @dataclasses.dataclass
@@ -74,31 +98,40 @@ class RunSettings:
     deterministic: bool = False
 
 
-class Worker:
+class Worker(LinkHost):
     """Worker ``index`` of ``count`` of ``job``: its input, a copy of the dense model, a client over ``servers``
     (handles) or the given ``client``. ``prefetch_across_steps``: pull the next batch's untouched keys during the
     current step (see the module docstring for when that is exact)."""
 
+    link_role = "worker"
+
     def __init__(self, index: int, count: int, job: JobSpec, settings: RunSettings, servers: Sequence[Handle],
                  prefetch_across_steps: bool, call_timeout: Optional[float] = None, client: Any = None,
                  apply_dense: bool = False, caches: Optional[Mapping[str, Cache]] = None,
-                 table_rows: Optional[Mapping[str, int]] = None, report_dense: bool = False) -> None:
+                 table_rows: Optional[Mapping[str, int]] = None, report_dense: bool = False,
+                 link_secret: Any = None, combine_calls: bool = True) -> None:
         """``apply_dense``: each step applies its dense gradients to this worker's model itself, inside the same
         TF call (one process; a cluster's only worker), and answers none unless ``report_dense`` (a cluster's only
         worker answers them: the driver logs them, see :mod:`xdl_ec.ps.dense_sync`). ``caches``: {table: Cache},
-        the worker's embedding caches (:mod:`xdl_ec.ps.cached_client`), sized by ``table_rows`` for "P%" ones."""
+        the worker's embedding caches (:mod:`xdl_ec.ps.cached_client`), sized by ``table_rows`` for "P%" ones.
+        ``link_secret``: the run's JobSecret: pulls and pushes go over direct links to the servers (Ray handles).
+        ``combine_calls``: with prefetching, a step's push and the next step's pull in one request per server."""
+        self._lock = threading.RLock()
         if not 0 <= index < count:
             raise ValueError(f"index: must be in [0, {count}), got {index}")
         configure_determinism(settings.seed, settings.deterministic)
         self.index, self.count, self.job, self.settings = index, count, job, settings
         self.prefetch_across_steps, self.apply_dense = prefetch_across_steps, apply_dense
         self.report_dense = report_dense
+        self.link_secret = link_secret
         if client is None:
+            servers = [self._linked(h) for h in servers]
             client = PSClient(servers, worker=index, **({} if call_timeout is None else {"timeout": call_timeout}))
             client.resume_seqs()  # a restarted worker continues its predecessor's push seqs (and log, under ec)
             if caches:
                 client = CachedClient(client, caches, {t.name: t.dim for t in job.tables}, table_rows)
         self.client = client
+        self.combine_calls = combine_calls and prefetch_across_steps and type(client) is PSClient
         self._last_step = 0
         self._dims = {t.name: t.dim for t in job.tables}
         self._stream = InputStream(job.input_fn, index, count, job.features, track_fresh=prefetch_across_steps)
@@ -113,6 +146,7 @@ class Worker:
                                           "push": 0.0, "in_step": 0.0}
         self.steps = 0
         self._unacked: List[Any] = []  # push futures not yet awaited (see train_step)
+        self._resend: List[Tuple[int, tuple]] = []  # (server, push) lost with its server, for its replacement
         self._pushed: Optional[tuple] = None  # (step, result, next batch) of a step whose push met a lost server
 
     def _build(self, signature: Tuple[Any, ...]) -> None:
@@ -124,6 +158,12 @@ class Worker:
                                self.dense.optimizer if self.apply_dense else None,
                                return_dense=self.report_dense)
 
+    def _linked(self, handle: Handle) -> Handle:
+        """``handle`` with its pulls and pushes over a direct link (on Ray, given the run's secret)."""
+        if self.link_secret is None or not hasattr(handle, "actor"):
+            return handle
+        return LinkedHandle(handle, self.link_secret, self.index)
+
     def ping(self) -> int:
         return self.index
 
@@ -131,6 +171,7 @@ class Worker:
         """The batch signature this worker's model and step were built for."""
         return getattr(self, "_signature", None)
 
+    @_serialised
     def batch_signature(self) -> Optional[Tuple[Any, ...]]:
         """The shapes of this worker's batches (None when its input is empty): the driver builds its model so."""
         return None if self._current is None else self._current.signature()
@@ -139,6 +180,8 @@ class Worker:
         requests = {t: (keys, self._dims[t]) for t, keys in batch.keys.items()}
         if pending is None:
             return self.client.pull(requests)
+        if isinstance(pending, _AllRows):  # every key's rows, pulled with the previous step's push
+            return pending.rows.result()
         stale = {t: (keys[~batch.fresh[t]], self._dims[t]) for t, keys in batch.keys.items()
                  if (~batch.fresh[t]).any()}
         later = self.client.pull_async(stale) if stale else None
@@ -154,6 +197,7 @@ class Worker:
             rows[t] = table_rows
         return rows
 
+    @_serialised
     def train_step(self, step: int, weights: Optional[Sequence[np.ndarray]], participants: int,
                    more: bool = True) -> Optional[StepResult]:
         """Trains this worker's next batch at optimizer ``step`` with dense ``weights`` (None: keep its own; a
@@ -163,14 +207,20 @@ class Worker:
         start = time.perf_counter()
         try:
             return self._train_step(step, weights, participants, more)
+        except RoleLost:
+            self._pending = None  # rows in flight may come from the lost server: the retry pulls them all
+            raise
         finally:
             self.seconds["in_step"] += time.perf_counter() - start
 
     def _train_step(self, step: int, weights: Optional[Sequence[np.ndarray]], participants: int,
                     more: bool) -> Optional[StepResult]:
+        self._resend_lost()
         if self._pushed is not None and self._pushed[0] == step:
             # the retry of a step whose push already reached every live server (the lost one's part is in the
-            # push log, replayed to its replacement): pushing again would apply it twice
+            # push log, replayed to its replacement, or sent again above): pushing again would apply it twice. It
+            # still meets every server, as training the step again would: one lost meanwhile is noticed now.
+            self._ping_servers()
             _, result, self._current = self._pushed
             self._pushed = None
             self._pending = None
@@ -193,7 +243,8 @@ class Worker:
         next_pending = None
         if nxt is not None and nxt.signature() != batch.signature():
             self._step._inputs(nxt, {})  # raises the clear shape-mismatch error before anything is applied
-        if nxt is not None and self.prefetch_across_steps and more:
+        combine = self.combine_calls and participants == 1 and nxt is not None and more
+        if nxt is not None and self.prefetch_across_steps and more and not combine:
             fresh = {t: (keys[nxt.fresh[t]], self._dims[t]) for t, keys in nxt.keys.items() if nxt.fresh[t].any()}
             next_pending = self.client.pull_async(fresh) if fresh else _NoRows()
         t1 = time.perf_counter()
@@ -203,7 +254,12 @@ class Worker:
         grads = {t: (batch.keys[t], g) for t, g in row_grads.items()}
         result = StepResult(self.index, loss, len(batch), dense_grads, None, nxt is not None)
         self._last_step = step
-        if self.prefetch_across_steps:
+        if combine:
+            # the push and the next batch's rows in one request per server, applied in that order there
+            requests = {t: (keys, self._dims[t]) for t, keys in nxt.keys.items()}
+            self._unacked, rows_next = self.client.push_pull_async(grads, step, requests)
+            next_pending = _AllRows(rows_next)
+        elif self.prefetch_across_steps:
             # No other worker's pull can overtake this push (one worker, or async): its acks are collected before
             # the next step's pulls, which reach each server after it anyway (calls run in submission order).
             self._unacked = self.client.push_async(grads, step, participants)
@@ -215,6 +271,11 @@ class Worker:
                 self._pushed = (step, result, nxt)
                 raise
         result.push_seqs = self.client.sent_seqs()
+        if self.prefetch_across_steps and any(_failed(f) for f in self._unacked):
+            # a server known dead already (a call to it failed at once): this step fails here, as it would have
+            # waiting for the push, and its retry answers this result without training again
+            self._pushed = (step, result, nxt)
+            self._settle_acks()
         if isinstance(self.client, CachedClient):
             result.pending_updates = self.client.pending_updates()
         t3 = time.perf_counter()
@@ -224,39 +285,90 @@ class Worker:
             self.seconds[name] += seconds
         return result
 
+    @_serialised
     def load_dense(self, state: DenseState) -> None:
         """Takes ``state`` as this worker's dense model (weights and optimizer variables)."""
         self.dense.load_state(state.weights, state.optimizer)
 
+    @_serialised
     def dense_state(self) -> Tuple[List[np.ndarray], List[np.ndarray], int]:
         """(weights, optimizer variables, optimizer iterations) of this worker's dense model: a worker that applies
         its own dense updates hands the driver its state (see :mod:`xdl_ec.ps.dense_sync`)."""
         weights, variables = self.dense.state()
         return weights, variables, int(self.dense.optimizer.iterations.numpy())
 
-    def call_latency(self, calls: int) -> float:
+    @_serialised
+    def call_latency(self, calls: int, direct: bool = True) -> float:
         """Mean seconds of an empty call (a ping) from this worker to a server, ``calls`` rounds over every server
-        one call at a time (bench/bench_ray_step.py)."""
+        one call at a time, over the path pulls and pushes take (``direct``) or through the backend's handle
+        (bench/bench_ray_step.py)."""
+        from .api import ServerAPI
+        from .direct import unlinked
+        from .remote import Remote
+
         client = getattr(self.client, "client", self.client)  # a CachedClient's PSClient
         start = time.perf_counter()
         for _ in range(calls):
             for server in range(client.num_servers):
-                client.server(server).ping().result(client.timeout)
+                handle = client.servers[server] if direct else unlinked(client.servers[server])
+                Remote(handle, ServerAPI).ping().result(client.timeout)
         return (time.perf_counter() - start) / max(calls * client.num_servers, 1)
 
+    def _settle_acks(self) -> None:
+        """Waits for every ack in flight, then raises the first server loss among them (after noting the rest; a
+        lost server's push is sent again to its replacement before this worker's next push)."""
+        unacked, self._unacked = self._unacked, []
+        answered, acks, lost = [], [], []
+        for future in unacked:
+            try:
+                acks.append(future.result(self.client.timeout))
+                answered.append(future)
+            except RoleLost as err:
+                lost.append(err)
+                self._stash_resend(future)
+        self.client.note_acks(answered, acks)
+        if lost:
+            raise lost[0]
+
+    def _ping_servers(self) -> None:
+        plain = getattr(self.client, "client", self.client)
+        futures = [plain.server(i).ping() for i in range(plain.num_servers)]
+        for future in futures:
+            future.result(plain.timeout)
+
+    def _stash_resend(self, future: Any) -> None:
+        sent = getattr(future, "sent", None)
+        if sent is not None:
+            self._resend.append((future.server, sent))
+
+    def _resend_lost(self) -> None:
+        """Sends again, in order, the pushes whose server was lost before acknowledging them (a recovery replaced
+        it, or reloaded it: the server applies only the parts its state lacks, by seq). A strategy that replays
+        push logs (ec) has sent them already; one that reloads a checkpoint (cpr) has not."""
+        plain = getattr(self.client, "client", self.client)
+        while self._resend:
+            server, sent = self._resend[0]
+            future = plain.resend(server, sent)
+            self.client.note_acks([future], [future.result(self.client.timeout)])
+            self._resend.pop(0)
+
+    @_serialised
     def flush(self, write_back: bool = False) -> int:
         """Waits for the acks of this worker's last push (raising its failure, if any); returns how many.
         ``write_back``: first push every gradient its caches hold (the driver's quiesce: saves, checkpoints, the
         end of a run see every update)."""
+        self._resend_lost()
         if write_back and isinstance(self.client, CachedClient):
             self._unacked += self.client.write_back(self._last_step)
-        unacked, self._unacked = self._unacked, []
-        self.client.note_acks(unacked, [future.result(self.client.timeout) for future in unacked])
-        return len(unacked)
+        count = len(self._unacked)
+        self._settle_acks()
+        return count
 
+    @_serialised
     def predict(self, batch: FeatureBatch, rows: Dict[str, np.ndarray]) -> np.ndarray:
         return self._step.predict(batch, rows)
 
+    @_serialised
     def stats(self) -> Dict[str, Any]:
         """Steps, seconds spent waiting for pulls / computing / pushing, and the client's byte counters."""
         out = {"index": self.index, "steps": self.steps, **{f"{k}_seconds": v for k, v in self.seconds.items()},
@@ -266,6 +378,7 @@ class Worker:
             out["cache"] = self.client.cache_stats()
         return out
 
+    @_serialised
     def resize_caches(self, table_rows: Mapping[str, int]) -> None:
         """The driver's periodic news of the tables' sizes, for "P%" caches."""
         if isinstance(self.client, CachedClient):
@@ -276,10 +389,12 @@ class Worker:
         """Batches of this worker's input trained so far (its reader position)."""
         return self._stream.position - (1 if self._current is not None else 0)
 
+    @_serialised
     def seek(self, position: int) -> bool:
         """Continues from this worker's ``position``-th batch (a restarted worker taking over its predecessor's
         reader position, or a rollback); returns whether a batch is left."""
         self._unacked = []
+        self._resend = []  # rolled back: those steps are trained (and pushed) again
         self._pushed = None
         self._pending = None
         if isinstance(self.client, CachedClient):
@@ -290,17 +405,33 @@ class Worker:
             self._build(self._current.signature())
         return self._current is not None
 
+    @_serialised
     def set_server(self, index: int, handle: Handle) -> None:
         """Points this worker at a replacement of server ``index``; a prefetch from the old one is dropped."""
         if not 0 <= index < self.client.num_servers:
             raise IndexError(f"index: no server {index} (there are {self.client.num_servers})")
-        self.client.servers[index] = handle
+        old, self.client.servers[index] = self.client.servers[index], self._linked(handle)
+        if isinstance(old, LinkedHandle):
+            old.close()
         self._pending = None  # it may hold the dead server's failed future: pull everything again
+        # acks still awaited from the dead server (a push answered after its step) say nothing about the new one:
+        # their pushes are sent to it again before this worker's next push (applied only if its state lacks them)
+        plain = getattr(self.client, "client", self.client)
+        plain.drop_acks(index)
+        kept = []
+        for future in self._unacked:
+            if getattr(future, "server", None) == index:
+                self._stash_resend(future)
+            else:
+                kept.append(future)
+        self._unacked = kept
 
+    @_serialised
     def enable_push_log(self) -> None:
         """Keeps each push until its server reports it durable (``--ft ec``), for :meth:`replay_pushes`."""
         self.client.enable_push_log()
 
+    @_serialised
     def replay_pushes(self, server: int, after_seq: int, handle: Optional[Handle] = None) -> int:
         """Re-sends this worker's logged pushes to (rebuilt) ``server`` above push seq ``after_seq``, in order;
         ``handle``: the server's replacement, used from now on (a prefetch from the dead one is dropped)."""
@@ -310,6 +441,32 @@ class Worker:
 
     def close(self) -> None:
         self._stream.close()
+        self.close_links()
+        for handle in getattr(getattr(self.client, "client", self.client), "servers", []):
+            if isinstance(handle, LinkedHandle):
+                handle.close()
+
+
+def _failed(future: Any) -> bool:
+    """Whether ``future`` already failed (a call to a role known dead fails at once)."""
+    if not future.done():
+        return False
+    try:
+        future.result(0)
+    except RoleLost:
+        return True
+    except Exception:  # noqa: BLE001 - any other error surfaces where the ack is awaited
+        return False
+    return False
+
+
+class _AllRows:
+    """The rows of every key of a batch, in flight with the previous step's push (``combine_calls``)."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self, rows: Any) -> None:
+        self.rows = rows
 
 
 class _NoRows:
