@@ -43,7 +43,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from xdl_ec.ft import ec_strategy  # noqa: E402
 from xdl_ec.ft.configs import parse_code  # noqa: E402
 from xdl_ec.ft.ec_strategy import DEFAULT_REBUILD_SHARE, ErasureCoded  # noqa: E402
-from xdl_ec.ft.job_secret import JobSecret  # noqa: E402
+from xdl_ec.job_secret import JobSecret  # noqa: E402
 from xdl_ec.ft.failure_schedule import FailureSchedule, Kill  # noqa: E402
 from xdl_ec.ft.failure_injector import FailureInjector  # noqa: E402
 from xdl_ec.ps import ClusterConfig, PSTrainer, RunSettings  # noqa: E402

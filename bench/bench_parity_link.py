@@ -23,7 +23,7 @@ from typing import Any, Callable, List, Tuple
 import numpy as np
 
 from xdl_ec.ft import parity_link
-from xdl_ec.ft.job_secret import JobSecret
+from xdl_ec.job_secret import JobSecret
 
 SECRET = JobSecret.generate()
 

@@ -32,7 +32,7 @@ from .background_rebuild import BackgroundRebuild
 from .configs import REBUILD_MODES, parse_code
 from .ec_recovery import CALL_TIMEOUT, RecoveryCoordinator, RecoveryTimeout
 from .ec_scrub import StripeMismatch, scrub
-from .job_secret import JobSecret
+from ..job_secret import JobSecret
 from .parity_agent import parity_agent_for
 from .rebuild_pacer import BoundaryPacer
 

@@ -29,7 +29,7 @@ from .. import _core
 from ..ps.agent import ServerAgent
 from ..ps.backend import in_ray_actor
 from ..ps.remote import Remote
-from .job_secret import JobSecret
+from ..job_secret import JobSecret
 from .parity_link import ParityReceiver, RemoteHolderLink
 
 # ParityAgent.drain re-checks its forwarder this often when nothing signals it (in-process holders are served by

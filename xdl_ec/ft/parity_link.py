@@ -15,7 +15,7 @@ address (its agent's ``parity_address``, through :class:`~xdl_ec.ps.remote.Remot
 cannot be connected to (a firewall between nodes), the link falls back to Ray calls (``apply_parity``).
 
 Membership. A receiver listens on the node's address, so anyone on the network can connect: every connection
-opens with a mutual challenge-response under the job's :class:`~xdl_ec.ft.job_secret.JobSecret` K (as Ceph's
+opens with a mutual challenge-response under the job's :class:`~xdl_ec.job_secret.JobSecret` K (as Ceph's
 cephx does), and a peer that fails it gets nothing back but its nonce challenge and a closed connection (no seq,
 no error text), and the receiver logs one warning naming it:
 
@@ -57,7 +57,7 @@ import numpy as np
 
 from ..ps.backend import RoleLost
 from ..ps.remote import Remote
-from .job_secret import JobSecret
+from ..job_secret import JobSecret
 
 CALL_TIMEOUT = 60.0  # seconds a holder may take to apply a batch before it counts as down
 POLL_SECONDS = 0.5  # how often an idle link checks whether it was closed

@@ -20,7 +20,7 @@ own, which the unpickled array then uses: no copy beyond the kernel's). A reques
 Unpickling allows only plain data, numpy arrays and scalars, the few xdl_ec types a call carries and exception
 classes (:class:`_Unpickler`), and only after the message's MAC checked.
 
-Membership, as the parity links (:mod:`xdl_ec.ft.parity_link`): the driver makes a :class:`~xdl_ec.ft.job_secret.JobSecret`
+Membership, as the parity links (:mod:`xdl_ec.ft.parity_link`): the driver makes a :class:`~xdl_ec.job_secret.JobSecret`
 K per run and gives it to its workers (actor arguments); a caller asks the role, through Ray, to open its links
 with K (``open_links(K)`` answers the address; a role keeps the first K it was given and refuses another), then:
 
@@ -263,7 +263,7 @@ class LinkServer:
 
     def __init__(self, obj: Any, role: str, secret: Any, host: Optional[str] = None,
                  refuse: Callable[[], bool] = lambda: False, max_payload: int = MAX_PAYLOAD_BYTES) -> None:
-        from ..ft.job_secret import JobSecret
+        from ..job_secret import JobSecret
 
         if not isinstance(secret, JobSecret):
             raise TypeError(f"LinkServer: secret must be the run's JobSecret, got {type(secret).__name__}")

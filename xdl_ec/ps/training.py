@@ -125,7 +125,7 @@ class PSTrainer:
         # secret (xdl_ec.ps.direct); Ray keeps placement, liveness and control
         self.link_secret = None
         if cluster.backend == "ray":
-            from ..ft.job_secret import JobSecret
+            from ..job_secret import JobSecret
 
             self.link_secret = JobSecret.generate()
         self._linked: Dict[int, LinkedHandle] = {}

@@ -19,7 +19,7 @@ import pytest
 
 from xdl_ec import _core
 from xdl_ec.ft import parity_link
-from xdl_ec.ft.job_secret import JobSecret
+from xdl_ec.job_secret import JobSecret
 from xdl_ec.ft.parity_link import ParityReceiver, RemoteHolderLink
 from xdl_ec.ps.backend import Handle
 from support.parity_shards import small_shard

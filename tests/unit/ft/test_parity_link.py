@@ -17,7 +17,7 @@ from xdl_ec import _core, init, optim
 from xdl_ec.ft import parity_link
 from xdl_ec.ps.backend import Handle, LocalBackend
 from xdl_ec.ps.client import PSClient
-from xdl_ec.ft.job_secret import JobSecret
+from xdl_ec.job_secret import JobSecret
 from xdl_ec.ft.parity_agent import ParityAgent, parity_agent_for
 from xdl_ec.ft.parity_link import ParityReceiver, RemoteHolderLink
 from xdl_ec.ps.api import ServerAPI

@@ -21,7 +21,7 @@ from typing import Any, List, Tuple
 import numpy as np
 import pytest
 
-from xdl_ec.ft.job_secret import JobSecret
+from xdl_ec.job_secret import JobSecret
 from xdl_ec.ps import direct
 from xdl_ec.ps.backend import CallTimeout, Handle, ServerLost
 from xdl_ec.ps.direct import Link, LinkedHandle, LinkHost, LinkRefused, LinkServer
@@ -241,7 +241,7 @@ def test_an_altered_replayed_or_foreign_message_closes_the_connection(attack: st
 
 _CHILD = """
 import sys, time
-from xdl_ec.ft.job_secret import JobSecret
+from xdl_ec.job_secret import JobSecret
 from xdl_ec.ps.direct import LinkHost
 
 class Role(LinkHost):
