@@ -75,7 +75,7 @@ class ParameterServer(LinkHost):
         self.epoch = 0
         self._new_epoch()
         self._counters = {"bytes_in": 0, "bytes_out": 0, "pulls": 0, "pushes": 0, "keys_pulled": 0,
-                          "keys_pushed": 0, "steps_applied": 0}
+                          "keys_pushed": 0, "steps_applied": 0, "requests": 0}
         for table in tables:
             self.create_table(table)
 
@@ -134,6 +134,10 @@ class ParameterServer(LinkHost):
     def pull(self, requests: Sequence[Tuple[str, Any]]) -> List[np.ndarray]:
         """Rows float32[len(keys), dim] of each (table, keys) request, inserting missing keys with their initial
         rows."""
+        self._counters["requests"] += 1
+        return self._pull(requests)
+
+    def _pull(self, requests: Sequence[Tuple[str, Any]]) -> List[np.ndarray]:
         parts = [(self.table(name), as_keys(keys)) for name, keys in requests]
         out = []
         with self.lock:  # inserted rows are mutations too: the agent sees them in the shards' order
@@ -153,6 +157,7 @@ class ParameterServer(LinkHost):
         ``(rows of the sent keys, clocks of every key, sent mask)``. ``epoch``: the one the worker's copies came
         from; when this server's rows changed other than by pulls and pushes since (a load, a rollback), every
         key is sent. Returns (this server's epoch, the answers)."""
+        self._counters["requests"] += 1
         parts = [(self.table(name), as_keys(keys), np.asarray(known, dtype=np.int32), int(staleness))
                  for name, keys, known, staleness in requests]
         out = []
@@ -191,6 +196,10 @@ class ParameterServer(LinkHost):
         """Applies each part's per-key gradients at optimizer ``step`` (1-based), or buffers them until all
         ``participants`` workers pushed that table at ``step`` (sync mode; see the module docstring). Bad input
         raises and changes nothing."""
+        self._counters["requests"] += 1
+        return self._push(parts, step, worker, participants)
+
+    def _push(self, parts: Sequence[PushPart], step: int, worker: int, participants: int) -> PushAck:
         step = checks.positive_int("step", step)
         worker = checks.non_negative_int("worker", worker)
         participants = checks.positive_int("participants", participants)
@@ -232,10 +241,11 @@ class ParameterServer(LinkHost):
         push of step t and its rows of step t + 1 in one request (see :mod:`xdl_ec.ps.worker`). A push that
         raises pulls nothing, and so does a server that dies right after answering the push (an injected crash):
         the caller gets the ack, and None for rows."""
-        ack = self.push(parts, step, worker, participants) if parts else None
+        self._counters["requests"] += 1
+        ack = self._push(parts, step, worker, participants) if parts else None
         if self.crash_requested:
             return ack, None
-        return ack, (self.pull(requests) if requests else [])
+        return ack, (self._pull(requests) if requests else [])
 
     def _buffer(self, table: EmbeddingTable, keys: np.ndarray, grads: np.ndarray, step: int, worker: int, seq: int,
                 participants: int) -> bool:
@@ -342,7 +352,8 @@ class ParameterServer(LinkHost):
         return len(self.table(table))
 
     def stats(self) -> Dict[str, Any]:
-        """Counters (bytes in/out, pulls, pushes, keys), rows per table and pending sync steps."""
+        """Counters (bytes in/out, requests (calls of pull, push, push_pull, pull_stale), pulls, pushes (table
+        parts), keys), rows per table and pending sync steps."""
         with self.lock:
             out: Dict[str, Any] = dict(self._counters)
             out["pending_steps"] = len(self._pending)

@@ -255,7 +255,8 @@ class Worker(LinkHost):
         result = StepResult(self.index, loss, len(batch), dense_grads, None, nxt is not None)
         self._last_step = step
         if combine:
-            # the push and the next batch's rows in one request per server, applied in that order there
+            # the push and the next batch's rows in one request per server, applied in that order there. Sent
+            # before the step answers: a worker that dies after answering has sent its push (the driver counts it)
             requests = {t: (keys, self._dims[t]) for t, keys in nxt.keys.items()}
             self._unacked, rows_next = self.client.push_pull_async(grads, step, requests)
             next_pending = _AllRows(rows_next)
@@ -271,9 +272,11 @@ class Worker(LinkHost):
                 self._pushed = (step, result, nxt)
                 raise
         result.push_seqs = self.client.sent_seqs()
-        if self.prefetch_across_steps and any(_failed(f) for f in self._unacked):
+        if self.prefetch_across_steps and self.count == 1 and any(_failed(f) for f in self._unacked):
             # a server known dead already (a call to it failed at once): this step fails here, as it would have
-            # waiting for the push, and its retry answers this result without training again
+            # waiting for the push, and its retry answers this result without training again (a cluster's only
+            # worker gets the retry, at the same step; with several async workers another may get that step
+            # number, so there the failure surfaces with the next step's acks, before it trains)
             self._pushed = (step, result, nxt)
             self._settle_acks()
         if isinstance(self.client, CachedClient):

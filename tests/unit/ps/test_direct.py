@@ -69,21 +69,26 @@ class _Handle(Handle):
         return future
 
 
-def _link(role: _Role, secret: JobSecret = SECRET, index: int = 0) -> Link:
-    return Link(_Handle(role, index), secret, caller=7)
+def _link(role: _Role, secret: JobSecret = SECRET, index: int = 0, offer: Any = None) -> Link:
+    return Link(_Handle(role, index), secret, caller=7, offer=offer)
 
 
-def test_arrays_travel_out_of_band_and_answers_come_in_order() -> None:
+@pytest.mark.parametrize("offer,algorithm", [(direct.MAC_HMAC, direct.MAC_HMAC), (None, direct.MAC_GMAC)])
+def test_arrays_travel_out_of_band_and_answers_come_in_order(offer: Any, algorithm: int) -> None:
+    """Both MACs (HMAC-SHA256, and AES-GMAC where both ends have it: the default here); arrays of every
+    alignment and size arrive aligned and writable."""
     role = _Role()
-    link = _link(role)
+    link = _link(role, offer=offer)
     try:
-        keys = [np.arange(n, dtype=np.int64) * 3 for n in (1, 1000, 0, 70_000)]
-        futures = [link.call("pull", [("t", k)]) for k in keys]  # pipelined: sent before any answer is read
+        keys = [np.arange(n, dtype=np.int64) * 3 for n in (1, 1000, 0, 70_000, 3)]
+        futures = [link.call("pull", [("t", k), ("u", k[1:])]) for k in keys]  # sent before any answer is read
         for k, future in zip(keys, futures):
-            ((name, got, rows),) = future.result(10.0)
-            assert name == "t" and got.dtype == np.int64 and np.array_equal(got, k)
-            assert rows.shape == (k.size, 3) and rows.dtype == np.float32 and rows.flags.writeable
-            np.testing.assert_array_equal(rows[:, 2], k.astype(np.float32))
+            for (name, got, rows), want in zip(future.result(10.0), (k, k[1:])):
+                assert got.dtype == np.int64 and np.array_equal(got, want)
+                assert rows.shape == (want.size, 3) and rows.dtype == np.float32 and rows.flags.writeable
+                assert rows.ctypes.data % 64 == 0 and got.ctypes.data % 64 == 0
+                np.testing.assert_array_equal(rows[:, 2], want.astype(np.float32))
+        assert link._session.algorithm == algorithm
         assert link.call("ping").result(10.0) == 0
         data, buffers = direct.encode(("pull", [("t", keys[3])]))
         assert len(buffers) == 1 and len(data) < 200  # the keys are not in the pickle
@@ -148,6 +153,16 @@ def _raw(address: Tuple[str, int]) -> socket.socket:
     return conn
 
 
+def _recv_all(conn: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
 def _closed(conn: socket.socket) -> bool:
     try:
         return conn.recv(1) == b""
@@ -164,11 +179,11 @@ def test_a_stranger_and_a_stale_address_get_nothing(caplog: pytest.LogCaptureFix
             conn.sendall(b"GET / HTTP/1.0\r\n\r\n")
             assert _closed(conn)
             conn = _raw(address)  # the right magic, asking for server 5 at server 2's address
-            conn.sendall(direct._HELLO.pack(direct._MAGIC, 0, 5, 1, os.urandom(32)))
+            conn.sendall(direct._HELLO.pack(direct._MAGIC, 0, direct.MAC_OFFERED, 5, 1, os.urandom(32)))
             assert _closed(conn)
             conn = _raw(address)  # a forged proof
-            conn.sendall(direct._HELLO.pack(direct._MAGIC, 0, 2, 1, os.urandom(32)))
-            conn.recv(32)
+            conn.sendall(direct._HELLO.pack(direct._MAGIC, 0, direct.MAC_OFFERED, 2, 1, os.urandom(32)))
+            assert len(_recv_all(conn, 33)) == 33  # the role's nonce and MAC choice
             conn.sendall(os.urandom(32))
             assert _closed(conn)
             _wait_for(lambda: role._link_server.refused == 3)
@@ -218,13 +233,12 @@ def test_an_altered_replayed_or_foreign_message_closes_the_connection(attack: st
                 tap.conn.sendall(tap.sent[-1])  # the same bytes again: their counter is spent
                 future = link.call("ping")
             else:  # a member's message whose pickle names os.system: refused before anything runs
-                session = link._session
-                data = pickle.dumps(("pull", (os.system, "true")), protocol=5)
-                header = direct._HEADER.pack(len(data), 0)
-                counter = session.sent
-                tap.conn.sendall(header + session.mac(b"C", b"H", counter, header) + data +
-                                 session.mac(b"C", b"P", counter, header, data))
-                session.sent += 1
+                crafted = pickle.dumps(("pull", (os.system, "true")), protocol=5)
+                real, direct.encode = direct.encode, lambda obj: (crafted, [])
+                try:
+                    direct.send_message(tap.conn, link._session, None)
+                finally:
+                    direct.encode = real
                 future = link.call("ping")
             with pytest.raises(ServerLost, match="direct link broke"):
                 future.result(10.0)
