@@ -7,27 +7,33 @@ several workers a step call carries the current weights to the worker and its an
 gradients back, so the dense traffic rides on the step's own round trip (no extra RPC) and no parameter server
 becomes a hot spot for the ~10^4-10^5 dense floats that every sample touches.
 
-- Several workers, sync mode: the driver averages the W workers' gradients in worker order (:func:`average_gradients`,
-  deterministic) and applies them once: every worker then trains step t+1 on the same weights.
-- Several workers, async mode: the driver applies each worker's gradients as they arrive; a worker's next step gets the weights
-  of that moment (staleness of at most its own step).
+- Several workers, sync mode: the driver averages the W workers' gradients in worker order
+  (:func:`average_gradients`, deterministic) and applies them once: every worker then trains step t+1 on the same
+  weights.
+- Several workers, async mode: the driver applies each worker's gradients as they arrive; a worker's next step gets
+  the weights of that moment (staleness of at most its own step).
 
-Survival: the dense state is held by the driver, not by any server or worker, so losing any one of those loses
-nothing dense; a restarted worker simply receives the current weights with its next step. With one worker,
-:meth:`DenseModel.apply` performs exactly the single-process trainer's ``optimizer.apply`` on the same gradients,
-which the model_digest test checks bit for bit.
+Survival (several workers): the dense state is held by the driver, not by any server or worker, so losing any one
+of those loses nothing dense; a restarted worker simply receives the current weights with its next step.
 
 One worker (sync or async: its steps come one after another either way): the worker applies its dense gradients
 itself, inside its step's TF call, as the one-process run does, and the step call carries no weights; its answer
 still carries the gradients, which the driver LOGS without applying them (:class:`DriverDense`). The driver's model
 plus that log is exactly the worker's model, so losing the worker loses nothing dense: the driver applies the log
 to its copy (the same ``optimizer.apply`` on the same gradients, bit for bit) and the restarted worker gets that
-state whole (:class:`~xdl_ec.ps.worker.DenseState`) with its first step. Every ``LOG_STEPS`` steps, and whenever
-the driver's dense state is read (a save, a checkpoint, the digest, an evaluation), the driver brings its copy up
-to date by asking the worker for its state (one call), checked by the optimizer's iteration count (the driver's
-plus the log's length; on a mismatch, or when the worker cannot answer, the log is applied here instead). Whoever
-takes the driver's model to change it (a rollback, a resume) makes the worker get it whole with its next step.
+state whole (:class:`~xdl_ec.ps.worker.DenseState`) with its first step. Every ``LOG_STEPS`` steps (sooner when the
+log reaches ``LOG_BYTES``), and whenever the driver's dense state is read (a save, a checkpoint, the digest, an
+evaluation), the driver brings its copy up to date by asking the worker for its state (one call), checked by the
+optimizer's iteration count (the driver's plus the log's length; on a mismatch, or when the worker cannot answer,
+the log is applied here instead). Whoever takes the driver's model to change it (a rollback, a resume) makes the
+worker get it whole with its next step.
 What this saves per step: the weights sent out, the worker's ``set_weights``, the driver's ``optimizer.apply``.
+Exactness: the worker's in-step ``optimizer.apply`` is the single-process trainer's (the same ModelStep), and the
+driver's replay of its log is :meth:`DenseModel.apply` on the same gradients in the same order, the arithmetic the
+model_digest tests check bit for bit (one worker on either backend ends at the one-process run's digest; a worker
+killed twice under ``ec``, once with a log of 3 steps, ends at the failure-free digest). Why not less often than
+every step: a step's sparse push reaches the servers with it, so a dense update the driver has not got when the
+worker dies would leave the tables one step ahead of the dense model, with nothing to bring them back together.
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-LOG_STEPS = 64  # a worker applying its own dense updates hands the driver its state at least this often
+LOG_STEPS = 64  # a worker applying its own dense updates hands the driver its state at least this often,
+LOG_BYTES = 256 << 20  # and once the gradients logged since take this much memory (a large dense model)
 
 
 def average_gradients(per_worker: Sequence[Sequence[np.ndarray]]) -> List[np.ndarray]:
@@ -79,6 +86,7 @@ class DriverDense:
         self.model = model
         self.worker_applies = worker_applies
         self.log: List[List[np.ndarray]] = []
+        self._log_bytes = 0
         self.worker_current = True  # the worker's model is this model plus the log (both start from the seed)
         self._fetch = fetch
         self.fetches = 0  # states taken from the worker, and logs applied here instead
@@ -105,7 +113,8 @@ class DriverDense:
             return
         (grads,) = per_worker
         self.log.append(list(grads))
-        if len(self.log) >= LOG_STEPS:
+        self._log_bytes += dense_nbytes(grads)
+        if len(self.log) >= LOG_STEPS or self._log_bytes >= LOG_BYTES:
             self.sync()
 
     def sync(self, ask_worker: bool = True) -> None:
@@ -124,7 +133,7 @@ class DriverDense:
             self.replays += 1
             if state is not None:  # the worker went its own way (it should not): it gets this state back
                 self.worker_current = False
-        self.log = []
+        self.log, self._log_bytes = [], 0
 
     def current(self) -> Any:
         """The model, up to date, for a caller that only reads it."""

@@ -201,9 +201,10 @@ class Worker(LinkHost):
     def train_step(self, step: int, weights: Optional[Sequence[np.ndarray]], participants: int,
                    more: bool = True) -> Optional[StepResult]:
         """Trains this worker's next batch at optimizer ``step`` with dense ``weights`` (None: keep its own; a
-        :class:`DenseState`: load it whole first); None when its input is exhausted. ``participants``: pushes a server waits for at this step (sync mode).
-        ``more``: another step may follow in this fit, so the next batch's rows may be prefetched (a pull inserts
-        rows: the last step of a fit prefetches nothing, so a run that stops early holds only rows it trained)."""
+        :class:`DenseState`: load it whole first); None when its input is exhausted. ``participants``: pushes a
+        server waits for at this step (sync mode). ``more``: another step may follow in this fit, so the next
+        batch's rows may be prefetched (a pull inserts rows: the last step of a fit prefetches nothing, so a run
+        that stops early holds only rows it trained)."""
         start = time.perf_counter()
         try:
             return self._train_step(step, weights, participants, more)
