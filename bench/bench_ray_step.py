@@ -192,9 +192,12 @@ def _compare(args: argparse.Namespace, batch: int, ft: str) -> Dict[str, Any]:
     _print(args, batch, ft, sides, pings, digests)
     local, ray_ = sides["local"].turns, sides["ray"].turns
     rate = {n: _sum(s.turns, lambda t: t.samples) / _sum(s.turns, lambda t: t.seconds) for n, s in sides.items()}
+    per_sample = {n: _sum(s.turns, lambda t: t.samples) for n, s in sides.items()}
     return {"batch": batch, "ft": ft, "ratio": rate["ray"] / rate["local"],
-            "cpu_ratio": (_sum(ray_, lambda t: t.machine) / _sum(ray_, lambda t: t.samples)) /
-                         (_sum(local, lambda t: t.machine) / _sum(local, lambda t: t.samples))}
+            "cpu_ratio": (_sum(ray_, lambda t: t.machine) / per_sample["ray"]) /
+                         (_sum(local, lambda t: t.machine) / per_sample["local"]),
+            "own_ratio": (_sum(ray_, lambda t: t.own) / per_sample["ray"]) /
+                         (_sum(local, lambda t: t.own) / per_sample["local"])}
 
 
 def _print(args: argparse.Namespace, batch: int, ft: str, sides: Dict[str, Side], pings: Dict[str, tuple],
@@ -241,6 +244,8 @@ def _print(args: argparse.Namespace, batch: int, ft: str, sides: Dict[str, Side]
     if all(t.machine is not None for n in names for t in turns[n]):
         machine = {n: _sum(turns[n], lambda t: t.machine) / samples[n] for n in names}
         print(f"  whole-machine CPU per sample, Ray / one process: {machine['ray'] / machine['local']:.2f}x")
+    own = {n: _sum(turns[n], lambda t: t.own) / samples[n] for n in names}
+    print(f"  the run's processes' CPU per sample, Ray / one process: {own['ray'] / own['local']:.2f}x")
     print(f"  same model_digest on both backends: {digests['local'] == digests['ray']}")
 
 
@@ -268,8 +273,8 @@ def main() -> int:
           f"{os.getloadavg()[0]:.2f}: " + " ".join(sys.argv[1:]))
     summary = [_compare(args, batch, ft) for batch in args.batch for ft in fts]
     print("\nsummary (Ray / one process): " + ", ".join(
-        f"batch {s['batch']} --ft {s['ft']}: {s['ratio']:.2f}x samples/s, {s['cpu_ratio']:.2f}x CPU per sample"
-        for s in summary))
+        f"batch {s['batch']} --ft {s['ft']}: {s['ratio']:.2f}x samples/s, {s['cpu_ratio']:.2f}x CPU per sample "
+        f"(whole machine; the run's processes {s['own_ratio']:.2f}x)" for s in summary))
     return 0
 
 
