@@ -40,6 +40,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from xdl_ec.benchmark.machine_cpu import busy_cpu_seconds  # noqa: E402
 from xdl_ec.ft import ec_strategy  # noqa: E402
 from xdl_ec.ft.configs import parse_code  # noqa: E402
 from xdl_ec.ft.ec_strategy import DEFAULT_REBUILD_SHARE, ErasureCoded  # noqa: E402
@@ -49,16 +50,6 @@ from xdl_ec.ft.failure_injector import FailureInjector  # noqa: E402
 from xdl_ec.ps import ClusterConfig, PSTrainer, RunSettings  # noqa: E402
 from xdl_ec.ps.backend import connect_ray  # noqa: E402
 from xdl_ec.criteo_job import TrainConfig, criteo_job  # noqa: E402
-
-
-def _busy_cpu_seconds() -> Optional[float]:
-    """CPU seconds the whole machine spent busy so far (Linux /proc/stat), None elsewhere."""
-    try:
-        with open("/proc/stat") as f:
-            ticks = [int(x) for x in f.readline().split()[1:]]
-    except OSError:
-        return None
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # all but idle and iowait
 
 
 class _ConstantMacSecret(JobSecret):
@@ -113,12 +104,12 @@ class Turn:
 
 def _turn(trainer: PSTrainer, steps: int) -> Turn:
     """Trains ``steps`` steps of ``trainer`` and, under ``ec``, waits until they are parity-durable."""
-    cpu, own, start = _busy_cpu_seconds(), time.process_time(), time.perf_counter()
+    cpu, own, start = busy_cpu_seconds(), time.process_time(), time.perf_counter()
     report = trainer.fit(steps=steps)
     trained = time.perf_counter()
     if isinstance(trainer.strategy, ErasureCoded):
         trainer.strategy.drain()
-    end, cpu_end, own_end = time.perf_counter(), _busy_cpu_seconds(), time.process_time()
+    end, cpu_end, own_end = time.perf_counter(), busy_cpu_seconds(), time.process_time()
     ends = [row[1] for row in report["timeline"]]
     return Turn(end - start, None if cpu is None else cpu_end - cpu, own_end - own, report["samples"],
                 [b - a for a, b in zip([0.0] + ends, ends)], end - trained)
