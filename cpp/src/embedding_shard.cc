@@ -427,6 +427,11 @@ size_t EmbeddingShard::missing_blocks() const {
   return impl_->missing_count;
 }
 
+bool EmbeddingShard::block_missing(size_t b) const {
+  std::shared_lock<std::shared_mutex> lock(impl_->mutex);
+  return impl_->BlockMissing(b);
+}
+
 ShardMemoryStats EmbeddingShard::memory() const {
   Impl& s = *impl_;
   std::shared_lock<std::shared_mutex> lock(s.mutex);

@@ -544,6 +544,8 @@ TEST(EmbeddingShard, RestoreByFaultsAndBackgroundBlocks) {
   EXPECT_EQ(got, want);
   ASSERT_EQ(faults.size(), 1u);
   const size_t faulted = faults[0];
+  for (size_t b = 0; b < o.shard->num_blocks(); ++b) EXPECT_EQ(restored.block_missing(b), b != faulted) << b;
+  EXPECT_FALSE(restored.block_missing(o.shard->num_blocks() + 5));  // past the end: nothing to restore
   // Background restore: the faulted block is skipped.
   std::vector<uint8_t> block(o.shard->block_bytes());
   size_t installed = 0;
@@ -558,6 +560,7 @@ TEST(EmbeddingShard, RestoreByFaultsAndBackgroundBlocks) {
   }
   EXPECT_EQ(installed, o.shard->num_blocks() - 1);
   EXPECT_EQ(restored.missing_blocks(), 0u);
+  EXPECT_FALSE(restored.block_missing(0));
   EXPECT_FALSE(restored.RestoreBlock(faulted, block.data()));
   EXPECT_EQ(AllBlocks(restored), AllBlocks(*o.shard));
   // The free list was rebuilt: the next new key takes the lowest freed slot, as in the original.

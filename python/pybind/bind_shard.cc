@@ -387,6 +387,8 @@ void BindShard(py::module_& m) {
                                                             py::call_guard<py::gil_scoped_release>()))
       .def_property_readonly("missing_blocks", py::cpp_function(&EmbeddingShard::missing_blocks,
                                                                 py::call_guard<py::gil_scoped_release>()))
+      .def("block_missing", &EmbeddingShard::block_missing, py::arg("block"),
+           py::call_guard<py::gil_scoped_release>(), "Whether block `block` still waits to be restored.")
       .def("pull", &Pull, py::arg("keys"), py::arg("return_deltas") = false, py::arg("forwarder") = nullptr,
            py::arg("table") = "", py::arg("pushes") = WorkerSeqs{},
            "Rows of keys (inserting missing keys with their initial rows): float32[n, dim]; with "

@@ -377,7 +377,10 @@ def test_recovery_fragments_are_fetched_again_until_the_parity_caught_up_with_th
             self.calls: List[str] = []
             self.applied = 4  # as a parity holder: server 0's seq its block reflects
 
-        def call(self, method: str, name: str, *args: Any) -> Answered:
+        def call(self, method: str, *args: Any) -> Answered:
+            raise AssertionError(f"{method}{args}: fragment reads go beside the server's queued calls")
+
+        def call_beside(self, method: str, name: str, *args: Any) -> Answered:
             assert method == "agent_call"
             self.calls.append(name)
             if name == "flush":

@@ -55,6 +55,11 @@ class RecoveryCoordinator:
     def agent(self, server: int) -> Remote:
         return self.view.agent(server, ParityAgent)
 
+    def beside(self, server: int) -> Remote:
+        """The agent of ``server`` called beside its other calls: the rebuild's reads and writes take their own
+        locks, so they do not queue behind the steps' pulls and pushes (the rebuild runs while training goes on)."""
+        return self.view.agent(server, ParityAgent, beside=True)
+
     @property
     def n(self) -> int:
         return self.strategy.n
@@ -290,10 +295,14 @@ class RecoveryCoordinator:
         lost = list(self.rebuilding)
         layout = self.layout
         recovery = self.recovery(table)
-        wanted = [t for t in range(k + r) if layout.server_at(stripe, t) in lost]
         extent = self.extent[table]
         members = [layout.data_member(stripe, j) for j in range(k)]
         has_data = any(b < extent[s] for s, b in members)
+        # a lost data block a degraded read restored already needs no decode (training touches hot blocks first)
+        wanted = [t for t in range(k + r) if layout.server_at(stripe, t) in lost and
+                  (t >= k or self._missing(table, *layout.data_member(stripe, t)))]
+        if not wanted:
+            return
         deadline = time.monotonic() + timeout
         while True:
             blocks, versions = self.decode(
@@ -304,11 +313,11 @@ class RecoveryCoordinator:
             for t, block in zip(wanted, blocks):
                 if t < k:
                     s, b = layout.data_member(stripe, t)
-                    if b < extent[s]:
-                        self.call(s, "restore_block", table, b, block)
+                    self.beside(s).restore_block(table, b, block).result(CALL_TIMEOUT)
                 else:
                     s, c = layout.parity_member(stripe, t - k)
-                    if (has_data or block.any()) and not self.call(s, "write_parity_if", table, c, block, expected):
+                    if (has_data or block.any()) and not self.beside(s).write_parity_if(
+                            table, c, block, expected).result(CALL_TIMEOUT):
                         refused.append(s)
             if not refused:
                 return
@@ -318,4 +327,9 @@ class RecoveryCoordinator:
                                       f"{timeout:g} s")
             # the holder written lags the ones the decode read (a forwarder delivers to its holders one after the
             # other, from a thread a busy machine starves): the data members deliver everything now, then again
-            self.wait([self.agent(s).flush() for s in sorted({s for s, _ in members})])
+            self.wait([self.beside(s).flush() for s in sorted({s for s, _ in members})])
+
+    def _missing(self, table: str, server: int, block: int) -> bool:
+        """Whether the restoring ``server``'s data ``block`` of ``table`` still waits to be restored."""
+        return block < self.extent[table][server] and self.beside(server).block_missing(table, block).result(
+            CALL_TIMEOUT)

@@ -285,6 +285,10 @@ class ParityAgent(ServerAgent):
     def restore_block(self, server: Any, table: str, block: int, data: np.ndarray) -> bool:
         return bool(server.table(table).shard.restore_block(block, data))
 
+    def block_missing(self, server: Any, table: str, block: int) -> bool:
+        """Whether data block ``block`` of ``table`` still waits to be restored (a degraded read may have done it)."""
+        return bool(server.table(table).shard.block_missing(block))
+
     def close(self) -> None:
         """The server is gone: nothing more is forwarded, and forwarders of other servers in this process find
         this holder closed (as a call to a dead server fails)."""
@@ -298,8 +302,9 @@ class ParityAgent(ServerAgent):
 
 
 def _agent(handle: Any) -> Remote:
-    """The ParityAgent of the server behind ``handle``."""
-    return Remote(handle, ParityAgent, agent=True)
+    """The ParityAgent of the server behind ``handle``, called beside the server's other calls: fragment reads and
+    flushes take their own locks, and a rebuild's reads must not wait behind the steps' pulls and pushes."""
+    return Remote(handle, ParityAgent, agent=True, beside=True)
 
 
 def fragment_readers(servers: Sequence[Any], table: str, timeout: float = 120.0) -> Tuple[Any, Any]:

@@ -9,6 +9,7 @@ role's other calls, which need not queue behind them).
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import TYPE_CHECKING, Any, Callable, FrozenSet
 
@@ -16,6 +17,7 @@ if TYPE_CHECKING:  # the backend itself calls through Remote: no import at run t
     from .backend import Handle
 
 
+@functools.lru_cache(maxsize=None)  # a Remote is made per call in places: inspecting the class each time showed up
 def _declared(api: type) -> FrozenSet[str]:
     return frozenset(name for name, member in inspect.getmembers(api)
                      if not name.startswith("_") and callable(member))

@@ -146,6 +146,7 @@ class EmbeddingShard {
                     BlockFaultHandler handler);
   bool RestoreBlock(size_t b, const uint8_t* bytes);
   size_t missing_blocks() const;  // 0 when not restoring or when done
+  bool block_missing(size_t b) const;  // block b still waits for RestoreBlock or a fault
 
  private:
   void PullTo(const int64_t* keys, size_t n, float* out, DeltaSink* sink);

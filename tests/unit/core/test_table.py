@@ -376,3 +376,4 @@ def test_restore_handler_errors_reach_the_caller_and_leave_the_block_missing() -
     assert dst.shard.missing_blocks == 2
     np.testing.assert_array_equal(dst.pull([1]), src.pull([1]))
     assert dst.shard.missing_blocks == 1 and calls == [0, 0, 0]
+    assert not dst.shard.block_missing(0) and dst.shard.block_missing(1)
