@@ -53,6 +53,24 @@ def as_rows(rows: Any, n: int, width: int, name: str, width_name: str) -> np.nda
         return np.ascontiguousarray(array, dtype=np.float32)
 
 
+MAX_REPEATS = 1 << 16  # EmbeddingShard::kMaxRepeats
+
+
+def as_repeats(repeats: Any, n: int) -> Optional[np.ndarray]:
+    """A push's repeat counts as C-contiguous uint32[n], each in [1, MAX_REPEATS] (None stays None)."""
+    if repeats is None:
+        return None
+    array = np.asarray(repeats)
+    if array.dtype.kind not in "iu":
+        raise TypeError(f"repeats must be integers (how many gradients each row of grads sums), got dtype "
+                        f"{array.dtype}")
+    if array.shape != (n,):
+        raise ValueError(f"repeats must have shape (len(keys),) = ({n},), got {array.shape}")
+    if n and (array.min() < 1 or array.max() > MAX_REPEATS):
+        raise ValueError(f"repeats must each be in [1, {MAX_REPEATS}], got values in [{array.min()}, {array.max()}]")
+    return np.ascontiguousarray(array, dtype=np.uint32)
+
+
 class EmbeddingTable:
     """A sparse embedding table: int64 keys -> ``dim`` float32 values plus optimizer state.
 
@@ -159,18 +177,20 @@ class EmbeddingTable:
         """(rows, found) without inserting: rows of missing keys are zeros and found is False there."""
         return self._shard.find(as_keys(keys))
 
-    def push(self, keys: Any, grads: Any, step: Optional[int] = None) -> None:
+    def push(self, keys: Any, grads: Any, step: Optional[int] = None, repeats: Any = None) -> None:
         """Applies gradients: duplicate keys summed, then one optimizer step per unique key.
 
         ``step`` is the 1-based global step (Adam's bias correction); None uses the table's own counter,
-        advanced by one per successful push."""
+        advanced by one per successful push. ``repeats`` (ints, one per row): grads[i] sums repeats[i]
+        gradients (a worker cache's write-back), and each key takes as many steps of its mean gradient."""
         keys = as_keys(keys)
         grads = as_rows(grads, len(keys), self._dim, "grads", "dim")
+        repeats = as_repeats(repeats, len(keys))
         if step is not None:
-            self._shard.push(keys, grads, checks.positive_int("step", step))
+            self._shard.push(keys, grads, checks.positive_int("step", step), repeats=repeats)
             return
         with self._step_lock:
-            self._shard.push(keys, grads, self._step + 1)
+            self._shard.push(keys, grads, self._step + 1, repeats=repeats)
             self._step += 1
 
     def erase(self, keys: Any) -> int:

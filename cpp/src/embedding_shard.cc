@@ -607,22 +607,34 @@ size_t EmbeddingShard::PullStaleTo(const int64_t* keys, size_t n, const int32_t*
   return m;
 }
 
-void EmbeddingShard::Push(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaBatch* deltas) {
-  if (!deltas) return PushTo(keys, grads, n, step, nullptr);
+void EmbeddingShard::Push(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaBatch* deltas,
+                          const uint32_t* repeats) {
+  if (!deltas) return PushTo(keys, grads, n, step, nullptr, repeats);
   IntoBatch sink(deltas);
-  PushTo(keys, grads, n, step, &sink);
+  PushTo(keys, grads, n, step, &sink, repeats);
 }
 
-void EmbeddingShard::Push(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaSink& sink) {
-  PushTo(keys, grads, n, step, &sink);
+void EmbeddingShard::Push(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaSink& sink,
+                          const uint32_t* repeats) {
+  PushTo(keys, grads, n, step, &sink, repeats);
 }
 
-void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaSink* sink) {
+void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaSink* sink,
+                            const uint32_t* repeats) {
   RequirePointer(keys, n, "Push", "keys");
   RequirePointer(grads, n, "Push", "grads");
   RequireBatch(n, "Push");
   if (step < 1) throw std::invalid_argument("Push: step must be >= 1 (the 1-based global step), got " +
                                             std::to_string(step));
+  if (repeats) {
+    RequirePointer(repeats, n, "Push", "repeats");
+    for (size_t i = 0; i < n; ++i) {
+      if (repeats[i] < 1 || repeats[i] > kMaxRepeats)
+        throw std::invalid_argument("Push: repeats[" + Str(i) + "] is " + std::to_string(repeats[i]) +
+                                    ": each must be in [1, " + std::to_string(kMaxRepeats) +
+                                    "] (how many gradients grads[i] sums); nothing was applied");
+    }
+  }
   Impl& s = *impl_;
   const size_t dim = static_cast<size_t>(s.config.dim);
   // Sum duplicates in order of appearance, from 0 as TF's unsorted_segment_sum does, into a private
@@ -631,6 +643,7 @@ void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, i
   std::vector<int64_t> unique_keys;
   unique_keys.reserve(n);
   std::unique_ptr<float[]> sums;
+  std::vector<uint32_t> counts;  // with repeats: optimizer steps per unique key
   {
     BatchDedup dedup(n);
     std::vector<uint32_t> position(n);
@@ -655,6 +668,21 @@ void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, i
         uint32_t bits;
         std::memcpy(&bits, g + j, sizeof(bits));
         non_finite |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+      }
+    }
+    if (repeats) {
+      counts.assign(unique_keys.size(), 0);
+      for (size_t i = 0; i < n; ++i) counts[position[i]] += repeats[i];
+      for (size_t u = 0; u < counts.size(); ++u) {
+        if (counts[u] > kMaxRepeats)
+          throw std::invalid_argument("Push: key " + std::to_string(unique_keys[u]) + " repeats " +
+                                      std::to_string(counts[u]) + " times in all, more than " +
+                                      std::to_string(kMaxRepeats) + "; nothing was applied");
+        if (counts[u] > 1) {  // c steps of the mean: the sum scaled once, before any step
+          const float inv = 1.0f / static_cast<float>(counts[u]);
+          float* sum = sums.get() + u * dim;
+          for (size_t j = 0; j < dim; ++j) sum[j] *= inv;
+        }
       }
     }
     if (non_finite) {
@@ -687,6 +715,9 @@ void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, i
   uint32_t chunk_slots[kChunk];
   size_t chunk_deltas[kChunk];
   bool chunk_copy[kChunk];     // the old record is still to be copied into its delta
+  float* round_values[kChunk];  // with repeats: the rows of a chunk that take one more step
+  float* round_states[kChunk];
+  std::unique_ptr<float[]> round_grads(counts.empty() ? nullptr : new float[kChunk * dim]);
   size_t rows = 0, first = 0;  // rows pending in the chunk, and the unique index of its first row
   auto step_chunk = [&]() {
     if (deltas) {
@@ -695,6 +726,22 @@ void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, i
     }
     s.optimizer->ApplyRows(values, states, sums.get() + first * dim, rows, s.config.dim, step);
     for (size_t r = 0; r < rows; ++r) s.Tick(chunk_slots[r]);
+    if (!counts.empty()) {  // the further steps of rows standing for several gradients, one round at a time
+      uint32_t most = 1;
+      for (size_t r = 0; r < rows; ++r) most = std::max(most, counts[first + r]);
+      for (uint32_t round = 2; round <= most; ++round) {
+        size_t m2 = 0;
+        for (size_t r = 0; r < rows; ++r) {
+          if (counts[first + r] < round) continue;
+          round_values[m2] = values[r];
+          round_states[m2] = states[r];
+          std::memcpy(round_grads.get() + m2 * dim, sums.get() + (first + r) * dim, dim * sizeof(float));
+          s.Tick(chunk_slots[r]);
+          ++m2;
+        }
+        s.optimizer->ApplyRows(round_values, round_states, round_grads.get(), m2, s.config.dim, step);
+      }
+    }
     if (s.track_dirty) {
       for (size_t r = 0; r < rows; ++r) s.MarkDirty(chunk_slots[r]);
     }

@@ -242,22 +242,24 @@ RowCache::Due RowCache::Accumulate(const int64_t* keys, size_t n, const float* g
   Due due;
   due.keys.reserve(n);
   due.grads.reserve(n * dim_);
+  due.counts.reserve(n);
   const size_t row_bytes = sizeof(float) * dim_;
   for (size_t i = 0; i < n; ++i) {
     const float* g = grads + i * dim_;
-    auto pass = [&](const float* row) {
+    auto pass = [&](const float* row, uint32_t count) {
       due.keys.push_back(keys[i]);
       due.grads.insert(due.grads.end(), row, row + dim_);
+      due.counts.push_back(count);
     };
     if (at[i] == kNone) {
-      pass(g);  // write-through
+      pass(g, 1);  // write-through
       ++stats_.written_through;
       continue;
     }
     ++stats_.accumulated;
     Line& line = lines_[at[i]];
     if (staleness_ <= 1) {
-      pass(g);  // due at once: the gradient itself, bit for bit
+      pass(g, 1);  // due at once: the gradient itself, bit for bit
       ++stats_.write_backs;
       continue;
     }
@@ -275,7 +277,7 @@ RowCache::Due RowCache::Accumulate(const int64_t* keys, size_t n, const float* g
     }
     ++stats_.pending_count;
     if (line.count >= staleness_) {
-      pass(Grad(line.pending));
+      pass(Grad(line.pending), line.count);
       ++stats_.write_backs;
       ReleasePending(line);
     }

@@ -121,6 +121,63 @@ TEST(EmbeddingShard, RejectedPushChangesNoByte) {
   EXPECT_EQ(shard.size(), 3u);
 }
 
+std::vector<int32_t> Clocks(const EmbeddingShard& shard, const std::vector<int64_t>& keys);
+
+// A row that stands for c gradients (a worker cache's write-back) takes c optimizer steps of their mean:
+// bit for bit what c pushes of sum * (1/c) at the same step do, for every optimizer, with c clock ticks.
+TEST(EmbeddingShard, PushWithRepeatsStepsEachKeyItsCountOfTimes) {
+  for (OptimizerKind kind : {OptimizerKind::kSGD, OptimizerKind::kAdagrad, OptimizerKind::kAdam}) {
+    // 20 keys: more than one chunk of rows, with counts 1..4 mixed; key 7 twice (4 + 2 = 6 steps)
+    std::vector<int64_t> keys;
+    std::vector<uint32_t> repeats;
+    std::vector<float> grads;
+    for (int64_t k = 0; k < 20; ++k) {
+      keys.push_back(k);
+      repeats.push_back(static_cast<uint32_t>(1 + k % 4));
+      for (int j = 0; j < 4; ++j) grads.push_back(0.25f * static_cast<float>((k + 1) * (j + 1)) - 1.0f);
+    }
+    keys.push_back(7);
+    repeats.push_back(2);
+    for (int j = 0; j < 4; ++j) grads.push_back(0.5f);
+    EmbeddingShard once(Config(kind)), steps(Config(kind));
+    Pull(once, keys);
+    Pull(steps, keys);
+    once.Push(keys.data(), grads.data(), keys.size(), 3, nullptr, repeats.data());
+    // the reference: the summed gradient of each unique key, scaled by 1 / its count, pushed count times
+    std::vector<float> sums(20 * 4, 0.0f);
+    std::vector<uint32_t> counts(20, 0);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      counts[keys[i]] += repeats[i];
+      for (int j = 0; j < 4; ++j) sums[keys[i] * 4 + j] += grads[i * 4 + j];
+    }
+    for (uint32_t round = 1; round <= 6; ++round) {  // key 7: 4 + 2
+      for (int64_t k = 0; k < 20; ++k) {
+        if (counts[k] < round) continue;
+        std::vector<float> g(4);
+        for (int j = 0; j < 4; ++j) g[j] = sums[k * 4 + j] * (1.0f / static_cast<float>(counts[k]));
+        steps.Push(&k, g.data(), 1, 3);
+      }
+    }
+    EXPECT_EQ(AllBlocks(once), AllBlocks(steps)) << "optimizer " << static_cast<int>(kind);
+    EXPECT_EQ(Clocks(once, {7, 0, 3}), (std::vector<int32_t>{7, 2, 5}));  // inserted at 1, then a tick per step
+  }
+}
+
+TEST(EmbeddingShard, PushRejectsBadRepeatsAndChangesNoByte) {
+  EmbeddingShard shard(Config());
+  Pull(shard, {1, 2});
+  auto before = AllBlocks(shard);
+  std::vector<int64_t> keys = {1, 2};
+  std::vector<float> grads(8, 0.5f);
+  std::vector<uint32_t> zero = {1, 0}, huge = {1, EmbeddingShard::kMaxRepeats + 1};
+  EXPECT_THROW(shard.Push(keys.data(), grads.data(), 2, 1, nullptr, zero.data()), std::invalid_argument);
+  EXPECT_THROW(shard.Push(keys.data(), grads.data(), 2, 1, nullptr, huge.data()), std::invalid_argument);
+  std::vector<int64_t> same = {1, 1};  // each in range, but 2^16 + 1 steps in all
+  std::vector<uint32_t> split = {EmbeddingShard::kMaxRepeats, 1};
+  EXPECT_THROW(shard.Push(same.data(), grads.data(), 2, 1, nullptr, split.data()), std::invalid_argument);
+  EXPECT_EQ(AllBlocks(shard), before);
+}
+
 TEST(EmbeddingShard, DeltasAreOldXorNew) {
   EmbeddingShard shard(Config(OptimizerKind::kAdam, 4, 4));
   DeltaBatch deltas;

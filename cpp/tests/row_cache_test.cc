@@ -185,6 +185,7 @@ TEST(RowCache, AccumulateHoldsCachedRowsUntilTheBoundAndWritesThroughTheRest) {
   due = Accumulate(cache, {6, 1, 2}, {9, 9, 8, 8, 0.5f, 0.5f});  // the third gradient of 1 and 2: due
   EXPECT_EQ(due.keys, (std::vector<int64_t>{6, 1, 2}));  // input order
   EXPECT_EQ(due.grads, (std::vector<float>{9, 9, 1 + 4 + 8, 1 + 4 + 8, 2 + 3 + 0.5f, 2 + 3 + 0.5f}));
+  EXPECT_EQ(due.counts, (std::vector<uint32_t>{1, 3, 3}));  // each sum stands for that many steps' gradients
   const RowCache::Stats s = cache.stats();
   EXPECT_EQ(s.pending_lines, 0u);
   EXPECT_EQ(s.pending_count, 0u);

@@ -142,7 +142,8 @@ py::tuple Accumulate(RowCache& cache, const Keys& keys, const py::object& grads)
     due = cache.Accumulate(keys.data(), n, grads32.data());
   }
   const py::ssize_t m = static_cast<py::ssize_t>(due.keys.size());
-  return py::make_tuple(ToNumpy(std::move(due.keys), {m}), ToNumpy(std::move(due.grads), {m, cache.dim()}));
+  return py::make_tuple(ToNumpy(std::move(due.keys), {m}), ToNumpy(std::move(due.grads), {m, cache.dim()}),
+                        ToNumpy(std::move(due.counts), {m}));
 }
 
 py::tuple Invalidate(RowCache& cache, const Keys& keys) {
@@ -198,9 +199,9 @@ void BindRowCache(py::module_& m) {
            "uint32[m]), to push. Keys of one fill never evict each other; beyond that its new keys stay "
            "uncached.")
       .def("accumulate", &Accumulate, py::arg("keys"), py::arg("grads"),
-           "(keys int64[m], grads float32[m, dim]) to push now, in input order: uncached keys' gradients as "
-           "they are, cached lines' sums once `staleness` gradients were taken (staleness 0: everything, bit "
-           "for bit).")
+           "(keys int64[m], grads float32[m, dim], counts uint32[m]) to push now, in input order: uncached "
+           "keys' gradients as they are (count 1), cached lines' sums once `staleness` gradients were taken "
+           "(count: how many; staleness 0: everything, bit for bit).")
       .def("flush", [](RowCache& c) {
              RowCache::Pending p;
              {

@@ -164,21 +164,31 @@ py::tuple Find(const EmbeddingShard& shard, const Keys& keys) {
 }
 
 py::object Push(EmbeddingShard& shard, const Keys& keys, const Floats& grads, int64_t step, bool return_deltas,
-                const std::shared_ptr<DeltaForwarder>& forwarder, const std::string& table, const WorkerSeqs& pushes) {
+                const std::shared_ptr<DeltaForwarder>& forwarder, const std::string& table, const WorkerSeqs& pushes,
+                const py::object& repeats) {
   RequireKeys(keys, "push");
   const size_t n = static_cast<size_t>(keys.shape(0));
   RequireRows(grads, n, shard.dim(), "push", "grads");
   CheckForward("push", return_deltas, forwarder);
+  Slots counts;
+  const uint32_t* reps = nullptr;
+  if (!repeats.is_none()) {
+    counts = Slots::ensure(repeats);
+    if (!counts || counts.ndim() != 1 || static_cast<size_t>(counts.shape(0)) != n)
+      throw std::invalid_argument("push: repeats must be uint32[len(keys)] = uint32[" + std::to_string(n) +
+                                  "] (how many gradients each row of grads sums), or None");
+    reps = counts.data();
+  }
   if (forwarder) {
     DeltaForwarder::Mutation sink(*forwarder, table, pushes);
     py::gil_scoped_release release;
-    shard.Push(keys.data(), grads.data(), n, step, sink);
+    shard.Push(keys.data(), grads.data(), n, step, sink, reps);
     return py::none();
   }
   DeltaBatch deltas;
   {
     py::gil_scoped_release release;
-    shard.Push(keys.data(), grads.data(), n, step, return_deltas ? &deltas : nullptr);
+    shard.Push(keys.data(), grads.data(), n, step, return_deltas ? &deltas : nullptr, reps);
   }
   if (!return_deltas) return py::none();
   return DeltasToNumpy(std::move(deltas));
@@ -405,7 +415,9 @@ void BindShard(py::module_& m) {
            "parity (--ft ec).")
       .def("push", &Push, py::arg("keys"), py::arg("grads"), py::arg("step"), py::arg("return_deltas") = false,
            py::arg("forwarder") = nullptr, py::arg("table") = "", py::arg("pushes") = WorkerSeqs{},
-           "Sums duplicate keys' grads, then one optimizer step per unique key; with return_deltas, "
+           py::arg("repeats") = py::none(),
+           "Sums duplicate keys' grads, then one optimizer step per unique key (with repeats: grads[i] sums "
+           "repeats[i] gradients, and a key takes as many steps of its mean gradient); with return_deltas, "
            "(slots: uint32[m], xor: uint8[m, record_bytes]); with a DeltaForwarder, the deltas are recorded on "
            "it as a mutation of `table` that applied the worker pushes `pushes` ({worker: seq}, --ft ec).")
       .def("erase", &Erase, py::arg("keys"), py::arg("return_deltas") = false,

@@ -131,3 +131,55 @@ def test_staleness_zero_on_ray_with_a_killed_server() -> None:
         if started:
             ray.shutdown()
     assert report["model_digest"] == fit(servers=3)["model_digest"]
+
+
+# ---- what a write-back applies ---------------------------------------------------------------------------
+SPEC = xdl_ec.Table("t", 4, xdl_ec.optim.Adagrad(learning_rate=0.1), xdl_ec.init.RandomUniform(-0.05, 0.05), seed=7)
+
+
+def _steps_of_the_mean(keys: list, total: np.ndarray, count: int, step: int) -> np.ndarray:
+    """The rows of a fresh table after ``count`` pushes of total * (1 / count) at ``step``: the reference."""
+    reference = xdl_ec.EmbeddingTable.from_config(SPEC)
+    reference.pull(keys)
+    for _ in range(count):
+        reference.push(keys, total * np.float32(1.0 / count), step=step)
+    return reference.pull(keys)
+
+
+def test_a_write_back_takes_one_optimizer_step_per_held_gradient() -> None:
+    """S = 3: three steps' gradients of a cached row are held, then written back with their count; the server
+    takes three Adagrad steps of their mean, bit for bit, not one step on their sum."""
+    from xdl_ec.ps import LocalBackend, ParameterServer, PSClient
+    from xdl_ec.ps.cached_client import CachedClient
+
+    backend = LocalBackend()
+    servers = [backend.start("server", i, ParameterServer, i, (SPEC,)) for i in range(2)]
+    try:
+        client = CachedClient(PSClient(servers), {"t": xdl_ec.Cache(rows=100, staleness=3)}, {"t": 4})
+        keys = [11, 12, 13]
+        client.pull({"t": (keys, 4)})  # cached now
+        grads = [np.full((3, 4), 0.1 * (i + 1), np.float32) + np.arange(3, dtype=np.float32)[:, None]
+                 for i in range(3)]
+        for step, g in enumerate(grads, start=1):
+            client.push({"t": (keys, g)}, step)
+        rows = PSClient(servers).find({"t": (keys, 4)})["t"][0]
+        np.testing.assert_array_equal(rows, _steps_of_the_mean(keys, (grads[0] + grads[1]) + grads[2], 3, 3))
+    finally:
+        for handle in servers:
+            handle.drop()
+
+
+def test_a_sync_step_counts_each_held_row_once_per_step_not_per_worker() -> None:
+    """Two workers that each held a row for 3 steps stand for 3 steps of the mean over workers, not 6."""
+    from xdl_ec.ps import ParameterServer
+
+    server = ParameterServer(0, (SPEC,))
+    keys = np.array([5, 6], np.int64)
+    server.pull([("t", keys)])
+    g0, g1 = np.full((2, 4), 0.3, np.float32), np.full((2, 4), -0.1, np.float32)
+    server.push([("t", keys, g0, 1, np.array([3, 3], np.uint32))], 2, 0, 2)
+    server.push([("t", keys, g1, 1, np.array([3, 1], np.uint32))], 2, 1, 2)
+    half = np.float32(2)
+    rows = server.pull([("t", keys)])[0]
+    total = g0 / half + g1 / half
+    np.testing.assert_array_equal(rows, _steps_of_the_mean(keys, total, 3, 2))  # key 6: max(3, 1) = 3 steps

@@ -65,8 +65,8 @@ class CprAgent(ServerAgent):
                                                  ledger=self._ledger)
         return self._checkpointer
 
-    def push(self, host: Any, table: Any, keys: Any, grads: Any, step: int, pushes: Any) -> None:
-        table.push(keys, grads, step=step)
+    def push(self, host: Any, table: Any, keys: Any, grads: Any, step: int, pushes: Any, repeats: Any = None) -> None:
+        table.push(keys, grads, step=step, repeats=repeats)
         self._count(table.name, keys, step)
 
     def _count(self, table: str, keys: Any, step: int) -> None:

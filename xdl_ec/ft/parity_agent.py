@@ -78,7 +78,7 @@ class ParityAgent(ServerAgent):
 
     # ---- data-server side (called under the server's lock) --------------------------------------------
     def push(self, server: Any, table: Any, keys: np.ndarray, grads: np.ndarray, step: int,
-             pushes: Mapping[int, int]) -> None:
+             pushes: Mapping[int, int], repeats: Optional[np.ndarray] = None) -> None:
         """Applies a push to ``table``'s shard and records its deltas; ``pushes`` {worker: seq} it applies."""
         if self.take_crash_before_apply():  # injected: dies before applying this push (the push fails)
             server.die()
@@ -86,16 +86,16 @@ class ParityAgent(ServerAgent):
             self._crash_armed = False
             self.crashed = True
             self.forwarder.drop_pending()
-            table.shard.push(keys, grads, step)
+            table.shard.push(keys, grads, step, repeats=repeats)
             server.crash_requested = True
             if in_ray_actor():  # a real process death, right after this answer is sent
                 threading.Timer(1.0, os._exit, args=(1,)).start()  # at the latest; a next call exits at once
             return
         if self.crashed:
-            table.shard.push(keys, grads, step)
+            table.shard.push(keys, grads, step, repeats=repeats)
             return
         table.shard.push(keys, grads, step, forwarder=self.forwarder, table=table.name,
-                         pushes={int(w): int(s) for w, s in pushes.items()})
+                         pushes={int(w): int(s) for w, s in pushes.items()}, repeats=repeats)
 
     def pull(self, server: Any, table: Any, keys: np.ndarray) -> np.ndarray:
         """Rows of ``keys``; rows it inserts are a mutation too."""

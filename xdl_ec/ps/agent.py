@@ -22,7 +22,7 @@ Everything else an agent offers is called by the driver through the server's ``a
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, Mapping, Protocol
+from typing import Any, Dict, Mapping, Optional, Protocol
 
 import numpy as np
 
@@ -55,9 +55,10 @@ class ServerAgent:
         return table.pull(keys)
 
     def push(self, host: AgentHost, table: Any, keys: np.ndarray, grads: np.ndarray, step: int,
-             pushes: Mapping[int, int]) -> None:
-        """Applies per-key gradients at ``step``; ``pushes`` {worker: push seq} are the pushes it contains."""
-        table.push(keys, grads, step=step)
+             pushes: Mapping[int, int], repeats: Optional[np.ndarray] = None) -> None:
+        """Applies per-key gradients at ``step``; ``pushes`` {worker: push seq} are the pushes it contains;
+        ``repeats``: how many gradients each row sums (EmbeddingTable.push)."""
+        table.push(keys, grads, step=step, repeats=repeats)
 
     def pull_stale(self, host: AgentHost, table: Any, keys: np.ndarray, known: np.ndarray, staleness: int) -> tuple:
         """A caching worker's pull (``ParameterServer.pull_stale``): (rows of the sent keys, clocks, sent); rows it

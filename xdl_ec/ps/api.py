@@ -10,8 +10,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Seque
 
 import numpy as np
 
-# (table, keys, grads, seq): one table's part of a push; seq is the sender's push seq to this server
-PushPart = Tuple[str, np.ndarray, np.ndarray, int]
+# (table, keys, grads, seq[, repeats]): one table's part of a push; seq is the sender's push seq to this server;
+# repeats (uint32 per row, optional): how many gradients each row sums (a worker cache's write-back)
+PushPart = Tuple[Any, ...]
 
 
 class RoleAPI(Protocol):

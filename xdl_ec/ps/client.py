@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import _core
-from ..table import as_keys
+from ..table import as_keys, as_repeats
 from .api import ServerAPI
 from .backend import DEFAULT_TIMEOUT, Handle, ServerLost
 from .remote import Remote
@@ -40,6 +40,12 @@ class LoggedPush:
     grads: np.ndarray
     step: int
     participants: int
+    repeats: Optional[np.ndarray] = None  # how many gradients each row sums (a cache's write-back)
+
+    def part(self, seq: int) -> tuple:
+        """The push part as sent: (table, keys, grads, seq[, repeats])."""
+        head = (self.table, self.keys, self.grads, seq)
+        return head if self.repeats is None else head + (self.repeats,)
 
 
 class PendingRows:
@@ -203,31 +209,34 @@ class PSClient:
                 self._unread.append((server, futures[-1]))
         return futures
 
-    def _push_wire(self, grads: Mapping[str, Tuple[Any, np.ndarray]], step: int,
-                   participants: int) -> List[List[tuple]]:
-        """Per server, the push parts (table, keys, grads, seq) of ``grads``, each given the server's next push seq
-        (and logged, with a push log)."""
-        per_server: List[List[Tuple[str, np.ndarray, np.ndarray]]] = [[] for _ in self.servers]
-        for table, (keys, table_grads) in grads.items():
+    def _push_wire(self, grads: Mapping[str, Tuple[Any, ...]], step: int, participants: int) -> List[List[tuple]]:
+        """Per server, the push parts (table, keys, grads, seq[, repeats]) of ``grads`` ({table: (keys, grads) or
+        (keys, grads, repeats)}), each given the server's next push seq (and logged, with a push log)."""
+        per_server: List[List[LoggedPush]] = [[] for _ in self.servers]
+        for table, (keys, table_grads, *rest) in grads.items():
             keys = as_keys(keys)
             table_grads = np.ascontiguousarray(table_grads, dtype=np.float32)
             if table_grads.ndim != 2 or table_grads.shape[0] != keys.size:
                 raise ValueError(f"grads of table {table!r}: must be [len(keys), dim] = [{keys.size}, dim], got "
                                  f"{table_grads.shape}")
+            repeats = as_repeats(rest[0] if rest else None, keys.size)
             for server, positions in enumerate(route(keys, self.num_servers)):
                 if positions.size or participants > 1:
-                    per_server[server].append((table, keys[positions], table_grads[positions]))
+                    per_server[server].append(LoggedPush(table, keys[positions], table_grads[positions], step,
+                                                         participants,
+                                                         None if repeats is None else repeats[positions]))
         self._forget_durable()
         out: List[List[tuple]] = []
         for server, parts in enumerate(per_server):
             wire = []
-            for table, keys, table_grads in parts:
+            for part in parts:
                 self._seq[server] += 1
                 seq = self._seq[server]
                 if self.push_log is not None:
-                    self.push_log[server][seq] = LoggedPush(table, keys, table_grads, step, participants)
-                wire.append((table, keys, table_grads, seq))
-                self.bytes_pushed += keys.nbytes + table_grads.nbytes
+                    self.push_log[server][seq] = part
+                wire.append(part.part(seq))
+                self.bytes_pushed += part.keys.nbytes + part.grads.nbytes + (
+                    0 if part.repeats is None else part.repeats.nbytes)
             out.append(wire)
         return out
 
@@ -309,6 +318,5 @@ class PSClient:
         log = self.push_log[server]
         for seq in sorted(log):
             p = log[seq]
-            self.server(server).push([(p.table, p.keys, p.grads, seq)], p.step, self.worker,
-                                     p.participants).result(self.timeout)
+            self.server(server).push([p.part(seq)], p.step, self.worker, p.participants).result(self.timeout)
         return len(log)

@@ -32,7 +32,7 @@ import numpy as np
 
 from .. import checks
 from ..checkpoint import ShardCheckpoint
-from ..table import EmbeddingTable, as_keys, as_rows
+from ..table import MAX_REPEATS, EmbeddingTable, as_keys, as_repeats, as_rows
 from ..table_config import Table
 from .agent import ServerAgent
 from .api import PushPart
@@ -63,7 +63,7 @@ class ParameterServer(LinkHost):
         self.index = checks.non_negative_int("index", index)
         self._tables: Dict[str, EmbeddingTable] = {}
         self.lock = threading.RLock()
-        # (table, step) -> {worker: (keys, grads, seq)} of a sync step still waiting for pushes
+        # (table, step) -> {worker: (keys, grads, seq, repeats)} of a sync step still waiting for pushes
         self._pending: Dict[Tuple[str, int], Dict[int, Tuple[np.ndarray, np.ndarray, int]]] = {}
         self.last_seq: Dict[int, int] = {}
         self.agent: ServerAgent = ServerAgent()
@@ -206,31 +206,35 @@ class ParameterServer(LinkHost):
         if participants > 1 and worker >= participants:
             raise ValueError(f"worker: {worker} is not below participants ({participants})")
         checked = []
-        for name, keys, grads, seq in parts:
+        for part in parts:
+            if len(part) not in (4, 5):
+                raise ValueError(f"push part: expected (table, keys, grads, seq[, repeats]), got {len(part)} items")
+            name, keys, grads, seq = part[:4]
             table = self.table(name)
             keys = as_keys(keys)
             grads = as_rows(grads, keys.size, table.dim, "grads", "dim")
+            repeats = as_repeats(part[4] if len(part) == 5 else None, keys.size)
             seq = checks.non_negative_int("seq", seq)
             if not np.all(np.isfinite(grads)):
                 raise ValueError(f"grads: NaN or Inf in the push of worker {worker} to table {name!r} at step "
                                  f"{step}; nothing applied")
-            checked.append((table, keys, grads, seq))
+            checked.append((table, keys, grads, seq, repeats))
         last = 0
         applied = True
         with self.lock:
-            for table, keys, grads, seq in checked:
+            for table, keys, grads, seq, repeats in checked:
                 last = max(last, seq)
                 if seq and seq <= self.last_seq.get(worker, 0):
                     continue  # a replayed part this server already applied (or buffered): exactly once
                 c = self._counters
                 c["pushes"] += 1
                 c["keys_pushed"] += keys.size
-                c["bytes_in"] += keys.nbytes + grads.nbytes
+                c["bytes_in"] += keys.nbytes + grads.nbytes + (0 if repeats is None else repeats.nbytes)
                 if participants == 1:
-                    self.agent.push(self, table, keys, grads, step, {worker: seq})
+                    self.agent.push(self, table, keys, grads, step, {worker: seq}, repeats)
                     c["steps_applied"] += 1
                 else:
-                    applied = self._buffer(table, keys, grads, step, worker, seq, participants) and applied
+                    applied = self._buffer(table, keys, grads, step, worker, seq, participants, repeats) and applied
                 self.last_seq[worker] = max(seq, self.last_seq.get(worker, 0))
             durable = self.agent.durable(worker)
         return PushAck(self.index, worker, last, step, applied, durable)
@@ -248,20 +252,23 @@ class ParameterServer(LinkHost):
         return ack, (self._pull(requests) if requests else [])
 
     def _buffer(self, table: EmbeddingTable, keys: np.ndarray, grads: np.ndarray, step: int, worker: int, seq: int,
-                participants: int) -> bool:
+                participants: int, repeats: Optional[np.ndarray] = None) -> bool:
         """Buffers one worker's part of a sync step; applies the step's parts merged once all arrived."""
         pending = self._pending.setdefault((table.name, step), {})
         if worker in pending:
             raise ValueError(f"worker {worker} already pushed step {step} of table {table.name!r} to server "
                              f"{self.index}")
-        pending[worker] = (keys, grads, seq)
+        pending[worker] = (keys, grads, seq, repeats)
         if len(pending) < participants:
             return False
         del self._pending[(table.name, step)]
         order = sorted(pending)
         keys = np.concatenate([pending[w][0] for w in order])
         grads = np.concatenate([pending[w][1] / np.float32(participants) for w in order])
-        self.agent.push(self, table, keys, grads, step, {w: pending[w][2] for w in order})
+        repeats = None  # only when some worker sent counts: a plain sync step stays the plain path, bit for bit
+        if any(pending[w][3] is not None for w in order):
+            keys, grads, repeats = _merge_repeats(keys, grads, [(pending[w][0], pending[w][3]) for w in order])
+        self.agent.push(self, table, keys, grads, step, {w: pending[w][2] for w in order}, repeats)
         self._counters["steps_applied"] += 1
         return True
 
@@ -370,3 +377,22 @@ class ParameterServer(LinkHost):
                 t.close()
             self._tables.clear()
             self._pending.clear()
+
+
+def _merge_repeats(keys: np.ndarray, grads: np.ndarray, parts: Sequence[Tuple[np.ndarray, Optional[np.ndarray]]]
+                   ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A sync step's parts merged where some carry repeat counts: each key once, its gradients summed (already
+    divided by the participants), its count the most any one worker's part gives it: W workers that each held a
+    row for c steps stand for c steps of the mean over workers, not W * c."""
+    unique, inverse = np.unique(keys, return_inverse=True)
+    summed = np.zeros((unique.size, grads.shape[1]), np.float32)
+    np.add.at(summed, inverse, grads)
+    counts = np.zeros(unique.size, np.int64)
+    start = 0
+    for part_keys, part_repeats in parts:
+        mine = np.zeros(unique.size, np.int64)
+        np.add.at(mine, inverse[start:start + part_keys.size],
+                  1 if part_repeats is None else part_repeats.astype(np.int64))
+        counts = np.maximum(counts, mine)
+        start += part_keys.size
+    return unique, summed, np.minimum(counts, MAX_REPEATS).astype(np.uint32)

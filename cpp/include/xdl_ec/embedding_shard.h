@@ -75,13 +75,22 @@ class EmbeddingShard {
   // missing keys first, as a pull would); each step adds one to the row's clock (an inserted row: the
   // initial clock, then one). Validates everything first (finite gradients, step >= 1) and throws
   // std::invalid_argument without changing any byte if anything is wrong.
-  void Push(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaBatch* deltas = nullptr);
+  //
+  // `repeats` (optional, n entries in [1, kMaxRepeats]): grads[i] is the sum of repeats[i] gradients
+  // (a worker cache's write-back of rows it held for several steps). The shard then applies, per
+  // unique key, c = the sum of its repeats optimizer steps of its summed gradient / c (each a clock
+  // tick): what c steps of the mean gradient do, not one step on the sum (for SGD both are the same
+  // move; for Adagrad and Adam one step on the sum is about c times shorter).
+  static constexpr uint32_t kMaxRepeats = 1u << 16;
+  void Push(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaBatch* deltas = nullptr,
+            const uint32_t* repeats = nullptr);
   // The same, reporting to `sink` (delta_sink.h) under the shard's write lock: every push (its deltas,
   // possibly none), and a pull that takes the write lock (a key missing, or blocks under restore) its
   // inserts; a pull of keys that all exist reports nothing.
   // This is how a mutation reaches parity maintenance (DeltaForwarder::Mutation) on the training path.
   void Pull(const int64_t* keys, size_t n, float* out, DeltaSink& sink);
-  void Push(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaSink& sink);
+  void Push(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaSink& sink,
+            const uint32_t* repeats = nullptr);
   // ---- row clocks, for workers' caches (record_layout.h) ------------------------------------------
   // clocks[i] = the clock of keys[i], or -1 when the key is missing (nothing is inserted).
   void Clocks(const int64_t* keys, size_t n, int32_t* clocks) const;
@@ -153,7 +162,8 @@ class EmbeddingShard {
   size_t PullStaleTo(const int64_t* keys, size_t n, const int32_t* known, uint32_t staleness, float* rows,
                      int32_t* clocks, uint8_t* sent, DeltaSink* sink);
   void LoadTo(const int64_t* keys, const float* values, const float* state, size_t n, DeltaSink* sink);
-  void PushTo(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaSink* sink);
+  void PushTo(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaSink* sink,
+              const uint32_t* repeats);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -47,7 +47,8 @@ class RowCache {
   // Gradients to push now, in the order they were given to Accumulate.
   struct Due {
     std::vector<int64_t> keys;
-    std::vector<float> grads;  // keys.size() * dim
+    std::vector<float> grads;       // keys.size() * dim
+    std::vector<uint32_t> counts;   // gradients summed into each (1: passed on as given)
   };
 
   struct Stats {

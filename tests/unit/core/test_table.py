@@ -76,6 +76,25 @@ def test_push_sums_duplicates_and_counts_steps() -> None:
     assert t.step == 2
 
 
+@pytest.mark.parametrize("optimizer", [optim.SGD(0.5), optim.Adagrad(0.1), optim.Adam(0.01)], ids=str)
+def test_push_with_repeats_takes_that_many_steps_of_the_mean(optimizer) -> None:
+    """A row that sums c gradients (a worker cache's write-back) takes c steps of sum / c: bit for bit c pushes."""
+    once, steps = table(4, optimizer=optimizer), table(4, optimizer=optimizer)
+    keys = np.array([3, 8, 3, 5])
+    grads = np.arange(16, dtype=np.float32).reshape(4, 4) / 7 - 1
+    repeats = np.array([2, 3, 1, 1])  # key 3: 2 + 1 = 3 steps of its summed gradient / 3
+    once.push(keys, grads, step=4, repeats=repeats)
+    for key, total, count in ((3, grads[0] + grads[2], 3), (8, grads[1], 3), (5, grads[3], 1)):
+        for _ in range(count):
+            steps.push([key], (total * np.float32(1.0 / count))[None], step=4)
+    assert snapshot(once)[:4] == snapshot(steps)[:4]
+    # ones over unique keys are the plain push (a repeated key's counts add up: its rows came from several steps)
+    plain, counted = table(4, optimizer=optimizer), table(4, optimizer=optimizer)
+    plain.push(keys[1:], grads[1:], step=2)
+    counted.push(keys[1:], grads[1:], step=2, repeats=np.ones(3, np.int64))
+    assert snapshot(plain) == snapshot(counted)
+
+
 def test_adam_bias_correction_uses_the_given_step() -> None:
     a = table(4, optimizer=optim.Adam(0.01))
     b = table(4, optimizer=optim.Adam(0.01))
@@ -186,6 +205,11 @@ BAD_CALLS = [
     ("push float64 overflow", lambda t: t.push([1], np.full((1, 8), 1e300)), ValueError, "grads"),
     ("push step 0", lambda t: t.push([1], np.zeros((1, 8)), step=0), ValueError, "step"),
     ("push step float", lambda t: t.push([1], np.zeros((1, 8)), step=1.0), TypeError, "step"),
+    ("push repeats 0", lambda t: t.push([1, 2], np.ones((2, 8)), repeats=[1, 0]), ValueError, "repeats"),
+    ("push repeats shape", lambda t: t.push([1, 2], np.ones((2, 8)), repeats=[1]), ValueError, "repeats"),
+    ("push repeats float", lambda t: t.push([1], np.ones((1, 8)), repeats=[1.5]), TypeError, "repeats"),
+    ("push repeats too many", lambda t: t.push([1, 1], np.ones((2, 8)), repeats=[65536, 1]), ValueError,
+     "repeats"),
     ("erase float keys", lambda t: t.erase([1.0]), TypeError, "keys"),
     ("find 2-D keys", lambda t: t.find([[1]]), ValueError, "keys"),
     ("load values shape", lambda t: t.load([1, 2], np.zeros((2, 3))), ValueError, "values"),
