@@ -36,7 +36,7 @@ bool ParityHolder::Protects(int sender) const {
 void ParityHolder::SetExtent(const std::string& table, size_t parity_blocks) {
   StoreLocked(table);  // throws for an unknown table
   const uint64_t cycles = (parity_blocks + layout_.r() - 1) / layout_.r();
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<InheritingMutex> lock(mu_);
   uint64_t& at = extent_cycles_[table];
   at = std::max(at, cycles);
 }
@@ -124,7 +124,7 @@ int64_t ParityHolder::Apply(int sender, const std::vector<BatchPtr>& batches, in
                        std::to_string(sender) + ": it protects no stripe of that server (n=" +
                        std::to_string(layout_.n()) + ", k=" + std::to_string(layout_.k()) + ", r=" +
                        std::to_string(layout_.r()) + ")");
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<InheritingMutex> lock(mu_);
   if (closed_) throw HolderClosed(index_);
   const auto found = senders_.find(sender);
   int64_t applied = found == senders_.end() ? 0 : found->second.applied;
@@ -197,20 +197,20 @@ int64_t ParityHolder::Apply(int sender, const std::vector<BatchPtr>& batches, in
 }
 
 int64_t ParityHolder::Applied(int sender) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<InheritingMutex> lock(mu_);
   const auto it = senders_.find(sender);
   return it == senders_.end() ? 0 : it->second.applied;
 }
 
 std::map<int32_t, int64_t> ParityHolder::AppliedAll() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<InheritingMutex> lock(mu_);
   std::map<int32_t, int64_t> out;
   for (const auto& [sender, s] : senders_) out.emplace(sender, s.applied);
   return out;
 }
 
 WorkerSeqs ParityHolder::WorkerSeqsOf(int sender) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<InheritingMutex> lock(mu_);
   const auto it = senders_.find(sender);
   return it == senders_.end() || !it->second.worker_seqs ? WorkerSeqs{} : *it->second.worker_seqs;
 }
@@ -218,7 +218,7 @@ WorkerSeqs ParityHolder::WorkerSeqsOf(int sender) const {
 WorkerSeqs ParityHolder::Rollback(int sender, int64_t to_seq) {
   if (to_seq < 0)
     throw std::invalid_argument("ParityHolder::Rollback: to_seq must be >= 0 (a delta seq), got " + std::to_string(to_seq));
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<InheritingMutex> lock(mu_);
   const auto it = senders_.find(sender);
   if (it == senders_.end()) return {};  // nothing applied: already at any seq >= 0
   Sender& s = it->second;
@@ -255,7 +255,7 @@ void ParityHolder::ResetSender(int sender, int64_t seq, const WorkerSeqs& worker
                                 " protects no stripe of server " + std::to_string(sender));
   if (seq < 0) throw std::invalid_argument("ParityHolder::ResetSender: seq must be >= 0, got " + std::to_string(seq));
   auto stamp = std::make_shared<const WorkerSeqs>(worker_seqs);
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<InheritingMutex> lock(mu_);
   Sender& s = senders_[sender];
   s.applied = seq;
   s.worker_seqs = stamp;
@@ -281,7 +281,7 @@ std::map<int32_t, int64_t> ParityHolder::ReadBlock(const std::string& table, siz
   const ParityStore& store = StoreLocked(table);
   std::map<int32_t, int64_t> applied;
   // Under the holder's lock: no batch lands between the copy and the seqs it is reported with.
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<InheritingMutex> lock(mu_);
   if (offset == 0 && width == record_bytes) {
     store.ReadBlock(c, out);
   } else {
@@ -295,7 +295,7 @@ bool ParityHolder::WriteBlockIf(const std::string& table, size_t c, const uint8_
                                 const std::map<int32_t, int64_t>& expected) {
   ParityStore& store = StoreLocked(table);
   if (bytes == nullptr) throw std::invalid_argument("ParityHolder::WriteBlockIf: bytes is null");
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<InheritingMutex> lock(mu_);
   for (const auto& [sender, version] : expected) {
     const auto it = senders_.find(sender);
     if ((it == senders_.end() ? 0 : it->second.applied) != version) return false;
@@ -307,7 +307,7 @@ bool ParityHolder::WriteBlockIf(const std::string& table, size_t c, const uint8_
 void ParityHolder::WriteBlock(const std::string& table, size_t c, const uint8_t* bytes) {
   ParityStore& store = StoreLocked(table);
   if (bytes == nullptr) throw std::invalid_argument("ParityHolder::WriteBlock: bytes is null");
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<InheritingMutex> lock(mu_);
   store.WriteBlock(c, bytes);
 }
 
@@ -322,12 +322,12 @@ size_t ParityHolder::Bytes() const {
 }
 
 void ParityHolder::Close() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<InheritingMutex> lock(mu_);
   closed_ = true;
 }
 
 bool ParityHolder::closed() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<InheritingMutex> lock(mu_);
   return closed_;
 }
 

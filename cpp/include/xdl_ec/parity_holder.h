@@ -38,6 +38,7 @@
 
 #include "xdl_ec/erasure_code.h"
 #include "xdl_ec/forwarded_batch.h"
+#include "xdl_ec/inheriting_mutex.h"
 #include "xdl_ec/parity_store.h"
 #include "xdl_ec/stripe_layout.h"
 
@@ -138,7 +139,8 @@ class ParityHolder {
   StripeLayout layout_;
   std::shared_ptr<const ErasureCode> code_;
   std::map<std::string, std::unique_ptr<ParityStore>> stores_;
-  mutable std::mutex mu_;
+  // Applies run in forwarders' idle-policy threads; a rebuild's reads and writes of parity blocks wait here
+  mutable InheritingMutex mu_;
   std::map<int32_t, Sender> senders_;
   std::map<std::string, uint64_t> extent_cycles_;  // SetExtent, in stripe cycles
   bool closed_ = false;
