@@ -386,16 +386,17 @@ def test_recovery_fragments_are_fetched_again_until_the_parity_caught_up_with_th
             if name == "flush":
                 servers[1].applied = 5
                 return Answered(None)
-            if name == "read_data_at":
-                return Answered((np.full(8 * args[3], 5, np.uint8), 5))
-            assert name == "read_parity_at"
-            return Answered((np.full(8 * args[3], self.applied, np.uint8), {0: self.applied, 2: 7}))
+            assert name == "read_many"  # every fragment of one server in one call
+            _table, reads = args
+            return Answered([(np.full(8 * width, 5, np.uint8), 5) if kind == "read_data" else
+                             (np.full(8 * width, self.applied, np.uint8), {0: self.applied, 2: 7})
+                             for kind, _block, _offset, width in reads])
 
     servers = [Survivor(), Survivor()]
     decoded = consistent_decode(servers, "t", 8, lambda data, parity: (data(0, 3, 0, 2), parity(1, 1, 0, 2)))[0]
     assert decoded[0].tolist() == [5] * 16 and decoded[1].tolist() == [5] * 16  # never the parity at seq 4
-    assert servers[0].calls == ["read_data_at", "flush", "read_data_at"]
-    assert servers[1].calls == ["read_parity_at", "read_parity_at"]
+    assert servers[0].calls == ["read_many", "flush", "read_many"]
+    assert servers[1].calls == ["read_many", "read_many"]
 
 
 # ---- the transport pieces, without training ------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """BackgroundRebuild: ``--ft ec``'s default rebuild, off the step's path: a thread of the driver rebuilds the
-stripes of lost servers one at a time while training goes on, instead of the step boundaries doing it.
+stripes of lost servers a batch at a time (REBUILD_BATCH stripes per round of reads: one call per server, not per
+stripe) while training goes on, instead of the step boundaries doing it.
 
 Why it may run beside the steps: each stripe is decoded from fragments read with their versions and retried until
 they agree (I7), a data block is restored only while its replacement still misses it (a push or pull touching it
@@ -8,8 +9,8 @@ exactly the versions it encodes (I8): a concurrent push makes a stripe be decode
 
 Pace: redundancy stays reduced until the rebuild ends, and with ``r`` servers being rebuilt one more
 loss ends the job, so the rebuild runs flat out whenever that is so (``urgent()``) or the machine has a core's
-worth of idle CPU (``/proc/stat``, measured over the last stripe); otherwise it keeps to ``share`` of its wall time
-(sleeping ``(1 - share) / share`` times what the last stripe took), so a busy machine's training is not slowed.
+worth of idle CPU (``/proc/stat``, measured over the last batch); otherwise it keeps to ``share`` of its wall time
+(sleeping ``(1 - share) / share`` times what the last batch took), so a busy machine's training is not slowed.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-from .ec_recovery import RecoveryTimeout
+from .ec_recovery import REBUILD_BATCH, RecoveryTimeout
 
 STOP_TIMEOUT = 30.0  # seconds a stop waits for the stripe being rebuilt (each wait inside it is bounded too)
 IDLE_CORES = 1.0  # idle CPU (in cores) over the last stripe that lets the rebuild run without pausing
@@ -91,9 +92,10 @@ class BackgroundRebuild:
             while not self._stop.is_set():
                 before = _cpu_ticks()
                 start = time.perf_counter()
-                if not coordinator.rebuild_next():
+                done = coordinator.rebuild_next(REBUILD_BATCH)
+                if not done:
                     break
-                self.stripes += 1
+                self.stripes += done
                 pause = self._pause(time.perf_counter() - start, before)
                 if pause > 0:
                     self.paused_seconds += pause

@@ -24,7 +24,8 @@ DRAIN_WAIT = 1.0  # seconds a server waits for its parity links in one drain cal
 DRAIN_TIMEOUT = 120.0  # seconds survivors may take to have every pending delta applied by the live holders
 STOP_WAIT = 30.0  # seconds a killed remnant of a lost server may take to be gone (a Ray actor's process exit)
 SETTLE_ATTEMPTS = 5  # rollbacks of a lost server's stream before its holders must have stopped moving
-STRIPE_TIMEOUT = 120.0  # seconds one stripe may take to be decoded and written consistently
+STRIPE_TIMEOUT = 120.0  # seconds one batch of stripes may take to be decoded and written consistently
+REBUILD_BATCH = 8  # stripes a background rebuild decodes per round of reads (one call per server, not per stripe)
 
 
 class RecoveryTimeout(Unrecoverable):
@@ -269,67 +270,85 @@ class RecoveryCoordinator:
                     view.confirm_failure(err)
 
     # ---- (e) the rebuild -------------------------------------------------------------------------------
-    def rebuild_next(self) -> bool:
-        """Rebuilds the first stripe of ``plan`` and drops it from the plan; False when nothing was left."""
+    def rebuild_next(self, stripes: int = 1) -> int:
+        """Rebuilds the first ``stripes`` stripes of ``plan`` (fewer where the plan's table changes: one table per
+        call) and drops them from the plan; returns how many, 0 when nothing was left."""
         with self._plan_lock:
             if not self.plan:
-                return False
-            table, stripe = self.plan[0]
+                return 0
+            table = self.plan[0][0]
+            batch = []
+            for name, stripe in self.plan[:max(1, stripes)]:
+                if name != table:
+                    break
+                batch.append(stripe)
         start = time.perf_counter()
-        self.rebuild_stripe(table, stripe)
-        self.stripe_seconds = time.perf_counter() - start
+        self.rebuild_stripes(table, batch)
+        self.stripe_seconds = (time.perf_counter() - start) / len(batch)
         with self._plan_lock:
-            if self.plan and self.plan[0] == (table, stripe):
-                self.plan.pop(0)
+            done = [(table, stripe) for stripe in batch]
+            if self.plan[:len(done)] == done:
+                del self.plan[:len(done)]
         hook = self.strategy.on_rebuild_stripe
         if hook is not None:
-            hook(stripe)
-        return True
+            for stripe in batch:
+                hook(stripe)
+        return len(batch)
 
-    def rebuild_stripe(self, table: str, stripe: int, timeout: float = STRIPE_TIMEOUT) -> None:
-        """(e): decodes the stripe's blocks on restoring servers from consistent fragments (I7): data blocks are
-        restored (unless a degraded read did it first), parity blocks written if their holder has applied exactly
-        the data versions they encode (I8; else the stripe is decoded again, until ``timeout``)."""
+    def rebuild_stripes(self, table: str, stripes: Sequence[int], timeout: float = STRIPE_TIMEOUT) -> None:
+        """(e): decodes the stripes' blocks on restoring servers from consistent fragments (I7), all stripes in one
+        round of reads (one call per server): data blocks are restored (unless a degraded read did it first),
+        parity blocks written if their holder has applied exactly the data versions they encode (I8; else those
+        stripes are decoded again, until ``timeout``)."""
         k, r = self.strategy.k, self.strategy.r
         servers = self.view.server_handles()
         lost = list(self.rebuilding)
         layout = self.layout
         recovery = self.recovery(table)
         extent = self.extent[table]
-        members = [layout.data_member(stripe, j) for j in range(k)]
-        has_data = any(b < extent[s] for s, b in members)
         # a lost data block a degraded read restored already needs no decode (training touches hot blocks first)
-        wanted = [t for t in range(k + r) if layout.server_at(stripe, t) in lost and
-                  (t >= k or self._missing(table, *layout.data_member(stripe, t)))]
-        if not wanted:
-            return
+        checks = [(stripe, t, layout.data_member(stripe, t)) for stripe in stripes for t in range(k)
+                  if layout.server_at(stripe, t) in lost]
+        asked = [(stripe, t, self.beside(s).block_missing(table, b)) for stripe, t, (s, b) in checks
+                 if b < extent[s]]
+        missing = {(stripe, t) for stripe, t, future in asked if future.result(CALL_TIMEOUT)}
+        todo = {stripe: wanted for stripe in stripes
+                if (wanted := [t for t in range(k + r) if layout.server_at(stripe, t) in lost and
+                               (t >= k or (stripe, t) in missing)])}
         deadline = time.monotonic() + timeout
-        while True:
-            blocks, versions = self.decode(
-                f"stripe {stripe}", servers, table,
-                lambda d, p: recovery.decode_stripe(stripe, wanted, lost, d, p), max(deadline - time.monotonic(), 1.0))
-            expected = {s: versions.get(s, 0) for s, _ in members}
-            refused: List[int] = []
-            for t, block in zip(wanted, blocks):
-                if t < k:
-                    s, b = layout.data_member(stripe, t)
-                    self.beside(s).restore_block(table, b, block).result(CALL_TIMEOUT)
-                else:
-                    s, c = layout.parity_member(stripe, t - k)
-                    if (has_data or block.any()) and not self.beside(s).write_parity_if(
-                            table, c, block, expected).result(CALL_TIMEOUT):
-                        refused.append(s)
+        while todo:
+            order = list(todo)
+            decoded, versions = self.decode(
+                f"stripes {order[0]}..{order[-1]}", servers, table,
+                lambda d, p: [recovery.decode_stripe(stripe, todo[stripe], lost, d, p) for stripe in order],
+                max(deadline - time.monotonic(), 1.0))
+            writes = []  # (stripe, parity holder or None, the write's future), all sent before any is awaited
+            expected: Dict[int, Dict[int, int]] = {}
+            for stripe, blocks in zip(order, decoded):
+                members = [layout.data_member(stripe, j) for j in range(k)]
+                has_data = any(b < extent[s] for s, b in members)
+                expected[stripe] = {s: versions.get(s, 0) for s, _ in members}
+                for t, block in zip(todo[stripe], blocks):
+                    if t < k:
+                        s, b = layout.data_member(stripe, t)
+                        writes.append((stripe, None, self.beside(s).restore_block(table, b, block)))
+                    elif has_data or block.any():
+                        s, c = layout.parity_member(stripe, t - k)
+                        writes.append((stripe, s, self.beside(s).write_parity_if(table, c, block, expected[stripe])))
+            refused: Dict[int, List[int]] = {}
+            for stripe, holder, future in writes:
+                if not future.result(CALL_TIMEOUT) and holder is not None:
+                    refused.setdefault(stripe, []).append(holder)
             if not refused:
                 return
             if time.monotonic() > deadline:
-                raise RecoveryTimeout(f"rebuild of table {table!r} stripe {stripe}: the parity holders {refused} "
-                                      f"never had applied exactly the data versions decoded ({expected}) within "
-                                      f"{timeout:g} s")
+                raise RecoveryTimeout(f"rebuild of table {table!r} stripes {sorted(refused)}: the parity holders "
+                                      f"{refused} never had applied exactly the data versions decoded "
+                                      f"({ {st: expected[st] for st in refused} }) within {timeout:g} s")
             # the holder written lags the ones the decode read (a forwarder delivers to its holders one after the
-            # other, from a thread a busy machine starves): the data members deliver everything now, then again
-            self.wait([self.beside(s).flush() for s in sorted({s for s, _ in members})])
+            # other, from a thread a busy machine starves): the data members deliver everything now, then again;
+            # the refused stripes' parity is decoded again (their data blocks are restored already)
+            todo = {stripe: [t for t in todo[stripe] if t >= k] for stripe in refused}
+            flush = sorted({layout.data_member(stripe, j)[0] for stripe in refused for j in range(k)})
+            self.wait([self.beside(s).flush() for s in flush])
 
-    def _missing(self, table: str, server: int, block: int) -> bool:
-        """Whether the restoring ``server``'s data ``block`` of ``table`` still waits to be restored."""
-        return block < self.extent[table][server] and self.beside(server).block_missing(table, block).result(
-            CALL_TIMEOUT)

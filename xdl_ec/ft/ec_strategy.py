@@ -30,7 +30,7 @@ from ..ps.backend import RoleLost
 from ..ps.fault_tolerance import FailureRecord, FaultTolerance, Resume, Unrecoverable
 from .background_rebuild import BackgroundRebuild
 from .configs import REBUILD_MODES, parse_code
-from .ec_recovery import CALL_TIMEOUT, RecoveryCoordinator, RecoveryTimeout
+from .ec_recovery import CALL_TIMEOUT, REBUILD_BATCH, RecoveryCoordinator, RecoveryTimeout
 from .ec_scrub import StripeMismatch, scrub
 from ..job_secret import JobSecret
 from .parity_agent import parity_agent_for
@@ -152,7 +152,7 @@ class ErasureCoded(FaultTolerance):
             err = self.background.take_error()
             if err is not None:
                 raise err
-        while self.coordinator.rebuild_next():
+        while self.coordinator.rebuild_next(REBUILD_BATCH):
             pass
         if self.coordinator.rebuilding:
             self._complete_rebuild()

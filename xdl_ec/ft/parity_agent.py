@@ -243,6 +243,25 @@ class ParityAgent(ServerAgent):
         with server.lock:
             return self.read_data(server, table, block, offset, width), self.forwarder.seq
 
+    def read_many(self, server: Any, table: str, reads: Sequence[Tuple[str, int, int, int]]) -> List[tuple]:
+        """Several fragments in one call (the stripes of a batch, one round trip per server): each read
+        (``"read_data"`` or ``"read_parity"``, block, offset, width) answered as :meth:`read_data_at` or
+        :meth:`read_parity_at` would, in order; the data blocks all at one delta seq (read under one hold of the
+        server lock)."""
+        out: List[Any] = [None] * len(reads)
+        if any(kind == "read_data" for kind, *_ in reads):
+            with server.lock:
+                seq = self.forwarder.seq
+                for i, (kind, block, offset, width) in enumerate(reads):
+                    if kind == "read_data":
+                        out[i] = (self.read_data(server, table, block, offset, width), seq)
+        for i, (kind, block, offset, width) in enumerate(reads):
+            if kind == "read_parity":
+                out[i] = self.read_parity_at(server, table, block, offset, width)
+            elif kind != "read_data":
+                raise ValueError(f"read_many: a read is 'read_data' or 'read_parity', got {kind!r}")
+        return out
+
     def read_parity_at(self, server: Any, table: str, block: int, offset: int,
                        width: int) -> Tuple[np.ndarray, Dict[int, int]]:
         """(bytes, applied seq per sender) read atomically: which version of each sender's data they encode."""
@@ -323,8 +342,8 @@ def consistent_decode(servers: Sequence[Any], table: str, block_slots: int, deco
     """Runs ``decode(read_data, read_parity)`` (a C++ Recovery call that reads fragments through callbacks, one at a
     time) on fragments that are mutually consistent, all fetched at once: a first pass records which fragments
     ``decode`` reads (the reads of an erasure decode depend only on the pattern of lost servers, not on the bytes,
-    so zeros do), then all are requested before any is awaited, with their versions, and the second pass is served
-    from them. Forwarding is asynchronous, so a survivor's block may be ahead of its parity for a moment: the fetch
+    so zeros do), then all are requested before any is awaited (one call per server), with their versions, and the
+    second pass is served from them. Forwarding is asynchronous, so a survivor's block may be ahead of its parity for a moment: the fetch
     is repeated (their links re-flushed) until each survivor's blocks were read at one delta seq, every
     parity block read has applied exactly that seq of each survivor read, and the parity blocks agree on every other
     sender. Returns (result, versions {sender: seq} the result reflects)."""
@@ -349,15 +368,20 @@ def consistent_decode(servers: Sequence[Any], table: str, block_slots: int, deco
             # find parity and data at one seq unless a mutation slips in between
             for flush in [_agent(servers[server]).flush() for server in readers]:
                 flush.result(timeout)
-        futures = [getattr(_agent(servers[w[1]]), w[0] + "_at")(table, *w[2:]) for w in wanted]
+        # one call per server for all of its fragments (a batch of stripes reads several from each)
+        by_server: Dict[int, List[Tuple[str, int, int, int, int]]] = {}
+        for w in wanted:
+            by_server.setdefault(w[1], []).append(w)
+        calls = [(ws, _agent(servers[server]).read_many(table, [(w[0],) + w[2:] for w in ws]))
+                 for server, ws in by_server.items()]
+        answers = [(w, answer) for ws, future in calls for w, answer in zip(ws, future.result(timeout))]
         fetched: Dict[Tuple[str, int, int, int, int], np.ndarray] = {}
         data_seqs: Dict[int, int] = {}
         others: Dict[int, int] = {}
         consistent = True
         fetched_versions: Dict[Tuple[str, int, int, int, int], Any] = {}
-        for w, future in zip(wanted, futures):
-            fetched[w], version = future.result(timeout)
-            fetched_versions[w] = version
+        for w, (block, version) in answers:
+            fetched[w], fetched_versions[w] = block, version
             if w[0] == "read_data":
                 consistent &= data_seqs.setdefault(w[1], int(version)) == int(version)
             else:
