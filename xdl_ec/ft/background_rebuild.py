@@ -1,6 +1,6 @@
 """BackgroundRebuild: ``--ft ec``'s default rebuild, off the step's path: a thread of the driver rebuilds the
-stripes of lost servers a batch at a time (REBUILD_BATCH stripes per round of reads: one call per server, not per
-stripe) while training goes on, instead of the step boundaries doing it.
+stripes of lost servers while training goes on, instead of the step boundaries doing it (on Ray REBUILD_BATCH
+stripes per round of reads: one call per server, not per stripe).
 
 Why it may run beside the steps: each stripe is decoded from fragments read with their versions and retried until
 they agree (I7), a data block is restored only while its replacement still misses it (a push or pull touching it
@@ -85,6 +85,9 @@ class BackgroundRebuild:
 
     def _run(self) -> None:
         coordinator = self.coordinator
+        # batches pay off where a call costs a round trip (Ray); in one process a stripe at a time interleaves
+        # with the steps better (measured: 1.55x unthrottled there against 2.1-2.3x in batches of 8)
+        batch = REBUILD_BATCH if coordinator.view.backend == "ray" else 1
         try:
             if coordinator.view.backend == "ray":
                 # remote links batch their sends (parity_link): every survivor's parity delivered once first
@@ -92,7 +95,7 @@ class BackgroundRebuild:
             while not self._stop.is_set():
                 before = _cpu_ticks()
                 start = time.perf_counter()
-                done = coordinator.rebuild_next(REBUILD_BATCH)
+                done = coordinator.rebuild_next(batch)
                 if not done:
                     break
                 self.stripes += done
