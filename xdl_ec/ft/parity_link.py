@@ -43,7 +43,6 @@ order, acked only once applied).
 
 from __future__ import annotations
 
-import collections
 import hmac
 import logging
 import secrets
@@ -51,13 +50,14 @@ import socket
 import struct
 import threading
 import time
-from typing import Any, Callable, Deque, List, Optional, Protocol, Tuple
+from typing import Any, Callable, Optional, Protocol, Tuple
 
 import numpy as np
 
 from ..ps.backend import RoleLost
 from ..ps.remote import Remote
 from ..job_secret import JobSecret
+from ..link_listener import LinkListener, PeerRefused
 
 CALL_TIMEOUT = 60.0  # seconds a holder may take to apply a batch before it counts as down
 POLL_SECONDS = 0.5  # how often an idle link checks whether it was closed
@@ -68,14 +68,10 @@ POLL_SECONDS = 0.5  # how often an idle link checks whether it was closed
 SEND_INTERVAL = 1.0
 # A peer has this long, from connecting, to complete the handshake (a peer trickling bytes is cut off then).
 HANDSHAKE_SECONDS = 10.0
-# Connections still in their handshake at once; more are closed at once (each holds a thread until it ends).
-MAX_PENDING_HANDSHAKES = 16
 # Largest payload a receiver takes in one request (ParityReceiver(max_payload=...) changes it). A link sends what
 # its holder's queue held, about a second of deltas (a few MB at 10k samples/s); a bigger one is refused with an
 # error and the holder counts as down.
 MAX_PAYLOAD_BYTES = 1 << 30
-# Warning lines a receiver writes per second at most (a flood of strangers is summarised, never all printed).
-WARNINGS_PER_SECOND = 20
 
 _MAGIC = b"XEA1"
 _HELLO = struct.Struct("<4sii32s")  # magic, sender, holder, link nonce
@@ -93,8 +89,7 @@ class LinkBroken(ConnectionError):
     """The connection to a holder closed or broke mid-exchange (its process died, or its agent closed)."""
 
 
-class _Refused(Exception):
-    """A peer broke the protocol: the receiver closes the connection (after a warning) without answering."""
+_Refused = PeerRefused  # a peer broke the protocol: the receiver closes the connection (after a warning)
 
 
 def _recv_exactly(conn: socket.socket, size: int, deadline: Optional[float] = None) -> bytearray:
@@ -153,7 +148,7 @@ def _proofs(secret: JobSecret, hello: bytes, receiver_nonce: bytes) -> Tuple[byt
             secret.mac(b"xdl-ec session", hello, receiver_nonce))
 
 
-class ParityReceiver:
+class ParityReceiver(LinkListener):
     """Holder side: accepts RemoteHolderLink connections that prove they belong to the job (``secret``) and applies
     their batches to ``holder`` (a C++ ParityHolder, which has its own lock: the senders' connections apply
     concurrently, and checks every batch against the stripe layout). ``refuse()`` True (its server is crashing)
@@ -170,62 +165,15 @@ class ParityReceiver:
         self._secret = secret
         self._refuse = refuse
         self.max_payload = max_payload
-        self._listener = socket.create_server((host or _node_host(), 0))
-        self.address: Tuple[str, int] = self._listener.getsockname()[:2]
-        self._closed = False
-        self._conns: List[socket.socket] = []
-        self._lock = threading.Lock()
-        self._pending = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
         self.batches_received = 0  # sends applied, and their bytes
         self.bytes_received = 0
-        self.refused = 0  # peers and batches refused (each a warning, unless the flood was summarised)
-        self.events: Deque[str] = collections.deque(maxlen=100)
-        self._warned_at = 0.0  # the second the last warnings were counted in, and how many
-        self._warned = 0
-        self._unshown = 0
-        threading.Thread(target=self._accept, daemon=True, name=f"xdl-ec-receive{holder.index}").start()
+        super().__init__(host or _node_host(), f"xdl-ec-receive{holder.index}")
 
     def __repr__(self) -> str:
         return f"ParityReceiver(holder={self.holder.index}, address={self.address})"
 
-    def _warn(self, line: str) -> None:
-        line = f"parity receiver of server {self.holder.index}: {line}"
-        with self._lock:
-            self.refused += 1
-            self.events.append(line)
-            now = int(time.monotonic())
-            if now != self._warned_at:
-                unshown, self._warned_at, self._warned, self._unshown = self._unshown, now, 0, 0
-                if unshown:
-                    log.warning("parity receiver of server %d: %d more refusals not shown", self.holder.index,
-                                unshown)
-            self._warned += 1
-            if self._warned > WARNINGS_PER_SECOND:
-                self._unshown += 1
-                return
-        log.warning("%s", line)
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, addr = self._listener.accept()
-            except OSError:  # closed
-                return
-            peer = f"{addr[0]}:{addr[1]}"
-            if not self._pending.acquire(blocking=False):
-                self._warn(f"closed a connection from {peer}: {MAX_PENDING_HANDSHAKES} others are still in their "
-                           f"handshake")
-                conn.close()
-                continue
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            with self._lock:
-                if self._closed:
-                    conn.close()
-                    self._pending.release()
-                    return
-                self._conns.append(conn)
-            threading.Thread(target=self._serve, args=(conn, peer), daemon=True,
-                             name=f"xdl-ec-receive{self.holder.index}").start()
+    def _describe(self) -> str:
+        return f"parity receiver of server {self.holder.index}"
 
     def _authenticate(self, conn: socket.socket, peer: str) -> Tuple[_Session, int]:
         """The handshake (see the module docstring); _Refused for a peer that fails it."""
@@ -253,74 +201,48 @@ class ParityReceiver:
         conn.settimeout(None)
         return _Session(self._secret, session), sender
 
-    def _serve(self, conn: socket.socket, peer: str) -> None:
-        try:
-            try:
-                session, sender = self._authenticate(conn, peer)
-            finally:
-                self._pending.release()
-            who = f"{peer} (server {sender})"
-            while True:
-                head = _recv_exactly(conn, _REQUEST.size + _TAG)
-                header = bytes(head[:_REQUEST.size])
-                if not hmac.compare_digest(bytes(head[_REQUEST.size:]), session.tag(b"H", header)):
-                    raise _Refused(f"closed the connection of {who}: a request failed its MAC (altered, replayed or "
-                                   f"out of order)")
-                holder, claimed, durable, size = _REQUEST.unpack(header)
-                if claimed != sender:
-                    raise _Refused(f"closed the connection of {who}: a request names sender {claimed}")
-                status, applied, error = 0, 0, b""
-                if size > self.max_payload:
-                    # authenticated, so the member learns why; its bytes are not read: the connection ends after it
-                    status, error = 1, (f"a request of {size} bytes exceeds this receiver's max_payload of "
-                                        f"{self.max_payload} bytes").encode()
-                    self._warn(f"refused a request of {who}: {size} bytes exceed max_payload {self.max_payload}")
-                    answer = _ANSWER.pack(status, applied, len(error)) + error
-                    conn.sendall(answer + session.tag(b"A", answer))
-                    return
-                body = _recv_exactly(conn, size + _TAG)
-                payload = memoryview(body)[:size]
-                if not hmac.compare_digest(bytes(body[size:]), session.tag(b"P", header, payload)):
-                    raise _Refused(f"closed the connection of {who}: a payload failed its MAC (altered)")
-                if self._refuse():
-                    return  # the server is going down: the sender sees the connection break
-                if holder != self.holder.index:
-                    status, error = 1, (f"server {self.holder.index} received a batch meant for holder {holder}; "
-                                        f"the link's address is stale").encode()
-                else:
-                    try:
-                        applied = int(self.holder.apply(sender, payload, durable))  # releases the GIL
-                        self.batches_received += 1
-                        self.bytes_received += size
-                    except Exception as err:  # noqa: BLE001 - the sender marks this holder down with the reason
-                        status, error = 1, f"{type(err).__name__}: {err}".encode()[:_MAX_ERROR]
-                if status:
-                    self._warn(f"refused a batch of {who}: {error.decode(errors='replace')}")
+    def _converse(self, conn: socket.socket, peer: str, authenticated: Tuple[_Session, int]) -> None:
+        session, sender = authenticated
+        who = f"{peer} (server {sender})"
+        while True:
+            head = _recv_exactly(conn, _REQUEST.size + _TAG)
+            header = bytes(head[:_REQUEST.size])
+            if not hmac.compare_digest(bytes(head[_REQUEST.size:]), session.tag(b"H", header)):
+                raise _Refused(f"closed the connection of {who}: a request failed its MAC (altered, replayed or "
+                               f"out of order)")
+            holder, claimed, durable, size = _REQUEST.unpack(header)
+            if claimed != sender:
+                raise _Refused(f"closed the connection of {who}: a request names sender {claimed}")
+            status, applied, error = 0, 0, b""
+            if size > self.max_payload:
+                # authenticated, so the member learns why; its bytes are not read: the connection ends after it
+                status, error = 1, (f"a request of {size} bytes exceeds this receiver's max_payload of "
+                                    f"{self.max_payload} bytes").encode()
+                self._warn(f"refused a request of {who}: {size} bytes exceed max_payload {self.max_payload}")
                 answer = _ANSWER.pack(status, applied, len(error)) + error
                 conn.sendall(answer + session.tag(b"A", answer))
-                session.counter += 1
-        except _Refused as refused:
-            self._warn(str(refused))
-        except OSError:  # LinkBroken included: the sender went away (or close())
-            pass
-        finally:
-            conn.close()
-            with self._lock:
-                if conn in self._conns:
-                    self._conns.remove(conn)
-
-    def close(self) -> None:
-        """Stops accepting and drops every connection (senders see their links break)."""
-        with self._lock:
-            self._closed = True
-            conns, self._conns = self._conns, []
-        self._listener.close()
-        for conn in conns:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            conn.close()
+                return
+            body = _recv_exactly(conn, size + _TAG)
+            payload = memoryview(body)[:size]
+            if not hmac.compare_digest(bytes(body[size:]), session.tag(b"P", header, payload)):
+                raise _Refused(f"closed the connection of {who}: a payload failed its MAC (altered)")
+            if self._refuse():
+                return  # the server is going down: the sender sees the connection break
+            if holder != self.holder.index:
+                status, error = 1, (f"server {self.holder.index} received a batch meant for holder {holder}; "
+                                    f"the link's address is stale").encode()
+            else:
+                try:
+                    applied = int(self.holder.apply(sender, payload, durable))  # releases the GIL
+                    self.batches_received += 1
+                    self.bytes_received += size
+                except Exception as err:  # noqa: BLE001 - the sender marks this holder down with the reason
+                    status, error = 1, f"{type(err).__name__}: {err}".encode()[:_MAX_ERROR]
+            if status:
+                self._warn(f"refused a batch of {who}: {error.decode(errors='replace')}")
+            answer = _ANSWER.pack(status, applied, len(error)) + error
+            conn.sendall(answer + session.tag(b"A", answer))
+            session.counter += 1
 
 
 class HolderRefused(RuntimeError):

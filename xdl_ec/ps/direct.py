@@ -64,6 +64,7 @@ from typing import Any, Callable, Deque, Dict, FrozenSet, List, Optional, Tuple
 
 import numpy as np
 
+from ..link_listener import LinkListener, PeerRefused
 from .backend import CallTimeout, Handle, RoleLost, lost_error
 
 LINK_METHODS: Dict[str, FrozenSet[str]] = {
@@ -75,8 +76,6 @@ HANDSHAKE_SECONDS = 10.0  # a peer has this long, from connecting, to complete t
 CONNECT_SECONDS = 60.0  # asking a role for its address and connecting to it
 MAX_PAYLOAD_BYTES = 1 << 30  # largest message a link takes (a batch's keys and rows are a few MB)
 MAX_BUFFERS = 1 << 12  # out-of-band buffers (arrays) in one message
-MAX_PENDING_HANDSHAKES = 16
-WARNINGS_PER_SECOND = 20
 
 _MAGIC = b"XDL1"
 _HELLO = struct.Struct("<4sbBii32s")  # magic, role code, MACs offered (bits), role index, caller id, caller nonce
@@ -113,8 +112,7 @@ class LinkRefused(RuntimeError):
     """The role behind a link failed to prove it belongs to this run, or refused this run's secret."""
 
 
-class _Refused(Exception):
-    """A peer broke the protocol: the role closes the connection (after a warning) without answering."""
+_Refused = PeerRefused  # a peer broke the protocol: the role closes the connection (after a warning)
 
 
 # ---- messages ----------------------------------------------------------------------------------------------
@@ -326,7 +324,7 @@ def _node_host() -> str:
 
 
 # ---- the role's side ---------------------------------------------------------------------------------------
-class LinkServer:
+class LinkServer(LinkListener):
     """Serves the :data:`LINK_METHODS` of ``role`` of ``obj`` (its ``index`` read at each handshake: a spare
     server takes a dead one's index) to callers proving membership with ``secret``; one thread per connection runs
     its calls in order. ``refuse()`` True (the role is going down) drops connections instead of answering."""
@@ -343,63 +341,16 @@ class LinkServer:
         self.methods = LINK_METHODS[role]
         self._refuse = refuse
         self.max_payload = max_payload
+        self.calls = 0
         # TCP also between processes of one machine: over loopback it beat a Unix socket for the large messages
         # of a step (measured: 12,000 keys a call, ~1.7 MB each way: 0.25 ms of CPU per side against 0.3)
-        self._listeners = [socket.create_server((host or _node_host(), 0))]
-        self.address: Tuple[str, int] = self._listeners[0].getsockname()[:2]
-        self._closed = False
-        self._conns: List[socket.socket] = []
-        self._lock = threading.Lock()
-        self._pending = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
-        self.calls = 0
-        self.refused = 0
-        self.events: Deque[str] = collections.deque(maxlen=100)
-        self._warned_at, self._warned, self._unshown = 0, 0, 0
-        for listener in self._listeners:
-            threading.Thread(target=self._accept, args=(listener,), daemon=True,
-                             name=f"xdl-ec-link-{role}{obj.index}").start()
+        super().__init__(host or _node_host(), f"xdl-ec-link-{role}{obj.index}")
 
     def __repr__(self) -> str:
         return f"LinkServer({self.role} {self.obj.index}, address={self.address})"
 
-    def _warn(self, line: str) -> None:
-        line = f"direct link of {self.role} {self.obj.index}: {line}"
-        with self._lock:
-            self.refused += 1
-            self.events.append(line)
-            now = int(time.monotonic())
-            if now != self._warned_at:
-                unshown, self._warned_at, self._warned, self._unshown = self._unshown, now, 0, 0
-                if unshown:
-                    log.warning("direct link of %s %d: %d more refusals not shown", self.role, self.obj.index,
-                                unshown)
-            self._warned += 1
-            if self._warned > WARNINGS_PER_SECOND:
-                self._unshown += 1
-                return
-        log.warning("%s", line)
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                conn, addr = listener.accept()
-            except OSError:  # closed
-                return
-            peer = f"{addr[0]}:{addr[1]}"
-            if not self._pending.acquire(blocking=False):
-                self._warn(f"closed a connection from {peer}: {MAX_PENDING_HANDSHAKES} others are still in their "
-                           f"handshake")
-                conn.close()
-                continue
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            with self._lock:
-                if self._closed:
-                    conn.close()
-                    self._pending.release()
-                    return
-                self._conns.append(conn)
-            threading.Thread(target=self._serve, args=(conn, peer), daemon=True,
-                             name=f"xdl-ec-link-{self.role}{self.obj.index}").start()
+    def _describe(self) -> str:
+        return f"direct link of {self.role} {self.obj.index}"
 
     def _authenticate(self, conn: socket.socket, peer: str) -> Tuple[_Session, int]:
         deadline = time.monotonic() + HANDSHAKE_SECONDS
@@ -431,58 +382,31 @@ class LinkServer:
         conn.settimeout(None)
         return _Session(key, caller=False, algorithm=algorithm), caller
 
-    def _serve(self, conn: socket.socket, peer: str) -> None:
-        try:
+    def _converse(self, conn: socket.socket, peer: str, authenticated: Tuple[_Session, int]) -> None:
+        session, caller = authenticated
+        who = f"{peer} (caller {caller})"
+        while True:
             try:
-                session, caller = self._authenticate(conn, peer)
-            finally:
-                self._pending.release()
-            who = f"{peer} (caller {caller})"
-            while True:
+                method, args = recv_message(conn, session, max_payload=self.max_payload)
+            except pickle.UnpicklingError as err:
+                raise _Refused(f"closed the connection of {who}: {err}") from None
+            except _Refused as err:
+                raise _Refused(f"closed the connection of {who}: {err}") from None
+            if self._refuse():
+                return  # going down: the caller sees its link break
+            if method not in self.methods:
+                answer: Any = (False, AttributeError(f"{self.role} links serve {sorted(self.methods)}, not "
+                                                     f"{method!r}"))
+            else:
                 try:
-                    method, args = recv_message(conn, session, max_payload=self.max_payload)
-                except pickle.UnpicklingError as err:
-                    raise _Refused(f"closed the connection of {who}: {err}") from None
-                except _Refused as err:
-                    raise _Refused(f"closed the connection of {who}: {err}") from None
-                if self._refuse():
-                    return  # going down: the caller sees its link break
-                if method not in self.methods:
-                    answer: Any = (False, AttributeError(f"{self.role} links serve {sorted(self.methods)}, not "
-                                                         f"{method!r}"))
-                else:
-                    try:
-                        answer = (True, getattr(self.obj, method)(*args))
-                    except BaseException as err:  # noqa: BLE001 - the caller raises it, as Ray raises a cause
-                        answer = (False, _error_answer(err))
-                    self.calls += 1
-                try:
-                    send_message(conn, session, answer)
-                except (pickle.PicklingError, TypeError, AttributeError) as err:
-                    send_message(conn, session, (False, RuntimeError(f"{method}: answer not sendable: {err}")))
-        except _Refused as refused:
-            self._warn(str(refused))
-        except OSError:  # LinkBroken included: the caller went away (or close())
-            pass
-        finally:
-            conn.close()
-            with self._lock:
-                if conn in self._conns:
-                    self._conns.remove(conn)
-
-    def close(self) -> None:
-        """Stops accepting and drops every connection (callers see their links break)."""
-        with self._lock:
-            self._closed = True
-            conns, self._conns = self._conns, []
-        for listener in self._listeners:
-            listener.close()
-        for conn in conns:
+                    answer = (True, getattr(self.obj, method)(*args))
+                except BaseException as err:  # noqa: BLE001 - the caller raises it, as Ray raises a cause
+                    answer = (False, _error_answer(err))
+                self.calls += 1
             try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            conn.close()
+                send_message(conn, session, answer)
+            except (pickle.PicklingError, TypeError, AttributeError) as err:
+                send_message(conn, session, (False, RuntimeError(f"{method}: answer not sendable: {err}")))
 
 
 class LinkHost:

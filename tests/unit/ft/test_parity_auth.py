@@ -17,7 +17,7 @@ from typing import Any, List, Tuple
 import numpy as np
 import pytest
 
-from xdl_ec import _core
+from xdl_ec import _core, link_listener
 from xdl_ec.ft import parity_link
 from xdl_ec.job_secret import JobSecret
 from xdl_ec.ft.parity_link import ParityReceiver, RemoteHolderLink
@@ -315,7 +315,7 @@ def test_links_and_receivers_of_different_jobs_exchange_nothing(monkeypatch: pyt
 
 def test_handshakes_in_progress_are_capped(receiver: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     rx, holder, batches, rb = receiver
-    monkeypatch.setattr(parity_link, "MAX_PENDING_HANDSHAKES", 2)
+    monkeypatch.setattr(link_listener, "MAX_PENDING_HANDSHAKES", 2)
     rx.close()
     rx = ParityReceiver(holder, SECRET, host="127.0.0.1")
     idle = [socket.create_connection(rx.address, timeout=5.0) for _ in range(2)]
