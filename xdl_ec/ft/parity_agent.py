@@ -238,16 +238,11 @@ class ParityAgent(ServerAgent):
     def read_parity(self, server: Any, table: str, block: int, offset: int, width: int) -> np.ndarray:
         return self.read_parity_at(server, table, block, offset, width)[0]
 
-    def read_data_at(self, server: Any, table: str, block: int, offset: int, width: int) -> Tuple[np.ndarray, int]:
-        """(bytes, delta seq): the block as of this server's mutation ``seq`` (mutations hold the server lock)."""
-        with server.lock:
-            return self.read_data(server, table, block, offset, width), self.forwarder.seq
-
     def read_many(self, server: Any, table: str, reads: Sequence[Tuple[str, int, int, int]]) -> List[tuple]:
-        """Several fragments in one call (the stripes of a batch, one round trip per server): each read
-        (``"read_data"`` or ``"read_parity"``, block, offset, width) answered as :meth:`read_data_at` or
-        :meth:`read_parity_at` would, in order; the data blocks all at one delta seq (read under one hold of the
-        server lock)."""
+        """The fragments a decode reads from this server, in one call (a batch of stripes: one round trip per
+        server): each read (``"read_data"`` or ``"read_parity"``, block, offset, width) answered in order, a data
+        block as (bytes, delta seq), all of them read under one hold of the server lock (mutations hold it, so
+        they are at one seq), a parity block as :meth:`read_parity_at` answers it."""
         out: List[Any] = [None] * len(reads)
         if any(kind == "read_data" for kind, *_ in reads):
             with server.lock:
