@@ -75,14 +75,8 @@ RecoveredKeyIndex Recovery::RecoverKeyIndex(int server, size_t data_blocks, cons
     const std::vector<int> present = Present(where.stripe, down);
     for (int t = 0; t < k; ++t) {
       uint8_t* buf = buffers.data() + static_cast<size_t>(t) * column_bytes;
-      const int pos = present[t];
-      if (pos < k) {
-        const BlockRef ref = layout_.DataMember(where.stripe, pos);
-        reader.read_data(ref.server, ref.block, 0, width, buf);
-      } else {
-        const BlockRef ref = layout_.ParityMember(where.stripe, pos - k);
-        reader.read_parity(ref.server, ref.block, 0, width, buf);
-      }
+      const FragmentRef f = Fragment(where.stripe, present[t]);
+      (f.parity ? reader.read_parity : reader.read_data)(f.ref.server, f.ref.block, 0, width, buf);
       sources[t] = buf;
     }
     const std::vector<int> wanted = {where.member};
@@ -126,17 +120,23 @@ void Recovery::DecodeStripe(size_t stripe, const std::vector<int>& wanted, uint8
   std::vector<const uint8_t*> sources(k);
   for (int t = 0; t < k; ++t) {
     uint8_t* buf = buffers.data() + static_cast<size_t>(t) * bytes;
-    const int pos = present[t];
-    if (pos < k) {
-      const BlockRef ref = layout_.DataMember(stripe, pos);
-      reader.read_data(ref.server, ref.block, 0, record_bytes_, buf);
-    } else {
-      const BlockRef ref = layout_.ParityMember(stripe, pos - k);
-      reader.read_parity(ref.server, ref.block, 0, record_bytes_, buf);
-    }
+    const FragmentRef f = Fragment(stripe, present[t]);
+    (f.parity ? reader.read_parity : reader.read_data)(f.ref.server, f.ref.block, 0, record_bytes_, buf);
     sources[t] = buf;
   }
   code_->Decode(bytes, present, sources.data(), wanted, outputs);
+}
+
+FragmentRef Recovery::Fragment(size_t stripe, int pos) const {
+  const int k = layout_.k();
+  if (pos < k) return FragmentRef{false, layout_.DataMember(stripe, pos)};
+  return FragmentRef{true, layout_.ParityMember(stripe, pos - k)};
+}
+
+std::vector<FragmentRef> Recovery::StripeReads(size_t stripe, const std::vector<int>& unavailable) const {
+  std::vector<FragmentRef> reads;
+  for (int pos : Present(stripe, DownMask(unavailable))) reads.push_back(Fragment(stripe, pos));
+  return reads;
 }
 
 void Recovery::DecodeDataBlock(int server, size_t block, uint8_t* out, const std::vector<int>& unavailable,

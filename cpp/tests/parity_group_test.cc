@@ -16,6 +16,7 @@
 #include "xdl_ec/parity_router.h"
 #include "xdl_ec/parity_store.h"
 #include "xdl_ec/parity_update.h"
+#include "xdl_ec/recovery.h"
 
 namespace xdl_ec {
 namespace {
@@ -519,6 +520,47 @@ TEST(ParityGroupTest, RejectsBadGeometryAndTooManyLossesWithoutChangingAnything)
   EXPECT_THROW(t.a.Push(0, &key, grad.data(), 1, 1), std::invalid_argument);
   t.a.FinishRebuild();
   t.ExpectIdentical("after refused operations");
+}
+
+TEST(RecoveryTest, StripeReadsNameTheFragmentsDecodeStripeReads) {
+  // Callers fetch StripeReads' fragments at one version before decoding: the two must agree in every pattern.
+  for (auto [n, k, r] : {std::tuple{3, 2, 1}, std::tuple{6, 4, 2}, std::tuple{7, 2, 3}}) {
+    const StripeLayout layout(n, k, r);
+    const Recovery recovery(layout, std::make_shared<ErasureCode>(k, r), 4, 16);
+    for (int a = 0; a < n; ++a) {
+      for (int b = a; b < n; ++b) {
+        const std::vector<int> lost = a == b ? std::vector<int>{a} : std::vector<int>{a, b};
+        if (static_cast<int>(lost.size()) > r) continue;
+        for (size_t stripe = 0; stripe < static_cast<size_t>(2 * n); ++stripe) {
+          std::vector<int> wanted;
+          for (int t = 0; t < k + r; ++t)
+            if (std::count(lost.begin(), lost.end(), layout.ServerAt(stripe, t))) wanted.push_back(t);
+          if (wanted.empty()) continue;
+          std::vector<std::tuple<bool, int, size_t>> read;
+          auto recorder = [&read](bool parity) {
+            return [&read, parity](int server, size_t block, size_t, size_t width, uint8_t* out) {
+              read.emplace_back(parity, server, block);
+              std::memset(out, 0, 4 * width);
+            };
+          };
+          std::vector<std::vector<uint8_t>> blocks(wanted.size(), std::vector<uint8_t>(recovery.block_bytes()));
+          std::vector<uint8_t*> outputs;
+          for (auto& block : blocks) outputs.push_back(block.data());
+          recovery.DecodeStripe(stripe, wanted, outputs.data(), lost, FragmentReader{recorder(false), recorder(true)});
+          std::vector<std::tuple<bool, int, size_t>> listed;
+          for (const FragmentRef& f : recovery.StripeReads(stripe, lost)) {
+            EXPECT_EQ(std::count(lost.begin(), lost.end(), f.ref.server), 0);
+            listed.emplace_back(f.parity, f.ref.server, f.ref.block);
+          }
+          EXPECT_EQ(listed, read) << "n=" << n << " k=" << k << " r=" << r << " stripe " << stripe;
+          EXPECT_EQ(static_cast<int>(listed.size()), k);
+        }
+      }
+    }
+  }
+  const StripeLayout layout(3, 2, 1);
+  const Recovery recovery(layout, std::make_shared<ErasureCode>(2, 1), 4, 16);
+  EXPECT_THROW(recovery.StripeReads(0, {0, 1}), std::invalid_argument);
 }
 
 }  // namespace

@@ -92,6 +92,14 @@ void BindRecovery(py::module_& m) {
              return out;
            }, py::arg("stripe"), py::arg("wanted"), py::arg("unavailable"), py::arg("read_data"),
            py::arg("read_parity"), "Blocks of `stripe` at positions `wanted` (0..k-1 data, k.. parity)")
+      .def("stripe_reads", [](const RemoteRecovery& rr, size_t stripe, const std::vector<int>& unavailable) {
+             py::list out;
+             for (const FragmentRef& f : rr.recovery.StripeReads(stripe, unavailable))
+               out.append(py::make_tuple(f.parity ? "read_parity" : "read_data", f.ref.server, f.ref.block));
+             return out;
+           }, py::arg("stripe"), py::arg("unavailable"),
+           "[(\"read_data\" | \"read_parity\", server, block)]: the fragments decode_stripe(stripe, ...) reads, "
+           "whole records, in read order")
       .def("decode_data_block", [](const RemoteRecovery& rr, int server, size_t block,
                                    const std::vector<int>& unavailable, const ReadFn& data, const ReadFn& parity) {
              Bytes out(static_cast<py::ssize_t>(rr.recovery.block_bytes()));

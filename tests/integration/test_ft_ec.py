@@ -457,6 +457,36 @@ def test_holder_rollback_then_recovery_rebuilds_the_lost_shard_as_of_w() -> None
     assert not np.array_equal(shards[0].read_block(0), snapshot[0])  # batches 6..8 did change it
 
 
+def test_stripe_reads_are_the_fragments_a_stripe_decode_reads() -> None:
+    """consistent_decode fetches Recovery.stripe_reads instead of recording a decode of zeros: both must name the
+    same fragments, in every loss pattern, or a decode would ask for a fragment nobody fetched."""
+    from itertools import combinations
+
+    from xdl_ec import _core
+
+    for n, k, r in [(3, 2, 1), (6, 4, 2), (7, 2, 3)]:
+        recovery, layout = _core.Recovery(n, k, r, 4, 16), _core.StripeLayout(n, k, r)
+        for lost in (list(c) for m in range(1, r + 1) for c in combinations(range(n), m)):
+            for stripe in range(2 * n):
+                wanted = [t for t in range(k + r) if layout.server_at(stripe, t) in lost]
+                if not wanted:
+                    continue
+                read: list = []
+
+                def recorder(method: str) -> Any:
+                    def fn(server: int, block: int, offset: int, width: int) -> np.ndarray:
+                        read.append((method, server, block))
+                        return np.zeros(4 * width, np.uint8)
+                    return fn
+
+                recovery.decode_stripe(stripe, wanted, lost, recorder("read_data"), recorder("read_parity"))
+                listed = recovery.stripe_reads(stripe, lost)
+                assert [tuple(x) for x in listed] == read, (n, k, r, lost, stripe)
+                assert len(listed) == k and not {s for _, s, _ in listed} & set(lost)
+    with pytest.raises(ValueError, match="unrecoverable: lost servers"):
+        _core.Recovery(3, 2, 1, 4, 16).stripe_reads(0, [0, 1])
+
+
 def test_recovery_and_scrubber_bindings_reject_bad_input() -> None:
     from xdl_ec import _core
 

@@ -34,6 +34,12 @@ struct FragmentReader {
   FragmentReadFn read_parity;  // the server's local parity block
 };
 
+// One fragment a decode reads: a surviving server's local data block, or its local parity block.
+struct FragmentRef {
+  bool parity = false;
+  BlockRef ref;
+};
+
 struct RecoveredKeyIndex {
   std::vector<int64_t> keys;
   std::vector<uint32_t> slots;  // parallel to keys, ascending
@@ -61,6 +67,10 @@ class Recovery {
   RecoveredKeyIndex RecoverKeyIndex(int server, size_t data_blocks, const std::vector<int>& unavailable,
                                     const FragmentReader& reader) const;
 
+  // The k fragments a decode of `stripe` reads, in read order (the first k available positions), so a
+  // caller can fetch them all at once, and at one version, before decoding. Throws like DecodeStripe.
+  std::vector<FragmentRef> StripeReads(size_t stripe, const std::vector<int>& unavailable) const;
+
   // Decodes whole blocks of `stripe` at `wanted` positions (0..k-1 data, k..k+r-1 parity; each must
   // be unavailable) into outputs[w] (block_bytes() each), reading k available positions.
   void DecodeStripe(size_t stripe, const std::vector<int>& wanted, uint8_t* const* outputs,
@@ -74,6 +84,7 @@ class Recovery {
   // The available positions of `stripe` (k smallest suffice) and a mask of unavailable servers.
   std::vector<int> Present(size_t stripe, const std::vector<uint8_t>& down) const;
   std::vector<uint8_t> DownMask(const std::vector<int>& unavailable) const;
+  FragmentRef Fragment(size_t stripe, int pos) const;  // the block at position pos (0..k+r-1) of stripe
 
   StripeLayout layout_;
   std::shared_ptr<const ErasureCode> code_;
