@@ -106,10 +106,11 @@ class RecoveryCoordinator:
             stripes = max(stripes, math.ceil(data_blocks / k) * n, math.ceil(parity_blocks / r) * n)
         return stripes
 
-    def decode(self, what: str, servers: Sequence[Any], table: str, decode: Any, timeout: float) -> Any:
+    def decode(self, what: str, servers: Sequence[Any], table: str, decode: Any, timeout: float,
+               reads: Optional[Sequence[Tuple[str, int, int, int, int]]] = None) -> Any:
         """``consistent_decode`` (I7) whose deadline running out is a RecoveryTimeout naming ``what`` it decoded."""
         try:
-            return consistent_decode(servers, table, self.geometry(table)[0], decode, timeout)
+            return consistent_decode(servers, table, self.geometry(table)[0], decode, timeout, reads)
         except CallTimeout:
             raise
         except TimeoutError as err:
@@ -253,6 +254,9 @@ class RecoveryCoordinator:
             self.extent[table] = extent
             plan += [(table, stripe) for stripe in range(stripes)
                      if any(layout.server_at(stripe, t) in lost for t in range(k + r))]
+        # lost data blocks first: until restored, every access to one decodes it on the step's path (a degraded
+        # read), while lost parity only waits to protect against the next loss
+        plan.sort(key=lambda entry: not any(layout.server_at(entry[1], t) in lost for t in range(k)))
         with self._plan_lock:
             self.plan, self.rebuilding = plan, list(lost)
 
@@ -316,12 +320,14 @@ class RecoveryCoordinator:
                 if (wanted := [t for t in range(k + r) if layout.server_at(stripe, t) in lost and
                                (t >= k or (stripe, t) in missing)])}
         deadline = time.monotonic() + timeout
+        record_bytes = self.geometry(table)[1]
         while todo:
             order = list(todo)
             decoded, versions = self.decode(
                 f"stripes {order[0]}..{order[-1]}", servers, table,
                 lambda d, p: [recovery.decode_stripe(stripe, todo[stripe], lost, d, p) for stripe in order],
-                max(deadline - time.monotonic(), 1.0))
+                max(deadline - time.monotonic(), 1.0),
+                [(m, s, b, 0, record_bytes) for stripe in order for m, s, b in recovery.stripe_reads(stripe, lost)])
             writes = []  # (stripe, parity holder or None, the write's future), all sent before any is awaited
             expected: Dict[int, Dict[int, int]] = {}
             for stripe, blocks in zip(order, decoded):

@@ -242,10 +242,14 @@ class ParityAgent(ServerAgent):
         """The fragments a decode reads from this server, in one call (a batch of stripes: one round trip per
         server): each read (``"read_data"`` or ``"read_parity"``, block, offset, width) answered in order, a data
         block as (bytes, delta seq), all of them read under one hold of the server lock (mutations hold it, so
-        they are at one seq), a parity block as :meth:`read_parity_at` answers it."""
+        they are at one seq), a parity block as :meth:`read_parity_at` answers it. Before the data reads, under
+        the same hold, the forwarder delivers what it recorded (:meth:`flush`; in one process on this thread): the
+        holders' parity then encodes the seq read unless a mutation slips in before the parity is read, where a
+        lagging forwarder (it runs in the cores' idle time) would else make the decode's first reads disagree."""
         out: List[Any] = [None] * len(reads)
         if any(kind == "read_data" for kind, *_ in reads):
             with server.lock:
+                self.flush(server)
                 seq = self.forwarder.seq
                 for i, (kind, block, offset, width) in enumerate(reads):
                     if kind == "read_data":
@@ -287,10 +291,14 @@ class ParityAgent(ServerAgent):
         down = sorted(int(u) for u in unavailable)
         index = self.index
 
+        layout = _core.StripeLayout(self.n, self.k, self.r)
+
         def fault(block: int) -> np.ndarray:  # a degraded read: decoded from versions the parity agrees with
             self.degraded_reads += 1
+            reads = [(m, s, b, 0, record_bytes)
+                     for m, s, b in recovery.stripe_reads(layout.data_slot(index, block)[0], down)]
             return consistent_decode(servers, table, block_slots,
-                                     lambda d, p: recovery.decode_data_block(index, block, down, d, p))[0]
+                                     lambda d, p: recovery.decode_data_block(index, block, down, d, p), reads=reads)[0]
 
         shard = server.table(table).shard
         shard.begin_restore(keys, slots, int(high_water), fault)
@@ -333,12 +341,14 @@ def fragment_readers(servers: Sequence[Any], table: str, timeout: float = 120.0)
 
 
 def consistent_decode(servers: Sequence[Any], table: str, block_slots: int, decode: Callable[[Any, Any], Any],
-                      timeout: float = 60.0) -> Tuple[Any, Dict[int, int]]:
+                      timeout: float = 60.0, reads: Optional[Sequence[Tuple[str, int, int, int, int]]] = None
+                      ) -> Tuple[Any, Dict[int, int]]:
     """Runs ``decode(read_data, read_parity)`` (a C++ Recovery call that reads fragments through callbacks, one at a
-    time) on fragments that are mutually consistent, all fetched at once: a first pass records which fragments
-    ``decode`` reads (the reads of an erasure decode depend only on the pattern of lost servers, not on the bytes,
-    so zeros do), then all are requested before any is awaited (one call per server), with their versions, and the
-    second pass is served from them. Forwarding is asynchronous, so a survivor's block may be ahead of its parity for a moment: the fetch
+    time) on fragments that are mutually consistent, all fetched at once: ``reads`` lists the fragments ``decode``
+    reads, (method, server, block, offset, width) (``Recovery.stripe_reads`` says which for a stripe); without it a
+    first pass records them (the reads of an erasure decode depend only on the pattern of lost servers, not on the
+    bytes, so zeros do). All are requested before any is awaited (one call per server), with their versions, and
+    ``decode`` is served from them. Forwarding is asynchronous, so a survivor's block may be ahead of its parity for a moment: the fetch
     is repeated (their links re-flushed) until each survivor's blocks were read at one delta seq, every
     parity block read has applied exactly that seq of each survivor read, and the parity blocks agree on every other
     sender. Returns (result, versions {sender: seq} the result reflects)."""
@@ -350,7 +360,10 @@ def consistent_decode(servers: Sequence[Any], table: str, block_slots: int, deco
             return np.zeros(block_slots * width, dtype=np.uint8)
         return read
 
-    decode(recorder("read_data"), recorder("read_parity"))
+    if reads is None:
+        decode(recorder("read_data"), recorder("read_parity"))
+    else:
+        wanted = [(str(m), int(s), int(b), int(o), int(w)) for m, s, b, o, w in reads]
     wanted = list(dict.fromkeys(wanted))
     deadline = time.monotonic() + timeout
     missed_at = None  # when the fragments last disagreed (retries flush first)

@@ -382,9 +382,6 @@ class RemoteHolderLink:
         """Sends what is queued now (someone waits for this holder's parity to catch up)."""
         self._flush.set()
 
-    def __repr__(self) -> str:
-        return f"RemoteHolderLink(sender={self.forwarder.index}, holder={self.holder}, transport={self.transport!r})"
-
     def close(self) -> None:
         self._stop.set()
         self._flush.set()
