@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import socket
 import statistics
-import threading
 import time
 from typing import Any, Callable, List, Tuple
 
@@ -24,6 +23,7 @@ import numpy as np
 
 from xdl_ec.ft import parity_link
 from xdl_ec.job_secret import JobSecret
+from xdl_ec.link_socket import recv_exactly
 
 SECRET = JobSecret.generate()
 
@@ -46,10 +46,10 @@ def _client(address: Tuple[str, int]) -> Tuple[socket.socket, Any]:
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     hello = parity_link._HELLO.pack(parity_link._MAGIC, 0, 1, b"n" * 32)
     conn.sendall(hello)
-    nonce = bytes(parity_link._recv_exactly(conn, 32))
+    nonce = bytes(recv_exactly(conn, 32))
     link_proof, receiver_proof, key = parity_link._proofs(SECRET, hello, nonce)
     conn.sendall(link_proof)
-    assert bytes(parity_link._recv_exactly(conn, 32)) == receiver_proof
+    assert bytes(recv_exactly(conn, 32)) == receiver_proof
     return conn, parity_link._Session(SECRET, key)
 
 
@@ -59,10 +59,10 @@ def _send(conn: socket.socket, session: Any, payload: np.ndarray) -> None:
     conn.sendall(header + session.tag(b"H", header))
     conn.sendall(payload)
     conn.sendall(session.tag(b"P", header, payload))
-    head = bytes(parity_link._recv_exactly(conn, parity_link._ANSWER.size))
+    head = bytes(recv_exactly(conn, parity_link._ANSWER.size))
     size = parity_link._ANSWER.unpack(head)[2]
-    error = bytes(parity_link._recv_exactly(conn, size)) if size else b""
-    if bytes(parity_link._recv_exactly(conn, 32)) != session.tag(b"A", head, error):
+    error = bytes(recv_exactly(conn, size)) if size else b""
+    if bytes(recv_exactly(conn, 32)) != session.tag(b"A", head, error):
         raise RuntimeError("answer MAC mismatch")
     session.counter += 1
 

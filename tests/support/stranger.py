@@ -103,22 +103,23 @@ def genuine_exchange(address: Tuple[str, int], secret: Any, sender: int, holder:
     """What a member's link sends on one connection (handshake, then one request carrying ``payload``), as a stranger
     could record it on the network; the answer must be status 0 (so ``payload`` should be a resend)."""
     from xdl_ec.ft import parity_link
+    from xdl_ec.link_socket import recv_exactly
 
     sent = b""
     with socket.create_connection(address, timeout=10.0) as conn:
         hello = parity_link._HELLO.pack(parity_link._MAGIC, sender, holder, os.urandom(32))
         conn.sendall(hello)
-        nonce = bytes(parity_link._recv_exactly(conn, 32))
+        nonce = bytes(recv_exactly(conn, 32))
         link_proof, receiver_proof, key = parity_link._proofs(secret, hello, nonce)
         conn.sendall(link_proof)
-        if bytes(parity_link._recv_exactly(conn, 32)) != receiver_proof:
+        if bytes(recv_exactly(conn, 32)) != receiver_proof:
             raise AssertionError(f"the receiver at {address} did not prove the job's secret")
         session = parity_link._Session(secret, key)
         header = parity_link._REQUEST.pack(holder, sender, 0, len(payload))
         request = header + session.tag(b"H", header) + payload + session.tag(b"P", header, payload)
         conn.sendall(request)
-        status, _, size = parity_link._ANSWER.unpack(bytes(parity_link._recv_exactly(conn, parity_link._ANSWER.size)))
-        error = bytes(parity_link._recv_exactly(conn, size + 32))[:size]
+        status, _, size = parity_link._ANSWER.unpack(bytes(recv_exactly(conn, parity_link._ANSWER.size)))
+        error = bytes(recv_exactly(conn, size + 32))[:size]
         if status != 0:
             raise AssertionError(f"the genuine request was refused: {error!r}")
         sent = hello + link_proof + request

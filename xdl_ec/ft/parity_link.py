@@ -58,6 +58,7 @@ from ..ps.backend import RoleLost
 from ..ps.remote import Remote
 from ..job_secret import JobSecret
 from ..link_listener import LinkListener, PeerRefused
+from ..link_socket import LinkBroken, node_host, recv_exactly
 
 CALL_TIMEOUT = 60.0  # seconds a holder may take to apply a batch before it counts as down
 POLL_SECONDS = 0.5  # how often an idle link checks whether it was closed
@@ -85,44 +86,10 @@ _MAX_ERROR = 1 << 16
 log = logging.getLogger(__name__)
 
 
-class LinkBroken(ConnectionError):
-    """The connection to a holder closed or broke mid-exchange (its process died, or its agent closed)."""
-
 
 _Refused = PeerRefused  # a peer broke the protocol: the receiver closes the connection (after a warning)
 
 
-def _recv_exactly(conn: socket.socket, size: int, deadline: Optional[float] = None) -> bytearray:
-    """``size`` bytes from ``conn`` (LinkBroken if it closes first); recv_into releases the GIL while it waits, and
-    on a blocking socket MSG_WAITALL takes a whole batch in one call (one GIL round trip, not one per segment).
-    With ``deadline`` (time.monotonic()) the whole read must end by then (socket.timeout otherwise), however the
-    bytes trickle in."""
-    buf = bytearray(size)
-    view = memoryview(buf)
-    got = 0
-    while got < size:
-        if deadline is not None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise socket.timeout(f"timed out after {got} of {size} bytes")
-            conn.settimeout(remaining)
-        n = conn.recv_into(view[got:], size - got, socket.MSG_WAITALL)
-        if n == 0:
-            raise LinkBroken(f"connection closed after {got} of {size} bytes")
-        got += n
-    return buf
-
-
-def _node_host() -> str:
-    """The address other Ray nodes reach this process at (loopback outside Ray)."""
-    try:
-        import ray
-
-        if ray.is_initialized():
-            return ray.util.get_node_ip_address()
-    except Exception:  # noqa: BLE001 - no Ray: a single machine
-        pass
-    return "127.0.0.1"
 
 
 class _Session:
@@ -167,7 +134,7 @@ class ParityReceiver(LinkListener):
         self.max_payload = max_payload
         self.batches_received = 0  # sends applied, and their bytes
         self.bytes_received = 0
-        super().__init__(host or _node_host(), f"xdl-ec-receive{holder.index}")
+        super().__init__(host or node_host(), f"xdl-ec-receive{holder.index}")
 
     def __repr__(self) -> str:
         return f"ParityReceiver(holder={self.holder.index}, address={self.address})"
@@ -179,10 +146,10 @@ class ParityReceiver(LinkListener):
         """The handshake (see the module docstring); _Refused for a peer that fails it."""
         deadline = time.monotonic() + HANDSHAKE_SECONDS
         try:
-            magic = bytes(_recv_exactly(conn, len(_MAGIC), deadline))  # the magic first: garbage ends here at once
+            magic = bytes(recv_exactly(conn, len(_MAGIC), deadline))  # the magic first: garbage ends here at once
             if magic != _MAGIC:
                 raise _Refused(f"refused {peer}: not a parity link (it did not open with the handshake)")
-            hello = magic + bytes(_recv_exactly(conn, _HELLO.size - len(_MAGIC), deadline))
+            hello = magic + bytes(recv_exactly(conn, _HELLO.size - len(_MAGIC), deadline))
             _, sender, holder, _ = _HELLO.unpack(hello)
             if holder != self.holder.index or not self.holder.protects(sender):
                 raise _Refused(f"refused {peer}: it claims to be server {sender} linking to holder {holder}, which is "
@@ -190,7 +157,7 @@ class ParityReceiver(LinkListener):
             nonce = secrets.token_bytes(_NONCE)
             conn.sendall(nonce)
             link_proof, receiver_proof, session = _proofs(self._secret, hello, nonce)
-            if not hmac.compare_digest(bytes(_recv_exactly(conn, _TAG, deadline)), link_proof):
+            if not hmac.compare_digest(bytes(recv_exactly(conn, _TAG, deadline)), link_proof):
                 raise _Refused(f"refused {peer} (claiming to be server {sender}): it failed authentication (it does "
                                f"not hold the job's secret, or replayed another connection's handshake)")
             conn.sendall(receiver_proof)
@@ -205,7 +172,7 @@ class ParityReceiver(LinkListener):
         session, sender = authenticated
         who = f"{peer} (server {sender})"
         while True:
-            head = _recv_exactly(conn, _REQUEST.size + _TAG)
+            head = recv_exactly(conn, _REQUEST.size + _TAG)
             header = bytes(head[:_REQUEST.size])
             if not hmac.compare_digest(bytes(head[_REQUEST.size:]), session.tag(b"H", header)):
                 raise _Refused(f"closed the connection of {who}: a request failed its MAC (altered, replayed or "
@@ -222,7 +189,7 @@ class ParityReceiver(LinkListener):
                 answer = _ANSWER.pack(status, applied, len(error)) + error
                 conn.sendall(answer + session.tag(b"A", answer))
                 return
-            body = _recv_exactly(conn, size + _TAG)
+            body = recv_exactly(conn, size + _TAG)
             payload = memoryview(body)[:size]
             if not hmac.compare_digest(bytes(body[size:]), session.tag(b"P", header, payload)):
                 raise _Refused(f"closed the connection of {who}: a payload failed its MAC (altered)")
@@ -304,10 +271,10 @@ class RemoteHolderLink:
         deadline = time.monotonic() + HANDSHAKE_SECONDS
         try:
             conn.sendall(hello)
-            nonce = bytes(_recv_exactly(conn, _NONCE, deadline))
+            nonce = bytes(recv_exactly(conn, _NONCE, deadline))
             link_proof, receiver_proof, session = _proofs(self._secret, hello, nonce)
             conn.sendall(link_proof)
-            answer = bytes(_recv_exactly(conn, _TAG, deadline))
+            answer = bytes(recv_exactly(conn, _TAG, deadline))
         except socket.timeout:
             raise LinkBroken(f"holder {self.holder} at {host}:{port} did not complete the handshake within "
                              f"{HANDSHAKE_SECONDS:g} s") from None
@@ -328,12 +295,12 @@ class RemoteHolderLink:
         conn.sendall(header + session.tag(b"H", header))
         conn.sendall(batches)  # the numpy buffer as is; releases the GIL
         conn.sendall(session.tag(b"P", header, batches))
-        head = bytes(_recv_exactly(conn, _ANSWER.size))
+        head = bytes(recv_exactly(conn, _ANSWER.size))
         status, applied, size = _ANSWER.unpack(head)
         if size > _MAX_ERROR:
             raise LinkBroken(f"holder {self.holder} answered with a {size}-byte error, more than any receiver sends")
-        error = bytes(_recv_exactly(conn, size)) if size else b""
-        if not hmac.compare_digest(bytes(_recv_exactly(conn, _TAG)), session.tag(b"A", head, error)):
+        error = bytes(recv_exactly(conn, size)) if size else b""
+        if not hmac.compare_digest(bytes(recv_exactly(conn, _TAG)), session.tag(b"A", head, error)):
             raise LinkBroken(f"holder {self.holder}'s answer failed its MAC (altered on the way)")
         session.counter += 1
         if status != 0:

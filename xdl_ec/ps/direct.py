@@ -65,6 +65,7 @@ from typing import Any, Callable, Deque, Dict, FrozenSet, List, Optional, Tuple
 import numpy as np
 
 from ..link_listener import LinkListener, PeerRefused
+from ..link_socket import LinkBroken, node_host, recv_exactly
 from .backend import CallTimeout, Handle, RoleLost, lost_error
 
 LINK_METHODS: Dict[str, FrozenSet[str]] = {
@@ -103,9 +104,6 @@ except ImportError:  # pragma: no cover - HMAC only
 
 log = logging.getLogger(__name__)
 
-
-class LinkBroken(ConnectionError):
-    """The connection closed or broke mid-message (the peer's process died, or it closed the link)."""
 
 
 class LinkRefused(RuntimeError):
@@ -210,25 +208,6 @@ def _choose(offered: int) -> int:
     return MAC_GMAC if common & MAC_GMAC else MAC_HMAC if common & MAC_HMAC else 0
 
 
-def _recv_exactly(conn: socket.socket, size: int, deadline: Optional[float] = None,
-                  into: Any = None) -> Any:
-    """``size`` bytes from ``conn`` into ``into`` (a new bytearray by default); LinkBroken if it closes first;
-    socket.timeout past ``deadline`` (a time.monotonic())."""
-    buf = bytearray(size) if into is None else into
-    view = memoryview(buf).cast("B")
-    got = 0
-    while got < size:
-        if deadline is not None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise socket.timeout(f"timed out after {got} of {size} bytes")
-            conn.settimeout(remaining)
-        n = conn.recv_into(view[got:], size - got, socket.MSG_WAITALL)
-        if n == 0:
-            raise LinkBroken(f"connection closed after {got} of {size} bytes")
-        got += n
-    return buf
-
 
 def _send_all(conn: socket.socket, parts: List[Any]) -> None:
     """Every byte of ``parts`` (bytes-likes) with as few ``sendmsg`` calls as the kernel allows."""
@@ -279,7 +258,7 @@ def recv_message(conn: socket.socket, session: _Session, deadline: Optional[floa
     """The next message, checked (two reads: header, then body); LinkBroken or _Refused (a MAC that does not
     match, a message too large). Arrays are unpickled in place from the body (aligned, writable)."""
     tag_size = _TAG
-    head = _recv_exactly(conn, _HEADER.size + tag_size, deadline)
+    head = recv_exactly(conn, _HEADER.size + tag_size, deadline)
     header = bytes(head[:_HEADER.size])
     counter = session.received
     if not hmac.compare_digest(bytes(head[_HEADER.size:]), session.mac(session.in_label, b"H", counter, header)):
@@ -291,7 +270,7 @@ def recv_message(conn: socket.socket, session: _Session, deadline: Optional[floa
     raw = np.empty(total + tag_size + _ALIGN, np.uint8)
     start = -raw.ctypes.data % _ALIGN
     body = raw[start:start + total + tag_size]  # 64-byte aligned: so is every array in it
-    _recv_exactly(conn, total + tag_size, deadline, into=body)
+    recv_exactly(conn, total + tag_size, deadline, into=body)
     view = memoryview(body)
     if not hmac.compare_digest(bytes(view[total:]), session.mac(session.in_label, b"P", counter, header,
                                                                 view[:total], size=total)):
@@ -310,17 +289,6 @@ def recv_message(conn: socket.socket, session: _Session, deadline: Optional[floa
     session.received += 1
     return decode(data, buffers)
 
-
-def _node_host() -> str:
-    """The address other Ray nodes reach this process at (loopback outside Ray)."""
-    try:
-        import ray
-
-        if ray.is_initialized():
-            return ray.util.get_node_ip_address()
-    except Exception:  # noqa: BLE001 - no Ray: a single machine
-        pass
-    return "127.0.0.1"
 
 
 # ---- the role's side ---------------------------------------------------------------------------------------
@@ -344,7 +312,7 @@ class LinkServer(LinkListener):
         self.calls = 0
         # TCP also between processes of one machine: over loopback it beat a Unix socket for the large messages
         # of a step (measured: 12,000 keys a call, ~1.7 MB each way: 0.25 ms of CPU per side against 0.3)
-        super().__init__(host or _node_host(), f"xdl-ec-link-{role}{obj.index}")
+        super().__init__(host or node_host(), f"xdl-ec-link-{role}{obj.index}")
 
     def __repr__(self) -> str:
         return f"LinkServer({self.role} {self.obj.index}, address={self.address})"
@@ -355,10 +323,10 @@ class LinkServer(LinkListener):
     def _authenticate(self, conn: socket.socket, peer: str) -> Tuple[_Session, int]:
         deadline = time.monotonic() + HANDSHAKE_SECONDS
         try:
-            magic = bytes(_recv_exactly(conn, len(_MAGIC), deadline))
+            magic = bytes(recv_exactly(conn, len(_MAGIC), deadline))
             if magic != _MAGIC:
                 raise _Refused(f"refused {peer}: not a direct link (it did not open with the handshake)")
-            hello = magic + bytes(_recv_exactly(conn, _HELLO.size - len(_MAGIC), deadline))
+            hello = magic + bytes(recv_exactly(conn, _HELLO.size - len(_MAGIC), deadline))
             _, role, offered, index, caller, _ = _HELLO.unpack(hello)
             if role != ROLE_CODES[self.role] or index != self.obj.index:
                 raise _Refused(f"refused {peer}: it asked for role {role} index {index}, this is {self.role} "
@@ -370,7 +338,7 @@ class LinkServer(LinkListener):
             choice = _CHOICE.pack(algorithm)
             conn.sendall(nonce + choice)
             caller_proof, role_proof, key = _proofs(self.secret, hello, nonce, choice)
-            if not hmac.compare_digest(bytes(_recv_exactly(conn, _PROOF, deadline)), caller_proof):
+            if not hmac.compare_digest(bytes(recv_exactly(conn, _PROOF, deadline)), caller_proof):
                 raise _Refused(f"refused {peer} (caller {caller}): it failed authentication (it does not hold the "
                                f"run's secret, or replayed another connection's handshake)")
             conn.sendall(role_proof)
@@ -495,12 +463,12 @@ class Link:
                                 secrets.token_bytes(_NONCE))
             deadline = time.monotonic() + HANDSHAKE_SECONDS
             conn.sendall(hello)
-            answer = bytes(_recv_exactly(conn, _NONCE + _CHOICE.size, deadline))
+            answer = bytes(recv_exactly(conn, _NONCE + _CHOICE.size, deadline))
             nonce, choice = answer[:_NONCE], answer[_NONCE:]
             (algorithm,) = _CHOICE.unpack(choice)
             caller_proof, role_proof, key = _proofs(self.secret, hello, nonce, choice)
             conn.sendall(caller_proof)
-            if not hmac.compare_digest(bytes(_recv_exactly(conn, _PROOF, deadline)), role_proof):
+            if not hmac.compare_digest(bytes(recv_exactly(conn, _PROOF, deadline)), role_proof):
                 raise LinkRefused(f"the direct link of {self.handle.role} {self.handle.index} at {host}:{port} "
                                       f"failed to prove it belongs to this run")
             conn.settimeout(None)

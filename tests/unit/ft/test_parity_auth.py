@@ -20,6 +20,7 @@ import pytest
 from xdl_ec import _core, link_listener
 from xdl_ec.ft import parity_link
 from xdl_ec.job_secret import JobSecret
+from xdl_ec.link_socket import recv_exactly
 from xdl_ec.ft.parity_link import ParityReceiver, RemoteHolderLink
 from xdl_ec.ps.backend import Handle
 from support.parity_shards import small_shard
@@ -95,10 +96,10 @@ class _Member:
         self.conn = socket.create_connection(address, timeout=5.0)
         hello = parity_link._HELLO.pack(parity_link._MAGIC, sender, holder, b"n" * 32)
         self._send(hello)
-        nonce = parity_link._recv_exactly(self.conn, 32)
+        nonce = recv_exactly(self.conn, 32)
         link_proof, receiver_proof, session = parity_link._proofs(secret, hello, bytes(nonce))
         self._send(link_proof)
-        assert bytes(parity_link._recv_exactly(self.conn, 32)) == receiver_proof
+        assert bytes(recv_exactly(self.conn, 32)) == receiver_proof
         self.session = parity_link._Session(secret, session)
         self.sender, self.holder = sender, holder
 
@@ -114,10 +115,10 @@ class _Member:
         self._send(header + self.session.tag(b"H", header) + payload + tag)
 
     def answer(self) -> Tuple[int, int, str]:
-        head = bytes(parity_link._recv_exactly(self.conn, parity_link._ANSWER.size))
+        head = bytes(recv_exactly(self.conn, parity_link._ANSWER.size))
         status, applied, size = parity_link._ANSWER.unpack(head)
-        error = bytes(parity_link._recv_exactly(self.conn, size))
-        assert bytes(parity_link._recv_exactly(self.conn, 32)) == self.session.tag(b"A", head, error)
+        error = bytes(recv_exactly(self.conn, size))
+        assert bytes(recv_exactly(self.conn, 32)) == self.session.tag(b"A", head, error)
         self.session.counter += 1
         return status, applied, error.decode()
 

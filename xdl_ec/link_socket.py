@@ -1,0 +1,47 @@
+"""The socket side that xdl-ec's two kinds of TCP link share, the parity links (:mod:`xdl_ec.ft.parity_link`) and
+the step's direct links (:mod:`xdl_ec.ps.direct`): reading exactly n bytes by a deadline, the error a connection
+closed mid-message raises, and the address a listener offers other Ray nodes.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any, Optional
+
+
+class LinkBroken(ConnectionError):
+    """The connection closed or broke mid-message (the peer's process died, or it closed the link)."""
+
+
+def recv_exactly(conn: socket.socket, size: int, deadline: Optional[float] = None, into: Any = None) -> Any:
+    """``size`` bytes from ``conn`` into ``into`` (a new bytearray by default); LinkBroken if it closes first.
+    recv_into releases the GIL while it waits, and on a blocking socket MSG_WAITALL takes a whole message in one
+    call (one GIL round trip, not one per segment). With ``deadline`` (time.monotonic()) the whole read must end by
+    then (socket.timeout otherwise), however the bytes trickle in."""
+    buf = bytearray(size) if into is None else into
+    view = memoryview(buf).cast("B")
+    got = 0
+    while got < size:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise socket.timeout(f"timed out after {got} of {size} bytes")
+            conn.settimeout(remaining)
+        n = conn.recv_into(view[got:], size - got, socket.MSG_WAITALL)
+        if n == 0:
+            raise LinkBroken(f"connection closed after {got} of {size} bytes")
+        got += n
+    return buf
+
+
+def node_host() -> str:
+    """The address other Ray nodes reach this process at (loopback outside Ray)."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001 - no Ray: a single machine
+        pass
+    return "127.0.0.1"
