@@ -9,7 +9,8 @@ exactly the versions it encodes (I8): a concurrent push makes a stripe be decode
 
 Pace: redundancy stays reduced until the rebuild ends, and with ``r`` servers being rebuilt one more
 loss ends the job, so the rebuild runs flat out whenever that is so (``urgent()``) or the machine has a core's
-worth of idle CPU (``/proc/stat``, measured over the last batch); otherwise it keeps to ``share`` of its wall time
+worth of CPU that training left unused (``/proc/stat``'s idle time over the last batch, plus the CPU the rebuild's
+own thread took in it: idle time alone never shows the core the rebuild itself keeps busy); otherwise it keeps to ``share`` of its wall time
 (sleeping ``(1 - share) / share`` times what the last batch took), so a busy machine's training is not slowed.
 """
 
@@ -23,7 +24,7 @@ from typing import Any, Callable, Optional
 from .ec_recovery import REBUILD_BATCH, RecoveryTimeout
 
 STOP_TIMEOUT = 30.0  # seconds a stop waits for the stripe being rebuilt (each wait inside it is bounded too)
-IDLE_CORES = 1.0  # idle CPU (in cores) over the last stripe that lets the rebuild run without pausing
+IDLE_CORES = 1.0  # CPU training left unused (in cores) over the last batch that lets the rebuild run without pausing
 
 
 def _cpu_ticks() -> Optional[tuple]:
@@ -93,13 +94,13 @@ class BackgroundRebuild:
                 # remote links batch their sends (parity_link): every survivor's parity delivered once first
                 coordinator.drain([s for s in range(coordinator.n) if s not in coordinator.rebuilding])
             while not self._stop.is_set():
-                before = _cpu_ticks()
+                before, own = _cpu_ticks(), time.thread_time()
                 start = time.perf_counter()
                 done = coordinator.rebuild_next(batch)
                 if not done:
                     break
                 self.stripes += done
-                pause = self._pause(time.perf_counter() - start, before)
+                pause = self._pause(time.perf_counter() - start, before, time.thread_time() - own)
                 if pause > 0:
                     self.paused_seconds += pause
                     self._stop.wait(pause)
@@ -108,13 +109,14 @@ class BackgroundRebuild:
         except BaseException as err:  # noqa: BLE001 - handed to the driver (after_step, recover, finish)
             self._error = err
 
-    def _pause(self, took: float, before: Optional[tuple]) -> float:
-        """Seconds to leave to training after a stripe that took ``took`` seconds."""
+    def _pause(self, took: float, before: Optional[tuple], own_cpu: float = 0.0) -> float:
+        """Seconds to leave to training after a batch that took ``took`` seconds, ``own_cpu`` of them on the CPU in
+        this thread; ``before``: the machine's (idle, total) ticks when it began."""
         if self.share >= 1.0 or self.urgent():
             return 0.0
         after = _cpu_ticks()
-        if before is not None and after is not None and after[1] > before[1]:
+        if before is not None and after is not None and after[1] > before[1] and took > 0:
             idle_cores = (after[0] - before[0]) / (after[1] - before[1]) * self._cores
-            if idle_cores >= IDLE_CORES:
-                return 0.0  # a core sat idle while the stripe was rebuilt: the rebuild takes nothing from training
+            if idle_cores + min(own_cpu / took, 1.0) >= IDLE_CORES:
+                return 0.0  # training left a core unused while the batch was rebuilt: the rebuild takes nothing from it
         return took * (1.0 - self.share) / self.share
