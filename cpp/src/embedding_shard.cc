@@ -432,6 +432,20 @@ bool EmbeddingShard::block_missing(size_t b) const {
   return impl_->BlockMissing(b);
 }
 
+std::vector<size_t> EmbeddingShard::MissingBlocksOf(const int64_t* keys, size_t n) const {
+  const Impl& s = *impl_;
+  std::shared_lock<std::shared_mutex> lock(s.mutex);
+  std::vector<size_t> out;
+  if (!s.Restoring()) return out;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t slot = s.Lookup(keys[i]);
+    if (slot != KeyIndex::kNone && s.BlockMissing(slot / s.block_slots)) out.push_back(slot / s.block_slots);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 ShardMemoryStats EmbeddingShard::memory() const {
   Impl& s = *impl_;
   std::shared_lock<std::shared_mutex> lock(s.mutex);

@@ -603,6 +603,17 @@ TEST(EmbeddingShard, RestoreByFaultsAndBackgroundBlocks) {
   const size_t faulted = faults[0];
   for (size_t b = 0; b < o.shard->num_blocks(); ++b) EXPECT_EQ(restored.block_missing(b), b != faulted) << b;
   EXPECT_FALSE(restored.block_missing(o.shard->num_blocks() + 5));  // past the end: nothing to restore
+  // The missing blocks a batch of keys touches, each once, ascending; restored blocks and unknown keys left out.
+  std::vector<size_t> expected;
+  for (size_t i = 0; i < o.keys.size(); ++i)
+    if (o.slots[i] / o.shard->block_slots() != faulted) expected.push_back(o.slots[i] / o.shard->block_slots());
+  std::sort(expected.begin(), expected.end());
+  expected.erase(std::unique(expected.begin(), expected.end()), expected.end());
+  std::vector<int64_t> touched(o.keys.rbegin(), o.keys.rend());
+  touched.push_back(987654321);  // not in the index
+  EXPECT_EQ(restored.MissingBlocksOf(touched.data(), touched.size()), expected);
+  EXPECT_TRUE(restored.MissingBlocksOf(k.data(), 1).empty());  // 1042's block was faulted in
+  EXPECT_TRUE(o.shard->MissingBlocksOf(touched.data(), touched.size()).empty());  // not restoring
   // Background restore: the faulted block is skipped.
   std::vector<uint8_t> block(o.shard->block_bytes());
   size_t installed = 0;

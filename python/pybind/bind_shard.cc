@@ -399,6 +399,16 @@ void BindShard(py::module_& m) {
                                                                 py::call_guard<py::gil_scoped_release>()))
       .def("block_missing", &EmbeddingShard::block_missing, py::arg("block"),
            py::call_guard<py::gil_scoped_release>(), "Whether block `block` still waits to be restored.")
+      .def("missing_blocks_of", [](const EmbeddingShard& shard, const Keys& keys) {
+             RequireKeys(keys, "missing_blocks_of");
+             std::vector<size_t> blocks;
+             {
+               py::gil_scoped_release release;
+               blocks = shard.MissingBlocksOf(keys.data(), static_cast<size_t>(keys.size()));
+             }
+             return py::array_t<uint64_t>(static_cast<py::ssize_t>(blocks.size()), blocks.data());
+           }, py::arg("keys"),
+           "The missing blocks (ascending, uint64) holding rows of `keys`: to restore together before an access.")
       .def("pull", &Pull, py::arg("keys"), py::arg("return_deltas") = false, py::arg("forwarder") = nullptr,
            py::arg("table") = "", py::arg("pushes") = WorkerSeqs{},
            "Rows of keys (inserting missing keys with their initial rows): float32[n, dim]; with "

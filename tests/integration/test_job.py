@@ -99,6 +99,34 @@ def test_cpr_recovers_any_job_losing_only_the_dead_servers_updates() -> None:
     assert report["steps"] == 12 and report["lost_updates"] > 0 and report["failures"][0]["index"] == 1
 
 
+def test_an_access_decodes_the_missing_blocks_it_touches_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of 8 slots: the pushes and pulls reaching a replacement touch several of its missing blocks at once,
+    which are decoded in one round of reads (not one fault each); the run ends at the failure-free model."""
+    import dataclasses
+
+    from xdl_ec.ft.parity_agent import ParityAgent
+
+    decoded: list = []
+    own_blocks = ParityAgent._decode_own_blocks
+
+    def record(self, table, blocks, servers, down):  # noqa: ANN001, ANN202
+        decoded.append(len(blocks))
+        return own_blocks(self, table, blocks, servers, down)
+
+    monkeypatch.setattr(ParityAgent, "_decode_own_blocks", record)
+    base = job()
+    tables = {t.name: dataclasses.replace(t, block_slots=8) for t in base.tables}
+    small = xdl_ec.Job(list(tables.values()),
+                       [dataclasses.replace(f, table=tables[f.table.name]) for f in base.features],
+                       example.make_model, LOG.train)
+    reference = small.fit(cluster=xdl_ec.Cluster(servers=3), deterministic=True, seed=3)
+    report = small.fit(cluster=xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), fail_at=["7:1"]), deterministic=True,
+                       seed=3)
+    assert [f["index"] for f in report["failures"]] == [1]
+    assert report["model_digest"] == reference["model_digest"]
+    assert max(decoded) >= 2, decoded
+
+
 def _input_with(bad_step: int, **changes):  # noqa: ANN202
     def input_fn(worker: int, num_workers: int):  # noqa: ANN202
         for i, b in enumerate(LOG.train(worker, num_workers), 1):

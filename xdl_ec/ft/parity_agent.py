@@ -70,6 +70,9 @@ class ParityAgent(ServerAgent):
         self._crash_before = False
         self.crashed = False
         self.degraded_reads = 0  # blocks decoded on demand because an access touched them before the rebuild
+        self._restoring: Dict[str, Tuple[Sequence[Any], List[int]]] = {}  # table -> (servers, unavailable)
+        self._stripe_layout: Any = None
+        self._recoveries: Dict[str, Any] = {}
 
     def connect(self, server: Any, servers: Sequence[Any]) -> None:
         """Starts forwarding to this server's parity holders among ``servers`` (their agents exist by now)."""
@@ -94,6 +97,7 @@ class ParityAgent(ServerAgent):
         if self.crashed:
             table.shard.push(keys, grads, step, repeats=repeats)
             return
+        self._restore_touched(table, keys)
         table.shard.push(keys, grads, step, forwarder=self.forwarder, table=table.name,
                          pushes={int(w): int(s) for w, s in pushes.items()}, repeats=repeats)
 
@@ -101,12 +105,14 @@ class ParityAgent(ServerAgent):
         """Rows of ``keys``; rows it inserts are a mutation too."""
         if self.crashed:
             return table.shard.pull(keys)
+        self._restore_touched(table, keys)
         return table.shard.pull(keys, forwarder=self.forwarder, table=table.name)
 
     def pull_stale(self, server: Any, table: Any, keys: np.ndarray, known: np.ndarray, staleness: int) -> tuple:
         """A caching worker's pull; rows it inserts are a mutation too."""
         if self.crashed:
             return table.shard.pull_stale(keys, known, staleness)
+        self._restore_touched(table, keys)
         return table.shard.pull_stale(keys, known, staleness, forwarder=self.forwarder, table=table.name)
 
     def load_rows(self, server: Any, table: Any, keys: np.ndarray, values: np.ndarray, state: np.ndarray) -> None:
@@ -286,23 +292,56 @@ class ParityAgent(ServerAgent):
                       servers: Sequence[Any], unavailable: Sequence[int]) -> int:
         """Installs the recovered key index of ``table``; a block touched before :meth:`restore_block` reached it
         is decoded on demand from ``servers`` (degraded read). Returns the number of blocks to restore."""
-        block_slots, record_bytes = self.tables[table]
-        recovery = _core.Recovery(self.n, self.k, self.r, block_slots, record_bytes)
         down = sorted(int(u) for u in unavailable)
-        index = self.index
-
-        layout = _core.StripeLayout(self.n, self.k, self.r)
 
         def fault(block: int) -> np.ndarray:  # a degraded read: decoded from versions the parity agrees with
             self.degraded_reads += 1
-            reads = [(m, s, b, 0, record_bytes)
-                     for m, s, b in recovery.stripe_reads(layout.data_slot(index, block)[0], down)]
-            return consistent_decode(servers, table, block_slots,
-                                     lambda d, p: recovery.decode_data_block(index, block, down, d, p), reads=reads)[0]
+            return self._decode_own_blocks(table, [block], servers, down)[0]
 
         shard = server.table(table).shard
         shard.begin_restore(keys, slots, int(high_water), fault)
+        self._restoring[table] = (servers, down)
         return int(shard.missing_blocks)
+
+    def _decode_own_blocks(self, table: str, blocks: Sequence[int], servers: Sequence[Any],
+                           down: List[int]) -> List[np.ndarray]:
+        """This server's lost data ``blocks`` of ``table``, decoded together from consistent fragments of the
+        survivors (one round of reads: one call per survivor)."""
+        block_slots, record_bytes = self.tables[table]
+        recovery, layout, index = self._recovery(table), self._layout(), self.index
+        reads = [(m, s, b, 0, record_bytes) for block in blocks
+                 for m, s, b in recovery.stripe_reads(layout.data_slot(index, int(block))[0], down)]
+        return consistent_decode(
+            servers, table, block_slots,
+            lambda d, p: [recovery.decode_data_block(index, int(block), down, d, p) for block in blocks],
+            reads=reads)[0]
+
+    def _restore_touched(self, table: Any, keys: np.ndarray) -> None:
+        """Under the server lock, before an access of ``keys`` to a shard under restore: the missing blocks
+        holding their rows are decoded together and restored (one round of reads) rather than faulted in one by
+        one, each fault a round of reads of its own on the step's path (on Ray, calls to every survivor)."""
+        shard = table.shard
+        if table.name not in self._restoring or not shard.missing_blocks:
+            return
+        blocks = shard.missing_blocks_of(keys)
+        if len(blocks) < 2:
+            return  # none, or one: the fault does the same
+        servers, down = self._restoring[table.name]
+        for block, data in zip(blocks, self._decode_own_blocks(table.name, blocks, servers, down)):
+            if shard.restore_block(int(block), data):
+                self.degraded_reads += 1
+
+    def _layout(self) -> Any:
+        if self._stripe_layout is None:
+            self._stripe_layout = _core.StripeLayout(self.n, self.k, self.r)
+        return self._stripe_layout
+
+    def _recovery(self, table: str) -> Any:
+        """The C++ Recovery of ``table``'s geometry (kept: it caches decode tables per erasure pattern; thread-safe,
+        so accesses and the rebuild share it)."""
+        if table not in self._recoveries:
+            self._recoveries[table] = _core.Recovery(self.n, self.k, self.r, *self.tables[table])
+        return self._recoveries[table]
 
     def restore_block(self, server: Any, table: str, block: int, data: np.ndarray) -> bool:
         return bool(server.table(table).shard.restore_block(block, data))

@@ -156,6 +156,10 @@ class EmbeddingShard {
   bool RestoreBlock(size_t b, const uint8_t* bytes);
   size_t missing_blocks() const;  // 0 when not restoring or when done
   bool block_missing(size_t b) const;  // block b still waits for RestoreBlock or a fault
+  // The missing blocks holding rows of keys[0..n) (ascending, each once): a caller about to touch them
+  // can restore them together (one decode for all) instead of one fault each. Keys not in the index
+  // are skipped (an insert's slot is faulted in as usual).
+  std::vector<size_t> MissingBlocksOf(const int64_t* keys, size_t n) const;
 
  private:
   void PullTo(const int64_t* keys, size_t n, float* out, DeltaSink* sink);

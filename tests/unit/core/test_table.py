@@ -329,6 +329,10 @@ def test_restore_through_the_binding() -> None:
     assert dst.shard.missing_blocks == src.shard.num_blocks
     np.testing.assert_array_equal(dst.pull([13]), src.pull([13]))
     assert faults == [3]  # key 13 lives in slot 13: block 3, faulted alone
+    # the missing blocks a batch touches, ascending, each once (block 3 restored, 999 unknown): restored together
+    assert dst.shard.missing_blocks_of(np.array([18, 1, 13, 2, 999, 17])).tolist() == [0, 4]
+    with pytest.raises(ValueError, match="missing_blocks_of: keys must be 1-D"):
+        dst.shard.missing_blocks_of(np.zeros((2, 2), np.int64))
     for b in range(src.shard.num_blocks):
         dst.shard.restore_block(b, src.shard.read_block(b))
     assert dst.shard.missing_blocks == 0
