@@ -14,9 +14,8 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
-from typing import Any, List, Tuple
+from typing import Any, Iterator, List, Tuple
 
 import numpy as np
 import pytest
@@ -24,7 +23,7 @@ import pytest
 from xdl_ec.job_secret import JobSecret
 from xdl_ec.ps import direct
 from xdl_ec.ps.backend import CallTimeout, Handle, ServerLost
-from xdl_ec.ps.direct import Link, LinkedHandle, LinkHost, LinkRefused, LinkServer
+from xdl_ec.ps.direct import Link, LinkedHandle, LinkHost, LinkRefused
 
 SECRET = JobSecret.generate()
 
@@ -73,6 +72,16 @@ def _link(role: _Role, secret: JobSecret = SECRET, index: int = 0, offer: Any = 
     return Link(_Handle(role, index), secret, caller=7, offer=offer)
 
 
+@pytest.fixture
+def linked() -> Iterator[Tuple[_Role, Link]]:
+    """A role serving its links in this process and a Link to it, both closed after the test."""
+    role = _Role()
+    link = _link(role)
+    yield role, link
+    link.close()
+    role.close_links()
+
+
 @pytest.mark.parametrize("offer,algorithm", [(direct.MAC_HMAC, direct.MAC_HMAC), (None, direct.MAC_GMAC)])
 def test_arrays_travel_out_of_band_and_answers_come_in_order(offer: Any, algorithm: int) -> None:
     """Both MACs (HMAC-SHA256, and AES-GMAC where both ends have it: the default here); arrays of every
@@ -97,31 +106,21 @@ def test_arrays_travel_out_of_band_and_answers_come_in_order(offer: Any, algorit
         role.close_links()
 
 
-def test_errors_are_raised_in_the_caller() -> None:
-    role = _Role()
-    link = _link(role)
-    try:
-        with pytest.raises(ValueError, match="bad grads"):
-            link.call("push", "value").result(10.0)
-        with pytest.raises(ServerLost, match="server 3 was lost: gone"):
-            link.call("push", "lost").result(10.0)
-        with pytest.raises(AttributeError, match="not 'export'"):
-            link.call("export", "t").result(10.0)
-        assert link.call("ping").result(10.0) == 0  # the link is still in step
-    finally:
-        link.close()
-        role.close_links()
+def test_errors_are_raised_in_the_caller(linked: Tuple[_Role, Link]) -> None:
+    _, link = linked
+    with pytest.raises(ValueError, match="bad grads"):
+        link.call("push", "value").result(10.0)
+    with pytest.raises(ServerLost, match="server 3 was lost: gone"):
+        link.call("push", "lost").result(10.0)
+    with pytest.raises(AttributeError, match="not 'export'"):
+        link.call("export", "t").result(10.0)
+    assert link.call("ping").result(10.0) == 0  # the link is still in step
 
 
-def test_an_error_the_caller_may_not_unpickle_comes_as_a_runtime_error() -> None:
-    role = _Role()
-    link = _link(role)
-    try:
-        with pytest.raises(RuntimeError, match="_Foreign: not from here"):
-            link.call("push", "foreign").result(10.0)
-    finally:
-        link.close()
-        role.close_links()
+def test_an_error_the_caller_may_not_unpickle_comes_as_a_runtime_error(linked: Tuple[_Role, Link]) -> None:
+    _, link = linked
+    with pytest.raises(RuntimeError, match="_Foreign: not from here"):
+        link.call("push", "foreign").result(10.0)
 
 
 def test_a_wrong_secret_is_refused_and_the_role_keeps_its_own(caplog: pytest.LogCaptureFixture) -> None:
@@ -215,42 +214,37 @@ class _Tap:
 
 
 @pytest.mark.parametrize("attack", ["altered", "replayed", "foreign global"])
-def test_an_altered_replayed_or_foreign_message_closes_the_connection(attack: str,
-                                                                      caplog: pytest.LogCaptureFixture) -> None:
-    role = _Role()
-    link = _link(role)
-    try:
-        assert link.call("ping").result(10.0) == 0
-        tap = _Tap(link._conn)
-        link._conn = tap
-        before = len(role.calls)
-        with caplog.at_level(logging.WARNING, logger="xdl_ec.ps.direct"):
-            if attack == "altered":
-                tap.alter = lambda data: data[:-40] + bytes([data[-40] ^ 1]) + data[-39:]
-                future = link.call("pull", [("t", np.arange(5))])
-            elif attack == "replayed":
-                assert len(link.call("pull", [("t", np.arange(5))]).result(10.0)) == 1
-                tap.conn.sendall(tap.sent[-1])  # the same bytes again: their counter is spent
-                future = link.call("ping")
-            else:  # a member's message whose pickle names os.system: refused before anything runs
-                crafted = pickle.dumps(("pull", (os.system, "true")), protocol=5)
-                real, direct.encode = direct.encode, lambda obj: (crafted, [])
-                try:
-                    direct.send_message(tap.conn, link._session, None)
-                finally:
-                    direct.encode = real
-                future = link.call("ping")
-            with pytest.raises(ServerLost, match="direct link broke"):
-                future.result(10.0)
-            _wait_for(lambda: role._link_server.refused == 1)
-        expected = {"altered": "failed its MAC", "replayed": "failed its MAC",
-                    "foreign global": "may not name posix.system"}[attack]
-        assert expected in caplog.text
-        assert len(role.calls) == before + (1 if attack == "replayed" else 0)
-        assert link.call("ping").result(10.0) == 0  # a new connection
-    finally:
-        link.close()
-        role.close_links()
+def test_an_altered_replayed_or_foreign_message_closes_the_connection(
+        attack: str, linked: Tuple[_Role, Link], caplog: pytest.LogCaptureFixture) -> None:
+    role, link = linked
+    assert link.call("ping").result(10.0) == 0
+    tap = _Tap(link._conn)
+    link._conn = tap
+    before = len(role.calls)
+    with caplog.at_level(logging.WARNING, logger="xdl_ec.ps.direct"):
+        if attack == "altered":
+            tap.alter = lambda data: data[:-40] + bytes([data[-40] ^ 1]) + data[-39:]
+            future = link.call("pull", [("t", np.arange(5))])
+        elif attack == "replayed":
+            assert len(link.call("pull", [("t", np.arange(5))]).result(10.0)) == 1
+            tap.conn.sendall(tap.sent[-1])  # the same bytes again: their counter is spent
+            future = link.call("ping")
+        else:  # a member's message whose pickle names os.system: refused before anything runs
+            crafted = pickle.dumps(("pull", (os.system, "true")), protocol=5)
+            real, direct.encode = direct.encode, lambda obj: (crafted, [])
+            try:
+                direct.send_message(tap.conn, link._session, None)
+            finally:
+                direct.encode = real
+            future = link.call("ping")
+        with pytest.raises(ServerLost, match="direct link broke"):
+            future.result(10.0)
+        _wait_for(lambda: role._link_server.refused == 1)
+    expected = {"altered": "failed its MAC", "replayed": "failed its MAC",
+                "foreign global": "may not name posix.system"}[attack]
+    assert expected in caplog.text
+    assert len(role.calls) == before + (1 if attack == "replayed" else 0)
+    assert link.call("ping").result(10.0) == 0  # a new connection
 
 
 _CHILD = """
