@@ -22,8 +22,6 @@ from typing import Any, Dict, List
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-import numpy as np  # noqa: E402
-
 import xdl_ec  # noqa: E402
 from support.examples import load_example  # noqa: E402
 

@@ -9,7 +9,7 @@ num_workers)`` returns an iterable of dict batches (see :mod:`xdl_ec.feature_bat
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from . import checks
 from .dense_model import DENSE_OPTIMIZERS

@@ -54,7 +54,6 @@ class LocalRun:
         timeline = []
         start = time.perf_counter()
         first_end, first_samples, samples = None, 0, 0
-        dense = self.worker.dense
         try:
             while stop is None or self.step < stop:
                 result = self.worker.train_step(self.step + 1, None, 1, stop is None or self.step + 1 < stop)

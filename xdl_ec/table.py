@@ -6,7 +6,6 @@ Rows live in stable slot records ``[key | flags | value | optimizer state]`` (se
 
 from __future__ import annotations
 
-import numbers
 import threading
 import weakref
 from typing import Any, Dict, Optional, Tuple, Union

@@ -5,12 +5,11 @@ errors; a strategy missing from the build gets a row saying so."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from xdl_ec.benchmark import MATRIX, BenchConfig, run_bench
+from xdl_ec.benchmark import MATRIX
 from xdl_ec.benchmark.runner import failure_steps, normal_samples_per_sec
 from xdl_ec.cli import main
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
-from types import SimpleNamespace
 
 import numpy as np
 import pytest

@@ -16,8 +16,8 @@ import xdl_ec  # noqa: E402
 from support.ft_runs import make_trainer, run  # noqa: E402
 from xdl_ec import _core, init, optim  # noqa: E402
 from xdl_ec.criteo_job import TrainConfig, criteo_job  # noqa: E402
-from xdl_ec.ps import (ClusterConfig, LocalBackend, PSClient, ParameterServer, Remote, ServerLost,  # noqa: E402
-                       WorkerLost, route)
+from xdl_ec.ps import (ClusterConfig, LocalBackend, PSClient, ParameterServer, PSTrainer, Remote,  # noqa: E402
+                       ServerLost, WorkerLost, route)
 from xdl_ec.ps.api import ServerAPI  # noqa: E402
 from xdl_ec.ps.dense_sync import average_gradients  # noqa: E402
 

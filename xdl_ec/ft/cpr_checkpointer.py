@@ -13,7 +13,6 @@ ledger's counts of the saved rows and :meth:`CprCheckpointer.restore` reports th
 
 from __future__ import annotations
 
-import numbers
 import os
 from typing import Any, Dict, Mapping, Optional, Union
 

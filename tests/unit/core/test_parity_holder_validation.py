@@ -79,7 +79,7 @@ def test_its_own_index_as_sender_is_refused(holder: Any) -> None:
 
 @pytest.mark.parametrize("stranger", [5, 6, 7, 1 << 20])
 def test_a_sender_it_protects_no_stripe_of_is_refused(holder: Any, stranger: int) -> None:
-    _refused(holder, stranger, _batch(1, _update(0, [1])), f"protects no stripe of that server")
+    _refused(holder, stranger, _batch(1, _update(0, [1])), "protects no stripe of that server")
 
 
 def test_an_update_naming_another_source_or_holder_is_refused(holder: Any) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 

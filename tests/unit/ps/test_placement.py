@@ -11,7 +11,7 @@ import pytest
 
 import xdl_ec
 from xdl_ec import _core, optim
-from xdl_ec.ps import LocalBackend, Scheduler, ServerLost
+from xdl_ec.ps import LocalBackend, Scheduler
 from xdl_ec.ps.placement import (Placement, PlacementError, assign, max_per_node, nodes_needed, plan_placement,
                                  stripe_sets)
 
