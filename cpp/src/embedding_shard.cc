@@ -439,7 +439,9 @@ std::vector<size_t> EmbeddingShard::MissingBlocksOf(const int64_t* keys, size_t 
   if (!s.Restoring()) return out;
   for (size_t i = 0; i < n; ++i) {
     const uint32_t slot = s.Lookup(keys[i]);
-    if (slot != KeyIndex::kNone && s.BlockMissing(slot / s.block_slots)) out.push_back(slot / s.block_slots);
+    if (slot == KeyIndex::kNone) continue;
+    const size_t block = slot / s.block_slots;
+    if (s.BlockMissing(block)) out.push_back(block);
   }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());

@@ -10,8 +10,9 @@ exactly the versions it encodes (I8): a concurrent push makes a stripe be decode
 Pace: redundancy stays reduced until the rebuild ends, and with ``r`` servers being rebuilt one more
 loss ends the job, so the rebuild runs flat out whenever that is so (``urgent()``) or the machine has a core's
 worth of CPU that training left unused (``/proc/stat``'s idle time over the last batch, plus the CPU the rebuild's
-own thread took in it: idle time alone never shows the core the rebuild itself keeps busy); otherwise it keeps to ``share`` of its wall time
-(sleeping ``(1 - share) / share`` times what the last batch took), so a busy machine's training is not slowed.
+own thread took in it: idle time alone never shows the core the rebuild itself keeps busy); otherwise it keeps to
+``share`` of its wall time (sleeping ``(1 - share) / share`` times what the last batch took), so a busy machine's
+training is not slowed.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from .. import _core
 from ..ps.backend import CallTimeout, WorkerLost
 from ..ps.fault_tolerance import Unrecoverable
 from ..ps.remote import Remote
-from .parity_agent import ParityAgent, consistent_decode, holders_of, parity_agent_for
+from .parity_agent import ParityAgent, consistent_decode, holders_of, parity_agent_for, stripe_reads
 
 CALL_TIMEOUT = 120.0  # seconds one call of the recovery may take
 DRAIN_WAIT = 1.0  # seconds a server waits for its parity links in one drain call before answering "still pending"
@@ -327,7 +327,7 @@ class RecoveryCoordinator:
                 f"stripes {order[0]}..{order[-1]}", servers, table,
                 lambda d, p: [recovery.decode_stripe(stripe, todo[stripe], lost, d, p) for stripe in order],
                 max(deadline - time.monotonic(), 1.0),
-                [(m, s, b, 0, record_bytes) for stripe in order for m, s, b in recovery.stripe_reads(stripe, lost)])
+                stripe_reads(recovery, order, lost, record_bytes))
             writes = []  # (stripe, parity holder or None, the write's future), all sent before any is awaited
             expected: Dict[int, Dict[int, int]] = {}
             for stripe, blocks in zip(order, decoded):

@@ -309,12 +309,11 @@ class ParityAgent(ServerAgent):
         survivors (one round of reads: one call per survivor)."""
         block_slots, record_bytes = self.tables[table]
         recovery, layout, index = self._recovery(table), self._layout(), self.index
-        reads = [(m, s, b, 0, record_bytes) for block in blocks
-                 for m, s, b in recovery.stripe_reads(layout.data_slot(index, int(block))[0], down)]
+        stripes = [layout.data_slot(index, int(block))[0] for block in blocks]
         return consistent_decode(
             servers, table, block_slots,
             lambda d, p: [recovery.decode_data_block(index, int(block), down, d, p) for block in blocks],
-            reads=reads)[0]
+            reads=stripe_reads(recovery, stripes, down, record_bytes))[0]
 
     def _restore_touched(self, table: Any, keys: np.ndarray) -> None:
         """Under the server lock, before an access of ``keys`` to a shard under restore: the missing blocks
@@ -379,18 +378,25 @@ def fragment_readers(servers: Sequence[Any], table: str, timeout: float = 120.0)
     return data, parity
 
 
+def stripe_reads(recovery: Any, stripes: Sequence[int], unavailable: Sequence[int],
+                 record_bytes: int) -> List[Tuple[str, int, int, int, int]]:
+    """The fragments decoding ``stripes`` whole reads with ``unavailable`` servers down, as :func:`consistent_decode`
+    takes them: (method, server, block, offset 0, width ``record_bytes``), in the order the decodes read them."""
+    return [(m, s, b, 0, record_bytes) for stripe in stripes for m, s, b in recovery.stripe_reads(stripe, unavailable)]
+
+
 def consistent_decode(servers: Sequence[Any], table: str, block_slots: int, decode: Callable[[Any, Any], Any],
                       timeout: float = 60.0, reads: Optional[Sequence[Tuple[str, int, int, int, int]]] = None
                       ) -> Tuple[Any, Dict[int, int]]:
     """Runs ``decode(read_data, read_parity)`` (a C++ Recovery call that reads fragments through callbacks, one at a
     time) on fragments that are mutually consistent, all fetched at once: ``reads`` lists the fragments ``decode``
-    reads, (method, server, block, offset, width) (``Recovery.stripe_reads`` says which for a stripe); without it a
-    first pass records them (the reads of an erasure decode depend only on the pattern of lost servers, not on the
-    bytes, so zeros do). All are requested before any is awaited (one call per server), with their versions, and
-    ``decode`` is served from them. Forwarding is asynchronous, so a survivor's block may be ahead of its parity for a moment: the fetch
-    is repeated (their links re-flushed) until each survivor's blocks were read at one delta seq, every
-    parity block read has applied exactly that seq of each survivor read, and the parity blocks agree on every other
-    sender. Returns (result, versions {sender: seq} the result reflects)."""
+    reads, (method, server, block, offset, width) (:func:`stripe_reads` for whole stripes); without it a first pass
+    records them (the reads of an erasure decode depend only on the pattern of lost servers, not on the bytes, so
+    zeros do). All are requested before any is awaited (one call per server), with their versions, and ``decode`` is
+    served from them. Forwarding is asynchronous, so a survivor's block may be ahead of its parity for a moment: the
+    fetch is repeated (their links re-flushed) until each survivor's blocks were read at one delta seq, every parity
+    block read has applied exactly that seq of each survivor read, and the parity blocks agree on every other sender.
+    Returns (result, versions {sender: seq} the result reflects)."""
     wanted: List[Tuple[str, int, int, int, int]] = []
 
     def recorder(method: str) -> Callable[[int, int, int, int], np.ndarray]:
