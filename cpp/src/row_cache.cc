@@ -155,8 +155,8 @@ RowCache::Pending RowCache::Fill(const int64_t* keys, size_t n, const float* row
                                   ": a cached row needs the server's clock of it (pull_stale's clocks)");
     }
   }
-  // Grow once for the whole batch, not line by line.
-  const size_t grow = std::min(n, capacity_ - lines_.size());
+  // Grow once for the whole batch, not line by line (after a shrink lines_ may exceed the capacity).
+  const size_t grow = lines_.size() < capacity_ ? std::min(n, capacity_ - lines_.size()) : 0;
   lines_.reserve(lines_.size() + grow);
   values_.reserve((lines_.size() + grow) * dim_);
   index_.Reserve(std::min(capacity_, index_.size() + n));
@@ -178,20 +178,15 @@ RowCache::Pending RowCache::Fill(const int64_t* keys, size_t n, const float* row
   for (size_t i = 0; i < n; ++i) {
     uint32_t at = Find(keys[i]);
     if (at == kNone) {
-      if (!free_lines_.empty()) {
+      if (index_.size() < capacity_ && !free_lines_.empty()) {
         at = free_lines_.back();
         free_lines_.pop_back();
-      } else if (lines_.size() < capacity_) {
+      } else if (index_.size() < capacity_) {
         at = static_cast<uint32_t>(lines_.size());
         lines_.emplace_back();
         values_.resize(values_.size() + dim_);
       } else if (!lists_.empty()) {
-        at = lists_.begin()->second.head;  // the lowest rank's first line: the policy's victim
-        Line& victim = lines_[at];
-        if (victim.pending != kNone) HandBack(victim, evicted);
-        Unlink(at);
-        index_.Erase(victim.key, [this](uint32_t l) { return lines_[l].key; });
-        ++stats_.evictions;
+        at = Evict(evicted);
       } else {
         continue;  // every line holds a key of this Fill: the rest stay uncached
       }
@@ -315,6 +310,28 @@ RowCache::Pending RowCache::Invalidate(const int64_t* keys, size_t n) {
     free_lines_.push_back(at);
   }
   return out;
+}
+
+uint32_t RowCache::Evict(Pending& evicted) {
+  const uint32_t at = lists_.begin()->second.head;  // the lowest rank's first line: the policy's victim
+  Line& victim = lines_[at];
+  if (victim.pending != kNone) HandBack(victim, evicted);
+  Unlink(at);
+  index_.Erase(victim.key, [this](uint32_t l) { return lines_[l].key; });
+  ++stats_.evictions;
+  return at;
+}
+
+RowCache::Pending RowCache::Resize(size_t capacity_rows) {
+  if (capacity_rows < 1 || capacity_rows > KeyIndex::kMaxSlot) {
+    throw std::invalid_argument("RowCache::Resize: capacity_rows must be in [1, " +
+                                std::to_string(KeyIndex::kMaxSlot) + "], got " + std::to_string(capacity_rows));
+  }
+  Pending evicted;
+  // Every line is in a list between calls, so the lists hold a victim while size() > capacity_rows >= 1.
+  while (index_.size() > capacity_rows) free_lines_.push_back(Evict(evicted));
+  capacity_ = capacity_rows;
+  return evicted;
 }
 
 RowCache::Pending RowCache::Clear() {

@@ -314,6 +314,34 @@ TEST(RowCache, FlushInvalidateAndClearHandBackPendingGradient) {
   EXPECT_EQ(Lookup(cache, {1}), (std::vector<int32_t>{1}));
 }
 
+TEST(RowCache, ResizeKeepsTheLinesAndShrinksByThePolicy) {
+  RowCache cache(2, 4, 3, Policy::kLFU);
+  Fill(cache, {1, 2, 3, 4});
+  Lookup(cache, {1, 2, 3});
+  Lookup(cache, {1, 3});
+  Accumulate(cache, {2, 4}, {1, 1, 2, 2});  // 2 and 4 hold one gradient each
+  EXPECT_TRUE(cache.Resize(6).keys.empty());  // growing keeps every line, rows and pending gradient
+  EXPECT_EQ(CachedOf(cache, {1, 2, 3, 4}), (std::vector<int64_t>{1, 2, 3, 4}));
+  Fill(cache, {5, 6});  // the two new lines, nothing evicted
+  EXPECT_EQ(cache.size(), 6u);
+  EXPECT_EQ(cache.stats().evictions, 0u);
+  // uses: 1: 3, 3: 3, 2: 2, 4: 1, 5: 1, 6: 1 -> to 3 rows, 4 (least recent of one use) then 5 and 6 go
+  const auto out = cache.Resize(3);
+  EXPECT_EQ(out.keys, (std::vector<int64_t>{4}));  // the only one of them holding gradient
+  EXPECT_EQ(out.grads, (std::vector<float>{2, 2}));
+  EXPECT_EQ(out.counts, (std::vector<uint32_t>{1}));
+  EXPECT_EQ(CachedOf(cache, {1, 2, 3, 4, 5, 6}), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(cache.stats().evictions, 3u);
+  EXPECT_EQ(cache.stats().pending_count, 1u);  // 2's gradient stays
+  EXPECT_EQ(cache.capacity(), 3u);
+  Fill(cache, {7});  // full at the new capacity: evicts 2 (the lowest count left), returning its gradient
+  EXPECT_EQ(cache.size(), 3u);
+  EXPECT_EQ(CachedOf(cache, {1, 2, 3, 7}), (std::vector<int64_t>{1, 3, 7}));
+  EXPECT_THROW(cache.Resize(0), std::invalid_argument);
+  EXPECT_EQ(cache.capacity(), 3u);  // a refused resize changes nothing
+  EXPECT_EQ(cache.size(), 3u);
+}
+
 TEST(RowCache, CapacityOne) {
   for (Policy policy : {Policy::kLRU, Policy::kLFU}) {
     RowCache cache(2, 1, 3, policy);
@@ -372,22 +400,7 @@ class ReferenceCache {
     RowCache::Pending evicted;
     for (size_t i = 0; i < keys.size(); ++i) {
       if (!lines_.count(keys[i])) {
-        if (lines_.size() == capacity_) {
-          const int64_t* victim = nullptr;
-          std::tuple<uint64_t, uint64_t, int64_t> best;
-          for (const auto& [k, line] : lines_) {
-            if (line.touched == call_) continue;
-            const auto rank = std::make_tuple(policy_ == Policy::kLFU ? line.uses : 0, line.touched, k);
-            if (!victim || rank < best) {
-              best = rank;
-              victim = &k;
-            }
-          }
-          if (!victim) continue;
-          const int64_t v = *victim;
-          HandBack(v, evicted);
-          lines_.erase(v);
-        }
+        if (lines_.size() == capacity_ && !EvictOne(evicted)) continue;
         Line& line = lines_[keys[i]];
         line.uses = 1;
         line.touched = call_;
@@ -436,9 +449,35 @@ class ReferenceCache {
     }
     return out;
   }
+  RowCache::Pending Resize(size_t capacity) {
+    RowCache::Pending evicted;
+    ++call_;  // no line is this call's: any may go
+    while (lines_.size() > capacity) EvictOne(evicted);
+    capacity_ = capacity;
+    return evicted;
+  }
   const std::map<int64_t, Line>& lines() const { return lines_; }
 
  private:
+  // The policy's argmin among lines the current call did not touch; false when there is none.
+  bool EvictOne(RowCache::Pending& evicted) {
+    const int64_t* victim = nullptr;
+    std::tuple<uint64_t, uint64_t, int64_t> best;
+    for (const auto& [k, line] : lines_) {
+      if (line.touched == call_) continue;
+      const auto rank = std::make_tuple(policy_ == Policy::kLFU ? line.uses : 0, line.touched, k);
+      if (!victim || rank < best) {
+        best = rank;
+        victim = &k;
+      }
+    }
+    if (!victim) return false;
+    const int64_t v = *victim;
+    HandBack(v, evicted);
+    lines_.erase(v);
+    return true;
+  }
+
   void HandBack(int64_t key, RowCache::Pending& out) {
     Line& line = lines_[key];
     if (line.count == 0) return;
@@ -498,6 +537,10 @@ TEST(RowCache, MatchesTheRulesUnderRandomTraffic) {
           EXPECT_EQ(a.grads, b.grads) << "op " << op;
         } else if (rng() % 4 == 0) {
           ExpectSame(cache.Flush(), ref.Flush(), op);
+        } else if (rng() % 3 == 0) {
+          const size_t capacity = 1 + rng() % 9;  // 1..9 around the start's 6: shrinks and growths
+          ExpectSame(cache.Resize(capacity), ref.Resize(capacity), op);
+          ASSERT_EQ(cache.capacity(), capacity) << "op " << op;
         } else {
           const auto keys = some_keys(3);
           ExpectSame(cache.Invalidate(keys.data(), keys.size()), ref.Invalidate(keys), op);

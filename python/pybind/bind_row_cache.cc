@@ -222,6 +222,21 @@ void BindRowCache(py::module_& m) {
              return PendingToNumpy(std::move(p), c.dim());
            },
            "Drops every line; returns all pending gradient (keys, grads, counts) by ascending key.")
+      .def("resize", [](RowCache& c, int64_t capacity) {
+             if (capacity < 1) {
+               throw std::invalid_argument("RowCache.resize: capacity must be >= 1 row, got " +
+                                           std::to_string(capacity));
+             }
+             RowCache::Pending p;
+             {
+               py::gil_scoped_release release;
+               p = c.Resize(static_cast<size_t>(capacity));
+             }
+             return PendingToNumpy(std::move(p), c.dim());
+           },
+           py::arg("capacity"),
+           "Sets the capacity in rows, keeping the lines; shrinking evicts the policy's victims and returns "
+           "their pending gradient (keys, grads, counts) in eviction order.")
       .def("stats", [](const RowCache& c) { return StatsDict(c.stats()); },
            "dict: rows, capacity, hits, misses, evictions, pending_lines, pending_count (gradients held), "
            "max_pending_count, write_backs, accumulated, written_through");

@@ -183,3 +183,36 @@ def test_a_sync_step_counts_each_held_row_once_per_step_not_per_worker() -> None
     rows = server.pull([("t", keys)])[0]
     total = g0 / half + g1 / half
     np.testing.assert_array_equal(rows, _steps_of_the_mean(keys, total, 3, 2))  # key 6: max(3, 1) = 3 steps
+
+
+def test_a_share_cache_follows_its_table_and_keeps_its_lines() -> None:
+    """rows="50%": resizing to the table's rows keeps the cached lines (a re-made cache would start cold);
+    a shrink evicts by the policy and hands held gradients back for the next push."""
+    from xdl_ec.ps import LocalBackend, ParameterServer, PSClient
+    from xdl_ec.ps.cached_client import CachedClient
+
+    backend = LocalBackend()
+    servers = [backend.start("server", i, ParameterServer, i, (SPEC,)) for i in range(2)]
+    try:
+        client = CachedClient(PSClient(servers), {"t": xdl_ec.Cache(rows="50%", staleness=5)}, {"t": 4},
+                              table_rows={"t": 8})
+        assert client.caches["t"].capacity == 4
+        client.pull({"t": ([1, 2, 3, 4], 4)})
+        client.resize({"t": 20})  # the table grew: 10 rows, the 4 lines stay
+        assert client.caches["t"].capacity == 10 and len(client.caches["t"]) == 4
+        client.pull({"t": ([1, 2, 3, 4, 5, 6], 4)})
+        stats = client.cache_stats()["t"]
+        assert (stats["hits"], stats["misses"]) == (4, 6)  # 1-4 hit after the resize; 5, 6 and the first 4 missed
+        client.push({"t": ([5, 6], np.ones((2, 4), np.float32))}, 1)  # held: 5 and 6 are cached, S = 5
+        assert client.pending_updates() == 2
+        client.pull({"t": ([1, 2, 3, 4], 4)})  # 1-4 used twice more than 5, 6
+        client.resize({"t": 8})  # shrink to 4 lines: 5 and 6 (fewest uses) go, their gradients wait for a push
+        assert len(client.caches["t"]) == 4 and client.cache_stats()["t"]["evictions"] == 2
+        assert client.pending_updates() == 2  # handed back, not lost
+        before = PSClient(servers).find({"t": ([5, 6], 4)})["t"][0]
+        client.push({}, 2)
+        after = PSClient(servers).find({"t": ([5, 6], 4)})["t"][0]
+        assert client.pending_updates() == 0 and not np.array_equal(before, after)
+    finally:
+        for handle in servers:
+            handle.drop()

@@ -80,6 +80,29 @@ class CachedClient:
     def pull_async(self, requests: Mapping[str, Tuple[Any, int]]) -> _PendingCached:
         plain = {t: r for t, r in requests.items() if t not in self.caches}
         pending_plain = self.client.pull_async(plain) if plain else None
+        per_server, sizes = self._looked_up(requests)
+        calls = []
+        for server, wire in enumerate(self._stale_wire(per_server)):
+            if wire is not None:
+                calls.append((server, self.client.server(server).pull_stale(*wire), per_server[server]))
+        return _PendingCached(self, pending_plain, calls, sizes)
+
+    def push_pull_async(self, grads: Mapping[str, Tuple[Any, np.ndarray]], step: int,
+                        requests: Mapping[str, Tuple[Any, int]]) -> Tuple[List[Any], _PendingCached]:
+        """:meth:`push_async` (one participant) and :meth:`pull_async` as ONE call per server, the push applied
+        first (``ParameterServer.push_pull_stale``), as :meth:`PSClient.push_pull_async`: (the acks' futures, the
+        rows in flight)."""
+        due = self._due(grads)
+        plain = {t: r for t, r in requests.items() if t not in self.caches}
+        per_server, sizes = self._looked_up(requests)
+        acks, plain_rows, answers = self.client.push_pull_stale_async(due, step, plain, self._stale_wire(per_server))
+        calls = [(server, future, per_server[server]) for server, future in answers.items()]
+        return acks, _PendingCached(self, plain_rows if plain else None, calls, sizes)
+
+    def _looked_up(self, requests: Mapping[str, Tuple[Any, int]]) -> Tuple[List[List[tuple]], Dict[str, tuple]]:
+        """Per server, the parts (table, positions, keys, known clocks, cached rows) of the cached tables'
+        requests; and {table: (keys, dim)}. The cached rows are copied now: a fill by another answer (or another
+        pull in flight) may evict them."""
         per_server: List[List[tuple]] = [[] for _ in range(self.client.num_servers)]
         sizes = {}
         for table, (keys, dim) in requests.items():
@@ -88,7 +111,6 @@ class CachedClient:
             keys = as_keys(keys)
             sizes[table] = (keys.size, dim)
             known, tags = self.caches[table].lookup(keys)
-            # the cached rows are copied now: a fill by another answer (or another pull in flight) may evict them
             cached = np.zeros((keys.size, dim), np.float32)
             found = known >= 0
             if found.any():
@@ -99,13 +121,19 @@ class CachedClient:
                 mine = np.where(tags[positions] == np.uint64(self._epochs[server]), known[positions], -1)
                 per_server[server].append((table, positions, keys[positions], mine.astype(np.int32),
                                            cached[positions]))
-        calls = []
+        return per_server, sizes
+
+    def _stale_wire(self, per_server: Sequence[List[tuple]]) -> List[Optional[Tuple[List[tuple], int]]]:
+        """Per server, the ``pull_stale`` arguments (requests, epoch) of its parts (None: it has none); counts the
+        keys and clocks as requested bytes."""
+        out: List[Optional[Tuple[List[tuple], int]]] = []
         for server, parts in enumerate(per_server):
-            if parts:
-                self.client.bytes_requested += sum(k.nbytes + c.nbytes for _, _, k, c, _ in parts)
-                wire = [(t, k, c, self.settings[t].staleness) for t, _, k, c, _ in parts]
-                calls.append((server, self.client.server(server).pull_stale(wire, self._epochs[server]), parts))
-        return _PendingCached(self, pending_plain, calls, sizes)
+            if not parts:
+                out.append(None)
+                continue
+            self.client.bytes_requested += sum(k.nbytes + c.nbytes for _, _, k, c, _ in parts)
+            out.append(([(t, k, c, self.settings[t].staleness) for t, _, k, c, _ in parts], self._epochs[server]))
+        return out
 
     def pull(self, requests: Mapping[str, Tuple[Any, int]]) -> Dict[str, np.ndarray]:
         return self.pull_async(requests).result()
@@ -143,6 +171,10 @@ class CachedClient:
     def push_async(self, grads: Mapping[str, Tuple[Any, np.ndarray]], step: int, participants: int = 1) -> List[Any]:
         """Pushes what is due: uncached rows' gradients at once, a cached row's sum once S accumulated (all at once
         with S = 0), and lines evicted with pending gradient."""
+        return self.client.push_async(self._due(grads), step, participants)
+
+    def _due(self, grads: Mapping[str, Tuple[Any, np.ndarray]]) -> Dict[str, tuple]:
+        """{table: (keys, grads[, counts])} to push now of a step's ``grads`` (see :meth:`push_async`)."""
         out = {}
         for table, (keys, table_grads) in grads.items():
             keys = as_keys(keys)
@@ -156,7 +188,7 @@ class CachedClient:
                 out[table] = self._with_writebacks(table, np.zeros(0, np.int64),
                                                    np.zeros((0, self.dims[table]), np.float32),
                                                    np.zeros(0, np.uint32))
-        return self.client.push_async(out, step, participants)
+        return out
 
     def _with_writebacks(self, table: str, keys: np.ndarray, grads: np.ndarray, counts: np.ndarray) -> tuple:
         """(keys, grads) to push, with the lines written back since the last push; and the repeat counts when a
@@ -202,24 +234,14 @@ class CachedClient:
         return dropped
 
     def resize(self, table_rows: Mapping[str, int]) -> None:
-        """A "P%" cache follows its table's size (re-made when its capacity changed by more than a tenth; pending
-        gradients of the old one are written back with the next push)."""
+        """A "P%" cache follows its table's size, its lines kept (a shrink evicts by the policy; their pending
+        gradients are written back with the next push)."""
         for table, cache in self.settings.items():
             if cache.share is None or table not in table_rows:
                 continue
             want = cache.capacity(int(table_rows[table]))
-            have = int(self.caches[table].stats()["capacity"])
-            if abs(want - have) * 10 > have:
-                self._evicted(table, self.caches[table].flush())
-                self._fold(table)
-                self.caches[table] = self._make(table, int(table_rows[table]))
-
-    def _fold(self, table: str) -> None:
-        """Keeps a replaced cache's counters in the totals."""
-        stats = self.caches[table].stats()
-        kept = self._stats[table]
-        for name in ("hits", "misses", "evictions", "write_backs"):
-            kept[f"old_{name}"] = kept.get(f"old_{name}", 0) + int(stats[name])
+            if want != self.caches[table].capacity:
+                self._evicted(table, self.caches[table].resize(want))
 
     def cache_stats(self) -> Dict[str, Any]:
         """Per table: hit rate, clock-only vs row pulls, observed staleness, lines held, evictions, write-backs."""
@@ -227,16 +249,14 @@ class CachedClient:
         for table, cache in self.caches.items():
             stats = cache.stats()
             kept = self._stats[table]
-            hits = int(stats["hits"]) + kept.get("old_hits", 0)
-            misses = int(stats["misses"]) + kept.get("old_misses", 0)
+            hits, misses = int(stats["hits"]), int(stats["misses"])
             clock_only = kept["clock_only"]
             out[table] = {"rows": int(stats["rows"]), "capacity": int(stats["capacity"]), "hits": hits,
                           "misses": misses, "hit_rate": hits / (hits + misses) if hits + misses else None,
                           "clock_only_keys": clock_only, "row_keys": kept["rows"],
                           "staleness_max": kept["stale_max"],
                           "staleness_mean": kept["stale_sum"] / clock_only if clock_only else 0.0,
-                          "evictions": int(stats["evictions"]) + kept.get("old_evictions", 0),
-                          "write_backs": int(stats["write_backs"]) + kept.get("old_write_backs", 0),
+                          "evictions": int(stats["evictions"]), "write_backs": int(stats["write_backs"]),
                           **self.settings[table].describe()}
         return out
 

@@ -69,8 +69,9 @@ class PendingRows:
 
 class Ack:
     """The future of server ``server``'s answer to a push (``part`` 0 of a ``push_pull``'s answer; None: the whole
-    answer), or (``part`` 1) of a ``push_pull``'s pulled rows. ``sent``: (step, participants, parts) of the push, to
-    send again to a replacement (see :meth:`PSClient.resend`)."""
+    answer), or (``part`` 1) of a ``push_pull``'s pulled rows (``part`` 2: a ``push_pull_stale``'s cached pull).
+    ``sent``: (step, participants, parts) of the push, to send again to a replacement (see
+    :meth:`PSClient.resend`)."""
 
     __slots__ = ("_future", "_part", "server", "sent")
 
@@ -147,21 +148,35 @@ class PSClient:
         """:meth:`push_async` of ``grads`` (one participant) and :meth:`pull_async` of ``requests`` as ONE call per
         server, each applying the push before the pull: (the acks' futures, the rows in flight). Exact where no
         other worker's push may come between them (one worker, or async mode)."""
+        acks, rows, _ = self.push_pull_stale_async(grads, step, requests, [None] * self.num_servers)
+        return acks, rows
+
+    def push_pull_stale_async(self, grads: Mapping[str, Tuple[Any, ...]], step: int,
+                              requests: Mapping[str, Tuple[Any, int]],
+                              stale: Sequence[Optional[Tuple[List[tuple], int]]]) -> tuple:
+        """:meth:`push_pull_async` that also carries, per server, a caching client's ``pull_stale`` requests and
+        epoch (``stale[server]``, None: none) in the same call (``ParameterServer.push_pull_stale``): (the acks'
+        futures, the rows in flight, {server: the future of its (epoch, answers)})."""
         wire = self._push_wire(grads, step, 1)
         sizes, pulls = self._route_pull(requests)
-        acks, calls = [], []
+        acks, calls, stale_answers = [], [], {}
         for server in range(self.num_servers):
-            push, pull = wire[server], pulls[server]
-            if not push and not pull:
+            push, pull, cached = wire[server], pulls[server], stale[server]
+            if not push and not pull and not cached:
                 continue
-            future = self.server(server).push_pull(push, step, self.worker, 1, [(t, k) for t, _, k in pull])
+            plain = [(t, k) for t, _, k in pull]
+            if cached:
+                future = self.server(server).push_pull_stale(push, step, self.worker, 1, plain, *cached)
+                stale_answers[server] = Ack(future, 2, server)
+            else:
+                future = self.server(server).push_pull(push, step, self.worker, 1, plain)
             if push:
                 acks.append(Ack(future, 0, server, (step, 1, push)))
                 if self.push_log is not None:
                     self._unread.append((server, acks[-1]))
             if pull:
                 calls.append((Ack(future, 1, server), [(t, p) for t, p, _ in pull]))
-        return acks, PendingRows(calls, sizes, self.timeout)
+        return acks, PendingRows(calls, sizes, self.timeout), stale_answers
 
     def pull(self, requests: Mapping[str, Tuple[Any, int]]) -> Dict[str, np.ndarray]:
         """{table: rows float32[len(keys), dim]} of {table: (keys, dim)}, in the keys' order."""

@@ -6,8 +6,8 @@ their gRPC threads (arguments over 100 KB go through the object store); a step m
 pull, a pull and a push per server, the driver's step call), which was most of a small step's time. Over a link a
 call is one ``sendmsg`` and one read on each side, with the GIL released around both.
 
-What goes over a link (:data:`LINK_METHODS`): a server's ``pull``, ``push``, ``pull_stale`` and ``push_pull`` (from
-its workers), a worker's ``train_step``, ``flush`` and ``dense_state`` (from the driver), and ``ping`` (a link's
+What goes over a link (:data:`LINK_METHODS`): a server's ``pull``, ``push``, ``pull_stale``, ``push_pull`` and
+``push_pull_stale`` (from its workers), a worker's ``train_step``, ``flush`` and ``dense_state`` (from the driver), and ``ping`` (a link's
 empty call; liveness probes go through Ray). A :class:`LinkedHandle` wraps a role's Ray handle: those
 methods go over its link, everything else (pings, recovery, saves, stats) to Ray as before. Calls on one link are
 answered in order, one at a time, by the role's serving thread for that connection; the role object guards itself
@@ -69,7 +69,7 @@ from ..link_socket import LinkBroken, node_host, recv_exactly
 from .backend import CallTimeout, Handle, RoleLost, lost_error
 
 LINK_METHODS: Dict[str, FrozenSet[str]] = {
-    "server": frozenset({"ping", "pull", "push", "pull_stale", "push_pull"}),
+    "server": frozenset({"ping", "pull", "push", "pull_stale", "push_pull", "push_pull_stale"}),
     "worker": frozenset({"ping", "train_step", "flush", "dense_state"}),
 }
 ROLE_CODES = {"server": 0, "worker": 1}

@@ -158,6 +158,9 @@ class ParameterServer(LinkHost):
         from; when this server's rows changed other than by pulls and pushes since (a load, a rollback), every
         key is sent. Returns (this server's epoch, the answers)."""
         self._counters["requests"] += 1
+        return self._pull_stale(requests, epoch)
+
+    def _pull_stale(self, requests: Sequence[Tuple[str, Any, Any, int]], epoch: int) -> Tuple[int, List[tuple]]:
         parts = [(self.table(name), as_keys(keys), np.asarray(known, dtype=np.int32), int(staleness))
                  for name, keys, known, staleness in requests]
         out = []
@@ -250,6 +253,18 @@ class ParameterServer(LinkHost):
         if self.crash_requested:
             return ack, None
         return ack, (self._pull(requests) if requests else [])
+
+    def push_pull_stale(self, parts: Sequence[PushPart], step: int, worker: int, participants: int,
+                        requests: Sequence[Tuple[str, Any]], stale: Sequence[Tuple[str, Any, Any, int]],
+                        epoch: int) -> Tuple[Optional[PushAck], Optional[List[np.ndarray]], Optional[tuple]]:
+        """:meth:`push_pull` for a caching worker: after the push, the :meth:`pull` of ``requests`` (tables without
+        a cache) and the :meth:`pull_stale` of ``stale`` at ``epoch``; (ack, rows, (epoch, answers)), the last two
+        None when the server dies right after the push."""
+        self._counters["requests"] += 1
+        ack = self._push(parts, step, worker, participants) if parts else None
+        if self.crash_requested:
+            return ack, None, None
+        return ack, (self._pull(requests) if requests else []), self._pull_stale(stale, epoch)
 
     def _buffer(self, table: EmbeddingTable, keys: np.ndarray, grads: np.ndarray, step: int, worker: int, seq: int,
                 participants: int, repeats: Optional[np.ndarray] = None) -> bool:

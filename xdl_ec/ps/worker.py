@@ -19,9 +19,10 @@ prepares the next batches on a background thread). One step (driven by the drive
    step's participants). When no other worker can pull in between (the same cases as 4), the step answers without
    waiting for the push's acks: they are collected at the next step (or :meth:`Worker.flush`).
 
-When no other worker can come between them (the cases of 4) and the client is a plain :class:`PSClient`, 4 and 5 are
-ONE request per server (``combine_calls``, the default): the push of step t and the pull of ALL of step t + 1's
-keys, applied in that order by the server (``ParameterServer.push_pull``), sent as TF finishes; the rows come back
+When no other worker can come between them (the cases of 4) and the client is a :class:`PSClient` (or its
+:class:`CachedClient`), 4 and 5 are ONE request per server (``combine_calls``, the default): the push of step t and
+the pull of ALL of step t + 1's keys, applied in that order by the server (``ParameterServer.push_pull``, or
+``push_pull_stale`` with a cache), sent as TF finishes; the rows come back
 while the answer travels to the driver and its next step call comes back. One call per server and step instead of
 up to three (a prefetch pull, a pull of the keys the push changed, the push).
 
@@ -131,7 +132,7 @@ class Worker(LinkHost):
             if caches:
                 client = CachedClient(client, caches, {t.name: t.dim for t in job.tables}, table_rows)
         self.client = client
-        self.combine_calls = combine_calls and prefetch_across_steps and type(client) is PSClient
+        self.combine_calls = combine_calls and prefetch_across_steps and type(client) in (PSClient, CachedClient)
         self._last_step = 0
         self._dims = {t.name: t.dim for t in job.tables}
         self._stream = InputStream(job.input_fn, index, count, job.features, track_fresh=prefetch_across_steps)

@@ -98,6 +98,10 @@ class RowCache {
   Pending Invalidate(const int64_t* keys, size_t n);
   // Drops every line, returning all pending gradient by ascending key. Counters are kept.
   Pending Clear();
+  // Sets the capacity (as the constructor's capacity_rows), keeping the lines: a cache that follows its
+  // growing table stays warm. Shrinking below size() evicts the policy's victims (counted as evictions)
+  // and returns those that held gradient, in eviction order.
+  Pending Resize(size_t capacity_rows);
 
   Stats stats() const;
 
@@ -131,6 +135,9 @@ class RowCache {
   float* Value(uint32_t line) { return values_.data() + static_cast<size_t>(line) * dim_; }
   const float* Value(uint32_t line) const { return values_.data() + static_cast<size_t>(line) * dim_; }
   float* Grad(uint32_t slot) { return pool_.data() + static_cast<size_t>(slot) * dim_; }
+  // Evicts the policy's victim (lists_ must not be empty): its pending gradient goes to `evicted`, its
+  // key leaves the index; returns its line, now unused.
+  uint32_t Evict(Pending& evicted);
   // Moves a line's pending gradient to `out` and frees its pool slot.
   void HandBack(Line& line, Pending& out);
   void ReleasePending(Line& line);
