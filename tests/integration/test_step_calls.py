@@ -13,14 +13,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from support.ft_runs import make_trainer, run as run_trainer, small_config  # noqa: E402
 from xdl_ec.criteo_job import criteo_job  # noqa: E402
-from xdl_ec.ps import ClusterConfig  # noqa: E402
+import xdl_ec  # noqa: E402
+from xdl_ec.ps import ClusterConfig, PSTrainer  # noqa: E402
 from xdl_ec.ps import worker as worker_module  # noqa: E402
 
 STEPS = 7
 _INIT = worker_module.Worker.__init__
 
 
-def _run(monkeypatch: pytest.MonkeyPatch, combine: bool, workers: int = 1) -> Dict[str, Any]:
+def _run(monkeypatch: pytest.MonkeyPatch, combine: bool, workers: int = 1, cache: Any = None) -> Dict[str, Any]:
     original = _INIT
 
     def init(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -28,7 +29,10 @@ def _run(monkeypatch: pytest.MonkeyPatch, combine: bool, workers: int = 1) -> Di
         original(self, *args, **kwargs)
 
     monkeypatch.setattr(worker_module.Worker, "__init__", init)
-    trainer = make_trainer(small_config(steps=STEPS), ClusterConfig(servers=3, workers=workers))
+    config = small_config(steps=STEPS)
+    trainer = make_trainer(config, ClusterConfig(servers=3, workers=workers))
+    if cache is not None:
+        trainer = PSTrainer(trainer.job, trainer.cluster, trainer.settings, caches={"criteo_categorical": cache})
     return run_trainer(trainer)
 
 
@@ -42,6 +46,24 @@ def test_one_request_per_server_and_step_trains_the_same_model(monkeypatch: pyte
     assert [s["pushes"] for s in combined["servers"]] == [STEPS] * 3
     # separate: at least a pull and a push a step
     assert all(s["requests"] >= 2 * STEPS for s in separate["servers"])
+
+
+@pytest.mark.parametrize("staleness", [0, 4])
+def test_a_caching_worker_also_makes_one_request_per_server_and_step(monkeypatch: pytest.MonkeyPatch,
+                                                                      staleness: int) -> None:
+    cache = xdl_ec.Cache(rows=200, staleness=staleness)
+    combined = _run(monkeypatch, True, cache=cache)
+    separate = _run(monkeypatch, False, cache=cache)
+    if staleness == 0:  # exact: the push of step t is applied before the clocks of step t + 1's keys are read
+        assert combined["model_digest"] == separate["model_digest"] == _run(monkeypatch, True)["model_digest"]
+    else:  # lines are filled and evicted in another order than with separate calls, but as deterministically
+        assert combined["model_digest"] == _run(monkeypatch, True, cache=cache)["model_digest"]
+    # the first pull, one push_pull_stale a step, the last push alone; and with S > 0 the write-back of the
+    # gradients still held at the end
+    last = 1 if staleness else 0
+    assert all(STEPS + 1 <= s["requests"] <= STEPS + 1 + last for s in combined["servers"])
+    assert all(s["requests"] >= 2 * STEPS for s in separate["servers"])
+    assert combined["cache"]["criteo_categorical"]["hits"] > 0
 
 
 def test_several_sync_workers_keep_separate_calls(monkeypatch: pytest.MonkeyPatch) -> None:
