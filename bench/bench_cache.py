@@ -2,7 +2,7 @@
 
     PYTHONPATH=build/stage python3 -P bench/bench_cache.py [--steps 300] [--batch 512] [--servers 3]
         [--emb-dim 64] [--shares 1,5,10] [--staleness 0,1,10,100] [--data synthetic-1.1,synthetic-1.3,criteo]
-        [--ray-pairs 2] [--policy lfu|lru] [--out DIR]
+        [--ray-pairs 2] [--net-rates none,1gbit] [--policy lfu|lru] [--out DIR]
 
 For each data set (synthetic Criteo-shaped data at Zipf 1.1 and 1.3; the real Criteo sample from ../shared/data
 when present) the built-in DLRM trains on ``--servers`` local servers and one worker: without a cache, then with a
@@ -12,8 +12,11 @@ cache, hit rate, observed staleness, samples/s, hold-out AUC and its difference 
 deterministic for the seed; samples/s of whole runs swing on this VM, so the no-cache run is repeated between the
 cached ones and each cached run is compared with the mean of the no-cache runs next to it (the spread of the
 no-cache runs is the noise floor). ``--ray-pairs P``: P interleaved pairs of no cache / cache 10% S=10 on Ray
-(one worker, ``--servers`` server actors): samples/s ratio per pair. Writes results.json, a markdown table and a
-plot of traffic and AUC against S.
+(one worker, ``--servers`` server actors): samples/s ratio per pair, on loopback as it is ("none") and with the
+loopback limited to each other rate of ``--net-rates`` (``tc``, root only: :mod:`shaped_loopback`), where bytes
+cost what they cost on a cluster's network. Each data set also gets its static oracle: the hit rate of a cache
+that holds, from their first use, the share of the run's keys seen in the most batches (hindsight), against which
+the policy's hit rate compares. Writes results.json and a plot of traffic and AUC against S.
 """
 
 from __future__ import annotations
@@ -22,14 +25,20 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # shaped_loopback, beside this file (python -P too)
+
+import numpy as np  # noqa: E402
+
 import xdl_ec  # noqa: E402
-from xdl_ec.criteo_job import TrainConfig, criteo_job  # noqa: E402
+from shaped_loopback import ShapedLoopback  # noqa: E402
+from xdl_ec.criteo_job import TrainConfig, criteo_job, open_training_data, train_batch_stream  # noqa: E402
 
 CRITEO = Path(__file__).resolve().parents[2] / "shared" / "data" / "criteo_kaggle_train_head10k.tsv.gz"
 
@@ -57,6 +66,15 @@ def run(config: TrainConfig, args: argparse.Namespace, cache: Optional[xdl_ec.Ca
             "staleness_mean": stats.get("staleness_mean"), "wall_seconds": time.perf_counter() - start}
 
 
+def oracle_hit_rate(config: TrainConfig, share: float) -> float:
+    """Hit rate over the batches' unique keys of the static oracle: the ``share`` % of the run's distinct keys
+    that occur in the most batches, each missing once (its first use inserts the row) and hitting after."""
+    batches = train_batch_stream(open_training_data(config), config, config.steps)
+    _, counts = np.unique(np.concatenate([np.unique(b.sparse) for b in batches]), return_counts=True)
+    hottest = np.sort(counts)[::-1][:int(counts.size * share / 100)]
+    return float((hottest - 1).sum() / counts.sum())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=300)
@@ -69,6 +87,8 @@ def main() -> None:
     parser.add_argument("--data", default="synthetic-1.1,synthetic-1.3,criteo")
     parser.add_argument("--policy", default="lfu", choices=("lfu", "lru"))
     parser.add_argument("--ray-pairs", type=int, default=0)
+    parser.add_argument("--net-rates", default="none",
+                        help="loopback rates for the Ray pairs: none (as it is) and/or tc rates such as 1gbit")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default="bench-cache-out")
     args = parser.parse_args()
@@ -83,9 +103,11 @@ def main() -> None:
             print(f"{data}: skipped ({CRITEO} not found)")
             continue
         rows: List[dict] = []
+        oracle = {share: oracle_hit_rate(config, share) for share in shares}
         baselines = [run(config, args, None)]
         print(f"{data}: no cache {baselines[0]['bytes_per_sample']:.0f} B/sample, "
-              f"{baselines[0]['samples_per_sec']:.0f} samples/s, AUC {baselines[0]['auc']:.4f}")
+              f"{baselines[0]['samples_per_sec']:.0f} samples/s, AUC {baselines[0]['auc']:.4f}; static oracle's "
+              f"hit rate " + ", ".join(f"{oracle[s]:.3f} at {s:g}%" for s in shares))
         for share in shares:
             for s in stalenesses:
                 cached = run(config, args, xdl_ec.Cache(rows=f"{share:g}%", staleness=s, policy=args.policy))
@@ -100,20 +122,25 @@ def main() -> None:
                 print(f"  cache {share:g}% S={s:<3}: traffic saved {row['traffic_reduction']:+.1%}, hit rate "
                       f"{row['hit_rate']:.3f}, AUC {row['auc_delta']:+.4f}, samples/s x{row['speed_ratio']:.2f}")
         speeds = [b["samples_per_sec"] for b in baselines]
-        results["data"][data] = {"no_cache": baselines[0], "cached": rows,
+        results["data"][data] = {"no_cache": baselines[0], "cached": rows, "oracle_hit_rate": oracle,
                                  "no_cache_samples_per_sec": {"min": min(speeds), "max": max(speeds),
                                                               "runs": len(speeds)}}
     if args.ray_pairs:
         config = config_for(args.data.split(",")[0], args)
-        ratios = []
-        for pair in range(args.ray_pairs):
-            plain = run(config, args, None, backend="ray")
-            cached = run(config, args, xdl_ec.Cache(rows="10%", staleness=10, policy=args.policy), backend="ray")
-            ratios.append(cached["samples_per_sec"] / plain["samples_per_sec"])
-            print(f"ray pair {pair + 1}: no cache {plain['samples_per_sec']:.0f}, cache 10% S=10 "
-                  f"{cached['samples_per_sec']:.0f} samples/s (x{ratios[-1]:.2f}); traffic saved "
-                  f"{1 - cached['bytes_per_sample'] / plain['bytes_per_sample']:+.1%}")
-        results["ray"] = {"ratios": ratios}
+        results["ray"] = {}
+        for rate in args.net_rates.split(","):
+            pairs = []
+            for pair in range(args.ray_pairs):
+                with ShapedLoopback(rate):
+                    plain = run(config, args, None, backend="ray")
+                    cached = run(config, args, xdl_ec.Cache(rows="10%", staleness=10, policy=args.policy),
+                                 backend="ray")
+                pairs.append({"no_cache": plain["samples_per_sec"], "cache": cached["samples_per_sec"],
+                              "ratio": cached["samples_per_sec"] / plain["samples_per_sec"]})
+                print(f"ray, loopback {rate}, pair {pair + 1}: no cache {plain['samples_per_sec']:.0f}, cache 10% "
+                      f"S=10 {cached['samples_per_sec']:.0f} samples/s (x{pairs[-1]['ratio']:.2f}); traffic saved "
+                      f"{1 - cached['bytes_per_sample'] / plain['bytes_per_sample']:+.1%}")
+            results["ray"][rate] = pairs
     (out / "results.json").write_text(json.dumps(results, indent=2))
     plot(results, out / "cache.png", stalenesses)
     print(f"wrote {out / 'results.json'} and {out / 'cache.png'}")

@@ -187,6 +187,8 @@ void BindRowCache(py::module_& m) {
       .def_property_readonly("policy",
                              [](const RowCache& c) { return c.policy() == RowCache::Policy::kLFU ? "lfu" : "lru"; })
       .def("__len__", &RowCache::size)
+      .def_property_readonly("pending_count", &RowCache::pending_count,
+                             "Gradients held in lines, not yet handed back (stats()['pending_count'], cheaper).")
       .def("lookup", &Lookup, py::arg("keys"),
            "(known int32[n], tags uint64[n]): each key's cached clock (-1: not cached) and tag (0); counts hits "
            "and misses and touches the lines hit.")

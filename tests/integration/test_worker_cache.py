@@ -216,3 +216,38 @@ def test_a_share_cache_follows_its_table_and_keeps_its_lines() -> None:
     finally:
         for handle in servers:
             handle.drop()
+
+
+def test_pulls_in_flight_together_read_the_rows_they_found_whatever_order_they_resolve_in() -> None:
+    """A pull reads the rows it found cached when its answers arrive; one started while another is in flight
+    copies them at once, and a line evicted meanwhile anyway (resolved out of order) is pulled again: every pull
+    returns the servers' rows."""
+    from xdl_ec.ps import LocalBackend, ParameterServer, PSClient
+    from xdl_ec.ps.cached_client import CachedClient
+
+    backend = LocalBackend()
+    servers = [backend.start("server", i, ParameterServer, i, (SPEC,)) for i in range(2)]
+    try:
+        truth = PSClient(servers)
+        for first, second in ((0, 1), (1, 0)):
+            client = CachedClient(PSClient(servers), {"t": xdl_ec.Cache(rows=4, staleness=5)}, {"t": 4})
+            a_keys, b_keys = [1, 2, 3, 4], [5, 6, 7, 8]
+            client.pull({"t": (a_keys, 4)})  # 1-4 cached, the cache full
+            pulls = [client.pull_async({"t": (a_keys, 4)}), client.pull_async({"t": (b_keys, 4)})]
+            results = {}
+            for i in (first, second):  # b's fill evicts 1-4: read before (a first) or pulled again (b first)
+                results[i] = pulls[i].result()["t"]
+            np.testing.assert_array_equal(results[0], truth.find({"t": (a_keys, 4)})["t"][0])
+            np.testing.assert_array_equal(results[1], truth.find({"t": (b_keys, 4)})["t"][0])
+            stats = client.cache_stats()["t"]
+            assert stats["hits"] == 4 and not client.in_flight
+            assert stats["pulled_again"] == (4 if first == 1 else 0)
+            # a pull started alone (nothing in flight) copies nothing; one beside it copies what it found
+            lone = client.pull_async({"t": (b_keys, 4)})
+            beside = client.pull_async({"t": (b_keys, 4)})
+            assert all(part[4] is None for parts in lone._calls for part in parts[2])
+            assert all(part[4] is not None for parts in beside._calls for part in parts[2])
+            lone.result(), beside.result()
+    finally:
+        for handle in servers:
+            handle.drop()

@@ -22,6 +22,7 @@ epoch (a load or rollback on the server starts a new one), so a repeated clock c
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -35,21 +36,33 @@ _CLOCK_MOD = 1 << 31
 
 
 class _PendingCached:
-    """A pull in flight over cached and uncached tables; ``result()`` waits and assembles {table: rows}."""
+    """A pull in flight over cached and uncached tables; ``result()`` waits and assembles {table: rows}.
+
+    The rows of keys it found cached are read from the cache once the answers are in, every one before any answer's
+    rows fill the cache (a fill may evict them). A pull started while another is in flight copies them when it
+    starts instead (the other's fills may come first); and should a line still be gone (pulls resolved out of
+    order), its row is pulled again."""
 
     def __init__(self, owner: "CachedClient", plain: Any, calls: List[Tuple[int, Any, List[tuple]]],
                  sizes: Mapping[str, Tuple[int, int]]) -> None:
         self._owner, self._plain, self._calls, self._sizes = owner, plain, calls, sizes
         self._rows: Optional[Dict[str, np.ndarray]] = None
+        owner.in_flight.add(self)
 
     def result(self) -> Dict[str, np.ndarray]:
         if self._rows is None:
-            rows = {} if self._plain is None else dict(self._plain.result())
-            rows.update({t: np.empty(shape, np.float32) for t, shape in self._sizes.items()})
-            for server, future, parts in self._calls:
-                epoch, answers = future.result(self._owner.client.timeout)
-                self._owner.answered(server, epoch, parts, answers, rows)
-            self._rows = rows
+            try:
+                rows = {} if self._plain is None else dict(self._plain.result())
+                rows.update({t: np.empty(shape, np.float32) for t, shape in self._sizes.items()})
+                timeout = self._owner.client.timeout
+                answered = [(server, parts) + tuple(future.result(timeout)) for server, future, parts in self._calls]
+                hits = [[self._owner.hit_rows(server, part, answer) for part, answer in zip(parts, answers)]
+                        for server, parts, _, answers in answered]
+                for (server, parts, epoch, answers), hit_rows in zip(answered, hits):
+                    self._owner.answered(server, epoch, parts, answers, hit_rows, rows)
+                self._rows = rows
+            finally:
+                self._owner.in_flight.discard(self)
         return self._rows
 
 
@@ -65,6 +78,7 @@ class CachedClient:
         self.caches: Dict[str, Any] = {}
         self._writebacks: Dict[str, List[Tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}  # (keys, grads, counts)
         self._epochs = [0] * client.num_servers  # each server's epoch as of its last answer (0: none yet)
+        self.in_flight: "weakref.WeakSet[_PendingCached]" = weakref.WeakSet()  # pulls not resolved (nor dropped)
         self._stats = {t: {"clock_only": 0, "rows": 0, "stale_sum": 0, "stale_max": 0} for t in self.settings}
         for table in self.settings:
             self.caches[table] = self._make(table, (table_rows or {}).get(table, 0))
@@ -100,27 +114,26 @@ class CachedClient:
         return acks, _PendingCached(self, plain_rows if plain else None, calls, sizes)
 
     def _looked_up(self, requests: Mapping[str, Tuple[Any, int]]) -> Tuple[List[List[tuple]], Dict[str, tuple]]:
-        """Per server, the parts (table, positions, keys, known clocks, cached rows) of the cached tables'
-        requests; and {table: (keys, dim)}. The cached rows are copied now: a fill by another answer (or another
-        pull in flight) may evict them."""
+        """Per server, the parts (table, positions, keys, known clocks, copied rows) of the cached tables'
+        requests; and {table: (keys, dim)}. Copied rows (of the keys with a known clock) only while another pull is
+        in flight (see :class:`_PendingCached`), else None."""
         per_server: List[List[tuple]] = [[] for _ in range(self.client.num_servers)]
         sizes = {}
+        copy = bool(self.in_flight)
         for table, (keys, dim) in requests.items():
             if table not in self.caches:
                 continue
             keys = as_keys(keys)
             sizes[table] = (keys.size, dim)
             known, tags = self.caches[table].lookup(keys)
-            cached = np.zeros((keys.size, dim), np.float32)
-            found = known >= 0
-            if found.any():
-                cached[found] = self.caches[table].get(keys[found])
             for server, positions in enumerate(route(keys, self.client.num_servers)):
                 if not positions.size:
                     continue
                 mine = np.where(tags[positions] == np.uint64(self._epochs[server]), known[positions], -1)
-                per_server[server].append((table, positions, keys[positions], mine.astype(np.int32),
-                                           cached[positions]))
+                mine = mine.astype(np.int32)
+                mine_keys = keys[positions]
+                copied = self.caches[table].get(mine_keys[mine >= 0]) if copy else None
+                per_server[server].append((table, positions, mine_keys, mine, copied))
         return per_server, sizes
 
     def _stale_wire(self, per_server: Sequence[List[tuple]]) -> List[Optional[Tuple[List[tuple], int]]]:
@@ -138,19 +151,36 @@ class CachedClient:
     def pull(self, requests: Mapping[str, Tuple[Any, int]]) -> Dict[str, np.ndarray]:
         return self.pull_async(requests).result()
 
+    def hit_rows(self, server: int, part: tuple, answer: tuple) -> Optional[np.ndarray]:
+        """The rows of a part's keys the server did not send (they had a copy: known >= 0), or None if none."""
+        table, _, keys, known, copied = part
+        hit = ~np.asarray(answer[2], dtype=bool)
+        if not hit.any():
+            return None
+        if copied is not None:
+            return copied[hit[known >= 0]]
+        try:
+            return self.caches[table].get(keys[hit])
+        except ValueError:  # evicted by another pull's fill since: the rows again (uncounted by the cache)
+            rows = self.client.server(server).pull([(table, keys[hit])]).result(self.client.timeout)[0]
+            self.client.bytes_requested += keys[hit].nbytes
+            self.client.bytes_pulled += rows.nbytes
+            self._stats[table]["pulled_again"] = self._stats[table].get("pulled_again", 0) + int(hit.sum())
+            return rows
+
     def answered(self, server: int, epoch: int, parts: Sequence[tuple], answers: Sequence[tuple],
-                 rows: Dict[str, np.ndarray]) -> None:
-        """One server's answer to a cached pull: rows from the answer where sent, else from the cache; the sent
-        rows (re)fill the cache."""
+                 hit_rows: Sequence[Optional[np.ndarray]], rows: Dict[str, np.ndarray]) -> None:
+        """One server's answer to a cached pull: rows from the answer where sent, else ``hit_rows`` (per part, from
+        :meth:`hit_rows`); the sent rows (re)fill the cache."""
         self._epochs[server] = int(epoch)
-        for (table, positions, keys, known, cached), (sent_rows, clocks, sent) in zip(parts, answers):
+        for (table, positions, keys, known, _), (sent_rows, clocks, sent), cached in zip(parts, answers, hit_rows):
             sent = np.asarray(sent, dtype=bool)
             self.client.bytes_pulled += sent_rows.nbytes + np.asarray(clocks).nbytes + sent.nbytes
             cache = self.caches[table]
             hit = ~sent
             out = rows[table]
-            if hit.any():  # a key not sent had a copy (known >= 0), taken when the pull started
-                out[positions[hit]] = cached[hit]
+            if cached is not None:
+                out[positions[hit]] = cached
                 behind = (np.asarray(clocks, np.int64)[hit] - known[hit].astype(np.int64)) % _CLOCK_MOD
                 stats = self._stats[table]
                 stats["stale_sum"] += int(behind.sum())
@@ -159,8 +189,7 @@ class CachedClient:
             self._stats[table]["clock_only"] += int(hit.sum())
             self._stats[table]["rows"] += int(sent.sum())
             if sent.any():
-                tags = np.full(int(sent.sum()), epoch, np.uint64)
-                self._evicted(table, cache.fill(keys[sent], sent_rows, np.asarray(clocks, np.int32)[sent], tags))
+                self._evicted(table, cache.fill(keys[sent], sent_rows, np.asarray(clocks, np.int32)[sent], int(epoch)))
 
     def _evicted(self, table: str, lines: tuple) -> None:
         keys, grads, counts = lines
@@ -222,7 +251,7 @@ class CachedClient:
 
     def pending_updates(self) -> int:
         """Gradients held here that no server has seen (what a crash of this worker loses)."""
-        held = sum(int(c.stats()["pending_count"]) for c in self.caches.values())
+        held = sum(c.pending_count for c in self.caches.values())
         return held + sum(int(c.sum()) for backs in self._writebacks.values() for _, _, c in backs)
 
     def drop_pending(self) -> int:
@@ -244,7 +273,8 @@ class CachedClient:
                 self._evicted(table, self.caches[table].resize(want))
 
     def cache_stats(self) -> Dict[str, Any]:
-        """Per table: hit rate, clock-only vs row pulls, observed staleness, lines held, evictions, write-backs."""
+        """Per table: hit rate, clock-only vs row pulls, observed staleness, lines held, evictions, write-backs,
+        rows pulled again (a line evicted while a pull that found it was in flight)."""
         out = {}
         for table, cache in self.caches.items():
             stats = cache.stats()
@@ -256,6 +286,7 @@ class CachedClient:
                           "clock_only_keys": clock_only, "row_keys": kept["rows"],
                           "staleness_max": kept["stale_max"],
                           "staleness_mean": kept["stale_sum"] / clock_only if clock_only else 0.0,
+                          "pulled_again": kept.get("pulled_again", 0),
                           "evictions": int(stats["evictions"]), "write_backs": int(stats["write_backs"]),
                           **self.settings[table].describe()}
         return out
@@ -267,9 +298,9 @@ def merged_cache_stats(per_worker: Sequence[Mapping[str, Any]]) -> Dict[str, Any
     for stats in per_worker:
         for table, s in stats.items():
             m = out.setdefault(table, {"hits": 0, "misses": 0, "clock_only_keys": 0, "row_keys": 0, "evictions": 0,
-                                       "write_backs": 0, "staleness_max": 0, "_stale_sum": 0.0,
+                                       "write_backs": 0, "pulled_again": 0, "staleness_max": 0, "_stale_sum": 0.0,
                                        **{k: s[k] for k in ("rows", "staleness", "policy")}})
-            for name in ("hits", "misses", "clock_only_keys", "row_keys", "evictions", "write_backs"):
+            for name in ("hits", "misses", "clock_only_keys", "row_keys", "evictions", "write_backs", "pulled_again"):
                 m[name] += s[name]
             m["staleness_max"] = max(m["staleness_max"], s["staleness_max"])
             m["_stale_sum"] += s["staleness_mean"] * s["clock_only_keys"]

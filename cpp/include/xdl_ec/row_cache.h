@@ -74,6 +74,8 @@ class RowCache {
   uint32_t staleness() const { return staleness_; }
   Policy policy() const { return policy_; }
   size_t size() const { return index_.size(); }
+  // Gradients held in lines, not yet handed back (stats().pending_count without the scan of stats()).
+  uint64_t pending_count() const { return stats_.pending_count; }
 
   // known[i] = the clock of keys[i]'s line, or -1 when it is not cached; tags[i] = the line's tag (0
   // when not cached). Counts hits and misses, and touches the lines hit.
