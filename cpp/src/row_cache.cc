@@ -42,7 +42,17 @@ uint32_t RowCache::Find(int64_t key) const {
 
 void RowCache::Link(uint32_t i) {
   Line& line = lines_[i];
-  List& list = lists_[Rank(line)];
+  const uint64_t rank = Rank(line);
+  // A touched line keeps its rank (LRU, a refresh) or goes one up (a use): its old list or the next one. A
+  // new line has the lowest rank there is (1 use; LRU: 0): the first list.
+  Lists::iterator it = line.listed ? line.list : lists_.begin();
+  if (it == lists_.end() || it->first != rank) {
+    if (line.listed) ++it;
+    if (it == lists_.end() || it->first != rank) it = lists_.emplace_hint(it, rank, List());
+  }
+  List& list = it->second;
+  line.list = it;
+  line.listed = true;
   line.prev = list.tail;
   line.next = kNone;
   if (list.tail == kNone) {
@@ -51,12 +61,12 @@ void RowCache::Link(uint32_t i) {
     lines_[list.tail].next = i;
   }
   list.tail = i;
+  ++linked_;
 }
 
 void RowCache::Unlink(uint32_t i) {
   Line& line = lines_[i];
-  const auto it = lists_.find(Rank(line));
-  List& list = it->second;
+  List& list = line.list->second;
   if (line.prev == kNone) {
     list.head = line.next;
   } else {
@@ -68,7 +78,16 @@ void RowCache::Unlink(uint32_t i) {
     lines_[line.next].prev = line.prev;
   }
   line.prev = line.next = kNone;
-  if (list.head == kNone) lists_.erase(it);  // only non-empty lists stay: begin() holds the next victim
+  --linked_;
+  if (list.head == kNone) emptied_.push_back(line.list->first);
+}
+
+void RowCache::EraseEmpty() {
+  for (const uint64_t rank : emptied_) {
+    const auto it = lists_.find(rank);  // by rank: a list emptied twice is erased once
+    if (it != lists_.end() && it->second.head == kNone) lists_.erase(it);
+  }
+  emptied_.clear();
 }
 
 void RowCache::LinkTouched(std::vector<uint32_t>& touched) {
@@ -124,6 +143,7 @@ void RowCache::Lookup(const int64_t* keys, size_t n, int32_t* known, uint64_t* t
     }
   }
   LinkTouched(touched);
+  EraseEmpty();
 }
 
 void RowCache::Get(const int64_t* keys, size_t n, float* rows) const {
@@ -185,7 +205,7 @@ RowCache::Pending RowCache::Fill(const int64_t* keys, size_t n, const float* row
         at = static_cast<uint32_t>(lines_.size());
         lines_.emplace_back();
         values_.resize(values_.size() + dim_);
-      } else if (!lists_.empty()) {
+      } else if (linked_ > 0) {
         at = Evict(evicted);
       } else {
         continue;  // every line holds a key of this Fill: the rest stay uncached
@@ -204,6 +224,7 @@ RowCache::Pending RowCache::Fill(const int64_t* keys, size_t n, const float* row
     std::memcpy(Value(at), rows + i * dim_, sizeof(float) * dim_);
   }
   LinkTouched(touched);
+  EraseEmpty();
   return evicted;
 }
 
@@ -309,11 +330,14 @@ RowCache::Pending RowCache::Invalidate(const int64_t* keys, size_t n) {
     index_.Erase(line.key, [this](uint32_t l) { return lines_[l].key; });
     free_lines_.push_back(at);
   }
+  EraseEmpty();
   return out;
 }
 
 uint32_t RowCache::Evict(Pending& evicted) {
-  const uint32_t at = lists_.begin()->second.head;  // the lowest rank's first line: the policy's victim
+  auto it = lists_.begin();
+  while (it->second.head == kNone) ++it;  // lists this call emptied are erased after it
+  const uint32_t at = it->second.head;  // the lowest rank's first line: the policy's victim
   Line& victim = lines_[at];
   if (victim.pending != kNone) HandBack(victim, evicted);
   Unlink(at);
@@ -330,6 +354,7 @@ RowCache::Pending RowCache::Resize(size_t capacity_rows) {
   Pending evicted;
   // Every line is in a list between calls, so the lists hold a victim while size() > capacity_rows >= 1.
   while (index_.size() > capacity_rows) free_lines_.push_back(Evict(evicted));
+  EraseEmpty();
   capacity_ = capacity_rows;
   return evicted;
 }
@@ -341,6 +366,8 @@ RowCache::Pending RowCache::Clear() {
   free_lines_.clear();
   index_.Clear();
   lists_.clear();
+  emptied_.clear();
+  linked_ = 0;
   pool_.clear();
   pool_owner_.clear();
   free_pool_.clear();

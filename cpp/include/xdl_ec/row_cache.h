@@ -110,6 +110,13 @@ class RowCache {
  private:
   static constexpr uint32_t kNone = KeyIndex::kNone;
 
+  // The lines of one eviction rank (LFU: one use count; LRU: all lines), ordered by (touched, key).
+  struct List {
+    uint32_t head = kNone;
+    uint32_t tail = kNone;
+  };
+  using Lists = std::map<uint64_t, List>;
+
   struct Line {
     int64_t key = 0;
     uint64_t tag = 0;
@@ -120,24 +127,24 @@ class RowCache {
     uint32_t next = kNone;
     uint32_t pending = kNone;  // its slot in the gradient pool, kNone when it holds none
     uint32_t count = 0;        // gradients summed into that slot
-  };
-  // The lines of one eviction rank (LFU: one use count; LRU: all lines), ordered by (touched, key).
-  struct List {
-    uint32_t head = kNone;
-    uint32_t tail = kNone;
+    // The list it is in, or was in until unlinked by the current call (lists are erased only between
+    // calls), so that relinking it finds its new rank's list next to the old one without a search.
+    Lists::iterator list;
+    bool listed = false;  // `list` is set
   };
 
   uint32_t Find(int64_t key) const;
   uint64_t Rank(const Line& line) const { return policy_ == Policy::kLFU ? line.uses : 0; }
   void Link(uint32_t line);    // at the tail of its rank's list
-  void Unlink(uint32_t line);  // from its rank's list (it must be in one)
+  void Unlink(uint32_t line);  // from its rank's list (it must be in one); an emptied list stays until EraseEmpty
+  void EraseEmpty();           // the lists the current call emptied, once no line needs them as a hint
   // Appends the lines touched by the current call to their lists, by ascending key: a list stays
   // ordered by (touched, key).
   void LinkTouched(std::vector<uint32_t>& lines);
   float* Value(uint32_t line) { return values_.data() + static_cast<size_t>(line) * dim_; }
   const float* Value(uint32_t line) const { return values_.data() + static_cast<size_t>(line) * dim_; }
   float* Grad(uint32_t slot) { return pool_.data() + static_cast<size_t>(slot) * dim_; }
-  // Evicts the policy's victim (lists_ must not be empty): its pending gradient goes to `evicted`, its
+  // Evicts the policy's victim (some line must be linked): its pending gradient goes to `evicted`, its
   // key leaves the index; returns its line, now unused.
   uint32_t Evict(Pending& evicted);
   // Moves a line's pending gradient to `out` and frees its pool slot.
@@ -154,7 +161,9 @@ class RowCache {
   std::vector<float> values_;        // lines_.size() * dim
   std::vector<uint32_t> free_lines_;  // lines dropped by Invalidate, reused first
   KeyIndex index_;                    // key -> line
-  std::map<uint64_t, List> lists_;    // rank -> its lines; only non-empty lists are kept
+  Lists lists_;                       // rank -> its lines; non-empty between calls
+  std::vector<uint64_t> emptied_;     // ranks whose list the current call emptied
+  size_t linked_ = 0;                 // lines in lists (every line, between calls)
   uint64_t call_ = 0;                 // calls that touched lines so far
 
   std::vector<float> pool_;            // pending gradients, dim floats per slot
