@@ -3,13 +3,14 @@
 ``Cache(rows=N | "P%", staleness=S, policy="lfu" | "lru")``:
 
 - ``rows``: capacity in rows, or ``"P%"``: that share of the rows the table holds on the servers, re-read at steps
-  1, 2, 4, ... and then every :data:`RESIZE_STEPS` steps (a table grows as new ids arrive), at least one row.
+  1, 2, 4, ... and then every :data:`RESIZE_STEPS` steps (a table grows as new ids arrive; the cache keeps its
+  lines), at least one row.
 - ``staleness`` S: a worker may read its cached copy of a row while it is at most S versions (row clocks: one per
   push that changed the row) behind the server's, and holds its own gradients of a cached row until S of them
   accumulated, then writes back their sum, applied by the server as ONE optimizer step (see
   :mod:`xdl_ec.ps.cached_client`). ``staleness=0`` is exact: the run's model equals the run without a cache.
 - ``policy``: which line to evict when full: least frequently used (the default: ``bench/bench_cache.py`` measured
-  46% less traffic than no cache against LRU's 40% at 10% of the rows, S = 10, Zipf 1.1) or least recently used.
+  48% less traffic than no cache against LRU's 40% at 10% of the rows, S = 10, Zipf 1.1) or least recently used.
 
 ``Cluster(cache=Cache(...))`` gives every table of the job that cache; ``cache={"users": Cache(...)}`` only the
 named tables (the others have none).
