@@ -2,9 +2,8 @@
 
 ``Cache(rows=N | "P%", staleness=S, policy="lfu" | "lru")``:
 
-- ``rows``: capacity in rows, or ``"P%"``: that share of the rows the table holds on the servers, re-read at steps
-  1, 2, 4, ... and then every :data:`RESIZE_STEPS` steps (a table grows as new ids arrive; the cache keeps its
-  lines), at least one row.
+- ``rows``: capacity in rows, or ``"P%"``: that share of the rows the table holds on the servers, as their answers
+  to every pull say (a table grows as new ids arrive; the cache keeps its lines), at least one row.
 - ``staleness`` S: a worker may read its cached copy of a row while it is at most S versions (row clocks: one per
   push that changed the row) behind the server's, and holds its own gradients of a cached row until S of them
   accumulated, then writes back their sum, applied by the server as ONE optimizer step (see
@@ -26,7 +25,6 @@ from typing import Any, Optional, Union
 from . import checks
 
 POLICIES = ("lru", "lfu")
-RESIZE_STEPS = 50  # a "P%" cache is resized to the table's rows this often
 _SHARE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)%")
 
 

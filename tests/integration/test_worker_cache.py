@@ -186,29 +186,32 @@ def test_a_sync_step_counts_each_held_row_once_per_step_not_per_worker() -> None
 
 
 def test_a_share_cache_follows_its_table_and_keeps_its_lines() -> None:
-    """rows="50%": resizing to the table's rows keeps the cached lines (a re-made cache would start cold);
-    a shrink evicts by the policy and hands held gradients back for the next push."""
+    """rows="P%": every cached pull's answers say how many rows each server holds, and the cache grows with the
+    table keeping its lines (a re-made cache would start cold); a shrink evicts by the policy and hands held
+    gradients back for the next push."""
     from xdl_ec.ps import LocalBackend, ParameterServer, PSClient
     from xdl_ec.ps.cached_client import CachedClient
 
     backend = LocalBackend()
     servers = [backend.start("server", i, ParameterServer, i, (SPEC,)) for i in range(2)]
     try:
-        client = CachedClient(PSClient(servers), {"t": xdl_ec.Cache(rows="50%", staleness=5)}, {"t": 4},
-                              table_rows={"t": 8})
-        assert client.caches["t"].capacity == 4
-        client.pull({"t": ([1, 2, 3, 4], 4)})
-        client.resize({"t": 20})  # the table grew: 10 rows, the 4 lines stay
-        assert client.caches["t"].capacity == 10 and len(client.caches["t"]) == 4
-        client.pull({"t": ([1, 2, 3, 4, 5, 6], 4)})
-        stats = client.cache_stats()["t"]
-        assert (stats["hits"], stats["misses"]) == (4, 6)  # 1-4 hit after the resize; 5, 6 and the first 4 missed
+        client = CachedClient(PSClient(servers), {"t": xdl_ec.Cache(rows="100%", staleness=5)}, {"t": 4},
+                              table_rows={"t": 0})
+        cache = client.caches["t"]
+        assert cache.capacity == 1
+        client.pull({"t": ([1, 2, 3, 4], 4)})  # inserted on the servers: the table holds 4 rows, so does the cache
+        assert (cache.capacity, len(cache)) == (4, 4)
+        client.pull({"t": (list(range(1, 9)), 4)})  # 8 rows: the 4 lines kept (hits), 4 more
+        assert (cache.capacity, len(cache)) == (8, 8)
+        assert client.cache_stats()["t"]["hits"] == 4
         client.push({"t": ([5, 6], np.ones((2, 4), np.float32))}, 1)  # held: 5 and 6 are cached, S = 5
         assert client.pending_updates() == 2
-        client.pull({"t": ([1, 2, 3, 4], 4)})  # 1-4 used twice more than 5, 6
-        client.resize({"t": 8})  # shrink to 4 lines: 5 and 6 (fewest uses) go, their gradients wait for a push
-        assert len(client.caches["t"]) == 4 and client.cache_stats()["t"]["evictions"] == 2
-        assert client.pending_updates() == 2  # handed back, not lost
+        client._held["t"] = {0: 2, 1: 2}  # as if the servers now held 4 rows (a rollback): 4 lines
+        client.follow_tables()
+        assert (cache.capacity, len(cache)) == (4, 4) and client.cache_stats()["t"]["evictions"] == 4
+        for key in (1, 2, 3, 4):  # used twice: 5-8 (once) went
+            cache.get(np.array([key]))
+        assert client.pending_updates() == 2  # 5's and 6's gradients handed back, not lost
         before = PSClient(servers).find({"t": ([5, 6], 4)})["t"][0]
         client.push({}, 2)
         after = PSClient(servers).find({"t": ([5, 6], 4)})["t"][0]

@@ -60,6 +60,9 @@ class _PendingCached:
                 answered = [(server, parts) + tuple(future.result(timeout)) for server, future, parts in self._calls]
                 hits = [[self._owner.hit_rows(server, part, answer) for part, answer in zip(parts, answers)]
                         for server, parts, _, answers in answered]
+                for server, parts, _, answers in answered:
+                    self._owner.note_held(server, parts, answers)
+                self._owner.follow_tables()  # before the fills: the table may have grown for their rows
                 for (server, parts, epoch, answers), hit_rows in zip(answered, hits):
                     self._owner.answered(server, epoch, parts, answers, hit_rows, rows)
                 self._rows = rows
@@ -82,6 +85,8 @@ class CachedClient:
         self._epochs = [0] * client.num_servers  # each server's epoch as of its last answer (0: none yet)
         self.in_flight: "weakref.WeakSet[_PendingCached]" = weakref.WeakSet()  # pulls not resolved (nor dropped)
         self._stats = {t: {"clock_only": 0, "rows": 0, "stale_sum": 0, "stale_max": 0} for t in self.settings}
+        # per table, the rows each server said it holds in its latest answer (sizes "P%" caches)
+        self._held: Dict[str, Dict[int, int]] = {t: {} for t in self.settings}
         for table in self.settings:
             self.caches[table] = self._make(table, (table_rows or {}).get(table, 0))
 
@@ -175,7 +180,7 @@ class CachedClient:
         """One server's answer to a cached pull: rows from the answer where sent, else ``hit_rows`` (per part, from
         :meth:`hit_rows`); the sent rows (re)fill the cache."""
         self._epochs[server] = int(epoch)
-        for (table, positions, keys, known, _), (sent_rows, clocks, sent), cached in zip(parts, answers, hit_rows):
+        for (table, positions, keys, known, _), (sent_rows, clocks, sent, _), cached in zip(parts, answers, hit_rows):
             sent = np.asarray(sent, dtype=bool)
             self.client.bytes_pulled += sent_rows.nbytes + np.asarray(clocks).nbytes + sent.nbytes
             cache = self.caches[table]
@@ -264,13 +269,19 @@ class CachedClient:
         self._writebacks.clear()
         return dropped
 
-    def resize(self, table_rows: Mapping[str, int]) -> None:
-        """A "P%" cache follows its table's size, its lines kept (a shrink evicts by the policy; their pending
-        gradients are written back with the next push)."""
+    def note_held(self, server: int, parts: Sequence[tuple], answers: Sequence[tuple]) -> None:
+        """The rows of each table ``server`` holds, from its answer to a cached pull."""
+        for (table, *_), answer in zip(parts, answers):
+            self._held[table][server] = int(answer[3])
+
+    def follow_tables(self) -> None:
+        """A "P%" cache follows its table's size, as the servers' latest answers tell it, its lines kept (a shrink
+        evicts by the policy; their pending gradients are written back with the next push)."""
         for table, cache in self.settings.items():
-            if cache.share is None or table not in table_rows:
+            held = self._held[table]
+            if cache.share is None or not held:
                 continue
-            want = cache.capacity(int(table_rows[table]))
+            want = cache.capacity(sum(held.values()))
             if want != self.caches[table].capacity:
                 self._evicted(table, self.caches[table].resize(want))
 

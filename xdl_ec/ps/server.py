@@ -154,9 +154,10 @@ class ParameterServer(LinkHost):
     def pull_stale(self, requests: Sequence[Tuple[str, Any, Any, int]], epoch: int) -> Tuple[int, List[tuple]]:
         """A caching worker's pull: for each (table, keys, known clocks (-1: not cached), staleness), the rows of
         the keys whose copy is more than ``staleness`` versions behind (or unknown; missing keys are inserted), as
-        ``(rows of the sent keys, clocks of every key, sent mask)``. ``epoch``: the one the worker's copies came
-        from; when this server's rows changed other than by pulls and pushes since (a load, a rollback), every
-        key is sent. Returns (this server's epoch, the answers)."""
+        ``(rows of the sent keys, clocks of every key, sent mask, rows the table holds here)`` (the last sizes "P%"
+        caches). ``epoch``: the one the worker's copies came from; when this server's rows changed other than by
+        pulls and pushes since (a load, a rollback), every key is sent. Returns (this server's epoch, the
+        answers)."""
         self._counters["requests"] += 1
         return self._pull_stale(requests, epoch)
 
@@ -170,7 +171,7 @@ class ParameterServer(LinkHost):
                 if not fresh:
                     known = np.full(keys.size, -1, np.int32)
                 rows, clocks, sent = self.agent.pull_stale(self, table, keys, known, staleness)
-                out.append((rows, clocks, sent))
+                out.append((rows, clocks, sent, len(table)))
                 c = self._counters
                 c["keys_pulled"] += keys.size
                 c["bytes_in"] += keys.nbytes + known.nbytes

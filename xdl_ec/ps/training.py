@@ -23,7 +23,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 import numpy as np
 
 from .. import checks
-from ..cache_config import RESIZE_STEPS, Cache
+from ..cache_config import Cache
 from ..dense_model import DenseModel
 from ..digest import model_digest
 from ..evaluation import evaluate_batches
@@ -187,7 +187,8 @@ class PSTrainer:
             return None
 
     def table_rows(self) -> Dict[str, int]:
-        """Rows of each table over every server now (sizes "P%" worker caches); {} without such a cache."""
+        """Rows of each table over every server now (the first size of "P%" worker caches; the servers' answers to
+        their pulls tell them the rest); {} without such a cache."""
         if not any(c.share is not None for c in self.caches.values()):
             return {}
         rows: Dict[str, int] = {}
@@ -195,17 +196,6 @@ class PSTrainer:
             for table, n in stats["rows"].items():
                 rows[table] = rows.get(table, 0) + int(n)
         return rows
-
-    def _resize_caches(self, step: int) -> None:
-        # a fresh table grows fastest at first: resize at steps 1, 2, 4, ..., then every RESIZE_STEPS
-        due = step % RESIZE_STEPS == 0 or (step < RESIZE_STEPS and step & (step - 1) == 0)
-        if not due or not any(c.share is not None for c in self.caches.values()):
-            return
-        rows = self.table_rows()
-        workers = self.live_workers()
-        _, lost = self.drain([self.worker(i).resize_caches(rows) for i, w in enumerate(workers) if w is not None])
-        if lost:
-            raise lost[0]
 
     def worker(self, index: int) -> Remote:
         """Worker ``index``'s calls: its steps over a direct link on Ray, everything else through its handle."""
@@ -308,7 +298,6 @@ class PSTrainer:
     def after_step(self, step: int) -> None:
         """A step boundary with no push in flight: the strategy's, then the hooks' (periodic saves)."""
         self.strategy.after_step(step)
-        self._resize_caches(step)
         for hook in self.hooks:
             hook.after_step(self)
 

@@ -383,12 +383,6 @@ class Worker(LinkHost):
             out["cache"] = self.client.cache_stats()
         return out
 
-    @_serialised
-    def resize_caches(self, table_rows: Mapping[str, int]) -> None:
-        """The driver's periodic news of the tables' sizes, for "P%" caches."""
-        if isinstance(self.client, CachedClient):
-            self.client.resize(table_rows)
-
     @property
     def position(self) -> int:
         """Batches of this worker's input trained so far (its reader position)."""
