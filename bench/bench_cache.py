@@ -2,7 +2,7 @@
 
     PYTHONPATH=build/stage python3 -P bench/bench_cache.py [--steps 300] [--batch 512] [--servers 3]
         [--emb-dim 64] [--shares 1,5,10] [--staleness 0,1,10,100] [--data synthetic-1.1,synthetic-1.3,criteo]
-        [--ray-pairs 2] [--net-rates none,1gbit] [--policy lfu|lru] [--out DIR]
+        [--ray-pairs 2] [--net-rates none,1gbit] [--aa] [--policy lfu|lru] [--out DIR]
 
 For each data set (synthetic Criteo-shaped data at Zipf 1.1 and 1.3; the real Criteo sample from ../shared/data
 when present) the built-in DLRM trains on ``--servers`` local servers and one worker: without a cache, then with a
@@ -14,7 +14,8 @@ cached ones and each cached run is compared with the mean of the no-cache runs n
 no-cache runs is the noise floor). ``--ray-pairs P``: P interleaved pairs of no cache / cache 10% S=10 on Ray
 (one worker, ``--servers`` server actors): samples/s ratio per pair, on loopback as it is ("none") and with the
 loopback limited to each other rate of ``--net-rates`` (``tc``, root only: :mod:`shaped_loopback`), where bytes
-cost what they cost on a cluster's network. Each data set also gets its static oracle: the hit rate of a cache
+cost what they cost on a cluster's network; ``--aa`` adds a third run per pair, no cache again, whose ratio to the
+first is the noise floor. Each data set also gets its static oracle: the hit rate of a cache
 that holds, from their first use, the share of the run's keys seen in the most batches (hindsight), against which
 the policy's hit rate compares. Writes results.json and a plot of traffic and AUC against S.
 """
@@ -89,6 +90,8 @@ def main() -> None:
     parser.add_argument("--ray-pairs", type=int, default=0)
     parser.add_argument("--net-rates", default="none",
                         help="loopback rates for the Ray pairs: none (as it is) and/or tc rates such as 1gbit")
+    parser.add_argument("--aa", action="store_true",
+                        help="also an A/A pair (no cache twice) per rate and pair: the noise floor of the ratios")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default="bench-cache-out")
     args = parser.parse_args()
@@ -135,11 +138,16 @@ def main() -> None:
                     plain = run(config, args, None, backend="ray")
                     cached = run(config, args, xdl_ec.Cache(rows="10%", staleness=10, policy=args.policy),
                                  backend="ray")
+                    again = run(config, args, None, backend="ray") if args.aa else None
                 pairs.append({"no_cache": plain["samples_per_sec"], "cache": cached["samples_per_sec"],
                               "ratio": cached["samples_per_sec"] / plain["samples_per_sec"]})
+                aa = ""
+                if again is not None:
+                    pairs[-1]["aa_ratio"] = again["samples_per_sec"] / plain["samples_per_sec"]
+                    aa = f"; A/A (no cache again) x{pairs[-1]['aa_ratio']:.2f}"
                 print(f"ray, loopback {rate}, pair {pair + 1}: no cache {plain['samples_per_sec']:.0f}, cache 10% "
                       f"S=10 {cached['samples_per_sec']:.0f} samples/s (x{pairs[-1]['ratio']:.2f}); traffic saved "
-                      f"{1 - cached['bytes_per_sample'] / plain['bytes_per_sample']:+.1%}")
+                      f"{1 - cached['bytes_per_sample'] / plain['bytes_per_sample']:+.1%}{aa}")
             results["ray"][rate] = pairs
     (out / "results.json").write_text(json.dumps(results, indent=2))
     plot(results, out / "cache.png", stalenesses)
