@@ -73,7 +73,8 @@ class _PendingCached:
 
 class CachedClient:
     """``client`` (a PSClient) with a cache per table of ``caches`` ({table: Cache}; ``dims`` {table: dim});
-    ``table_rows`` sizes "P%" caches. Everything else is the inner client's."""
+    ``table_rows`` gives "P%" caches their first size (the servers' answers to cached pulls, the rest). Everything
+    else is the inner client's."""
 
     def __init__(self, client: PSClient, caches: Mapping[str, Cache], dims: Mapping[str, int],
                  table_rows: Optional[Mapping[str, int]] = None) -> None:
