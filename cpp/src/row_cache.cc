@@ -34,6 +34,8 @@ RowCache::RowCache(int dim, size_t capacity_rows, uint32_t staleness, Policy pol
   if (policy != Policy::kLRU && policy != Policy::kLFU) {
     throw std::invalid_argument("RowCache: policy must be kLRU or kLFU");
   }
+  while ((size_t{2} << chunk_shift_) * static_cast<size_t>(dim) <= (size_t{1} << 18)) ++chunk_shift_;
+  chunk_mask_ = (uint32_t{1} << chunk_shift_) - 1;
 }
 
 uint32_t RowCache::Find(int64_t key) const {
@@ -175,10 +177,7 @@ RowCache::Pending RowCache::Fill(const int64_t* keys, size_t n, const float* row
                                   ": a cached row needs the server's clock of it (pull_stale's clocks)");
     }
   }
-  // Grow once for the whole batch, not line by line (after a shrink lines_ may exceed the capacity).
-  const size_t grow = lines_.size() < capacity_ ? std::min(n, capacity_ - lines_.size()) : 0;
-  lines_.reserve(lines_.size() + grow);
-  values_.reserve((lines_.size() + grow) * dim_);
+
   index_.Reserve(std::min(capacity_, index_.size() + n));
   std::vector<uint32_t> touched;
   touched.reserve(n);
@@ -203,8 +202,8 @@ RowCache::Pending RowCache::Fill(const int64_t* keys, size_t n, const float* row
         free_lines_.pop_back();
       } else if (index_.size() < capacity_) {
         at = static_cast<uint32_t>(lines_.size());
-        lines_.emplace_back();
-        values_.resize(values_.size() + dim_);
+        lines_.emplace_back();  // geometric growth: Line is small
+        if ((at & chunk_mask_) == 0) values_.emplace_back(new float[(size_t{chunk_mask_} + 1) * dim_]);
       } else if (linked_ > 0) {
         at = Evict(evicted);
       } else {

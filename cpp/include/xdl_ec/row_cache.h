@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "xdl_ec/key_index.h"
@@ -141,8 +142,12 @@ class RowCache {
   // Appends the lines touched by the current call to their lists, by ascending key: a list stays
   // ordered by (touched, key).
   void LinkTouched(std::vector<uint32_t>& lines);
-  float* Value(uint32_t line) { return values_.data() + static_cast<size_t>(line) * dim_; }
-  const float* Value(uint32_t line) const { return values_.data() + static_cast<size_t>(line) * dim_; }
+  float* Value(uint32_t line) {
+    return values_[line >> chunk_shift_].get() + static_cast<size_t>(line & chunk_mask_) * dim_;
+  }
+  const float* Value(uint32_t line) const {
+    return values_[line >> chunk_shift_].get() + static_cast<size_t>(line & chunk_mask_) * dim_;
+  }
   float* Grad(uint32_t slot) { return pool_.data() + static_cast<size_t>(slot) * dim_; }
   // Evicts the policy's victim (some line must be linked): its pending gradient goes to `evicted`, its
   // key leaves the index; returns its line, now unused.
@@ -158,7 +163,11 @@ class RowCache {
   Policy policy_;
 
   std::vector<Line> lines_;
-  std::vector<float> values_;        // lines_.size() * dim
+  // Rows in chunks of 2^chunk_shift_ lines (about 1 MiB each): a cache that follows a growing table adds lines
+  // at most Fills, and one contiguous array would copy every row it holds whenever it outgrew its allocation.
+  uint32_t chunk_shift_ = 0;
+  uint32_t chunk_mask_ = 0;
+  std::vector<std::unique_ptr<float[]>> values_;
   std::vector<uint32_t> free_lines_;  // lines dropped by Invalidate, reused first
   KeyIndex index_;                    // key -> line
   Lists lists_;                       // rank -> its lines; non-empty between calls
