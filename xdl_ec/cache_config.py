@@ -9,7 +9,7 @@
   accumulated, then writes back their sum, applied by the server as ONE optimizer step (see
   :mod:`xdl_ec.ps.cached_client`). ``staleness=0`` is exact: the run's model equals the run without a cache.
 - ``policy``: which line to evict when full: least frequently used (the default: ``bench/bench_cache.py`` measured
-  48% less traffic than no cache against LRU's 40% at 10% of the rows, S = 10, Zipf 1.1) or least recently used.
+  49% less traffic than no cache against LRU's 43% at 10% of the rows, S = 10, Zipf 1.1) or least recently used.
 
 ``Cluster(cache=Cache(...))`` gives every table of the job that cache; ``cache={"users": Cache(...)}`` only the
 named tables (the others have none).
