@@ -85,7 +85,8 @@ class CachedClient:
         self._writebacks: Dict[str, List[Tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}  # (keys, grads, counts)
         self._epochs = [0] * client.num_servers  # each server's epoch as of its last answer (0: none yet)
         self.in_flight: "weakref.WeakSet[_PendingCached]" = weakref.WeakSet()  # pulls not resolved (nor dropped)
-        self._stats = {t: {"clock_only": 0, "rows": 0, "stale_sum": 0, "stale_max": 0} for t in self.settings}
+        self._stats = {t: {"clock_only": 0, "rows": 0, "stale_sum": 0, "stale_max": 0, "pulled_again": 0}
+                       for t in self.settings}
         # per table, the rows each server said it holds in its latest answer (sizes "P%" caches)
         self._held: Dict[str, Dict[int, int]] = {t: {} for t in self.settings}
         for table in self.settings:
@@ -173,7 +174,7 @@ class CachedClient:
             rows = self.client.server(server).pull([(table, keys[hit])]).result(self.client.timeout)[0]
             self.client.bytes_requested += keys[hit].nbytes
             self.client.bytes_pulled += rows.nbytes
-            self._stats[table]["pulled_again"] = self._stats[table].get("pulled_again", 0) + int(hit.sum())
+            self._stats[table]["pulled_again"] += int(hit.sum())
             return rows
 
     def answered(self, server: int, epoch: int, parts: Sequence[tuple], answers: Sequence[tuple],
@@ -300,7 +301,7 @@ class CachedClient:
                           "clock_only_keys": clock_only, "row_keys": kept["rows"],
                           "staleness_max": kept["stale_max"],
                           "staleness_mean": kept["stale_sum"] / clock_only if clock_only else 0.0,
-                          "pulled_again": kept.get("pulled_again", 0),
+                          "pulled_again": kept["pulled_again"],
                           "evictions": int(stats["evictions"]), "write_backs": int(stats["write_backs"]),
                           **self.settings[table].describe()}
         return out

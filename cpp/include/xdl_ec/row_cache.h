@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "xdl_ec/key_index.h"
@@ -142,12 +143,10 @@ class RowCache {
   // Appends the lines touched by the current call to their lists, by ascending key: a list stays
   // ordered by (touched, key).
   void LinkTouched(std::vector<uint32_t>& lines);
-  float* Value(uint32_t line) {
-    return values_[line >> chunk_shift_].get() + static_cast<size_t>(line & chunk_mask_) * dim_;
-  }
   const float* Value(uint32_t line) const {
     return values_[line >> chunk_shift_].get() + static_cast<size_t>(line & chunk_mask_) * dim_;
   }
+  float* Value(uint32_t line) { return const_cast<float*>(std::as_const(*this).Value(line)); }
   float* Grad(uint32_t slot) { return pool_.data() + static_cast<size_t>(slot) * dim_; }
   // Evicts the policy's victim (some line must be linked): its pending gradient goes to `evicted`, its
   // key leaves the index; returns its line, now unused.
