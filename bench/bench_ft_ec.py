@@ -231,7 +231,10 @@ def _recovery(args: argparse.Namespace, k: int, r: int, normal_ec: float) -> Non
 REDUNDANCY_VARIANTS = {  # label -> ErasureCoded keyword arguments
     "unthrottled": dict(rebuild="boundary", rebuild_share=1.0),  # the whole rebuild at the first boundary
     "boundary 0.05": dict(rebuild="boundary", rebuild_share=DEFAULT_REBUILD_SHARE),  # the step-boundary pacing
-    "background": dict(rebuild="background", rebuild_share=DEFAULT_REBUILD_SHARE),  # the default: beside the steps
+    # beside the steps at a fixed share (as before the governor)
+    "background 0.05": dict(rebuild="background", rebuild_share=DEFAULT_REBUILD_SHARE, rebuild_keeps=0.0),
+    # the default: beside the steps, at least the share and more while training keeps 95% of its speed
+    "background": dict(rebuild="background", rebuild_share=DEFAULT_REBUILD_SHARE),
 }
 
 

@@ -1,10 +1,11 @@
 """Cluster: where and how a job trains on parameter servers, with its fault tolerance, checked once.
 
 ``Cluster(servers=N, workers=W, backend="local"|"ray", address=None, mode="sync"|"async", ft="none"|"ckpt"|"cpr"|
-"ec", code=(k, r), ...)``; the strategy's own keywords (``rebuild_share``, ``rebuild``, ``ckpt_interval``, ``ckpt_dir``,
-``cpr_pls``, ``cpr_interval``, ``cpr_mode``, ``mtbf``) and failure injection (``fail_at``, ``fail_worker_at``:
-"STEP[:INDEX]" strings, ``mtbf`` seconds) are those of ``xdl-ec train``'s flags. ``cache``: the workers' embedding
-caches (an :class:`~xdl_ec.cache_config.Cache` for every table, or a dict of table name -> Cache).
+"ec", code=(k, r), ...)``; the strategy's own keywords (``rebuild_share``, ``rebuild_keeps``, ``rebuild``,
+``ckpt_interval``, ``ckpt_dir``, ``cpr_pls``, ``cpr_interval``, ``cpr_mode``, ``mtbf``) and failure injection
+(``fail_at``, ``fail_worker_at``: "STEP[:INDEX]" strings, ``mtbf`` seconds) are those of ``xdl-ec train``'s flags.
+``cache``: the workers' embedding caches (an :class:`~xdl_ec.cache_config.Cache` for every table, or a dict of table
+name -> Cache).
 ``failure_domain`` (ft="ec" on Ray): "node" keeps at most r members of any stripe on one Ray node, "none" lets Ray
 place the servers; default "node" when the Ray cluster has several alive nodes (see :mod:`xdl_ec.ps.placement`).
 """
@@ -18,11 +19,12 @@ from . import checks
 from .cache_config import Cache, caches_for
 from .ft.configs import STRATEGIES, CkptConfig, CprConfig, EcConfig, StrategyConfig, parse_code
 from .ft.failure_schedule import FailureSchedule
+from .ft.rebuild_governor import DEFAULT_REBUILD_KEEPS
 from .ps.backend import DEFAULT_TIMEOUT
 from .ps.training import ClusterConfig
 
-_ONLY = {"code": "ec", "rebuild_share": "ec", "rebuild": "ec", "failure_domain": "ec", "ckpt_interval": "ckpt",
-         "cpr_pls": "cpr", "cpr_interval": "cpr", "cpr_mode": "cpr"}
+_ONLY = {"code": "ec", "rebuild_share": "ec", "rebuild_keeps": "ec", "rebuild": "ec", "failure_domain": "ec",
+         "ckpt_interval": "ckpt", "cpr_pls": "cpr", "cpr_interval": "cpr", "cpr_mode": "cpr"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +37,7 @@ class Cluster:
     ft: str = "none"
     code: Optional[Union[str, Tuple[int, int]]] = None
     rebuild_share: Optional[float] = None
+    rebuild_keeps: Optional[float] = None
     rebuild: Optional[str] = None
     ckpt_interval: Optional[str] = None
     ckpt_dir: Optional[str] = None
@@ -84,6 +87,7 @@ class Cluster:
         if self.ft == "ec":
             return EcConfig(code=self.code or (4, 1),
                             rebuild_share=0.05 if self.rebuild_share is None else self.rebuild_share,
+                            rebuild_keeps=DEFAULT_REBUILD_KEEPS if self.rebuild_keeps is None else self.rebuild_keeps,
                             rebuild=self.rebuild or "background")
         if self.ft == "ckpt":
             return CkptConfig(interval=self.ckpt_interval or "auto", directory=self.ckpt_dir, mtbf=self.mtbf)

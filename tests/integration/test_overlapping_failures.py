@@ -97,17 +97,19 @@ def test_sigint_mid_recovery_stops_the_run_within_seconds(tmp_path: Any) -> None
 
 def test_default_rebuild_runs_beside_training_and_reports_time_to_full_redundancy() -> None:
     """The default rebuild runs in its own thread while training goes on (no step boundary rebuilds a stripe),
-    ends exact, and each failure reports the seconds from the kill to full redundancy (detection included)."""
+    ends exact, and each failure reports the seconds from the kill to full redundancy (detection included). Its
+    governor measured training's normal speed on the steps before the kill and stopped governing once the rebuild
+    was complete."""
     from support.overlapping_failures import config, reference_digest
     from xdl_ec.ft.ec_strategy import ErasureCoded
     from xdl_ec.ft.failure_schedule import FailureSchedule, Kill
     from support.ft_runs import make_trainer, run as run_trainer
     from xdl_ec.ps import ClusterConfig
 
-    scenario = Scenario("one-loss", 4, 2, 2, 20, ((6, 1),))
+    scenario = Scenario("one-loss", 4, 2, 2, 24, ((10, 1),))
     strategy = ErasureCoded(2, 2)
     trainer = make_trainer(config(scenario.steps), ClusterConfig(servers=4), strategy=strategy,
-                           failures=FailureSchedule([Kill(6, "server", 1)]))
+                           failures=FailureSchedule([Kill(10, "server", 1)]))
     report = run_trainer(trainer)
     assert report["rebuild"] == "background" and report["model_digest"] == reference_digest(scenario)
     assert strategy.background is not None and strategy.background.stripes > 0
@@ -115,6 +117,9 @@ def test_default_rebuild_runs_beside_training_and_reports_time_to_full_redundanc
     (failure,) = report["failures"]
     assert failure["seconds_to_full_redundancy"] >= failure["detect_seconds"] > 0
     assert failure["seconds_to_full_redundancy"] >= failure["rebuild_seconds"] > 0
+    governor = strategy.governor
+    assert governor is not None and governor.normal is not None and governor.normal > 0
+    assert not governor.governing and strategy.background.duty >= 0.05
 
 
 def test_overlap_bench_counts_the_runs_each_strategy_survives(tmp_path: Any) -> None:

@@ -10,9 +10,9 @@ exactly the versions it encodes (I8): a concurrent push makes a stripe be decode
 Pace: redundancy stays reduced until the rebuild ends, and with ``r`` servers being rebuilt one more
 loss ends the job, so the rebuild runs flat out whenever that is so (``urgent()``) or the machine has a core's
 worth of CPU that training left unused (``/proc/stat``'s idle time over the last batch, plus the CPU the rebuild's
-own thread took in it: idle time alone never shows the core the rebuild itself keeps busy); otherwise it keeps to
-``share`` of its wall time (sleeping ``(1 - share) / share`` times what the last batch took), so a busy machine's
-training is not slowed.
+own thread took in it: idle time alone never shows the core the rebuild itself keeps busy); otherwise it works
+``duty`` of its wall time (sleeping ``(1 - duty) / duty`` times what the last batch took): ``share``, or with a
+:class:`~xdl_ec.ft.rebuild_governor.RebuildGovernor` at least ``share`` and more while training keeps its speed.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ import time
 from typing import Any, Callable, Optional
 
 from .ec_recovery import REBUILD_BATCH, RecoveryTimeout
+from .rebuild_governor import RebuildGovernor
 
 STOP_TIMEOUT = 30.0  # seconds a stop waits for the stripe being rebuilt (each wait inside it is bounded too)
 IDLE_CORES = 1.0  # CPU training left unused (in cores) over the last batch that lets the rebuild run without pausing
+PAUSE_SLICE = 0.05  # seconds: a pause is re-measured against the duty this often (the governor may have raised it)
 
 
 def _cpu_ticks() -> Optional[tuple]:
@@ -40,13 +42,16 @@ def _cpu_ticks() -> Optional[tuple]:
 
 class BackgroundRebuild:
     """Rebuilds ``coordinator``'s plan (a :class:`~xdl_ec.ft.ec_recovery.RecoveryCoordinator`) in a thread;
-    ``share``: the share of its wall time it keeps to on a busy machine; ``urgent()``: True when one more loss
-    would be fatal (then it never pauses)."""
+    ``share``: the share of its wall time it keeps to on a busy machine (``governor``: at least that, see
+    :class:`~xdl_ec.ft.rebuild_governor.RebuildGovernor`); ``urgent()``: True when one more loss would be fatal
+    (then it never pauses)."""
 
-    def __init__(self, coordinator: Any, share: float, urgent: Callable[[], bool]) -> None:
+    def __init__(self, coordinator: Any, share: float, urgent: Callable[[], bool],
+                 governor: Optional[RebuildGovernor] = None) -> None:
         self.coordinator = coordinator
         self.share = share
         self.urgent = urgent
+        self.governor = governor
         self.finished_at: Optional[float] = None  # perf_counter when the plan became empty
         self.stripes = 0  # stripes rebuilt by the thread
         self.paused_seconds = 0.0  # time it left to training
@@ -89,35 +94,58 @@ class BackgroundRebuild:
         coordinator = self.coordinator
         # batches pay off where a call costs a round trip (Ray); in one process a stripe at a time interleaves
         # with the steps better (measured: 1.55x unthrottled there against 2.1-2.3x in batches of 8)
-        batch = REBUILD_BATCH if coordinator.view.backend == "ray" else 1
+        ray = coordinator.view.backend == "ray"
         try:
-            if coordinator.view.backend == "ray":
+            if ray:
                 # remote links batch their sends (parity_link): every survivor's parity delivered once first
                 coordinator.drain([s for s in range(coordinator.n) if s not in coordinator.rebuilding])
             while not self._stop.is_set():
                 before, own = _cpu_ticks(), time.thread_time()
                 start = time.perf_counter()
-                done = coordinator.rebuild_next(batch)
+                done = coordinator.rebuild_next(self._batch() if ray else 1)
                 if not done:
                     break
                 self.stripes += done
-                pause = self._pause(time.perf_counter() - start, before, time.thread_time() - own)
-                if pause > 0:
-                    self.paused_seconds += pause
-                    self._stop.wait(pause)
+                took = time.perf_counter() - start
+                self._wait(took, self._pause(took, before, time.thread_time() - own))
             if not coordinator.plan:
                 self.finished_at = time.perf_counter()
         except BaseException as err:  # noqa: BLE001 - handed to the driver (after_step, recover, finish)
             self._error = err
 
+    def _batch(self) -> int:
+        """Stripes per round of reads on Ray: REBUILD_BATCH flat out, fewer at a lower duty (a round is one burst of
+        decoding that slows the steps beside it: smaller bursts, paused between, interleave with them better)."""
+        if self.urgent():
+            return REBUILD_BATCH
+        return max(1, min(REBUILD_BATCH, round(REBUILD_BATCH * self.duty)))
+
+    @property
+    def duty(self) -> float:
+        """The share of its wall time the rebuild works while it would slow training."""
+        return self.share if self.governor is None else max(self.share, self.governor.duty)
+
+    def _wait(self, took: float, pause: float) -> None:
+        """Sleeps ``pause`` seconds, cut short when the duty rises meanwhile (re-read every PAUSE_SLICE)."""
+        waited, duty = 0.0, self.duty
+        while waited < pause and not self._stop.is_set():
+            start = time.perf_counter()
+            self._stop.wait(min(PAUSE_SLICE, pause - waited))
+            waited += time.perf_counter() - start
+            if self.duty != duty:
+                duty = self.duty
+                pause = min(pause, took * (1.0 - duty) / duty)
+        self.paused_seconds += waited
+
     def _pause(self, took: float, before: Optional[tuple], own_cpu: float = 0.0) -> float:
         """Seconds to leave to training after a batch that took ``took`` seconds, ``own_cpu`` of them on the CPU in
         this thread; ``before``: the machine's (idle, total) ticks when it began."""
-        if self.share >= 1.0 or self.urgent():
+        if self.duty >= 1.0 or self.urgent():
             return 0.0
         after = _cpu_ticks()
         if before is not None and after is not None and after[1] > before[1] and took > 0:
             idle_cores = (after[0] - before[0]) / (after[1] - before[1]) * self._cores
             if idle_cores + min(own_cpu / took, 1.0) >= IDLE_CORES:
                 return 0.0  # training left a core unused while the batch was rebuilt: the rebuild takes nothing from it
-        return took * (1.0 - self.share) / self.share
+        duty = self.duty
+        return took * (1.0 - duty) / duty

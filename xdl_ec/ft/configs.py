@@ -8,6 +8,7 @@ from typing import Any, Optional, Tuple, Union
 
 from .. import checks
 from .interval import IntervalPolicy, parse_interval
+from .rebuild_governor import DEFAULT_REBUILD_KEEPS
 
 STRATEGIES = ("none", "ckpt", "cpr", "ec")
 CPR_MODES = ("mfu", "ssu")
@@ -37,15 +38,19 @@ class EcConfig:
     """``--ft ec``: a (k, r) code over the servers; ``rebuild``: "background" (a thread beside the steps, flat
     out while a core is idle or one more loss would be fatal) or "boundary" (at step boundaries);
     ``rebuild_share``: the share of wall time a rebuild keeps to while it would slow training, in (0, 1];
+    ``rebuild_keeps``: a background rebuild takes more while training keeps this share of its samples/s, in
+    [0, 1) (0: exactly ``rebuild_share``; :mod:`xdl_ec.ft.rebuild_governor`);
     ``scrub``: re-encode every stripe when the run reports (``xdl-ec verify``)."""
 
     code: Tuple[int, int] = (4, 1)
     rebuild_share: float = 0.05
     scrub: bool = False
     rebuild: str = "background"
+    rebuild_keeps: float = DEFAULT_REBUILD_KEEPS
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "code", parse_code(self.code))
+        checks.number("rebuild_keeps", self.rebuild_keeps, 0.0, 1.0, high_open=True)
         checks.one_of("rebuild", self.rebuild, REBUILD_MODES)
         checks.number("rebuild_share", self.rebuild_share, 0.0, 1.0, low_open=True)
         checks.instance("scrub", self.scrub, bool)

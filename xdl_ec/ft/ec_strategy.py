@@ -34,9 +34,11 @@ from .ec_recovery import CALL_TIMEOUT, REBUILD_BATCH, RecoveryCoordinator, Recov
 from .ec_scrub import StripeMismatch, scrub
 from ..job_secret import JobSecret
 from .parity_agent import parity_agent_for
+from .rebuild_governor import DEFAULT_REBUILD_KEEPS, RebuildGovernor
 from .rebuild_pacer import BoundaryPacer
 
-__all__ = ["CALL_TIMEOUT", "DEFAULT_REBUILD_SHARE", "ErasureCoded", "RecoveryTimeout", "StripeMismatch"]
+__all__ = ["CALL_TIMEOUT", "DEFAULT_REBUILD_KEEPS", "DEFAULT_REBUILD_SHARE", "ErasureCoded", "RecoveryTimeout",
+           "StripeMismatch"]
 
 DEFAULT_REBUILD_SHARE = 0.05  # share of wall time a rebuild keeps to while it would slow training
 
@@ -49,15 +51,18 @@ class ErasureCoded(FaultTolerance):
     name = "ec"
 
     def __init__(self, k: int = 4, r: int = 1, rebuild_stripes_per_step: Optional[int] = None,
-                 rebuild_share: float = DEFAULT_REBUILD_SHARE, rebuild: str = "background") -> None:
+                 rebuild_share: float = DEFAULT_REBUILD_SHARE, rebuild: str = "background",
+                 rebuild_keeps: float = DEFAULT_REBUILD_KEEPS) -> None:
         """``rebuild``: "background" rebuilds lost stripes in a thread beside the steps, flat out while the
-        machine has an idle core or one more loss would be fatal, else keeping to ``rebuild_share`` of wall time;
-        "boundary" rebuilds them at step boundaries, ``rebuild_share`` of wall time (md RAID-style). Given
-        ``rebuild_stripes_per_step`` (boundary mode): that many stripes per boundary (0: the whole rebuild inside
-        the recovery)."""
+        machine has an idle core or one more loss would be fatal, else taking at least ``rebuild_share`` of wall
+        time and more while training keeps ``rebuild_keeps`` of its samples/s before the failure (0: exactly
+        ``rebuild_share``; :mod:`xdl_ec.ft.rebuild_governor`); "boundary" rebuilds them at step boundaries,
+        ``rebuild_share`` of wall time (md RAID-style). Given ``rebuild_stripes_per_step`` (boundary mode): that
+        many stripes per boundary (0: the whole rebuild inside the recovery)."""
         super().__init__()
         self.k, self.r = parse_code((k, r))
         self.rebuild_share = checks.number("rebuild_share", rebuild_share, 0.0, 1.0, low_open=True)
+        self.rebuild_keeps = checks.number("rebuild_keeps", rebuild_keeps, 0.0, 1.0, high_open=True)
         if rebuild_stripes_per_step is not None and (isinstance(rebuild_stripes_per_step, bool) or not isinstance(
                 rebuild_stripes_per_step, int) or rebuild_stripes_per_step < 0):
             raise ValueError(f"rebuild_stripes_per_step: must be an int >= 0 or None, got {rebuild_stripes_per_step!r}")
@@ -73,8 +78,11 @@ class ErasureCoded(FaultTolerance):
         self.coordinator = RecoveryCoordinator(self)
         self.pacer = BoundaryPacer(self.coordinator, self.rebuild_share, rebuild_stripes_per_step)
         self.background: Optional[BackgroundRebuild] = None
+        self.governor: Optional[RebuildGovernor] = None
         if self.rebuild_mode == "background":
-            self.background = BackgroundRebuild(self.coordinator, self.rebuild_share, self._one_more_loss_is_fatal)
+            self.governor = RebuildGovernor(self.rebuild_share, self.rebuild_keeps)
+            self.background = BackgroundRebuild(self.coordinator, self.rebuild_share, self._one_more_loss_is_fatal,
+                                                self.governor)
         self._closed_stats: Optional[Dict[str, int]] = None
         self._open_records: List[FailureRecord] = []
         self._record_start: Dict[int, float] = {}  # id(record) -> perf_counter of the recovery that opened it
@@ -105,6 +113,7 @@ class ErasureCoded(FaultTolerance):
         """Background mode: hands a failure the rebuild thread met to the recovery, and closes a rebuild the
         thread completed. Boundary mode: rebuilds this boundary's share of the stripes still missing."""
         if self.background is not None:
+            self.governor.step(time.perf_counter(), self.view.samples)
             err = self.background.take_error()
             if err is not None:
                 self._rebuild_failed(err)
@@ -205,6 +214,7 @@ class ErasureCoded(FaultTolerance):
         if self.rebuild_stripes_per_step == 0:
             self.finish_rebuild()
         elif self.background is not None:
+            self.governor.start()
             self.background.start()
 
     def _complete_rebuild(self, finished_at: Optional[float] = None) -> None:
@@ -222,6 +232,8 @@ class ErasureCoded(FaultTolerance):
             record.seconds_to_full_redundancy = end - opened + record.detect_seconds
         self._open_records, self._rebuild_start = [], None
         self.coordinator.rebuilding = []
+        if self.governor is not None:
+            self.governor.stop()
         log.info("ec: full redundancy again after %.3f s", seconds)
         self.view.replenish_spares()  # the spare used, started now that no rebuild shares the CPU
 

@@ -14,7 +14,8 @@ def make_strategy(config: StrategyConfig) -> FaultTolerance:
     if config is None:
         return NoFaultTolerance()
     if isinstance(config, EcConfig):
-        strategy = ErasureCoded(*config.code, rebuild_share=config.rebuild_share, rebuild=config.rebuild)
+        strategy = ErasureCoded(*config.code, rebuild_share=config.rebuild_share, rebuild=config.rebuild,
+                                 rebuild_keeps=config.rebuild_keeps)
         strategy.scrub = config.scrub
         return strategy
     if isinstance(config, CkptConfig):
