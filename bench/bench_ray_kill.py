@@ -32,7 +32,7 @@ from xdl_ec.ft.configs import parse_code  # noqa: E402
 from xdl_ec.ft.ec_strategy import ErasureCoded  # noqa: E402
 from xdl_ec.ps import ClusterConfig, PSTrainer, RunSettings  # noqa: E402
 
-KILL_DELAY = 0.3  # seconds into the steps after --kill-after: the kill lands while steps run, not at a boundary
+KILL_DELAY = 0.3  # seconds after step --kill-after: the kill lands while steps run, not at a boundary
 WINDOW = 200  # steps before the kill whose mean is "normal"
 
 
@@ -53,30 +53,31 @@ def _one(config: TrainConfig, args: argparse.Namespace, k: int, r: int) -> Dict[
     trainer = PSTrainer(criteo_job(config).spec, ClusterConfig(servers=args.servers, workers=1, backend="ray"),
                         RunSettings(config.seed, config.deterministic), ErasureCoded(k, r))
     try:
-        first = trainer.fit(args.kill_after)
         victim = trainer.scheduler.servers[1].actor
         pid = ray.get(victim.__ray_call__.remote(lambda self: os.getpid()), timeout=60)
 
-        def kill() -> None:
+        def kill() -> None:  # inside one fit: no gap between fits in the steps before the kill
+            while trainer.step < args.kill_after:
+                time.sleep(0.001)
             time.sleep(KILL_DELAY)
             os.kill(pid, signal.SIGKILL)
 
         threading.Thread(target=kill, daemon=True).start()
-        report = trainer.fit(args.steps - args.kill_after)
+        report = trainer.fit(args.steps)
         digest = trainer.digest()
     finally:
         trainer.close()
     (failure,) = report["failures"]
-    timeline = report["timeline"]  # seconds and samples count from this fit's start
+    timeline = report["timeline"]  # seconds and samples count from the fit's start
     ends = {int(row[0]): row[1] for row in timeline}
     killed = int(failure["step"])
-    # full redundancy: seconds_to_full_redundancy after the kill, which came after step killed - 1 had ended
-    # (this fit's start when that step was the first fit's last), so the window ends at most one step early
-    end = ends.get(killed - 1, 0.0) + failure["seconds_to_full_redundancy"]
+    # full redundancy: seconds_to_full_redundancy after the kill, which came after step killed - 1 had ended, so
+    # the window ends at most one step early
+    end = ends[killed - 1] + failure["seconds_to_full_redundancy"]
     during = [s for s in sorted(ends) if s > killed and ends[s] <= end]  # the failed step holds the pause
     after = [s for s in sorted(ends) if ends[s] > end]
     return {"failure": failure, "digest": digest, "killed": killed,
-            "before": _rate(first["timeline"], args.kill_after - WINDOW + 1, args.kill_after),
+            "before": _rate(timeline, killed - WINDOW, killed - 1),
             "during": _rate(timeline, during[0], during[-1]) if during else None, "during_steps": len(during),
             "after": _rate(timeline, after[0], after[-1]) if after else None}
 
