@@ -247,8 +247,8 @@ class RecoveryCoordinator:
             extent = {s: extents[s][0] for s in survivors}
             for p in lost:
                 decode_keys = lambda d, q: recovery.recover_key_index(p, stripes // n * k, lost, d, q)  # noqa
-                keys, slots, high_water = self.decode(f"key index of server {p}", servers, table, decode_keys,
-                                                      CALL_TIMEOUT)[0]
+                keys, slots, high_water = self.decode(f"key index of server {p}", view.beside_handles(), table,
+                                                      decode_keys, CALL_TIMEOUT)[0]
                 self.call(p, "begin_restore", table, keys, slots, high_water, servers, lost)
                 extent[p] = math.ceil(high_water / block_slots)
             self.extent[table] = extent
@@ -305,7 +305,7 @@ class RecoveryCoordinator:
         parity blocks written if their holder has applied exactly the data versions they encode (I8; else those
         stripes are decoded again, until ``timeout``)."""
         k, r = self.strategy.k, self.strategy.r
-        servers = self.view.server_handles()
+        servers = self.view.beside_handles()  # the reads go beside the steps' calls (on Ray over links of their own)
         lost = list(self.rebuilding)
         layout = self.layout
         recovery = self.recovery(table)

@@ -55,9 +55,16 @@ class ClusterView:
     def servers(self) -> List[Remote]:
         return [Remote(h, ServerAPI) for h in self._t.scheduler.servers]
 
+    def beside_handles(self) -> List[Handle]:
+        """The current server handles for calls beside the servers' others (``Handle.call_beside``: on Ray over
+        direct links of their own, see :meth:`~xdl_ec.ps.training.PSTrainer.server_beside`)."""
+        return [self._t.server_beside(i) for i in range(self.num_servers)]
+
     def agent(self, index: int, api: type, beside: bool = False) -> Remote:
-        """Server ``index``'s agent, by the methods of ``api`` (its class)."""
-        return Remote(self._t.scheduler.servers[index], api, agent=True, beside=beside)
+        """Server ``index``'s agent, by the methods of ``api`` (its class); ``beside``: its calls beside the
+        server's others."""
+        handle = self._t.server_beside(index) if beside else self._t.scheduler.servers[index]
+        return Remote(handle, api, agent=True, beside=beside)
 
     def workers(self) -> List[Remote]:
         """The live workers (a dead one is restarted by the driver after the recovery)."""

@@ -9,9 +9,11 @@ call is one ``sendmsg`` and one read on each side, with the GIL released around 
 What goes over a link (:data:`LINK_METHODS`): a server's ``pull``, ``push``, ``pull_stale``, ``push_pull`` and
 ``push_pull_stale`` (from its workers), a worker's ``train_step``, ``flush`` and ``dense_state`` (from the driver), and ``ping`` (a link's
 empty call; liveness probes go through Ray). A :class:`LinkedHandle` wraps a role's Ray handle: those
-methods go over its link, everything else (pings, recovery, saves, stats) to Ray as before. Calls on one link are
-answered in order, one at a time, by the role's serving thread for that connection; the role object guards itself
-against its other callers (a server's lock; a worker's, see :class:`~xdl_ec.ps.worker.Worker`).
+methods go over its link, everything else (pings, recovery, saves, stats) to Ray as before. The driver's
+:class:`BesideLinkedHandle` of a server sends the ec rebuild's agent calls (:data:`BESIDE_METHODS`: fragment reads,
+block writes) over a link of their own, beside the steps'. Calls on one link are answered in order, one at a time,
+by the role's serving thread for that connection; the role object guards itself against its other callers (a
+server's lock; a worker's, see :class:`~xdl_ec.ps.worker.Worker`).
 
 Messages: ``pickle`` protocol 5 with out-of-band buffers, so numpy arrays are sent from and received into their own
 memory (one ``sendmsg`` gathers header, pickle and every array; the receiver reads each array into a buffer of its
@@ -72,6 +74,11 @@ LINK_METHODS: Dict[str, FrozenSet[str]] = {
     "server": frozenset({"ping", "pull", "push", "pull_stale", "push_pull", "push_pull_stale"}),
     "worker": frozenset({"ping", "train_step", "flush", "dense_state"}),
 }
+# the calls "beside" a role's others that a BesideLinkedHandle sends over a link of their own (its own connection,
+# so its own serving thread: they never queue behind the steps' calls): a server's agent calls (the ec rebuild's
+# fragment reads and block writes, which take their own locks)
+BESIDE_METHODS: Dict[str, FrozenSet[str]] = {"server": frozenset({"agent_call"}), "worker": frozenset()}
+SERVED_METHODS = {role: LINK_METHODS[role] | BESIDE_METHODS[role] for role in LINK_METHODS}
 ROLE_CODES = {"server": 0, "worker": 1}
 HANDSHAKE_SECONDS = 10.0  # a peer has this long, from connecting, to complete the handshake
 CONNECT_SECONDS = 60.0  # asking a role for its address and connecting to it
@@ -293,7 +300,7 @@ def recv_message(conn: socket.socket, session: _Session, deadline: Optional[floa
 
 # ---- the role's side ---------------------------------------------------------------------------------------
 class LinkServer(LinkListener):
-    """Serves the :data:`LINK_METHODS` of ``role`` of ``obj`` (its ``index`` read at each handshake: a spare
+    """Serves the :data:`SERVED_METHODS` of ``role`` of ``obj`` (its ``index`` read at each handshake: a spare
     server takes a dead one's index) to callers proving membership with ``secret``; one thread per connection runs
     its calls in order. ``refuse()`` True (the role is going down) drops connections instead of answering."""
 
@@ -306,7 +313,7 @@ class LinkServer(LinkListener):
         if role not in LINK_METHODS:
             raise ValueError(f"role: one of {sorted(LINK_METHODS)}, got {role!r}")
         self.obj, self.role, self.secret = obj, role, secret
-        self.methods = LINK_METHODS[role]
+        self.methods = SERVED_METHODS[role]
         self._refuse = refuse
         self.max_payload = max_payload
         self.calls = 0
@@ -597,13 +604,45 @@ class LinkedHandle(Handle):
         return f"LinkedHandle({self.role} {self.index})"
 
 
+class BesideLinkedHandle(Handle):
+    """``handle`` (a server's Ray handle) whose calls beside its others (:data:`BESIDE_METHODS`, the ec rebuild's)
+    go over a direct :class:`Link` of their own, proven with ``secret``: a connection served by its own thread, as
+    Ray's ``beside`` concurrency group is, at a link's cost (one ``sendmsg`` and one read a side, blocks received in
+    place) instead of a Ray call's (~1-2 ms of CPU over both processes on a busy host, and the object store for
+    blocks over 100 KB). Every other call goes to ``handle``. Pickles as ``handle``."""
+
+    def __init__(self, handle: Handle, secret: Any, caller: int = -1) -> None:
+        handle = unlinked(handle)
+        self.handle = handle
+        self.role, self.index, self.node = handle.role, handle.index, getattr(handle, "node", None)
+        self.methods = BESIDE_METHODS[handle.role]
+        self.link = Link(handle, secret, caller)
+
+    def call(self, method: str, *args: Any) -> Any:
+        return self.handle.call(method, *args)
+
+    def call_beside(self, method: str, *args: Any) -> Any:
+        if method in self.methods:
+            return self.link.call(method, *args)
+        return self.handle.call_beside(method, *args)
+
+    def close(self) -> None:
+        self.link.close()
+
+    def __reduce__(self) -> tuple:
+        return (_same, (self.handle,))
+
+    def __repr__(self) -> str:
+        return f"BesideLinkedHandle({self.role} {self.index})"
+
+
 def _same(handle: Handle) -> Handle:
     return handle
 
 
 def unlinked(handle: Handle) -> Handle:
     """The Ray handle behind ``handle``."""
-    return handle.handle if isinstance(handle, LinkedHandle) else handle
+    return handle.handle if isinstance(handle, (LinkedHandle, BesideLinkedHandle)) else handle
 
 
 def wait_first_linked(futures: List[LinkFuture], timeout: Optional[float]) -> List[LinkFuture]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import time
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
@@ -36,7 +37,7 @@ from .cached_client import merged_cache_stats
 from .client import PSClient
 from .cluster_view import ClusterView
 from .dense_sync import DriverDense
-from .direct import LinkedHandle
+from .direct import BesideLinkedHandle, LinkedHandle
 from .fault_tolerance import FaultTolerance, NoFaultTolerance
 from .placement import check_failure_domain, plan_placement
 from .recovery_coordinator import RecoveryCoordinator
@@ -129,6 +130,8 @@ class PSTrainer:
 
             self.link_secret = JobSecret.generate()
         self._linked: Dict[int, LinkedHandle] = {}
+        self._beside: Dict[int, BesideLinkedHandle] = {}
+        self._beside_lock = threading.Lock()  # the ec rebuild's thread asks for them beside the driver's
         try:
             # a hot spare where starting a server is slow (a Ray process) and a strategy replaces lost servers
             spares = 1 if cluster.backend == "ray" and not isinstance(strategy, NoFaultTolerance) else 0
@@ -208,6 +211,20 @@ class PSTrainer:
                 linked = self._linked[index] = LinkedHandle(handle, self.link_secret)
             handle = linked
         return Remote(handle, WorkerAPI)
+
+    def server_beside(self, index: int) -> Any:
+        """Server ``index``'s handle for calls beside its others (the ec rebuild's): on Ray over a direct link of
+        their own (:class:`~xdl_ec.ps.direct.BesideLinkedHandle`), elsewhere the handle itself."""
+        handle = self.scheduler.servers[index]
+        if self.link_secret is None:
+            return handle
+        with self._beside_lock:
+            linked = self._beside.get(index)
+            if linked is None or linked.handle is not handle:  # a replacement: a link to the new process
+                if linked is not None:
+                    linked.close()
+                linked = self._beside[index] = BesideLinkedHandle(handle, self.link_secret)
+            return linked
 
     def live_workers(self) -> List[Any]:
         """The workers' handles, None for those the scheduler knows dead (restarted by the driver later)."""
@@ -475,6 +492,6 @@ class PSTrainer:
                     self.worker(i).close().result(10.0)
                 except Exception:  # noqa: BLE001 - already dead or closing
                     pass
-            for linked in self._linked.values():
+            for linked in [*self._linked.values(), *self._beside.values()]:
                 linked.close()
             self.backend.shutdown()

@@ -337,3 +337,33 @@ def test_a_linked_handle_routes_only_link_methods_and_pickles_as_its_handle() ->
     finally:
         linked.close()
         role.close_links()
+
+
+class _Agented(_Role):
+    """A stand-in server that hosts an agent: ``agent_call`` answers what it was asked."""
+
+    def agent_call(self, method: str, *args: Any) -> Any:
+        return method, args
+
+
+def test_a_beside_linked_handle_sends_only_beside_calls_over_its_own_link_and_pickles_as_its_handle() -> None:
+    role = _Agented()
+    inner = _Recording(None, 0, role.open_links(SECRET))
+    beside = direct.BesideLinkedHandle(inner, SECRET)
+    steps = LinkedHandle(inner, SECRET)
+    _SENT.clear()
+    try:
+        assert beside.call_beside("agent_call", "read_many", 3).result(10.0) == ("read_many", (3,))
+        assert steps.call("ping").result(10.0) == 0
+        assert _SENT == ["open_links", "open_links"]  # one connection each: the beside calls have their own thread
+        assert beside.link.calls == 1 and steps.link.calls == 1
+        beside.call("export", "t")  # not a beside call: the backend's
+        steps.call("agent_call", "read_many", 3)  # a step link does not carry agent calls
+        assert _SENT[2:] == ["export", "agent_call"]
+        copy = pickle.loads(pickle.dumps(beside))
+        assert type(copy) is _Recording and copy._address == inner._address
+        assert direct.unlinked(beside) is inner
+    finally:
+        beside.close()
+        steps.close()
+        role.close_links()
