@@ -86,6 +86,8 @@ class LinkListener:
                 conn.close()
                 continue
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 2 << 20)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2 << 20)
             with self._lock:
                 if self._closed:
                     conn.close()

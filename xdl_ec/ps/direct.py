@@ -465,6 +465,8 @@ class Link:
         host, port = Remote(self.handle, LinkAPI).open_links(self.secret).result(CONNECT_SECONDS)
         conn = socket.create_connection((host, int(port)), timeout=CONNECT_SECONDS)
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 2 << 20)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2 << 20)
         try:
             hello = _HELLO.pack(_MAGIC, ROLE_CODES[self.handle.role], self.offer, self.handle.index, self.caller,
                                 secrets.token_bytes(_NONCE))
