@@ -150,6 +150,10 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
     ft.add_argument("--rebuild-keeps", type=_keeps, metavar="F",
                     help="ec: a background rebuild takes more than --rebuild-share while training keeps this share "
                          "of its samples/s before the failure, in [0, 1) (default 0.95; 0: exactly --rebuild-share)")
+    ft.add_argument("--urgent-rebuild", choices=("flat-out", "paced"),
+                    help="ec: a rebuild while one more loss would be fatal (R servers down): flat-out (default: the "
+                         "shortest time without redundancy, training slows meanwhile) or paced like any other "
+                         "(--rebuild-share, --rebuild-keeps: training keeps its speed, the window is longer)")
     ft.add_argument("--ckpt-interval", metavar="N|Ns|auto",
                     help="ckpt: every N steps, every N seconds ('30s') or auto = Young's formula from the measured "
                          "save cost and --mtbf (default auto)")
@@ -201,8 +205,8 @@ BUILTIN_FLAGS = ("data", "synthetic", "synthetic_rows", "synthetic_max_cardinali
                  "emb_dim", "bottom_mlp", "top_mlp", "hidden", "optimizer", "lr", "dense_optimizer", "dense_lr",
                  "batch_size", "epochs", "eval_fraction", "on_bad_line")
 CLUSTER_FLAGS = ("workers", "backend", "address", "mode", "cache_rows", "staleness", "cache_policy")
-FT_FLAGS = ("ft", "code", "failure_domain", "rebuild_share", "rebuild_keeps", "ckpt_interval", "ckpt_dir", "cpr_pls",
-            "cpr_interval", "cpr_mode", "fail_at", "fail_worker_at", "mtbf")
+FT_FLAGS = ("ft", "code", "failure_domain", "rebuild_share", "rebuild_keeps", "urgent_rebuild", "ckpt_interval",
+            "ckpt_dir", "cpr_pls", "cpr_interval", "cpr_mode", "fail_at", "fail_worker_at", "mtbf")
 
 
 def _flag(name: str) -> str:
@@ -266,7 +270,7 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
             cluster = Cluster(servers=args.servers, workers=args.workers or 1, backend=args.backend or "local",
                               address=args.address, mode=args.mode or "sync", ft=args.ft or "none", code=args.code,
                               rebuild_share=args.rebuild_share, rebuild_keeps=args.rebuild_keeps,
-                              ckpt_interval=args.ckpt_interval,
+                              urgent_rebuild=args.urgent_rebuild, ckpt_interval=args.ckpt_interval,
                               ckpt_dir=args.ckpt_dir, cpr_pls=args.cpr_pls, cpr_interval=args.cpr_interval,
                               cpr_mode=args.cpr_mode, mtbf=args.mtbf, fail_at=args.fail_at or (),
                               fail_worker_at=args.fail_worker_at or (), cache=cache,

@@ -23,7 +23,8 @@ from .ft.rebuild_governor import DEFAULT_REBUILD_KEEPS
 from .ps.backend import DEFAULT_TIMEOUT
 from .ps.training import ClusterConfig
 
-_ONLY = {"code": "ec", "rebuild_share": "ec", "rebuild_keeps": "ec", "rebuild": "ec", "failure_domain": "ec",
+_ONLY = {"code": "ec", "rebuild_share": "ec", "rebuild_keeps": "ec", "rebuild": "ec", "urgent_rebuild": "ec",
+         "failure_domain": "ec",
          "ckpt_interval": "ckpt", "cpr_pls": "cpr", "cpr_interval": "cpr", "cpr_mode": "cpr"}
 
 
@@ -39,6 +40,7 @@ class Cluster:
     rebuild_share: Optional[float] = None
     rebuild_keeps: Optional[float] = None
     rebuild: Optional[str] = None
+    urgent_rebuild: Optional[str] = None
     ckpt_interval: Optional[str] = None
     ckpt_dir: Optional[str] = None
     cpr_pls: Optional[float] = None
@@ -88,7 +90,8 @@ class Cluster:
             return EcConfig(code=self.code or (4, 1),
                             rebuild_share=0.05 if self.rebuild_share is None else self.rebuild_share,
                             rebuild_keeps=DEFAULT_REBUILD_KEEPS if self.rebuild_keeps is None else self.rebuild_keeps,
-                            rebuild=self.rebuild or "background")
+                            rebuild=self.rebuild or "background",
+                            urgent_rebuild="flat-out" if self.urgent_rebuild is None else self.urgent_rebuild)
         if self.ft == "ckpt":
             return CkptConfig(interval=self.ckpt_interval or "auto", directory=self.ckpt_dir, mtbf=self.mtbf)
         if self.ft == "cpr":

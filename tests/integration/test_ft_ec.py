@@ -236,6 +236,52 @@ def test_rebuild_share_flag(capsys: pytest.CaptureFixture) -> None:
     assert "server 0 lost at step 2" in capsys.readouterr().out
 
 
+def test_urgent_rebuild_paced_keeps_pacing_with_r_servers_down_and_stays_exact(failure_free: Any) -> None:
+    """"flat-out" (default): with r servers being rebuilt the background rebuild never pauses; "paced" keeps its
+    share and governor then too (training's speed over the window's length), and recovery stays exact."""
+    flat, paced = ErasureCoded(2, 1), ErasureCoded(2, 1, urgent_rebuild="paced")
+    for strategy in (flat, paced):
+        assert not strategy.background.urgent()
+        strategy.coordinator.rebuilding.append(1)  # one server down, r = 1: one more loss would be fatal
+        assert strategy._one_more_loss_is_fatal()
+    assert flat.background.urgent() and not paced.background.urgent()
+    report = run(3, ErasureCoded(2, 1, urgent_rebuild="paced"), [Kill(3, "server", 1)])
+    assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 1)]
+    assert report["model_digest"] == failure_free(3, 1, **BASE)["model_digest"]
+
+
+@pytest.mark.parametrize("mode", ["fast", "", None, 1])
+def test_bad_urgent_rebuild_is_a_clear_error(mode: Any) -> None:
+    from xdl_ec.cluster import Cluster
+    from xdl_ec.ft.configs import EcConfig
+
+    pattern = r"urgent_rebuild: must be one of 'flat-out', 'paced', got"
+    with pytest.raises(ValueError, match=pattern):
+        ErasureCoded(2, 1, urgent_rebuild=mode)
+    with pytest.raises(ValueError, match=pattern):
+        EcConfig(urgent_rebuild=mode)
+    if mode is not None:  # None is the Cluster's "not given"
+        with pytest.raises(ValueError, match=pattern):
+            Cluster(servers=3, ft="ec", code=(2, 1), urgent_rebuild=mode)
+    with pytest.raises(ValueError, match=r"urgent_rebuild: only used with ft='ec'"):
+        Cluster(servers=3, ft="ckpt", urgent_rebuild="paced")
+
+
+def test_urgent_rebuild_flag(capsys: pytest.CaptureFixture) -> None:
+    from xdl_ec.cli import main
+
+    flags = ["train", "--synthetic", "--synthetic-rows", "3000", "--steps", "4", "--batch-size", "128",
+             "--emb-dim", "8", "--no-progress", "--servers", "3"]
+    with pytest.raises(SystemExit) as exited:
+        main([*flags, "--ft", "ec", "--code", "2,1", "--urgent-rebuild", "fast"])
+    assert exited.value.code == 2
+    assert "--urgent-rebuild: invalid choice: 'fast'" in capsys.readouterr().err
+    assert main([*flags, "--ft", "ckpt", "--urgent-rebuild", "paced"]) == 2
+    assert "--urgent-rebuild: only used with --ft ec" in capsys.readouterr().err
+    assert main([*flags, "--ft", "ec", "--code", "2,1", "--urgent-rebuild", "paced", "--fail-at", "2:0"]) == 0
+    assert "server 0 lost at step 2" in capsys.readouterr().out
+
+
 def test_async_worker_with_a_server_killed_ends_at_the_failure_free_async_digest() -> None:
     """--mode async, one worker (steps one at a time, so the run is deterministic): the failed step is retried
     with its own optimizer step number and the rebuilt server gets the replayed pushes."""

@@ -13,6 +13,7 @@ from .rebuild_governor import DEFAULT_REBUILD_KEEPS
 STRATEGIES = ("none", "ckpt", "cpr", "ec")
 CPR_MODES = ("mfu", "ssu")
 REBUILD_MODES = ("background", "boundary")
+URGENT_REBUILDS = ("flat-out", "paced")  # a background rebuild when one more loss would be fatal
 MAX_R = 4
 MAX_K_PLUS_R = 32
 
@@ -40,6 +41,9 @@ class EcConfig:
     ``rebuild_share``: the share of wall time a rebuild keeps to while it would slow training, in (0, 1];
     ``rebuild_keeps``: a background rebuild takes more while training keeps this share of its samples/s, in
     [0, 1) (0: exactly ``rebuild_share``; :mod:`xdl_ec.ft.rebuild_governor`);
+    ``urgent_rebuild``: a background rebuild while one more loss would be fatal (r servers down) runs "flat-out"
+    (the shortest window without redundancy; training slows meanwhile) or "paced" like any other (training keeps
+    its speed; the window is longer);
     ``scrub``: re-encode every stripe when the run reports (``xdl-ec verify``)."""
 
     code: Tuple[int, int] = (4, 1)
@@ -47,9 +51,11 @@ class EcConfig:
     scrub: bool = False
     rebuild: str = "background"
     rebuild_keeps: float = DEFAULT_REBUILD_KEEPS
+    urgent_rebuild: str = "flat-out"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "code", parse_code(self.code))
+        checks.one_of("urgent_rebuild", self.urgent_rebuild, URGENT_REBUILDS)
         checks.number("rebuild_keeps", self.rebuild_keeps, 0.0, 1.0, high_open=True)
         checks.one_of("rebuild", self.rebuild, REBUILD_MODES)
         checks.number("rebuild_share", self.rebuild_share, 0.0, 1.0, low_open=True)

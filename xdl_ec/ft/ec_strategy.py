@@ -29,7 +29,7 @@ from .. import checks
 from ..ps.backend import RoleLost
 from ..ps.fault_tolerance import FailureRecord, FaultTolerance, Resume, Unrecoverable
 from .background_rebuild import BackgroundRebuild
-from .configs import REBUILD_MODES, parse_code
+from .configs import REBUILD_MODES, URGENT_REBUILDS, parse_code
 from .ec_recovery import CALL_TIMEOUT, REBUILD_BATCH, RecoveryCoordinator, RecoveryTimeout
 from .ec_scrub import StripeMismatch, scrub
 from ..job_secret import JobSecret
@@ -52,9 +52,10 @@ class ErasureCoded(FaultTolerance):
 
     def __init__(self, k: int = 4, r: int = 1, rebuild_stripes_per_step: Optional[int] = None,
                  rebuild_share: float = DEFAULT_REBUILD_SHARE, rebuild: str = "background",
-                 rebuild_keeps: float = DEFAULT_REBUILD_KEEPS) -> None:
+                 rebuild_keeps: float = DEFAULT_REBUILD_KEEPS, urgent_rebuild: str = "flat-out") -> None:
         """``rebuild``: "background" rebuilds lost stripes in a thread beside the steps, flat out while the
-        machine has an idle core or one more loss would be fatal, else taking at least ``rebuild_share`` of wall
+        machine has an idle core or one more loss would be fatal (``urgent_rebuild`` "flat-out"; "paced": paced
+        then too, for training's speed over the window's length), else taking at least ``rebuild_share`` of wall
         time and more while training keeps ``rebuild_keeps`` of its samples/s before the failure (0: exactly
         ``rebuild_share``; :mod:`xdl_ec.ft.rebuild_governor`); "boundary" rebuilds them at step boundaries,
         ``rebuild_share`` of wall time (md RAID-style). Given ``rebuild_stripes_per_step`` (boundary mode): that
@@ -68,6 +69,7 @@ class ErasureCoded(FaultTolerance):
             raise ValueError(f"rebuild_stripes_per_step: must be an int >= 0 or None, got {rebuild_stripes_per_step!r}")
         if rebuild not in REBUILD_MODES:
             raise ValueError(f"rebuild: must be one of {REBUILD_MODES}, got {rebuild!r}")
+        self.urgent_rebuild = checks.one_of("urgent_rebuild", urgent_rebuild, URGENT_REBUILDS)
         self.rebuild_stripes_per_step = rebuild_stripes_per_step
         self.rebuild_mode = "boundary" if rebuild_stripes_per_step is not None else rebuild
         self.scrub = False  # verify every stripe when the report is made (xdl-ec verify)
@@ -81,7 +83,7 @@ class ErasureCoded(FaultTolerance):
         self.governor: Optional[RebuildGovernor] = None
         if self.rebuild_mode == "background":
             self.governor = RebuildGovernor(self.rebuild_share, self.rebuild_keeps)
-            self.background = BackgroundRebuild(self.coordinator, self.rebuild_share, self._one_more_loss_is_fatal,
+            self.background = BackgroundRebuild(self.coordinator, self.rebuild_share, self._rebuild_is_urgent,
                                                 self.governor)
         self._closed_stats: Optional[Dict[str, int]] = None
         self._open_records: List[FailureRecord] = []
@@ -153,6 +155,10 @@ class ErasureCoded(FaultTolerance):
     def _one_more_loss_is_fatal(self) -> bool:
         """I9: with r servers being rebuilt, one more loss puts more than r down at once."""
         return len(self.coordinator.rebuilding) >= self.r
+
+    def _rebuild_is_urgent(self) -> bool:
+        """The background rebuild runs flat out: one more loss would be fatal and ``urgent_rebuild`` says so."""
+        return self.urgent_rebuild == "flat-out" and self._one_more_loss_is_fatal()
 
     def finish_rebuild(self) -> None:
         """Rebuilds every stripe still missing now (on the caller's thread)."""

@@ -15,7 +15,7 @@ def make_strategy(config: StrategyConfig) -> FaultTolerance:
         return NoFaultTolerance()
     if isinstance(config, EcConfig):
         strategy = ErasureCoded(*config.code, rebuild_share=config.rebuild_share, rebuild=config.rebuild,
-                                 rebuild_keeps=config.rebuild_keeps)
+                                 rebuild_keeps=config.rebuild_keeps, urgent_rebuild=config.urgent_rebuild)
         strategy.scrub = config.scrub
         return strategy
     if isinstance(config, CkptConfig):
