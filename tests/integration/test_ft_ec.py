@@ -42,6 +42,8 @@ def run(servers: int, strategy: Any, kills: List[Kill] = (), workers: int = 1, m
 
 
 BASE = dict(batch_size=128, steps=STEPS, seed=3, optimizer="adagrad")  # this file's small_config, for failure_free
+CLI_TRAIN = ["train", "--synthetic", "--synthetic-rows", "3000", "--steps", "4", "--batch-size", "128",
+             "--emb-dim", "8", "--no-progress", "--servers", "3"]  # a small run of the CLI's, for its flags' tests
 
 
 def test_failure_free_ec_run_equals_the_run_without_parity(failure_free: Any) -> None:
@@ -223,8 +225,7 @@ def test_bad_rebuild_share_is_a_clear_error(share: Any) -> None:
 def test_rebuild_share_flag(capsys: pytest.CaptureFixture) -> None:
     from xdl_ec.cli import main
 
-    flags = ["train", "--synthetic", "--synthetic-rows", "3000", "--steps", "4", "--batch-size", "128",
-             "--emb-dim", "8", "--no-progress", "--servers", "3"]
+    flags = CLI_TRAIN
     for bad in ("0", "1.01", "-1", "x"):
         with pytest.raises(SystemExit) as exited:  # argparse: one usage line, status 2
             main([*flags, "--ft", "ec", "--code", "2,1", f"--rebuild-share={bad}"])
@@ -270,8 +271,7 @@ def test_bad_urgent_rebuild_is_a_clear_error(mode: Any) -> None:
 def test_urgent_rebuild_flag(capsys: pytest.CaptureFixture) -> None:
     from xdl_ec.cli import main
 
-    flags = ["train", "--synthetic", "--synthetic-rows", "3000", "--steps", "4", "--batch-size", "128",
-             "--emb-dim", "8", "--no-progress", "--servers", "3"]
+    flags = CLI_TRAIN
     with pytest.raises(SystemExit) as exited:
         main([*flags, "--ft", "ec", "--code", "2,1", "--urgent-rebuild", "fast"])
     assert exited.value.code == 2

@@ -588,56 +588,22 @@ class LinkAPI:
     def open_links(self, secret: Any) -> Tuple[str, int]: ...
 
 
-class LinkedHandle(Handle):
-    """``handle`` (a role's Ray handle) with its :data:`LINK_METHODS` sent over a direct :class:`Link` proven with
-    ``secret``; every other call goes to ``handle``. Pickles as ``handle`` (a connection stays in its process)."""
+class _OverLink(Handle):
+    """``handle`` (a role's Ray handle, unwrapped if linked already) with some of its calls sent over a direct
+    :class:`Link` proven with ``secret`` (which ones: the subclass's ``call`` / ``call_beside``). Pickles as
+    ``handle`` (a connection stays in its process)."""
 
-    def __init__(self, handle: Handle, secret: Any, caller: int = -1) -> None:
-        if isinstance(handle, LinkedHandle):
-            handle = handle.handle
-        self.handle = handle
-        self.role, self.index, self.node = handle.role, handle.index, getattr(handle, "node", None)
-        self.methods = LINK_METHODS[handle.role]
-        self.link = Link(handle, secret, caller)
-
-    def call(self, method: str, *args: Any) -> Any:
-        if method in self.methods:
-            return self.link.call(method, *args)
-        return self.handle.call(method, *args)
-
-    def call_beside(self, method: str, *args: Any) -> Any:
-        return self.handle.call_beside(method, *args)
-
-    def close(self) -> None:
-        self.link.close()
-
-    def __reduce__(self) -> tuple:
-        return (_same, (self.handle,))
-
-    def __repr__(self) -> str:
-        return f"LinkedHandle({self.role} {self.index})"
-
-
-class BesideLinkedHandle(Handle):
-    """``handle`` (a server's Ray handle) whose calls beside its others (:data:`BESIDE_METHODS`, the ec rebuild's)
-    go over a direct :class:`Link` of their own, proven with ``secret``: a connection served by its own thread, as
-    Ray's ``beside`` concurrency group is, at a link's cost (one ``sendmsg`` and one read a side, blocks received in
-    place) instead of a Ray call's (~1-2 ms of CPU over both processes on a busy host, and the object store for
-    blocks over 100 KB). Every other call goes to ``handle``. Pickles as ``handle``."""
-
-    def __init__(self, handle: Handle, secret: Any, caller: int = -1) -> None:
+    def __init__(self, handle: Handle, secret: Any, caller: int, methods: FrozenSet[str]) -> None:
         handle = unlinked(handle)
         self.handle = handle
         self.role, self.index, self.node = handle.role, handle.index, getattr(handle, "node", None)
-        self.methods = BESIDE_METHODS[handle.role]
+        self.methods = methods
         self.link = Link(handle, secret, caller)
 
     def call(self, method: str, *args: Any) -> Any:
         return self.handle.call(method, *args)
 
     def call_beside(self, method: str, *args: Any) -> Any:
-        if method in self.methods:
-            return self.link.call(method, *args)
         return self.handle.call_beside(method, *args)
 
     def close(self) -> None:
@@ -647,7 +613,36 @@ class BesideLinkedHandle(Handle):
         return (_same, (self.handle,))
 
     def __repr__(self) -> str:
-        return f"BesideLinkedHandle({self.role} {self.index})"
+        return f"{type(self).__name__}({self.role} {self.index})"
+
+
+class LinkedHandle(_OverLink):
+    """``handle`` with its :data:`LINK_METHODS` (the steps' calls) sent over a direct link; every other call goes to
+    ``handle``."""
+
+    def __init__(self, handle: Handle, secret: Any, caller: int = -1) -> None:
+        super().__init__(handle, secret, caller, LINK_METHODS[handle.role])
+
+    def call(self, method: str, *args: Any) -> Any:
+        if method in self.methods:
+            return self.link.call(method, *args)
+        return self.handle.call(method, *args)
+
+
+class BesideLinkedHandle(_OverLink):
+    """``handle`` (a server's Ray handle) whose calls beside its others (:data:`BESIDE_METHODS`, the ec rebuild's)
+    go over a direct link of their own: a connection served by its own thread, as Ray's ``beside`` concurrency group
+    is, at a link's cost (one ``sendmsg`` and one read a side, blocks received in place) instead of a Ray call's
+    (~1-2 ms of CPU over both processes on a busy host, and the object store for blocks over 100 KB). Every other
+    call goes to ``handle``."""
+
+    def __init__(self, handle: Handle, secret: Any, caller: int = -1) -> None:
+        super().__init__(handle, secret, caller, BESIDE_METHODS[handle.role])
+
+    def call_beside(self, method: str, *args: Any) -> Any:
+        if method in self.methods:
+            return self.link.call(method, *args)
+        return self.handle.call_beside(method, *args)
 
 
 def _same(handle: Handle) -> Handle:
@@ -656,7 +651,7 @@ def _same(handle: Handle) -> Handle:
 
 def unlinked(handle: Handle) -> Handle:
     """The Ray handle behind ``handle``."""
-    return handle.handle if isinstance(handle, (LinkedHandle, BesideLinkedHandle)) else handle
+    return handle.handle if isinstance(handle, _OverLink) else handle
 
 
 def wait_first_linked(futures: List[LinkFuture], timeout: Optional[float]) -> List[LinkFuture]:
