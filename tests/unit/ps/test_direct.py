@@ -106,6 +106,38 @@ def test_arrays_travel_out_of_band_and_answers_come_in_order(offer: Any, algorit
         role.close_links()
 
 
+def _through(obj: Any) -> Any:
+    """``obj`` encoded and decoded as a link does, its buffers received into writable memory."""
+    data, buffers = direct.encode(obj)
+    return direct.decode(data, [memoryview(bytearray(b)) for b in buffers])
+
+
+def test_every_array_comes_back_with_its_dtype_shape_and_bytes() -> None:
+    """Contiguous arrays of numbers and bools travel as raw bytes with dtype.str and shape (big-endian, 0-d and
+    empty ones too); others (strided, Fortran-ordered, datetimes, objects) the way numpy pickles them."""
+    rng = np.random.default_rng(1)
+    arrays = [rng.integers(-9, 9, (4, 5)).astype(dt) for dt in ("<i8", ">f8", "u2", "i1", "c8", "f2")]
+    arrays += [np.array(True), np.zeros((0, 16), np.float32), np.arange(12.0).reshape(3, 4)[:, ::2],
+               np.asfortranarray(np.arange(6.0).reshape(2, 3)), np.array(["2026-11-27"], "datetime64[D]"),
+               np.array([{"a": 1}], dtype=object)]
+    for want in arrays:
+        got = _through(("x", [want]))[1][0]
+        assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want), want
+    raw = _through(arrays[0])
+    assert raw.flags.writeable and raw.flags.c_contiguous
+
+
+@pytest.mark.parametrize("dtype,shape", [("|O", (1,)), ("V8", (1,)), ("f4,i4", (1,)), ("not a dtype", (2,)),
+                                         ("<f4", (3,)), ("<f4", "two")])
+def test_a_malformed_array_is_an_unpickling_error(dtype: str, shape: Any) -> None:
+    class Forged:
+        def __reduce__(self) -> tuple:
+            return direct._array, (b"\0" * 8, dtype, shape)
+
+    with pytest.raises(pickle.UnpicklingError, match="malformed"):
+        direct.decode(pickle.dumps(Forged(), protocol=5), [])
+
+
 def test_errors_are_raised_in_the_caller(linked: Tuple[_Role, Link]) -> None:
     _, link = linked
     with pytest.raises(ValueError, match="bad grads"):
