@@ -76,6 +76,10 @@ __all__ = ["ShardCheckpoint", "JobCheckpoint", "PendingCheckpoint", "CheckpointS
 FORMAT_VERSION = 1
 MANIFEST = "MANIFEST.json"
 _CHUNK = 1 << 24  # hash and write in 16 MiB pieces: one pass over the bytes, bounded extra memory
+# numpy parses a .npy header with ast.literal_eval, and CPython 3.11's AST constructor keeps its recursion depth in
+# interpreter-wide state: servers restoring in several threads at once could fail with "SystemError: AST
+# constructor recursion depth mismatch" (python/cpython#106905). One header parse at a time.
+_HEADER_PARSE = threading.Lock()
 
 #: What a server holds per table: the Python table or the bare native shard.
 Table = Union[EmbeddingTable, "_core.EmbeddingShard"]
@@ -156,7 +160,8 @@ def _read_array(path: Path, entry: Mapping[str, Any]) -> np.ndarray:
         version = np.lib.format.read_magic(header)
         if version != (1, 0):
             raise ValueError(f"unsupported .npy version {version}")
-        shape, fortran, dtype = np.lib.format.read_array_header_1_0(header)
+        with _HEADER_PARSE:
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(header)
     except ValueError as e:
         raise ValueError(f"{path}: not a valid .npy array ({e}); load an older checkpoint") from None
     if fortran or dtype != want_dtype or tuple(shape) != want_shape or dtype.hasobject:
