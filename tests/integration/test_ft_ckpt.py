@@ -60,6 +60,16 @@ def test_failure_before_any_periodic_save_rolls_back_to_step_zero(tmp_path: Path
     assert report["model_digest"] == failure_free(2, 1)["model_digest"]
 
 
+def test_two_rollbacks_to_one_checkpoint_count_each_retrained_sample_once(tmp_path: Path, failure_free: Any) -> None:
+    """Both failures roll back to the step-0 checkpoint: the first re-trains steps 1..2, the second the steps 1..4
+    trained again since, and the samples trained beyond the failure-free run are exactly those."""
+    report = run_trainer(make_trainer(small_config(), ClusterConfig(servers=2), Checkpointing("100", str(tmp_path)),
+                                      FailureSchedule.from_flags(["3:0", "5:1"])))
+    assert [f["lost_samples"] for f in report["failures"]] == [2 * 64, 4 * 64]
+    assert report["lost_samples"] == report["samples"] - STEPS * 64
+    assert report["model_digest"] == failure_free(2, 1)["model_digest"]
+
+
 def test_auto_interval_uses_youngs_formula_from_the_measured_save_cost(tmp_path: Path) -> None:
     strategy = Checkpointing("auto", str(tmp_path), mtbf=3600.0)
     report = run_trainer(make_trainer(small_config(steps=4), ClusterConfig(servers=2), strategy))

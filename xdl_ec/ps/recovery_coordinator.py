@@ -77,6 +77,10 @@ class RecoveryCoordinator:
             del t.losses[resume.step:]
         t.step = resume.step
         t.worker_batches = [int(n) for n in resume.reader_position["worker_batches"]]
+        # the readers' sample counts rewind with them: a second rollback to the same position counts what was
+        # trained since it once (re-trained samples stay counted in t.samples)
+        if "worker_samples" in resume.reader_position:
+            t.worker_samples = [int(n) for n in resume.reader_position["worker_samples"]]
         workers = t.live_workers()
         futures = [(i, t.worker(i).seek(n)) for i, n in enumerate(t.worker_batches) if workers[i] is not None]
         answers, lost = t.drain([f for _, f in futures])
