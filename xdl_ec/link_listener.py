@@ -15,6 +15,8 @@ import threading
 import time
 from typing import Any, Deque, List, Tuple
 
+from .link_socket import tune
+
 # Connections still in their handshake at once; more are closed at once (each holds a thread until it ends).
 MAX_PENDING_HANDSHAKES = 16
 # Warning lines a listener writes per second at most (a flood of strangers is summarised, never all printed).
@@ -85,9 +87,7 @@ class LinkListener:
                            f"handshake")
                 conn.close()
                 continue
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 2 << 20)
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2 << 20)
+            tune(conn)
             with self._lock:
                 if self._closed:
                     conn.close()

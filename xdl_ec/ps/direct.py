@@ -67,7 +67,7 @@ from typing import Any, Callable, Deque, Dict, FrozenSet, List, Optional, Tuple
 import numpy as np
 
 from ..link_listener import LinkListener, PeerRefused
-from ..link_socket import LinkBroken, node_host, recv_exactly
+from ..link_socket import LinkBroken, node_host, recv_exactly, tune
 from .backend import CallTimeout, Handle, RoleLost, lost_error
 
 LINK_METHODS: Dict[str, FrozenSet[str]] = {
@@ -501,9 +501,7 @@ class Link:
 
         host, port = Remote(self.handle, LinkAPI).open_links(self.secret).result(CONNECT_SECONDS)
         conn = socket.create_connection((host, int(port)), timeout=CONNECT_SECONDS)
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 2 << 20)
-        conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2 << 20)
+        tune(conn)
         try:
             hello = _HELLO.pack(_MAGIC, ROLE_CODES[self.handle.role], self.offer, self.handle.index, self.caller,
                                 secrets.token_bytes(_NONCE))
