@@ -30,7 +30,7 @@ import statistics
 import sys
 import threading
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional, Tuple
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -57,6 +57,12 @@ class IdealRebuild:
         # survivors: data fragments 1..k-1 and parity fragment k (what a decode of fragment 0 reads)
         self.survivors = {i: rng.integers(0, 256, size, dtype=np.uint8) for i in [*range(1, k), k]}
         self.out = np.empty((1, size), np.uint8)
+        self._next = 0
+
+    def decode_next(self) -> None:
+        """One block, the shard's blocks in turn (so it streams memory as a rebuild does)."""
+        self.decode_block(self._next)
+        self._next = (self._next + 1) % self.blocks
 
     def decode_block(self, b: int) -> None:
         lo, hi = b * self.block, (b + 1) * self.block
@@ -130,7 +136,8 @@ def main() -> None:
         print(f"ideal rebuild alone (training paused): {alone * 1000:.0f} ms for {ideal.blocks} blocks of "
               f"{args.block_mb} MB, k={k}: {ideal.blocks * ideal.block * k / alone / 1e9:.2f} GB/s read")
 
-        def turn(label: str, beside: Beside = None) -> float:
+        def turn(beside: Optional[Beside] = None) -> Tuple[float, float]:
+            """(samples/s, seconds) of a turn of training, with ``beside`` running meanwhile."""
             start = time.perf_counter()
             if beside is None:
                 trainer.fit(steps=args.turn_steps)
@@ -147,15 +154,15 @@ def main() -> None:
             order = kinds[rnd % len(kinds):] + kinds[:rnd % len(kinds)]
             for kind in order + ["none"]:  # a "none" turn beside every other turn's round
                 if kind == "none":
-                    rate, _ = turn(kind)
+                    rate, _ = turn()
                     speed[kind].append(rate)
                     print(f"  round {rnd + 1} {kind:>12}: {rate:,.0f} samples/s")
                     continue
                 duty = float(kind.split("@")[1])
-                work = ideal.decode_block if kind.startswith("decode") else \
+                work = ideal.decode_next if kind.startswith("decode") else \
                     (lambda: hashlib.sha256(hash_data).digest())
-                beside = Beside(_unit(work, ideal), duty)
-                rate, seconds = turn(kind, beside)
+                beside = Beside(work, duty)
+                rate, seconds = turn(beside)
                 speed[kind].append(rate)
                 unit_alone = alone / ideal.blocks if kind.startswith("decode") else hash_alone
                 # seconds a whole shard's decode would take at the rate the thread made, over the alone time
@@ -173,18 +180,6 @@ def main() -> None:
         print("goal of a background rebuild: <= 2x the time alone with training >= 95%")
     finally:
         trainer.close()
-
-
-def _unit(work: Callable[[], None], ideal: IdealRebuild) -> Callable[[], None]:
-    """One unit of ``work``: a decode walks the shard's blocks in turn (so it streams memory as a rebuild does)."""
-    if work != ideal.decode_block:
-        return work
-    state = {"b": 0}
-
-    def step() -> None:
-        ideal.decode_block(state["b"])
-        state["b"] = (state["b"] + 1) % ideal.blocks
-    return step
 
 
 if __name__ == "__main__":

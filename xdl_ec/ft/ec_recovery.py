@@ -245,10 +245,11 @@ class RecoveryCoordinator:
             # the replacements' holders accept their senders' batches up to this extent (ParityHolder::SetExtent)
             self.call_many([(p, "set_parity_extent", table, stripes // n * r) for p in lost])
             extent = {s: extents[s][0] for s in survivors}
+            beside = view.beside_handles()  # the key indexes' reads, as the rebuild's, beside the steps' calls
             for p in lost:
                 decode_keys = lambda d, q: recovery.recover_key_index(p, stripes // n * k, lost, d, q)  # noqa
-                keys, slots, high_water = self.decode(f"key index of server {p}", view.beside_handles(), table,
-                                                      decode_keys, CALL_TIMEOUT)[0]
+                keys, slots, high_water = self.decode(f"key index of server {p}", beside, table, decode_keys,
+                                                      CALL_TIMEOUT)[0]
                 self.call(p, "begin_restore", table, keys, slots, high_water, servers, lost)
                 extent[p] = math.ceil(high_water / block_slots)
             self.extent[table] = extent
