@@ -18,7 +18,7 @@ class WrongKind(TypeError, ValueError):
 
 def integer(name: str, value: Any, low: Optional[int] = None, high: Optional[int] = None) -> int:
     """``value`` as an int in [low, high] (either bound optional)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    if type(value) is not int and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
         raise WrongKind(f"{name}: must be an int, got {type(value).__name__} {value!r}")
     value = int(value)
     if (low is not None and value < low) or (high is not None and value > high):

@@ -29,6 +29,8 @@ def as_keys(keys: Any, name: str = "keys") -> np.ndarray:
     bool, object and string inputs raise TypeError naming the argument; scalars and other ranks raise
     ValueError. An int64 contiguous array is used as is (no copy).
     """
+    if type(keys) is np.ndarray and keys.dtype == np.int64 and keys.ndim == 1 and keys.flags.c_contiguous:
+        return keys  # what every call on the training path passes: nothing to check or convert
     array = np.asarray(keys)
     if array.size == 0 and not isinstance(keys, np.ndarray):
         array = array.astype(np.int64)  # an empty list has dtype float64
@@ -48,6 +50,8 @@ def as_rows(rows: Any, n: int, width: int, name: str, width_name: str) -> np.nda
         raise TypeError(f"{name} must be floating point (float32 preferred), got dtype {array.dtype}")
     if array.shape != (n, width):
         raise ValueError(f"{name} must have shape (len(keys), {width_name}) = ({n}, {width}), got {array.shape}")
+    if array.dtype == np.float32 and array.flags.c_contiguous:
+        return array
     with np.errstate(over="ignore"):  # a value beyond float32 becomes Inf, which the core rejects by name
         return np.ascontiguousarray(array, dtype=np.float32)
 

@@ -219,7 +219,7 @@ class ParameterServer(LinkHost):
             grads = as_rows(grads, keys.size, table.dim, "grads", "dim")
             repeats = as_repeats(part[4] if len(part) == 5 else None, keys.size)
             seq = checks.non_negative_int("seq", seq)
-            if not np.all(np.isfinite(grads)):
+            if not np.isfinite(grads).all():
                 raise ValueError(f"grads: NaN or Inf in the push of worker {worker} to table {name!r} at step "
                                  f"{step}; nothing applied")
             checked.append((table, keys, grads, seq, repeats))
