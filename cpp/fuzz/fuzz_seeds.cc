@@ -72,6 +72,25 @@ int main(int argc, char** argv) {
       ++written;
     }
   }
+  // link_message_fuzzer: well-formed messages without their MACs (pickle bytes, buffer count, body), as
+  // LinkSession::Send lays them out: buffers of several sizes after a pickle, 64-byte aligned
+  for (int seed = 0; seed < 6; ++seed) {
+    const std::vector<uint64_t> buffers = {static_cast<uint64_t>(seed * 37), 64, static_cast<uint64_t>(seed)};
+    const uint64_t pickle = 5 + 11 * static_cast<uint64_t>(seed);
+    std::vector<uint8_t> message;
+    for (int i = 0; i < 8; ++i) message.push_back(static_cast<uint8_t>(pickle >> (8 * i)));
+    for (int i = 0; i < 4; ++i) message.push_back(static_cast<uint8_t>(buffers.size() >> (8 * i)));
+    std::vector<uint8_t> body;
+    for (uint64_t n : buffers)
+      for (int i = 0; i < 8; ++i) body.push_back(static_cast<uint8_t>(n >> (8 * i)));
+    for (uint64_t i = 0; i < pickle; ++i) body.push_back(static_cast<uint8_t>(rng()));
+    for (uint64_t n : buffers) {
+      body.resize((body.size() + 63) / 64 * 64, 0);
+      for (uint64_t i = 0; i < n; ++i) body.push_back(static_cast<uint8_t>(rng()));
+    }
+    message.insert(message.end(), body.begin(), body.end());
+    Write(dir + "/link_message_fuzzer/seed-" + std::to_string(seed), message);
+  }
   std::printf("fuzz_seeds: %d seeds per target in %s\n", written, dir.c_str());
   return 0;
 }

@@ -13,5 +13,6 @@ void BindRecovery(pybind11::module_& m);        // bind_recovery.cc: Recovery an
 void BindParityHolder(pybind11::module_& m);     // bind_parity_holder.cc: ParityHolder, forwarded-batch wire form
 void BindDeltaForwarder(pybind11::module_& m);   // bind_delta_forwarder.cc: a data server's parity forwarding
 void BindRowCache(pybind11::module_& m);        // bind_row_cache.cc: RowCache, a worker's cache of hot rows
+void BindLinkSession(pybind11::module_& m);     // bind_link_session.cc: LinkSession, a direct link's messages
 
 }  // namespace xdl_ec::python

@@ -4,7 +4,7 @@
 PYBIND11_MODULE(_core, m) {
   m.doc() =
       "xdl-ec native core: embedding shards, sparse optimizers, erasure codes, parity forwarding and recovery, "
-      "worker row caches";
+      "worker row caches, direct links' messages";
   xdl_ec::python::BindShard(m);
   xdl_ec::python::BindCodec(m);
   xdl_ec::python::BindLayout(m);
@@ -13,4 +13,5 @@ PYBIND11_MODULE(_core, m) {
   xdl_ec::python::BindParityHolder(m);
   xdl_ec::python::BindDeltaForwarder(m);
   xdl_ec::python::BindRowCache(m);
+  xdl_ec::python::BindLinkSession(m);
 }

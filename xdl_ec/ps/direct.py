@@ -16,8 +16,10 @@ by the role's serving thread for that connection; the role object guards itself 
 server's lock; a worker's, see :class:`~xdl_ec.ps.worker.Worker`).
 
 Messages: ``pickle`` protocol 5 with out-of-band buffers, so numpy arrays are sent from and received into their own
-memory (one ``sendmsg`` gathers header, pickle and every array; the receiver reads each array into a buffer of its
-own, which the unpickled array then uses: no copy beyond the kernel's). A request is ``(method, args)``, an answer
+memory (one ``sendmsg`` gathers header, pickle and every array; the receiver reads the message into one aligned
+buffer of its own, which the unpickled arrays then use: no copy beyond the kernel's). Framing, MACs and the socket
+I/O of a message are one call into the native :class:`xdl_ec._core.LinkSession` (``cpp/src/link_session.cc``),
+with the GIL released: in Python they were most of a small step's cost on Ray, on every request and answer. A request is ``(method, args)``, an answer
 ``(True, value)`` or ``(False, error)``; the error is raised in the caller as Ray raises an actor's error's cause.
 Unpickling allows only plain data, numpy arrays and scalars, the few xdl_ec types a call carries and exception
 classes (:class:`_Unpickler`), and only after the message's MAC checked.
@@ -29,7 +31,7 @@ with K (``open_links(K)`` answers the address; a role keeps the first K it was g
 - caller -> role ``hello`` = ``<4sbBii32s`` (magic ``XDL1``, role 0 server / 1 worker, the MACs it offers (bits:
   1 HMAC-SHA256, 2 AES-GMAC), role index, caller id, nonce Nc); the role checks it is that role and index (a stale
   address reaches another role: refused);
-- role -> caller: nonce Nr (32 bytes) and the MAC it chose M (one byte: GMAC when both ends have ``cryptography``);
+- role -> caller: nonce Nr (32 bytes) and the MAC it chose M (one byte: GMAC when both ends offer it);
 - caller -> role: ``HMAC(K, "xdl-ec direct caller proof" | hello | Nr | M)``; the role closes unless it matches;
 - role -> caller: ``HMAC(K, "xdl-ec direct role proof" | hello | Nr | M)``; the caller gives up unless it matches.
 
@@ -38,8 +40,8 @@ replayed, reordered or altered message fails): header ``<QIQ`` (pickle bytes, bu
 ``MAC(S, dir | "H" | counter | header)``, checked before anything is allocated (at most ``MAX_PAYLOAD_BYTES``),
 then the body (the buffers' lengths, the pickle, each buffer 64-byte aligned) and ``MAC(S, dir | "P" | counter |
 header | body)``; ``dir`` is ``C`` from the caller, ``R`` from the role; MAC is HMAC-SHA256, or for a body of
-``GMAC_MIN_BYTES`` or more and M = GMAC, AES-256-GCM over no plaintext with the body as associated data under a key
-derived from S and the nonce (dir, kind, counter), ~10x cheaper per byte. A peer that breaks the protocol is closed
+16 KiB or more and M = GMAC, AES-256-GCM over no plaintext with header and body as associated data under
+``HMAC(S, "xdl-ec direct gmac key")`` and the nonce (dir, kind, counter), ~10x cheaper per byte. A peer that breaks the protocol is closed
 without an answer, and the role logs one warning naming it. No encryption (as Ray's own traffic): a trusted network.
 
 
@@ -53,6 +55,7 @@ the scheduler confirms the death by a Ray ping, as for any failed call.
 from __future__ import annotations
 
 import collections
+import copyreg
 import hmac
 import io
 import logging
@@ -67,6 +70,7 @@ from typing import Any, Callable, Deque, Dict, FrozenSet, List, Optional, Tuple
 import numpy as np
 
 from ..link_listener import LinkListener, PeerRefused
+from .. import _core
 from ..link_socket import LinkBroken, node_host, recv_exactly, tune
 from .backend import CallTimeout, Handle, RoleLost, lost_error
 
@@ -83,36 +87,18 @@ ROLE_CODES = {"server": 0, "worker": 1}
 HANDSHAKE_SECONDS = 10.0  # a peer has this long, from connecting, to complete the handshake
 CONNECT_SECONDS = 60.0  # asking a role for its address and connecting to it
 MAX_PAYLOAD_BYTES = 1 << 30  # largest message a link takes (a batch's keys and rows are a few MB)
-MAX_BUFFERS = 1 << 12  # out-of-band buffers (arrays) in one message
 
 _MAGIC = b"XDL1"
 _HELLO = struct.Struct("<4sbBii32s")  # magic, role code, MACs offered (bits), role index, caller id, caller nonce
 _NONCE = 32
 _PROOF = 32  # HMAC-SHA256 of the handshake
 _CHOICE = struct.Struct("<B")  # the MAC the role chose
-_HEADER = struct.Struct("<QIQ")  # pickle bytes, buffers, body bytes (lengths, pickle, alignment, buffers)
-_LENGTH = struct.Struct("<Q")
-_COUNTER = struct.Struct("<Q")
-_ALIGN = 64  # every buffer starts at a multiple of this in a message's body (arrays received in place, aligned)
-_PAD = bytes(_ALIGN)
 
-# message MACs: HMAC-SHA256 (always there), or for bodies of GMAC_MIN_BYTES and more AES-GMAC (AES-256-GCM over no
-# plaintext, the body as its associated data) when both ends have the ``cryptography`` package: ~25 GB/s instead of
-# ~2 (a 2048-sample step moves ~2 MB each way), but ~7 us to set up, which HMAC beats on small messages
+# message MACs: HMAC-SHA256, or for bodies of 16 KiB and more AES-GMAC (AES-256-GCM over no plaintext, the
+# body as its associated data): ~25 GB/s instead of ~2 (a 2048-sample step moves ~2 MB each way). Both are
+# computed by the native LinkSession (libcrypto), which frames, MACs, sends and receives every message.
 MAC_HMAC, MAC_GMAC = 1, 2
-GMAC_MIN_BYTES = 16 << 10
-# up to this many bytes a MAC joins its parts and makes one call (~4 us for AES-GMAC, ~3 for HMAC); a context fed
-# part by part costs ~20 us in Python (object set-up and type checks), more than copying the parts, a step's cost on
-# every request and answer; past it the copy would cost more, and large buffers are fed in place
-ONE_SHOT_MAX_BYTES = 128 << 10
-_TAG = 32  # every MAC on the wire: HMAC-SHA256, or the 16-byte GMAC tag and 16 zero bytes
-try:
-    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-    MAC_OFFERED = MAC_HMAC | MAC_GMAC
-except ImportError:  # pragma: no cover - HMAC only
-    MAC_OFFERED = MAC_HMAC
+MAC_OFFERED = MAC_HMAC | MAC_GMAC
 
 log = logging.getLogger(__name__)
 
@@ -144,14 +130,22 @@ class _Unpickler(pickle.Unpickler):
     builtins and xdl_ec; any other global is refused (an authenticated peer still cannot make this process run
     code by a message)."""
 
+    _found: Dict[Tuple[str, str], Any] = {}  # globals already resolved and allowed (every message names some)
+
     def find_class(self, module: str, name: str) -> Any:
+        found = self._found.get((module, name))
+        if found is not None:
+            return found
         if (module, name) in _NUMPY_GLOBALS or (module, name) in _XDL_GLOBALS:
-            return super().find_class(module, name)
-        if _allowed_exception(module, name):
             found = super().find_class(module, name)
-            if isinstance(found, type) and issubclass(found, BaseException):
-                return found
-        raise pickle.UnpicklingError(f"a direct link message may not name {module}.{name}")
+        elif _allowed_exception(module, name):
+            found = super().find_class(module, name)
+            if not (isinstance(found, type) and issubclass(found, BaseException)):
+                found = None
+        if found is None:
+            raise pickle.UnpicklingError(f"a direct link message may not name {module}.{name}")
+        self._found[(module, name)] = found
+        return found
 
 
 def _array(buffer: Any, dtype: str, shape: Tuple[int, ...]) -> np.ndarray:
@@ -166,15 +160,20 @@ def _array(buffer: Any, dtype: str, shape: Tuple[int, ...]) -> np.ndarray:
         raise pickle.UnpicklingError(f"a direct link message's array is malformed: {err}") from None
 
 
-class _Pickler(pickle.Pickler):
-    """Pickles a C-contiguous array of numbers or bools as (its bytes out of band, ``dtype.str``, shape), rebuilt
-    by :func:`_array`: a third of the time of numpy's own reduction (which pickles the dtype object), a step's
-    cost on every request and answer. Other arrays go numpy's way."""
+def _reduce_array(obj: np.ndarray) -> Any:
+    """A C-contiguous array of numbers or bools as (its bytes out of band, ``dtype.str``, shape), rebuilt by
+    :func:`_array`: a third of the time of numpy's own reduction (which pickles the dtype object), a step's cost on
+    every request and answer. Other arrays go numpy's way."""
+    if obj.dtype.kind in _ARRAY_KINDS and obj.flags.c_contiguous:
+        return _array, (pickle.PickleBuffer(obj), obj.dtype.str, obj.shape)
+    return obj.__reduce_ex__(5)
 
-    def reducer_override(self, obj: Any) -> Any:
-        if type(obj) is np.ndarray and obj.dtype.kind in _ARRAY_KINDS and obj.flags.c_contiguous:
-            return _array, (pickle.PickleBuffer(obj), obj.dtype.str, obj.shape)
-        return NotImplemented
+
+class _Pickler(pickle.Pickler):
+    """Pickles numpy arrays with :func:`_reduce_array`. A dispatch table, not ``reducer_override``: the pickler
+    looks the table up in C, where ``reducer_override`` is a Python call for every tuple and list of a message."""
+
+    dispatch_table = {**copyreg.dispatch_table, np.ndarray: _reduce_array}
 
 
 def encode(obj: Any) -> Tuple[bytes, List[memoryview]]:
@@ -202,41 +201,10 @@ def _error_answer(err: BaseException) -> BaseException:
     return RuntimeError(f"{cls.__module__}.{cls.__qualname__}: {err}")
 
 
-class _Session:
-    """One authenticated connection's MAC (``algorithm``, under ``key``) and the counters of its two directions.
-    A MAC covers the direction, the kind (header or payload) and the message's counter: with AES-GMAC those are
-    its nonce, never used twice under one key."""
-
-    __slots__ = ("_key", "_aes", "_gcm", "algorithm", "out_label", "in_label", "sent", "received")
-
-    def __init__(self, key: bytes, caller: bool, algorithm: int = MAC_HMAC) -> None:
-        self._key = key
-        self.algorithm = algorithm
-        # GMAC under a key of its own (the HMAC key never doubles as an AES key)
-        gmac_key = hmac.digest(key, b"xdl-ec direct gmac key", "sha256")
-        self._aes = algorithms.AES(gmac_key) if algorithm == MAC_GMAC else None
-        self._gcm = AESGCM(gmac_key) if algorithm == MAC_GMAC else None  # the same MAC in one call
-        self.out_label, self.in_label = (b"C", b"R") if caller else (b"R", b"C")
-        self.sent = self.received = 0
-
-    def mac(self, label: bytes, kind: bytes, counter: int, *parts: Any, size: int = 0) -> bytes:
-        """The MAC of ``parts`` (``size`` bytes in all: GMAC from GMAC_MIN_BYTES, when negotiated)."""
-        if self._aes is not None and size >= GMAC_MIN_BYTES:
-            nonce = label + kind + b"\0\0" + _COUNTER.pack(counter)
-            if size <= ONE_SHOT_MAX_BYTES:  # GCM of no plaintext: its tag is the GMAC of the associated data
-                return self._gcm.encrypt(nonce, b"", b"".join(parts)) + bytes(16)
-            mac = Cipher(self._aes, modes.GCM(nonce)).encryptor()
-            for part in parts:
-                mac.authenticate_additional_data(part)
-            mac.finalize()
-            return mac.tag + bytes(16)
-        prefix = label + kind + _COUNTER.pack(counter)
-        if size <= ONE_SHOT_MAX_BYTES:
-            return hmac.digest(self._key, b"".join((prefix, *parts)), "sha256")
-        h = hmac.new(self._key, prefix, "sha256")
-        for part in parts:
-            h.update(part)  # hashlib releases the GIL on large buffers
-        return h.digest()
+def _session(key: bytes, caller: bool, algorithm: int = MAC_HMAC) -> Any:
+    """One authenticated connection's messages under session key ``key`` (see the module docstring): a native
+    :class:`xdl_ec._core.LinkSession`, which keeps the counters of both directions."""
+    return _core.LinkSession(key, algorithm, caller)
 
 
 def _proofs(secret: Any, hello: bytes, nonce: bytes, choice: bytes) -> Tuple[bytes, bytes, bytes]:
@@ -253,84 +221,33 @@ def _choose(offered: int) -> int:
 
 
 
-def _send_all(conn: socket.socket, parts: List[Any]) -> None:
-    """Every byte of ``parts`` (bytes-likes) with as few ``sendmsg`` calls as the kernel allows."""
-    views = [memoryview(p).cast("B") for p in parts if len(memoryview(p).cast("B"))]
-    while views:
-        sent = conn.sendmsg(views[:1024])
-        while sent and views:
-            first = views[0]
-            if sent >= len(first):
-                sent -= len(first)
-                views.pop(0)
-            else:
-                views[0] = first[sent:]
-                sent = 0
-
-
-def _padding(offset: int) -> int:
-    return -offset % _ALIGN
-
-
-def send_message(conn: socket.socket, session: _Session, obj: Any) -> int:
+def send_message(conn: socket.socket, session: Any, obj: Any) -> int:
     """Sends ``obj`` as one message (one ``sendmsg`` where the kernel takes it all); returns its bytes.
 
     Wire form: header ``<QIQ`` (pickle bytes, buffer count, body bytes) + its MAC, then the body: the buffers'
     lengths (``<Q`` each), the pickle, and each buffer at the next multiple of 64 bytes of the body (zero bytes
-    between), then the MAC of header and body."""
+    between), then the MAC of header and body (framed and MACed by the session, in place)."""
     data, buffers = encode(obj)
-    lengths = b"".join(_LENGTH.pack(b.nbytes) for b in buffers)
-    body: List[Any] = [lengths, data]
-    offset = len(lengths) + len(data)
-    for b in buffers:
-        pad = _padding(offset)
-        if pad:
-            body.append(_PAD[:pad])
-        body.append(b)
-        offset += pad + b.nbytes
-    header = _HEADER.pack(len(data), len(buffers), offset)
-    counter = session.sent
-    head_tag = session.mac(session.out_label, b"H", counter, header)
-    tag = session.mac(session.out_label, b"P", counter, header, *body, size=offset)
-    _send_all(conn, [header, head_tag, *body, tag])
-    session.sent += 1
-    return len(header) + offset + 2 * _TAG
+    try:
+        return session.send(conn.fileno(), data, buffers)
+    except _core.LinkClosed as err:
+        raise LinkBroken(str(err)) from None
 
 
-def recv_message(conn: socket.socket, session: _Session, deadline: Optional[float] = None,
+def recv_message(conn: socket.socket, session: Any, deadline: Optional[float] = None,
                  max_payload: int = MAX_PAYLOAD_BYTES) -> Any:
-    """The next message, checked (two reads: header, then body); LinkBroken or _Refused (a MAC that does not
-    match, a message too large). Arrays are unpickled in place from the body (aligned, writable)."""
-    tag_size = _TAG
-    head = recv_exactly(conn, _HEADER.size + tag_size, deadline)
-    header = bytes(head[:_HEADER.size])
-    counter = session.received
-    if not hmac.compare_digest(bytes(head[_HEADER.size:]), session.mac(session.in_label, b"H", counter, header)):
-        raise _Refused("a message header failed its MAC (altered, replayed or out of order)")
-    size, count, total = _HEADER.unpack(header)
-    if count > MAX_BUFFERS or total > max_payload or size + count * _LENGTH.size > total:
-        raise _Refused(f"a message of {total} bytes and {count} buffers (at most {max_payload} bytes, "
-                       f"{MAX_BUFFERS} buffers)")
-    raw = np.empty(total + tag_size + _ALIGN, np.uint8)
-    start = -raw.ctypes.data % _ALIGN
-    body = raw[start:start + total + tag_size]  # 64-byte aligned: so is every array in it
-    recv_exactly(conn, total + tag_size, deadline, into=body)
-    view = memoryview(body)
-    if not hmac.compare_digest(bytes(view[total:]), session.mac(session.in_label, b"P", counter, header,
-                                                                view[:total], size=total)):
-        raise _Refused("a message failed its MAC (altered on the way)")
-    offset = count * _LENGTH.size
-    lengths = struct.unpack_from(f"<{count}Q", body, 0) if count else ()
-    data = view[offset:offset + size]
-    offset += size
-    buffers = []
-    for n in lengths:
-        offset += _padding(offset)
-        if offset + n > total:
-            raise _Refused("a message's buffers overrun its body")
-        buffers.append(view[offset:offset + n])
-        offset += n
-    session.received += 1
+    """The next message, checked (two reads: header, then body); LinkBroken, socket.timeout past ``deadline``
+    (time.monotonic()) or _Refused (a MAC that does not match, a message too large). Arrays are unpickled in
+    place from the message (aligned, writable)."""
+    timeout = None if deadline is None else deadline - time.monotonic()
+    try:
+        data, buffers = session.receive(conn.fileno(), timeout, max_payload)
+    except _core.LinkRejected as err:
+        raise _Refused(str(err)) from None
+    except _core.LinkTimeout as err:
+        raise socket.timeout(str(err)) from None
+    except _core.LinkClosed as err:
+        raise LinkBroken(str(err)) from None
     return decode(data, buffers)
 
 
@@ -364,7 +281,7 @@ class LinkServer(LinkListener):
     def _describe(self) -> str:
         return f"direct link of {self.role} {self.obj.index}"
 
-    def _authenticate(self, conn: socket.socket, peer: str) -> Tuple[_Session, int]:
+    def _authenticate(self, conn: socket.socket, peer: str) -> Tuple[Any, int]:
         deadline = time.monotonic() + HANDSHAKE_SECONDS
         try:
             magic = bytes(recv_exactly(conn, len(_MAGIC), deadline))
@@ -392,9 +309,9 @@ class LinkServer(LinkListener):
         except LinkBroken as err:
             raise _Refused(f"refused {peer}: it closed the connection during the handshake ({err})") from None
         conn.settimeout(None)
-        return _Session(key, caller=False, algorithm=algorithm), caller
+        return _session(key, caller=False, algorithm=algorithm), caller
 
-    def _converse(self, conn: socket.socket, peer: str, authenticated: Tuple[_Session, int]) -> None:
+    def _converse(self, conn: socket.socket, peer: str, authenticated: Tuple[Any, int]) -> None:
         session, caller = authenticated
         who = f"{peer} (caller {caller})"
         while True:
@@ -487,7 +404,7 @@ class Link:
         self.offer = MAC_OFFERED if offer is None else offer  # MACs this end offers (bits)
 
         self._conn: Optional[socket.socket] = None
-        self._session: Optional[_Session] = None
+        self._session: Any = None  # the connection's LinkSession
         self._waiting: Deque[LinkFuture] = collections.deque()
         self._lock = threading.RLock()
         self.calls = 0
@@ -522,7 +439,7 @@ class Link:
         if not algorithm & self.offer:
             conn.close()
             raise LinkRefused(f"{self.handle.role} {self.handle.index} chose MAC {algorithm}, not one offered")
-        self._conn, self._session = conn, _Session(key, caller=True, algorithm=algorithm)
+        self._conn, self._session = conn, _session(key, caller=True, algorithm=algorithm)
 
     def call(self, method: str, *args: Any) -> LinkFuture:
         """Sends ``method(*args)``; a failure to connect or send is the future's error, never raised here (a call

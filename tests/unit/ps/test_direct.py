@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import Any, Iterator, List, Tuple
 
@@ -23,6 +24,7 @@ import pytest
 from xdl_ec.job_secret import JobSecret
 from xdl_ec.ps import direct
 from xdl_ec.ps.backend import CallTimeout, Handle, ServerLost
+from xdl_ec.link_socket import recv_exactly
 from xdl_ec.ps.direct import Link, LinkedHandle, LinkHost, LinkRefused
 
 SECRET = JobSecret.generate()
@@ -97,7 +99,7 @@ def test_arrays_travel_out_of_band_and_answers_come_in_order(offer: Any, algorit
                 assert rows.shape == (want.size, 3) and rows.dtype == np.float32 and rows.flags.writeable
                 assert rows.ctypes.data % 64 == 0 and got.ctypes.data % 64 == 0
                 np.testing.assert_array_equal(rows[:, 2], want.astype(np.float32))
-        assert link._session.algorithm == algorithm
+        assert link._session.mac == algorithm
         assert link.call("ping").result(10.0) == 0
         data, buffers = direct.encode(("pull", [("t", keys[3])]))
         assert len(buffers) == 1 and len(data) < 200  # the keys are not in the pickle
@@ -228,21 +230,37 @@ def test_a_stranger_and_a_stale_address_get_nothing(caplog: pytest.LogCaptureFix
 
 
 class _Tap:
-    """Wraps a Link's socket to record (and optionally alter) what it sends."""
+    """Sits on the wire between a Link and its role: the Link's connection becomes one end of a socket pair whose
+    other end this relays to the role, a message at a time (recorded in ``sent``, altered by ``alter`` when set);
+    the role's answers are relayed back. ``conn``: the end the Link's session now writes to."""
 
-    def __init__(self, conn: socket.socket) -> None:
-        self.conn, self.sent, self.alter = conn, [], None
+    def __init__(self, link: Link) -> None:
+        self.real = link._conn
+        self.conn, self._far = socket.socketpair()
+        link._conn = self.conn
+        self.sent: List[bytes] = []
+        self.alter: Any = None
+        threading.Thread(target=self._up, daemon=True).start()
+        threading.Thread(target=self._down, daemon=True).start()
 
-    def sendmsg(self, views: List[Any]) -> int:
-        data = b"".join(bytes(v) for v in views)
-        self.sent.append(data)
-        if self.alter is not None:
-            data = self.alter(data)
-        self.conn.sendall(data)
-        return sum(len(v) for v in views)
+    def _up(self) -> None:
+        try:
+            while True:
+                head = bytes(recv_exactly(self._far, 52))  # header <QIQ and its MAC
+                message = head + bytes(recv_exactly(self._far, int.from_bytes(head[12:20], "little") + 32))
+                self.sent.append(message)
+                self.real.sendall(message if self.alter is None else self.alter(message))
+        except OSError:
+            pass
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.conn, name)
+    def _down(self) -> None:
+        try:
+            while data := self.real.recv(1 << 16):
+                self._far.sendall(data)
+        except OSError:
+            pass
+        self._far.shutdown(socket.SHUT_RDWR)  # not only close: _up's recv on it would keep it open
+        self._far.close()
 
 
 @pytest.mark.parametrize("attack", ["altered", "replayed", "foreign global"])
@@ -250,8 +268,7 @@ def test_an_altered_replayed_or_foreign_message_closes_the_connection(
         attack: str, linked: Tuple[_Role, Link], caplog: pytest.LogCaptureFixture) -> None:
     role, link = linked
     assert link.call("ping").result(10.0) == 0
-    tap = _Tap(link._conn)
-    link._conn = tap
+    tap = _Tap(link)
     before = len(role.calls)
     with caplog.at_level(logging.WARNING, logger="xdl_ec.ps.direct"):
         if attack == "altered":
@@ -259,7 +276,7 @@ def test_an_altered_replayed_or_foreign_message_closes_the_connection(
             future = link.call("pull", [("t", np.arange(5))])
         elif attack == "replayed":
             assert len(link.call("pull", [("t", np.arange(5))]).result(10.0)) == 1
-            tap.conn.sendall(tap.sent[-1])  # the same bytes again: their counter is spent
+            tap.real.sendall(tap.sent[-1])  # the same bytes again: their counter is spent
             future = link.call("ping")
         else:  # a member's message whose pickle names os.system: refused before anything runs
             crafted = pickle.dumps(("pull", (os.system, "true")), protocol=5)
