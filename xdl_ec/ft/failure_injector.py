@@ -34,8 +34,9 @@ class FailureInjector:
         if kills:
             view.quiesce()
             for k in kills:
+                killed_at = time.perf_counter()  # detection is timed from the kill, which waits for the death
                 view.kill(k.role, k.index)
-                self._injected.append({"step": step, "role": k.role, "index": k.index, "time": time.perf_counter()})
+                self._injected.append({"step": step, "role": k.role, "index": k.index, "time": killed_at})
 
     def detect_seconds(self, role: str, index: int) -> float:
         """Seconds from the injected kill of (role, index) to now (0.0 when its death was not injected)."""

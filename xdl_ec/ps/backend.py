@@ -27,6 +27,7 @@ from .api import RoleAPI
 from .remote import Remote
 
 DEFAULT_TIMEOUT = 300.0  # seconds a call may take before it counts as hung (a step is far shorter)
+KILL_SECONDS = 30.0  # a killed actor that still answers after this long is an error
 
 
 class RoleLost(RuntimeError):
@@ -434,10 +435,17 @@ class RayBackend:
         return renamed
 
     def kill(self, handle: RayHandle) -> None:
-        """Kills the actor's process (SIGKILL semantics: nothing it held survives)."""
+        """Kills the actor's process (SIGKILL semantics: nothing it held survives) and returns once it no longer
+        answers: ``ray.kill`` only asks, so a call sent right after it (a step's, over a direct link) could still be
+        served, and an injected kill would then miss the step it was meant for."""
         import ray
 
         ray.kill(handle.actor, no_restart=True)
+        deadline = time.monotonic() + KILL_SECONDS
+        while self.alive(handle, 1.0):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{handle.role} {handle.index} still answers {KILL_SECONDS:g} s after ray.kill")
+            time.sleep(0.005)
 
     def alive(self, handle: RayHandle, timeout: float = 5.0) -> bool:
         """True when the actor answers a ping within ``timeout``."""
