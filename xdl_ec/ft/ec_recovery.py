@@ -14,7 +14,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .. import _core
-from ..ps.backend import CallTimeout, WorkerLost
+from ..ps.backend import KILL_SECONDS, CallTimeout, KillTimeout, WorkerLost
 from ..ps.fault_tolerance import Unrecoverable
 from ..ps.remote import Remote
 from .parity_agent import ParityAgent, consistent_decode, holders_of, parity_agent_for, stripe_reads
@@ -22,7 +22,6 @@ from .parity_agent import ParityAgent, consistent_decode, holders_of, parity_age
 CALL_TIMEOUT = 120.0  # seconds one call of the recovery may take
 DRAIN_WAIT = 1.0  # seconds a server waits for its parity links in one drain call before answering "still pending"
 DRAIN_TIMEOUT = 120.0  # seconds survivors may take to have every pending delta applied by the live holders
-STOP_WAIT = 30.0  # seconds a killed remnant of a lost server may take to be gone (a Ray actor's process exit)
 SETTLE_ATTEMPTS = 5  # rollbacks of a lost server's stream before its holders must have stopped moving
 STRIPE_TIMEOUT = 120.0  # seconds one batch of stripes may take to be decoded and written consistently
 REBUILD_BATCH = 8  # stripes a background rebuild decodes per round of reads (one call per server, not per stripe)
@@ -150,20 +149,18 @@ class RecoveryCoordinator:
         """I5: kills every server of ``lost`` still running (a replacement whose rebuild was cut short by another
         loss) and waits until it is gone, before any holder's record of it is read or rolled back: a batch it
         delivered after the rollback would leave its holders disagreeing on its seq for good, and every decode
-        would wait for them to agree. In one process the kill returns once its forwarder delivers
-        nothing more (DeltaForwarder::Close); a Ray actor is probed until it is dead."""
+        would wait for them to agree. A kill returns once the server is gone: in one process once its forwarder
+        delivers nothing more (DeltaForwarder::Close), on Ray once the actor no longer answers."""
         view = self.view
         for p in lost:
             if ("server", p) in view.dead() and not view.server_alive(p, 1.0):
                 continue
-            view.kill("server", p)
-            deadline = time.monotonic() + STOP_WAIT
-            while view.server_alive(p, 1.0):
-                if time.monotonic() > deadline:
-                    raise RecoveryTimeout(f"recovery: server {p}'s replacement, whose rebuild was cut short, was "
-                                          f"killed but still answers after {STOP_WAIT:g} s; its parity cannot be "
-                                          f"rolled back while it may still send")
-                time.sleep(0.05)
+            try:
+                view.kill("server", p)
+            except KillTimeout:
+                raise RecoveryTimeout(f"recovery: server {p}'s replacement, whose rebuild was cut short, was killed "
+                                      f"but still answers after {KILL_SECONDS:g} s; its parity cannot be rolled "
+                                      f"back while it may still send") from None
 
     def roll_back(self, lost: Sequence[int], survivors: Sequence[int], progress: Dict[int, Dict[str, Any]]
                   ) -> Tuple[Dict[int, int], Dict[int, Dict[int, int]], List[Tuple[int, int]]]:

@@ -30,6 +30,10 @@ DEFAULT_TIMEOUT = 300.0  # seconds a call may take before it counts as hung (a s
 KILL_SECONDS = 30.0  # a killed actor that still answers after this long is an error
 
 
+class KillTimeout(RuntimeError):
+    """A killed role still answers ``KILL_SECONDS`` after the kill."""
+
+
 class RoleLost(RuntimeError):
     """A role (server or worker) died or stopped answering; names the role and its index."""
 
@@ -444,7 +448,7 @@ class RayBackend:
         deadline = time.monotonic() + KILL_SECONDS
         while self.alive(handle, 1.0):
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{handle.role} {handle.index} still answers {KILL_SECONDS:g} s after ray.kill")
+                raise KillTimeout(f"{handle.role} {handle.index} still answers {KILL_SECONDS:g} s after ray.kill")
             time.sleep(0.005)
 
     def alive(self, handle: RayHandle, timeout: float = 5.0) -> bool:
