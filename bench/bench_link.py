@@ -27,6 +27,7 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import numpy as np
 
+from xdl_ec.benchmark.machine_cpu import process_cpu_seconds
 from xdl_ec.job_secret import JobSecret
 from xdl_ec.ps.backend import Handle
 from xdl_ec.ps.direct import Link
@@ -53,18 +54,6 @@ def _serve(secret: JobSecret, dim: int, addresses: Any) -> None:
     addresses.put(server.open_links(secret))
     while True:
         time.sleep(3600)
-
-
-def _process_cpu(pid: int) -> float:
-    """CPU seconds of every thread of ``pid`` so far (schedstat: nanoseconds)."""
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except OSError:
-            continue
-    return total / 1e9
 
 
 def _median_range(values: List[float]) -> str:
@@ -116,11 +105,11 @@ def main() -> None:
         cpu: Dict[str, float] = {}
         for side in order:
             one = call(side)
-            w0, c0, s0 = time.perf_counter(), time.process_time(), _process_cpu(child.pid)
+            w0, c0, s0 = time.perf_counter(), time.process_time(), process_cpu_seconds([child.pid])
             for _ in range(args.calls):
                 one()
             wall = time.perf_counter() - w0
-            caller, server = time.process_time() - c0, _process_cpu(child.pid) - s0
+            caller, server = time.process_time() - c0, process_cpu_seconds([child.pid]) - s0
             if side != "link":
                 server = 0.0  # the child serves only the link (its idle threads' CPU is not the in-process call's)
             n = args.calls

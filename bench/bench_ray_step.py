@@ -38,7 +38,7 @@ from typing import Any, Dict, List, Optional
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from xdl_ec.benchmark.machine_cpu import busy_cpu_seconds  # noqa: E402
+from xdl_ec.benchmark.machine_cpu import busy_cpu_seconds, process_cpu_seconds  # noqa: E402
 from xdl_ec.criteo_job import TrainConfig, criteo_job  # noqa: E402
 from xdl_ec.ft.ec_strategy import ErasureCoded  # noqa: E402
 from xdl_ec.ps import ClusterConfig, PSTrainer, RunSettings  # noqa: E402
@@ -48,19 +48,6 @@ from xdl_ec.ps.remote import Remote  # noqa: E402
 
 WORKER_PHASES = ("set_weights", "pull_wait", "data_wait", "compute", "push")
 LOOP_PARTS = ("call", "dense", "boundary")
-
-
-def _process_cpu_seconds(pids: List[int]) -> float:
-    """user + system CPU seconds of ``pids`` (every thread) so far; a process gone counts 0."""
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of proc(5))
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 def _ray_pids(trainer: PSTrainer) -> List[int]:
@@ -118,17 +105,17 @@ class Side:
     def snapshot(self) -> Snapshot:
         t = self.trainer
         worker = t.result(t.worker(0).stats())
-        return Snapshot(time.perf_counter(), busy_cpu_seconds(), _process_cpu_seconds(self.pids), t.samples,
+        return Snapshot(time.perf_counter(), busy_cpu_seconds(), process_cpu_seconds(self.pids), t.samples,
                         t.step, dict(t.loop_seconds), t.dense_bytes, worker)
 
     def turn(self, steps: int, record: bool = True) -> None:
         t = self.trainer
         before = self.snapshot()
-        wall, machine, own = time.perf_counter(), busy_cpu_seconds(), _process_cpu_seconds(self.pids)
+        wall, machine, own = time.perf_counter(), busy_cpu_seconds(), process_cpu_seconds(self.pids)
         t.fit(steps=steps)
         if isinstance(t.strategy, ErasureCoded):
             t.strategy.drain()  # the turn's parity work is the turn's
-        wall, machine_end, own = time.perf_counter() - wall, busy_cpu_seconds(), _process_cpu_seconds(self.pids) - own
+        wall, machine_end, own = time.perf_counter() - wall, busy_cpu_seconds(), process_cpu_seconds(self.pids) - own
         after = self.snapshot()
         if not record:
             return
