@@ -128,11 +128,16 @@ class LinkSession::MacState {
     char digest[] = "SHA256";
     const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
                                  OSSL_PARAM_construct_end()};
-    if (!hmac_ || EVP_MAC_init(hmac_, key, kKeyBytes, params) != 1) Release(), Fail("HMAC set-up");
+    // a throwing constructor runs no destructor: free what was made before failing
+    if (!hmac_ || EVP_MAC_init(hmac_, key, kKeyBytes, params) != 1) {
+      Release();
+      Fail("HMAC set-up");
+    }
     if (gmac_key != nullptr) {
       gcm_ = EVP_CIPHER_CTX_new();
       if (!gcm_ || EVP_EncryptInit_ex(gcm_, EVP_aes_256_gcm(), nullptr, gmac_key, nullptr) != 1) {
-        Release(), Fail("AES-GCM set-up");
+        Release();
+        Fail("AES-GCM set-up");
       }
     }
   }
