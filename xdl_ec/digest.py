@@ -26,6 +26,8 @@ def _records(exports: Iterable[Mapping[str, np.ndarray]]) -> bytes:
     keys, values, state = [], [], []
     for export in exports:
         k = np.asarray(export["keys"], dtype=np.int64).reshape(-1)
+        if k.size == 0:
+            continue  # an empty shard (e.g. a server restored before any row reached it) adds no record
         keys.append(k)
         values.append(np.asarray(export["values"], dtype=np.float32).reshape(k.size, -1))
         state.append(np.asarray(export["state"], dtype=np.float32).reshape(k.size, -1))

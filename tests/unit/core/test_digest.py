@@ -53,3 +53,11 @@ def test_tables_are_hashed_in_order_and_one_table_keeps_its_bytes() -> None:
     assert model_digest([[a], [b]], weights, opt) != model_digest([[b], [a]], weights, opt)
     # one table split over shards: the same bytes as the table whole
     assert model_digest([[export([1, 2, 3])]], weights, opt) == model_digest([[a, b]], weights, opt)
+
+
+def test_an_empty_shard_adds_nothing() -> None:
+    empty = {"keys": np.zeros(0, np.int64), "values": np.zeros((0, 2), np.float32),
+             "state": np.zeros((0, 2), np.float32)}
+    weights, opt = [np.ones(2, np.float32)], [np.zeros(1, np.float32)]
+    assert model_digest([[export([5, 1]), empty]], weights, opt) == model_digest([[export([5, 1])]], weights, opt)
+    assert model_digest([[empty]], weights, opt) == model_digest([[]], weights, opt)
