@@ -337,6 +337,9 @@ def connect_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -
             except ImportError:  # a Ray without token authentication: nothing to refresh
                 pass
         kwargs["num_cpus"] = num_cpus if num_cpus is not None else os.cpu_count()
+        # Ray prestarts a task worker per CPU for the first driver; every role here is an actor with a process
+        # of its own, so those idle workers only cost CPU (measured ~1% of a Ray step's on 2 cores)
+        kwargs["_system_config"] = {"prestart_worker_first_driver": False}
     ray.init(address=address, runtime_env=ray_runtime_env(), **kwargs)
     warn_if_unauthenticated_cluster()
 

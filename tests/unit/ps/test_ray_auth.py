@@ -1,5 +1,5 @@
-"""Ray's own authentication: a Ray that xdl-ec starts requires Ray's token; connecting to a cluster of
-several nodes without authentication warns once."""
+"""The Ray that xdl-ec starts (connect_ray): it requires Ray's token and prestarts no idle task workers;
+connecting to a cluster of several nodes without authentication warns once."""
 
 from __future__ import annotations
 
@@ -37,6 +37,39 @@ def test_a_ray_xdl_ec_starts_requires_the_token() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     assert "mode token True" in done.stdout and "answer 42" in done.stdout, done.stdout
     assert "stranger refused True" in done.stdout, done.stdout
+
+
+@pytest.mark.ray
+def test_a_ray_xdl_ec_starts_has_no_idle_task_workers() -> None:
+    """Roles are actors with processes of their own: the Ray connect_ray starts prestarts no task workers (Ray's
+    default starts one per CPU, ray::IDLE processes under the raylet, right at ray.init)."""
+    pytest.importorskip("ray")
+    script = (
+        "import os, time, ray\n"
+        "from xdl_ec.ps.backend import connect_ray\n"
+        "connect_ray(num_cpus=2)\n"
+        "raylet = ray._private.worker._global_node.all_processes['raylet'][0].process.pid\n"
+        "def idle():\n"
+        "    found = []\n"
+        "    for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+        "        try:\n"
+        "            comm = open(f'/proc/{pid}/comm').read().strip()\n"
+        "            parent = int(open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[1])\n"
+        "        except (OSError, ValueError, IndexError):\n"
+        "            continue\n"
+        "        if parent == raylet and comm.startswith('ray::IDLE'):\n"
+        "            found.append(pid)\n"
+        "    return found\n"
+        "seen = []\n"
+        "for _ in range(10):\n"
+        "    seen += idle()\n"
+        "    time.sleep(0.2)\n"
+        "print('idle workers', len(seen))\n"
+        "ray.shutdown()\n")
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    done = subprocess.run([sys.executable, "-P", "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "idle workers 0" in done.stdout, done.stdout
 
 
 def test_a_multi_node_cluster_without_auth_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:
