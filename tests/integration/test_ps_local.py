@@ -411,6 +411,15 @@ def test_client_push_log_keeps_pushes_until_forgotten() -> None:
         assert sorted(client.push_log[0]) == [2] and sorted(client.push_log[1]) == [1, 2]
         with pytest.raises(ValueError, match=r"grads of table 't': must be \[len\(keys\), dim\]"):
             client.push({"t": (keys, np.ones((3, DIM), np.float32))}, step=3)
+        for step in (3, 4, 5):
+            client.push({"t": (keys, np.ones((40, DIM), np.float32))}, step=step)
+        assert sorted(client.push_log[0]) == [2, 3, 4, 5]
+        client.forget(0, 0)  # nothing durable yet
+        assert sorted(client.push_log[0]) == [2, 3, 4, 5]
+        client.forget(0, 3)  # drops the durable prefix only
+        assert sorted(client.push_log[0]) == [4, 5] and sorted(client.push_log[1]) == [1, 2, 3, 4, 5]
+        client.forget(0, 99)
+        assert client.push_log[0] == {}
     finally:
         backend.shutdown()
 
