@@ -14,7 +14,6 @@ every part is kept until its server reports it durable (``PushAck.durable``), to
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -279,8 +278,11 @@ class PSClient:
             log = self.push_log[server]
             # seqs are logged in increasing order and a dict keeps it: the durable ones are a prefix, so this costs
             # what it drops, not the log's length (a second of pushes or more, on every ack)
-            for s in list(itertools.takewhile(lambda s: s <= seq, log)):
-                del log[s]
+            while log:
+                first = next(iter(log))
+                if first > seq:
+                    break
+                del log[first]
 
     def enable_push_log(self) -> None:
         """Keeps every push from now on until its server reports it durable (``--ft ec``)."""
