@@ -19,8 +19,9 @@ Messages: ``pickle`` protocol 5 with out-of-band buffers, so numpy arrays are se
 memory (one ``sendmsg`` gathers header, pickle and every array; the receiver reads the message into one aligned
 buffer of its own, which the unpickled arrays then use: no copy beyond the kernel's). Framing, MACs and the socket
 I/O of a message are one call into the native :class:`xdl_ec._core.LinkSession` (``cpp/src/link_session.cc``),
-with the GIL released: in Python they were most of a small step's cost on Ray, on every request and answer. A request is ``(method, args)``, an answer
-``(True, value)`` or ``(False, error)``; the error is raised in the caller as Ray raises an actor's error's cause.
+with the GIL released: in Python they were most of a small step's cost on Ray, on every request and answer. A
+request is ``(method, args)``, an answer ``(True, value)`` or ``(False, error)``; the error is raised in the caller
+as Ray raises an actor's error's cause.
 Unpickling allows only plain data, numpy arrays and scalars, the few xdl_ec types a call carries and exception
 classes (:class:`_Unpickler`), and only after the message's MAC checked.
 
@@ -41,8 +42,9 @@ replayed, reordered or altered message fails): header ``<QIQ`` (pickle bytes, bu
 then the body (the buffers' lengths, the pickle, each buffer 64-byte aligned) and ``MAC(S, dir | "P" | counter |
 header | body)``; ``dir`` is ``C`` from the caller, ``R`` from the role; MAC is HMAC-SHA256, or for a body of
 16 KiB or more and M = GMAC, AES-256-GCM over no plaintext with header and body as associated data under
-``HMAC(S, "xdl-ec direct gmac key")`` and the nonce (dir, kind, counter), ~10x cheaper per byte. A peer that breaks the protocol is closed
-without an answer, and the role logs one warning naming it. No encryption (as Ray's own traffic): a trusted network.
+``HMAC(S, "xdl-ec direct gmac key")`` and the nonce (dir, kind, counter), ~10x cheaper per byte. A peer that
+breaks the protocol is closed without an answer, and the role logs one warning naming it. No encryption (as
+Ray's own traffic): a trusted network.
 
 
 Failures: a role whose process dies closes its connections, so a call in flight fails at once with the role's
@@ -94,8 +96,8 @@ _NONCE = 32
 _PROOF = 32  # HMAC-SHA256 of the handshake
 _CHOICE = struct.Struct("<B")  # the MAC the role chose
 
-# message MACs: HMAC-SHA256, or for bodies of 16 KiB and more AES-GMAC (AES-256-GCM over no plaintext, the
-# body as its associated data): ~25 GB/s instead of ~2 (a 2048-sample step moves ~2 MB each way). Both are
+# message MACs: HMAC-SHA256, or for bodies of 16 KiB and more AES-GMAC (AES-256-GCM over no plaintext, header
+# and body as its associated data): ~25 GB/s instead of ~2 (a 2048-sample step moves ~2 MB each way). Both are
 # computed by the native LinkSession (libcrypto), which frames, MACs, sends and receives every message.
 MAC_HMAC, MAC_GMAC = 1, 2
 MAC_OFFERED = MAC_HMAC | MAC_GMAC
