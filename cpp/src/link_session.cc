@@ -40,6 +40,10 @@ uint64_t GetLe(const uint8_t* in, int bytes) {
 
 using Clock = std::chrono::steady_clock;
 
+Clock::time_point Deadline(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
 // Waits until `fd` is ready for `events`, at most until `deadline` (none: forever); false when it passed.
 bool Wait(int fd, short events, bool has_deadline, Clock::time_point deadline,
           const std::function<void()>& interrupted) {
@@ -86,8 +90,10 @@ void ReadAll(int fd, uint8_t* out, size_t size, bool has_deadline, Clock::time_p
   }
 }
 
-void WriteAll(int fd, std::vector<iovec>& iov, const std::function<void()>& interrupted) {
-  size_t i = 0;
+void WriteAll(int fd, std::vector<iovec>& iov, bool has_deadline, Clock::time_point deadline,
+              const std::function<void()>& interrupted) {
+  size_t i = 0, sent = 0, total = 0;
+  for (const iovec& v : iov) total += v.iov_len;
   while (i < iov.size()) {
     if (iov[i].iov_len == 0) {
       ++i;
@@ -96,17 +102,22 @@ void WriteAll(int fd, std::vector<iovec>& iov, const std::function<void()>& inte
     msghdr msg{};
     msg.msg_iov = &iov[i];
     msg.msg_iovlen = std::min(iov.size() - i, kIovMax);
-    ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    // With a deadline never block in the kernel: a peer that stopped reading must not hold this thread forever.
+    ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL | (has_deadline ? MSG_DONTWAIT : 0));
     if (n < 0) {
       if (errno == EINTR) {
         interrupted();
       } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        Wait(fd, POLLOUT, false, Clock::time_point(), interrupted);
+        if (!Wait(fd, POLLOUT, has_deadline, deadline, interrupted)) {
+          throw LinkTimeout("timed out after sending " + std::to_string(sent) + " of " + std::to_string(total) +
+                            " bytes (the peer stopped reading)");
+        }
       } else {
         throw LinkClosed(std::string("connection broke: ") + std::strerror(errno));
       }
       continue;
     }
+    sent += static_cast<size_t>(n);
     while (n > 0 && i < iov.size()) {
       const size_t take = std::min(static_cast<size_t>(n), iov[i].iov_len);
       iov[i].iov_base = static_cast<uint8_t*>(iov[i].iov_base) + take;
@@ -244,7 +255,7 @@ void LinkSession::PayloadMac(MacState& state, char label, uint64_t counter, cons
   state.HmacEnd(tag);
 }
 
-size_t LinkSession::Send(int fd, Span pickle, const std::vector<Span>& buffers,
+size_t LinkSession::Send(int fd, Span pickle, const std::vector<Span>& buffers, double timeout_seconds,
                          const std::function<void()>& interrupted) {
   if (buffers.size() > kMaxBuffers) {
     throw std::invalid_argument("LinkSession.send: " + std::to_string(buffers.size()) + " buffers, at most " +
@@ -275,7 +286,8 @@ size_t LinkSession::Send(int fd, Span pickle, const std::vector<Span>& buffers,
   iov.push_back({head_tag, kTagBytes});
   for (const Span& p : body) iov.push_back({const_cast<uint8_t*>(p.data), p.size});
   iov.push_back({tag, kTagBytes});
-  WriteAll(fd, iov, interrupted);
+  const bool has_deadline = timeout_seconds >= 0;
+  WriteAll(fd, iov, has_deadline, has_deadline ? Deadline(timeout_seconds) : Clock::time_point(), interrupted);
   ++sent_;
   return kHeaderBytes + offset + 2 * kTagBytes;
 }
@@ -283,9 +295,7 @@ size_t LinkSession::Send(int fd, Span pickle, const std::vector<Span>& buffers,
 LinkSession::Message LinkSession::Receive(int fd, double timeout_seconds, uint64_t max_payload,
                                           const std::function<void()>& interrupted) {
   const bool has_deadline = timeout_seconds >= 0;
-  const auto deadline = has_deadline ? Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                          std::chrono::duration<double>(timeout_seconds))
-                                     : Clock::time_point();
+  const auto deadline = has_deadline ? Deadline(timeout_seconds) : Clock::time_point();
   uint8_t head[kHeaderBytes + kTagBytes], expected[kTagBytes];
   ReadAll(fd, head, sizeof(head), has_deadline, deadline, interrupted);
   HeaderMac(*in_, in_label_, received_, head, expected);
@@ -294,9 +304,11 @@ LinkSession::Message LinkSession::Receive(int fd, double timeout_seconds, uint64
   }
   const uint64_t pickle_size = GetLe(head, 8), count = GetLe(head + 8, 4), total = GetLe(head + 12, 8);
   if (count > kMaxBuffers || total > max_payload || pickle_size > total || 8 * count > total - pickle_size) {
-    throw LinkRejected("a message of " + std::to_string(total) + " bytes and " + std::to_string(count) +
-                       " buffers (at most " + std::to_string(max_payload) + " bytes, " +
-                       std::to_string(kMaxBuffers) + " buffers)");
+    const std::string what = "a message of " + std::to_string(total) + " bytes and " + std::to_string(count) +
+                             " buffers (at most " + std::to_string(max_payload) + " bytes, " +
+                             std::to_string(kMaxBuffers) + " buffers)";
+    if (total > max_payload) throw LinkOversized(what);
+    throw LinkRejected(what);
   }
   Message m;
   m.size = (kBodyOffset + total + kTagBytes + kAlign - 1) / kAlign * kAlign;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cstring>
 #include <numeric>
 #include <stdexcept>
@@ -77,7 +78,7 @@ TEST_P(LinkSessionTest, MessagesArriveWholeAlignedAndInOrder) {
   for (size_t big : {size_t{0}, size_t{100}, size_t{40000}}) {
     const auto pickle = Bytes(13, 3), a = Bytes(big, 5), b = Bytes(7, 9);
     const size_t sent = caller.Send(pair.caller, {pickle.data(), pickle.size()},
-                                    {{a.data(), a.size()}, {b.data(), b.size()}}, kNoSignals);
+                                    {{a.data(), a.size()}, {b.data(), b.size()}}, -1.0, kNoSignals);
     const auto m = role.Receive(pair.role, 5.0, 1 << 20, kNoSignals);
     EXPECT_EQ(At(m, m.pickle), pickle);
     ASSERT_EQ(m.buffers.size(), 2u);
@@ -88,7 +89,7 @@ TEST_P(LinkSessionTest, MessagesArriveWholeAlignedAndInOrder) {
   }
   // and back: the role's messages are MACed under its own direction
   const auto answer = Bytes(30, 7);
-  role.Send(pair.role, {answer.data(), answer.size()}, {}, kNoSignals);
+  role.Send(pair.role, {answer.data(), answer.size()}, {}, -1.0, kNoSignals);
   const auto m = caller.Receive(pair.caller, -1.0, 1 << 20, kNoSignals);
   EXPECT_EQ(At(m, m.pickle), answer);
   EXPECT_EQ(caller.sent(), 3u);
@@ -104,7 +105,7 @@ TEST_P(LinkSessionTest, AnAlteredReplayedOrForeignMessageIsRejected) {
     LinkSession stranger(other.data(), other.size(), GetParam(), true);
     Pair pair;
     LinkSession& sender = attack == "foreign key" ? stranger : attack == "own direction" ? role : caller;
-    sender.Send(pair.caller, {pickle.data(), pickle.size()}, {{array.data(), array.size()}}, kNoSignals);
+    sender.Send(pair.caller, {pickle.data(), pickle.size()}, {{array.data(), array.size()}}, -1.0, kNoSignals);
     auto wire = pair.Drain();
     if (attack == "replayed") {
       pair.Inject(wire);
@@ -126,13 +127,40 @@ TEST_P(LinkSessionTest, AnOversizedMessageIsRejectedBeforeItsBodyIsRead) {
   LinkSession caller(key.data(), key.size(), GetParam(), true), role(key.data(), key.size(), GetParam(), false);
   Pair pair;
   const auto array = Bytes(5000, 2);
-  caller.Send(pair.caller, {array.data(), 10}, {{array.data(), array.size()}}, kNoSignals);
+  caller.Send(pair.caller, {array.data(), 10}, {{array.data(), array.size()}}, -1.0, kNoSignals);
   try {
     role.Receive(pair.role, 5.0, 4096, kNoSignals);
     FAIL() << "no error";
-  } catch (const LinkRejected& err) {
+  } catch (const LinkOversized& err) {  // a LinkRejected the receiver can tell apart (to answer a member why)
     EXPECT_NE(std::string(err.what()).find("at most 4096 bytes"), std::string::npos) << err.what();
   }
+}
+
+TEST_P(LinkSessionTest, ASendToAPeerThatStopsReadingEndsAtItsDeadline) {
+  const auto key = Key(1);
+  LinkSession caller(key.data(), key.size(), GetParam(), true);
+  Pair pair;  // nobody reads the role's end
+  const auto array = Bytes(24 << 20, 4);  // far beyond both sockets' buffers
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    caller.Send(pair.caller, {array.data(), 1}, {{array.data(), array.size()}}, 0.2, kNoSignals);
+    FAIL() << "no error";
+  } catch (const LinkTimeout& err) {
+    EXPECT_NE(std::string(err.what()).find("the peer stopped reading"), std::string::npos) << err.what();
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(seconds, 0.2);
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_EQ(caller.sent(), 0u);  // not counted: the connection is unusable
+  // a deadline that leaves time enough changes nothing for a reader that keeps up
+  LinkSession fresh(key.data(), key.size(), GetParam(), true), role(key.data(), key.size(), GetParam(), false);
+  Pair other;
+  std::thread sender([&] { fresh.Send(other.caller, {array.data(), 1}, {{array.data(), array.size()}}, 30.0,
+                                      kNoSignals); });
+  const auto m = role.Receive(other.role, 30.0, 1 << 30, kNoSignals);
+  sender.join();
+  ASSERT_EQ(m.buffers.size(), 1u);
+  EXPECT_EQ(At(m, m.buffers[0]), array);
 }
 
 TEST_P(LinkSessionTest, AClosedConnectionOrAPassedDeadlineEndsAReceive) {
@@ -145,7 +173,7 @@ TEST_P(LinkSessionTest, AClosedConnectionOrAPassedDeadlineEndsAReceive) {
   {
     Pair pair;  // half a message, then the peer closes
     const auto array = Bytes(3000, 2);
-    caller.Send(pair.caller, {array.data(), 10}, {{array.data(), array.size()}}, kNoSignals);
+    caller.Send(pair.caller, {array.data(), 10}, {{array.data(), array.size()}}, -1.0, kNoSignals);
     auto wire = pair.Drain();
     wire.resize(wire.size() / 2);
     pair.Inject(wire);
@@ -163,7 +191,7 @@ TEST_P(LinkSessionTest, AClosedConnectionOrAPassedDeadlineEndsAReceive) {
     close(pair.role);
     pair.role = -1;
     const auto array = Bytes(100, 2);
-    EXPECT_THROW(caller.Send(pair.caller, {array.data(), array.size()}, {}, kNoSignals), LinkClosed);
+    EXPECT_THROW(caller.Send(pair.caller, {array.data(), array.size()}, {}, -1.0, kNoSignals), LinkClosed);
   }
 }
 
@@ -172,7 +200,7 @@ TEST_P(LinkSessionTest, ALargeMessageGoesThroughAFullSocketBuffer) {
   LinkSession caller(key.data(), key.size(), GetParam(), true), role(key.data(), key.size(), GetParam(), false);
   Pair pair;
   const auto array = Bytes(24 << 20, 4);  // far beyond the sockets' buffers: the sender waits for the reader
-  std::thread sender([&] { caller.Send(pair.caller, {array.data(), 1}, {{array.data(), array.size()}}, kNoSignals); });
+  std::thread sender([&] { caller.Send(pair.caller, {array.data(), 1}, {{array.data(), array.size()}}, -1.0, kNoSignals); });
   const auto m = role.Receive(pair.role, 30.0, 1 << 30, kNoSignals);
   sender.join();
   ASSERT_EQ(m.buffers.size(), 1u);
@@ -192,7 +220,7 @@ TEST(LinkSession, BadArgumentsAreClearErrors) {
   LinkSession caller(key.data(), key.size(), Mac::kHmacSha256, true);
   Pair pair;
   std::vector<Span> many(LinkSession::kMaxBuffers + 1, Span{key.data(), 1});
-  EXPECT_THROW(caller.Send(pair.caller, {key.data(), 1}, many, kNoSignals), std::invalid_argument);
+  EXPECT_THROW(caller.Send(pair.caller, {key.data(), 1}, many, -1.0, kNoSignals), std::invalid_argument);
   EXPECT_EQ(caller.sent(), 0u);
   EXPECT_TRUE(pair.Drain().empty());  // nothing went out
 }

@@ -25,7 +25,8 @@ void CheckSignals() {
   if (PyErr_CheckSignals() != 0) throw py::error_already_set();
 }
 
-size_t Send(LinkSession& session, int fd, const py::buffer& pickle, const std::vector<py::buffer>& buffers) {
+size_t Send(LinkSession& session, int fd, const py::buffer& pickle, const std::vector<py::buffer>& buffers,
+            std::optional<double> timeout) {
   // The buffer_infos hold the exporters' buffers until the call returns.
   const py::buffer_info pickle_info = pickle.request();
   std::vector<py::buffer_info> infos;
@@ -48,7 +49,7 @@ size_t Send(LinkSession& session, int fd, const py::buffer& pickle, const std::v
   size_t sent;
   {
     py::gil_scoped_release release;
-    sent = session.Send(fd, p, spans, CheckSignals);
+    sent = session.Send(fd, p, spans, timeout ? std::max(*timeout, 0.0) : -1.0, CheckSignals);
   }
   return sent;
 }
@@ -76,7 +77,8 @@ py::tuple Receive(LinkSession& session, int fd, std::optional<double> timeout, u
 void BindLinkSession(py::module_& m) {
   py::register_exception<LinkClosed>(m, "LinkClosed", PyExc_ConnectionError);
   py::register_exception<LinkTimeout>(m, "LinkTimeout", PyExc_TimeoutError);
-  py::register_exception<LinkRejected>(m, "LinkRejected", PyExc_ValueError);
+  const auto rejected = py::register_exception<LinkRejected>(m, "LinkRejected", PyExc_ValueError);
+  py::register_exception<LinkOversized>(m, "LinkOversized", rejected.ptr());
   py::class_<LinkSession>(m, "LinkSession",
                           "One authenticated direct link's messages: framing, MACs (HMAC-SHA256 or AES-GMAC) and "
                           "socket I/O, after the handshake gave the session key")
@@ -88,13 +90,15 @@ void BindLinkSession(py::module_& m) {
            py::arg("key"), py::arg("mac"), py::arg("caller"),
            "key: the 32-byte session key; mac: 1 HMAC-SHA256, 2 AES-GMAC for bodies of 16 KiB and more; caller: "
            "this end opened the connection")
-      .def("send", &Send, py::arg("fd"), py::arg("pickle"), py::arg("buffers"),
+      .def("send", &Send, py::arg("fd"), py::arg("pickle"), py::arg("buffers"), py::arg("timeout") = py::none(),
            "Sends one message (a pickle and its out-of-band buffers) on socket fd; returns its bytes on the wire. "
-           "LinkClosed when the connection breaks")
+           "timeout: seconds (None: none), then LinkTimeout with part of the message possibly sent (close the "
+           "connection); LinkClosed when the connection breaks")
       .def("receive", &Receive, py::arg("fd"), py::arg("timeout"), py::arg("max_payload"),
            "The next message from socket fd, checked: (pickle, [buffers]) as uint8 arrays of one aligned "
            "allocation. timeout: seconds (None: none), then LinkTimeout; LinkRejected "
-           "when the peer broke the protocol (close the connection); LinkClosed when it closed")
+           "when the peer broke the protocol (close the connection), LinkOversized (a LinkRejected) when its "
+           "authenticated header announces more than max_payload bytes; LinkClosed when it closed")
       .def_property_readonly("mac", [](const LinkSession& s) { return static_cast<int>(s.mac()); })
       .def_property_readonly("sent", &LinkSession::sent)
       .def_property_readonly("received", &LinkSession::received);

@@ -48,6 +48,12 @@ class LinkRejected : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+// A message whose authenticated header announces more than the receiver takes: its body was not read (the
+// connection is unusable for further messages), but the peer is a member and may be told why.
+class LinkOversized : public LinkRejected {
+ public:
+  using LinkRejected::LinkRejected;
+};
 
 class LinkSession {
  public:
@@ -80,13 +86,17 @@ class LinkSession {
   LinkSession& operator=(const LinkSession&) = delete;
 
   // Sends one message (pickle and out-of-band buffers) on `fd`, blocking until the kernel took every byte;
-  // returns the bytes on the wire. `interrupted` runs when a system call is interrupted by a signal (it may
-  // throw, to abandon the call: the connection is then unusable). LinkClosed when the connection breaks.
-  size_t Send(int fd, Span pickle, const std::vector<Span>& buffers, const std::function<void()>& interrupted);
+  // returns the bytes on the wire. `timeout_seconds` < 0: no deadline; else LinkTimeout once that long has
+  // passed with bytes still unsent (a peer that stopped reading; part of the message may have gone out, so the
+  // connection is unusable). `interrupted` runs when a system call is interrupted by a signal (it may throw, to
+  // abandon the call: the connection is then unusable). LinkClosed when the connection breaks.
+  size_t Send(int fd, Span pickle, const std::vector<Span>& buffers, double timeout_seconds,
+              const std::function<void()>& interrupted);
 
   // Receives and checks the next message from `fd`. `timeout_seconds` < 0: no deadline; else LinkTimeout once
-  // that long has passed. LinkRejected when the peer broke the protocol (then close the connection),
-  // LinkClosed when it closed or broke.
+  // that long has passed. LinkRejected when the peer broke the protocol (then close the connection), its
+  // LinkOversized when an authenticated header announces more than `max_payload` bytes; LinkClosed when it
+  // closed or broke.
   Message Receive(int fd, double timeout_seconds, uint64_t max_payload, const std::function<void()>& interrupted);
 
   Mac mac() const { return mac_; }

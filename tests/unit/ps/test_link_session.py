@@ -114,3 +114,20 @@ def test_errors_are_the_links_own() -> None:
         _core.LinkSession(KEY[:31], direct.MAC_HMAC, True)
     with pytest.raises(ValueError, match="mac must be 1"):
         _core.LinkSession(KEY, 3, True)
+
+
+def test_a_send_with_a_timeout_ends_when_the_peer_stops_reading() -> None:
+    a, b = _pair()
+    with a, b:
+        caller = _core.LinkSession(KEY, direct.MAC_GMAC, True)
+        with pytest.raises(_core.LinkTimeout, match="the peer stopped reading"):
+            caller.send(a.fileno(), b"p", [np.zeros(32 << 20, np.uint8)], 0.1)  # nobody reads b
+        assert caller.sent == 0
+        caller = _core.LinkSession(KEY, direct.MAC_GMAC, True)
+        a2, b2 = _pair()
+        with a2, b2:
+            caller.send(a2.fileno(), b"p", [np.zeros(1000, np.uint8)], 5.0)  # room enough: sent as without one
+            role = _core.LinkSession(KEY, direct.MAC_GMAC, False)
+            data, buffers = role.receive(b2.fileno(), 5.0, 1 << 20)
+            assert bytes(data) == b"p" and buffers[0].nbytes == 1000
+    assert issubclass(_core.LinkOversized, _core.LinkRejected)
