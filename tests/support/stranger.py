@@ -20,7 +20,8 @@ import time
 from typing import Any, Dict, List, Tuple
 
 HELLO = struct.Struct("<4sii32s")
-REQUEST = struct.Struct("<iiqQ")
+MAGIC = b"XEA2"  # the handshake's current version (xdl_ec.ft.parity_link._MAGIC)
+REQUEST = struct.Struct("<iiqQ")  # a request of the first wire form: plain TCP, no handshake
 
 
 def _update(source: int, holder: int, blocks: int, record_bytes: int = 8) -> bytes:
@@ -84,13 +85,13 @@ def attack(target: Dict[str, Any]) -> Dict[str, Any]:
     stranger = servers + 2  # a sender the job does not have (7 in the issue's 5-server job)
     batch = _batches(1, "emb", _update(stranger, holder, 200))
     out: Dict[str, Any] = {"holder": holder}
-    trickler = threading.Thread(target=_trickle, args=(address, HELLO.pack(b"XEA1", sender, holder, os.urandom(32)),
+    trickler = threading.Thread(target=_trickle, args=(address, HELLO.pack(MAGIC, sender, holder, os.urandom(32)),
                                                        out))
     trickler.start()
     out["a_old_form"] = _attempt(address, REQUEST.pack(holder, stranger, 0, len(batch)) + batch)
-    out["a_handshake"] = _attempt(address, HELLO.pack(b"XEA1", stranger, holder, os.urandom(32)) + os.urandom(32))
+    out["a_handshake"] = _attempt(address, HELLO.pack(MAGIC, stranger, holder, os.urandom(32)) + os.urandom(32))
     far = _batches(1_000_000, "emb", _update(sender, holder, 200))
-    out["b_no_secret"] = _attempt(address, HELLO.pack(b"XEA1", sender, holder, os.urandom(32)) + os.urandom(32) +
+    out["b_no_secret"] = _attempt(address, HELLO.pack(MAGIC, sender, holder, os.urandom(32)) + os.urandom(32) +
                                   REQUEST.pack(holder, sender, 0, len(far)) + os.urandom(32) + far)
     out["c_replay"] = _attempt(address, bytes.fromhex(target["replay"]))
     out["d_random"] = _attempt(address, os.urandom(65536))
@@ -102,28 +103,15 @@ def attack(target: Dict[str, Any]) -> Dict[str, Any]:
 def genuine_exchange(address: Tuple[str, int], secret: Any, sender: int, holder: int, payload: bytes) -> bytes:
     """What a member's link sends on one connection (handshake, then one request carrying ``payload``), as a stranger
     could record it on the network; the answer must be status 0 (so ``payload`` should be a resend)."""
-    from xdl_ec.ft import parity_link
-    from xdl_ec.link_socket import recv_exactly
+    from support.parity_member import ParityMember
 
-    sent = b""
-    with socket.create_connection(address, timeout=10.0) as conn:
-        hello = parity_link._HELLO.pack(parity_link._MAGIC, sender, holder, os.urandom(32))
-        conn.sendall(hello)
-        nonce = bytes(recv_exactly(conn, 32))
-        link_proof, receiver_proof, key = parity_link._proofs(secret, hello, nonce)
-        conn.sendall(link_proof)
-        if bytes(recv_exactly(conn, 32)) != receiver_proof:
-            raise AssertionError(f"the receiver at {address} did not prove the job's secret")
-        session = parity_link._Session(secret, key)
-        header = parity_link._REQUEST.pack(holder, sender, 0, len(payload))
-        request = header + session.tag(b"H", header) + payload + session.tag(b"P", header, payload)
-        conn.sendall(request)
-        status, _, size = parity_link._ANSWER.unpack(bytes(recv_exactly(conn, parity_link._ANSWER.size)))
-        error = bytes(recv_exactly(conn, size + 32))[:size]
+    member = ParityMember(address, secret, sender, holder)
+    with member.conn:
+        member.request(payload)
+        status, _, error = member.answer()
         if status != 0:
             raise AssertionError(f"the genuine request was refused: {error!r}")
-        sent = hello + link_proof + request
-    return sent
+    return member.sent
 
 
 def main(argv: List[str]) -> int:

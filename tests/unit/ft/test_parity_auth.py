@@ -6,6 +6,7 @@ speaks the wire form by hand."""
 
 from __future__ import annotations
 
+import hmac
 import logging
 import pickle
 import socket
@@ -20,9 +21,10 @@ import pytest
 from xdl_ec import _core, link_listener
 from xdl_ec.ft import parity_link
 from xdl_ec.job_secret import JobSecret
-from xdl_ec.link_socket import recv_exactly
 from xdl_ec.ft.parity_link import ParityReceiver, RemoteHolderLink
 from xdl_ec.ps.backend import Handle
+from support import stranger
+from support.parity_member import ParityMember
 from support.parity_shards import small_shard
 
 N, K, R = 3, 2, 1
@@ -87,42 +89,6 @@ def _read_all(conn: socket.socket, seconds: float = 5.0) -> bytes:
         got += chunk
 
 
-class _Member:
-    """The link's side of the protocol by hand (as a captured genuine connection would show it): every byte sent
-    is recorded, so a stranger can replay them."""
-
-    def __init__(self, address: Tuple[str, int], secret: JobSecret, sender: int = 0, holder: int = 1) -> None:
-        self.sent = b""
-        self.conn = socket.create_connection(address, timeout=5.0)
-        hello = parity_link._HELLO.pack(parity_link._MAGIC, sender, holder, b"n" * 32)
-        self._send(hello)
-        nonce = recv_exactly(self.conn, 32)
-        link_proof, receiver_proof, session = parity_link._proofs(secret, hello, bytes(nonce))
-        self._send(link_proof)
-        assert bytes(recv_exactly(self.conn, 32)) == receiver_proof
-        self.session = parity_link._Session(secret, session)
-        self.sender, self.holder = sender, holder
-
-    def _send(self, data: bytes) -> None:
-        self.sent += data
-        self.conn.sendall(data)
-
-    def request(self, payload: bytes, size: int = -1, alter: bool = False) -> None:
-        header = parity_link._REQUEST.pack(self.holder, self.sender, 0, len(payload) if size < 0 else size)
-        tag = self.session.tag(b"P", header, payload)
-        if alter:
-            payload = bytes([payload[0] ^ 1]) + payload[1:]
-        self._send(header + self.session.tag(b"H", header) + payload + tag)
-
-    def answer(self) -> Tuple[int, int, str]:
-        head = bytes(recv_exactly(self.conn, parity_link._ANSWER.size))
-        status, applied, size = parity_link._ANSWER.unpack(head)
-        error = bytes(recv_exactly(self.conn, size))
-        assert bytes(recv_exactly(self.conn, 32)) == self.session.tag(b"A", head, error)
-        self.session.counter += 1
-        return status, applied, error.decode()
-
-
 @pytest.fixture
 def receiver() -> Any:
     batches, bs, rb = _genuine_batches()
@@ -158,7 +124,7 @@ def test_a_member_applies_and_strangers_get_a_closed_connection_and_a_warning(
         receiver: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     rx, holder, batches, rb = receiver
     caplog.set_level(logging.WARNING, logger="xdl_ec.ft.parity_link")
-    member = _Member(rx.address, SECRET)
+    member = ParityMember(rx.address, SECRET)
     member.request(batches[0].tobytes())
     assert member.answer() == (0, 1, "")
     captured = member.sent
@@ -172,8 +138,8 @@ def test_a_member_applies_and_strangers_get_a_closed_connection_and_a_warning(
             conn.sendall(data)
             return _read_all(conn)
 
-    # (a) a well-formed batch in the wire form of old, from sender 7 (the job has 3 servers): nothing back
-    assert attempt(parity_link._REQUEST.pack(1, 7, 0, wire.nbytes) + wire.tobytes()) == b""
+    # (a) a well-formed batch in the first wire form (no handshake), from sender 7 (the job has 3 servers): nothing
+    assert attempt(stranger.REQUEST.pack(1, 7, 0, wire.nbytes) + wire.tobytes()) == b""
     # ... and through the handshake, claiming sender 7: nothing back either
     assert attempt(parity_link._HELLO.pack(parity_link._MAGIC, 7, 1, b"s" * 32)) == b""
     # (b) a real sender id at the next seq without the secret: its nonce challenge only, then closed
@@ -184,7 +150,7 @@ def test_a_member_applies_and_strangers_get_a_closed_connection_and_a_warning(
     # (d) random bytes
     assert attempt(np.random.default_rng(1).integers(0, 256, 4096, dtype=np.uint8).tobytes()) == b""
     # (e) a header claiming 2^60 payload bytes: nothing is allocated for it, nothing comes back
-    assert attempt(parity_link._REQUEST.pack(1, 0, 0, 1 << 60)) == b""
+    assert attempt(stranger.REQUEST.pack(1, 0, 0, 1 << 60)) == b""
     # (f) one byte at a time, slower than the handshake allows
     monkeypatch.setattr(parity_link, "HANDSHAKE_SECONDS", 0.6)
     start = time.monotonic()
@@ -220,17 +186,18 @@ def test_a_member_applies_and_strangers_get_a_closed_connection_and_a_warning(
 
 def test_an_altered_or_replayed_request_ends_the_members_connection(receiver: Any) -> None:
     rx, holder, batches, rb = receiver
-    member = _Member(rx.address, SECRET)
+    member = ParityMember(rx.address, SECRET)
     member.request(batches[0].tobytes(), alter=True)  # one bit flipped on the way
     assert _read_all(member.conn) == b""
-    member = _Member(rx.address, SECRET)
-    member.request(batches[0].tobytes())
+    member = ParityMember(rx.address, SECRET)
+    wire = member.request(batches[0].tobytes())
     assert member.answer() == (0, 1, "")
-    member.conn.sendall(member.sent[-(parity_link._REQUEST.size + 32 + batches[0].nbytes + 32):])  # replayed
+    member.conn.sendall(wire)  # replayed
     assert _read_all(member.conn) == b""
-    member = _Member(rx.address, SECRET)
-    header = parity_link._REQUEST.pack(1, 0, 0, 1 << 60)
-    forged_tag = member.session.tag(b"H", parity_link._REQUEST.pack(1, 0, 0, 8))
+    member = ParityMember(rx.address, SECRET)
+    header = struct.pack("<QIQ", parity_link._REQUEST.size, 1, 1 << 60)
+    signed = struct.pack("<QIQ", parity_link._REQUEST.size, 1, 64)
+    forged_tag = hmac.digest(member._key, b"CH" + struct.pack("<Q", 0) + signed, "sha256")
     member.conn.sendall(header + forged_tag)  # a size other than the one the MAC covers
     assert _read_all(member.conn) == b""
     _wait(lambda: rx.refused >= 3, "the altered requests were not refused")
@@ -241,17 +208,17 @@ def test_an_altered_or_replayed_request_ends_the_members_connection(receiver: An
 def test_a_members_oversized_or_bad_batch_is_answered_with_its_error(receiver: Any) -> None:
     rx, holder, batches, rb = receiver
     rx.max_payload = 64
-    member = _Member(rx.address, SECRET)
-    member.request(b"", size=1 << 60)  # authenticated header: the member learns why, nothing is read or allocated
+    member = ParityMember(rx.address, SECRET)
+    member.announce(1 << 60)  # authenticated header: the member learns why, nothing is read or allocated
     status, applied, error = member.answer()
     assert status == 1 and "exceeds this receiver's max_payload of 64 bytes" in error
     assert _read_all(member.conn) == b""
     rx.max_payload = parity_link.MAX_PAYLOAD_BYTES
-    member = _Member(rx.address, SECRET)
+    member = ParityMember(rx.address, SECRET)
     member.request(batches[2].tobytes())  # seq 3 before 1 and 2: a gap
     status, applied, error = member.answer()
     assert (status, applied) == (1, 0) and "arrived after seq 0" in error
-    wrong_sender = _Member(rx.address, SECRET, sender=2)  # holder 1 protects server 2 too; the batch is server 0's
+    wrong_sender = ParityMember(rx.address, SECRET, sender=2)  # holder 1 protects server 2 too; the batch is server 0's
     wrong_sender.request(batches[0].tobytes())
     status, applied, error = wrong_sender.answer()
     assert status == 1 and "BatchRefused" in error and "names server 0 as its source" in error
@@ -327,7 +294,7 @@ def test_handshakes_in_progress_are_capped(receiver: Any, monkeypatch: pytest.Mo
     for conn in idle:
         conn.close()
     _wait(lambda: rx.refused >= 3, "the idle connections did not end")
-    member = _Member(rx.address, SECRET)  # the slots are free again
+    member = ParityMember(rx.address, SECRET)  # the slots are free again
     member.request(batches[0].tobytes())
     assert member.answer() == (0, 1, "")
     member.conn.close()
@@ -335,5 +302,5 @@ def test_handshakes_in_progress_are_capped(receiver: Any, monkeypatch: pytest.Mo
 
 
 def test_struct_sizes_are_what_the_docstring_says() -> None:
-    assert parity_link._HELLO.size == 44 and parity_link._REQUEST.size == 24 and parity_link._ANSWER.size == 13
-    assert struct.calcsize("<Q") == parity_link._COUNTER.size
+    assert parity_link._HELLO.size == 44 and parity_link._REQUEST.size == 16 and parity_link._ANSWER.size == 9
+    assert stranger.HELLO.format == parity_link._HELLO.format and stranger.MAGIC == parity_link._MAGIC

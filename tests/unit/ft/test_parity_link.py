@@ -169,6 +169,36 @@ def test_a_receiver_whose_server_is_crashing_drops_the_connection(fast_links: No
         _close(forwarders, receivers, links)
 
 
+class _StuckReceiver(ParityReceiver):
+    """A holder's receiver that completes the handshake, then never reads or answers (a process that hangs)."""
+
+    def _converse(self, conn: socket.socket, peer: str, authenticated: Any) -> None:
+        while not self._closed:
+            time.sleep(0.05)
+
+
+def test_a_holder_that_stops_reading_is_down_at_the_call_timeout(fast_links: None,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parity_link, "CALL_TIMEOUT", 0.5)
+    shards, holders, forwarders, receivers, links = _cluster()
+    stuck = _StuckReceiver(holders[1], SECRET, host="127.0.0.1")
+    try:
+        links[(0, 1)].close()
+        links[(0, 1)] = RemoteHolderLink(forwarders[0], 1, AddressHandle(1, stuck.address),
+                                         forwarders[0].set_holder(1, None), SECRET)
+        start = time.monotonic()
+        _train(shards, forwarders, 1)
+        _wait(lambda: 1 in forwarders[0].progress()["down"], "the stuck holder was not marked down")
+        assert time.monotonic() - start < 5.0
+        assert any("TimeoutError" in e or "LinkTimeout" in e for e in forwarders[0].errors), forwarders[0].errors
+        # the other holders, and the other servers' links to holder 1, are untouched
+        _wait(lambda: not forwarders[1].progress()["pending"], "server 1's links did not deliver")
+        assert forwarders[1].progress()["down"] == []
+    finally:
+        stuck.close()
+        _close(forwarders, receivers, links)
+
+
 def test_answered_push_acks_drop_durable_pushes_without_asking_the_backend_again() -> None:
     backend = LocalBackend()
     spec = Table("t", 4, optim.Adagrad(0.1), init.RandomUniform(-0.1, 0.1), block_slots=8)
