@@ -19,7 +19,7 @@ opens with a mutual challenge-response under the job's :class:`~xdl_ec.job_secre
 cephx does), and a peer that fails it gets nothing back but its nonce challenge and a closed connection (no seq,
 no error text), and the receiver logs one warning naming it:
 
-- link -> receiver ``hello`` = ``<4sii32s`` (magic ``XEA1``, sender, holder, link nonce Nl); the receiver checks
+- link -> receiver ``hello`` = ``<4sii32s`` (magic ``XEA2``, sender, holder, link nonce Nl); the receiver checks
   that it is that holder and protects that sender (else closes);
 - receiver -> link: receiver nonce Nr (32 bytes);
 - link -> receiver: ``HMAC(K, "xdl-ec link proof" | hello | Nr)``; the receiver closes unless it matches;
@@ -33,11 +33,13 @@ below), so a replayed, reordered or altered message fails and the header is chec
 the body. A request is one message: its first part ``<iiq`` (holder, sender, durable) and one buffer, the
 ``serialize_batches`` bytes (at most ``max_payload`` bytes, default :data:`MAX_PAYLOAD_BYTES`), which the holder
 applies in place; the answer is one message ``<bq`` (status 0 ok / 1 refused, applied seq) + a UTF-8 error of at
-most 64 KiB. Framing, MACs and socket I/O of a message are one native call with the GIL released: in Python they
-(SHA-256 of each payload twice, a copy and a fresh buffer per receive) were about a third of what ``--ft ec`` cost a
-server on Ray. The header's sender must be the one the handshake proved. The holder (C++ ParityHolder) then checks
-every batch against the stripe layout, so even a member cannot write outside its own stripes. A refused batch
-changes nothing, is answered with its error and logged as a warning. There is no encryption: deltas cross the network in the clear (run on a trusted network).
+most 64 KiB. Framing, MACs and socket I/O of a message are one native call with the GIL released, with a deadline
+of :data:`CALL_TIMEOUT` on each side (a holder that stops reading fails its link, never hangs it). Done in Python
+(SHA-256 of each payload on both sides, a copy and a fresh buffer per receive) they were ~40% of what ``--ft ec``
+added to a server's CPU on Ray. The header's sender must be the one the handshake proved. The holder (C++
+ParityHolder) then checks every batch against the stripe layout, so even a member cannot write outside its own
+stripes. A refused batch changes nothing, is answered with its error and logged as a warning. There is no
+encryption: deltas cross the network in the clear (run on a trusted network).
 
 A connection that breaks, or a holder that refuses a batch, makes the link fail: the forwarder marks the holder
 down, exactly as a failed call did (the protocol in :mod:`xdl_ec.ft.ec_strategy` is unchanged: batches in seq
