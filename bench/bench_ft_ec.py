@@ -3,7 +3,7 @@
     PYTHONPATH=build/stage python3 -P bench/bench_ft_ec.py [--code 4,1] [--batch 256] [--chunk 40] [--rounds 40]
                                                            [--steps 200] [--fail-at 100] [--repeats 3]
                                                            [--rebuild-share 0.05] [--backend local|ray] [--aa]
-                                                           [--pairs 1] [--link-auth]
+                                                           [--pairs 1]
 
 1. Normal operation, interleaved: two clusters of N = k + r servers and one sync worker each, one without fault
    tolerance and one with ``ec``, live side by side on the same machine, training the same synthetic data in
@@ -19,8 +19,7 @@
    pairs, made none-first and ec-first in turn: one pair keeps a lasting bias of its own (A/A runs of one pair
    showed the second-made cluster up to 2.7% faster), P pairs average it out, and the intervals resample rounds
    within each pair. ``--aa`` runs the cluster named ec without parity too: the spread of that A/A "overhead"
-   is the method's noise floor on the machine. ``--link-auth`` runs both clusters with ``ec``, the one named none
-   with its parity links' HMACs replaced by constants: the overhead printed is what authentication costs.
+   is the method's noise floor on the machine.
 2. Recovery, ``--repeats`` runs of ``--steps`` steps: server 1 killed before step ``--fail-at``: the rebuild's
    seconds (recovery pause, key index, replay and every stripe, rate-limited to ``--rebuild-share`` of wall time
    over the step boundaries), samples/s while it ran against the same run's steps before the kill (paired) and
@@ -41,37 +40,13 @@ from typing import Callable, Dict, List, Optional, Tuple
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from xdl_ec.benchmark.machine_cpu import busy_cpu_seconds  # noqa: E402
-from xdl_ec.ft import ec_strategy  # noqa: E402
 from xdl_ec.ft.configs import parse_code  # noqa: E402
 from xdl_ec.ft.ec_strategy import DEFAULT_REBUILD_SHARE, ErasureCoded  # noqa: E402
-from xdl_ec.job_secret import JobSecret  # noqa: E402
 from xdl_ec.ft.failure_schedule import FailureSchedule, Kill  # noqa: E402
 from xdl_ec.ft.failure_injector import FailureInjector  # noqa: E402
 from xdl_ec.ps import ClusterConfig, PSTrainer, RunSettings  # noqa: E402
 from xdl_ec.ps.backend import connect_ray  # noqa: E402
 from xdl_ec.criteo_job import TrainConfig, criteo_job  # noqa: E402
-
-
-class _ConstantMacSecret(JobSecret):
-    """--link-auth's baseline: the handshake and request MACs of xdl_ec.ft.parity_link are constants (no hashing;
-    no security). Defined here, in __main__: Ray ships it to the server actors by value with the strategy."""
-
-    def mac(self, label: bytes, *parts: object) -> bytes:
-        return b"\0" * 32
-
-    def session_mac(self, session_key: bytes, *parts: object) -> bytes:
-        return b"\0" * 32
-
-
-class _UnauthenticatedLinks(ErasureCoded):
-    """ErasureCoded whose job secret is a _ConstantMacSecret (the strategy makes its secret when it attaches)."""
-
-    def attach(self, trainer: PSTrainer) -> None:
-        real, ec_strategy.JobSecret = ec_strategy.JobSecret, _ConstantMacSecret
-        try:
-            super().attach(trainer)
-        finally:
-            ec_strategy.JobSecret = real
 
 
 def _trainer(config: TrainConfig, servers: int, strategy, kills=(), backend: str = "local") -> PSTrainer:
@@ -153,8 +128,7 @@ def _normal_operation(args: argparse.Namespace, k: int, r: int) -> float:
     samples = {name: sum(t.samples for t in turns[name]) for name in turns}
     print(f"normal operation, {args.backend} backend, {k + r} servers, code k={k} r={r}, batch {args.batch}, "
           f"{args.rounds} rounds of {args.chunk} steps per cluster, interleaved, over {args.pairs} cluster pair(s)"
-          f"{' (A/A: the cluster named ec runs without parity)' if args.aa else ''}"
-          f"{' (link auth: both clusters ec, the one named none with constant MACs)' if args.link_auth else ''}:")
+          f"{' (A/A: the cluster named ec runs without parity)' if args.aa else ''}:")
     print(f"  none {samples['none'] / seconds['none']:,.0f} samples/s   ec {samples['ec'] / seconds['ec']:,.0f} "
           f"samples/s (ec turns include draining parity: median {1000 * statistics.median(t.drain for t in turns['ec']):.2f} ms)")
     for label, estimate in (("per-step medians", _robust_ratio), ("per-round turn seconds", per_round)):
@@ -183,12 +157,7 @@ def _pair(args: argparse.Namespace, k: int, r: int, rounds: int, ec_first: bool)
     trainers: Dict[str, PSTrainer] = {}
     try:
         for name in ("ec", "none") if ec_first else ("none", "ec"):
-            if args.link_auth:  # both ec; the one named none with its links' MACs replaced by constants
-                strategy = (_UnauthenticatedLinks if name == "none" else ErasureCoded)(k, r,
-                                                                                     rebuild_share=args.rebuild_share)
-            else:
-                strategy = None if name == "none" or args.aa else ErasureCoded(k, r,
-                                                                               rebuild_share=args.rebuild_share)
+            strategy = None if name == "none" or args.aa else ErasureCoded(k, r, rebuild_share=args.rebuild_share)
             trainers[name] = _trainer(config, k + r, strategy, backend=args.backend)
         for trainer in trainers.values():
             _turn(trainer, args.chunk)  # traces TF and inserts the first rows: not measured
@@ -294,9 +263,6 @@ def main() -> None:
     parser.add_argument("--backend", choices=("local", "ray"), default="local")
     parser.add_argument("--aa", action="store_true",
                         help="A/A run: the cluster named ec has no fault tolerance either (the method's noise floor)")
-    parser.add_argument("--link-auth", action="store_true",
-                        help="the cost of authenticating parity links: both clusters run ec, the one named none with "
-                             "every HMAC replaced by a constant (same messages, no hashing)")
     parser.add_argument("--emb-dim", type=int, default=TrainConfig.emb_dim,
                         help="--redundancy: embedding dimension (a larger one makes a longer rebuild)")
     parser.add_argument("--redundancy", action="store_true",
@@ -309,7 +275,7 @@ def main() -> None:
     if args.backend == "ray":
         connect_ray()  # both clusters in one Ray, started here so that neither trainer stops it when it closes
     normal_ec = _normal_operation(args, k, r)
-    if args.repeats > 0 and not args.aa and not args.link_auth:
+    if args.repeats > 0 and not args.aa:
         _recovery(args, k, r, normal_ec)
 
 

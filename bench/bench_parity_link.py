@@ -1,14 +1,15 @@
-"""Benchmark: what membership (authenticated links) costs a parity link: a send's round trip over loopback with the MACs of
-xdl_ec.ft.parity_link against the same exchange with the MACs replaced by constants (the wire bytes and the rest of
-the code unchanged), interleaved in the same run. Not a test.
+"""Benchmark: what a parity link's membership and framing cost a send: a send's round trip over loopback through
+xdl_ec.ft.parity_link (the native LinkSession: framing, MACs, a deadline on each side, the holder's answer) against
+the same payload over a plain socket to a receiver that reads it and answers 9 bytes (no framing beyond a length,
+no MACs), interleaved in the same run. Not a test.
 
     PYTHONPATH=build/stage python3 -P bench/bench_parity_link.py [--repeats 9] [--sends 200]
                                                                 [--sizes 4096,65536,1048576]
 
-Prints, per payload size, the median round trip of both sides and the added microseconds per send and per MiB;
-then the CPU a k=4, r=1 server would spend on it at a given send rate and size: a server has k + r - 1 = 4 links
-and receives from 4 senders, one send per link per second (SEND_INTERVAL) or as drained; pass the send sizes seen
-in a run (``remote_send_bytes / remote_sends`` of the ec report) with --per-send-bytes to convert.
+Prints, per payload size, the median round trip of both and the added microseconds per send and per MiB; then
+the CPU a k=4, r=1 server would spend on it at a given send size: a server has k + r - 1 = 4 links and receives
+from 4 senders, one send per link per second (SEND_INTERVAL) or as drained; pass the send sizes seen in a run
+(``remote_send_bytes / remote_sends`` of the ec report) with --per-send-bytes to convert.
 """
 
 from __future__ import annotations
@@ -16,16 +17,20 @@ from __future__ import annotations
 import argparse
 import socket
 import statistics
+import struct
+import threading
 import time
-from typing import Any, Callable, List, Tuple
+from typing import Any, List, Tuple
 
 import numpy as np
 
+from xdl_ec import _core
 from xdl_ec.ft import parity_link
 from xdl_ec.job_secret import JobSecret
 from xdl_ec.link_socket import recv_exactly
 
 SECRET = JobSecret.generate()
+_LENGTH = struct.Struct("<Q")
 
 
 class _NullHolder:
@@ -41,7 +46,40 @@ class _NullHolder:
         return 1
 
 
-def _client(address: Tuple[str, int]) -> Tuple[socket.socket, Any]:
+class _PlainReceiver:
+    """The baseline's receiver: a length, the payload read into a fresh buffer, a 9-byte answer."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.address = self._listener.getsockname()[:2]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._converse, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _converse(conn: socket.socket) -> None:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with conn:
+            try:
+                while True:
+                    size = _LENGTH.unpack(recv_exactly(conn, _LENGTH.size))[0]
+                    recv_exactly(conn, size)
+                    conn.sendall(parity_link._ANSWER.pack(0, 1))
+            except (OSError, ConnectionError):
+                return
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+def _linked(address: Tuple[str, int]) -> Tuple[socket.socket, Any]:
+    """A member's connection: the handshake, then its LinkSession (as RemoteHolderLink makes them)."""
     conn = socket.create_connection(address)
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     hello = parity_link._HELLO.pack(parity_link._MAGIC, 0, 1, b"n" * 32)
@@ -50,27 +88,29 @@ def _client(address: Tuple[str, int]) -> Tuple[socket.socket, Any]:
     link_proof, receiver_proof, key = parity_link._proofs(SECRET, hello, nonce)
     conn.sendall(link_proof)
     assert bytes(recv_exactly(conn, 32)) == receiver_proof
-    return conn, parity_link._Session(SECRET, key)
+    conn.settimeout(parity_link.CALL_TIMEOUT)
+    return conn, _core.LinkSession(key, parity_link._MAC, True)
 
 
-def _send(conn: socket.socket, session: Any, payload: np.ndarray) -> None:
+def _send_linked(conn: socket.socket, session: Any, payload: np.ndarray) -> None:
     """RemoteHolderLink._send's exchange."""
-    header = parity_link._REQUEST.pack(1, 0, 0, payload.nbytes)
-    conn.sendall(header + session.tag(b"H", header))
+    fd = conn.fileno()
+    session.send(fd, parity_link._REQUEST.pack(1, 0, 0), [payload], parity_link.CALL_TIMEOUT)
+    head, _ = session.receive(fd, parity_link.CALL_TIMEOUT, 1 << 20)
+    if parity_link._ANSWER.unpack_from(head)[0] != 0:
+        raise RuntimeError("the receiver refused the send")
+
+
+def _send_plain(conn: socket.socket, session: Any, payload: np.ndarray) -> None:
+    conn.sendall(_LENGTH.pack(payload.nbytes))
     conn.sendall(payload)
-    conn.sendall(session.tag(b"P", header, payload))
-    head = bytes(recv_exactly(conn, parity_link._ANSWER.size))
-    size = parity_link._ANSWER.unpack(head)[2]
-    error = bytes(recv_exactly(conn, size)) if size else b""
-    if bytes(recv_exactly(conn, 32)) != session.tag(b"A", head, error):
-        raise RuntimeError("answer MAC mismatch")
-    session.counter += 1
+    recv_exactly(conn, parity_link._ANSWER.size)
 
 
-def _timed(sends: int, payload: np.ndarray, conn: socket.socket, session: Any) -> float:
+def _timed(send: Any, sends: int, payload: np.ndarray, conn: socket.socket, session: Any) -> float:
     start = time.perf_counter()
     for _ in range(sends):
-        _send(conn, session, payload)
+        send(conn, session, payload)
     return (time.perf_counter() - start) / sends
 
 
@@ -84,36 +124,33 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     receiver = parity_link.ParityReceiver(_NullHolder(), SECRET, host="127.0.0.1")
-    real_mac: Callable[..., bytes] = JobSecret.session_mac
-    null = b"\0" * 32
-
-    def set_mac(on: bool) -> None:
-        JobSecret.session_mac = real_mac if on else (lambda self, key, *parts: null)  # type: ignore[assignment]
-
+    plain = _PlainReceiver()
     try:
         per_mib: List[float] = []
-        print(f"{'bytes':>9} {'auth us':>9} {'no-MAC us':>10} {'added us':>9} {'added/MiB us':>13}")
+        print(f"{'bytes':>9} {'link us':>9} {'plain us':>9} {'added us':>9} {'added/MiB us':>13}")
         for size in sizes:
             payload = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8)
             on: List[float] = []
             off: List[float] = []
             for repeat in range(args.repeats):
-                for auth in ((True, False) if repeat % 2 == 0 else (False, True)):
-                    set_mac(auth)
-                    conn, session = _client(receiver.address)  # handshake outside the timed span
+                for linked in ((True, False) if repeat % 2 == 0 else (False, True)):
+                    if linked:  # the handshake outside the timed span
+                        conn, session = _linked(receiver.address)
+                    else:
+                        conn, session = socket.create_connection(plain.address), None
+                        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    send = _send_linked if linked else _send_plain
                     try:
-                        _send(conn, session, payload)  # warm
-                        (on if auth else off).append(_timed(args.sends, payload, conn, session))
+                        send(conn, session, payload)  # warm
+                        (on if linked else off).append(_timed(send, args.sends, payload, conn, session))
                     finally:
                         conn.close()
-            set_mac(True)
             a, b = statistics.median(on) * 1e6, statistics.median(off) * 1e6
             per_mib.append((a - b) / (size / 2 ** 20))
-            print(f"{size:>9} {a:>9.1f} {b:>10.1f} {a - b:>9.1f} {(a - b) / (size / 2 ** 20):>13.0f}")
-        secret = JobSecret.generate()
+            print(f"{size:>9} {a:>9.1f} {b:>9.1f} {a - b:>9.1f} {(a - b) / (size / 2 ** 20):>13.0f}")
         start = time.perf_counter()
         for _ in range(1000):
-            secret.mac(b"x", b"h" * 44, b"n" * 32)
+            SECRET.mac(b"x", b"h" * 44, b"n" * 32)
         handshake_us = (time.perf_counter() - start) / 1000 * 3 * 1e6
         print(f"handshake MACs (3 per side): {handshake_us:.1f} us, once per connection")
         if args.per_send_bytes is not None:
@@ -122,13 +159,13 @@ def main() -> None:
             added_small, added_large = per_mib[0] * small / 2 ** 20, per_mib[-1] * large / 2 ** 20
             per_byte = (added_large - added_small) / (large - small)
             cost = added_small + (args.per_send_bytes - small) * per_byte
-            # a send's round trip holds both ends' MACs; a server has 4 links out and 4 senders in, a send per
+            # a send's round trip holds both ends' work; a server has 4 links out and 4 senders in, a send per
             # link per second: 4 sends' worth of both ends
             print(f"at {args.per_send_bytes:,.0f} B per send and one send per link per second, a k=4 r=1 server "
-                  f"spends {4 * cost:.0f} us of CPU per second on MACs = {4 * cost / 1e4:.3f}% of one core")
+                  f"spends {4 * cost:.0f} us of CPU per second on it = {4 * cost / 1e4:.3f}% of one core")
     finally:
-        set_mac(True)
         receiver.close()
+        plain.close()
 
 
 if __name__ == "__main__":

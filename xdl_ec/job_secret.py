@@ -42,14 +42,6 @@ class JobSecret:
             h.update(part)
         return h.digest()
 
-    def session_mac(self, session_key: bytes, *parts: Any) -> bytes:
-        """HMAC-SHA256 under a connection's own key (derived from this secret with :meth:`mac`) of ``parts``;
-        OpenSSL's HMAC releases the GIL on large buffers."""
-        h = hmac.new(session_key, None, hashlib.sha256)
-        for part in parts:
-            h.update(part)
-        return h.digest()
-
     def __repr__(self) -> str:
         return "JobSecret(<hidden>)"
 

@@ -61,6 +61,7 @@ import numpy as np
 
 from .. import _core
 from ..ps.backend import RoleLost
+from ..ps.direct import MAC_GMAC
 from ..ps.remote import Remote
 from ..job_secret import JobSecret
 from ..link_listener import LinkListener, PeerRefused
@@ -84,7 +85,7 @@ _MAGIC = b"XEA2"  # the handshake's version: XEA1 framed its messages in Python 
 _HELLO = struct.Struct("<4sii32s")  # magic, sender, holder, link nonce
 _NONCE = 32
 _TAG = 32  # HMAC-SHA256
-_MAC = 2  # LinkSession's AES-GMAC for bodies of 16 KiB and more, HMAC-SHA256 below (xdl_ec.ps.direct.MAC_GMAC)
+_MAC = MAC_GMAC  # LinkSession's AES-GMAC for bodies of 16 KiB and more, HMAC-SHA256 below
 _REQUEST = struct.Struct("<iiq")  # holder, sender, durable; then the batches as the message's one buffer
 _ANSWER = struct.Struct("<bq")  # status, applied; then the error's UTF-8 bytes
 _MAX_ERROR = 1 << 16
