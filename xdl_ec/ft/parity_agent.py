@@ -83,29 +83,33 @@ class ParityAgent(ServerAgent):
     def push(self, server: Any, table: Any, keys: np.ndarray, grads: np.ndarray, step: int,
              pushes: Mapping[int, int], repeats: Optional[np.ndarray] = None) -> None:
         """Applies a push to ``table``'s shard and records its deltas; ``pushes`` {worker: seq} it applies."""
-        if self.take_crash_before_apply():  # injected: dies before applying this push (the push fails)
-            server.die()
-        if self._crash_armed:  # injected: dies after applying (and acking) this push, before forwarding it
-            self._crash_armed = False
-            self.crashed = True
-            self.forwarder.drop_pending()
-            table.shard.push(keys, grads, step, repeats=repeats)
-            server.crash_requested = True
-            if in_ray_actor():  # a real process death, right after this answer is sent
-                threading.Timer(1.0, os._exit, args=(1,)).start()  # at the latest; a next call exits at once
-            return
-        if self.crashed:
-            table.shard.push(keys, grads, step, repeats=repeats)
-            return
-        self._restore_touched(table, keys)
-        table.shard.push(keys, grads, step, forwarder=self.forwarder, table=table.name,
-                         pushes={int(w): int(s) for w, s in pushes.items()}, repeats=repeats)
+        if self._crash_before or self._crash_armed or self.crashed:  # one test on the training path
+            if self.take_crash_before_apply():  # injected: dies before applying this push (the push fails)
+                server.die()
+            if self._crash_armed:  # injected: dies after applying (and acking) this push, before forwarding it
+                self._crash_armed = False
+                self.crashed = True
+                self.forwarder.drop_pending()
+                table.shard.push(keys, grads, step, repeats=repeats)
+                server.crash_requested = True
+                if in_ray_actor():  # a real process death, right after this answer is sent
+                    threading.Timer(1.0, os._exit, args=(1,)).start()  # at the latest; a next call exits at once
+                return
+            if self.crashed:
+                table.shard.push(keys, grads, step, repeats=repeats)
+                return
+        if self._restoring:
+            self._restore_touched(table, keys)
+        # the core takes {worker: seq} as ints (numpy ints included) and raises on anything else
+        table.shard.push(keys, grads, step, forwarder=self.forwarder, table=table.name, pushes=pushes,
+                         repeats=repeats)
 
     def pull(self, server: Any, table: Any, keys: np.ndarray) -> np.ndarray:
         """Rows of ``keys``; rows it inserts are a mutation too."""
         if self.crashed:
             return table.shard.pull(keys)
-        self._restore_touched(table, keys)
+        if self._restoring:
+            self._restore_touched(table, keys)
         return table.shard.pull(keys, forwarder=self.forwarder, table=table.name)
 
     def pull_stale(self, server: Any, table: Any, keys: np.ndarray, known: np.ndarray, staleness: int) -> tuple:

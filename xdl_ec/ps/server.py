@@ -204,21 +204,28 @@ class ParameterServer(LinkHost):
         return self._push(parts, step, worker, participants)
 
     def _push(self, parts: Sequence[PushPart], step: int, worker: int, participants: int) -> PushAck:
-        step = checks.positive_int("step", step)
-        worker = checks.non_negative_int("worker", worker)
-        participants = checks.positive_int("participants", participants)
+        # A step's request, on every step: the plain ints it carries pass without a call each (a call costs most
+        # under load on Ray, where a server wakes with cold caches); anything else gets the checks' errors.
+        if type(step) is not int or step < 1:
+            step = checks.positive_int("step", step)
+        if type(worker) is not int or worker < 0:
+            worker = checks.non_negative_int("worker", worker)
+        if type(participants) is not int or participants < 1:
+            participants = checks.positive_int("participants", participants)
         if participants > 1 and worker >= participants:
             raise ValueError(f"worker: {worker} is not below participants ({participants})")
         checked = []
         for part in parts:
-            if len(part) not in (4, 5):
-                raise ValueError(f"push part: expected (table, keys, grads, seq[, repeats]), got {len(part)} items")
-            name, keys, grads, seq = part[:4]
+            size = len(part)
+            if size != 4 and size != 5:
+                raise ValueError(f"push part: expected (table, keys, grads, seq[, repeats]), got {size} items")
+            name, keys, grads, seq = part[0], part[1], part[2], part[3]
             table = self.table(name)
             keys = as_keys(keys)
             grads = as_rows(grads, keys.size, table.dim, "grads", "dim")
-            repeats = as_repeats(part[4] if len(part) == 5 else None, keys.size)
-            seq = checks.non_negative_int("seq", seq)
+            repeats = None if size == 4 or part[4] is None else as_repeats(part[4], keys.size)
+            if type(seq) is not int or seq < 0:
+                seq = checks.non_negative_int("seq", seq)
             if not np.isfinite(grads).all():
                 raise ValueError(f"grads: NaN or Inf in the push of worker {worker} to table {name!r} at step "
                                  f"{step}; nothing applied")
