@@ -8,7 +8,7 @@ import hmac
 import os
 import socket
 import struct
-from typing import Any, Tuple
+from typing import Any, List, Tuple
 
 import numpy as np
 
@@ -41,13 +41,17 @@ class ParityMember:
 
     def framed(self, batches: bytes, durable: int = 0) -> bytes:
         """The wire bytes of the next request carrying ``batches`` (the session counts it as sent)."""
+        return self.message(parity_link._REQUEST.pack(self.holder, self.sender, durable),
+                            [np.frombuffer(batches, np.uint8)])
+
+    def message(self, head: bytes, buffers: List[np.ndarray]) -> bytes:
+        """The wire bytes of the next message, of any form (the session counts it as sent)."""
         a, b = socket.socketpair()
         with a, b:
             for s in (a, b):
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-            size = self.session.send(a.fileno(), parity_link._REQUEST.pack(self.holder, self.sender, durable),
-                                     [np.frombuffer(batches, np.uint8)], 5.0)
+            size = self.session.send(a.fileno(), head, buffers, 5.0)
             return bytes(recv_exactly(b, size))
 
     def request(self, batches: bytes, alter: bool = False) -> bytes:

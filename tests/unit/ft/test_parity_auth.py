@@ -205,6 +205,23 @@ def test_an_altered_or_replayed_request_ends_the_members_connection(receiver: An
     assert holder.applied_all() == {0: 1}
 
 
+def test_a_members_malformed_request_ends_its_connection(receiver: Any) -> None:
+    """Authenticated, but not one header and one batch (or naming another sender): closed, warned, nothing applied."""
+    rx, holder, batches, rb = receiver
+    batch = np.frombuffer(batches[0].tobytes(), np.uint8)
+    request = parity_link._REQUEST.pack(1, 0, 0)
+    for head, buffers in ((request, []), (request, [batch, batch]), (request + b"x", [batch]),
+                          (parity_link._REQUEST.pack(1, 2, 0), [batch])):
+        member = ParityMember(rx.address, SECRET)
+        member.conn.sendall(member.message(head, buffers))
+        assert _read_all(member.conn) == b""
+        member.conn.close()
+    _wait(lambda: rx.refused >= 4, f"not every malformed request was refused: {list(rx.events)}")
+    assert sum("not one batch and a 16-byte header" in e for e in rx.events) == 3, list(rx.events)
+    assert sum("a request names sender 2" in e for e in rx.events) == 1, list(rx.events)
+    assert holder.applied_all() == {} and holder.bytes == 0
+
+
 def test_a_members_oversized_or_bad_batch_is_answered_with_its_error(receiver: Any) -> None:
     rx, holder, batches, rb = receiver
     rx.max_payload = 64
