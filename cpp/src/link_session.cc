@@ -92,8 +92,7 @@ void ReadAll(int fd, uint8_t* out, size_t size, bool has_deadline, Clock::time_p
 
 void WriteAll(int fd, std::vector<iovec>& iov, bool has_deadline, Clock::time_point deadline,
               const std::function<void()>& interrupted) {
-  size_t i = 0, sent = 0, total = 0;
-  for (const iovec& v : iov) total += v.iov_len;
+  size_t i = 0, sent = 0;
   while (i < iov.size()) {
     if (iov[i].iov_len == 0) {
       ++i;
@@ -109,7 +108,9 @@ void WriteAll(int fd, std::vector<iovec>& iov, bool has_deadline, Clock::time_po
         interrupted();
       } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
         if (!Wait(fd, POLLOUT, has_deadline, deadline, interrupted)) {
-          throw LinkTimeout("timed out after sending " + std::to_string(sent) + " of " + std::to_string(total) +
+          size_t left = 0;
+          for (size_t j = i; j < iov.size(); ++j) left += iov[j].iov_len;
+          throw LinkTimeout("timed out after sending " + std::to_string(sent) + " of " + std::to_string(sent + left) +
                             " bytes (the peer stopped reading)");
         }
       } else {
