@@ -63,12 +63,15 @@ class ParityMember:
         self._send(bytes(wire))
         return bytes(wire)
 
+    def header_tag(self, header: bytes) -> bytes:
+        """The MAC the next message's 20-byte LinkSession ``header`` carries (link_session.h), computed here."""
+        return hmac.digest(self._key, b"CH" + struct.pack("<Q", self.session.sent) + header, "sha256")
+
     def announce(self, body_bytes: int) -> None:
         """Sends only an authenticated header announcing a body of ``body_bytes`` (one buffer), as a member whose
         batches outgrew the receiver's limit would start its request."""
         header = struct.pack("<QIQ", parity_link._REQUEST.size, 1, body_bytes)
-        counter = self.session.sent
-        self._send(header + hmac.digest(self._key, b"CH" + struct.pack("<Q", counter) + header, "sha256"))
+        self._send(header + self.header_tag(header))
 
     def answer(self) -> Tuple[int, int, str]:
         """(status, applied, error) of the next answer."""
