@@ -108,20 +108,23 @@ class LinkListener:
         except OSError:  # the peer went away (or close())
             pass
         finally:
-            conn.close()
-            with self._lock:
+            with self._lock:  # off the list before its fd is freed: close() never touches a reused fd
                 if conn in self._conns:
                     self._conns.remove(conn)
+            conn.close()
 
     def close(self) -> None:
-        """Stops accepting and drops every connection (the peers see their links break)."""
+        """Stops accepting and drops every connection (the peers see their links break).
+
+        A connection is shut down here, never closed: its thread may be inside a native send or receive on its fd
+        (GIL released), and a closed fd's number is soon another socket's, which that call would then read or write.
+        Shut down, every call on it fails at once, and its thread closes it."""
         with self._lock:
             self._closed = True
-            conns, self._conns = self._conns, []
+            for conn in self._conns:
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            self._conns = []
         self._listener.close()
-        for conn in conns:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            conn.close()
