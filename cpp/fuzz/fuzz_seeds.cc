@@ -13,6 +13,7 @@
 #include "xdl_ec/delta_batch.h"
 #include "xdl_ec/forwarded_batch.h"
 #include "xdl_ec/parity_router.h"
+#include "xdl_ec/push_pull_message.h"
 #include "xdl_ec/stripe_layout.h"
 
 namespace {
@@ -91,6 +92,45 @@ int main(int argc, char** argv) {
     message.insert(message.end(), body.begin(), body.end());
     Write(dir + "/link_message_fuzzer/seed-" + std::to_string(seed), message);
   }
+  // push_pull_message_fuzzer: step requests of one and two parts (with and without repeats) and a pull, and an
+  // answer, as the fuzzer reads them: buffer count, their lengths, their bytes, the head
+  for (int seed = 0; seed < 4; ++seed) {
+    const size_t n = 1 + seed;
+    std::vector<int64_t> keys(n, 7 + seed);
+    std::vector<float> grads(n * 2, 0.5f);
+    std::vector<uint32_t> repeats(n, 1);
+    PushPullRequest request;
+    request.step = 1 + seed;
+    request.parts.push_back({"t", seed, keys.data(), n, grads.data(), 2, seed % 2 ? repeats.data() : nullptr});
+    if (seed > 1) request.parts.push_back({"wide", seed + 1, keys.data(), n, grads.data(), 2, nullptr});
+    request.pulls.push_back({"t", keys.data(), n});
+    std::vector<std::pair<const void*, size_t>> arrays;
+    for (const PushPullPart& p : request.parts) {
+      arrays.emplace_back(p.keys, n * 8);
+      arrays.emplace_back(p.grads, n * 8);
+      if (p.repeats != nullptr) arrays.emplace_back(p.repeats, n * 4);
+    }
+    arrays.emplace_back(keys.data(), n * 8);
+    std::vector<uint8_t> input = {static_cast<uint8_t>(arrays.size())};
+    for (const auto& a : arrays) {
+      input.push_back(static_cast<uint8_t>(a.second));
+      input.push_back(static_cast<uint8_t>(a.second >> 8));
+    }
+    for (const auto& a : arrays) {
+      const auto* bytes = static_cast<const uint8_t*>(a.first);
+      input.insert(input.end(), bytes, bytes + a.second);
+    }
+    const std::string head = PushPullMessage::RequestHead(request);
+    input.insert(input.end(), head.begin(), head.end());
+    Write(dir + "/push_pull_message_fuzzer/seed-" + std::to_string(seed), input);
+  }
+  PushPullAnswer answer;
+  answer.has_ack = answer.applied = answer.has_rows = true;
+  answer.rows.resize(2);
+  const std::string answer_head = PushPullMessage::AnswerHead(answer);
+  std::vector<uint8_t> answer_input = {2, 0, 0, 0, 0};
+  answer_input.insert(answer_input.end(), answer_head.begin(), answer_head.end());
+  Write(dir + "/push_pull_message_fuzzer/seed-answer", answer_input);
   std::printf("fuzz_seeds: %d seeds per target in %s\n", written, dir.c_str());
   return 0;
 }

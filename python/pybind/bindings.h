@@ -14,5 +14,6 @@ void BindParityHolder(pybind11::module_& m);     // bind_parity_holder.cc: Parit
 void BindDeltaForwarder(pybind11::module_& m);   // bind_delta_forwarder.cc: a data server's parity forwarding
 void BindRowCache(pybind11::module_& m);        // bind_row_cache.cc: RowCache, a worker's cache of hot rows
 void BindLinkSession(pybind11::module_& m);     // bind_link_session.cc: LinkSession, a direct link's messages
+void BindShardServer(pybind11::module_& m);     // bind_shard_server.cc: ShardServer, push_pull's wire form
 
 }  // namespace xdl_ec::python

@@ -14,4 +14,5 @@ PYBIND11_MODULE(_core, m) {
   xdl_ec::python::BindDeltaForwarder(m);
   xdl_ec::python::BindRowCache(m);
   xdl_ec::python::BindLinkSession(m);
+  xdl_ec::python::BindShardServer(m);
 }

@@ -129,6 +129,12 @@ class ParityAgent(ServerAgent):
     def durable(self, worker: int) -> int:
         return self.forwarder.durable_seq(worker)
 
+    def native_path(self) -> Tuple[bool, Any]:
+        """The core applies plain steps itself, recording into this forwarder; not while a crash is armed or
+        taken (push's own path). Shards under restore: the core declines those steps itself (their blocks are
+        restored here first, _restore_touched)."""
+        return not (self._crash_before or self._crash_armed or self.crashed), self.forwarder
+
     def arm_crash_before_apply(self, server: Any) -> None:
         """Failure injection: the server dies on its next push, before applying it (the push fails)."""
         self._crash_before = True

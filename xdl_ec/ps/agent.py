@@ -12,7 +12,10 @@ the shards changed):
   missing rows), a push or a resume's saved rows to a table (the defaults apply it plainly; an agent may also
   record what changed);
 - :meth:`ServerAgent.durable` tells how far a worker's pushes are safe beyond this server (PushAck.durable);
-- :meth:`ServerAgent.close` when the server closes.
+- :meth:`ServerAgent.close` when the server closes;
+- :meth:`ServerAgent.native_path` whether the server's core may serve a one-worker step without calling
+  :meth:`~ServerAgent.push` and :meth:`~ServerAgent.pull` (``ShardServer``: the step's request over a direct link
+  is then served without the interpreter), asked again after every ``agent_call``.
 
 Everything else an agent offers is called by the driver through the server's ``agent_call`` (see
 :class:`~xdl_ec.ps.remote.Remote` with ``agent=True``), without the server's lock: an agent takes
@@ -21,8 +24,7 @@ Everything else an agent offers is called by the driver through the server's ``a
 
 from __future__ import annotations
 
-import threading
-from typing import Any, Dict, Mapping, Optional, Protocol
+from typing import Any, Dict, Mapping, Optional, Protocol, Tuple
 
 import numpy as np
 
@@ -31,7 +33,7 @@ class AgentHost(Protocol):
     """The part of a parameter server its agent may use."""
 
     index: int
-    lock: threading.RLock
+    lock: Any  # reentrant, used as threading.RLock (``with host.lock:``)
     crash_requested: bool
 
     def table(self, name: str) -> Any: ...
@@ -68,6 +70,15 @@ class ServerAgent:
     def load_rows(self, host: AgentHost, table: Any, keys: np.ndarray, values: np.ndarray, state: np.ndarray) -> None:
         """Inserts or overwrites saved rows (a resumed run's): a mutation like a push."""
         table.load(keys, values, state)
+
+    def native_path(self) -> Tuple[bool, Any]:
+        """(whether the server's core may apply one-worker steps' pushes and pulls itself, the native
+        DeltaForwarder it reports their mutations to, or None). The core then does what :meth:`push` and
+        :meth:`pull` do here for a plain shard, plus that forwarder's recording; an agent whose push or pull does
+        more (counts accesses, injects a crash) answers (False, None) for as long as it does. The default allows
+        it only where this class's push and pull are the agent's."""
+        plain = type(self).push is ServerAgent.push and type(self).pull is ServerAgent.pull
+        return plain, None
 
     def durable(self, worker: int) -> int:
         """The highest push seq of ``worker`` to this server that survives this server's loss (0: none)."""

@@ -6,6 +6,7 @@ Arguments and answers are plain data (numpy arrays, ints, lists, dataclasses), p
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
@@ -13,6 +14,20 @@ import numpy as np
 # (table, keys, grads, seq[, repeats]): one table's part of a push; seq is the sender's push seq to this server;
 # repeats (uint32 per row, optional): how many gradients each row sums (a worker cache's write-back)
 PushPart = Tuple[Any, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class PushAck:
+    """A server's answer to a push: ``applied`` is False while a sync step waits for other workers' pushes;
+    ``seq`` the push's last part's seq; ``durable``: this worker's highest push seq to this server that survives
+    the server's loss (0 without such a strategy)."""
+
+    server: int
+    worker: int
+    seq: int
+    step: int
+    applied: bool
+    durable: int = 0
 
 
 class RoleAPI(Protocol):

@@ -24,6 +24,13 @@ request is ``(method, args)``, an answer ``(True, value)`` or ``(False, error)``
 as Ray raises an actor's error's cause.
 Unpickling allows only plain data, numpy arrays and scalars, the few xdl_ec types a call carries and exception
 classes (:class:`_Unpickler`), and only after the message's MAC checked.
+A worker's ``push_pull`` travels in a native form instead (:func:`encode_call`, defined in
+``cpp/include/xdl_ec/push_pull_message.h``) when its arguments are in the wire's types: a server's serving thread
+receives, applies and answers those in its core (``ParameterServer.serve_link``, :class:`xdl_ec._core.ShardServer`)
+with the GIL released and no Python run, and hands every other message to Python: other calls, and the requests
+the core declines unchanged (sync steps, bad input, an agent with hooks of its own), which Python serves as any
+call, with its errors. Under load a request's Python cost several times its warm price (a server's thread wakes
+with cold caches between requests); it was most of what a small step cost on Ray beyond one process.
 
 Membership, as the parity links (:mod:`xdl_ec.ft.parity_link`): the driver makes a :class:`~xdl_ec.job_secret.JobSecret`
 K per run and gives it to its workers (actor arguments); a caller asks the role, through Ray, to open its links
@@ -74,6 +81,7 @@ import numpy as np
 from ..link_listener import LinkListener, PeerRefused
 from .. import _core
 from ..link_socket import LinkBroken, node_host, recv_exactly, tune
+from .api import PushAck
 from .backend import CallTimeout, Handle, RoleLost, lost_error
 
 LINK_METHODS: Dict[str, FrozenSet[str]] = {
@@ -106,6 +114,9 @@ log = logging.getLogger(__name__)
 
 
 
+_FAILED = object()  # recv_message's mark of a request a role's native path failed to serve (after a change)
+
+
 class LinkRefused(RuntimeError):
     """The role behind a link failed to prove it belongs to this run, or refused this run's secret."""
 
@@ -118,9 +129,10 @@ _NUMPY_GLOBALS = {(module, name) for prefix in ("numpy._core", "numpy.core")
                   for module, name in ((f"{prefix}.numeric", "_frombuffer"), (f"{prefix}.multiarray", "_reconstruct"),
                                        (f"{prefix}.multiarray", "scalar"))} | {("numpy", "ndarray"), ("numpy", "dtype")}
 # the xdl_ec types a linked call carries or answers (exception classes are allowed from xdl_ec and builtins)
-_XDL_GLOBALS = {("xdl_ec.ps.server", "PushAck"), ("xdl_ec.ps.worker", "StepResult"),
+_XDL_GLOBALS = {("xdl_ec.ps.api", "PushAck"), ("xdl_ec.ps.worker", "StepResult"),
                 ("xdl_ec.ps.worker", "DenseState"), ("xdl_ec.ps.direct", "_array")}
-_ARRAY_KINDS = frozenset("biufc?")  # the dtypes (numbers and bools) an array crosses a link as raw bytes in
+_ARRAY_KINDS = frozenset("biufc?")
+_PICKLE_FIRST = 0x80  # a pickle's first byte (protocol 2 and later); the native push_pull forms start otherwise  # the dtypes (numbers and bools) an array crosses a link as raw bytes in
 
 
 def _allowed_exception(module: str, name: str) -> bool:
@@ -187,7 +199,40 @@ def encode(obj: Any) -> Tuple[bytes, List[memoryview]]:
 
 
 def decode(data: Any, buffers: List[Any]) -> Any:
+    """A message's object: a pickle, or a push_pull request or answer in its native form (``encode_call``)."""
+    if len(data) and data[0] != _PICKLE_FIRST:
+        if _core.is_push_pull_request(data):
+            try:
+                return "push_pull", _core.parse_push_pull_request(data, buffers)
+            except ValueError as err:
+                raise pickle.UnpicklingError(f"a malformed push_pull request: {err}") from None
+        if _core.is_push_pull_answer(data):
+            return _push_pull_answer(data, buffers)
     return _Unpickler(io.BytesIO(data), buffers=buffers).load()
+
+
+def encode_call(method: str, args: Tuple[Any, ...]) -> Tuple[bytes, List[Any]]:
+    """A call as a message: a server's ``push_pull`` in the native wire form when its arguments are in the wire's
+    types (a server's core then serves a one-worker step without the interpreter: ``ShardServer.serve``), anything
+    else pickled."""
+    if method == "push_pull":
+        try:
+            native = _core.push_pull_request(*args)
+        except TypeError:  # arguments of other types: the pickle carries them, the server's checks say what is wrong
+            native = None
+        if native is not None:
+            return native
+    return encode((method, args))
+
+
+def _push_pull_answer(data: Any, buffers: List[Any]) -> Tuple[bool, Any]:
+    """A native push_pull answer as the pickled one reads: (True, (PushAck or None, [rows])), the rows views of the
+    message's buffers."""
+    has_ack, server, worker, seq, step, applied, durable, has_rows, dims = \
+        _core.parse_push_pull_answer(data, len(buffers))
+    ack = PushAck(server, worker, seq, step, applied, durable) if has_ack else None
+    rows = [b.view(np.float32).reshape(-1, dim) for b, dim in zip(buffers, dims)] if has_rows else []
+    return True, (ack, rows)
 
 
 def _error_answer(err: BaseException) -> BaseException:
@@ -223,13 +268,14 @@ def _choose(offered: int) -> int:
 
 
 
-def send_message(conn: socket.socket, session: Any, obj: Any) -> int:
-    """Sends ``obj`` as one message (one ``sendmsg`` where the kernel takes it all); returns its bytes.
+def send_message(conn: socket.socket, session: Any, obj: Any, encoded: Optional[Tuple[Any, List[Any]]] = None) -> int:
+    """Sends ``obj`` (or what ``encoded`` gives: (head, buffers)) as one message (one ``sendmsg`` where the
+    kernel takes it all); returns its bytes.
 
     Wire form: header ``<QIQ`` (pickle bytes, buffer count, body bytes) + its MAC, then the body: the buffers'
     lengths (``<Q`` each), the pickle, and each buffer at the next multiple of 64 bytes of the body (zero bytes
     between), then the MAC of header and body (framed and MACed by the session, in place)."""
-    data, buffers = encode(obj)
+    data, buffers = encoded if encoded is not None else encode(obj)
     try:
         return session.send(conn.fileno(), data, buffers)
     except _core.LinkClosed as err:
@@ -237,13 +283,19 @@ def send_message(conn: socket.socket, session: Any, obj: Any) -> int:
 
 
 def recv_message(conn: socket.socket, session: Any, deadline: Optional[float] = None,
-                 max_payload: int = MAX_PAYLOAD_BYTES) -> Any:
+                 max_payload: int = MAX_PAYLOAD_BYTES, serve: Optional[Callable[..., Any]] = None) -> Any:
     """The next message, checked (two reads: header, then body); LinkBroken, socket.timeout past ``deadline``
     (time.monotonic()) or _Refused (a MAC that does not match, a message too large). Arrays are unpickled in
-    place from the message (aligned, writable)."""
+    place from the message (aligned, writable). ``serve`` (a role's ``serve_link``, no deadline): the messages it
+    serves natively first; a failure of one comes back as ``(_FAILED, error)``."""
     timeout = None if deadline is None else deadline - time.monotonic()
     try:
-        data, buffers = session.receive(conn.fileno(), timeout, max_payload)
+        if serve is not None:
+            data, buffers, failure = serve(session, conn.fileno(), max_payload)
+            if failure is not None:
+                return _FAILED, failure
+        else:
+            data, buffers = session.receive(conn.fileno(), timeout, max_payload)
     except _core.LinkRejected as err:
         raise _Refused(str(err)) from None
     except _core.LinkTimeout as err:
@@ -316,13 +368,18 @@ class LinkServer(LinkListener):
     def _converse(self, conn: socket.socket, peer: str, authenticated: Tuple[Any, int]) -> None:
         session, caller = authenticated
         who = f"{peer} (caller {caller})"
+        # a server serves its workers' one-worker steps natively (ParameterServer.serve_link) and the rest here
+        serve = getattr(self.obj, "serve_link", None)
         while True:
             try:
-                method, args = recv_message(conn, session, max_payload=self.max_payload)
+                method, args = recv_message(conn, session, max_payload=self.max_payload, serve=serve)
             except pickle.UnpicklingError as err:
                 raise _Refused(f"closed the connection of {who}: {err}") from None
             except _Refused as err:
                 raise _Refused(f"closed the connection of {who}: {err}") from None
+            if method is _FAILED:
+                send_message(conn, session, (False, _error_answer(args)))
+                continue
             if self._refuse():
                 return  # going down: the caller sees its link break
             if method not in self.methods:
@@ -450,7 +507,7 @@ class Link:
             try:
                 if self._conn is None:
                     self._connect()
-                self.bytes_sent += send_message(self._conn, self._session, (method, args))
+                self.bytes_sent += send_message(self._conn, self._session, None, encode_call(method, args))
             except (RoleLost, CallTimeout) as err:  # from Ray, asking for the address: a dead or stuck role
                 self._break(err)
                 return LinkFuture(None, method, err)

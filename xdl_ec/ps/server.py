@@ -10,6 +10,11 @@ carries a step's push and the next step's pull in one request (one worker, or as
 :mod:`xdl_ec.ps.worker`). On Ray those calls come over direct links (:mod:`xdl_ec.ps.direct`, served by a thread
 of the server's process: ``open_links``); everything else through Ray.
 
+The shards, each worker's last push seq and the lock live in the native :class:`xdl_ec._core.ShardServer`
+(``core``) too, which serves a one-worker step's ``push_pull`` arriving over a direct link without the
+interpreter (``serve_link``) while the agent allows it (:meth:`~xdl_ec.ps.agent.ServerAgent.native_path`); what it
+declines comes here unchanged. Both paths give the same acks, rows and bytes.
+
 Sync mode (``participants > 1``): the pushes of one step from several workers are buffered per table until all
 ``participants`` arrived, then applied as ONE shard push of the concatenation in worker order, each worker's
 gradients divided by ``participants`` (the mean over the global batch, like the dense gradients). The shard sums
@@ -23,35 +28,19 @@ seam of :mod:`xdl_ec.ps.agent`.
 
 from __future__ import annotations
 
-import dataclasses
 import secrets
-import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .. import checks
+from .. import _core, checks
 from ..checkpoint import ShardCheckpoint
 from ..table import MAX_REPEATS, EmbeddingTable, as_keys, as_repeats, as_rows
 from ..table_config import Table
 from .agent import ServerAgent
-from .api import PushPart
+from .api import PushAck, PushPart
 from .backend import ServerLost, in_ray_actor
 from .direct import LinkHost
-
-
-@dataclasses.dataclass(frozen=True)
-class PushAck:
-    """A server's answer to a push: ``applied`` is False while a sync step waits for other workers' pushes;
-    ``seq`` the push's last part's seq; ``durable``: this worker's highest push seq to this server that survives
-    the server's loss (0 without such a strategy)."""
-
-    server: int
-    worker: int
-    seq: int
-    step: int
-    applied: bool
-    durable: int = 0
 
 
 class ParameterServer(LinkHost):
@@ -62,13 +51,15 @@ class ParameterServer(LinkHost):
     def __init__(self, index: int, tables: Sequence[Table] = ()) -> None:
         self.index = checks.non_negative_int("index", index)
         self._tables: Dict[str, EmbeddingTable] = {}
-        self.lock = threading.RLock()
+        # the shards again, each worker's last push seq and the lock, natively: a one-worker step's request over a
+        # direct link is served there without the interpreter (ShardServer.serve, see xdl_ec.ps.direct)
+        self.core = _core.ShardServer(self.index)
+        self.lock = self.core.lock  # reentrant, as threading.RLock
         # (table, step) -> {worker: (keys, grads, seq, repeats)} of a sync step still waiting for pushes
         self._pending: Dict[Tuple[str, int], Dict[int, Tuple[np.ndarray, np.ndarray, int]]] = {}
-        self.last_seq: Dict[int, int] = {}
         self.agent: ServerAgent = ServerAgent()
         self._has_agent = False
-        self.crash_requested = False  # the role dies right after this call (see die)
+        self._crash_requested = False
         # Caching workers keep rows with their clocks; rows changed other than by a pull or push (a load, a
         # rollback, a fresh server) could repeat a clock with other bytes, so such a change starts a new epoch
         # and copies from an older one are not trusted (see pull_stale).
@@ -78,6 +69,7 @@ class ParameterServer(LinkHost):
                           "keys_pushed": 0, "steps_applied": 0, "requests": 0}
         for table in tables:
             self.create_table(table)
+        self._sync_native()
 
     # ---- tables ---------------------------------------------------------------------------------------
     def create_table(self, table: Table) -> None:
@@ -87,6 +79,7 @@ class ParameterServer(LinkHost):
             if table.name in self._tables:
                 raise ValueError(f"table {table.name!r} already exists on server {self.index}")
             self._tables[table.name] = EmbeddingTable.from_config(table)
+            self.core.set_table(table.name, self._tables[table.name].shard)
 
     def _new_epoch(self) -> None:
         self.epoch = secrets.randbits(62) + 1
@@ -112,6 +105,7 @@ class ParameterServer(LinkHost):
             raise ValueError(f"tables: server {self.index} has no tables {unknown} (tables: {sorted(self._tables)})")
         for name, table in tables.items():
             old, self._tables[name] = self._tables[name], table
+            self.core.set_table(name, table.shard)
             if old is not table:
                 old.close()
         self._pending.clear()
@@ -125,10 +119,10 @@ class ParameterServer(LinkHost):
         """A spare server becomes server ``index`` (replacing a dead one); only while it has served nothing."""
         index = checks.non_negative_int("index", index)
         with self.lock:
-            if self._has_agent or self.last_seq or any(len(t) for t in self._tables.values()):
+            if self._has_agent or self.core.seqs() or any(len(t) for t in self._tables.values()):
                 raise ValueError(f"take_index: server {self.index} already holds state; only an idle spare can "
                                  f"become server {index}")
-            self.index = index
+            self.index = self.core.index = index
 
     # ---- training path --------------------------------------------------------------------------------
     def pull(self, requests: Sequence[Tuple[str, Any]]) -> List[np.ndarray]:
@@ -232,10 +226,11 @@ class ParameterServer(LinkHost):
             checked.append((table, keys, grads, seq, repeats))
         last = 0
         applied = True
+        core = self.core
         with self.lock:
             for table, keys, grads, seq, repeats in checked:
                 last = max(last, seq)
-                if seq and seq <= self.last_seq.get(worker, 0):
+                if seq and seq <= core.last_seq(worker):
                     continue  # a replayed part this server already applied (or buffered): exactly once
                 c = self._counters
                 c["pushes"] += 1
@@ -246,7 +241,7 @@ class ParameterServer(LinkHost):
                     c["steps_applied"] += 1
                 else:
                     applied = self._buffer(table, keys, grads, step, worker, seq, participants, repeats) and applied
-                self.last_seq[worker] = max(seq, self.last_seq.get(worker, 0))
+                core.note_seq(worker, seq)
             durable = self.agent.durable(worker)
         return PushAck(self.index, worker, last, step, applied, durable)
 
@@ -299,13 +294,40 @@ class ParameterServer(LinkHost):
         """(an agent keeps the pushes durable, last push seq of ``worker``): a restarted worker continues its
         predecessor's seqs and, when the servers' agent asks for it, keeps its pushes until durable."""
         with self.lock:
-            return bool(self.agent.logs_pushes), self.last_seq.get(int(worker), 0)
+            return bool(self.agent.logs_pushes), self.core.last_seq(int(worker))
 
     def note_push_seqs(self, worker_seqs: Mapping[int, int]) -> None:
         """Records that this server's state includes the pushes ``worker_seqs`` {worker: seq} (a rebuilt server)."""
         with self.lock:
             for w, s in worker_seqs.items():
-                self.last_seq[int(w)] = max(int(s), self.last_seq.get(int(w), 0))
+                self.core.note_seq(int(w), int(s))
+
+    @property
+    def last_seq(self) -> Dict[int, int]:
+        """{worker: the highest push seq of it this server applied}."""
+        return self.core.seqs()
+
+    # ---- the native path (ShardServer) ------------------------------------------------------------------
+    @property
+    def crash_requested(self) -> bool:
+        """The role dies right after this call (see die); set, no request is served natively any more."""
+        return self._crash_requested
+
+    @crash_requested.setter
+    def crash_requested(self, value: bool) -> None:
+        self._crash_requested = bool(value)
+        self._sync_native()
+
+    def _sync_native(self) -> None:
+        """Lets the core serve one-worker steps itself while the agent allows it (ServerAgent.native_path)."""
+        with self.lock:
+            enabled, forwarder = (False, None) if self._crash_requested else self.agent.native_path()
+            self.core.set_native(bool(enabled), forwarder)
+
+    def serve_link(self, session: Any, fd: int, max_payload: int) -> Tuple[Any, List[Any], Optional[BaseException]]:
+        """A direct link's serving thread: the push_pull requests arriving on ``fd`` served natively until one
+        the core does not serve arrives (ShardServer.serve: (head, buffers, failure))."""
+        return self.core.serve(session, fd, max_payload)
 
     # ---- the agent seam (xdl_ec.ps.agent) -------------------------------------------------------------
     def attach_agent(self, factory: Callable[..., ServerAgent], *args: Any) -> None:
@@ -317,6 +339,7 @@ class ParameterServer(LinkHost):
             if not isinstance(agent, ServerAgent):
                 raise TypeError(f"attach_agent: the factory must build a ServerAgent, got {type(agent).__name__}")
             self.agent, self._has_agent = agent, True
+            self._sync_native()
 
     def agent_call(self, method: str, *args: Any) -> Any:
         """``agent.<method>(self, *args)``: the driver's calls to this server's agent (see Remote, agent=True)."""
@@ -326,7 +349,10 @@ class ParameterServer(LinkHost):
             raise ValueError(f"server {self.index} hosts no agent; attach_agent first")
         if method.startswith("_") or not callable(getattr(self.agent, method, None)):
             raise AttributeError(f"{type(self.agent).__name__} has no method {method!r}")
-        return getattr(self.agent, method)(self, *args)
+        try:
+            return getattr(self.agent, method)(self, *args)
+        finally:
+            self._sync_native()  # the call may have changed what the agent allows (e.g. a crash armed)
 
     def die(self) -> None:
         """The role dies now (an injected crash): in a Ray actor the process exits; in one process the backend
@@ -383,9 +409,14 @@ class ParameterServer(LinkHost):
 
     def stats(self) -> Dict[str, Any]:
         """Counters (bytes in/out, requests (calls of pull, push, push_pull, pull_stale), pulls, pushes (table
-        parts), keys), rows per table and pending sync steps."""
+        parts), keys; native_requests: the requests of those the core served without the interpreter), rows per
+        table and pending sync steps."""
         with self.lock:
             out: Dict[str, Any] = dict(self._counters)
+            native = self.core.counters()  # what the native path served
+            for name, count in native.items():
+                out[name] += count
+            out["native_requests"] = native["requests"]
             out["pending_steps"] = len(self._pending)
         out["index"] = self.index
         out["rows"] = {name: len(t) for name, t in self._tables.items()}
@@ -396,6 +427,8 @@ class ParameterServer(LinkHost):
         self.close_links()
         with self.lock:
             self.agent.close()
+            self.core.set_native(False, None)
+            self.core.drop_tables()
             for t in self._tables.values():
                 t.close()
             self._tables.clear()

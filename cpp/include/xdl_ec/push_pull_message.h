@@ -1,0 +1,104 @@
+// The native wire form of a worker's step request to one server (ParameterServer.push_pull: the push of step t
+// and the pull of step t + 1's keys) and of its answer, so a server can serve it without the interpreter
+// (ShardServer::Serve). Either travels as one LinkSession message whose first part is the head below where a
+// pickle would be (a pickle starts with 0x80, these with their magic) and whose buffers are the arrays.
+//
+// Request head, little-endian:
+//   "XPP1" | step i64 | worker i32 | participants i32 | parts u32 | pulls u32
+//   per part: seq i64 | dim u32 | flags u32 (bit 0: repeats) | name bytes u32 | name
+//   per pull: name bytes u32 | name
+// Request buffers: per part its keys (int64[n]), grads (float32[n * dim]) and, when flagged, repeats
+// (uint32[n]); then per pull its keys (int64[n]).
+//
+// Answer head:
+//   "XPA1" | server i32 | worker i32 | seq i64 | step i64 | durable i64 | flags u32 | pulls u32
+//   per pull: dim u32
+//   flags: bit 0 an ack (the request pushed), bit 1 applied, bit 2 rows (the request pulled)
+// Answer buffers: per pull its rows (float32[n * dim]).
+//
+// Parsing checks sizes and alignment only; what the values mean (known tables, dims, finite gradients) is
+// the server's to check.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace xdl_ec {
+
+struct PushPullPart {
+  std::string table;
+  int64_t seq = 0;
+  const int64_t* keys = nullptr;
+  size_t n = 0;
+  const float* grads = nullptr;  // n * dim
+  uint32_t dim = 0;
+  const uint32_t* repeats = nullptr;  // n, or null
+};
+
+struct PushPullPull {
+  std::string table;
+  const int64_t* keys = nullptr;
+  size_t n = 0;
+};
+
+// A request; the arrays point into the message it was parsed from (or the caller's arrays it is encoded from).
+struct PushPullRequest {
+  int64_t step = 0;
+  int32_t worker = 0;
+  int32_t participants = 1;
+  std::vector<PushPullPart> parts;
+  std::vector<PushPullPull> pulls;
+};
+
+struct PushPullAnswer {
+  bool has_ack = false;  // the request pushed (PushAck's fields below)
+  int32_t server = 0;
+  int32_t worker = 0;
+  int64_t seq = 0;
+  int64_t step = 0;
+  bool applied = false;
+  int64_t durable = 0;
+  bool has_rows = false;  // the request pulled
+  struct Rows {
+    std::unique_ptr<float[]> data;
+    size_t floats = 0;
+    uint32_t dim = 0;
+  };
+  std::vector<Rows> rows;  // per pull
+};
+
+// A byte range of a message (its head, or one of its buffers).
+struct MessagePart {
+  const uint8_t* data;
+  size_t size;
+};
+
+class PushPullMessage {
+ public:
+  static constexpr size_t kMagicBytes = 4;
+  static constexpr size_t kMaxNameBytes = 1024;
+  static constexpr size_t kMaxParts = 1024;  // per request, parts and pulls each
+
+  // Whether a message's first part is a request (or an answer) head: its magic.
+  static bool IsRequest(MessagePart head);
+  static bool IsAnswer(MessagePart head);
+
+  // The head of `request` (its arrays go as the buffers, in the order above). Throws std::invalid_argument
+  // for more than kMaxParts parts or pulls, or a table name over kMaxNameBytes.
+  static std::string RequestHead(const PushPullRequest& request);
+  // The request a head and its buffers carry, its arrays pointing into `buffers` (which must outlive it).
+  // Throws std::invalid_argument naming what is malformed: the magic, a count or a name over its limit, a
+  // head of another length than its fields, a buffer count or size that does not match, an array not
+  // aligned to its type.
+  static PushPullRequest ParseRequest(MessagePart head, const std::vector<MessagePart>& buffers);
+
+  static std::string AnswerHead(const PushPullAnswer& answer);
+  // An answer's fields; its rows have their dims but no data, their buffers being the message's (ParseAnswer
+  // checks their count: one per pull when the answer has rows, none otherwise). Throws std::invalid_argument.
+  static PushPullAnswer ParseAnswer(MessagePart head, size_t buffers);
+};
+
+}  // namespace xdl_ec

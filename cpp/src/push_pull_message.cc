@@ -1,0 +1,210 @@
+#include "xdl_ec/push_pull_message.h"
+
+#include <cstring>
+#include <stdexcept>
+
+namespace xdl_ec {
+namespace {
+
+constexpr char kRequestMagic[] = "XPP1";
+constexpr char kAnswerMagic[] = "XPA1";
+constexpr uint32_t kPartRepeats = 1;
+constexpr uint32_t kAnswerAck = 1, kAnswerApplied = 2, kAnswerRows = 4;
+
+template <typename T>
+void Put(std::string& out, T value) {  // little-endian hosts only (x86-64, aarch64), as the rest of the wire
+  out.append(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+void PutName(std::string& out, const std::string& name) {
+  if (name.size() > PushPullMessage::kMaxNameBytes) {
+    throw std::invalid_argument("push_pull: a table name of " + std::to_string(name.size()) + " bytes, over " +
+                                std::to_string(PushPullMessage::kMaxNameBytes));
+  }
+  Put<uint32_t>(out, static_cast<uint32_t>(name.size()));
+  out.append(name);
+}
+
+// Reads a head front to back; every read checks the bytes left.
+class Reader {
+ public:
+  Reader(MessagePart head, const char* what) : at_(head.data), end_(head.data + head.size), what_(what) {}
+
+  template <typename T>
+  T Get() {
+    T value;
+    Need(sizeof(T));
+    std::memcpy(&value, at_, sizeof(T));
+    at_ += sizeof(T);
+    return value;
+  }
+  std::string Name() {
+    const uint32_t size = Get<uint32_t>();
+    if (size > PushPullMessage::kMaxNameBytes) Fail("a table name of " + std::to_string(size) + " bytes");
+    Need(size);
+    std::string name(reinterpret_cast<const char*>(at_), size);
+    at_ += size;
+    return name;
+  }
+  void End() const {
+    if (at_ != end_) Fail(std::to_string(end_ - at_) + " bytes after its last field");
+  }
+  [[noreturn]] void Fail(const std::string& why) const {
+    throw std::invalid_argument(std::string("push_pull ") + what_ + " head: " + why);
+  }
+
+ private:
+  void Need(size_t bytes) const {
+    if (static_cast<size_t>(end_ - at_) < bytes) Fail("it ends inside a field");
+  }
+  const uint8_t* at_;
+  const uint8_t* end_;
+  const char* what_;
+};
+
+uint32_t Count(Reader& reader, const char* what) {
+  const uint32_t count = reader.Get<uint32_t>();
+  if (count > PushPullMessage::kMaxParts) {
+    reader.Fail(std::to_string(count) + " " + what + ", over " + std::to_string(PushPullMessage::kMaxParts));
+  }
+  return count;
+}
+
+template <typename T>
+const T* Array(const MessagePart& buffer, size_t count, const std::string& what) {
+  if (buffer.size != count * sizeof(T)) {
+    throw std::invalid_argument("push_pull request: " + what + " has " + std::to_string(buffer.size) +
+                                " bytes, not " + std::to_string(count * sizeof(T)));
+  }
+  if (reinterpret_cast<uintptr_t>(buffer.data) % alignof(T) != 0) {
+    throw std::invalid_argument("push_pull request: " + what + " is not aligned to its type");
+  }
+  return reinterpret_cast<const T*>(buffer.data);
+}
+
+}  // namespace
+
+bool PushPullMessage::IsRequest(MessagePart head) {
+  return head.size >= kMagicBytes && std::memcmp(head.data, kRequestMagic, kMagicBytes) == 0;
+}
+
+bool PushPullMessage::IsAnswer(MessagePart head) {
+  return head.size >= kMagicBytes && std::memcmp(head.data, kAnswerMagic, kMagicBytes) == 0;
+}
+
+std::string PushPullMessage::RequestHead(const PushPullRequest& request) {
+  if (request.parts.size() > kMaxParts || request.pulls.size() > kMaxParts) {
+    throw std::invalid_argument("push_pull: " + std::to_string(request.parts.size()) + " parts and " +
+                                std::to_string(request.pulls.size()) + " pulls, over " + std::to_string(kMaxParts));
+  }
+  std::string out(kRequestMagic, kMagicBytes);
+  Put<int64_t>(out, request.step);
+  Put<int32_t>(out, request.worker);
+  Put<int32_t>(out, request.participants);
+  Put<uint32_t>(out, static_cast<uint32_t>(request.parts.size()));
+  Put<uint32_t>(out, static_cast<uint32_t>(request.pulls.size()));
+  for (const PushPullPart& part : request.parts) {
+    Put<int64_t>(out, part.seq);
+    Put<uint32_t>(out, part.dim);
+    Put<uint32_t>(out, part.repeats != nullptr ? kPartRepeats : 0);
+    PutName(out, part.table);
+  }
+  for (const PushPullPull& pull : request.pulls) PutName(out, pull.table);
+  return out;
+}
+
+PushPullRequest PushPullMessage::ParseRequest(MessagePart head, const std::vector<MessagePart>& buffers) {
+  if (!IsRequest(head)) throw std::invalid_argument("push_pull request head: no XPP1 magic");
+  Reader reader({head.data + kMagicBytes, head.size - kMagicBytes}, "request");
+  PushPullRequest request;
+  request.step = reader.Get<int64_t>();
+  request.worker = reader.Get<int32_t>();
+  request.participants = reader.Get<int32_t>();
+  const uint32_t parts = Count(reader, "parts");
+  const uint32_t pulls = Count(reader, "pulls");
+  request.parts.resize(parts);
+  std::vector<bool> repeats(parts);
+  size_t arrays = 0;
+  for (size_t i = 0; i < parts; ++i) {
+    PushPullPart& part = request.parts[i];
+    part.seq = reader.Get<int64_t>();
+    part.dim = reader.Get<uint32_t>();
+    const uint32_t flags = reader.Get<uint32_t>();
+    if (flags & ~kPartRepeats) reader.Fail("a part's flags " + std::to_string(flags) + " are not 0 or 1");
+    repeats[i] = flags & kPartRepeats;
+    part.table = reader.Name();
+    arrays += repeats[i] ? 3 : 2;
+  }
+  request.pulls.resize(pulls);
+  for (PushPullPull& pull : request.pulls) pull.table = reader.Name();
+  reader.End();
+  arrays += pulls;
+  if (buffers.size() != arrays) {
+    throw std::invalid_argument("push_pull request: " + std::to_string(buffers.size()) + " buffers where its head "
+                                "announces " + std::to_string(arrays));
+  }
+  size_t b = 0;
+  for (size_t i = 0; i < request.parts.size(); ++i) {
+    PushPullPart& part = request.parts[i];
+    const std::string which = "part " + std::to_string(i) + " (table '" + part.table + "')";
+    if (buffers[b].size % sizeof(int64_t) != 0) {
+      throw std::invalid_argument("push_pull request: the keys of " + which + " are not whole int64s");
+    }
+    part.n = buffers[b].size / sizeof(int64_t);
+    part.keys = Array<int64_t>(buffers[b++], part.n, "the keys of " + which);
+    if (part.dim == 0 && part.n != 0) throw std::invalid_argument("push_pull request: " + which + " has dim 0");
+    part.grads = Array<float>(buffers[b++], part.n * part.dim, "the grads of " + which);
+    if (repeats[i]) part.repeats = Array<uint32_t>(buffers[b++], part.n, "the repeats of " + which);
+  }
+  for (size_t i = 0; i < request.pulls.size(); ++i) {
+    PushPullPull& pull = request.pulls[i];
+    const std::string which = "the keys of pull " + std::to_string(i) + " (table '" + pull.table + "')";
+    if (buffers[b].size % sizeof(int64_t) != 0) {
+      throw std::invalid_argument("push_pull request: " + which + " are not whole int64s");
+    }
+    pull.n = buffers[b].size / sizeof(int64_t);
+    pull.keys = Array<int64_t>(buffers[b++], pull.n, which);
+  }
+  return request;
+}
+
+std::string PushPullMessage::AnswerHead(const PushPullAnswer& answer) {
+  std::string out(kAnswerMagic, kMagicBytes);
+  Put<int32_t>(out, answer.server);
+  Put<int32_t>(out, answer.worker);
+  Put<int64_t>(out, answer.seq);
+  Put<int64_t>(out, answer.step);
+  Put<int64_t>(out, answer.durable);
+  Put<uint32_t>(out, (answer.has_ack ? kAnswerAck : 0) | (answer.applied ? kAnswerApplied : 0) |
+                         (answer.has_rows ? kAnswerRows : 0));
+  Put<uint32_t>(out, static_cast<uint32_t>(answer.rows.size()));
+  for (const PushPullAnswer::Rows& rows : answer.rows) Put<uint32_t>(out, rows.dim);
+  return out;
+}
+
+PushPullAnswer PushPullMessage::ParseAnswer(MessagePart head, size_t buffers) {
+  if (!IsAnswer(head)) throw std::invalid_argument("push_pull answer head: no XPA1 magic");
+  Reader reader({head.data + kMagicBytes, head.size - kMagicBytes}, "answer");
+  PushPullAnswer answer;
+  answer.server = reader.Get<int32_t>();
+  answer.worker = reader.Get<int32_t>();
+  answer.seq = reader.Get<int64_t>();
+  answer.step = reader.Get<int64_t>();
+  answer.durable = reader.Get<int64_t>();
+  const uint32_t flags = reader.Get<uint32_t>();
+  const uint32_t pulls = Count(reader, "pulls");
+  answer.rows.resize(pulls);
+  for (PushPullAnswer::Rows& rows : answer.rows) rows.dim = reader.Get<uint32_t>();
+  reader.End();
+  if (flags & ~(kAnswerAck | kAnswerApplied | kAnswerRows)) reader.Fail("flags " + std::to_string(flags));
+  answer.has_ack = flags & kAnswerAck;
+  answer.applied = flags & kAnswerApplied;
+  answer.has_rows = flags & kAnswerRows;
+  if (buffers != (answer.has_rows ? pulls : 0)) {
+    throw std::invalid_argument("push_pull answer: " + std::to_string(buffers) + " buffers where its head announces " +
+                                std::to_string(answer.has_rows ? pulls : 0));
+  }
+  return answer;
+}
+
+}  // namespace xdl_ec

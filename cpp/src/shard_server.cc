@@ -1,0 +1,160 @@
+#include "xdl_ec/shard_server.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+namespace xdl_ec {
+namespace {
+
+bool Finite(const float* values, size_t n) {
+  // An OR of "not finite" over the whole array, without a branch per value (vectorises).
+  bool bad = false;
+  for (size_t i = 0; i < n; ++i) bad |= !std::isfinite(values[i]);
+  return !bad;
+}
+
+bool RepeatsInRange(const uint32_t* repeats, size_t n) {
+  if (repeats == nullptr) return true;
+  for (size_t i = 0; i < n; ++i) {
+    if (repeats[i] < 1 || repeats[i] > EmbeddingShard::kMaxRepeats) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+ShardServer::ShardServer(int index) : index_(index) {}
+
+int ShardServer::index() const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  return index_;
+}
+
+void ShardServer::set_index(int index) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  index_ = index;
+}
+
+void ShardServer::SetTable(const std::string& name, std::shared_ptr<EmbeddingShard> shard) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  tables_[name] = std::move(shard);
+}
+
+void ShardServer::DropTables() {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  tables_.clear();
+}
+
+int64_t ShardServer::LastSeq(int32_t worker) const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  const auto it = last_seq_.find(worker);
+  return it == last_seq_.end() ? 0 : it->second;
+}
+
+void ShardServer::NoteSeq(int32_t worker, int64_t seq) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  int64_t& last = last_seq_[worker];
+  last = std::max(last, seq);
+}
+
+WorkerSeqs ShardServer::Seqs() const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  return last_seq_;
+}
+
+void ShardServer::SetNative(bool enabled, std::shared_ptr<DeltaForwarder> forwarder) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  native_ = enabled;
+  forwarder_ = std::move(forwarder);
+}
+
+bool ShardServer::native() const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  return native_;
+}
+
+ShardServer::Counters ShardServer::counters() const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  return counters_;
+}
+
+bool ShardServer::Acceptable(const PushPullRequest& request) const {
+  if (!native_ || request.participants != 1 || request.step < 1 || request.worker < 0) return false;
+  for (const PushPullPart& part : request.parts) {
+    const auto it = tables_.find(part.table);
+    if (it == tables_.end() || part.seq < 0) return false;
+    const EmbeddingShard& shard = *it->second;
+    if (part.dim != static_cast<uint32_t>(shard.dim()) || shard.missing_blocks() != 0) return false;
+    if (!Finite(part.grads, part.n * part.dim) || !RepeatsInRange(part.repeats, part.n)) return false;
+  }
+  for (const PushPullPull& pull : request.pulls) {
+    const auto it = tables_.find(pull.table);
+    if (it == tables_.end() || it->second->missing_blocks() != 0) return false;
+  }
+  return true;
+}
+
+bool ShardServer::Serve(const PushPullRequest& request, PushPullAnswer* answer) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (!Acceptable(request)) return false;
+  Counters& c = counters_;
+  ++c.requests;
+  *answer = PushPullAnswer{};
+  answer->server = index_;
+  answer->worker = request.worker;
+  answer->step = request.step;
+  if (!request.parts.empty()) {
+    const int32_t worker = request.worker;
+    int64_t last = 0;
+    for (const PushPullPart& part : request.parts) {
+      last = std::max(last, part.seq);
+      int64_t& applied = last_seq_[worker];  // made here only for a part applied below (seq 0 or past none)
+      if (part.seq != 0 && part.seq <= applied) continue;  // a replayed part, applied already: exactly once
+      ++c.pushes;
+      c.keys_pushed += part.n;
+      c.bytes_in += part.n * (sizeof(int64_t) + part.dim * sizeof(float)) + (part.repeats ? part.n * 4 : 0);
+      EmbeddingShard& shard = *tables_.at(part.table);
+      if (forwarder_) {
+        const WorkerSeqs pushes{{worker, part.seq}};
+        DeltaForwarder::Mutation sink(*forwarder_, part.table, pushes);
+        shard.Push(part.keys, part.grads, part.n, request.step, sink, part.repeats);
+      } else {
+        shard.Push(part.keys, part.grads, part.n, request.step, nullptr, part.repeats);
+      }
+      ++c.steps_applied;
+      applied = std::max(applied, part.seq);
+    }
+    answer->has_ack = true;
+    answer->seq = last;
+    answer->applied = true;
+    answer->durable = forwarder_ ? forwarder_->DurableSeq(worker) : 0;
+  }
+  if (!request.pulls.empty()) {
+    answer->has_rows = true;
+    answer->rows.resize(request.pulls.size());
+    for (size_t i = 0; i < request.pulls.size(); ++i) {
+      const PushPullPull& pull = request.pulls[i];
+      EmbeddingShard& shard = *tables_.at(pull.table);
+      const size_t floats = pull.n * static_cast<size_t>(shard.dim());
+      PushPullAnswer::Rows& rows = answer->rows[i];
+      rows.data.reset(new float[std::max<size_t>(floats, 1)]);
+      rows.floats = floats;
+      rows.dim = static_cast<uint32_t>(shard.dim());
+      if (forwarder_) {
+        const WorkerSeqs no_pushes;  // the Mutation refers to it: it must outlive the sink
+        DeltaForwarder::Mutation sink(*forwarder_, pull.table, no_pushes);
+        shard.Pull(pull.keys, pull.n, rows.data.get(), sink);
+      } else {
+        shard.Pull(pull.keys, pull.n, rows.data.get(), nullptr);
+      }
+      c.keys_pulled += pull.n;
+      c.bytes_in += pull.n * sizeof(int64_t);
+      c.bytes_out += floats * sizeof(float);
+    }
+    ++c.pulls;
+  }
+  return true;
+}
+
+}  // namespace xdl_ec

@@ -1,0 +1,145 @@
+#include "xdl_ec/push_pull_message.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace xdl_ec {
+namespace {
+
+MessagePart Part(const std::string& bytes) { return {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}; }
+
+template <typename T>
+MessagePart Part(const std::vector<T>& values) {
+  return {reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(T)};
+}
+
+struct Sample {
+  std::vector<int64_t> keys{3, 7, 3};
+  std::vector<float> grads{1, 2, 3, 4, 5, 6};
+  std::vector<uint32_t> repeats{1, 2, 1};
+  std::vector<int64_t> pull_keys{9, 10};
+  PushPullRequest request;
+  std::vector<MessagePart> buffers;
+
+  Sample() {
+    request.step = 12;
+    request.worker = 2;
+    request.participants = 1;
+    request.parts.push_back({"emb", 41, keys.data(), keys.size(), grads.data(), 2, repeats.data()});
+    request.parts.push_back({"wide", 42, keys.data(), keys.size(), grads.data(), 2, nullptr});
+    request.pulls.push_back({"emb", pull_keys.data(), pull_keys.size()});
+    buffers = {Part(keys), Part(grads), Part(repeats), Part(keys), Part(grads), Part(pull_keys)};
+  }
+};
+
+TEST(PushPullMessage, RequestRoundTrips) {
+  Sample s;
+  const std::string head = PushPullMessage::RequestHead(s.request);
+  ASSERT_TRUE(PushPullMessage::IsRequest(Part(head)));
+  EXPECT_FALSE(PushPullMessage::IsAnswer(Part(head)));
+  const PushPullRequest got = PushPullMessage::ParseRequest(Part(head), s.buffers);
+  EXPECT_EQ(got.step, 12);
+  EXPECT_EQ(got.worker, 2);
+  EXPECT_EQ(got.participants, 1);
+  ASSERT_EQ(got.parts.size(), 2u);
+  EXPECT_EQ(got.parts[0].table, "emb");
+  EXPECT_EQ(got.parts[0].seq, 41);
+  EXPECT_EQ(got.parts[0].n, 3u);
+  EXPECT_EQ(got.parts[0].dim, 2u);
+  EXPECT_EQ(got.parts[0].keys, s.keys.data());  // in place: no copy
+  EXPECT_EQ(got.parts[0].grads, s.grads.data());
+  EXPECT_EQ(got.parts[0].repeats, s.repeats.data());
+  EXPECT_EQ(got.parts[1].table, "wide");
+  EXPECT_EQ(got.parts[1].repeats, nullptr);
+  ASSERT_EQ(got.pulls.size(), 1u);
+  EXPECT_EQ(got.pulls[0].table, "emb");
+  EXPECT_EQ(got.pulls[0].n, 2u);
+  EXPECT_EQ(got.pulls[0].keys, s.pull_keys.data());
+}
+
+TEST(PushPullMessage, APickleIsNeitherForm) {
+  const std::string pickle("\x80\x05\x95\x10", 4);
+  EXPECT_FALSE(PushPullMessage::IsRequest(Part(pickle)));
+  EXPECT_FALSE(PushPullMessage::IsAnswer(Part(pickle)));
+  EXPECT_FALSE(PushPullMessage::IsRequest(Part(std::string("XP"))));
+}
+
+TEST(PushPullMessage, MalformedRequestsAreRefusedWithTheirReason) {
+  Sample s;
+  const std::string head = PushPullMessage::RequestHead(s.request);
+  auto fails = [&](const std::string& h, const std::vector<MessagePart>& b, const std::string& why) {
+    try {
+      PushPullMessage::ParseRequest(Part(h), b);
+      ADD_FAILURE() << "parsed: " << why;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  // a head cut anywhere, or with a byte more
+  for (size_t cut = 4; cut < head.size(); ++cut) {
+    EXPECT_THROW(PushPullMessage::ParseRequest(Part(head.substr(0, cut)), s.buffers), std::invalid_argument);
+  }
+  fails(head + "x", s.buffers, "bytes after its last field");
+  fails("XPQ1" + head.substr(4), s.buffers, "magic");
+  // buffers missing, or one of the wrong size
+  fails(head, {s.buffers.begin(), s.buffers.end() - 1}, "5 buffers where its head announces 6");
+  std::vector<MessagePart> short_grads = s.buffers;
+  short_grads[1].size -= 4;
+  fails(head, short_grads, "the grads of part 0 (table 'emb') has 20 bytes, not 24");
+  std::vector<MessagePart> odd_keys = s.buffers;
+  odd_keys[5].size -= 1;
+  fails(head, odd_keys, "are not whole int64s");
+  std::vector<MessagePart> misaligned = s.buffers;
+  std::vector<uint8_t> shifted(s.keys.size() * 8 + 1);
+  misaligned[3] = {shifted.data() + 1, s.keys.size() * 8};
+  fails(head, misaligned, "not aligned");
+  // counts and names over their limits
+  std::string many = head;
+  const uint32_t huge = 1u << 20;
+  std::memcpy(&many[4 + 8 + 4 + 4], &huge, 4);
+  fails(many, s.buffers, "1048576 parts, over 1024");
+  std::string flags = head;
+  const uint32_t bad_flags = 6;
+  std::memcpy(&flags[4 + 24 + 8 + 4], &bad_flags, 4);
+  fails(flags, s.buffers, "flags 6");
+  PushPullRequest long_name = s.request;
+  long_name.pulls[0].table = std::string(PushPullMessage::kMaxNameBytes + 1, 'n');
+  EXPECT_THROW(PushPullMessage::RequestHead(long_name), std::invalid_argument);
+}
+
+TEST(PushPullMessage, AnswerRoundTrips) {
+  PushPullAnswer a;
+  a.has_ack = true;
+  a.server = 4;
+  a.worker = 1;
+  a.seq = 77;
+  a.step = 9;
+  a.applied = true;
+  a.durable = 70;
+  a.has_rows = true;
+  a.rows.resize(3);
+  a.rows[1].dim = 16;
+  const std::string head = PushPullMessage::AnswerHead(a);
+  ASSERT_TRUE(PushPullMessage::IsAnswer(Part(head)));
+  const PushPullAnswer got = PushPullMessage::ParseAnswer(Part(head), 3);
+  EXPECT_TRUE(got.has_ack && got.applied && got.has_rows);
+  EXPECT_EQ(got.server, 4);
+  EXPECT_EQ(got.worker, 1);
+  EXPECT_EQ(got.seq, 77);
+  EXPECT_EQ(got.step, 9);
+  EXPECT_EQ(got.durable, 70);
+  ASSERT_EQ(got.rows.size(), 3u);
+  EXPECT_EQ(got.rows[1].dim, 16u);
+  EXPECT_THROW(PushPullMessage::ParseAnswer(Part(head), 2), std::invalid_argument);
+  PushPullAnswer bare;  // no push, no pull
+  const PushPullAnswer none = PushPullMessage::ParseAnswer(Part(PushPullMessage::AnswerHead(bare)), 0);
+  EXPECT_FALSE(none.has_ack || none.applied || none.has_rows);
+  EXPECT_THROW(PushPullMessage::ParseAnswer(Part(head.substr(0, head.size() - 1)), 3), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace xdl_ec

@@ -1,0 +1,190 @@
+#include "xdl_ec/shard_server.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "xdl_ec/delta_forwarder.h"
+#include "xdl_ec/embedding_shard.h"
+
+namespace xdl_ec {
+namespace {
+
+ShardConfig Config() {
+  ShardConfig c;
+  c.dim = 2;
+  c.optimizer.kind = OptimizerKind::kAdagrad;
+  c.optimizer.learning_rate = 0.1f;
+  c.seed = 5;
+  c.block_slots = 4;
+  return c;
+}
+
+struct Step {
+  std::vector<int64_t> keys{1, 2, 1};
+  std::vector<float> grads{0.5f, -1, 2, 3, 0.25f, 1};
+  std::vector<int64_t> pull_keys{2, 8};
+  PushPullRequest request;
+
+  explicit Step(int64_t seq, int64_t step = 1) {
+    request.step = step;
+    request.worker = 3;
+    request.parts.push_back({"t", seq, keys.data(), keys.size(), grads.data(), 2, nullptr});
+    request.pulls.push_back({"t", pull_keys.data(), pull_keys.size()});
+  }
+};
+
+std::vector<float> Rows(EmbeddingShard& shard, const std::vector<int64_t>& keys) {
+  std::vector<float> out(keys.size() * shard.dim());
+  shard.Find(keys.data(), keys.size(), out.data(), std::vector<uint8_t>(keys.size()).data());
+  return out;
+}
+
+struct Served : ::testing::Test {
+  std::shared_ptr<EmbeddingShard> shard = std::make_shared<EmbeddingShard>(Config());
+  EmbeddingShard twin{Config()};  // the same step applied directly
+  ShardServer server{7};
+
+  void SetUp() override {
+    server.SetTable("t", shard);
+    server.SetNative(true, nullptr);
+  }
+};
+
+TEST_F(Served, AppliesThePushThenPullsAsTheShardWould) {
+  Step s(5);
+  PushPullAnswer answer;
+  ASSERT_TRUE(server.Serve(s.request, &answer));
+  twin.Push(s.keys.data(), s.grads.data(), s.keys.size(), 1);
+  std::vector<float> expected(4);
+  twin.Pull(s.pull_keys.data(), 2, expected.data());
+  EXPECT_TRUE(answer.has_ack && answer.applied && answer.has_rows);
+  EXPECT_EQ(answer.server, 7);
+  EXPECT_EQ(answer.worker, 3);
+  EXPECT_EQ(answer.seq, 5);
+  EXPECT_EQ(answer.step, 1);
+  EXPECT_EQ(answer.durable, 0);
+  ASSERT_EQ(answer.rows.size(), 1u);
+  ASSERT_EQ(answer.rows[0].floats, 4u);
+  EXPECT_EQ(answer.rows[0].dim, 2u);
+  EXPECT_EQ(std::vector<float>(answer.rows[0].data.get(), answer.rows[0].data.get() + 4), expected);
+  EXPECT_EQ(Rows(*shard, {1, 2, 8}), Rows(twin, {1, 2, 8}));
+  EXPECT_EQ(server.LastSeq(3), 5);
+  const ShardServer::Counters c = server.counters();
+  EXPECT_EQ(c.requests, 1u);
+  EXPECT_EQ(c.pushes, 1u);
+  EXPECT_EQ(c.keys_pushed, 3u);
+  EXPECT_EQ(c.steps_applied, 1u);
+  EXPECT_EQ(c.pulls, 1u);
+  EXPECT_EQ(c.keys_pulled, 2u);
+  EXPECT_EQ(c.bytes_in, 3u * 8 + 6 * 4 + 2 * 8);
+  EXPECT_EQ(c.bytes_out, 4u * 4);
+}
+
+TEST_F(Served, AReplayedPartIsAppliedOnce) {
+  Step s(5);
+  PushPullAnswer answer;
+  ASSERT_TRUE(server.Serve(s.request, &answer));
+  const std::vector<float> once = Rows(*shard, {1, 2});
+  ASSERT_TRUE(server.Serve(s.request, &answer));  // the same seq again: skipped, still acknowledged
+  EXPECT_EQ(Rows(*shard, {1, 2}), once);
+  EXPECT_EQ(answer.seq, 5);
+  EXPECT_EQ(server.counters().pushes, 1u);
+}
+
+TEST_F(Served, DeclinesWhatTheGeneralPathServesAndChangesNothing) {
+  std::vector<std::pair<std::string, Step>> cases;
+  auto with = [&](const std::string& why, auto change) {
+    Step s(5);
+    change(s);
+    cases.emplace_back(why, std::move(s));
+  };
+  with("two participants", [](Step& s) { s.request.participants = 2; });
+  with("step 0", [](Step& s) { s.request.step = 0; });
+  with("negative worker", [](Step& s) { s.request.worker = -1; });
+  with("negative seq", [](Step& s) { s.request.parts[0].seq = -1; });
+  with("unknown table", [](Step& s) { s.request.parts[0].table = "u"; });
+  with("unknown pulled table", [](Step& s) { s.request.pulls[0].table = "u"; });
+  with("another dim", [](Step& s) { s.request.parts[0].dim = 1; s.request.parts[0].n = 6; });
+  with("NaN", [](Step& s) { s.grads[3] = std::numeric_limits<float>::quiet_NaN(); });
+  with("Inf", [](Step& s) { s.grads[5] = std::numeric_limits<float>::infinity(); });
+  std::vector<uint32_t> zero_repeats{1, 0, 1};
+  with("repeats 0", [&](Step& s) { s.request.parts[0].repeats = zero_repeats.data(); });
+  for (auto& [why, s] : cases) {
+    // Step's arrays moved with it: point the request at them again
+    s.request.parts[0].keys = s.keys.data();
+    s.request.parts[0].grads = s.grads.data();
+    s.request.pulls[0].keys = s.pull_keys.data();
+    PushPullAnswer answer;
+    EXPECT_FALSE(server.Serve(s.request, &answer)) << why;
+  }
+  EXPECT_EQ(shard->size(), 0u);
+  EXPECT_EQ(server.Seqs().size(), 0u);
+  EXPECT_EQ(server.counters().requests, 0u);
+  server.SetNative(false, nullptr);
+  Step s(5);
+  PushPullAnswer answer;
+  EXPECT_FALSE(server.Serve(s.request, &answer));
+  EXPECT_EQ(shard->size(), 0u);
+}
+
+TEST_F(Served, DeclinesWhileAShardIsUnderRestore) {
+  const std::vector<int64_t> keys{1};
+  const std::vector<uint32_t> slots{0};
+  shard->BeginRestore(keys.data(), slots.data(), 1, 1, [](size_t, uint8_t*) {});
+  Step s(5);
+  PushPullAnswer answer;
+  EXPECT_FALSE(server.Serve(s.request, &answer));
+  EXPECT_EQ(shard->missing_blocks(), 1u);  // untouched: no fault was taken
+}
+
+TEST_F(Served, APushOnlyOrPullOnlyRequestAnswersOnlyThat) {
+  Step push(1);
+  push.request.pulls.clear();
+  PushPullAnswer answer;
+  ASSERT_TRUE(server.Serve(push.request, &answer));
+  EXPECT_TRUE(answer.has_ack);
+  EXPECT_FALSE(answer.has_rows);
+  Step pull(2);
+  pull.request.parts.clear();
+  ASSERT_TRUE(server.Serve(pull.request, &answer));
+  EXPECT_FALSE(answer.has_ack);
+  EXPECT_TRUE(answer.has_rows);
+  EXPECT_EQ(server.LastSeq(3), 1);
+}
+
+TEST(ShardServer, MutationsReachTheForwarderWithTheWorkersSeq) {
+  auto shard = std::make_shared<EmbeddingShard>(Config());
+  // server 0 of a (2, 1) code over 3 servers; its holders are never connected, so nothing is durable
+  auto forwarder = std::make_shared<DeltaForwarder>(
+      0, 3, 2, 1, std::vector<DeltaForwarder::Table>{{"t", shard->block_slots(), shard->layout().bytes()}});
+  ShardServer server(0);
+  server.SetTable("t", shard);
+  server.SetNative(true, forwarder);
+  Step s(9);
+  PushPullAnswer answer;
+  ASSERT_TRUE(server.Serve(s.request, &answer));
+  const DeltaForwarder::Progress p = forwarder->progress();
+  EXPECT_EQ(p.seq, 2);  // the push, then the pull's insert of key 8
+  EXPECT_EQ(p.worker_seqs.at(3), 9);
+  EXPECT_EQ(answer.durable, forwarder->DurableSeq(3));
+  EXPECT_EQ(answer.durable, 0);
+  forwarder->Close();
+}
+
+TEST(ShardServer, SeqsOnlyRise) {
+  ShardServer server(0);
+  server.NoteSeq(1, 4);
+  server.NoteSeq(1, 2);
+  server.NoteSeq(2, 0);
+  EXPECT_EQ(server.LastSeq(1), 4);
+  EXPECT_EQ(server.LastSeq(5), 0);
+  EXPECT_EQ(server.Seqs(), (WorkerSeqs{{1, 4}, {2, 0}}));
+}
+
+}  // namespace
+}  // namespace xdl_ec

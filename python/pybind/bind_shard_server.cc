@@ -1,0 +1,287 @@
+// xdl_ec._core.ShardServer (shard_server.h) and the push_pull wire form (push_pull_message.h): numpy and
+// Python tuples in and out. ShardServer.serve runs a direct link's receive-serve-send loop with the GIL
+// released, and hands Python the first message it does not serve.
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "xdl_ec/link_session.h"
+#include "xdl_ec/push_pull_message.h"
+#include "xdl_ec/shard_server.h"
+
+namespace py = pybind11;
+
+namespace xdl_ec::python {
+namespace {
+
+using Keys = py::array_t<int64_t, py::array::c_style>;
+using Floats = py::array_t<float, py::array::c_style>;
+using Counts = py::array_t<uint32_t, py::array::c_style>;
+
+// Python takes the server's lock at once when it is free, keeping the GIL (a try_lock: what a step's Python
+// path pays), else waits with the GIL released: its holder may be the native path, which never waits for the
+// GIL but may need it (a shard's restore handler), or a Python thread that needs the GIL to finish.
+std::unique_lock<std::recursive_mutex> Hold(ShardServer& server) {
+  std::unique_lock<std::recursive_mutex> lock(server.mutex(), std::try_to_lock);
+  if (!lock.owns_lock()) {
+    py::gil_scoped_release release;
+    lock.lock();
+  }
+  return lock;
+}
+
+// The server's lock as Python uses threading.RLock: `with server.lock:`, acquire / release.
+struct ServerLock {
+  std::shared_ptr<ShardServer> server;
+
+  bool Acquire(bool blocking) {
+    if (!blocking) return server->mutex().try_lock();
+    Hold(*server).release();  // stays locked until Release
+    return true;
+  }
+  void Release() { server->mutex().unlock(); }
+};
+
+// A ShardServer method called with the lock held as Hold takes it (the method's own lock is then reentrant).
+template <typename R, typename... Args>
+auto Held(R (ShardServer::*method)(Args...)) {
+  return [method](ShardServer& server, Args... args) {
+    const auto lock = Hold(server);
+    return (server.*method)(args...);
+  };
+}
+template <typename R, typename... Args>
+auto Held(R (ShardServer::*method)(Args...) const) {
+  return [method](const ShardServer& server, Args... args) {
+    const auto lock = Hold(const_cast<ShardServer&>(server));
+    return (server.*method)(args...);
+  };
+}
+
+void CheckSignals() {
+  py::gil_scoped_acquire gil;
+  if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+}
+
+MessagePart PartOf(const py::buffer_info& info) {
+  return {static_cast<const uint8_t*>(info.ptr), static_cast<size_t>(info.size * info.itemsize)};
+}
+
+// The views of a received message, as LinkSession.receive answers them: (head, [buffers]) of one allocation.
+py::tuple MessageViews(const LinkSession::Message& m) {
+  auto* owner = new std::shared_ptr<uint8_t>(m.memory);
+  py::capsule base(owner, [](void* p) { delete static_cast<std::shared_ptr<uint8_t>*>(p); });
+  auto view = [&](const std::pair<size_t, size_t>& at) {
+    return py::array(py::dtype::of<uint8_t>(), {static_cast<py::ssize_t>(at.second)}, {1},
+                     m.memory.get() + at.first, base);
+  };
+  py::list buffers(m.buffers.size());
+  for (size_t i = 0; i < m.buffers.size(); ++i) buffers[i] = view(m.buffers[i]);
+  return py::make_tuple(view(m.pickle), buffers);
+}
+
+// Serves push_pull requests from `fd` until a message it does not serve arrives; returns (head, buffers,
+// failure): that message, and failure (an exception to answer with, or None) when serving one failed.
+py::tuple Serve(ShardServer& server, LinkSession& session, int fd, uint64_t max_payload) {
+  LinkSession::Message m;
+  std::optional<std::string> failure;
+  const char* failure_type = "RuntimeError";
+  {
+    py::gil_scoped_release release;
+    for (;;) {
+      m = session.Receive(fd, -1.0, max_payload, CheckSignals);
+      const MessagePart head{m.memory.get() + m.pickle.first, m.pickle.second};
+      if (!PushPullMessage::IsRequest(head)) break;
+      std::vector<MessagePart> buffers;
+      buffers.reserve(m.buffers.size());
+      for (const auto& [offset, size] : m.buffers) buffers.push_back({m.memory.get() + offset, size});
+      PushPullRequest request;
+      try {
+        request = PushPullMessage::ParseRequest(head, buffers);
+      } catch (const std::invalid_argument&) {
+        break;  // malformed: the caller parses it again, which says why
+      }
+      PushPullAnswer answer;
+      try {
+        if (!server.Serve(request, &answer)) break;  // declined, nothing changed: the caller serves it
+      } catch (const std::exception& e) {
+        // thrown by a shard or the forwarder, maybe after a part was applied: answered, never served again
+        failure = e.what();
+        if (dynamic_cast<const std::invalid_argument*>(&e) != nullptr) failure_type = "ValueError";
+        if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr) failure_type = "MemoryError";
+        break;
+      }
+      const std::string reply = PushPullMessage::AnswerHead(answer);
+      std::vector<LinkSession::Span> rows;
+      rows.reserve(answer.rows.size());
+      for (const auto& r : answer.rows) rows.push_back({reinterpret_cast<const uint8_t*>(r.data.get()), r.floats * 4});
+      session.Send(fd, {reinterpret_cast<const uint8_t*>(reply.data()), reply.size()}, rows, -1.0, CheckSignals);
+    }
+  }
+  const py::tuple message = MessageViews(m);
+  py::object error = py::none();
+  if (failure) error = py::module_::import("builtins").attr(failure_type)(*failure);
+  return py::make_tuple(message[0], message[1], error);
+}
+
+// (head bytes, [arrays]) of a push_pull request, or None when its arguments are not already in the wire's
+// types (int64 keys, float32 (n, dim) grads, uint32 repeats, C-contiguous; int seqs, str tables): the caller
+// then sends it as a pickle, and the server's general path checks it.
+py::object RequestMessage(const py::sequence& parts, int64_t step, int32_t worker, int32_t participants,
+                          const py::sequence& requests) {
+  PushPullRequest request;
+  request.step = step;
+  request.worker = worker;
+  request.participants = participants;
+  py::list arrays;
+  for (const py::handle& item : parts) {
+    if (!py::isinstance<py::tuple>(item)) return py::none();
+    const py::tuple part = py::reinterpret_borrow<py::tuple>(item);
+    if (part.size() != 4 && part.size() != 5) return py::none();
+    const bool repeated = part.size() == 5 && !part[4].is_none();
+    if (!py::isinstance<py::str>(part[0]) || !py::isinstance<py::int_>(part[3]) || !py::isinstance<Keys>(part[1]) ||
+        !py::isinstance<Floats>(part[2]) || (repeated && !py::isinstance<Counts>(part[4]))) {
+      return py::none();
+    }
+    const Keys keys = py::reinterpret_borrow<Keys>(part[1]);
+    const Floats grads = py::reinterpret_borrow<Floats>(part[2]);
+    if (keys.ndim() != 1 || grads.ndim() != 2 || grads.shape(0) != keys.shape(0)) return py::none();
+    PushPullPart p;
+    p.table = part[0].cast<std::string>();
+    p.seq = part[3].cast<int64_t>();
+    p.n = static_cast<size_t>(keys.shape(0));
+    p.dim = static_cast<uint32_t>(grads.shape(1));
+    arrays.append(keys);
+    arrays.append(grads);
+    if (repeated) {
+      const Counts counts = py::reinterpret_borrow<Counts>(part[4]);
+      if (counts.ndim() != 1 || counts.shape(0) != keys.shape(0)) return py::none();
+      p.repeats = counts.data();
+      arrays.append(counts);
+    }
+    request.parts.push_back(std::move(p));
+  }
+  for (const py::handle& item : requests) {
+    if (!py::isinstance<py::tuple>(item)) return py::none();
+    const py::tuple pull = py::reinterpret_borrow<py::tuple>(item);
+    if (pull.size() != 2 || !py::isinstance<py::str>(pull[0]) || !py::isinstance<Keys>(pull[1])) return py::none();
+    const Keys keys = py::reinterpret_borrow<Keys>(pull[1]);
+    if (keys.ndim() != 1) return py::none();
+    request.pulls.push_back({pull[0].cast<std::string>(), nullptr, static_cast<size_t>(keys.shape(0))});
+    arrays.append(keys);
+  }
+  if (request.parts.size() > PushPullMessage::kMaxParts || request.pulls.size() > PushPullMessage::kMaxParts) {
+    return py::none();
+  }
+  for (const PushPullPart& p : request.parts) {
+    if (p.table.size() > PushPullMessage::kMaxNameBytes) return py::none();
+  }
+  for (const PushPullPull& p : request.pulls) {
+    if (p.table.size() > PushPullMessage::kMaxNameBytes) return py::none();
+  }
+  return py::make_tuple(py::bytes(PushPullMessage::RequestHead(request)), arrays);
+}
+
+// push_pull's arguments (parts, step, worker, participants, requests) from a request message, its arrays
+// views of the message's buffers. ValueError when it is malformed.
+py::tuple ParseRequest(const py::buffer& head, const std::vector<py::array>& buffers) {
+  const py::buffer_info head_info = head.request();
+  std::vector<MessagePart> parts;
+  std::vector<py::buffer_info> infos;
+  infos.reserve(buffers.size());
+  for (const py::array& b : buffers) {
+    infos.push_back(b.request());
+    parts.push_back(PartOf(infos.back()));
+  }
+  const PushPullRequest request = PushPullMessage::ParseRequest(PartOf(head_info), parts);
+  auto typed = [&](size_t b, const py::dtype& dtype) { return buffers[b].attr("view")(dtype); };
+  py::list push_parts;
+  size_t b = 0;
+  for (const PushPullPart& p : request.parts) {
+    py::object keys = typed(b++, py::dtype::of<int64_t>());
+    py::object grads = typed(b++, py::dtype::of<float>())
+                           .attr("reshape")(static_cast<py::ssize_t>(p.n), static_cast<py::ssize_t>(p.dim));
+    if (p.repeats != nullptr) {
+      push_parts.append(py::make_tuple(p.table, keys, grads, p.seq, typed(b++, py::dtype::of<uint32_t>())));
+    } else {
+      push_parts.append(py::make_tuple(p.table, keys, grads, p.seq));
+    }
+  }
+  py::list pulls;
+  for (const PushPullPull& p : request.pulls) pulls.append(py::make_tuple(p.table, typed(b++, py::dtype::of<int64_t>())));
+  return py::make_tuple(push_parts, request.step, request.worker, request.participants, pulls);
+}
+
+py::dict CountersDict(const ShardServer::Counters& c) {
+  py::dict d;
+  d["requests"] = c.requests;
+  d["pushes"] = c.pushes;
+  d["keys_pushed"] = c.keys_pushed;
+  d["steps_applied"] = c.steps_applied;
+  d["pulls"] = c.pulls;
+  d["keys_pulled"] = c.keys_pulled;
+  d["bytes_in"] = c.bytes_in;
+  d["bytes_out"] = c.bytes_out;
+  return d;
+}
+
+}  // namespace
+
+void BindShardServer(py::module_& m) {
+  py::class_<ServerLock>(m, "ServerLock", "A ShardServer's lock, used as threading.RLock (reentrant per thread)")
+      .def("acquire", &ServerLock::Acquire, py::arg("blocking") = true)
+      .def("release", &ServerLock::Release)
+      .def("__enter__", [](ServerLock& l) { l.Acquire(true); })
+      .def("__exit__", [](ServerLock& l, const py::args&) { l.Release(); });
+
+  py::class_<ShardServer, std::shared_ptr<ShardServer>>(
+      m, "ShardServer",
+      "A parameter server's shards, per-worker push seqs, counters and lock, and the native path of a one-worker "
+      "step's push_pull")
+      .def(py::init<int>(), py::arg("index"))
+      .def_property("index", Held(&ShardServer::index), Held(&ShardServer::set_index))
+      .def_property_readonly("lock", [](const std::shared_ptr<ShardServer>& s) { return ServerLock{s}; })
+      .def("set_table", Held(&ShardServer::SetTable), py::arg("name"), py::arg("shard"))
+      .def("drop_tables", Held(&ShardServer::DropTables))
+      .def("last_seq", Held(&ShardServer::LastSeq), py::arg("worker"))
+      .def("note_seq", Held(&ShardServer::NoteSeq), py::arg("worker"), py::arg("seq"))
+      .def("seqs", Held(&ShardServer::Seqs), "{worker: last push seq}")
+      .def("set_native", Held(&ShardServer::SetNative), py::arg("enabled"), py::arg("forwarder") = nullptr,
+           "Whether serve() may apply push_pull requests itself, reporting mutations to forwarder (None: none)")
+      .def_property_readonly("native", Held(&ShardServer::native))
+      .def("counters", [](const ShardServer& s) { return CountersDict(Held(&ShardServer::counters)(s)); })
+      .def("serve", &Serve, py::arg("session"), py::arg("fd"), py::arg("max_payload"),
+           "Serves the push_pull requests arriving on socket fd over session (a LinkSession) until a message it "
+           "does not serve arrives: returns (head, buffers, failure), that message as LinkSession.receive gives "
+           "it and, when serving a request failed after changing state, the exception to answer it with (None "
+           "otherwise: the message is for the caller to serve). Raises LinkSession.receive's errors");
+
+  m.def("push_pull_request", &RequestMessage, py::arg("parts"), py::arg("step"), py::arg("worker"),
+        py::arg("participants"), py::arg("requests"),
+        "(head, arrays) of push_pull(parts, step, worker, participants, requests) in its native wire form, or None "
+        "when the arguments are not in the wire's types (send a pickle)");
+  m.def("parse_push_pull_request", &ParseRequest, py::arg("head"), py::arg("buffers"),
+        "push_pull's (parts, step, worker, participants, requests) from a request in the native wire form");
+  m.def("is_push_pull_request", [](const py::buffer& head) {
+    return PushPullMessage::IsRequest(PartOf(head.request()));
+  }, py::arg("head"));
+  m.def("is_push_pull_answer", [](const py::buffer& head) {
+    return PushPullMessage::IsAnswer(PartOf(head.request()));
+  }, py::arg("head"));
+  m.def("parse_push_pull_answer", [](const py::buffer& head, size_t buffers) {
+    const PushPullAnswer a = PushPullMessage::ParseAnswer(PartOf(head.request()), buffers);
+    std::vector<uint32_t> dims;
+    for (const PushPullAnswer::Rows& rows : a.rows) dims.push_back(rows.dim);
+    return py::make_tuple(a.has_ack, a.server, a.worker, a.seq, a.step, a.applied, a.durable, a.has_rows, dims);
+  }, py::arg("head"), py::arg("buffers"),
+        "(has_ack, server, worker, seq, step, applied, durable, has_rows, [dim per pull]) of an answer with "
+        "`buffers` rows buffers");
+}
+
+}  // namespace xdl_ec::python

@@ -1,0 +1,216 @@
+"""A one-worker step's push_pull over a direct link is served by the server's core (ShardServer, without the
+interpreter) and answers exactly what the Python path answers: the same ack, rows, seqs and shard bytes. Whatever
+that path must judge (bad input, sync steps, a crash armed, a shard under restore) it declines, changing nothing,
+and the Python path serves it with its errors. Real links over loopback, the server in this process."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+from typing import Any, Iterator, List, Tuple
+
+import numpy as np
+import pytest
+
+import xdl_ec
+from xdl_ec import _core, init, optim
+from xdl_ec.ft.parity_agent import ParityAgent
+from xdl_ec.job_secret import JobSecret
+from xdl_ec.ps import direct
+from xdl_ec.ps.agent import ServerAgent
+from xdl_ec.ps.api import PushAck
+from xdl_ec.ps.backend import Handle
+from xdl_ec.ps.direct import Link
+from xdl_ec.ps.server import ParameterServer
+
+DIM = 4
+SPEC = xdl_ec.Table("t", DIM, optim.Adam(learning_rate=0.05), init.RandomUniform(-0.05, 0.05), seed=11)
+WIDE = xdl_ec.Table("w", 2, optim.Adagrad(learning_rate=0.1), init.Zeros(), seed=3)
+SECRET = JobSecret.generate()
+
+
+class _Handle(Handle):
+    """A handle whose only backend call is ``open_links`` on a server in this process."""
+
+    role = "server"
+
+    def __init__(self, server: ParameterServer) -> None:
+        self._server, self.index = server, server.index
+
+    def call(self, method: str, *args: Any) -> Any:
+        assert method == "open_links", method
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        future.set_result(self._server.open_links(*args))
+        return future
+
+
+@pytest.fixture
+def pair() -> Iterator[Tuple[ParameterServer, ParameterServer, Link]]:
+    """A linked server and its twin served in Python (direct calls), with the same tables."""
+    linked, twin = ParameterServer(0, (SPEC, WIDE)), ParameterServer(0, (SPEC, WIDE))
+    link = Link(_Handle(linked), SECRET, caller=0)
+    yield linked, twin, link
+    link.close()
+    linked.close()
+    twin.close()
+
+
+def _steps(count: int, seed: int = 0) -> List[Tuple[Any, ...]]:
+    """push_pull arguments of ``count`` steps of one worker: both tables pushed and pulled, duplicate keys."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for step in range(1, count + 1):
+        keys = rng.integers(0, 40, 24).astype(np.int64)
+        wide = rng.integers(0, 10, 6).astype(np.int64)
+        parts = [("t", keys, rng.standard_normal((keys.size, DIM)).astype(np.float32), 2 * step - 1),
+                 ("w", wide, rng.standard_normal((wide.size, 2)).astype(np.float32), 2 * step,
+                  rng.integers(1, 4, wide.size).astype(np.uint32))]
+        pulls = [("t", rng.integers(0, 60, 30).astype(np.int64)), ("w", wide)]
+        out.append((parts, step, 0, 1, pulls))
+    return out
+
+
+def _same(a: ParameterServer, b: ParameterServer) -> None:
+    assert model_digest(a) == model_digest(b)
+    assert a.last_seq == b.last_seq
+
+
+def model_digest(server: ParameterServer) -> str:
+    """The bytes of the server's rows (keys, values, optimizer state), in key order."""
+    h = hashlib.sha256()
+    for name in ("t", "w"):
+        rows = server.export(name)
+        order = np.argsort(rows["keys"])
+        for field in ("keys", "values", "state"):
+            h.update(np.ascontiguousarray(rows[field][order]).tobytes())
+    return h.hexdigest()
+
+
+def test_steps_served_natively_answer_what_python_answers(pair: Any) -> None:
+    linked, twin, link = pair
+    for args in _steps(6):
+        ack, rows = link.call("push_pull", *args).result(10)
+        ack_py, rows_py = twin.push_pull(*args)
+        assert isinstance(ack, PushAck) and ack == ack_py
+        assert len(rows) == len(rows_py)
+        for got, want in zip(rows, rows_py):
+            assert got.dtype == np.float32 and got.shape == want.shape
+            np.testing.assert_array_equal(got, want)
+    _same(linked, twin)
+    native = linked.core.counters()
+    assert native["requests"] == 6 and native["pushes"] == 12 and native["pulls"] == 6
+    stats, stats_py = linked.stats(), twin.stats()
+    for counter in ("requests", "pushes", "keys_pushed", "steps_applied", "pulls", "keys_pulled", "bytes_in",
+                    "bytes_out"):
+        assert stats[counter] == stats_py[counter], counter
+
+
+def test_a_replayed_step_is_applied_once(pair: Any) -> None:
+    linked, twin, link = pair
+    [args] = _steps(1)
+    for _ in range(2):
+        assert link.call("push_pull", *args).result(10) is not None
+        twin.push_pull(*args)
+    _same(linked, twin)
+    assert linked.core.counters()["pushes"] == 2  # the replay's parts were skipped
+
+
+@pytest.mark.parametrize("bad", ["nan", "dim", "table", "step", "participants", "repeats"])
+def test_what_the_python_path_must_judge_is_declined_and_answered_there(pair: Any, bad: str) -> None:
+    linked, twin, link = pair
+    [(parts, step, worker, participants, pulls)] = _steps(1)
+    keys, grads = parts[0][1], parts[0][2]
+    if bad == "nan":
+        grads[3, 1] = np.nan
+    elif bad == "dim":
+        parts[0] = ("t", keys, np.ones((keys.size, DIM + 1), np.float32), 1)
+    elif bad == "table":
+        parts[0] = ("x", keys, grads, 1)
+    elif bad == "step":
+        step = 0
+    elif bad == "participants":
+        participants, worker = 2, 1  # a sync step: buffered by the Python path, never native
+    elif bad == "repeats":
+        parts[1] = parts[1][:4] + (np.zeros(parts[1][1].size, np.uint32),)
+    before = model_digest(linked)
+    future = link.call("push_pull", parts, step, worker, participants, pulls)
+    if bad == "participants":
+        ack, rows = future.result(10)
+        assert not ack.applied
+    else:
+        with pytest.raises(ValueError) as raised:
+            future.result(10)
+        with pytest.raises(ValueError) as raised_py:
+            twin.push_pull(parts, step, worker, participants, pulls)
+        assert str(raised.value) == str(raised_py.value)
+        assert model_digest(linked) == before
+    assert linked.core.counters()["requests"] == 0
+    ack, rows = link.call("push_pull", *_steps(1)[0]).result(10)  # the link serves on
+    assert linked.core.counters()["requests"] == 1
+
+
+def test_arguments_not_in_the_wire_types_are_pickled_and_served_in_python(pair: Any) -> None:
+    linked, twin, link = pair
+    [(parts, step, worker, participants, pulls)] = _steps(1)
+    parts = [(name, keys.astype(np.int32), grads.astype(np.float64), seq) + tuple(rest)
+             for name, keys, grads, seq, *rest in parts]
+    assert direct.encode_call("push_pull", (parts, step, worker, participants, pulls))[0][:1] == b"\x80"
+    ack, rows = link.call("push_pull", parts, step, worker, participants, pulls).result(10)
+    ack_py, rows_py = twin.push_pull(parts, step, worker, participants, pulls)
+    assert ack == ack_py
+    _same(linked, twin)
+    assert linked.core.counters()["requests"] == 0
+
+
+class _CountingAgent(ServerAgent):
+    """An agent whose push does more than a plain shard's (as cpr's counts accesses)."""
+
+    def __init__(self, server: Any) -> None:
+        self.pushed = 0
+
+    def push(self, host: Any, table: Any, keys: Any, grads: Any, step: int, pushes: Any, repeats: Any = None) -> None:
+        self.pushed += 1
+        super().push(host, table, keys, grads, step, pushes, repeats)
+
+
+def test_an_agent_with_its_own_push_keeps_every_step_in_python(pair: Any) -> None:
+    linked, twin, link = pair
+    linked.attach_agent(_CountingAgent)
+    assert not linked.core.native
+    link.call("push_pull", *_steps(1)[0]).result(10)
+    assert linked.agent.pushed == 2 and linked.core.counters()["requests"] == 0
+
+
+def test_a_parity_agent_serves_natively_until_a_crash_is_armed() -> None:
+    server = ParameterServer(0, (SPEC,))
+    shard = server.table("t").shard
+    tables = {"t": (int(shard.block_slots), int(shard.record_bytes))}
+    server.attach_agent(lambda host: ParityAgent(0, 3, 2, 1, tables, secret=SECRET))
+    link = Link(_Handle(server), SECRET, caller=0)
+    try:
+        assert server.core.native
+        keys = np.arange(5, dtype=np.int64)
+        parts = [("t", keys, np.ones((5, DIM), np.float32), 1)]
+        link.call("push_pull", parts, 1, 0, 1, [("t", keys)]).result(10)
+        assert server.core.counters()["requests"] == 1
+        assert server.agent.forwarder.progress()["seq"] >= 1  # the native path recorded into the forwarder
+        server.agent_call("arm_crash_before_apply")
+        assert not server.core.native
+        with pytest.raises(Exception, match="crashed"):
+            link.call("push_pull", [("t", keys, np.ones((5, DIM), np.float32), 2)], 2, 0, 1, []).result(10)
+        assert server.core.counters()["requests"] == 1 and server.crash_requested
+    finally:
+        link.close()
+        server.close()
+
+
+def test_a_malformed_native_request_closes_the_connection(pair: Any) -> None:
+    linked, _, link = pair
+    link.call("ping").result(10)
+    head, arrays = _core.push_pull_request(*_steps(1)[0])
+    direct.send_message(link._conn, link._session, None, (head, arrays[:-1]))  # a buffer short of its head
+    link._conn.settimeout(10)
+    assert link._conn.recv(1) == b""  # closed, with no answer
+    assert any("malformed push_pull request" in e and "6 buffers where its head announces 7" in e
+               for e in linked._link_server.events)
+    assert linked.core.counters()["requests"] == 0
