@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import time
 from typing import Any, Iterator, List, Tuple
 
 import numpy as np
@@ -214,3 +215,17 @@ def test_a_malformed_native_request_closes_the_connection(pair: Any) -> None:
     assert any("malformed push_pull request" in e and "6 buffers where its head announces 7" in e
                for e in linked._link_server.events)
     assert linked.core.counters()["requests"] == 0
+
+
+def test_the_native_path_takes_the_servers_lock(pair: Any) -> None:
+    linked, twin, link = pair
+    [args] = _steps(1)
+    with linked.lock:  # reentrant, as threading.RLock
+        with linked.lock:
+            future = link.call("push_pull", *args)
+            time.sleep(0.3)
+            assert linked.core.counters()["requests"] == 0 and linked.last_seq == {}  # waiting for the lock
+    future.result(10)
+    assert linked.core.counters()["requests"] == 1 and linked.last_seq == {0: 2}
+    assert linked.lock.acquire(blocking=False)
+    linked.lock.release()
