@@ -76,9 +76,9 @@ class ServerAgent:
         DeltaForwarder it reports their mutations to, or None). The core then does what :meth:`push` and
         :meth:`pull` do here for a plain shard, plus that forwarder's recording; an agent whose push or pull does
         more (counts accesses, injects a crash) answers (False, None) for as long as it does. The default allows
-        it only where this class's push and pull are the agent's."""
-        plain = type(self).push is ServerAgent.push and type(self).pull is ServerAgent.pull
-        return plain, None
+        it only where this class's push, pull and durable are the agent's."""
+        mine = type(self)
+        return all(getattr(mine, hook) is getattr(ServerAgent, hook) for hook in ("push", "pull", "durable")), None
 
     def durable(self, worker: int) -> int:
         """The highest push seq of ``worker`` to this server that survives this server's loss (0: none)."""
