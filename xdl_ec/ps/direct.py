@@ -131,8 +131,8 @@ _NUMPY_GLOBALS = {(module, name) for prefix in ("numpy._core", "numpy.core")
 # the xdl_ec types a linked call carries or answers (exception classes are allowed from xdl_ec and builtins)
 _XDL_GLOBALS = {("xdl_ec.ps.api", "PushAck"), ("xdl_ec.ps.worker", "StepResult"),
                 ("xdl_ec.ps.worker", "DenseState"), ("xdl_ec.ps.direct", "_array")}
-_ARRAY_KINDS = frozenset("biufc?")
-_PICKLE_FIRST = 0x80  # a pickle's first byte (protocol 2 and later); the native push_pull forms start otherwise  # the dtypes (numbers and bools) an array crosses a link as raw bytes in
+_ARRAY_KINDS = frozenset("biufc?")  # the dtypes (numbers and bools) an array crosses a link as raw bytes in
+_PICKLE_FIRST = 0x80  # a pickle's first byte (protocol 2 and later); the native push_pull forms start otherwise
 
 
 def _allowed_exception(module: str, name: str) -> bool:
