@@ -99,11 +99,17 @@ int main(int argc, char** argv) {
     std::vector<int64_t> keys(n, 7 + seed);
     std::vector<float> grads(n * 2, 0.5f);
     std::vector<uint32_t> repeats(n, 1);
+    std::vector<int32_t> known(n, seed - 2);
     PushPullRequest request;
     request.step = 1 + seed;
     request.parts.push_back({"t", seed, keys.data(), n, grads.data(), 2, seed % 2 ? repeats.data() : nullptr});
     if (seed > 1) request.parts.push_back({"wide", seed + 1, keys.data(), n, grads.data(), 2, nullptr});
     request.pulls.push_back({"t", keys.data(), n});
+    if (seed == 3) {  // a caching worker's push_pull_stale
+      request.stale_call = true;
+      request.epoch = 7;
+      request.stale.push_back({"t", keys.data(), n, known.data(), 2});
+    }
     std::vector<std::pair<const void*, size_t>> arrays;
     for (const PushPullPart& p : request.parts) {
       arrays.emplace_back(p.keys, n * 8);
@@ -111,6 +117,10 @@ int main(int argc, char** argv) {
       if (p.repeats != nullptr) arrays.emplace_back(p.repeats, n * 4);
     }
     arrays.emplace_back(keys.data(), n * 8);
+    for (const PushPullStalePull& p : request.stale) {
+      arrays.emplace_back(p.keys, n * 8);
+      arrays.emplace_back(p.known, n * 4);
+    }
     std::vector<uint8_t> input = {static_cast<uint8_t>(arrays.size())};
     for (const auto& a : arrays) {
       input.push_back(static_cast<uint8_t>(a.second));
@@ -125,10 +135,11 @@ int main(int argc, char** argv) {
     Write(dir + "/push_pull_message_fuzzer/seed-" + std::to_string(seed), input);
   }
   PushPullAnswer answer;
-  answer.has_ack = answer.applied = answer.has_rows = true;
+  answer.has_ack = answer.applied = answer.has_rows = answer.has_stale = true;
   answer.rows.resize(2);
+  answer.stale.resize(1);
   const std::string answer_head = PushPullMessage::AnswerHead(answer);
-  std::vector<uint8_t> answer_input = {2, 0, 0, 0, 0};
+  std::vector<uint8_t> answer_input = {5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};  // five empty buffers
   answer_input.insert(answer_input.end(), answer_head.begin(), answer_head.end());
   Write(dir + "/push_pull_message_fuzzer/seed-answer", answer_input);
   std::printf("fuzz_seeds: %d seeds per target in %s\n", written, dir.c_str());

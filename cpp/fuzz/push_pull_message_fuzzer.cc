@@ -60,6 +60,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const xdl_ec::PushPullPull& pull : request.pulls) {
       if (!Inside(pull.keys, pull.n * 8, buffers[b++])) xdl_ec::fuzz::Broken("pull keys outside their buffer");
     }
+    for (const xdl_ec::PushPullStalePull& pull : request.stale) {
+      if (!Inside(pull.keys, pull.n * 8, buffers[b++])) xdl_ec::fuzz::Broken("stale keys outside their buffer");
+      if (!Inside(pull.known, pull.n * 4, buffers[b++])) xdl_ec::fuzz::Broken("known clocks outside their buffer");
+    }
     if (b != buffers.size()) xdl_ec::fuzz::Broken("a buffer left unused");
     const std::string again = PushPullMessage::RequestHead(request);
     if (again.size() != head.size || std::memcmp(again.data(), head.data, head.size) != 0) {

@@ -9,7 +9,8 @@ namespace {
 constexpr char kRequestMagic[] = "XPP1";
 constexpr char kAnswerMagic[] = "XPA1";
 constexpr uint32_t kPartRepeats = 1;
-constexpr uint32_t kAnswerAck = 1, kAnswerApplied = 2, kAnswerRows = 4;
+constexpr uint32_t kRequestStale = 1;
+constexpr uint32_t kAnswerAck = 1, kAnswerApplied = 2, kAnswerRows = 4, kAnswerStale = 8;
 
 template <typename T>
 void Put(std::string& out, T value) {  // little-endian hosts only (x86-64, aarch64), as the rest of the wire
@@ -93,9 +94,14 @@ bool PushPullMessage::IsAnswer(MessagePart head) {
 }
 
 std::string PushPullMessage::RequestHead(const PushPullRequest& request) {
-  if (request.parts.size() > kMaxParts || request.pulls.size() > kMaxParts) {
-    throw std::invalid_argument("push_pull: " + std::to_string(request.parts.size()) + " parts and " +
-                                std::to_string(request.pulls.size()) + " pulls, over " + std::to_string(kMaxParts));
+  if (request.parts.size() > kMaxParts || request.pulls.size() > kMaxParts || request.stale.size() > kMaxParts) {
+    throw std::invalid_argument("push_pull: " + std::to_string(request.parts.size()) + " parts, " +
+                                std::to_string(request.pulls.size()) + " pulls and " +
+                                std::to_string(request.stale.size()) + " stale pulls, over " +
+                                std::to_string(kMaxParts) + " of one");
+  }
+  if (!request.stale_call && !request.stale.empty()) {
+    throw std::invalid_argument("push_pull: stale pulls belong to a push_pull_stale call");
   }
   std::string out(kRequestMagic, kMagicBytes);
   Put<int64_t>(out, request.step);
@@ -103,6 +109,9 @@ std::string PushPullMessage::RequestHead(const PushPullRequest& request) {
   Put<int32_t>(out, request.participants);
   Put<uint32_t>(out, static_cast<uint32_t>(request.parts.size()));
   Put<uint32_t>(out, static_cast<uint32_t>(request.pulls.size()));
+  Put<uint32_t>(out, request.stale_call ? kRequestStale : 0);
+  Put<int64_t>(out, request.epoch);
+  Put<uint32_t>(out, static_cast<uint32_t>(request.stale.size()));
   for (const PushPullPart& part : request.parts) {
     Put<int64_t>(out, part.seq);
     Put<uint32_t>(out, part.dim);
@@ -110,6 +119,10 @@ std::string PushPullMessage::RequestHead(const PushPullRequest& request) {
     PutName(out, part.table);
   }
   for (const PushPullPull& pull : request.pulls) PutName(out, pull.table);
+  for (const PushPullStalePull& pull : request.stale) {
+    Put<uint32_t>(out, pull.staleness);
+    PutName(out, pull.table);
+  }
   return out;
 }
 
@@ -122,6 +135,12 @@ PushPullRequest PushPullMessage::ParseRequest(MessagePart head, const std::vecto
   request.participants = reader.Get<int32_t>();
   const uint32_t parts = Count(reader, "parts");
   const uint32_t pulls = Count(reader, "pulls");
+  const uint32_t call = reader.Get<uint32_t>();
+  if (call & ~kRequestStale) reader.Fail("flags " + std::to_string(call));
+  request.stale_call = call & kRequestStale;
+  request.epoch = reader.Get<int64_t>();
+  const uint32_t stale = Count(reader, "stale pulls");
+  if (stale != 0 && !request.stale_call) reader.Fail("stale pulls in a push_pull call");
   request.parts.resize(parts);
   std::vector<bool> repeats(parts);
   size_t arrays = 0;
@@ -137,8 +156,13 @@ PushPullRequest PushPullMessage::ParseRequest(MessagePart head, const std::vecto
   }
   request.pulls.resize(pulls);
   for (PushPullPull& pull : request.pulls) pull.table = reader.Name();
+  request.stale.resize(stale);
+  for (PushPullStalePull& pull : request.stale) {
+    pull.staleness = reader.Get<uint32_t>();
+    pull.table = reader.Name();
+  }
   reader.End();
-  arrays += pulls;
+  arrays += pulls + 2 * static_cast<size_t>(stale);
   if (buffers.size() != arrays) {
     throw std::invalid_argument("push_pull request: " + std::to_string(buffers.size()) + " buffers where its head "
                                 "announces " + std::to_string(arrays));
@@ -165,6 +189,16 @@ PushPullRequest PushPullMessage::ParseRequest(MessagePart head, const std::vecto
     pull.n = buffers[b].size / sizeof(int64_t);
     pull.keys = Array<int64_t>(buffers[b++], pull.n, which);
   }
+  for (size_t i = 0; i < request.stale.size(); ++i) {
+    PushPullStalePull& pull = request.stale[i];
+    const std::string which = "stale pull " + std::to_string(i) + " (table '" + pull.table + "')";
+    if (buffers[b].size % sizeof(int64_t) != 0) {
+      throw std::invalid_argument("push_pull request: the keys of " + which + " are not whole int64s");
+    }
+    pull.n = buffers[b].size / sizeof(int64_t);
+    pull.keys = Array<int64_t>(buffers[b++], pull.n, "the keys of " + which);
+    pull.known = Array<int32_t>(buffers[b++], pull.n, "the known clocks of " + which);
+  }
   return request;
 }
 
@@ -176,9 +210,16 @@ std::string PushPullMessage::AnswerHead(const PushPullAnswer& answer) {
   Put<int64_t>(out, answer.step);
   Put<int64_t>(out, answer.durable);
   Put<uint32_t>(out, (answer.has_ack ? kAnswerAck : 0) | (answer.applied ? kAnswerApplied : 0) |
-                         (answer.has_rows ? kAnswerRows : 0));
+                         (answer.has_rows ? kAnswerRows : 0) | (answer.has_stale ? kAnswerStale : 0));
   Put<uint32_t>(out, static_cast<uint32_t>(answer.rows.size()));
+  Put<int64_t>(out, answer.epoch);
+  Put<uint32_t>(out, static_cast<uint32_t>(answer.stale.size()));
   for (const PushPullAnswer::Rows& rows : answer.rows) Put<uint32_t>(out, rows.dim);
+  for (const PushPullAnswer::StaleRows& stale : answer.stale) {
+    Put<uint32_t>(out, stale.rows.dim);
+    Put<uint32_t>(out, stale.sent);
+    Put<uint64_t>(out, stale.table_rows);
+  }
   return out;
 }
 
@@ -193,16 +234,29 @@ PushPullAnswer PushPullMessage::ParseAnswer(MessagePart head, size_t buffers) {
   answer.durable = reader.Get<int64_t>();
   const uint32_t flags = reader.Get<uint32_t>();
   const uint32_t pulls = Count(reader, "pulls");
+  answer.epoch = reader.Get<int64_t>();
+  const uint32_t stale = Count(reader, "stale pulls");
   answer.rows.resize(pulls);
   for (PushPullAnswer::Rows& rows : answer.rows) rows.dim = reader.Get<uint32_t>();
+  answer.stale.resize(stale);
+  for (PushPullAnswer::StaleRows& s : answer.stale) {
+    s.rows.dim = reader.Get<uint32_t>();
+    s.sent = reader.Get<uint32_t>();
+    s.table_rows = reader.Get<uint64_t>();
+  }
   reader.End();
-  if (flags & ~(kAnswerAck | kAnswerApplied | kAnswerRows)) reader.Fail("flags " + std::to_string(flags));
+  if (flags & ~(kAnswerAck | kAnswerApplied | kAnswerRows | kAnswerStale)) reader.Fail("flags " + std::to_string(flags));
   answer.has_ack = flags & kAnswerAck;
   answer.applied = flags & kAnswerApplied;
   answer.has_rows = flags & kAnswerRows;
-  if (buffers != (answer.has_rows ? pulls : 0)) {
+  answer.has_stale = flags & kAnswerStale;
+  if ((!answer.has_rows && pulls != 0) || (!answer.has_stale && stale != 0)) {
+    reader.Fail("pulls or stale pulls its flags do not announce");
+  }
+  const size_t expected = pulls + 3 * static_cast<size_t>(stale);
+  if (buffers != expected) {
     throw std::invalid_argument("push_pull answer: " + std::to_string(buffers) + " buffers where its head announces " +
-                                std::to_string(answer.has_rows ? pulls : 0));
+                                std::to_string(expected));
   }
   return answer;
 }

@@ -69,6 +69,11 @@ void ShardServer::SetNative(bool enabled, std::shared_ptr<DeltaForwarder> forwar
   forwarder_ = std::move(forwarder);
 }
 
+void ShardServer::SetEpoch(int64_t epoch) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  epoch_ = epoch;
+}
+
 bool ShardServer::native() const {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   return native_;
@@ -89,6 +94,10 @@ bool ShardServer::Acceptable(const PushPullRequest& request) const {
     if (!Finite(part.grads, part.n * part.dim) || !RepeatsInRange(part.repeats, part.n)) return false;
   }
   for (const PushPullPull& pull : request.pulls) {
+    const auto it = tables_.find(pull.table);
+    if (it == tables_.end() || it->second->missing_blocks() != 0) return false;
+  }
+  for (const PushPullStalePull& pull : request.stale) {
     const auto it = tables_.find(pull.table);
     if (it == tables_.end() || it->second->missing_blocks() != 0) return false;
   }
@@ -151,6 +160,43 @@ bool ShardServer::Serve(const PushPullRequest& request, PushPullAnswer* answer) 
       c.keys_pulled += pull.n;
       c.bytes_in += pull.n * sizeof(int64_t);
       c.bytes_out += floats * sizeof(float);
+    }
+    ++c.pulls;
+  }
+  if (request.stale_call) {
+    answer->has_stale = true;
+    answer->epoch = epoch_;
+    const bool fresh = request.epoch == epoch_;  // else the copies came from other bytes: trust none
+    answer->stale.resize(request.stale.size());
+    for (size_t i = 0; i < request.stale.size(); ++i) {
+      const PushPullStalePull& pull = request.stale[i];
+      EmbeddingShard& shard = *tables_.at(pull.table);
+      const size_t dim = static_cast<size_t>(shard.dim());
+      PushPullAnswer::StaleRows& out = answer->stale[i];
+      std::vector<int32_t> unknown;
+      if (!fresh) unknown.assign(pull.n, -1);
+      const int32_t* known = fresh ? pull.known : unknown.data();
+      out.n = pull.n;
+      out.rows.data.reset(new float[std::max<size_t>(pull.n * dim, 1)]);
+      out.rows.dim = static_cast<uint32_t>(dim);
+      out.clocks.reset(new int32_t[std::max<size_t>(pull.n, 1)]);
+      out.sent_mask.reset(new uint8_t[std::max<size_t>(pull.n, 1)]);
+      size_t sent;
+      if (forwarder_) {
+        const WorkerSeqs no_pushes;  // the Mutation refers to it: it must outlive the sink
+        DeltaForwarder::Mutation sink(*forwarder_, pull.table, no_pushes);
+        sent = shard.PullStale(pull.keys, pull.n, known, pull.staleness, out.rows.data.get(), out.clocks.get(),
+                               out.sent_mask.get(), sink);
+      } else {
+        sent = shard.PullStale(pull.keys, pull.n, known, pull.staleness, out.rows.data.get(), out.clocks.get(),
+                               out.sent_mask.get(), nullptr);
+      }
+      out.sent = static_cast<uint32_t>(sent);
+      out.rows.floats = sent * dim;
+      out.table_rows = shard.size();
+      c.keys_pulled += pull.n;
+      c.bytes_in += pull.n * (sizeof(int64_t) + sizeof(int32_t));
+      c.bytes_out += out.rows.floats * sizeof(float) + pull.n * (sizeof(int32_t) + 1);
     }
     ++c.pulls;
   }

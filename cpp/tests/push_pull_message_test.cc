@@ -61,6 +61,33 @@ TEST(PushPullMessage, RequestRoundTrips) {
   EXPECT_EQ(got.pulls[0].keys, s.pull_keys.data());
 }
 
+TEST(PushPullMessage, AStaleCallRoundTrips) {
+  Sample s;
+  std::vector<int64_t> cached{4, 5, 6};
+  std::vector<int32_t> known{-1, 7, 2};
+  s.request.stale_call = true;
+  s.request.epoch = 1234567;
+  s.request.stale.push_back({"emb", cached.data(), cached.size(), known.data(), 3});
+  s.buffers.push_back(Part(cached));
+  s.buffers.push_back(Part(known));
+  const std::string head = PushPullMessage::RequestHead(s.request);
+  const PushPullRequest got = PushPullMessage::ParseRequest(Part(head), s.buffers);
+  EXPECT_TRUE(got.stale_call);
+  EXPECT_EQ(got.epoch, 1234567);
+  ASSERT_EQ(got.stale.size(), 1u);
+  EXPECT_EQ(got.stale[0].table, "emb");
+  EXPECT_EQ(got.stale[0].n, 3u);
+  EXPECT_EQ(got.stale[0].keys, cached.data());
+  EXPECT_EQ(got.stale[0].known, known.data());
+  EXPECT_EQ(got.stale[0].staleness, 3u);
+  std::vector<MessagePart> short_known = s.buffers;
+  short_known.back().size -= 4;
+  EXPECT_THROW(PushPullMessage::ParseRequest(Part(head), short_known), std::invalid_argument);
+  PushPullRequest plain = s.request;
+  plain.stale_call = false;  // stale pulls only in a push_pull_stale call
+  EXPECT_THROW(PushPullMessage::RequestHead(plain), std::invalid_argument);
+}
+
 TEST(PushPullMessage, APickleIsNeitherForm) {
   const std::string pickle("\x80\x05\x95\x10", 4);
   EXPECT_FALSE(PushPullMessage::IsRequest(Part(pickle)));
@@ -102,10 +129,19 @@ TEST(PushPullMessage, MalformedRequestsAreRefusedWithTheirReason) {
   const uint32_t huge = 1u << 20;
   std::memcpy(&many[4 + 8 + 4 + 4], &huge, 4);
   fails(many, s.buffers, "1048576 parts, over 1024");
+  // magic, step, worker, participants, parts, pulls, flags, epoch, stale pulls; then the first part's seq, dim
+  constexpr size_t kCallFlags = 4 + 8 + 4 + 4 + 4 + 4, kStale = kCallFlags + 4 + 8, kFirstPart = kStale + 4;
   std::string flags = head;
   const uint32_t bad_flags = 6;
-  std::memcpy(&flags[4 + 24 + 8 + 4], &bad_flags, 4);
+  std::memcpy(&flags[kFirstPart + 8 + 4], &bad_flags, 4);
   fails(flags, s.buffers, "flags 6");
+  std::string call = head;
+  std::memcpy(&call[kCallFlags], &bad_flags, 4);
+  fails(call, s.buffers, "flags 6");
+  std::string stray = head;
+  const uint32_t one = 1;
+  std::memcpy(&stray[kStale], &one, 4);
+  fails(stray, s.buffers, "stale pulls in a push_pull call");
   PushPullRequest long_name = s.request;
   long_name.pulls[0].table = std::string(PushPullMessage::kMaxNameBytes + 1, 'n');
   EXPECT_THROW(PushPullMessage::RequestHead(long_name), std::invalid_argument);
@@ -135,6 +171,21 @@ TEST(PushPullMessage, AnswerRoundTrips) {
   ASSERT_EQ(got.rows.size(), 3u);
   EXPECT_EQ(got.rows[1].dim, 16u);
   EXPECT_THROW(PushPullMessage::ParseAnswer(Part(head), 2), std::invalid_argument);
+  PushPullAnswer stale;  // a push_pull_stale answer: three buffers per stale pull
+  stale.has_stale = true;
+  stale.epoch = 99;
+  stale.stale.resize(2);
+  stale.stale[1].rows.dim = 8;
+  stale.stale[1].sent = 5;
+  stale.stale[1].table_rows = uint64_t{1} << 40;
+  const PushPullAnswer stale_got = PushPullMessage::ParseAnswer(Part(PushPullMessage::AnswerHead(stale)), 6);
+  EXPECT_TRUE(stale_got.has_stale);
+  EXPECT_EQ(stale_got.epoch, 99);
+  ASSERT_EQ(stale_got.stale.size(), 2u);
+  EXPECT_EQ(stale_got.stale[1].rows.dim, 8u);
+  EXPECT_EQ(stale_got.stale[1].sent, 5u);
+  EXPECT_EQ(stale_got.stale[1].table_rows, uint64_t{1} << 40);
+  EXPECT_THROW(PushPullMessage::ParseAnswer(Part(PushPullMessage::AnswerHead(stale)), 5), std::invalid_argument);
   PushPullAnswer bare;  // no push, no pull
   const PushPullAnswer none = PushPullMessage::ParseAnswer(Part(PushPullMessage::AnswerHead(bare)), 0);
   EXPECT_FALSE(none.has_ack || none.applied || none.has_rows);

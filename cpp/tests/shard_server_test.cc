@@ -176,6 +176,35 @@ TEST(ShardServer, MutationsReachTheForwarderWithTheWorkersSeq) {
   forwarder->Close();
 }
 
+TEST_F(Served, StalePullsSendWhatTheCopiesLackAndEverythingFromAnotherEpoch) {
+  server.SetEpoch(41);
+  std::vector<int64_t> cached{1, 2, 9};
+  Step first(1);
+  PushPullAnswer answer;
+  ASSERT_TRUE(server.Serve(first.request, &answer));  // rows 1, 2 pushed once, 2 and 8 pulled
+  std::vector<int32_t> clocks(3);
+  shard->Clocks(cached.data(), 3, clocks.data());  // 9 is missing: -1
+  std::vector<int32_t> known{clocks[0], clocks[1], -1};
+  Step second(2, 2);
+  second.request.pulls.clear();
+  second.request.parts.clear();
+  second.request.stale_call = true;
+  second.request.epoch = 41;
+  second.request.stale.push_back({"t", cached.data(), cached.size(), known.data(), 0});
+  ASSERT_TRUE(server.Serve(second.request, &answer));
+  ASSERT_TRUE(answer.has_stale);
+  EXPECT_EQ(answer.epoch, 41);
+  ASSERT_EQ(answer.stale.size(), 1u);
+  const PushPullAnswer::StaleRows& got = answer.stale[0];
+  EXPECT_EQ(got.sent, 1u);  // only key 9 (inserted now): the copies of 1 and 2 are current
+  EXPECT_EQ(std::vector<uint8_t>(got.sent_mask.get(), got.sent_mask.get() + 3), (std::vector<uint8_t>{0, 0, 1}));
+  EXPECT_EQ(got.table_rows, shard->size());
+  EXPECT_EQ(got.rows.floats, 2u);
+  second.request.epoch = 40;  // copies from another epoch: all sent
+  ASSERT_TRUE(server.Serve(second.request, &answer));
+  EXPECT_EQ(answer.stale[0].sent, 3u);
+}
+
 TEST(ShardServer, SeqsOnlyRise) {
   ShardServer server(0);
   server.NoteSeq(1, 4);

@@ -23,6 +23,7 @@ namespace {
 using Keys = py::array_t<int64_t, py::array::c_style>;
 using Floats = py::array_t<float, py::array::c_style>;
 using Counts = py::array_t<uint32_t, py::array::c_style>;
+using Clocks = py::array_t<int32_t, py::array::c_style>;
 
 // Python takes the server's lock at once when it is free, keeping the GIL (a try_lock: what a step's Python
 // path pays), else waits with the GIL released: its holder may be the native path, which never waits for the
@@ -121,6 +122,11 @@ py::tuple Serve(ShardServer& server, LinkSession& session, int fd, uint64_t max_
       std::vector<LinkSession::Span> rows;
       rows.reserve(answer.rows.size());
       for (const auto& r : answer.rows) rows.push_back({reinterpret_cast<const uint8_t*>(r.data.get()), r.floats * 4});
+      for (const auto& stale : answer.stale) {
+        rows.push_back({reinterpret_cast<const uint8_t*>(stale.rows.data.get()), stale.rows.floats * 4});
+        rows.push_back({reinterpret_cast<const uint8_t*>(stale.clocks.get()), stale.n * 4});
+        rows.push_back({stale.sent_mask.get(), stale.n});
+      }
       session.Send(fd, {reinterpret_cast<const uint8_t*>(reply.data()), reply.size()}, rows, -1.0, CheckSignals);
     }
   }
@@ -134,11 +140,13 @@ py::tuple Serve(ShardServer& server, LinkSession& session, int fd, uint64_t max_
 // types (int64 keys, float32 (n, dim) grads, uint32 repeats, C-contiguous; int seqs, str tables): the caller
 // then sends it as a pickle, and the server's general path checks it.
 py::object RequestMessage(const py::sequence& parts, int64_t step, int32_t worker, int32_t participants,
-                          const py::sequence& requests) {
+                          const py::sequence& requests, const std::optional<py::sequence>& stale, int64_t epoch) {
   PushPullRequest request;
   request.step = step;
   request.worker = worker;
   request.participants = participants;
+  request.stale_call = stale.has_value();
+  request.epoch = epoch;
   py::list arrays;
   for (const py::handle& item : parts) {
     if (!py::isinstance<py::tuple>(item)) return py::none();
@@ -176,8 +184,31 @@ py::object RequestMessage(const py::sequence& parts, int64_t step, int32_t worke
     request.pulls.push_back({pull[0].cast<std::string>(), nullptr, static_cast<size_t>(keys.shape(0))});
     arrays.append(keys);
   }
-  if (request.parts.size() > PushPullMessage::kMaxParts || request.pulls.size() > PushPullMessage::kMaxParts) {
+  for (const py::handle& item : stale.value_or(py::list())) {  // (table, keys, known clocks, staleness)
+    if (!py::isinstance<py::tuple>(item)) return py::none();
+    const py::tuple pull = py::reinterpret_borrow<py::tuple>(item);
+    if (pull.size() != 4 || !py::isinstance<py::str>(pull[0]) || !py::isinstance<Keys>(pull[1]) ||
+        !py::isinstance<Clocks>(pull[2]) || !py::isinstance<py::int_>(pull[3])) {
+      return py::none();
+    }
+    const Keys keys = py::reinterpret_borrow<Keys>(pull[1]);
+    const Clocks known = py::reinterpret_borrow<Clocks>(pull[2]);
+    const int64_t staleness = pull[3].cast<int64_t>();
+    if (keys.ndim() != 1 || known.ndim() != 1 || known.shape(0) != keys.shape(0) || staleness < 0 ||
+        staleness > static_cast<int64_t>(UINT32_MAX)) {
+      return py::none();
+    }
+    request.stale.push_back({pull[0].cast<std::string>(), nullptr, static_cast<size_t>(keys.shape(0)), nullptr,
+                             static_cast<uint32_t>(staleness)});
+    arrays.append(keys);
+    arrays.append(known);
+  }
+  if (request.parts.size() > PushPullMessage::kMaxParts || request.pulls.size() > PushPullMessage::kMaxParts ||
+      request.stale.size() > PushPullMessage::kMaxParts) {
     return py::none();
+  }
+  for (const PushPullStalePull& p : request.stale) {
+    if (p.table.size() > PushPullMessage::kMaxNameBytes) return py::none();
   }
   for (const PushPullPart& p : request.parts) {
     if (p.table.size() > PushPullMessage::kMaxNameBytes) return py::none();
@@ -215,7 +246,13 @@ py::tuple ParseRequest(const py::buffer& head, const std::vector<py::array>& buf
   }
   py::list pulls;
   for (const PushPullPull& p : request.pulls) pulls.append(py::make_tuple(p.table, typed(b++, py::dtype::of<int64_t>())));
-  return py::make_tuple(push_parts, request.step, request.worker, request.participants, pulls);
+  if (!request.stale_call) return py::make_tuple(push_parts, request.step, request.worker, request.participants, pulls);
+  py::list stale;
+  for (const PushPullStalePull& p : request.stale) {
+    py::object keys = typed(b++, py::dtype::of<int64_t>());
+    stale.append(py::make_tuple(p.table, keys, typed(b++, py::dtype::of<int32_t>()), p.staleness));
+  }
+  return py::make_tuple(push_parts, request.step, request.worker, request.participants, pulls, stale, request.epoch);
 }
 
 py::dict CountersDict(const ShardServer::Counters& c) {
@@ -255,6 +292,8 @@ void BindShardServer(py::module_& m) {
       .def("set_native", Held(&ShardServer::SetNative), py::arg("enabled"), py::arg("forwarder") = nullptr,
            "Whether serve() may apply push_pull requests itself, reporting mutations to forwarder (None: none)")
       .def_property_readonly("native", Held(&ShardServer::native))
+      .def("set_epoch", Held(&ShardServer::SetEpoch), py::arg("epoch"),
+           "The server's epoch, which a push_pull_stale's copies must come from to be trusted")
       .def("counters", [](const ShardServer& s) { return CountersDict(Held(&ShardServer::counters)(s)); })
       .def("serve", &Serve, py::arg("session"), py::arg("fd"), py::arg("max_payload"),
            "Serves the push_pull requests arriving on socket fd over session (a LinkSession) until a message it "
@@ -263,11 +302,13 @@ void BindShardServer(py::module_& m) {
            "otherwise: the message is for the caller to serve). Raises LinkSession.receive's errors");
 
   m.def("push_pull_request", &RequestMessage, py::arg("parts"), py::arg("step"), py::arg("worker"),
-        py::arg("participants"), py::arg("requests"),
-        "(head, arrays) of push_pull(parts, step, worker, participants, requests) in its native wire form, or None "
-        "when the arguments are not in the wire's types (send a pickle)");
+        py::arg("participants"), py::arg("requests"), py::arg("stale") = py::none(), py::arg("epoch") = 0,
+        "(head, arrays) of push_pull(parts, step, worker, participants, requests), or with stale (a list) of "
+        "push_pull_stale(..., stale, epoch), in its native wire form, or None when the arguments are not in the "
+        "wire's types (send a pickle)");
   m.def("parse_push_pull_request", &ParseRequest, py::arg("head"), py::arg("buffers"),
-        "push_pull's (parts, step, worker, participants, requests) from a request in the native wire form");
+        "push_pull's (parts, step, worker, participants, requests), or push_pull_stale's (..., stale, epoch), from a "
+        "request in the native wire form");
   m.def("is_push_pull_request", [](const py::buffer& head) {
     return PushPullMessage::IsRequest(PartOf(head.request()));
   }, py::arg("head"));
@@ -278,10 +319,18 @@ void BindShardServer(py::module_& m) {
     const PushPullAnswer a = PushPullMessage::ParseAnswer(PartOf(head.request()), buffers);
     std::vector<uint32_t> dims;
     for (const PushPullAnswer::Rows& rows : a.rows) dims.push_back(rows.dim);
-    return py::make_tuple(a.has_ack, a.server, a.worker, a.seq, a.step, a.applied, a.durable, a.has_rows, dims);
+    py::object stale = py::none();
+    if (a.has_stale) {
+      py::list answers;
+      for (const PushPullAnswer::StaleRows& s : a.stale) answers.append(py::make_tuple(s.rows.dim, s.table_rows));
+      stale = py::make_tuple(a.epoch, answers);
+    }
+    return py::make_tuple(a.has_ack, a.server, a.worker, a.seq, a.step, a.applied, a.durable, a.has_rows, dims,
+                          stale);
   }, py::arg("head"), py::arg("buffers"),
-        "(has_ack, server, worker, seq, step, applied, durable, has_rows, [dim per pull]) of an answer with "
-        "`buffers` rows buffers");
+        "(has_ack, server, worker, seq, step, applied, durable, has_rows, [dim per pull], stale) of an answer with "
+        "`buffers` buffers; stale: None, or for a push_pull_stale call (the server's epoch, [(dim, rows the table "
+        "holds) per stale pull]), whose buffers follow the pulls' three each (rows sent, clocks, sent mask)");
 }
 
 }  // namespace xdl_ec::python

@@ -131,6 +131,9 @@ def test_staleness_zero_on_ray_with_a_killed_server() -> None:
         if started:
             ray.shutdown()
     assert report["model_digest"] == fit(servers=3)["model_digest"]
+    # the caching worker's steps (push_pull_stale) were served by the servers' core, but for the replacement's
+    # while its shards were under restore
+    assert sum(s["native_requests"] for s in report["servers"]) > 0, report["servers"]
 
 
 # ---- what a write-back applies ---------------------------------------------------------------------------

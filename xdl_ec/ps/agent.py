@@ -76,9 +76,10 @@ class ServerAgent:
         DeltaForwarder it reports their mutations to, or None). The core then does what :meth:`push` and
         :meth:`pull` do here for a plain shard, plus that forwarder's recording; an agent whose push or pull does
         more (counts accesses, injects a crash) answers (False, None) for as long as it does. The default allows
-        it only where this class's push, pull and durable are the agent's."""
+        it only where this class's push, pull, pull_stale and durable are the agent's."""
         mine = type(self)
-        return all(getattr(mine, hook) is getattr(ServerAgent, hook) for hook in ("push", "pull", "durable")), None
+        hooks = ("push", "pull", "pull_stale", "durable")
+        return all(getattr(mine, hook) is getattr(ServerAgent, hook) for hook in hooks), None
 
     def durable(self, worker: int) -> int:
         """The highest push seq of ``worker`` to this server that survives this server's loss (0: none)."""

@@ -24,7 +24,7 @@ request is ``(method, args)``, an answer ``(True, value)`` or ``(False, error)``
 as Ray raises an actor's error's cause.
 Unpickling allows only plain data, numpy arrays and scalars, the few xdl_ec types a call carries and exception
 classes (:class:`_Unpickler`), and only after the message's MAC checked.
-A worker's ``push_pull`` travels in a native form instead (:func:`encode_call`, defined in
+A worker's ``push_pull`` and ``push_pull_stale`` travel in a native form instead (:func:`encode_call`, defined in
 ``cpp/include/xdl_ec/push_pull_message.h``) when its arguments are in the wire's types: a server's serving thread
 receives, applies and answers those in its core (``ParameterServer.serve_link``, :class:`xdl_ec._core.ShardServer`)
 with the GIL released and no Python run, and hands every other message to Python: other calls, and the requests
@@ -203,19 +203,20 @@ def decode(data: Any, buffers: List[Any]) -> Any:
     if len(data) and data[0] != _PICKLE_FIRST:
         if _core.is_push_pull_request(data):
             try:
-                return "push_pull", _core.parse_push_pull_request(data, buffers)
+                args = _core.parse_push_pull_request(data, buffers)
             except ValueError as err:
                 raise pickle.UnpicklingError(f"a malformed push_pull request: {err}") from None
+            return ("push_pull" if len(args) == 5 else "push_pull_stale"), args
         if _core.is_push_pull_answer(data):
             return _push_pull_answer(data, buffers)
     return _Unpickler(io.BytesIO(data), buffers=buffers).load()
 
 
 def encode_call(method: str, args: Tuple[Any, ...]) -> Tuple[bytes, List[Any]]:
-    """A call as a message: a server's ``push_pull`` in the native wire form when its arguments are in the wire's
-    types (a server's core then serves a one-worker step without the interpreter: ``ShardServer.serve``), anything
-    else pickled."""
-    if method == "push_pull":
+    """A call as a message: a server's ``push_pull`` or ``push_pull_stale`` in the native wire form when its
+    arguments are in the wire's types (a server's core then serves a one-worker step without the interpreter:
+    ``ShardServer.serve``), anything else pickled."""
+    if method == "push_pull" or method == "push_pull_stale":
         try:
             native = _core.push_pull_request(*args)
         except TypeError:  # arguments of other types: the pickle carries them, the server's checks say what is wrong
@@ -226,13 +227,24 @@ def encode_call(method: str, args: Tuple[Any, ...]) -> Tuple[bytes, List[Any]]:
 
 
 def _push_pull_answer(data: Any, buffers: List[Any]) -> Tuple[bool, Any]:
-    """A native push_pull answer as the pickled one reads: (True, (PushAck or None, [rows])), the rows views of the
-    message's buffers."""
-    has_ack, server, worker, seq, step, applied, durable, has_rows, dims = \
+    """A native push_pull answer as the pickled one reads: (True, (PushAck or None, [rows])), and for a
+    push_pull_stale call (True, (ack, [rows], (epoch, [(rows sent, clocks, sent, rows the table holds)]))), the
+    arrays views of the message's buffers."""
+    has_ack, server, worker, seq, step, applied, durable, has_rows, dims, stale = \
         _core.parse_push_pull_answer(data, len(buffers))
     ack = PushAck(server, worker, seq, step, applied, durable) if has_ack else None
     rows = [b.view(np.float32).reshape(-1, dim) for b, dim in zip(buffers, dims)] if has_rows else []
-    return True, (ack, rows)
+    if stale is None:
+        return True, (ack, rows)
+    epoch, tables = stale
+    at = len(dims)
+    answers = []
+    for dim, table_rows in tables:
+        sent_rows, clocks, sent = buffers[at:at + 3]
+        at += 3
+        answers.append((sent_rows.view(np.float32).reshape(-1, dim), clocks.view(np.int32), sent.view(np.bool_),
+                        table_rows))
+    return True, (ack, rows, (epoch, answers))
 
 
 def _error_answer(err: BaseException) -> BaseException:

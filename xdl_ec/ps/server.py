@@ -11,9 +11,9 @@ carries a step's push and the next step's pull in one request (one worker, or as
 of the server's process: ``open_links``); everything else through Ray.
 
 The shards, each worker's last push seq and the lock live in the native :class:`xdl_ec._core.ShardServer`
-(``core``) too, which serves a one-worker step's ``push_pull`` arriving over a direct link without the
-interpreter (``serve_link``) while the agent allows it (:meth:`~xdl_ec.ps.agent.ServerAgent.native_path`); what it
-declines comes here unchanged. Both paths give the same acks, rows and bytes.
+(``core``) too, which serves a one-worker step's ``push_pull`` (or a caching worker's ``push_pull_stale``) arriving
+over a direct link without the interpreter (``serve_link``) while the agent allows it
+(:meth:`~xdl_ec.ps.agent.ServerAgent.native_path`); what it declines comes here unchanged. Both paths give the same acks, rows and bytes.
 
 Sync mode (``participants > 1``): the pushes of one step from several workers are buffered per table until all
 ``participants`` arrived, then applied as ONE shard push of the concatenation in worker order, each worker's
@@ -83,6 +83,7 @@ class ParameterServer(LinkHost):
 
     def _new_epoch(self) -> None:
         self.epoch = secrets.randbits(62) + 1
+        self.core.set_epoch(self.epoch)
 
     def table(self, name: str) -> EmbeddingTable:
         """The shard of table ``name`` (for this server's agent)."""

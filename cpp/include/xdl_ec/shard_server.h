@@ -62,11 +62,15 @@ class ShardServer {
   void SetNative(bool enabled, std::shared_ptr<DeltaForwarder> forwarder);
   bool native() const;
 
+  // The server's epoch (ParameterServer.epoch): a stale pull whose copies came from another one is answered as
+  // if nothing were cached (every key sent).
+  void SetEpoch(int64_t epoch);
+
   // Serves `request` when it is a one-worker step (participants 1) whose every part and pull names a table
   // of this server, of its dim, with finite gradients, steps and seqs in range, repeats in [1, kMaxRepeats],
   // on shards not under restore, with the native path on: applies its parts in order (skipping a part whose
-  // seq this server applied already, as a replay), then pulls, and fills `answer` (its acks fields, durable
-  // from the forwarder, rows). Otherwise returns false and changes nothing. Throws only what the shards or the
+  // seq this server applied already, as a replay), then pulls, then its stale pulls (a push_pull_stale call),
+  // and fills `answer` (its acks fields, durable from the forwarder, rows, stale answers and the epoch). Otherwise returns false and changes nothing. Throws only what the shards or the
   // forwarder throw (resources), as the general path would.
   bool Serve(const PushPullRequest& request, PushPullAnswer* answer);
 
@@ -80,6 +84,7 @@ class ShardServer {
   std::map<std::string, std::shared_ptr<EmbeddingShard>> tables_;
   WorkerSeqs last_seq_;
   bool native_ = false;
+  int64_t epoch_ = 0;
   std::shared_ptr<DeltaForwarder> forwarder_;
   Counters counters_;
 };

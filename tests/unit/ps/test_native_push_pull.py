@@ -229,3 +229,45 @@ def test_the_native_path_takes_the_servers_lock(pair: Any) -> None:
     assert linked.core.counters()["requests"] == 1 and linked.last_seq == {0: 2}
     assert linked.lock.acquire(blocking=False)
     linked.lock.release()
+
+
+def test_a_caching_workers_steps_served_natively_answer_what_python_answers(pair: Any) -> None:
+    linked, twin, link = pair
+    rng = np.random.default_rng(5)
+    known_linked: dict = {}
+    known_twin: dict = {}
+    epochs = {}
+    for args in _steps(5, seed=2):
+        parts, step, worker, participants, pulls = args
+        keys = rng.integers(0, 50, 20).astype(np.int64)
+        answers = []
+        for server, known_map in ((linked, known_linked), (twin, known_twin)):
+            known = np.array([known_map.get(int(k), -1) for k in keys], np.int32)
+            # the copies came from the server's epoch, except at step 3 (as after a reload: every key sent)
+            epoch = server.epoch if step != 3 else server.epoch + 1
+            stale = [("t", keys, known, 1)]
+            if server is linked:
+                answer = link.call("push_pull_stale", parts, step, worker, participants, pulls, stale, epoch).result(10)
+            else:
+                answer = twin.push_pull_stale(parts, step, worker, participants, pulls, stale, epoch)
+            ack, rows, (server_epoch, [(sent_rows, clocks, sent, table_rows)]) = answer
+            for k, c in zip(keys, clocks):
+                known_map[int(k)] = int(c)
+            epochs[id(server)] = server_epoch
+            answers.append((ack, rows, sent_rows, clocks, sent, table_rows))
+        (ack, rows, sent_rows, clocks, sent, table_rows), (ack_py, rows_py, *expected) = answers
+        assert isinstance(ack, PushAck) and ack == ack_py
+        for got, want in zip(rows, rows_py):
+            np.testing.assert_array_equal(got, want)
+        for got, want in zip((sent_rows, clocks, sent), expected[:3]):
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_array_equal(got, want)
+        assert table_rows == expected[3]
+        if step == 3:
+            assert sent.all()  # another epoch: every key sent
+    assert epochs[id(linked)] == linked.epoch
+    _same(linked, twin)
+    assert linked.core.counters()["requests"] == 5
+    stats, stats_py = linked.stats(), twin.stats()
+    for counter in ("pulls", "keys_pulled", "bytes_in", "bytes_out"):
+        assert stats[counter] == stats_py[counter], counter
