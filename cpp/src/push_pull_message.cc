@@ -83,6 +83,15 @@ const T* Array(const MessagePart& buffer, size_t count, const std::string& what)
   return reinterpret_cast<const T*>(buffer.data);
 }
 
+// The keys of `which` (e.g. "pull 0 (table 't')"): the whole buffer, as int64s; their count into *n.
+const int64_t* KeysOf(const MessagePart& buffer, const std::string& which, size_t* n) {
+  if (buffer.size % sizeof(int64_t) != 0) {
+    throw std::invalid_argument("push_pull request: the keys of " + which + " are not whole int64s");
+  }
+  *n = buffer.size / sizeof(int64_t);
+  return Array<int64_t>(buffer, *n, "the keys of " + which);
+}
+
 }  // namespace
 
 bool PushPullMessage::IsRequest(MessagePart head) {
@@ -171,32 +180,19 @@ PushPullRequest PushPullMessage::ParseRequest(MessagePart head, const std::vecto
   for (size_t i = 0; i < request.parts.size(); ++i) {
     PushPullPart& part = request.parts[i];
     const std::string which = "part " + std::to_string(i) + " (table '" + part.table + "')";
-    if (buffers[b].size % sizeof(int64_t) != 0) {
-      throw std::invalid_argument("push_pull request: the keys of " + which + " are not whole int64s");
-    }
-    part.n = buffers[b].size / sizeof(int64_t);
-    part.keys = Array<int64_t>(buffers[b++], part.n, "the keys of " + which);
+    part.keys = KeysOf(buffers[b++], which, &part.n);
     if (part.dim == 0 && part.n != 0) throw std::invalid_argument("push_pull request: " + which + " has dim 0");
     part.grads = Array<float>(buffers[b++], part.n * part.dim, "the grads of " + which);
     if (repeats[i]) part.repeats = Array<uint32_t>(buffers[b++], part.n, "the repeats of " + which);
   }
   for (size_t i = 0; i < request.pulls.size(); ++i) {
     PushPullPull& pull = request.pulls[i];
-    const std::string which = "the keys of pull " + std::to_string(i) + " (table '" + pull.table + "')";
-    if (buffers[b].size % sizeof(int64_t) != 0) {
-      throw std::invalid_argument("push_pull request: " + which + " are not whole int64s");
-    }
-    pull.n = buffers[b].size / sizeof(int64_t);
-    pull.keys = Array<int64_t>(buffers[b++], pull.n, which);
+    pull.keys = KeysOf(buffers[b++], "pull " + std::to_string(i) + " (table '" + pull.table + "')", &pull.n);
   }
   for (size_t i = 0; i < request.stale.size(); ++i) {
     PushPullStalePull& pull = request.stale[i];
     const std::string which = "stale pull " + std::to_string(i) + " (table '" + pull.table + "')";
-    if (buffers[b].size % sizeof(int64_t) != 0) {
-      throw std::invalid_argument("push_pull request: the keys of " + which + " are not whole int64s");
-    }
-    pull.n = buffers[b].size / sizeof(int64_t);
-    pull.keys = Array<int64_t>(buffers[b++], pull.n, "the keys of " + which);
+    pull.keys = KeysOf(buffers[b++], which, &pull.n);
     pull.known = Array<int32_t>(buffers[b++], pull.n, "the known clocks of " + which);
   }
   return request;

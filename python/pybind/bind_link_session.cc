@@ -12,18 +12,32 @@
 #include <vector>
 
 #include "bindings.h"
+#include "link_messages.h"
 #include "xdl_ec/link_session.h"
 
 namespace py = pybind11;
 
 namespace xdl_ec::python {
-namespace {
 
-// Runs Python's signal handlers (a KeyboardInterrupt raises out of the call).
 void CheckSignals() {
   py::gil_scoped_acquire gil;
   if (PyErr_CheckSignals() != 0) throw py::error_already_set();
 }
+
+py::tuple MessageViews(const LinkSession::Message& m) {
+  // One capsule owns the allocation; every view made here keeps it (numpy's base) alive.
+  auto* owner = new std::shared_ptr<uint8_t>(m.memory);
+  py::capsule base(owner, [](void* p) { delete static_cast<std::shared_ptr<uint8_t>*>(p); });
+  auto view = [&](const std::pair<size_t, size_t>& at) {
+    return py::array(py::dtype::of<uint8_t>(), {static_cast<py::ssize_t>(at.second)}, {1},
+                     m.memory.get() + at.first, base);
+  };
+  py::list buffers(m.buffers.size());
+  for (size_t i = 0; i < m.buffers.size(); ++i) buffers[i] = view(m.buffers[i]);
+  return py::make_tuple(view(m.pickle), buffers);
+}
+
+namespace {
 
 size_t Send(LinkSession& session, int fd, const py::buffer& pickle, const std::vector<py::buffer>& buffers,
             std::optional<double> timeout) {
@@ -60,16 +74,7 @@ py::tuple Receive(LinkSession& session, int fd, std::optional<double> timeout, u
     py::gil_scoped_release release;
     m = session.Receive(fd, timeout ? std::max(*timeout, 0.0) : -1.0, max_payload, CheckSignals);
   }
-  // One capsule owns the allocation; every view made here keeps it (numpy's base) alive.
-  auto* owner = new std::shared_ptr<uint8_t>(m.memory);
-  py::capsule base(owner, [](void* p) { delete static_cast<std::shared_ptr<uint8_t>*>(p); });
-  auto view = [&](const std::pair<size_t, size_t>& at) {
-    return py::array(py::dtype::of<uint8_t>(), {static_cast<py::ssize_t>(at.second)}, {1},
-                     m.memory.get() + at.first, base);
-  };
-  py::list buffers(m.buffers.size());
-  for (size_t i = 0; i < m.buffers.size(); ++i) buffers[i] = view(m.buffers[i]);
-  return py::make_tuple(view(m.pickle), buffers);
+  return MessageViews(m);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "link_messages.h"
 #include "xdl_ec/link_session.h"
 #include "xdl_ec/push_pull_message.h"
 #include "xdl_ec/shard_server.h"
@@ -65,26 +66,8 @@ auto Held(R (ShardServer::*method)(Args...) const) {
   };
 }
 
-void CheckSignals() {
-  py::gil_scoped_acquire gil;
-  if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-}
-
 MessagePart PartOf(const py::buffer_info& info) {
   return {static_cast<const uint8_t*>(info.ptr), static_cast<size_t>(info.size * info.itemsize)};
-}
-
-// The views of a received message, as LinkSession.receive answers them: (head, [buffers]) of one allocation.
-py::tuple MessageViews(const LinkSession::Message& m) {
-  auto* owner = new std::shared_ptr<uint8_t>(m.memory);
-  py::capsule base(owner, [](void* p) { delete static_cast<std::shared_ptr<uint8_t>*>(p); });
-  auto view = [&](const std::pair<size_t, size_t>& at) {
-    return py::array(py::dtype::of<uint8_t>(), {static_cast<py::ssize_t>(at.second)}, {1},
-                     m.memory.get() + at.first, base);
-  };
-  py::list buffers(m.buffers.size());
-  for (size_t i = 0; i < m.buffers.size(); ++i) buffers[i] = view(m.buffers[i]);
-  return py::make_tuple(view(m.pickle), buffers);
 }
 
 // Serves push_pull requests from `fd` until a message it does not serve arrives; returns (head, buffers,
@@ -203,20 +186,13 @@ py::object RequestMessage(const py::sequence& parts, int64_t step, int32_t worke
     arrays.append(keys);
     arrays.append(known);
   }
-  if (request.parts.size() > PushPullMessage::kMaxParts || request.pulls.size() > PushPullMessage::kMaxParts ||
-      request.stale.size() > PushPullMessage::kMaxParts) {
-    return py::none();
+  std::string head;
+  try {
+    head = PushPullMessage::RequestHead(request);
+  } catch (const std::invalid_argument&) {
+    return py::none();  // over the form's limits (parts, pulls, a name's bytes): the pickle carries it
   }
-  for (const PushPullStalePull& p : request.stale) {
-    if (p.table.size() > PushPullMessage::kMaxNameBytes) return py::none();
-  }
-  for (const PushPullPart& p : request.parts) {
-    if (p.table.size() > PushPullMessage::kMaxNameBytes) return py::none();
-  }
-  for (const PushPullPull& p : request.pulls) {
-    if (p.table.size() > PushPullMessage::kMaxNameBytes) return py::none();
-  }
-  return py::make_tuple(py::bytes(PushPullMessage::RequestHead(request)), arrays);
+  return py::make_tuple(py::bytes(head), arrays);
 }
 
 // push_pull's arguments (parts, step, worker, participants, requests) from a request message, its arrays

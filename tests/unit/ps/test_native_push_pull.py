@@ -156,6 +156,8 @@ def test_arguments_not_in_the_wire_types_are_pickled_and_served_in_python(pair: 
     parts = [(name, keys.astype(np.int32), grads.astype(np.float64), seq) + tuple(rest)
              for name, keys, grads, seq, *rest in parts]
     assert direct.encode_call("push_pull", (parts, step, worker, participants, pulls))[0][:1] == b"\x80"
+    # a table name over the native form's limit goes as a pickle too
+    assert direct.encode_call("push_pull", ([], 1, 0, 1, [("x" * 2000, pulls[0][1])]))[0][:1] == b"\x80"
     ack, rows = link.call("push_pull", parts, step, worker, participants, pulls).result(10)
     ack_py, rows_py = twin.push_pull(parts, step, worker, participants, pulls)
     assert ack == ack_py
