@@ -5,7 +5,7 @@
 
 Two clusters of 3 servers (``ec``, code 2+1) and one sync worker each live side by side and train the built-in
 job's synthetic Criteo-shaped data in turns of ``--chunk`` steps, the order alternating every round; one of them
-also runs a :class:`~xdl_ec.backstop.Backstop` every ``--every`` (steps or seconds) into a temporary directory.
+also runs a :class:`~xdl_ec.keep.backstop.Backstop` every ``--every`` (steps or seconds) into a temporary directory.
 Each backstop turn ends by waiting for its write in flight, so the background writing is charged to the backstop
 side, never to the other cluster's turn. Overhead = median over rounds of (backstop seconds / ec seconds) - 1,
 with a 95% bootstrap interval; ``--pairs`` splits the rounds over fresh cluster pairs; ``--aa`` runs both sides
@@ -27,8 +27,8 @@ from typing import Any, Dict, List, Tuple
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from xdl_ec.backstop import Backstop  # noqa: E402
-from xdl_ec.criteo_job import TrainConfig, criteo_job  # noqa: E402
+from xdl_ec.keep.backstop import Backstop  # noqa: E402
+from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job  # noqa: E402
 from xdl_ec.ft.configs import EcConfig  # noqa: E402
 from xdl_ec.ft.factory import make_strategy  # noqa: E402
 from xdl_ec.ps import ClusterConfig, PSTrainer, RunSettings  # noqa: E402

@@ -39,7 +39,7 @@ import numpy as np  # noqa: E402
 
 import xdl_ec  # noqa: E402
 from shaped_loopback import ShapedLoopback  # noqa: E402
-from xdl_ec.criteo_job import TrainConfig, criteo_job, open_training_data, train_batch_stream  # noqa: E402
+from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job, open_training_data, train_batch_stream  # noqa: E402
 
 CRITEO = Path(__file__).resolve().parents[2] / "shared" / "data" / "criteo_kaggle_train_head10k.tsv.gz"
 

@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from xdl_ec.codec import ErasureCode
+from xdl_ec.sparse.codec import ErasureCode
 
 UPDATE_GOALS = {1: 0.60, 2: 0.40}  # fraction of memcpy bandwidth
 DECODE_GOAL_GBPS = 2.0

@@ -46,7 +46,7 @@ from xdl_ec.ft.failure_schedule import FailureSchedule, Kill  # noqa: E402
 from xdl_ec.ft.failure_injector import FailureInjector  # noqa: E402
 from xdl_ec.ps import ClusterConfig, PSTrainer, RunSettings  # noqa: E402
 from xdl_ec.ps.backend import connect_ray  # noqa: E402
-from xdl_ec.criteo_job import TrainConfig, criteo_job  # noqa: E402
+from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job  # noqa: E402
 
 
 def _trainer(config: TrainConfig, servers: int, strategy, kills=(), backend: str = "local") -> PSTrainer:

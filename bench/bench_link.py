@@ -28,11 +28,11 @@ from typing import Any, Callable, Dict, List, Tuple
 import numpy as np
 
 from xdl_ec.benchmark.machine_cpu import process_cpu_seconds
-from xdl_ec.job_secret import JobSecret
+from xdl_ec.net.job_secret import JobSecret
 from xdl_ec.ps.backend import Handle
 from xdl_ec.ps.direct import Link
 from xdl_ec.ps.server import ParameterServer
-from xdl_ec.table_config import Table
+from xdl_ec.sparse.table_config import Table
 
 
 class _AddressHandle(Handle):

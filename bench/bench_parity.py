@@ -29,7 +29,8 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import numpy as np
 
-from xdl_ec import _core, optim
+from xdl_ec import _core
+from xdl_ec.sparse import optim
 
 Batches = List[List[Tuple[int, np.ndarray, np.ndarray]]]
 

@@ -26,8 +26,8 @@ import numpy as np
 
 from xdl_ec import _core
 from xdl_ec.ft import parity_link
-from xdl_ec.job_secret import JobSecret
-from xdl_ec.link_socket import recv_exactly
+from xdl_ec.net.job_secret import JobSecret
+from xdl_ec.net.link_socket import recv_exactly
 
 SECRET = JobSecret.generate()
 _LENGTH = struct.Struct("<Q")

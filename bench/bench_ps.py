@@ -21,8 +21,8 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 
-from xdl_ec.criteo_job import TrainConfig, criteo_job  # noqa: E402
-from xdl_ec.local_run import LocalRun  # noqa: E402
+from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job  # noqa: E402
+from xdl_ec.job.local_run import LocalRun  # noqa: E402
 from xdl_ec.ps import ClusterConfig, PSTrainer, RunSettings  # noqa: E402
 
 

@@ -36,8 +36,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from xdl_ec.codec import ErasureCode  # noqa: E402
-from xdl_ec.criteo_job import TrainConfig, criteo_job  # noqa: E402
+from xdl_ec.sparse.codec import ErasureCode  # noqa: E402
+from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job  # noqa: E402
 from xdl_ec.ft.configs import parse_code  # noqa: E402
 from xdl_ec.ft.ec_strategy import ErasureCoded  # noqa: E402
 from xdl_ec.ps import ClusterConfig, PSTrainer, RunSettings  # noqa: E402

@@ -23,7 +23,7 @@ from typing import Callable, List
 import numpy as np
 
 import xdl_ec
-from xdl_ec import init, optim
+from xdl_ec.sparse import init, optim
 
 ZIPF_A = 1.1
 LR, EPS, ACC0 = 0.01, 1e-7, 0.1

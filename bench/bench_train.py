@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from keras_peer import KerasPeer  # noqa: E402
 
-from xdl_ec.criteo_job import TrainConfig, criteo_job  # noqa: E402
-from xdl_ec.local_run import LocalRun  # noqa: E402
+from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job  # noqa: E402
+from xdl_ec.job.local_run import LocalRun  # noqa: E402
 
 
 def main() -> int:

@@ -30,9 +30,9 @@ import tensorflow as tf  # noqa: E402
 
 from xdl_ec.data.schema import NUM_SPARSE, tf_signature  # noqa: E402
 from xdl_ec.data.source import TrainingData  # noqa: E402
-from xdl_ec.metrics import holdout_metrics  # noqa: E402
-from xdl_ec.criteo_job import FEATURE_NAME, CriteoModel, TrainConfig, open_training_data  # noqa: E402
-from xdl_ec.determinism import configure_determinism  # noqa: E402
+from xdl_ec.model.metrics import holdout_metrics  # noqa: E402
+from xdl_ec.builtin.criteo_job import FEATURE_NAME, CriteoModel, TrainConfig, open_training_data  # noqa: E402
+from xdl_ec.tf.determinism import configure_determinism  # noqa: E402
 
 DEFAULT_BUCKETS = 1 << 20
 

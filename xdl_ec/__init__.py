@@ -1,21 +1,32 @@
-"""xdl-ec: a sparse CTR-model trainer whose fault tolerance comes from erasure codes."""
+"""xdl-ec: a sparse CTR-model trainer whose fault tolerance comes from erasure codes.
+
+The package's rooms, lowest first (each imports only rooms below it; docs/design/layers.md): settings, sparse, net,
+data, tf, models, model, keep, ps, ft, job, builtin, xdl, benchmark; the root holds the public names, the CLI and
+the public namespaces ``xdl_ec.optim``, ``xdl_ec.init`` and ``xdl_ec.keras``.
+"""
+
+from typing import NoReturn
+
+from . import init, optim
+from .job.cluster import Cluster
+from .job.job import Job
+from .job.loading import load
+from .job.trained_model import TrainedModel
+from .keep.saved_run import SaveMismatch
+from .model.dense_model import ModelError
+from .model.feature import Feature
+from .model.feature_batch import InputError
+from .sparse import codec
+from .sparse.cache_config import Cache
+from .sparse.table import EmbeddingTable
+from .sparse.table_config import Table
+
+# XDL-shaped API: xdl_ec.embedding, the optimizers and initializers by XDL's names, and what a script ported from
+# XDL needs to run as a job (xdl_job, layers, losses, tf_wrapper); TF is imported on first embedding() or xdl_job().
+from .xdl.api import (SGD, Adagrad, Adam, Constant, Ftrl, Momentum, Ones, RandomUniform, TruncatedNormal, VarType,
+                      Zeros, embedding, layers, losses, missing, set_sparse_optimizer, tf_wrapper, xdl_job)
 
 __version__ = "0.1.0"
-from . import codec
-from .table import EmbeddingTable
-from . import optim, init
-from .table_config import Table
-from .feature import Feature
-from .feature_batch import InputError
-from .dense_model import ModelError
-from .cache_config import Cache
-from .cluster import Cluster
-from .job import Job
-from .saved_run import SaveMismatch
-from .trained_model import TrainedModel
-
-#: ``xdl_ec.load(DIR, job=None)``: the model of the newest save under DIR (see :meth:`TrainedModel.load`).
-load = TrainedModel.load
 
 
 def save(job: Job, directory: str, keep: int = 2) -> str:
@@ -23,17 +34,8 @@ def save(job: Job, directory: str, keep: int = 2) -> str:
     return job.save(directory, keep)
 
 
-# XDL-shaped API: xdl_ec.embedding, the optimizers and initializers by XDL's names, and what a script ported from
-# XDL needs to run as a job (xdl_job, layers, losses, tf_wrapper); TF is imported on first embedding() or xdl_job().
-from .xdl import (Adagrad, Adam, Constant, Ftrl, Momentum, Ones, RandomUniform, SGD, TruncatedNormal, VarType, Zeros,
-                  embedding, layers, losses, set_sparse_optimizer, tf_wrapper, xdl_job)
-from typing import NoReturn
-
-
 def __getattr__(name: str) -> NoReturn:
     """XDL names the port has no counterpart for: an error that says what to do instead."""
-    from .xdl import missing
-
     raise missing(name)
 
 

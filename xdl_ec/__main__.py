@@ -2,6 +2,6 @@
 
 import sys
 
-from .cli import main
+from xdl_ec.cli import main
 
 sys.exit(main())

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Sequence
 
-from .job_source import ScriptError, builtin_source, load_script_job
+from xdl_ec.job.job_source import ScriptError, builtin_source, load_script_job
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1  # the run itself failed (e.g. a parameter server was lost)
@@ -71,8 +71,8 @@ def find_criteo_sample() -> Optional[Path]:
 
 
 def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
-    from .criteo_job import TrainConfig
-    from .dense_model import DENSE_OPTIMIZERS
+    from xdl_ec.builtin.criteo_job import TrainConfig
+    from xdl_ec.model.dense_model import DENSE_OPTIMIZERS
 
     d = TrainConfig(synthetic=True)
     p = subparsers.add_parser(
@@ -188,7 +188,7 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _code(text: str) -> tuple[int, int]:
     """``K,R`` of --code, by the ec config's one rule (:func:`xdl_ec.ft.configs.parse_code`)."""
-    from .ft.configs import parse_code
+    from xdl_ec.ft.configs import parse_code
 
     try:
         return parse_code(text)
@@ -240,7 +240,7 @@ class TrainRequest:
 def train_request(args: argparse.Namespace) -> TrainRequest:
     """The one mapping of ``xdl-ec train``'s flags to the job, the Cluster and the fit arguments; UsageError
     names the flag at fault. Reads ``args``, changes nothing."""
-    from .cluster import Cluster
+    from xdl_ec.job.cluster import Cluster
 
     if args.report is not None:
         parent = Path(args.report).resolve().parent
@@ -260,7 +260,7 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
         try:
             cache = None
             if args.cache_rows is not None:
-                from .cache_config import Cache
+                from xdl_ec.sparse.cache_config import Cache
 
                 rows = int(args.cache_rows) if args.cache_rows.isdigit() else args.cache_rows
                 cache = Cache(rows=rows, staleness=args.staleness or 0, policy=args.cache_policy or "lfu")
@@ -286,7 +286,7 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
                              f"own tables, model and input (drop the flag(s) or the --script)")
         return TrainRequest(load_script_job(args.script), cluster, args.steps, args.seed, args.deterministic,
                             progress, saving=saving)
-    from .criteo_job import TrainConfig, criteo_job, num_train_batches, open_training_data
+    from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job, num_train_batches, open_training_data
 
     data, synthetic = args.data, args.synthetic
     if data is None and not synthetic:
@@ -334,7 +334,7 @@ def _saving(args: argparse.Namespace) -> Dict[str, Any]:
         for flag, text in (("--save-every", args.save_every), ("--backstop-every", args.backstop_every)):
             if text is None:
                 continue
-            from .ft.interval import parse_interval
+            from xdl_ec.settings.interval import parse_interval
 
             try:
                 if text.strip().lower() == "auto":
@@ -373,8 +373,8 @@ def _train(args: argparse.Namespace, verify: bool) -> tuple:
     """(exit status, report or None) of ``xdl-ec train`` (or ``verify``)."""
     request = train_request(args)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from .input_stream import InputFnError
-    from .ps import CallTimeout, RoleLost, Unrecoverable
+    from xdl_ec.model.input_stream import InputFnError
+    from xdl_ec.ps import CallTimeout, RoleLost, Unrecoverable
 
     try:
         if verify:
@@ -492,8 +492,8 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_bench_command(args: argparse.Namespace) -> int:
-    from .benchmark import BenchConfig, run_bench
-    from .benchmark.table import markdown_table
+    from xdl_ec.benchmark import BenchConfig, run_bench
+    from xdl_ec.benchmark.table import markdown_table
 
     if args.script is not None and args.data is not None:
         raise UsageError("--data: describes the built-in model's data; with --script the job reads its own")
@@ -507,7 +507,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
         raise UsageError(f"--{str(err).replace('variants:', 'only:').replace('rebuild_share:', 'rebuild-share:')}") \
             from None
     if args.overlap is not None:
-        from .benchmark.overlap import overlap_table, run_overlap
+        from xdl_ec.benchmark.overlap import overlap_table, run_overlap
 
         results = run_overlap(config, args.overlap, log=lambda line: print(line, file=sys.stderr))
         print(overlap_table(results), end="")
@@ -541,7 +541,7 @@ def add_export_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run_export(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from .trained_model import TrainedModel
+    from xdl_ec.job.trained_model import TrainedModel
 
     if Path(args.out).exists() and (not Path(args.out).is_dir() or any(Path(args.out).iterdir())):
         raise UsageError(f"--out: {args.out} exists and is not an empty directory; choose a new path")

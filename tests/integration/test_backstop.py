@@ -68,7 +68,7 @@ def test_an_increment_resumes_with_the_newest_row_of_every_key(tmp_path: Path, f
     model = xdl_ec.load(tmp_path, job=job())  # the chain replayed into one model, in this process
     reference = job()
     reference.fit(steps=STEPS, deterministic=True, seed=SEED)
-    from xdl_ec.digest import model_digest
+    from xdl_ec.model.digest import model_digest
 
     assert model_digest(model.exports(), model.dense.model.weights, model.dense.optimizer.variables) == \
         failure_free_digest == model_digest(reference.model.exports(), reference.model.dense.model.weights,

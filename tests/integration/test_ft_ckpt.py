@@ -15,7 +15,7 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from support.ft_runs import small_config  # noqa: E402
-from xdl_ec.checkpoint import CheckpointStore  # noqa: E402
+from xdl_ec.keep.checkpoint import CheckpointStore  # noqa: E402
 from xdl_ec.ft.ckpt_strategy import Checkpointing  # noqa: E402
 from xdl_ec.ft.configs import CkptConfig  # noqa: E402
 from xdl_ec.ft.factory import make_strategy  # noqa: E402

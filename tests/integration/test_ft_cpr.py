@@ -102,7 +102,7 @@ def test_seeded_mtbf_failures_hit_servers_and_the_run_finishes(tmp_path: Path) -
 
 def test_lost_updates_count_exactly_the_row_updates_since_the_save(tmp_path: Path) -> None:
     from xdl_ec import _core
-    from xdl_ec.criteo_job import open_training_data, train_batch_stream
+    from xdl_ec.builtin.criteo_job import open_training_data, train_batch_stream
 
     config = small_config()
     strategy = PartialRecovery(interval_steps=4, full_every=1, directory=str(tmp_path))

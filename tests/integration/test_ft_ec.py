@@ -22,7 +22,7 @@ from support.ft_runs import make_trainer, run as run_trainer  # noqa: E402
 from xdl_ec.ft.parity_agent import ParityAgent  # noqa: E402
 from xdl_ec.ps import ClusterConfig, Remote  # noqa: E402
 from xdl_ec.ps.api import ServerAPI  # noqa: E402
-from xdl_ec.criteo_job import TrainConfig  # noqa: E402
+from xdl_ec.builtin.criteo_job import TrainConfig  # noqa: E402
 
 STEPS = 6
 
@@ -253,7 +253,7 @@ def test_urgent_rebuild_paced_keeps_pacing_with_r_servers_down_and_stays_exact(f
 
 @pytest.mark.parametrize("mode", ["fast", "", None, 1])
 def test_bad_urgent_rebuild_is_a_clear_error(mode: Any) -> None:
-    from xdl_ec.cluster import Cluster
+    from xdl_ec.job.cluster import Cluster
     from xdl_ec.ft.configs import EcConfig
 
     pattern = r"urgent_rebuild: must be one of 'flat-out', 'paced', got"
@@ -447,7 +447,8 @@ def test_recovery_fragments_are_fetched_again_until_the_parity_caught_up_with_th
 
 # ---- the transport pieces, without training ------------------------------------------------------------------
 def _shards(n: int, block_slots: int = 8) -> List[Any]:
-    from xdl_ec import _core, init, optim
+    from xdl_ec import _core
+    from xdl_ec.sparse import init, optim
 
     config = _core.ShardConfig()
     config.dim, config.seed, config.block_slots = 4, 5, block_slots

@@ -46,7 +46,7 @@ def test_the_digest_covers_every_table() -> None:
     rows = trained.model.tables.tables
     assert all(len(rows[t]) > 0 for t in ("users", "items", "tags"))
     base = trained.model.exports()
-    from xdl_ec.digest import model_digest
+    from xdl_ec.model.digest import model_digest
 
     dense = trained.model.dense
     before = model_digest(base, dense.model.weights, dense.optimizer.variables)
@@ -152,7 +152,7 @@ def test_an_input_fn_raising_mid_run_is_named() -> None:
             if i == 4:
                 raise OSError("the log shard vanished")
             yield b
-    from xdl_ec.input_stream import InputFnError
+    from xdl_ec.model.input_stream import InputFnError
 
     with pytest.raises(InputFnError, match="worker 0, step 4: input_fn's iterator raised OSError: the log shard vanished"):
         xdl_ec.Job(job().tables, job().features, example.make_model, input_fn).fit(deterministic=True)

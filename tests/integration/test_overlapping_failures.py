@@ -16,7 +16,7 @@ import pytest
 
 from support.interrupt import interrupt_when_recovering
 from support.overlapping_failures import SCENARIOS, Scenario, random_scenario, run_scenario
-from xdl_ec.ft.ec_recovery import RecoveryCoordinator
+from xdl_ec.ft.ec_recovery import EcRecovery
 
 CI_RANDOM_SEEDS = range(4)
 SLOW_RANDOM_SEEDS = range(100, 160)
@@ -57,20 +57,20 @@ def test_no_remnant_batch_lands_after_the_rollback(monkeypatch: pytest.MonkeyPat
     them has moved past W_p."""
     seen: List[Dict[Tuple[int, int], int]] = []
     alive_at_rollback: List[int] = []
-    roll_back, settle = RecoveryCoordinator.roll_back, RecoveryCoordinator.settle_rollback
+    roll_back, settle = EcRecovery.roll_back, EcRecovery.settle_rollback
 
-    def checked_roll_back(self: RecoveryCoordinator, lost: Any, survivors: Any, progress: Any) -> Any:
+    def checked_roll_back(self: EcRecovery, lost: Any, survivors: Any, progress: Any) -> Any:
         alive_at_rollback.extend(p for p in lost if self.view.server_alive(p, 1.0))
         return roll_back(self, lost, survivors, progress)
 
-    def checked_settle(self: RecoveryCoordinator, pairs: Any, seq: Dict[int, int]) -> None:
+    def checked_settle(self: EcRecovery, pairs: Any, seq: Dict[int, int]) -> None:
         time.sleep(0.06)
         applied = self.call_many([(h, "applied", p) for p, h in pairs])
         seen.append({(p, h): a - seq[p] for (p, h), a in zip(pairs, applied)})
         settle(self, pairs, seq)
 
-    monkeypatch.setattr(RecoveryCoordinator, "roll_back", checked_roll_back)
-    monkeypatch.setattr(RecoveryCoordinator, "settle_rollback", checked_settle)
+    monkeypatch.setattr(EcRecovery, "roll_back", checked_roll_back)
+    monkeypatch.setattr(EcRecovery, "settle_rollback", checked_settle)
     # 2,2 on 5 servers: 0 and 1 lost at once, the replacement of 0 lost while it is rebuilt (r = 2, recoverable)
     scenario = Scenario("remnant", 5, 2, 2, 16, ((5, 0), (5, 1), (6, 0)), rebuild_share=0.01)
     outcome = run_scenario(scenario)

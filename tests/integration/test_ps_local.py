@@ -14,10 +14,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import xdl_ec  # noqa: E402
 from support.ft_runs import make_trainer, run  # noqa: E402
-from xdl_ec import _core, init, optim  # noqa: E402
-from xdl_ec.criteo_job import TrainConfig, criteo_job  # noqa: E402
-from xdl_ec.ps import (ClusterConfig, LocalBackend, PSClient, ParameterServer, PSTrainer, Remote,  # noqa: E402
-                       ServerLost, WorkerLost, route)
+from xdl_ec import _core
+from xdl_ec.sparse import init, optim  # noqa: E402
+from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job  # noqa: E402
+from xdl_ec.ps import (ClusterConfig, LocalBackend, PSClient, ParameterServer, PSTrainer, Remote, ServerLost,
+    WorkerLost, route)
 from xdl_ec.ps.api import ServerAPI  # noqa: E402
 from xdl_ec.ps.dense_sync import average_gradients  # noqa: E402
 
@@ -47,7 +48,8 @@ def push(server: ParameterServer, keys: np.ndarray, grads: np.ndarray, step: int
 def test_gather_gradient_pushes_exactly_what_the_lookup_gradient_pushes(combiner: str) -> None:
     import tensorflow as tf
 
-    from xdl_ec import EmbeddingTable, tf_ops
+    from xdl_ec import EmbeddingTable
+    from xdl_ec.tf import tf_ops
 
     rng = np.random.default_rng(0)
     ids = rng.integers(0, 40, size=(16, 5)).astype(np.int64)
@@ -86,7 +88,7 @@ def test_gather_gradient_pushes_exactly_what_the_lookup_gradient_pushes(combiner
 def test_gather_rejects_bad_inverse() -> None:
     import tensorflow as tf
 
-    from xdl_ec import tf_ops
+    from xdl_ec.tf import tf_ops
 
     rows = np.zeros((3, DIM), np.float32)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"inverse\[1\] = 3 is outside \[0, 3\)"):

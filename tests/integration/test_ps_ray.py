@@ -15,7 +15,7 @@ ray = pytest.importorskip("ray")
 from support.ft_runs import make_trainer, run as run_trainer  # noqa: E402
 from xdl_ec.ps import ClusterConfig, ServerLost, WorkerLost  # noqa: E402
 from xdl_ec.ps.backend import ray_runtime_env  # noqa: E402
-from xdl_ec.criteo_job import TrainConfig, criteo_job  # noqa: E402
+from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)

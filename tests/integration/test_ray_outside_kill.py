@@ -11,7 +11,7 @@ import time
 import pytest
 
 from support.ft_runs import make_trainer, small_config
-from xdl_ec.criteo_job import criteo_job
+from xdl_ec.builtin.criteo_job import criteo_job
 from xdl_ec.ft.ec_strategy import ErasureCoded
 from xdl_ec.ps import ClusterConfig
 

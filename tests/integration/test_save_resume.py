@@ -269,7 +269,7 @@ def test_load_rebuilds_the_built_in_job_from_its_save(tmp_path: Path) -> None:
     assert main(["train", "--synthetic", "--synthetic-rows", "3000", "--steps", "3", "--batch-size", "64",
                  "--deterministic", "--no-progress", "--save-dir", str(tmp_path)]) == 0
     model = xdl_ec.load(tmp_path)  # the save names the built-in model's config
-    from xdl_ec.criteo_job import CriteoHoldout, TrainConfig
+    from xdl_ec.builtin.criteo_job import CriteoHoldout, TrainConfig
 
     holdout = CriteoHoldout(TrainConfig(synthetic=True, synthetic_rows=3000, batch_size=64))
     metrics = model.evaluate(holdout())

@@ -22,7 +22,7 @@ import tensorflow as tf  # noqa: E402
 
 import xdl_ec  # noqa: E402
 from support.examples import load_example  # noqa: E402
-from xdl_ec.serving_export import ExportError, export_saved_model, tf_keys  # noqa: E402
+from xdl_ec.job.serving_export import ExportError, export_saved_model, tf_keys  # noqa: E402
 
 example = load_example("user_item_tags")
 LOG = example.ClickLog(batch_size=64, batches=6, eval_batches=2)
@@ -229,8 +229,8 @@ def test_only_standard_ops_and_no_optimizer_state_are_saved(trained: Dict[str, x
 
 
 def test_a_table_without_rows_serves_zero_rows(trained: Dict[str, xdl_ec.Job], tmp_path: Path) -> None:
-    from xdl_ec.local_tables import LocalTables
-    from xdl_ec.trained_model import TrainedModel
+    from xdl_ec.job.local_tables import LocalTables
+    from xdl_ec.job.trained_model import TrainedModel
 
     model = trained["kinds"].model
     tables = LocalTables(model.job.tables)

@@ -12,7 +12,7 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from support.ft_runs import make_trainer, run as run_trainer, small_config  # noqa: E402
-from xdl_ec.criteo_job import criteo_job  # noqa: E402
+from xdl_ec.builtin.criteo_job import criteo_job  # noqa: E402
 import xdl_ec  # noqa: E402
 from xdl_ec.ps import ClusterConfig, PSTrainer  # noqa: E402
 from xdl_ec.ps import worker as worker_module  # noqa: E402

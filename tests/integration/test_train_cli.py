@@ -151,7 +151,7 @@ def load_peer():  # noqa: ANN201 - the bench module
 def test_dlrm_auc_matches_the_plain_keras_peer_on_criteo() -> None:
     if not SAMPLE.exists():
         pytest.skip(f"Criteo sample absent: {SAMPLE}")
-    from xdl_ec.criteo_job import TrainConfig, criteo_job
+    from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job
 
     peer = load_peer()
     ours, theirs = [], []

@@ -9,7 +9,7 @@ from typing import Any, Dict, Optional
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import xdl_ec  # noqa: E402
-from xdl_ec.criteo_job import TrainConfig, criteo_job  # noqa: E402
+from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job  # noqa: E402
 from xdl_ec.ft.failure_injector import FailureInjector  # noqa: E402
 from xdl_ec.ft.failure_schedule import FailureSchedule  # noqa: E402
 from xdl_ec.ps import ClusterConfig, PSTrainer, RunSettings  # noqa: E402

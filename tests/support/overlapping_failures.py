@@ -16,7 +16,7 @@ from xdl_ec.ft.failure_schedule import FailureSchedule, Kill  # noqa: E402
 from xdl_ec.ps import Unrecoverable  # noqa: E402
 from support.ft_runs import make_trainer, run as run_trainer  # noqa: E402
 from xdl_ec.ps import ClusterConfig  # noqa: E402
-from xdl_ec.criteo_job import TrainConfig  # noqa: E402
+from xdl_ec.builtin.criteo_job import TrainConfig  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,7 +14,7 @@ import numpy as np
 
 from xdl_ec import _core
 from xdl_ec.ft import parity_link
-from xdl_ec.link_socket import recv_exactly
+from xdl_ec.net.link_socket import recv_exactly
 
 
 class ParityMember:

@@ -7,7 +7,8 @@ from typing import Any, List
 
 import numpy as np
 
-from xdl_ec import _core, init, optim
+from xdl_ec import _core
+from xdl_ec.sparse import init, optim
 
 
 def small_shard() -> Any:
@@ -21,7 +22,7 @@ def small_shard() -> Any:
 
 def encoded_parity(shards: List[Any], stripe: int, k: int, r: int) -> np.ndarray:
     """Parity block 0 of ``stripe`` re-encoded from its data blocks on ``shards`` (n = len(shards))."""
-    from xdl_ec.codec import ErasureCode
+    from xdl_ec.sparse.codec import ErasureCode
 
     layout = _core.StripeLayout(len(shards), k, r)
     blocks = [shards[s].read_block(b) for s, b in (layout.data_member(stripe, j) for j in range(k))]

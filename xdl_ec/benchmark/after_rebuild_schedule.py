@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, List, Sequence, Tuple
 
-from ..ft.failure_schedule import FailureSchedule, Kill
+from xdl_ec.ft.failure_schedule import FailureSchedule, Kill
 
 
 class AfterRebuildSchedule(FailureSchedule):

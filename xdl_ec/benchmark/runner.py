@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .. import checks
+from xdl_ec.settings import checks
 
 BACKENDS = ("local", "ray")
 
@@ -131,7 +131,7 @@ class BenchConfig:
         return Workload.built_in(self.train_config())
 
     def train_config(self) -> Any:
-        from ..criteo_job import TrainConfig
+        from xdl_ec.builtin.criteo_job import TrainConfig
 
         p = self.preset
         return TrainConfig(data=self.data, synthetic=self.data is None, synthetic_rows=p.synthetic_rows,
@@ -139,7 +139,7 @@ class BenchConfig:
                            on_bad_line="skip", progress=self.progress)
 
     def cluster_config(self) -> Any:
-        from ..ps import ClusterConfig
+        from xdl_ec.ps import ClusterConfig
 
         p = self.preset
         return ClusterConfig(servers=p.servers, workers=p.workers, backend=self.backend, mode="sync")
@@ -198,8 +198,8 @@ def strategy_for(variant: Variant, cluster: Any, mtbf: Optional[float], seed: in
                  rebuild_share: Optional[float] = None, rebuild: Optional[str] = None) -> Any:
     """The strategy of a matrix row (``mtbf`` feeds ckpt's and cpr's intervals; ``rebuild_share`` and ``rebuild``
     set ec's rebuild, None: its defaults)."""
-    from ..cluster import Cluster
-    from ..ft.factory import make_strategy
+    from xdl_ec.job.cluster import Cluster
+    from xdl_ec.ft.factory import make_strategy
 
     options = dict(variant.options)
     if variant.ft == "ec":
@@ -221,8 +221,8 @@ class Workload:
 
     @classmethod
     def built_in(cls, train: Any) -> "Workload":
-        """The built-in model of a :class:`~xdl_ec.criteo_job.TrainConfig`."""
-        from ..criteo_job import criteo_job, open_training_data
+        """The built-in model of a :class:`~xdl_ec.builtin.criteo_job.TrainConfig`."""
+        from xdl_ec.builtin.criteo_job import criteo_job, open_training_data
 
         return cls(criteo_job(train).spec, train.seed,
                    {**train.describe(), "data_source": open_training_data(train).description}, train)
@@ -232,8 +232,8 @@ def train_once(workload: Workload, cluster: Any, strategy: Any = None, schedule:
                steps: Optional[int] = None) -> Dict[str, Any]:
     """``workload`` on ``cluster`` (deterministic) under ``strategy`` and the kills of ``schedule`` (a
     FailureSchedule), for at most ``steps`` steps: the run's report with its model_digest and cluster figures."""
-    from ..ft.failure_injector import FailureInjector
-    from ..ps import PSTrainer, RunSettings
+    from xdl_ec.ft.failure_injector import FailureInjector
+    from xdl_ec.ps import PSTrainer, RunSettings
 
     injector = None if schedule is None else FailureInjector(schedule)
     job = workload.job

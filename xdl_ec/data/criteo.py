@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Iterator, Literal, NamedTuple, Optional
 
 import numpy as np
 
-from .. import checks
+from xdl_ec.settings import checks
 from .schema import (EMPTY_VALUE, NUM_DENSE, NUM_FIELDS, NUM_SPARSE, Batch, categorical_keys, dense_transform,
-                     tf_signature)
+    tf_signature)
 
 if TYPE_CHECKING:  # TensorFlow is only imported by dataset()
     import tensorflow as tf

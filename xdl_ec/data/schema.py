@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..hashing import fmix64
+from xdl_ec.sparse.hashing import fmix64
 
 NUM_DENSE = 13
 NUM_SPARSE = 26

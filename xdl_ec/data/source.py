@@ -7,7 +7,7 @@ import math
 import os
 from typing import Iterator
 
-from .. import checks
+from xdl_ec.settings import checks
 from .criteo import CriteoReader
 from .schema import Batch
 from .synthetic import SyntheticCriteo

@@ -2,9 +2,9 @@
 and ``cpr`` (partial recovery, Maeng et al., MLSys 2021). Transport-free: a parameter server or the training loop
 calls them with its tables, dense state and reader position."""
 
-from ..checkpoint import CheckpointStore, JobCheckpoint, PendingCheckpoint, ShardCheckpoint, fresh_table
+from xdl_ec.keep.checkpoint import CheckpointStore, JobCheckpoint, PendingCheckpoint, ShardCheckpoint, fresh_table
 from .cpr_checkpointer import CprCheckpointer
-from .interval import IntervalPolicy, cpr_interval, expected_pls, parse_interval, young_interval
+from xdl_ec.settings.interval import IntervalPolicy, cpr_interval, expected_pls, parse_interval, young_interval
 from .partial_restore import CheckpointChain, RestoreResult, restore_server
 from .row_selection import AccessCounter, MfuSelector, SsuSelector
 

@@ -41,7 +41,7 @@ def _cpu_ticks() -> Optional[tuple]:
 
 
 class BackgroundRebuild:
-    """Rebuilds ``coordinator``'s plan (a :class:`~xdl_ec.ft.ec_recovery.RecoveryCoordinator`) in a thread;
+    """Rebuilds ``coordinator``'s plan (a :class:`~xdl_ec.ft.ec_recovery.EcRecovery`) in a thread;
     ``share``: the share of its wall time it keeps to on a busy machine (``governor``: at least that, see
     :class:`~xdl_ec.ft.rebuild_governor.RebuildGovernor`); ``urgent()``: True when one more loss would be fatal
     (then it never pauses)."""

@@ -4,7 +4,7 @@ Every ``--ckpt-interval`` (steps, ``Ns`` seconds, or ``auto`` = Young's ``sqrt(2
 measured save cost and ``--mtbf``), at a step boundary with every push applied (``ClusterView.quiesce``), each
 server's agent (:class:`~xdl_ec.ft.shard_saver.ShardSaver`) writes its own shards (records and optimizer state) into the pending checkpoint directory; the driver adds
 the dense parameters, the dense optimizer state and the reader position (batches trained by each worker) and
-commits it atomically (:class:`~xdl_ec.checkpoint.CheckpointStore`: a crash mid-save leaves the previous
+commits it atomically (:class:`~xdl_ec.keep.checkpoint.CheckpointStore`: a crash mid-save leaves the previous
 checkpoint the latest). Step 0 is saved at :meth:`attach`, so there is always a checkpoint to roll back to.
 
 On a server's death, EVERY server rolls back: dead servers are replaced by empty ones, then all load their part of
@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from ..checkpoint import CheckpointStore
-from .interval import IntervalPolicy, parse_interval
-from ..ps.fault_tolerance import FailureRecord, FaultTolerance, Resume, Unrecoverable
+from xdl_ec.keep.checkpoint import CheckpointStore
+from xdl_ec.settings.interval import IntervalPolicy, parse_interval
+from xdl_ec.ps.fault_tolerance import FailureRecord, FaultTolerance, Resume, Unrecoverable
 from .shard_saver import ShardSaver
 
 __all__ = ["Checkpointing"]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional, Tuple, Union
 
-from .. import checks
-from .interval import IntervalPolicy, parse_interval
+from xdl_ec.settings import checks
+from xdl_ec.settings.interval import IntervalPolicy, parse_interval
 from .rebuild_governor import DEFAULT_REBUILD_KEEPS
 
 STRATEGIES = ("none", "ckpt", "cpr", "ec")

@@ -3,8 +3,8 @@
 
 The schedule: the first save is full (a partial save needs a base), then ``full_every - 1`` partial saves of the
 rows the selector chose, then a full save again, and so on. Each save tells the selector which rows are now
-durable. When to save (the interval) comes from :func:`xdl_ec.ft.interval.cpr_interval`; the caller asks
-:class:`~xdl_ec.ft.interval.IntervalPolicy` and calls :meth:`CprCheckpointer.save` when it is due.
+durable. When to save (the interval) comes from :func:`xdl_ec.settings.interval.cpr_interval`; the caller asks
+:class:`~xdl_ec.settings.interval.IntervalPolicy` and calls :meth:`CprCheckpointer.save` when it is due.
 
 The lost-update ledger (``ledger``: table name -> AccessCounter of the pushes applied to this server's rows) is
 owned by the caller outside the server, because it must survive the server; when given, every save records the
@@ -16,8 +16,8 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Mapping, Optional, Union
 
-from .. import checks
-from ..checkpoint import ShardCheckpoint, Table
+from xdl_ec.settings import checks
+from xdl_ec.keep.checkpoint import ShardCheckpoint, Table
 from .partial_restore import CheckpointChain, RestoreResult, restore_server
 from .row_selection import AccessCounter, MfuSelector, SsuSelector
 

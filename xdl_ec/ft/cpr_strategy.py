@@ -3,7 +3,7 @@
 Every server checkpoints its own shard on CPR's schedule (:class:`~xdl_ec.ft.cpr_checkpointer.CprCheckpointer`:
 a full save, then partial saves of the rows ``--cpr-mode mfu`` or ``ssu`` selects, a full save again every
 ``full_every`` saves). The interval comes from the target portion of lost samples, ``T = 2 * N * MTBF * PLS``
-(:func:`~xdl_ec.ft.interval.cpr_interval`, ``--cpr-pls`` with ``--mtbf``), or ``--cpr-interval`` steps.
+(:func:`~xdl_ec.settings.interval.cpr_interval`, ``--cpr-pls`` with ``--mtbf``), or ``--cpr-interval`` steps.
 
 Where things live: each server holds a :class:`CprAgent` (attached through ``ParameterServer.attach_agent``), which
 sees every applied push (MFU/SSU bookkeeping and the per-row update ledger) and writes that server's checkpoints
@@ -42,10 +42,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from .cpr_checkpointer import MODES, CprCheckpointer
-from .interval import IntervalPolicy, cpr_interval
+from xdl_ec.settings.interval import IntervalPolicy, cpr_interval
 from .row_selection import AccessCounter
-from ..ps.agent import ServerAgent
-from ..ps.fault_tolerance import FailureRecord, FaultTolerance, Resume
+from xdl_ec.ps.agent import ServerAgent
+from xdl_ec.ps.fault_tolerance import FailureRecord, FaultTolerance, Resume
 
 __all__ = ["CprAgent", "PartialRecovery"]
 

@@ -1,4 +1,4 @@
-"""RecoveryCoordinator: brings lost servers of ``--ft ec`` back, steps (a)-(e) of the protocol in
+"""EcRecovery: brings lost servers of ``--ft ec`` back, steps (a)-(e) of the protocol in
 docs/design/ec-protocol.md (the invariants cited as I1..I11 are numbered there), and rebuilds their stripes one at a
 time for whoever paces the rebuild (:mod:`xdl_ec.ft.rebuild_pacer`, :mod:`xdl_ec.ft.background_rebuild`).
 
@@ -13,10 +13,10 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .. import _core
-from ..ps.backend import KILL_SECONDS, CallTimeout, KillTimeout, WorkerLost
-from ..ps.fault_tolerance import Unrecoverable
-from ..ps.remote import Remote
+from xdl_ec import _core
+from xdl_ec.ps.backend import KILL_SECONDS, CallTimeout, KillTimeout, WorkerLost
+from xdl_ec.ps.fault_tolerance import Unrecoverable
+from xdl_ec.ps.remote import Remote
 from .parity_agent import ParityAgent, consistent_decode, holders_of, parity_agent_for, stripe_reads
 
 CALL_TIMEOUT = 120.0  # seconds one call of the recovery may take
@@ -31,7 +31,7 @@ class RecoveryTimeout(Unrecoverable):
     """A wait of the recovery ran out (I10): names what it waited for; the run stops instead of hanging."""
 
 
-class RecoveryCoordinator:
+class EcRecovery:
     """The recovery of one ``--ft ec`` job: ``strategy`` is its :class:`~xdl_ec.ft.ec_strategy.ErasureCoded`
     (k, r, n, the cluster view, the job's secret). Holds the rebuild in progress: the stripes still to rebuild
     (``plan``), the replacements not complete (``rebuilding``) and their restore extents."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, List
 
-from .. import _core
+from xdl_ec import _core
 from .ec_recovery import CALL_TIMEOUT
 from .parity_agent import fragment_readers
 
@@ -25,7 +25,7 @@ class StripeMismatch:
 
 def scrub(coordinator: Any) -> List[StripeMismatch]:
     """The stored parity blocks that disagree with their stripes' data (empty: all consistent), over the servers
-    of ``coordinator`` (a :class:`~xdl_ec.ft.ec_recovery.RecoveryCoordinator`)."""
+    of ``coordinator`` (a :class:`~xdl_ec.ft.ec_recovery.EcRecovery`)."""
     strategy = coordinator.strategy
     servers = coordinator.view.server_handles()
     everyone = list(range(coordinator.n))

@@ -9,7 +9,7 @@ rebuilt. The protocol, its numbered invariants (I1..I11, cited in the code) and 
 docs/design/ec-protocol.md.
 
 The parts: :class:`ErasureCoded` (this module) is the strategy seam the driver calls; the recovery steps (a)-(e)
-are :class:`~xdl_ec.ft.ec_recovery.RecoveryCoordinator`'s; the rebuild is paced off the step's path by
+are :class:`~xdl_ec.ft.ec_recovery.EcRecovery`'s; the rebuild is paced off the step's path by
 :class:`~xdl_ec.ft.background_rebuild.BackgroundRebuild` (default) or at step boundaries by
 :class:`~xdl_ec.ft.rebuild_pacer.BoundaryPacer`; the scrub is :func:`xdl_ec.ft.ec_scrub.scrub`.
 
@@ -25,14 +25,14 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .. import checks
-from ..ps.backend import RoleLost
-from ..ps.fault_tolerance import FailureRecord, FaultTolerance, Resume, Unrecoverable
+from xdl_ec.settings import checks
+from xdl_ec.ps.backend import RoleLost
+from xdl_ec.ps.fault_tolerance import FailureRecord, FaultTolerance, Resume, Unrecoverable
 from .background_rebuild import BackgroundRebuild
 from .configs import REBUILD_MODES, URGENT_REBUILDS, parse_code
-from .ec_recovery import CALL_TIMEOUT, REBUILD_BATCH, RecoveryCoordinator, RecoveryTimeout
+from .ec_recovery import CALL_TIMEOUT, REBUILD_BATCH, EcRecovery, RecoveryTimeout
 from .ec_scrub import StripeMismatch, scrub
-from ..job_secret import JobSecret
+from xdl_ec.net.job_secret import JobSecret
 from .parity_agent import parity_agent_for
 from .rebuild_governor import DEFAULT_REBUILD_KEEPS, RebuildGovernor
 from .rebuild_pacer import BoundaryPacer
@@ -77,7 +77,7 @@ class ErasureCoded(FaultTolerance):
         self.n = 0
         self.secret: Optional[JobSecret] = None
         self.on_rebuild_stripe: Optional[Callable[[int], None]] = None  # test hook: called after each stripe
-        self.coordinator = RecoveryCoordinator(self)
+        self.coordinator = EcRecovery(self)
         self.pacer = BoundaryPacer(self.coordinator, self.rebuild_share, rebuild_stripes_per_step)
         self.background: Optional[BackgroundRebuild] = None
         self.governor: Optional[RebuildGovernor] = None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..ps.fault_tolerance import FaultTolerance, NoFaultTolerance
+from xdl_ec.ps.fault_tolerance import FaultTolerance, NoFaultTolerance
 from .ckpt_strategy import Checkpointing
 from .configs import CkptConfig, CprConfig, EcConfig, StrategyConfig
 from .cpr_strategy import PartialRecovery

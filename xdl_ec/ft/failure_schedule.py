@@ -27,7 +27,7 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .. import checks
+from xdl_ec.settings import checks
 
 __all__ = ["Kill", "FailureSchedule", "parse_kill"]
 

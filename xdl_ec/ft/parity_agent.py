@@ -25,11 +25,11 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .. import _core
-from ..ps.agent import ServerAgent
-from ..ps.backend import in_ray_actor
-from ..ps.remote import Remote
-from ..job_secret import JobSecret
+from xdl_ec import _core
+from xdl_ec.ps.agent import ServerAgent
+from xdl_ec.ps.backend import in_ray_actor
+from xdl_ec.ps.remote import Remote
+from xdl_ec.net.job_secret import JobSecret
 from .parity_link import ParityReceiver, RemoteHolderLink
 
 # ParityAgent.drain re-checks its forwarder this often when nothing signals it (in-process holders are served by

@@ -15,7 +15,7 @@ address (its agent's ``parity_address``, through :class:`~xdl_ec.ps.remote.Remot
 cannot be connected to (a firewall between nodes), the link falls back to Ray calls (``apply_parity``).
 
 Membership. A receiver listens on the node's address, so anyone on the network can connect: every connection
-opens with a mutual challenge-response under the job's :class:`~xdl_ec.job_secret.JobSecret` K (as Ceph's
+opens with a mutual challenge-response under the job's :class:`~xdl_ec.net.job_secret.JobSecret` K (as Ceph's
 cephx does), and a peer that fails it gets nothing back but its nonce challenge and a closed connection (no seq,
 no error text), and the receiver logs one warning naming it:
 
@@ -59,13 +59,13 @@ from typing import Any, Callable, Optional, Protocol, Tuple
 
 import numpy as np
 
-from .. import _core
-from ..ps.backend import RoleLost
-from ..ps.direct import MAC_GMAC
-from ..ps.remote import Remote
-from ..job_secret import JobSecret
-from ..link_listener import LinkListener, PeerRefused
-from ..link_socket import LinkBroken, node_host, recv_exactly
+from xdl_ec import _core
+from xdl_ec.ps.backend import RoleLost
+from xdl_ec.ps.direct import MAC_GMAC
+from xdl_ec.ps.remote import Remote
+from xdl_ec.net.job_secret import JobSecret
+from xdl_ec.net.link_listener import LinkListener, PeerRefused
+from xdl_ec.net.link_socket import LinkBroken, node_host, recv_exactly
 
 CALL_TIMEOUT = 60.0  # seconds a holder may take to apply a batch before it counts as down
 POLL_SECONDS = 0.5  # how often an idle link checks whether it was closed

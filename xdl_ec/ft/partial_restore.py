@@ -31,8 +31,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from .. import checks
-from ..checkpoint import ShardCheckpoint, Table, UpdateCounts, fresh_table
+from xdl_ec.settings import checks
+from xdl_ec.keep.checkpoint import ShardCheckpoint, Table, UpdateCounts, fresh_table
 from .row_selection import AccessCounter
 
 __all__ = ["CheckpointChain", "RestoreResult", "restore_server"]

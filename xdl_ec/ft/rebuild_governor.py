@@ -19,7 +19,7 @@ import statistics
 import threading
 from typing import Deque, Optional, Tuple
 
-from .. import checks
+from xdl_ec.settings import checks
 
 DEFAULT_REBUILD_KEEPS = 0.95  # of its samples/s before a failure, training keeps under a rebuild that is not urgent
 NORMAL_STEPS = 64  # step intervals before a failure whose rate is training's normal one

@@ -21,7 +21,7 @@ CREDIT_CAP_STEPS = 1.0  # unspent rebuild credit is capped at one mean step (no 
 
 
 class BoundaryPacer:
-    """Spends step boundaries on ``coordinator``'s rebuild (a :class:`~xdl_ec.ft.ec_recovery.RecoveryCoordinator`):
+    """Spends step boundaries on ``coordinator``'s rebuild (a :class:`~xdl_ec.ft.ec_recovery.EcRecovery`):
     ``stripes_per_step`` stripes per boundary when given, else ``share`` of wall time (see the module docstring)."""
 
     def __init__(self, coordinator: Any, share: float, stripes_per_step: Optional[int] = None) -> None:

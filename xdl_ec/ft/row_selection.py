@@ -26,9 +26,9 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from .. import checks
-from .. import _core
-from ..table import as_keys
+from xdl_ec.settings import checks
+from xdl_ec import _core
+from xdl_ec.sparse.table import as_keys
 
 __all__ = ["AccessCounter", "MfuSelector", "SsuSelector", "key_hash"]
 
@@ -67,7 +67,7 @@ def _check_seed(seed: Any) -> int:
 class AccessCounter:
     """Counts of int64 keys, over the native ``_core.AccessCounter`` (open addressing, no sort per batch).
 
-    Keys are taken as :func:`xdl_ec.table.as_keys` does (any integer dtype; uint64 wraps bit for bit); every
+    Keys are taken as :func:`xdl_ec.sparse.table.as_keys` does (any integer dtype; uint64 wraps bit for bit); every
     batch call runs in C++ with the GIL released.
     """
 

@@ -1,12 +1,12 @@
 """ShardSaver: ``--ft ckpt``'s part of each server (its agent): writes and loads the server's shards as a
-:class:`~xdl_ec.checkpoint.ShardCheckpoint`, in the server's process and under its lock."""
+:class:`~xdl_ec.keep.checkpoint.ShardCheckpoint`, in the server's process and under its lock."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..ps.agent import ServerAgent
-from ..checkpoint import ShardCheckpoint
+from xdl_ec.ps.agent import ServerAgent
+from xdl_ec.keep.checkpoint import ShardCheckpoint
 
 
 class ShardSaver(ServerAgent):

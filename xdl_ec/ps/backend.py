@@ -24,6 +24,7 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional, Type
 
 from .api import RoleAPI
+from .handle import Handle
 from .remote import Remote
 
 DEFAULT_TIMEOUT = 300.0  # seconds a call may take before it counts as hung (a step is far shorter)
@@ -89,22 +90,6 @@ def lost_error(role: str, index: int, reason: str) -> RoleLost:
     if role not in LOST_ERRORS:
         raise ValueError(f"role: must be one of {sorted(LOST_ERRORS)}, got {role!r}")
     return LOST_ERRORS[role](index, reason)
-
-
-class Handle:
-    """One started role: ``role`` ('server' or 'worker'), ``index`` and a transport-specific ``call``."""
-
-    role: str
-    index: int
-    node: Optional[str] = None  # the node it was placed on (None: wherever the backend chose)
-
-    def call(self, method: str, *args: Any) -> Any:  # pragma: no cover - interface
-        raise NotImplementedError
-
-    def call_beside(self, method: str, *args: Any) -> Any:
-        """Like :meth:`call`, for a method that is safe beside the role's other calls (it takes its own locks):
-        it need not wait behind them. Parity batches use it, so applying them never delays a push or pull."""
-        return self.call(method, *args)
 
 
 # ---- one process -------------------------------------------------------------------------------------

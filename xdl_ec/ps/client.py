@@ -18,8 +18,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .. import _core
-from ..table import as_keys, as_repeats
+from xdl_ec import _core
+from xdl_ec.sparse.table import as_keys, as_repeats
 from .api import ServerAPI
 from .backend import DEFAULT_TIMEOUT, Handle, ServerLost
 from .remote import Remote

@@ -2,7 +2,7 @@
 
 Mechanism (a choice between XDL, which keeps dense parameters on the servers, and ECRec, which replicates them on
 workers with their optimizer state): the AUTHORITATIVE replica, weights and optimizer state, lives with the
-driver (the scheduler's process) as a :class:`~xdl_ec.dense_model.DenseModel`; every worker holds a copy. With
+driver (the scheduler's process) as a :class:`~xdl_ec.model.dense_model.DenseModel`; every worker holds a copy. With
 several workers a step call carries the current weights to the worker and its answer carries the worker's dense
 gradients back, so the dense traffic rides on the step's own round trip (no extra RPC) and no parameter server
 becomes a hot spot for the ~10^4-10^5 dense floats that every sample touches.
@@ -76,7 +76,7 @@ def dense_nbytes(dense: Any) -> int:
 
 
 class DriverDense:
-    """The driver's dense model (``model``, a :class:`~xdl_ec.dense_model.DenseModel`) and, when the only worker
+    """The driver's dense model (``model``, a :class:`~xdl_ec.model.dense_model.DenseModel`) and, when the only worker
     applies its own dense updates (``worker_applies``), the log of the gradients it applied since the model was last
     brought up to date. ``fetch()`` asks that worker for its state: (weights, optimizer variables, iterations), or
     None when it cannot answer."""

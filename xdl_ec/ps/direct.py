@@ -32,7 +32,7 @@ the core declines unchanged (sync steps, bad input, an agent with hooks of its o
 call, with its errors. Under load a request's Python cost several times its warm price (a server's thread wakes
 with cold caches between requests); it was most of what a small step cost on Ray beyond one process.
 
-Membership, as the parity links (:mod:`xdl_ec.ft.parity_link`): the driver makes a :class:`~xdl_ec.job_secret.JobSecret`
+Membership, as the parity links (:mod:`xdl_ec.ft.parity_link`): the driver makes a :class:`~xdl_ec.net.job_secret.JobSecret`
 K per run and gives it to its workers (actor arguments); a caller asks the role, through Ray, to open its links
 with K (``open_links(K)`` answers the address; a role keeps the first K it was given and refuses another), then:
 
@@ -78,9 +78,9 @@ from typing import Any, Callable, Deque, Dict, FrozenSet, List, Optional, Tuple
 
 import numpy as np
 
-from ..link_listener import LinkListener, PeerRefused
-from .. import _core
-from ..link_socket import LinkBroken, node_host, recv_exactly, tune
+from xdl_ec.net.link_listener import LinkListener, PeerRefused
+from xdl_ec import _core
+from xdl_ec.net.link_socket import LinkBroken, node_host, recv_exactly, tune
 from .api import PushAck
 from .backend import CallTimeout, Handle, RoleLost, lost_error
 
@@ -326,7 +326,7 @@ class LinkServer(LinkListener):
 
     def __init__(self, obj: Any, role: str, secret: Any, host: Optional[str] = None,
                  refuse: Callable[[], bool] = lambda: False, max_payload: int = MAX_PAYLOAD_BYTES) -> None:
-        from ..job_secret import JobSecret
+        from xdl_ec.net.job_secret import JobSecret
 
         if not isinstance(secret, JobSecret):
             raise TypeError(f"LinkServer: secret must be the run's JobSecret, got {type(secret).__name__}")

@@ -1,4 +1,4 @@
-"""Remote: calls to a role through its :class:`~xdl_ec.ps.backend.Handle`, by the methods an interface declares.
+"""Remote: calls to a role through its :class:`~xdl_ec.ps.handle.Handle`, by the methods an interface declares.
 
 The one place where a remote method is named: ``Remote(handle, ServerAPI).pull(requests)`` sends one message
 ``pull(requests)`` and returns the call's future; a method the interface does not declare is an AttributeError
@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import TYPE_CHECKING, Any, Callable, FrozenSet
+from typing import Any, Callable, FrozenSet
 
-if TYPE_CHECKING:  # the backend itself calls through Remote: no import at run time
-    from .backend import Handle
+from .handle import Handle
 
 
 @functools.lru_cache(maxsize=None)  # a Remote is made per call in places: inspecting the class each time showed up
@@ -26,7 +25,7 @@ def _declared(api: type) -> FrozenSet[str]:
 class Remote:
     """The methods of ``api`` (a class or Protocol) called on the role behind ``handle``."""
 
-    def __init__(self, handle: "Handle", api: type, agent: bool = False, beside: bool = False) -> None:
+    def __init__(self, handle: Handle, api: type, agent: bool = False, beside: bool = False) -> None:
         if not callable(getattr(handle, "call", None)):
             raise TypeError(f"handle: expected a backend Handle, got {type(handle).__name__}")
         self.handle, self.api, self._agent, self._beside = handle, api, agent, beside

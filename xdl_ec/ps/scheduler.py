@@ -15,8 +15,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from .. import checks
-from ..table_config import Table
+from xdl_ec.settings import checks
+from xdl_ec.sparse.table_config import Table
 from .api import ServerAPI
 from .backend import CallTimeout, Handle, RoleLost, lost_error
 from .placement import Placement

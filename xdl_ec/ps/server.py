@@ -33,10 +33,11 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .. import _core, checks
-from ..checkpoint import ShardCheckpoint
-from ..table import MAX_REPEATS, EmbeddingTable, as_keys, as_repeats, as_rows
-from ..table_config import Table
+from xdl_ec import _core
+from xdl_ec.settings import checks
+from xdl_ec.keep.checkpoint import ShardCheckpoint
+from xdl_ec.sparse.table import MAX_REPEATS, EmbeddingTable, as_keys, as_repeats, as_rows
+from xdl_ec.sparse.table_config import Table
 from .agent import ServerAgent
 from .api import PushAck, PushPart
 from .backend import ServerLost, in_ray_actor

@@ -23,13 +23,13 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
-from .. import checks
-from ..cache_config import Cache
-from ..dense_model import DenseModel
-from ..digest import model_digest
-from ..evaluation import evaluate_batches
-from ..job_spec import JobSpec
-from ..model_step import ModelStep
+from xdl_ec.settings import checks
+from xdl_ec.sparse.cache_config import Cache
+from xdl_ec.model.dense_model import DenseModel
+from xdl_ec.model.digest import model_digest
+from xdl_ec.model.evaluation import evaluate_batches
+from xdl_ec.model.job_spec import JobSpec
+from xdl_ec.model.model_step import ModelStep
 from .api import ServerAPI, WorkerAPI
 from .async_loop import run_async
 from .backend import DEFAULT_TIMEOUT, CallTimeout, RoleLost, make_backend
@@ -126,7 +126,7 @@ class PSTrainer:
         # secret (xdl_ec.ps.direct); Ray keeps placement, liveness and control
         self.link_secret = None
         if cluster.backend == "ray":
-            from ..job_secret import JobSecret
+            from xdl_ec.net.job_secret import JobSecret
 
             self.link_secret = JobSecret.generate()
         self._linked: Dict[int, LinkedHandle] = {}
@@ -266,7 +266,7 @@ class PSTrainer:
         if settle:
             self.strategy.settle()
 
-    # ---- saving and resuming (see xdl_ec.run_saver) ---------------------------------------------------------
+    # ---- saving and resuming (see xdl_ec.keep.run_saver) ---------------------------------------------------------
     def save_tables(self, pending: Any) -> int:
         """Every server writes its tables into the pending save (in parallel); returns the bytes written. The
         strategy's rebuild, if one is under way, completes first: a save reads every server whole."""
@@ -282,7 +282,7 @@ class PSTrainer:
         return self._dense.current().state()
 
     def restore(self, saved: Any) -> None:
-        """Continues ``saved`` (a :class:`~xdl_ec.saved_run.SavedRun` checked against this job by the caller):
+        """Continues ``saved`` (a :class:`~xdl_ec.keep.saved_run.SavedRun` checked against this job by the caller):
         its rows routed to this cluster's servers (any server count) through their agents, the dense state, the
         step and every worker's reader position; then the strategy takes its own copy (``resumed``)."""
         saved.check_run(self.cluster.workers)
@@ -454,7 +454,7 @@ class PSTrainer:
         return evaluate_batches(batches, self.job.features, self.find_rows, self._predict.predict)
 
     def digest(self) -> str:
-        """``model_digest`` of every table (in the job's order) and the dense state (see :mod:`xdl_ec.digest`)."""
+        """``model_digest`` of every table (in the job's order) and the dense state (see :mod:`xdl_ec.model.digest`)."""
         return self.digest_of([self.scheduler.exports(t.name) for t in self.job.tables])
 
     def digest_of(self, exports: Sequence[Sequence[Dict[str, np.ndarray]]]) -> str:

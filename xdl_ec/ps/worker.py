@@ -1,6 +1,6 @@
 """Worker: trains a job's model on its own input against the parameter servers.
 
-Its input: ``input_fn(index, count)`` of the job (an :class:`~xdl_ec.input_stream.InputStream`, which checks and
+Its input: ``input_fn(index, count)`` of the job (an :class:`~xdl_ec.model.input_stream.InputStream`, which checks and
 prepares the next batches on a background thread). One step (driven by the driver's loop, see
 :mod:`xdl_ec.ps.training`):
 
@@ -9,7 +9,7 @@ prepares the next batches on a background thread). One step (driven by the drive
 2. the rows of the unique keys come from the servers (:class:`PSClient`, one request per server for every
    table): the part prefetched while the previous step computed, plus the part that had to wait for the previous
    step's push;
-3. TF runs the model (:class:`~xdl_ec.model_step.ModelStep`) and returns the dense gradients and, per table, the
+3. TF runs the model (:class:`~xdl_ec.model.model_step.ModelStep`) and returns the dense gradients and, per table, the
    per-unique-key summed row gradients;
 4. while TF computes, the NEXT batch's rows that this step cannot change (keys not in this batch) are already being
    pulled, when the data allow: with one worker or in async mode. In sync mode with several workers another
@@ -30,7 +30,7 @@ On Ray the driver's step calls and the pulls and pushes go over direct links (:m
 run's ``link_secret``): the step runs on the link's thread, so every method that touches the worker's state holds
 its lock (Ray runs the other calls on its own thread).
 
-The same class trains in one process (:mod:`xdl_ec.local_run`), there over the tables themselves.
+The same class trains in one process (:mod:`xdl_ec.job.local_run`), there over the tables themselves.
 """
 
 from __future__ import annotations
@@ -43,13 +43,13 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..cache_config import Cache
-from ..dense_model import DenseModel
-from ..determinism import configure_determinism
-from ..feature_batch import FeatureBatch
-from ..input_stream import InputStream
-from ..job_spec import JobSpec
-from ..model_step import ModelStep
+from xdl_ec.sparse.cache_config import Cache
+from xdl_ec.model.dense_model import DenseModel
+from xdl_ec.tf.determinism import configure_determinism
+from xdl_ec.model.feature_batch import FeatureBatch
+from xdl_ec.model.input_stream import InputStream
+from xdl_ec.model.job_spec import JobSpec
+from xdl_ec.model.model_step import ModelStep
 from .backend import Handle, RoleLost
 from .cached_client import CachedClient
 from .client import PSClient

@@ -7,7 +7,7 @@ import pytest
 
 from xdl_ec.data import CRITEO_KAGGLE_CARDINALITIES, SyntheticCriteo
 from xdl_ec.data.schema import categorical_keys
-from xdl_ec.metrics import auc
+from xdl_ec.model.metrics import auc
 
 
 def test_format_and_determinism() -> None:

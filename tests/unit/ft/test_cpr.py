@@ -12,7 +12,7 @@ import pytest
 
 import xdl_ec
 from xdl_ec.ft import (AccessCounter, CheckpointChain, CprCheckpointer, IntervalPolicy, MfuSelector, ShardCheckpoint,
-                       SsuSelector, cpr_interval, expected_pls, parse_interval, restore_server, young_interval)
+    SsuSelector, cpr_interval, expected_pls, parse_interval, restore_server, young_interval)
 from xdl_ec.ft import row_selection
 
 

@@ -17,9 +17,10 @@ from typing import Any, List, Tuple
 import numpy as np
 import pytest
 
-from xdl_ec import _core, link_listener
+from xdl_ec import _core
+from xdl_ec.net import link_listener
 from xdl_ec.ft import parity_link
-from xdl_ec.job_secret import JobSecret
+from xdl_ec.net.job_secret import JobSecret
 from xdl_ec.ft.parity_link import ParityReceiver, RemoteHolderLink
 from xdl_ec.ps.backend import Handle
 from support import stranger

@@ -13,17 +13,18 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 import pytest
 
-from xdl_ec import _core, init, optim
+from xdl_ec import _core
+from xdl_ec.sparse import init, optim
 from xdl_ec.ft import parity_link
 from xdl_ec.ps.backend import Handle, LocalBackend
 from xdl_ec.ps.client import PSClient
-from xdl_ec.job_secret import JobSecret
+from xdl_ec.net.job_secret import JobSecret
 from xdl_ec.ft.parity_agent import ParityAgent, parity_agent_for
 from xdl_ec.ft.parity_link import ParityReceiver, RemoteHolderLink
 from xdl_ec.ps.api import ServerAPI
 from xdl_ec.ps.remote import Remote
 from xdl_ec.ps.server import ParameterServer
-from xdl_ec.table_config import Table
+from xdl_ec.sparse.table_config import Table
 from support.parity_shards import encoded_parity, small_shard
 
 N, K, R = 3, 2, 1

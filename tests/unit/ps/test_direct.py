@@ -21,10 +21,10 @@ from typing import Any, Iterator, List, Tuple
 import numpy as np
 import pytest
 
-from xdl_ec.job_secret import JobSecret
+from xdl_ec.net.job_secret import JobSecret
 from xdl_ec.ps import direct
 from xdl_ec.ps.backend import CallTimeout, Handle, ServerLost
-from xdl_ec.link_socket import recv_exactly
+from xdl_ec.net.link_socket import recv_exactly
 from xdl_ec.ps.direct import Link, LinkedHandle, LinkHost, LinkRefused
 
 SECRET = JobSecret.generate()
@@ -298,7 +298,7 @@ def test_an_altered_replayed_or_foreign_message_closes_the_connection(
 
 _CHILD = """
 import sys, time
-from xdl_ec.job_secret import JobSecret
+from xdl_ec.net.job_secret import JobSecret
 from xdl_ec.ps.direct import LinkHost
 
 class Role(LinkHost):

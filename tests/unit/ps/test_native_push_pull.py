@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 import xdl_ec
-from xdl_ec import _core, init, optim
+from xdl_ec import _core
+from xdl_ec.sparse import init, optim
 from xdl_ec.ft.parity_agent import ParityAgent
-from xdl_ec.job_secret import JobSecret
+from xdl_ec.net.job_secret import JobSecret
 from xdl_ec.ps import direct
 from xdl_ec.ps.agent import ServerAgent
 from xdl_ec.ps.api import PushAck

@@ -10,10 +10,11 @@ from typing import Any, List, Sequence
 import pytest
 
 import xdl_ec
-from xdl_ec import _core, optim
+from xdl_ec import _core
+from xdl_ec.sparse import optim
 from xdl_ec.ps import LocalBackend, Scheduler
 from xdl_ec.ps.placement import (Placement, PlacementError, assign, max_per_node, nodes_needed, plan_placement,
-                                 stripe_sets)
+    stripe_sets)
 
 
 def most_on_one_node(nodes: Sequence[str], n: int, k: int, r: int) -> int:

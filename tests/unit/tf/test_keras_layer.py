@@ -10,8 +10,9 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from xdl_ec import EmbeddingTable, init, optim  # noqa: E402
-from xdl_ec.keras import SparseEmbedding  # noqa: E402
+from xdl_ec import EmbeddingTable
+from xdl_ec.sparse import init, optim  # noqa: E402
+from xdl_ec.tf.keras_layer import SparseEmbedding  # noqa: E402
 
 _names = itertools.count()
 

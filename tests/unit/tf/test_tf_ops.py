@@ -9,8 +9,9 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from xdl_ec import EmbeddingTable, init, optim  # noqa: E402
-from xdl_ec import tf_ops  # noqa: E402
+from xdl_ec import EmbeddingTable
+from xdl_ec.sparse import init, optim  # noqa: E402
+from xdl_ec.tf import tf_ops  # noqa: E402
 
 DIM = 4
 _names = itertools.count()

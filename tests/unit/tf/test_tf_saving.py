@@ -15,9 +15,11 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from xdl_ec import EmbeddingTable, init, optim, tf_ops  # noqa: E402
-from xdl_ec.keras import SparseEmbedding  # noqa: E402
-from xdl_ec.table_trackable import TableTrackable  # noqa: E402
+from xdl_ec import EmbeddingTable
+from xdl_ec.sparse import init, optim
+from xdl_ec.tf import tf_ops  # noqa: E402
+from xdl_ec.tf.keras_layer import SparseEmbedding  # noqa: E402
+from xdl_ec.tf.table_trackable import TableTrackable  # noqa: E402
 
 _names = itertools.count()
 BATCH = 8

@@ -1,0 +1,184 @@
+"""The built-in job: a CTR model (DLRM or Embedding&MLP) on Criteo data, written against the public job API
+(``xdl-ec train`` without ``--script``). One table holds the 26 categorical features' rows; their ids are already
+salted per column by the reader (see :mod:`xdl_ec.data.schema`), so the job declares them as ONE fixed multi-hot
+feature ``categorical`` [B, 26] with ``shared_ids=True`` and no combiner ([B, 26, dim] into the model).
+
+Its input splits one stream of train batches over the workers: worker i of W takes batches i, i + W, ... of the
+run (``steps`` batches, or ``epochs`` passes over the train split), so one worker trains them all in file order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any, Dict, Iterator, Optional, Sequence
+
+from xdl_ec.settings import checks
+from xdl_ec.sparse import init, optim
+from xdl_ec.data.schema import Batch
+from xdl_ec.data.source import TrainingData
+from xdl_ec.model.dense_model import DENSE_OPTIMIZERS
+from xdl_ec.model.feature import Feature
+from xdl_ec.job.job import Job
+from xdl_ec.sparse.table_config import Table
+
+TABLE_NAME = "criteo_categorical"
+FEATURE_NAME = "categorical"
+MODELS = ("dlrm", "mlp")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Everything that defines the built-in job (the CLI flags of ``xdl-ec train``), checked on creation.
+
+    ``steps`` (batches of the run, split over the workers) takes precedence over ``epochs`` when given (the data
+    are cycled as often as needed). The defaults train a sensible DLRM on the Criteo sample (see the README).
+    """
+
+    data: Optional[str] = None
+    synthetic: bool = False
+    synthetic_rows: int = 60_000
+    synthetic_max_cardinality: Optional[int] = 100_000
+    synthetic_zipf: float = 1.1
+    model: str = "dlrm"
+    emb_dim: int = 16
+    bottom_mlp: Sequence[int] = (64,)
+    top_mlp: Sequence[int] = (64, 32)
+    hidden: Sequence[int] = (128, 64)
+    optimizer: str = "adagrad"
+    lr: float = 0.02
+    dense_optimizer: str = "adam"
+    dense_lr: float = 0.001
+    batch_size: int = 128
+    steps: Optional[int] = None
+    epochs: int = 3
+    eval_fraction: float = 0.1
+    seed: int = 0
+    deterministic: bool = False
+    on_bad_line: str = "error"
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if (self.data is None) == (not self.synthetic):
+            raise ValueError("data: give exactly one of a Criteo file (data) or synthetic=True")
+        if self.data is not None:  # workers may run elsewhere (Ray actors in their own working directory)
+            object.__setattr__(self, "data", os.path.abspath(os.fspath(self.data)))
+        for name in ("emb_dim", "batch_size", "epochs", "synthetic_rows"):
+            checks.positive_int(name, getattr(self, name))
+        if self.steps is not None:
+            checks.positive_int("steps", self.steps)
+        if self.synthetic_max_cardinality is not None:
+            checks.positive_int("synthetic_max_cardinality", self.synthetic_max_cardinality)
+        for name in ("lr", "dense_lr", "synthetic_zipf"):
+            checks.positive_number(name, getattr(self, name))
+        checks.number("eval_fraction", self.eval_fraction, 0.0, 1.0, high_open=True)
+        checks.one_of("dense_optimizer", self.dense_optimizer, DENSE_OPTIMIZERS)
+        checks.one_of("model", self.model, MODELS)
+        checks.non_negative_int("seed", self.seed)
+        optim.get(self.optimizer, learning_rate=self.lr)  # an unknown name lists the known ones
+
+    def describe(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def open_training_data(config: TrainConfig) -> TrainingData:
+    """The data a config names: its Criteo file, or the synthetic generator seeded by its seed."""
+    if config.synthetic:
+        return TrainingData.synthetic(config.synthetic_rows, eval_fraction=config.eval_fraction, seed=config.seed,
+                                      max_cardinality=config.synthetic_max_cardinality,
+                                      zipf_exponent=config.synthetic_zipf)
+    return TrainingData.from_file(os.fspath(config.data), eval_fraction=config.eval_fraction,
+                                  on_bad_line=config.on_bad_line)
+
+
+def num_train_batches(data: TrainingData, config: TrainConfig) -> int:
+    """Batches the run trains on: ``steps``, else ``epochs`` passes over the train split."""
+    if config.steps is not None:
+        return config.steps
+    return config.epochs * math.ceil(data.num_train / config.batch_size)
+
+
+def train_batch_stream(data: TrainingData, config: TrainConfig, total: int) -> Iterator[Batch]:
+    """The run's ``total`` train batches in data order, cycling the train split as often as needed."""
+    produced_total = 0
+    while produced_total < total:
+        produced = False
+        for b in data.train_batches(config.batch_size):
+            produced = True
+            yield b
+            produced_total += 1
+            if produced_total == total:
+                return
+        if not produced:
+            raise ValueError("data: the train split is empty (every line bad, or too small a file)")
+
+
+def as_job_batch(batch: Batch) -> Dict[str, Any]:
+    return {"label": batch.label, "dense": batch.dense, FEATURE_NAME: batch.sparse}
+
+
+class CriteoBatches:
+    """One worker's share of the run's batches; ``stats()`` reports the bad lines its reader skipped so far."""
+
+    def __init__(self, config: TrainConfig, worker: int, num_workers: int) -> None:
+        self.data = open_training_data(config)
+        if self.data.num_train == 0:
+            raise ValueError("data: the train split is empty (every line bad, or too small a file)")
+        self._stream = train_batch_stream(self.data, config, num_train_batches(self.data, config))
+        self._worker, self._count = worker, num_workers
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        return (as_job_batch(b) for i, b in enumerate(self._stream) if i % self._count == self._worker)
+
+    def stats(self) -> Dict[str, Any]:
+        return {"bad_lines": self.data.bad_lines}
+
+
+@dataclasses.dataclass(frozen=True)
+class CriteoInput:
+    """``input_fn`` of the built-in job (picklable: each worker opens the data itself)."""
+
+    config: TrainConfig
+
+    def __call__(self, worker: int, num_workers: int) -> CriteoBatches:
+        return CriteoBatches(self.config, worker, num_workers)
+
+
+@dataclasses.dataclass(frozen=True)
+class CriteoHoldout:
+    """``eval_fn`` of the built-in job: the held-out split, in batches of at least 4096."""
+
+    config: TrainConfig
+
+    def __call__(self) -> Iterator[Dict[str, Any]]:
+        data = open_training_data(self.config)
+        return (as_job_batch(b) for b in data.eval_batches(max(self.config.batch_size, 4096)))
+
+
+@dataclasses.dataclass(frozen=True)
+class CriteoModel:
+    """``model_fn`` of the built-in job: the model body the config names."""
+
+    config: TrainConfig
+
+    def __call__(self) -> Any:
+        from xdl_ec.models import build_model
+
+        c = self.config
+        return build_model(c.model, c.emb_dim, bottom_mlp=c.bottom_mlp, top_mlp=c.top_mlp, hidden=c.hidden)
+
+
+def criteo_job(config: TrainConfig) -> Job:
+    """The built-in job of ``config``."""
+    table = Table(TABLE_NAME, config.emb_dim, optimizer=optim.get(config.optimizer, learning_rate=config.lr),
+                  initializer=init.RandomUniform(-0.05, 0.05), seed=config.seed)
+    return Job(tables=[table], features=[Feature(FEATURE_NAME, table, combiner=None, shared_ids=True)],
+               model_fn=CriteoModel(config), input_fn=CriteoInput(config),
+               dense_optimizer=config.dense_optimizer, dense_learning_rate=config.dense_lr,
+               eval_fn=CriteoHoldout(config) if config.eval_fraction > 0 else None)
+
+
+def job_from_description(description: Dict[str, Any]) -> Job:
+    """The built-in job of a save's source (``TrainConfig.describe()``): how :func:`xdl_ec.load` rebuilds it."""
+    return criteo_job(TrainConfig(**description))

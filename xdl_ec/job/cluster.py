@@ -1,0 +1,108 @@
+"""Cluster: where and how a job trains on parameter servers, with its fault tolerance, checked once.
+
+``Cluster(servers=N, workers=W, backend="local"|"ray", address=None, mode="sync"|"async", ft="none"|"ckpt"|"cpr"|
+"ec", code=(k, r), ...)``; the strategy's own keywords (``rebuild_share``, ``rebuild_keeps``, ``rebuild``,
+``ckpt_interval``, ``ckpt_dir``, ``cpr_pls``, ``cpr_interval``, ``cpr_mode``, ``mtbf``) and failure injection
+(``fail_at``, ``fail_worker_at``: "STEP[:INDEX]" strings, ``mtbf`` seconds) are those of ``xdl-ec train``'s flags.
+``cache``: the workers' embedding caches (an :class:`~xdl_ec.sparse.cache_config.Cache` for every table, or a dict of table
+name -> Cache).
+``failure_domain`` (ft="ec" on Ray): "node" keeps at most r members of any stripe on one Ray node, "none" lets Ray
+place the servers; default "node" when the Ray cluster has several alive nodes (see :mod:`xdl_ec.ps.placement`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Optional, Sequence, Tuple, Union
+
+from xdl_ec.settings import checks
+from xdl_ec.sparse.cache_config import Cache, caches_for
+from xdl_ec.ft.configs import STRATEGIES, CkptConfig, CprConfig, EcConfig, StrategyConfig, parse_code
+from xdl_ec.ft.failure_schedule import FailureSchedule
+from xdl_ec.ft.rebuild_governor import DEFAULT_REBUILD_KEEPS
+from xdl_ec.ps.backend import DEFAULT_TIMEOUT
+from xdl_ec.ps.training import ClusterConfig
+
+_ONLY = {"code": "ec", "rebuild_share": "ec", "rebuild_keeps": "ec", "rebuild": "ec", "urgent_rebuild": "ec",
+         "failure_domain": "ec",
+         "ckpt_interval": "ckpt", "cpr_pls": "cpr", "cpr_interval": "cpr", "cpr_mode": "cpr"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    servers: int = 1
+    workers: int = 1
+    backend: str = "local"
+    address: Optional[str] = None
+    mode: str = "sync"
+    ft: str = "none"
+    code: Optional[Union[str, Tuple[int, int]]] = None
+    rebuild_share: Optional[float] = None
+    rebuild_keeps: Optional[float] = None
+    rebuild: Optional[str] = None
+    urgent_rebuild: Optional[str] = None
+    ckpt_interval: Optional[str] = None
+    ckpt_dir: Optional[str] = None
+    cpr_pls: Optional[float] = None
+    cpr_interval: Optional[int] = None
+    cpr_mode: Optional[str] = None
+    mtbf: Optional[float] = None
+    fail_at: Sequence[str] = ()
+    fail_worker_at: Sequence[str] = ()
+    call_timeout: float = DEFAULT_TIMEOUT
+    cache: Optional[Union[Cache, Mapping[str, Cache]]] = None
+    failure_domain: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.cache, Mapping):  # kept as sorted pairs: a Cluster stays hashable
+            object.__setattr__(self, "cache", tuple(sorted(self.cache.items())))
+        if self.cache is not None and not isinstance(self.cache, (Cache, tuple)):
+            raise TypeError(f"cache: must be an xdl_ec.Cache or a dict of table name -> Cache, got "
+                            f"{type(self.cache).__name__}")
+        object.__setattr__(self, "fail_at", tuple(self.fail_at))
+        object.__setattr__(self, "fail_worker_at", tuple(self.fail_worker_at))
+        self.cluster_config()  # checks servers, workers, backend, address, mode, call_timeout
+        checks.one_of("ft", self.ft, STRATEGIES)
+        wrong = [name for name, ft in _ONLY.items() if getattr(self, name) is not None and ft != self.ft]
+        if wrong:
+            raise ValueError(f"{', '.join(wrong)}: only used with ft={_ONLY[wrong[0]]!r} (this cluster has "
+                             f"ft={self.ft!r})")
+        if self.ckpt_dir is not None and self.ft not in ("ckpt", "cpr"):
+            raise ValueError(f"ckpt_dir: only used with ft='ckpt' or 'cpr' (this cluster has ft={self.ft!r})")
+        if self.code is not None:
+            object.__setattr__(self, "code", parse_code(self.code))
+        self.strategy_config(0)
+        self.failure_schedule(0)
+        if self.ft == "ec":
+            k, r = self.code or (4, 1)
+            if self.servers < k + r:
+                raise ValueError(f"servers: the code k={k}, r={r} needs at least k + r = {k + r} servers, got "
+                                 f"{self.servers}; add servers or use a smaller code")
+
+    def cluster_config(self) -> ClusterConfig:
+        return ClusterConfig(servers=self.servers, workers=self.workers, backend=self.backend,
+                             address=self.address, mode=self.mode, call_timeout=self.call_timeout,
+                             failure_domain=self.failure_domain)
+
+    def strategy_config(self, seed: int) -> StrategyConfig:
+        """The fault-tolerance strategy's config (None for ft='none')."""
+        if self.ft == "ec":
+            return EcConfig(code=self.code or (4, 1),
+                            rebuild_share=0.05 if self.rebuild_share is None else self.rebuild_share,
+                            rebuild_keeps=DEFAULT_REBUILD_KEEPS if self.rebuild_keeps is None else self.rebuild_keeps,
+                            rebuild=self.rebuild or "background",
+                            urgent_rebuild="flat-out" if self.urgent_rebuild is None else self.urgent_rebuild)
+        if self.ft == "ckpt":
+            return CkptConfig(interval=self.ckpt_interval or "auto", directory=self.ckpt_dir, mtbf=self.mtbf)
+        if self.ft == "cpr":
+            return CprConfig(pls=0.02 if self.cpr_pls is None else self.cpr_pls, mtbf=self.mtbf,
+                             interval_steps=self.cpr_interval, mode=self.cpr_mode or "mfu",
+                             directory=self.ckpt_dir, seed=seed)
+        return None
+
+    def caches(self, tables: Sequence[Any]) -> dict:
+        """{table name: Cache} of the job's ``tables`` (see :mod:`xdl_ec.sparse.cache_config`)."""
+        return caches_for(dict(self.cache) if isinstance(self.cache, tuple) else self.cache, tables)
+
+    def failure_schedule(self, seed: int) -> FailureSchedule:
+        return FailureSchedule.from_flags(self.fail_at, self.fail_worker_at, self.mtbf, seed)

@@ -1,0 +1,322 @@
+"""Job: your model on xdl-ec, the public training API (as XDL's scripts, TorchRec's configs and TFRA's tables).
+
+    import xdl_ec
+    users = xdl_ec.Table("users", dim=16, optimizer=xdl_ec.optim.Adagrad(0.05))
+    job = xdl_ec.Job(tables=[users], features=[xdl_ec.Feature("user", users)],
+                     model_fn=make_model, input_fn=make_input)
+    report = job.fit(steps=1000, cluster=xdl_ec.Cluster(servers=5, ft="ec", code=(4, 1)), deterministic=True)
+    job.evaluate(holdout_batches)                     # {"auc": ..., "logloss": ..., "eval_samples": ...}
+
+``model_fn()`` returns a Keras model called as ``model(embedded, dense)``; ``input_fn(worker, num_workers)`` returns
+an iterable of dict batches (see :mod:`xdl_ec.model.feature_batch`). Both are factories: every worker (a Ray actor on
+another machine, perhaps) builds its own. ``cluster=None`` trains in this process. Each :meth:`Job.fit` trains a
+fresh model; the trained one stays with the job for :meth:`Job.evaluate` and :meth:`Job.predict`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Union
+
+import numpy as np
+
+from xdl_ec.settings import checks
+from .cluster import Cluster
+from xdl_ec.tf.determinism import configure_determinism
+from xdl_ec.model.feature import Feature
+from xdl_ec.ft.factory import make_strategy
+from xdl_ec.ft.failure_injector import FailureInjector
+from xdl_ec.model.job_spec import JobSpec
+from .local_run import LocalRun
+from .local_tables import LocalTables
+from xdl_ec.keep.backstop import Backstop
+from xdl_ec.ps.backend import RoleLost
+from xdl_ec.ps.fault_tolerance import Unrecoverable
+from xdl_ec.keep.run_saver import RunSaver
+from xdl_ec.keep.saved_run import SavedRun, SaveMismatch
+from xdl_ec.ps.training import PSTrainer
+from xdl_ec.ps.worker import RunSettings
+from xdl_ec.sparse.table_config import Table
+from .trained_model import TrainedModel
+
+PathLike = Union[str, os.PathLike]
+
+
+class Job:
+    """A training job: tables, features, model and input factories, loss (see the module docstring)."""
+
+    def __init__(self, tables: Sequence[Table], features: Sequence[Feature], model_fn: Callable[[], Any],
+                 input_fn: Callable[[int, int], Any], loss: Union[str, Callable[[Any, Any], Any]] = "binary_crossentropy",
+                 dense_optimizer: Union[str, Dict[str, Any]] = "adam", dense_learning_rate: float = 0.001,
+                 eval_fn: Optional[Callable[[], Iterable[Any]]] = None) -> None:
+        """``dense_optimizer``: the dense model's Keras optimizer (a name or a Keras config dict) at
+        ``dense_learning_rate``; ``eval_fn()``: hold-out batches that :meth:`fit` evaluates on at the end."""
+        self.spec = JobSpec(tuple(tables), tuple(features), model_fn, input_fn, loss, dense_optimizer,
+                            dense_learning_rate, eval_fn)
+        self.model: Optional[TrainedModel] = None  # the model of the last fit
+        self.source: Optional[Dict[str, Any]] = None  # where the job comes from (see xdl_ec.job.job_source), for saves
+        self._finished: Optional[_FinishedRun] = None  # the last fit's end, for save()
+
+    @property
+    def tables(self) -> Sequence[Table]:
+        return self.spec.tables
+
+    @property
+    def features(self) -> Sequence[Feature]:
+        return self.spec.features
+
+    def fit(self, steps: Optional[int] = None, cluster: Optional[Cluster] = None, deterministic: bool = False,
+            seed: int = 0, progress: bool = False, resume: Optional[PathLike] = None,
+            save_dir: Optional[PathLike] = None, save_every: Optional[str] = None, keep: int = 2,
+            backstop_every: Optional[str] = None) -> Dict[str, Any]:
+        """Trains a fresh model for at most ``steps`` steps (a step trains one batch on every worker; None: until
+        the input is exhausted), in this process or on ``cluster``; returns the run report (the same as
+        ``xdl-ec train --report``): samples, steps, samples_per_sec, final_loss, model_digest, the hold-out
+        metrics when the job has an ``eval_fn``, and a cluster's servers, workers and fault-tolerance fields.
+
+        ``resume``: continue the newest save under that directory (from :meth:`save` or ``save_dir``) instead of
+        starting fresh: ``steps`` counts the whole run, so the resumed run trains ``steps`` minus the saved step
+        (same ``seed``, ``deterministic`` and worker count as the saved run; any backend and server count).
+        ``save_dir`` / ``save_every`` (``"500"`` steps or ``"60s"``) / ``keep``: save the run periodically
+        there, keeping the newest ``keep`` saves (see :mod:`xdl_ec.keep.run_saver`). ``backstop_every`` (a cluster
+        run, e.g. ``"60s"``): incremental saves into ``save_dir`` written in the background instead (see
+        :mod:`xdl_ec.keep.backstop`); when the run cannot recover, its error names the save to resume from."""
+        return self._run(steps, cluster, deterministic, seed, progress, False, resume, save_dir, save_every, keep,
+                         backstop_every)
+
+    def verify(self, steps: Optional[int] = None, cluster: Optional[Cluster] = None, deterministic: bool = False,
+               seed: int = 0, progress: bool = False) -> Dict[str, Any]:
+        """:meth:`fit` on an ``ft="ec"`` cluster, then re-encode every parity stripe from its data: the report's
+        ``scrub`` lists the stripes whose stored parity disagrees (empty: all consistent)."""
+        if cluster is None or cluster.ft != "ec":
+            raise ValueError("verify: scrubs erasure-coded parity, so it needs cluster=Cluster(..., ft='ec')")
+        return self._run(steps, cluster, deterministic, seed, progress, True, None, None, None, 2, None)
+
+    def _run(self, steps: Optional[int], cluster: Optional[Cluster], deterministic: bool, seed: int,
+             progress: bool, scrub: bool, resume: Optional[PathLike], save_dir: Optional[PathLike],
+             save_every: Optional[str], keep: int, backstop_every: Optional[str]) -> Dict[str, Any]:
+        if steps is not None:
+            checks.positive_int("steps", steps)
+        checks.non_negative_int("seed", seed)
+        checks.instance("deterministic", deterministic, bool)
+        if cluster is not None:
+            checks.instance("cluster", cluster, Cluster)
+        workers = 1 if cluster is None else cluster.workers
+        saved = None
+        if resume is not None:  # checked whole before anything starts
+            saved = SavedRun.open(resume)
+            saved.check_job(self.spec)
+            saved.check_run(workers)
+            if (saved.seed, saved.deterministic) != (seed, deterministic):
+                raise SaveMismatch(f"{saved.directory}: saved by a run with seed={saved.seed}, deterministic="
+                                   f"{saved.deterministic}; resume with the same (got seed={seed}, "
+                                   f"deterministic={deterministic})")
+            saved.verify()
+        for name, value in (("save_every", save_every), ("backstop_every", backstop_every)):
+            if value is not None and save_dir is None:
+                raise ValueError(f"{name}: needs save_dir, the directory the saves go to")
+        if backstop_every is not None:
+            if save_every is not None:
+                raise ValueError("backstop_every: give it or save_every, not both (one writes incremental saves in the "
+                                 "background, the other full saves at the step boundary, into one save_dir)")
+            if cluster is None:
+                raise ValueError("backstop_every: backs up parameter servers; it needs a cluster (and is meant for "
+                                 "ft='ec', for what parity cannot cover)")
+        if save_dir is None:
+            saver = None
+        elif backstop_every is not None:
+            saver = Backstop(save_dir, self.spec, seed=seed, deterministic=deterministic, workers=workers,
+                             every=backstop_every, source=self.source)
+        else:
+            saver = RunSaver(save_dir, self.spec, seed=seed, deterministic=deterministic, workers=workers,
+                             every=save_every, keep=keep, source=self.source)
+        settings = RunSettings(seed=seed, deterministic=deterministic)
+        configure_determinism(seed, deterministic)
+        self._close_model()
+        if cluster is None:
+            return self._fit_here(steps, settings, progress, saved, saver)
+        return self._fit_on(cluster, steps, settings, progress, scrub, saved, saver)
+
+    @staticmethod
+    def _steps_left(steps: Optional[int], saved: Optional[SavedRun]) -> Optional[int]:
+        """``steps`` counts the whole run: a resumed run trains what is left of it (0: nothing)."""
+        if steps is None or saved is None:
+            return steps
+        return max(steps - saved.step, 0)
+
+    @staticmethod
+    def _resumed(report: Dict[str, Any], saved: Optional[SavedRun], saver: Optional[RunSaver]) -> None:
+        if saved is not None:
+            report["resumed_from"] = {"directory": str(saved.directory), "step": saved.step,
+                                      "samples": saved.samples}
+            stopped = saved.stopped_run()
+            if stopped is not None:  # the run that failed said how far it got: what the resume trained again
+                report["retrained_samples"] = max(int(stopped["samples"]) - saved.samples, 0)
+                report["resumed_from"]["stopped_run"] = stopped
+        if saver is not None:
+            report["saves"] = saver.report()
+
+    def _fit_here(self, steps: Optional[int], settings: RunSettings, progress: bool, saved: Optional[SavedRun],
+                  saver: Optional[RunSaver]) -> Dict[str, Any]:
+        run = LocalRun(self.spec, settings, progress)
+        try:
+            if saved is not None:
+                run.restore(saved)
+            if saver is not None:
+                saver.start(run.step)
+                run.hooks.append(saver)
+            report = run.fit(self._steps_left(steps, saved))
+            self._save_end(saver, run)
+            report.update(self._evaluate(run.trained()))
+            report["model_digest"] = run.digest()
+            report.update(run.report())
+            self._resumed(report, saved, saver)
+        except BaseException:
+            run.close()
+            run.tables.close()
+            raise
+        run.close()
+        self.model = run.trained()
+        self._finished = _FinishedRun(self.model, run.reader_position(), run.samples, settings, 1)
+        report["job"] = self.spec.describe()
+        return report
+
+    @staticmethod
+    def _save_end(saver: Optional[RunSaver], run: Any) -> None:
+        """A run with a save directory ends with a save of its last step (unless its last save is of it)."""
+        if saver is None:
+            return
+        if isinstance(saver, Backstop):
+            saver.wait()
+        if saver.last is None or saver.last.step != run.step:
+            saver.save(run)
+        if isinstance(saver, Backstop):
+            saver.wait()
+
+    def _fit_on(self, cluster: Cluster, steps: Optional[int], settings: RunSettings, progress: bool,
+                scrub: bool, saved: Optional[SavedRun], saver: Optional[RunSaver]) -> Dict[str, Any]:
+        config = cluster.strategy_config(settings.seed)
+        if scrub:
+            config = dataclasses.replace(config, scrub=True)
+        schedule = cluster.failure_schedule(settings.seed)
+        injector = None if schedule.empty else FailureInjector(schedule)
+        trainer = PSTrainer(self.spec, cluster.cluster_config(), settings, make_strategy(config), injector, progress,
+                            cluster.caches(self.spec.tables))
+        try:
+            if saved is not None:
+                trainer.restore(saved)
+            if saver is not None:
+                saver.start(trainer.step)
+                trainer.hooks.append(saver)
+            try:
+                report = trainer.fit(self._steps_left(steps, saved))
+            except (RoleLost, Unrecoverable) as err:
+                if isinstance(saver, Backstop):
+                    saver.note_stop(trainer.step, trainer.samples, str(err))
+                    raise self._backstop_error(err, saver) from err
+                raise
+            self._save_end(saver, trainer)
+            start = time.perf_counter()
+            if self.spec.eval_fn is not None:
+                report.update(trainer.evaluate(self.spec.eval_fn()))
+            report["eval_seconds"] = time.perf_counter() - start
+            exports = [trainer.scheduler.exports(t.name) for t in self.spec.tables]
+            report["model_digest"] = trainer.digest_of(exports)
+            report.update(trainer.report())
+            self._resumed(report, saved, saver)
+            position, samples = trainer.reader_position(), trainer.samples
+        finally:
+            if isinstance(saver, Backstop):
+                saver.close()
+            trainer.close()
+        tables = LocalTables(self.spec.tables)
+        for table, parts in zip(self.spec.tables, exports):
+            for rows in parts:
+                if len(rows["keys"]):
+                    tables.tables[table.name].load(rows["keys"], rows["values"], rows["state"])
+        self.model = TrainedModel(self.spec, tables, trainer.dense, trainer.signature)
+        self._finished = _FinishedRun(self.model, position, samples, settings, cluster.workers)
+        report["job"] = self.spec.describe()
+        return report
+
+    @staticmethod
+    def _backstop_error(err: BaseException, backstop: Backstop) -> Unrecoverable:
+        """The run cannot recover: the error names the newest complete backstop save to resume from."""
+        try:
+            backstop.wait()
+        except (RuntimeError, TimeoutError) as failed:
+            return Unrecoverable(f"{err}; and the backstop's last write failed ({failed})")
+        if backstop.last is None:
+            return Unrecoverable(f"{err}; the backstop in {backstop.store.root} has no save yet")
+        return Unrecoverable(f"{err}; resume from the backstop: the same command with --resume {backstop.store.root} "
+                             f"(its newest save is of step {backstop.last.step}: {backstop.last.directory})")
+
+    def save(self, directory: PathLike, keep: int = 2) -> str:
+        """Saves the last fit's model (every table's rows with optimizer state, the dense weights with their
+        optimizer state, reader positions, step, seed) into the save root ``directory`` as its newest save
+        (atomic; the newest ``keep`` kept); returns that save's path. :meth:`fit` with ``resume=directory``
+        continues it, :func:`xdl_ec.load` loads it."""
+        if self._finished is None or self.model is None:
+            raise ValueError("save: this job has no trained model yet: call fit first")
+        run = self._finished
+        saver = RunSaver(directory, self.spec, seed=run.settings.seed, deterministic=run.settings.deterministic,
+                         workers=run.workers, keep=keep, source=self.source)
+        return str(saver.save(run).directory)
+
+    def _evaluate(self, model: TrainedModel) -> Dict[str, Any]:
+        if self.spec.eval_fn is None:
+            return {}
+        start = time.perf_counter()
+        out = model.evaluate(self.spec.eval_fn())
+        out["eval_seconds"] = time.perf_counter() - start
+        return out
+
+    def _trained(self) -> TrainedModel:
+        if self.model is None:
+            raise ValueError("this job has no trained model yet: call fit first")
+        return self.model
+
+    def evaluate(self, batches: Iterable[Any]) -> Dict[str, Any]:
+        """AUC, log loss and sample count of the last fit's model on ``batches`` (dict batches as input_fn's)."""
+        return self._trained().evaluate(batches)
+
+    def predict(self, batch: Any) -> np.ndarray:
+        """Probabilities [B] of one batch with the last fit's model."""
+        return self._trained().predict(batch)
+
+    def export(self, directory: PathLike) -> str:
+        """The last fit's model as a TensorFlow SavedModel that serves without xdl-ec (``serving_default``: one
+        input per feature, ``dense``, -> ``probability`` [B]; see :mod:`xdl_ec.job.serving_export`)."""
+        return self._trained().export(directory)
+
+    def _close_model(self) -> None:
+        if self.model is not None:
+            self.model.close()
+            self.model = None
+            self._finished = None
+
+
+class _FinishedRun:
+    """A fit that has ended, as :class:`~xdl_ec.keep.run_saver.RunSaver` saves runs: its model, step, samples and
+    reader positions."""
+
+    def __init__(self, model: TrainedModel, position: Dict[str, Any], samples: int, settings: RunSettings,
+                 workers: int) -> None:
+        self.model, self._position, self.samples = model, dict(position), samples
+        self.settings, self.workers = settings, workers
+        self.step = int(position["step"])
+        self.signature = model.signature
+
+    def quiesce(self) -> None:
+        """Nothing runs any more."""
+
+    def save_tables(self, pending: Any) -> int:
+        return pending.save_server(0, self.model.tables.tables).nbytes()
+
+    def dense_state(self) -> tuple:
+        return self.model.dense.state()
+
+    def reader_position(self) -> Dict[str, Any]:
+        return dict(self._position)

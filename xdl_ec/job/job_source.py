@@ -1,0 +1,77 @@
+"""Where a job comes from, so a save can name it and :func:`xdl_ec.load` / ``xdl-ec export`` rebuild it unasked:
+a script (``xdl-ec train --script FILE.py``: its ``job()``) or the built-in model (its
+:class:`~xdl_ec.builtin.criteo_job.TrainConfig`). A job built in the user's own Python has no source: give it to
+:func:`xdl_ec.load` as ``job=``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from .job import Job
+
+#: the built-in job's factory (``xdl-ec train`` without --script), called with its saved description
+BUILTIN_FACTORY = "xdl_ec.builtin.criteo_job:job_from_description"
+
+
+class ScriptError(ValueError):
+    """A --script that cannot give a job."""
+
+
+def load_script_job(path: str) -> Any:
+    """Imports the file at ``path`` and returns what its ``job()`` returns, checked to be an xdl_ec.Job; the job's
+    ``source`` names the script."""
+
+    file = Path(path)
+    if not file.is_file():
+        raise ScriptError(f"--script: no such file: {path}")
+    spec = importlib.util.spec_from_file_location(f"xdl_ec_script_{file.stem}", file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # pickling the job's functions (Ray) finds them by module name
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:  # noqa: BLE001 - user code: one line naming the file and the error
+        raise ScriptError(f"--script {path}: importing it raised {type(err).__name__}: {err}") from None
+    make = getattr(module, "job", None)
+    if not callable(make):
+        raise ScriptError(f"--script {path}: defines no job() function (it must return an xdl_ec.Job)")
+    try:
+        job = make()
+    except Exception as err:  # noqa: BLE001
+        where = traceback.extract_tb(err.__traceback__)[-1]
+        raise ScriptError(f"--script {path}: job() raised {type(err).__name__}: {err} (at {where.filename}:"
+                          f"{where.lineno})") from None
+    if not isinstance(job, Job):
+        raise ScriptError(f"--script {path}: job() must return an xdl_ec.Job, got {type(job).__name__}")
+    job.source = script_source(path)
+    return job
+
+
+def script_source(path: str) -> Dict[str, Any]:
+    return {"script": os.path.abspath(path)}
+
+
+def builtin_source(config: Any) -> Dict[str, Any]:
+    return {"builtin": config.describe()}
+
+
+def job_of(source: Optional[Dict[str, Any]], where: str) -> Any:
+    """The job ``source`` names (``where``: the save it was read from, for errors)."""
+    if not source:
+        raise ValueError(f"{where}: the job that saved it was built in Python (it names no script): pass it, "
+                         f"xdl_ec.load(DIR, job=make_job()) / xdl-ec export --script FILE.py")
+    if "script" in source:
+        return load_script_job(source["script"])
+    if "builtin" in source:
+        # the built-in job sits above this room (it is written against the job API): named, not imported
+        module, _, factory = BUILTIN_FACTORY.partition(":")
+        job = getattr(importlib.import_module(module), factory)(source["builtin"])
+        job.source = dict(source)
+        return job
+    raise ValueError(f"{where}: names its job as {source!r}, which this xdl-ec cannot rebuild")

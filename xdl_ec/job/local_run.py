@@ -1,0 +1,130 @@
+"""LocalRun: a job trained in this process, the default (no servers, no services): one
+:class:`~xdl_ec.ps.worker.Worker` over the job's tables held here (:class:`~xdl_ec.job.local_tables.LocalTables`).
+
+Same worker code, same TF step and same per-key optimizer arithmetic as a cluster run, so a one-worker cluster
+run with ``deterministic=True`` ends at this run's ``model_digest``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+from xdl_ec.settings import checks
+from xdl_ec.model.digest import model_digest
+from xdl_ec.keep.checkpoint import PendingCheckpoint
+from xdl_ec.model.job_spec import JobSpec
+from .local_tables import LocalTables
+from xdl_ec.ps.worker import RunSettings, Worker
+from xdl_ec.keep.saved_run import SavedRun
+from .trained_model import TrainedModel
+
+LAST_LOSSES = 50  # final_loss: mean training loss over this many last steps
+
+
+class LocalRun:
+    """Trains ``job`` here; :meth:`fit` trains, :meth:`trained` is the model to predict and evaluate with."""
+
+    def __init__(self, job: JobSpec, settings: RunSettings = RunSettings(), progress: bool = False) -> None:
+        self.job, self.settings, self.progress = job, settings, progress
+        self.tables = LocalTables(job.tables)
+        # pulls here are synchronous: nothing to prefetch; the model here is the authoritative one
+        self.worker = Worker(0, 1, job, settings, [], prefetch_across_steps=False, client=self.tables,
+                             apply_dense=True)
+        if self.worker.dense is None:
+            self.close()
+            raise ValueError("input_fn(0, 1): the input yielded no batch (an empty dataset?)")
+        self.step = 0
+        self.samples = 0  # trained by the whole run (a resumed run's earlier part included)
+        self.losses: list = []
+        self.hooks: list = []  # at every step boundary: hook.after_step(run) (a RunSaver's periodic saves)
+
+    def fit(self, steps: Optional[int] = None) -> Dict[str, Any]:
+        """Trains at most ``steps`` steps (None: until the input is exhausted); the same figures as a cluster
+        run's fit."""
+        from tqdm import tqdm
+
+        if steps is not None:
+            steps = checks.non_negative_int("steps", steps)
+        stop = None if steps is None else self.step + steps
+        bar = tqdm(total=steps, unit="step", disable=not self.progress, dynamic_ncols=True, leave=False)
+        timeline = []
+        start = time.perf_counter()
+        first_end, first_samples, samples = None, 0, 0
+        try:
+            while stop is None or self.step < stop:
+                result = self.worker.train_step(self.step + 1, None, 1, stop is None or self.step + 1 < stop)
+                if result is None:
+                    break
+                if not math.isfinite(result.loss):
+                    raise FloatingPointError(f"training diverged at step {self.step + 1}: loss is {result.loss}; "
+                                             f"lower the learning rates")
+                self.step += 1
+                self.losses.append(result.loss)
+                samples += result.samples
+                self.samples += result.samples
+                now = time.perf_counter()
+                if first_end is None:
+                    first_end, first_samples = now, samples
+                timeline.append([self.step, now - start, samples, result.loss])
+                bar.update(1)
+                for hook in self.hooks:
+                    hook.after_step(self)
+                if not result.has_next:
+                    break
+        finally:
+            bar.close()
+        end = time.perf_counter()
+        seconds = end - start
+        steady = (samples - first_samples) / (end - first_end) if first_end is not None and samples > first_samples \
+            else None
+        return {"samples": samples, "steps": self.step, "train_seconds": seconds,
+                "samples_per_sec": samples / seconds if seconds > 0 else 0.0, "steady_samples_per_sec": steady,
+                "final_loss": float(np.mean(self.losses[-LAST_LOSSES:])) if self.losses else None,
+                "timeline": timeline}
+
+    # ---- saving and resuming (see xdl_ec.keep.run_saver) ---------------------------------------------------------
+    def quiesce(self, settle: bool = True) -> None:
+        """Nothing in flight between steps here: pushes are applied before a step returns."""
+
+    def save_tables(self, pending: PendingCheckpoint) -> int:
+        return pending.save_server(0, self.tables.tables).nbytes()
+
+    def dense_state(self) -> tuple:
+        return self.worker.dense.state()
+
+    @property
+    def signature(self) -> Any:
+        return self.worker.batch_signature_built()
+
+    def reader_position(self) -> Dict[str, Any]:
+        # one worker trains one batch per step: its reader position is the step
+        return {"step": self.step, "worker_batches": [self.step], "worker_samples": [self.samples]}
+
+    def restore(self, saved: SavedRun) -> None:
+        """Continues ``saved`` (checked against this run's job by the caller): its rows, dense state, step and
+        reader position."""
+        saved.check_run(1)
+        for name, table in self.tables.tables.items():
+            for rows in saved.rows(name):
+                table.load(rows["keys"], rows["values"], rows["state"])
+        self.worker.dense.load_state(*saved.dense_state())
+        self.step = saved.step
+        self.samples = saved.worker_samples[0]
+        self.worker.seek(saved.worker_batches[0])
+
+    def trained(self) -> TrainedModel:
+        return TrainedModel(self.job, self.tables, self.worker.dense, self.worker.batch_signature_built())
+
+    def digest(self) -> str:
+        dense = self.worker.dense
+        return model_digest(self.tables.exports(), dense.model.weights, dense.optimizer.variables)
+
+    def report(self) -> Dict[str, Any]:
+        return {"embedding_rows": sum(len(t) for t in self.tables.tables.values()), "workers": [self.worker.stats()]}
+
+    def close(self) -> None:
+        self.worker.close()

@@ -1,0 +1,68 @@
+"""LocalTables: a job's tables in this process, behind the same pull/push calls a worker makes to parameter
+servers (:class:`~xdl_ec.ps.client.PSClient`), so one worker trains in one process with the same code and the
+same arithmetic as on a cluster (``model_digest`` equal to a one-worker cluster run's)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
+
+import numpy as np
+
+from xdl_ec.sparse.table import EmbeddingTable
+from xdl_ec.sparse.table_config import Table
+
+
+class _Done:
+    """An answer already computed (the pull ran on the caller's thread)."""
+
+    def __init__(self, value: Any) -> None:
+        self._value = value
+
+    def result(self, timeout: Any = None) -> Any:
+        return self._value
+
+    def done(self) -> bool:
+        return True
+
+
+class LocalTables:
+    """One EmbeddingTable per Table of a job."""
+
+    timeout = None
+    num_servers = 1
+
+    def __init__(self, tables: Sequence[Table]) -> None:
+        self.tables: Dict[str, EmbeddingTable] = {t.name: EmbeddingTable.from_config(t) for t in tables}
+        self.bytes_pulled = self.bytes_requested = self.bytes_pushed = 0
+
+    def pull_async(self, requests: Mapping[str, Tuple[Any, int]]) -> _Done:
+        return _Done(self.pull(requests))
+
+    def pull(self, requests: Mapping[str, Tuple[Any, int]]) -> Dict[str, np.ndarray]:
+        return {t: self.tables[t].pull(keys) for t, (keys, _) in requests.items()}
+
+    def find_rows(self, keys: Mapping[str, np.ndarray]) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
+        return {t: self.tables[t].find(k) for t, k in keys.items()}
+
+    def push_async(self, grads: Mapping[str, Tuple[Any, np.ndarray]], step: int, participants: int = 1) -> List[Any]:
+        self.push(grads, step, participants)
+        return []
+
+    def push(self, grads: Mapping[str, Tuple[Any, np.ndarray]], step: int, participants: int = 1) -> List[Any]:
+        for t, (keys, table_grads) in grads.items():
+            self.tables[t].push(keys, table_grads, step=step)
+        return []
+
+    def note_acks(self, futures: Any, acks: Any) -> None:
+        pass
+
+    def sent_seqs(self) -> List[int]:
+        return []
+
+    def exports(self) -> List[List[Dict[str, np.ndarray]]]:
+        """Per table (declared order), its one export: what the model digest hashes."""
+        return [[t.export()] for t in self.tables.values()]
+
+    def close(self) -> None:
+        for t in self.tables.values():
+            t.close()

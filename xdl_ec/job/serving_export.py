@@ -1,0 +1,284 @@
+"""Serving export: a trained model as a TensorFlow SavedModel that needs neither xdl-ec nor its op library.
+
+``export_saved_model(model, directory)`` writes a SavedModel whose ``serving_default`` signature takes the batch
+the job's input yields, without the label, and returns ``{"probability": float32 [B]}`` equal to
+``model.predict(batch)`` (to float rounding). Its inputs, one per feature named after it:
+
+- single-valued ids: ``<name>`` int64 [B];
+- fixed multi-hot ids: ``<name>`` int64 [B, n] (n as in the job's batches);
+- variable-length ids: ``<name>_values`` int64 [nnz] and ``<name>_row_splits`` int64 [B + 1];
+- ``dense`` float32 [B, D] when the job's batches carry dense features.
+
+Load it with ``tf.saved_model.load(directory).signatures["serving_default"](**inputs)``: only standard TensorFlow
+ops run. Per table, the trained rows are a frozen matrix (a non-trainable variable, in ``variables/``) with one
+extra row of zeros at its end, and a ``tf.lookup.StaticHashTable`` maps a key to its row, read from the asset
+``assets/<i>_<table>.keys`` (one decimal int64 key per line; line i is row i). Every feature's keys are computed
+in the graph as :meth:`xdl_ec.model.feature.Feature.keys` computes them (fmix64 of the id XOR the feature's salt, over
+uint64; the ids themselves with ``shared_ids``), and pooled as ``xdl_ec.tf.tf_ops.gather`` pools them (the sum in
+position order, then divided by the count for "mean", its square root for "sqrtn"; an empty row pools to zeros).
+The dense Keras model's call is traced with its weights.
+
+An id the table never trained reads the zero row, as prediction and evaluation do (:mod:`xdl_ec.model.evaluation`): it
+inserts nothing and gets no initialised row. Not exported: optimizer state (sparse and dense), the tables'
+initializers, the loss and the label. ``assets.extra/serving.json`` describes the inputs and the tables.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Protocol, Tuple, Union
+
+import numpy as np
+
+from xdl_ec.model.feature import Feature
+from xdl_ec.model.feature_batch import RAGGED, SINGLE
+from xdl_ec.model.job_spec import JobSpec
+
+SIGNATURE = "serving_default"
+OUTPUT = "probability"
+# MurmurHash3's fmix64 constants, as xdl_ec.sparse.hashing.fmix64 uses them
+_FMIX_MULTIPLIERS = (0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53)
+# what tf.function keeps as an argument's name (it renames others), so what a signature input can be named
+_INPUT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+class Servable(Protocol):
+    """What an export reads of a trained model (:class:`~xdl_ec.job.trained_model.TrainedModel` is one; it calls
+    this module, so this module names only what it reads)."""
+
+    job: JobSpec
+    tables: Any  # LocalTables
+    dense: Any  # DenseModel
+    signature: Any
+
+
+class ExportError(ValueError):
+    """The model or the output directory cannot be exported to (the message says why and what to do)."""
+
+
+def tf_keys(feature: Feature, ids: Any) -> Any:
+    """The table keys (int64 tensor) of ``feature``'s int64 ``ids`` tensor computed with standard TF ops, bit for
+    bit as :meth:`Feature.keys`: fmix64(id XOR salt) with wrapping uint64 arithmetic (TF's CPU kernels multiply,
+    shift and xor uint64), or the ids themselves with ``shared_ids``."""
+    import tensorflow as tf
+
+    if feature.shared_ids:
+        return ids
+    x = tf.bitwise.bitwise_xor(tf.bitcast(ids, tf.uint64), tf.constant(feature.salt, tf.uint64))
+    shift = tf.constant(33, tf.uint64)
+    for multiplier in _FMIX_MULTIPLIERS:
+        x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, shift))
+        x = x * tf.constant(multiplier, tf.uint64)
+    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, shift))
+    return tf.bitcast(x, tf.int64)
+
+
+def export_saved_model(model: Servable, directory: Union[str, "os.PathLike[str]"]) -> Path:
+    """Writes ``model`` (e.g. ``job.model`` after ``job.fit``) as a SavedModel at ``directory`` (which must not
+    exist, or be empty) and returns its path. Written beside it under a temporary name, then renamed: a reader
+    never sees a partial export."""
+    if not all(hasattr(model, part) for part in ("job", "tables", "dense", "signature")):
+        raise ExportError(f"export: needs a trained model (job.model after job.fit, or xdl_ec.load(DIR)), got "
+                          f"{type(model).__name__}; train the job first")
+    out = Path(directory).expanduser().absolute()
+    _check_destination(out)
+    signature = model.signature  # dense width; each feature's kind and width, as trained
+    names = _input_names(model.job.features, signature)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
+    try:
+        saved = staging / "saved_model"
+        exports = {name: table.export() for name, table in model.tables.tables.items()}
+        keys_files = _write_keys(staging / "keys", model.job.table_names, exports)
+        module, serve = _serving_module(model, signature, exports, keys_files)
+        import tensorflow as tf
+
+        tf.saved_model.save(module, str(saved), signatures={SIGNATURE: serve})
+        extra = saved / "assets.extra"
+        extra.mkdir()
+        (extra / "serving.json").write_text(json.dumps(_describe(model, signature, names, exports), indent=2))
+        _check_destination(out)  # again: it may have appeared while the model was written
+        os.rename(saved, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out
+
+
+def _check_destination(out: Path) -> None:
+    if out.is_dir():
+        if any(out.iterdir()):
+            raise ExportError(f"export: {out} exists and is not empty; pass a new directory (an export never "
+                              f"overwrites one)")
+    elif out.exists():
+        raise ExportError(f"export: {out} exists and is not a directory; pass a new directory")
+
+
+def _input_names(features: Any, signature: Tuple[Any, ...]) -> Dict[str, List[str]]:
+    """{feature: its signature inputs' names}, checked: valid TF names, none used twice."""
+    kinds = {name: kind for name, kind, _ in signature[1]}
+    names: Dict[str, List[str]] = {}
+    used = {"dense": "the dense input"} if signature[0] is not None else {}
+    for f in features:
+        inputs = [f"{f.name}_values", f"{f.name}_row_splits"] if kinds[f.name] == RAGGED else [f.name]
+        for name in inputs:
+            if not _INPUT_NAME.fullmatch(name):
+                raise ExportError(f"export: feature {f.name!r} gives the input name {name!r}, which a TensorFlow "
+                                  f"signature would rename (ASCII letters, digits and '_', starting with a letter); "
+                                  f"rename the feature")
+            if name in used:
+                raise ExportError(f"export: feature {f.name!r} and {used[name]} both give the input {name!r}; "
+                                  f"rename one of them")
+            used[name] = f"feature {f.name!r}"
+        names[f.name] = inputs
+    return names
+
+
+def _write_keys(folder: Path, table_names: List[str], exports: Dict[str, Dict[str, np.ndarray]]) -> Dict[str, Path]:
+    """One text file of keys per table (line i: the key of row i), the hash tables' asset (empty: no table)."""
+    folder.mkdir()
+    files = {}
+    for i, name in enumerate(table_names):
+        path = folder / f"{i}_{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.keys"
+        keys = exports[name]["keys"]
+        path.write_text("".join(f"{k}\n" for k in keys.tolist()), encoding="ascii")
+        files[name] = path
+    return files
+
+
+def _serving_module(model: Servable, signature: Tuple[Any, ...], exports: Dict[str, Dict[str, np.ndarray]],
+                    keys_files: Dict[str, Path]) -> Tuple[Any, Any]:
+    """(the tf.Module to save, the concrete serving function)."""
+    import tensorflow as tf
+
+    job, dense_model = model.job, model.dense.model
+    dense_width = signature[0]
+    kinds = {name: (kind, width) for name, kind, width in signature[1]}
+    module = tf.Module()
+    module.matrices, module.row_of = {}, {}
+    for t in job.tables:
+        values = exports[t.name]["values"]
+        default = len(values)  # the zero row appended below: unknown keys read it
+        module.matrices[t.name] = tf.Variable(
+            np.concatenate([values.astype(np.float32).reshape(-1, t.dim), np.zeros((1, t.dim), np.float32)]),
+            trainable=False, name=f"embedding_{len(module.matrices)}")
+        if default:  # TF cannot initialise a table from an empty file; a table without rows needs none
+            initializer = tf.lookup.TextFileInitializer(
+                str(keys_files[t.name]), tf.int64, tf.lookup.TextFileIndex.WHOLE_LINE, tf.int64,
+                tf.lookup.TextFileIndex.LINE_NUMBER)
+            module.row_of[t.name] = tf.lookup.StaticHashTable(initializer, default_value=default)
+
+    def rows(f: Feature, ids: Any) -> Any:
+        keys = tf_keys(f, ids)
+        table = module.row_of.get(f.table.name)
+        index = tf.zeros_like(keys) if table is None else table.lookup(keys)  # row 0 of an empty table: zeros
+        return tf.gather(module.matrices[f.table.name], index)
+
+    def serve(**inputs: Any) -> Dict[str, Any]:
+        size = None
+        checks = []
+        embedded = {}
+        for f in job.features:
+            kind, width = kinds[f.name]
+            if kind == RAGGED:
+                values, splits = inputs[f"{f.name}_values"], inputs[f"{f.name}_row_splits"]
+                checks += _splits_checks(f.name, values, splits)
+                with tf.control_dependencies(checks):
+                    embedded[f.name] = _pool(rows(f, values), splits, f.combiner)
+                batch = tf.shape(splits, out_type=tf.int64)[0] - 1
+            else:
+                ids = inputs[f.name]
+                batch = tf.shape(ids, out_type=tf.int64)[0]
+                if kind == SINGLE:
+                    embedded[f.name] = rows(f, ids)
+                elif f.combiner is None:
+                    embedded[f.name] = rows(f, ids)  # [B, n, dim]
+                else:
+                    # a [B, n] list is the ragged case with rows of n ids
+                    splits = tf.range(batch + 1, dtype=tf.int64) * width
+                    embedded[f.name] = _pool(rows(f, tf.reshape(ids, [-1])), splits, f.combiner)
+            size, checks = _same_batch(size, batch, f.name, checks)
+        dense = None
+        if dense_width is not None:
+            dense = inputs["dense"]
+            size, checks = _same_batch(size, tf.shape(dense, out_type=tf.int64)[0], "dense", checks)
+        with tf.control_dependencies(checks):
+            logits = dense_model(embedded, dense, training=False)
+        return {OUTPUT: tf.sigmoid(tf.reshape(logits, [-1]))}
+
+    specs = {}
+    for f in job.features:
+        kind, width = kinds[f.name]
+        if kind == RAGGED:
+            for name in (f"{f.name}_values", f"{f.name}_row_splits"):
+                specs[name] = tf.TensorSpec([None], tf.int64, name=name)
+        else:
+            specs[f.name] = tf.TensorSpec([None] if kind == SINGLE else [None, width], tf.int64, name=f.name)
+    if dense_width is not None:
+        specs["dense"] = tf.TensorSpec([None, dense_width], tf.float32, name="dense")
+    concrete = tf.function(serve).get_concrete_function(**specs)
+    # the variables the traced call reads (the Keras model's weights), tracked so they are saved; not the model
+    # itself, whose own serving endpoints would be traced and saved with it
+    module.dense_variables = [v for v in concrete.variables
+                              if not any(v is m for m in module.matrices.values())]
+    return module, concrete
+
+
+def _pool(rows: Any, splits: Any, combiner: Optional[str]) -> Any:
+    """[B, dim]: per example the sum of its rows in position order (unsorted_segment_sum's CPU kernel adds each
+    input row into its segment in input order, as the C++ gather does), divided by the combiner's divisor."""
+    import tensorflow as tf
+
+    batch = tf.shape(splits)[0] - 1
+    segments = tf.repeat(tf.range(batch, dtype=tf.int64), splits[1:] - splits[:-1])
+    summed = tf.math.unsorted_segment_sum(rows, segments, batch)
+    if combiner == "sum":
+        return summed
+    counts = tf.cast(splits[1:] - splits[:-1], tf.float32)
+    divisor = counts if combiner == "mean" else tf.sqrt(counts)
+    divisor = tf.where(counts > 0, divisor, tf.ones_like(divisor))  # an empty row stays zeros
+    return summed / divisor[:, None]
+
+
+def _splits_checks(name: str, values: Any, splits: Any) -> List[Any]:
+    import tensorflow as tf
+
+    what = f"{name}_row_splits must be B + 1 non-decreasing offsets from 0 to len({name}_values)"
+    return [tf.debugging.assert_greater_equal(tf.size(splits), 1, message=what),
+            tf.debugging.assert_equal(splits[:1], tf.zeros([1], tf.int64), message=what),
+            tf.debugging.assert_equal(splits[-1:], tf.reshape(tf.size(values, out_type=tf.int64), [1]),
+                                      message=what),
+            tf.debugging.assert_non_negative(splits[1:] - splits[:-1], message=what)]
+
+
+def _same_batch(size: Any, batch: Any, name: str, checks: List[Any]) -> Tuple[Any, List[Any]]:
+    import tensorflow as tf
+
+    if size is None:
+        return batch, checks
+    return size, checks + [tf.debugging.assert_equal(
+        batch, size, message=f"input {name} holds another number of examples than the first input; every input "
+                             f"must hold the same B examples")]
+
+
+def _describe(model: Servable, signature: Tuple[Any, ...], names: Dict[str, List[str]],
+              exports: Dict[str, Dict[str, np.ndarray]]) -> Dict[str, Any]:
+    """What ``assets.extra/serving.json`` holds: the signature's inputs and output, the features and tables."""
+    kinds = {name: (kind, width) for name, kind, width in signature[1]}
+    inputs: Dict[str, str] = {}
+    for f in model.job.features:
+        kind, width = kinds[f.name]
+        if kind == RAGGED:
+            inputs.update({names[f.name][0]: "int64 [nnz]", names[f.name][1]: "int64 [B + 1]"})
+        else:
+            inputs[f.name] = "int64 [B]" if kind == SINGLE else f"int64 [B, {width}]"
+    if signature[0] is not None:
+        inputs["dense"] = f"float32 [B, {signature[0]}]"
+    return {"signature": SIGNATURE, "inputs": inputs, "outputs": {OUTPUT: "float32 [B]"},
+            "features": model.job.describe()["features"],
+            "tables": [{"name": t.name, "dim": t.dim, "rows": int(len(exports[t.name]["keys"])),
+                        "unknown_ids": "read a row of zeros"} for t in model.job.tables]}

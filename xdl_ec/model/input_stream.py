@@ -1,0 +1,107 @@
+"""InputStream: one worker's batches, from the job's ``input_fn(worker, num_workers)``, checked and prepared
+(:class:`~xdl_ec.model.feature_batch.FeatureBatch`) on a background thread while the current step trains.
+
+Position: the stream counts the batches it handed out. An arbitrary iterable cannot be rewound, so
+:meth:`InputStream.seek` (a restarted worker continuing its predecessor's position, a rollback to a checkpoint, a
+resumed run) calls ``input_fn`` again and skips that many batches: exact for any input_fn that yields the same
+batches each time it is called with the same arguments (a seeded generator, a file, a ``tf.data`` pipeline
+without reshuffling per call), at the cost of reading the skipped batches once more (reading, not training: the
+skipped batches are neither checked nor looked up).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+import numpy as np
+
+from xdl_ec.settings import checks
+from xdl_ec.data.prefetcher import Prefetcher
+from .feature import Feature
+from .feature_batch import FeatureBatch, InputError
+
+PREFETCH_DEPTH = 2
+
+
+class InputFnError(RuntimeError):
+    """The job's input_fn raised, or returned something that is not iterable."""
+
+
+class InputStream:
+    """Batches of ``input_fn(worker, num_workers)`` for ``features``; iterate with :meth:`next`."""
+
+    def __init__(self, input_fn: Callable[[int, int], Any], worker: int, num_workers: int,
+                 features: Sequence[Feature], track_fresh: bool = True) -> None:
+        """``track_fresh``: mark each batch's keys the previous batch did not touch (FeatureBatch.fresh), for a
+        worker that prefetches them."""
+        self._input_fn, self.worker, self.num_workers = input_fn, worker, num_workers
+        self.track_fresh = track_fresh
+        self.features = list(features)
+        self.position = 0  # batches handed out so far
+        self._prefetch: Optional[Prefetcher] = None
+        self._source: Any = None
+        self.seek(0)
+
+    def _batches(self, skip: int) -> Iterator[Any]:
+        try:
+            source = self._input_fn(self.worker, self.num_workers)
+            iterator = iter(source)
+            self._source = source
+        except Exception as err:  # noqa: BLE001 - user code: reported with its cause
+            raise InputFnError(f"input_fn({self.worker}, {self.num_workers}) failed: {type(err).__name__}: "
+                               f"{err}") from err
+        ordinal = skip
+        previous: dict = {}
+        for batch in _guarded(itertools.islice(iterator, skip, None), self.worker, skip):
+            ordinal += 1
+            prepared = FeatureBatch.prepare(batch, self.features, f"worker {self.worker}, step {ordinal}")
+            for table, keys in (prepared.keys.items() if self.track_fresh else ()):
+                before = previous.get(table)
+                prepared.fresh[table] = np.ones(keys.size, dtype=bool) if before is None else \
+                    np.isin(keys, before, assume_unique=True, invert=True)
+            previous = prepared.keys
+            yield prepared
+
+    def seek(self, position: int) -> int:
+        """Continues after the first ``position`` batches (see the module docstring for the cost)."""
+        position = checks.integer("position", position, 0)
+        if self._prefetch is not None:
+            self._prefetch.close()
+        self._prefetch = Prefetcher(self._batches(position), depth=PREFETCH_DEPTH)
+        self.position = position
+        return position
+
+    def next(self) -> Optional[FeatureBatch]:
+        """The next batch, or None once the input is exhausted; an input error is raised here, in order."""
+        batch = next(self._prefetch, None)
+        if batch is not None:
+            self.position += 1
+        return batch
+
+    def stats(self) -> dict:
+        """What the input says of itself: its ``stats()`` when the iterable input_fn returned has one (e.g. the
+        built-in Criteo input's bad lines), else {}."""
+        stats = getattr(self._source, "stats", None)
+        return dict(stats()) if callable(stats) else {}
+
+    def close(self) -> None:
+        if self._prefetch is not None:
+            self._prefetch.close()
+
+
+def _guarded(batches: Iterator[Any], worker: int, skip: int) -> Iterator[Any]:
+    """``batches`` with a failure of the user's iterator named by worker and step."""
+    step = skip
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except InputError:
+            raise
+        except Exception as err:  # noqa: BLE001
+            raise InputFnError(f"worker {worker}, step {step + 1}: input_fn's iterator raised "
+                               f"{type(err).__name__}: {err}") from err
+        step += 1
+        yield batch

@@ -1,0 +1,269 @@
+"""EmbeddingTable: a named sparse embedding table held in one native shard.
+
+Rows live in stable slot records ``[key | flags | value | optimizer state]`` (see
+``cpp/include/xdl_ec/record_layout.h``), which is what parity is computed over.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Dict, Optional, Tuple, Union
+
+import numpy as np
+
+from xdl_ec import _core
+from xdl_ec.settings import checks
+from . import init, optim
+from .table_config import Table
+
+__all__ = ["EmbeddingTable", "as_keys", "as_rows"]
+
+
+def _type_name(value: Any) -> str:
+    return type(value).__name__
+
+
+def as_keys(keys: Any, name: str = "keys") -> np.ndarray:
+    """Keys as a C-contiguous 1-D int64 array.
+
+    Any integer dtype is converted to int64 (uint64 values wrap bit for bit, as hashed ids do); float,
+    bool, object and string inputs raise TypeError naming the argument; scalars and other ranks raise
+    ValueError. An int64 contiguous array is used as is (no copy).
+    """
+    if type(keys) is np.ndarray and keys.dtype == np.int64 and keys.ndim == 1 and keys.flags.c_contiguous:
+        return keys  # what every call on the training path passes: nothing to check or convert
+    array = np.asarray(keys)
+    if array.size == 0 and not isinstance(keys, np.ndarray):
+        array = array.astype(np.int64)  # an empty list has dtype float64
+    if array.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be integers (int64 feature ids), got dtype {array.dtype}")
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {array.shape}; use np.ravel for a batch of ids")
+    if array.dtype == np.uint64:
+        return np.ascontiguousarray(array).view(np.int64)
+    return np.ascontiguousarray(array, dtype=np.int64)
+
+
+def as_rows(rows: Any, n: int, width: int, name: str, width_name: str) -> np.ndarray:
+    """Rows as a C-contiguous float32 array of shape (n, width); float16/float64 are converted."""
+    array = np.asarray(rows)
+    if array.dtype.kind != "f":
+        raise TypeError(f"{name} must be floating point (float32 preferred), got dtype {array.dtype}")
+    if array.shape != (n, width):
+        raise ValueError(f"{name} must have shape (len(keys), {width_name}) = ({n}, {width}), got {array.shape}")
+    if array.dtype == np.float32 and array.flags.c_contiguous:
+        return array
+    with np.errstate(over="ignore"):  # a value beyond float32 becomes Inf, which the core rejects by name
+        return np.ascontiguousarray(array, dtype=np.float32)
+
+
+MAX_REPEATS = 1 << 16  # EmbeddingShard::kMaxRepeats
+
+
+def as_repeats(repeats: Any, n: int) -> Optional[np.ndarray]:
+    """A push's repeat counts as C-contiguous uint32[n], each in [1, MAX_REPEATS] (None stays None)."""
+    if repeats is None:
+        return None
+    array = np.asarray(repeats)
+    if array.dtype.kind not in "iu":
+        raise TypeError(f"repeats must be integers (how many gradients each row of grads sums), got dtype "
+                        f"{array.dtype}")
+    if array.shape != (n,):
+        raise ValueError(f"repeats must have shape (len(keys),) = ({n},), got {array.shape}")
+    if n and (array.min() < 1 or array.max() > MAX_REPEATS):
+        raise ValueError(f"repeats must each be in [1, {MAX_REPEATS}], got values in [{array.min()}, {array.max()}]")
+    return np.ascontiguousarray(array, dtype=np.uint32)
+
+
+class EmbeddingTable:
+    """A sparse embedding table: int64 keys -> ``dim`` float32 values plus optimizer state.
+
+    A row is created on its first pull (or push), initialised from (seed, key) alone. ``push`` sums
+    duplicate keys' gradients, then applies one optimizer step per unique key, as TensorFlow does.
+    All batch calls run in C++ with the GIL released and are atomic with respect to each other.
+
+    Input policy: keys as in :func:`as_keys`; grads/values/state floating point of shape
+    (len(keys), dim or state_floats), converted to float32 and copied when non-contiguous; NaN or
+    Inf gradients raise ValueError. Any rejected call leaves the table byte for byte unchanged.
+
+    The table registers its shard in the process-wide registry (``handle``) for the TF ops, and
+    unregisters it on :meth:`close` or garbage collection.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        dim: int,
+        optimizer: Union[str, optim.Optimizer] = "adagrad",
+        initializer: Union[str, init.Initializer] = "truncated_normal",
+        seed: int = 0,
+        block_slots: int = 1024,
+    ) -> None:
+        self._config = Table(name, dim, optimizer=optimizer, initializer=initializer, seed=seed,
+                             block_slots=block_slots)
+        self._name, self._dim, self._seed = name, int(dim), int(seed)
+        self._optimizer, self._initializer = self._config.optimizer, self._config.initializer
+        config = self._config.shard_config()
+        self._shard = _core.EmbeddingShard(config)
+        self._step = 0
+        self._step_lock = threading.Lock()
+        self._handle: Optional[int] = _core.register_shard(self._shard)
+        self._unregister = weakref.finalize(self, _core.unregister_shard, self._handle)
+
+    @classmethod
+    def from_config(cls, table: Table) -> "EmbeddingTable":
+        """An empty table built as ``table`` describes."""
+        return cls(table.name, table.dim, optimizer=table.optimizer, initializer=table.initializer, seed=table.seed,
+                   block_slots=table.block_slots)
+
+    # ---- properties ----------------------------------------------------------------------------
+    @property
+    def config(self) -> Table:
+        """The :class:`~xdl_ec.sparse.table_config.Table` this table was built from."""
+        return self._config
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def seed(self) -> int:
+        return self._seed
+
+    @property
+    def optimizer(self) -> optim.Optimizer:
+        return self._optimizer
+
+    @property
+    def initializer(self) -> init.Initializer:
+        return self._initializer
+
+    @property
+    def record_bytes(self) -> int:
+        """Bytes of one slot record: 12 + 4 * (dim + state_floats)."""
+        return self._shard.record_bytes
+
+    @property
+    def state_floats(self) -> int:
+        return self._shard.state_floats
+
+    @property
+    def shard(self) -> "_core.EmbeddingShard":
+        return self._shard
+
+    @property
+    def handle(self) -> int:
+        """The ShardRegistry handle of this table's shard (for the TF ops)."""
+        if self._handle is None:
+            raise ValueError(f"EmbeddingTable {self._name!r} is closed: it has no registry handle")
+        return self._handle
+
+    @property
+    def step(self) -> int:
+        """Pushes made with ``step=None`` so far: the next such push uses ``step + 1``."""
+        return self._step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        with self._step_lock:
+            self._step = checks.non_negative_int("step", value)
+
+    # ---- training path -------------------------------------------------------------------------
+    def pull(self, keys: Any) -> np.ndarray:
+        """Rows of ``keys`` as float32[len(keys), dim], inserting missing keys with their initial rows."""
+        return self._shard.pull(as_keys(keys))
+
+    def find(self, keys: Any) -> Tuple[np.ndarray, np.ndarray]:
+        """(rows, found) without inserting: rows of missing keys are zeros and found is False there."""
+        return self._shard.find(as_keys(keys))
+
+    def push(self, keys: Any, grads: Any, step: Optional[int] = None, repeats: Any = None) -> None:
+        """Applies gradients: duplicate keys summed, then one optimizer step per unique key.
+
+        ``step`` is the 1-based global step (Adam's bias correction); None uses the table's own counter,
+        advanced by one per successful push. ``repeats`` (ints, one per row): grads[i] sums repeats[i]
+        gradients (a worker cache's write-back), and each key takes as many steps of its mean gradient."""
+        keys = as_keys(keys)
+        grads = as_rows(grads, len(keys), self._dim, "grads", "dim")
+        repeats = as_repeats(repeats, len(keys))
+        if step is not None:
+            self._shard.push(keys, grads, checks.positive_int("step", step), repeats=repeats)
+            return
+        with self._step_lock:
+            self._shard.push(keys, grads, self._step + 1, repeats=repeats)
+            self._step += 1
+
+    def erase(self, keys: Any) -> int:
+        """Removes the rows of ``keys`` that exist (their slots become free); returns how many."""
+        return self._shard.erase(as_keys(keys))
+
+    def __len__(self) -> int:
+        return len(self._shard)
+
+    # ---- export / import -----------------------------------------------------------------------
+    def export(self) -> Dict[str, np.ndarray]:
+        """Every live row: dict(keys=int64[n], values=float32[n, dim], state=float32[n, state_floats])."""
+        keys, values, state = self._shard.export()
+        return {"keys": keys, "values": values, "state": state}
+
+    def load(self, keys: Any, values: Any, state: Any = None) -> None:
+        """Inserts or overwrites rows (keys unique); ``state=None`` gives them fresh optimizer state."""
+        keys = as_keys(keys)
+        values = as_rows(values, len(keys), self._dim, "values", "dim")
+        if state is not None:
+            state = as_rows(state, len(keys), self.state_floats, "state", "state_floats")
+        self._shard.load(keys, values, state)
+
+    def replace(self, keys: Any, values: Any, state: Any) -> None:
+        """Makes the table hold exactly these rows (a checkpoint restore): rows of other keys are erased, these
+        are loaded with their values and optimizer state.
+
+        Validated before anything changes (keys unique, shapes, finite floats), so a rejected call leaves the
+        table as it was. Other threads' pulls and pushes may interleave with the erase and the load: replace at
+        a quiescent point."""
+        keys = as_keys(keys)
+        values = as_rows(values, len(keys), self._dim, "values", "dim")
+        state = as_rows(state, len(keys), self.state_floats, "state", "state_floats")
+        duplicates = len(keys) - len(np.unique(keys))
+        if duplicates:
+            raise ValueError(f"table {self._name!r}: replace needs unique keys, got {duplicates} duplicate(s)")
+        for what, rows in (("values", values), ("state", state)):
+            if not np.isfinite(rows).all():
+                raise ValueError(f"table {self._name!r}: replace got non-finite {what} (NaN or Inf)")
+        stale = np.setdiff1d(self._shard.export()[0], keys, assume_unique=True)
+        self._shard.erase(stale)
+        self._shard.load(keys, values, state)
+
+    def memory_stats(self) -> Dict[str, Any]:
+        """Rows, slots and bytes held; ``index_overhead`` = index bytes / raw record bytes of live rows."""
+        stats = dict(self._shard.memory())
+        rows = stats["live_rows"]
+        raw = rows * stats["record_bytes"]
+        held = stats["slot_bytes"] + stats["index_bytes"] + stats["free_list_bytes"]
+        stats["raw_bytes"] = raw
+        stats["held_bytes"] = held
+        stats["bytes_per_row"] = held / rows if rows else 0.0
+        stats["index_bytes_per_row"] = stats["index_bytes"] / rows if rows else 0.0
+        stats["index_overhead"] = stats["index_bytes"] / raw if raw else 0.0
+        return stats
+
+    # ---- lifetime ------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Unregisters the shard from the registry (the TF ops can no longer reach it). Idempotent."""
+        self._unregister()
+        self._handle = None
+
+    def __enter__(self) -> "EmbeddingTable":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"EmbeddingTable(name={self._name!r}, dim={self._dim}, rows={len(self)}, "
+                f"optimizer={self._optimizer!r}, initializer={self._initializer!r})")
