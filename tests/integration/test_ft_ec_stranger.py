@@ -81,7 +81,7 @@ def _check_attacks(strategy: StrangerAtStep) -> None:
     assert len(strategy.attacks) == 5
     for result in strategy.attacks:
         assert result["a_old_form"] == 0 and result["a_handshake"] == 0, result
-        assert result["b_no_secret"] == 32 and result["c_replay"] == 32, result  # the challenge nonce, then closed
+        assert result["b_no_secret"] == 33 and result["c_replay"] == 33, result  # the challenge, then closed
         assert result["d_random"] == 0 and result["e_huge_header"] == 0, result
         assert result["trickle_bytes"] == 0 and 9.0 <= result["trickle_seconds"] < 20.0, result
     for h, events in enumerate(strategy.events):

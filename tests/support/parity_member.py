@@ -1,11 +1,10 @@
 """A parity link's side of the protocol by hand (xdl_ec.ft.parity_link), as a captured genuine connection would show
-it: the handshake byte by byte, then each request framed by a LinkSession into a socket pair and sent from there,
+it: the handshake (xdl_ec.net.link_handshake) byte by byte, then each request framed by a LinkSession into a socket pair and sent from there,
 so every byte sent is recorded (a stranger can replay it) and can be altered on the way."""
 
 from __future__ import annotations
 
 import hmac
-import os
 import socket
 import struct
 from typing import Any, List, Tuple
@@ -14,6 +13,7 @@ import numpy as np
 
 from xdl_ec import _core
 from xdl_ec.ft import parity_link
+from xdl_ec.net import link_handshake
 from xdl_ec.net.link_socket import recv_exactly
 
 
@@ -24,12 +24,14 @@ class ParityMember:
                  timeout: float = 10.0) -> None:
         self.sent = b""
         self.conn = socket.create_connection(address, timeout=timeout)
-        hello = parity_link._HELLO.pack(parity_link._MAGIC, sender, holder, os.urandom(32))
+        hello = link_handshake.hello_bytes("parity", "server", holder, sender, parity_link._MAC)
         self._send(hello)
-        nonce = bytes(recv_exactly(self.conn, 32))
-        link_proof, receiver_proof, self._key = parity_link._proofs(secret, hello, nonce)
+        answer = bytes(recv_exactly(self.conn, link_handshake.NONCE + link_handshake.CHOICE.size))
+        nonce, choice = answer[:link_handshake.NONCE], answer[link_handshake.NONCE:]
+        assert link_handshake.CHOICE.unpack(choice) == (parity_link._MAC,), choice
+        link_proof, receiver_proof, self._key = link_handshake.proofs(secret, hello, nonce, choice)
         self._send(link_proof)
-        if bytes(recv_exactly(self.conn, 32)) != receiver_proof:
+        if bytes(recv_exactly(self.conn, link_handshake.PROOF)) != receiver_proof:
             raise AssertionError(f"the receiver at {address} did not prove the job's secret")
         self.session = _core.LinkSession(self._key, parity_link._MAC, True)
         self.sender, self.holder = sender, holder

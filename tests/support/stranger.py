@@ -19,8 +19,17 @@ import threading
 import time
 from typing import Any, Dict, List, Tuple
 
-HELLO = struct.Struct("<4sii32s")
-MAGIC = b"XEA2"  # the handshake's current version (xdl_ec.ft.parity_link._MAGIC)
+# the links' handshake as xdl_ec.net.link_handshake defines it: magic, version, purpose, role, MACs offered, index
+# asked for (the holder), caller (the sender), nonce
+HELLO = struct.Struct("<4sBBBBii32s")
+MAGIC = b"XDLK"
+VERSION = 1
+PARITY = 1  # the purpose's code
+
+
+def hello(sender: int, holder: int) -> bytes:
+    """A parity link's hello from ``sender`` to ``holder`` (offering AES-GMAC, as a link does)."""
+    return HELLO.pack(MAGIC, VERSION, PARITY, 0, 2, holder, sender, os.urandom(32))
 REQUEST = struct.Struct("<iiqQ")  # a request of the first wire form: plain TCP, no handshake
 
 
@@ -85,13 +94,13 @@ def attack(target: Dict[str, Any]) -> Dict[str, Any]:
     stranger = servers + 2  # a sender the job does not have (7 in the issue's 5-server job)
     batch = _batches(1, "emb", _update(stranger, holder, 200))
     out: Dict[str, Any] = {"holder": holder}
-    trickler = threading.Thread(target=_trickle, args=(address, HELLO.pack(MAGIC, sender, holder, os.urandom(32)),
+    trickler = threading.Thread(target=_trickle, args=(address, hello(sender, holder),
                                                        out))
     trickler.start()
     out["a_old_form"] = _attempt(address, REQUEST.pack(holder, stranger, 0, len(batch)) + batch)
-    out["a_handshake"] = _attempt(address, HELLO.pack(MAGIC, stranger, holder, os.urandom(32)) + os.urandom(32))
+    out["a_handshake"] = _attempt(address, hello(stranger, holder) + os.urandom(32))
     far = _batches(1_000_000, "emb", _update(sender, holder, 200))
-    out["b_no_secret"] = _attempt(address, HELLO.pack(MAGIC, sender, holder, os.urandom(32)) + os.urandom(32) +
+    out["b_no_secret"] = _attempt(address, hello(sender, holder) + os.urandom(32) +
                                   REQUEST.pack(holder, sender, 0, len(far)) + os.urandom(32) + far)
     out["c_replay"] = _attempt(address, bytes.fromhex(target["replay"]))
     out["d_random"] = _attempt(address, os.urandom(65536))

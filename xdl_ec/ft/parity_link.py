@@ -15,22 +15,16 @@ address (its agent's ``parity_address``, through :class:`~xdl_ec.ps.remote.Remot
 cannot be connected to (a firewall between nodes), the link falls back to Ray calls (``apply_parity``).
 
 Membership. A receiver listens on the node's address, so anyone on the network can connect: every connection
-opens with a mutual challenge-response under the job's :class:`~xdl_ec.net.job_secret.JobSecret` K (as Ceph's
-cephx does), and a peer that fails it gets nothing back but its nonce challenge and a closed connection (no seq,
-no error text), and the receiver logs one warning naming it:
+opens with the links' one handshake (:mod:`xdl_ec.net.link_handshake`, purpose ``parity``, the sender as the caller
+and the holder as the index asked for), a mutual challenge-response under the job's
+:class:`~xdl_ec.net.job_secret.JobSecret` K; the receiver checks that it is that holder and protects that sender
+(else closes). A peer that fails it gets nothing back but the challenge and a closed connection (no seq, no error
+text), and the receiver logs one warning naming it; a receiver that fails its proof is sent no batch.
 
-- link -> receiver ``hello`` = ``<4sii32s`` (magic ``XEA2``, sender, holder, link nonce Nl); the receiver checks
-  that it is that holder and protects that sender (else closes);
-- receiver -> link: receiver nonce Nr (32 bytes);
-- link -> receiver: ``HMAC(K, "xdl-ec link proof" | hello | Nr)``; the receiver closes unless it matches;
-- receiver -> link: ``HMAC(K, "xdl-ec receiver proof" | hello | Nr)``; the link gives up unless it matches (an
-  impostor receiver learns nothing and takes no batch).
-
-Both then frame and MAC their messages under the connection's key ``S = HMAC(K, "xdl-ec session" | hello | Nr)``
-(fresh nonces: a key of its own per connection) as a direct link does (:mod:`xdl_ec.ps.direct`: the native
-:class:`xdl_ec._core.LinkSession`, the link as the caller, AES-GMAC for bodies of 16 KiB and more, HMAC-SHA256
-below), so a replayed, reordered or altered message fails and the header is checked before anything is allocated for
-the body. A request is one message: its first part ``<iiq`` (holder, sender, durable) and one buffer, the
+Both then frame and MAC their messages under the connection's session key as a direct link does
+(:mod:`xdl_ec.ps.direct`: the native :class:`xdl_ec._core.LinkSession`, the link as the caller, AES-GMAC for bodies
+of 16 KiB and more, HMAC-SHA256 below), so a replayed, reordered or altered message fails and the header is checked
+before anything is allocated for the body. A request is one message: its first part ``<iiq`` (holder, sender, durable) and one buffer, the
 ``serialize_batches`` bytes (at most ``max_payload`` bytes, default :data:`MAX_PAYLOAD_BYTES`), which the holder
 applies in place; the answer is one message ``<bq`` (status 0 ok / 1 refused, applied seq) + a UTF-8 error of at
 most 64 KiB. Framing, MACs and socket I/O of a message are one native call with the GIL released, with a deadline
@@ -48,9 +42,7 @@ order, acked only once applied).
 
 from __future__ import annotations
 
-import hmac
 import logging
-import secrets
 import socket
 import struct
 import threading
@@ -61,11 +53,12 @@ import numpy as np
 
 from xdl_ec import _core
 from xdl_ec.ps.backend import RoleLost
-from xdl_ec.ps.direct import MAC_GMAC
 from xdl_ec.ps.remote import Remote
+from xdl_ec.net import link_handshake
 from xdl_ec.net.job_secret import JobSecret
+from xdl_ec.net.link_handshake import MAC_GMAC, Hello, LinkRefused
 from xdl_ec.net.link_listener import LinkListener, PeerRefused
-from xdl_ec.net.link_socket import LinkBroken, node_host, recv_exactly
+from xdl_ec.net.link_socket import LinkBroken, connect, node_host
 
 CALL_TIMEOUT = 60.0  # seconds a holder may take to apply a batch before it counts as down
 POLL_SECONDS = 0.5  # how often an idle link checks whether it was closed
@@ -74,18 +67,12 @@ POLL_SECONDS = 0.5  # how often an idle link checks whether it was closed
 # a server in that second is reported unrecoverable; never a push waits. Whoever waits for parity (a recovery's
 # drain, a degraded read) calls flush() to cut the wait short.
 SEND_INTERVAL = 1.0
-# A peer has this long, from connecting, to complete the handshake (a peer trickling bytes is cut off then).
-HANDSHAKE_SECONDS = 10.0
 # Largest payload a receiver takes in one request (ParityReceiver(max_payload=...) changes it). A link sends what
 # its holder's queue held, about a second of deltas (a few MB at 10k samples/s); a bigger one is refused with an
 # error and the holder counts as down.
 MAX_PAYLOAD_BYTES = 1 << 30
 
-_MAGIC = b"XEA2"  # the handshake's version: XEA1 framed its messages in Python (HMAC-SHA256 only)
-_HELLO = struct.Struct("<4sii32s")  # magic, sender, holder, link nonce
-_NONCE = 32
-_TAG = 32  # HMAC-SHA256
-_MAC = MAC_GMAC  # LinkSession's AES-GMAC for bodies of 16 KiB and more, HMAC-SHA256 below
+_MAC = MAC_GMAC  # LinkSession's AES-GMAC for bodies of 16 KiB and more, HMAC-SHA256 below (the link offers it only)
 _REQUEST = struct.Struct("<iiq")  # holder, sender, durable; then the batches as the message's one buffer
 _ANSWER = struct.Struct("<bq")  # status, applied; then the error's UTF-8 bytes
 _MAX_ERROR = 1 << 16
@@ -95,13 +82,6 @@ _FRAMING = 128
 log = logging.getLogger(__name__)
 
 _Refused = PeerRefused  # a peer broke the protocol: the receiver closes the connection (after a warning)
-
-
-def _proofs(secret: JobSecret, hello: bytes, receiver_nonce: bytes) -> Tuple[bytes, bytes, bytes]:
-    """(link proof, receiver proof, session key) for one handshake."""
-    return (secret.mac(b"xdl-ec link proof", hello, receiver_nonce),
-            secret.mac(b"xdl-ec receiver proof", hello, receiver_nonce),
-            secret.mac(b"xdl-ec session", hello, receiver_nonce))
 
 
 class ParityReceiver(LinkListener):
@@ -132,30 +112,16 @@ class ParityReceiver(LinkListener):
         return f"parity receiver of server {self.holder.index}"
 
     def _authenticate(self, conn: socket.socket, peer: str) -> Tuple[Any, int]:
-        """The handshake (see the module docstring); _Refused for a peer that fails it."""
-        deadline = time.monotonic() + HANDSHAKE_SECONDS
-        try:
-            magic = bytes(recv_exactly(conn, len(_MAGIC), deadline))  # the magic first: garbage ends here at once
-            if magic != _MAGIC:
-                raise _Refused(f"refused {peer}: not a parity link (it did not open with the handshake)")
-            hello = magic + bytes(recv_exactly(conn, _HELLO.size - len(_MAGIC), deadline))
-            _, sender, holder, _ = _HELLO.unpack(hello)
-            if holder != self.holder.index or not self.holder.protects(sender):
-                raise _Refused(f"refused {peer}: it claims to be server {sender} linking to holder {holder}, which is "
-                               f"not a link of this job's layout")
-            nonce = secrets.token_bytes(_NONCE)
-            conn.sendall(nonce)
-            link_proof, receiver_proof, session = _proofs(self._secret, hello, nonce)
-            if not hmac.compare_digest(bytes(recv_exactly(conn, _TAG, deadline)), link_proof):
-                raise _Refused(f"refused {peer} (claiming to be server {sender}): it failed authentication (it does "
-                               f"not hold the job's secret, or replayed another connection's handshake)")
-            conn.sendall(receiver_proof)
-        except socket.timeout:
-            raise _Refused(f"refused {peer}: it did not complete the handshake within {HANDSHAKE_SECONDS:g} s")                 from None
-        except LinkBroken as err:
-            raise _Refused(f"refused {peer}: it closed the connection during the handshake ({err})") from None
-        conn.settimeout(None)
-        return _core.LinkSession(session, _MAC, False), sender
+        """The links' handshake (:mod:`xdl_ec.net.link_handshake`) for a parity link of this job's layout to this
+        holder; _Refused for a peer that fails it."""
+        def admit(hello: Hello) -> None:
+            if (hello.role != "server" or hello.index != self.holder.index or
+                    not self.holder.protects(hello.caller)):
+                raise _Refused(f"refused {peer}: it claims to be server {hello.caller} linking to holder "
+                               f"{hello.index}, which is not a link of this job's layout")
+
+        session, hello = link_handshake.accept_link(conn, peer, self._secret, "parity", admit)
+        return session, hello.caller
 
     def _converse(self, conn: socket.socket, peer: str, authenticated: Tuple[Any, int]) -> None:
         session, sender = authenticated
@@ -238,36 +204,26 @@ class RemoteHolderLink:
         reached (e.g. a firewall between nodes): the link then sends through Ray calls, slower but never wrong."""
         host, port = Remote(self.handle, HolderAPI, agent=True, beside=True).parity_address().result(CALL_TIMEOUT)
         try:
-            conn = socket.create_connection((host, int(port)), timeout=CALL_TIMEOUT)
+            conn = connect(host, port, CALL_TIMEOUT)
         except OSError as err:
             self.transport = f"ray (no connection to {host}:{port}: {err!r})"
             return None
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            self._session = self._handshake(conn, host, int(port))
+            self._session = link_handshake.open_link(conn, self._secret, "parity", "server", self.holder,
+                                                     self.forwarder.index, _MAC)
+        except socket.timeout:
+            conn.close()
+            raise LinkBroken(f"holder {self.holder} at {host}:{port} did not complete the handshake within "
+                             f"{link_handshake.HANDSHAKE_SECONDS:g} s") from None
+        except LinkRefused as err:
+            conn.close()
+            raise HolderRefused(f"the receiver at {host}:{port} failed to prove it is holder {self.holder} of this "
+                                f"job: {err}") from None
         except BaseException:
             conn.close()
             raise
-        return conn
-
-    def _handshake(self, conn: socket.socket, host: str, port: int) -> Any:
-        """The link's side of the mutual challenge-response (module docstring)."""
-        hello = _HELLO.pack(_MAGIC, self.forwarder.index, self.holder, secrets.token_bytes(_NONCE))
-        deadline = time.monotonic() + HANDSHAKE_SECONDS
-        try:
-            conn.sendall(hello)
-            nonce = bytes(recv_exactly(conn, _NONCE, deadline))
-            link_proof, receiver_proof, session = _proofs(self._secret, hello, nonce)
-            conn.sendall(link_proof)
-            answer = bytes(recv_exactly(conn, _TAG, deadline))
-        except socket.timeout:
-            raise LinkBroken(f"holder {self.holder} at {host}:{port} did not complete the handshake within "
-                             f"{HANDSHAKE_SECONDS:g} s") from None
-        if not hmac.compare_digest(answer, receiver_proof):
-            raise HolderRefused(f"the receiver at {host}:{port} failed to prove it is holder {self.holder} of this job "
-                                f"(it does not hold the job's secret)")
         conn.settimeout(CALL_TIMEOUT)
-        return _core.LinkSession(session, _MAC, True)
+        return conn
 
     def _send(self, sender: int, batches: np.ndarray, durable: int) -> int:
         if self._conn is None and self.transport == "tcp":

@@ -1,6 +1,7 @@
 """The socket side that xdl-ec's two kinds of TCP link share, the parity links (:mod:`xdl_ec.ft.parity_link`) and
-the step's direct links (:mod:`xdl_ec.ps.direct`): a connection's options, reading exactly n bytes by a deadline,
-the error a connection closed mid-message raises, and the address a listener offers other Ray nodes.
+the step's direct links (:mod:`xdl_ec.ps.direct`): the one place a connection's options are set (:func:`tune`,
+:func:`connect`), reading exactly n bytes by a deadline, the error a connection closed mid-message raises, and the
+address a listener offers other Ray nodes.
 """
 
 from __future__ import annotations
@@ -12,13 +13,35 @@ from typing import Any, Optional
 
 BUFFER_BYTES = 2 << 20  # per direction: a step's request (~80 KB at batch 256) goes out in one sendmsg, not
 # waiting for the peer to drain the kernel's first 16 KiB
+# A link's peer whose machine vanished (no FIN, no RST) is found by TCP keepalive after about
+# KEEPALIVE_IDLE + KEEPALIVE_COUNT * KEEPALIVE_INTERVAL seconds (2 min), instead of the kernel's default 2 h:
+# a listener's thread waiting on such a caller, which has no deadline, then ends.
+KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_COUNT = 60, 10, 6
+CONNECT_SECONDS = 60.0  # connecting to a listener (a Ray node's address)
 
 
 def tune(conn: socket.socket) -> None:
-    """A link connection's options: no Nagle delay (requests are answered one by one) and BUFFER_BYTES buffers."""
+    """A link connection's options, on both ends and for both purposes: no Nagle delay (requests are answered one
+    by one), BUFFER_BYTES buffers and keepalive."""
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, BUFFER_BYTES)
     conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, BUFFER_BYTES)
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE)
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_INTERVAL)
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_COUNT)
+
+
+def connect(host: str, port: int, timeout: float = CONNECT_SECONDS) -> socket.socket:
+    """A tuned connection to a link listener at ``host``:``port`` (OSError when it cannot be made in
+    ``timeout`` seconds)."""
+    conn = socket.create_connection((host, int(port)), timeout=timeout)
+    try:
+        tune(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 class LinkBroken(ConnectionError):

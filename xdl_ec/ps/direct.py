@@ -32,26 +32,21 @@ the core declines unchanged (sync steps, bad input, an agent with hooks of its o
 call, with its errors. Under load a request's Python cost several times its warm price (a server's thread wakes
 with cold caches between requests); it was most of what a small step cost on Ray beyond one process.
 
-Membership, as the parity links (:mod:`xdl_ec.ft.parity_link`): the driver makes a :class:`~xdl_ec.net.job_secret.JobSecret`
-K per run and gives it to its workers (actor arguments); a caller asks the role, through Ray, to open its links
-with K (``open_links(K)`` answers the address; a role keeps the first K it was given and refuses another), then:
+Membership: the driver makes a :class:`~xdl_ec.net.job_secret.JobSecret` K per run and gives it to its workers
+(actor arguments); a caller asks the role, through Ray, to open its links with K (``open_links(K)`` answers the
+address; a role keeps the first K it was given and refuses another), then opens its connection with the links'
+one handshake (:mod:`xdl_ec.net.link_handshake`, purpose ``step``: the caller's role, index and id in its hello;
+the role checks it is that role and index, so a stale address reaching another role is refused), which proves
+both ends members and gives the connection its session key S and MAC.
 
-- caller -> role ``hello`` = ``<4sbBii32s`` (magic ``XDL1``, role 0 server / 1 worker, the MACs it offers (bits:
-  1 HMAC-SHA256, 2 AES-GMAC), role index, caller id, nonce Nc); the role checks it is that role and index (a stale
-  address reaches another role: refused);
-- role -> caller: nonce Nr (32 bytes) and the MAC it chose M (one byte: GMAC when both ends offer it);
-- caller -> role: ``HMAC(K, "xdl-ec direct caller proof" | hello | Nr | M)``; the role closes unless it matches;
-- role -> caller: ``HMAC(K, "xdl-ec direct role proof" | hello | Nr | M)``; the caller gives up unless it matches.
-
-Both then MAC under ``S = HMAC(K, "xdl-ec direct session" | hello | Nr | M)`` with a counter per direction (a
-replayed, reordered or altered message fails): header ``<QIQ`` (pickle bytes, buffer count, body bytes) +
-``MAC(S, dir | "H" | counter | header)``, checked before anything is allocated (at most ``MAX_PAYLOAD_BYTES``),
-then the body (the buffers' lengths, the pickle, each buffer 64-byte aligned) and ``MAC(S, dir | "P" | counter |
-header | body)``; ``dir`` is ``C`` from the caller, ``R`` from the role; MAC is HMAC-SHA256, or for a body of
-16 KiB or more and M = GMAC, AES-256-GCM over no plaintext with header and body as associated data under
-``HMAC(S, "xdl-ec direct gmac key")`` and the nonce (dir, kind, counter), ~10x cheaper per byte. A peer that
-breaks the protocol is closed without an answer, and the role logs one warning naming it. No encryption (as
-Ray's own traffic): a trusted network.
+Both then MAC under S with a counter per direction (a replayed, reordered or altered message fails): header
+``<QIQ`` (pickle bytes, buffer count, body bytes) + ``MAC(S, dir | "H" | counter | header)``, checked before
+anything is allocated (at most ``MAX_PAYLOAD_BYTES``), then the body (the buffers' lengths, the pickle, each buffer
+64-byte aligned) and ``MAC(S, dir | "P" | counter | header | body)``; ``dir`` is ``C`` from the caller, ``R`` from
+the role; MAC is HMAC-SHA256, or for a body of 16 KiB and more and M = GMAC, AES-256-GCM over no plaintext with
+header and body as associated data under ``HMAC(S, "xdl-ec direct gmac key")`` and the nonce (dir, kind, counter),
+~10x cheaper per byte. A peer that breaks the protocol is closed without an answer, and the role logs one warning
+naming it. No encryption (as Ray's own traffic): a trusted network.
 
 
 Failures: a role whose process dies closes its connections, so a call in flight fails at once with the role's
@@ -65,22 +60,21 @@ from __future__ import annotations
 
 import collections
 import copyreg
-import hmac
 import io
 import logging
 import pickle
-import secrets
 import socket
-import struct
 import threading
 import time
 from typing import Any, Callable, Deque, Dict, FrozenSet, List, Optional, Tuple
 
 import numpy as np
 
-from xdl_ec.net.link_listener import LinkListener, PeerRefused
 from xdl_ec import _core
-from xdl_ec.net.link_socket import LinkBroken, node_host, recv_exactly, tune
+from xdl_ec.net import link_handshake
+from xdl_ec.net.link_handshake import MAC_GMAC, MAC_HMAC, MAC_OFFERED, Hello, LinkRefused
+from xdl_ec.net.link_listener import LinkListener, PeerRefused
+from xdl_ec.net.link_socket import CONNECT_SECONDS, LinkBroken, connect, node_host
 from .api import PushAck
 from .backend import CallTimeout, Handle, RoleLost, lost_error
 
@@ -93,32 +87,16 @@ LINK_METHODS: Dict[str, FrozenSet[str]] = {
 # fragment reads and block writes, which take their own locks)
 BESIDE_METHODS: Dict[str, FrozenSet[str]] = {"server": frozenset({"agent_call"}), "worker": frozenset()}
 SERVED_METHODS = {role: LINK_METHODS[role] | BESIDE_METHODS[role] for role in LINK_METHODS}
-ROLE_CODES = {"server": 0, "worker": 1}
-HANDSHAKE_SECONDS = 10.0  # a peer has this long, from connecting, to complete the handshake
-CONNECT_SECONDS = 60.0  # asking a role for its address and connecting to it
 MAX_PAYLOAD_BYTES = 1 << 30  # largest message a link takes (a batch's keys and rows are a few MB)
-
-_MAGIC = b"XDL1"
-_HELLO = struct.Struct("<4sbBii32s")  # magic, role code, MACs offered (bits), role index, caller id, caller nonce
-_NONCE = 32
-_PROOF = 32  # HMAC-SHA256 of the handshake
-_CHOICE = struct.Struct("<B")  # the MAC the role chose
-
-# message MACs: HMAC-SHA256, or for bodies of 16 KiB and more AES-GMAC (AES-256-GCM over no plaintext, header
-# and body as its associated data): ~25 GB/s instead of ~2 (a 2048-sample step moves ~2 MB each way). Both are
-# computed by the native LinkSession (libcrypto), which frames, MACs, sends and receives every message.
-MAC_HMAC, MAC_GMAC = 1, 2
-MAC_OFFERED = MAC_HMAC | MAC_GMAC
+# MAC_HMAC, MAC_GMAC, MAC_OFFERED (link_handshake): the messages' MACs, computed by the native LinkSession, which
+# frames, MACs, sends and receives every message; GMAC for bodies of 16 KiB and more (a 2048-sample step moves
+# ~2 MB each way).
 
 log = logging.getLogger(__name__)
 
 
 
 _FAILED = object()  # recv_message's mark of a request a role's native path failed to serve (after a change)
-
-
-class LinkRefused(RuntimeError):
-    """The role behind a link failed to prove it belongs to this run, or refused this run's secret."""
 
 
 _Refused = PeerRefused  # a peer broke the protocol: the role closes the connection (after a warning)
@@ -260,26 +238,6 @@ def _error_answer(err: BaseException) -> BaseException:
     return RuntimeError(f"{cls.__module__}.{cls.__qualname__}: {err}")
 
 
-def _session(key: bytes, caller: bool, algorithm: int = MAC_HMAC) -> Any:
-    """One authenticated connection's messages under session key ``key`` (see the module docstring): a native
-    :class:`xdl_ec._core.LinkSession`, which keeps the counters of both directions."""
-    return _core.LinkSession(key, algorithm, caller)
-
-
-def _proofs(secret: Any, hello: bytes, nonce: bytes, choice: bytes) -> Tuple[bytes, bytes, bytes]:
-    """(caller proof, role proof, session key) of one handshake."""
-    return (secret.mac(b"xdl-ec direct caller proof", hello, nonce, choice),
-            secret.mac(b"xdl-ec direct role proof", hello, nonce, choice),
-            secret.mac(b"xdl-ec direct session", hello, nonce, choice))
-
-
-def _choose(offered: int) -> int:
-    """The MAC a role uses with a caller that offered ``offered`` (bits): GMAC when both have it."""
-    common = offered & MAC_OFFERED
-    return MAC_GMAC if common & MAC_GMAC else MAC_HMAC if common & MAC_HMAC else 0
-
-
-
 def send_message(conn: socket.socket, session: Any, obj: Any, encoded: Optional[Tuple[Any, List[Any]]] = None) -> int:
     """Sends ``obj`` (or what ``encoded`` gives: (head, buffers)) as one message (one ``sendmsg`` where the
     kernel takes it all); returns its bytes.
@@ -348,34 +306,14 @@ class LinkServer(LinkListener):
         return f"direct link of {self.role} {self.obj.index}"
 
     def _authenticate(self, conn: socket.socket, peer: str) -> Tuple[Any, int]:
-        deadline = time.monotonic() + HANDSHAKE_SECONDS
-        try:
-            magic = bytes(recv_exactly(conn, len(_MAGIC), deadline))
-            if magic != _MAGIC:
-                raise _Refused(f"refused {peer}: not a direct link (it did not open with the handshake)")
-            hello = magic + bytes(recv_exactly(conn, _HELLO.size - len(_MAGIC), deadline))
-            _, role, offered, index, caller, _ = _HELLO.unpack(hello)
-            if role != ROLE_CODES[self.role] or index != self.obj.index:
-                raise _Refused(f"refused {peer}: it asked for role {role} index {index}, this is {self.role} "
+        """The links' handshake (:mod:`xdl_ec.net.link_handshake`) for a step link to this role and index."""
+        def admit(hello: Hello) -> None:
+            if hello.role != self.role or hello.index != self.obj.index:
+                raise _Refused(f"refused {peer}: it asked for {hello.role} {hello.index}, this is {self.role} "
                                f"{self.obj.index} (a stale address?)")
-            algorithm = _choose(offered)
-            if not algorithm:
-                raise _Refused(f"refused {peer}: it offered no MAC this role knows (bits {offered})")
-            nonce = secrets.token_bytes(_NONCE)
-            choice = _CHOICE.pack(algorithm)
-            conn.sendall(nonce + choice)
-            caller_proof, role_proof, key = _proofs(self.secret, hello, nonce, choice)
-            if not hmac.compare_digest(bytes(recv_exactly(conn, _PROOF, deadline)), caller_proof):
-                raise _Refused(f"refused {peer} (caller {caller}): it failed authentication (it does not hold the "
-                               f"run's secret, or replayed another connection's handshake)")
-            conn.sendall(role_proof)
-        except socket.timeout:
-            raise _Refused(f"refused {peer}: it did not complete the handshake within {HANDSHAKE_SECONDS:g} s") \
-                from None
-        except LinkBroken as err:
-            raise _Refused(f"refused {peer}: it closed the connection during the handshake ({err})") from None
-        conn.settimeout(None)
-        return _session(key, caller=False, algorithm=algorithm), caller
+
+        session, hello = link_handshake.accept_link(conn, peer, self.secret, "step", admit)
+        return session, hello.caller
 
     def _converse(self, conn: socket.socket, peer: str, authenticated: Tuple[Any, int]) -> None:
         session, caller = authenticated
@@ -488,29 +426,18 @@ class Link:
         from .remote import Remote
 
         host, port = Remote(self.handle, LinkAPI).open_links(self.secret).result(CONNECT_SECONDS)
-        conn = socket.create_connection((host, int(port)), timeout=CONNECT_SECONDS)
-        tune(conn)
+        conn = connect(host, port, CONNECT_SECONDS)
         try:
-            hello = _HELLO.pack(_MAGIC, ROLE_CODES[self.handle.role], self.offer, self.handle.index, self.caller,
-                                secrets.token_bytes(_NONCE))
-            deadline = time.monotonic() + HANDSHAKE_SECONDS
-            conn.sendall(hello)
-            answer = bytes(recv_exactly(conn, _NONCE + _CHOICE.size, deadline))
-            nonce, choice = answer[:_NONCE], answer[_NONCE:]
-            (algorithm,) = _CHOICE.unpack(choice)
-            caller_proof, role_proof, key = _proofs(self.secret, hello, nonce, choice)
-            conn.sendall(caller_proof)
-            if not hmac.compare_digest(bytes(recv_exactly(conn, _PROOF, deadline)), role_proof):
-                raise LinkRefused(f"the direct link of {self.handle.role} {self.handle.index} at {host}:{port} "
-                                      f"failed to prove it belongs to this run")
-            conn.settimeout(None)
+            session = link_handshake.open_link(conn, self.secret, "step", self.handle.role, self.handle.index,
+                                               self.caller, self.offer)
+        except LinkRefused as err:
+            conn.close()
+            raise LinkRefused(f"the direct link of {self.handle.role} {self.handle.index} at {host}:{port}: "
+                              f"{err}") from None
         except BaseException:
             conn.close()
             raise
-        if not algorithm & self.offer:
-            conn.close()
-            raise LinkRefused(f"{self.handle.role} {self.handle.index} chose MAC {algorithm}, not one offered")
-        self._conn, self._session = conn, _session(key, caller=True, algorithm=algorithm)
+        self._conn, self._session = conn, session
 
     def call(self, method: str, *args: Any) -> LinkFuture:
         """Sends ``method(*args)``; a failure to connect or send is the future's error, never raised here (a call

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from xdl_ec import _core
-from xdl_ec.net import link_listener
+from xdl_ec.net import link_handshake, link_listener
 from xdl_ec.ft import parity_link
 from xdl_ec.net.job_secret import JobSecret
 from xdl_ec.ft.parity_link import ParityReceiver, RemoteHolderLink
@@ -141,22 +141,21 @@ def test_a_member_applies_and_strangers_get_a_closed_connection_and_a_warning(
     # (a) a well-formed batch in the first wire form (no handshake), from sender 7 (the job has 3 servers): nothing
     assert attempt(stranger.REQUEST.pack(1, 7, 0, wire.nbytes) + wire.tobytes()) == b""
     # ... and through the handshake, claiming sender 7: nothing back either
-    assert attempt(parity_link._HELLO.pack(parity_link._MAGIC, 7, 1, b"s" * 32)) == b""
-    # (b) a real sender id at the next seq without the secret: its nonce challenge only, then closed
-    assert len(attempt(parity_link._HELLO.pack(parity_link._MAGIC, 0, 1, b"s" * 32) + b"p" * 32 +
-                       wire.tobytes())) == 32
+    assert attempt(stranger.hello(7, 1)) == b""
+    # (b) a real sender id at the next seq without the secret: its nonce challenge (and MAC choice) only, then closed
+    assert len(attempt(stranger.hello(0, 1) + b"p" * 32 + wire.tobytes())) == 33
     # (c) a replay of the captured genuine connection: a fresh challenge the old proof does not answer
-    assert len(attempt(captured)) == 32
+    assert len(attempt(captured)) == 33
     # (d) random bytes
     assert attempt(np.random.default_rng(1).integers(0, 256, 4096, dtype=np.uint8).tobytes()) == b""
     # (e) a header claiming 2^60 payload bytes: nothing is allocated for it, nothing comes back
     assert attempt(stranger.REQUEST.pack(1, 0, 0, 1 << 60)) == b""
     # (f) one byte at a time, slower than the handshake allows
-    monkeypatch.setattr(parity_link, "HANDSHAKE_SECONDS", 0.6)
+    monkeypatch.setattr(link_handshake, "HANDSHAKE_SECONDS", 0.6)
     start = time.monotonic()
     with socket.create_connection(rx.address, timeout=5.0) as conn:
         closed = False
-        for byte in parity_link._HELLO.pack(parity_link._MAGIC, 0, 1, b"s" * 32):
+        for byte in stranger.hello(0, 1):
             try:
                 conn.sendall(bytes([byte]))
                 time.sleep(0.2)
@@ -258,8 +257,8 @@ def test_links_and_receivers_of_different_jobs_exchange_nothing(monkeypatch: pyt
     def impostor_serves() -> None:  # answers the handshake with a proof it cannot make, then listens
         conn, _ = impostor.accept()
         with conn:
-            conn.recv(parity_link._HELLO.size, socket.MSG_WAITALL)
-            conn.sendall(b"r" * 32)
+            conn.recv(link_handshake.HELLO.size, socket.MSG_WAITALL)
+            conn.sendall(b"r" * 32 + link_handshake.CHOICE.pack(link_handshake.MAC_GMAC))
             conn.recv(32, socket.MSG_WAITALL)
             conn.sendall(b"f" * 32)
             conn.settimeout(2.0)
@@ -318,5 +317,6 @@ def test_handshakes_in_progress_are_capped(receiver: Any, monkeypatch: pytest.Mo
 
 
 def test_struct_sizes_are_what_the_docstring_says() -> None:
-    assert parity_link._HELLO.size == 44 and parity_link._REQUEST.size == 16 and parity_link._ANSWER.size == 9
-    assert stranger.HELLO.format == parity_link._HELLO.format and stranger.MAGIC == parity_link._MAGIC
+    assert link_handshake.HELLO.size == 48 and parity_link._REQUEST.size == 16 and parity_link._ANSWER.size == 9
+    assert stranger.HELLO.format == link_handshake.HELLO.format and stranger.MAGIC == link_handshake.MAGIC
+    assert stranger.VERSION == link_handshake.VERSION and link_handshake.PURPOSES[stranger.PARITY] == "parity"

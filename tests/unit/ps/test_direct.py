@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from xdl_ec.net.job_secret import JobSecret
+from xdl_ec.net import link_handshake
 from xdl_ec.ps import direct
 from xdl_ec.ps.backend import CallTimeout, Handle, ServerLost
 from xdl_ec.net.link_socket import recv_exactly
@@ -212,10 +213,10 @@ def test_a_stranger_and_a_stale_address_get_nothing(caplog: pytest.LogCaptureFix
             conn.sendall(b"GET / HTTP/1.0\r\n\r\n")
             assert _closed(conn)
             conn = _raw(address)  # the right magic, asking for server 5 at server 2's address
-            conn.sendall(direct._HELLO.pack(direct._MAGIC, 0, direct.MAC_OFFERED, 5, 1, os.urandom(32)))
+            conn.sendall(link_handshake.hello_bytes("step", "server", 5, 1))
             assert _closed(conn)
             conn = _raw(address)  # a forged proof
-            conn.sendall(direct._HELLO.pack(direct._MAGIC, 0, direct.MAC_OFFERED, 2, 1, os.urandom(32)))
+            conn.sendall(link_handshake.hello_bytes("step", "server", 2, 1))
             assert len(_recv_all(conn, 33)) == 33  # the role's nonce and MAC choice
             conn.sendall(os.urandom(32))
             assert _closed(conn)
