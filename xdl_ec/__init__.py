@@ -20,6 +20,7 @@ from .sparse import codec
 from .sparse.cache_config import Cache
 from .sparse.table import EmbeddingTable
 from .sparse.table_config import Table
+from .model.side_input import Input
 
 # XDL-shaped API: xdl_ec.embedding, the optimizers and initializers by XDL's names, and what a script ported from
 # XDL needs to run as a job (xdl_job, layers, losses, tf_wrapper); TF is imported on first embedding() or xdl_job().
@@ -39,5 +40,5 @@ def __getattr__(name: str) -> NoReturn:
     raise missing(name)
 
 
-__all__ = ["Cache", "Cluster", "EmbeddingTable", "Feature", "InputError", "Job", "ModelError", "SaveMismatch", "Table",
+__all__ = ["Cache", "Cluster", "EmbeddingTable", "Feature", "Input", "InputError", "Job", "ModelError", "SaveMismatch", "Table",
            "TrainedModel", "codec", "embedding", "init", "load", "optim", "save"]

@@ -26,6 +26,7 @@ from xdl_ec.settings import checks
 from .cluster import Cluster
 from xdl_ec.tf.determinism import configure_determinism
 from xdl_ec.model.feature import Feature
+from xdl_ec.model.side_input import Input
 from xdl_ec.ft.factory import make_strategy
 from xdl_ec.ft.failure_injector import FailureInjector
 from xdl_ec.model.job_spec import JobSpec
@@ -48,13 +49,20 @@ class Job:
     """A training job: tables, features, model and input factories, loss (see the module docstring)."""
 
     def __init__(self, tables: Sequence[Table], features: Sequence[Feature], model_fn: Callable[[], Any],
-                 input_fn: Callable[[int, int], Any], loss: Union[str, Callable[[Any, Any], Any]] = "binary_crossentropy",
+                 input_fn: Callable[[int, int], Any],
+                 loss: Union[str, Dict[str, str], Callable[[Any, Any], Any]] = "binary_crossentropy",
                  dense_optimizer: Union[str, Dict[str, Any]] = "adam", dense_learning_rate: float = 0.001,
-                 eval_fn: Optional[Callable[[], Iterable[Any]]] = None) -> None:
+                 eval_fn: Optional[Callable[[], Iterable[Any]]] = None, inputs: Sequence[Input] = (),
+                 loss_weights: Optional[Dict[str, float]] = None) -> None:
         """``dense_optimizer``: the dense model's Keras optimizer (a name or a Keras config dict) at
-        ``dense_learning_rate``; ``eval_fn()``: hold-out batches that :meth:`fit` evaluates on at the end."""
+        ``dense_learning_rate``; ``eval_fn()``: hold-out batches that :meth:`fit` evaluates on at the end.
+
+        Several heads: batches carry ``"labels": {head: float [B]}``, the model returns {head: logits}, and ``loss``
+        is {head: "binary_crossentropy"} (weighted by ``loss_weights``, 1.0 each by default) or a callable
+        ``loss(labels: dict, logits: dict)``. ``inputs``: side inputs (:class:`xdl_ec.Input`) the model receives as
+        ``model(embedded, {"dense": dense, name: tensor, ...})``."""
         self.spec = JobSpec(tuple(tables), tuple(features), model_fn, input_fn, loss, dense_optimizer,
-                            dense_learning_rate, eval_fn)
+                            dense_learning_rate, eval_fn, tuple(inputs), loss_weights)
         self.model: Optional[TrainedModel] = None  # the model of the last fit
         self.source: Optional[Dict[str, Any]] = None  # where the job comes from (see xdl_ec.job.job_source), for saves
         self._finished: Optional[_FinishedRun] = None  # the last fit's end, for save()
@@ -282,7 +290,7 @@ class Job:
         """AUC, log loss and sample count of the last fit's model on ``batches`` (dict batches as input_fn's)."""
         return self._trained().evaluate(batches)
 
-    def predict(self, batch: Any) -> np.ndarray:
+    def predict(self, batch: Any) -> Union[np.ndarray, Dict[str, np.ndarray]]:
         """Probabilities [B] of one batch with the last fit's model."""
         return self._trained().predict(batch)
 

@@ -2,12 +2,15 @@
 
 ``export_saved_model(model, directory)`` writes a SavedModel whose ``serving_default`` signature takes the batch
 the job's input yields, without the label, and returns ``{"probability": float32 [B]}`` equal to
-``model.predict(batch)`` (to float rounding). Its inputs, one per feature named after it:
+``model.predict(batch)`` (to float rounding), or for a model of several heads {head: float32 [B]}. Its inputs, one
+per feature named after it:
 
 - single-valued ids: ``<name>`` int64 [B];
-- fixed multi-hot ids: ``<name>`` int64 [B, n] (n as in the job's batches);
+- fixed multi-hot ids: ``<name>`` int64 [B, n] (or [B, T, n]; n and T as in the job's batches);
 - variable-length ids: ``<name>_values`` int64 [nnz] and ``<name>_row_splits`` int64 [B + 1];
-- ``dense`` float32 [B, D] when the job's batches carry dense features.
+- a sequence: ``<name>`` int64 [B, T] and ``<name>_lengths`` int64 [B];
+- ``dense`` float32 [B, D] when the job's batches carry dense features;
+- each side input (``xdl_ec.Input``) under its name, of its dtype.
 
 Load it with ``tf.saved_model.load(directory).signatures["serving_default"](**inputs)``: only standard TensorFlow
 ops run. Per table, the trained rows are a frozen matrix (a non-trainable variable, in ``variables/``) with one
@@ -36,7 +39,8 @@ from typing import Any, Dict, List, Optional, Protocol, Tuple, Union
 import numpy as np
 
 from xdl_ec.model.feature import Feature
-from xdl_ec.model.feature_batch import RAGGED, SINGLE
+from xdl_ec.model.dense_model import model_arguments, signature_extras
+from xdl_ec.model.feature_batch import RAGGED, SEQUENCE, SINGLE
 from xdl_ec.model.job_spec import JobSpec
 
 SIGNATURE = "serving_default"
@@ -123,8 +127,10 @@ def _input_names(features: Any, signature: Tuple[Any, ...]) -> Dict[str, List[st
     kinds = {name: kind for name, kind, _ in signature[1]}
     names: Dict[str, List[str]] = {}
     used = {"dense": "the dense input"} if signature[0] is not None else {}
+    used.update({name: f"side input {name!r}" for name, _, _ in signature_extras(signature)[1]})
     for f in features:
-        inputs = [f"{f.name}_values", f"{f.name}_row_splits"] if kinds[f.name] == RAGGED else [f.name]
+        inputs = [f"{f.name}_values", f"{f.name}_row_splits"] if kinds[f.name] == RAGGED else \
+            [f.name, f"{f.name}_lengths"] if kinds[f.name] == SEQUENCE else [f.name]
         for name in inputs:
             if not _INPUT_NAME.fullmatch(name):
                 raise ExportError(f"export: feature {f.name!r} gives the input name {name!r}, which a TensorFlow "
@@ -157,6 +163,7 @@ def _serving_module(model: Servable, signature: Tuple[Any, ...], exports: Dict[s
 
     job, dense_model = model.job, model.dense.model
     dense_width = signature[0]
+    heads, side = signature_extras(signature)
     kinds = {name: (kind, width) for name, kind, width in signature[1]}
     module = tf.Module()
     module.matrices, module.row_of = {}, {}
@@ -190,25 +197,47 @@ def _serving_module(model: Servable, signature: Tuple[Any, ...], exports: Dict[s
                 with tf.control_dependencies(checks):
                     embedded[f.name] = _pool(rows(f, values), splits, f.combiner)
                 batch = tf.shape(splits, out_type=tf.int64)[0] - 1
+            elif kind == SEQUENCE:
+                ids, lengths = inputs[f.name], inputs[f"{f.name}_lengths"]
+                batch = tf.shape(ids, out_type=tf.int64)[0]
+                steps = tf.shape(ids, out_type=tf.int64)[1]
+                what = f"{f.name}_lengths must be B values in [0, T]"
+                checks += [tf.debugging.assert_equal(tf.shape(lengths, out_type=tf.int64)[0], batch, message=what),
+                           tf.debugging.assert_non_negative(lengths, message=what),
+                           tf.debugging.assert_less_equal(lengths, steps, message=what)]
+                inside = tf.range(steps)[None, :] < lengths[:, None]
+                with tf.control_dependencies(checks):
+                    embedded[f.name] = rows(f, ids) * tf.cast(inside, tf.float32)[:, :, None]
+                embedded[f.mask_name] = inside
             else:
                 ids = inputs[f.name]
                 batch = tf.shape(ids, out_type=tf.int64)[0]
+                widths = width if isinstance(width, tuple) else (width,)
                 if kind == SINGLE:
                     embedded[f.name] = rows(f, ids)
                 elif f.combiner is None:
-                    embedded[f.name] = rows(f, ids)  # [B, n, dim]
+                    embedded[f.name] = rows(f, ids)  # [B, n, dim] (or [B, T, n, dim])
                 else:
-                    # a [B, n] list is the ragged case with rows of n ids
-                    splits = tf.range(batch + 1, dtype=tf.int64) * width
-                    embedded[f.name] = _pool(rows(f, tf.reshape(ids, [-1])), splits, f.combiner)
+                    # a [B, n] list is the ragged case with rows of n ids ([B, T, n]: B * T rows)
+                    outer = batch * int(np.prod(widths[:-1], dtype=np.int64))
+                    splits = tf.range(outer + 1, dtype=tf.int64) * widths[-1]
+                    pooled = _pool(rows(f, tf.reshape(ids, [-1])), splits, f.combiner)
+                    embedded[f.name] = tf.reshape(pooled, [-1, *widths[:-1], f.table.dim]) if len(widths) > 1 \
+                        else pooled
             size, checks = _same_batch(size, batch, f.name, checks)
         dense = None
         if dense_width is not None:
             dense = inputs["dense"]
             size, checks = _same_batch(size, tf.shape(dense, out_type=tf.int64)[0], "dense", checks)
+        extra = {}
+        for name, _, _ in side:
+            extra[name] = inputs[name]
+            size, checks = _same_batch(size, tf.shape(extra[name], out_type=tf.int64)[0], name, checks)
         with tf.control_dependencies(checks):
-            logits = dense_model(embedded, dense, training=False)
-        return {OUTPUT: tf.sigmoid(tf.reshape(logits, [-1]))}
+            logits = dense_model(embedded, model_arguments(embedded, dense, extra, bool(side)), training=False)
+        if heads is None:
+            return {OUTPUT: tf.sigmoid(tf.reshape(logits, [-1]))}
+        return {head: tf.sigmoid(tf.reshape(logits[head], [-1])) for head in heads}
 
     specs = {}
     for f in job.features:
@@ -216,10 +245,16 @@ def _serving_module(model: Servable, signature: Tuple[Any, ...], exports: Dict[s
         if kind == RAGGED:
             for name in (f"{f.name}_values", f"{f.name}_row_splits"):
                 specs[name] = tf.TensorSpec([None], tf.int64, name=name)
+        elif kind == SEQUENCE:
+            specs[f.name] = tf.TensorSpec([None, None], tf.int64, name=f.name)
+            specs[f"{f.name}_lengths"] = tf.TensorSpec([None], tf.int64, name=f"{f.name}_lengths")
         else:
-            specs[f.name] = tf.TensorSpec([None] if kind == SINGLE else [None, width], tf.int64, name=f.name)
+            shape = [None] if kind == SINGLE else [None, *(width if isinstance(width, tuple) else (width,))]
+            specs[f.name] = tf.TensorSpec(shape, tf.int64, name=f.name)
     if dense_width is not None:
         specs["dense"] = tf.TensorSpec([None, dense_width], tf.float32, name="dense")
+    for name, dtype, shape in side:
+        specs[name] = tf.TensorSpec([None, *shape], dtype, name=name)
     concrete = tf.function(serve).get_concrete_function(**specs)
     # the variables the traced call reads (the Keras model's weights), tracked so they are saved; not the model
     # itself, whose own serving endpoints would be traced and saved with it
@@ -274,11 +309,18 @@ def _describe(model: Servable, signature: Tuple[Any, ...], names: Dict[str, List
         kind, width = kinds[f.name]
         if kind == RAGGED:
             inputs.update({names[f.name][0]: "int64 [nnz]", names[f.name][1]: "int64 [B + 1]"})
+        elif kind == SEQUENCE:
+            inputs.update({names[f.name][0]: "int64 [B, T]", names[f.name][1]: "int64 [B]"})
         else:
-            inputs[f.name] = "int64 [B]" if kind == SINGLE else f"int64 [B, {width}]"
+            widths = width if isinstance(width, tuple) else (width,)
+            inputs[f.name] = "int64 [B]" if kind == SINGLE else f"int64 [B, {', '.join(map(str, widths))}]"
     if signature[0] is not None:
         inputs["dense"] = f"float32 [B, {signature[0]}]"
-    return {"signature": SIGNATURE, "inputs": inputs, "outputs": {OUTPUT: "float32 [B]"},
+    heads, side = signature_extras(signature)
+    for name, dtype, shape in side:
+        inputs[name] = f"{dtype} [{', '.join(['B'] + ['?' if d is None else str(d) for d in shape])}]"
+    outputs = {OUTPUT: "float32 [B]"} if heads is None else {head: "float32 [B]" for head in heads}
+    return {"signature": SIGNATURE, "inputs": inputs, "outputs": outputs,
             "features": model.job.describe()["features"],
             "tables": [{"name": t.name, "dim": t.dim, "rows": int(len(exports[t.name]["keys"])),
                         "unknown_ids": "read a row of zeros"} for t in model.job.tables]}

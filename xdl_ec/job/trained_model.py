@@ -11,7 +11,7 @@ from typing import Any, Dict, Iterable, List, Union
 
 import numpy as np
 
-from xdl_ec.model.dense_model import DenseModel
+from xdl_ec.model.dense_model import DenseModel, signature_extras
 from xdl_ec.model.evaluation import evaluate_batches, found_rows
 from xdl_ec.model.feature_batch import FeatureBatch
 from xdl_ec.model.job_spec import JobSpec
@@ -26,16 +26,18 @@ class TrainedModel:
 
     def __init__(self, job: JobSpec, tables: LocalTables, dense: DenseModel, signature: Any) -> None:
         self.job, self.tables, self.dense, self.signature = job, tables, dense, signature
-        self._step = ModelStep(dense.model, job.features, job.table_names, job.loss, signature)
+        self._step = ModelStep.of(job, dense, signature)
 
-    def predict(self, batch: Any) -> np.ndarray:
-        """Probabilities [B] of one dict batch shaped like the job's input."""
-        prepared = FeatureBatch.prepare(batch, self.job.features, "predict")
+    def predict(self, batch: Any) -> Union[np.ndarray, Dict[str, np.ndarray]]:
+        """Probabilities [B] of one dict batch shaped like the job's input (its labels, if any, are not read), or
+        {head: probabilities [B]} for a model of several heads."""
+        prepared = FeatureBatch.prepare(batch, self.job.features, "predict", self.job.inputs,
+                                        signature_extras(self.signature)[0], labelled=False)
         return self._step.predict(prepared, found_rows(prepared, self.tables.find_rows))
 
     def evaluate(self, batches: Iterable[Any]) -> Dict[str, Any]:
         """``eval_samples``, ``auc`` and ``logloss`` over ``batches``."""
-        return evaluate_batches(batches, self.job.features, self.tables.find_rows, self._step.predict)
+        return evaluate_batches(batches, self.job, self.tables.find_rows, self._step.predict)
 
     def export(self, directory: Union[str, os.PathLike]) -> str:
         """A TensorFlow SavedModel of this model for serving without xdl-ec (see :mod:`xdl_ec.job.serving_export`);

@@ -104,8 +104,7 @@ class SavedRun:
     @property
     def signature(self) -> Any:
         """The batch signature the dense model was built for (as :meth:`FeatureBatch.signature` gives it)."""
-        dense_width, features = self._extra["signature"]
-        return dense_width, tuple(tuple(f) for f in features)
+        return _tuples(self._extra["signature"])  # JSON gave lists
 
     def stopped_run(self) -> Optional[Dict[str, Any]]:
         """What the run that stopped after this save recorded (``STOPPED.json`` of :mod:`xdl_ec.keep.backstop`: its step,
@@ -209,3 +208,8 @@ class SavedRun:
 
     def __repr__(self) -> str:
         return f"SavedRun({str(self.directory)!r}, step={self.step}, servers={self.checkpoint.servers})"
+
+
+def _tuples(value: Any) -> Any:
+    """``value`` read from JSON with every list made a tuple again, as FeatureBatch.signature builds it."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value

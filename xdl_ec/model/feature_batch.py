@@ -1,11 +1,13 @@
 """FeatureBatch: one input batch checked against a job's features and reduced to what a training step needs
 from the tables: for every table the batch's unique keys, for every feature where each of its ids' rows is.
 
-What a batch is (the job API's contract): a mapping with ``"label"`` float [B], an optional ``"dense"`` float
-[B, D], and one entry per declared feature: integer ids [B] or [B, n], or variable-length ids as a
-``tf.RaggedTensor`` [B, (n)] or a ``(values, row_splits)`` pair of numpy arrays. Tensors (e.g. the elements of a
-``tf.data.Dataset``) are read as numpy. Anything else is an :class:`InputError` naming the feature, the worker
-and the step, raised before any of the batch's rows are pulled or pushed.
+What a batch is (the job API's contract): a mapping with ``"label"`` float [B] (or, for a model of several heads,
+``"labels"``: {head: float [B]}), an optional ``"dense"`` float [B, D], one entry per declared feature (integer ids
+[B], [B, n] or [B, T, n]; variable-length ids as a ``tf.RaggedTensor`` [B, (n)] or a ``(values, row_splits)`` pair
+of numpy arrays; a sequence feature's ``(ids [B, T], lengths [B])`` or ragged ids) and one per declared side input
+(:class:`~xdl_ec.model.side_input.Input`). Tensors (e.g. the elements of a ``tf.data.Dataset``) are read as numpy.
+Anything else is an :class:`InputError` naming the entry, the worker and the step, raised before any of the
+batch's rows are pulled or pushed.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .feature import Feature
+from .side_input import Input
 
-SINGLE, FIXED, RAGGED = "single", "fixed", "ragged"
+SINGLE, FIXED, RAGGED, SEQUENCE = "single", "fixed", "ragged", "sequence"
 
 
 class InputError(ValueError):
@@ -26,64 +29,86 @@ class InputError(ValueError):
 
 @dataclasses.dataclass
 class FeatureIds:
-    """Where one feature's ids sit in its table's unique keys: ``inverse`` int32 ([B, 1] single-valued, [B, n]
-    fixed multi-hot, [nnz] variable-length with ``row_splits`` int64 [B + 1])."""
+    """Where one feature's ids sit in its table's unique keys: ``inverse`` int32 ([B, 1] single-valued, [B, n] or
+    [B, T, n] fixed multi-hot, [nnz] variable-length with ``row_splits`` int64 [B + 1], [B, T] for a sequence with
+    -1 past each length)."""
 
     kind: str
     inverse: np.ndarray
     row_splits: Optional[np.ndarray] = None
 
     @property
-    def width(self) -> int:
-        """Ids per example of a fixed multi-hot feature (1 for single-valued, 0 for variable-length)."""
-        return 0 if self.kind == RAGGED else int(self.inverse.shape[1])
+    def width(self) -> Any:
+        """Ids per example of a fixed multi-hot feature (1 for single-valued, 0 for variable-length and sequences;
+        the shape past the batch, a tuple, for ids of rank 3 and more)."""
+        if self.kind in (RAGGED, SEQUENCE):
+            return 0
+        return int(self.inverse.shape[1]) if self.inverse.ndim == 2 else tuple(int(d) for d in self.inverse.shape[1:])
 
 
 @dataclasses.dataclass
 class FeatureBatch:
-    """A checked batch: ``label`` float32 [B], ``dense`` float32 [B, D] or None, ``keys`` {table: unique int64
-    keys, ascending}, ``ids`` {feature: FeatureIds}; ``fresh`` {table: bool mask of keys the previous batch of the
-    same stream did not touch} (set by the stream that prepared it)."""
+    """A checked batch: ``label`` float32 [B] (None when the batch has ``labels``), ``labels`` {head: float32 [B]}
+    or None, ``dense`` float32 [B, D] or None, ``keys`` {table: unique int64 keys, ascending}, ``ids`` {feature:
+    FeatureIds}, ``inputs`` {side input: array}; ``fresh`` {table: bool mask of keys the previous batch of the same
+    stream did not touch} (set by the stream that prepared it)."""
 
-    label: np.ndarray
+    label: Optional[np.ndarray]
     dense: Optional[np.ndarray]
     keys: Dict[str, np.ndarray]
     ids: Dict[str, FeatureIds]
     fresh: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    labels: Optional[Dict[str, np.ndarray]] = None
+    inputs: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    input_specs: Tuple[Tuple[str, str, Tuple[Optional[int], ...]], ...] = ()  # (name, dtype, declared shape)
+    heads: Optional[Tuple[str, ...]] = None  # the heads (sorted) of a model of several; None for one
+    size: int = -1
+
+    def __post_init__(self) -> None:
+        if self.size < 0:
+            self.size = int(self.label.shape[0])
 
     def __len__(self) -> int:
-        return int(self.label.shape[0])
+        return self.size
 
     def signature(self) -> Tuple[Any, ...]:
-        """What fixes the shapes of a traced step: dense width and each feature's kind and width."""
+        """What fixes the shapes of a traced step: dense width and each feature's kind and width, then (only when
+        the batch has them) its heads and its side inputs' dtypes and ranks."""
         dense = None if self.dense is None else int(self.dense.shape[1])
-        return (dense, tuple((name, f.kind, f.width) for name, f in sorted(self.ids.items())))
+        features = tuple((name, f.kind, f.width) for name, f in sorted(self.ids.items()))
+        if self.heads is None and not self.input_specs:
+            return (dense, features)
+        return (dense, features, (self.heads, tuple(sorted(self.input_specs))))
 
     @classmethod
-    def prepare(cls, batch: Any, features: Sequence[Feature], where: str) -> "FeatureBatch":
-        """Checks ``batch`` against ``features`` and computes its keys; ``where`` ("worker 0, step 12") starts
-        every error message."""
+    def prepare(cls, batch: Any, features: Sequence[Feature], where: str, inputs: Sequence[Input] = (),
+                heads: Optional[Sequence[str]] = None, labelled: bool = True) -> "FeatureBatch":
+        """Checks ``batch`` against ``features`` and side ``inputs`` and computes its keys; ``heads``: the labels a
+        batch must carry (the job's loss names them); ``labelled=False`` (prediction): labels are not read, and
+        ``heads`` are the model's; ``where`` ("worker 0, step 12") starts every error message."""
         if not isinstance(batch, Mapping):
             raise InputError(f"{where}: a batch must be a dict of feature name -> ids plus 'label' (and optional "
                              f"'dense'), got {type(batch).__name__}")
-        declared = {f.name for f in features}
-        unknown = sorted(set(batch) - declared - {"label", "dense"})
+        declared = {f.name for f in features} | {i.name for i in inputs}
+        unknown = sorted(set(batch) - declared - {"label", "labels", "dense"})
         if unknown:
-            raise InputError(f"{where}: the batch carries undeclared entries {unknown}; declare a Feature for each "
-                             f"(declared: {sorted(declared)}) or drop them from input_fn's batches")
+            raise InputError(f"{where}: the batch carries undeclared entries {unknown}; declare a Feature (ids) or "
+                             f"an xdl_ec.Input (side input) for each (declared: {sorted(declared)}) or drop them from "
+                             f"input_fn's batches")
         missing = [f.name for f in features if f.name not in batch]
         if missing:
             raise InputError(f"{where}: the batch lacks declared feature(s) {missing}")
-        if "label" not in batch:
-            raise InputError(f"{where}: the batch lacks 'label' (float [B])")
-        label = _numpy(batch["label"])
-        if label.ndim == 2 and label.shape[1] == 1:
-            label = label[:, 0]
-        if label.ndim != 1 or label.dtype.kind not in "fiub" or label.shape[0] == 0:
-            raise InputError(f"{where}: 'label' must be a non-empty float array [B], got {label.dtype} "
-                             f"{label.shape}")
-        size = label.shape[0]
-        label = np.ascontiguousarray(label, dtype=np.float32)
+        missing = [i.name for i in inputs if i.name not in batch]
+        if missing:
+            raise InputError(f"{where}: the batch lacks declared side input(s) {missing}")
+        if labelled:
+            label, labels = _labels_of(batch, heads, where)
+            size = label.shape[0] if label is not None else next(iter(labels.values())).shape[0]
+            heads = None if labels is None else tuple(sorted(labels))
+        else:
+            label, labels = None, None
+            size = _size_of(batch, features, inputs, where)
+            heads = None if heads is None else tuple(sorted(heads))
         dense = None
         if batch.get("dense") is not None:
             dense = _numpy(batch["dense"])
@@ -91,12 +116,17 @@ class FeatureBatch:
                 raise InputError(f"{where}: 'dense' must be a float array [B, D] with B = {size}, got {dense.dtype} "
                                  f"{dense.shape}")
             dense = np.ascontiguousarray(dense, dtype=np.float32)
+        side = {i.name: _side_input(batch[i.name], i, size, where) for i in inputs}
         # per table: the features' keys concatenated, then one unique over all of them
         parts: Dict[str, list] = {}
         shapes: Dict[str, Tuple[str, Tuple[int, ...], Optional[np.ndarray]]] = {}
+        positions: Dict[str, np.ndarray] = {}  # a sequence's mask of positions within its lengths
         for f in features:
             kind, values, splits = _ids_of(batch[f.name], f, size, where)
             shapes[f.name] = (kind, values.shape, splits)
+            if kind == SEQUENCE:
+                positions[f.name] = splits  # the mask [B, T]
+                values = values[splits]  # only the ids within each length are looked up
             parts.setdefault(f.table.name, []).append((f.name, f.keys(values).reshape(-1)))
         keys: Dict[str, np.ndarray] = {}
         ids: Dict[str, FeatureIds] = {}
@@ -114,9 +144,87 @@ class FeatureBatch:
                     ids[name] = FeatureIds(kind, part.reshape(size, 1))
                 elif kind == FIXED:
                     ids[name] = FeatureIds(kind, part.reshape(shape))
+                elif kind == SEQUENCE:
+                    mask = positions[name]
+                    inverse_tb = np.full(mask.shape, -1, dtype=np.int32)
+                    inverse_tb[mask] = part
+                    ids[name] = FeatureIds(kind, inverse_tb)
                 else:
                     ids[name] = FeatureIds(kind, part, splits)
-        return cls(label, dense, keys, ids)
+        return cls(label, dense, keys, ids, labels=labels, inputs=side,
+                   input_specs=tuple((i.name, i.dtype, i.shape) for i in inputs), heads=heads, size=int(size))
+
+
+def _size_of(batch: Mapping[str, Any], features: Sequence[Feature], inputs: Sequence[Input], where: str) -> int:
+    """The batch size of an unlabelled batch: its dense rows' count, else its first feature's examples."""
+    if batch.get("dense") is not None:
+        return int(_numpy(batch["dense"]).shape[0])
+    first = batch[features[0].name]
+    if type(first).__name__ == "RaggedTensor":
+        return int(first.nrows())
+    if isinstance(first, tuple) and len(first) == 2:
+        return int(_numpy(first[1]).shape[0]) if features[0].sequence else int(_numpy(first[1]).shape[0]) - 1
+    shape = _numpy(first).shape
+    if not shape:
+        raise InputError(f"{where}: feature {features[0].name!r}: ids must be [B] or more, got a scalar")
+    return int(shape[0])
+
+
+def _labels_of(batch: Mapping[str, Any], heads: Optional[Sequence[str]],
+               where: str) -> Tuple[Optional[np.ndarray], Optional[Dict[str, np.ndarray]]]:
+    """(label, None) of a one-head batch, or (None, {head: labels}) of a batch with ``labels``, checked."""
+    if "label" in batch and "labels" in batch:
+        raise InputError(f"{where}: the batch carries both 'label' and 'labels'; give one label as 'label' or "
+                         f"several as 'labels': {{head: float [B]}}")
+    if "labels" not in batch:
+        if heads is not None:
+            raise InputError(f"{where}: the job's loss names heads {sorted(heads)}, so batches must carry 'labels': "
+                             f"{{head: float [B]}}; this one has " + ("'label'" if "label" in batch else "no labels"))
+        if "label" not in batch:
+            raise InputError(f"{where}: the batch lacks 'label' (float [B]), or 'labels' ({{head: float [B]}})")
+        return _label_array(batch["label"], "'label'", None, where), None
+    given = batch["labels"]
+    if not isinstance(given, Mapping) or not given:
+        raise InputError(f"{where}: 'labels' must be a non-empty dict {{head: float [B]}}, got "
+                         f"{type(given).__name__}")
+    missing = sorted(set(heads or ()) - set(given))
+    if missing:
+        raise InputError(f"{where}: the batch's 'labels' lack head(s) {missing} that the job's loss names "
+                         f"(labels given: {sorted(given)})")
+    out: Dict[str, np.ndarray] = {}
+    size = None
+    for head in sorted(given):
+        if not isinstance(head, str) or not head:
+            raise InputError(f"{where}: 'labels' keys must be head names (non-empty str), got {head!r}")
+        out[head] = _label_array(given[head], f"labels[{head!r}]", size, where)
+        size = out[head].shape[0]
+    return None, out
+
+
+def _label_array(value: Any, name: str, size: Optional[int], where: str) -> np.ndarray:
+    label = _numpy(value)
+    if label.ndim == 2 and label.shape[1] == 1:
+        label = label[:, 0]
+    if label.ndim != 1 or label.dtype.kind not in "fiub" or label.shape[0] == 0:
+        raise InputError(f"{where}: {name} must be a non-empty float array [B], got {label.dtype} {label.shape}")
+    if size is not None and label.shape[0] != size:
+        raise InputError(f"{where}: {name} has {label.shape[0]} labels where the other heads have {size}")
+    return np.ascontiguousarray(label, dtype=np.float32)
+
+
+def _side_input(value: Any, spec: Input, size: int, where: str) -> np.ndarray:
+    """A side input's entry as a numpy array [B, *shape] of its declared dtype, checked."""
+    array = _numpy(value)
+    kind = np.dtype(spec.dtype).kind
+    same_kind = array.dtype.kind == kind or (kind == "f" and array.dtype.kind in "iu") or \
+        (kind in "iu" and array.dtype.kind in "iu")
+    if not same_kind:
+        raise InputError(f"{where}: input {spec.name!r} must be {spec.dtype}, got {array.dtype}")
+    if array.ndim != 1 + len(spec.shape) or array.shape[0] != size or \
+            any(d is not None and d != a for d, a in zip(spec.shape, array.shape[1:])):
+        want = ", ".join(["B"] + ["?" if d is None else str(d) for d in spec.shape])
+        raise InputError(f"{where}: input {spec.name!r} must be shaped [{want}] with B = {size}, got {array.shape}")
+    return np.ascontiguousarray(array, dtype=spec.dtype)
 
 
 def _numpy(value: Any) -> np.ndarray:
@@ -128,6 +236,8 @@ def _numpy(value: Any) -> np.ndarray:
 def _ids_of(value: Any, feature: Feature, size: int, where: str) -> Tuple[str, np.ndarray, Optional[np.ndarray]]:
     """(kind, ids, row_splits) of one feature's entry, checked."""
     name = f"{where}: feature {feature.name!r}"
+    if feature.sequence:
+        return _sequence_of(value, feature, size, name)
     splits = None
     if type(value).__name__ == "RaggedTensor":
         if value.ragged_rank != 1:
@@ -161,7 +271,43 @@ def _ids_of(value: Any, feature: Feature, size: int, where: str) -> Tuple[str, n
         return RAGGED, ids, splits
     if ids.ndim == 1 and ids.shape[0] == size:
         return SINGLE, ids, None
-    if ids.ndim == 2 and ids.shape[0] == size and ids.shape[1] >= 1:
+    if ids.ndim >= 2 and ids.shape[0] == size and all(d >= 1 for d in ids.shape[1:]):
         return FIXED, ids, None
-    raise InputError(f"{name}: ids must be [B] or [B, n] with B = {size} (the label's length), or variable-length; "
-                     f"got shape {ids.shape}")
+    raise InputError(f"{name}: ids must be [B], [B, n] or [B, T, n] with B = {size} (the label's length), or "
+                     f"variable-length; got shape {ids.shape}")
+
+
+def _sequence_of(value: Any, feature: Feature, size: int, name: str) -> Tuple[str, np.ndarray, np.ndarray]:
+    """(SEQUENCE, ids [B, T], mask [B, T]) of a sequence feature's ``(ids, lengths)`` or ragged ids, checked."""
+    if type(value).__name__ == "RaggedTensor":
+        if value.ragged_rank != 1 or value.shape.rank != 2:
+            raise InputError(f"{name}: a ragged sequence must be [B, None], got shape {value.shape}")
+        lengths = _numpy(value.row_lengths())
+        ids = _numpy(value.to_tensor(default_value=0))
+        if ids.ndim != 2:
+            ids = ids.reshape(size, -1)
+    elif isinstance(value, tuple) and len(value) == 2:
+        ids, lengths = _numpy(value[0]), _numpy(value[1])
+    else:
+        raise InputError(f"{name}: a sequence feature takes (ids int [B, T], lengths int [B]) or a "
+                         f"tf.RaggedTensor [B, None], got {type(value).__name__}")
+    if ids.dtype.kind not in "iu":
+        raise InputError(f"{name}: ids must be integers (int64), got dtype {ids.dtype}; hash or map other ids "
+                         f"to int64 first")
+    if ids.ndim != 2 or ids.shape[0] != size:
+        raise InputError(f"{name}: sequence ids must be [B, T] with B = {size}, got shape {ids.shape}")
+    if lengths.ndim == 2:
+        raise InputError(f"{name}: the second entry is the sequence's lengths int [B], got an array {lengths.shape} "
+                         f"(a mask?); pass mask.sum(axis=1) instead")
+    if lengths.dtype.kind not in "iu" or lengths.shape != (size,):
+        raise InputError(f"{name}: lengths must be integers [B] with B = {size}, got {lengths.dtype} "
+                         f"{lengths.shape}")
+    steps = ids.shape[1]
+    if lengths.size and (lengths.min() < 0 or lengths.max() > steps):
+        bad = int(np.flatnonzero((lengths < 0) | (lengths > steps))[0])
+        raise InputError(f"{name}: lengths must lie in [0, T = {steps}], got {int(lengths[bad])} at example {bad}")
+    if feature.max_length is not None and lengths.size and lengths.max() > feature.max_length:
+        raise InputError(f"{name}: a sequence of {int(lengths.max())} ids is longer than the declared max_length "
+                         f"{feature.max_length}")
+    mask = np.arange(steps)[None, :] < lengths.astype(np.int64)[:, None]
+    return SEQUENCE, ids, mask

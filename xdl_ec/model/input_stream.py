@@ -20,6 +20,7 @@ from xdl_ec.settings import checks
 from xdl_ec.data.prefetcher import Prefetcher
 from .feature import Feature
 from .feature_batch import FeatureBatch, InputError
+from .side_input import Input
 
 PREFETCH_DEPTH = 2
 
@@ -32,12 +33,14 @@ class InputStream:
     """Batches of ``input_fn(worker, num_workers)`` for ``features``; iterate with :meth:`next`."""
 
     def __init__(self, input_fn: Callable[[int, int], Any], worker: int, num_workers: int,
-                 features: Sequence[Feature], track_fresh: bool = True) -> None:
+                 features: Sequence[Feature], track_fresh: bool = True, inputs: Sequence[Input] = (),
+                 heads: Optional[Sequence[str]] = None) -> None:
         """``track_fresh``: mark each batch's keys the previous batch did not touch (FeatureBatch.fresh), for a
         worker that prefetches them."""
         self._input_fn, self.worker, self.num_workers = input_fn, worker, num_workers
         self.track_fresh = track_fresh
         self.features = list(features)
+        self.inputs, self.heads = list(inputs), heads
         self.position = 0  # batches handed out so far
         self._prefetch: Optional[Prefetcher] = None
         self._source: Any = None
@@ -53,9 +56,17 @@ class InputStream:
                                f"{err}") from err
         ordinal = skip
         previous: dict = {}
+        first: Any = None  # the first batch's heads and side inputs, which every later batch must keep
         for batch in _guarded(itertools.islice(iterator, skip, None), self.worker, skip):
             ordinal += 1
-            prepared = FeatureBatch.prepare(batch, self.features, f"worker {self.worker}, step {ordinal}")
+            where = f"worker {self.worker}, step {ordinal}"
+            prepared = FeatureBatch.prepare(batch, self.features, where, self.inputs, self.heads)
+            kept = (prepared.heads, {name: a.dtype.name for name, a in prepared.inputs.items()})
+            if first is None:
+                first = kept
+            elif kept != first:
+                raise InputError(f"{where}: the batch's heads {kept[0]} and side inputs' dtypes {kept[1]} differ from "
+                                 f"the first batch's ({first[0]}, {first[1]}); every batch must carry the same")
             for table, keys in (prepared.keys.items() if self.track_fresh else ()):
                 before = previous.get(table)
                 prepared.fresh[table] = np.ones(keys.size, dtype=bool) if before is None else \

@@ -15,14 +15,18 @@ from xdl_ec.settings import checks
 from .dense_model import DENSE_OPTIMIZERS
 from .feature import Feature
 from .model_step import LOSSES
+from .side_input import Input
 from xdl_ec.sparse.table_config import Table
 
 
 @dataclasses.dataclass(frozen=True)
 class JobSpec:
     """A checked job: ``tables`` in declared order (the order of the model digest), ``features``, the factories,
-    ``loss`` ("binary_crossentropy" or a callable ``loss(labels, logits)``), the dense optimizer (a Keras optimizer
-    name or config dict) and its learning rate, and an optional ``eval_fn()`` giving hold-out batches."""
+    ``loss`` ("binary_crossentropy" or a callable ``loss(labels, logits)``; for a model of several heads a dict
+    {head: "binary_crossentropy"} weighted by ``loss_weights`` {head: weight} (1.0 each by default), or a callable
+    ``loss(labels: dict, logits: dict)``), the dense optimizer (a Keras optimizer name or config dict) and its
+    learning rate, an optional ``eval_fn()`` giving hold-out batches, and side ``inputs`` (xdl_ec.Input) passed to
+    the model beside ``dense``."""
 
     tables: Tuple[Table, ...]
     features: Tuple[Feature, ...]
@@ -32,13 +36,18 @@ class JobSpec:
     dense_optimizer: Union[str, Dict[str, Any]] = "adam"
     dense_learning_rate: float = 0.001
     eval_fn: Optional[Callable[[], Any]] = None
+    inputs: Tuple[Input, ...] = ()
+    loss_weights: Optional[Dict[str, float]] = None
 
     def __post_init__(self) -> None:
         tables, features = tuple(self.tables), tuple(self.features)
         object.__setattr__(self, "tables", tables)
         object.__setattr__(self, "features", features)
+        object.__setattr__(self, "inputs", tuple(self.inputs))
         if not tables:
-            raise ValueError("tables: a job needs at least one Table")
+            raise ValueError("tables: a job needs at least one Table: xdl-ec trains models with embedding tables "
+                             "on its servers; a dense-only model trains as it is with Keras' model.fit (or give it "
+                             "one Feature, e.g. an id per example)")
         names: Dict[str, Table] = {}
         for t in tables:
             checks.instance("tables[...]", t, Table)
@@ -56,6 +65,16 @@ class JobSpec:
             if names.get(f.table.name) != f.table:
                 raise ValueError(f"feature {f.name!r}: its table {f.table.name!r} is not one of the job's tables "
                                  f"(or differs from the declared one); pass it in tables=[...]")
+        for i in self.inputs:
+            checks.instance("inputs[...]", i, Input)
+            if i.name in seen:
+                raise ValueError(f"inputs: {i.name!r} is also the name of a feature or another input; names must be "
+                                 f"unique")
+            seen.add(i.name)
+        for f in features:
+            if f.sequence and f.mask_name in seen:
+                raise ValueError(f"feature {f.name!r}: its mask reaches the model as {f.mask_name!r}, which is also a "
+                                 f"feature's or input's name; rename one")
         unused = [t.name for t in tables if not any(f.table.name == t.name for f in features)]
         if unused:
             raise ValueError(f"tables: {unused} are looked up by no feature; declare a Feature for them or drop them")
@@ -69,13 +88,34 @@ class JobSpec:
             raise TypeError(f"eval_fn: must be a function or None, got {type(self.eval_fn).__name__}")
         if isinstance(self.loss, str):
             checks.one_of("loss", self.loss, LOSSES)
+        elif isinstance(self.loss, dict):
+            if not self.loss:
+                raise ValueError("loss: a dict of heads must name at least one head: {head: 'binary_crossentropy'}")
+            for head, kind in self.loss.items():
+                checks.non_empty_str("loss: a head's name", head)
+                checks.one_of(f"loss[{head!r}]", kind, LOSSES)
         elif not callable(self.loss):
-            raise TypeError(f"loss: must be one of {LOSSES} or a callable loss(labels, logits)")
+            raise TypeError(f"loss: must be one of {LOSSES}, a dict {{head: {LOSSES[0]!r}}} or a callable "
+                            f"loss(labels, logits)")
+        if self.loss_weights is not None:
+            if not isinstance(self.loss, dict) or not isinstance(self.loss_weights, dict):
+                raise ValueError("loss_weights: weights the heads of a loss given as a dict {head: loss}; pass "
+                                 "loss={head: 'binary_crossentropy', ...} too (a callable loss weighs its own terms)")
+            unknown = sorted(set(self.loss_weights) - set(self.loss))
+            if unknown:
+                raise ValueError(f"loss_weights: heads {unknown} are not in loss (heads: {sorted(self.loss)})")
+            for head, weight in self.loss_weights.items():
+                checks.number(f"loss_weights[{head!r}]", weight, low=0.0)
         if isinstance(self.dense_optimizer, str):
             checks.one_of("dense_optimizer", self.dense_optimizer, DENSE_OPTIMIZERS)
         elif not isinstance(self.dense_optimizer, dict):
             raise TypeError("dense_optimizer: must be a Keras optimizer name or config dict")
         checks.positive_number("dense_learning_rate", self.dense_learning_rate)
+
+    @property
+    def heads(self) -> Optional[Tuple[str, ...]]:
+        """The heads a loss dict names (sorted), whose labels every batch must carry; None otherwise."""
+        return tuple(sorted(self.loss)) if isinstance(self.loss, dict) else None
 
     @property
     def table_names(self) -> List[str]:
@@ -90,6 +130,13 @@ class JobSpec:
 
     def describe(self) -> Dict[str, Any]:
         """JSON-friendly: tables and features (the report's ``job`` entry)."""
-        return {"tables": [t.describe() for t in self.tables],
-                "features": [{"name": f.name, "table": f.table.name, "combiner": f.combiner,
-                              "shared_ids": f.shared_ids} for f in self.features]}
+        described: Dict[str, Any] = {
+            "tables": [t.describe() for t in self.tables],
+            "features": [{"name": f.name, "table": f.table.name, "combiner": f.combiner, "shared_ids": f.shared_ids,
+                          **({"sequence": True, "max_length": f.max_length} if f.sequence else {})}
+                         for f in self.features]}
+        if self.inputs:
+            described["inputs"] = [i.describe() for i in self.inputs]
+        if self.heads:
+            described["heads"] = list(self.heads)
+        return described

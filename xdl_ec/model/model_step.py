@@ -12,23 +12,53 @@ vary freely.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .dense_model import ModelError, check_logits_shape
+from .dense_model import ModelError, check_logits, model_arguments, signature_extras
 from .feature import Feature
-from .feature_batch import FIXED, RAGGED, SINGLE, FeatureBatch
+from .feature_batch import FIXED, RAGGED, SEQUENCE, SINGLE, FeatureBatch
 
 LOSSES = ("binary_crossentropy",)
+Loss = Union[str, Dict[str, str], Callable[[Any, Any], Any]]
+
+
+def loss_function(loss: Loss, heads: Optional[Sequence[str]], weights: Optional[Dict[str, float]]) -> Callable:
+    """``loss(labels, logits)`` as a TF function of the step's labels and logits (tensors [B], or dicts of them for
+    a model of several heads): the mean binary cross-entropy, its weighted sum over heads, or the user's own."""
+    import tensorflow as tf
+
+    def binary(labels: Any, logits: Any) -> Any:
+        return tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
+
+    if callable(loss) and not isinstance(loss, (str, dict)):
+        return loss
+    if isinstance(loss, str):
+        if loss not in LOSSES:
+            raise ValueError(f"loss: must be one of {LOSSES} or a callable loss(labels, logits), got {loss!r}")
+        if heads is None:
+            return binary
+        # one loss named for a model of several heads: each head's, summed
+        loss = {head: loss for head in heads}
+    if not isinstance(loss, dict):
+        raise TypeError(f"loss: must be 'binary_crossentropy', a dict {{head: loss}} or a callable, got "
+                        f"{type(loss).__name__}")
+    terms = sorted(loss)
+    scale = {head: float((weights or {}).get(head, 1.0)) for head in terms}
+
+    def weighted(labels: Any, logits: Any) -> Any:
+        return tf.add_n([scale[h] * binary(labels[h], logits[h]) for h in terms])
+
+    return weighted
 
 
 class ModelStep:
     """Train and predict functions of ``model`` for ``features`` (tables in ``tables`` order)."""
 
     def __init__(self, model: Any, features: Sequence[Feature], table_names: Sequence[str],
-                 loss: Union[str, Callable[[Any, Any], Any]], signature: Tuple[Any, ...],
-                 optimizer: Any = None, return_dense: bool = False) -> None:
+                 loss: Loss, signature: Tuple[Any, ...], optimizer: Any = None, return_dense: bool = False,
+                 loss_weights: Optional[Dict[str, float]] = None, statistics: Sequence[Any] = ()) -> None:
         """``optimizer``: the model's dense optimizer, to apply the dense gradients inside the step itself (one
         TF call per step); None returns them (a worker sends them to the driver). ``return_dense``: with an
         optimizer, return the gradients it applied as well (a cluster's only worker: the driver logs them)."""
@@ -39,26 +69,26 @@ class ModelStep:
         dims = {f.table.name: f.table.dim for f in features}
         kinds = {name: (kind, width) for name, kind, width in signature[1]}
         dense_width = signature[0]
-        if isinstance(loss, str):
-            if loss not in LOSSES:
-                raise ValueError(f"loss: must be one of {LOSSES} or a callable loss(labels, logits), got {loss!r}")
-            loss_fn = lambda labels, logits: tf.reduce_mean(  # noqa: E731
-                tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
-        elif callable(loss):
-            loss_fn = loss
-        else:
-            raise TypeError(f"loss: must be 'binary_crossentropy' or a callable, got {type(loss).__name__}")
+        heads, side = signature_extras(signature)
+        self.heads = heads
+        loss_fn = loss_function(loss, heads, loss_weights)
+        statistics = list(statistics)
 
         specs: List[Any] = [tf.TensorSpec([None, dims[t]], tf.float32) for t in self.table_names]
         for f in self.features:
             kind, width = kinds[f.name]
-            specs.append(tf.TensorSpec([None] if kind == RAGGED else [None, width], tf.int32))
             if kind == RAGGED:
-                specs.append(tf.TensorSpec([None], tf.int64))
+                specs += [tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int64)]
+            elif kind == SEQUENCE:
+                specs.append(tf.TensorSpec([None, None], tf.int32))
+            else:
+                specs.append(tf.TensorSpec([None, *(width if isinstance(width, tuple) else (width,))], tf.int32))
         if dense_width is not None:
             specs.append(tf.TensorSpec([None, dense_width], tf.float32))
-        label_spec = tf.TensorSpec([None], tf.float32)
-        n_tables = len(self.table_names)
+        for _, dtype, shape in side:
+            specs.append(tf.TensorSpec([None, *shape], dtype))
+        label_specs = [tf.TensorSpec([None], tf.float32) for _ in (heads or (None,))]
+        n_tables, n_labels = len(self.table_names), len(label_specs)
 
         def forward(args: Sequence[Any], training: bool) -> Any:
             from xdl_ec.tf import tf_ops
@@ -67,25 +97,38 @@ class ModelStep:
             rest = list(args[n_tables:])
             embedded = {}
             for f in self.features:
-                kind, _ = kinds[f.name]
+                kind, width = kinds[f.name]
                 inverse = rest.pop(0)
                 splits = rest.pop(0) if kind == RAGGED else None
                 table_rows = rows[f.table.name]
                 if kind == SINGLE:
                     embedded[f.name] = tf_ops.gather(table_rows, inverse)[:, 0, :]
+                elif kind == SEQUENCE:
+                    # padding reads an extra zero row past the batch's rows: zero embeddings, zero gradient
+                    padded = tf.concat([table_rows, tf.zeros([1, dims[f.table.name]])], 0)
+                    inside = inverse >= 0
+                    embedded[f.name] = tf_ops.gather(padded, tf.where(inside, inverse, tf.shape(table_rows)[0]))
+                    embedded[f.mask_name] = inside
+                elif kind == FIXED and isinstance(width, tuple):  # [B, T, ..., n]: gathered as [B * T..., n]
+                    flat = tf_ops.gather(table_rows, tf.reshape(inverse, [-1, width[-1]]), f.combiner)
+                    outer = [tf.shape(inverse)[0], *width[:-1]]
+                    tail = [dims[f.table.name]] if f.combiner else [width[-1], dims[f.table.name]]
+                    embedded[f.name] = tf.reshape(flat, outer + tail)
                 elif kind == FIXED:
                     embedded[f.name] = tf_ops.gather(table_rows, inverse, f.combiner)
                 else:
                     embedded[f.name] = tf_ops.gather(table_rows, inverse, f.combiner, row_splits=splits)
             dense = rest.pop(0) if dense_width is not None else None
-            logits = model(embedded, dense, training=training)
-            check_logits_shape(tuple(logits.shape), None)
-            if logits.shape.rank == 2:
-                logits = logits[:, 0]
-            return logits
+            inputs = {name: rest.pop(0) for name, _, _ in side}
+            logits = model(embedded, model_arguments(embedded, dense, inputs, bool(side)), training=training)
+            check_logits(logits, heads, None)
+            if heads is None:
+                return logits[:, 0] if logits.shape.rank == 2 else logits
+            return {h: logits[h][:, 0] if logits[h].shape.rank == 2 else logits[h] for h in heads}
 
         def train(*args):  # noqa: ANN002, ANN202 - traced by tf.function
-            *inputs, labels = args
+            inputs, labels = args[:len(args) - n_labels], args[len(args) - n_labels:]
+            labels = labels[0] if heads is None else dict(zip(heads, labels))
             table_rows = inputs[:n_tables]
             with tf.GradientTape() as tape:
                 tape.watch(table_rows)
@@ -94,19 +137,32 @@ class ModelStep:
             variables = model.trainable_variables
             grads = tape.gradient(value, [*variables, *table_rows],
                                   unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            dense_grads, row_grads = grads[:len(variables)], grads[len(variables):]
             if optimizer is not None:
-                optimizer.apply(grads[:len(variables)], variables)
-                return value, grads[:len(variables)] if return_dense else [], grads[len(variables):]
-            return value, grads[:len(variables)], grads[len(variables):]
+                optimizer.apply(dense_grads, variables)
+                if not return_dense:
+                    return value, [], row_grads
+            # the dense update: gradients, then the statistics as the step left them
+            return value, [*dense_grads, *[tf.identity(tf.convert_to_tensor(v)) for v in statistics]], row_grads
 
         def predict(*args):  # noqa: ANN002, ANN202
-            return tf.sigmoid(forward(args, False))
+            logits = forward(args, False)
+            return tf.sigmoid(logits) if heads is None else {h: tf.sigmoid(logits[h]) for h in heads}
 
         # concrete functions: called with tensors, they skip tf.function's per-call signature binding (~1 ms a
         # step on this 2-core machine, a third of a small step)
-        self._train = tf.function(train, input_signature=[*specs, label_spec]).get_concrete_function()
+        self._train = tf.function(train, input_signature=[*specs, *label_specs]).get_concrete_function()
         self._predict = tf.function(predict, input_signature=specs).get_concrete_function()
         self._tensor = tf.convert_to_tensor
+
+    @classmethod
+    def of(cls, job: Any, dense: Any, signature: Tuple[Any, ...], apply: bool = False,
+           return_dense: bool = False) -> "ModelStep":
+        """The step of ``job`` (a JobSpec) over ``dense`` (its DenseModel); ``apply``: apply the dense gradients
+        with the model's optimizer inside the step."""
+        return cls(dense.model, job.features, job.table_names, job.loss, signature,
+                   dense.optimizer if apply else None, return_dense=return_dense, loss_weights=job.loss_weights,
+                   statistics=dense.statistics)
 
     def _inputs(self, batch: FeatureBatch, rows: Dict[str, np.ndarray]) -> List[Any]:
         if batch.signature() != self.signature:
@@ -120,17 +176,26 @@ class ModelStep:
                 args.append(ids.row_splits)
         if batch.dense is not None:
             args.append(batch.dense)
+        args += [batch.inputs[name] for name, _, _ in signature_extras(self.signature)[1]]
         return args
+
+    def _labels(self, batch: FeatureBatch) -> List[np.ndarray]:
+        if self.heads is None:
+            return [batch.label]
+        return [batch.labels[h] for h in self.heads]
 
     def train(self, batch: FeatureBatch, rows: Dict[str, np.ndarray]) -> Tuple[float, List[np.ndarray],
                                                                                 Dict[str, np.ndarray]]:
         """(loss, dense gradients, {table: row gradients [U, dim]}) of one step on ``rows`` {table: [U, dim]}."""
         tensor = self._tensor
         value, dense_grads, row_grads = self._train(*[tensor(a) for a in self._inputs(batch, rows)],
-                                                    tensor(batch.label))
+                                                    *[tensor(a) for a in self._labels(batch)])
         return (float(value), [g.numpy() for g in dense_grads],
                 {t: g.numpy() for t, g in zip(self.table_names, row_grads)})
 
-    def predict(self, batch: FeatureBatch, rows: Dict[str, np.ndarray]) -> np.ndarray:
-        """Probabilities [B]."""
-        return np.asarray(self._predict(*[self._tensor(a) for a in self._inputs(batch, rows)]))
+    def predict(self, batch: FeatureBatch, rows: Dict[str, np.ndarray]) -> Union[np.ndarray, Dict[str, np.ndarray]]:
+        """Probabilities [B], or {head: probabilities [B]} for a model of several heads."""
+        out = self._predict(*[self._tensor(a) for a in self._inputs(batch, rows)])
+        if self.heads is None:
+            return np.asarray(out)
+        return {h: np.asarray(out[h]) for h in self.heads}

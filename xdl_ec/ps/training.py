@@ -154,7 +154,7 @@ class PSTrainer:
             # the driver's dense state; a single worker applies its own updates (see xdl_ec.ps.dense_sync)
             self._dense = DriverDense(model, self.worker_applies_dense, self._worker_dense_state)
             self.signature = known[0]
-            self._predict = ModelStep(model.model, job.features, job.table_names, job.loss, known[0])
+            self._predict = ModelStep.of(job, model, known[0])
             self.client = PSClient(self.scheduler.servers, worker=cluster.workers, timeout=cluster.call_timeout)
             self.view = ClusterView(self)
             self.strategy.attach(self.view)
@@ -451,7 +451,7 @@ class PSTrainer:
         """AUC, log loss and sample count of ``batches`` (dict batches as input_fn yields); no row is inserted,
         ids never trained read a zero row."""
         self._dense.current()
-        return evaluate_batches(batches, self.job.features, self.find_rows, self._predict.predict)
+        return evaluate_batches(batches, self.job, self.find_rows, self._predict.predict)
 
     def digest(self) -> str:
         """``model_digest`` of every table (in the job's order) and the dense state (see :mod:`xdl_ec.model.digest`)."""

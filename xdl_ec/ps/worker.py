@@ -135,7 +135,8 @@ class Worker(LinkHost):
         self.combine_calls = combine_calls and prefetch_across_steps and type(client) in (PSClient, CachedClient)
         self._last_step = 0
         self._dims = {t.name: t.dim for t in job.tables}
-        self._stream = InputStream(job.input_fn, index, count, job.features, track_fresh=prefetch_across_steps)
+        self._stream = InputStream(job.input_fn, index, count, job.features, track_fresh=prefetch_across_steps,
+                                   inputs=job.inputs, heads=job.heads)
         self._current: Optional[FeatureBatch] = self._stream.next()
         self._pending: Any = None  # the prefetched rows of _current's fresh keys
         self._step: Optional[ModelStep] = None
@@ -155,9 +156,7 @@ class Worker(LinkHost):
         job = self.job
         self.dense = DenseModel(job.model_fn, job.dense_optimizer, job.dense_learning_rate, signature, job.dims(),
                                 job.combiners(), self.settings.seed)
-        self._step = ModelStep(self.dense.model, job.features, job.table_names, job.loss, signature,
-                               self.dense.optimizer if self.apply_dense else None,
-                               return_dense=self.report_dense)
+        self._step = ModelStep.of(job, self.dense, signature, apply=self.apply_dense, return_dense=self.report_dense)
 
     def _linked(self, handle: Handle) -> Handle:
         """``handle`` with its pulls and pushes over a direct link (on Ray, given the run's secret)."""

@@ -59,7 +59,7 @@ def test_a_tf_ragged_tensor_is_read_like_the_pair() -> None:
                                           r"dtype float64"),
     ({"tags": (np.array([1, 2, 3]), np.array([0, 2, 2, 4]))}, r"feature 'tags': row_splits do not match"),
     ({"tags": (np.array([1, 2]), np.array([0, 1, 2]))}, r"feature 'tags': row_splits do not match: need B \+ 1 = 4"),
-    ({"user": np.array([1, 2])}, r"feature 'user': ids must be \[B\] or \[B, n\] with B = 3"),
+    ({"user": np.array([1, 2])}, r"feature 'user': ids must be \[B\], \[B, n\] or \[B, T, n\] with B = 3"),
     ({"label": None}, r"lacks 'label'"),
     ({"dense": np.ones((2, 2))}, r"'dense' must be a float array \[B, D\] with B = 3"),
 ])
