@@ -1,11 +1,10 @@
 // xdl_ec._core.ShardServer (shard_server.h) and the push_pull wire form (push_pull_message.h): numpy and
-// Python tuples in and out. ShardServer.serve runs a direct link's receive-serve-send loop with the GIL
+// Python tuples in and out. ShardServer.serve runs a direct link's serving loop (step_link_loop.h) with the GIL
 // released, and hands Python the first message it does not serve.
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include <memory>
-#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +14,7 @@
 #include "xdl_ec/link_session.h"
 #include "xdl_ec/push_pull_message.h"
 #include "xdl_ec/shard_server.h"
+#include "xdl_ec/step_link_loop.h"
 
 namespace py = pybind11;
 
@@ -70,52 +70,23 @@ MessagePart PartOf(const py::buffer_info& info) {
   return {static_cast<const uint8_t*>(info.ptr), static_cast<size_t>(info.size * info.itemsize)};
 }
 
-// Serves push_pull requests from `fd` until a message it does not serve arrives; returns (head, buffers,
-// failure): that message, and failure (an exception to answer with, or None) when serving one failed.
+// StepLinkLoop::Serve with the GIL released; returns (head, buffers, failure): the message it handed back, and
+// failure (an exception to answer with, or None) when serving it failed.
 py::tuple Serve(ShardServer& server, LinkSession& session, int fd, uint64_t max_payload) {
-  LinkSession::Message m;
-  std::optional<std::string> failure;
-  const char* failure_type = "RuntimeError";
+  StepLinkLoop::Handoff handoff;
   {
     py::gil_scoped_release release;
-    for (;;) {
-      m = session.Receive(fd, -1.0, max_payload, CheckSignals);
-      const MessagePart head{m.memory.get() + m.pickle.first, m.pickle.second};
-      if (!PushPullMessage::IsRequest(head)) break;
-      std::vector<MessagePart> buffers;
-      buffers.reserve(m.buffers.size());
-      for (const auto& [offset, size] : m.buffers) buffers.push_back({m.memory.get() + offset, size});
-      PushPullRequest request;
-      try {
-        request = PushPullMessage::ParseRequest(head, buffers);
-      } catch (const std::invalid_argument&) {
-        break;  // malformed: the caller parses it again, which says why
-      }
-      PushPullAnswer answer;
-      try {
-        if (!server.Serve(request, &answer)) break;  // declined, nothing changed: the caller serves it
-      } catch (const std::exception& e) {
-        // thrown by a shard or the forwarder, maybe after a part was applied: answered, never served again
-        failure = e.what();
-        if (dynamic_cast<const std::invalid_argument*>(&e) != nullptr) failure_type = "ValueError";
-        if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr) failure_type = "MemoryError";
-        break;
-      }
-      const std::string reply = PushPullMessage::AnswerHead(answer);
-      std::vector<LinkSession::Span> rows;
-      rows.reserve(answer.rows.size());
-      for (const auto& r : answer.rows) rows.push_back({reinterpret_cast<const uint8_t*>(r.data.get()), r.floats * 4});
-      for (const auto& stale : answer.stale) {
-        rows.push_back({reinterpret_cast<const uint8_t*>(stale.rows.data.get()), stale.rows.floats * 4});
-        rows.push_back({reinterpret_cast<const uint8_t*>(stale.clocks.get()), stale.n * 4});
-        rows.push_back({stale.sent_mask.get(), stale.n});
-      }
-      session.Send(fd, {reinterpret_cast<const uint8_t*>(reply.data()), reply.size()}, rows, -1.0, CheckSignals);
-    }
+    handoff = StepLinkLoop::Serve(server, session, fd, max_payload, CheckSignals);
   }
-  const py::tuple message = MessageViews(m);
+  const py::tuple message = MessageViews(handoff.message);
   py::object error = py::none();
-  if (failure) error = py::module_::import("builtins").attr(failure_type)(*failure);
+  using Failure = StepLinkLoop::Handoff::Failure;
+  if (handoff.failure != Failure::kNone) {
+    const char* type = handoff.failure == Failure::kInvalidArgument ? "ValueError"
+                       : handoff.failure == Failure::kBadAlloc      ? "MemoryError"
+                                                                    : "RuntimeError";
+    error = py::module_::import("builtins").attr(type)(handoff.what);
+  }
   return py::make_tuple(message[0], message[1], error);
 }
 

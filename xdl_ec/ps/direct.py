@@ -26,10 +26,10 @@ Unpickling allows only plain data, numpy arrays and scalars, the few xdl_ec type
 classes (:class:`_Unpickler`), and only after the message's MAC checked.
 A worker's ``push_pull`` and ``push_pull_stale`` travel in a native form instead (:func:`encode_call`, defined in
 ``cpp/include/xdl_ec/push_pull_message.h``) when its arguments are in the wire's types: a server's serving thread
-receives, applies and answers those in its core (``ParameterServer.serve_link``, :class:`xdl_ec._core.ShardServer`)
-with the GIL released and no Python run, and hands every other message to Python: other calls, and the requests
-the core declines unchanged (sync steps, bad input, an agent with hooks of its own), which Python serves as any
-call, with its errors. Under load a request's Python cost several times its warm price (a server's thread wakes
+receives, applies and answers those in its core (``ParameterServer.serve_link``, :class:`xdl_ec._core.ShardServer`'s
+loop, ``cpp/src/step_link_loop.cc``) with the GIL released and no Python run, and hands every other message to
+Python: other calls, and the requests the core declines unchanged (sync steps, bad input, an agent with hooks of its
+own), which Python serves as any call, with its errors. Under load a request's Python cost several times its warm price (a server's thread wakes
 with cold caches between requests); it was most of what a small step cost on Ray beyond one process.
 
 Membership: the driver makes a :class:`~xdl_ec.net.job_secret.JobSecret` K per run and gives it to its workers
