@@ -24,8 +24,9 @@ from .model.side_input import Input
 
 # XDL-shaped API: xdl_ec.embedding, the optimizers and initializers by XDL's names, and what a script ported from
 # XDL needs to run as a job (xdl_job, layers, losses, tf_wrapper); TF is imported on first embedding() or xdl_job().
-from .xdl.api import (SGD, Adagrad, Adam, Constant, Ftrl, Momentum, Ones, RandomUniform, TruncatedNormal, VarType,
-                      Zeros, embedding, layers, losses, missing, set_sparse_optimizer, tf_wrapper, xdl_job)
+from .xdl.api import (SGD, Adagrad, Adam, Constant, Ftrl, Momentum, Ones, RandomUniform, SparseTensor,
+                      TruncatedNormal, VarType, Zeros, embedding, layers, losses, missing, set_sparse_optimizer,
+                      tf_wrapper, xdl_job)
 
 __version__ = "0.1.0"
 

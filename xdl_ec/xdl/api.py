@@ -17,36 +17,54 @@ features (each ``embedding`` call reads one batch entry), then runs inside the j
 XDL script changes:
 
 1. ``import xdl`` -> ``import xdl_ec as xdl``: ``xdl.embedding``, ``xdl.TruncatedNormal`` (``Zeros``, ``Ones``,
-   ``Constant``, ``RandomUniform``), ``xdl.VarType``, ``xdl.SGD`` (...) and ``@xdl.tf_wrapper()`` keep their
-   spelling.
-2. The TF 1 names TF 2 dropped: ``tf.layers.dense`` -> ``xdl.layers.dense`` (its layers are created on the first
-   call and reused, by call order, on every later one), ``tf.losses.sigmoid_cross_entropy`` ->
+   ``Constant``, ``RandomUniform``), ``xdl.VarType``, ``xdl.SGD`` (...), ``xdl.SparseTensor`` and
+   ``@xdl.tf_wrapper(is_training=...)`` keep their spelling.
+2. The TF 1 names TF 2 dropped: ``tf.layers.dense`` -> ``xdl.layers.dense`` and ``tf.layers.batch_normalization``
+   -> ``xdl.layers.batch_normalization`` (layers are created on the first call and reused, by call order, on every
+   later one; a batch normalization's moving mean and variance are the model's non-trainable state, moved by the
+   job's training steps when its ``training=True``), ``tf.losses.sigmoid_cross_entropy`` ->
    ``xdl.losses.sigmoid_cross_entropy`` (it marks the logits; the job trains the same loss, the mean sigmoid
-   cross-entropy), ``tf.truncated_normal_initializer`` -> ``tf.compat.v1.truncated_normal_initializer``.
+   cross-entropy); ``tf.get_variable``, ``tf.variable_scope``, ``tf.AUTO_REUSE`` and the initializers ->
+   their ``tf.compat.v1`` names (``tf.compat.v1.get_variable`` in the model function makes a trainable variable
+   of the model once, by its full scope name, with the initializer given, and every later call that names it
+   gets that variable: XDL's Dice and PReLU slopes).
 3. ``xdl.DataReader`` and its feature declarations -> ``reader(worker, num_workers)``: yields dict batches with
-   the same entry names (``label`` [B] or [B, 1]; sparse entries as integer ids [B], [B, n] or a
-   ``(values, row_splits)`` pair; dense entries as float [B, D]), worker ``i`` of ``W`` its share.
+   the same entry names (``label`` [B] or [B, 1]; sparse entries as integer ids [B], [B, n], a
+   ``(values, row_splits)`` pair or XDL's ``xdl.SparseTensor(ids, values, segments)``; dense entries as float
+   [B, D]), worker ``i`` of ``W`` its share. Segments are one per example, or k per example of n ids each (XDL's
+   per-id segments of a history padded to k: ``embedding`` then returns one combined row per segment,
+   [B * k, dim], for the model to reshape); k and n stay those of the first batch.
 4. The loop: ``train()`` takes the batch as its argument and returns the loss; ``xdl.SGD(0.5).optimize()`` and
    the ``TrainSession`` loop become ``def job(): return xdl.xdl_job(train, reader, xdl.SGD(0.5))``, which
    ``xdl-ec train --script FILE.py`` (or ``job().fit(...)``) runs. The optimizer trains the tables (those whose
    ``embedding`` call names none) and the dense layers (as the Keras optimizer of the same name and settings).
+   XDL's test graph (the model built under ``@xdl.tf_wrapper(is_training=False)``) is ``xdl_job(...,
+   test=test)``: the job evaluates, predicts and exports with it, over the training graph's layers and variables.
 
 Not supported, each with an error saying what to do instead: ``DataReader``, ``TrainSession`` and its hooks,
 ``Saver`` / ``CheckpointHook`` (fault tolerance is the Cluster's ``ft=``), ``auc`` (the report's AUC comes from
 ``eval_reader``), ``merged_embedding``, ``mxnet_wrapper``, ``Estimator``, ``RMSProp``, the initializers other than the
 five above (see :func:`missing`); ``embedding``'s ``combiner='tile'``, feature admission
 (``feature_add_probability``, ``cbf``), ``statis_list``, ``save=False`` (``vtype`` defaults to ``'hash'``, not
-XDL's ``'index'``: ids in range train alike, only unchecked); in the model function: variables made
-other than by ``layers.dense`` (e.g. ``tf.keras.layers.Dense(..)(x)``), regularizers, any loss but
-``losses.sigmoid_cross_entropy`` at its defaults, ids transformed after ``reader`` or labels used other than in
-that loss, one batch entry looked up in two tables, and a different sequence of lookups or layers from one call
-to the next (the model function runs in graph mode: no data-dependent Python control flow).
+XDL's ``'index'``: ids in range train alike, only unchecked); weighted ids (``SparseTensor`` values other than
+ones); ``tf_wrapper``'s ``init_grad``; in the model function: variables made other than by ``layers.dense``,
+``layers.batch_normalization`` and ``tf.compat.v1.get_variable`` (e.g. ``tf.keras.layers.Dense(..)(x)``),
+``get_variable(trainable=False)``, regularizers, constraints and partitioners, layers shared by name
+(``reuse=``), a batch normalization's ``training`` as a tensor, any loss but ``losses.sigmoid_cross_entropy`` at
+its defaults, ids transformed after ``reader`` or labels used other than in that loss, one batch entry looked up in
+two tables, an ``is_training=False`` function in the graph the job trains, a test graph whose lookups, layer calls
+or variable names differ from the training graph's, and a different sequence of lookups or layers from one call to
+the next (the model function runs in graph mode: no data-dependent Python control flow). Where XDL's differs: a
+name given to ``get_variable`` twice is one variable whatever the scope's ``reuse`` (XDL's ``AUTO_REUSE``), and
+evaluation and serving normalize by the moving statistics even where the script passes ``training=True`` to its
+test graph's batch normalization (a prediction must not depend on the rest of its batch).
 
 TensorFlow is imported only when ``embedding`` (or ``xdl_job``) is first called, so ``import xdl_ec`` stays light.
 """
 
 from __future__ import annotations
 
+import functools
 import numbers
 import threading
 import types
@@ -55,12 +73,14 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Un
 from xdl_ec.sparse import init as _init
 from xdl_ec.sparse import optim as _optim
 
+from .sparse_tensor import SparseTensor, segment_lengths
+
 if TYPE_CHECKING:
     from xdl_ec.job.job import Job
 
 __all__ = ["embedding", "set_sparse_optimizer", "sparse_optimizer", "get_table", "tables", "clear_tables",
            "trainable_variables", "SGD", "Momentum", "Adagrad", "Adam", "Ftrl", "VTYPES", "VarType", "Zeros", "Ones",
-           "Constant", "RandomUniform", "TruncatedNormal", "layers", "losses", "tf_wrapper", "xdl_job",
+           "Constant", "RandomUniform", "TruncatedNormal", "SparseTensor", "layers", "losses", "tf_wrapper", "xdl_job",
            "dense_optimizer_config", "missing"]
 
 VTYPES = ("hash", "index")
@@ -266,7 +286,8 @@ def embedding(name: str, sparse_input: Any, initializer: Any, emb_dim: int, feat
               **xdl_options: Any) -> Any:
     """Look ``sparse_input`` up in the table ``name``, creating it on first use, as XDL's ``xdl.embedding``.
 
-    ``sparse_input``: int64 ids, dense ``[batch, n]`` or ``tf.RaggedTensor``/``tf.SparseTensor`` ``[batch, (n)]``.
+    ``sparse_input``: int64 ids, dense ``[batch, n]`` or ``tf.RaggedTensor``/``tf.SparseTensor`` ``[batch, (n)]``,
+    or XDL's :class:`SparseTensor` ``(ids, values, segments)`` (one combined row per segment).
     ``initializer``: an :mod:`xdl_ec.init` object or name (e.g. ``xdl_ec.init.TruncatedNormal(stddev=0.001)``).
     ``emb_dim``: row width. ``feature_dim``: number of distinct features: with ``vtype='hash'`` (any int64
     key) only a hint; with ``vtype='index'`` ids must lie in ``[0, feature_dim)``, checked at run time.
@@ -300,6 +321,9 @@ def embedding(name: str, sparse_input: Any, initializer: Any, emb_dim: int, feat
                                        None if combiner == "none" else combiner, seed)
         return model_pass.embedding(sparse_input, spec)
     entry = _entry_for(name, initializer, emb_dim, feature_dim, vtype, optimizer, seed)
+    if isinstance(sparse_input, SparseTensor):  # XDL's segments: one combined row per segment
+        ids, lengths = segment_lengths(sparse_input, f"embedding {name!r}")
+        sparse_input = tf.RaggedTensor.from_row_lengths(tf.constant(ids, tf.int64), tf.constant(lengths, tf.int64))
     if vtype == "index":
         values = sparse_input.values if isinstance(sparse_input, (tf.SparseTensor, tf.RaggedTensor)) else sparse_input
         values = tf.cast(tf.convert_to_tensor(values), tf.int64)
@@ -338,6 +362,46 @@ def _dense(inputs: Any, units: int, activation: Any = None, use_bias: bool = Tru
     return model_pass.dense(inputs, int(units), activation, use_bias, kernel_initializer, bias_initializer, name)
 
 
+def _batch_normalization(inputs: Any, axis: int = -1, momentum: float = 0.99, epsilon: float = 1e-3,
+                         center: bool = True, scale: bool = True, beta_initializer: Any = None,
+                         gamma_initializer: Any = None, moving_mean_initializer: Any = None,
+                         moving_variance_initializer: Any = None, beta_regularizer: Any = None,
+                         gamma_regularizer: Any = None, beta_constraint: Any = None, gamma_constraint: Any = None,
+                         training: Any = False, trainable: bool = True, name: Optional[str] = None, reuse: Any = None,
+                         renorm: bool = False, renorm_clipping: Any = None, renorm_momentum: float = 0.99,
+                         fused: Any = None, virtual_batch_size: Any = None, adjustment: Any = None) -> Any:
+    """TF 1's ``tf.layers.batch_normalization`` in the model function of :func:`xdl_job`: a Keras
+    BatchNormalization made on the model's first call and reused, by call order, on every later call. With
+    ``training=True`` the job's training step normalizes with the batch's statistics and moves the moving mean and
+    variance (the model's non-trainable variables); evaluation, prediction and the exported model always use the
+    moving ones. ``training=False`` (TF 1's default): the moving ones everywhere, which then never move."""
+    from . import xdl_model
+
+    model_pass = xdl_model.active("xdl_ec.layers.batch_normalization")
+    unsupported = {"beta_regularizer": beta_regularizer, "gamma_regularizer": gamma_regularizer,
+                   "beta_constraint": beta_constraint, "gamma_constraint": gamma_constraint, "reuse": reuse,
+                   "renorm_clipping": renorm_clipping, "virtual_batch_size": virtual_batch_size,
+                   "adjustment": adjustment}
+    given = sorted(k for k, v in unsupported.items() if v is not None) + (["renorm=True"] if renorm else []) + \
+        ([] if trainable is True else ["trainable=False"])
+    if given:
+        raise xdl_model.XdlPortError(
+            f"xdl_ec.layers.batch_normalization: {', '.join(given)} not supported: the job's loss has no "
+            f"regularization terms, gamma and beta are trained, and layers are shared by call order, not by name")
+    if not isinstance(training, bool):
+        raise xdl_model.XdlPortError(
+            f"xdl_ec.layers.batch_normalization: training must be a Python bool, got {type(training).__name__}: the "
+            f"job's training step is the training mode, its evaluation and serving the inference mode")
+    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
+        raise ValueError(f"xdl_ec.layers.batch_normalization: axis must be an int, got {axis!r}")
+    settings = {"axis": int(axis), "momentum": float(momentum), "epsilon": float(epsilon), "center": bool(center),
+                "scale": bool(scale)}
+    initializers = {"beta_initializer": beta_initializer, "gamma_initializer": gamma_initializer,
+                    "moving_mean_initializer": moving_mean_initializer,
+                    "moving_variance_initializer": moving_variance_initializer}
+    return model_pass.batch_normalization(inputs, training, settings, initializers, name)
+
+
 def _sigmoid_cross_entropy(multi_class_labels: Any, logits: Any, weights: Any = 1.0, label_smoothing: Any = 0,
                            scope: Any = None, loss_collection: Any = None, reduction: Any = None) -> Any:
     """TF 1's ``tf.losses.sigmoid_cross_entropy(labels, logits)`` in the model function of :func:`xdl_job`,
@@ -354,8 +418,9 @@ def _sigmoid_cross_entropy(multi_class_labels: Any, logits: Any, weights: Any = 
     return model_pass.sigmoid_cross_entropy(multi_class_labels, logits)
 
 
-#: ``tf.layers.dense`` -> ``xdl_ec.layers.dense`` (TF 2 has no ``tf.layers``; Keras 3 no TF-1 layers)
-layers = types.SimpleNamespace(dense=_dense)
+#: ``tf.layers.dense`` -> ``xdl_ec.layers.dense``, ``tf.layers.batch_normalization`` ->
+#: ``xdl_ec.layers.batch_normalization`` (TF 2 has no ``tf.layers``; Keras 3 no TF-1 layers)
+layers = types.SimpleNamespace(dense=_dense, batch_normalization=_batch_normalization)
 #: ``tf.losses.sigmoid_cross_entropy`` -> ``xdl_ec.losses.sigmoid_cross_entropy``
 losses = types.SimpleNamespace(sigmoid_cross_entropy=_sigmoid_cross_entropy)
 
@@ -363,13 +428,28 @@ losses = types.SimpleNamespace(sigmoid_cross_entropy=_sigmoid_cross_entropy)
 def tf_wrapper(is_training: bool = True, init_grad: Any = None, gpu_memory_fraction: float = 0.5,
                device_type: str = "cpu") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """XDL's ``@xdl.tf_wrapper()``: the model code is TensorFlow 2 code here, so the function is kept as is
-    (``gpu_memory_fraction`` and ``device_type`` are ignored: TensorFlow places the ops)."""
-    if is_training is not True or init_grad is not None:
+    (``gpu_memory_fraction`` and ``device_type`` are ignored: TensorFlow places the ops). ``is_training=False``
+    marks XDL's eval graph: it may run only in the ``test`` function of :func:`xdl_job` (which the job evaluates,
+    predicts and exports with, over the training graph's layers and variables), never in the one it trains."""
+    if not isinstance(is_training, bool) or init_grad is not None:
         raise ValueError(f"tf_wrapper: is_training={is_training!r}, init_grad={init_grad!r} not supported: the job "
-                         f"trains the model function's loss from the labels' gradient")
+                         f"trains the model function's loss from the labels' gradient (is_training=True), and "
+                         f"evaluates with xdl_job's test function (is_training=False)")
 
     def keep(function: Callable[..., Any]) -> Callable[..., Any]:
-        return function  # the same function, so it still pickles by its name
+        if is_training:
+            return function  # the same function, so it still pickles by its name
+
+        @functools.wraps(function)  # its name and module: it pickles by name as the module's attribute
+        def eval_graph(*args: Any, **kwargs: Any) -> Any:
+            from . import xdl_model
+
+            model_pass = xdl_model.current()
+            if model_pass is not None:
+                model_pass.enter_test_graph(getattr(function, "__qualname__", repr(function)))
+            return function(*args, **kwargs)
+
+        return eval_graph
 
     return keep
 
@@ -398,14 +478,19 @@ def dense_optimizer_config(optimizer: _optim.Optimizer) -> dict:
 
 def xdl_job(train: Callable[[Mapping[str, Any]], Any], reader: Callable[[int, int], Iterable[Mapping[str, Any]]],
             optimizer: Union[str, _optim.Optimizer],
-            eval_reader: Optional[Callable[[], Iterable[Mapping[str, Any]]]] = None) -> "Job":
+            eval_reader: Optional[Callable[[], Iterable[Mapping[str, Any]]]] = None,
+            test: Optional[Callable[[Mapping[str, Any]], Any]] = None) -> "Job":
     """The :class:`xdl_ec.Job` of a ported XDL script (see the module docstring).
 
     ``train(batch)``: the script's model code from ``batch = reader.read()`` to the loss. ``reader(worker,
     num_workers)``: the script's batches (a seeded, re-callable input: the first batch of ``reader(0, 1)`` is
     read here to trace ``train``). ``optimizer``: XDL's optimizer for every variable: the tables whose
     ``embedding`` call names no optimizer, and the dense layers (as :func:`dense_optimizer_config`).
-    ``eval_reader()``: hold-out batches like the reader's; the run's report then has their AUC.
+    ``eval_reader()``: hold-out batches like the reader's; the run's report then has their AUC. ``test(batch)``:
+    the script's eval graph (XDL's ``tf_wrapper(is_training=False)`` model, which marks its logits with
+    ``losses.sigmoid_cross_entropy`` too and may return anything first): the same lookups, the same layer calls in
+    the same order and ``get_variable`` names the training graph made, which the job evaluates, predicts and
+    exports with; None: ``train`` itself, every batch normalization on its moving statistics.
 
     The tables are the model function's ``embedding`` names, in first-lookup order, with their ``emb_dim``,
     initializer and ``seed``; each sparse batch entry is a :class:`xdl_ec.Feature` of the same name whose ids are
@@ -419,10 +504,11 @@ def xdl_job(train: Callable[[Mapping[str, Any]], Any], reader: Callable[[int, in
     for arg, value in (("train", train), ("reader", reader)):
         if not callable(value):
             raise TypeError(f"xdl_job: {arg} must be a function, got {type(value).__name__}")
-    if eval_reader is not None and not callable(eval_reader):
-        raise TypeError(f"xdl_job: eval_reader must be a function or None, got {type(eval_reader).__name__}")
+    for arg, value in (("eval_reader", eval_reader), ("test", test)):
+        if value is not None and not callable(value):
+            raise TypeError(f"xdl_job: {arg} must be a function or None, got {type(value).__name__}")
     chosen = _optim.get(optimizer)
-    layout = xdl_model.trace(train, xdl_model.first_batch(reader))
+    layout = xdl_model.trace(train, xdl_model.first_batch(reader), test)
     tables: dict = {}
     features = []
     for entry in layout.sparse:
@@ -430,7 +516,7 @@ def xdl_job(train: Callable[[Mapping[str, Any]], Any], reader: Callable[[int, in
         if spec.table not in tables:
             tables[spec.table] = Table(spec.table, spec.dim, optimizer=spec.optimizer or chosen,
                                        initializer=spec.initializer, seed=spec.seed)
-        features.append(Feature(entry.key, tables[spec.table], combiner=spec.combiner, shared_ids=True))
+        features.append(Feature(entry.key, tables[spec.table], combiner=entry.job_combiner, shared_ids=True))
     return Job(list(tables.values()), features, xdl_model.ModelFactory(layout), xdl_model.ReaderInput(reader, layout),
                dense_optimizer=dense_optimizer_config(chosen),
                eval_fn=None if eval_reader is None else xdl_model.HoldoutInput(eval_reader, layout))

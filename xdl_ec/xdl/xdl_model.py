@@ -7,12 +7,22 @@ that function once on (zeros shaped like) the reader's first batch to find its t
 the :class:`Layout`; :class:`XdlModel` runs the same function inside the job's model, where
 
 - ``batch[feature]`` of a sparse feature stands for its ids (:class:`SparseIds`) and ``xdl_ec.embedding`` of it
-  returns the job's embedded tensor of that feature (the rows were pulled before the model ran);
-- ``xdl_ec.layers.dense`` creates its Keras layer when the model is built and reuses it, by call order, on every
-  later call, so the layers keep their variables;
+  returns the job's embedded tensor of that feature (the rows were pulled before the model ran); XDL's segments of
+  several per example (``SparseTensor``, one segment per id of a history) become a fixed-width feature whose rows
+  are summed per segment here (see :func:`classify`);
+- ``xdl_ec.layers.dense`` and ``xdl_ec.layers.batch_normalization`` create their Keras layer when the model is
+  built and reuse it, by call order, on every later call, so the layers keep their variables; a batch
+  normalization's moving mean and variance are the model's non-trainable variables, moved by the training call;
+- ``tf.compat.v1.get_variable`` (XDL's Dice and PReLU slopes) makes a trainable variable of the model, by its full
+  variable-scope name, when the model is built, and returns that same variable to every later call that names it;
 - ``batch['label']`` stands for the labels (:class:`Labels`): the only thing to do with them is
   ``xdl_ec.losses.sigmoid_cross_entropy(labels, logits)``, which marks the logits the model returns (the job
   computes that same loss, the mean sigmoid cross-entropy, from them).
+
+The job calls its model in two modes: its training step (``training=True``) runs the model function, XDL's
+``tf_wrapper(is_training=True)`` graph; evaluation, prediction and the exported model (``training=False``) run the
+``test`` function if the script has one (XDL's ``is_training=False`` graph) or else the model function again, over
+the same layers and variables, with every batch normalization on its moving statistics.
 
 The stand-ins refuse to become tensors, so a model function that does anything else with raw ids or labels gets
 an :class:`XdlPortError` saying why, instead of a silently different model.
@@ -31,7 +41,10 @@ import tensorflow as tf
 from xdl_ec.model.dense_model import ModelError
 from xdl_ec.model.feature_batch import InputError
 
-SINGLE, FIXED, RAGGED = "single", "fixed", "ragged"
+from .sparse_tensor import SparseTensor, segment_lengths
+
+SINGLE, FIXED, RAGGED, SEGMENTS = "single", "fixed", "ragged", "segments"
+TRAIN, TEST = "train", "test"  # the model function's graph, the script's is_training=False graph
 
 
 class XdlPortError(ModelError):
@@ -70,10 +83,11 @@ tf.register_tensor_conversion_function(StandIn, _refuse_conversion)
 
 
 class SparseIds(StandIn):
-    """``batch[key]`` of a sparse feature: ``kind`` single / fixed (``width`` ids each) / ragged."""
+    """``batch[key]`` of a sparse feature: ``kind`` single / fixed (``width`` ids each) / ragged / segments
+    (``segments`` per example, ``width`` ids in all)."""
 
-    def __init__(self, key: str, kind: str, width: int) -> None:
-        self.key, self.kind, self.width = key, kind, width
+    def __init__(self, key: str, kind: str, width: int, segments: int = 0) -> None:
+        self.key, self.kind, self.width, self.segments = key, kind, width, segments
         self.what = f"batch[{key!r}] (a sparse feature's ids)"
         self.use = ("the job looks a feature's ids up before the model runs, so pass the entry as is to "
                     "xdl_ec.embedding; transform ids in the reader instead")
@@ -124,28 +138,58 @@ class EmbeddingSpec:
 
 @dataclasses.dataclass(frozen=True)
 class SparseEntry:
-    """A sparse batch entry, the job feature of the same name: its ids' kind and width, and its lookup."""
+    """A sparse batch entry, the job feature of the same name: its ids' kind and width, and its lookup.
+    ``segments``: of kind SEGMENTS, XDL's segments per example (``width // segments`` ids each)."""
 
     key: str
     kind: str
     width: int
     lookup: EmbeddingSpec
+    segments: int = 0
+
+    @property
+    def job_combiner(self) -> Optional[str]:
+        """The job feature's combiner: segments come one row per id, summed per segment in the model."""
+        return None if self.kind == SEGMENTS else self.lookup.combiner
 
     def embedded_shape(self) -> Tuple[int, ...]:
         """One example's embedded shape (the job's, see dense_model.embedded_shapes)."""
-        if self.kind == FIXED and self.lookup.combiner is None:
+        if self.kind == SEGMENTS or (self.kind == FIXED and self.lookup.combiner is None):
             return (self.width, self.lookup.dim)
         return (self.lookup.dim,)
+
+    def as_read(self, embedded: Any) -> Any:
+        """What ``xdl_ec.embedding`` returns of the job's embedded tensor: of segments, each segment's rows
+        combined ([B * segments, dim], XDL's), else the tensor itself."""
+        if self.kind != SEGMENTS:
+            return embedded
+        dim, per = self.lookup.dim, self.width // self.segments
+        if per == 1:
+            return tf.reshape(embedded, (-1, dim))
+        rows = tf.reduce_sum(tf.reshape(embedded, (-1, per, dim)), axis=1)
+        if self.lookup.combiner == "mean":
+            return rows / float(per)
+        if self.lookup.combiner == "sqrtn":
+            return rows / float(np.sqrt(per))
+        return rows
+
+    def traced(self) -> Any:
+        """Zeros shaped like what ``xdl_ec.embedding`` returns for one example (the trace's batch)."""
+        if self.kind == SEGMENTS:
+            return tf.zeros((self.segments, self.lookup.dim))
+        return tf.zeros((1, *self.embedded_shape()))
 
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
     """The model function and its batches: sparse entries (in first-lookup order) and dense entries with their
-    widths (in the reader's order; the job's ``dense`` is their concatenation)."""
+    widths (in the reader's order; the job's ``dense`` is their concatenation); ``test``: the script's
+    is_training=False graph (None: the model function serves evaluation too)."""
 
     function: Callable[[Mapping[str, Any]], Any]
     sparse: Tuple[SparseEntry, ...]
     dense: Tuple[Tuple[str, int], ...]
+    test: Optional[Callable[[Mapping[str, Any]], Any]] = None
 
     @property
     def keys(self) -> List[str]:
@@ -164,17 +208,19 @@ class Layout:
         return batch
 
     def job_batch(self, batch: Any, where: str) -> Dict[str, Any]:
-        """The job's batch of one reader batch: sparse entries as they are, dense ones concatenated."""
+        """The job's batch of one reader batch: sparse entries as they are (XDL's segments as the job's ids),
+        dense ones concatenated."""
         if not isinstance(batch, Mapping):
             raise InputError(f"{where}: the reader must yield dict batches, got {type(batch).__name__}")
         if set(batch) != set(self.keys):
             raise InputError(f"{where}: the batch's entries {sorted(batch)} differ from the reader's first "
                              f"batch's {sorted(self.keys)} (which the model was traced on)")
         out = {"label": batch["label"]}
+        size = _label_count(batch["label"], where)
         for entry in self.sparse:
-            out[entry.key] = batch[entry.key]
+            out[entry.key] = _job_ids(batch[entry.key], entry, size, where)
             if entry.lookup.vtype == "index":
-                _check_index_range(batch[entry.key], entry, where)
+                _check_index_range(out[entry.key], entry, where)
         parts = []
         for key, width in self.dense:
             value = _numpy(batch[key])
@@ -193,6 +239,64 @@ def _numpy(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
+def _label_count(label: Any, where: str) -> int:
+    """B, the examples of a batch: its label's length."""
+    shape = _numpy(label).shape
+    if len(shape) not in (1, 2) or shape[0] == 0:
+        raise InputError(f"{where}: 'label' must be a non-empty float array [B] or [B, 1], got shape {shape}")
+    return int(shape[0])
+
+
+def _as_segments(value: Any) -> Optional[SparseTensor]:
+    """``value`` as XDL's segments, if it is variable-length ids: a SparseTensor, or a (values, row_splits) pair
+    (its rows' running ends)."""
+    if isinstance(value, SparseTensor):
+        return value
+    if isinstance(value, tuple) and len(value) == 2:
+        ids, splits = value
+        splits = _numpy(splits)
+        if splits.ndim == 1 and splits.size >= 2 and splits.dtype.kind in "iu" and splits[0] == 0:
+            return SparseTensor(ids, None, splits[1:])
+    return None
+
+
+def _segment_shape(key: str, value: SparseTensor, size: int, where: str) -> Tuple[np.ndarray, int, int]:
+    """(ids, segments per example k, ids per segment n) of XDL's segments of B = ``size`` examples: B segments
+    (one per example, n = 0: any lengths), or B * k segments of n ids each."""
+    try:
+        ids, lengths = segment_lengths(value, f"{where}: batch[{key!r}]")
+    except ValueError as err:
+        raise InputError(str(err)) from None
+    count = lengths.size
+    if count == size:
+        return ids, 1, 0
+    if count % size == 0 and lengths.min() == lengths.max() and lengths[0] >= 1:
+        return ids, count // size, int(lengths[0])
+    seen = sorted(set(lengths.tolist()))[:5]
+    raise InputError(f"{where}: batch[{key!r}]: {count} segments for {size} examples (the label's length): XDL's "
+                     f"segments map onto the job as one per example, or k per example (e.g. one per id of a "
+                     f"history padded to k) of the same number of ids each (got lengths {seen}); pad the reader's "
+                     f"histories to a fixed length")
+
+
+def _job_ids(value: Any, entry: SparseEntry, size: int, where: str) -> Any:
+    """One sparse entry of a reader batch as the job's ids."""
+    segments = _as_segments(value) if (isinstance(value, SparseTensor) or entry.kind == SEGMENTS) else None
+    if segments is None:
+        return value
+    ids, k, per = _segment_shape(entry.key, segments, size, where)
+    if entry.kind == SEGMENTS:
+        if (k, per) != (entry.segments, entry.width // entry.segments):
+            raise InputError(f"{where}: batch[{entry.key!r}]: {k} segments per example of {per or 'varying'} ids "
+                             f"each, the first batch had {entry.segments} of {entry.width // entry.segments} (the "
+                             f"model was traced on it): pad the reader's histories to that length")
+        return ids.reshape(size, entry.width)
+    if k != 1:
+        raise InputError(f"{where}: batch[{entry.key!r}]: {k} segments per example, the first batch had one: every "
+                         f"batch must segment an entry alike")
+    return ids, np.concatenate([[0], _numpy(segments.segments).astype(np.int64)])
+
+
 def _check_index_range(value: Any, entry: SparseEntry, where: str) -> None:
     """vtype='index' (XDL's array-indexed tables): ids must lie in [0, feature_dim)."""
     if isinstance(value, tuple):
@@ -206,22 +310,33 @@ def _check_index_range(value: Any, entry: SparseEntry, where: str) -> None:
                          f"ids must lie in [0, feature_dim={limit}), got ids from {ids.min()} to {ids.max()}")
 
 
-def classify(key: str, value: Any) -> Tuple[str, int]:
-    """(kind, width) of one reader batch entry: sparse ids (integers: single [B], fixed [B, n], ragged) or
-    dense floats [B, D] ("dense", D)."""
-    if isinstance(value, tf.RaggedTensor) or isinstance(value, tuple):
-        return RAGGED, 0
+def classify(key: str, value: Any, size: int) -> Tuple[str, int, int]:
+    """(kind, width, segments) of one entry of a reader batch of ``size`` examples: sparse ids (integers: single
+    [B], fixed [B, n], ragged: a ``(values, row_splits)`` pair, a RaggedTensor or XDL's ``SparseTensor`` of one
+    segment per example), XDL's segments of k per example with n ids each (SEGMENTS, width k * n: a job feature of
+    fixed width whose rows the model sums per segment), or dense floats [B, D] ("dense", D)."""
+    where = "the reader's first batch"
     if isinstance(value, tf.SparseTensor):
         raise XdlPortError(f"batch[{key!r}]: a tf.SparseTensor; give variable-length ids as a (values, row_splits) "
-                           f"pair of numpy arrays or a tf.RaggedTensor")
+                           f"pair of numpy arrays, a tf.RaggedTensor or XDL's xdl_ec.SparseTensor(ids, values, "
+                           f"segments)")
+    if isinstance(value, tf.RaggedTensor):
+        return RAGGED, 0, 0
+    segments = _as_segments(value)
+    if segments is not None:
+        _, k, per = _segment_shape(key, segments, size, where)
+        return (RAGGED, 0, 0) if k == 1 else (SEGMENTS, k * per, k)
+    if isinstance(value, tuple):
+        raise XdlPortError(f"batch[{key!r}]: variable-length ids are a (values, row_splits) pair with row_splits "
+                           f"[B + 1] from 0, got a tuple of {len(value)}")
     array = _numpy(value)
     if array.dtype.kind in "iu":
         if array.ndim == 1:
-            return SINGLE, 1
+            return SINGLE, 1, 0
         if array.ndim == 2:
-            return FIXED, int(array.shape[1])
+            return FIXED, int(array.shape[1]), 0
     elif array.dtype.kind == "f" and array.ndim == 2:
-        return "dense", int(array.shape[1])
+        return "dense", int(array.shape[1]), 0
     raise XdlPortError(f"batch[{key!r}]: expected integer ids [B] / [B, n] / variable-length, or float dense values "
                        f"[B, D], got {array.dtype} {array.shape}")
 
@@ -244,46 +359,122 @@ def active(caller: str) -> "ModelPass":
     return model_pass
 
 
+class ModelParts:
+    """What the model function made on its first call: its layers in call order (with what each call asked for)
+    and its ``tf.compat.v1.get_variable`` variables by full name. ``owner``: the Keras layer that owns those
+    variables (the XdlModel; for the trace a throwaway layer); ``layers``: a list the owner tracks."""
+
+    def __init__(self, owner: Any, layers: List[Any]) -> None:
+        self.owner, self.layers = owner, layers
+        self.calls: List[Tuple[Any, ...]] = []
+        self.variables: Dict[str, Any] = {}
+
+
 class ModelPass:
     """One run of the model function: the trace (``embedded`` None: lookups are recorded and read as zeros), the
-    build of an XdlModel (``create``: dense layers are made) or one of its calls (layers reused by order)."""
+    build of an XdlModel (``create``: layers and variables are made) or one of its calls (layers reused by order,
+    variables by name). ``training``: the job's training call (batch normalizations on the batch's statistics,
+    moving their averages); ``graph``: TRAIN (the model function) or TEST (the script's is_training=False graph)."""
 
-    def __init__(self, layout: Optional[Layout], embedded: Optional[Mapping[str, Any]], layers: List[Any],
-                 create: bool) -> None:
-        self.layout, self.embedded, self.layers, self.create = layout, embedded, layers, create
+    def __init__(self, layout: Optional[Layout], embedded: Optional[Mapping[str, Any]], parts: ModelParts,
+                 create: bool, training: bool = False, graph: str = "train") -> None:
+        self.layout, self.embedded, self.parts, self.create = layout, embedded, parts, create
+        self.training, self.graph = training, graph
         self.lookups: Dict[str, EmbeddingSpec] = {}  # batch key -> lookup, in call order
         self.next_layer = 0
         self.loss: Optional[Loss] = None
-        self._making_layer = False
+        self._making = False
 
     def run(self, function: Callable[[Mapping[str, Any]], Any], batch: XdlBatch) -> Any:
-        """The logits of ``function(batch)``, whose (first) result must be this pass's Loss."""
+        """The logits of ``function(batch)``; of the model function (TRAIN), its (first) result must be this
+        pass's Loss; a TEST graph returns what it likes (XDL's return their predictions first)."""
         token = _active.set(self)
         try:
-            with tf.variable_creator_scope(self._create_variable):
+            # the getter sees every tf.compat.v1.get_variable; re-entering the current scope object restores its
+            # sub-scope counts on exit, so default_name scopes get the same names on every call
+            with tf.variable_creator_scope(self._create_variable), tf.compat.v1.variable_scope(
+                    tf.compat.v1.get_variable_scope(), custom_getter=self._get_variable,
+                    auxiliary_name_scope=False):
                 out = function(batch)
         finally:
             _active.reset(token)
         first = out[0] if isinstance(out, (tuple, list)) and out else out
-        if self.loss is None or first is not self.loss:
-            raise XdlPortError(f"the model function must return the loss of xdl_ec.losses.sigmoid_cross_entropy("
-                               f"batch['label'], logits) (first, if it returns several values), got "
-                               f"{type(first).__name__}: the job computes that loss from the logits it marks")
-        if self.next_layer != len(self.layers):
-            raise XdlPortError(f"the model function used {self.next_layer} dense layers, {len(self.layers)} on its "
-                               f"first call: it must make the same xdl_ec.layers.dense calls on every call")
+        if self.loss is None or (self.graph == TRAIN and first is not self.loss):
+            got = f"; it returned {type(first).__name__}" if self.graph == TRAIN else ""
+            raise XdlPortError(f"the {self.graph_name} must return the loss of xdl_ec.losses.sigmoid_cross_entropy("
+                               f"batch['label'], logits) (first, if it returns several values){got}: the job "
+                               f"computes that loss from the logits it marks")
+        if self.next_layer != len(self.parts.layers):
+            raise XdlPortError(f"the {self.graph_name} used {self.next_layer} layers, the model function's first "
+                               f"call {len(self.parts.layers)}: it must make the same xdl_ec.layers calls on every "
+                               f"call")
         if self.layout is not None and len(self.lookups) != len(self.layout.sparse):
-            raise XdlPortError(f"the model function looked up {sorted(self.lookups)}, on its first call "
+            raise XdlPortError(f"the {self.graph_name} looked up {sorted(self.lookups)}, on its first call "
                                f"{sorted(e.key for e in self.layout.sparse)}: it must make the same lookups on every "
                                f"call")
         return self.loss.logits
 
+    @property
+    def graph_name(self) -> str:
+        return "model function" if self.graph == TRAIN else "test function (is_training=False)"
+
     def _create_variable(self, next_creator: Callable[..., Any], **kwargs: Any) -> Any:
-        if not self._making_layer:
+        if not self._making:
             raise XdlPortError(f"the model function created a variable ({kwargs.get('name')!r}) outside "
-                               f"xdl_ec.layers.dense: a Keras layer or tf.Variable made inside it is made anew on "
-                               f"every call and never trained; use xdl_ec.layers.dense (tf.layers.dense's rename)")
+                               f"xdl_ec.layers.dense, xdl_ec.layers.batch_normalization and "
+                               f"tf.compat.v1.get_variable: a Keras layer or tf.Variable made inside it is made anew "
+                               f"on every call and never trained; use those (tf.layers' renames)")
         return next_creator(**kwargs)
+
+    def _get_variable(self, getter: Callable[..., Any], name: str, shape: Any = None, dtype: Any = None,
+                      initializer: Any = None, regularizer: Any = None, reuse: Any = None, trainable: Any = None,
+                      partitioner: Any = None, constraint: Any = None, **ignored: Any) -> Any:
+        """tf.compat.v1.get_variable's custom getter: the model's variable ``name`` (its full scope name), made
+        when the model is built. ``reuse`` is XDL's AUTO_REUSE whatever the scope says: a name is one variable,
+        in every call and in both graphs. ``ignored``: placement and collections, which mean nothing here."""
+        where = f"tf.compat.v1.get_variable({name!r})"
+        given = sorted(k for k, v in (("regularizer", regularizer), ("partitioner", partitioner),
+                                      ("constraint", constraint)) if v is not None)
+        if given or trainable is False:
+            raise XdlPortError(f"{where}: {', '.join(given + ([] if trainable is not False else ['trainable=False']))}"
+                               f" not supported: the job's loss has no regularization terms, and its dense variables "
+                               f"are whole and all trained (statistics: xdl_ec.layers.batch_normalization)")
+        dtype = tf.as_dtype(dtype or tf.float32)
+        if not dtype.is_floating:
+            raise XdlPortError(f"{where}: dtype {dtype.name}: a trained variable is a float")
+        value = None
+        if initializer is not None and not callable(initializer):  # TF 1 takes a value for its initial value
+            value = np.asarray(_numpy(initializer), dtype=dtype.as_numpy_dtype)
+            shape = value.shape if shape is None else shape
+        dims = tf.TensorShape(shape)
+        if dims.rank is None or not dims.is_fully_defined():
+            raise XdlPortError(f"{where}: shape {shape!r}: a variable's shape must be fully known")
+        shape = tuple(int(d) for d in dims.as_list())
+        if value is not None and value.shape != shape:
+            raise XdlPortError(f"{where}: the initial value's shape {list(value.shape)} differs from shape "
+                               f"{list(shape)}")
+        known = self.parts.variables.get(name)
+        if known is not None:
+            if tuple(known.shape) != shape or known.dtype != dtype.name:
+                raise XdlPortError(f"{where}: shape {list(shape)} ({dtype.name}) differs from the variable of that "
+                                   f"name, {list(known.shape)} ({known.dtype}): a name is one variable, reused on "
+                                   f"every call and by both graphs (XDL's AUTO_REUSE); give another variable another "
+                                   f"name")
+            return known.value
+        if not self.create:
+            raise XdlPortError(f"{where}: the {self.graph_name} asks for a variable the model function did not make "
+                               f"on its first call (it made {sorted(self.parts.variables)}): it must make the same "
+                               f"variables on every call, and the test function only reuses them")
+        made = (lambda shape, dtype=None: value) if value is not None else \
+            (initializer or keras.initializers.GlorotUniform())  # TF 1's default for float variables
+        self._making = True
+        try:
+            variable = self.parts.owner.add_weight(shape=shape, initializer=made, dtype=dtype.name, trainable=True,
+                                                   name=name.replace("/", "__"))  # Keras names take no '/'
+        finally:
+            self._making = False
+        self.parts.variables[name] = variable
+        return variable.value
 
     def embedding(self, sparse_input: Any, spec: EmbeddingSpec) -> Any:
         where = f"xdl_ec.embedding({spec.table!r})"
@@ -299,7 +490,7 @@ class ModelPass:
             raise XdlPortError(f"{where} of batch[{key!r}]: on the first batch the model function looked it up as "
                                f"{entry.lookup}, now as {spec}: it must make the same lookups on every call")
         self.lookups[key] = spec
-        return self.embedded[key]
+        return entry.as_read(self.embedded[key])
 
     def _record(self, key: str, ids: SparseIds, spec: EmbeddingSpec, where: str) -> Any:
         known = self.lookups.get(key)
@@ -313,39 +504,56 @@ class ModelPass:
             if other.table == spec.table and not other.same_table(spec):
                 raise XdlPortError(f"{where}: the table is used with different settings ({other} and {spec}); "
                                    f"use another name for another table")
-        if ids.kind == RAGGED and spec.combiner is None:
-            raise XdlPortError(f"{where}: batch[{key!r}] has variable-length ids, which need a combiner ('sum', "
-                               f"'mean' or 'sqrtn'), got combiner=None")
+        if ids.kind in (RAGGED, SEGMENTS) and spec.combiner is None:
+            raise XdlPortError(f"{where}: batch[{key!r}] has variable-length ids or segments, which need a combiner "
+                               f"('sum', 'mean' or 'sqrtn'), got combiner=None")
         self.lookups[key] = spec
-        entry = SparseEntry(key, ids.kind, ids.width, spec)
-        return tf.zeros((1, *entry.embedded_shape()))
+        return SparseEntry(key, ids.kind, ids.width, spec, ids.segments).traced()
+
+    def layer(self, what: str, call: Tuple[Any, ...], make: Callable[[], Any], inputs: Any, **options: Any) -> Any:
+        """The output of the model function's next layer call (``what``, asking for ``call``) on ``inputs``: the
+        layer ``make()`` makes when the model is built, else the one its first call made at this place."""
+        if self.create:
+            self._making = True
+            try:
+                layer = make()
+                out = layer(inputs, **options)
+            finally:
+                self._making = False
+            self.parts.layers.append(layer)
+            self.parts.calls.append(call)
+            self.next_layer += 1
+            return out
+        count = len(self.parts.layers)
+        if self.next_layer >= count:
+            raise XdlPortError(f"{what}: the {self.graph_name} makes more layers than the model function's first "
+                               f"call made ({count}): it must make the same xdl_ec.layers calls every time")
+        made = self.parts.calls[self.next_layer]
+        if made != call:
+            raise XdlPortError(f"layer call {self.next_layer + 1}: {what}{call[1:]} differs from the first call's "
+                               f"{made[0]}{made[1:]}: the {self.graph_name} must make the same xdl_ec.layers calls, "
+                               f"in the same order, every time")
+        layer = self.parts.layers[self.next_layer]
+        self.next_layer += 1
+        return layer(inputs, **options)
 
     def dense(self, inputs: Any, units: int, activation: Any, use_bias: bool, kernel_initializer: Any,
               bias_initializer: Any, name: Optional[str]) -> Any:
-        signature = (units, keras.activations.get(activation), use_bias)
-        if self.create:
-            self._making_layer = True
-            try:
-                layer = keras.layers.Dense(units, activation=activation, use_bias=use_bias,
-                                           kernel_initializer=kernel_initializer or "glorot_uniform",
-                                           bias_initializer=bias_initializer or "zeros", name=name)
-                out = layer(inputs)
-            finally:
-                self._making_layer = False
-            self.layers.append(layer)
-            self.next_layer += 1
-            return out
-        if self.next_layer >= len(self.layers):
-            raise XdlPortError(f"xdl_ec.layers.dense({units}): the model function makes more dense layers than on "
-                               f"its first call ({len(self.layers)}): it must make the same calls every time")
-        layer = self.layers[self.next_layer]
-        made = (layer.units, layer.activation, layer.use_bias)
-        if made != signature:
-            raise XdlPortError(f"xdl_ec.layers.dense call {self.next_layer + 1}: units/activation/use_bias "
-                               f"{signature} differ from the first call's {made}: the model function must make the "
-                               f"same calls every time")
-        self.next_layer += 1
-        return layer(inputs)
+        call = ("xdl_ec.layers.dense", units, keras.activations.get(activation), use_bias, name)
+        return self.layer(call[0], call, lambda: keras.layers.Dense(
+            units, activation=activation, use_bias=use_bias, kernel_initializer=kernel_initializer or "glorot_uniform",
+            bias_initializer=bias_initializer or "zeros", name=name), inputs)
+
+    def batch_normalization(self, inputs: Any, training: bool, settings: Mapping[str, Any],
+                            initializers: Mapping[str, Any], name: Optional[str]) -> Any:
+        """TF 1's batch normalization: on the batch's statistics, moving their averages, when ``training`` and
+        in the job's training call; else on the moving averages (in evaluation and serving always: a prediction
+        must not depend on the rest of its batch)."""
+        call = ("xdl_ec.layers.batch_normalization", *sorted(settings.items()), name)
+        made = {key: value if value is not None else default for (key, value), default in zip(
+            initializers.items(), ("zeros", "ones", "zeros", "ones"))}
+        return self.layer(call[0], call, lambda: keras.layers.BatchNormalization(**settings, **made, name=name),
+                          inputs, training=bool(training) and self.training)
 
     def sigmoid_cross_entropy(self, labels: Any, logits: Any) -> Loss:
         if not isinstance(labels, Labels):
@@ -359,48 +567,77 @@ class ModelPass:
         self.loss = Loss(logits)
         return self.loss
 
+    def enter_test_graph(self, function: str) -> None:
+        """A tf_wrapper(is_training=False) function is called: only in the test function."""
+        if self.graph == TRAIN:
+            raise XdlPortError(f"{function}: a tf_wrapper(is_training=False) function (XDL's eval graph, which "
+                               f"computes no gradients) ran in the model function the job trains; give the function "
+                               f"that builds the eval graph as xdl_ec.xdl_job(..., test=...): the job evaluates, "
+                               f"predicts and exports with it, over the same variables")
+
 
 # ---- the trace and the model -----------------------------------------------------------------------------
-def trace(function: Callable[[Mapping[str, Any]], Any], first_batch: Any) -> Layout:
-    """The Layout of ``function`` on the reader's first batch (run on zeros of its shapes, batch size 1)."""
+def trace(function: Callable[[Mapping[str, Any]], Any], first_batch: Any,
+          test: Optional[Callable[[Mapping[str, Any]], Any]] = None) -> Layout:
+    """The Layout of ``function`` (and ``test``, its eval graph) on the reader's first batch (run on zeros of its
+    shapes, batch size 1)."""
     if not isinstance(first_batch, Mapping):
         raise InputError(f"the reader's first batch: must be a dict of entries, got {type(first_batch).__name__}")
     if "label" not in first_batch:
         raise InputError(f"the reader's first batch has no 'label' entry (entries: {sorted(first_batch)})")
-    kinds = {key: classify(key, value) for key, value in first_batch.items() if key != "label"}
+    size = _label_count(first_batch["label"], "the reader's first batch")
+    kinds = {key: classify(key, value, size) for key, value in first_batch.items() if key != "label"}
     batch = XdlBatch(label=Labels())
-    for key, (kind, width) in kinds.items():
-        batch[key] = tf.zeros((1, width)) if kind == "dense" else SparseIds(key, kind, width)
-    probe = ModelPass(None, None, [], create=True)
+    for key, (kind, width, segments) in kinds.items():
+        batch[key] = tf.zeros((1, width)) if kind == "dense" else SparseIds(key, kind, width, segments)
+    parts = ModelParts(keras.layers.Layer(name="xdl_trace"), [])
+    probe = ModelPass(None, None, parts, create=True)
     probe.run(function, batch)
-    unread = [key for key, (kind, _) in kinds.items() if kind != "dense" and key not in probe.lookups]
+    unread = [key for key, (kind, _, _) in kinds.items() if kind != "dense" and key not in probe.lookups]
     if unread:
         raise XdlPortError(f"batch entries {unread} hold integer ids that no xdl_ec.embedding reads: drop them from "
                            f"the reader, or give dense values as floats")
-    sparse = tuple(SparseEntry(key, *kinds[key], spec) for key, spec in probe.lookups.items())
-    dense = tuple((key, width) for key, (kind, width) in kinds.items() if kind == "dense")
-    return Layout(function, sparse, dense)
+    if test is not None:
+        check = ModelPass(None, None, parts, create=False, graph=TEST)
+        check.run(test, batch)
+        if check.lookups != probe.lookups:
+            raise XdlPortError(f"the test function looks up {dict(check.lookups)}, the model function "
+                               f"{dict(probe.lookups)}: both graphs read the same entries with the same "
+                               f"xdl_ec.embedding calls")
+    sparse = tuple(SparseEntry(key, kinds[key][0], kinds[key][1], spec, kinds[key][2])
+                   for key, spec in probe.lookups.items())
+    dense = tuple((key, width) for key, (kind, width, _) in kinds.items() if kind == "dense")
+    return Layout(function, sparse, dense, test)
 
 
 class XdlModel(keras.Model):
-    """The job's model of a ported XDL model function: ``model(embedded, dense)`` runs the function and returns
-    the logits its loss was computed from. Its dense layers are made here, by running the function once on
-    zeros (Keras takes no new layers once a model is built)."""
+    """The job's model of a ported XDL model function: ``model(embedded, dense, training)`` runs the function
+    (``training`` False: the test function if there is one) and returns the logits its loss was computed from.
+    Its layers and variables are made here, by running the function once on zeros (Keras takes no new layers once
+    a model is built); the test function runs once too, so that what it cannot reuse is refused here."""
 
     def __init__(self, layout: Layout) -> None:
         super().__init__(name="xdl_model")
         self._layout = layout
-        self.dense_layers: List[Any] = []
+        self.made_layers: List[Any] = []
+        self._parts = ModelParts(self, self.made_layers)  # the tracked list Keras put in its place
         embedded = {e.key: tf.zeros((1, *e.embedded_shape())) for e in layout.sparse}
         width = sum(w for _, w in layout.dense)
-        self._run(embedded, tf.zeros((1, width)) if layout.dense else None, create=True)
+        dense = tf.zeros((1, width)) if layout.dense else None
+        self._run(embedded, dense, training=False, create=True)  # inference mode: the moving averages stay put
+        if layout.test is not None:
+            self._run(embedded, dense, training=False)
 
-    def _run(self, embedded: Mapping[str, Any], dense: Any, create: bool) -> Any:
-        model_pass = ModelPass(self._layout, embedded, self.dense_layers, create)
-        return model_pass.run(self._layout.function, self._layout.model_batch(dense))
+    def _run(self, embedded: Mapping[str, Any], dense: Any, training: bool, create: bool = False) -> Any:
+        test = not training and not create and self._layout.test is not None
+        model_pass = ModelPass(self._layout, embedded, self._parts, create, training, TEST if test else TRAIN)
+        return model_pass.run(self._layout.test if test else self._layout.function, self._layout.model_batch(dense))
 
-    def call(self, embedded: Mapping[str, Any], dense: Any = None, training: bool = False) -> Any:
-        return self._run(embedded, dense, create=False)
+    def call(self, embedded: Mapping[str, Any], dense: Any = None, training: Any = False) -> Any:
+        if training is not None and not isinstance(training, (bool, np.bool_)):
+            raise XdlPortError(f"XdlModel: training must be a Python bool (the job's training call or not), got "
+                               f"{type(training).__name__}")
+        return self._run(embedded, dense, training=bool(training))
 
 
 # ---- the job's factories -----------------------------------------------------------------------------------
