@@ -97,3 +97,26 @@ def test_xdl_ec_train_runs_the_ported_din(tmp_path: Path) -> None:
     cli = json.loads(path.read_text())
     here = example.make_job().fit(steps=4, deterministic=True, seed=3)
     assert cli["steps"] == 4 and cli["model_digest"] == here["model_digest"] and cli["auc"] == here["auc"]
+
+
+@pytest.mark.ray
+def test_the_ported_din_on_ray_with_ec_and_a_killed_server_ends_at_the_one_process_model() -> None:
+    """On Ray actors: the script's module (its SparseTensor batches, its is_training=False wrapper) travels with the
+    job."""
+    pytest.importorskip("ray")
+    import ray
+
+    from xdl_ec.ps.backend import connect_ray
+
+    started = not ray.is_initialized()
+    if started:
+        connect_ray()
+    try:
+        report = example.make_job(LOG).fit(
+            cluster=xdl_ec.Cluster(servers=3, backend="ray", ft="ec", code=(2, 1), fail_at=["6:1"]),
+            deterministic=True, seed=3)
+    finally:
+        if started:
+            ray.shutdown()
+    assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 1)]
+    assert report["model_digest"] == run()["model_digest"]
