@@ -1,10 +1,12 @@
 """Benchmark: what a parity link's membership and framing cost a send: a send's round trip over loopback through
-xdl_ec.ft.parity_link (the native LinkSession: framing, MACs, a deadline on each side, the holder's answer) against
+xdl_ec.ft.parity_link (the native receive loop: framing, MACs, a deadline on each side, the holder's answer) against
 the same payload over a plain socket to a receiver that reads it and answers 9 bytes (no framing beyond a length,
-no MACs), interleaved in the same run. Not a test.
+no MACs), interleaved in the same run. The payload is a real send (one push of --keys keys, serialised as a link
+takes it from its forwarder); the holder applies the first and skips the others as resends (a parse), so the
+round trip is mostly the link's own work. Not a test. (bench_parity_leg.py measures the CPU of the whole leg.)
 
     PYTHONPATH=build/stage python3 -P bench/bench_parity_link.py [--repeats 9] [--sends 200]
-                                                                [--sizes 4096,65536,1048576]
+                                                                [--keys 16,256,4096]
 
 Prints, per payload size, the median round trip of both and the added microseconds per send and per MiB; then
 the CPU a k=4, r=1 server would spend on it at a given send size: a server has k + r - 1 = 4 links and receives
@@ -34,17 +36,33 @@ SECRET = JobSecret.generate()
 _LENGTH = struct.Struct("<Q")
 
 
-class _NullHolder:
-    """A holder whose apply costs nothing, so the round trip is the link's own work."""
+N, K, R = 3, 2, 1
 
-    index = 1
-    n = 3
 
-    def protects(self, sender: int) -> bool:
-        return sender == 0
+def _holder_and_payload(keys: int) -> Tuple[Any, np.ndarray]:
+    """Holder 1 of a (2, 1) code over 3 servers, and server 0's serialised batches of one push of ``keys`` keys."""
+    from xdl_ec.sparse import init, optim
 
-    def apply(self, sender: int, payload: Any, durable: int) -> int:
-        return 1
+    config = _core.ShardConfig()
+    config.dim, config.seed, config.block_slots = 16, 5, 64
+    config.optimizer = optim.Adagrad(0.1).to_config()
+    config.initializer = init.RandomUniform(-0.1, 0.1).to_config()
+    shard = _core.EmbeddingShard(config)
+    bs, rb = int(shard.block_slots), int(shard.record_bytes)
+    forwarder = _core.DeltaForwarder(0, N, K, R, {"t": (bs, rb)})
+    try:
+        link = forwarder.set_holder(1, None)
+        rng = np.random.default_rng(keys)
+        shard.push(rng.choice(50 * keys, keys, replace=False).astype(np.int64),
+                   rng.standard_normal((keys, 16)).astype(np.float32), 1, forwarder=forwarder, table="t",
+                   pushes={0: 1})
+        forwarder.flush()
+        taken = forwarder.take(1, link, 5.0)
+        if taken is None:
+            raise RuntimeError("the forwarder had nothing to send")
+    finally:
+        forwarder.close()
+    return _core.ParityHolder(1, N, K, R, {"t": bs * rb}), taken[0]
 
 
 class _PlainReceiver:
@@ -113,18 +131,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--sends", type=int, default=200)
-    parser.add_argument("--sizes", default="4096,65536,1048576")
+    parser.add_argument("--keys", default="16,256,4096", help="keys pushed per send, comma-separated")
     parser.add_argument("--per-send-bytes", type=float, default=None,
                         help="mean bytes per send of a real run, to print the CPU share at one send per link per s")
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
-    receiver = parity_link.ParityReceiver(_NullHolder(), SECRET, host="127.0.0.1")
     plain = _PlainReceiver()
     try:
         per_mib: List[float] = []
-        print(f"{'bytes':>9} {'link us':>9} {'plain us':>9} {'added us':>9} {'added/MiB us':>13}")
-        for size in sizes:
-            payload = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8)
+        sizes: List[int] = []
+        print(f"{'keys':>6} {'bytes':>9} {'link us':>9} {'plain us':>9} {'added us':>9} {'added/MiB us':>13}")
+        for keys in [int(k) for k in args.keys.split(",")]:
+            holder, payload = _holder_and_payload(keys)
+            size = int(payload.nbytes)
+            sizes.append(size)
+            receiver = parity_link.ParityReceiver(holder, SECRET, host="127.0.0.1")
             on: List[float] = []
             off: List[float] = []
             for repeat in range(args.repeats):
@@ -140,9 +160,10 @@ def main() -> None:
                         (on if linked else off).append(_timed(send, args.sends, payload, conn, session))
                     finally:
                         conn.close()
+            receiver.close()
             a, b = statistics.median(on) * 1e6, statistics.median(off) * 1e6
             per_mib.append((a - b) / (size / 2 ** 20))
-            print(f"{size:>9} {a:>9.1f} {b:>9.1f} {a - b:>9.1f} {(a - b) / (size / 2 ** 20):>13.0f}")
+            print(f"{keys:>6} {size:>9} {a:>9.1f} {b:>9.1f} {a - b:>9.1f} {(a - b) / (size / 2 ** 20):>13.0f}")
         start = time.perf_counter()
         for _ in range(1000):
             SECRET.mac(b"x", b"h" * link_handshake.HELLO.size, b"n" * 33)
@@ -159,7 +180,6 @@ def main() -> None:
             print(f"at {args.per_send_bytes:,.0f} B per send and one send per link per second, a k=4 r=1 server "
                   f"spends {4 * cost:.0f} us of CPU per second on it = {4 * cost / 1e4:.3f}% of one core")
     finally:
-        receiver.close()
         plain.close()
 
 

@@ -15,5 +15,6 @@ void BindDeltaForwarder(pybind11::module_& m);   // bind_delta_forwarder.cc: a d
 void BindRowCache(pybind11::module_& m);        // bind_row_cache.cc: RowCache, a worker's cache of hot rows
 void BindLinkSession(pybind11::module_& m);     // bind_link_session.cc: LinkSession, a direct link's messages
 void BindShardServer(pybind11::module_& m);     // bind_shard_server.cc: ShardServer, push_pull's wire form
+void BindParityLink(pybind11::module_& m);       // bind_parity_link.cc: the parity links' send and receive loops
 
 }  // namespace xdl_ec::python

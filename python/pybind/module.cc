@@ -15,4 +15,5 @@ PYBIND11_MODULE(_core, m) {
   xdl_ec::python::BindRowCache(m);
   xdl_ec::python::BindLinkSession(m);
   xdl_ec::python::BindShardServer(m);
+  xdl_ec::python::BindParityLink(m);
 }

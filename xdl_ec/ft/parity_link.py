@@ -4,7 +4,9 @@
 The C++ :class:`~xdl_ec._core.DeltaForwarder` serves holders in its own process from its own thread; a holder
 in another process (a Ray actor) is served by a RemoteHolderLink: a thread that takes the holder's queued batches
 (in seq order, serialised), sends them and acknowledges how far the holder applied, so the forwarder can advance
-its durable watermark. A holder that fails counts as down until the forwarder is given its replacement
+its durable watermark. Both ends' loops are native (:class:`xdl_ec._core.ParitySendLoop`,
+:class:`xdl_ec._core.ParityReceiveLoop`, ``cpp/src/parity_*_loop.cc``), run by a Python thread with the GIL
+released: Python starts and stops them, connects (Ray tells where) and answers their rare hooks. A holder that fails counts as down until the forwarder is given its replacement
 (``set_holder``). One thread per holder, so a holder slow to answer never holds back the others.
 
 Why not a Ray actor call per send: with batches over Ray's 100 KB inline limit every call goes through the object
@@ -73,11 +75,11 @@ SEND_INTERVAL = 1.0
 MAX_PAYLOAD_BYTES = 1 << 30
 
 _MAC = MAC_GMAC  # LinkSession's AES-GMAC for bodies of 16 KiB and more, HMAC-SHA256 below (the link offers it only)
-_REQUEST = struct.Struct("<iiq")  # holder, sender, durable; then the batches as the message's one buffer
-_ANSWER = struct.Struct("<bq")  # status, applied; then the error's UTF-8 bytes
-_MAX_ERROR = 1 << 16
-# A request's body beyond its batches: the buffer's length word, the request struct and the alignment padding.
-_FRAMING = 128
+# The wire form as the native loops speak it (cpp/include/xdl_ec/parity_receive_loop.h), for who speaks it by hand
+# (tests' members): a request's first part, then the batches as the message's one buffer; an answer's, then the
+# error's UTF-8 bytes.
+_REQUEST = struct.Struct("<iiq")  # holder, sender, durable
+_ANSWER = struct.Struct("<bq")  # status, applied
 
 log = logging.getLogger(__name__)
 
@@ -97,12 +99,12 @@ class ParityReceiver(LinkListener):
             raise TypeError(f"ParityReceiver: secret must be the job's JobSecret, got {type(secret).__name__}")
         if isinstance(max_payload, bool) or not isinstance(max_payload, int) or max_payload < 1:
             raise ValueError(f"ParityReceiver: max_payload must be a positive number of bytes, got {max_payload!r}")
+        if not isinstance(holder, _core.ParityHolder):
+            raise TypeError(f"ParityReceiver: holder must be a ParityHolder, got {type(holder).__name__}")
         self.holder = holder
         self._secret = secret
         self._refuse = refuse
-        self.max_payload = max_payload
-        self.batches_received = 0  # sends applied, and their bytes
-        self.bytes_received = 0
+        self._loop = _core.ParityReceiveLoop(holder, max_payload, CALL_TIMEOUT)
         super().__init__(host or node_host(), f"xdl-ec-receive{holder.index}")
 
     def __repr__(self) -> str:
@@ -123,44 +125,34 @@ class ParityReceiver(LinkListener):
         session, hello = link_handshake.accept_link(conn, peer, self._secret, "parity", admit)
         return session, hello.caller
 
+    @property
+    def max_payload(self) -> int:
+        """The most batch bytes one request may carry (settable: for the requests read from then on)."""
+        return int(self._loop.max_payload)
+
+    @max_payload.setter
+    def max_payload(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"ParityReceiver: max_payload must be a positive number of bytes, got {value!r}")
+        self._loop.max_payload = value
+
+    @property
+    def batches_received(self) -> int:
+        """Requests applied (and their bytes: :attr:`bytes_received`)."""
+        return int(self._loop.batches_received)
+
+    @property
+    def bytes_received(self) -> int:
+        return int(self._loop.bytes_received)
+
     def _converse(self, conn: socket.socket, peer: str, authenticated: Tuple[Any, int]) -> None:
+        """The connection's requests, served by the native loop (``cpp/src/parity_receive_loop.cc``) with the GIL
+        released until the connection ends."""
         session, sender = authenticated
-        who = f"{peer} (server {sender})"
-        fd = conn.fileno()
-        while True:
-            try:
-                head, buffers = session.receive(fd, None, self.max_payload + _FRAMING)
-            except _core.LinkOversized as err:
-                # authenticated, so the member learns why; its bytes are not read: the connection ends after it
-                error = f"the request exceeds this receiver's max_payload of {self.max_payload} bytes ({err})"
-                self._warn(f"refused a request of {who}: {error}")
-                session.send(fd, _ANSWER.pack(1, 0) + error.encode(), [], CALL_TIMEOUT)
-                return
-            except _core.LinkRejected as err:
-                raise _Refused(f"closed the connection of {who}: {err}") from None
-            if len(buffers) != 1 or head.nbytes != _REQUEST.size:
-                raise _Refused(f"closed the connection of {who}: a request of {len(buffers)} buffers and a "
-                               f"{head.nbytes}-byte header, not one batch and a {_REQUEST.size}-byte header")
-            holder, claimed, durable = _REQUEST.unpack(head)
-            if claimed != sender:
-                raise _Refused(f"closed the connection of {who}: a request names sender {claimed}")
-            if self._refuse():
-                return  # the server is going down: the sender sees the connection break
-            status, applied, error = 0, 0, b""
-            payload = buffers[0]
-            if holder != self.holder.index:
-                status, error = 1, (f"server {self.holder.index} received a batch meant for holder {holder}; "
-                                    f"the link's address is stale").encode()
-            else:
-                try:
-                    applied = int(self.holder.apply(sender, payload, durable))  # releases the GIL
-                    self.batches_received += 1
-                    self.bytes_received += payload.nbytes
-                except Exception as err:  # noqa: BLE001 - the sender marks this holder down with the reason
-                    status, error = 1, f"{type(err).__name__}: {err}".encode()[:_MAX_ERROR]
-            if status:
-                self._warn(f"refused a batch of {who}: {error.decode(errors='replace')}")
-            session.send(fd, _ANSWER.pack(status, applied) + error, [], CALL_TIMEOUT)
+        try:
+            self._loop.serve(session, conn.fileno(), sender, f"{peer} (server {sender})", self._refuse, self._warn)
+        except _core.LinkRejected as err:  # its text names the peer and why
+            raise _Refused(str(err)) from None
 
 
 class HolderRefused(RuntimeError):
@@ -187,21 +179,27 @@ class RemoteHolderLink:
             raise TypeError(f"RemoteHolderLink: secret must be the job's JobSecret, got {type(secret).__name__}")
         self.forwarder, self.holder, self.handle, self.link = forwarder, holder, handle, link
         self._secret = secret
-        self._session: Any = None  # the connection's LinkSession
+        self._session: Any = None  # the connection's LinkSession, which the loop uses (kept alive here)
         self._on_delivery = on_delivery
-        self._stop = threading.Event()
-        self.sends = 0  # sends made, and the bytes they carried (batches serialised)
-        self.bytes_sent = 0
-        self._flush = threading.Event()  # send what is queued now, without waiting out SEND_INTERVAL
-        self._conn: Optional[socket.socket] = None
         self.transport = "tcp"  # "ray (why)": the holder's receiver was unreachable, Ray calls carry the batches
+        self._loop = _core.ParitySendLoop(forwarder, holder, link, SEND_INTERVAL, POLL_SECONDS, CALL_TIMEOUT)
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"xdl-ec-forward{forwarder.index}to{holder}")
         self._thread.start()
 
-    def _connect(self) -> Optional[socket.socket]:
-        """A connection to the holder's receiver; None when the holder's server answers but its receiver cannot be
-        reached (e.g. a firewall between nodes): the link then sends through Ray calls, slower but never wrong."""
+    @property
+    def sends(self) -> int:
+        """Sends made (and the serialised batches' bytes they carried: :attr:`bytes_sent`)."""
+        return int(self._loop.sends)
+
+    @property
+    def bytes_sent(self) -> int:
+        return int(self._loop.bytes_sent)
+
+    def _connect(self) -> Optional[Tuple[Any, int]]:
+        """The loop's connection to the holder's receiver: (session, fd), the fd then the loop's; None when the
+        holder's server answers but its receiver cannot be reached (e.g. a firewall between nodes): the link then
+        sends through Ray calls (:meth:`_call`), slower but never wrong."""
         host, port = Remote(self.handle, HolderAPI, agent=True, beside=True).parity_address().result(CALL_TIMEOUT)
         try:
             conn = connect(host, port, CALL_TIMEOUT)
@@ -209,8 +207,8 @@ class RemoteHolderLink:
             self.transport = f"ray (no connection to {host}:{port}: {err!r})"
             return None
         try:
-            self._session = link_handshake.open_link(conn, self._secret, "parity", "server", self.holder,
-                                                     self.forwarder.index, _MAC)
+            session = link_handshake.open_link(conn, self._secret, "parity", "server", self.holder,
+                                               self.forwarder.index, _MAC)
         except socket.timeout:
             conn.close()
             raise LinkBroken(f"holder {self.holder} at {host}:{port} did not complete the handshake within "
@@ -223,74 +221,32 @@ class RemoteHolderLink:
             conn.close()
             raise
         conn.settimeout(CALL_TIMEOUT)
-        return conn
+        self._session = session
+        return session, conn.detach()
 
-    def _send(self, sender: int, batches: np.ndarray, durable: int) -> int:
-        if self._conn is None and self.transport == "tcp":
-            self._conn = self._connect()
-        conn, session = self._conn, self._session
-        if conn is None or session is None:
-            holder = Remote(self.handle, HolderAPI, agent=True, beside=True)
-            return int(holder.apply_parity(sender, batches, durable).result(CALL_TIMEOUT))
-        fd = conn.fileno()
-        try:
-            session.send(fd, _REQUEST.pack(self.holder, sender, int(durable)), [batches], CALL_TIMEOUT)
-            head, _ = session.receive(fd, CALL_TIMEOUT, _ANSWER.size + _MAX_ERROR + _FRAMING)
-        except _core.LinkRejected as err:  # an answer altered on the way: the connection is not to be trusted
-            raise LinkBroken(f"holder {self.holder}'s answer failed its check: {err}") from None
-        if head.nbytes < _ANSWER.size:
-            raise LinkBroken(f"holder {self.holder} answered with {head.nbytes} bytes, less than any answer")
-        status, applied = _ANSWER.unpack_from(head)
-        if status != 0:
-            error = bytes(head[_ANSWER.size:]).decode(errors="replace")
-            raise HolderRefused(f"holder {self.holder} refused the batches: {error}")
-        return int(applied)
+    def _call(self, batches: bytes, durable: int) -> int:
+        """One send through a Ray call (the holder's receiver is unreachable)."""
+        holder = Remote(self.handle, HolderAPI, agent=True, beside=True)
+        payload = np.frombuffer(batches, np.uint8)
+        return int(holder.apply_parity(self.forwarder.index, payload, durable).result(CALL_TIMEOUT))
 
-    def _drop_connection(self) -> None:
-        conn, self._conn, self._session = self._conn, None, None
-        if conn is not None:
-            conn.close()
+    @staticmethod
+    def _is_loss(err: BaseException) -> bool:
+        """A broken connection or a dead actor is the holder's loss; a refusal or a timeout is an error."""
+        return isinstance(err, (RoleLost, ConnectionError))
 
     def _run(self) -> None:
-        sender = self.forwarder.index
-        last_send = 0.0
-        try:
-            while not self._stop.is_set():
-                pause = last_send + SEND_INTERVAL - time.monotonic()
-                if pause > 0:
-                    self._flush.wait(pause)
-                self._flush.clear()
-                if self._stop.is_set():
-                    return
-                # releases the GIL while it waits; None also once the link was replaced (then _stop is set)
-                taken = self.forwarder.take(self.holder, self.link, POLL_SECONDS)
-                if taken is None:
-                    continue
-                batches, durable, link, _ = taken
-                last_send = time.monotonic()
-                self.sends += 1
-                self.bytes_sent += int(batches.nbytes)
-                try:
-                    applied = self._send(sender, batches, durable)
-                except Exception as err:  # noqa: BLE001 - any failure: the holder is down until replaced
-                    self._drop_connection()
-                    # a broken connection or a dead actor is the holder's loss; a refusal or a timeout is an error
-                    lost = isinstance(err, (RoleLost, ConnectionError))
-                    self.forwarder.fail(self.holder, link, repr(err), lost)
-                else:
-                    self.forwarder.ack(self.holder, link, applied)
-                if self._on_delivery is not None:
-                    self._on_delivery()
+        try:  # the native loop (cpp/src/parity_send_loop.cc), the GIL released but for its hooks, until close()
+            self._loop.run(self._connect, self._call, self._on_delivery, self._is_loss)
         finally:
-            self._drop_connection()
+            self._session = None
 
     def flush(self) -> None:
         """Sends what is queued now (someone waits for this holder's parity to catch up)."""
-        self._flush.set()
+        self._loop.flush()
 
     def close(self) -> None:
-        self._stop.set()
-        self._flush.set()
+        self._loop.stop()
 
     def __repr__(self) -> str:
         return f"RemoteHolderLink(sender={self.forwarder.index}, holder={self.holder}, transport={self.transport!r})"
