@@ -99,6 +99,15 @@ JOB = ("def job():\n    return xdl.xdl_job(train, lambda w, n: ({k: v for k, v i
      "job() raised XdlPortError: the model function created a variable ('kernel') outside xdl_ec.layers.dense"),
     (TRAIN.format(lookup=LOOKUP.replace("batch['sparse0']", "batch['sparse0'] % 100"), model=MODEL) + JOB,
      "job() raised XdlPortError: batch['sparse0'] (a sparse feature's ids) cannot be used as a tensor"),
+    (TRAIN.format(lookup=LOOKUP, model="w = tf.compat.v1.get_variable('w', [8]) * tf.compat.v1.get_variable('w', [4])"
+                  "[:1]\n    " + MODEL) + JOB,
+     "job() raised XdlPortError: tf.compat.v1.get_variable('w'): shape [4] (float32) differs from the variable of "
+     "that name, [8] (float32): a name is one variable"),
+    (TRAIN.format(lookup=LOOKUP, model=MODEL) + JOB.replace(
+        "{k: v for k, v in b.items() if k != 'sparse1'}", "{'label': b['label'], 'deep0': b['deep0'], 'sparse0': "
+        "xdl.SparseTensor(b['sparse0'], None, __import__('numpy').arange(len(b['sparse0'])))}"),
+     "batch['sparse0']: SparseTensor segments must be the running end of each segment's ids, non-decreasing up to the "
+     "ids' count 64; got 64 segments ending at 63"),
 ])
 def test_a_script_using_what_the_port_does_not_support_is_one_clear_line(
         tmp_path: Path, body: str, message: str, capsys: pytest.CaptureFixture) -> None:
