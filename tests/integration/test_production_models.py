@@ -66,6 +66,15 @@ def test_a_server_killed_under_ec_changes_nothing(name: str) -> None:
     assert report["failures"] and report["model_digest"] == one_process(name)["model_digest"]
 
 
+@pytest.mark.parametrize("ft", ["none", "ckpt", "cpr", "ec"])
+def test_every_fault_tolerance_trains_the_one_process_model(ft: str) -> None:
+    """BatchNorm's statistics included: a ckpt rollback restores them with the weights before the replay."""
+    kill = {"ckpt": {"ckpt_interval": "4", "fail_at": ["7:1"]}, "ec": {"code": (2, 1)}, "cpr": {"cpr_interval": 4}, "none": {}}[ft]
+    cluster = xdl_ec.Cluster(servers=3, ft=ft, **kill)
+    report = small_job("din").fit(deterministic=True, seed=SEED, cluster=cluster)
+    assert report["model_digest"] == one_process("din")["model_digest"]
+
+
 @pytest.mark.ray
 @pytest.mark.parametrize("name", ["esmm", "din"])
 def test_on_ray_with_a_kill_the_digest_is_the_one_process_digest(name: str) -> None:

@@ -109,8 +109,9 @@ class ClusterView:
         return self._t.dense_state()
 
     def dense_variables(self) -> Tuple[list, list]:
-        """The authoritative dense weights and optimizer variables (TF variables, for checkpoint writers)."""
-        return self._t.dense.model.trainable_variables, self._t.dense.optimizer.variables
+        """The authoritative dense weights (trainable, then non-trainable such as BatchNorm statistics) and optimizer
+        variables (TF variables, for checkpoint writers)."""
+        return self._t.dense.variables, self._t.dense.optimizer.variables
 
     # ---- what a strategy may do -------------------------------------------------------------------------
     def load_dense_state(self, weights: Sequence[np.ndarray], optimizer_variables: Sequence[np.ndarray]) -> None:
