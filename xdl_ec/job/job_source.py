@@ -26,11 +26,20 @@ class ScriptError(ValueError):
 
 def load_script_job(path: str) -> Any:
     """Imports the file at ``path`` and returns what its ``job()`` returns, checked to be an xdl_ec.Job; the job's
-    ``source`` names the script."""
+    ``source`` names the script.
+
+    A script is a project: its folder goes first on ``sys.path`` (as ``python FILE.py`` would put it), so the modules
+    and packages beside it import, and on Ray that folder travels to the actors (:func:`xdl_ec.ps.backend.ship_project`,
+    bounded by ``MAX_PROJECT_BYTES``)."""
+    from xdl_ec.ps.backend import ship_project
 
     file = Path(path)
     if not file.is_file():
         raise ScriptError(f"--script: no such file: {path}")
+    folder = str(file.resolve().parent)
+    if not sys.path or sys.path[0] != folder:
+        sys.path.insert(0, folder)
+    ship_project(folder)
     spec = importlib.util.spec_from_file_location(f"xdl_ec_script_{file.stem}", file)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # pickling the job's functions (Ray) finds them by module name

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import signal
 import threading
 import time
 import warnings
@@ -245,8 +246,13 @@ def ray_runtime_env() -> Dict[str, Any]:
 
     Ray puts the driver's current directory first on every worker's sys.path unless the job has a working_dir;
     run from a source checkout that would import the source tree (without its compiled modules) instead of the
-    installed or staged package. So the job gets an empty working_dir, and the driver's PYTHONPATH."""
+    installed or staged package. So the job gets an empty working_dir, and the driver's PYTHONPATH. A script's job
+    gets the script's folder instead (:func:`ship_project`; Ray uploads a folder only for the whole job, at
+    ``ray.init``: a caller that connected Ray itself passes it there)."""
     import tempfile
+
+    if _project_folder is not None:
+        check_project_folder(_project_folder)
 
     global _EMPTY_WORKING_DIR
     if _EMPTY_WORKING_DIR is None:
@@ -255,10 +261,49 @@ def ray_runtime_env() -> Dict[str, Any]:
     pythonpath = os.pathsep.join(os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)
     env = {"PYTHONPATH": pythonpath,
            "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+    if _project_folder is not None:
+        return {"working_dir": _project_folder, "excludes": list(PROJECT_EXCLUDES), "env_vars": env}
     return {"working_dir": _EMPTY_WORKING_DIR, "env_vars": env}
 
 
 _EMPTY_WORKING_DIR: Optional[str] = None
+
+#: the most a script's folder may hold to travel to Ray actors (Ray keeps it in its GCS, every node unpacks a copy);
+#: past it, :func:`check_project_folder` says what to do
+MAX_PROJECT_BYTES = 50 * 1000 * 1000
+PROJECT_EXCLUDES = (".git", "__pycache__")  # neither counted nor shipped
+_project_folder: Optional[str] = None
+
+
+def project_folder_bytes(folder: str) -> int:
+    """Bytes of the files under ``folder`` that would be shipped (symbolic links not followed)."""
+    total = 0
+    for parent, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if d not in PROJECT_EXCLUDES]
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(parent, name)).st_size
+            except OSError:  # gone while walking: not shipped either
+                pass
+    return total
+
+
+def check_project_folder(folder: str) -> None:
+    """ValueError when ``folder`` is too large to ship to Ray actors (:data:`MAX_PROJECT_BYTES`)."""
+    size = project_folder_bytes(folder)
+    if size > MAX_PROJECT_BYTES:
+        raise ValueError(f"--script: its folder {folder} holds {size / 1e6:.1f} MB; on Ray the script's folder "
+                         f"travels to every actor, at most {MAX_PROJECT_BYTES / 1e6:.0f} MB: put the script and the "
+                         f"modules it imports in a folder of their own (data files can stay where they are, read by "
+                         f"absolute path)")
+
+
+def ship_project(folder: Optional[str]) -> None:
+    """A Ray that :func:`connect_ray` starts or joins from now on runs the actors in a copy of ``folder`` (a script's:
+    first on their sys.path, so the modules and packages beside the script import there as in the driver); None: no
+    folder travels."""
+    global _project_folder
+    _project_folder = None if folder is None else os.path.abspath(folder)
 
 
 class RayFuture:
@@ -310,6 +355,8 @@ def connect_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -
     import ray
 
     kwargs: Dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+    if "RAY_LOGGER_LEVEL" not in os.environ:  # Ray's INFO lines (started, package pushed) unless the user asked
+        kwargs["logging_level"] = "warning"
     if address is None:
         # A Ray xdl-ec starts requires Ray's token (Ray 2.52+ makes one for a local start, ~/.ray/auth_token),
         # unless the caller set RAY_AUTH_MODE: a user's cluster (address given) keeps the user's setting.
@@ -325,7 +372,12 @@ def connect_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -
         # Ray prestarts a task worker per CPU for the first driver; every role here is an actor with a process
         # of its own, so those idle workers only cost CPU (measured ~1% of a Ray step's on 2 cores)
         kwargs["_system_config"] = {"prestart_worker_first_driver": False}
+    previous = signal.getsignal(signal.SIGTERM)
     ray.init(address=address, runtime_env=ray_runtime_env(), **kwargs)
+    # ray.init puts its own SIGTERM handler in (exit status 1, no clean stop): a handler the caller installed (xdl-ec
+    # train stops on SIGTERM as on SIGINT) stays in charge; the Ray it started is shut down as after a SIGINT
+    if callable(previous) and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, previous)
     warn_if_unauthenticated_cluster()
 
 
