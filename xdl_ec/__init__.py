@@ -7,6 +7,10 @@ the public namespaces ``xdl_ec.optim``, ``xdl_ec.init`` and ``xdl_ec.keras``.
 
 from typing import NoReturn
 
+from .tf.startup_log import quiet_tensorflow_startup
+
+quiet_tensorflow_startup()  # before anything here imports TensorFlow (TF_CPP_MIN_LOG_LEVEL, its first import's lines)
+
 from . import init, optim
 from .job.cluster import Cluster
 from .job.job import Job

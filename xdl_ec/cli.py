@@ -8,11 +8,15 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
+import signal
 import sys
+import threading
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence
 
 from xdl_ec.job.job_source import ScriptError, builtin_source, load_script_job
+from xdl_ec.job.stop_request import STOP_REQUEST, RunStopped
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1  # the run itself failed (e.g. a parameter server was lost)
@@ -24,6 +28,13 @@ SAMPLE_NAME = "criteo_kaggle_train_head10k.tsv.gz"
 
 class UsageError(Exception):
     """A user error: reported as one line on stderr with exit status 2."""
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """argparse's errors without its usage block: the error, then one line pointing at --help (exit status 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\nrun '{self.prog} --help' for every flag\n")
 
 
 def _number(parse: Callable[[str], Any], accept: Callable[[Any], bool], expected: str) -> Callable[[str], Any]:
@@ -79,7 +90,9 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
         "train", help="train a job: your --script, or the built-in CTR model (DLRM or Embedding&MLP) on Criteo data",
         description="Train the job of a --script FILE.py (its job() returns an xdl_ec.Job), or the built-in CTR "
                     "model on a raw Criteo TSV file (--data) or synthetic data (--synthetic). Without arguments: a "
-                    "short demo of the built-in model on the Criteo sample if it is found, else on synthetic data.")
+                    "short demo of the built-in model on the Criteo sample if it is found, else on synthetic data.",
+        epilog="SIGINT (Ctrl-C) or SIGTERM stops the run at the next step boundary, with a final save when --save-dir "
+               "is given, and prints the command that resumes it (exit status 130 or 143).")
     p.add_argument("--script", metavar="FILE.py",
                    help="a Python file whose job() returns the xdl_ec.Job to train (the built-in model's flags, "
                         "marked [built-in], are then refused)")
@@ -120,7 +133,8 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--on-bad-line", choices=("error", "skip"),
                    help="[built-in] malformed lines: stop with file:line and the reason, or skip and count them")
     p.add_argument("--report", metavar="FILE.json", help="write the run report (JSON) to this file")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress (a bar on a terminal; else a plain line with samples/s and loss every 30 s)")
     ps = p.add_argument_group("parameter servers (default: the job trains in this process, without servers)")
     ps.add_argument("--servers", type=_positive_int, help="train with N parameter servers (keys sharded by hash)")
     ps.add_argument("--workers", type=_positive_int, help="workers (default 1; needs --servers)")
@@ -284,6 +298,14 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
         if given:
             raise UsageError(f"{', '.join(given)}: describe the built-in model; with --script the job declares its "
                              f"own tables, model and input (drop the flag(s) or the --script)")
+        _check_kills(cluster, args.steps)
+        if cluster is not None and cluster.backend == "ray" and Path(args.script).is_file():
+            from xdl_ec.ps.backend import check_project_folder
+
+            try:  # before the script runs (it may import TensorFlow) and Ray starts
+                check_project_folder(str(Path(args.script).resolve().parent))
+            except ValueError as err:
+                raise UsageError(str(err)) from None
         return TrainRequest(load_script_job(args.script), cluster, args.steps, args.seed, args.deterministic,
                             progress, saving=saving)
     from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job, num_train_batches, open_training_data
@@ -311,9 +333,21 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
     batches = num_train_batches(training_data, config)
     workers = 1 if cluster is None else cluster.workers
     steps = (batches if cluster is not None and cluster.mode == "async" else -(-batches // workers)) or None
+    _check_kills(cluster, steps)
     job = criteo_job(config)
     job.source = builtin_source(config)
     return TrainRequest(job, cluster, steps, args.seed, args.deterministic, progress, config, training_data, saving)
+
+
+def _check_kills(cluster: Any, steps: Optional[int]) -> None:
+    """--fail-at / --fail-worker-at against the cluster's servers, workers and the run's steps: checked here, before
+    TensorFlow is imported or Ray started, not when the first kill is due."""
+    if cluster is None:
+        return
+    try:
+        cluster.failure_schedule(0).validate(cluster.servers, cluster.workers, steps)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def _saving(args: argparse.Namespace) -> Dict[str, Any]:
@@ -372,7 +406,6 @@ def run_train(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace, verify: bool) -> tuple:
     """(exit status, report or None) of ``xdl-ec train`` (or ``verify``)."""
     request = train_request(args)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from xdl_ec.model.input_stream import InputFnError
     from xdl_ec.ps import CallTimeout, RoleLost, Unrecoverable
 
@@ -406,8 +439,11 @@ def _train(args: argparse.Namespace, verify: bool) -> tuple:
 
 def _print_report(report: dict, request: TrainRequest) -> None:
     what = request.config.model if request.config is not None else "the job"
-    print(f"trained {what}: {report['samples']:,} samples in {report['steps']:,} steps, "
-          f"{report['samples_per_sec']:,.0f} samples/s, final loss {report['final_loss']:.4f}")
+    print(f"trained {what}: {report['samples']:,} samples in {_steps_text(report)}, "
+          f"{report['samples_per_sec']:,.0f} samples/s, final loss {_number_text(report['final_loss'])}")
+    saves_line = _saves_text(report)
+    if saves_line:
+        print(saves_line)
     if "eval_samples" in report:
         auc_text = "n/a" if report["auc"] is None else f"{report['auc']:.4f}"
         logloss_text = "n/a" if report["logloss"] is None else f"{report['logloss']:.4f}"
@@ -422,6 +458,35 @@ def _print_report(report: dict, request: TrainRequest) -> None:
     print(f"model_digest {report['model_digest']}")
     for server in report.get("servers", []):
         print(f"server {server['index']}: {server['bytes_in']:,} bytes in, {server['bytes_out']:,} bytes out")
+
+
+def _number_text(value: Optional[float]) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
+def _steps_text(report: dict) -> str:
+    """The steps this run trained: a resumed run's samples are this run's, so are the steps named with them."""
+    resumed = report.get("resumed_from")
+    if resumed is None:
+        return f"{report['steps']:,} steps"
+    first, last = resumed["step"] + 1, report["steps"]
+    if last < first:
+        return f"0 steps this run (the save was at step {resumed['step']:,} already)"
+    return f"{last - first + 1:,} steps this run (steps {first:,}-{last:,})"
+
+
+def _saves_text(report: dict) -> Optional[str]:
+    """Which save the run resumed and where its saves went (None: neither)."""
+    resumed, saves = report.get("resumed_from"), report.get("saves")
+    parts = []
+    if resumed is not None:
+        parts.append(f"resumed the save of step {resumed['step']:,} in {Path(resumed['directory']).resolve()}")
+    if saves is not None:
+        newest = "" if saves.get("last_step") is None else f" (newest: step {saves['last_step']:,})"
+        parts.append(f"saves go to {Path(saves['directory']).resolve()}{newest}")
+    elif resumed is not None:
+        parts.append("this run is not saved (add --save-dir DIR)")
+    return "; ".join(parts) or None
 
 
 def add_verify_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -540,14 +605,13 @@ def add_export_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from xdl_ec.job.trained_model import TrainedModel
+    from xdl_ec.job.loading import load
 
     if Path(args.out).exists() and (not Path(args.out).is_dir() or any(Path(args.out).iterdir())):
         raise UsageError(f"--out: {args.out} exists and is not an empty directory; choose a new path")
     job = load_script_job(args.script) if args.script is not None else None
     try:
-        model = TrainedModel.load(args.source, job=job)
+        model = load(args.source, job=job)
         try:
             path = model.export(args.out)
         finally:
@@ -559,7 +623,7 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="xdl-ec", description="xdl-ec: sparse CTR training with erasure-coded "
+    parser = OneLineErrorParser(prog="xdl-ec", description="xdl-ec: sparse CTR training with erasure-coded "
                                                                 "fault tolerance")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_train_parser(subparsers)
@@ -569,19 +633,122 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: seconds a run has, after SIGINT/SIGTERM, to reach a step boundary (and save there) before it is stopped where it
+#: is (a recovery in progress, a long wait): a second signal stops it at once
+STOP_GRACE_SECONDS = 1.0
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM stopped the run where it was (not at a step boundary)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = int(signum)
+
+
+class StopOnSignals:
+    """While a command runs: SIGINT and SIGTERM ask the run to stop at its next step boundary (final save there,
+    see :mod:`xdl_ec.job.stop_request`); a second signal, or none reached within :data:`STOP_GRACE_SECONDS`, stops
+    it where it is. A signal the caller ignores (SIG_IGN, e.g. a background job of a non-interactive shell) stays
+    ignored."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.previous: Dict[int, Any] = {}
+        self.timer: Optional[threading.Timer] = None
+
+    def __enter__(self) -> "StopOnSignals":
+        STOP_REQUEST.clear()
+        STOP_REQUEST.on_boundary.append(self._cancel_timer)
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                if signal.getsignal(signum) is not signal.SIG_IGN:
+                    self.previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._cancel_timer()
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+        STOP_REQUEST.clear()
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if STOP_REQUEST.asked:
+            raise Interrupted(signum)
+        STOP_REQUEST.ask(signum)
+        name = signal.Signals(signum).name
+        print(f"xdl-ec {self.command}: {name}: stopping at the next step boundary ({name} again: at once)",
+              file=sys.stderr, flush=True)
+        main = threading.main_thread().ident
+        # a real signal to the main thread: it also breaks a blocking wait there, which a flag would not
+        self.timer = threading.Timer(STOP_GRACE_SECONDS, signal.pthread_kill, (main, signum))
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _cancel_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+
+
+def stop_message(command: str, argv: Sequence[str], args: argparse.Namespace, err: KeyboardInterrupt) -> List[str]:
+    """The lines printed when a signal stopped ``command``: where it stopped, the last save, the command resuming it."""
+    signum = getattr(err, "signum", signal.SIGINT)
+    name = signal.Signals(signum).name
+    head = f"xdl-ec {command}: interrupted ({name})"
+    if isinstance(err, RunStopped):
+        head += f", stopped at step {err.step:,}"
+    saved, where = None, None
+    for where in (getattr(args, "save_dir", None), getattr(args, "resume", None)):
+        if where is None:
+            continue
+        from xdl_ec.keep.saved_run import SavedRun
+
+        try:
+            saved = SavedRun.open(where)
+            break
+        except (OSError, ValueError):
+            saved = None
+    if saved is None:
+        if getattr(args, "save_dir", None) is not None:
+            return [f"{head}; nothing saved yet in {Path(args.save_dir).resolve()}"]
+        if command != "train":
+            return [head]
+        return [f"{head}; nothing saved: run with --save-dir DIR to be able to resume"]
+    resume = _without_flag(list(argv), "--resume") + ["--resume", str(where)]
+    return [f"{head}; last save: step {saved.step:,} in {saved.directory.resolve()}",
+            f"resume with: {shlex.join(['xdl-ec', *resume])}"]
+
+
+def _without_flag(argv: List[str], flag: str) -> List[str]:
+    out, skip = [], False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token == flag:
+            skip = True
+        elif not token.startswith(flag + "="):
+            out.append(token)
+    return out
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``xdl-ec`` script; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)  # argparse itself exits 2 with one usage line on bad flags
+    args = parser.parse_args(argv)  # argparse itself exits 2: its error and a line pointing at --help
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
-        return handler(args)
+        with StopOnSignals(args.command):
+            return handler(args)
     except (UsageError, ScriptError) as err:
         print(f"xdl-ec {args.command}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print(f"xdl-ec {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:  # SIGINT or SIGTERM: 128 + the signal's number, as the shell reports it
+        for line in stop_message(args.command, argv, args, err):
+            print(line, file=sys.stderr)
+        return 128 + int(getattr(err, "signum", signal.SIGINT))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import gzip
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -163,3 +164,135 @@ def test_dlrm_auc_matches_the_plain_keras_peer_on_criteo() -> None:
         theirs.append(peer.KerasPeer(config).run()["auc"])
     assert min(ours) > 0.70, f"xdl-ec DLRM AUC {ours} below a sensible model's on this sample"
     assert abs(np.mean(ours) - np.mean(theirs)) <= 0.01, f"xdl-ec {ours} vs plain Keras {theirs}"
+
+
+def run_cli(tmp_path: Path, *args: str, env: dict | None = None, prelude: str = "") -> subprocess.CompletedProcess:
+    """``xdl-ec ARGS`` in a fresh process whose stderr is a pipe (not a terminal); ``prelude``: Python run first."""
+    code = f"{prelude}\nimport sys\nfrom xdl_ec.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    base = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    base.pop("TF_CPP_MIN_LOG_LEVEL", None)  # as a user who set nothing
+    base.pop("RAY_LOGGER_LEVEL", None)
+    return subprocess.run([sys.executable, "-P", "-c", code, *args], capture_output=True, text=True,
+                          env={**base, **(env or {})}, timeout=300, cwd=tmp_path)
+
+
+# Fails the run the moment TensorFlow or Ray is imported: flag errors must come before either.
+NO_TF_OR_RAY = '''
+import sys
+class _Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("tensorflow", "keras", "ray"):
+            raise RuntimeError(f"{name} imported before every flag was checked")
+sys.meta_path.insert(0, _Refuse())
+'''
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--synthetic", "--servers", "3", "--ft", "ec", "--code", "2,1", "--fail-at", "40:5"],
+     "--fail-at 40:5: there is no server 5 (the run has 3 servers, indices 0..2)"),
+    (["--synthetic", "--servers", "3", "--workers", "2", "--fail-worker-at", "4:2"],
+     "--fail-worker-at 4:2: there is no worker 2 (the run has 2 workers, indices 0..1)"),
+    (["--synthetic", "--steps", "10", "--servers", "3", "--fail-at", "20:1"],
+     "--fail-at 20:1: the run has only 10 steps; pick a step in 1..10"),
+    (["--script", str(ROOT / "examples" / "user_item_tags.py"), "--steps", "3", "--servers", "3", "--fail-at", "2:7"],
+     "--fail-at 2:7: there is no server 7 (the run has 3 servers, indices 0..2)"),
+    (["--synthetic", "--servers", "2", "--ft", "ec", "--code", "4,1"],
+     "--servers: the code k=4, r=1 needs at least k + r = 5 servers, got 2; add servers or use a smaller code"),
+])
+def test_flags_are_checked_before_tensorflow_or_ray_is_imported(tmp_path: Path, flags: list[str],
+                                                                message: str) -> None:
+    proc = run_cli(tmp_path, "train", *flags, "--no-progress", prelude=NO_TF_OR_RAY)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.splitlines() == [f"xdl-ec train: error: {message}"]
+
+
+def test_an_argument_error_is_one_line_and_a_pointer_to_help(tmp_path: Path) -> None:
+    proc = run_cli(tmp_path, "train", "--synthetic", "--servers", "6", "--ft", "ec", "--code", "5,5")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "xdl-ec train: error: argument --code: expected K,R (data and parity servers per stripe) like 4,1: need "
+        "k >= 1, 1 <= r <= 4 and k + r <= 32, got k=5, r=5",
+        "run 'xdl-ec train --help' for every flag"]
+
+
+STARTUP_NOISE = ("absl::InitializeLog", "oneDNN", "cpu_feature_guard", "This TensorFlow binary is optimized",
+                 " INFO ", "Started a local Ray instance", "Pushing file package")
+
+
+@pytest.mark.ray
+def test_no_tensorflow_or_ray_start_up_lines_and_plain_progress_lines(tmp_path: Path) -> None:
+    """stderr is a pipe: the progress is plain lines (no bar), and neither TF nor Ray prints its start-up lines."""
+    proc = run_cli(tmp_path, "train", "--synthetic", "--synthetic-rows", "3000", "--steps", "5", "--servers", "2",
+                   "--backend", "ray", env={"RAY_AUTH_MODE": "disabled"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not [line for line in proc.stderr.splitlines() if any(n in line for n in STARTUP_NOISE)], proc.stderr
+    assert "\r" not in proc.stderr and "%|" not in proc.stderr
+    assert re.fullmatch(r"step 1/5: loss \d+\.\d{4}", proc.stderr.strip()), proc.stderr
+    assert "trained dlrm: 640 samples in 5 steps" in proc.stdout
+
+
+def test_the_python_api_prints_no_tensorflow_start_up_lines(tmp_path: Path) -> None:
+    code = (f"import sys\nsys.path.insert(0, {str(ROOT / 'examples')!r})\n"
+            "import user_item_tags as ex\n"
+            "job = ex.make_job(ex.ClickLog(batch_size=64, batches=4, eval_batches=1))\n"
+            "print(job.fit()['steps'])\n")
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    proc = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, env=env, timeout=300,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["4"]
+    assert proc.stderr == ""
+    # a user who asks for TF's INFO lines gets them
+    loud = subprocess.run([sys.executable, "-P", "-c", "import xdl_ec, tensorflow"], capture_output=True, text=True,
+                          env={**env, "TF_CPP_MIN_LOG_LEVEL": "0"}, timeout=300, cwd=tmp_path)
+    assert "oneDNN" in loud.stderr or "cpu_feature_guard" in loud.stderr
+
+
+def test_a_resumed_run_names_its_steps_the_save_it_resumed_and_where_saves_go(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    saves = tmp_path / "saves"
+    flags = [*TINY, "--deterministic", "--save-dir", str(saves)]
+    assert main(["train", *flags, "--steps", "6"]) == 0
+    first = capsys.readouterr().out.splitlines()
+    assert first[0].startswith("trained dlrm: 1,536 samples in 6 steps, ")
+    assert first[1] == f"saves go to {saves.resolve()} (newest: step 6)"
+    from xdl_ec.keep.saved_run import SavedRun
+
+    step_6 = SavedRun.open(saves).directory.resolve()
+    assert main(["train", *flags, "--steps", "10", "--resume", str(saves)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("trained dlrm: 1,024 samples in 4 steps this run (steps 7-10), ")
+    assert out[1] == f"resumed the save of step 6 in {step_6}; saves go to {saves.resolve()} (newest: step 10)"
+
+
+def test_sigterm_stops_at_a_step_boundary_saves_and_exits_143(tmp_path: Path) -> None:
+    """SIGTERM is a clean stop: the run saves the step it stopped at and says how to resume it; exit 143."""
+    import signal
+
+    from xdl_ec.keep.saved_run import SavedRun
+
+    saves = tmp_path / "saves"
+    args = ["train", *TINY[:-1], "--steps", "20000", "--save-dir", "saves", "--save-every", "100000"]
+    code = "import sys\nfrom xdl_ec.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    proc = subprocess.Popen([sys.executable, "-P", "-c", code, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+                            preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+    try:
+        first = proc.stderr.readline()  # the progress' first line: training has begun
+        assert first.startswith("step 1/20,000: loss"), first
+        proc.send_signal(signal.SIGTERM)
+        status = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    rest = proc.stderr.read().splitlines()
+    assert status == 143, rest
+    saved = SavedRun.open(saves)
+    assert 1 <= saved.step < 20000
+    assert rest == [
+        "xdl-ec train: SIGTERM: stopping at the next step boundary (SIGTERM again: at once)",
+        f"xdl-ec train: interrupted (SIGTERM), stopped at step {saved.step:,}; last save: step {saved.step:,} in "
+        f"{saved.directory.resolve()}",
+        f"resume with: xdl-ec {' '.join(args)} --resume saves"]

@@ -28,6 +28,14 @@ def descendants(pid: int) -> Set[int]:
     return found
 
 
+def default_stop_signals() -> None:
+    """In a child before it runs its command: SIGINT and SIGTERM as the kernel delivers them by default, whatever
+    this process inherited (a runner that ignores SIGINT, e.g. a background job of a non-interactive shell, would
+    pass the ignored disposition on, and the child would never see the signal the test sends)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def interrupt_when_recovering(cmd: List[str], env: Dict[str, str], cwd: Optional[str] = None,
                               start_timeout: float = 240.0,
                               before_interrupt: Optional[Callable[[int], None]] = None) -> Tuple[int, float, str, int]:
@@ -38,7 +46,7 @@ def interrupt_when_recovering(cmd: List[str], env: Dict[str, str], cwd: Optional
     import pytest
 
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=default_stop_signals)
     try:
         deadline = time.monotonic() + start_timeout
         for line in proc.stderr:  # the strategy's warning when a recovery starts

@@ -32,6 +32,7 @@ from xdl_ec.ft.failure_injector import FailureInjector
 from xdl_ec.model.job_spec import JobSpec
 from .local_run import LocalRun
 from .local_tables import LocalTables
+from .stop_request import STOP_REQUEST, StopAtBoundary
 from xdl_ec.keep.backstop import Backstop
 from xdl_ec.ps.backend import RoleLost
 from xdl_ec.ps.fault_tolerance import Unrecoverable
@@ -175,6 +176,7 @@ class Job:
             if saver is not None:
                 saver.start(run.step)
                 run.hooks.append(saver)
+            run.hooks.append(StopAtBoundary(STOP_REQUEST, lambda: self._save_end(saver, run)))  # SIGINT/SIGTERM
             report = run.fit(self._steps_left(steps, saved))
             self._save_end(saver, run)
             report.update(self._evaluate(run.trained()))
@@ -218,6 +220,7 @@ class Job:
             if saver is not None:
                 saver.start(trainer.step)
                 trainer.hooks.append(saver)
+            trainer.hooks.append(StopAtBoundary(STOP_REQUEST, lambda: self._save_end(saver, trainer)))
             try:
                 report = trainer.fit(self._steps_left(steps, saved))
             except (RoleLost, Unrecoverable) as err:

@@ -18,6 +18,7 @@ from xdl_ec.model.digest import model_digest
 from xdl_ec.keep.checkpoint import PendingCheckpoint
 from xdl_ec.model.job_spec import JobSpec
 from .local_tables import LocalTables
+from xdl_ec.ps.progress import Progress
 from xdl_ec.ps.worker import RunSettings, Worker
 from xdl_ec.keep.saved_run import SavedRun
 from .trained_model import TrainedModel
@@ -45,12 +46,10 @@ class LocalRun:
     def fit(self, steps: Optional[int] = None) -> Dict[str, Any]:
         """Trains at most ``steps`` steps (None: until the input is exhausted); the same figures as a cluster
         run's fit."""
-        from tqdm import tqdm
-
         if steps is not None:
             steps = checks.non_negative_int("steps", steps)
         stop = None if steps is None else self.step + steps
-        bar = tqdm(total=steps, unit="step", disable=not self.progress, dynamic_ncols=True, leave=False)
+        bar = Progress(steps, self.progress)
         timeline = []
         start = time.perf_counter()
         first_end, first_samples, samples = None, 0, 0
@@ -70,7 +69,7 @@ class LocalRun:
                 if first_end is None:
                     first_end, first_samples = now, samples
                 timeline.append([self.step, now - start, samples, result.loss])
-                bar.update(1)
+                bar.update(samples, result.loss)
                 for hook in self.hooks:
                     hook.after_step(self)
                 if not result.has_next:

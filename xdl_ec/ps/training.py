@@ -40,6 +40,7 @@ from .dense_sync import DriverDense
 from .direct import BesideLinkedHandle, LinkedHandle
 from .fault_tolerance import FaultTolerance, NoFaultTolerance
 from .placement import check_failure_domain, plan_placement
+from .progress import Progress
 from .recovery_coordinator import RecoveryCoordinator
 from .remote import Remote
 from .scheduler import Scheduler
@@ -398,15 +399,13 @@ class PSTrainer:
             self._first_step_end, self._first_samples = now, self.samples
         # (step, seconds since this fit began, samples so far, step loss): throughput and loss over time
         self.timeline.append([self.step, now - self._fit_start, self.samples - self._fit_samples, self.losses[-1]])
-        bar.update(1)
+        bar.update(self.samples - self._fit_samples, self.losses[-1])
 
     def fit(self, steps: Optional[int] = None) -> Dict[str, Any]:
         """Trains at most ``steps`` more steps (None: until every worker's input is exhausted); the next call
         continues where this one stopped. Returns this call's figures plus the strategy's report."""
         if steps is not None:
             steps = checks.non_negative_int("steps", steps)
-        from tqdm import tqdm
-
         stop = None if steps is None else self.step + steps
         self.total_steps = stop
         if self.injector is not None:
@@ -415,7 +414,7 @@ class PSTrainer:
         self._first_step_end, self._first_samples = None, 0
         self._fit_samples = self.samples
         self.timeline = []
-        bar = tqdm(total=steps, unit="step", disable=not self.progress, dynamic_ncols=True, leave=False)
+        bar = Progress(steps, self.progress)
         start = self._fit_start = time.perf_counter()
         if self._train_start is None:  # the first call: --mtbf kills count from here
             self._train_start = start

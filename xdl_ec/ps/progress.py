@@ -1,0 +1,60 @@
+"""A run's progress on stderr: tqdm's bar on a terminal; anywhere else (a log file, a pipe, CI) a bar's carriage
+returns leave blank lines and lines of spaces, so a plain line is printed instead after the first step and then every
+``every`` seconds: ``step 120/400: 15,300 samples/s, loss 0.4812`` (samples/s and mean loss since the line before)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Callable, List, Optional, TextIO
+
+PLAIN_EVERY_SECONDS = 30.0
+
+
+class Progress:
+    """Counts a fit's steps: :meth:`update` after each (with the fit's samples so far and the step's loss),
+    :meth:`close` at the end. ``enabled=False`` prints nothing."""
+
+    def __init__(self, total: Optional[int], enabled: bool, stream: Optional[TextIO] = None,
+                 every: float = PLAIN_EVERY_SECONDS, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.total, self.every, self.clock = total, every, clock
+        self.stream = sys.stderr if stream is None else stream
+        self._bar: Any = None
+        self._plain = False
+        if enabled:
+            isatty = getattr(self.stream, "isatty", None)
+            if isatty is not None and isatty():
+                from tqdm import tqdm
+
+                self._bar = tqdm(total=total, unit="step", dynamic_ncols=True, leave=False, file=self.stream)
+            else:
+                self._plain = True
+        self.step = 0
+        self._line_time = clock()
+        self._line_samples = 0
+        self._losses: List[float] = []
+
+    def update(self, samples: int, loss: Optional[float]) -> None:
+        """One more step; ``samples``: trained by this fit so far, ``loss``: the step's."""
+        self.step += 1
+        if self._bar is not None:
+            self._bar.update(1)
+        if not self._plain:
+            return
+        if loss is not None:
+            self._losses.append(float(loss))
+        now = self.clock()
+        if self.step > 1 and now - self._line_time < self.every:
+            return
+        of = "" if self.total is None else f"/{self.total:,}"
+        parts = []
+        if self.step > 1 and now > self._line_time:  # the first step's time is mostly start-up: no rate for it
+            parts.append(f"{(samples - self._line_samples) / (now - self._line_time):,.0f} samples/s")
+        if self._losses:
+            parts.append(f"loss {sum(self._losses) / len(self._losses):.4f}")
+        print(f"step {self.step:,}{of}: {', '.join(parts)}", file=self.stream, flush=True)
+        self._line_time, self._line_samples, self._losses = now, samples, []
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
