@@ -112,8 +112,14 @@ void ParitySendLoop::Run(const Hooks& hooks) {
       if (stop_) break;
     }
     DeltaForwarder::Delivery delivery;
-    // waits up to poll_ms_; false also once the link was replaced (then Stop comes)
-    if (!forwarder_->Take(holder_, link_, poll_ms_, &delivery)) continue;
+    // waits up to poll_ms_; false also at once when the forwarder closed or the link was replaced (then Stop
+    // comes): the rest of the poll is waited out here, so such a loop never spins
+    const Clock::time_point taking = Clock::now();
+    if (!forwarder_->Take(holder_, link_, poll_ms_, &delivery)) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait_until(lock, taking + std::chrono::milliseconds(poll_ms_), [&] { return stop_; });
+      continue;
+    }
     last_send = Clock::now();
     const std::vector<uint8_t> wire = SerializeBatches(delivery.batches);
     sends_.fetch_add(1);

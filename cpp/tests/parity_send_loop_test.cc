@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <time.h>
 #include <future>
 #include <memory>
 #include <random>
@@ -242,6 +243,36 @@ TEST(ParitySendLoop, StopEndsAnIdleLoopPromptlyAndPacesSendsToTheInterval) {
     l->sending.get();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - stopping, std::chrono::seconds(1));
+}
+
+TEST(ParitySendLoop, AReplacedLinkOrAClosedForwarderLeavesTheLoopIdleNotSpinning) {
+  Server server;
+  const int holder = server.forwarder->holders()[0];
+  ParitySendLoop loop(server.forwarder, holder, server.forwarder->SetHolder(holder, nullptr), 0.0, 0.05, 5.0);
+  server.forwarder->SetHolder(holder, nullptr);  // replaced: this loop's Take answers nothing, at once
+  std::atomic<int> connects{0};
+  ParitySendLoop::Hooks hooks;
+  hooks.connect = [&] {
+    ++connects;
+    return ParitySendLoop::Connection{};
+  };
+  double loop_cpu = 0;  // seconds of CPU the loop's thread used
+  auto running = std::async(std::launch::async, [&] {
+    loop.Run(hooks);
+    timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    loop_cpu = t.tv_sec + t.tv_nsec * 1e-9;
+  });
+  server.Push();
+  server.forwarder->Flush();
+  server.forwarder->Close();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  loop.Stop();
+  running.get();
+  EXPECT_EQ(connects.load(), 0);
+  EXPECT_EQ(loop.sends(), 0u);
+  // about ten idle polls: well under a millisecond; spinning, even a share of a busy machine's core is tens of ms
+  EXPECT_LT(loop_cpu, 0.005);
 }
 
 }  // namespace
