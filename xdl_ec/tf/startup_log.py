@@ -72,35 +72,37 @@ def stderr_filtered(drop: Callable[[str], bool]) -> Iterator[None]:
 
 
 class _QuietLoader(importlib.abc.Loader):
-    """TensorFlow's own loader, its ``exec_module`` (the whole import) under :func:`stderr_filtered`."""
+    """TensorFlow's own loader, its ``exec_module`` (the whole import) under :func:`stderr_filtered`; the finder that
+    made it leaves ``sys.meta_path`` then (only the first import prints the start-up lines)."""
 
-    def __init__(self, loader: importlib.abc.Loader) -> None:
-        self.loader = loader
+    def __init__(self, loader: importlib.abc.Loader, finder: "_FirstTensorflowImport") -> None:
+        self.loader, self.finder = loader, finder
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
         return self.loader.create_module(spec)
 
     def exec_module(self, module: Any) -> None:
+        if self.finder in sys.meta_path:
+            sys.meta_path.remove(self.finder)
         level = tensorflow_log_level()
         with stderr_filtered(lambda line: is_startup_noise(line, level)):
             self.loader.exec_module(module)
 
 
 class _FirstTensorflowImport(importlib.abc.MetaPathFinder):
-    """Finds ``tensorflow`` once, through the finders after it, and wraps its loader; then leaves ``sys.meta_path``."""
+    """Finds ``tensorflow`` through the other finders and wraps its loader (a spec asked for without an import, as
+    ``importlib.util.find_spec`` does, leaves the finder in place for the import that follows)."""
 
     def find_spec(self, fullname: str, path: Optional[Sequence[str]] = None,
                   target: Any = None) -> Optional[importlib.machinery.ModuleSpec]:
         if fullname != "tensorflow":
             return None
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        for finder in sys.meta_path:
+        for finder in [f for f in sys.meta_path if f is not self]:
             find = getattr(finder, "find_spec", None)
             spec = find(fullname, path, target) if find is not None else None
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _QuietLoader(spec.loader)
+                    spec.loader = _QuietLoader(spec.loader, self)
                 return spec
         return None
 

@@ -32,3 +32,17 @@ def test_the_filter_drops_noise_written_to_the_descriptor_and_keeps_the_rest() -
     proc = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.splitlines() == [WARNING.strip(), "from python", "after"]
+
+
+def test_tensorflows_first_import_after_import_xdl_ec_prints_nothing() -> None:
+    """Even when something looked tensorflow up first (importlib.util.find_spec, as libraries probing for it do)."""
+    code = ("import importlib.util, sys\n"
+            "import xdl_ec\n"
+            "assert importlib.util.find_spec('tensorflow') is not None\n"
+            "import tensorflow as tf\n"
+            "print(float(tf.reduce_sum(tf.constant([1.0, 2.0]))))\n")
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    proc = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert (proc.stdout, proc.stderr) == ("3.0\n", "")
