@@ -1,6 +1,7 @@
 """A parity link's side of the protocol by hand (xdl_ec.ft.parity_link), as a captured genuine connection would show
-it: the handshake (xdl_ec.net.link_handshake) byte by byte, then each request framed by a LinkSession into a socket pair and sent from there,
-so every byte sent is recorded (a stranger can replay it) and can be altered on the way."""
+it: the handshake (xdl_ec.net.link_handshake) byte by byte, then each request framed by a LinkSession into a socket
+pair and sent from there, so every byte sent is recorded (a stranger can replay it) and can be altered on the
+way."""
 
 from __future__ import annotations
 

@@ -1,20 +1,22 @@
 """Parity batches between server processes: :class:`RemoteHolderLink` (sender side) and :class:`ParityReceiver`
 (holder side), over one plain TCP connection per (sender, holder) pair, open only to members of the job.
 
-The C++ :class:`~xdl_ec._core.DeltaForwarder` serves holders in its own process from its own thread; a holder
-in another process (a Ray actor) is served by a RemoteHolderLink: a thread that takes the holder's queued batches
-(in seq order, serialised), sends them and acknowledges how far the holder applied, so the forwarder can advance
-its durable watermark. Both ends' loops are native (:class:`xdl_ec._core.ParitySendLoop`,
+The C++ :class:`~xdl_ec._core.DeltaForwarder` serves holders in its own process from its own thread; a holder in
+another process (a Ray actor) is served by a RemoteHolderLink: a thread that takes the holder's queued batches (in
+seq order, serialised), sends them and acknowledges how far the holder applied, so the forwarder can advance its
+durable watermark. Both ends' loops are native (:class:`xdl_ec._core.ParitySendLoop`,
 :class:`xdl_ec._core.ParityReceiveLoop`, ``cpp/src/parity_*_loop.cc``), run by a Python thread with the GIL
-released: Python starts and stops them, connects (Ray tells where) and answers their rare hooks. A holder that fails counts as down until the forwarder is given its replacement
-(``set_holder``). One thread per holder, so a holder slow to answer never holds back the others.
+released: Python starts and stops them, connects (Ray tells where) and answers their rare hooks. A holder that fails
+counts as down until the forwarder is given its replacement (``set_holder``). One thread per holder, so a holder
+slow to answer never holds back the others.
 
 Why not a Ray actor call per send: with batches over Ray's 100 KB inline limit every call goes through the object
 store, ~2.8 ms of CPU over sender, holder and raylet per call (~1.2 ms under it), and there are k + r - 1 links per
-server; that was most of what ``--ft ec`` cost on Ray. The connection costs a ``sendall`` and a ``recv`` per send,
-with the GIL released around both. Ray is used once per link, to ask the holder's server for its receiver's
-address (its agent's ``parity_address``, through :class:`~xdl_ec.ps.remote.Remote`), so a link follows its holder wherever Ray placed it; when that address
-cannot be connected to (a firewall between nodes), the link falls back to Ray calls (``apply_parity``).
+server; that was most of what ``--ft ec`` cost on Ray. The connection costs a send and a receive per batch on each
+side, in the native loops. Ray is used once per link, to ask the holder's server for its receiver's address
+(its agent's ``parity_address``, through :class:`~xdl_ec.ps.remote.Remote`), so a link follows its holder wherever
+Ray placed it; when that address cannot be connected to (a firewall between nodes), the link falls back to Ray calls
+(``apply_parity``).
 
 Membership. A receiver listens on the node's address, so anyone on the network can connect: every connection
 opens with the links' one handshake (:mod:`xdl_ec.net.link_handshake`, purpose ``parity``, the sender as the caller
@@ -26,16 +28,16 @@ text), and the receiver logs one warning naming it; a receiver that fails its pr
 Both then frame and MAC their messages under the connection's session key as a direct link does
 (:mod:`xdl_ec.ps.direct`: the native :class:`xdl_ec._core.LinkSession`, the link as the caller, AES-GMAC for bodies
 of 16 KiB and more, HMAC-SHA256 below), so a replayed, reordered or altered message fails and the header is checked
-before anything is allocated for the body. A request is one message: its first part ``<iiq`` (holder, sender, durable) and one buffer, the
-``serialize_batches`` bytes (at most ``max_payload`` bytes, default :data:`MAX_PAYLOAD_BYTES`), which the holder
-applies in place; the answer is one message ``<bq`` (status 0 ok / 1 refused, applied seq) + a UTF-8 error of at
-most 64 KiB. Framing, MACs and socket I/O of a message are one native call with the GIL released, with a deadline
-of :data:`CALL_TIMEOUT` on each side (a holder that stops reading fails its link, never hangs it). Done in Python
-(SHA-256 of each payload on both sides, a copy and a fresh buffer per receive) they were ~40% of what ``--ft ec``
-added to a server's CPU on Ray. The header's sender must be the one the handshake proved. The holder (C++
-ParityHolder) then checks every batch against the stripe layout, so even a member cannot write outside its own
-stripes. A refused batch changes nothing, is answered with its error and logged as a warning. There is no
-encryption: deltas cross the network in the clear (run on a trusted network).
+before anything is allocated for the body. A request is one message: its first part ``<iiq`` (holder, sender,
+durable) and one buffer, the ``serialize_batches`` bytes (at most ``max_payload`` bytes, default
+:data:`MAX_PAYLOAD_BYTES`), which the holder applies in place; the answer is one message ``<bq`` (status 0 ok / 1
+refused, applied seq) + a UTF-8 error of at most 64 KiB. Framing, MACs and socket I/O of a message are one native
+call with the GIL released, with a deadline of :data:`CALL_TIMEOUT` on each side (a holder that stops reading fails
+its link, never hangs it). Done in Python (SHA-256 of each payload on both sides, a copy and a fresh buffer per
+receive) they were ~40% of what ``--ft ec`` added to a server's CPU on Ray. The header's sender must be the one the
+handshake proved. The holder (C++ ParityHolder) then checks every batch against the stripe layout, so even a member
+cannot write outside its own stripes. A refused batch changes nothing, is answered with its error and logged as a
+warning. There is no encryption: deltas cross the network in the clear (run on a trusted network).
 
 A connection that breaks, or a holder that refuses a batch, makes the link fail: the forwarder marks the holder
 down, exactly as a failed call did (the protocol in :mod:`xdl_ec.ft.ec_strategy` is unchanged: batches in seq
@@ -48,7 +50,6 @@ import logging
 import socket
 import struct
 import threading
-import time
 from typing import Any, Callable, Optional, Protocol, Tuple
 
 import numpy as np

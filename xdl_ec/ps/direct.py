@@ -7,13 +7,13 @@ pull, a pull and a push per server, the driver's step call), which was most of a
 call is one ``sendmsg`` and one read on each side, with the GIL released around both.
 
 What goes over a link (:data:`LINK_METHODS`): a server's ``pull``, ``push``, ``pull_stale``, ``push_pull`` and
-``push_pull_stale`` (from its workers), a worker's ``train_step``, ``flush`` and ``dense_state`` (from the driver), and ``ping`` (a link's
-empty call; liveness probes go through Ray). A :class:`LinkedHandle` wraps a role's Ray handle: those
-methods go over its link, everything else (pings, recovery, saves, stats) to Ray as before. The driver's
-:class:`BesideLinkedHandle` of a server sends the ec rebuild's agent calls (:data:`BESIDE_METHODS`: fragment reads,
-block writes) over a link of their own, beside the steps'. Calls on one link are answered in order, one at a time,
-by the role's serving thread for that connection; the role object guards itself against its other callers (a
-server's lock; a worker's, see :class:`~xdl_ec.ps.worker.Worker`).
+``push_pull_stale`` (from its workers), a worker's ``train_step``, ``flush`` and ``dense_state`` (from the driver),
+and ``ping`` (a link's empty call; liveness probes go through Ray). A :class:`LinkedHandle` wraps a role's Ray
+handle: those methods go over its link, everything else (pings, recovery, saves, stats) to Ray as before. The
+driver's :class:`BesideLinkedHandle` of a server sends the ec rebuild's agent calls (:data:`BESIDE_METHODS`:
+fragment reads, block writes) over a link of their own, beside the steps'. Calls on one link are answered in order,
+one at a time, by the role's serving thread for that connection; the role object guards itself against its other
+callers (a server's lock; a worker's, see :class:`~xdl_ec.ps.worker.Worker`).
 
 Messages: ``pickle`` protocol 5 with out-of-band buffers, so numpy arrays are sent from and received into their own
 memory (one ``sendmsg`` gathers header, pickle and every array; the receiver reads the message into one aligned
@@ -29,8 +29,9 @@ A worker's ``push_pull`` and ``push_pull_stale`` travel in a native form instead
 receives, applies and answers those in its core (``ParameterServer.serve_link``, :class:`xdl_ec._core.ShardServer`'s
 loop, ``cpp/src/step_link_loop.cc``) with the GIL released and no Python run, and hands every other message to
 Python: other calls, and the requests the core declines unchanged (sync steps, bad input, an agent with hooks of its
-own), which Python serves as any call, with its errors. Under load a request's Python cost several times its warm price (a server's thread wakes
-with cold caches between requests); it was most of what a small step cost on Ray beyond one process.
+own), which Python serves as any call, with its errors. Under load a request's Python cost several times its warm
+price (a server's thread wakes with cold caches between requests); it was most of what a small step cost on Ray
+beyond one process.
 
 Membership: the driver makes a :class:`~xdl_ec.net.job_secret.JobSecret` K per run and gives it to its workers
 (actor arguments); a caller asks the role, through Ray, to open its links with K (``open_links(K)`` answers the
@@ -72,7 +73,8 @@ import numpy as np
 
 from xdl_ec import _core
 from xdl_ec.net import link_handshake
-from xdl_ec.net.link_handshake import MAC_GMAC, MAC_HMAC, MAC_OFFERED, Hello, LinkRefused
+from xdl_ec.net.link_handshake import MAC_GMAC as MAC_GMAC, MAC_HMAC as MAC_HMAC, MAC_OFFERED, Hello
+from xdl_ec.net.link_handshake import LinkRefused as LinkRefused
 from xdl_ec.net.link_listener import LinkListener, PeerRefused
 from xdl_ec.net.link_socket import CONNECT_SECONDS, LinkBroken, connect, node_host
 from .api import PushAck
