@@ -251,8 +251,9 @@ def ray_runtime_env() -> Dict[str, Any]:
     ``ray.init``: a caller that connected Ray itself passes it there)."""
     import tempfile
 
-    if _project_folder is not None:
-        check_project_folder(_project_folder)
+    project = _project_folder if _project_folder is not None and os.path.isdir(_project_folder) else None
+    if project is not None:
+        check_project_folder(project)
 
     global _EMPTY_WORKING_DIR
     if _EMPTY_WORKING_DIR is None:
@@ -261,8 +262,8 @@ def ray_runtime_env() -> Dict[str, Any]:
     pythonpath = os.pathsep.join(os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)
     env = {"PYTHONPATH": pythonpath,
            "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
-    if _project_folder is not None:
-        return {"working_dir": _project_folder, "excludes": list(PROJECT_EXCLUDES), "env_vars": env}
+    if project is not None:
+        return {"working_dir": project, "excludes": list(PROJECT_EXCLUDES), "env_vars": env}
     return {"working_dir": _EMPTY_WORKING_DIR, "env_vars": env}
 
 
