@@ -67,8 +67,8 @@ void ParityReceiveLoop::Serve(LinkSession& session, int fd, int sender, const st
       m = session.Receive(fd, -1.0, max_payload + kFraming, hooks.interrupted);
     } catch (const LinkOversized& e) {
       // authenticated, so the member learns why; its bytes are not read: the connection ends after it
-      const std::string error = "the request exceeds this receiver's max_payload of " +
-                                std::to_string(max_payload) + " bytes (" + e.what() + ")";
+      const std::string error = "the request exceeds this receiver's max_payload of " + std::to_string(max_payload) +
+                                " bytes (" + e.what() + ")";
       hooks.warn("refused a request of " + who + ": " + error);
       answer(1, 0, error);
       return;

@@ -77,9 +77,8 @@ int64_t ParitySendLoop::Exchange(const Hooks& hooks, const std::vector<uint8_t>&
                         ParityReceiveLoop::kAnswerBytes + ParityReceiveLoop::kMaxError + ParityReceiveLoop::kFraming,
                         hooks.interrupted);
   } catch (const LinkRejected& e) {  // an answer altered on the way: the connection is not to be trusted
-    throw HookFailed(Repr("LinkBroken", "holder " + std::to_string(holder_) + "'s answer failed its check: " +
-                                            e.what()),
-                     true);
+    throw HookFailed(
+        Repr("LinkBroken", "holder " + std::to_string(holder_) + "'s answer failed its check: " + e.what()), true);
   }
   if (m.pickle.second < ParityReceiveLoop::kAnswerBytes) {
     throw HookFailed(Repr("LinkBroken", "holder " + std::to_string(holder_) + " answered with " +

@@ -45,7 +45,7 @@ struct Sender {
     std::uniform_int_distribution<int64_t> key(0, 100);
     std::normal_distribution<float> grad;
     std::vector<int64_t> k(keys);
-    std::vector<float> g(keys * 4);
+    std::vector<float> g(static_cast<size_t>(keys) * 4);
     for (auto& x : k) x = key(rng);
     for (auto& x : g) x = grad(rng);
     ++seq;
@@ -63,8 +63,9 @@ struct Sender {
 
 std::shared_ptr<ParityHolder> Holder() {
   Sender s;
-  return std::make_shared<ParityHolder>(Sender::kHolder, kN, kK, kR,
-                                        std::map<std::string, size_t>{{"t", s.shard.block_slots() * s.shard.layout().bytes()}});
+  return std::make_shared<ParityHolder>(
+      Sender::kHolder, kN, kK, kR,
+      std::map<std::string, size_t>{{"t", s.shard.block_slots() * s.shard.layout().bytes()}});
 }
 
 std::vector<uint8_t> Block(ParityHolder& holder, size_t c, size_t record_bytes) {

@@ -1,10 +1,10 @@
 #include "xdl_ec/parity_send_loop.h"
 
 #include <gtest/gtest.h>
+#include <time.h>
 
 #include <atomic>
 #include <chrono>
-#include <time.h>
 #include <future>
 #include <memory>
 #include <random>
@@ -68,7 +68,7 @@ struct Server {
     std::uniform_int_distribution<int64_t> key(0, 100);
     std::normal_distribution<float> grad;
     std::vector<int64_t> k(keys);
-    std::vector<float> g(keys * 4);
+    std::vector<float> g(static_cast<size_t>(keys) * 4);
     for (auto& x : k) x = key(rng);
     for (auto& x : g) x = grad(rng);
     ++seq;
@@ -184,9 +184,9 @@ TEST(ParitySendLoop, ARefusalFailsTheHolderWithItsErrorAndABrokenLinkIsALoss) {
   }
   const std::vector<std::string> errors = server.forwarder->errors();
   ASSERT_EQ(errors.size(), 1u);  // a lost holder is no error to report
-  EXPECT_NE(errors[0].find("HolderRefused('holder " + std::to_string(refusing) +
-                           " refused the batches: HolderClosed: "),
-            std::string::npos)
+  EXPECT_NE(
+      errors[0].find("HolderRefused('holder " + std::to_string(refusing) + " refused the batches: HolderClosed: "),
+      std::string::npos)
       << errors[0];
 }
 
@@ -221,7 +221,8 @@ TEST(ParitySendLoop, AnUnreachableReceiverSendsThroughTheCallAndAHookFailureFail
   EXPECT_TRUE(links[0]->loop->over_call());
   EXPECT_GE(calls.load(), 1);
   EXPECT_EQ(server.forwarder->progress().down, std::vector<int>{failing});
-  EXPECT_EQ(server.forwarder->errors(), std::vector<std::string>{"holder " + std::to_string(failing) + ": CallTimeout('parity_address')"});
+  EXPECT_EQ(server.forwarder->errors(),
+            std::vector<std::string>{"holder " + std::to_string(failing) + ": CallTimeout('parity_address')"});
 }
 
 TEST(ParitySendLoop, StopEndsAnIdleLoopPromptlyAndPacesSendsToTheInterval) {

@@ -57,8 +57,9 @@ struct Link {
     if (server_fd >= 0) close(server_fd);
   }
   std::future<StepLinkLoop::Handoff> Serve(ShardServer& shards) {
-    return std::async(std::launch::async,
-                      [this, &shards] { return StepLinkLoop::Serve(shards, server, server_fd, kMaxPayload, kNoSignals); });
+    return std::async(std::launch::async, [this, &shards] {
+      return StepLinkLoop::Serve(shards, server, server_fd, kMaxPayload, kNoSignals);
+    });
   }
   void Send(const std::string& head, const std::vector<LinkSession::Span>& buffers) {
     worker.Send(worker_fd, {reinterpret_cast<const uint8_t*>(head.data()), head.size()}, buffers, 5.0, kNoSignals);

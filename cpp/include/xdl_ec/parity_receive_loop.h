@@ -51,7 +51,7 @@ class ParityReceiveLoop {
   void Serve(LinkSession& session, int fd, int sender, const std::string& who, const Hooks& hooks);
 
   uint64_t max_payload() const { return max_payload_.load(); }
-  void set_max_payload(uint64_t bytes);  // for the requests read from now on (> 0)
+  void set_max_payload(uint64_t bytes);                                   // for the requests read from now on (> 0)
   uint64_t batches_received() const { return batches_received_.load(); }  // requests applied, and their bytes
   uint64_t bytes_received() const { return bytes_received_.load(); }
 
