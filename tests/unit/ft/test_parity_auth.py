@@ -21,6 +21,7 @@ from xdl_ec import _core
 from xdl_ec.net import link_handshake, link_listener
 from xdl_ec.ft import parity_link
 from xdl_ec.net.job_secret import JobSecret
+from xdl_ec.net.link_socket import LinkBroken, connect
 from xdl_ec.ft.parity_link import ParityReceiver, RemoteHolderLink
 from xdl_ec.ps.backend import Handle
 from support import stranger
@@ -294,6 +295,16 @@ def test_links_and_receivers_of_different_jobs_exchange_nothing(monkeypatch: pyt
             f.close()
         rx.close()
         impostor.close()
+
+
+def test_a_step_link_reaching_a_parity_receiver_is_refused_naming_both(receiver: Any) -> None:
+    rx, holder, batches, rb = receiver
+    conn = connect(*rx.address, timeout=10.0)
+    with conn, pytest.raises(LinkBroken, match="refused this step link"):
+        link_handshake.open_link(conn, SECRET, "step", "server", 1, 0)
+    _wait(lambda: rx.refused == 1, "the step link was not refused")
+    assert "it opened a step link, and this listener takes parity links only" in rx.events[0], rx.events
+    assert holder.applied_all() == {}
 
 
 def test_handshakes_in_progress_are_capped(receiver: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,7 +25,7 @@ from xdl_ec.net.job_secret import JobSecret
 from xdl_ec.net import link_handshake
 from xdl_ec.ps import direct
 from xdl_ec.ps.backend import CallTimeout, Handle, ServerLost
-from xdl_ec.net.link_socket import recv_exactly
+from xdl_ec.net.link_socket import LinkBroken, connect, recv_exactly
 from xdl_ec.ps.direct import Link, LinkedHandle, LinkHost, LinkRefused
 
 SECRET = JobSecret.generate()
@@ -226,6 +226,21 @@ def test_a_stranger_and_a_stale_address_get_nothing(caplog: pytest.LogCaptureFix
         stale = Link(_Handle(role, 4, address), SECRET)  # a member that names the wrong index is refused too
         with pytest.raises(ServerLost):
             stale.call("ping").result(10.0)
+    finally:
+        role.close_links()
+
+
+def test_a_parity_link_reaching_a_step_listener_is_refused_naming_both() -> None:
+    role = _Role(index=0)
+    address = role.open_links(SECRET)
+    try:
+        conn = connect(*address, timeout=10.0)
+        with conn, pytest.raises(LinkBroken, match="refused this parity link"):
+            link_handshake.open_link(conn, SECRET, "parity", "server", 0, 1)
+        _wait_for(lambda: role._link_server.refused == 1)
+        (event,) = role._link_server.events
+        assert "it opened a parity link, and this listener takes step links only" in event, event
+        assert role.calls == []
     finally:
         role.close_links()
 
