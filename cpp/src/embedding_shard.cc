@@ -1,7 +1,9 @@
 #include "xdl_ec/embedding_shard.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <limits>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -88,6 +90,7 @@ void ShardConfig::Validate() const {
   }
   optimizer.Validate();
   initializer.Validate();
+  row_policy.Validate(block_slots);
 }
 
 struct EmbeddingShard::Impl {
@@ -133,10 +136,19 @@ struct EmbeddingShard::Impl {
     }
   }
 
+  // Row rules (row_policy.h): policy_on adds the policy words to every record.
+  bool policy_on = false;
+  size_t policy_offset = 0;
+  int64_t min_count = 1;
+  std::atomic<uint64_t> admitted{0}, not_admitted{0}, evicted_ttl{0}, evicted_l2{0}, evicted_cap{0};
+
   explicit Impl(const ShardConfig& c) : config(c) {
     config.Validate();
     optimizer = Optimizer::Create(config.optimizer);
-    layout = RecordLayout(config.dim, optimizer->StateFloats(config.dim));
+    policy_on = config.row_policy.active();
+    min_count = config.row_policy.admit_min_count;
+    layout = RecordLayout(config.dim, optimizer->StateFloats(config.dim), policy_on ? RecordLayout::kPolicyBytes : 0);
+    policy_offset = layout.policy_offset();
     record_bytes = layout.bytes();
     value_end = layout.state_offset();
     block_slots = config.block_slots;
@@ -162,6 +174,33 @@ struct EmbeddingShard::Impl {
   }
   float* Value(uint8_t* record) const { return reinterpret_cast<float*>(record + RecordLayout::kValueOffset); }
   float* State(uint8_t* record) const { return reinterpret_cast<float*>(record + layout.state_offset()); }
+
+  // ---- policy words (record_layout.h), policy_on only ----------------------------------------------
+  template <typename T>
+  T Word(const uint8_t* record, size_t offset) const {
+    T v;
+    std::memcpy(&v, record + policy_offset + offset, sizeof(v));
+    return v;
+  }
+  template <typename T>
+  void SetWord(uint8_t* record, size_t offset, T v) const {
+    std::memcpy(record + policy_offset + offset, &v, sizeof(v));
+  }
+  bool Admitted(const uint8_t* r) const { return !policy_on || Word<uint32_t>(r, RecordLayout::kAdmittedOffset); }
+  uint32_t Uses(const uint8_t* r) const { return Word<uint32_t>(r, RecordLayout::kUsesOffset); }
+  int64_t LastStep(const uint8_t* r) const { return Word<int64_t>(r, RecordLayout::kLastStepOffset); }
+  // One push of `c` occurrences at `step`: the counter saturates rather than wraps.
+  void CountUse(uint8_t* r, uint32_t c, int64_t step) const {
+    const uint64_t uses = std::min<uint64_t>(uint64_t{Uses(r)} + c, std::numeric_limits<uint32_t>::max());
+    SetWord<uint32_t>(r, RecordLayout::kUsesOffset, static_cast<uint32_t>(uses));
+    SetWord<int64_t>(r, RecordLayout::kLastStepOffset, step);
+  }
+  // max_rows reached: no record may be created until a pass frees some.
+  bool Full() const {
+    return config.row_policy.max_rows && static_cast<int64_t>(index.size()) >= *config.row_policy.max_rows;
+  }
+  // Whether a pull inserts a missing key (else it reads zeros).
+  bool PullInserts() const { return !policy_on || (min_count <= 1 && !Full()); }
 
   int64_t KeyAt(uint32_t slot) const {
     const size_t b = BlockOf(slot);
@@ -346,7 +385,27 @@ struct EmbeddingShard::Impl {
     } else {
       optimizer->InitState(State(r), config.dim);
     }
+    if (policy_on) SetWord<uint32_t>(r, RecordLayout::kAdmittedOffset, 1);
     index.Insert(key, slot);
+  }
+
+  // Writes a pending id (row_policy.h) into a free (all-zero) slot and indexes it: key, live flags at
+  // the initial clock, zero value and state, its first count.
+  void WritePending(uint32_t slot, int64_t key, uint32_t uses, int64_t step) {
+    uint8_t* r = Record(slot);
+    std::memcpy(r + RecordLayout::kKeyOffset, &key, sizeof(key));
+    RecordLayout::SetFlags(r, RecordLayout::LiveFlags(RecordLayout::kInitialClock));
+    CountUse(r, uses, step);
+    index.Insert(key, slot);
+  }
+
+  // A pending id reaching admit_min_count: its initial row and optimizer state, marked a row.
+  void Admit(uint32_t slot, int64_t key) {
+    uint8_t* r = Record(slot);
+    InitializeRow(config.initializer, config.seed, key, Value(r), config.dim);
+    optimizer->InitState(State(r), config.dim);
+    SetWord<uint32_t>(r, RecordLayout::kAdmittedOffset, 1);
+    admitted.fetch_add(1, std::memory_order_relaxed);
   }
 
   uint32_t Insert(int64_t key, DeltaBatch* deltas, const float* values = nullptr, const float* state = nullptr) {
@@ -390,6 +449,21 @@ struct EmbeddingShard::Impl {
     deltas->record_bytes = record_bytes;
     deltas->slots.reserve(expected);
     deltas->xor_bytes.reserve(expected * record_bytes);
+  }
+
+  // Appends the row of live record r to an export (its policy words too in a table with rules).
+  void AppendRow(uint8_t* r, EmbeddingShard::Rows* rows) const {
+    int64_t key;
+    std::memcpy(&key, r, sizeof(key));
+    rows->keys.push_back(key);
+    const float* v = Value(r);
+    rows->values.insert(rows->values.end(), v, v + config.dim);
+    const float* st = State(r);
+    rows->state.insert(rows->state.end(), st, st + layout.state_floats);
+    if (policy_on) {
+      rows->uses.push_back(Uses(r));
+      rows->last_step.push_back(LastStep(r));
+    }
   }
 
   void CopyValue(uint32_t slot, float* out) const {
@@ -485,12 +559,23 @@ void EmbeddingShard::PullTo(const int64_t* keys, size_t n, float* out, DeltaSink
     // Fast path: every key present, shared lock, nothing changes.
     std::shared_lock<std::shared_mutex> lock(s.mutex);
     if (!s.Restoring()) {
+      const bool inserts = s.PullInserts();
+      uint64_t zeros = 0;  // keys without a row (row_policy.h)
       const bool all = s.Resolve(keys, n, 0, s.value_end, [&](size_t i, uint32_t slot) {
-        if (slot == KeyIndex::kNone) return false;
+        if (slot == KeyIndex::kNone) {
+          if (inserts) return false;
+          std::memset(out + i * dim, 0, sizeof(float) * dim);
+          ++zeros;
+          return true;
+        }
+        if (s.policy_on && !s.Admitted(s.Record(slot))) ++zeros;  // pending: its value bytes are zero
         s.CopyValue(slot, out + i * dim);
         return true;
       });
-      if (all) return;
+      if (all) {
+        if (zeros) s.not_admitted.fetch_add(zeros, std::memory_order_relaxed);
+        return;
+      }
     }
   }
   // Some key is missing (or a block is under restore): redo the whole batch exclusively, so the
@@ -504,11 +589,23 @@ void EmbeddingShard::PullTo(const int64_t* keys, size_t n, float* out, DeltaSink
   }
   s.DeltaStart(deltas, 0);
   s.PrepareBlocks(keys, n, /*may_insert=*/true);
+  uint64_t zeros = 0;
   s.Resolve(keys, n, 0, s.value_end, [&](size_t i, uint32_t slot) {
-    if (slot == KeyIndex::kNone) slot = s.Insert(keys[i], deltas);
+    if (slot == KeyIndex::kNone) {
+      if (!s.PullInserts()) {
+        std::memset(out + i * dim, 0, sizeof(float) * dim);
+        ++zeros;
+        return true;
+      }
+      slot = s.Insert(keys[i], deltas);
+      if (s.policy_on) s.admitted.fetch_add(1, std::memory_order_relaxed);
+    } else if (s.policy_on && !s.Admitted(s.Record(slot))) {
+      ++zeros;
+    }
     s.CopyValue(slot, out + i * dim);
     return true;
   });
+  if (zeros) s.not_admitted.fetch_add(zeros, std::memory_order_relaxed);
   if (sink) sink->Record(std::move(batch));
 }
 
@@ -537,7 +634,7 @@ void EmbeddingShard::Find(const int64_t* keys, size_t n, float* out, uint8_t* fo
   const size_t dim = static_cast<size_t>(s.config.dim);
   ReadPass(s, keys, n, [&]() {
     s.Resolve(keys, n, 0, s.value_end, [&](size_t i, uint32_t slot) {
-      found[i] = slot != KeyIndex::kNone;
+      found[i] = slot != KeyIndex::kNone && s.Admitted(s.Record(slot));
       if (found[i]) s.CopyValue(slot, out + i * dim);
       return true;
     });
@@ -590,16 +687,33 @@ size_t EmbeddingShard::PullStaleTo(const int64_t* keys, size_t n, const int32_t*
     sent[i] = send;
     if (send) std::memcpy(rows + m++ * dim, r + RecordLayout::kValueOffset, sizeof(float) * dim);
   };
+  // Answers key i that gets no record (row_policy.h): zeros, sent, clock -1 (nothing to cache against).
+  auto absent = [&](size_t i) {
+    clocks[i] = -1;
+    sent[i] = 1;
+    std::memset(rows + m++ * dim, 0, sizeof(float) * dim);
+  };
   {
     // Fast path, as Pull's: every key present, shared lock, nothing changes.
     std::shared_lock<std::shared_mutex> lock(s.mutex);
     if (!s.Restoring()) {
+      const bool inserts = s.PullInserts();
+      uint64_t zeros = 0;
       const bool all = s.Resolve(keys, n, 0, s.value_end, [&](size_t i, uint32_t slot) {
-        if (slot == KeyIndex::kNone) return false;
+        if (slot == KeyIndex::kNone) {
+          if (inserts) return false;
+          absent(i);
+          ++zeros;
+          return true;
+        }
+        if (s.policy_on && !s.Admitted(s.Record(slot))) ++zeros;
         answer(i, slot, false);
         return true;
       });
-      if (all) return m;
+      if (all) {
+        if (zeros) s.not_admitted.fetch_add(zeros, std::memory_order_relaxed);
+        return m;
+      }
     }
   }
   // Some key is missing (or a block is under restore): redo the whole batch exclusively, as Pull does.
@@ -613,12 +727,24 @@ size_t EmbeddingShard::PullStaleTo(const int64_t* keys, size_t n, const int32_t*
   }
   s.DeltaStart(deltas, 0);
   s.PrepareBlocks(keys, n, /*may_insert=*/true);
+  uint64_t zeros = 0;
   s.Resolve(keys, n, 0, s.value_end, [&](size_t i, uint32_t slot) {
     const bool inserted = slot == KeyIndex::kNone;
-    if (inserted) slot = s.Insert(keys[i], deltas);
+    if (inserted) {
+      if (!s.PullInserts()) {
+        absent(i);
+        ++zeros;
+        return true;
+      }
+      slot = s.Insert(keys[i], deltas);
+      if (s.policy_on) s.admitted.fetch_add(1, std::memory_order_relaxed);
+    } else if (s.policy_on && !s.Admitted(s.Record(slot))) {
+      ++zeros;
+    }
     answer(i, slot, inserted);
     return true;
   });
+  if (zeros) s.not_admitted.fetch_add(zeros, std::memory_order_relaxed);
   if (sink) sink->Record(std::move(batch));
   return m;
 }
@@ -731,27 +857,38 @@ void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, i
   uint32_t chunk_slots[kChunk];
   size_t chunk_deltas[kChunk];
   bool chunk_copy[kChunk];     // the old record is still to be copied into its delta
+  size_t chunk_u[kChunk];      // the unique index of each row (consecutive unless rules skip keys)
   float* round_values[kChunk];  // with repeats: the rows of a chunk that take one more step
   float* round_states[kChunk];
   std::unique_ptr<float[]> round_grads(counts.empty() ? nullptr : new float[kChunk * dim]);
+  // With row rules a chunk's rows need not be consecutive unique keys: their gradients are gathered.
+  std::unique_ptr<float[]> chunk_grads(s.policy_on ? new float[kChunk * dim] : nullptr);
   size_t rows = 0, first = 0;  // rows pending in the chunk, and the unique index of its first row
+  uint64_t dropped = 0;        // keys whose gradient the rules dropped
   auto step_chunk = [&]() {
     if (deltas) {
       for (size_t r = 0; r < rows; ++r)
         if (chunk_copy[r]) s.DeltaCopy(deltas, chunk_deltas[r], chunk_slots[r]);
     }
-    s.optimizer->ApplyRows(values, states, sums.get() + first * dim, rows, s.config.dim, step);
+    const float* grads_of_chunk = sums.get() + first * dim;
+    if (s.policy_on) {
+      for (size_t r = 0; r < rows; ++r) {
+        std::memcpy(chunk_grads.get() + r * dim, sums.get() + chunk_u[r] * dim, dim * sizeof(float));
+      }
+      grads_of_chunk = chunk_grads.get();
+    }
+    s.optimizer->ApplyRows(values, states, grads_of_chunk, rows, s.config.dim, step);
     for (size_t r = 0; r < rows; ++r) s.Tick(chunk_slots[r]);
     if (!counts.empty()) {  // the further steps of rows standing for several gradients, one round at a time
       uint32_t most = 1;
-      for (size_t r = 0; r < rows; ++r) most = std::max(most, counts[first + r]);
+      for (size_t r = 0; r < rows; ++r) most = std::max(most, counts[chunk_u[r]]);
       for (uint32_t round = 2; round <= most; ++round) {
         size_t m2 = 0;
         for (size_t r = 0; r < rows; ++r) {
-          if (counts[first + r] < round) continue;
+          if (counts[chunk_u[r]] < round) continue;
           round_values[m2] = values[r];
           round_states[m2] = states[r];
-          std::memcpy(round_grads.get() + m2 * dim, sums.get() + (first + r) * dim, dim * sizeof(float));
+          std::memcpy(round_grads.get() + m2 * dim, sums.get() + chunk_u[r] * dim, dim * sizeof(float));
           s.Tick(chunk_slots[r]);
           ++m2;
         }
@@ -768,6 +905,57 @@ void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, i
     rows = 0;
   };
   s.Resolve(unique_keys.data(), m, 0, s.record_bytes, [&](size_t u, uint32_t slot) {
+    if (s.policy_on) {
+      // Row rules (row_policy.h): count the occurrence; a key without a row after it is not stepped.
+      const uint32_t c = counts.empty() ? 1u : counts[u];
+      size_t d;
+      if (slot == KeyIndex::kNone) {
+        if (s.Full()) {
+          ++dropped;
+          return true;
+        }
+        slot = s.AllocateSlot();
+        d = s.DeltaBegin(deltas, slot);
+        if (s.min_count <= 1) {
+          s.WriteNew(slot, unique_keys[u], nullptr, nullptr);
+          s.admitted.fetch_add(1, std::memory_order_relaxed);
+          s.CountUse(s.Record(slot), c, step);
+        } else {
+          s.WritePending(slot, unique_keys[u], c, step);
+          if (s.Uses(s.Record(slot)) >= s.min_count) {
+            s.Admit(slot, unique_keys[u]);
+          } else {
+            s.DeltaEnd(deltas, d, slot);
+            ++dropped;
+            return true;
+          }
+        }
+      } else {
+        d = s.DeltaBegin(deltas, slot);
+        uint8_t* r = s.Record(slot);
+        s.CountUse(r, c, step);
+        if (!s.Admitted(r)) {
+          if (s.Uses(r) >= s.min_count) {
+            s.Admit(slot, unique_keys[u]);
+          } else {
+            s.Tick(slot);  // its count changed: a new version
+            s.DeltaEnd(deltas, d, slot);
+            ++dropped;
+            return true;
+          }
+        }
+      }
+      uint8_t* rec = s.Record(slot);
+      chunk_deltas[rows] = d;
+      chunk_copy[rows] = false;
+      chunk_u[rows] = u;
+      chunk_slots[rows] = slot;
+      values[rows] = s.Value(rec);
+      states[rows] = s.State(rec);
+      if (++rows == kChunk) step_chunk();
+      return true;
+    }
+    chunk_u[rows] = u;
     if (slot == KeyIndex::kNone) {
       slot = s.AllocateSlot();
       chunk_deltas[rows] = s.DeltaBegin(deltas, slot);  // from the all-zero free record
@@ -785,6 +973,7 @@ void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, i
     return true;
   });
   if (rows) step_chunk();
+  if (dropped) s.not_admitted.fetch_add(dropped, std::memory_order_relaxed);
   if (sink) sink->Record(std::move(batch));
 }
 
@@ -808,6 +997,173 @@ size_t EmbeddingShard::Erase(const int64_t* keys, size_t n, DeltaBatch* deltas) 
   return erased;
 }
 
+// ---- bounded tables ----------------------------------------------------------------------------
+
+EmbeddingShard::Eviction EmbeddingShard::Evict(int64_t now_step, DeltaBatch* deltas) {
+  if (!deltas) return EvictTo(now_step, nullptr);
+  IntoBatch sink(deltas);
+  return EvictTo(now_step, &sink);
+}
+
+EmbeddingShard::Eviction EmbeddingShard::Evict(int64_t now_step, DeltaSink& sink) { return EvictTo(now_step, &sink); }
+
+EmbeddingShard::Eviction EmbeddingShard::EvictTo(int64_t now_step, DeltaSink* sink) {
+  if (now_step < 1) {
+    throw std::invalid_argument("Evict: now_step must be >= 1 (the 1-based global step), got " +
+                                std::to_string(now_step));
+  }
+  Impl& s = *impl_;
+  const RowPolicyConfig& rules = s.config.row_policy;
+  std::unique_lock<std::shared_mutex> lock(s.mutex);
+  DeltaBatch batch;
+  DeltaBatch* deltas = nullptr;
+  if (sink) {
+    batch = sink->Begin(s.record_bytes);
+    deltas = &batch;
+  }
+  s.DeltaStart(deltas, 0);
+  Eviction out;
+  if (s.policy_on) {
+    s.EnsureAllBlocks();
+    // Decide on the bytes alone, in slot order, so a restored shard decides the same.
+    struct Kept {
+      uint64_t first, second;  // the rank (lfu: uses, last_step; lru: last_step, uses)
+      uint32_t slot;
+    };
+    std::vector<uint32_t> victims;
+    std::vector<Kept> kept;
+    kept.reserve(s.index.size());
+    const size_t dim = static_cast<size_t>(s.config.dim);
+    for (size_t slot = 0; slot < s.high_water; ++slot) {
+      const uint8_t* r = s.Record(slot);
+      if (!RecordLayout::IsLive(RecordLayout::Flags(r))) continue;
+      const int64_t last = s.LastStep(r);
+      if (rules.ttl_steps && now_step - last > *rules.ttl_steps) {
+        victims.push_back(static_cast<uint32_t>(slot));
+        ++out.counts.ttl;
+        continue;
+      }
+      if (rules.min_l2 && s.Admitted(r)) {
+        const float* v = reinterpret_cast<const float*>(r + RecordLayout::kValueOffset);
+        double sq = 0;
+        for (size_t j = 0; j < dim; ++j) sq += static_cast<double>(v[j]) * v[j];
+        if (std::sqrt(sq) < *rules.min_l2) {
+          victims.push_back(static_cast<uint32_t>(slot));
+          ++out.counts.l2;
+          continue;
+        }
+      }
+      // last_step may be negative only through a bad load; LoadPolicyWords rejects that.
+      const uint64_t uses = s.Uses(r), step = static_cast<uint64_t>(std::max<int64_t>(last, 0));
+      if (rules.policy == EvictPolicy::kLru) {
+        kept.push_back({step, uses, static_cast<uint32_t>(slot)});
+      } else {
+        kept.push_back({uses, step, static_cast<uint32_t>(slot)});
+      }
+    }
+    if (rules.max_rows && static_cast<int64_t>(kept.size()) > rules.cap_low_water()) {
+      const size_t go = kept.size() - static_cast<size_t>(rules.cap_low_water());
+      auto lower = [](const Kept& a, const Kept& b) {
+        if (a.first != b.first) return a.first < b.first;
+        if (a.second != b.second) return a.second < b.second;
+        return a.slot < b.slot;
+      };
+      std::nth_element(kept.begin(), kept.begin() + static_cast<std::ptrdiff_t>(go), kept.end(), lower);
+      for (size_t i = 0; i < go; ++i) victims.push_back(kept[i].slot);
+      out.counts.cap = go;
+    }
+    std::sort(victims.begin(), victims.end());
+    out.keys.reserve(victims.size());
+    for (const uint32_t slot : victims) {
+      const int64_t key = s.KeyAt(slot);
+      s.index.Erase(key, [&s](uint32_t sl) { return s.KeyAt(sl); });
+      const size_t d = s.DeltaBegin(deltas, slot);
+      std::memset(s.Record(slot), 0, s.record_bytes);
+      s.DeltaEnd(deltas, d, slot);
+      s.free_slots.push_back(slot);
+      std::push_heap(s.free_slots.begin(), s.free_slots.end(), std::greater<uint32_t>());
+      out.keys.push_back(key);
+    }
+    s.evicted_ttl.fetch_add(out.counts.ttl, std::memory_order_relaxed);
+    s.evicted_l2.fetch_add(out.counts.l2, std::memory_order_relaxed);
+    s.evicted_cap.fetch_add(out.counts.cap, std::memory_order_relaxed);
+  }
+  if (sink) sink->Record(std::move(batch));
+  return out;
+}
+
+EmbeddingShard::PolicyStats EmbeddingShard::policy_stats() const {
+  Impl& s = *impl_;
+  PolicyStats out;
+  out.counters.admitted = s.admitted.load(std::memory_order_relaxed);
+  out.counters.not_admitted_lookups = s.not_admitted.load(std::memory_order_relaxed);
+  out.counters.evicted_ttl = s.evicted_ttl.load(std::memory_order_relaxed);
+  out.counters.evicted_l2 = s.evicted_l2.load(std::memory_order_relaxed);
+  out.counters.evicted_cap = s.evicted_cap.load(std::memory_order_relaxed);
+  std::shared_lock<std::shared_mutex> lock(s.mutex);
+  if (!s.policy_on || s.Restoring()) {  // under restore the words are not all here: count records as rows
+    out.rows = s.index.size();
+    return out;
+  }
+  for (size_t slot = 0; slot < s.high_water; ++slot) {
+    const uint8_t* r = s.Record(slot);
+    if (!RecordLayout::IsLive(RecordLayout::Flags(r))) continue;
+    if (s.Admitted(r)) {
+      ++out.rows;
+    } else {
+      ++out.pending;
+    }
+  }
+  return out;
+}
+
+void EmbeddingShard::LoadPolicyWords(const int64_t* keys, const uint32_t* uses, const int64_t* last_step, size_t n,
+                                     DeltaBatch* deltas) {
+  RequirePointer(keys, n, "LoadPolicyWords", "keys");
+  RequirePointer(uses, n, "LoadPolicyWords", "uses");
+  RequirePointer(last_step, n, "LoadPolicyWords", "last_step");
+  RequireBatch(n, "LoadPolicyWords");
+  Impl& s = *impl_;
+  if (!s.policy_on && n != 0) {
+    throw std::invalid_argument("LoadPolicyWords: the table has no row rules (row_policy), so no policy words");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (last_step[i] < 0) {
+      throw std::invalid_argument("LoadPolicyWords: last_step[" + Str(i) + "] is " + std::to_string(last_step[i]) +
+                                  ", must be >= 0");
+    }
+  }
+  {
+    BatchDedup dedup(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (dedup.FindOrAdd(keys, keys[i], static_cast<int64_t>(i)) != static_cast<int64_t>(i)) {
+        throw std::invalid_argument("LoadPolicyWords: keys must be unique, key " + std::to_string(keys[i]) +
+                                    " appears twice (at " + Str(i) + ")");
+      }
+    }
+  }
+  std::unique_lock<std::shared_mutex> lock(s.mutex);
+  s.PrepareBlocks(keys, n, /*may_insert=*/false);
+  std::vector<uint32_t> slots(n);
+  for (size_t i = 0; i < n; ++i) {
+    slots[i] = s.Lookup(keys[i]);
+    if (slots[i] == KeyIndex::kNone || !s.Admitted(s.Record(slots[i]))) {
+      throw std::invalid_argument("LoadPolicyWords: key " + std::to_string(keys[i]) +
+                                  " has no row (Load the rows first); nothing was changed");
+    }
+  }
+  s.DeltaStart(deltas, n);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t d = s.DeltaBegin(deltas, slots[i]);
+    uint8_t* r = s.Record(slots[i]);
+    s.SetWord<uint32_t>(r, RecordLayout::kUsesOffset, uses[i]);
+    s.SetWord<int64_t>(r, RecordLayout::kLastStepOffset, last_step[i]);
+    s.Tick(slots[i]);
+    s.MarkDirty(slots[i]);
+    s.DeltaEnd(deltas, d, slots[i]);
+  }
+}
+
 // ---- export / import -------------------------------------------------------------------------
 
 EmbeddingShard::Rows EmbeddingShard::Export() const {
@@ -827,14 +1183,8 @@ EmbeddingShard::Rows EmbeddingShard::Export() const {
   rows.state.reserve(live * sf);
   for (size_t slot = 0; slot < s.high_water; ++slot) {
     uint8_t* r = s.Record(slot);
-    if (!RecordLayout::IsLive(RecordLayout::Flags(r))) continue;
-    int64_t key;
-    std::memcpy(&key, r, sizeof(key));
-    rows.keys.push_back(key);
-    const float* v = s.Value(r);
-    rows.values.insert(rows.values.end(), v, v + dim);
-    const float* st = s.State(r);
-    rows.state.insert(rows.state.end(), st, st + sf);
+    if (!RecordLayout::IsLive(RecordLayout::Flags(r)) || !s.Admitted(r)) continue;
+    s.AppendRow(r, &rows);
   }
   return rows;
 }
@@ -859,18 +1209,12 @@ EmbeddingShard::Rows EmbeddingShard::TakeDirty() {
   if (s.Restoring()) s.EnsureAllBlocks();
   std::sort(s.dirty_slots.begin(), s.dirty_slots.end());  // slot order, as Export
   Rows rows;
-  const size_t dim = s.config.dim, sf = s.layout.state_floats;
   for (const uint32_t slot : s.dirty_slots) {
     s.dirty[slot] = 0;
     uint8_t* r = s.Record(slot);
     if (!RecordLayout::IsLive(RecordLayout::Flags(r))) continue;  // erased since: its slot is free
-    int64_t key;
-    std::memcpy(&key, r, sizeof(key));
-    rows.keys.push_back(key);
-    const float* v = s.Value(r);
-    rows.values.insert(rows.values.end(), v, v + dim);
-    const float* st = s.State(r);
-    rows.state.insert(rows.state.end(), st, st + sf);
+    if (!s.Admitted(r)) continue;  // a pending id: no row
+    s.AppendRow(r, &rows);
   }
   s.dirty_slots.clear();
   return rows;
@@ -942,6 +1286,7 @@ void EmbeddingShard::LoadTo(const int64_t* keys, const float* values, const floa
     } else {
       s.optimizer->InitState(s.State(r), s.config.dim);
     }
+    if (s.policy_on) s.SetWord<uint32_t>(r, RecordLayout::kAdmittedOffset, 1);  // a pending id becomes a row
     s.Tick(slot);
     s.DeltaEnd(deltas, d, slot);
   }

@@ -24,6 +24,7 @@
 #include "xdl_ec/initializer.h"
 #include "xdl_ec/optimizer.h"
 #include "xdl_ec/record_layout.h"
+#include "xdl_ec/row_policy.h"
 
 namespace xdl_ec {
 
@@ -33,6 +34,7 @@ struct ShardConfig {
   InitializerConfig initializer;
   uint64_t seed = 0;
   uint32_t block_slots = 1024;  // records per block: the stripe unit of parity
+  RowPolicyConfig row_policy;   // admission / eviction (row_policy.h); the default has no rules
 
   void Validate() const;  // throws std::invalid_argument naming the bad field
 };
@@ -110,14 +112,40 @@ class EmbeddingShard {
   // over at the initial clock (see record_layout.h on ABA).
   size_t Erase(const int64_t* keys, size_t n, DeltaBatch* deltas = nullptr);
 
-  size_t size() const;  // live rows
+  size_t size() const;  // live records: rows, and pending ids of a table with admission (row_policy.h)
   ShardMemoryStats memory() const;
+
+  // ---- bounded tables (row_policy.h) -------------------------------------------------------------
+  // With config().row_policy active: Pull, PullStale and Push admit as row_policy.h says (a missing key
+  // that gets no record reads zeros; PullStale sends it as zeros with clock -1), Find reports pending
+  // ids as not found, Export and TakeDirty leave them out and carry each row's uses and last_step.
+  //
+  // One eviction pass at `now_step` (>= 1): frees the records the rules select, each as Erase does
+  // (reported to `deltas` / `sink` as deltas to the zero record, in slot order), and returns how many
+  // went for which reason, and their keys in slot order. A table without rules frees nothing. Under
+  // restore every block is faulted in first.
+  struct Eviction {
+    EvictionResult counts;
+    std::vector<int64_t> keys;
+  };
+  Eviction Evict(int64_t now_step, DeltaBatch* deltas = nullptr);
+  Eviction Evict(int64_t now_step, DeltaSink& sink);
+  // The counters of row_policy.h plus, counted now, rows and pending ids.
+  struct PolicyStats {
+    RowPolicyStats counters;
+    size_t rows = 0;
+    size_t pending = 0;
+  };
+  PolicyStats policy_stats() const;
 
   // ---- export / import (keys, values, optimizer state), in slot order -------------------------
   struct Rows {
     std::vector<int64_t> keys;
     std::vector<float> values;  // keys.size() * dim
     std::vector<float> state;   // keys.size() * layout().state_floats
+    // Tables with row rules only (else empty): each row's policy words (record_layout.h).
+    std::vector<uint32_t> uses;
+    std::vector<int64_t> last_step;
   };
   Rows Export() const;
   // Dirty tracking, for incremental backstops: TrackDirty(true) starts (and clears) a set of the slots
@@ -129,11 +157,18 @@ class EmbeddingShard {
   Rows TakeDirty();
   // Inserts or overwrites the given rows (slots assigned as for new keys; a new row gets the initial
   // clock, an overwritten one its clock plus one). Validates first (keys unique, values and state
-  // finite); state == nullptr gives the loaded rows fresh optimizer state.
+  // finite); state == nullptr gives the loaded rows fresh optimizer state. In a table with row rules a
+  // loaded key becomes a row (admitted); a new one starts with uses 0 and last_step 0, an overwritten
+  // one keeps its words (LoadPolicyWords sets them); Load does not apply max_rows (the next pass does).
   void Load(const int64_t* keys, const float* values, const float* state, size_t n, DeltaBatch* deltas = nullptr);
   // The same, reporting the loaded slots to `sink` under the write lock: a resumed run's rows reach parity
   // maintenance as any other mutation does.
   void Load(const int64_t* keys, const float* values, const float* state, size_t n, DeltaSink& sink);
+  // Tables with row rules: sets the uses and last_step of rows that exist (a save's words after its Load);
+  // validates first (every key a row, unique, last_step >= 0) and throws std::invalid_argument changing
+  // nothing otherwise. Each changed row ticks its clock.
+  void LoadPolicyWords(const int64_t* keys, const uint32_t* uses, const int64_t* last_step, size_t n,
+                       DeltaBatch* deltas = nullptr);
 
   // ---- raw slot access for parity and recovery ------------------------------------------------
   uint32_t block_slots() const;
@@ -165,6 +200,7 @@ class EmbeddingShard {
   void PullTo(const int64_t* keys, size_t n, float* out, DeltaSink* sink);
   size_t PullStaleTo(const int64_t* keys, size_t n, const int32_t* known, uint32_t staleness, float* rows,
                      int32_t* clocks, uint8_t* sent, DeltaSink* sink);
+  Eviction EvictTo(int64_t now_step, DeltaSink* sink);
   void LoadTo(const int64_t* keys, const float* values, const float* state, size_t n, DeltaSink* sink);
   void PushTo(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaSink* sink,
               const uint32_t* repeats);

@@ -5,6 +5,10 @@
 //   offset 8            uint32  flags      bit 0: slot is live; bits 1..31: the row's clock
 //   offset 12           float32 value[dim]
 //   offset 12 + 4*dim   float32 state[state_floats]   the optimizer's per-row slots, optimizer-defined order
+//   then, only in tables with admission / eviction rules (row_policy.h; policy_bytes = 16, else 0):
+//     +0  int64  last_step  the step of the last push that reached the record (0: never pushed)
+//     +8  uint32 uses       occurrences counted (pushes; saturates at 2^32 - 1)
+//     +12 uint32 admitted   1: a row; 0: a pending id still counting toward admission (value, state zero)
 //
 // A free slot is all zero bytes. That makes the parity of a fresh (empty) shard all zeros, so a
 // parity block needs no encoding before its first delta, and inserts and deletes are plain deltas
@@ -37,14 +41,22 @@ struct RecordLayout {
   static constexpr uint32_t kClockMask = 0x7FFFFFFFu;  // clocks count mod 2^31
   static constexpr uint32_t kInitialClock = 1;
 
+  static constexpr int kPolicyBytes = 16;
+  static constexpr size_t kLastStepOffset = 0;  // within the policy words
+  static constexpr size_t kUsesOffset = 8;
+  static constexpr size_t kAdmittedOffset = 12;
+
   int dim = 0;           // floats in the embedding value
   int state_floats = 0;  // floats of optimizer state per row (e.g. Adagrad: dim, Adam: 2*dim)
+  int policy_bytes = 0;  // kPolicyBytes in tables with admission / eviction rules, else 0
 
   RecordLayout() = default;
-  RecordLayout(int dim_, int state_floats_) : dim(dim_), state_floats(state_floats_) {}
+  RecordLayout(int dim_, int state_floats_, int policy_bytes_ = 0)
+      : dim(dim_), state_floats(state_floats_), policy_bytes(policy_bytes_) {}
 
   size_t state_offset() const { return kValueOffset + sizeof(float) * static_cast<size_t>(dim); }
-  size_t bytes() const { return state_offset() + sizeof(float) * static_cast<size_t>(state_floats); }
+  size_t policy_offset() const { return state_offset() + sizeof(float) * static_cast<size_t>(state_floats); }
+  size_t bytes() const { return policy_offset() + static_cast<size_t>(policy_bytes); }
 
   // ---- flags -----------------------------------------------------------------------------------
   static bool IsLive(uint32_t flags) { return (flags & kLive) != 0; }

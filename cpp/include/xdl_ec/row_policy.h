@@ -1,0 +1,77 @@
+// A bounded table's rules: which ids get a row (admission) and which rows go (eviction), for
+// endless training on a stream of ever new ids.
+//
+// Everything these decisions read lives in record bytes (record_layout.h, the policy words), so
+// parity, a rebuilt server and every save carry it and a restored shard decides exactly as the lost
+// one would have. A table without rules (the default) has no policy words: its records, parity and
+// digests are byte-identical to before.
+//
+// Admission (admit_min_count = N > 1): an id gets a row on its N-th occurrence, an occurrence being
+// one push of the id (a batch's duplicates count once; a cache write-back standing for c gradients
+// counts c). Until then the id holds a *pending* record (key, live bit, clock, zero value and state,
+// its count and last step): it reads zeros, its gradients are dropped, and a pull does not insert it.
+// The push that reaches N writes the id's initial row and applies that push's gradient. Pending
+// records are records like rows, so their counts are parity-covered; they are reported by neither
+// Find, Export nor TakeDirty.
+//
+// Eviction happens only in an eviction pass (EmbeddingShard::Evict(now_step)), which callers run at
+// deterministic step boundaries; it frees slots as Erase does (a delta to the zero record). In slot
+// order: a record (row or pending) whose last update is more than ttl_steps before now_step goes
+// (reason ttl); a row whose value has L2 norm below min_l2 goes (reason l2); then, with max_rows set,
+// the lowest ranked go (reason cap) until at most max_rows - max_rows / 8 remain (the eighth is
+// headroom for the ids that arrive before the next pass). Rank: lfu by (uses,
+// last_step, slot) ascending, lru by (last_step, uses, slot). Between passes a record that would
+// take the table past max_rows is not created (the id reads zeros, its gradient is dropped), so
+// max_rows is never exceeded.
+//
+// A row inserted by a pull and not yet pushed has last_step 0: a pass with now_step > ttl_steps
+// evicts it (rows live by being trained).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace xdl_ec {
+
+enum class EvictPolicy { kLfu, kLru };
+
+// "lfu" / "lru"; throws std::invalid_argument naming `field` for any other name.
+EvictPolicy ParseEvictPolicy(const std::string& name, const char* field = "policy");
+const char* EvictPolicyName(EvictPolicy policy);
+
+struct RowPolicyConfig {
+  int64_t admit_min_count = 1;          // >= 1; 1: every id gets a row on first sight (no admission)
+  std::optional<int64_t> ttl_steps;     // >= 1 when set
+  std::optional<double> min_l2;         // finite and > 0 when set
+  std::optional<int64_t> max_rows;      // >= block_slots (one block) when set: per shard
+  EvictPolicy policy = EvictPolicy::kLfu;
+
+  // Whether the table has any rule, i.e. whether its records carry the policy words.
+  bool active() const { return admit_min_count > 1 || ttl_steps || min_l2 || max_rows; }
+  // Throws std::invalid_argument naming the bad field (row_policy.admit_min_count, ...).
+  void Validate(uint32_t block_slots) const;
+  // The most records a pass keeps: max_rows - max_rows / 8.
+  int64_t cap_low_water() const { return *max_rows - *max_rows / 8; }
+};
+
+// What a shard's rules did since it was made (counters of this process, not record bytes: a rebuilt
+// server starts them at zero).
+struct RowPolicyStats {
+  uint64_t admitted = 0;              // pending ids that got their row (and rows inserted outright)
+  uint64_t not_admitted_lookups = 0;  // pulled or pushed keys answered with zeros / dropped
+  uint64_t evicted_ttl = 0;
+  uint64_t evicted_l2 = 0;
+  uint64_t evicted_cap = 0;
+};
+
+// What one eviction pass freed.
+struct EvictionResult {
+  size_t ttl = 0;
+  size_t l2 = 0;
+  size_t cap = 0;
+  size_t total() const { return ttl + l2 + cap; }
+};
+
+}  // namespace xdl_ec
