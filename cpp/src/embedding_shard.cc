@@ -11,6 +11,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 
 #include "xdl_ec/key_index.h"
 #include "xdl_ec/mapped_buffer.h"
@@ -475,6 +476,93 @@ struct EmbeddingShard::Impl {
     uint8_t* r = Record(slot);
     RecordLayout::SetFlags(r, RecordLayout::Ticked(RecordLayout::Flags(r)));
   }
+
+  // One eviction pass at now_step (row_policy.h), exclusive lock held, deltas started. With `merge` the
+  // deltas already hold this call's entries (a push's pass) and stay one entry per slot.
+  EmbeddingShard::Eviction EvictPass(int64_t now_step, DeltaBatch* deltas, bool merge) {
+    using Eviction = EmbeddingShard::Eviction;
+    Eviction out;
+    if (!policy_on) return out;
+    const RowPolicyConfig& rules = config.row_policy;
+    EnsureAllBlocks();
+    // Decide on the bytes alone, in slot order, so a restored shard decides the same.
+    struct Kept {
+      uint64_t first, second;  // the rank (lfu: uses, last_step; lru: last_step, uses)
+      uint32_t slot;
+    };
+    std::vector<uint32_t> victims;
+    std::vector<Kept> kept;
+    kept.reserve(index.size());
+    const size_t dim = static_cast<size_t>(config.dim);
+    for (size_t slot = 0; slot < high_water; ++slot) {
+      const uint8_t* r = Record(slot);
+      if (!RecordLayout::IsLive(RecordLayout::Flags(r))) continue;
+      const int64_t last = LastStep(r);
+      if (rules.ttl_steps && now_step - last > *rules.ttl_steps) {
+        victims.push_back(static_cast<uint32_t>(slot));
+        ++out.counts.ttl;
+        continue;
+      }
+      if (rules.min_l2 && Admitted(r)) {
+        const float* v = reinterpret_cast<const float*>(r + RecordLayout::kValueOffset);
+        double sq = 0;
+        for (size_t j = 0; j < dim; ++j) sq += static_cast<double>(v[j]) * v[j];
+        if (std::sqrt(sq) < *rules.min_l2) {
+          victims.push_back(static_cast<uint32_t>(slot));
+          ++out.counts.l2;
+          continue;
+        }
+      }
+      // last_step may be negative only through a bad load; LoadPolicyWords rejects that.
+      const uint64_t uses = Uses(r), step = static_cast<uint64_t>(std::max<int64_t>(last, 0));
+      if (rules.policy == EvictPolicy::kLru) {
+        kept.push_back({step, uses, static_cast<uint32_t>(slot)});
+      } else {
+        kept.push_back({uses, step, static_cast<uint32_t>(slot)});
+      }
+    }
+    if (rules.max_rows && static_cast<int64_t>(kept.size()) > rules.cap_low_water()) {
+      const size_t go = kept.size() - static_cast<size_t>(rules.cap_low_water());
+      auto lower = [](const Kept& a, const Kept& b) {
+        if (a.first != b.first) return a.first < b.first;
+        if (a.second != b.second) return a.second < b.second;
+        return a.slot < b.slot;
+      };
+      std::nth_element(kept.begin(), kept.begin() + static_cast<std::ptrdiff_t>(go), kept.end(), lower);
+      for (size_t i = 0; i < go; ++i) victims.push_back(kept[i].slot);
+      out.counts.cap = go;
+    }
+    std::sort(victims.begin(), victims.end());
+    out.keys.reserve(victims.size());
+    // merge: a slot the same batch touched already keeps its one entry, its delta taken on to the zero record.
+    std::unordered_map<uint32_t, size_t> entry;
+    if (merge && deltas) {
+      entry.reserve(deltas->slots.size());
+      for (size_t i = 0; i < deltas->slots.size(); ++i) entry.emplace(deltas->slots[i], i);
+    }
+    for (const uint32_t slot : victims) {
+      const int64_t key = KeyAt(slot);
+      index.Erase(key, [this](uint32_t sl) { return KeyAt(sl); });
+      const auto found = entry.find(slot);
+      if (found != entry.end()) {
+        uint8_t* x = deltas->xor_bytes.data() + found->second * record_bytes;
+        const uint8_t* r = Record(slot);
+        for (size_t j = 0; j < record_bytes; ++j) x[j] ^= r[j];  // old ^ mid ^ mid ^ zero
+        std::memset(Record(slot), 0, record_bytes);
+      } else {
+        const size_t d = DeltaBegin(deltas, slot);
+        std::memset(Record(slot), 0, record_bytes);
+        DeltaEnd(deltas, d, slot);
+      }
+      free_slots.push_back(slot);
+      std::push_heap(free_slots.begin(), free_slots.end(), std::greater<uint32_t>());
+      out.keys.push_back(key);
+    }
+    evicted_ttl.fetch_add(out.counts.ttl, std::memory_order_relaxed);
+    evicted_l2.fetch_add(out.counts.l2, std::memory_order_relaxed);
+    evicted_cap.fetch_add(out.counts.cap, std::memory_order_relaxed);
+    return out;
+  }
 };
 
 EmbeddingShard::EmbeddingShard(const ShardConfig& config) : impl_(new Impl(config)) {}
@@ -847,6 +935,9 @@ void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, i
     deltas = &batch;
   }
   s.PrepareBlocks(unique_keys.data(), m, /*may_insert=*/true);
+  const int64_t every = s.config.row_policy.evict_every_steps;
+  const bool pass = s.policy_on && every > 0 && step % every == 0;
+  if (pass) s.EnsureAllBlocks();  // the pass reads every block: fault them in before any byte changes
   s.DeltaStart(deltas, m);
   // One pass: each unique key's record (prefetched whole by Resolve) is inserted if missing, in order
   // of first appearance, then stepped in chunks of kChunk rows while still in cache; a chunk lets
@@ -974,6 +1065,9 @@ void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, i
   });
   if (rows) step_chunk();
   if (dropped) s.not_admitted.fetch_add(dropped, std::memory_order_relaxed);
+  // A pass at the step boundary (row_policy.h), in this push's deltas: every path a push takes to parity
+  // (and a replayed push) carries it. Slots it frees are reused from the next call on.
+  if (pass) s.EvictPass(step, deltas, /*merge=*/true);
   if (sink) sink->Record(std::move(batch));
 }
 
@@ -1013,7 +1107,6 @@ EmbeddingShard::Eviction EmbeddingShard::EvictTo(int64_t now_step, DeltaSink* si
                                 std::to_string(now_step));
   }
   Impl& s = *impl_;
-  const RowPolicyConfig& rules = s.config.row_policy;
   std::unique_lock<std::shared_mutex> lock(s.mutex);
   DeltaBatch batch;
   DeltaBatch* deltas = nullptr;
@@ -1022,72 +1115,7 @@ EmbeddingShard::Eviction EmbeddingShard::EvictTo(int64_t now_step, DeltaSink* si
     deltas = &batch;
   }
   s.DeltaStart(deltas, 0);
-  Eviction out;
-  if (s.policy_on) {
-    s.EnsureAllBlocks();
-    // Decide on the bytes alone, in slot order, so a restored shard decides the same.
-    struct Kept {
-      uint64_t first, second;  // the rank (lfu: uses, last_step; lru: last_step, uses)
-      uint32_t slot;
-    };
-    std::vector<uint32_t> victims;
-    std::vector<Kept> kept;
-    kept.reserve(s.index.size());
-    const size_t dim = static_cast<size_t>(s.config.dim);
-    for (size_t slot = 0; slot < s.high_water; ++slot) {
-      const uint8_t* r = s.Record(slot);
-      if (!RecordLayout::IsLive(RecordLayout::Flags(r))) continue;
-      const int64_t last = s.LastStep(r);
-      if (rules.ttl_steps && now_step - last > *rules.ttl_steps) {
-        victims.push_back(static_cast<uint32_t>(slot));
-        ++out.counts.ttl;
-        continue;
-      }
-      if (rules.min_l2 && s.Admitted(r)) {
-        const float* v = reinterpret_cast<const float*>(r + RecordLayout::kValueOffset);
-        double sq = 0;
-        for (size_t j = 0; j < dim; ++j) sq += static_cast<double>(v[j]) * v[j];
-        if (std::sqrt(sq) < *rules.min_l2) {
-          victims.push_back(static_cast<uint32_t>(slot));
-          ++out.counts.l2;
-          continue;
-        }
-      }
-      // last_step may be negative only through a bad load; LoadPolicyWords rejects that.
-      const uint64_t uses = s.Uses(r), step = static_cast<uint64_t>(std::max<int64_t>(last, 0));
-      if (rules.policy == EvictPolicy::kLru) {
-        kept.push_back({step, uses, static_cast<uint32_t>(slot)});
-      } else {
-        kept.push_back({uses, step, static_cast<uint32_t>(slot)});
-      }
-    }
-    if (rules.max_rows && static_cast<int64_t>(kept.size()) > rules.cap_low_water()) {
-      const size_t go = kept.size() - static_cast<size_t>(rules.cap_low_water());
-      auto lower = [](const Kept& a, const Kept& b) {
-        if (a.first != b.first) return a.first < b.first;
-        if (a.second != b.second) return a.second < b.second;
-        return a.slot < b.slot;
-      };
-      std::nth_element(kept.begin(), kept.begin() + static_cast<std::ptrdiff_t>(go), kept.end(), lower);
-      for (size_t i = 0; i < go; ++i) victims.push_back(kept[i].slot);
-      out.counts.cap = go;
-    }
-    std::sort(victims.begin(), victims.end());
-    out.keys.reserve(victims.size());
-    for (const uint32_t slot : victims) {
-      const int64_t key = s.KeyAt(slot);
-      s.index.Erase(key, [&s](uint32_t sl) { return s.KeyAt(sl); });
-      const size_t d = s.DeltaBegin(deltas, slot);
-      std::memset(s.Record(slot), 0, s.record_bytes);
-      s.DeltaEnd(deltas, d, slot);
-      s.free_slots.push_back(slot);
-      std::push_heap(s.free_slots.begin(), s.free_slots.end(), std::greater<uint32_t>());
-      out.keys.push_back(key);
-    }
-    s.evicted_ttl.fetch_add(out.counts.ttl, std::memory_order_relaxed);
-    s.evicted_l2.fetch_add(out.counts.l2, std::memory_order_relaxed);
-    s.evicted_cap.fetch_add(out.counts.cap, std::memory_order_relaxed);
-  }
+  Eviction out = s.EvictPass(now_step, deltas, /*merge=*/false);
   if (sink) sink->Record(std::move(batch));
   return out;
 }

@@ -30,6 +30,10 @@ void RowPolicyConfig::Validate(uint32_t block_slots) const {
     throw std::invalid_argument("row_policy.max_rows must be at least one block (block_slots = " +
                                 std::to_string(block_slots) + ") per shard, got " + std::to_string(*max_rows));
   }
+  if (evict_every_steps < 0) {
+    throw std::invalid_argument("row_policy.evict_every_steps must be >= 0 (0: passes only when asked), got " +
+                                std::to_string(evict_every_steps));
+  }
   if (policy != EvictPolicy::kLfu && policy != EvictPolicy::kLru) {
     throw std::invalid_argument("row_policy.policy must be lfu or lru");
   }

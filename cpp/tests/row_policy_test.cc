@@ -111,6 +111,9 @@ TEST(RowPolicy, BadSettingsAreClearErrorsNamingTheField) {
   ExpectInvalid([&] { EmbeddingShard s(Config(r)); }, "min_l2");
   r.min_l2 = std::nan("");
   ExpectInvalid([&] { EmbeddingShard s(Config(r)); }, "min_l2");
+  r = RowPolicyConfig();
+  r.evict_every_steps = -1;
+  ExpectInvalid([&] { EmbeddingShard s(Config(r)); }, "evict_every_steps");
   ExpectInvalid([] { ParseEvictPolicy("fifo", "row_policy.policy"); }, "row_policy.policy");
   EXPECT_EQ(ParseEvictPolicy("lru"), EvictPolicy::kLru);
   EXPECT_EQ(ParseEvictPolicy("lfu"), EvictPolicy::kLfu);
@@ -354,6 +357,7 @@ TEST(RowPolicy, DeltasKeepParityExactAndARestoredShardDecidesTheSame) {
   r.min_l2 = 0.01;
   r.max_rows = 24;
   r.policy = EvictPolicy::kLfu;
+  r.evict_every_steps = 5;  // passes inside pushes (steps 5, 10, ...) besides the explicit ones (4, 8, ...)
   const ShardConfig config = Config(r, 8, 4, OptimizerKind::kAdam);
   EmbeddingShard shard(config);
   Mirror mirror;
@@ -443,6 +447,68 @@ TEST(RowPolicy, ExportLoadAndPolicyWordsResumeTheSameDecisions) {
   EXPECT_EQ(AllBlocks(resumed), before);
   EmbeddingShard plain(Config(RowPolicyConfig()));
   EXPECT_THROW(plain.LoadPolicyWords(k.data(), uses.data(), last.data(), 1), std::invalid_argument);
+}
+
+// evict_every_steps: a push whose step is a multiple ends with a pass, inside that push's deltas, one entry per
+// slot even where the pass frees a slot the push just wrote; its freed slots wait for the next call.
+TEST(RowPolicy, PushStepPassesTravelInThePushDeltas) {
+  RowPolicyConfig r;
+  r.max_rows = 8;  // low water 7
+  r.ttl_steps = 5;
+  r.evict_every_steps = 4;
+  r.policy = EvictPolicy::kLfu;
+  EmbeddingShard shard(Config(r, 8));
+  Mirror mirror;
+  DeltaBatch d;
+  for (int64_t step = 1; step <= 3; ++step) {
+    Push(shard, {1, 2, step + 10}, step, &d);  // 1, 2 hot; 11, 12, 13 once
+    mirror.Apply(d);
+  }
+  Push(shard, {1, 2}, 3, &d);  // step 3 again: no pass
+  mirror.Apply(d);
+  ASSERT_EQ(shard.size(), 5u);
+  // Step 4: the push inserts 14..16 (8 records, full), then the pass keeps 7: the lowest ranked is 11 (uses 1,
+  // oldest).
+  Push(shard, {1, 14, 15, 16}, 4, &d);
+  std::set<uint32_t> slots(d.slots.begin(), d.slots.end());
+  EXPECT_EQ(slots.size(), d.slots.size()) << "one entry per slot";
+  mirror.Apply(d);
+  EXPECT_TRUE(mirror.Matches(shard));
+  EXPECT_EQ(shard.size(), 7u);
+  EXPECT_EQ(shard.policy_stats().counters.evicted_cap, 1u);
+  std::vector<float> row(4);
+  uint8_t found = 1;
+  const std::vector<int64_t> k11 = {11};
+  shard.Find(k11.data(), 1, row.data(), &found);
+  EXPECT_EQ(found, 0);
+  // Step 8: 5 new ids into 7 records: 20 fits (8), 21..24 are refused; ttl frees 12 only (8 - 2 > 5; 13 has
+  // 8 - 3 = 5); 7 records are left, nothing for the cap.
+  Push(shard, {20, 21, 22, 23, 24}, 8, &d);
+  slots = std::set<uint32_t>(d.slots.begin(), d.slots.end());
+  EXPECT_EQ(slots.size(), d.slots.size());
+  mirror.Apply(d);
+  EXPECT_TRUE(mirror.Matches(shard));
+  EXPECT_EQ(shard.policy_stats().counters.evicted_ttl, 1u);
+  EXPECT_EQ(shard.size(), 7u);
+  // Rows written and freed in one push: a cap of 8 where the pass-step push inserts a row ranked lowest.
+  RowPolicyConfig c;
+  c.max_rows = 8;
+  c.evict_every_steps = 2;
+  EmbeddingShard capped(Config(c, 8));
+  Mirror m2;
+  for (int64_t k = 1; k <= 7; ++k) {
+    for (int64_t rep = 0; rep < 3; ++rep) {
+      Push(capped, {k}, 1, &d);  // uses 3 each, step 1 (odd: no pass)
+      m2.Apply(d);
+    }
+  }
+  Push(capped, {50}, 2, &d);  // 8 records, uses 1: the pass frees 50 itself, written in this very push
+  EXPECT_EQ(d.size(), 1u);
+  EXPECT_TRUE(std::all_of(d.delta(0), d.delta(0) + d.record_bytes, [](uint8_t v) { return v == 0; }));
+  m2.Apply(d);
+  EXPECT_TRUE(m2.Matches(capped));
+  EXPECT_EQ(capped.size(), 7u);
+  EXPECT_EQ(capped.memory().free_slots, 1u);
 }
 
 TEST(RowPolicy, EvictedSlotsAreZeroAndReusedLowestFirst) {

@@ -14,8 +14,11 @@
 // records are records like rows, so their counts are parity-covered; they are reported by neither
 // Find, Export nor TakeDirty.
 //
-// Eviction happens only in an eviction pass (EmbeddingShard::Evict(now_step)), which callers run at
-// deterministic step boundaries; it frees slots as Erase does (a delta to the zero record). In slot
+// Eviction happens only in an eviction pass at a step boundary: at the end of every push whose step is
+// a multiple of evict_every_steps (in that push's deltas), or by EmbeddingShard::Evict(now_step). A
+// pass frees slots as Erase does (deltas to the zero record; a slot the push touched keeps one delta
+// entry, taken on to zero). Sync steps and one-worker runs push once per step and server, so passes
+// are as deterministic as training. In slot
 // order: a record (row or pending) whose last update is more than ttl_steps before now_step goes
 // (reason ttl); a row whose value has L2 norm below min_l2 goes (reason l2); then, with max_rows set,
 // the lowest ranked go (reason cap) until at most max_rows - max_rows / 8 remain (the eighth is
@@ -47,9 +50,12 @@ struct RowPolicyConfig {
   std::optional<double> min_l2;         // finite and > 0 when set
   std::optional<int64_t> max_rows;      // >= block_slots (one block) when set: per shard
   EvictPolicy policy = EvictPolicy::kLfu;
+  // > 0: a push whose step is a multiple of it ends with a pass at that step, in the push's own deltas (so the
+  // pass reaches parity, a replay and the native path as the push does); 0: passes only by Evict.
+  int64_t evict_every_steps = 0;
 
   // Whether the table has any rule, i.e. whether its records carry the policy words.
-  bool active() const { return admit_min_count > 1 || ttl_steps || min_l2 || max_rows; }
+  bool active() const { return admit_min_count > 1 || ttl_steps || min_l2 || max_rows || evict_every_steps; }
   // Throws std::invalid_argument naming the bad field (row_policy.admit_min_count, ...).
   void Validate(uint32_t block_slots) const;
   // The most records a pass keeps: max_rows - max_rows / 8.
