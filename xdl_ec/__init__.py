@@ -22,6 +22,7 @@ from .model.feature import Feature
 from .model.feature_batch import InputError
 from .sparse import codec
 from .sparse.cache_config import Cache
+from .sparse.row_rules import Admit, Evict
 from .sparse.table import EmbeddingTable
 from .sparse.table_config import Table
 from .model.side_input import Input
@@ -47,3 +48,4 @@ def __getattr__(name: str) -> NoReturn:
 
 __all__ = ["Cache", "Cluster", "EmbeddingTable", "Feature", "Input", "InputError", "Job", "ModelError", "SaveMismatch", "Table",
            "TrainedModel", "codec", "embedding", "init", "load", "optim", "save"]
+__all__ += ["Admit", "Evict"]  # bounded tables (xdl_ec.sparse.row_rules)

@@ -142,6 +142,7 @@ struct EmbeddingShard::Impl {
   size_t policy_offset = 0;
   int64_t min_count = 1;
   std::atomic<uint64_t> admitted{0}, not_admitted{0}, evicted_ttl{0}, evicted_l2{0}, evicted_cap{0};
+  std::atomic<uint64_t> generation{0};  // passes that freed something
 
   explicit Impl(const ShardConfig& c) : config(c) {
     config.Validate();
@@ -561,6 +562,7 @@ struct EmbeddingShard::Impl {
     evicted_ttl.fetch_add(out.counts.ttl, std::memory_order_relaxed);
     evicted_l2.fetch_add(out.counts.l2, std::memory_order_relaxed);
     evicted_cap.fetch_add(out.counts.cap, std::memory_order_relaxed);
+    if (!victims.empty()) generation.fetch_add(1, std::memory_order_release);
     return out;
   }
 };
@@ -1118,6 +1120,10 @@ EmbeddingShard::Eviction EmbeddingShard::EvictTo(int64_t now_step, DeltaSink* si
   Eviction out = s.EvictPass(now_step, deltas, /*merge=*/false);
   if (sink) sink->Record(std::move(batch));
   return out;
+}
+
+uint64_t EmbeddingShard::eviction_generation() const {
+  return impl_->generation.load(std::memory_order_acquire);
 }
 
 EmbeddingShard::PolicyStats EmbeddingShard::policy_stats() const {

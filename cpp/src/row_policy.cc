@@ -11,6 +11,13 @@ EvictPolicy ParseEvictPolicy(const std::string& name, const char* field) {
   throw std::invalid_argument(std::string(field) + " must be \"lfu\" or \"lru\", got \"" + name + "\"");
 }
 
+int64_t EpochAfterEvictions(int64_t epoch, uint64_t generations) {
+  if (generations == 0) return epoch;
+  constexpr uint64_t kMask = (uint64_t{1} << 62) - 1, kStride = 0x9E3779B97F4A7C15ull;  // odd: a full cycle
+  const uint64_t moved = (static_cast<uint64_t>(epoch) - 1 + generations * kStride) & kMask;
+  return static_cast<int64_t>(moved + 1);
+}
+
 const char* EvictPolicyName(EvictPolicy policy) { return policy == EvictPolicy::kLru ? "lru" : "lfu"; }
 
 void RowPolicyConfig::Validate(uint32_t block_slots) const {

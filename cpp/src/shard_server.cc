@@ -165,8 +165,13 @@ bool ShardServer::Serve(const PushPullRequest& request, PushPullAnswer* answer) 
   }
   if (request.stale_call) {
     answer->has_stale = true;
-    answer->epoch = epoch_;
-    const bool fresh = request.epoch == epoch_;  // else the copies came from other bytes: trust none
+    // after this request's pushes: a pass in one of them frees rows that a later insert restarts at the
+    // initial clock, so copies from before it are not trusted (EpochAfterEvictions)
+    uint64_t generations = 0;
+    for (const auto& named : tables_) generations += named.second ? named.second->eviction_generation() : 0;
+    const int64_t epoch = EpochAfterEvictions(epoch_, generations);
+    answer->epoch = epoch;
+    const bool fresh = request.epoch == epoch;  // else the copies came from other bytes: trust none
     answer->stale.resize(request.stale.size());
     for (size_t i = 0; i < request.stale.size(); ++i) {
       const PushPullStalePull& pull = request.stale[i];

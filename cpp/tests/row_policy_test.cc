@@ -511,6 +511,32 @@ TEST(RowPolicy, PushStepPassesTravelInThePushDeltas) {
   EXPECT_EQ(capped.memory().free_slots, 1u);
 }
 
+TEST(RowPolicy, APassThatFreesSomethingMovesTheCacheEpoch) {
+  RowPolicyConfig r;
+  r.ttl_steps = 2;
+  r.evict_every_steps = 3;
+  EmbeddingShard shard(Config(r, 8));
+  Push(shard, {1}, 1);
+  EXPECT_EQ(shard.Evict(2).counts.total(), 0u);
+  EXPECT_EQ(shard.eviction_generation(), 0u);  // nothing freed: copies stay trusted
+  Push(shard, {2}, 3);                          // the pass-step push: 3 - 1 <= 2 keeps key 1
+  EXPECT_EQ(shard.eviction_generation(), 0u);
+  Push(shard, {2}, 6);  // frees key 1
+  EXPECT_EQ(shard.eviction_generation(), 1u);
+  EXPECT_EQ(EpochAfterEvictions(12345, 0), 12345);
+  const int64_t top = int64_t{1} << 62;
+  std::set<int64_t> seen;
+  for (int64_t epoch : {int64_t{1}, int64_t{12345}, top}) {
+    for (uint64_t g = 0; g < 1000; ++g) {
+      const int64_t moved = EpochAfterEvictions(epoch, g);
+      ASSERT_GE(moved, 1);
+      ASSERT_LE(moved, top);
+      if (epoch == 12345) seen.insert(moved);
+    }
+  }
+  EXPECT_EQ(seen.size(), 1000u);  // every generation a different epoch
+}
+
 TEST(RowPolicy, EvictedSlotsAreZeroAndReusedLowestFirst) {
   RowPolicyConfig r;
   r.ttl_steps = 1;

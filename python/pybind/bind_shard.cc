@@ -206,15 +206,83 @@ py::object Erase(EmbeddingShard& shard, const Keys& keys, bool return_deltas) {
   return py::make_tuple(erased, DeltasToNumpy(std::move(deltas)));
 }
 
-py::tuple Export(const EmbeddingShard& shard) {
+py::tuple Export(const EmbeddingShard& shard, bool with_words) {
   EmbeddingShard::Rows rows;
   {
     py::gil_scoped_release release;
     rows = shard.Export();
   }
   const py::ssize_t n = static_cast<py::ssize_t>(rows.keys.size());
+  if (with_words) {
+    if (!shard.config().row_policy.active()) {
+      throw std::invalid_argument("export: with_words needs a table with row rules (row_policy); this one has none");
+    }
+    return py::make_tuple(ToNumpy(std::move(rows.keys), {n}), ToNumpy(std::move(rows.values), {n, shard.dim()}),
+                          ToNumpy(std::move(rows.state), {n, shard.layout().state_floats}),
+                          ToNumpy(std::move(rows.uses), {n}), ToNumpy(std::move(rows.last_step), {n}));
+  }
   return py::make_tuple(ToNumpy(std::move(rows.keys), {n}), ToNumpy(std::move(rows.values), {n, shard.dim()}),
                         ToNumpy(std::move(rows.state), {n, shard.layout().state_floats}));
+}
+
+// One eviction pass: ({"ttl", "l2", "cap": counts, "keys": int64[m] in slot order}[, deltas]).
+py::object Evict(EmbeddingShard& shard, int64_t now_step, bool return_deltas,
+                 const std::shared_ptr<DeltaForwarder>& forwarder, const std::string& table) {
+  CheckForward("evict", return_deltas, forwarder);
+  EmbeddingShard::Eviction e;
+  DeltaBatch deltas;
+  if (forwarder) {
+    const WorkerSeqs no_pushes;  // the Mutation refers to it: it must outlive the sink
+    DeltaForwarder::Mutation sink(*forwarder, table, no_pushes);
+    py::gil_scoped_release release;
+    e = shard.Evict(now_step, sink);
+  } else {
+    py::gil_scoped_release release;
+    e = shard.Evict(now_step, return_deltas ? &deltas : nullptr);
+  }
+  py::dict out;
+  out["ttl"] = e.counts.ttl;
+  out["l2"] = e.counts.l2;
+  out["cap"] = e.counts.cap;
+  const py::ssize_t m = static_cast<py::ssize_t>(e.keys.size());
+  out["keys"] = ToNumpy(std::move(e.keys), {m});
+  if (!return_deltas) return std::move(out);
+  return py::make_tuple(out, DeltasToNumpy(std::move(deltas)));
+}
+
+py::dict PolicyStatsDict(const EmbeddingShard& shard) {
+  EmbeddingShard::PolicyStats p;
+  {
+    py::gil_scoped_release release;
+    p = shard.policy_stats();
+  }
+  py::dict d;
+  d["rows"] = p.rows;
+  d["pending"] = p.pending;
+  d["admitted"] = p.counters.admitted;
+  d["not_admitted_lookups"] = p.counters.not_admitted_lookups;
+  d["evicted_ttl"] = p.counters.evicted_ttl;
+  d["evicted_l2"] = p.counters.evicted_l2;
+  d["evicted_cap"] = p.counters.evicted_cap;
+  return d;
+}
+
+py::object LoadPolicyWords(EmbeddingShard& shard, const Keys& keys, const Slots& uses,
+                           const Keys& last_step, bool return_deltas) {
+  RequireKeys(keys, "load_policy_words");
+  const size_t n = static_cast<size_t>(keys.shape(0));
+  if (uses.ndim() != 1 || static_cast<size_t>(uses.shape(0)) != n || last_step.ndim() != 1 ||
+      static_cast<size_t>(last_step.shape(0)) != n) {
+    throw std::invalid_argument("load_policy_words: uses and last_step must be 1-D with len(keys) = " +
+                                std::to_string(n) + " entries, got shapes " + Shape(uses) + " and " + Shape(last_step));
+  }
+  DeltaBatch deltas;
+  {
+    py::gil_scoped_release release;
+    shard.LoadPolicyWords(keys.data(), uses.data(), last_step.data(), n, return_deltas ? &deltas : nullptr);
+  }
+  if (!return_deltas) return py::none();
+  return DeltasToNumpy(std::move(deltas));
 }
 
 py::tuple TakeDirty(EmbeddingShard& shard) {
@@ -325,6 +393,19 @@ void BindShard(py::module_& m) {
       .value("UNIFORM", InitializerKind::kUniform)
       .value("TRUNCATED_NORMAL", InitializerKind::kTruncatedNormal);
 
+  py::class_<RowPolicyConfig>(m, "RowPolicyConfig", "Admission and eviction rules of a table (see row_policy.h)")
+      .def(py::init<>())
+      .def_readwrite("admit_min_count", &RowPolicyConfig::admit_min_count)
+      .def_readwrite("ttl_steps", &RowPolicyConfig::ttl_steps)
+      .def_readwrite("min_l2", &RowPolicyConfig::min_l2)
+      .def_readwrite("max_rows", &RowPolicyConfig::max_rows)
+      .def_readwrite("evict_every_steps", &RowPolicyConfig::evict_every_steps)
+      .def_property(
+          "policy", [](const RowPolicyConfig& c) { return std::string(EvictPolicyName(c.policy)); },
+          [](RowPolicyConfig& c, const std::string& name) { c.policy = ParseEvictPolicy(name, "policy"); })
+      .def_property_readonly("active", &RowPolicyConfig::active)
+      .def("validate", &RowPolicyConfig::Validate, py::arg("block_slots"));
+
   py::class_<OptimizerConfig>(m, "OptimizerConfig", "Sparse optimizer settings (see optimizer.h)")
       .def(py::init<>())
       .def_readwrite("kind", &OptimizerConfig::kind)
@@ -370,6 +451,7 @@ void BindShard(py::module_& m) {
       .def_readwrite("initializer", &ShardConfig::initializer)
       .def_readwrite("seed", &ShardConfig::seed)
       .def_readwrite("block_slots", &ShardConfig::block_slots)
+      .def_readwrite("row_policy", &ShardConfig::row_policy)
       .def("validate", &ShardConfig::Validate);
 
   py::class_<RecordLayout>(m, "RecordLayout", "Byte layout of a slot record: key | flags | value | state")
@@ -442,7 +524,18 @@ void BindShard(py::module_& m) {
         }
         return MemoryDict(stats);
       })
-      .def("export", &Export, "(keys, values, state) of every live row, in slot order")
+      .def("export", &Export, py::arg("with_words") = false,
+           "(keys, values, state) of every live row, in slot order; with_words (tables with row rules): "
+           "(keys, values, state, uses, last_step)")
+      .def("evict", &Evict, py::arg("now_step"), py::arg("return_deltas") = false, py::arg("forwarder") = nullptr,
+           py::arg("table") = "",
+           "One eviction pass at now_step (row_policy.h): {ttl, l2, cap, keys}, with the deltas when asked")
+      .def_property_readonly("eviction_generation", &EmbeddingShard::eviction_generation,
+                             "Eviction passes that freed something (a cache's copies are not trusted across one)")
+      .def("policy_stats", &PolicyStatsDict,
+           "{rows, pending (now), admitted, not_admitted_lookups, evicted_ttl, evicted_l2, evicted_cap}")
+      .def("load_policy_words", &LoadPolicyWords, py::arg("keys"), py::arg("uses"), py::arg("last_step"),
+           py::arg("return_deltas") = false, "Sets uses and last_step of existing rows (a save's words after load)")
       .def("track_dirty", &EmbeddingShard::TrackDirty, py::arg("on"), py::call_guard<py::gil_scoped_release>(),
            "Starts (clearing) or stops the set of rows changed since the last take_dirty.")
       .def_property_readonly("tracking_dirty", &EmbeddingShard::tracking_dirty)
@@ -461,6 +554,8 @@ void BindShard(py::module_& m) {
       .def("restore_block", &RestoreBlock, py::arg("b"), py::arg("bytes"),
            "Installs block b unless already restored; returns whether it was installed.");
 
+  m.def("epoch_after_evictions", &EpochAfterEvictions, py::arg("epoch"), py::arg("generations"),
+        "A server's epoch moved on by its tables' eviction generations (row_policy.h); unchanged at 0");
   m.def("register_shard", &ShardRegistry::Register, py::arg("shard"),
         "Registers a shard for the TF ops; returns its int64 handle.");
   m.def("unregister_shard", &ShardRegistry::Unregister, py::arg("handle"));

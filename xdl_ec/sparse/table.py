@@ -15,6 +15,7 @@ import numpy as np
 from xdl_ec import _core
 from xdl_ec.settings import checks
 from . import init, optim
+from .row_rules import Admit, Evict
 from .table_config import Table
 
 __all__ = ["EmbeddingTable", "as_keys", "as_rows"]
@@ -99,12 +100,15 @@ class EmbeddingTable:
         initializer: Union[str, init.Initializer] = "truncated_normal",
         seed: int = 0,
         block_slots: int = 1024,
+        admit: Optional[Admit] = None,
+        evict: Optional[Evict] = None,
+        servers: int = 1,
     ) -> None:
         self._config = Table(name, dim, optimizer=optimizer, initializer=initializer, seed=seed,
-                             block_slots=block_slots)
+                             block_slots=block_slots, admit=admit, evict=evict)
         self._name, self._dim, self._seed = name, int(dim), int(seed)
         self._optimizer, self._initializer = self._config.optimizer, self._config.initializer
-        config = self._config.shard_config()
+        config = self._config.shard_config(servers)  # servers: the even share of an Evict's max_rows
         self._shard = _core.EmbeddingShard(config)
         self._step = 0
         self._step_lock = threading.Lock()
@@ -112,10 +116,10 @@ class EmbeddingTable:
         self._unregister = weakref.finalize(self, _core.unregister_shard, self._handle)
 
     @classmethod
-    def from_config(cls, table: Table) -> "EmbeddingTable":
-        """An empty table built as ``table`` describes."""
+    def from_config(cls, table: Table, servers: int = 1) -> "EmbeddingTable":
+        """An empty table built as ``table`` describes (as one of ``servers`` shards of it)."""
         return cls(table.name, table.dim, optimizer=table.optimizer, initializer=table.initializer, seed=table.seed,
-                   block_slots=table.block_slots)
+                   block_slots=table.block_slots, admit=table.admit, evict=table.evict, servers=servers)
 
     # ---- properties ----------------------------------------------------------------------------
     @property
@@ -205,11 +209,44 @@ class EmbeddingTable:
     def __len__(self) -> int:
         return len(self._shard)
 
+    # ---- bounded tables (xdl_ec.sparse.row_rules) ------------------------------------------------------
+    def evict(self, step: int) -> Dict[str, Any]:
+        """One eviction pass at ``step`` now (besides the ones pushes run every ``Evict.every_steps``):
+        {"ttl", "l2", "cap": rows freed for each reason, "keys": int64 keys freed, in slot order}."""
+        return dict(self._shard.evict(checks.positive_int("step", step)))
+
+    def bounded_report(self) -> Dict[str, Any]:
+        """The report's entry of this table: {"rows", "admitted", "not_admitted_lookups", "evicted": {"ttl", "l2",
+        "cap"}, "bytes"}; "rows" are rows (ids still counting toward admission are not), "bytes" what the shard
+        holds (slots, index, free list). Counters are this shard's since it was made."""
+        p = self._shard.policy_stats()
+        m = self._shard.memory()
+        return {"rows": int(p["rows"]), "admitted": int(p["admitted"]),
+                "not_admitted_lookups": int(p["not_admitted_lookups"]),
+                "evicted": {"ttl": int(p["evicted_ttl"]), "l2": int(p["evicted_l2"]), "cap": int(p["evicted_cap"])},
+                "bytes": int(m["slot_bytes"] + m["index_bytes"] + m["free_list_bytes"])}
+
     # ---- export / import -----------------------------------------------------------------------
-    def export(self) -> Dict[str, np.ndarray]:
-        """Every live row: dict(keys=int64[n], values=float32[n, dim], state=float32[n, state_floats])."""
+    def export(self, with_words: bool = False) -> Dict[str, np.ndarray]:
+        """Every live row: dict(keys=int64[n], values=float32[n, dim], state=float32[n, state_floats]); with
+        ``with_words`` (a table with admit/evict rules) also uses=uint32[n] and last_step=int64[n], what eviction
+        decides on (:meth:`load_words` puts them back)."""
+        if with_words:
+            keys, values, state, uses, last_step = self._shard.export(with_words=True)
+            return {"keys": keys, "values": values, "state": state, "uses": uses, "last_step": last_step}
         keys, values, state = self._shard.export()
         return {"keys": keys, "values": values, "state": state}
+
+    def load_words(self, keys: Any, uses: Any, last_step: Any) -> None:
+        """Sets the eviction words (uses, last_step) of rows that exist, e.g. after :meth:`load` of an export
+        taken ``with_words``; a key without a row or a negative step raises ValueError, changing nothing."""
+        keys = as_keys(keys)
+        counts = np.asarray(uses)
+        if counts.dtype.kind not in "iu" or (counts.size and (counts.min() < 0 or counts.max() > 0xFFFFFFFF)):
+            raise ValueError(f"table {self._name!r}: uses must be integers in [0, 2^32 - 1], got dtype {counts.dtype}")
+        uses = np.ascontiguousarray(counts, dtype=np.uint32)
+        last_step = as_keys(last_step, "last_step")  # int64, the same checks as keys
+        self._shard.load_policy_words(keys, uses, last_step)
 
     def load(self, keys: Any, values: Any, state: Any = None) -> None:
         """Inserts or overwrites rows (keys unique); ``state=None`` gives them fresh optimizer state."""

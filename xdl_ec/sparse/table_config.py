@@ -6,11 +6,12 @@ tolerance reads its geometry, and :meth:`Table.shard_config` is the single conve
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from xdl_ec import _core
 from xdl_ec.settings import checks
 from . import init, optim
+from .row_rules import Admit, Evict, row_policy_config
 
 MAX_DIM = 1 << 16
 MAX_BLOCK_SLOTS = 1 << 24
@@ -20,7 +21,9 @@ MAX_BLOCK_SLOTS = 1 << 24
 class Table:
     """An embedding table: int64 ids -> ``dim`` floats plus the optimizer's state, rows created on first use from
     (``seed``, id). ``optimizer`` / ``initializer``: an object of :mod:`xdl_ec.optim` / :mod:`xdl_ec.init` or its
-    name. ``block_slots``: slots per block of the shard (the unit of parity stripes and of a rebuild)."""
+    name. ``block_slots``: slots per block of the shard (the unit of parity stripes and of a rebuild).
+    ``admit`` / ``evict``: the rules that bound the table (:mod:`xdl_ec.sparse.row_rules`); None: every id gets a
+    row on first use and keeps it."""
 
     name: str
     dim: int
@@ -28,6 +31,8 @@ class Table:
     initializer: Union[str, init.Initializer] = "truncated_normal"
     seed: int = 0
     block_slots: int = 1024
+    admit: Optional[Admit] = None
+    evict: Optional[Evict] = None
 
     def __post_init__(self) -> None:
         checks.non_empty_str("Table name", self.name)
@@ -40,18 +45,39 @@ class Table:
             object.__setattr__(self, "initializer", init.get(self.initializer))
         except (TypeError, ValueError) as err:
             raise type(err)(f"{where}: {err}") from None
+        if self.admit is not None and not isinstance(self.admit, Admit):
+            raise TypeError(f"{where}: admit must be an xdl_ec.Admit or None, got {type(self.admit).__name__}")
+        if self.evict is not None and not isinstance(self.evict, Evict):
+            raise TypeError(f"{where}: evict must be an xdl_ec.Evict or None, got {type(self.evict).__name__}")
+        if self.evict is not None and self.evict.max_rows is not None and self.evict.max_rows < self.block_slots:
+            raise ValueError(f"{where}: Evict max_rows = {self.evict.max_rows} is below one block (block_slots = "
+                             f"{self.block_slots}); raise max_rows or lower block_slots")
 
-    def shard_config(self) -> Any:
-        """The core's ``ShardConfig`` of this table (validated by the core)."""
+    @property
+    def bounded(self) -> bool:
+        """Whether the table has admission or eviction rules."""
+        return self.admit is not None or self.evict is not None
+
+    def shard_config(self, servers: int = 1) -> Any:
+        """The core's ``ShardConfig`` of this table's shard on one of ``servers`` servers (validated by the core;
+        the servers matter only to an ``Evict(max_rows=...)``, shared evenly)."""
         config = _core.ShardConfig()
         config.dim = int(self.dim)
         config.seed = int(self.seed)
         config.block_slots = int(self.block_slots)
         config.optimizer = self.optimizer.to_config()
         config.initializer = self.initializer.to_config()
+        if self.bounded:
+            config.row_policy = row_policy_config(self.name, self.admit, self.evict, self.block_slots,
+                                                  checks.positive_int("servers", servers))
         return config
 
     def describe(self) -> dict:
         """A JSON-friendly description (reports, checkpoint manifests)."""
-        return {"name": self.name, "dim": self.dim, "optimizer": repr(self.optimizer),
-                "initializer": repr(self.initializer), "seed": self.seed, "block_slots": self.block_slots}
+        out = {"name": self.name, "dim": self.dim, "optimizer": repr(self.optimizer),
+               "initializer": repr(self.initializer), "seed": self.seed, "block_slots": self.block_slots}
+        if self.admit is not None:  # only then: descriptions of tables without rules stay as they were
+            out["admit"] = self.admit.describe()
+        if self.evict is not None:
+            out["evict"] = self.evict.describe()
+        return out

@@ -137,6 +137,9 @@ class EmbeddingShard {
     size_t pending = 0;
   };
   PolicyStats policy_stats() const;
+  // Eviction passes (by Evict or in a push) that freed at least one record: a worker cache's copies are not
+  // trusted across one (EpochAfterEvictions). A count of this process, not record bytes.
+  uint64_t eviction_generation() const;
 
   // ---- export / import (keys, values, optimizer state), in slot order -------------------------
   struct Rows {

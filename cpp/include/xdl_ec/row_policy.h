@@ -72,6 +72,12 @@ struct RowPolicyStats {
   uint64_t evicted_cap = 0;
 };
 
+// A server's epoch (ParameterServer.epoch, in [1, 2^62]) moved on by `generations` eviction passes that freed
+// something (EmbeddingShard::eviction_generation, summed over its tables): a worker cache's copies from before
+// a pass are not trusted after it, since an evicted row inserted again restarts at the initial clock (ABA,
+// record_layout.h). Zero generations give the epoch unchanged (tables without rules).
+int64_t EpochAfterEvictions(int64_t epoch, uint64_t generations);
+
 // What one eviction pass freed.
 struct EvictionResult {
   size_t ttl = 0;

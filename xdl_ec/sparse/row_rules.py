@@ -1,0 +1,103 @@
+"""Admit and Evict: the rules that bound a table for endless training (which ids get a row, which rows go).
+
+The decisions are made in the C++ shard (``cpp/include/xdl_ec/row_policy.h``) on per-row words kept in the slot
+records, so parity, a rebuilt server and every save carry them. In short:
+
+- ``Admit(min_count=N)``: an id gets its row on its N-th occurrence (one push of the id counts one; a cache
+  write-back standing for c gradients counts c). Until then it reads zeros and its gradients are dropped; its exact
+  count lives on the server in a record like a row's (parity-covered).
+- ``Evict(ttl_steps=, min_l2=, max_rows=, policy=)``: every ``every_steps`` steps (a deterministic boundary: after
+  the push of a step that is a multiple of it) a pass frees rows not updated for more than ``ttl_steps`` steps, rows
+  whose value has L2 norm below ``min_l2``, then, with ``max_rows``, the lowest ranked (``lfu``: fewest uses first,
+  ``lru``: oldest update first) until at most ``max_rows - max_rows // 8`` remain. Between passes an id that would
+  take the table past ``max_rows`` gets no row (it reads zeros), so ``max_rows`` is never exceeded. ``max_rows``
+  bounds the table summed over its servers: each server keeps at most ``max_rows // servers``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Optional
+
+from xdl_ec import _core
+from xdl_ec.settings import checks
+
+__all__ = ["Admit", "Evict", "row_policy_config"]
+
+COUNTERS = ("exact",)
+POLICIES = ("lfu", "lru")
+DEFAULT_EVERY_STEPS = 100
+
+
+@dataclasses.dataclass(frozen=True)
+class Admit:
+    """Feature admission: an id gets a row on its ``min_count``-th occurrence (1: at once, as without rules).
+    ``counter``: "exact" (a per-id count on the server; the only counter here)."""
+
+    min_count: int = 2
+    counter: str = "exact"
+
+    def __post_init__(self) -> None:
+        checks.integer("Admit: min_count", self.min_count, 1)
+        if self.counter not in COUNTERS:
+            raise ValueError(f"Admit: counter must be one of {COUNTERS}, got {self.counter!r} (a sketch counter is "
+                             f"not available: use 'exact')")
+
+    def describe(self) -> dict:
+        return {"min_count": self.min_count, "counter": self.counter}
+
+
+@dataclasses.dataclass(frozen=True)
+class Evict:
+    """Row eviction (at least one of ``ttl_steps``, ``min_l2``, ``max_rows``), run every ``every_steps`` steps."""
+
+    ttl_steps: Optional[int] = None
+    min_l2: Optional[float] = None
+    max_rows: Optional[int] = None
+    policy: str = "lfu"
+    every_steps: int = DEFAULT_EVERY_STEPS
+
+    def __post_init__(self) -> None:
+        if self.ttl_steps is not None:
+            checks.integer("Evict: ttl_steps (steps a row lives without an update)", self.ttl_steps, 1)
+        if self.min_l2 is not None:
+            if isinstance(self.min_l2, bool) or not isinstance(self.min_l2, (int, float)):
+                raise TypeError(f"Evict: min_l2 must be a number, got {type(self.min_l2).__name__}")
+            if not (math.isfinite(self.min_l2) and self.min_l2 > 0):
+                raise ValueError(f"Evict: min_l2 must be finite and > 0, got {self.min_l2}")
+            object.__setattr__(self, "min_l2", float(self.min_l2))
+        if self.max_rows is not None:
+            checks.integer("Evict: max_rows (live rows of the table, summed over its servers)", self.max_rows, 1)
+        if self.policy not in POLICIES:
+            raise ValueError(f"Evict: policy must be one of {POLICIES}, got {self.policy!r}")
+        checks.integer("Evict: every_steps (steps between eviction passes)", self.every_steps, 1)
+        if self.ttl_steps is None and self.min_l2 is None and self.max_rows is None:
+            raise ValueError("Evict: give at least one of ttl_steps, min_l2 or max_rows (an Evict with none would "
+                             "never free a row)")
+
+    def describe(self) -> dict:
+        return {"ttl_steps": self.ttl_steps, "min_l2": self.min_l2, "max_rows": self.max_rows,
+                "policy": self.policy, "every_steps": self.every_steps}
+
+
+def row_policy_config(name: str, admit: Optional[Admit], evict: Optional[Evict], block_slots: int,
+                      servers: int = 1) -> Any:
+    """The core's ``RowPolicyConfig`` for one of ``servers`` shards of table ``name`` (each keeps its even share
+    of ``max_rows``). Raises ValueError when a share is below one block of ``block_slots`` rows."""
+    config = _core.RowPolicyConfig()
+    if admit is not None:
+        config.admit_min_count = int(admit.min_count)
+    if evict is not None:
+        config.ttl_steps = evict.ttl_steps
+        config.min_l2 = evict.min_l2
+        config.policy = evict.policy
+        config.evict_every_steps = int(evict.every_steps)
+        if evict.max_rows is not None:
+            share = evict.max_rows // servers
+            if share < block_slots:
+                raise ValueError(f"table {name!r}: Evict max_rows = {evict.max_rows} over {servers} server(s) leaves "
+                                 f"{share} rows per server, below one block (block_slots = {block_slots}); raise "
+                                 f"max_rows to at least {block_slots * servers} or lower block_slots")
+            config.max_rows = share
+    return config
