@@ -21,6 +21,7 @@ from xdl_ec.data.source import TrainingData
 from xdl_ec.model.dense_model import DENSE_OPTIMIZERS
 from xdl_ec.model.feature import Feature
 from xdl_ec.job.job import Job
+from xdl_ec.sparse.row_rules import DEFAULT_EVERY_STEPS, Admit, Evict
 from xdl_ec.sparse.table_config import Table
 
 TABLE_NAME = "criteo_categorical"
@@ -58,6 +59,11 @@ class TrainConfig:
     deterministic: bool = False
     on_bad_line: str = "error"
     progress: bool = True
+    # bounded table (xdl_ec.sparse.row_rules): None leaves the table unbounded, as before
+    admit_min_count: Optional[int] = None
+    evict_ttl_steps: Optional[int] = None
+    max_rows: Optional[int] = None
+    evict_every_steps: int = DEFAULT_EVERY_STEPS
 
     def __post_init__(self) -> None:
         if (self.data is None) == (not self.synthetic):
@@ -77,9 +83,18 @@ class TrainConfig:
         checks.one_of("model", self.model, MODELS)
         checks.non_negative_int("seed", self.seed)
         optim.get(self.optimizer, learning_rate=self.lr)  # an unknown name lists the known ones
+        self.table_rules()  # bad admission / eviction settings fail here, naming the setting
 
     def describe(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def table_rules(self) -> Dict[str, Any]:
+        """The table's ``admit`` and ``evict`` (None where not asked for)."""
+        admit = None if self.admit_min_count is None else Admit(min_count=self.admit_min_count)
+        evict = None
+        if self.evict_ttl_steps is not None or self.max_rows is not None:
+            evict = Evict(ttl_steps=self.evict_ttl_steps, max_rows=self.max_rows, every_steps=self.evict_every_steps)
+        return {"admit": admit, "evict": evict}
 
 
 def open_training_data(config: TrainConfig) -> TrainingData:
@@ -172,7 +187,7 @@ class CriteoModel:
 def criteo_job(config: TrainConfig) -> Job:
     """The built-in job of ``config``."""
     table = Table(TABLE_NAME, config.emb_dim, optimizer=optim.get(config.optimizer, learning_rate=config.lr),
-                  initializer=init.RandomUniform(-0.05, 0.05), seed=config.seed)
+                  initializer=init.RandomUniform(-0.05, 0.05), seed=config.seed, **config.table_rules())
     return Job(tables=[table], features=[Feature(FEATURE_NAME, table, combiner=None, shared_ids=True)],
                model_fn=CriteoModel(config), input_fn=CriteoInput(config),
                dense_optimizer=config.dense_optimizer, dense_learning_rate=config.dense_lr,

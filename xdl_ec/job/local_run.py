@@ -123,7 +123,12 @@ class LocalRun:
         return model_digest(self.tables.exports(), dense.model.weights, dense.optimizer.variables)
 
     def report(self) -> Dict[str, Any]:
-        return {"embedding_rows": sum(len(t) for t in self.tables.tables.values()), "workers": [self.worker.stats()]}
+        report: Dict[str, Any] = {"embedding_rows": sum(len(t) for t in self.tables.tables.values()),
+                                  "workers": [self.worker.stats()]}
+        bounded = {name: t.bounded_report() for name, t in self.tables.tables.items() if t.config.bounded}
+        if bounded:  # tables with admit / evict rules (xdl_ec.sparse.row_rules)
+            report["tables"] = bounded
+        return report
 
     def close(self) -> None:
         self.worker.close()

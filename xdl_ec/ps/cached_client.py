@@ -198,7 +198,13 @@ class CachedClient:
             self._stats[table]["clock_only"] += int(hit.sum())
             self._stats[table]["rows"] += int(sent.sum())
             if sent.any():
-                self._evicted(table, cache.fill(keys[sent], sent_rows, np.asarray(clocks, np.int32)[sent], int(epoch)))
+                sent_clocks = np.asarray(clocks, np.int32)[sent]
+                held = sent_clocks >= 0  # clock -1: a bounded table's id without a row (zeros): nothing to cache
+                if held.all():
+                    self._evicted(table, cache.fill(keys[sent], sent_rows, sent_clocks, int(epoch)))
+                elif held.any():
+                    self._evicted(table, cache.fill(keys[sent][held], np.ascontiguousarray(sent_rows[held]),
+                                                    sent_clocks[held], int(epoch)))
 
     def _evicted(self, table: str, lines: tuple) -> None:
         keys, grads, counts = lines

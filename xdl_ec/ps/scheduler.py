@@ -41,6 +41,7 @@ class Scheduler:
         self.backend = backend
         self.placement = placement
         self.tables: Tuple[Table, ...] = tuple(tables)
+        self._server_count = num_servers  # each server keeps its even share of a table's Evict(max_rows)
         self.version = 0
         self.servers: List[Handle] = [self._start_server(i, None if placement is None else placement.node_of(i))
                                       for i in range(num_servers)]
@@ -62,8 +63,8 @@ class Scheduler:
 
     def _start_server(self, index: int, node: Optional[str]) -> Handle:
         if node is None:  # a backend without nodes is called as it always was
-            return self.backend.start("server", index, ParameterServer, index, self.tables)
-        return self.backend.start("server", index, ParameterServer, index, self.tables, node=node)
+            return self.backend.start("server", index, ParameterServer, index, self.tables, self._server_count)
+        return self.backend.start("server", index, ParameterServer, index, self.tables, self._server_count, node=node)
 
     def _start_spare(self) -> None:
         """Starts an idle server; not waited for (it starts while training goes on)."""

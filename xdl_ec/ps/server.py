@@ -49,8 +49,10 @@ class ParameterServer(LinkHost):
 
     link_role = "server"
 
-    def __init__(self, index: int, tables: Sequence[Table] = ()) -> None:
+    def __init__(self, index: int, tables: Sequence[Table] = (), servers: int = 1) -> None:
         self.index = checks.non_negative_int("index", index)
+        # the cluster's server count: a table's Evict(max_rows) is shared evenly over them
+        self.servers = checks.positive_int("servers", servers)
         self._tables: Dict[str, EmbeddingTable] = {}
         # the shards again, each worker's last push seq and the lock, natively: a one-worker step's request over a
         # direct link is served there without the interpreter (ShardServer.serve, see xdl_ec.ps.direct)
@@ -79,7 +81,7 @@ class ParameterServer(LinkHost):
         with self.lock:
             if table.name in self._tables:
                 raise ValueError(f"table {table.name!r} already exists on server {self.index}")
-            self._tables[table.name] = EmbeddingTable.from_config(table)
+            self._tables[table.name] = EmbeddingTable.from_config(table, self.servers)
             self.core.set_table(table.name, self._tables[table.name].shard)
 
     def _new_epoch(self) -> None:
@@ -162,7 +164,8 @@ class ParameterServer(LinkHost):
                  for name, keys, known, staleness in requests]
         out = []
         with self.lock:
-            fresh = epoch == self.epoch
+            current = self.cache_epoch()
+            fresh = epoch == current
             for table, keys, known, staleness in parts:
                 if not fresh:
                     known = np.full(keys.size, -1, np.int32)
@@ -173,7 +176,15 @@ class ParameterServer(LinkHost):
                 c["bytes_in"] += keys.nbytes + known.nbytes
                 c["bytes_out"] += rows.nbytes + clocks.nbytes + sent.nbytes
             self._counters["pulls"] += 1
-            return self.epoch, out
+            return current, out
+
+    def cache_epoch(self) -> int:
+        """The epoch a caching worker's copies are checked against: :attr:`epoch` moved on by every eviction pass
+        of a bounded table that freed rows (an evicted row inserted again restarts at the initial clock, so a
+        cached clock could match other bytes); the epoch itself while no pass freed anything. The native path
+        (ShardServer) answers the same."""
+        generations = sum(t.shard.eviction_generation for t in self._tables.values())
+        return int(_core.epoch_after_evictions(self.epoch, generations))
 
     def clocks(self, table: str, keys: Any) -> np.ndarray:
         """The row clocks of ``keys`` in ``table`` (int32; -1 where missing): one more per push that changed the
@@ -422,6 +433,9 @@ class ParameterServer(LinkHost):
             out["pending_steps"] = len(self._pending)
         out["index"] = self.index
         out["rows"] = {name: len(t) for name, t in self._tables.items()}
+        bounded = {name: t.bounded_report() for name, t in self._tables.items() if t.config.bounded}
+        if bounded:  # tables with admit / evict rules: their part of the report's "tables"
+            out["tables"] = bounded
         return out
 
     def close(self) -> None:

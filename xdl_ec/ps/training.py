@@ -25,6 +25,7 @@ import numpy as np
 
 from xdl_ec.settings import checks
 from xdl_ec.sparse.cache_config import Cache
+from xdl_ec.sparse.row_rules import merged_reports
 from xdl_ec.model.dense_model import DenseModel
 from xdl_ec.model.digest import model_digest
 from xdl_ec.model.evaluation import evaluate_batches
@@ -471,6 +472,8 @@ class PSTrainer:
         return {
             **caching,
             "embedding_rows": sum(sum(s["rows"].values()) for s in servers),
+            **({"tables": merged_reports([s["tables"] for s in servers if "tables" in s])}
+               if any("tables" in s for s in servers) else {}),
             "cluster": {**dataclasses.asdict(self.cluster), "map": self.scheduler.cluster_map()},
             "servers": [{k: s[k] for k in ("index", "bytes_in", "bytes_out", "requests", "native_requests", "pulls",
                                            "pushes", "keys_pulled", "keys_pushed", "rows")} for s in servers],

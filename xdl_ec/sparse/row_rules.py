@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Optional
+from typing import Any, Dict, Optional, Sequence
 
 from xdl_ec import _core
 from xdl_ec.settings import checks
 
-__all__ = ["Admit", "Evict", "row_policy_config"]
+__all__ = ["Admit", "Evict", "merged_reports", "row_policy_config"]
 
 COUNTERS = ("exact",)
 POLICIES = ("lfu", "lru")
@@ -101,3 +101,18 @@ def row_policy_config(name: str, admit: Optional[Admit], evict: Optional[Evict],
                                  f"max_rows to at least {block_slots * servers} or lower block_slots")
             config.max_rows = share
     return config
+
+
+def merged_reports(parts: Sequence[Dict[str, Dict[str, Any]]]) -> Dict[str, Dict[str, Any]]:
+    """The report's ``"tables"``: {table: {"rows", "admitted", "not_admitted_lookups", "evicted": {"ttl", "l2",
+    "cap"}, "bytes"}} summed over ``parts`` (one {table: EmbeddingTable.bounded_report()} per server)."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for part in parts:
+        for name, report in part.items():
+            into = out.setdefault(name, {"rows": 0, "admitted": 0, "not_admitted_lookups": 0,
+                                         "evicted": {"ttl": 0, "l2": 0, "cap": 0}, "bytes": 0})
+            for key in ("rows", "admitted", "not_admitted_lookups", "bytes"):
+                into[key] += int(report[key])
+            for reason in ("ttl", "l2", "cap"):
+                into["evicted"][reason] += int(report["evicted"][reason])
+    return out

@@ -1,0 +1,55 @@
+"""Bounded tables in real runs of the built-in job: admission and eviction passes (inside pushes, every 2 steps
+here) leave a report with the "tables" entry, and under ``--ft ec`` a server killed before, at and after a pass
+step is rebuilt to the failure-free model_digest (the eviction words and pending counts are record bytes, so parity
+carries them)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from support.ft_runs import make_trainer, run as run_trainer, small_config  # noqa: E402
+from xdl_ec.ft.ec_strategy import ErasureCoded  # noqa: E402
+from xdl_ec.ft.failure_schedule import FailureSchedule, Kill  # noqa: E402
+from xdl_ec.ps import ClusterConfig  # noqa: E402
+
+# 3000 synthetic rows of 26 ids each: a cap of 2048 rows per server (one 1024-slot block is the least) binds
+RULES: Dict[str, Any] = dict(admit_min_count=2, evict_ttl_steps=3, max_rows=3 * 2048, evict_every_steps=2)
+STEPS = 8
+
+
+def run(servers: int, r: int, kills: List[Kill]) -> Dict[str, Any]:
+    strategy = ErasureCoded(servers - r, r)
+    trainer = make_trainer(small_config(steps=STEPS, **RULES), ClusterConfig(servers=servers, workers=1),
+                           strategy=strategy, failures=FailureSchedule(kills))
+    return {**strategy.report(), **run_trainer(trainer)}
+
+
+def test_a_bounded_run_reports_its_tables(failure_free: Any) -> None:
+    report = failure_free(3, 1, steps=STEPS, **RULES)
+    tables = report["tables"]
+    assert list(tables) == ["criteo"] or len(tables) == 1
+    entry = next(iter(tables.values()))
+    assert set(entry) == {"rows", "admitted", "not_admitted_lookups", "evicted", "bytes"}
+    assert entry["not_admitted_lookups"] > 0 and entry["admitted"] > 0
+    assert entry["evicted"]["ttl"] + entry["evicted"]["cap"] > 0
+    assert entry["rows"] <= RULES["max_rows"]
+    unbounded = failure_free(3, 1, steps=STEPS)
+    assert "tables" not in unbounded
+    assert unbounded["embedding_rows"] > entry["rows"]
+
+
+@pytest.mark.parametrize("servers, r, kills", [
+    (3, 1, [Kill(3, "server", 1)]),   # before the pass of step 4
+    (3, 1, [Kill(4, "server", 0)]),   # at a pass step
+    (3, 1, [Kill(5, "server", 2)]),   # after it
+    (4, 2, [Kill(4, "server", 0), Kill(4, "server", 3)]),
+])
+def test_ec_rebuilds_a_bounded_table_exactly(failure_free: Any, servers: int, r: int, kills: List[Kill]) -> None:
+    report = run(servers, r, kills)
+    assert sorted(f["index"] for f in report["failures"]) == sorted(k.index for k in kills)
+    assert report["model_digest"] == failure_free(servers, 1, steps=STEPS, **RULES)["model_digest"]
