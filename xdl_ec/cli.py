@@ -197,6 +197,17 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
     save.add_argument("--resume", metavar="DIR",
                       help="continue the newest save in DIR: repeat the saved run's command (--steps/--epochs count "
                            "the whole run) plus --resume DIR; any --backend and --servers")
+    bounded = p.add_argument_group("bounded table for endless training (built-in job; xdl_ec.Admit, xdl_ec.Evict)")
+    bounded.add_argument("--admit-min-count", type=_positive_int, metavar="N",
+                         help="an id gets a row on its N-th occurrence (pushes); until then it reads zeros and its "
+                              "gradients are dropped (default: at once)")
+    bounded.add_argument("--evict-ttl-steps", type=_positive_int, metavar="N",
+                         help="evict rows not updated for more than N steps (default: never)")
+    bounded.add_argument("--max-rows", type=_positive_int, metavar="N",
+                         help="at most N rows, summed over the servers (each keeps N / servers, at least one "
+                              "1024-row block); the least used go first (default: no cap)")
+    bounded.add_argument("--evict-every-steps", type=_positive_int, metavar="K",
+                         help="eviction passes run after the pushes of every K-th step (default 100)")
     p.set_defaults(handler=run_train)
 
 
@@ -217,7 +228,8 @@ _keeps = _number(float, lambda v: 0.0 <= v < 1.0, "a number in [0, 1) (e.g. 0.95
 
 BUILTIN_FLAGS = ("data", "synthetic", "synthetic_rows", "synthetic_max_cardinality", "synthetic_zipf", "model",
                  "emb_dim", "bottom_mlp", "top_mlp", "hidden", "optimizer", "lr", "dense_optimizer", "dense_lr",
-                 "batch_size", "epochs", "eval_fraction", "on_bad_line")
+                 "batch_size", "epochs", "eval_fraction", "on_bad_line", "admit_min_count", "evict_ttl_steps",
+                 "max_rows", "evict_every_steps")
 CLUSTER_FLAGS = ("workers", "backend", "address", "mode", "cache_rows", "staleness", "cache_policy")
 FT_FLAGS = ("ft", "code", "failure_domain", "rebuild_share", "rebuild_keeps", "urgent_rebuild", "ckpt_interval",
             "ckpt_dir", "cpr_pls", "cpr_interval", "cpr_mode", "fail_at", "fail_worker_at", "mtbf")

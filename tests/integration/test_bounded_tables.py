@@ -5,7 +5,9 @@ carries them)."""
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
@@ -15,6 +17,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from support.ft_runs import make_trainer, small_config  # noqa: E402
 from xdl_ec.ft.ec_strategy import ErasureCoded  # noqa: E402
 from xdl_ec.ft.failure_schedule import FailureSchedule, Kill  # noqa: E402
+from xdl_ec.cli import main  # noqa: E402
 from xdl_ec.ps import ClusterConfig  # noqa: E402
 
 # 3000 synthetic rows of 26 ids each: a cap of 2048 rows per server (one 1024-slot block is the least) binds
@@ -63,3 +66,20 @@ def test_ec_rebuilds_a_bounded_table_exactly(failure_free: Any, servers: int, r:
     assert sorted(f["index"] for f in report["failures"]) == sorted(k.index for k in kills)
     assert report["scrub"] == []
     assert report["model_digest"] == failure_free(servers, 1, steps=STEPS, **RULES)["model_digest"]
+
+
+CLI = ["train", "--synthetic", "--synthetic-rows", "3000", "--steps", "6", "--batch-size", "64", "--emb-dim", "8",
+       "--no-progress", "--admit-min-count", "2", "--evict-ttl-steps", "2", "--evict-every-steps", "2"]
+
+
+@pytest.mark.parametrize("cluster", [[], ["--servers", "2"]])
+def test_the_cli_flags_bound_the_built_in_table(tmp_path: Path, cluster: List[str]) -> None:
+    path = tmp_path / "report.json"
+    assert main([*CLI, *cluster, "--max-rows", "2048", "--report", str(path)]) == 0
+    (entry,) = json.loads(path.read_text())["tables"].values()
+    assert entry["rows"] <= 2048 and entry["evicted"]["ttl"] > 0 and entry["not_admitted_lookups"] > 0
+
+
+def test_a_cap_below_a_block_per_server_is_a_usage_error(capsys: pytest.CaptureFixture) -> None:
+    assert main([*CLI, "--servers", "4", "--max-rows", "2048"]) == 2
+    assert "512 rows per server, below one block" in capsys.readouterr().err

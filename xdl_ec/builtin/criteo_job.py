@@ -83,7 +83,7 @@ class TrainConfig:
         checks.one_of("model", self.model, MODELS)
         checks.non_negative_int("seed", self.seed)
         optim.get(self.optimizer, learning_rate=self.lr)  # an unknown name lists the known ones
-        self.table_rules()  # bad admission / eviction settings fail here, naming the setting
+        Table(TABLE_NAME, self.emb_dim, **self.table_rules())  # bad admission / eviction settings fail here
 
     def describe(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
