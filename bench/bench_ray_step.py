@@ -186,8 +186,8 @@ def _print(args: argparse.Namespace, batch: int, ft: str, sides: Dict[str, Side]
     samples = {n: _sum(turns[n], lambda t: t.samples) for n in names}
     seconds = {n: _sum(turns[n], lambda t: t.seconds) for n in names}
     rate = {n: samples[n] / seconds[n] for n in names}
-    per_round = statistics.median((r.samples / r.seconds) / (l.samples / l.seconds)
-                                  for l, r in zip(turns["local"], turns["ray"]))
+    per_round = statistics.median((r.samples / r.seconds) / (loc.samples / loc.seconds)
+                                  for loc, r in zip(turns["local"], turns["ray"]))
     print(f"\nbatch {batch}, --ft {ft}, {args.servers} servers, 1 sync worker: {args.rounds} rounds of {args.chunk} "
           f"steps per backend, interleaved")
     print(f"  samples/s: one process {rate['local']:,.0f}, Ray {rate['ray']:,.0f}: Ray / one process "
@@ -199,10 +199,10 @@ def _print(args: argparse.Namespace, batch: int, ft: str, sides: Dict[str, Side]
 
     row("wall ms", lambda n: 1000 * seconds[n] / steps[n])
     for part in LOOP_PARTS:
-        row(f"driver: {part} ms", lambda n: 1000 * _sum(turns[n], lambda t: t.loop[part]) / steps[n])
+        row(f"driver: {part} ms", lambda n, part=part: 1000 * _sum(turns[n], lambda t: t.loop[part]) / steps[n])
     row("worker: in train_step ms", lambda n: 1000 * _sum(turns[n], lambda t: t.phases["in_step"]) / steps[n])
     for phase in WORKER_PHASES:
-        row(f"  {phase} ms", lambda n: 1000 * _sum(turns[n], lambda t: t.phases[phase]) / steps[n])
+        row(f"  {phase} ms", lambda n, phase=phase: 1000 * _sum(turns[n], lambda t: t.phases[phase]) / steps[n])
     row("step call overhead (call - in train_step) ms",
         lambda n: 1000 * (_sum(turns[n], lambda t: t.loop["call"]) - _sum(turns[n], lambda t: t.phases["in_step"]))
         / steps[n])

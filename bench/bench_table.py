@@ -90,10 +90,10 @@ def bench_dim(tf, n_rows: int, dim: int, batches: List[int], repeats: int, seed:
         batch = zipf_batch(rng, keys, size)
         grads = rng.normal(0.0, 0.01, size=(size, dim)).astype(np.float32)
         tb, tg = tf.constant(batch), tf.constant(grads)
-        ours_pull = best_seconds(lambda: table.pull(batch), repeats)
-        tf_pull_s = best_seconds(lambda: tf_pull(tb).numpy(), repeats)
-        ours_push = best_seconds(lambda: table.push(batch, grads), repeats)
-        tf_push_s = best_seconds(lambda: tf_push(tb, tg), repeats)
+        ours_pull = best_seconds(lambda batch=batch: table.pull(batch), repeats)
+        tf_pull_s = best_seconds(lambda tb=tb: tf_pull(tb).numpy(), repeats)
+        ours_push = best_seconds(lambda batch=batch, grads=grads: table.push(batch, grads), repeats)
+        tf_push_s = best_seconds(lambda tb=tb, tg=tg: tf_push(tb, tg), repeats)
         unique = len(np.unique(batch))
         print(f"{size:>7} {unique:>6} | {size / ours_pull:>12,.0f} {size / tf_pull_s:>12,.0f} "
               f"{tf_pull_s / ours_pull:>5.1f}x | {size / ours_push:>12,.0f} {size / tf_push_s:>12,.0f} "

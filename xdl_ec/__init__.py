@@ -46,6 +46,9 @@ def __getattr__(name: str) -> NoReturn:
     raise missing(name)
 
 
-__all__ = ["Cache", "Cluster", "EmbeddingTable", "Feature", "Input", "InputError", "Job", "ModelError", "SaveMismatch", "Table",
-           "TrainedModel", "codec", "embedding", "init", "load", "optim", "save"]
+__all__ = ["Cache", "Cluster", "EmbeddingTable", "Feature", "Input", "InputError", "Job", "ModelError", "SaveMismatch",
+           "Table", "TrainedModel", "codec", "embedding", "init", "load", "optim", "save",
+           # the XDL port's names (xdl_ec.xdl)
+           "SGD", "Adagrad", "Adam", "Constant", "Ftrl", "Momentum", "Ones", "RandomUniform", "SparseTensor",
+           "TruncatedNormal", "VarType", "Zeros", "layers", "losses", "set_sparse_optimizer", "tf_wrapper", "xdl_job"]
 __all__ += ["Admit", "Evict"]  # bounded tables (xdl_ec.sparse.row_rules)

@@ -333,11 +333,11 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
               file=sys.stderr)
     if data is not None and not Path(data).is_file():
         raise UsageError(f"--data: no such file: {data}")
-    given = {name: getattr(args, name) for name in BUILTIN_FLAGS if getattr(args, name, None) is not None
-             and name not in ("data", "synthetic")}
+    settings = {name: getattr(args, name) for name in BUILTIN_FLAGS if getattr(args, name, None) is not None
+                and name not in ("data", "synthetic")}
     try:
         config = TrainConfig(data=data, synthetic=synthetic, steps=args.steps, seed=args.seed,
-                             deterministic=args.deterministic, progress=progress, **given)
+                             deterministic=args.deterministic, progress=progress, **settings)
         training_data = open_training_data(config)
     except (OSError, ValueError) as err:
         raise UsageError(str(err)) from None
@@ -437,7 +437,7 @@ def _train(args: argparse.Namespace, verify: bool) -> tuple:
     # a job whose model or input breaks the contract (InputError, ModelError are ValueErrors).
     except (OSError, ValueError, TypeError, FloatingPointError, InputFnError) as err:
         raise UsageError(str(err)) from None
-    if request.config is not None:
+    if request.config is not None and request.data is not None:
         # every worker reads the whole file (keeping its share of the batches): each saw every bad line so far
         report["bad_lines"] = max(w.get("input", {}).get("bad_lines", 0) for w in report["workers"])
         report["config"] = {**request.config.describe(), "data_source": request.data.description}

@@ -220,6 +220,7 @@ void ErasureCode::Decode(size_t len, const std::vector<int>& erased, uint8_t* co
     sources.push_back(fragments[idx]);
   }
   std::vector<uint8_t*> outputs;
+  outputs.reserve(erased.size());
   for (int idx : erased) outputs.push_back(fragments[idx]);
   Decode(len, present, sources.data(), erased, outputs.data());
 }
@@ -278,6 +279,10 @@ void ErasureCode::Decode(size_t len, const std::vector<int>& present, const uint
   int n_used = 0;
   for (int idx = 0; idx < m && n_used < k_; ++idx) {
     if (slot_of[idx] >= 0) used[n_used++] = idx;
+  }
+  if (n_used < k_) {  // checked above through the present count; said again here where it is relied on
+    throw std::invalid_argument("ErasureCode::Decode: " + std::to_string(n_used) + " fragments present, need k = " +
+                                std::to_string(k_));
   }
   uint8_t* src[kMaxFragments];
   for (int t = 0; t < k_; ++t) {

@@ -25,14 +25,15 @@ MappedBuffer::MappedBuffer(size_t bytes) : size_(bytes) {
   void* map = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (map == MAP_FAILED) throw std::bad_alloc();
   map_ = map;
-  uintptr_t start = reinterpret_cast<uintptr_t>(map);
+  data_ = static_cast<uint8_t*>(map);
   if (huge) {
-    start = (start + kHugePage - 1) & ~(uintptr_t{kHugePage} - 1);
+    // the first huge-page boundary in the mapping, reached by pointer arithmetic (no integer-to-pointer cast)
+    const uintptr_t start = reinterpret_cast<uintptr_t>(map);
+    data_ += ((start + kHugePage - 1) & ~(uintptr_t{kHugePage} - 1)) - start;
 #ifdef MADV_HUGEPAGE
-    madvise(reinterpret_cast<void*>(start), bytes, MADV_HUGEPAGE);  // advice only: fine if refused
+    madvise(data_, bytes, MADV_HUGEPAGE);  // advice only: fine if refused
 #endif
   }
-  data_ = reinterpret_cast<uint8_t*>(start);
 }
 
 MappedBuffer::~MappedBuffer() { Release(); }

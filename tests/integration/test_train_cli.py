@@ -63,7 +63,7 @@ def test_deterministic_runs_give_the_same_digest(tmp_path: Path) -> None:
 def write_criteo(path: Path, lines: int, bad: dict[int, str] | None = None) -> Path:
     rng = np.random.default_rng(0)
     rows = []
-    for i in range(lines):
+    for _ in range(lines):
         ints = [str(v) for v in rng.integers(0, 20, 13)]
         cats = [f"{v:08x}" for v in rng.integers(0, 50, 26)]
         rows.append("\t".join([str(int(rng.random() < 0.3)), *ints, *cats]))

@@ -156,7 +156,8 @@ def failure_steps(timeline: Sequence[Sequence[float]], mtbf: float, seed: int, s
         return []
     start, end = timeline[0][1], timeline[-1][1]
     rng = np.random.default_rng(seed)
-    t, kills, last = 0.0, [], 1 - min_gap
+    kills: List[Any] = []
+    t, last = 0.0, 1 - min_gap
     while True:
         t += float(rng.exponential(mtbf))
         server = int(rng.integers(servers))

@@ -103,6 +103,8 @@ def open_training_data(config: TrainConfig) -> TrainingData:
         return TrainingData.synthetic(config.synthetic_rows, eval_fraction=config.eval_fraction, seed=config.seed,
                                       max_cardinality=config.synthetic_max_cardinality,
                                       zipf_exponent=config.synthetic_zipf)
+    if config.data is None:
+        raise ValueError("data: the built-in job reads a Criteo file (data=PATH) or synthetic rows (synthetic=True)")
     return TrainingData.from_file(os.fspath(config.data), eval_fraction=config.eval_fraction,
                                   on_bad_line=config.on_bad_line)
 

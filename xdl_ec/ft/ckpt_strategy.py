@@ -76,6 +76,8 @@ class Checkpointing(FaultTolerance):
         v = self.view
         start = time.perf_counter()
         v.quiesce()
+        if self.store is None:
+            raise RuntimeError("ckpt: the strategy is not attached to a run (attach() opens its store)")
         pending = self.store.begin(step)
         try:
             futures = [v.agent(i, ShardSaver).save(str(pending.server_dir(i)), step) for i in range(v.num_servers)]

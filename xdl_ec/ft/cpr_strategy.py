@@ -134,7 +134,7 @@ class PartialRecovery(FaultTolerance):
         if interval_steps is None and mtbf is None:
             raise ValueError("--ft cpr: the interval comes from --cpr-pls and --mtbf (2 * servers * MTBF * PLS); "
                              "give --mtbf, or --cpr-interval STEPS")
-        if interval_steps is None:
+        if mtbf is not None:
             cpr_interval(pls, mtbf, 1)  # validates pls and mtbf now, with a clear message
         self.pls, self.mtbf, self.interval_steps, self.mode = pls, mtbf, interval_steps, mode
         self.fraction, self.full_every, self.seed = fraction, full_every, seed
@@ -151,12 +151,21 @@ class PartialRecovery(FaultTolerance):
 
     @property
     def interval_seconds(self) -> Optional[float]:
-        if self.interval_steps is not None or self.view is None:
+        if self.interval_steps is not None or self.view is None or self.mtbf is None:
             return None
         return cpr_interval(self.pls, self.mtbf, self.view.num_servers)
 
+    @property
+    def _policy(self) -> IntervalPolicy:
+        if self.policy is None:
+            raise RuntimeError("cpr: the strategy is not attached to a run (attach() sets its interval)")
+        return self.policy
+
     def _attach_agent(self, index: int) -> Any:
-        return self.view.server(index).attach_agent(CprAgent, str(Path(self._directory) / f"server-{index:04d}"),
+        directory = self._directory
+        if directory is None:
+            raise RuntimeError("cpr: the strategy is not attached to a run (attach() makes its directory)")
+        return self.view.server(index).attach_agent(CprAgent, str(Path(directory) / f"server-{index:04d}"),
                                                     self.mode, self.fraction, self.full_every, self.seed)
 
     def attach(self, view: Any) -> None:
@@ -191,11 +200,11 @@ class PartialRecovery(FaultTolerance):
         self.checkpoint_bytes += sum(r["bytes"] for r in results)
         self.saves.append({"step": step, "full": results[0]["full"], "seconds": end - start})
         self._saved_samples = [v.samples if r["full"] else before for r, before in zip(results, self._saved_samples)]
-        self.policy.saved(step, end, end - start)
+        self._policy.saved(step, end, end - start)
 
     def wants_boundary(self, step: int) -> bool:
         """Whether a save is due (async mode: the driver then lets the steps in flight finish)."""
-        return self.policy.due(step, time.perf_counter())
+        return self._policy.due(step, time.perf_counter())
 
     def settle(self) -> None:
         """Reads the ledger poll in flight (a server that died meanwhile keeps its previous total)."""
@@ -209,7 +218,7 @@ class PartialRecovery(FaultTolerance):
         v = self.view
         self.settle()
         self._polls = [v.agent(i, CprAgent).updates() for i in range(v.num_servers)]
-        if self.policy.due(step, time.perf_counter()):
+        if self._policy.due(step, time.perf_counter()):
             self.save(step)
 
     def recover(self, lost: BaseException) -> Resume:

@@ -323,7 +323,8 @@ class EcRecovery:
             order = list(todo)
             decoded, versions = self.decode(
                 f"stripes {order[0]}..{order[-1]}", servers, table,
-                lambda d, p: [recovery.decode_stripe(stripe, todo[stripe], lost, d, p) for stripe in order],
+                lambda d, p, order=order: [recovery.decode_stripe(stripe, todo[stripe], lost, d, p)  # noqa: B023
+                                           for stripe in order],  # called before the loop moves on
                 max(deadline - time.monotonic(), 1.0),
                 stripe_reads(recovery, order, lost, record_bytes))
             writes = []  # (stripe, parity holder or None, the write's future), all sent before any is awaited

@@ -114,7 +114,7 @@ class ErasureCoded(FaultTolerance):
     def after_step(self, step: int) -> None:
         """Background mode: hands a failure the rebuild thread met to the recovery, and closes a rebuild the
         thread completed. Boundary mode: rebuilds this boundary's share of the stripes still missing."""
-        if self.background is not None:
+        if self.background is not None and self.governor is not None:  # background mode has both
             self.governor.step(time.perf_counter(), self.view.samples)
             err = self.background.take_error()
             if err is not None:
@@ -219,7 +219,7 @@ class ErasureCoded(FaultTolerance):
         self.pacer.restart()
         if self.rebuild_stripes_per_step == 0:
             self.finish_rebuild()
-        elif self.background is not None:
+        elif self.background is not None and self.governor is not None:
             self.governor.start()
             self.background.start()
 

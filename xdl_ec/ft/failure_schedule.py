@@ -114,7 +114,7 @@ class FailureSchedule:
         self._kills = self._kills[len(out):]
         for k in out:
             self.fired.append((k, None))
-        if self._next_time is not None and elapsed >= self._next_time:
+        if self._next_time is not None and self.mtbf is not None and elapsed >= self._next_time:
             victim = Kill(step, "server", int(self._rng.integers(self._num_servers)))
             self.fired.append((victim, self._next_time))
             out.append(victim)

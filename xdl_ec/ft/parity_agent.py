@@ -236,7 +236,8 @@ class ParityAgent(ServerAgent):
             self.forwarder.set_holder(holder, local().agent.holder)
         else:
             self._links[holder] = RemoteHolderLink(self.forwarder, holder, handle,
-                                                   self.forwarder.set_holder(holder, None), self._secret,
+                                                   self.forwarder.set_holder(holder, None),  # type: ignore[arg-type]
+                                                   self._secret,  # None: a remote holder (the binding takes it)
                                                    self._notify_delivery)
 
     # ---- fragments -----------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ place the servers; default "node" when the Ray cluster has several alive nodes (
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Mapping, Optional, Sequence, Tuple, Union, cast
 
 from xdl_ec.settings import checks
 from xdl_ec.sparse.cache_config import Cache, caches_for
@@ -74,10 +74,15 @@ class Cluster:
         self.strategy_config(0)
         self.failure_schedule(0)
         if self.ft == "ec":
-            k, r = self.code or (4, 1)
+            k, r = self.ec_code
             if self.servers < k + r:
                 raise ValueError(f"servers: the code k={k}, r={r} needs at least k + r = {k + r} servers, got "
                                  f"{self.servers}; add servers or use a smaller code")
+
+    @property
+    def ec_code(self) -> Tuple[int, int]:
+        """(k, r) of an ec cluster: ``code`` as __post_init__ parsed it, or the default (4, 1)."""
+        return cast(Tuple[int, int], self.code) if self.code is not None else (4, 1)
 
     def cluster_config(self) -> ClusterConfig:
         return ClusterConfig(servers=self.servers, workers=self.workers, backend=self.backend,
@@ -87,7 +92,7 @@ class Cluster:
     def strategy_config(self, seed: int) -> StrategyConfig:
         """The fault-tolerance strategy's config (None for ft='none')."""
         if self.ft == "ec":
-            return EcConfig(code=self.code or (4, 1),
+            return EcConfig(code=self.ec_code,
                             rebuild_share=0.05 if self.rebuild_share is None else self.rebuild_share,
                             rebuild_keeps=DEFAULT_REBUILD_KEEPS if self.rebuild_keeps is None else self.rebuild_keeps,
                             rebuild=self.rebuild or "background",

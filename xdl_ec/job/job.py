@@ -27,6 +27,7 @@ from .cluster import Cluster
 from xdl_ec.tf.determinism import configure_determinism
 from xdl_ec.model.feature import Feature
 from xdl_ec.model.side_input import Input
+from xdl_ec.ft.configs import EcConfig
 from xdl_ec.ft.factory import make_strategy
 from xdl_ec.ft.failure_injector import FailureInjector
 from xdl_ec.model.job_spec import JobSpec
@@ -133,6 +134,7 @@ class Job:
             if cluster is None:
                 raise ValueError("backstop_every: backs up parameter servers; it needs a cluster (and is meant for "
                                  "ft='ec', for what parity cannot cover)")
+        saver: Optional[RunSaver]
         if save_dir is None:
             saver = None
         elif backstop_every is not None:
@@ -208,7 +210,7 @@ class Job:
     def _fit_on(self, cluster: Cluster, steps: Optional[int], settings: RunSettings, progress: bool,
                 scrub: bool, saved: Optional[SavedRun], saver: Optional[RunSaver]) -> Dict[str, Any]:
         config = cluster.strategy_config(settings.seed)
-        if scrub:
+        if scrub and isinstance(config, EcConfig):  # `verify` checks parity: an ec cluster's
             config = dataclasses.replace(config, scrub=True)
         schedule = cluster.failure_schedule(settings.seed)
         injector = None if schedule.empty else FailureInjector(schedule)

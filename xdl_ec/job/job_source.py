@@ -41,6 +41,8 @@ def load_script_job(path: str) -> Any:
         sys.path.insert(0, folder)
     ship_project(folder)
     spec = importlib.util.spec_from_file_location(f"xdl_ec_script_{file.stem}", file)
+    if spec is None or spec.loader is None:
+        raise ScriptError(f"--script {path}: Python cannot import it as a module (is it a .py file?)")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # pickling the job's functions (Ray) finds them by module name
     try:

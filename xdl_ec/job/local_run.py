@@ -93,7 +93,7 @@ class LocalRun:
         return pending.save_server(0, self.tables.tables).nbytes()
 
     def dense_state(self) -> tuple:
-        return self.worker.dense.state()
+        return self.worker.built_dense.state()
 
     @property
     def signature(self) -> Any:
@@ -110,16 +110,16 @@ class LocalRun:
         for name, table in self.tables.tables.items():
             for rows in saved.rows(name):
                 table.load(rows["keys"], rows["values"], rows["state"])
-        self.worker.dense.load_state(*saved.dense_state())
+        self.worker.built_dense.load_state(*saved.dense_state())
         self.step = saved.step
         self.samples = saved.worker_samples[0]
         self.worker.seek(saved.worker_batches[0])
 
     def trained(self) -> TrainedModel:
-        return TrainedModel(self.job, self.tables, self.worker.dense, self.worker.batch_signature_built())
+        return TrainedModel(self.job, self.tables, self.worker.built_dense, self.worker.batch_signature_built())
 
     def digest(self) -> str:
-        dense = self.worker.dense
+        dense = self.worker.built_dense
         return model_digest(self.tables.exports(), dense.model.weights, dense.optimizer.variables)
 
     def report(self) -> Dict[str, Any]:

@@ -60,4 +60,4 @@ class StopAtBoundary:
             return
         self.request.reached()
         self.finish()
-        raise RunStopped(self.request.signum, run.step)
+        raise RunStopped(self.request.signum or 0, run.step)  # asked: a signal number was recorded

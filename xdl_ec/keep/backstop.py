@@ -61,7 +61,7 @@ class Backstop(RunSaver):
         if self.due(run.step) and not run.strategy.rebuilding:  # a rebuilding server is read whole by a cut
             self.save(run)
 
-    def save(self, run: Any) -> Optional[JobCheckpoint]:
+    def save(self, run: Any) -> Optional[JobCheckpoint]:  # type: ignore[override]  # written in the background
         """Takes a cut of ``run`` (a PSTrainer) and writes it in the background; returns None (see :meth:`wait`)."""
         self.wait()
         start = time.perf_counter()
@@ -78,7 +78,7 @@ class Backstop(RunSaver):
         self._writer = threading.Thread(target=self._write, name="xdl-ec-backstop", daemon=True,
                                         args=(step, changes, weights, optimizer, position, extra, start))
         self._writer.start()
-        self._since_full = 0 if full else self._since_full + 1
+        self._since_full = 0 if full or self._since_full is None else self._since_full + 1
         if self.policy is not None:
             self.policy.saved(step, time.perf_counter(), time.perf_counter() - start)
         return None

@@ -62,7 +62,7 @@ import secrets
 import shutil
 import threading
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Self, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Self, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -104,7 +104,7 @@ def _write_array(path: Path, array: np.ndarray) -> Dict[str, Any]:
     header = io.BytesIO()
     np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(array))
     digest = hashlib.sha256(header.getvalue())
-    data = memoryview(array.reshape(-1).view(np.uint8)) if array.size else memoryview(b"")
+    data = memoryview(array.reshape(-1).view(np.uint8).data) if array.size else memoryview(b"")
     # sha256 and the write both release the GIL: hash on a second thread while this one writes.
     hasher = threading.Thread(target=digest.update, args=(data,)) if len(data) >= _CHUNK else None
     if hasher is not None:
@@ -143,7 +143,7 @@ def _read_array(path: Path, entry: Mapping[str, Any]) -> np.ndarray:
                          "the file was damaged, load an older checkpoint")
     buf = np.empty(size, dtype=np.uint8)
     digest = hashlib.sha256()
-    view = memoryview(buf)
+    view = buf.data  # a writable memoryview of the buffer
     with open(path, "rb") as f:
         got = 0
         while got < size:
@@ -642,7 +642,7 @@ class JobCheckpoint(_SavedCheckpoint):
                              f"every saved server ({self.servers})")
         parts = {s: self.server(s) for s in self.servers}
         verified = {s: (part, part.verify(servers[s])) for s, part in parts.items()}
-        out = {}
+        out: Dict[int, Dict[str, Any]] = {}
         for s, (part, arrays) in verified.items():
             out[s] = {}
             for name, template in servers[s].items():
@@ -673,9 +673,17 @@ class CheckpointStore:
         found = [(int(m.group(1)), p) for p in self.root.iterdir() if (m := _JOB_NAME.fullmatch(p.name))]
         return [p for _, p in sorted(found)]
 
+    @staticmethod
+    def _seq_and_step(path: Path) -> Tuple[int, int]:
+        """(seq, step) of a committed checkpoint's directory (named as _JOB_NAME)."""
+        match = _JOB_NAME.fullmatch(path.name)
+        if match is None:
+            raise ValueError(f"{path}: not a job checkpoint's directory (ckpt-SEQ-step-STEP)")
+        return int(match.group(1)), int(match.group(2))
+
     def steps(self) -> List[int]:
         """Steps of the committed checkpoints, oldest first."""
-        return [int(_JOB_NAME.fullmatch(p.name).group(2)) for p in self._committed()]
+        return [self._seq_and_step(p)[1] for p in self._committed()]
 
     def begin(self, step: int) -> PendingCheckpoint:
         """Starts the checkpoint of ``step``: removes leftovers of crashed saves, makes the temp dir."""
@@ -684,7 +692,7 @@ class CheckpointStore:
         for leftover in self.root.glob(".tmp-ckpt-*"):
             shutil.rmtree(leftover, ignore_errors=True)
         committed = self._committed()
-        seq = int(_JOB_NAME.fullmatch(committed[-1].name).group(1)) + 1 if committed else 1
+        seq = self._seq_and_step(committed[-1])[0] + 1 if committed else 1
         tmp = self.root / f".tmp-ckpt-{seq:06d}-{secrets.token_hex(4)}"
         tmp.mkdir()
         return PendingCheckpoint(self, seq, step, tmp)
@@ -711,7 +719,7 @@ class CheckpointStore:
     def load(self, step: Optional[int] = None) -> JobCheckpoint:
         """The newest checkpoint (of ``step`` when given); ValueError when there is none."""
         for path in reversed(self._committed()):
-            if step is None or int(_JOB_NAME.fullmatch(path.name).group(2)) == step:
+            if step is None or self._seq_and_step(path)[1] == step:
                 return JobCheckpoint.open(path)
         what = "any step" if step is None else f"step {step}"
         raise ValueError(f"{self.root}: no committed checkpoint of {what} (found steps {self.steps()}); save one "

@@ -36,11 +36,11 @@ def evaluate_batches(batches: Iterable[Any], job: Any, find_rows: FindRows,
         out = predict(prepared, found_rows(prepared, find_rows))
         heads = prepared.heads
         if heads is None:
-            labels.setdefault(None, []).append(prepared.label)
+            labels.setdefault(None, []).append(prepared.labels_of(None))
             probs.setdefault(None, []).append(np.asarray(out))
         else:
             for head in heads:
-                labels.setdefault(head, []).append(prepared.labels[head])
+                labels.setdefault(head, []).append(prepared.labels_of(head))
                 probs.setdefault(head, []).append(np.asarray(out[head]))
     if heads is None:
         return holdout_metrics(labels.get(None, []), probs.get(None, []))

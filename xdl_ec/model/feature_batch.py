@@ -13,7 +13,7 @@ batch's rows are pulled or pushed.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
@@ -66,7 +66,15 @@ class FeatureBatch:
 
     def __post_init__(self) -> None:
         if self.size < 0:
-            self.size = int(self.label.shape[0])
+            self.size = int(self.labels_of(None).shape[0])
+
+    def labels_of(self, head: Optional[str]) -> np.ndarray:
+        """The labels of ``head`` (None: the batch's one ``label``)."""
+        found = self.label if head is None else (self.labels or {}).get(head)
+        if found is None:
+            which = "'label'" if head is None else f"labels of head {head!r}"
+            raise InputError(f"the batch carries no {which} (prepared for prediction, without labels)")
+        return found
 
     def __len__(self) -> int:
         return self.size
@@ -103,7 +111,8 @@ class FeatureBatch:
             raise InputError(f"{where}: the batch lacks declared side input(s) {missing}")
         if labelled:
             label, labels = _labels_of(batch, heads, where)
-            size = label.shape[0] if label is not None else next(iter(labels.values())).shape[0]
+            size = next(iter(labels.values())).shape[0] if labels is not None else len(label) if label is not None \
+                else 0
             heads = None if labels is None else tuple(sorted(labels))
         else:
             label, labels = None, None
@@ -125,16 +134,17 @@ class FeatureBatch:
             kind, values, splits = _ids_of(batch[f.name], f, size, where)
             shapes[f.name] = (kind, values.shape, splits)
             if kind == SEQUENCE:
-                positions[f.name] = splits  # the mask [B, T]
-                values = values[splits]  # only the ids within each length are looked up
+                mask = cast(np.ndarray, splits)  # a sequence's "splits" are its mask [B, T]
+                positions[f.name] = mask
+                values = values[mask]  # only the ids within each length are looked up
             parts.setdefault(f.table.name, []).append((f.name, f.keys(values).reshape(-1)))
         keys: Dict[str, np.ndarray] = {}
         ids: Dict[str, FeatureIds] = {}
         for table, table_parts in parts.items():
             flat = table_parts[0][1] if len(table_parts) == 1 else np.concatenate([k for _, k in table_parts])
-            unique, inverse = np.unique(flat, return_inverse=True)
+            unique, positions_in_unique = np.unique(flat, return_inverse=True)
             keys[table] = unique
-            inverse = inverse.astype(np.int32).reshape(-1)
+            inverse = positions_in_unique.astype(np.int32).reshape(-1)
             start = 0
             for name, k in table_parts:
                 kind, shape, splits = shapes[name]

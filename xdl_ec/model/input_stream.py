@@ -85,6 +85,8 @@ class InputStream:
 
     def next(self) -> Optional[FeatureBatch]:
         """The next batch, or None once the input is exhausted; an input error is raised here, in order."""
+        if self._prefetch is None:  # seek() in __init__ made it; close() keeps it
+            return None
         batch = next(self._prefetch, None)
         if batch is not None:
             self.position += 1

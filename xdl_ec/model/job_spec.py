@@ -32,7 +32,7 @@ class JobSpec:
     features: Tuple[Feature, ...]
     model_fn: Callable[[], Any]
     input_fn: Callable[[int, int], Any]
-    loss: Union[str, Callable[[Any, Any], Any]] = "binary_crossentropy"
+    loss: Union[str, Dict[str, str], Callable[[Any, Any], Any]] = "binary_crossentropy"
     dense_optimizer: Union[str, Dict[str, Any]] = "adam"
     dense_learning_rate: float = 0.001
     eval_fn: Optional[Callable[[], Any]] = None

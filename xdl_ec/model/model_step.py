@@ -180,9 +180,7 @@ class ModelStep:
         return args
 
     def _labels(self, batch: FeatureBatch) -> List[np.ndarray]:
-        if self.heads is None:
-            return [batch.label]
-        return [batch.labels[h] for h in self.heads]
+        return [batch.labels_of(h) for h in (self.heads or (None,))]
 
     def train(self, batch: FeatureBatch, rows: Dict[str, np.ndarray]) -> Tuple[float, List[np.ndarray],
                                                                                 Dict[str, np.ndarray]]:

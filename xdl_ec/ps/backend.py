@@ -65,9 +65,11 @@ class WorkerLost(RoleLost):
 class CallTimeout(TimeoutError):
     """A call got no answer within its timeout: the role may be hung or dead (the scheduler decides)."""
 
-    def __init__(self, role: str, index: int, method: str, seconds: float) -> None:
-        self.role, self.index, self.method, self.seconds = role, int(index), method, float(seconds)
-        super().__init__(f"{role} {index} did not answer {method}() within {seconds:g} s")
+    def __init__(self, role: str, index: int, method: str, seconds: Optional[float]) -> None:
+        self.role, self.index, self.method = role, int(index), method
+        self.seconds = None if seconds is None else float(seconds)
+        within = "" if seconds is None else f" within {seconds:g} s"
+        super().__init__(f"{role} {index} did not answer {method}(){within}")
 
     def __reduce__(self) -> tuple:
         return (type(self), (self.role, self.index, self.method, self.seconds))
@@ -364,7 +366,7 @@ def connect_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -
         if "RAY_AUTH_MODE" not in os.environ:
             os.environ["RAY_AUTH_MODE"] = "token"
             try:  # Ray read the mode when it was imported: have this process see token mode too, as Ray does
-                from ray._raylet import Config
+                from ray._raylet import Config  # type: ignore[attr-defined]  # Ray's own, untyped
 
                 Config.initialize("")
             except ImportError:  # a Ray without token authentication: nothing to refresh
@@ -433,8 +435,8 @@ class RayBackend:
         import ray
 
         lost_error(role, index, "")
-        actor_cls = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0,
-                               concurrency_groups={BESIDE_GROUP: 1})(cls)
+        actor_cls = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0,  # type: ignore[call-overload]
+                               concurrency_groups={BESIDE_GROUP: 1})(cls)  # Ray's stubs lack concurrency_groups
         if node is not None:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -466,7 +468,7 @@ class RayBackend:
 
         installed = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
         for fn in functions:
-            module = sys.modules.get(getattr(fn, "__module__", None) or getattr(type(fn), "__module__", ""))
+            module = sys.modules.get(str(getattr(fn, "__module__", None) or getattr(type(fn), "__module__", "")))
             path = getattr(module, "__file__", None)
             if module is None or path is None or module.__name__ in ("__main__",) or \
                     module.__name__.split(".")[0] == "xdl_ec" or any(path.startswith(p) for p in installed):

@@ -67,7 +67,7 @@ import pickle
 import socket
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, FrozenSet, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, FrozenSet, List, Optional, Protocol, Tuple
 
 import numpy as np
 
@@ -159,7 +159,7 @@ def _reduce_array(obj: np.ndarray) -> Any:
     :func:`_array`: a third of the time of numpy's own reduction (which pickles the dtype object), a step's cost on
     every request and answer. Other arrays go numpy's way."""
     if obj.dtype.kind in _ARRAY_KINDS and obj.flags.c_contiguous:
-        return _array, (pickle.PickleBuffer(obj), obj.dtype.str, obj.shape)
+        return _array, (pickle.PickleBuffer(obj.data), obj.dtype.str, obj.shape)
     return obj.__reduce_ex__(5)
 
 
@@ -399,7 +399,7 @@ class LinkFuture:
         return self._done
 
     def result(self, timeout: Optional[float] = None) -> Any:
-        if not self._done:
+        if not self._done and self._link is not None:  # a future made failed (no link) is done
             self._link.wait(self, timeout)
         if self._error is not None:
             raise self._error
@@ -424,7 +424,7 @@ class Link:
     def _lost(self, why: str) -> RoleLost:
         return lost_error(self.handle.role, self.handle.index, why)
 
-    def _connect(self) -> None:
+    def _connect(self) -> socket.socket:
         from .remote import Remote
 
         host, port = Remote(self.handle, LinkAPI).open_links(self.secret).result(CONNECT_SECONDS)
@@ -440,20 +440,20 @@ class Link:
             conn.close()
             raise
         self._conn, self._session = conn, session
+        return conn
 
     def call(self, method: str, *args: Any) -> LinkFuture:
         """Sends ``method(*args)``; a failure to connect or send is the future's error, never raised here (a call
         sent is a call that may run, as a Ray call's submission)."""
         with self._lock:
             try:
-                if self._conn is None:
-                    self._connect()
-                self.bytes_sent += send_message(self._conn, self._session, None, encode_call(method, args))
+                conn = self._conn if self._conn is not None else self._connect()
+                self.bytes_sent += send_message(conn, self._session, None, encode_call(method, args))
             except (RoleLost, CallTimeout) as err:  # from Ray, asking for the address: a dead or stuck role
                 self._break(err)
                 return LinkFuture(None, method, err)
             except socket.timeout:
-                error = CallTimeout(self.handle.role, self.handle.index, method, CONNECT_SECONDS)
+                error: BaseException = CallTimeout(self.handle.role, self.handle.index, method, CONNECT_SECONDS)
                 self._break(error)
                 return LinkFuture(None, method, error)
             except OSError as err:
@@ -478,6 +478,8 @@ class Link:
             future._set(False, error)
 
     def _read_one(self, deadline: Optional[float], method: str, timeout: Optional[float]) -> None:
+        if self._conn is None:  # broken meanwhile: _break failed every waiting future
+            return
         try:
             ok, value = recv_message(self._conn, self._session, deadline)
         except socket.timeout:
@@ -522,7 +524,7 @@ class Link:
             self._break(self._lost("its direct link was closed"))
 
 
-class LinkAPI:
+class LinkAPI(Protocol):
     """What a caller asks a linked role through Ray."""
 
     def open_links(self, secret: Any) -> Tuple[str, int]: ...
@@ -605,7 +607,7 @@ def wait_first_linked(futures: List[LinkFuture], timeout: Optional[float]) -> Li
         if done:
             return done
         links = {id(f._link): f._link for f in futures if f._link is not None}
-        fds = [link for link in links.values() if link.fileno() is not None]
+        fds = [fd for link in links.values() if (fd := link.fileno()) is not None]
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
             return []

@@ -161,7 +161,7 @@ class Placement:
 
     def violations(self) -> List[Dict[str, Any]]:
         """The stripes' server sets that hold more than r servers of one node now."""
-        found = []
+        found: List[Dict[str, Any]] = []
         for members in self._stripes:
             on: Dict[str, List[int]] = {}
             for m in members:

@@ -169,7 +169,7 @@ class Scheduler:
                 self.backend.kill(spare)
         if handle is None:
             handle = self._start_server(index, node)
-        if self.placement is not None:
+        if self.placement is not None and node is not None:  # a placement always names the node (above)
             self.placement.moved(index, node)
         self.servers[index] = handle
         self.dead.pop(("server", index), None)

@@ -59,7 +59,8 @@ class ParameterServer(LinkHost):
         self.core = _core.ShardServer(self.index)
         self.lock = self.core.lock  # reentrant, as threading.RLock
         # (table, step) -> {worker: (keys, grads, seq, repeats)} of a sync step still waiting for pushes
-        self._pending: Dict[Tuple[str, int], Dict[int, Tuple[np.ndarray, np.ndarray, int]]] = {}
+        # (table, step) -> {worker: (keys, grads, seq, repeats)}: a sync step's parts until all arrived
+        self._pending: Dict[Tuple[str, int], Dict[int, Tuple[np.ndarray, np.ndarray, int, Optional[np.ndarray]]]] = {}
         self.agent: ServerAgent = ServerAgent()
         self._has_agent = False
         self._crash_requested = False

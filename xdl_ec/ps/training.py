@@ -119,6 +119,9 @@ class PSTrainer:
         self.dense_bytes = 0
         self._train_start: Optional[float] = None
         self._fit_start = 0.0
+        self._first_step_end: Optional[float] = None  # when this fit's first step ended, and its samples then
+        self._first_samples = 0
+        self._fit_samples = 0  # samples before this fit
         self._recovery = RecoveryCoordinator(self)
         # at step boundaries with no push in flight, after the strategy: each hook's after_step(trainer) (the job
         # layer's RunSaver and Backstop); async mode holds new steps while a hook's due(step) is True
@@ -489,7 +492,7 @@ class PSTrainer:
         try:
             self.strategy.close()
         finally:
-            for i, w in enumerate(getattr(self, "workers", [])):
+            for i in range(len(getattr(self, "workers", []))):
                 try:
                     self.worker(i).close().result(10.0)
                 except Exception:  # noqa: BLE001 - already dead or closing

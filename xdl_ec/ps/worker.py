@@ -39,7 +39,7 @@ import dataclasses
 import functools
 import threading
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -127,7 +127,8 @@ class Worker(LinkHost):
         self.link_secret = link_secret
         if client is None:
             servers = [self._linked(h) for h in servers]
-            client = PSClient(servers, worker=index, **({} if call_timeout is None else {"timeout": call_timeout}))
+            client = PSClient(servers, worker=index) if call_timeout is None else \
+                PSClient(servers, worker=index, timeout=call_timeout)
             client.resume_seqs()  # a restarted worker continues its predecessor's push seqs (and log, under ec)
             if caches:
                 client = CachedClient(client, caches, {t.name: t.dim for t in job.tables}, table_rows)
@@ -157,6 +158,19 @@ class Worker(LinkHost):
         self.dense = DenseModel(job.model_fn, job.dense_optimizer, job.dense_learning_rate, signature, job.dims(),
                                 job.combiners(), self.settings.seed)
         self._step = ModelStep.of(job, self.dense, signature, apply=self.apply_dense, return_dense=self.report_dense)
+
+    @property
+    def built_dense(self) -> DenseModel:
+        """The dense model, built with the first batch (its shapes fix the model's)."""
+        if self.dense is None:
+            raise RuntimeError(f"worker {self.index}: its model is built with its first batch, and it has had none")
+        return self.dense
+
+    @property
+    def built_step(self) -> ModelStep:
+        if self._step is None:
+            raise RuntimeError(f"worker {self.index}: its step is built with its first batch, and it has had none")
+        return self._step
 
     def _linked(self, handle: Handle) -> Handle:
         """``handle`` with its pulls and pushes over a direct link (on Ray, given the run's secret)."""
@@ -234,7 +248,7 @@ class Worker(LinkHost):
         if isinstance(weights, DenseState):
             self.load_dense(weights)
         elif weights is not None:
-            self.dense.set_weights(weights)
+            self.built_dense.set_weights(weights)
         t0 = time.perf_counter()
         self.seconds["set_weights"] += t0 - tw
         self.flush()
@@ -243,19 +257,19 @@ class Worker(LinkHost):
         nxt = self._stream.next()
         next_pending = None
         if nxt is not None and nxt.signature() != batch.signature():
-            self._step._inputs(nxt, {})  # raises the clear shape-mismatch error before anything is applied
+            self.built_step._inputs(nxt, {})  # raises the clear shape-mismatch error before anything is applied
         combine = self.combine_calls and participants == 1 and nxt is not None and more
         if nxt is not None and self.prefetch_across_steps and more and not combine:
             fresh = {t: (keys[nxt.fresh[t]], self._dims[t]) for t, keys in nxt.keys.items() if nxt.fresh[t].any()}
             next_pending = self.client.pull_async(fresh) if fresh else _NoRows()
         t1 = time.perf_counter()
         self.seconds["data_wait"] += t1 - t_data
-        loss, dense_grads, row_grads = self._step.train(batch, rows)
+        loss, dense_grads, row_grads = self.built_step.train(batch, rows)
         t2 = time.perf_counter()
         grads = {t: (batch.keys[t], g) for t, g in row_grads.items()}
         result = StepResult(self.index, loss, len(batch), dense_grads, None, nxt is not None)
         self._last_step = step
-        if combine:
+        if combine and nxt is not None:  # (combine implies a next batch)
             # the push and the next batch's rows in one request per server, applied in that order there. Sent
             # before the step answers: a worker that dies after answering has sent its push (the driver counts it)
             requests = {t: (keys, self._dims[t]) for t, keys in nxt.keys.items()}
@@ -292,14 +306,14 @@ class Worker(LinkHost):
     @_serialised
     def load_dense(self, state: DenseState) -> None:
         """Takes ``state`` as this worker's dense model (weights and optimizer variables)."""
-        self.dense.load_state(state.weights, state.optimizer)
+        self.built_dense.load_state(state.weights, state.optimizer)
 
     @_serialised
     def dense_state(self) -> Tuple[List[np.ndarray], List[np.ndarray], int]:
         """(weights, optimizer variables, optimizer iterations) of this worker's dense model: a worker that applies
         its own dense updates hands the driver its state (see :mod:`xdl_ec.ps.dense_sync`)."""
-        weights, variables = self.dense.state()
-        return weights, variables, int(self.dense.optimizer.iterations.numpy())
+        weights, variables = self.built_dense.state()
+        return weights, variables, int(self.built_dense.optimizer.iterations.numpy())
 
     @_serialised
     def call_latency(self, calls: int, direct: bool = True) -> float:
@@ -369,8 +383,8 @@ class Worker(LinkHost):
         return count
 
     @_serialised
-    def predict(self, batch: FeatureBatch, rows: Dict[str, np.ndarray]) -> np.ndarray:
-        return self._step.predict(batch, rows)
+    def predict(self, batch: FeatureBatch, rows: Dict[str, np.ndarray]) -> Union[np.ndarray, Dict[str, np.ndarray]]:
+        return self.built_step.predict(batch, rows)
 
     @_serialised
     def stats(self) -> Dict[str, Any]:

@@ -15,7 +15,7 @@ class HyperParameters:
 
     def _fill(self, config: Any) -> Any:
         config.kind = self.kind
-        for field in dataclasses.fields(self):
+        for field in dataclasses.fields(self):  # type: ignore[arg-type]  # every subclass is a dataclass
             setattr(config, self.core_names.get(field.name, field.name), getattr(self, field.name))
         config.validate()
         return config

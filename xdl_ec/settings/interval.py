@@ -104,8 +104,8 @@ class IntervalPolicy:
         """The current interval in seconds (None for a step interval or before auto has measured a save)."""
         if self.seconds is not None:
             return self.seconds
-        if self.auto and self._saves:
-            return young_interval(self.save_cost, self.mtbf_seconds)
+        if self.auto and self._saves and self.mtbf_seconds is not None:  # auto: __post_init__ checked mtbf
+            return young_interval(self._cost_sum / self._saves, self.mtbf_seconds)
         return None
 
     def due(self, step: int, now: float) -> bool:
@@ -117,7 +117,8 @@ class IntervalPolicy:
                 return True  # the first save measures the cost Young's formula needs
             self._last_time = now  # a time interval counts from the first check
             return False
-        return now - self._last_time >= self.interval_seconds
+        interval = self.interval_seconds
+        return interval is not None and now - self._last_time >= interval
 
     def restart(self, step: int, now: float) -> None:
         """After a rollback to a checkpoint of ``step``: the next interval counts from there (costs are kept)."""

@@ -6,7 +6,7 @@ tolerance reads its geometry, and :meth:`Table.shard_config` is the single conve
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Union
+from typing import Any, Optional, Union, cast
 
 from xdl_ec import _core
 from xdl_ec.settings import checks
@@ -65,8 +65,9 @@ class Table:
         config.dim = int(self.dim)
         config.seed = int(self.seed)
         config.block_slots = int(self.block_slots)
-        config.optimizer = self.optimizer.to_config()
-        config.initializer = self.initializer.to_config()
+        # __post_init__ made both objects (a name is looked up there)
+        config.optimizer = cast(optim.Optimizer, self.optimizer).to_config()
+        config.initializer = cast(init.Initializer, self.initializer).to_config()
         if self.bounded:
             config.row_policy = row_policy_config(self.name, self.admit, self.evict, self.block_slots,
                                                   checks.positive_int("servers", servers))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import weakref
-from typing import Any, Optional, Union
+from typing import Any, Optional, Union, cast
 
 import keras
 import tensorflow as tf
@@ -114,7 +114,7 @@ class SparseEmbedding(keras.layers.Layer):
         if not found and self._refused_store is not None and self._refused_store() is store:
             # Keras retries a layer whose load failed at the other paths it reaches it by (a model's `_layers`, ...),
             # where the file holds nothing, and reports only the last error: repeat the real one.
-            raise self._refusal
+            raise cast(ValueError, self._refusal)  # set with _refused_store
         try:
             if found != expected:
                 raise ValueError(

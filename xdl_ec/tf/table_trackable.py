@@ -82,7 +82,7 @@ class TableTrackable(tf.__internal__.tracking.Trackable):
         spec = {"format": FORMAT, "table": table.name, "dim": table.dim, "state_floats": table.state_floats,
                 "optimizer": type(table.optimizer).__name__}
         return {"keys": rows["keys"], "values": rows["values"], "state": rows["state"],
-                "step": np.int64(table.step), "auto_step": np.int64(self._auto_step()),
+                "step": np.asarray(table.step, np.int64), "auto_step": np.asarray(self._auto_step(), np.int64),
                 "spec": np.frombuffer(json.dumps(spec, sort_keys=True).encode(), np.uint8).copy()}
 
     def restore(self, saved: Mapping[str, Any]) -> None:

@@ -151,7 +151,7 @@ def lookup(
     except AttributeError:
         raise TypeError(f"table must be an xdl_ec.EmbeddingTable (with .handle and .dim), got {type(table).__name__}") from None
     values, row_splits = _ids_and_splits(ids, combiner)
-    if isinstance(step, bool) or not (isinstance(step, numbers.Integral) or (tf.is_tensor(step) and step.dtype.is_integer)):
+    if isinstance(step, bool) or not (isinstance(step, numbers.Integral) or (tf.is_tensor(step) and step.dtype.is_integer)):  # type: ignore[union-attr]
         raise TypeError(f"step must be an int or an integer scalar tensor, got {step!r}")
     if isinstance(step, numbers.Integral) and step < 0:
         raise ValueError(f"step must be >= 1, or 0 for the table's automatic counter, got {step}")

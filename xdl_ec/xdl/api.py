@@ -504,9 +504,9 @@ def xdl_job(train: Callable[[Mapping[str, Any]], Any], reader: Callable[[int, in
     for arg, value in (("train", train), ("reader", reader)):
         if not callable(value):
             raise TypeError(f"xdl_job: {arg} must be a function, got {type(value).__name__}")
-    for arg, value in (("eval_reader", eval_reader), ("test", test)):
-        if value is not None and not callable(value):
-            raise TypeError(f"xdl_job: {arg} must be a function or None, got {type(value).__name__}")
+    for arg, optional in (("eval_reader", eval_reader), ("test", test)):
+        if optional is not None and not callable(optional):
+            raise TypeError(f"xdl_job: {arg} must be a function or None, got {type(optional).__name__}")
     chosen = _optim.get(optimizer)
     layout = xdl_model.trace(train, xdl_model.first_batch(reader), test)
     tables: dict = {}

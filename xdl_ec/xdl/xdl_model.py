@@ -483,7 +483,7 @@ class ModelPass:
                                f"got {type(sparse_input).__name__}: the job looks a feature's ids up before the "
                                f"model runs, so transform ids in the reader instead")
         key = sparse_input.key
-        if self.embedded is None:
+        if self.embedded is None or self.layout is None:  # the trace: no layout yet
             return self._record(key, sparse_input, spec, where)
         entry = next(e for e in self.layout.sparse if e.key == key)
         if entry.lookup != spec:
@@ -552,7 +552,8 @@ class ModelPass:
         call = ("xdl_ec.layers.batch_normalization", *sorted(settings.items()), name)
         made = {key: value if value is not None else default for (key, value), default in zip(
             initializers.items(), ("zeros", "ones", "zeros", "ones"))}
-        return self.layer(call[0], call, lambda: keras.layers.BatchNormalization(**settings, **made, name=name),
+        return self.layer("xdl_ec.layers.batch_normalization", call,
+                          lambda: keras.layers.BatchNormalization(**settings, **made, name=name),
                           inputs, training=bool(training) and self.training)
 
     def sigmoid_cross_entropy(self, labels: Any, logits: Any) -> Loss:
@@ -631,7 +632,8 @@ class XdlModel(keras.Model):
     def _run(self, embedded: Mapping[str, Any], dense: Any, training: bool, create: bool = False) -> Any:
         test = not training and not create and self._layout.test is not None
         model_pass = ModelPass(self._layout, embedded, self._parts, create, training, TEST if test else TRAIN)
-        return model_pass.run(self._layout.test if test else self._layout.function, self._layout.model_batch(dense))
+        function = self._layout.test if test and self._layout.test is not None else self._layout.function
+        return model_pass.run(function, self._layout.model_batch(dense))
 
     def call(self, embedded: Mapping[str, Any], dense: Any = None, training: Any = False) -> Any:
         if training is not None and not isinstance(training, (bool, np.bool_)):

@@ -235,7 +235,7 @@ def test_partial_restore_reloads_each_row_as_of_its_last_save_and_counts_lost_up
 def test_restore_before_any_save_starts_fresh_and_loses_everything(tmp_path: Path) -> None:
     t = xdl_ec.EmbeddingTable("t", 4, "sgd")
     ledger = {"t": AccessCounter()}
-    for step in range(3):
+    for _ in range(3):
         t.push([1, 2, 2], np.ones((3, 4), np.float32))
         ledger["t"].add([1, 2, 2])
     result = restore_server(CheckpointChain(tmp_path / "none"), {"t": t}, ledger)

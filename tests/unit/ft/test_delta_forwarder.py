@@ -20,7 +20,7 @@ def _cluster() -> Tuple[List[Any], List[Any], List[Any]]:
     bs, rb = int(shards[0].block_slots), int(shards[0].record_bytes)
     holders = [_core.ParityHolder(i, N, K, R, {"t": bs * rb}) for i in range(N)]
     forwarders = [_core.DeltaForwarder(i, N, K, R, {"t": (bs, rb)}) for i in range(N)]
-    for i, f in enumerate(forwarders):
+    for f in forwarders:
         for h in f.holders:
             f.set_holder(h, holders[h])
     return shards, holders, forwarders

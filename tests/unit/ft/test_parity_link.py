@@ -112,7 +112,7 @@ def test_remote_links_keep_parity_equal_to_the_encoded_data(fast_links: None) ->
                                           encoded_parity(shards, stripe, K, R))
         for i, f in enumerate(forwarders):
             assert {h: holders[h].applied(i) for h in f.holders} == {h: f.seq for h in f.holders}
-            _wait(lambda: f.durable_seq(0) == 12, "durable seq did not reach the last push")
+            _wait(lambda f=f: f.durable_seq(0) == 12, "durable seq did not reach the last push")
         assert all(link.sends >= 1 and link.bytes_sent > 0 for link in links.values())
         assert sum(r.batches_received for r in receivers) == sum(link.sends for link in links.values())
     finally:
@@ -128,7 +128,7 @@ def test_a_holder_whose_connection_breaks_is_down_as_lost(fast_links: None) -> N
         _train(shards, forwarders, 2, seed=1)
         for i, f in enumerate(forwarders):
             if 1 in f.holders:
-                _wait(lambda: 1 in f.progress()["down"], f"server {i} did not mark holder 1 down")
+                _wait(lambda f=f: 1 in f.progress()["down"], f"server {i} did not mark holder 1 down")
                 assert f.errors == []  # a lost holder is no error to report
                 assert f.durable_seq(0) == 2  # what holder 1 applied before it was lost stays the watermark
     finally:

@@ -125,7 +125,7 @@ class ToyJob:
     def step(self) -> None:
         rng = np.random.default_rng(1000 + self.batch)  # the "reader": batch b is always the same data
         for s, tables in self.servers.items():
-            for name, t in tables.items():
+            for t in tables.values():
                 keys = rng.integers(0, 300, size=50) * 2 + s
                 t.push(keys, rng.normal(size=(50, t.dim)).astype(np.float32))
         g = [rng.normal(size=w.shape).astype(w.dtype) for w in self.dense]

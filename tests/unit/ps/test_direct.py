@@ -95,7 +95,7 @@ def test_arrays_travel_out_of_band_and_answers_come_in_order(offer: Any, algorit
         keys = [np.arange(n, dtype=np.int64) * 3 for n in (1, 1000, 0, 70_000, 3)]
         futures = [link.call("pull", [("t", k), ("u", k[1:])]) for k in keys]  # sent before any answer is read
         for k, future in zip(keys, futures):
-            for (name, got, rows), want in zip(future.result(10.0), (k, k[1:])):
+            for (_name, got, rows), want in zip(future.result(10.0), (k, k[1:])):
                 assert got.dtype == np.int64 and np.array_equal(got, want)
                 assert rows.shape == (want.size, 3) and rows.dtype == np.float32 and rows.flags.writeable
                 assert rows.ctypes.data % 64 == 0 and got.ctypes.data % 64 == 0

@@ -352,7 +352,7 @@ def test_registry_handle_lifetime() -> None:
     with pytest.raises(ValueError, match="unknown shard handle"):
         _core.registered_shard(h)
     with pytest.raises(ValueError, match="closed"):
-        t.handle
+        _ = t.handle
     t.close()  # idempotent
     u = table()
     h = u.handle
