@@ -17,6 +17,7 @@ from xdl_ec.settings import checks
 from xdl_ec.model.digest import model_digest
 from xdl_ec.keep.checkpoint import PendingCheckpoint
 from xdl_ec.model.job_spec import JobSpec
+from xdl_ec.model.progressive import ProgressiveWindow
 from .local_tables import LocalTables
 from xdl_ec.ps.progress import Progress
 from xdl_ec.ps.worker import RunSettings, Worker
@@ -42,6 +43,7 @@ class LocalRun:
         self.samples = 0  # trained by the whole run (a resumed run's earlier part included)
         self.losses: list = []
         self.hooks: list = []  # at every step boundary: hook.after_step(run) (a RunSaver's periodic saves)
+        self.progressive = ProgressiveWindow()  # this process's steps (a resumed run's window starts empty)
 
     def fit(self, steps: Optional[int] = None) -> Dict[str, Any]:
         """Trains at most ``steps`` steps (None: until the input is exhausted); the same figures as a cluster
@@ -49,7 +51,7 @@ class LocalRun:
         if steps is not None:
             steps = checks.non_negative_int("steps", steps)
         stop = None if steps is None else self.step + steps
-        bar = Progress(steps, self.progress)
+        bar = Progress(steps, self.progress, auc=self.progressive.auc)
         timeline = []
         start = time.perf_counter()
         first_end, first_samples, samples = None, 0, 0
@@ -65,6 +67,8 @@ class LocalRun:
                 self.losses.append(result.loss)
                 samples += result.samples
                 self.samples += result.samples
+                if result.labels is not None and result.probabilities is not None:
+                    self.progressive.add(result.labels, result.probabilities, result.heads)
                 now = time.perf_counter()
                 if first_end is None:
                     first_end, first_samples = now, samples
@@ -83,7 +87,7 @@ class LocalRun:
         return {"samples": samples, "steps": self.step, "train_seconds": seconds,
                 "samples_per_sec": samples / seconds if seconds > 0 else 0.0, "steady_samples_per_sec": steady,
                 "final_loss": float(np.mean(self.losses[-LAST_LOSSES:])) if self.losses else None,
-                "timeline": timeline}
+                "timeline": timeline, "progressive": self.progressive.report()}
 
     # ---- saving and resuming (see xdl_ec.keep.run_saver) ---------------------------------------------------------
     def quiesce(self, settle: bool = True) -> None:

@@ -138,12 +138,15 @@ class ModelStep:
             grads = tape.gradient(value, [*variables, *table_rows],
                                   unconnected_gradients=tf.UnconnectedGradients.ZERO)
             dense_grads, row_grads = grads[:len(variables)], grads[len(variables):]
+            # the probabilities this forward pass gave before the update: progressive validation's scores
+            probs = [tf.sigmoid(logits)] if heads is None else [tf.sigmoid(logits[h]) for h in heads]
             if optimizer is not None:
                 optimizer.apply(dense_grads, variables)
                 if not return_dense:
-                    return value, [], row_grads
+                    return value, [], row_grads, probs
             # the dense update: gradients, then the statistics as the step left them
-            return value, [*dense_grads, *[tf.identity(tf.convert_to_tensor(v)) for v in statistics]], row_grads
+            dense_update = [*dense_grads, *[tf.identity(tf.convert_to_tensor(v)) for v in statistics]]
+            return value, dense_update, row_grads, probs
 
         def predict(*args):  # noqa: ANN002, ANN202
             logits = forward(args, False)
@@ -185,11 +188,17 @@ class ModelStep:
     def train(self, batch: FeatureBatch, rows: Dict[str, np.ndarray]) -> Tuple[float, List[np.ndarray],
                                                                                 Dict[str, np.ndarray]]:
         """(loss, dense gradients, {table: row gradients [U, dim]}) of one step on ``rows`` {table: [U, dim]}."""
+        return self.train_scored(batch, rows)[:3]
+
+    def train_scored(self, batch: FeatureBatch, rows: Dict[str, np.ndarray]) -> Tuple[
+            float, List[np.ndarray], Dict[str, np.ndarray], List[np.ndarray]]:
+        """:meth:`train`'s figures plus the probabilities [B] its forward pass gave before the update, one array
+        per head (:attr:`heads` order; one for a single-head model): progressive validation's scores."""
         tensor = self._tensor
-        value, dense_grads, row_grads = self._train(*[tensor(a) for a in self._inputs(batch, rows)],
-                                                    *[tensor(a) for a in self._labels(batch)])
+        value, dense_grads, row_grads, probs = self._train(*[tensor(a) for a in self._inputs(batch, rows)],
+                                                           *[tensor(a) for a in self._labels(batch)])
         return (float(value), [g.numpy() for g in dense_grads],
-                {t: g.numpy() for t, g in zip(self.table_names, row_grads)})
+                {t: g.numpy() for t, g in zip(self.table_names, row_grads)}, [p.numpy() for p in probs])
 
     def predict(self, batch: FeatureBatch, rows: Dict[str, np.ndarray]) -> Union[np.ndarray, Dict[str, np.ndarray]]:
         """Probabilities [B], or {head: probabilities [B]} for a model of several heads."""

@@ -1,6 +1,8 @@
 """A run's progress on stderr: tqdm's bar on a terminal; anywhere else (a log file, a pipe, CI) a bar's carriage
 returns leave blank lines and lines of spaces, so a plain line is printed instead after the first step and then every
-``every`` seconds: ``step 120/400: 15,300 samples/s, loss 0.4812`` (samples/s and mean loss since the line before)."""
+``every`` seconds: ``step 120/400: 15,300 samples/s, loss 0.4812, progressive AUC 0.7712`` (samples/s and mean loss
+since the line before; the AUC of the last samples scored before training on them, computed only when a line is
+printed, or every ``every`` seconds on the bar)."""
 
 from __future__ import annotations
 
@@ -16,8 +18,11 @@ class Progress:
     :meth:`close` at the end. ``enabled=False`` prints nothing."""
 
     def __init__(self, total: Optional[int], enabled: bool, stream: Optional[TextIO] = None,
-                 every: float = PLAIN_EVERY_SECONDS, clock: Callable[[], float] = time.perf_counter) -> None:
-        self.total, self.every, self.clock = total, every, clock
+                 every: float = PLAIN_EVERY_SECONDS, clock: Callable[[], float] = time.perf_counter,
+                 auc: Optional[Callable[[], Optional[float]]] = None) -> None:
+        """``auc``: the progressive AUC now (a :class:`~xdl_ec.model.progressive.ProgressiveWindow`'s), shown when
+        it is defined."""
+        self.total, self.every, self.clock, self.auc = total, every, clock, auc
         self.stream = sys.stderr if stream is None else stream
         self._bar: Any = None
         self._plain = False
@@ -39,6 +44,11 @@ class Progress:
         self.step += 1
         if self._bar is not None:
             self._bar.update(1)
+            if self.auc is not None and (self.step == 1 or self.clock() - self._line_time >= self.every):
+                self._line_time = self.clock()
+                value = self.auc()
+                if value is not None:
+                    self._bar.set_postfix_str(f"progressive AUC {value:.4f}", refresh=False)
         if not self._plain:
             return
         if loss is not None:
@@ -52,6 +62,9 @@ class Progress:
             parts.append(f"{(samples - self._line_samples) / (now - self._line_time):,.0f} samples/s")
         if self._losses:
             parts.append(f"loss {sum(self._losses) / len(self._losses):.4f}")
+        value = None if self.auc is None else self.auc()
+        if value is not None:
+            parts.append(f"progressive AUC {value:.4f}")
         print(f"step {self.step:,}{of}: {', '.join(parts)}", file=self.stream, flush=True)
         self._line_time, self._line_samples, self._losses = now, samples, []
 

@@ -31,6 +31,7 @@ from xdl_ec.model.digest import model_digest
 from xdl_ec.model.evaluation import evaluate_batches
 from xdl_ec.model.job_spec import JobSpec
 from xdl_ec.model.model_step import ModelStep
+from xdl_ec.model.progressive import ProgressiveWindow
 from .api import ServerAPI, WorkerAPI
 from .async_loop import run_async
 from .backend import DEFAULT_TIMEOUT, CallTimeout, RoleLost, make_backend
@@ -111,6 +112,8 @@ class PSTrainer:
         self.unlogged_push_seqs: List[Optional[List[int]]] = [None] * cluster.workers  # of restarted predecessors
         self.total_steps: Optional[int] = None
         self.losses: List[float] = []
+        # progressive validation over the steps this process drove (re-trained ones after a rollback included)
+        self.progressive = ProgressiveWindow()
         self.timeline: List[List[float]] = []
         # the driver's seconds per part of its loop (sync mode): "call" (step calls sent until every answer is
         # in), "dense" (weights read, gradients applied), "boundary" (bookkeeping, after_step); dense_bytes:
@@ -396,6 +399,8 @@ class PSTrainer:
         self.pending_updates[i] = result.pending_updates
         self.has_next[i] = result.has_next
         self.samples += result.samples
+        if result.labels is not None and result.probabilities is not None:
+            self.progressive.add(result.labels, result.probabilities, result.heads)
 
     def tick(self, bar: Any) -> None:
         now = time.perf_counter()
@@ -418,7 +423,7 @@ class PSTrainer:
         self._first_step_end, self._first_samples = None, 0
         self._fit_samples = self.samples
         self.timeline = []
-        bar = Progress(steps, self.progress)
+        bar = Progress(steps, self.progress, auc=self.progressive.auc)
         start = self._fit_start = time.perf_counter()
         if self._train_start is None:  # the first call: --mtbf kills count from here
             self._train_start = start
@@ -441,7 +446,7 @@ class PSTrainer:
                 "train_seconds": seconds, "samples_per_sec": samples / seconds if seconds > 0 else 0.0,
                 "steady_samples_per_sec": steady,
                 "final_loss": float(np.mean(self.losses[-LAST_LOSSES:])) if self.losses else None,
-                "timeline": self.timeline,
+                "timeline": self.timeline, "progressive": self.progressive.report(),
                 "injected": [{**k, "seconds": k["time"] - start} for k in injected],
                 **self.strategy.report()}
 

@@ -79,6 +79,11 @@ class StepResult:
     push_seqs: Optional[List[int]] = None
     has_next: bool = True
     pending_updates: int = 0  # gradients held in this worker's caches, not yet pushed (lost if it dies)
+    # progressive validation: the batch's labels and the probabilities the step gave before its update, one [B]
+    # array each per head (``heads`` order; None: a model of one output)
+    labels: Optional[List[np.ndarray]] = None
+    probabilities: Optional[List[np.ndarray]] = None
+    heads: Optional[Tuple[str, ...]] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,10 +269,13 @@ class Worker(LinkHost):
             next_pending = self.client.pull_async(fresh) if fresh else _NoRows()
         t1 = time.perf_counter()
         self.seconds["data_wait"] += t1 - t_data
-        loss, dense_grads, row_grads = self.built_step.train(batch, rows)
+        loss, dense_grads, row_grads, probs = self.built_step.train_scored(batch, rows)
         t2 = time.perf_counter()
         grads = {t: (batch.keys[t], g) for t, g in row_grads.items()}
-        result = StepResult(self.index, loss, len(batch), dense_grads, None, nxt is not None)
+        heads = self.built_step.heads
+        result = StepResult(self.index, loss, len(batch), dense_grads, None, nxt is not None,
+                            labels=[batch.labels_of(h) for h in (heads or (None,))], probabilities=probs,
+                            heads=None if heads is None else tuple(heads))
         self._last_step = step
         if combine and nxt is not None:  # (combine implies a next batch)
             # the push and the next batch's rows in one request per server, applied in that order there. Sent
