@@ -487,8 +487,10 @@ struct EmbeddingShard::Impl {
     const RowPolicyConfig& rules = config.row_policy;
     EnsureAllBlocks();
     // Decide on the bytes alone, in slot order, so a restored shard decides the same.
+    // Ties are broken by key, not slot: a shard reloaded from a save (other slots) ranks the same.
     struct Kept {
       uint64_t first, second;  // the rank (lfu: uses, last_step; lru: last_step, uses)
+      int64_t key;
       uint32_t slot;
     };
     std::vector<uint32_t> victims;
@@ -517,9 +519,9 @@ struct EmbeddingShard::Impl {
       // last_step may be negative only through a bad load; LoadPolicyWords rejects that.
       const uint64_t uses = Uses(r), step = static_cast<uint64_t>(std::max<int64_t>(last, 0));
       if (rules.policy == EvictPolicy::kLru) {
-        kept.push_back({step, uses, static_cast<uint32_t>(slot)});
+        kept.push_back({step, uses, KeyAt(static_cast<uint32_t>(slot)), static_cast<uint32_t>(slot)});
       } else {
-        kept.push_back({uses, step, static_cast<uint32_t>(slot)});
+        kept.push_back({uses, step, KeyAt(static_cast<uint32_t>(slot)), static_cast<uint32_t>(slot)});
       }
     }
     if (rules.max_rows && static_cast<int64_t>(kept.size()) > rules.cap_low_water()) {
@@ -527,7 +529,7 @@ struct EmbeddingShard::Impl {
       auto lower = [](const Kept& a, const Kept& b) {
         if (a.first != b.first) return a.first < b.first;
         if (a.second != b.second) return a.second < b.second;
-        return a.slot < b.slot;
+        return a.key < b.key;
       };
       std::nth_element(kept.begin(), kept.begin() + static_cast<std::ptrdiff_t>(go), kept.end(), lower);
       for (size_t i = 0; i < go; ++i) victims.push_back(kept[i].slot);
@@ -1195,6 +1197,72 @@ void EmbeddingShard::LoadPolicyWords(const int64_t* keys, const uint32_t* uses, 
     s.Tick(slots[i]);
     s.MarkDirty(slots[i]);
     s.DeltaEnd(deltas, d, slots[i]);
+  }
+}
+
+EmbeddingShard::Rows EmbeddingShard::ExportPending() const {
+  Impl& s = *impl_;
+  std::unique_lock<std::shared_mutex> lock(s.mutex);  // exclusive: under restore blocks are faulted in
+  s.EnsureAllBlocks();
+  Rows rows;
+  if (!s.policy_on) return rows;
+  for (size_t slot = 0; slot < s.high_water; ++slot) {
+    const uint8_t* r = s.Record(slot);
+    if (!RecordLayout::IsLive(RecordLayout::Flags(r)) || s.Admitted(r)) continue;
+    int64_t key;
+    std::memcpy(&key, r, sizeof(key));
+    rows.keys.push_back(key);
+    rows.uses.push_back(s.Uses(r));
+    rows.last_step.push_back(s.LastStep(r));
+  }
+  return rows;
+}
+
+void EmbeddingShard::LoadPending(const int64_t* keys, const uint32_t* uses, const int64_t* last_step, size_t n,
+                                 DeltaBatch* deltas) {
+  RequirePointer(keys, n, "LoadPending", "keys");
+  RequirePointer(uses, n, "LoadPending", "uses");
+  RequirePointer(last_step, n, "LoadPending", "last_step");
+  RequireBatch(n, "LoadPending");
+  Impl& s = *impl_;
+  if (n != 0 && s.min_count <= 1) {
+    throw std::invalid_argument("LoadPending: the table has no admission (row_policy.admit_min_count <= 1), so no "
+                                "pending ids");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (uses[i] < 1 || static_cast<int64_t>(uses[i]) >= s.min_count) {
+      throw std::invalid_argument("LoadPending: uses[" + Str(i) + "] is " + std::to_string(uses[i]) +
+                                  ": a pending id has counted 1 to admit_min_count - 1 = " +
+                                  std::to_string(s.min_count - 1) + " occurrences; nothing was changed");
+    }
+    if (last_step[i] < 0) {
+      throw std::invalid_argument("LoadPending: last_step[" + Str(i) + "] is " + std::to_string(last_step[i]) +
+                                  ", must be >= 0; nothing was changed");
+    }
+  }
+  {
+    BatchDedup dedup(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (dedup.FindOrAdd(keys, keys[i], static_cast<int64_t>(i)) != static_cast<int64_t>(i)) {
+        throw std::invalid_argument("LoadPending: keys must be unique, key " + std::to_string(keys[i]) +
+                                    " appears twice (at " + Str(i) + ")");
+      }
+    }
+  }
+  std::unique_lock<std::shared_mutex> lock(s.mutex);
+  for (size_t i = 0; i < n; ++i) {
+    if (s.Lookup(keys[i]) != KeyIndex::kNone) {
+      throw std::invalid_argument("LoadPending: key " + std::to_string(keys[i]) +
+                                  " already has a record; nothing was changed");
+    }
+  }
+  s.PrepareBlocks(keys, n, /*may_insert=*/true);
+  s.DeltaStart(deltas, n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t slot = s.AllocateSlot();
+    const size_t d = s.DeltaBegin(deltas, slot);
+    s.WritePending(slot, keys[i], uses[i], last_step[i]);
+    s.DeltaEnd(deltas, d, slot);
   }
 }
 

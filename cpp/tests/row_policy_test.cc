@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <random>
 #include <set>
@@ -535,6 +536,72 @@ TEST(RowPolicy, APassThatFreesSomethingMovesTheCacheEpoch) {
     }
   }
   EXPECT_EQ(seen.size(), 1000u);  // every generation a different epoch
+}
+
+// A save's rows with their words and its pending ids, loaded into other slots (reversed order), make a shard that
+// goes on deciding exactly as the original: ranks tie on keys, never on slots.
+TEST(RowPolicy, ASaveReloadedIntoOtherSlotsDecidesTheSame) {
+  RowPolicyConfig r = Admit(2);
+  r.ttl_steps = 5;
+  r.max_rows = 16;
+  r.evict_every_steps = 3;
+  const ShardConfig config = Config(r, 8);
+  EmbeddingShard shard(config);
+  std::mt19937_64 rng(21);
+  auto traffic = [](EmbeddingShard& s, int64_t step, std::mt19937_64& g) {
+    std::vector<int64_t> batch;
+    for (int i = 0; i < 10; ++i) batch.push_back(static_cast<int64_t>(g() % 40));
+    Pull(s, batch);
+    Push(s, batch, step);
+  };
+  for (int64_t step = 1; step <= 20; ++step) traffic(shard, step, rng);
+  auto rows = shard.Export();
+  auto pending = shard.ExportPending();
+  ASSERT_FALSE(pending.keys.empty());
+  EXPECT_TRUE(pending.values.empty());
+  auto reversed = [](auto v) { return decltype(v)(v.rbegin(), v.rend()); };
+  EmbeddingShard reloaded(config);
+  const size_t n = rows.keys.size(), dim = 4, sf = reloaded.layout().state_floats;
+  std::vector<int64_t> keys = reversed(rows.keys);
+  std::vector<float> values, state;
+  for (size_t i = n; i-- > 0;) {
+    values.insert(values.end(), rows.values.begin() + i * dim, rows.values.begin() + (i + 1) * dim);
+    state.insert(state.end(), rows.state.begin() + i * sf, rows.state.begin() + (i + 1) * sf);
+  }
+  std::vector<int64_t> pk = reversed(pending.keys), pl = reversed(pending.last_step);
+  std::vector<uint32_t> pu = reversed(pending.uses);
+  reloaded.LoadPending(pk.data(), pu.data(), pl.data(), pk.size());  // pending first: other slots again
+  reloaded.Load(keys.data(), values.data(), state.data(), n);
+  std::vector<uint32_t> uses = reversed(rows.uses);
+  std::vector<int64_t> last = reversed(rows.last_step);
+  reloaded.LoadPolicyWords(keys.data(), uses.data(), last.data(), n);
+  auto by_key = [](const EmbeddingShard::Rows& x) {
+    std::map<int64_t, std::vector<float>> m;
+    for (size_t i = 0; i < x.keys.size(); ++i) {
+      m[x.keys[i]].assign(x.values.begin() + i * 4, x.values.begin() + (i + 1) * 4);
+    }
+    return m;
+  };
+  std::mt19937_64 a(5), b(5);
+  for (int64_t step = 21; step <= 45; ++step) {
+    traffic(shard, step, a);
+    traffic(reloaded, step, b);
+    ASSERT_EQ(by_key(shard.Export()), by_key(reloaded.Export())) << "step " << step;
+    ASSERT_EQ(Sorted(shard.ExportPending().keys), Sorted(reloaded.ExportPending().keys)) << "step " << step;
+  }
+  EXPECT_GT(shard.policy_stats().counters.evicted_cap + shard.policy_stats().counters.evicted_ttl, 0u);
+  // Bad pending ids change nothing.
+  const auto before = AllBlocks(reloaded);
+  std::vector<int64_t> k = {1000, 1001};
+  std::vector<uint32_t> u = {1, 2};  // 2 >= admit_min_count
+  std::vector<int64_t> l = {1, 1};
+  ExpectInvalid([&] { reloaded.LoadPending(k.data(), u.data(), l.data(), 2); }, "uses[1]");
+  k = {1000, reloaded.Export().keys.at(0)};
+  u = {1, 1};
+  ExpectInvalid([&] { reloaded.LoadPending(k.data(), u.data(), l.data(), 2); }, "already has a record");
+  EXPECT_EQ(AllBlocks(reloaded), before);
+  EmbeddingShard plain(Config(RowPolicyConfig()));
+  ExpectInvalid([&] { plain.LoadPending(k.data(), u.data(), l.data(), 1); }, "admission");
 }
 
 TEST(RowPolicy, EvictedSlotsAreZeroAndReusedLowestFirst) {

@@ -319,6 +319,29 @@ py::object Load(EmbeddingShard& shard, const Keys& keys, const Floats& values, c
   return DeltasToNumpy(std::move(deltas));
 }
 
+py::tuple ExportPending(const EmbeddingShard& shard) {
+  EmbeddingShard::Rows rows;
+  {
+    py::gil_scoped_release release;
+    rows = shard.ExportPending();
+  }
+  const py::ssize_t n = static_cast<py::ssize_t>(rows.keys.size());
+  return py::make_tuple(ToNumpy(std::move(rows.keys), {n}), ToNumpy(std::move(rows.uses), {n}),
+                        ToNumpy(std::move(rows.last_step), {n}));
+}
+
+void LoadPending(EmbeddingShard& shard, const Keys& keys, const Slots& uses, const Keys& last_step) {
+  RequireKeys(keys, "load_pending");
+  const size_t n = static_cast<size_t>(keys.shape(0));
+  if (uses.ndim() != 1 || static_cast<size_t>(uses.shape(0)) != n || last_step.ndim() != 1 ||
+      static_cast<size_t>(last_step.shape(0)) != n) {
+    throw std::invalid_argument("load_pending: uses and last_step must be 1-D with len(keys) = " + std::to_string(n) +
+                                " entries, got shapes " + Shape(uses) + " and " + Shape(last_step));
+  }
+  py::gil_scoped_release release;
+  shard.LoadPending(keys.data(), uses.data(), last_step.data(), n);
+}
+
 Bytes ReadBlock(const EmbeddingShard& shard, size_t b) {
   Bytes out(static_cast<py::ssize_t>(shard.block_bytes()));
   {
@@ -534,6 +557,9 @@ void BindShard(py::module_& m) {
                              "Eviction passes that freed something (a cache's copies are not trusted across one)")
       .def("policy_stats", &PolicyStatsDict,
            "{rows, pending (now), admitted, not_admitted_lookups, evicted_ttl, evicted_l2, evicted_cap}")
+      .def("export_pending", &ExportPending, "(keys, uses, last_step) of the ids still counting toward admission")
+      .def("load_pending", &LoadPending, py::arg("keys"), py::arg("uses"), py::arg("last_step"),
+           "Puts a save's pending ids back (absent keys, uses in [1, admit_min_count))")
       .def("load_policy_words", &LoadPolicyWords, py::arg("keys"), py::arg("uses"), py::arg("last_step"),
            py::arg("return_deltas") = false, "Sets uses and last_step of existing rows (a save's words after load)")
       .def("track_dirty", &EmbeddingShard::TrackDirty, py::arg("on"), py::call_guard<py::gil_scoped_release>(),

@@ -18,6 +18,7 @@ from support.ft_runs import make_trainer, small_config  # noqa: E402
 from xdl_ec.ft.ec_strategy import ErasureCoded  # noqa: E402
 from xdl_ec.ft.failure_schedule import FailureSchedule, Kill  # noqa: E402
 from xdl_ec.cli import main  # noqa: E402
+from xdl_ec.ft.ckpt_strategy import Checkpointing  # noqa: E402
 from xdl_ec.ps import ClusterConfig  # noqa: E402
 
 # 3000 synthetic rows of 26 ids each: a cap of 2048 rows per server (one 1024-slot block is the least) binds
@@ -66,6 +67,21 @@ def test_ec_rebuilds_a_bounded_table_exactly(failure_free: Any, servers: int, r:
     assert sorted(f["index"] for f in report["failures"]) == sorted(k.index for k in kills)
     assert report["scrub"] == []
     assert report["model_digest"] == failure_free(servers, 1, steps=STEPS, **RULES)["model_digest"]
+
+
+@pytest.mark.parametrize("kill_at", [3, 4, 5])  # a checkpoint every 3 steps; passes at even steps
+def test_ckpt_rolls_a_bounded_table_back_exactly(tmp_path: Path, failure_free: Any, kill_at: int) -> None:
+    """A checkpoint holds the rows' eviction words and the ids still counting toward admission: the rollback and
+    replay make the same admission and eviction decisions as the failure-free run."""
+    trainer = make_trainer(small_config(steps=STEPS, **RULES), ClusterConfig(servers=3, workers=1),
+                           Checkpointing("3", str(tmp_path / "ckpt")), FailureSchedule([Kill(kill_at, "server", 1)]))
+    try:
+        report = trainer.fit()
+        digest = trainer.digest()
+    finally:
+        trainer.close()
+    assert [f["index"] for f in report["failures"]] == [1]
+    assert digest == failure_free(3, 1, steps=STEPS, **RULES)["model_digest"]
 
 
 CLI = ["train", "--synthetic", "--synthetic-rows", "3000", "--steps", "6", "--batch-size", "64", "--emb-dim", "8",

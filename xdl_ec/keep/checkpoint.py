@@ -252,9 +252,8 @@ def _config_record(shard: "_core.EmbeddingShard") -> Dict[str, Any]:
 
 def fresh_table(template: Table) -> Table:
     """An empty table configured like ``template`` (same kind of object), for a restore to load into."""
-    if isinstance(template, EmbeddingTable):
-        return EmbeddingTable(template.name, template.dim, template.optimizer, template.initializer, template.seed,
-                              template.shard.block_slots)
+    if isinstance(template, EmbeddingTable):  # its rules and server share too (a bounded table)
+        return EmbeddingTable.from_config(template.config, template.servers)
     if isinstance(template, _core.EmbeddingShard):
         return _core.EmbeddingShard(template.config)
     raise TypeError(f"a restore template must be an EmbeddingTable or an xdl_ec._core.EmbeddingShard, got "
@@ -356,12 +355,21 @@ class ShardCheckpoint(_SavedCheckpoint):
                     values = np.ascontiguousarray(rows[name]["values"], dtype=np.float32).reshape(k.size, shard.dim)
                     state = np.ascontiguousarray(rows[name]["state"], dtype=np.float32).reshape(
                         k.size, shard.state_floats)
+                    words: List[Any] = []  # rows given: no eviction words with them
                 else:
-                    k, values, state = shard.export()
+                    k, values, state, *words = shard.export(with_words=bool(shard.config.row_policy.active))
                 if keys is not None:
                     mask = np.isin(k, wanted[name])
                     k, values, state = k[mask], values[mask], state[mask]
+                    words = [w[mask] for w in words]
                 arrays = {"keys": k, "values": values, "state": state}
+                if words:  # a bounded table (xdl_ec.sparse.row_rules): what its eviction and admission decide on
+                    arrays["uses"], arrays["last_step"] = words
+                    pending = dict(zip(("pending_keys", "pending_uses", "pending_last_step"), shard.export_pending()))
+                    if keys is not None:
+                        held = np.isin(pending["pending_keys"], wanted[name])
+                        pending = {field: array[held] for field, array in pending.items()}
+                    arrays.update(pending)
                 if update_counts is not None and name in update_counts:
                     counts = np.asarray(update_counts[name](k))
                     if counts.shape != k.shape or counts.dtype.kind not in "iu":
@@ -375,6 +383,8 @@ class ShardCheckpoint(_SavedCheckpoint):
                 table = tables[name]
                 manifest_tables[name] = dict(_config_record(shard), rows=int(k.size), files=files,
                                              table_step=table.step if isinstance(table, EmbeddingTable) else None)
+                if "pending_keys" in arrays:
+                    manifest_tables[name]["pending"] = int(arrays["pending_keys"].size)
             manifest = {"format": "xdl-ec-checkpoint", "version": FORMAT_VERSION, "kind": "shard", "step": step,
                         "partial": keys is not None, "tables": manifest_tables,
                         "extra": _json_checked("extra", dict(extra or {}))}
@@ -426,6 +436,7 @@ class ShardCheckpoint(_SavedCheckpoint):
         try:
             dim, state_floats, rows = int(entry["dim"]), int(entry["state_floats"]), int(entry["rows"])
             files = dict(entry["files"])
+            pending = int(entry.get("pending", 0))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{path}: table {name!r} entry is malformed ({e!r}); load an older checkpoint") from None
         if template is not None:
@@ -437,7 +448,11 @@ class ShardCheckpoint(_SavedCheckpoint):
                                      f"target table has {field}={want[field]!r}; restore into a table configured "
                                      "like the saved one")
         expected = {"keys": (np.dtype("<i8"), (rows,)), "values": (np.dtype("<f4"), (rows, dim)),
-                    "state": (np.dtype("<f4"), (rows, state_floats)), "updates": (np.dtype("<i8"), (rows,))}
+                    "state": (np.dtype("<f4"), (rows, state_floats)), "updates": (np.dtype("<i8"), (rows,)),
+                    # bounded tables: eviction words of the rows, and the ids still counting toward admission
+                    "uses": (np.dtype("<u4"), (rows,)), "last_step": (np.dtype("<i8"), (rows,)),
+                    "pending_keys": (np.dtype("<i8"), (pending,)), "pending_uses": (np.dtype("<u4"), (pending,)),
+                    "pending_last_step": (np.dtype("<i8"), (pending,))}
         missing = [f for f in ("keys", "values", "state") if f not in files]
         if missing:
             raise ValueError(f"{path}: table {name!r} lists no {missing} file; load an older checkpoint")
@@ -484,7 +499,12 @@ class ShardCheckpoint(_SavedCheckpoint):
 
     def load_rows(self, table: Table, name: str, arrays: Mapping[str, np.ndarray]) -> None:
         """Loads verified arrays of table ``name`` into ``table`` (rows overwritten or inserted) and its step."""
-        _shard_of(table, name).load(arrays["keys"], arrays["values"], arrays["state"])
+        shard = _shard_of(table, name)
+        shard.load(arrays["keys"], arrays["values"], arrays["state"])
+        if "uses" in arrays and shard.config.row_policy.active:  # a bounded table's words and pending ids
+            shard.load_policy_words(arrays["keys"], arrays["uses"], arrays["last_step"])
+            if arrays["pending_keys"].size:
+                shard.load_pending(arrays["pending_keys"], arrays["pending_uses"], arrays["pending_last_step"])
         step = self.table_step(name)
         if isinstance(table, EmbeddingTable) and step is not None:
             table.step = int(step)

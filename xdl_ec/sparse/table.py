@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Dict, Optional, Tuple, Union, cast
+from typing import Any, Dict, Optional, Tuple, Union
 
 import numpy as np
 
@@ -107,9 +107,8 @@ class EmbeddingTable:
         self._config = Table(name, dim, optimizer=optimizer, initializer=initializer, seed=seed,
                              block_slots=block_slots, admit=admit, evict=evict)
         self._name, self._dim, self._seed = name, int(dim), int(seed)
-        # Table made both objects (a name is looked up there)
-        self._optimizer = cast(optim.Optimizer, self._config.optimizer)
-        self._initializer = cast(init.Initializer, self._config.initializer)
+        self._optimizer, self._initializer = self._config.optimizer, self._config.initializer
+        self._servers = checks.positive_int("servers", servers)
         config = self._config.shard_config(servers)  # servers: the even share of an Evict's max_rows
         self._shard = _core.EmbeddingShard(config)
         self._step = 0
@@ -132,6 +131,11 @@ class EmbeddingTable:
     @property
     def name(self) -> str:
         return self._name
+
+    @property
+    def servers(self) -> int:
+        """The servers this table is one shard of (an Evict's max_rows is shared evenly over them)."""
+        return self._servers
 
     @property
     def dim(self) -> int:

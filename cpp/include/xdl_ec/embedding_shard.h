@@ -172,6 +172,13 @@ class EmbeddingShard {
   // nothing otherwise. Each changed row ticks its clock.
   void LoadPolicyWords(const int64_t* keys, const uint32_t* uses, const int64_t* last_step, size_t n,
                        DeltaBatch* deltas = nullptr);
+  // Tables with admission: the pending ids (row_policy.h) as keys, uses and last_step (values, state empty), in
+  // slot order; LoadPending puts a save's pending ids back (after its Load): every key absent and unique, uses in
+  // [1, admit_min_count), last_step >= 0, validated first (std::invalid_argument, nothing changed). Like Load it
+  // does not apply max_rows.
+  Rows ExportPending() const;
+  void LoadPending(const int64_t* keys, const uint32_t* uses, const int64_t* last_step, size_t n,
+                   DeltaBatch* deltas = nullptr);
 
   // ---- raw slot access for parity and recovery ------------------------------------------------
   uint32_t block_slots() const;

@@ -22,8 +22,9 @@
 // order: a record (row or pending) whose last update is more than ttl_steps before now_step goes
 // (reason ttl); a row whose value has L2 norm below min_l2 goes (reason l2); then, with max_rows set,
 // the lowest ranked go (reason cap) until at most max_rows - max_rows / 8 remain (the eighth is
-// headroom for the ids that arrive before the next pass). Rank: lfu by (uses,
-// last_step, slot) ascending, lru by (last_step, uses, slot). Between passes a record that would
+// headroom for the ids that arrive before the next pass). Rank: lfu by (uses, last_step, key)
+// ascending, lru by (last_step, uses, key): no slot, so a shard reloaded from a save into other slots
+// ranks the same. Between passes a record that would
 // take the table past max_rows is not created (the id reads zeros, its gradient is dropped), so
 // max_rows is never exceeded.
 //
