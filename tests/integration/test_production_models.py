@@ -20,6 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import xdl_ec  # noqa: E402
 from support.examples import load_example  # noqa: E402
+from support.serving import PLAIN_TF  # noqa: E402
 
 esmm = load_example("esmm")
 din = load_example("din")
@@ -116,19 +117,7 @@ def test_sync_workers_keep_the_mean_of_their_statistics_deterministically() -> N
     assert not np.allclose(_statistics(first)[1], 1.0)
 
 
-SERVE = textwrap.dedent("""
-    import importlib.abc, json, sys
-
-    class NoXdlEc(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] == "xdl_ec":
-                raise ImportError("the serving process must not import " + name)
-            return None
-
-    sys.meta_path.insert(0, NoXdlEc())
-    import numpy as np
-    import tensorflow as tf
-
+SERVE = PLAIN_TF + textwrap.dedent("""
     model_dir, inputs_file, out_file = sys.argv[1:]
     serve = tf.saved_model.load(model_dir).signatures["serving_default"]
     with np.load(inputs_file) as inputs:

@@ -22,6 +22,7 @@ import tensorflow as tf  # noqa: E402
 
 import xdl_ec  # noqa: E402
 from support.examples import load_example  # noqa: E402
+from support.serving import PLAIN_TF  # noqa: E402
 from xdl_ec.job.serving_export import ExportError, export_saved_model, tf_keys  # noqa: E402
 
 example = load_example("user_item_tags")
@@ -136,20 +137,8 @@ def exported(trained: Dict[str, xdl_ec.Job], tmp_path_factory: pytest.TempPathFa
 
 BATCHES = {"user_item_tags": uit_batches, "kinds": kinds_batches}
 
-# Run by a fresh interpreter: TensorFlow only. Importing xdl_ec is made to fail (it is installed in site-packages
-# here), so a SavedModel that needed it would not load; the op library's absence is read from the process' maps.
-SERVE = textwrap.dedent("""
-    import importlib.abc, sys
-
-    class NoXdlEc(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] == "xdl_ec":
-                raise ImportError("the serving process must not import " + name)
-            return None
-
-    sys.meta_path.insert(0, NoXdlEc())
-    import numpy as np
-    import tensorflow as tf
+# Run by a fresh interpreter: TensorFlow only (PLAIN_TF); the op library's absence is read from the process' maps.
+SERVE = PLAIN_TF + textwrap.dedent("""
 
     for model_dir, batches_file, out_file in zip(*[iter(sys.argv[1:])] * 3):
         serve = tf.saved_model.load(model_dir).signatures["serving_default"]
