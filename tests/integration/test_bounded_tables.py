@@ -14,7 +14,9 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import xdl_ec  # noqa: E402
 from support.ft_runs import make_trainer, small_config  # noqa: E402
+from xdl_ec.builtin.criteo_job import criteo_job  # noqa: E402
 from xdl_ec.ft.ec_strategy import ErasureCoded  # noqa: E402
 from xdl_ec.ft.failure_schedule import FailureSchedule, Kill  # noqa: E402
 from xdl_ec.cli import main  # noqa: E402
@@ -82,6 +84,19 @@ def test_ckpt_rolls_a_bounded_table_back_exactly(tmp_path: Path, failure_free: A
         trainer.close()
     assert [f["index"] for f in report["failures"]] == [1]
     assert digest == failure_free(3, 1, steps=STEPS, **RULES)["model_digest"]
+
+
+@pytest.mark.parametrize("cluster", [dict(servers=3), dict(servers=3, ft="ec", code=(2, 1), fail_at=("5:1",))],
+                         ids=["plain", "ec-kill"])
+def test_a_worker_cache_at_staleness_zero_trains_the_uncached_bounded_model(failure_free: Any, cluster: dict) -> None:
+    """Passes free rows that later come back at the initial clock, and ids without a row answer clock -1: a cache
+    at staleness 0 still never serves a row other than the server's (its copies from before a pass are dropped)."""
+    config = small_config(steps=STEPS, **RULES)
+    cached = criteo_job(config).fit(cluster=xdl_ec.Cluster(**cluster, cache=xdl_ec.Cache(rows=4000, staleness=0)),
+                                    deterministic=True, seed=config.seed)
+    assert cached["model_digest"] == failure_free(3, 1, steps=STEPS, **RULES)["model_digest"]
+    (stats,) = cached["cache"].values()
+    assert stats["hits"] > 0
 
 
 CLI = ["train", "--synthetic", "--synthetic-rows", "3000", "--steps", "6", "--batch-size", "64", "--emb-dim", "8",

@@ -59,6 +59,13 @@ def test_a_pass_that_frees_rows_moves_the_cache_epoch():
         push(server, keys[:1], 4, 3)  # no pass: the epoch stays
         same, _ = server.pull_stale([("t", keys, clocks3, 0)], moved)
         assert same == moved
+        # ABA: key 2, evicted, comes back by one push at the clock the first copy had, with other bytes; a worker
+        # still holding that copy (the first epoch) is sent the row
+        push(server, keys[1:2], 5, 4)
+        _, [(_, clocks5, _, _)] = server.pull_stale([("t", keys, unknown, 0)], 0)
+        assert clocks5[1] == clocks[1]
+        _, [(rows, _, sent, _)] = server.pull_stale([("t", keys, clocks, 0)], epoch)
+        assert sent[1]
     finally:
         server.close()
 
