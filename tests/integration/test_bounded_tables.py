@@ -21,6 +21,7 @@ from xdl_ec.ft.ec_strategy import ErasureCoded  # noqa: E402
 from xdl_ec.ft.failure_schedule import FailureSchedule, Kill  # noqa: E402
 from xdl_ec.cli import main  # noqa: E402
 from xdl_ec.ft.ckpt_strategy import Checkpointing  # noqa: E402
+from xdl_ec.ft.cpr_strategy import PartialRecovery  # noqa: E402
 from xdl_ec.ps import ClusterConfig  # noqa: E402
 
 # 3000 synthetic rows of 26 ids each: a cap of 2048 rows per server (one 1024-slot block is the least) binds
@@ -97,6 +98,46 @@ def test_a_worker_cache_at_staleness_zero_trains_the_uncached_bounded_model(fail
     assert cached["model_digest"] == failure_free(3, 1, steps=STEPS, **RULES)["model_digest"]
     (stats,) = cached["cache"].values()
     assert stats["hits"] > 0
+
+
+@pytest.mark.parametrize("kills", [[], [Kill(5, "server", 2)]], ids=["no-failure", "full-save-every-step"])
+def test_cpr_keeps_a_bounded_table_exact(tmp_path: Path, failure_free: Any, kills: List[Kill]) -> None:
+    """cpr's saves change nothing (no failure), and with a full save at every step its reload is exact."""
+    strategy = PartialRecovery(interval_steps=1, full_every=1, directory=str(tmp_path))
+    trainer = make_trainer(small_config(steps=STEPS, **RULES), ClusterConfig(servers=3, workers=1), strategy,
+                           FailureSchedule(kills))
+    try:
+        report = trainer.fit()
+        digest = trainer.digest()
+    finally:
+        trainer.close()
+    assert len(report["failures"]) == len(kills)
+    assert digest == failure_free(3, 1, steps=STEPS, **RULES)["model_digest"]
+
+
+@pytest.mark.ray
+def test_ec_on_ray_rebuilds_a_bounded_table_exactly(failure_free: Any) -> None:
+    ray = pytest.importorskip("ray")
+    from xdl_ec.ps.backend import ray_runtime_env
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=ray_runtime_env())
+    try:
+        strategy = ErasureCoded(2, 1)
+        trainer = make_trainer(small_config(steps=STEPS, **RULES), ClusterConfig(servers=3, workers=1, backend="ray"),
+                               strategy=strategy, failures=FailureSchedule([Kill(4, "server", 1)]))
+        try:
+            report = trainer.fit()
+            digest = trainer.digest()
+            scrub = strategy.verify()
+        finally:
+            trainer.close()
+    finally:
+        if started:
+            ray.shutdown()
+    assert [f["index"] for f in report["failures"]] == [1] and scrub == []
+    assert digest == failure_free(3, 1, steps=STEPS, **RULES)["model_digest"]
 
 
 CLI = ["train", "--synthetic", "--synthetic-rows", "3000", "--steps", "6", "--batch-size", "64", "--emb-dim", "8",
