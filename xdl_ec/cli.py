@@ -613,6 +613,9 @@ def add_export_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--script", metavar="FILE.py",
                    help="the job's script, when the save was made by a job built in Python (a --script or built-in "
                         "run's save names its job itself)")
+    p.add_argument("--drop-rows-below-count", type=_positive_int, metavar="N",
+                   help="leave out rows of ids seen fewer than N times (tables trained with --admit-min-count, "
+                        "--evict-ttl-steps or --max-rows keep per-row counts); they serve zeros, as unknown ids")
     p.set_defaults(handler=run_export)
 
 
@@ -625,7 +628,7 @@ def run_export(args: argparse.Namespace) -> int:
     try:
         model = load(args.source, job=job)
         try:
-            path = model.export(args.out)
+            path = model.export(args.out, drop_rows_below_count=args.drop_rows_below_count)
         finally:
             model.close()
     except (OSError, ValueError, TypeError) as err:

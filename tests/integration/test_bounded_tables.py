@@ -155,3 +155,27 @@ def test_the_cli_flags_bound_the_built_in_table(tmp_path: Path, cluster: List[st
 def test_a_cap_below_a_block_per_server_is_a_usage_error(capsys: pytest.CaptureFixture) -> None:
     assert main([*CLI, "--servers", "4", "--max-rows", "2048"]) == 2
     assert "512 rows per server, below one block" in capsys.readouterr().err
+
+
+def test_export_drops_the_rows_seen_fewer_than_n_times(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A save of a bounded table keeps each row's count of uses; the export can leave out the rarely seen rows,
+    and a save without counts says what to do."""
+    bounded, plain = tmp_path / "bounded", tmp_path / "plain"
+    assert main([*CLI, "--save-dir", str(bounded)]) == 0
+    assert main(["train", *CLI[1:11], "--save-dir", str(plain)]) == 0
+    model = xdl_ec.load(str(bounded))
+    try:
+        (table,) = model.tables.tables.values()
+        rows = table.export(with_words=True)  # the words came back with the save's rows
+        assert rows["uses"].size == rows["keys"].size and rows["uses"].max() >= 3
+        expected = int((rows["uses"] >= 3).sum())
+        assert 0 < expected < rows["keys"].size
+    finally:
+        model.close()
+    out = tmp_path / "served"
+    assert main(["export", "--from", str(bounded), "--out", str(out), "--drop-rows-below-count", "3"]) == 0
+    served = json.loads((out / "assets.extra" / "serving.json").read_text())
+    assert [t["rows"] for t in served["tables"]] == [expected]
+    capsys.readouterr()
+    assert main(["export", "--from", str(plain), "--out", str(tmp_path / "no"), "--drop-rows-below-count", "3"]) == 2
+    assert "needs per-row counts" in capsys.readouterr().err

@@ -82,9 +82,12 @@ def tf_keys(feature: Feature, ids: Any) -> Any:
     return tf.bitcast(x, tf.int64)
 
 
-def export_saved_model(model: Servable, directory: Union[str, "os.PathLike[str]"]) -> Path:
+def export_saved_model(model: Servable, directory: Union[str, "os.PathLike[str]"],
+                       drop_rows_below_count: Optional[int] = None) -> Path:
     """Writes ``model`` (e.g. ``job.model`` after ``job.fit``) as a SavedModel at ``directory`` (which must not
-    exist, or be empty) and returns its path. Written beside it under a temporary name, then renamed: a reader
+    exist, or be empty) and returns its path. ``drop_rows_below_count`` N: rows of ids seen fewer than N times
+    (pushes, the per-row counts of a table with admit / evict rules) are left out; they then read zeros, as unknown
+    ids do. Written beside it under a temporary name, then renamed: a reader
     never sees a partial export."""
     if not all(hasattr(model, part) for part in ("job", "tables", "dense", "signature")):
         raise ExportError(f"export: needs a trained model (job.model after job.fit, or xdl_ec.load(DIR)), got "
@@ -97,7 +100,8 @@ def export_saved_model(model: Servable, directory: Union[str, "os.PathLike[str]"
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
     try:
         saved = staging / "saved_model"
-        exports = {name: table.export() for name, table in model.tables.tables.items()}
+        exports = {name: _exported_rows(name, table, drop_rows_below_count)
+                   for name, table in model.tables.tables.items()}
         keys_files = _write_keys(staging / "keys", model.job.table_names, exports)
         module, serve = _serving_module(model, signature, exports, keys_files)
         import tensorflow as tf
@@ -111,6 +115,19 @@ def export_saved_model(model: Servable, directory: Union[str, "os.PathLike[str]"
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out
+
+
+def _exported_rows(name: str, table: Any, drop_rows_below_count: Optional[int]) -> Dict[str, np.ndarray]:
+    """A table's rows to serve: all, or those whose count of uses reaches ``drop_rows_below_count``."""
+    if drop_rows_below_count is None:
+        return table.export()
+    if not table.config.bounded:
+        raise ExportError(f"export: --drop-rows-below-count needs per-row counts, which table {name!r} does not "
+                          f"keep; train it with admit / evict rules (xdl_ec.Admit, xdl_ec.Evict, or the flags "
+                          f"--admit-min-count, --evict-ttl-steps, --max-rows)")
+    rows = table.export(with_words=True)
+    kept = rows["uses"] >= drop_rows_below_count
+    return {field: rows[field][kept] for field in ("keys", "values", "state")}
 
 
 def _check_destination(out: Path) -> None:

@@ -7,7 +7,7 @@ Prediction never inserts rows: an id never trained reads the default row, all ze
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterable, List, Union
+from typing import Any, Dict, Iterable, List, Optional, Union
 
 import numpy as np
 
@@ -39,10 +39,11 @@ class TrainedModel:
         """``eval_samples``, ``auc`` and ``logloss`` over ``batches``."""
         return evaluate_batches(batches, self.job, self.tables.find_rows, self._step.predict)
 
-    def export(self, directory: Union[str, os.PathLike]) -> str:
+    def export(self, directory: Union[str, os.PathLike], drop_rows_below_count: Optional[int] = None) -> str:
         """A TensorFlow SavedModel of this model for serving without xdl-ec (see :mod:`xdl_ec.job.serving_export`);
-        returns its path."""
-        return str(export_saved_model(self, directory))
+        returns its path. ``drop_rows_below_count`` N leaves out rows of ids seen fewer than N times (tables with
+        admit / evict rules keep those counts)."""
+        return str(export_saved_model(self, directory, drop_rows_below_count))
 
     def exports(self) -> List[List[Dict[str, np.ndarray]]]:
         return self.tables.exports()

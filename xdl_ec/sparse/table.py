@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -242,6 +242,17 @@ class EmbeddingTable:
             return {"keys": keys, "values": values, "state": state, "uses": uses, "last_step": last_step}
         keys, values, state = self._shard.export()
         return {"keys": keys, "values": values, "state": state}
+
+    def load_rows(self, rows: Mapping[str, np.ndarray]) -> None:
+        """Loads a save's rows of this table (dict keys, values, state, and for a bounded table possibly uses,
+        last_step and pending_keys / pending_uses / pending_last_step, as a checkpoint holds them)."""
+        self.load(rows["keys"], rows["values"], rows["state"])
+        if "uses" in rows and self._config.bounded:
+            self.load_words(rows["keys"], rows["uses"], rows["last_step"])
+            if "pending_keys" in rows and len(rows["pending_keys"]):
+                self._shard.load_pending(as_keys(rows["pending_keys"], "pending_keys"),
+                                         np.ascontiguousarray(rows["pending_uses"], dtype=np.uint32),
+                                         as_keys(rows["pending_last_step"], "pending_last_step"))
 
     def load_words(self, keys: Any, uses: Any, last_step: Any) -> None:
         """Sets the eviction words (uses, last_step) of rows that exist, e.g. after :meth:`load` of an export
