@@ -133,6 +133,7 @@ def test_async_mode_recovers_and_trains_every_batch_once(tmp_path: Path) -> None
     assert report["checkpoint"]["saves"] >= 3 and report["lost_samples"] < 5 * 64
 
 
+@pytest.mark.ray
 def test_ckpt_on_ray_kills_the_actor_process_and_replays_exactly(tmp_path: Path, failure_free: Any) -> None:
     ray = pytest.importorskip("ray")
     from xdl_ec.ps.backend import ray_runtime_env

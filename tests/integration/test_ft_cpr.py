@@ -130,6 +130,7 @@ def test_lost_samples_count_each_sample_once_and_never_exceed_the_samples_traine
     assert report["cpr"]["saves"] == 1
 
 
+@pytest.mark.ray
 def test_cpr_on_ray_reloads_the_killed_actor_shard_and_finishes(tmp_path: Path, failure_free: Any) -> None:
     ray = pytest.importorskip("ray")
     from xdl_ec.ps.backend import ray_runtime_env

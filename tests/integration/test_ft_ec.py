@@ -346,6 +346,7 @@ def test_verify_subcommand_trains_with_a_failure_then_scrubs(capsys: pytest.Capt
     assert "needs --ft ec" in capsys.readouterr().err
 
 
+@pytest.mark.ray
 def test_ray_backend_two_failures_rebuilt_exactly(failure_free: Any) -> None:
     """Real processes: server 2's process exits after applying a push and before forwarding its deltas (armed after
     step 2), later server 1's actor is SIGKILLed; the digest equals the one-process failure-free run's."""

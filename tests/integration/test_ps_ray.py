@@ -11,6 +11,7 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.ray
 
 from support.ft_runs import make_trainer, run as run_trainer  # noqa: E402
 from xdl_ec.ps import ClusterConfig, ServerLost, WorkerLost  # noqa: E402
