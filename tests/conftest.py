@@ -65,9 +65,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Gener
     report = outcome.get_result()
     if started and item.get_closest_marker("ray") is None and report.outcome != "skipped":
         report.outcome = "failed"
-        report.longrepr = (f"{item.nodeid} started Ray without the 'ray' marker: add @pytest.mark.ray to it (or "
-                           "pytestmark = pytest.mark.ray to its module), so `scripts/test --quick` "
-                           "(-m 'not ray and not slow') leaves it out")
+        report.longrepr = (
+            f"{item.nodeid} started Ray without the 'ray' marker: add @pytest.mark.ray to it (or "
+            "pytestmark = pytest.mark.ray to its module), so `scripts/test --quick` "
+            "(-m 'not ray and not slow') leaves it out"
+        )
 
 
 @pytest.hookimpl(trylast=True)

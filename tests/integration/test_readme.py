@@ -25,10 +25,12 @@ def section_blocks(title: str) -> Tuple[List[Tuple[int, str]], List[str]]:
     text = (REPO_ROOT / "README.md").read_text()
     start = text.index(f"\n{title}\n") + 1
     end = text.find("\n## ", start + len(title))
-    section = text[start:end if end != -1 else len(text)]
+    section = text[start : end if end != -1 else len(text)]
     offset = text.count("\n", 0, start)
-    python = [(offset + section.count("\n", 0, m.start(1)) + 1, m.group(1))
-              for m in re.finditer(r"^```python\n(.*?)^```", section, re.S | re.M)]
+    python = [
+        (offset + section.count("\n", 0, m.start(1)) + 1, m.group(1))
+        for m in re.finditer(r"^```python\n(.*?)^```", section, re.S | re.M)
+    ]
     shown = [m.group(1) for m in re.finditer(r"^```text\n(.*?)^```", section, re.S | re.M)]
     return python, shown
 
@@ -57,8 +59,9 @@ def run_block(line: int, code: str, namespace: Dict[str, Any]) -> None:
     exec(compile("\n" * (line - 1) + code, "README.md", "exec"), namespace)
 
 
-def first_block_learned_and_printed_what_the_readme_shows(namespace: Dict[str, Any], printed: str,
-                                                          shown: List[str]) -> None:
+def first_block_learned_and_printed_what_the_readme_shows(
+    namespace: Dict[str, Any], printed: str, shown: List[str]
+) -> None:
     report, on_servers, holdout = namespace["report"], namespace["on_servers"], namespace["holdout"]
     # the cluster run lost a server and rebuilt it, ending at the one-process run's model (the block asserts the
     # digests too; this keeps the kill from silently disappearing from the example)

@@ -14,7 +14,7 @@ from support.paths import REPO_ROOT
 
 pytestmark = pytest.mark.ray
 
-PROBES = '''
+PROBES = """
 import subprocess, sys
 import pytest
 import ray
@@ -33,14 +33,19 @@ def test_marked_in_process():
 
 def test_unmarked_that_only_imports_ray():
     assert not ray.is_initialized()
-'''
+"""
 
 
 def test_a_test_that_starts_ray_fails_without_the_marker(tmp_path: Path) -> None:
     (tmp_path / "conftest.py").write_text((REPO_ROOT / "tests" / "conftest.py").read_text())
     (tmp_path / "test_probes.py").write_text(PROBES)
-    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "--rootdir", str(tmp_path),
-                          str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "--rootdir", str(tmp_path), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     lines = run.stdout.splitlines()
     assert run.returncode == 1, run.stdout + run.stderr
     for test in ("test_unmarked_in_process", "test_unmarked_in_a_child_process"):
