@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "xdl_ec/key_index.h"
 #include "xdl_ec/mapped_buffer.h"
@@ -143,6 +144,11 @@ struct EmbeddingShard::Impl {
   int64_t min_count = 1;
   std::atomic<uint64_t> admitted{0}, not_admitted{0}, evicted_ttl{0}, evicted_l2{0}, evicted_cap{0};
   std::atomic<uint64_t> generation{0};  // passes that freed something
+  // StageLoadWords: words of rows and pending ids for the next Load
+  std::unordered_map<int64_t, std::pair<uint32_t, int64_t>> staged_words;
+  std::vector<int64_t> staged_pending_keys;
+  std::vector<uint32_t> staged_pending_uses;
+  std::vector<int64_t> staged_pending_steps;
 
   explicit Impl(const ShardConfig& c) : config(c) {
     config.Validate();
@@ -1363,6 +1369,24 @@ void EmbeddingShard::LoadTo(const int64_t* keys, const float* values, const floa
     }
   }
   std::unique_lock<std::shared_mutex> lock(s.mutex);
+  // A stage (StageLoadWords) is consumed by this load; its pending ids must be new to the shard and the load.
+  auto words = std::move(s.staged_words);
+  auto pending_keys = std::move(s.staged_pending_keys);
+  auto pending_uses = std::move(s.staged_pending_uses);
+  auto pending_steps = std::move(s.staged_pending_steps);
+  s.staged_words.clear();
+  s.staged_pending_keys.clear();
+  s.staged_pending_uses.clear();
+  s.staged_pending_steps.clear();
+  if (!pending_keys.empty()) {
+    const std::unordered_set<int64_t> loaded(keys, keys + n);
+    for (const int64_t key : pending_keys) {
+      if (s.Lookup(key) != KeyIndex::kNone || loaded.count(key)) {
+        throw std::invalid_argument("Load: staged pending id " + std::to_string(key) +
+                                    " already has a record or is loaded as a row; nothing was changed");
+      }
+    }
+  }
   DeltaBatch batch;
   DeltaBatch* deltas = nullptr;
   if (sink) {
@@ -1370,13 +1394,25 @@ void EmbeddingShard::LoadTo(const int64_t* keys, const float* values, const floa
     deltas = &batch;
   }
   s.PrepareBlocks(keys, n, /*may_insert=*/true);
-  s.DeltaStart(deltas, n);
+  if (!pending_keys.empty()) s.EnsureAllBlocks();  // inserts beyond the batch's own: every block at hand
+  s.DeltaStart(deltas, n + pending_keys.size());
+  auto staged_words_of = [&](uint8_t* r, int64_t key) {
+    if (words.empty()) return;
+    const auto found = words.find(key);
+    if (found == words.end()) return;
+    s.SetWord<uint32_t>(r, RecordLayout::kUsesOffset, found->second.first);
+    s.SetWord<int64_t>(r, RecordLayout::kLastStepOffset, found->second.second);
+  };
   for (size_t i = 0; i < n; ++i) {
     const float* v = values + i * dim;
     const float* st = state ? state + i * sf : nullptr;
     const uint32_t slot = s.Lookup(keys[i]);
     if (slot == KeyIndex::kNone) {
-      s.Insert(keys[i], deltas, v, st);
+      const uint32_t fresh = s.AllocateSlot();
+      const size_t d = s.DeltaBegin(deltas, fresh);
+      s.WriteNew(fresh, keys[i], v, st);
+      staged_words_of(s.Record(fresh), keys[i]);
+      s.DeltaEnd(deltas, d, fresh);
       continue;
     }
     const size_t d = s.DeltaBegin(deltas, slot);
@@ -1389,10 +1425,63 @@ void EmbeddingShard::LoadTo(const int64_t* keys, const float* values, const floa
       s.optimizer->InitState(s.State(r), s.config.dim);
     }
     if (s.policy_on) s.SetWord<uint32_t>(r, RecordLayout::kAdmittedOffset, 1);  // a pending id becomes a row
+    staged_words_of(r, keys[i]);
     s.Tick(slot);
     s.DeltaEnd(deltas, d, slot);
   }
+  for (size_t i = 0; i < pending_keys.size(); ++i) {
+    const uint32_t slot = s.AllocateSlot();
+    const size_t d = s.DeltaBegin(deltas, slot);
+    s.WritePending(slot, pending_keys[i], pending_uses[i], pending_steps[i]);
+    s.DeltaEnd(deltas, d, slot);
+  }
   if (sink) sink->Record(std::move(batch));
+}
+
+void EmbeddingShard::StageLoadWords(const int64_t* keys, const uint32_t* uses, const int64_t* last_step, size_t n,
+                                    const int64_t* pending_keys, const uint32_t* pending_uses,
+                                    const int64_t* pending_last_step, size_t pending_n) {
+  RequirePointer(keys, n, "StageLoadWords", "keys");
+  RequirePointer(uses, n, "StageLoadWords", "uses");
+  RequirePointer(last_step, n, "StageLoadWords", "last_step");
+  RequirePointer(pending_keys, pending_n, "StageLoadWords", "pending_keys");
+  RequirePointer(pending_uses, pending_n, "StageLoadWords", "pending_uses");
+  RequirePointer(pending_last_step, pending_n, "StageLoadWords", "pending_last_step");
+  Impl& s = *impl_;
+  if (!s.policy_on && (n != 0 || pending_n != 0)) {
+    throw std::invalid_argument("StageLoadWords: the table has no row rules (row_policy), so no policy words");
+  }
+  if (pending_n != 0 && s.min_count <= 1) {
+    throw std::invalid_argument("StageLoadWords: the table has no admission, so no pending ids");
+  }
+  std::unordered_map<int64_t, std::pair<uint32_t, int64_t>> words;
+  words.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (last_step[i] < 0) {
+      throw std::invalid_argument("StageLoadWords: last_step[" + Str(i) + "] is " + std::to_string(last_step[i]) +
+                                  ", must be >= 0");
+    }
+    if (!words.emplace(keys[i], std::make_pair(uses[i], last_step[i])).second) {
+      throw std::invalid_argument("StageLoadWords: key " + std::to_string(keys[i]) + " appears twice");
+    }
+  }
+  std::unordered_map<int64_t, size_t> seen;
+  for (size_t i = 0; i < pending_n; ++i) {
+    if (pending_uses[i] < 1 || static_cast<int64_t>(pending_uses[i]) >= s.min_count || pending_last_step[i] < 0) {
+      throw std::invalid_argument("StageLoadWords: pending id " + std::to_string(pending_keys[i]) + " has uses " +
+                                  std::to_string(pending_uses[i]) + " (must be in [1, admit_min_count)) and "
+                                  "last_step " + std::to_string(pending_last_step[i]) + " (must be >= 0)");
+    }
+    if (!seen.emplace(pending_keys[i], i).second || words.count(pending_keys[i])) {
+      throw std::invalid_argument("StageLoadWords: pending id " + std::to_string(pending_keys[i]) +
+                                  " appears twice or also as a row");
+    }
+  }
+  std::unique_lock<std::shared_mutex> lock(s.mutex);
+  s.staged_words = std::move(words);
+  s.staged_pending_keys.assign(pending_keys, pending_keys + pending_n);
+  s.staged_pending_uses.assign(pending_uses, pending_uses + pending_n);
+  s.staged_pending_steps.assign(pending_last_step, pending_last_step + pending_n);
 }
 
 // ---- raw slot access -------------------------------------------------------------------------

@@ -604,6 +604,41 @@ TEST(RowPolicy, ASaveReloadedIntoOtherSlotsDecidesTheSame) {
   ExpectInvalid([&] { plain.LoadPending(k.data(), u.data(), l.data(), 1); }, "admission");
 }
 
+// A staged load (a resume through an agent): the words and pending ids travel inside the Load's own deltas.
+TEST(RowPolicy, AStagedLoadWritesTheWordsAndPendingIdsInItsOwnDeltas) {
+  RowPolicyConfig r = Admit(3);
+  r.ttl_steps = 4;
+  EmbeddingShard shard(Config(r, 8));
+  std::vector<int64_t> keys = {10, 11}, pending = {20};
+  std::vector<float> values(8, 0.5f);
+  std::vector<uint32_t> uses = {7, 9}, pending_uses = {2};
+  std::vector<int64_t> last = {5, 6}, pending_last = {6};
+  shard.StageLoadWords(keys.data(), uses.data(), last.data(), 2, pending.data(), pending_uses.data(),
+                       pending_last.data(), 1);
+  Mirror mirror;
+  DeltaBatch d;
+  shard.Load(keys.data(), values.data(), nullptr, 2, &d);
+  EXPECT_EQ(d.size(), 3u);
+  mirror.Apply(d);
+  EXPECT_TRUE(mirror.Matches(shard));
+  auto rows = shard.Export();
+  EXPECT_EQ(rows.uses, uses);
+  EXPECT_EQ(rows.last_step, last);
+  EXPECT_EQ(shard.ExportPending().keys, pending);
+  // consumed: the next load writes no words
+  std::vector<int64_t> more = {12};
+  shard.Load(more.data(), values.data(), nullptr, 1);
+  EXPECT_EQ(shard.Export().uses.back(), 0u);
+  // a staged pending id that the load also holds as a row, or that exists, is refused before any change
+  const auto before = AllBlocks(shard);
+  shard.StageLoadWords(nullptr, nullptr, nullptr, 0, more.data(), pending_uses.data(), pending_last.data(), 1);
+  ExpectInvalid([&] { shard.Load(more.data(), values.data(), nullptr, 1); }, "staged pending id 12");
+  EXPECT_EQ(AllBlocks(shard), before);
+  std::vector<uint32_t> too_many = {3};
+  ExpectInvalid([&] { shard.StageLoadWords(nullptr, nullptr, nullptr, 0, more.data(), too_many.data(),
+                                           pending_last.data(), 1); }, "admit_min_count");
+}
+
 TEST(RowPolicy, EvictedSlotsAreZeroAndReusedLowestFirst) {
   RowPolicyConfig r;
   r.ttl_steps = 1;

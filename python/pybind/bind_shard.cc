@@ -342,6 +342,21 @@ void LoadPending(EmbeddingShard& shard, const Keys& keys, const Slots& uses, con
   shard.LoadPending(keys.data(), uses.data(), last_step.data(), n);
 }
 
+void StageLoadWords(EmbeddingShard& shard, const Keys& keys, const Slots& uses, const Keys& last_step,
+                    const Keys& pending_keys, const Slots& pending_uses, const Keys& pending_last_step) {
+  RequireKeys(keys, "stage_load_words");
+  RequireKeys(pending_keys, "stage_load_words");
+  const size_t n = static_cast<size_t>(keys.shape(0)), p = static_cast<size_t>(pending_keys.shape(0));
+  auto same = [](const py::array& a, size_t len) { return a.ndim() == 1 && static_cast<size_t>(a.shape(0)) == len; };
+  if (!same(uses, n) || !same(last_step, n) || !same(pending_uses, p) || !same(pending_last_step, p)) {
+    throw std::invalid_argument("stage_load_words: uses and last_step need len(keys) entries, pending_uses and "
+                                "pending_last_step len(pending_keys)");
+  }
+  py::gil_scoped_release release;
+  shard.StageLoadWords(keys.data(), uses.data(), last_step.data(), n, pending_keys.data(), pending_uses.data(),
+                       pending_last_step.data(), p);
+}
+
 Bytes ReadBlock(const EmbeddingShard& shard, size_t b) {
   Bytes out(static_cast<py::ssize_t>(shard.block_bytes()));
   {
@@ -560,6 +575,9 @@ void BindShard(py::module_& m) {
       .def("export_pending", &ExportPending, "(keys, uses, last_step) of the ids still counting toward admission")
       .def("load_pending", &LoadPending, py::arg("keys"), py::arg("uses"), py::arg("last_step"),
            "Puts a save's pending ids back (absent keys, uses in [1, admit_min_count))")
+      .def("stage_load_words", &StageLoadWords, py::arg("keys"), py::arg("uses"), py::arg("last_step"),
+           py::arg("pending_keys"), py::arg("pending_uses"), py::arg("pending_last_step"),
+           "Words and pending ids the next load writes within its own deltas (a resume through an agent)")
       .def("load_policy_words", &LoadPolicyWords, py::arg("keys"), py::arg("uses"), py::arg("last_step"),
            py::arg("return_deltas") = false, "Sets uses and last_step of existing rows (a save's words after load)")
       .def("track_dirty", &EmbeddingShard::TrackDirty, py::arg("on"), py::call_guard<py::gil_scoped_release>(),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -179,3 +180,26 @@ def test_export_drops_the_rows_seen_fewer_than_n_times(tmp_path: Path, capsys: p
     capsys.readouterr()
     assert main(["export", "--from", str(plain), "--out", str(tmp_path / "no"), "--drop-rows-below-count", "3"]) == 2
     assert "needs per-row counts" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("resume_on", [[], ["--servers", "2"], ["--servers", "3", "--ft", "ec", "--code", "2,1"]],
+                         ids=["one-process", "2-servers", "3-servers-ec"])
+def test_a_resumed_bounded_run_ends_at_the_uninterrupted_digest(tmp_path: Path, resume_on: List[str]) -> None:
+    """A save carries the rows' eviction words and the pending ids; a resume on any server count (no cap here: a
+    cap is per server, so its decisions depend on the count) makes the uninterrupted run's decisions."""
+    common = ["train", "--synthetic", "--synthetic-rows", "3000", "--steps", "12", "--batch-size", "64",
+              "--emb-dim", "8", "--deterministic", "--seed", "1", "--no-progress", "--admit-min-count", "2",
+              "--evict-ttl-steps", "3", "--evict-every-steps", "2"]
+
+    def cli(*args: str) -> dict:
+        report = tmp_path / f"report-{len(list(tmp_path.glob('report-*')))}.json"
+        assert main([*common, *args, "--report", str(report)]) == 0
+        return json.loads(report.read_text())
+
+    full = cli()
+    saves = tmp_path / "saves"
+    cli("--save-dir", str(saves), "--save-every", "5")  # saves after 5, 10 and at the end (12)
+    newest = sorted(p for p in saves.iterdir() if p.name.startswith("ckpt-"))[-1]
+    shutil.rmtree(newest)  # as if the run had died after step 10
+    resumed = cli("--resume", str(saves), *resume_on)
+    assert resumed["resumed_from"]["step"] == 10 and resumed["model_digest"] == full["model_digest"]

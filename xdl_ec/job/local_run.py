@@ -113,7 +113,7 @@ class LocalRun:
         saved.check_run(1)
         for name, table in self.tables.tables.items():
             for rows in saved.rows(name):
-                table.load(rows["keys"], rows["values"], rows["state"])
+                table.load_rows(rows)  # a bounded table's eviction words and pending ids too
         self.worker.built_dense.load_state(*saved.dense_state())
         self.step = saved.step
         self.samples = saved.worker_samples[0]

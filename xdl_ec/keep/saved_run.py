@@ -197,13 +197,24 @@ class SavedRun:
         parts = list(self.rows(table))
         if not parts:
             return {}
-        rows = {field: np.concatenate([p[field] for p in parts]) for field in ("keys", "values", "state")}
+        fields = ["keys", "values", "state"]
+        if all("uses" in p for p in parts):  # a bounded table's eviction words travel with its rows
+            fields += ["uses", "last_step"]
+        rows = {field: np.concatenate([p[field] for p in parts]) for field in fields}
         owner = np.asarray(_core.server_of(rows["keys"], num_servers))
+        pending: Dict[str, np.ndarray] = {}
+        if all("pending_keys" in p for p in parts):  # and its ids still counting, routed by their own keys
+            pending = {field: np.concatenate([p[field] for p in parts])
+                       for field in ("pending_keys", "pending_uses", "pending_last_step")}
+        pending_owner = np.asarray(_core.server_of(pending["pending_keys"], num_servers)) if pending else None
         out = {}
         for server in range(num_servers):
             mine = owner == server
-            if mine.any():
+            theirs = pending_owner == server if pending_owner is not None else None
+            if mine.any() or (theirs is not None and theirs.any()):
                 out[server] = {field: array[mine] for field, array in rows.items()}
+                if theirs is not None:
+                    out[server].update({field: array[theirs] for field, array in pending.items()})
         return out
 
     def __repr__(self) -> str:

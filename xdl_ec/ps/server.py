@@ -391,6 +391,12 @@ class ParameterServer(LinkHost):
             keys = as_keys(rows["keys"], "rows['keys']")
             values = as_rows(rows["values"], keys.size, t.dim, "rows['values']", "dim")
             state = as_rows(rows["state"], keys.size, t.state_floats, "rows['state']", "state_floats")
+            if t.config.bounded and "uses" in rows:  # the words and pending ids go in the load's own deltas
+                none = np.zeros(0, np.int64)
+                t.shard.stage_load_words(keys, np.asarray(rows["uses"], np.uint32), as_keys(rows["last_step"]),
+                                         as_keys(rows.get("pending_keys", none)),
+                                         np.asarray(rows.get("pending_uses", none), np.uint32),
+                                         as_keys(rows.get("pending_last_step", none)))
             self.agent.load_rows(self, t, keys, values, state)
             self._new_epoch()
             return int(keys.size)

@@ -179,6 +179,13 @@ class EmbeddingShard {
   Rows ExportPending() const;
   void LoadPending(const int64_t* keys, const uint32_t* uses, const int64_t* last_step, size_t n,
                    DeltaBatch* deltas = nullptr);
+  // For a load whose deltas go where the caller cannot reach (a resume through a server's fault-tolerance agent):
+  // stages the words (uses, last_step) of rows the next Load writes, and pending ids it then inserts, all within
+  // that Load's own deltas. Validated as LoadPolicyWords / LoadPending (the rows need not exist yet); the next
+  // Load checks that the pending keys are absent and not among its keys, and consumes the stage.
+  void StageLoadWords(const int64_t* keys, const uint32_t* uses, const int64_t* last_step, size_t n,
+                      const int64_t* pending_keys, const uint32_t* pending_uses, const int64_t* pending_last_step,
+                      size_t pending_n);
 
   // ---- raw slot access for parity and recovery ------------------------------------------------
   uint32_t block_slots() const;
