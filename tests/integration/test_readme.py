@@ -74,3 +74,10 @@ def first_block_learned_and_printed_what_the_readme_shows(
     assert sorted(readme) == sorted(real) and readme["eval_samples"] == real["eval_samples"]
     for metric in ("auc", "logloss"):  # the README shows what it prints (rounding aside)
         assert abs(readme[metric] - real[metric]) < 0.005, f"README shows {readme}, the example printed {real}"
+
+
+def test_every_results_file_is_listed_in_the_results_index() -> None:
+    results = REPO_ROOT / "docs" / "results"
+    index = (results / "README.md").read_text()
+    unlisted = [p.name for p in sorted(results.iterdir()) if p.name != "README.md" and f"]({p.name})" not in index]
+    assert not unlisted, f"docs/results/README.md: add a line for each of {unlisted}"
