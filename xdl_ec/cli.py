@@ -99,6 +99,13 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--data", metavar="PATH", help="[built-in] raw Criteo TSV file, plain or .gz")
     src.add_argument("--synthetic", action="store_true", help="[built-in] seeded synthetic Criteo-shaped data")
+    src.add_argument("--stream", metavar="DIR",
+                     help="[built-in] train on the Criteo TSV files (plain or .gz) of DIR in name order as they "
+                          "appear, endlessly; a file counts once renamed in (names starting with '.' or ending in "
+                          ".tmp are ignored); saves keep the stream position (file, offset)")
+    p.add_argument("--stream-idle-exit", type=_positive_float, metavar="SECONDS",
+                   help="[built-in] with --stream: end when no new file came for this many seconds of waiting "
+                        "(default: wait forever; SIGINT/SIGTERM stop cleanly)")
     p.add_argument("--synthetic-rows", type=_positive_int,
                    help=f"[built-in] rows of synthetic data, eval split included (default {d.synthetic_rows})")
     p.add_argument("--synthetic-max-cardinality", type=_positive_int,
@@ -226,7 +233,8 @@ _open_fraction = _number(float, lambda v: 0.0 < v < 1.0, "a number in (0, 1)")
 _share = _number(float, lambda v: 0.0 < v <= 1.0, "a number in (0, 1] (e.g. 0.05)")
 _keeps = _number(float, lambda v: 0.0 <= v < 1.0, "a number in [0, 1) (e.g. 0.95)")
 
-BUILTIN_FLAGS = ("data", "synthetic", "synthetic_rows", "synthetic_max_cardinality", "synthetic_zipf", "model",
+BUILTIN_FLAGS = ("data", "synthetic", "stream", "stream_idle_exit", "synthetic_rows", "synthetic_max_cardinality",
+                 "synthetic_zipf", "model",
                  "emb_dim", "bottom_mlp", "top_mlp", "hidden", "optimizer", "lr", "dense_optimizer", "dense_lr",
                  "batch_size", "epochs", "eval_fraction", "on_bad_line", "admit_min_count", "evict_ttl_steps",
                  "max_rows", "evict_every_steps")
@@ -322,6 +330,10 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
                             progress, saving=saving)
     from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job, num_train_batches, open_training_data
 
+    if args.stream is not None:
+        return _stream_request(args, cluster, progress, saving)
+    if args.stream_idle_exit is not None:
+        raise UsageError("--stream-idle-exit: ends a --stream; give --stream DIR")
     data, synthetic = args.data, args.synthetic
     if data is None and not synthetic:
         sample = find_criteo_sample()
@@ -349,6 +361,31 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
     job = criteo_job(config)
     job.source = builtin_source(config)
     return TrainRequest(job, cluster, steps, args.seed, args.deterministic, progress, config, training_data, saving)
+
+
+def _stream_request(args: argparse.Namespace, cluster: Any, progress: bool, saving: Dict[str, Any]) -> TrainRequest:
+    """The built-in job on ``--stream DIR``: endless (``--steps`` bounds it), no hold-out."""
+    from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job
+
+    if not Path(args.stream).is_dir():
+        raise UsageError(f"--stream: no such directory: {args.stream}")
+    if args.epochs is not None or args.eval_fraction is not None:
+        raise UsageError(f"{', '.join(_given(args, ('epochs', 'eval_fraction')))}: a stream is endless and has no "
+                         f"hold-out (its progressive validation is in the report); drop the flag(s)")
+    settings = {name: getattr(args, name) for name in BUILTIN_FLAGS if getattr(args, name, None) is not None
+                and name not in ("data", "synthetic", "stream", "stream_idle_exit")}
+    try:
+        config = TrainConfig(stream=args.stream, stream_idle_exit=args.stream_idle_exit, steps=args.steps,
+                             seed=args.seed, deterministic=args.deterministic, progress=progress, **settings)
+    except (OSError, ValueError) as err:
+        raise UsageError(str(err)) from None
+    workers = 1 if cluster is None else cluster.workers
+    steps = None if args.steps is None else args.steps if cluster is not None and cluster.mode == "async" \
+        else -(-args.steps // workers)
+    _check_kills(cluster, steps)
+    job = criteo_job(config)
+    job.source = builtin_source(config)
+    return TrainRequest(job, cluster, steps, args.seed, args.deterministic, progress, config, None, saving)
 
 
 def _check_kills(cluster: Any, steps: Optional[int]) -> None:

@@ -5,10 +5,16 @@ feature ``categorical`` [B, 26] with ``shared_ids=True`` and no combiner ([B, 26
 
 Its input splits one stream of train batches over the workers: worker i of W takes batches i, i + W, ... of the
 run (``steps`` batches, or ``epochs`` passes over the train split), so one worker trains them all in file order.
+
+On a stream (``stream=DIR``, :func:`xdl_ec.data.stream`) the run's batches are cut from the stream's rows in order
+and split over the workers the same way; the input is endless (until no new file came for ``stream_idle_exit``
+seconds), has no hold-out (progressive validation measures it), and each worker's input gives its stream position
+(file, offset) to every save, where a resume continues without re-reading the stream.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import os
@@ -16,6 +22,7 @@ from typing import Any, Dict, Iterator, Optional, Sequence
 
 from xdl_ec.settings import checks
 from xdl_ec.sparse import init, optim
+from xdl_ec.data.file_stream import DEFAULT_POLL_SECONDS, FileStream
 from xdl_ec.data.schema import Batch
 from xdl_ec.data.source import TrainingData
 from xdl_ec.model.dense_model import DENSE_OPTIMIZERS
@@ -39,6 +46,10 @@ class TrainConfig:
 
     data: Optional[str] = None
     synthetic: bool = False
+    stream: Optional[str] = None  # a directory of Criteo TSV files read as they appear (xdl_ec.data.stream)
+    stream_pattern: str = "*"
+    stream_idle_exit: Optional[float] = None  # seconds without a new file that end the stream (None: never)
+    stream_poll: float = DEFAULT_POLL_SECONDS
     synthetic_rows: int = 60_000
     synthetic_max_cardinality: Optional[int] = 100_000
     synthetic_zipf: float = 1.1
@@ -66,10 +77,16 @@ class TrainConfig:
     evict_every_steps: int = DEFAULT_EVERY_STEPS
 
     def __post_init__(self) -> None:
-        if (self.data is None) == (not self.synthetic):
-            raise ValueError("data: give exactly one of a Criteo file (data) or synthetic=True")
-        if self.data is not None:  # workers may run elsewhere (Ray actors in their own working directory)
-            object.__setattr__(self, "data", os.path.abspath(os.fspath(self.data)))
+        if (self.data is not None) + bool(self.synthetic) + (self.stream is not None) != 1:
+            raise ValueError("data: give exactly one of a Criteo file (data), a stream directory (stream) or "
+                             "synthetic=True")
+        for name in ("data", "stream"):  # workers may run elsewhere (Ray actors in their own working directory)
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, os.path.abspath(os.fspath(getattr(self, name))))
+        if self.stream_idle_exit is not None:
+            checks.number("stream_idle_exit", self.stream_idle_exit, 0.0)
+        checks.positive_number("stream_poll", self.stream_poll)
+        checks.non_empty_str("stream_pattern", self.stream_pattern)
         for name in ("emb_dim", "batch_size", "epochs", "synthetic_rows"):
             checks.positive_int(name, getattr(self, name))
         if self.steps is not None:
@@ -135,6 +152,52 @@ def as_job_batch(batch: Batch) -> Dict[str, Any]:
     return {"label": batch.label, "dense": batch.dense, FEATURE_NAME: batch.sparse}
 
 
+class StreamBatches:
+    """One worker's share of a stream's batches (worker i of W: batches i, i + W, ... of the stream), with its
+    position after each for a save (``position_after``) and a resume there (``resume_at``)."""
+
+    KEPT_POSITIONS = 256  # batches handed out but not yet trained (prefetched) are a few; a save asks for one
+
+    def __init__(self, config: TrainConfig, worker: int, num_workers: int) -> None:
+        assert config.stream is not None
+        self.config, self._worker, self._count = config, worker, num_workers
+        self._start: Dict[str, Any] = {"stream": None, "batches": 0}
+        self._positions: "collections.OrderedDict[int, Dict[str, Any]]" = collections.OrderedDict()
+        self._stream: Optional[FileStream] = None
+
+    def resume_at(self, position: Dict[str, Any]) -> None:
+        if not isinstance(position, dict) or set(position) != {"stream", "batches"}:
+            raise ValueError(f"stream position: expected {{'stream', 'batches'}} from a save, got {position!r}")
+        self._start = dict(position)
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        c = self.config
+        assert c.stream is not None
+        self._stream = FileStream(c.stream, c.stream_pattern, idle_exit=c.stream_idle_exit, poll=c.stream_poll,
+                                  start=self._start["stream"])
+        own = int(self._start["batches"])
+        self._positions = collections.OrderedDict({own: self._start})
+        for batch, position in self._stream.batches(c.batch_size, c.on_bad_line):
+            if (position["batch"] - 1) % self._count != self._worker:
+                continue
+            own += 1
+            self._positions[own] = {"stream": position, "batches": own}
+            while len(self._positions) > self.KEPT_POSITIONS:
+                self._positions.popitem(last=False)
+            yield as_job_batch(batch)
+
+    def position_after(self, batches: int) -> Dict[str, Any]:
+        """The stream position after this worker's ``batches``-th batch (kept for the last few handed out)."""
+        if batches not in self._positions:
+            raise ValueError(f"stream position: batch {batches} of worker {self._worker} is not among the last "
+                             f"{self.KEPT_POSITIONS} handed out")
+        return self._positions[batches]
+
+    def stats(self) -> Dict[str, Any]:
+        s = self._stream
+        return {} if s is None else {"bad_lines": s.bad_lines, "stream_file": s.file, "stream_files_read": s.files_read}
+
+
 class CriteoBatches:
     """One worker's share of the run's batches; ``stats()`` reports the bad lines its reader skipped so far."""
 
@@ -158,7 +221,9 @@ class CriteoInput:
 
     config: TrainConfig
 
-    def __call__(self, worker: int, num_workers: int) -> CriteoBatches:
+    def __call__(self, worker: int, num_workers: int) -> Any:
+        if self.config.stream is not None:
+            return StreamBatches(self.config, worker, num_workers)
         return CriteoBatches(self.config, worker, num_workers)
 
 
@@ -193,7 +258,7 @@ def criteo_job(config: TrainConfig) -> Job:
     return Job(tables=[table], features=[Feature(FEATURE_NAME, table, combiner=None, shared_ids=True)],
                model_fn=CriteoModel(config), input_fn=CriteoInput(config),
                dense_optimizer=config.dense_optimizer, dense_learning_rate=config.dense_lr,
-               eval_fn=CriteoHoldout(config) if config.eval_fraction > 0 else None)
+               eval_fn=CriteoHoldout(config) if config.eval_fraction > 0 and config.stream is None else None)
 
 
 def job_from_description(description: Dict[str, Any]) -> Job:

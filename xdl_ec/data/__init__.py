@@ -1,11 +1,13 @@
 """Criteo-shaped training data: the raw TSV reader and a seeded synthetic generator (same batch format), the
-train/eval view a trainer consumes, and a background prefetcher."""
+train/eval view a trainer consumes, an endless stream of files (``stream``), and a background prefetcher."""
 
 from .criteo import BadLineError, CriteoReader
+from .file_stream import FileStream, StreamError, stream
 from .prefetcher import Prefetcher
 from .schema import NUM_DENSE, NUM_SPARSE, Batch, categorical_keys
 from .source import TrainingData
 from .synthetic import CRITEO_KAGGLE_CARDINALITIES, SyntheticCriteo
 
 __all__ = ["Batch", "BadLineError", "CriteoReader", "SyntheticCriteo", "TrainingData", "Prefetcher",
-           "CRITEO_KAGGLE_CARDINALITIES", "NUM_DENSE", "NUM_SPARSE", "categorical_keys"]
+           "CRITEO_KAGGLE_CARDINALITIES", "NUM_DENSE", "NUM_SPARSE", "categorical_keys", "FileStream", "StreamError",
+           "stream"]

@@ -105,7 +105,8 @@ class LocalRun:
 
     def reader_position(self) -> Dict[str, Any]:
         # one worker trains one batch per step: its reader position is the step
-        return {"step": self.step, "worker_batches": [self.step], "worker_samples": [self.samples]}
+        return {"step": self.step, "worker_batches": [self.step], "worker_samples": [self.samples],
+                "worker_inputs": [self.worker.input_position()]}
 
     def restore(self, saved: SavedRun) -> None:
         """Continues ``saved`` (checked against this run's job by the caller): its rows, dense state, step and
@@ -117,7 +118,7 @@ class LocalRun:
         self.worker.built_dense.load_state(*saved.dense_state())
         self.step = saved.step
         self.samples = saved.worker_samples[0]
-        self.worker.seek(saved.worker_batches[0])
+        self.worker.seek(saved.worker_batches[0], saved.worker_inputs[0])
 
     def trained(self) -> TrainedModel:
         return TrainedModel(self.job, self.tables, self.worker.built_dense, self.worker.batch_signature_built())

@@ -98,6 +98,12 @@ class SavedRun:
         return [int(n) for n in self.checkpoint.reader_position["worker_batches"]]
 
     @property
+    def worker_inputs(self) -> List[Any]:
+        """Each worker's input's own position (None where its input does not know one: it is skipped to)."""
+        inputs = self.checkpoint.reader_position.get("worker_inputs")
+        return list(inputs) if inputs is not None else [None] * len(self.worker_batches)
+
+    @property
     def worker_samples(self) -> List[int]:
         return [int(n) for n in self.checkpoint.reader_position["worker_samples"]]
 
@@ -107,7 +113,8 @@ class SavedRun:
         return _tuples(self._extra["signature"])  # JSON gave lists
 
     def stopped_run(self) -> Optional[Dict[str, Any]]:
-        """What the run that stopped after this save recorded (``STOPPED.json`` of :mod:`xdl_ec.keep.backstop`: its step,
+        """What the run that stopped after this save recorded (``STOPPED.json`` of :mod:`xdl_ec.keep.backstop`: its
+        step,
         samples and cause), or None."""
         import json
 

@@ -7,6 +7,10 @@ resumed run) calls ``input_fn`` again and skips that many batches: exact for any
 batches each time it is called with the same arguments (a seeded generator, a file, a ``tf.data`` pipeline
 without reshuffling per call), at the cost of reading the skipped batches once more (reading, not training: the
 skipped batches are neither checked nor looked up).
+
+An input that knows where it is (an endless stream, :func:`xdl_ec.data.stream`) avoids that re-reading: when the
+iterable ``input_fn`` returns has ``position_after(batches)`` (a JSON-able state after its ``batches``-th batch,
+asked at a save) and ``resume_at(state)`` (called before iterating), a seek given that state resumes there.
 """
 
 from __future__ import annotations
@@ -46,9 +50,14 @@ class InputStream:
         self._source: Any = None
         self.seek(0)
 
-    def _batches(self, skip: int) -> Iterator[Any]:
+    def _batches(self, skip: int, state: Optional[Any] = None) -> Iterator[Any]:
         try:
             source = self._input_fn(self.worker, self.num_workers)
+            if state is not None:
+                if not callable(getattr(source, "resume_at", None)):
+                    raise TypeError("the saved reader position carries the input's own position, but the iterable "
+                                    "input_fn returned has no resume_at(position)")
+                source.resume_at(state)
             iterator = iter(source)
             self._source = source
         except Exception as err:  # noqa: BLE001 - user code: reported with its cause
@@ -57,7 +66,7 @@ class InputStream:
         ordinal = skip
         previous: dict = {}
         first: Any = None  # the first batch's heads and side inputs, which every later batch must keep
-        for batch in _guarded(itertools.islice(iterator, skip, None), self.worker, skip):
+        for batch in _guarded(itertools.islice(iterator, 0 if state is not None else skip, None), self.worker, skip):
             ordinal += 1
             where = f"worker {self.worker}, step {ordinal}"
             prepared = FeatureBatch.prepare(batch, self.features, where, self.inputs, self.heads)
@@ -74,14 +83,20 @@ class InputStream:
             previous = prepared.keys
             yield prepared
 
-    def seek(self, position: int) -> int:
-        """Continues after the first ``position`` batches (see the module docstring for the cost)."""
+    def seek(self, position: int, state: Optional[Any] = None) -> int:
+        """Continues after the first ``position`` batches (see the module docstring for the cost); ``state``: the
+        input's own position after them (:meth:`input_position`), resumed without re-reading."""
         position = checks.integer("position", position, 0)
         if self._prefetch is not None:
             self._prefetch.close()
-        self._prefetch = Prefetcher(self._batches(position), depth=PREFETCH_DEPTH)
+        self._prefetch = Prefetcher(self._batches(position, state), depth=PREFETCH_DEPTH)
         self.position = position
         return position
+
+    def input_position(self, batches: int) -> Optional[Any]:
+        """The input's own position after its ``batches``-th batch (None: the input does not know it)."""
+        position_after = getattr(self._source, "position_after", None)
+        return position_after(batches) if callable(position_after) else None
 
     def next(self) -> Optional[FeatureBatch]:
         """The next batch, or None once the input is exhausted; an input error is raised here, in order."""

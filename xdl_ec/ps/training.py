@@ -306,7 +306,8 @@ class PSTrainer:
         self.samples = self._restored_samples = saved.samples
         self.worker_batches = saved.worker_batches
         self.worker_samples = saved.worker_samples
-        answers, lost = self.drain([self.worker(i).seek(n) for i, n in enumerate(self.worker_batches)])
+        answers, lost = self.drain([self.worker(i).seek(n, state)
+                                    for i, (n, state) in enumerate(zip(self.worker_batches, saved.worker_inputs))])
         if lost:
             raise lost[0]
         self.has_next = [bool(a) for a in answers]
@@ -383,8 +384,12 @@ class PSTrainer:
         return int(sum(max(now - was, 0) for now, was in zip(self.worker_samples, then)))
 
     def reader_position(self) -> Dict[str, Any]:
+        # each worker's input's own position (an endless stream's file and offset), asked only when saving: a
+        # resume continues there instead of re-reading the input up to its batch count
+        # (a worker lost meanwhile gives None: its input is skipped to instead)
+        inputs, _ = self.drain([self.worker(i).input_position() for i in range(len(self.workers))])
         return {"step": self.step, "worker_batches": list(self.worker_batches),
-                "worker_samples": list(self.worker_samples)}
+                "worker_samples": list(self.worker_samples), "worker_inputs": list(inputs)}
 
     # ---- the loop's bookkeeping -------------------------------------------------------------------------
     def check_finite(self, result: StepResult) -> None:

@@ -410,16 +410,23 @@ class Worker(LinkHost):
         return self._stream.position - (1 if self._current is not None else 0)
 
     @_serialised
-    def seek(self, position: int) -> bool:
+    def input_position(self) -> Optional[Any]:
+        """The input's own position after the batches trained (:attr:`position`), for a save; None when the input
+        does not know it (then a resume skips batches)."""
+        return self._stream.input_position(self.position)
+
+    @_serialised
+    def seek(self, position: int, state: Optional[Any] = None) -> bool:
         """Continues from this worker's ``position``-th batch (a restarted worker taking over its predecessor's
-        reader position, or a rollback); returns whether a batch is left."""
+        reader position, or a rollback; ``state``: the input's own position there, from a save); returns whether a
+        batch is left."""
         self._unacked = []
         self._resend = []  # rolled back: those steps are trained (and pushed) again
         self._pushed = None
         self._pending = None
         if isinstance(self.client, CachedClient):
             self.client.drop_pending()  # their steps are trained again
-        self._stream.seek(position)
+        self._stream.seek(position, state)
         self._current = self._stream.next()
         if self._current is not None and self._step is None:
             self._build(self._current.signature())
