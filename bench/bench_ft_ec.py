@@ -12,8 +12,9 @@
    (every push parity-durable) inside its timed span, so background work is never carried into the other
    cluster's turn: this charges ``ec`` for all the work it caused. Overhead three ways: from the medians of
    every step's seconds (ec's plus its drain per step), the median over rounds of (ec seconds / none seconds of
-   the same round) - 1, each with a 95% bootstrap interval over rounds, and the ratio of the totals. Runs of whole jobs one after the other swing +-10-50% on a shared VM; turns a fraction of a second
-   apart see the same machine. Also the machine's busy CPU time per sample (from /proc/stat: every process,
+   the same round) - 1, each with a 95% bootstrap interval over rounds, and the ratio of the totals. Runs of whole
+   jobs one after the other swing +-10-50% on a shared VM; turns a fraction of a second apart see the same machine. Also
+   the machine's busy CPU time per sample (from /proc/stat: every process,
    Ray's included) and, on the local backend, this process's (the whole cluster's, blind to other processes'
    load). Both clusters must end with the same model_digest. ``--pairs P`` splits the rounds over P fresh cluster
    pairs, made none-first and ec-first in turn: one pair keeps a lasting bias of its own (A/A runs of one pair

@@ -1,5 +1,6 @@
-"""Benchmark: training samples/s of the built-in job trained in one process (the job API) vs the plain-Keras peer (bench/keras_peer.py), same model,
-same synthetic data, batch 2048, measured in the same run (alternating, medians over --repeats). Not a test.
+"""Benchmark: training samples/s of the built-in job trained in one process (the job API) vs the plain-Keras peer
+(bench/keras_peer.py), same model, same synthetic data, batch 2048, measured in the same run (alternating, medians over
+--repeats). Not a test.
 
     PYTHONPATH=build/stage python3 -P bench/bench_train.py [--steps 60] [--model dlrm] [--repeats 2]
 

@@ -1,8 +1,9 @@
 """Your own model on xdl-ec: three tables of different dims, a variable-length feature, dense features.
 
 A seeded synthetic recommendation log: each example is a user, an item, a variable-length list of the item's
-tags and 4 dense features; the click depends on hidden user and item biases and user/item/tag vectors (so AUC is meaningful: a model that
-learns the embeddings beats one that cannot). Tables: ``users`` (dim 16), ``items`` (dim 16), ``tags`` (dim 8,
+tags and 4 dense features; the click depends on hidden user and item biases and user/item/tag vectors (so AUC is
+meaningful: a model that learns the embeddings beats one that cannot). Tables: ``users`` (dim 16), ``items`` (dim 16),
+``tags`` (dim 8,
 pooled by a mean combiner).
 
 Run it:

@@ -531,7 +531,7 @@ TEST(RecoveryTest, StripeReadsNameTheFragmentsDecodeStripeReads) {
       for (int b = a; b < n; ++b) {
         const std::vector<int> lost = a == b ? std::vector<int>{a} : std::vector<int>{a, b};
         if (static_cast<int>(lost.size()) > r) continue;
-        for (size_t stripe = 0; stripe < static_cast<size_t>(2 * n); ++stripe) {
+        for (size_t stripe = 0; stripe < 2 * static_cast<size_t>(n); ++stripe) {
           std::vector<int> wanted;
           for (int t = 0; t < k + r; ++t)
             if (std::count(lost.begin(), lost.end(), layout.ServerAt(stripe, t))) wanted.push_back(t);

@@ -160,6 +160,7 @@ py::array_t<uint8_t> Decode(const ErasureCode& code, const py::handle& fragments
   uint8_t* rows = data.mutable_data();
   const py::ssize_t row_stride = data.strides(0);
   std::vector<uint8_t*> outputs;
+  outputs.reserve(wanted.size());
   for (int i : wanted) outputs.push_back(rows + i * row_stride);
   {
     py::gil_scoped_release release;

@@ -28,6 +28,7 @@ void BindDeltaForwarder(py::module_& m) {
                        const std::map<std::string, std::pair<uint32_t, size_t>>& tables, int64_t seq,
                        const WorkerSeqs& worker_seqs) {
              std::vector<DeltaForwarder::Table> specs;
+             specs.reserve(tables.size());
              for (const auto& [name, geometry] : tables) specs.push_back({name, geometry.first, geometry.second});
              return std::make_shared<DeltaForwarder>(index, n, k, r, specs, seq, worker_seqs);
            }), py::arg("index"), py::arg("n"), py::arg("k"), py::arg("r"), py::arg("tables"), py::arg("seq") = 0,

@@ -81,6 +81,7 @@ void BindRecovery(py::module_& m) {
              const size_t bytes = rr.recovery.block_bytes();
              std::vector<std::vector<uint8_t>> blocks(wanted.size(), std::vector<uint8_t>(bytes));
              std::vector<uint8_t*> outputs;
+             outputs.reserve(blocks.size());
              for (auto& b : blocks) outputs.push_back(b.data());
              {
                const FragmentReader reader = rr.Reader(data, parity);

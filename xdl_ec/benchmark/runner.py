@@ -1,6 +1,7 @@
 """BenchRunner: the ``xdl-ec bench`` matrix: one model, data set, seed and failure schedule trained under
-every fault-tolerance strategy, each through the same code path (a :class:`Workload`: the built-in model or a ``--script`` job, a ClusterConfig,
-a strategy from :func:`strategy_for` and a :class:`~xdl_ec.ft.failure_schedule.FailureSchedule`, trained by
+every fault-tolerance strategy, each through the same code path (a :class:`Workload`: the built-in model or a
+``--script`` job, a ClusterConfig, a strategy from :func:`strategy_for` and a
+:class:`~xdl_ec.ft.failure_schedule.FailureSchedule`, trained by
 :func:`train_once` on :class:`xdl_ec.ps.PSTrainer`).
 
 The failure schedule. ``none`` runs first without failures: it is the reference. Failure times are then drawn the

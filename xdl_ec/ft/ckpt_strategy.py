@@ -2,8 +2,9 @@
 
 Every ``--ckpt-interval`` (steps, ``Ns`` seconds, or ``auto`` = Young's ``sqrt(2 * save cost * MTBF)`` from the
 measured save cost and ``--mtbf``), at a step boundary with every push applied (``ClusterView.quiesce``), each
-server's agent (:class:`~xdl_ec.ft.shard_saver.ShardSaver`) writes its own shards (records and optimizer state) into the pending checkpoint directory; the driver adds
-the dense parameters, the dense optimizer state and the reader position (batches trained by each worker) and
+server's agent (:class:`~xdl_ec.ft.shard_saver.ShardSaver`) writes its own shards (records and optimizer state) into
+the pending checkpoint directory; the driver adds the dense parameters, the dense optimizer state and the reader
+position (batches trained by each worker) and
 commits it atomically (:class:`~xdl_ec.keep.checkpoint.CheckpointStore`: a crash mid-save leaves the previous
 checkpoint the latest). Step 0 is saved at :meth:`attach`, so there is always a checkpoint to roll back to.
 

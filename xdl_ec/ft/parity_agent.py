@@ -11,8 +11,8 @@
   demand, a degraded read).
 
 The server calls :meth:`push` and :meth:`pull` under its lock, so delta sequence numbers follow the order in which
-the shard changed; the driver reaches the other methods through the server's ``agent_call`` (``Remote(handle, ParityAgent,
-agent=True)``). See
+the shard changed; the driver reaches the other methods through the server's ``agent_call`` (``Remote(handle,
+ParityAgent, agent=True)``). See
 :mod:`xdl_ec.ft.ec_strategy` for the protocol.
 """
 

@@ -4,8 +4,8 @@
 "ec", code=(k, r), ...)``; the strategy's own keywords (``rebuild_share``, ``rebuild_keeps``, ``rebuild``,
 ``ckpt_interval``, ``ckpt_dir``, ``cpr_pls``, ``cpr_interval``, ``cpr_mode``, ``mtbf``) and failure injection
 (``fail_at``, ``fail_worker_at``: "STEP[:INDEX]" strings, ``mtbf`` seconds) are those of ``xdl-ec train``'s flags.
-``cache``: the workers' embedding caches (an :class:`~xdl_ec.sparse.cache_config.Cache` for every table, or a dict of table
-name -> Cache).
+``cache``: the workers' embedding caches (an :class:`~xdl_ec.sparse.cache_config.Cache` for every table, or a dict
+of table name -> Cache).
 ``failure_domain`` (ft="ec" on Ray): "node" keeps at most r members of any stripe on one Ray node, "none" lets Ray
 place the servers; default "node" when the Ray cluster has several alive nodes (see :mod:`xdl_ec.ps.placement`).
 """

@@ -3,8 +3,9 @@
 The bytes hashed, in this order:
 
 1. Every table in the job's declared order, and within a table every embedding record, merged over its shards and
-   sorted by key (int64, ascending): for each record the key as int64 little-endian, then its ``dim`` values as float32 little-endian, then its optimizer state floats as
-   float32 little-endian (the layout of ``EmbeddingTable.export()``: ``keys``, ``values``, ``state``). Where the
+   sorted by key (int64, ascending): for each record the key as int64 little-endian, then its ``dim`` values as
+   float32 little-endian, then its optimizer state floats as float32 little-endian (the layout of
+   ``EmbeddingTable.export()``: ``keys``, ``values``, ``state``). Where the
    records live (which table object, shard, server or slot) does not enter the digest.
 2. Every dense weight in ``model.weights`` order, each as its raw little-endian bytes in its own dtype.
 3. Every dense optimizer variable in ``optimizer.variables`` order (Keras 3: the iteration counter and learning

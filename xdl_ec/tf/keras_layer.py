@@ -36,12 +36,13 @@ class SparseEmbedding(keras.layers.Layer):
     ``predict``/``evaluate``; a subclassed model must forward its ``training`` argument) ids the table has
     never seen read as zero rows and are not inserted, so evaluating on held-out data does not grow the
     table; otherwise (``True`` or ``None``) missing ids are inserted with their initial rows, which is what
-    training needs (the forward pass then sees the rows the update applies to). Not XLA-compilable (Keras falls back to ``jit_compile=False``); ``mixed_float16`` is
-    refused because its loss scaling would reach the table.
+    training needs (the forward pass then sees the rows the update applies to). Not XLA-compilable (Keras falls back
+    to ``jit_compile=False``); ``mixed_float16`` is refused because its loss scaling would reach the table.
 
     Saving: the table is part of the model's state. ``tf.train.Checkpoint(model=...)`` (and
-    ``tf.train.CheckpointManager``) saves it through the layer's tracked :class:`~xdl_ec.tf.table_trackable.TableTrackable`
-    (once, however many layers share the table), and ``model.save_weights`` / ``load_weights`` write it into the
+    ``tf.train.CheckpointManager``) saves it through the layer's tracked
+    :class:`~xdl_ec.tf.table_trackable.TableTrackable` (once, however many layers share the table), and
+    ``model.save_weights`` / ``load_weights`` write it into the
     layer's entries of the ``.weights.h5`` file (once per layer holding it): keys, values, optimizer state and both
     step counters. Restoring makes the table hold exactly the saved rows, so training continues bit-identically;
     a table of another dim or optimizer is refused, naming the table, before anything changes.

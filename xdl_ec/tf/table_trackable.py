@@ -49,7 +49,8 @@ _instances_lock = threading.Lock()
 
 
 class TableTrackable(tf.__internal__.tracking.Trackable):
-    """The checkpointable state of one :class:`~xdl_ec.sparse.table.EmbeddingTable`: rows, optimizer state, step counters.
+    """The checkpointable state of one :class:`~xdl_ec.sparse.table.EmbeddingTable`: rows, optimizer state, step
+    counters.
 
     Track it as an attribute of a TF/Keras object (``SparseEmbedding`` does) and ``tf.train.Checkpoint`` saves
     and restores the table with the rest of the model.
