@@ -81,3 +81,11 @@ def test_every_results_file_is_listed_in_the_results_index() -> None:
     index = (results / "README.md").read_text()
     unlisted = [p.name for p in sorted(results.iterdir()) if p.name != "README.md" and f"]({p.name})" not in index]
     assert not unlisted, f"docs/results/README.md: add a line for each of {unlisted}"
+
+
+def test_every_link_of_the_readme_to_the_repository_resolves() -> None:
+    readme = (REPO_ROOT / "README.md").read_text()
+    links = re.findall(r"\]\(((?:docs|examples|bench|scripts|tests|cpp|python|xdl_ec)/[^)#\s]+)\)", readme)
+    assert links, "README.md: no link into the repository found (the pattern above no longer matches its links?)"
+    missing = [link for link in links if not (REPO_ROOT / link).exists()]
+    assert missing == [], f"README.md links to files that do not exist: {missing}"
