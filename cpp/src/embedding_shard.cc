@@ -500,8 +500,9 @@ struct EmbeddingShard::Impl {
       uint32_t slot;
     };
     std::vector<uint32_t> victims;
-    std::vector<Kept> kept;
-    kept.reserve(index.size());
+    std::vector<Kept> kept;  // ranked only under a cap: a pass of TTL / L2 alone is one scan, no allocation
+    const bool ranked = rules.max_rows.has_value();
+    if (ranked) kept.reserve(index.size());
     const size_t dim = static_cast<size_t>(config.dim);
     for (size_t slot = 0; slot < high_water; ++slot) {
       const uint8_t* r = Record(slot);
@@ -522,6 +523,7 @@ struct EmbeddingShard::Impl {
           continue;
         }
       }
+      if (!ranked) continue;
       // last_step may be negative only through a bad load; LoadPolicyWords rejects that.
       const uint64_t uses = Uses(r), step = static_cast<uint64_t>(std::max<int64_t>(last, 0));
       if (rules.policy == EvictPolicy::kLru) {
