@@ -1,5 +1,7 @@
 // Bounded tables (row_policy.h): admission thresholds, TTL / L2 / cap eviction, deltas that keep parity
 // exact across eviction passes, and a restored shard that decides as the lost one would have.
+#include "xdl_ec/row_policy.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,7 +16,6 @@
 #include <vector>
 
 #include "xdl_ec/embedding_shard.h"
-#include "xdl_ec/row_policy.h"
 
 namespace xdl_ec {
 namespace {
@@ -224,7 +225,7 @@ TEST(RowPolicy, TtlEvictsExactlyTheRowsNotUpdatedForMoreThanTtlSteps) {
   RowPolicyConfig r;
   r.ttl_steps = 3;
   EmbeddingShard shard(Config(r));
-  Pull(shard, {100});  // inserted by a pull, never pushed: last_step 0
+  Pull(shard, {100});                                                   // inserted by a pull, never pushed: last_step 0
   for (int64_t step = 1; step <= 6; ++step) Push(shard, {step}, step);  // key s last updated at step s
   auto e = shard.Evict(6);
   // 6 - last > 3: keys 1, 2 and the never-pushed 100.
@@ -333,7 +334,7 @@ TEST(RowPolicy, CapPicksTheLowestRanked) {
     r.policy = policy;
     EmbeddingShard shard(Config(r, 8));
     for (int64_t step = 1; step <= 5; ++step) Push(shard, {1}, step);  // 5 uses, last at 5
-    for (int64_t k = 2; k <= 8; ++k) Push(shard, {k}, 10 + k);        // 1 use each, later
+    for (int64_t k = 2; k <= 8; ++k) Push(shard, {k}, 10 + k);         // 1 use each, later
     std::vector<int64_t> extra = {50};
     std::vector<float> values(4, 0.1f);
     shard.Load(extra.data(), values.data(), nullptr, 1);
@@ -520,7 +521,7 @@ TEST(RowPolicy, APassThatFreesSomethingMovesTheCacheEpoch) {
   Push(shard, {1}, 1);
   EXPECT_EQ(shard.Evict(2).counts.total(), 0u);
   EXPECT_EQ(shard.eviction_generation(), 0u);  // nothing freed: copies stay trusted
-  Push(shard, {2}, 3);                          // the pass-step push: 3 - 1 <= 2 keeps key 1
+  Push(shard, {2}, 3);                         // the pass-step push: 3 - 1 <= 2 keeps key 1
   EXPECT_EQ(shard.eviction_generation(), 0u);
   Push(shard, {2}, 6);  // frees key 1
   EXPECT_EQ(shard.eviction_generation(), 1u);
@@ -635,8 +636,9 @@ TEST(RowPolicy, AStagedLoadWritesTheWordsAndPendingIdsInItsOwnDeltas) {
   ExpectInvalid([&] { shard.Load(more.data(), values.data(), nullptr, 1); }, "staged pending id 12");
   EXPECT_EQ(AllBlocks(shard), before);
   std::vector<uint32_t> too_many = {3};
-  ExpectInvalid([&] { shard.StageLoadWords(nullptr, nullptr, nullptr, 0, more.data(), too_many.data(),
-                                           pending_last.data(), 1); }, "admit_min_count");
+  ExpectInvalid(
+      [&] { shard.StageLoadWords(nullptr, nullptr, nullptr, 0, more.data(), too_many.data(), pending_last.data(), 1); },
+      "admit_min_count");
 }
 
 TEST(RowPolicy, EvictedSlotsAreZeroAndReusedLowestFirst) {

@@ -18,11 +18,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import xdl_ec  # noqa: E402
 from support.ft_runs import make_trainer, small_config  # noqa: E402
 from xdl_ec.builtin.criteo_job import criteo_job  # noqa: E402
-from xdl_ec.ft.ec_strategy import ErasureCoded  # noqa: E402
-from xdl_ec.ft.failure_schedule import FailureSchedule, Kill  # noqa: E402
 from xdl_ec.cli import main  # noqa: E402
 from xdl_ec.ft.ckpt_strategy import Checkpointing  # noqa: E402
 from xdl_ec.ft.cpr_strategy import PartialRecovery  # noqa: E402
+from xdl_ec.ft.ec_strategy import ErasureCoded  # noqa: E402
+from xdl_ec.ft.failure_schedule import FailureSchedule, Kill  # noqa: E402
 from xdl_ec.ps import ClusterConfig  # noqa: E402
 
 # 3000 synthetic rows of 26 ids each: a cap of 2048 rows per server (one 1024-slot block is the least) binds
@@ -34,8 +34,12 @@ def run(servers: int, r: int, kills: List[Kill]) -> Dict[str, Any]:
     """The run's report, with "scrub": the stripes whose parity disagrees with the servers' records at the end
     (a pass whose deltas missed parity shows here even where a later pass hides it from the digest)."""
     strategy = ErasureCoded(servers - r, r)
-    trainer = make_trainer(small_config(steps=STEPS, **RULES), ClusterConfig(servers=servers, workers=1),
-                           strategy=strategy, failures=FailureSchedule(kills))
+    trainer = make_trainer(
+        small_config(steps=STEPS, **RULES),
+        ClusterConfig(servers=servers, workers=1),
+        strategy=strategy,
+        failures=FailureSchedule(kills),
+    )
     try:
         report = trainer.fit()
         report["model_digest"] = trainer.digest()
@@ -59,13 +63,16 @@ def test_a_bounded_run_reports_its_tables(failure_free: Any) -> None:
     assert unbounded["embedding_rows"] > entry["rows"]
 
 
-@pytest.mark.parametrize("servers, r, kills", [
-    (3, 1, []),
-    (3, 1, [Kill(3, "server", 1)]),   # before the pass of step 4
-    (3, 1, [Kill(4, "server", 0)]),   # at a pass step
-    (3, 1, [Kill(5, "server", 2)]),   # after it
-    (4, 2, [Kill(4, "server", 0), Kill(4, "server", 3)]),
-])
+@pytest.mark.parametrize(
+    "servers, r, kills",
+    [
+        (3, 1, []),
+        (3, 1, [Kill(3, "server", 1)]),  # before the pass of step 4
+        (3, 1, [Kill(4, "server", 0)]),  # at a pass step
+        (3, 1, [Kill(5, "server", 2)]),  # after it
+        (4, 2, [Kill(4, "server", 0), Kill(4, "server", 3)]),
+    ],
+)
 def test_ec_rebuilds_a_bounded_table_exactly(failure_free: Any, servers: int, r: int, kills: List[Kill]) -> None:
     report = run(servers, r, kills)
     assert sorted(f["index"] for f in report["failures"]) == sorted(k.index for k in kills)
@@ -77,8 +84,12 @@ def test_ec_rebuilds_a_bounded_table_exactly(failure_free: Any, servers: int, r:
 def test_ckpt_rolls_a_bounded_table_back_exactly(tmp_path: Path, failure_free: Any, kill_at: int) -> None:
     """A checkpoint holds the rows' eviction words and the ids still counting toward admission: the rollback and
     replay make the same admission and eviction decisions as the failure-free run."""
-    trainer = make_trainer(small_config(steps=STEPS, **RULES), ClusterConfig(servers=3, workers=1),
-                           Checkpointing("3", str(tmp_path / "ckpt")), FailureSchedule([Kill(kill_at, "server", 1)]))
+    trainer = make_trainer(
+        small_config(steps=STEPS, **RULES),
+        ClusterConfig(servers=3, workers=1),
+        Checkpointing("3", str(tmp_path / "ckpt")),
+        FailureSchedule([Kill(kill_at, "server", 1)]),
+    )
     try:
         report = trainer.fit()
         digest = trainer.digest()
@@ -88,14 +99,18 @@ def test_ckpt_rolls_a_bounded_table_back_exactly(tmp_path: Path, failure_free: A
     assert digest == failure_free(3, 1, steps=STEPS, **RULES)["model_digest"]
 
 
-@pytest.mark.parametrize("cluster", [dict(servers=3), dict(servers=3, ft="ec", code=(2, 1), fail_at=("5:1",))],
-                         ids=["plain", "ec-kill"])
+@pytest.mark.parametrize(
+    "cluster", [dict(servers=3), dict(servers=3, ft="ec", code=(2, 1), fail_at=("5:1",))], ids=["plain", "ec-kill"]
+)
 def test_a_worker_cache_at_staleness_zero_trains_the_uncached_bounded_model(failure_free: Any, cluster: dict) -> None:
     """Passes free rows that later come back at the initial clock, and ids without a row answer clock -1: a cache
     at staleness 0 still never serves a row other than the server's (its copies from before a pass are dropped)."""
     config = small_config(steps=STEPS, **RULES)
-    cached = criteo_job(config).fit(cluster=xdl_ec.Cluster(**cluster, cache=xdl_ec.Cache(rows=4000, staleness=0)),
-                                    deterministic=True, seed=config.seed)
+    cached = criteo_job(config).fit(
+        cluster=xdl_ec.Cluster(**cluster, cache=xdl_ec.Cache(rows=4000, staleness=0)),
+        deterministic=True,
+        seed=config.seed,
+    )
     assert cached["model_digest"] == failure_free(3, 1, steps=STEPS, **RULES)["model_digest"]
     (stats,) = cached["cache"].values()
     assert stats["hits"] > 0
@@ -105,8 +120,9 @@ def test_a_worker_cache_at_staleness_zero_trains_the_uncached_bounded_model(fail
 def test_cpr_keeps_a_bounded_table_exact(tmp_path: Path, failure_free: Any, kills: List[Kill]) -> None:
     """cpr's saves change nothing (no failure), and with a full save at every step its reload is exact."""
     strategy = PartialRecovery(interval_steps=1, full_every=1, directory=str(tmp_path))
-    trainer = make_trainer(small_config(steps=STEPS, **RULES), ClusterConfig(servers=3, workers=1), strategy,
-                           FailureSchedule(kills))
+    trainer = make_trainer(
+        small_config(steps=STEPS, **RULES), ClusterConfig(servers=3, workers=1), strategy, FailureSchedule(kills)
+    )
     try:
         report = trainer.fit()
         digest = trainer.digest()
@@ -126,8 +142,12 @@ def test_ec_on_ray_rebuilds_a_bounded_table_exactly(failure_free: Any) -> None:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=ray_runtime_env())
     try:
         strategy = ErasureCoded(2, 1)
-        trainer = make_trainer(small_config(steps=STEPS, **RULES), ClusterConfig(servers=3, workers=1, backend="ray"),
-                               strategy=strategy, failures=FailureSchedule([Kill(4, "server", 1)]))
+        trainer = make_trainer(
+            small_config(steps=STEPS, **RULES),
+            ClusterConfig(servers=3, workers=1, backend="ray"),
+            strategy=strategy,
+            failures=FailureSchedule([Kill(4, "server", 1)]),
+        )
         try:
             report = trainer.fit()
             digest = trainer.digest()
@@ -141,8 +161,25 @@ def test_ec_on_ray_rebuilds_a_bounded_table_exactly(failure_free: Any) -> None:
     assert digest == failure_free(3, 1, steps=STEPS, **RULES)["model_digest"]
 
 
-CLI = ["train", "--synthetic", "--synthetic-rows", "3000", "--steps", "6", "--batch-size", "64", "--emb-dim", "8",
-       "--no-progress", "--admit-min-count", "2", "--evict-ttl-steps", "2", "--evict-every-steps", "2"]
+CLI = [
+    "train",
+    "--synthetic",
+    "--synthetic-rows",
+    "3000",
+    "--steps",
+    "6",
+    "--batch-size",
+    "64",
+    "--emb-dim",
+    "8",
+    "--no-progress",
+    "--admit-min-count",
+    "2",
+    "--evict-ttl-steps",
+    "2",
+    "--evict-every-steps",
+    "2",
+]
 
 
 @pytest.mark.parametrize("cluster", [[], ["--servers", "2"]])
@@ -182,14 +219,36 @@ def test_export_drops_the_rows_seen_fewer_than_n_times(tmp_path: Path, capsys: p
     assert "needs per-row counts" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("resume_on", [[], ["--servers", "2"], ["--servers", "3", "--ft", "ec", "--code", "2,1"]],
-                         ids=["one-process", "2-servers", "3-servers-ec"])
+@pytest.mark.parametrize(
+    "resume_on",
+    [[], ["--servers", "2"], ["--servers", "3", "--ft", "ec", "--code", "2,1"]],
+    ids=["one-process", "2-servers", "3-servers-ec"],
+)
 def test_a_resumed_bounded_run_ends_at_the_uninterrupted_digest(tmp_path: Path, resume_on: List[str]) -> None:
     """A save carries the rows' eviction words and the pending ids; a resume on any server count (no cap here: a
     cap is per server, so its decisions depend on the count) makes the uninterrupted run's decisions."""
-    common = ["train", "--synthetic", "--synthetic-rows", "3000", "--steps", "12", "--batch-size", "64",
-              "--emb-dim", "8", "--deterministic", "--seed", "1", "--no-progress", "--admit-min-count", "2",
-              "--evict-ttl-steps", "3", "--evict-every-steps", "2"]
+    common = [
+        "train",
+        "--synthetic",
+        "--synthetic-rows",
+        "3000",
+        "--steps",
+        "12",
+        "--batch-size",
+        "64",
+        "--emb-dim",
+        "8",
+        "--deterministic",
+        "--seed",
+        "1",
+        "--no-progress",
+        "--admit-min-count",
+        "2",
+        "--evict-ttl-steps",
+        "3",
+        "--evict-every-steps",
+        "2",
+    ]
 
     def cli(*args: str) -> dict:
         report = tmp_path / f"report-{len(list(tmp_path.glob('report-*')))}.json"

@@ -41,8 +41,10 @@ class Admit:
     def __post_init__(self) -> None:
         checks.integer("Admit: min_count", self.min_count, 1)
         if self.counter not in COUNTERS:
-            raise ValueError(f"Admit: counter must be one of {COUNTERS}, got {self.counter!r} (a sketch counter is "
-                             f"not available: use 'exact')")
+            raise ValueError(
+                f"Admit: counter must be one of {COUNTERS}, got {self.counter!r} (a sketch counter is "
+                f"not available: use 'exact')"
+            )
 
     def describe(self) -> dict:
         return {"min_count": self.min_count, "counter": self.counter}
@@ -73,16 +75,23 @@ class Evict:
             raise ValueError(f"Evict: policy must be one of {POLICIES}, got {self.policy!r}")
         checks.integer("Evict: every_steps (steps between eviction passes)", self.every_steps, 1)
         if self.ttl_steps is None and self.min_l2 is None and self.max_rows is None:
-            raise ValueError("Evict: give at least one of ttl_steps, min_l2 or max_rows (an Evict with none would "
-                             "never free a row)")
+            raise ValueError(
+                "Evict: give at least one of ttl_steps, min_l2 or max_rows (an Evict with none would never free a row)"
+            )
 
     def describe(self) -> dict:
-        return {"ttl_steps": self.ttl_steps, "min_l2": self.min_l2, "max_rows": self.max_rows,
-                "policy": self.policy, "every_steps": self.every_steps}
+        return {
+            "ttl_steps": self.ttl_steps,
+            "min_l2": self.min_l2,
+            "max_rows": self.max_rows,
+            "policy": self.policy,
+            "every_steps": self.every_steps,
+        }
 
 
-def row_policy_config(name: str, admit: Optional[Admit], evict: Optional[Evict], block_slots: int,
-                      servers: int = 1) -> Any:
+def row_policy_config(
+    name: str, admit: Optional[Admit], evict: Optional[Evict], block_slots: int, servers: int = 1
+) -> Any:
     """The core's ``RowPolicyConfig`` for one of ``servers`` shards of table ``name`` (each keeps its even share
     of ``max_rows``). Raises ValueError when a share is below one block of ``block_slots`` rows."""
     config = _core.RowPolicyConfig()
@@ -96,9 +105,11 @@ def row_policy_config(name: str, admit: Optional[Admit], evict: Optional[Evict],
         if evict.max_rows is not None:
             share = evict.max_rows // servers
             if share < block_slots:
-                raise ValueError(f"table {name!r}: Evict max_rows = {evict.max_rows} over {servers} server(s) leaves "
-                                 f"{share} rows per server, below one block (block_slots = {block_slots}); raise "
-                                 f"max_rows to at least {block_slots * servers} or lower block_slots")
+                raise ValueError(
+                    f"table {name!r}: Evict max_rows = {evict.max_rows} over {servers} server(s) leaves "
+                    f"{share} rows per server, below one block (block_slots = {block_slots}); raise "
+                    f"max_rows to at least {block_slots * servers} or lower block_slots"
+                )
             config.max_rows = share
     return config
 
@@ -109,8 +120,16 @@ def merged_reports(parts: Sequence[Dict[str, Dict[str, Any]]]) -> Dict[str, Dict
     out: Dict[str, Dict[str, Any]] = {}
     for part in parts:
         for name, report in part.items():
-            into = out.setdefault(name, {"rows": 0, "admitted": 0, "not_admitted_lookups": 0,
-                                         "evicted": {"ttl": 0, "l2": 0, "cap": 0}, "bytes": 0})
+            into = out.setdefault(
+                name,
+                {
+                    "rows": 0,
+                    "admitted": 0,
+                    "not_admitted_lookups": 0,
+                    "evicted": {"ttl": 0, "l2": 0, "cap": 0},
+                    "bytes": 0,
+                },
+            )
             for key in ("rows", "admitted", "not_admitted_lookups", "bytes"):
                 into[key] += int(report[key])
             for reason in ("ttl", "l2", "cap"):

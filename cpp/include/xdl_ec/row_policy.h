@@ -46,10 +46,10 @@ EvictPolicy ParseEvictPolicy(const std::string& name, const char* field = "polic
 const char* EvictPolicyName(EvictPolicy policy);
 
 struct RowPolicyConfig {
-  int64_t admit_min_count = 1;          // >= 1; 1: every id gets a row on first sight (no admission)
-  std::optional<int64_t> ttl_steps;     // >= 1 when set
-  std::optional<double> min_l2;         // finite and > 0 when set
-  std::optional<int64_t> max_rows;      // >= block_slots (one block) when set: per shard
+  int64_t admit_min_count = 1;       // >= 1; 1: every id gets a row on first sight (no admission)
+  std::optional<int64_t> ttl_steps;  // >= 1 when set
+  std::optional<double> min_l2;      // finite and > 0 when set
+  std::optional<int64_t> max_rows;   // >= block_slots (one block) when set: per shard
   EvictPolicy policy = EvictPolicy::kLfu;
   // > 0: a push whose step is a multiple of it ends with a pass at that step, in the push's own deltas (so the
   // pass reaches parity, a replay and the native path as the push does); 0: passes only by Evict.

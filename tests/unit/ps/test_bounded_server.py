@@ -19,8 +19,9 @@ def push(server: ParameterServer, keys, step: int, seq: int) -> None:
 
 
 def test_each_server_keeps_its_share_and_reports_its_tables():
-    table = Table("t", DIM, block_slots=8, admit=Admit(min_count=2),
-                  evict=Evict(max_rows=64, every_steps=2, policy="lru"))
+    table = Table(
+        "t", DIM, block_slots=8, admit=Admit(min_count=2), evict=Evict(max_rows=64, every_steps=2, policy="lru")
+    )
     server = ParameterServer(0, [table], servers=4)  # 16 rows here
     try:
         for step in range(1, 21):

@@ -16,21 +16,24 @@ def grads(n: int, dim: int = 4, value: float = 0.5) -> np.ndarray:
     return np.full((n, dim), value, np.float32)
 
 
-@pytest.mark.parametrize("make, field", [
-    (lambda: Admit(min_count=-1), "min_count"),
-    (lambda: Admit(min_count=0), "min_count"),
-    (lambda: Admit(counter="sketch"), "counter"),
-    (lambda: Evict(ttl_steps=0), "ttl_steps"),
-    (lambda: Evict(ttl_steps=-3), "ttl_steps"),
-    (lambda: Evict(max_rows=-5), "max_rows"),
-    (lambda: Evict(min_l2=0.0), "min_l2"),
-    (lambda: Evict(min_l2=float("nan")), "min_l2"),
-    (lambda: Evict(ttl_steps=5, policy="fifo"), "policy"),
-    (lambda: Evict(ttl_steps=5, every_steps=0), "every_steps"),
-    (lambda: Evict(), "at least one"),
-    (lambda: Table("t", 4, block_slots=64, evict=Evict(max_rows=63)), "below one block"),
-    (lambda: Table("t", 4, admit=3), "admit"),  # type: ignore[arg-type]
-])
+@pytest.mark.parametrize(
+    "make, field",
+    [
+        (lambda: Admit(min_count=-1), "min_count"),
+        (lambda: Admit(min_count=0), "min_count"),
+        (lambda: Admit(counter="sketch"), "counter"),
+        (lambda: Evict(ttl_steps=0), "ttl_steps"),
+        (lambda: Evict(ttl_steps=-3), "ttl_steps"),
+        (lambda: Evict(max_rows=-5), "max_rows"),
+        (lambda: Evict(min_l2=0.0), "min_l2"),
+        (lambda: Evict(min_l2=float("nan")), "min_l2"),
+        (lambda: Evict(ttl_steps=5, policy="fifo"), "policy"),
+        (lambda: Evict(ttl_steps=5, every_steps=0), "every_steps"),
+        (lambda: Evict(), "at least one"),
+        (lambda: Table("t", 4, block_slots=64, evict=Evict(max_rows=63)), "below one block"),
+        (lambda: Table("t", 4, admit=3), "admit"),  # type: ignore[arg-type]
+    ],
+)
 def test_bad_settings_are_clear_errors(make, field):
     with pytest.raises((ValueError, TypeError), match=field):
         make()
