@@ -536,6 +536,10 @@ class EmbeddingShard:
         """
         (keys, values, state) of every live row, in slot order; with_words (tables with row rules): (keys, values, state, uses, last_step)
         """
+    def export_pending(self) -> tuple:
+        """
+        (keys, uses, last_step) of the ids still counting toward admission
+        """
     def find(self, keys: typing.Annotated[numpy.typing.ArrayLike, numpy.int64]) -> tuple:
         """
         (rows, found) without inserting; missing rows are zeros.
@@ -543,6 +547,10 @@ class EmbeddingShard:
     def load(self, keys: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], values: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], state: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None, return_deltas: bool = False, forwarder: DeltaForwarder | None = None, table: str = '') -> typing.Any:
         """
         Inserts or overwrites rows; state None: fresh optimizer state. forwarder: a resume's rows reach parity.
+        """
+    def load_pending(self, keys: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], uses: typing.Annotated[numpy.typing.ArrayLike, numpy.uint32], last_step: typing.Annotated[numpy.typing.ArrayLike, numpy.int64]) -> None:
+        """
+        Puts a save's pending ids back (absent keys, uses in [1, admit_min_count))
         """
     def load_policy_words(self, keys: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], uses: typing.Annotated[numpy.typing.ArrayLike, numpy.uint32], last_step: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], return_deltas: bool = False) -> typing.Any:
         """
@@ -584,6 +592,10 @@ class EmbeddingShard:
         """
     def size(self) -> int:
         ...
+    def stage_load_words(self, keys: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], uses: typing.Annotated[numpy.typing.ArrayLike, numpy.uint32], last_step: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], pending_keys: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], pending_uses: typing.Annotated[numpy.typing.ArrayLike, numpy.uint32], pending_last_step: typing.Annotated[numpy.typing.ArrayLike, numpy.int64]) -> None:
+        """
+        Words and pending ids the next load writes within its own deltas (a resume through an agent)
+        """
     def take_dirty(self) -> tuple:
         """
         (keys, values, state) of the rows changed since the last take, in slot order; clears the set. RuntimeError when tracking is off.
