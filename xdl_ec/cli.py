@@ -140,6 +140,8 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--on-bad-line", choices=("error", "skip"),
                    help="[built-in] malformed lines: stop with file:line and the reason, or skip and count them")
     p.add_argument("--report", metavar="FILE.json", help="write the run report (JSON) to this file")
+    p.add_argument("--logdir", metavar="DIR",
+                   help="write TensorBoard scalars there: loss, progressive AUC, samples/s, rows per table, failures")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress (a bar on a terminal; else a plain line with samples/s and loss every 30 s)")
     ps = p.add_argument_group("parameter servers (default: the job trains in this process, without servers)")
@@ -431,6 +433,10 @@ def _saving(args: argparse.Namespace) -> Dict[str, Any]:
         if not Path(args.resume).is_dir():
             raise UsageError(f"--resume: no such save directory: {args.resume}")
         out["resume"] = args.resume
+    if getattr(args, "logdir", None) is not None:  # not a saving argument, but fit's too
+        if Path(args.logdir).exists() and not Path(args.logdir).is_dir():
+            raise UsageError(f"--logdir: {args.logdir} exists and is not a directory")
+        out["logdir"] = args.logdir
     return out
 
 

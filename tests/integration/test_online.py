@@ -261,6 +261,67 @@ def test_a_corrupt_line_mid_stream_stops_naming_it_or_is_skipped(tmp_path: Path,
     assert main(common) != 0
     assert "part-00:121: wrong field count" in capsys.readouterr().err
     report = tmp_path / "skip.json"
-    assert main([*common, "--on-bad-line", "skip", "--report", str(report)]) == 0
+    logdir = tmp_path / "tb"
+    assert main([*common, "--on-bad-line", "skip", "--report", str(report), "--logdir", str(logdir)]) == 0
     figures = json.loads(report.read_text())
     assert figures["samples"] == 2 * ROWS and figures["workers"][0]["input"]["bad_lines"] == 1
+    last = {tag: points[-1] for tag, points in scalars(logdir).items()}  # --logdir: the same scalars as fit's
+    assert last["progressive/auc"] == (figures["steps"], pytest.approx(figures["progressive"]["auc"], rel=1e-6))
+    assert last["rows/criteo_categorical"][1] == figures["embedding_rows"] and last["failures"][1] == 0.0
+
+
+# ---- TensorBoard ----------------------------------------------------------------------------------------------
+def scalars(logdir: Path) -> dict:
+    """{tag: [(step, value)]} read back from the event files."""
+    import tensorflow as tf
+
+    out: dict = {}
+    for path in sorted(logdir.rglob("events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            for v in event.summary.value:
+                out.setdefault(v.tag, []).append((event.step, float(tf.make_ndarray(v.tensor))))
+    return out
+
+
+def test_logdir_writes_loss_progressive_auc_rate_rows_and_failures_read_back(tmp_path: Path) -> None:
+    from xdl_ec.job.tensorboard_log import TensorBoardLog
+
+    logdir = tmp_path / "tb"
+    report = tags.make_job(LOG).fit(deterministic=True, seed=3, logdir=logdir, save_dir=tmp_path / "saves")
+    got = scalars(logdir)
+    last = {tag: points[-1] for tag, points in got.items()}
+    assert last["progressive/auc"] == (12, pytest.approx(report["progressive"]["auc"], rel=1e-6))
+    assert last["progressive/logloss"] == (12, pytest.approx(report["progressive"]["logloss"], rel=1e-6))
+    assert last["failures"] == (12, 0.0) and last["saves"] == (12, 1.0)
+    for table in ("users", "items", "tags"):
+        assert last[f"rows/{table}"][1] > 0
+    assert last["rows/users"][1] + last["rows/items"][1] + last["rows/tags"][1] == report["embedding_rows"]
+    assert "loss" in last and last["loss"][0] == 12
+    # written every step (every=0): the loss at each step is that step's, the rate is there from the second write
+    every = tmp_path / "every"
+    log = TensorBoardLog(every, every=0.0)
+    job = tags.make_job(LOG)
+    from xdl_ec.job.local_run import LocalRun
+
+    run = LocalRun(job.spec)
+    try:
+        log.start(run)
+        run.hooks.append(log)
+        run.fit(4)
+    finally:
+        log.close()
+        run.close()
+    got = scalars(every)
+    assert [s for s, _ in got["loss"]] == [1, 2, 3, 4]
+    assert [v for _, v in got["loss"]] == pytest.approx(run.losses, rel=1e-6)
+    assert all(v > 0 for _, v in got["samples_per_sec"]) and len(got["samples_per_sec"]) == 4
+
+
+def test_logdir_on_servers_sums_rows_over_servers_and_counts_failures(tmp_path: Path) -> None:
+    logdir = tmp_path / "tb"
+    cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), fail_at=("5:1",))
+    report = tags.make_job(LOG).fit(cluster=cluster, deterministic=True, seed=3, logdir=logdir)
+    last = {tag: points[-1] for tag, points in scalars(logdir).items()}
+    assert last["failures"] == (12, float(len(report["injected"]))) and len(report["injected"]) == 1
+    assert sum(v for tag, (_, v) in last.items() if tag.startswith("rows/")) == report["embedding_rows"]
+    assert last["progressive/auc"][1] == pytest.approx(report["progressive"]["auc"], rel=1e-6)

@@ -34,6 +34,7 @@ from xdl_ec.model.job_spec import JobSpec
 from .local_run import LocalRun
 from .local_tables import LocalTables
 from .stop_request import STOP_REQUEST, StopAtBoundary
+from .tensorboard_log import TensorBoardLog
 from xdl_ec.keep.backstop import Backstop
 from xdl_ec.ps.backend import RoleLost
 from xdl_ec.ps.fault_tolerance import Unrecoverable
@@ -80,7 +81,7 @@ class Job:
     def fit(self, steps: Optional[int] = None, cluster: Optional[Cluster] = None, deterministic: bool = False,
             seed: int = 0, progress: bool = False, resume: Optional[PathLike] = None,
             save_dir: Optional[PathLike] = None, save_every: Optional[str] = None, keep: int = 2,
-            backstop_every: Optional[str] = None) -> Dict[str, Any]:
+            backstop_every: Optional[str] = None, logdir: Optional[PathLike] = None) -> Dict[str, Any]:
         """Trains a fresh model for at most ``steps`` steps (a step trains one batch on every worker; None: until
         the input is exhausted), in this process or on ``cluster``; returns the run report (the same as
         ``xdl-ec train --report``): samples, steps, samples_per_sec, final_loss, model_digest, the hold-out
@@ -92,9 +93,11 @@ class Job:
         ``save_dir`` / ``save_every`` (``"500"`` steps or ``"60s"``) / ``keep``: save the run periodically
         there, keeping the newest ``keep`` saves (see :mod:`xdl_ec.keep.run_saver`). ``backstop_every`` (a cluster
         run, e.g. ``"60s"``): incremental saves into ``save_dir`` written in the background instead (see
-        :mod:`xdl_ec.keep.backstop`); when the run cannot recover, its error names the save to resume from."""
+        :mod:`xdl_ec.keep.backstop`); when the run cannot recover, its error names the save to resume from.
+        ``logdir``: write TensorBoard scalars there (loss, progressive AUC, samples/s, rows per table, failures; see
+        :mod:`xdl_ec.job.tensorboard_log`)."""
         return self._run(steps, cluster, deterministic, seed, progress, False, resume, save_dir, save_every, keep,
-                         backstop_every)
+                         backstop_every, logdir)
 
     def verify(self, steps: Optional[int] = None, cluster: Optional[Cluster] = None, deterministic: bool = False,
                seed: int = 0, progress: bool = False) -> Dict[str, Any]:
@@ -106,7 +109,8 @@ class Job:
 
     def _run(self, steps: Optional[int], cluster: Optional[Cluster], deterministic: bool, seed: int,
              progress: bool, scrub: bool, resume: Optional[PathLike], save_dir: Optional[PathLike],
-             save_every: Optional[str], keep: int, backstop_every: Optional[str]) -> Dict[str, Any]:
+             save_every: Optional[str], keep: int, backstop_every: Optional[str],
+             logdir: Optional[PathLike] = None) -> Dict[str, Any]:
         if steps is not None:
             checks.positive_int("steps", steps)
         checks.non_negative_int("seed", seed)
@@ -145,10 +149,15 @@ class Job:
                              every=save_every, keep=keep, source=self.source)
         settings = RunSettings(seed=seed, deterministic=deterministic)
         configure_determinism(seed, deterministic)
+        log = None if logdir is None else TensorBoardLog(logdir)
         self._close_model()
-        if cluster is None:
-            return self._fit_here(steps, settings, progress, saved, saver)
-        return self._fit_on(cluster, steps, settings, progress, scrub, saved, saver)
+        try:
+            if cluster is None:
+                return self._fit_here(steps, settings, progress, saved, saver, log)
+            return self._fit_on(cluster, steps, settings, progress, scrub, saved, saver, log)
+        finally:
+            if log is not None:
+                log.close()
 
     @staticmethod
     def _steps_left(steps: Optional[int], saved: Optional[SavedRun]) -> Optional[int]:
@@ -170,7 +179,7 @@ class Job:
             report["saves"] = saver.report()
 
     def _fit_here(self, steps: Optional[int], settings: RunSettings, progress: bool, saved: Optional[SavedRun],
-                  saver: Optional[RunSaver]) -> Dict[str, Any]:
+                  saver: Optional[RunSaver], log: Optional[TensorBoardLog] = None) -> Dict[str, Any]:
         run = LocalRun(self.spec, settings, progress)
         try:
             if saved is not None:
@@ -178,6 +187,9 @@ class Job:
             if saver is not None:
                 saver.start(run.step)
                 run.hooks.append(saver)
+            if log is not None:
+                log.start(run)
+                run.hooks.append(log)
             run.hooks.append(StopAtBoundary(STOP_REQUEST, lambda: self._save_end(saver, run)))  # SIGINT/SIGTERM
             report = run.fit(self._steps_left(steps, saved))
             self._save_end(saver, run)
@@ -185,6 +197,8 @@ class Job:
             report["model_digest"] = run.digest()
             report.update(run.report())
             self._resumed(report, saved, saver)
+            if log is not None:
+                log.finish(run, report)
         except BaseException:
             run.close()
             run.tables.close()
@@ -208,7 +222,8 @@ class Job:
             saver.wait()
 
     def _fit_on(self, cluster: Cluster, steps: Optional[int], settings: RunSettings, progress: bool,
-                scrub: bool, saved: Optional[SavedRun], saver: Optional[RunSaver]) -> Dict[str, Any]:
+                scrub: bool, saved: Optional[SavedRun], saver: Optional[RunSaver],
+                log: Optional[TensorBoardLog] = None) -> Dict[str, Any]:
         config = cluster.strategy_config(settings.seed)
         if scrub and isinstance(config, EcConfig):  # `verify` checks parity: an ec cluster's
             config = dataclasses.replace(config, scrub=True)
@@ -222,6 +237,9 @@ class Job:
             if saver is not None:
                 saver.start(trainer.step)
                 trainer.hooks.append(saver)
+            if log is not None:
+                log.start(trainer)
+                trainer.hooks.append(log)
             trainer.hooks.append(StopAtBoundary(STOP_REQUEST, lambda: self._save_end(saver, trainer)))
             try:
                 report = trainer.fit(self._steps_left(steps, saved))
@@ -239,6 +257,8 @@ class Job:
             report["model_digest"] = trainer.digest_of(exports)
             report.update(trainer.report())
             self._resumed(report, saved, saver)
+            if log is not None:
+                log.finish(trainer, report)
             position, samples = trainer.reader_position(), trainer.samples
         finally:
             if isinstance(saver, Backstop):

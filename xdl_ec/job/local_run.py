@@ -120,6 +120,10 @@ class LocalRun:
         self.samples = saved.worker_samples[0]
         self.worker.seek(saved.worker_batches[0], saved.worker_inputs[0])
 
+    def rows_per_table(self) -> Dict[str, int]:
+        """Rows held per table now."""
+        return {name: len(t) for name, t in self.tables.tables.items()}
+
     def trained(self) -> TrainedModel:
         return TrainedModel(self.job, self.tables, self.worker.built_dense, self.worker.batch_signature_built())
 

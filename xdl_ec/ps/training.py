@@ -475,6 +475,14 @@ class PSTrainer:
         dense = self._dense.current()
         return model_digest(exports, dense.model.weights, dense.optimizer.variables)
 
+    def rows_per_table(self) -> Dict[str, int]:
+        """Rows held per table now, summed over the servers (asks every server)."""
+        rows: Dict[str, int] = {t.name: 0 for t in self.job.tables}
+        for s in self.scheduler.server_stats():
+            for name, n in s["rows"].items():
+                rows[name] = rows.get(name, 0) + int(n)
+        return rows
+
     def report(self) -> Dict[str, Any]:
         """The cluster's part of a report: per-server and per-worker stats, bytes moved per sample."""
         servers = self.scheduler.server_stats()

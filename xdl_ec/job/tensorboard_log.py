@@ -1,0 +1,92 @@
+"""TensorBoardLog: a run's scalars as TensorBoard event files (``job.fit(logdir=)``, ``xdl-ec train --logdir DIR``).
+
+A run hook: at step boundaries, once ``every`` seconds have passed since its last write, it writes at the run's step
+``loss`` (the mean training loss since the last write), ``samples_per_sec`` (since the last write),
+``progressive/auc`` and ``progressive/logloss`` (the run's progressive validation window; per head
+``progressive/<head>/auc`` ...) and ``rows/<table>`` (rows held per table); at the end of the fit the same once more
+plus ``failures`` (kills injected into the run) and ``saves``. Writing by time, not every step, keeps its cost a
+fraction of a percent (the window's exact AUC takes tens of milliseconds over 100k samples).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict, Optional, Union
+
+from xdl_ec.settings import checks
+
+DEFAULT_EVERY_SECONDS = 10.0
+
+
+class TensorBoardLog:
+    """Writes a run's scalars under ``logdir`` (see the module docstring)."""
+
+    def __init__(self, logdir: Union[str, os.PathLike], every: float = DEFAULT_EVERY_SECONDS) -> None:
+        import tensorflow as tf
+
+        if os.path.exists(logdir) and not os.path.isdir(logdir):
+            raise ValueError(f"logdir: {logdir} exists and is not a directory")
+        self.every = checks.number("logdir every", every, 0.0)
+        self.logdir = os.fspath(logdir)
+        from tensorflow.core.framework import summary_pb2
+
+        self._tf = tf
+        self._writer = tf.summary.create_file_writer(self.logdir)
+        # what TensorBoard's scalar plugin writes (plugin "scalars", a float32 scalar tensor), with TensorFlow's own
+        # summary op: tf.summary.scalar needs the tensorboard package, the event files only TensorFlow
+        self._metadata = summary_pb2.SummaryMetadata(
+            plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
+            data_class=summary_pb2.DATA_CLASS_SCALAR)
+        self._last_time = time.perf_counter()
+        self._last_samples: Optional[int] = None
+        self._last_losses = 0
+        self.writes = 0
+
+    def start(self, run: Any) -> None:
+        """The fit begins (a resumed run at its saved samples): rates count from here."""
+        self._last_time, self._last_samples, self._last_losses = time.perf_counter(), run.samples, len(run.losses)
+
+    def due(self, step: int) -> bool:
+        """Async training holds new steps for a boundary when a write is due."""
+        return time.perf_counter() - self._last_time >= self.every
+
+    def after_step(self, run: Any) -> None:
+        if self.due(run.step):
+            self.write(run)
+
+    def write(self, run: Any, extra: Optional[Dict[str, float]] = None) -> None:
+        """The scalars of ``run`` (a LocalRun or PSTrainer) at its step, plus ``extra`` {name: value}."""
+        now = time.perf_counter()
+        scalars: Dict[str, float] = {}
+        losses = run.losses[self._last_losses:]
+        if losses:
+            scalars["loss"] = sum(losses) / len(losses)
+        if self._last_samples is not None and now > self._last_time:
+            scalars["samples_per_sec"] = (run.samples - self._last_samples) / (now - self._last_time)
+        progressive = run.progressive.report()
+        for head, figures in [(None, progressive), *progressive.get("heads", {}).items()]:
+            prefix = "progressive" if head is None else f"progressive/{head}"
+            for name in ("auc", "logloss"):
+                if figures.get(name) is not None:
+                    scalars[f"{prefix}/{name}"] = figures[name]
+        for table, rows in run.rows_per_table().items():
+            scalars[f"rows/{table}"] = rows
+        scalars.update(extra or {})
+        with self._writer.as_default():
+            for name, value in scalars.items():
+                self._tf.summary.write(name, self._tf.constant(float(value), self._tf.float32), step=run.step,
+                                       metadata=self._metadata)
+        self._writer.flush()
+        self._last_time, self._last_samples, self._last_losses = now, run.samples, len(run.losses)
+        self.writes += 1
+
+    def finish(self, run: Any, report: Dict[str, Any]) -> None:
+        """The fit's last scalars: the run's, its failures and saves."""
+        extra = {"failures": float(len(report.get("injected", [])))}
+        if "saves" in report:
+            extra["saves"] = float(report["saves"]["saves"])
+        self.write(run, extra)
+
+    def close(self) -> None:
+        self._writer.close()
