@@ -2,6 +2,7 @@
 costs a model that uses none of it, and what a second head costs. Not a test.
 
     PYTHONPATH=build/stage python3 -P bench/bench_heads.py --baseline-path OLD_STAGE [--rounds 6] [--batches 150]
+    PYTHONPATH=build/stage python3 -P bench/bench_heads.py --baseline-path OLD_STAGE --calls   # Python calls a step
 
 OLD_STAGE is a staged xdl_ec of the code before the contract (e.g. ``git worktree add /tmp/base a53fd88`` then
 ``scripts/dev-build`` there, or its Python linked beside this build's compiled modules). Each measurement is one
@@ -73,6 +74,26 @@ def child(heads: int, batches: int, batch_size: int) -> None:
     print(json.dumps({"samples_per_sec": (len(steady) - 1) * batch_size / (steady[-1] - steady[0])}))
 
 
+def count_calls() -> None:
+    """Prints the Python calls a training step makes (cProfile): a load-independent count, fits of 30 and 80 batches
+    after a warm-up fit, the difference over 50 steps."""
+    import cProfile
+    import contextlib
+    import io
+    import pstats
+
+    def calls(batches: int) -> int:
+        profile = cProfile.Profile()
+        with contextlib.redirect_stdout(io.StringIO()):
+            profile.enable()
+            child(1, batches, 256)
+            profile.disable()
+        return pstats.Stats(profile).total_calls
+
+    calls(20)
+    print(json.dumps({"calls_per_step": (calls(80) - calls(30)) / 50}))
+
+
 def measure(pythonpath: str, heads: int, args: argparse.Namespace) -> float:
     env = dict(os.environ, PYTHONPATH=pythonpath)
     done = subprocess.run([sys.executable, "-P", os.path.abspath(__file__), "--child", str(heads), "--batches",
@@ -89,14 +110,29 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--batches", type=int, default=150)
     parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--calls", action="store_true",
+                        help="count the Python calls a step makes in each code instead (load-independent)")
     parser.add_argument("--child", type=int, choices=(1, 2), help=argparse.SUPPRESS)
+    parser.add_argument("--count-calls", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.count_calls:
+        count_calls()
+        return
     if args.child:
         child(args.child, args.batches, args.batch_size)
         return
     if not args.baseline_path:
         parser.error("--baseline-path is required (see the module docstring)")
     here = os.environ.get("PYTHONPATH", "")
+    if args.calls:
+        for name, path in (("baseline", args.baseline_path), ("this", here)):
+            done = subprocess.run([sys.executable, "-P", os.path.abspath(__file__), "--count-calls"],
+                                  env=dict(os.environ, PYTHONPATH=path), capture_output=True, text=True, timeout=900)
+            if done.returncode != 0:
+                raise RuntimeError(f"counting calls failed:\n{done.stderr[-3000:]}")
+            count = json.loads(done.stdout.strip().splitlines()[-1])["calls_per_step"]
+            print(f"{name}: {count:,.0f} Python calls per step (batch 256)")
+        return
     sides = [("baseline", args.baseline_path, 1), ("this", here, 1), ("this (A/A)", here, 1), ("two heads", here, 2)]
     rates: Dict[str, List[float]] = {name: [] for name, _, _ in sides}
     for r in range(args.rounds):
