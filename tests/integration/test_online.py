@@ -46,6 +46,7 @@ def test_two_workers_score_every_sample_and_several_heads_get_their_own_figures(
 
 # ---- an endless file stream, trained exactly once through SIGKILLs ---------------------------------------------
 import gzip  # noqa: E402
+import shutil  # noqa: E402
 import json  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
@@ -250,6 +251,23 @@ def test_stream_flags_that_cannot_work_are_usage_errors(tmp_path: Path, capsys) 
     assert "--epochs: a stream is endless and has no hold-out" in capsys.readouterr().err
     assert main(["train", "--synthetic", "--stream-idle-exit", "5"]) == 2
     assert "--stream-idle-exit: ends a --stream" in capsys.readouterr().err
+
+
+def test_a_stream_directory_vanishing_mid_run_stops_with_a_clear_error(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    import threading
+
+    directory = stream_dir(tmp_path, 1)
+    remove = threading.Timer(6.0, shutil.rmtree, (directory,))
+    remove.start()
+    try:
+        assert main(["train", "--stream", str(directory), "--stream-idle-exit", "60", "--batch-size", str(BATCH),
+                     "--no-progress"]) == 2
+    finally:
+        remove.join()
+    err = capsys.readouterr().err
+    # gone while the stream waits for a new file (or, on a slow start, before it opened: no such directory)
+    assert f"stream directory {directory} vanished (read up to 'part-00', line {ROWS})" in err \
+        or f"stream directory {directory}: no such directory" in err
 
 
 def test_a_corrupt_line_mid_stream_stops_naming_it_or_is_skipped(tmp_path: Path, capsys) -> None:  # noqa: ANN001

@@ -78,8 +78,8 @@ class FileStream:
         try:
             entries = list(os.scandir(self.directory))
         except FileNotFoundError:
-            raise StreamError(f"stream directory {self.directory} vanished; nothing was lost up to "
-                              f"{self.file!r}, line {self.line}: restore the directory and resume") from None
+            raise StreamError(f"stream directory {self.directory} vanished (read up to {self.file!r}, line "
+                              f"{self.line}): restore it and resume from the newest save") from None
         return sorted(e.name for e in entries if not ignored(e.name) and fnmatch.fnmatch(e.name, self.pattern)
                       and e.is_file())
 
