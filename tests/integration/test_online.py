@@ -1,9 +1,18 @@
-"""Online training (issue #36): progressive validation, the AUC and log loss of each batch scored by its own step
-before the update, the same in one process and on servers."""
+"""Online training (issue #36): progressive validation (the AUC and log loss of each batch scored by its own step
+before the update, the same in one process and on servers); an endless file stream trained exactly once through
+SIGKILLs and resumes; TensorBoard scalars read back from the event files."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import xdl_ec  # noqa: E402
 from support.examples import load_example  # noqa: E402
+from xdl_ec.cli import main  # noqa: E402
 
 tags = load_example("user_item_tags")
 esmm = load_example("esmm")
@@ -45,17 +55,6 @@ def test_two_workers_score_every_sample_and_several_heads_get_their_own_figures(
 
 
 # ---- an endless file stream, trained exactly once through SIGKILLs ---------------------------------------------
-import gzip  # noqa: E402
-import shutil  # noqa: E402
-import json  # noqa: E402
-import signal  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from xdl_ec.cli import main  # noqa: E402
-
 FILES, ROWS, BATCH = 6, 120, 40  # 18 batches
 
 
