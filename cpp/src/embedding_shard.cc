@@ -101,6 +101,7 @@ struct EmbeddingShard::Impl {
   RecordLayout layout;
   size_t record_bytes = 0;
   size_t value_end = 0;  // bytes from the record start to the end of the value
+  size_t read_bytes = 0;  // what a pull reads of a record: through the value, or (row rules) the whole record
   size_t block_bytes = 0;
   uint32_t block_slots = 0;
   int block_shift = -1;  // log2(block_slots) when it is a power of two
@@ -159,6 +160,7 @@ struct EmbeddingShard::Impl {
     policy_offset = layout.policy_offset();
     record_bytes = layout.bytes();
     value_end = layout.state_offset();
+    read_bytes = policy_on ? record_bytes : value_end;  // a pull of a bounded table reads its admitted word
     block_slots = config.block_slots;
     if ((block_slots & (block_slots - 1)) == 0) {
       block_shift = 0;
@@ -661,7 +663,7 @@ void EmbeddingShard::PullTo(const int64_t* keys, size_t n, float* out, DeltaSink
     if (!s.Restoring()) {
       const bool inserts = s.PullInserts();
       uint64_t zeros = 0;  // keys without a row (row_policy.h)
-      const bool all = s.Resolve(keys, n, 0, s.value_end, [&](size_t i, uint32_t slot) {
+      const bool all = s.Resolve(keys, n, 0, s.read_bytes, [&](size_t i, uint32_t slot) {
         if (slot == KeyIndex::kNone) {
           if (inserts) return false;
           std::memset(out + i * dim, 0, sizeof(float) * dim);
@@ -690,7 +692,7 @@ void EmbeddingShard::PullTo(const int64_t* keys, size_t n, float* out, DeltaSink
   s.DeltaStart(deltas, 0);
   s.PrepareBlocks(keys, n, /*may_insert=*/true);
   uint64_t zeros = 0;
-  s.Resolve(keys, n, 0, s.value_end, [&](size_t i, uint32_t slot) {
+  s.Resolve(keys, n, 0, s.read_bytes, [&](size_t i, uint32_t slot) {
     if (slot == KeyIndex::kNone) {
       if (!s.PullInserts()) {
         std::memset(out + i * dim, 0, sizeof(float) * dim);
@@ -799,7 +801,7 @@ size_t EmbeddingShard::PullStaleTo(const int64_t* keys, size_t n, const int32_t*
     if (!s.Restoring()) {
       const bool inserts = s.PullInserts();
       uint64_t zeros = 0;
-      const bool all = s.Resolve(keys, n, 0, s.value_end, [&](size_t i, uint32_t slot) {
+      const bool all = s.Resolve(keys, n, 0, s.read_bytes, [&](size_t i, uint32_t slot) {
         if (slot == KeyIndex::kNone) {
           if (inserts) return false;
           absent(i);
@@ -828,7 +830,7 @@ size_t EmbeddingShard::PullStaleTo(const int64_t* keys, size_t n, const int32_t*
   s.DeltaStart(deltas, 0);
   s.PrepareBlocks(keys, n, /*may_insert=*/true);
   uint64_t zeros = 0;
-  s.Resolve(keys, n, 0, s.value_end, [&](size_t i, uint32_t slot) {
+  s.Resolve(keys, n, 0, s.read_bytes, [&](size_t i, uint32_t slot) {
     const bool inserted = slot == KeyIndex::kNone;
     if (inserted) {
       if (!s.PullInserts()) {

@@ -1,0 +1,304 @@
+"""Benchmark: bounded tables (admission, eviction, a row cap) on a drifting stream of ids. Not a test.
+
+    PYTHONPATH=build/stage python3 -P bench/bench_bounded_tables.py [--days 12] [--steps-per-day 150]
+        [--batch 512] [--fields 8] [--ids-per-day 40000] [--dim 8] [--cap 60000] [--rounds 40] [--out DIR]
+        [--plot]
+
+The stream: each "day" draws its ids from a pool of which 20-40% (uniform per day) were never seen before, the rest
+carried over from the previous day's pool; within a day ids are Zipf-distributed (exponent 1.1) over the pool. A
+sample has ``--fields`` ids (one per field, each field its own id space) and a label drawn from a planted logistic
+model (every id has a hidden weight from its hash), so there is signal to learn.
+
+The model: sparse logistic regression on the table (Adagrad): logit = sum over the sample's rows of their first
+float (the other ``--dim - 1`` floats ride along, as a wider embedding's would, so records have a realistic size);
+the gradient of the log loss goes back by ``push``. Progressive AUC: every batch is scored before training on it,
+and the AUC of all those scores is reported (and per day).
+
+1. Rows, table bytes and process RSS after every day, for: unbounded; --cap (max_rows, lfu, a pass every 100
+   steps); admission min_count 2, 3, 5; each in its own process (RSS is the process's).
+2. Cost of the rules: the same batches pushed alternately (chunks of 25 steps, order alternating every round) into
+   a table without rules and one with Evict(ttl_steps = a year, every_steps=100): every push counts uses and
+   last_step, a pass scans the table every 100 steps but frees nothing, so the tables hold the same rows. Cost =
+   median over rounds of (rules seconds / plain seconds) - 1, with the spread of an A/A run (both without rules).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+
+from xdl_ec.sparse.row_rules import Admit, Evict
+from xdl_ec.sparse.table import EmbeddingTable
+
+FIELD_SPACE = 1 << 40  # ids of field f are f * FIELD_SPACE + local id
+
+
+def hidden_weight(ids: np.ndarray) -> np.ndarray:
+    """The planted model's weight of each id: a deterministic function of the id, mean 0, sd 0.6."""
+    x = (ids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)
+    return (x.astype(np.float64) / float(1 << 24) - 0.5) * 2.0
+
+
+class DriftingStream:
+    """Batches (ids int64[batch, fields], labels float32[batch]) of the drifting stream described above."""
+
+    def __init__(self, days: int, steps_per_day: int, batch: int, fields: int, ids_per_day: int, seed: int) -> None:
+        self.days, self.steps_per_day, self.batch, self.fields = days, steps_per_day, batch, fields
+        self.ids_per_day, self.seed = ids_per_day, seed
+
+    def __iter__(self) -> Iterator[Tuple[int, np.ndarray, np.ndarray]]:
+        rng = np.random.default_rng(self.seed)
+        next_id = 0
+        pool = np.arange(self.ids_per_day, dtype=np.int64)
+        next_id = self.ids_per_day
+        ranks = np.arange(1, self.ids_per_day + 1, dtype=np.float64) ** -1.1
+        zipf = ranks / ranks.sum()
+        for day in range(self.days):
+            if day:
+                fresh = int(self.ids_per_day * rng.uniform(0.2, 0.4))
+                kept = rng.permutation(pool)[: self.ids_per_day - fresh]
+                pool = np.concatenate([kept, np.arange(next_id, next_id + fresh, dtype=np.int64)])
+                next_id += fresh
+            order = rng.permutation(pool)  # which ids are popular today
+            for _ in range(self.steps_per_day):
+                local = order[rng.choice(self.ids_per_day, size=(self.batch, self.fields), p=zipf)]
+                ids = local + np.arange(self.fields, dtype=np.int64) * FIELD_SPACE
+                logit = hidden_weight(ids).sum(axis=1) * 0.8
+                labels = (rng.random(self.batch) < 1.0 / (1.0 + np.exp(-logit))).astype(np.float32)
+                yield day, ids, labels
+
+
+def auc(scores: np.ndarray, labels: np.ndarray) -> float:
+    """Area under the ROC curve (Mann-Whitney, ties averaged)."""
+    order = np.argsort(scores, kind="mergesort")
+    ranked = np.empty(scores.size)
+    sorted_scores = scores[order]
+    edges = np.flatnonzero(np.diff(sorted_scores)) + 1
+    starts = np.concatenate([[0], edges])
+    ends = np.concatenate([edges, [scores.size]])
+    for s, e in zip(starts, ends):
+        ranked[order[s:e]] = (s + e + 1) / 2.0
+    positive = labels > 0.5
+    n_pos, n_neg = int(positive.sum()), int((~positive).sum())
+    if not n_pos or not n_neg:
+        return float("nan")
+    return float((ranked[positive].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def make_table(kind: str, cap: int, dim: int) -> EmbeddingTable:
+    rules: Dict[str, Any] = {}
+    if kind == "cap":
+        rules["evict"] = Evict(max_rows=cap, policy="lfu", every_steps=100)
+    elif kind.startswith("admit"):
+        rules["admit"] = Admit(min_count=int(kind[len("admit") :]))
+    elif kind == "counting":  # words counted on every push, a (freeing nothing) pass every 100 steps
+        rules["evict"] = Evict(ttl_steps=10**12, every_steps=100)
+    elif kind == "counting-only":  # words counted on every push, no pass within the run
+        rules["evict"] = Evict(ttl_steps=10**12, every_steps=10**9)
+    elif kind != "plain":
+        raise ValueError(f"unknown table kind {kind!r}")
+    return EmbeddingTable("ids", dim, optimizer="adagrad", initializer="zeros", **rules)
+
+
+def train_step(table: EmbeddingTable, ids: np.ndarray, labels: np.ndarray, step: int) -> np.ndarray:
+    """Scores the batch (before training on it), then pushes the log-loss gradient; returns the scores."""
+    flat = ids.reshape(-1)
+    rows = table.pull(flat)
+    logit = rows[:, 0].reshape(ids.shape).sum(axis=1)
+    p = 1.0 / (1.0 + np.exp(-logit))
+    grads = np.zeros_like(rows)
+    grads[:, 0] = np.repeat((p - labels).astype(np.float32), ids.shape[1]) / ids.shape[0]
+    table.push(flat, grads, step=step)
+    return p
+
+
+def run_kind(args: argparse.Namespace, kind: str) -> Dict[str, Any]:
+    """One table kind over the whole stream: rows, bytes and RSS after each day, progressive AUC."""
+    table = make_table(kind, args.cap, args.dim)
+    stream = DriftingStream(args.days, args.steps_per_day, args.batch, args.fields, args.ids_per_day, args.seed)
+    days: List[Dict[str, Any]] = []
+    scores: List[np.ndarray] = []
+    labels_all: List[np.ndarray] = []
+    day_scores: List[np.ndarray] = []
+    day_labels: List[np.ndarray] = []
+    current = 0
+    start = time.perf_counter()
+
+    def close_day(day: int) -> None:
+        report = table.bounded_report() if table.config.bounded else None
+        memory = table.memory_stats()
+        days.append(
+            {
+                "day": day,
+                "rows": int(report["rows"]) if report else len(table),
+                "records": len(table),
+                "bytes": int(memory["held_bytes"]),
+                "rss": rss_bytes(),
+                "auc_day": auc(np.concatenate(day_scores), np.concatenate(day_labels)),
+                "report": report,
+            }
+        )
+
+    for step, (day, ids, labels) in enumerate(stream, start=1):
+        if day != current:
+            close_day(current)
+            day_scores.clear()
+            day_labels.clear()
+            current = day
+        p = train_step(table, ids, labels, step)
+        scores.append(p)
+        labels_all.append(labels)
+        day_scores.append(p)
+        day_labels.append(labels)
+    close_day(current)
+    seconds = time.perf_counter() - start
+    samples = args.days * args.steps_per_day * args.batch
+    return {
+        "kind": kind,
+        "samples": samples,
+        "seconds": seconds,
+        "samples_per_sec": samples / seconds,
+        "auc": auc(np.concatenate(scores), np.concatenate(labels_all)),
+        "days": days,
+    }
+
+
+def run_cost(args: argparse.Namespace, rules_kind: str) -> Dict[str, Any]:
+    """Interleaved chunks on the same batches: plain table vs ``rules_kind``; per-round time ratios."""
+    plain, ruled = make_table("plain", args.cap, args.dim), make_table(rules_kind, args.cap, args.dim)
+    stream = iter(DriftingStream(args.days, args.steps_per_day, args.batch, args.fields, args.ids_per_day, args.seed))
+    ratios: List[float] = []
+    step = 0
+    for r in range(args.rounds):
+        chunk = []
+        for _ in range(args.chunk):
+            try:
+                chunk.append(next(stream))
+            except StopIteration:
+                break
+        if len(chunk) < args.chunk:
+            break
+        timing = {}
+        order = [("plain", plain), ("rules", ruled)]
+        if r % 2:
+            order.reverse()
+        for name, table in order:
+            t0 = time.perf_counter()
+            for i, (_, ids, labels) in enumerate(chunk):
+                train_step(table, ids, labels, step + i + 1)
+            timing[name] = time.perf_counter() - t0
+        step += len(chunk)
+        ratios.append(timing["rules"] / timing["plain"])
+    ratios.sort()
+    return {
+        "rules": rules_kind,
+        "rounds": len(ratios),
+        "median_ratio": statistics.median(ratios),
+        "p10": ratios[len(ratios) // 10],
+        "p90": ratios[(9 * len(ratios)) // 10],
+        "rows": [len(plain), len(ruled)],
+    }
+
+
+def plot(results: List[Dict[str, Any]], path: Path) -> Optional[str]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for r in results:
+        days = [d["day"] for d in r["days"]]
+        axes[0].plot(days, [d["rows"] for d in r["days"]], marker="o", label=r["kind"])
+        axes[1].plot(days, [d["rss"] / 2**20 for d in r["days"]], marker="o", label=r["kind"])
+    axes[0].set(xlabel="day", ylabel="rows", title="rows after each day")
+    axes[1].set(xlabel="day", ylabel="RSS (MiB)", title="process RSS after each day")
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    return str(path)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--days", type=int, default=12)
+    p.add_argument("--steps-per-day", type=int, default=150)
+    p.add_argument("--batch", type=int, default=512)
+    p.add_argument("--fields", type=int, default=8)
+    p.add_argument("--ids-per-day", type=int, default=40000)
+    p.add_argument("--dim", type=int, default=8)
+    p.add_argument("--cap", type=int, default=60000)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=40)
+    p.add_argument("--chunk", type=int, default=25)
+    p.add_argument("--kinds", default="plain,cap,admit2,admit3,admit5")
+    p.add_argument("--out", default="bench-results/bounded_tables")
+    p.add_argument("--plot", action="store_true")
+    p.add_argument("--cost-only", action="store_true", help="only the interleaved cost runs")
+    p.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one kind in this process, print its JSON
+    args = p.parse_args()
+    if args.one:
+        print(json.dumps(run_kind(args, args.one)))
+        return 0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    base = [a for a in sys.argv[1:] if a != "--plot"]
+    results = []
+    for kind in [] if args.cost_only else args.kinds.split(","):
+        done = subprocess.run(
+            [sys.executable, "-P", __file__, *base, "--one", kind],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=os.environ.copy(),
+        )
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        results.append(result)
+        last = result["days"][-1]
+        print(
+            f"{kind:8s} rows {last['rows']:>9,} records {last['records']:>9,} bytes {last['bytes'] / 2**20:7.1f} MiB "
+            f"RSS {last['rss'] / 2**20:7.1f} MiB  progressive AUC {result['auc']:.4f}  "
+            f"{result['samples_per_sec']:,.0f} samples/s",
+            flush=True,
+        )
+    costs = {kind: run_cost(args, kind) for kind in ("counting", "counting-only", "plain")}
+    for kind, what in (
+        ("counting", "counting + a pass every 100 steps"),
+        ("counting-only", "counting alone"),
+        ("plain", "A/A (both without rules)"),
+    ):
+        c = costs[kind]
+        print(
+            f"{what}: median time ratio {c['median_ratio']:.4f} (p10 {c['p10']:.4f}, p90 {c['p90']:.4f}, "
+            f"{c['rounds']} rounds)"
+        )
+    report = {"args": vars(args), "runs": results, "cost": costs}
+    (out / "bounded_tables.json").write_text(json.dumps(report, indent=1))
+    if args.plot:
+        drawn = plot(results, out / "bounded_tables.png")
+        if drawn:
+            print(f"plot: {drawn}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
