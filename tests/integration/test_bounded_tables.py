@@ -262,3 +262,22 @@ def test_a_resumed_bounded_run_ends_at_the_uninterrupted_digest(tmp_path: Path, 
     shutil.rmtree(newest)  # as if the run had died after step 10
     resumed = cli("--resume", str(saves), *resume_on)
     assert resumed["resumed_from"]["step"] == 10 and resumed["model_digest"] == full["model_digest"]
+
+
+def test_a_backstop_of_a_bounded_table_resumes_at_the_failure_free_model(tmp_path: Path, failure_free: Any) -> None:
+    """A backstop cuts a bounded table whole, with its eviction words and pending ids: more than r servers lost,
+    the resume from the backstop ends at the failure-free digest."""
+    config = small_config(steps=STEPS, **RULES)
+    doomed = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), fail_at=["7:0", "7:1"])
+    with pytest.raises(Exception, match="resume from the backstop"):
+        criteo_job(config).fit(
+            cluster=doomed, deterministic=True, seed=config.seed, save_dir=tmp_path, backstop_every="2"
+        )
+    report = criteo_job(config).fit(
+        cluster=xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1)),
+        deterministic=True,
+        seed=config.seed,
+        resume=tmp_path,
+    )
+    assert report["resumed_from"]["step"] == 6
+    assert report["model_digest"] == failure_free(3, 1, steps=STEPS, **RULES)["model_digest"]

@@ -72,7 +72,8 @@ class Backstop(RunSaver):
         position, extra = run.reader_position(), self.extra(run)
         step = run.step
         self.cut_seconds += time.perf_counter() - start
-        full = full and all(c["full"] for c in changes)
+        # full when every server cut whole: asked for, or a server that must (fresh, rebuilt, a bounded table)
+        full = all(c["full"] for c in changes)
         chain = [] if full else list(self._chain)
         extra["backstop"] = {"full": full, "chain": chain}
         self._writer = threading.Thread(target=self._write, name="xdl-ec-backstop", daemon=True,

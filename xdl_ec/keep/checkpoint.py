@@ -355,7 +355,8 @@ class ShardCheckpoint(_SavedCheckpoint):
                     values = np.ascontiguousarray(rows[name]["values"], dtype=np.float32).reshape(k.size, shard.dim)
                     state = np.ascontiguousarray(rows[name]["state"], dtype=np.float32).reshape(
                         k.size, shard.state_floats)
-                    words: List[Any] = []  # rows given: no eviction words with them
+                    given = rows[name]  # a bounded table's words and pending ids come with its rows, if at all
+                    words: List[Any] = [given["uses"], given["last_step"]] if "uses" in given else []
                 else:
                     k, values, state, *words = shard.export(with_words=bool(shard.config.row_policy.active))
                 if keys is not None:
@@ -364,12 +365,18 @@ class ShardCheckpoint(_SavedCheckpoint):
                     words = [w[mask] for w in words]
                 arrays = {"keys": k, "values": values, "state": state}
                 if words:  # a bounded table (xdl_ec.sparse.row_rules): what its eviction and admission decide on
-                    arrays["uses"], arrays["last_step"] = words
-                    pending = dict(zip(("pending_keys", "pending_uses", "pending_last_step"), shard.export_pending()))
+                    arrays["uses"] = np.ascontiguousarray(words[0], dtype=np.uint32)
+                    arrays["last_step"] = np.ascontiguousarray(words[1], dtype=np.int64)
+                    fields = ("pending_keys", "pending_uses", "pending_last_step")
+                    if rows is not None:
+                        pending = {f: rows[name][f] for f in fields} if fields[0] in rows[name] else {}
+                    else:
+                        pending = dict(zip(fields, shard.export_pending()))
                     if keys is not None:
                         held = np.isin(pending["pending_keys"], wanted[name])
                         pending = {field: array[held] for field, array in pending.items()}
-                    arrays.update(pending)
+                    dtypes = {"pending_keys": np.int64, "pending_uses": np.uint32, "pending_last_step": np.int64}
+                    arrays.update({f: np.ascontiguousarray(a, dtype=dtypes[f]) for f, a in pending.items()})
                 if update_counts is not None and name in update_counts:
                     counts = np.asarray(update_counts[name](k))
                     if counts.shape != k.shape or counts.dtype.kind not in "iu":

@@ -411,13 +411,21 @@ class ParameterServer(LinkHost):
     def take_changes(self, full: bool) -> Dict[str, Any]:
         """An incremental backstop's cut (at a quiescent point): ``{"full": bool, "tables": {name: rows}}`` with
         the rows changed since the previous cut, or every row when ``full`` is asked or this server has not been
-        tracking changes (a fresh or rebuilt server), which starts tracking from here."""
+        tracking changes (a fresh or rebuilt server), which starts tracking from here. A bounded table (admit /
+        evict rules) is always cut whole, with its rows' eviction words and its pending ids: an increment would
+        carry neither the rows its passes freed nor the words."""
         with self.lock:
             whole = full or not all(t.shard.tracking_dirty for t in self._tables.values())
+            whole = whole or any(t.config.bounded for t in self._tables.values())
             out = {}
             for name, t in self._tables.items():
                 if whole:
                     t.shard.track_dirty(True)
+                    if t.config.bounded:
+                        out[name] = t.export(with_words=True)
+                        pending = t.shard.export_pending()
+                        out[name].update(zip(("pending_keys", "pending_uses", "pending_last_step"), pending))
+                        continue
                     rows = t.shard.export()
                 else:
                     rows = t.shard.take_dirty()
