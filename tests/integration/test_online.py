@@ -243,6 +243,19 @@ def by_batch(entries: list) -> dict:
     return out
 
 
+def test_the_built_in_job_on_a_stream_from_python_stops_after_its_steps(tmp_path: Path) -> None:
+    from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job
+
+    # no idle exit: the run ends after its steps without waiting for rows past them
+    config = TrainConfig(stream=str(stream_dir(tmp_path, 2)), stream_idle_exit=None, batch_size=BATCH, steps=4,
+                         progress=False)
+    job = criteo_job(config)
+    assert job.spec.eval_fn is None  # a stream has no hold-out: progressive validation measures it
+    report = job.fit(cluster=xdl_ec.Cluster(servers=2, workers=2))
+    assert report["steps"] == 2 and report["samples"] == 4 * BATCH and report["progressive"]["samples"] == 4 * BATCH
+    assert [w["input"]["stream_file"] for w in report["workers"]] == ["part-01", "part-01"]
+
+
 def test_stream_flags_that_cannot_work_are_usage_errors(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     assert main(["train", "--stream", str(tmp_path / "nope")]) == 2
     assert "--stream: no such directory" in capsys.readouterr().err

@@ -153,8 +153,9 @@ def as_job_batch(batch: Batch) -> Dict[str, Any]:
 
 
 class StreamBatches:
-    """One worker's share of a stream's batches (worker i of W: batches i, i + W, ... of the stream), with its
-    position after each for a save (``position_after``) and a resume there (``resume_at``)."""
+    """One worker's share of a stream's batches (worker i of W: batches i, i + W, ... of the stream, the first
+    ``steps`` when given), with its position after each for a save (``position_after``) and a resume there
+    (``resume_at``)."""
 
     KEPT_POSITIONS = 256  # batches handed out but not yet trained (prefetched) are a few; a save asks for one
 
@@ -177,7 +178,13 @@ class StreamBatches:
                                   start=self._start["stream"])
         own = int(self._start["batches"])
         self._positions = collections.OrderedDict({own: self._start})
-        for batch, position in self._stream.batches(c.batch_size, c.on_bad_line):
+        batches = self._stream.batches(c.batch_size, c.on_bad_line)
+        # the run's first ``steps`` batches when given (as on a file), stopping before waiting for more rows
+        while c.steps is None or self._stream.batch < c.steps:
+            cut = next(batches, None)
+            if cut is None:
+                return
+            batch, position = cut
             if (position["batch"] - 1) % self._count != self._worker:
                 continue
             own += 1
