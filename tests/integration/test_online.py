@@ -256,6 +256,24 @@ def test_the_built_in_job_on_a_stream_from_python_stops_after_its_steps(tmp_path
     assert [w["input"]["stream_file"] for w in report["workers"]] == ["part-01", "part-01"]
 
 
+def test_a_rollback_on_a_stream_resumes_at_the_kept_position_and_ends_exact(tmp_path: Path) -> None:
+    """--ft ckpt rolls every worker back to the last checkpoint: their inputs continue at the stream position they
+    kept for that batch (a new reader starting inside a later file), and the run ends at the failure-free model."""
+    from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job
+
+    config = TrainConfig(stream=str(stream_dir(tmp_path, FILES)), stream_idle_exit=0.0, batch_size=BATCH,
+                         progress=False, seed=1)
+    free = criteo_job(config).fit(cluster=xdl_ec.Cluster(servers=3, workers=2), deterministic=True, seed=1)
+    cluster = xdl_ec.Cluster(servers=3, workers=2, ft="ckpt", ckpt_interval="3", ckpt_dir=str(tmp_path / "ckpt"),
+                             fail_at=("5:1",))
+    report = criteo_job(config).fit(cluster=cluster, deterministic=True, seed=1)
+    assert len(report["failures"]) == 1 and report["lost_samples"] > 0
+    assert report["model_digest"] == free["model_digest"]
+    # the rolled-back readers began at their positions (end of batch 6 of 18: inside the second file), so each
+    # new reader finished fewer files than the stream has
+    assert all(w["input"]["stream_files_read"] < FILES for w in report["workers"])
+
+
 def test_stream_flags_that_cannot_work_are_usage_errors(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     assert main(["train", "--stream", str(tmp_path / "nope")]) == 2
     assert "--stream: no such directory" in capsys.readouterr().err

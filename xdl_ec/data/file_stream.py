@@ -12,6 +12,9 @@ polling the directory every ``poll`` seconds, and ends when no new file came for
 Positions: ``{"file": name, "offset": bytes, "line": lines, "batch": batches}``: everything before byte ``offset``
 (``line`` lines) of ``file`` and every file whose name sorts before it is consumed; ``batch`` counts the batches cut
 so far. Resuming a plain file seeks to the offset; a gzipped one decompresses up to it (reading nothing before).
+A job resumed from a save, or rolled back by ``--ft ckpt``, continues at such a position; a worker restarted in a new
+process (``--fail-worker-at``) skips to its batch count from the first file, so keep files until a run has saved
+past them.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ skipped batches are neither checked nor looked up).
 
 An input that knows where it is (an endless stream, :func:`xdl_ec.data.stream`) avoids that re-reading: when the
 iterable ``input_fn`` returns has ``position_after(batches)`` (a JSON-able state after its ``batches``-th batch,
-asked at a save) and ``resume_at(state)`` (called before iterating), a seek given that state resumes there.
+asked at a save) and ``resume_at(state)`` (called before iterating), a seek given that state resumes there, and so
+does a rollback to a batch the input still knows the position of (a restarted worker, a new process, skips).
 """
 
 from __future__ import annotations
@@ -87,11 +88,20 @@ class InputStream:
         """Continues after the first ``position`` batches (see the module docstring for the cost); ``state``: the
         input's own position after them (:meth:`input_position`), resumed without re-reading."""
         position = checks.integer("position", position, 0)
+        if state is None and position > 0:
+            # a rollback within this worker: the input may still know where that batch ended
+            state = self._known_position(position)
         if self._prefetch is not None:
             self._prefetch.close()
         self._prefetch = Prefetcher(self._batches(position, state), depth=PREFETCH_DEPTH)
         self.position = position
         return position
+
+    def _known_position(self, batches: int) -> Optional[Any]:
+        try:
+            return self.input_position(batches)
+        except (KeyError, ValueError):  # not among the positions it keeps: skip to it instead
+            return None
 
     def input_position(self, batches: int) -> Optional[Any]:
         """The input's own position after its ``batches``-th batch (None: the input does not know it)."""
