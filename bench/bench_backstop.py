@@ -27,16 +27,20 @@ from typing import Any, Dict, List, Tuple
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from xdl_ec.keep.backstop import Backstop  # noqa: E402
 from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job  # noqa: E402
 from xdl_ec.ft.configs import EcConfig  # noqa: E402
 from xdl_ec.ft.factory import make_strategy  # noqa: E402
+from xdl_ec.keep.backstop import Backstop  # noqa: E402
 from xdl_ec.ps import ClusterConfig, PSTrainer, RunSettings  # noqa: E402
 
 
 def make_trainer(job: Any, seed: int) -> PSTrainer:
-    return PSTrainer(job.spec, ClusterConfig(servers=3), RunSettings(seed=seed, deterministic=True),
-                     make_strategy(EcConfig(code=(2, 1))))
+    return PSTrainer(
+        job.spec,
+        ClusterConfig(servers=3),
+        RunSettings(seed=seed, deterministic=True),
+        make_strategy(EcConfig(code=(2, 1))),
+    )
 
 
 def bootstrap(ratios: List[float], seed: int = 0, n: int = 2000) -> Tuple[float, float]:
@@ -46,11 +50,18 @@ def bootstrap(ratios: List[float], seed: int = 0, n: int = 2000) -> Tuple[float,
 
 
 def run_pair(args: argparse.Namespace, rounds: int, backstop_first: bool, directory: str) -> Dict[str, Any]:
-    config = TrainConfig(synthetic=True, synthetic_rows=args.rows, batch_size=args.batch, seed=args.seed,
-                         steps=(rounds + 1) * args.chunk, deterministic=True, progress=False)
+    config = TrainConfig(
+        synthetic=True,
+        synthetic_rows=args.rows,
+        batch_size=args.batch,
+        seed=args.seed,
+        steps=(rounds + 1) * args.chunk,
+        deterministic=True,
+        progress=False,
+    )
     job = criteo_job(config)
     made = []
-    for side in (("backstop", "ec") if backstop_first else ("ec", "backstop")):
+    for side in ("backstop", "ec") if backstop_first else ("ec", "backstop"):
         made.append((side, make_trainer(job, args.seed)))
     trainers = dict(made)
     backstop = None
@@ -74,8 +85,11 @@ def run_pair(args: argparse.Namespace, rounds: int, backstop_first: bool, direct
         digests = {side: t.digest() for side, t in trainers.items()}
         assert digests["ec"] == digests["backstop"], "the two clusters trained different models"
         tables = trainers["backstop"].scheduler.server_stats()
-        return {"seconds": seconds, "increments": [] if backstop is None else list(backstop.increments),
-                "rows": sum(sum(s["rows"].values()) for s in tables)}
+        return {
+            "seconds": seconds,
+            "increments": [] if backstop is None else list(backstop.increments),
+            "rows": sum(sum(s["rows"].values()) for s in tables),
+        }
     finally:
         if backstop is not None:
             backstop.close()
@@ -107,18 +121,24 @@ def main() -> None:
             totals["ec"] += a
             totals["backstop"] += b
         increments += result["increments"]
-        print(f"pair {pair + 1}/{args.pairs}: {rounds} rounds, median ratio "
-              f"{statistics.median(r for r in ratios[-rounds:]):.4f}, table rows {result['rows']:,}")
+        print(
+            f"pair {pair + 1}/{args.pairs}: {rounds} rounds, median ratio "
+            f"{statistics.median(r for r in ratios[-rounds:]):.4f}, table rows {result['rows']:,}"
+        )
     low, high = bootstrap(ratios)
     what = "A/A (no backstop on either side)" if args.aa else f"backstop every {args.every}"
     print(f"\n{what}, batch {args.batch}, {args.chunk}-step turns, {len(ratios)} rounds over {args.pairs} pair(s):")
-    print(f"  overhead on top of ec: median {statistics.median(ratios) - 1:+.2%} "
-          f"(95% CI {low - 1:+.2%} .. {high - 1:+.2%}), totals {totals['backstop'] / totals['ec'] - 1:+.2%}")
+    print(
+        f"  overhead on top of ec: median {statistics.median(ratios) - 1:+.2%} "
+        f"(95% CI {low - 1:+.2%} .. {high - 1:+.2%}), totals {totals['backstop'] / totals['ec'] - 1:+.2%}"
+    )
     if increments:
         print("  increments (step, full, rows, bytes, write s):")
         for i in increments:
-            print(f"    {i['step']:>6} {'full' if i['full'] else 'incr':>4} {i['rows']:>9,} {i['bytes']:>12,} "
-                  f"{i['write_seconds']:.3f}")
+            print(
+                f"    {i['step']:>6} {'full' if i['full'] else 'incr':>4} {i['rows']:>9,} {i['bytes']:>12,} "
+                f"{i['write_seconds']:.3f}"
+            )
         partial = [i for i in increments if not i["full"] and i["rows"]]
         if partial:
             per_row = [i["bytes"] / i["rows"] for i in partial]

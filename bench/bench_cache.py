@@ -36,20 +36,27 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # shaped_loopback, beside this file (python -P too)
 
 import numpy as np  # noqa: E402
+from shaped_loopback import ShapedLoopback  # noqa: E402
 
 import xdl_ec  # noqa: E402
-from shaped_loopback import ShapedLoopback  # noqa: E402
 from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job, open_training_data, train_batch_stream  # noqa: E402
 
 CRITEO = Path(__file__).resolve().parents[2] / "shared" / "data" / "criteo_kaggle_train_head10k.tsv.gz"
 
 
 def config_for(data: str, args: argparse.Namespace) -> Optional[TrainConfig]:
-    common = dict(steps=args.steps, batch_size=args.batch, seed=args.seed, deterministic=True, progress=False,
-                  emb_dim=args.emb_dim)
+    common = dict(
+        steps=args.steps,
+        batch_size=args.batch,
+        seed=args.seed,
+        deterministic=True,
+        progress=False,
+        emb_dim=args.emb_dim,
+    )
     if data.startswith("synthetic-"):
-        return TrainConfig(synthetic=True, synthetic_zipf=float(data.split("-", 1)[1]), synthetic_rows=args.rows,
-                           **common)
+        return TrainConfig(
+            synthetic=True, synthetic_zipf=float(data.split("-", 1)[1]), synthetic_rows=args.rows, **common
+        )
     if data == "criteo":
         return TrainConfig(data=str(CRITEO), **common) if CRITEO.is_file() else None
     raise ValueError(f"--data: unknown data set {data!r}")
@@ -62,9 +69,15 @@ def run(config: TrainConfig, args: argparse.Namespace, cache: Optional[xdl_ec.Ca
     report = job.fit(steps=args.steps, cluster=cluster, deterministic=True, seed=args.seed)
     moved = report["bytes_pulled_per_sample"] + report["bytes_pushed_per_sample"]
     stats = (report.get("cache") or {}).get("criteo_categorical", {})
-    return {"bytes_per_sample": moved, "samples_per_sec": report["samples_per_sec"], "auc": report.get("auc"),
-            "hit_rate": stats.get("hit_rate"), "staleness_max": stats.get("staleness_max"),
-            "staleness_mean": stats.get("staleness_mean"), "wall_seconds": time.perf_counter() - start}
+    return {
+        "bytes_per_sample": moved,
+        "samples_per_sec": report["samples_per_sec"],
+        "auc": report.get("auc"),
+        "hit_rate": stats.get("hit_rate"),
+        "staleness_max": stats.get("staleness_max"),
+        "staleness_mean": stats.get("staleness_mean"),
+        "wall_seconds": time.perf_counter() - start,
+    }
 
 
 def oracle_hit_rate(config: TrainConfig, share: float) -> float:
@@ -72,7 +85,7 @@ def oracle_hit_rate(config: TrainConfig, share: float) -> float:
     that occur in the most batches, each missing once (its first use inserts the row) and hitting after."""
     batches = train_batch_stream(open_training_data(config), config, config.steps)
     _, counts = np.unique(np.concatenate([np.unique(b.sparse) for b in batches]), return_counts=True)
-    hottest = np.sort(counts)[::-1][:int(counts.size * share / 100)]
+    hottest = np.sort(counts)[::-1][: int(counts.size * share / 100)]
     return float((hottest - 1).sum() / counts.sum())
 
 
@@ -88,10 +101,16 @@ def main() -> None:
     parser.add_argument("--data", default="synthetic-1.1,synthetic-1.3,criteo")
     parser.add_argument("--policy", default="lfu", choices=("lfu", "lru"))
     parser.add_argument("--ray-pairs", type=int, default=0)
-    parser.add_argument("--net-rates", default="none",
-                        help="loopback rates for the Ray pairs: none (as it is) and/or tc rates such as 1gbit")
-    parser.add_argument("--aa", action="store_true",
-                        help="also an A/A pair (no cache twice) per rate and pair: the noise floor of the ratios")
+    parser.add_argument(
+        "--net-rates",
+        default="none",
+        help="loopback rates for the Ray pairs: none (as it is) and/or tc rates such as 1gbit",
+    )
+    parser.add_argument(
+        "--aa",
+        action="store_true",
+        help="also an A/A pair (no cache twice) per rate and pair: the noise floor of the ratios",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default="bench-cache-out")
     args = parser.parse_args()
@@ -108,26 +127,37 @@ def main() -> None:
         rows: List[dict] = []
         oracle = {share: oracle_hit_rate(config, share) for share in shares}
         baselines = [run(config, args, None)]
-        print(f"{data}: no cache {baselines[0]['bytes_per_sample']:.0f} B/sample, "
-              f"{baselines[0]['samples_per_sec']:.0f} samples/s, AUC {baselines[0]['auc']:.4f}; static oracle's "
-              f"hit rate " + ", ".join(f"{oracle[s]:.3f} at {s:g}%" for s in shares))
+        print(
+            f"{data}: no cache {baselines[0]['bytes_per_sample']:.0f} B/sample, "
+            f"{baselines[0]['samples_per_sec']:.0f} samples/s, AUC {baselines[0]['auc']:.4f}; static oracle's "
+            f"hit rate " + ", ".join(f"{oracle[s]:.3f} at {s:g}%" for s in shares)
+        )
         for share in shares:
             for s in stalenesses:
                 cached = run(config, args, xdl_ec.Cache(rows=f"{share:g}%", staleness=s, policy=args.policy))
                 baselines.append(run(config, args, None))  # a no-cache run beside every cached one
                 near = statistics.mean(b["samples_per_sec"] for b in baselines[-2:])
                 base = baselines[0]
-                row = {"share": share, "staleness": s, **cached,
-                       "traffic_reduction": 1 - cached["bytes_per_sample"] / base["bytes_per_sample"],
-                       "auc_delta": None if cached["auc"] is None else cached["auc"] - base["auc"],
-                       "speed_ratio": cached["samples_per_sec"] / near}
+                row = {
+                    "share": share,
+                    "staleness": s,
+                    **cached,
+                    "traffic_reduction": 1 - cached["bytes_per_sample"] / base["bytes_per_sample"],
+                    "auc_delta": None if cached["auc"] is None else cached["auc"] - base["auc"],
+                    "speed_ratio": cached["samples_per_sec"] / near,
+                }
                 rows.append(row)
-                print(f"  cache {share:g}% S={s:<3}: traffic saved {row['traffic_reduction']:+.1%}, hit rate "
-                      f"{row['hit_rate']:.3f}, AUC {row['auc_delta']:+.4f}, samples/s x{row['speed_ratio']:.2f}")
+                print(
+                    f"  cache {share:g}% S={s:<3}: traffic saved {row['traffic_reduction']:+.1%}, hit rate "
+                    f"{row['hit_rate']:.3f}, AUC {row['auc_delta']:+.4f}, samples/s x{row['speed_ratio']:.2f}"
+                )
         speeds = [b["samples_per_sec"] for b in baselines]
-        results["data"][data] = {"no_cache": baselines[0], "cached": rows, "oracle_hit_rate": oracle,
-                                 "no_cache_samples_per_sec": {"min": min(speeds), "max": max(speeds),
-                                                              "runs": len(speeds)}}
+        results["data"][data] = {
+            "no_cache": baselines[0],
+            "cached": rows,
+            "oracle_hit_rate": oracle,
+            "no_cache_samples_per_sec": {"min": min(speeds), "max": max(speeds), "runs": len(speeds)},
+        }
     if args.ray_pairs:
         config = config_for(args.data.split(",")[0], args)
         results["ray"] = {}
@@ -136,18 +166,26 @@ def main() -> None:
             for pair in range(args.ray_pairs):
                 with ShapedLoopback(rate):
                     plain = run(config, args, None, backend="ray")
-                    cached = run(config, args, xdl_ec.Cache(rows="10%", staleness=10, policy=args.policy),
-                                 backend="ray")
+                    cached = run(
+                        config, args, xdl_ec.Cache(rows="10%", staleness=10, policy=args.policy), backend="ray"
+                    )
                     again = run(config, args, None, backend="ray") if args.aa else None
-                pairs.append({"no_cache": plain["samples_per_sec"], "cache": cached["samples_per_sec"],
-                              "ratio": cached["samples_per_sec"] / plain["samples_per_sec"]})
+                pairs.append(
+                    {
+                        "no_cache": plain["samples_per_sec"],
+                        "cache": cached["samples_per_sec"],
+                        "ratio": cached["samples_per_sec"] / plain["samples_per_sec"],
+                    }
+                )
                 aa = ""
                 if again is not None:
                     pairs[-1]["aa_ratio"] = again["samples_per_sec"] / plain["samples_per_sec"]
                     aa = f"; A/A (no cache again) x{pairs[-1]['aa_ratio']:.2f}"
-                print(f"ray, loopback {rate}, pair {pair + 1}: no cache {plain['samples_per_sec']:.0f}, cache 10% "
-                      f"S=10 {cached['samples_per_sec']:.0f} samples/s (x{pairs[-1]['ratio']:.2f}); traffic saved "
-                      f"{1 - cached['bytes_per_sample'] / plain['bytes_per_sample']:+.1%}{aa}")
+                print(
+                    f"ray, loopback {rate}, pair {pair + 1}: no cache {plain['samples_per_sec']:.0f}, cache 10% "
+                    f"S=10 {cached['samples_per_sec']:.0f} samples/s (x{pairs[-1]['ratio']:.2f}); traffic saved "
+                    f"{1 - cached['bytes_per_sample'] / plain['bytes_per_sample']:+.1%}{aa}"
+                )
             results["ray"][rate] = pairs
     (out / "results.json").write_text(json.dumps(results, indent=2))
     plot(results, out / "cache.png", stalenesses)

@@ -61,9 +61,13 @@ def main() -> None:
     results = {}
     try:
         for label, save, load in (
-                ("checkpoint", lambda d: ShardCheckpoint.write(d, {"t": t}),
-                 lambda d: ShardCheckpoint.open(d).restore({"t": t})),
-                ("plain npy", lambda d: plain_save(d, t), lambda d: plain_load(d, t))):
+            (
+                "checkpoint",
+                lambda d: ShardCheckpoint.write(d, {"t": t}),
+                lambda d: ShardCheckpoint.open(d).restore({"t": t}),
+            ),
+            ("plain npy", lambda d: plain_save(d, t), lambda d: plain_load(d, t)),
+        ):
             best_save = best_load = float("inf")
             for i in range(args.repeats):
                 d = root / f"{label.replace(' ', '-')}-{i}"
@@ -75,8 +79,10 @@ def main() -> None:
                 best_load = min(best_load, time.perf_counter() - start)
                 shutil.rmtree(d)
             results[label] = (best_save, best_load)
-            print(f"{label:>11}: save {best_save:6.3f} s = {mb / best_save:7.1f} MB/s   "
-                  f"load {best_load:6.3f} s = {mb / best_load:7.1f} MB/s   ({len(t)} rows, {mb:.1f} MB)")
+            print(
+                f"{label:>11}: save {best_save:6.3f} s = {mb / best_save:7.1f} MB/s   "
+                f"load {best_load:6.3f} s = {mb / best_load:7.1f} MB/s   ({len(t)} rows, {mb:.1f} MB)"
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     (cs, cl), (ps, pl) = results["checkpoint"], results["plain npy"]
@@ -99,8 +105,10 @@ def main() -> None:
     for b in batches:
         t.push(b, grads)
     push_s = (time.perf_counter() - start) / len(batches)
-    print(f"MFU counting: {count_s * 1e6:.0f} us per batch of {batches[0].size} keys ({len(counter)} distinct "
-          f"rows): {count_s / push_s:.2f}x the push of that batch, {count_s / unique_s:.2f}x np.unique of it")
+    print(
+        f"MFU counting: {count_s * 1e6:.0f} us per batch of {batches[0].size} keys ({len(counter)} distinct "
+        f"rows): {count_s / push_s:.2f}x the push of that batch, {count_s / unique_s:.2f}x np.unique of it"
+    )
 
 
 if __name__ == "__main__":

@@ -47,11 +47,11 @@ def bench_update(r: int, region: int, block: int, repeats: int) -> tuple[float, 
 
     def apply() -> None:
         for off in offsets:
-            code.update(parity[:, off:off + block], 1, delta[off:off + block])
+            code.update(parity[:, off : off + block], 1, delta[off : off + block])
 
     def copy() -> None:
         for off in offsets:
-            np.copyto(dst[:, off:off + block], src[:, off:off + block])
+            np.copyto(dst[:, off : off + block], src[:, off : off + block])
 
     nbytes = r * region
     return nbytes / best_seconds(apply, repeats) / 1e9, nbytes / best_seconds(copy, repeats) / 1e9

@@ -41,19 +41,23 @@ from typing import Callable, Dict, List, Optional, Tuple
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from xdl_ec.benchmark.machine_cpu import busy_cpu_seconds  # noqa: E402
+from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job  # noqa: E402
 from xdl_ec.ft.configs import parse_code  # noqa: E402
 from xdl_ec.ft.ec_strategy import DEFAULT_REBUILD_SHARE, ErasureCoded  # noqa: E402
-from xdl_ec.ft.failure_schedule import FailureSchedule, Kill  # noqa: E402
 from xdl_ec.ft.failure_injector import FailureInjector  # noqa: E402
+from xdl_ec.ft.failure_schedule import FailureSchedule, Kill  # noqa: E402
 from xdl_ec.ps import ClusterConfig, PSTrainer, RunSettings  # noqa: E402
 from xdl_ec.ps.backend import connect_ray  # noqa: E402
-from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job  # noqa: E402
 
 
 def _trainer(config: TrainConfig, servers: int, strategy, kills=(), backend: str = "local") -> PSTrainer:
-    return PSTrainer(criteo_job(config).spec, ClusterConfig(servers=servers, workers=1, backend=backend),
-                     RunSettings(config.seed, config.deterministic), strategy,
-                     FailureInjector(FailureSchedule(list(kills))) if kills else None)
+    return PSTrainer(
+        criteo_job(config).spec,
+        ClusterConfig(servers=servers, workers=1, backend=backend),
+        RunSettings(config.seed, config.deterministic),
+        strategy,
+        FailureInjector(FailureSchedule(list(kills))) if kills else None,
+    )
 
 
 def _run(config: TrainConfig, servers: int, strategy, kills=(), backend: str = "local") -> dict:
@@ -87,8 +91,14 @@ def _turn(trainer: PSTrainer, steps: int) -> Turn:
         trainer.strategy.drain()
     end, cpu_end, own_end = time.perf_counter(), busy_cpu_seconds(), time.process_time()
     ends = [row[1] for row in report["timeline"]]
-    return Turn(end - start, None if cpu is None else cpu_end - cpu, own_end - own, report["samples"],
-                [b - a for a, b in zip([0.0] + ends, ends)], end - trained)
+    return Turn(
+        end - start,
+        None if cpu is None else cpu_end - cpu,
+        own_end - own,
+        report["samples"],
+        [b - a for a, b in zip([0.0] + ends, ends)],
+        end - trained,
+    )
 
 
 def _robust_ratio(none: List[Turn], ec: List[Turn]) -> float:
@@ -127,24 +137,35 @@ def _normal_operation(args: argparse.Namespace, k: int, r: int) -> float:
     per_round = lambda none, ec: statistics.median(e.seconds / n.seconds for n, e in zip(none, ec))  # noqa: E731
     seconds = {name: sum(t.seconds for t in turns[name]) for name in turns}
     samples = {name: sum(t.samples for t in turns[name]) for name in turns}
-    print(f"normal operation, {args.backend} backend, {k + r} servers, code k={k} r={r}, batch {args.batch}, "
-          f"{args.rounds} rounds of {args.chunk} steps per cluster, interleaved, over {args.pairs} cluster pair(s)"
-          f"{' (A/A: the cluster named ec runs without parity)' if args.aa else ''}:")
-    print(f"  none {samples['none'] / seconds['none']:,.0f} samples/s   ec {samples['ec'] / seconds['ec']:,.0f} "
-          f"samples/s (ec turns include draining parity: median {1000 * statistics.median(t.drain for t in turns['ec']):.2f} ms)")
+    print(
+        f"normal operation, {args.backend} backend, {k + r} servers, code k={k} r={r}, batch {args.batch}, "
+        f"{args.rounds} rounds of {args.chunk} steps per cluster, interleaved, over {args.pairs} cluster pair(s)"
+        f"{' (A/A: the cluster named ec runs without parity)' if args.aa else ''}:"
+    )
+    print(
+        f"  none {samples['none'] / seconds['none']:,.0f} samples/s   ec {samples['ec'] / seconds['ec']:,.0f} "
+        f"samples/s (ec turns include draining parity: median "
+        f"{1000 * statistics.median(t.drain for t in turns['ec']):.2f} ms)"
+    )
     for label, estimate in (("per-step medians", _robust_ratio), ("per-round turn seconds", per_round)):
         low, high = _bootstrap(pairs, estimate)
-        print(f"  overhead from {label}: {100 * (estimate(turns['none'], turns['ec']) - 1):+.2f}% "
-              f"(95% bootstrap interval over rounds {100 * (low - 1):+.2f}% .. {100 * (high - 1):+.2f}%)")
+        print(
+            f"  overhead from {label}: {100 * (estimate(turns['none'], turns['ec']) - 1):+.2f}% "
+            f"(95% bootstrap interval over rounds {100 * (low - 1):+.2f}% .. {100 * (high - 1):+.2f}%)"
+        )
     print(f"  overhead from total seconds: {100 * (seconds['ec'] / seconds['none'] - 1):+.2f}%")
     if all(t.cpu is not None for t in turns["none"] + turns["ec"]):
         cpu = {name: sum(t.cpu for t in turns[name]) / samples[name] * 1e6 for name in turns}
-        print(f"  busy CPU per sample (whole machine): none {cpu['none']:.1f} us   ec {cpu['ec']:.1f} us   ratio "
-              f"{cpu['ec'] / cpu['none']:.3f}")
+        print(
+            f"  busy CPU per sample (whole machine): none {cpu['none']:.1f} us   ec {cpu['ec']:.1f} us   ratio "
+            f"{cpu['ec'] / cpu['none']:.3f}"
+        )
     if args.backend == "local":  # the whole cluster is this process: its CPU time ignores other processes' load
         own = {name: sum(t.own_cpu for t in turns[name]) / samples[name] * 1e6 for name in turns}
-        print(f"  CPU per sample of this process: none {own['none']:.1f} us   ec {own['ec']:.1f} us   ratio "
-              f"{own['ec'] / own['none']:.3f}")
+        print(
+            f"  CPU per sample of this process: none {own['none']:.1f} us   ec {own['ec']:.1f} us   ratio "
+            f"{own['ec'] / own['none']:.3f}"
+        )
     print(f"  same model with and without parity: {same_model}")
     return samples["ec"] / seconds["ec"]
 
@@ -153,8 +174,15 @@ def _pair(args: argparse.Namespace, k: int, r: int, rounds: int, ec_first: bool)
     """One none / ec cluster pair (made in that order, or ec first), ``rounds`` interleaved rounds of turns:
     {"none": turns, "ec": turns, "same_model": digests equal} (``--pairs`` in the module docstring)."""
     steps = args.chunk * (rounds + 1)
-    config = TrainConfig(synthetic=True, synthetic_rows=args.batch * (steps + 8), batch_size=args.batch,
-                         steps=steps, deterministic=True, progress=False, seed=1)
+    config = TrainConfig(
+        synthetic=True,
+        synthetic_rows=args.batch * (steps + 8),
+        batch_size=args.batch,
+        steps=steps,
+        deterministic=True,
+        progress=False,
+        seed=1,
+    )
     trainers: Dict[str, PSTrainer] = {}
     try:
         for name in ("ec", "none") if ec_first else ("none", "ec"):
@@ -175,8 +203,15 @@ def _pair(args: argparse.Namespace, k: int, r: int, rounds: int, ec_first: bool)
 
 def _recovery(args: argparse.Namespace, k: int, r: int, normal_ec: float) -> None:
     """Part 2 (see the module docstring)."""
-    config = TrainConfig(synthetic=True, synthetic_rows=args.batch * (args.steps + 8), batch_size=args.batch,
-                         steps=args.steps, deterministic=True, progress=False, seed=1)
+    config = TrainConfig(
+        synthetic=True,
+        synthetic_rows=args.batch * (args.steps + 8),
+        batch_size=args.batch,
+        steps=args.steps,
+        deterministic=True,
+        progress=False,
+        seed=1,
+    )
     share = args.rebuild_share
     reference = _run(config, k + r, ErasureCoded(k, r, rebuild_share=share), backend=args.backend)["model_digest"]
     print(f"server 1 killed before step {args.fail_at} of {args.steps}, rebuild share {share:g}:")
@@ -189,13 +224,17 @@ def _recovery(args: argparse.Namespace, k: int, r: int, normal_ec: float) -> Non
         before = _before_kill(report["timeline"], args.fail_at)
         own.append(during / before)
         vs_normal.append(during / normal_ec)
-        print(f"  rebuild {failure['rebuild_seconds'] * 1000:.0f} ms over {strategy.boundaries_rebuilding} step "
-              f"boundaries, {during:,.0f} samples/s during it = {100 * own[-1]:.0f}% of its own steps before the "
-              f"kill ({before:,.0f}), degraded reads {report['degraded_reads']}, digest equals failure-free: "
-              f"{report['model_digest'] == reference}")
-    print(f"throughput during rebuild / the same run before the kill: median {100 * statistics.median(own):.0f}% "
-          f"(repeats {[round(100 * x) for x in own]}); / interleaved normal ec: median "
-          f"{100 * statistics.median(vs_normal):.0f}%; parity bytes {report['parity_bytes']:,}")
+        print(
+            f"  rebuild {failure['rebuild_seconds'] * 1000:.0f} ms over {strategy.boundaries_rebuilding} step "
+            f"boundaries, {during:,.0f} samples/s during it = {100 * own[-1]:.0f}% of its own steps before the "
+            f"kill ({before:,.0f}), degraded reads {report['degraded_reads']}, digest equals failure-free: "
+            f"{report['model_digest'] == reference}"
+        )
+    print(
+        f"throughput during rebuild / the same run before the kill: median {100 * statistics.median(own):.0f}% "
+        f"(repeats {[round(100 * x) for x in own]}); / interleaved normal ec: median "
+        f"{100 * statistics.median(vs_normal):.0f}%; parity bytes {report['parity_bytes']:,}"
+    )
 
 
 REDUNDANCY_VARIANTS = {  # label -> ErasureCoded keyword arguments
@@ -213,15 +252,23 @@ def _redundancy(args: argparse.Namespace, k: int, r: int) -> None:
     order rotates every repeat), the seconds from the kill to full redundancy and samples/s of the steps after the
     failed one until then, against the same run's steps before the kill (the failed step, which holds the
     recovery pause, excluded from both). Goal: background <= 2x unthrottled, >= 95% of normal."""
-    config = TrainConfig(synthetic=True, synthetic_rows=args.batch * (args.steps + 8), batch_size=args.batch,
-                         steps=args.steps, deterministic=True, progress=False, seed=1, emb_dim=args.emb_dim)
+    config = TrainConfig(
+        synthetic=True,
+        synthetic_rows=args.batch * (args.steps + 8),
+        batch_size=args.batch,
+        steps=args.steps,
+        deterministic=True,
+        progress=False,
+        seed=1,
+        emb_dim=args.emb_dim,
+    )
     reference = _run(config, k + r, None, backend=args.backend)["model_digest"]
     labels = list(REDUNDANCY_VARIANTS)
     ttfr: Dict[str, List[float]] = {label: [] for label in labels}
     during: Dict[str, List[float]] = {label: [] for label in labels}
     print(f"time to full redundancy, k={k} r={r}, server 1 killed before step {args.fail_at} of {args.steps}:")
     for repeat in range(args.repeats):
-        for label in labels[repeat % len(labels):] + labels[:repeat % len(labels)]:
+        for label in labels[repeat % len(labels) :] + labels[: repeat % len(labels)]:
             strategy = ErasureCoded(k, r, **REDUNDANCY_VARIANTS[label])
             report = _run(config, k + r, strategy, [Kill(args.fail_at, "server", 1)], backend=args.backend)
             (failure,) = report["failures"]
@@ -230,23 +277,31 @@ def _redundancy(args: argparse.Namespace, k: int, r: int) -> None:
             end = kill_at + failure["seconds_to_full_redundancy"]
             timeline = report["timeline"]
             times = {row[0]: row[1] for row in timeline}
-            after = [(row[0], row[1] - times[row[0] - 1]) for row in timeline
-                     if row[0] > args.fail_at + 1 and row[0] - 1 in times and row[1] <= end]
-            before = [row[1] - times[row[0] - 1] for row in timeline
-                      if 2 < row[0] < args.fail_at and row[0] - 1 in times]
+            after = [
+                (row[0], row[1] - times[row[0] - 1])
+                for row in timeline
+                if row[0] > args.fail_at + 1 and row[0] - 1 in times and row[1] <= end
+            ]
+            before = [
+                row[1] - times[row[0] - 1] for row in timeline if 2 < row[0] < args.fail_at and row[0] - 1 in times
+            ]
             ratio = (statistics.mean(before) / statistics.mean([s for _, s in after])) if after else None
             if ratio is not None:
                 during[label].append(ratio)
-            print(f"  {label:>14}: full redundancy {1000 * ttfr[label][-1]:6.0f} ms after the kill, "
-                  f"{len(after)} normal steps during it at "
-                  f"{'n/a' if ratio is None else f'{100 * ratio:.0f}%'} of the steps before, digest equals "
-                  f"failure-free: {report['model_digest'] == reference}")
+            print(
+                f"  {label:>14}: full redundancy {1000 * ttfr[label][-1]:6.0f} ms after the kill, "
+                f"{len(after)} normal steps during it at "
+                f"{'n/a' if ratio is None else f'{100 * ratio:.0f}%'} of the steps before, digest equals "
+                f"failure-free: {report['model_digest'] == reference}"
+            )
     base = statistics.median(ttfr["unthrottled"])
     for label in labels:
         rates = during[label]
-        print(f"{label:>14}: median {1000 * statistics.median(ttfr[label]):.0f} ms to full redundancy = "
-              f"{statistics.median(ttfr[label]) / base:.2f}x unthrottled; samples/s during it "
-              f"{'n/a' if not rates else f'{100 * statistics.median(rates):.0f}% (median of {len(rates)})'}")
+        print(
+            f"{label:>14}: median {1000 * statistics.median(ttfr[label]):.0f} ms to full redundancy = "
+            f"{statistics.median(ttfr[label]) / base:.2f}x unthrottled; samples/s during it "
+            f"{'n/a' if not rates else f'{100 * statistics.median(rates):.0f}% (median of {len(rates)})'}"
+        )
 
 
 def main() -> None:
@@ -255,19 +310,33 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--chunk", type=int, default=40, help="steps per turn in the interleaved measurement")
     parser.add_argument("--rounds", type=int, default=40, help="turns per cluster in the interleaved measurement")
-    parser.add_argument("--pairs", type=int, default=1,
-                        help="fresh none/ec cluster pairs the rounds are split over, made in alternating order")
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=1,
+        help="fresh none/ec cluster pairs the rounds are split over, made in alternating order",
+    )
     parser.add_argument("--steps", type=int, default=200, help="steps of each recovery run")
     parser.add_argument("--fail-at", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3, help="recovery runs")
     parser.add_argument("--rebuild-share", type=float, default=DEFAULT_REBUILD_SHARE)
     parser.add_argument("--backend", choices=("local", "ray"), default="local")
-    parser.add_argument("--aa", action="store_true",
-                        help="A/A run: the cluster named ec has no fault tolerance either (the method's noise floor)")
-    parser.add_argument("--emb-dim", type=int, default=TrainConfig.emb_dim,
-                        help="--redundancy: embedding dimension (a larger one makes a longer rebuild)")
-    parser.add_argument("--redundancy", action="store_true",
-                        help="only the time to full redundancy of each rebuild variant (see _redundancy)")
+    parser.add_argument(
+        "--aa",
+        action="store_true",
+        help="A/A run: the cluster named ec has no fault tolerance either (the method's noise floor)",
+    )
+    parser.add_argument(
+        "--emb-dim",
+        type=int,
+        default=TrainConfig.emb_dim,
+        help="--redundancy: embedding dimension (a larger one makes a longer rebuild)",
+    )
+    parser.add_argument(
+        "--redundancy",
+        action="store_true",
+        help="only the time to full redundancy of each rebuild variant (see _redundancy)",
+    )
     args = parser.parse_args()
     k, r = parse_code(args.code)
     if args.redundancy:
@@ -284,6 +353,7 @@ def _before_kill(timeline: list, fail_at: int) -> float:
     """Samples/s of a run's steps 2 .. fail_at - 1 (after the first, which traces TF; before the kill)."""
     rows = [row for row in timeline if row[0] < fail_at]
     return (rows[-1][2] - rows[0][2]) / (rows[-1][1] - rows[0][1])
+
 
 if __name__ == "__main__":
     main()

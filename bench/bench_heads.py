@@ -60,14 +60,15 @@ def child(heads: int, batches: int, batch_size: int) -> None:
                 self.inner, self.like = inner, tf.keras.layers.Dense(1)
 
             def call(self, embedded, dense, training=False):  # noqa: ANN001, ANN201
-                return {"click": self.inner(embedded, dense, training=training),
-                        "like": self.like(tf.concat([embedded["user"], embedded["item"]], axis=1))}
+                return {
+                    "click": self.inner(embedded, dense, training=training),
+                    "like": self.like(tf.concat([embedded["user"], embedded["item"]], axis=1)),
+                }
 
         return TwoHeads()
 
     base = example.make_job(log)
-    loss: Any = {"click": "binary_crossentropy", "like": "binary_crossentropy"} if heads == 2 else \
-        "binary_crossentropy"
+    loss: Any = {"click": "binary_crossentropy", "like": "binary_crossentropy"} if heads == 2 else "binary_crossentropy"
     job = xdl_ec.Job(base.tables, base.features, model, train, loss=loss, dense_learning_rate=0.003)
     job.fit(deterministic=False)
     steady = times[10:]
@@ -77,8 +78,8 @@ def child(heads: int, batches: int, batch_size: int) -> None:
 def count_calls() -> None:
     """Prints the Python calls a training step makes (cProfile): a load-independent count, fits of 30 and 80 batches
     after a warm-up fit, the difference over 50 steps."""
-    import cProfile
     import contextlib
+    import cProfile
     import io
     import pstats
 
@@ -96,9 +97,23 @@ def count_calls() -> None:
 
 def measure(pythonpath: str, heads: int, args: argparse.Namespace) -> float:
     env = dict(os.environ, PYTHONPATH=pythonpath)
-    done = subprocess.run([sys.executable, "-P", os.path.abspath(__file__), "--child", str(heads), "--batches",
-                           str(args.batches), "--batch-size", str(args.batch_size)], env=env, capture_output=True,
-                          text=True, timeout=900)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-P",
+            os.path.abspath(__file__),
+            "--child",
+            str(heads),
+            "--batches",
+            str(args.batches),
+            "--batch-size",
+            str(args.batch_size),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"a measurement failed:\n{done.stderr[-3000:]}")
     return float(json.loads(done.stdout.strip().splitlines()[-1])["samples_per_sec"])
@@ -110,8 +125,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--batches", type=int, default=150)
     parser.add_argument("--batch-size", type=int, default=1024)
-    parser.add_argument("--calls", action="store_true",
-                        help="count the Python calls a step makes in each code instead (load-independent)")
+    parser.add_argument(
+        "--calls",
+        action="store_true",
+        help="count the Python calls a step makes in each code instead (load-independent)",
+    )
     parser.add_argument("--child", type=int, choices=(1, 2), help=argparse.SUPPRESS)
     parser.add_argument("--count-calls", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -126,8 +144,13 @@ def main() -> None:
     here = os.environ.get("PYTHONPATH", "")
     if args.calls:
         for name, path in (("baseline", args.baseline_path), ("this", here)):
-            done = subprocess.run([sys.executable, "-P", os.path.abspath(__file__), "--count-calls"],
-                                  env=dict(os.environ, PYTHONPATH=path), capture_output=True, text=True, timeout=900)
+            done = subprocess.run(
+                [sys.executable, "-P", os.path.abspath(__file__), "--count-calls"],
+                env=dict(os.environ, PYTHONPATH=path),
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
             if done.returncode != 0:
                 raise RuntimeError(f"counting calls failed:\n{done.stderr[-3000:]}")
             count = json.loads(done.stdout.strip().splitlines()[-1])["calls_per_step"]

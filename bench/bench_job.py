@@ -30,11 +30,16 @@ BUCKETS = 1 << 16
 
 
 def xdl_job(log: Any) -> xdl_ec.Job:
-    tables = [xdl_ec.Table("users", 16, optimizer=xdl_ec.optim.Adagrad(0.05)),
-              xdl_ec.Table("items", 16, optimizer=xdl_ec.optim.Adagrad(0.05)),
-              xdl_ec.Table("tags", 8, optimizer=xdl_ec.optim.Adagrad(0.05))]
-    features = [xdl_ec.Feature("user", tables[0]), xdl_ec.Feature("item", tables[1]),
-                xdl_ec.Feature("tags", tables[2], combiner="mean")]
+    tables = [
+        xdl_ec.Table("users", 16, optimizer=xdl_ec.optim.Adagrad(0.05)),
+        xdl_ec.Table("items", 16, optimizer=xdl_ec.optim.Adagrad(0.05)),
+        xdl_ec.Table("tags", 8, optimizer=xdl_ec.optim.Adagrad(0.05)),
+    ]
+    features = [
+        xdl_ec.Feature("user", tables[0]),
+        xdl_ec.Feature("item", tables[1]),
+        xdl_ec.Feature("tags", tables[2], combiner="mean"),
+    ]
     return xdl_ec.Job(tables, features, example.make_model, log.train, dense_learning_rate=0.003)
 
 
@@ -49,8 +54,9 @@ class KerasPeer:
         self.tables = {}
         self.accumulators = {}
         for name, dim in (("user", 16), ("item", 16), ("tags", 8)):
-            layer = tf.keras.layers.Embedding(BUCKETS, dim,
-                                              embeddings_initializer=tf.keras.initializers.TruncatedNormal(0.0, 0.05))
+            layer = tf.keras.layers.Embedding(
+                BUCKETS, dim, embeddings_initializer=tf.keras.initializers.TruncatedNormal(0.0, 0.05)
+            )
             layer.build((None,))
             self.tables[name] = layer.embeddings.value
             self.accumulators[name] = tf.Variable(tf.fill([BUCKETS, dim], 0.1), trainable=False)
@@ -62,22 +68,30 @@ class KerasPeer:
         tf = self.tf
         with tf.GradientTape() as tape:
             tags = tf.RaggedTensor.from_row_splits(tf.nn.embedding_lookup(self.tables["tags"], tag_values), tag_splits)
-            embedded = {"user": tf.nn.embedding_lookup(self.tables["user"], user),
-                        "item": tf.nn.embedding_lookup(self.tables["item"], item),
-                        # the mean combiner; an example without tags pools to zeros, as xdl-ec's does
-                        "tags": tf.math.divide_no_nan(tf.reduce_sum(tags, axis=1),
-                                                      tf.cast(tf.expand_dims(tags.row_lengths(), 1), tf.float32))}
+            embedded = {
+                "user": tf.nn.embedding_lookup(self.tables["user"], user),
+                "item": tf.nn.embedding_lookup(self.tables["item"], item),
+                # the mean combiner; an example without tags pools to zeros, as xdl-ec's does
+                "tags": tf.math.divide_no_nan(
+                    tf.reduce_sum(tags, axis=1), tf.cast(tf.expand_dims(tags.row_lengths(), 1), tf.float32)
+                ),
+            }
             logits = tf.squeeze(self.model(embedded, dense, training=True), 1)
             loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=label, logits=logits))
         variables = self.model.trainable_variables
         grads = tape.gradient(loss, [*variables, *self.tables.values()])
-        self.optimizer.apply(grads[:len(variables)], variables)
-        for (name, table), grad in zip(self.tables.items(), grads[len(variables):]):
+        self.optimizer.apply(grads[: len(variables)], variables)
+        for (name, table), grad in zip(self.tables.items(), grads[len(variables) :]):
             unique, position = tf.unique(grad.indices)
             summed = tf.math.unsorted_segment_sum(grad.values, position, tf.shape(unique)[0])
-            tf.raw_ops.ResourceSparseApplyAdagradV2(var=table.handle, accum=self.accumulators[name].handle,
-                                                    lr=tf.constant(0.05), epsilon=tf.constant(1e-7), grad=summed,
-                                                    indices=unique)
+            tf.raw_ops.ResourceSparseApplyAdagradV2(
+                var=table.handle,
+                accum=self.accumulators[name].handle,
+                lr=tf.constant(0.05),
+                epsilon=tf.constant(1e-7),
+                grad=summed,
+                indices=unique,
+            )
         return loss
 
     def fit(self) -> Dict[str, Any]:
@@ -90,8 +104,10 @@ class KerasPeer:
             if first_end is None:
                 first_end, first_samples = time.perf_counter(), samples
         end = time.perf_counter()
-        return {"steady_samples_per_sec": (samples - first_samples) / (end - first_end),
-                "samples_per_sec": samples / (end - start)}
+        return {
+            "steady_samples_per_sec": (samples - first_samples) / (end - first_end),
+            "samples_per_sec": samples / (end - start),
+        }
 
 
 def main() -> int:
@@ -120,13 +136,17 @@ def main() -> int:
                 rate = xdl_job(log).fit(cluster=sides[name])["steady_samples_per_sec"]
             if round_ > 0:
                 rates[name].append(rate)
-            print(f"  round {round_} {name:>20}: {rate:>10,.0f} samples/s steady" + ("  (warm-up)" if not round_
-                                                                                       else ""), flush=True)
+            print(
+                f"  round {round_} {name:>20}: {rate:>10,.0f} samples/s steady" + ("  (warm-up)" if not round_ else ""),
+                flush=True,
+            )
     base = statistics.median(rates["keras"])
     for name, values in rates.items():
         median = statistics.median(values)
-        print(f"{name:>20}: median {median:>10,.0f} samples/s ({min(values):,.0f}..{max(values):,.0f}), "
-              f"{median / base:.2f}x plain Keras")
+        print(
+            f"{name:>20}: median {median:>10,.0f} samples/s ({min(values):,.0f}..{max(values):,.0f}), "
+            f"{median / base:.2f}x plain Keras"
+        )
     print("goal: job, one process >= 1.0x plain Keras")
     return 0
 

@@ -62,8 +62,12 @@ def _median_range(values: List[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--keys", type=int, default=700, help="keys pushed and pulled per call (a batch-256 step's "
-                        "share of one of 5 servers)")
+    parser.add_argument(
+        "--keys",
+        type=int,
+        default=700,
+        help="keys pushed and pulled per call (a batch-256 step's share of one of 5 servers)",
+    )
     parser.add_argument("--dim", type=int, default=16)
     parser.add_argument("--calls", type=int, default=2000, help="calls per side and round")
     parser.add_argument("--rounds", type=int, default=9)
@@ -75,12 +79,15 @@ def main() -> None:
     child = context.Process(target=_serve, args=(secret, args.dim, addresses), daemon=True)
     child.start()
     link = Link(_AddressHandle(addresses.get(timeout=60)), secret, caller=0)
-    local = {"in-process": ParameterServer(0, [Table("emb", args.dim)]),
-             "A/A": ParameterServer(0, [Table("emb", args.dim)])}
+    local = {
+        "in-process": ParameterServer(0, [Table("emb", args.dim)]),
+        "A/A": ParameterServer(0, [Table("emb", args.dim)]),
+    }
 
     rng = np.random.default_rng(0)
-    batches = [np.unique(rng.integers(0, 50 * args.keys, 2 * args.keys))[:args.keys].astype(np.int64)
-               for _ in range(64)]
+    batches = [
+        np.unique(rng.integers(0, 50 * args.keys, 2 * args.keys))[: args.keys].astype(np.int64) for _ in range(64)
+    ]
     grads = (rng.standard_normal((args.keys, args.dim)) * 0.01).astype(np.float32)
     steps: Dict[str, int] = {"in-process": 0, "A/A": 0, "link": 0}
 
@@ -92,6 +99,7 @@ def main() -> None:
             if side == "link":
                 return link.call("push_pull", parts, step, 0, 1, requests).result(60)
             return local[side].push_pull(parts, step, 0, 1, requests)
+
         return one
 
     sides = ["in-process", "link", "A/A"]
@@ -120,9 +128,11 @@ def main() -> None:
         ratios["link"].append(cpu["link"] / cpu["in-process"])
         ratios["A/A"].append(cpu["A/A"] / cpu["in-process"])
 
-    print(f"bench_link {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, load average "
-          f"{os.getloadavg()[0]:.2f}: push_pull of {args.keys} keys x dim {args.dim}, {args.calls} calls x "
-          f"{args.rounds} rounds per side, interleaved")
+    print(
+        f"bench_link {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, load average "
+        f"{os.getloadavg()[0]:.2f}: push_pull of {args.keys} keys x dim {args.dim}, {args.calls} calls x "
+        f"{args.rounds} rounds per side, interleaved"
+    )
     print(f"  {'us per call, median (min-max)':32s} {'this process':>22s} {'linked server':>22s} {'wall':>22s}")
     for side in sides:
         row = per_call[side]
@@ -130,8 +140,10 @@ def main() -> None:
         print(f"  {side:32s} {_median_range(row['caller']):>22s} {server:>22s} {_median_range(row['wall']):>22s}")
     for name in ("link", "A/A"):
         values = ratios[name]
-        print(f"  CPU per call, {name} / in-process: {statistics.median(values):.2f}x "
-              f"({min(values):.2f}-{max(values):.2f}x over rounds)")
+        print(
+            f"  CPU per call, {name} / in-process: {statistics.median(values):.2f}x "
+            f"({min(values):.2f}-{max(values):.2f}x over rounds)"
+        )
     child.kill()
 
 

@@ -28,8 +28,10 @@ def window_costs(batch_size: int) -> Dict[str, float]:
     from xdl_ec.model.progressive import ProgressiveWindow
 
     rng = np.random.default_rng(0)
-    data = [((rng.random(batch_size) < 0.25).astype(np.float32), rng.random(batch_size).astype(np.float32))
-            for _ in range(500)]
+    data = [
+        ((rng.random(batch_size) < 0.25).astype(np.float32), rng.random(batch_size).astype(np.float32))
+        for _ in range(500)
+    ]
     window = ProgressiveWindow()
     start = time.perf_counter()
     for labels, probs in data:
@@ -38,8 +40,11 @@ def window_costs(batch_size: int) -> Dict[str, float]:
     start = time.perf_counter()
     for _ in range(10):
         window.report()
-    return {"add_us": add * 1e6, "report_ms": (time.perf_counter() - start) / 10 * 1e3,
-            "window": window.report()["samples"]}
+    return {
+        "add_us": add * 1e6,
+        "report_ms": (time.perf_counter() - start) / 10 * 1e3,
+        "window": window.report()["samples"],
+    }
 
 
 def fit_rate(example: Any, batches: int, batch_size: int, logdir: Any, every: float) -> Dict[str, float]:
@@ -81,8 +86,10 @@ def main() -> None:
 
     example = load_example("user_item_tags")
     costs = window_costs(args.batch_size)
-    print(f"progressive window: add {costs['add_us']:.1f} us a step ({args.batch_size} samples); exact AUC and log "
-          f"loss over {costs['window']:,} samples {costs['report_ms']:.1f} ms")
+    print(
+        f"progressive window: add {costs['add_us']:.1f} us a step ({args.batch_size} samples); exact AUC and log "
+        f"loss over {costs['window']:,} samples {costs['report_ms']:.1f} ms"
+    )
     fit_rate(example, 20, args.batch_size, None, args.every)  # warm-up: TF tracing, first imports
     ratios: List[float] = []
     writes: List[float] = []
@@ -96,11 +103,15 @@ def main() -> None:
             if on:
                 writes.append(result["write_ms"])
         ratios.append(rates[True] / rates[False])
-        print(f"round {r + 1}: logdir off {rates[False]:,.0f} samples/s, on {rates[True]:,.0f} samples/s "
-              f"(on/off {ratios[-1]:.3f})")
-    print(f"logdir on/off: median {statistics.median(ratios):.3f} (range {min(ratios):.3f}-{max(ratios):.3f}); one "
-          f"TensorBoard write {statistics.median(writes):.1f} ms, every {args.every:g} s: "
-          f"{statistics.median(writes) / 1e3 / args.every * 100:.2f}% of the time")
+        print(
+            f"round {r + 1}: logdir off {rates[False]:,.0f} samples/s, on {rates[True]:,.0f} samples/s "
+            f"(on/off {ratios[-1]:.3f})"
+        )
+    print(
+        f"logdir on/off: median {statistics.median(ratios):.3f} (range {min(ratios):.3f}-{max(ratios):.3f}); one "
+        f"TensorBoard write {statistics.median(writes):.1f} ms, every {args.every:g} s: "
+        f"{statistics.median(writes) / 1e3 / args.every * 100:.2f}% of the time"
+    )
 
 
 if __name__ == "__main__":

@@ -50,8 +50,9 @@ def make_batches(n: int, rows: int, batch: int, steps: int, dim: int, seed: int)
         keys = rng.integers(0, rows, size=batch, dtype=np.int64)
         owner = _core.server_of(keys, n)
         grads = rng.standard_normal((batch, dim)).astype(np.float32)
-        out.append([(s, np.ascontiguousarray(keys[owner == s]), np.ascontiguousarray(grads[owner == s]))
-                    for s in range(n)])
+        out.append(
+            [(s, np.ascontiguousarray(keys[owner == s]), np.ascontiguousarray(grads[owner == s])) for s in range(n)]
+        )
     return out
 
 
@@ -59,8 +60,12 @@ def fill_batches(n: int, rows: int, dim: int) -> Batches:
     """One step pushing every key once: the tables hold all rows, so measured pushes only update."""
     keys = np.arange(rows, dtype=np.int64)
     owner = _core.server_of(keys, n)
-    return [[(s, np.ascontiguousarray(keys[owner == s]), np.full((int((owner == s).sum()), dim), 0.01, np.float32))
-             for s in range(n)]]
+    return [
+        [
+            (s, np.ascontiguousarray(keys[owner == s]), np.full((int((owner == s).sum()), dim), 0.01, np.float32))
+            for s in range(n)
+        ]
+    ]
 
 
 def run_push(push: Callable[[int, np.ndarray, np.ndarray, int], None], batches: Batches, first_step: int) -> float:
@@ -96,7 +101,7 @@ class Forwarded:
     def scrub(self) -> List[Any]:
         def data(server: int, block: int, offset: int, width: int) -> np.ndarray:
             whole = self.shards[server].read_block(block).reshape(self.bs, self.rb)
-            return np.ascontiguousarray(whole[:, offset:offset + width]).reshape(-1)
+            return np.ascontiguousarray(whole[:, offset : offset + width]).reshape(-1)
 
         def parity(server: int, block: int, offset: int, width: int) -> np.ndarray:
             return self.holders[server].read_block("t", block, self.rb, offset, width)[0]
@@ -143,38 +148,69 @@ def bench_push(n: int, k: int, r: int, args: argparse.Namespace) -> Dict[str, An
     coalesced = sum(int(f.progress()["coalesced"]) for f in on.forwarders)
     on.close()
     if mismatches:
-        raise SystemExit(f"bench_parity: the scrub found {len(mismatches)} parity blocks that disagree: {mismatches[:4]}")
+        raise SystemExit(
+            f"bench_parity: the scrub found {len(mismatches)} parity blocks that disagree: {mismatches[:4]}"
+        )
     updates = args.steps * args.batch
-    return {"n": n, "k": k, "r": r, "off_keys_per_s": updates / statistics.median(offs),
-            "on_keys_per_s": updates / statistics.median(ons), "on_seconds": statistics.median(ons),
-            "ratio": statistics.median(ratios), "best_ratio": min(ratios), "coalesced": coalesced,
-            "scrub_gb_per_s": data_bytes / scrub_seconds / 1e9}
+    return {
+        "n": n,
+        "k": k,
+        "r": r,
+        "off_keys_per_s": updates / statistics.median(offs),
+        "on_keys_per_s": updates / statistics.median(ons),
+        "on_seconds": statistics.median(ons),
+        "ratio": statistics.median(ratios),
+        "best_ratio": min(ratios),
+        "coalesced": coalesced,
+        "scrub_gb_per_s": data_bytes / scrub_seconds / 1e9,
+    }
 
 
 def report(result: Dict[str, Any], args: argparse.Namespace) -> None:
     ratio = result["ratio"]
-    print(f"push  n={result['n']} k={result['k']} r={result['r']} {args.optimizer} dim={args.dim} batch={args.batch} "
-          f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores): parity off "
-          f"{result['off_keys_per_s'] / 1e6:.2f} M keys/s, forwarded {result['on_keys_per_s'] / 1e6:.2f} M keys/s; "
-          f"time ratio on/off median {ratio:.3f} ({(ratio - 1) * 100:+.1f}%), best {result['best_ratio']:.3f} over "
-          f"{args.repeats} rounds; {result['coalesced']} mutations coalesced; scrub clean at "
-          f"{result['scrub_gb_per_s']:.2f} GB/s of data")
+    print(
+        f"push  n={result['n']} k={result['k']} r={result['r']} {args.optimizer} dim={args.dim} batch={args.batch} "
+        f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores): parity off "
+        f"{result['off_keys_per_s'] / 1e6:.2f} M keys/s, forwarded {result['on_keys_per_s'] / 1e6:.2f} M keys/s; "
+        f"time ratio on/off median {ratio:.3f} ({(ratio - 1) * 100:+.1f}%), best {result['best_ratio']:.3f} over "
+        f"{args.repeats} rounds; {result['coalesced']} mutations coalesced; scrub clean at "
+        f"{result['scrub_gb_per_s']:.2f} GB/s of data"
+    )
 
 
 def compare(args: argparse.Namespace) -> None:
     """Alternating subprocesses on this build (PYTHONPATH as given) and on ``--against``: A B B A A B ..."""
     here = os.environ.get("PYTHONPATH", "")
     sides = {"this": here, "against": args.against}
-    child = [sys.executable, "-P", os.path.abspath(__file__), "--json", "--rows", str(args.rows), "--dim",
-             str(args.dim), "--batch", str(args.batch), "--steps", str(args.steps), "--warm-steps",
-             str(args.warm_steps), "--repeats", str(args.repeats), "--optimizer", args.optimizer, "--block-slots",
-             str(args.block_slots)]
+    child = [
+        sys.executable,
+        "-P",
+        os.path.abspath(__file__),
+        "--json",
+        "--rows",
+        str(args.rows),
+        "--dim",
+        str(args.dim),
+        "--batch",
+        str(args.batch),
+        "--steps",
+        str(args.steps),
+        "--warm-steps",
+        str(args.warm_steps),
+        "--repeats",
+        str(args.repeats),
+        "--optimizer",
+        args.optimizer,
+        "--block-slots",
+        str(args.block_slots),
+    ]
     runs: Dict[str, List[List[Dict[str, Any]]]] = {"this": [], "against": []}
     for run in range(args.runs):
         order = ["this", "against"] if run % 2 == 0 else ["against", "this"]
         for side in order:
-            out = subprocess.run(child, env={**os.environ, "PYTHONPATH": sides[side]}, check=True,
-                                 capture_output=True, text=True).stdout
+            out = subprocess.run(
+                child, env={**os.environ, "PYTHONPATH": sides[side]}, check=True, capture_output=True, text=True
+            ).stdout
             runs[side].append([json.loads(line) for line in out.splitlines() if line.startswith("{")])
     print(f"before/after, {args.runs} interleaved runs each: this = {here}, against = {args.against}")
     for g in range(len(runs["this"][0])):
@@ -182,11 +218,13 @@ def compare(args: argparse.Namespace) -> None:
         against = [r[g] for r in runs["against"]]
         pair = [a["on_seconds"] / b["on_seconds"] for a, b in zip(this, against)]
         geometry = f"n={this[0]['n']} k={this[0]['k']} r={this[0]['r']}"
-        print(f"  {geometry}: forwarded push M keys/s this {[round(x['on_keys_per_s'] / 1e6, 2) for x in this]} "
-              f"against {[round(x['on_keys_per_s'] / 1e6, 2) for x in against]}; time this/against per run "
-              f"{[round(p, 3) for p in pair]}, median {statistics.median(pair):.3f}; on/off ratio median this "
-              f"{statistics.median(x['ratio'] for x in this):.3f} against "
-              f"{statistics.median(x['ratio'] for x in against):.3f}")
+        print(
+            f"  {geometry}: forwarded push M keys/s this {[round(x['on_keys_per_s'] / 1e6, 2) for x in this]} "
+            f"against {[round(x['on_keys_per_s'] / 1e6, 2) for x in against]}; time this/against per run "
+            f"{[round(p, 3) for p in pair]}, median {statistics.median(pair):.3f}; on/off ratio median this "
+            f"{statistics.median(x['ratio'] for x in this):.3f} against "
+            f"{statistics.median(x['ratio'] for x in against):.3f}"
+        )
 
 
 def main() -> None:

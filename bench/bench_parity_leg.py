@@ -63,8 +63,12 @@ def _child(batches: int, keys: int, warmup: int) -> Dict[str, float]:
     forwarder = _core.DeltaForwarder(0, N, K, R, {"t": (bs, rb)})
     holders = {h: _core.ParityHolder(h, N, K, R, {"t": bs * rb}) for h in forwarder.holders}
     receivers = {h: parity_link.ParityReceiver(holder, secret, host="127.0.0.1") for h, holder in holders.items()}
-    links = [parity_link.RemoteHolderLink(forwarder, h, _AddressHandle(h, receivers[h].address),
-                                          forwarder.set_holder(h, None), secret) for h in holders]
+    links = [
+        parity_link.RemoteHolderLink(
+            forwarder, h, _AddressHandle(h, receivers[h].address), forwarder.set_holder(h, None), secret
+        )
+        for h in holders
+    ]
     rng = np.random.default_rng(1)
     key_space = 50 * keys
 
@@ -101,15 +105,34 @@ def _child(batches: int, keys: int, warmup: int) -> Dict[str, float]:
         forwarder.close()
         for receiver in receivers.values():
             receiver.close()
-    return {"leg_us": (cpu - own) / batches * 1e6, "push_us": own / batches * 1e6, "wall_us": wall / batches * 1e6,
-            "sends_per_batch": sends / batches}
+    return {
+        "leg_us": (cpu - own) / batches * 1e6,
+        "push_us": own / batches * 1e6,
+        "wall_us": wall / batches * 1e6,
+        "sends_per_batch": sends / batches,
+    }
 
 
 def _turn(path: str, args: argparse.Namespace) -> Dict[str, float]:
     env = {**os.environ, "PYTHONPATH": path}
-    out = subprocess.run([sys.executable, "-P", __file__, "--child", "--batches", str(args.batches), "--keys",
-                          str(args.keys), "--warmup", str(args.warmup)], env=env, check=True, capture_output=True,
-                         text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-P",
+            __file__,
+            "--child",
+            "--batches",
+            str(args.batches),
+            "--keys",
+            str(args.keys),
+            "--warmup",
+            str(args.warmup),
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -146,15 +169,23 @@ def main() -> None:
         order = [("a", args.a), ("b", b_path)] if turn % 2 == 0 else [("b", b_path), ("a", args.a)]
         got = {name: _turn(path, args) for name, path in order}
         pairs.append((got["a"], got["b"]))
-        print(f"turn {turn}: " + "  ".join(f"{name} leg {got[name]['leg_us']:.0f} us, push {got[name]['push_us']:.0f} "
-                                            f"us, wall {got[name]['wall_us']:.0f} us" for name in ("a", "b")),
-              flush=True)
+        print(
+            f"turn {turn}: "
+            + "  ".join(
+                f"{name} leg {got[name]['leg_us']:.0f} us, push {got[name]['push_us']:.0f} "
+                f"us, wall {got[name]['wall_us']:.0f} us"
+                for name in ("a", "b")
+            ),
+            flush=True,
+        )
     for name, at in (("a", 0), ("b", 1)):
-        print(f"{name}{' (= a)' if args.aa and name == 'b' else ''}: leg CPU per batch median "
-              f"{statistics.median(p[at]['leg_us'] for p in pairs):.1f} us (pushing thread "
-              f"{statistics.median(p[at]['push_us'] for p in pairs):.1f} us, wall "
-              f"{statistics.median(p[at]['wall_us'] for p in pairs):.0f} us, sends per batch "
-              f"{statistics.median(p[at]['sends_per_batch'] for p in pairs):.2f})")
+        print(
+            f"{name}{' (= a)' if args.aa and name == 'b' else ''}: leg CPU per batch median "
+            f"{statistics.median(p[at]['leg_us'] for p in pairs):.1f} us (pushing thread "
+            f"{statistics.median(p[at]['push_us'] for p in pairs):.1f} us, wall "
+            f"{statistics.median(p[at]['wall_us'] for p in pairs):.0f} us, sends per batch "
+            f"{statistics.median(p[at]['sends_per_batch'] for p in pairs):.2f})"
+        )
     legs = [(a["leg_us"], b["leg_us"]) for a, b in pairs]
     ratio = statistics.median(b for _, b in legs) / statistics.median(a for a, _ in legs)
     low, high = _interval(legs)

@@ -53,9 +53,14 @@ def _holder_and_payload(keys: int) -> Tuple[Any, np.ndarray]:
     try:
         link = forwarder.set_holder(1, None)
         rng = np.random.default_rng(keys)
-        shard.push(rng.choice(50 * keys, keys, replace=False).astype(np.int64),
-                   rng.standard_normal((keys, 16)).astype(np.float32), 1, forwarder=forwarder, table="t",
-                   pushes={0: 1})
+        shard.push(
+            rng.choice(50 * keys, keys, replace=False).astype(np.int64),
+            rng.standard_normal((keys, 16)).astype(np.float32),
+            1,
+            forwarder=forwarder,
+            table="t",
+            pushes={0: 1},
+        )
         forwarder.flush()
         taken = forwarder.take(1, link, 5.0)
         if taken is None:
@@ -132,8 +137,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--sends", type=int, default=200)
     parser.add_argument("--keys", default="16,256,4096", help="keys pushed per send, comma-separated")
-    parser.add_argument("--per-send-bytes", type=float, default=None,
-                        help="mean bytes per send of a real run, to print the CPU share at one send per link per s")
+    parser.add_argument(
+        "--per-send-bytes",
+        type=float,
+        default=None,
+        help="mean bytes per send of a real run, to print the CPU share at one send per link per s",
+    )
     args = parser.parse_args()
     plain = _PlainReceiver()
     try:
@@ -148,7 +157,7 @@ def main() -> None:
             on: List[float] = []
             off: List[float] = []
             for repeat in range(args.repeats):
-                for linked in ((True, False) if repeat % 2 == 0 else (False, True)):
+                for linked in (True, False) if repeat % 2 == 0 else (False, True):
                     if linked:  # the handshake outside the timed span
                         conn, session = _linked(receiver.address)
                     else:
@@ -162,8 +171,8 @@ def main() -> None:
                         conn.close()
             receiver.close()
             a, b = statistics.median(on) * 1e6, statistics.median(off) * 1e6
-            per_mib.append((a - b) / (size / 2 ** 20))
-            print(f"{keys:>6} {size:>9} {a:>9.1f} {b:>9.1f} {a - b:>9.1f} {(a - b) / (size / 2 ** 20):>13.0f}")
+            per_mib.append((a - b) / (size / 2**20))
+            print(f"{keys:>6} {size:>9} {a:>9.1f} {b:>9.1f} {a - b:>9.1f} {(a - b) / (size / 2**20):>13.0f}")
         start = time.perf_counter()
         for _ in range(1000):
             SECRET.mac(b"x", b"h" * link_handshake.HELLO.size, b"n" * 33)
@@ -172,13 +181,15 @@ def main() -> None:
         if args.per_send_bytes is not None:
             # added(s) = fixed + s * per_byte, fitted through the smallest and largest sizes
             small, large = sizes[0], sizes[-1]
-            added_small, added_large = per_mib[0] * small / 2 ** 20, per_mib[-1] * large / 2 ** 20
+            added_small, added_large = per_mib[0] * small / 2**20, per_mib[-1] * large / 2**20
             per_byte = (added_large - added_small) / (large - small)
             cost = added_small + (args.per_send_bytes - small) * per_byte
             # a send's round trip holds both ends' work; a server has 4 links out and 4 senders in, a send per
             # link per second: 4 sends' worth of both ends
-            print(f"at {args.per_send_bytes:,.0f} B per send and one send per link per second, a k=4 r=1 server "
-                  f"spends {4 * cost:.0f} us of CPU per second on it = {4 * cost / 1e4:.3f}% of one core")
+            print(
+                f"at {args.per_send_bytes:,.0f} B per send and one send per link per second, a k=4 r=1 server "
+                f"spends {4 * cost:.0f} us of CPU per second on it = {4 * cost / 1e4:.3f}% of one core"
+            )
     finally:
         plain.close()
 

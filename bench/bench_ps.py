@@ -69,12 +69,22 @@ def main() -> int:
     args = parser.parse_args()
     backends = [b for b in args.backends.split(",") if b]
 
-    config = TrainConfig(synthetic=True, synthetic_rows=args.batch_size * (args.steps + 1),
-                         synthetic_max_cardinality=args.max_cardinality, emb_dim=args.emb_dim,
-                         batch_size=args.batch_size, steps=args.steps, eval_fraction=0.0, progress=False)
-    print(f"dlrm, emb_dim {args.emb_dim}, batch {args.batch_size} per worker step, {args.steps} batches per run, "
-          f"synthetic data (cardinality cap {args.max_cardinality:,}), sparse Adagrad, mode {args.mode}, "
-          f"{os.cpu_count()} cores", flush=True)
+    config = TrainConfig(
+        synthetic=True,
+        synthetic_rows=args.batch_size * (args.steps + 1),
+        synthetic_max_cardinality=args.max_cardinality,
+        emb_dim=args.emb_dim,
+        batch_size=args.batch_size,
+        steps=args.steps,
+        eval_fraction=0.0,
+        progress=False,
+    )
+    print(
+        f"dlrm, emb_dim {args.emb_dim}, batch {args.batch_size} per worker step, {args.steps} batches per run, "
+        f"synthetic data (cardinality cap {args.max_cardinality:,}), sparse Adagrad, mode {args.mode}, "
+        f"{os.cpu_count()} cores",
+        flush=True,
+    )
     reference = statistics.median(_local(config) for _ in range(args.repeats))
     print(f"single-process trainer: {reference:>10,.0f} samples/s steady", flush=True)
     if "ray" in backends:
@@ -85,23 +95,33 @@ def main() -> int:
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, runtime_env=ray_runtime_env())
 
     rates: dict[tuple[str, int, int], float] = {}
-    print(f"{'backend':>7} {'servers':>7} {'workers':>7} {'samples/s':>10} {'vs single':>9} {'pulled B/sample':>15} "
-          f"{'pushed B/sample':>15} {'start s':>7}", flush=True)
+    print(
+        f"{'backend':>7} {'servers':>7} {'workers':>7} {'samples/s':>10} {'vs single':>9} {'pulled B/sample':>15} "
+        f"{'pushed B/sample':>15} {'start s':>7}",
+        flush=True,
+    )
     for workers in args.workers:
         for servers in args.servers:
             for backend in backends:
-                runs = [_run_once(config, ClusterConfig(servers=servers, workers=workers, backend=backend,
-                                                        mode=args.mode)) for _ in range(args.repeats)]
+                runs = [
+                    _run_once(config, ClusterConfig(servers=servers, workers=workers, backend=backend, mode=args.mode))
+                    for _ in range(args.repeats)
+                ]
                 rate = statistics.median(r[0] for r in runs)
                 started, pulled, pushed = runs[0][1], runs[0][2], runs[0][3]
                 rates[(backend, servers, workers)] = rate
-                print(f"{backend:>7} {servers:>7} {workers:>7} {rate:>10,.0f} "
-                      f"{rate / reference:>8.2f}x {pulled:>15,.0f} {pushed:>15,.0f} "
-                      f"{started:>7.1f}", flush=True)
+                print(
+                    f"{backend:>7} {servers:>7} {workers:>7} {rate:>10,.0f} "
+                    f"{rate / reference:>8.2f}x {pulled:>15,.0f} {pushed:>15,.0f} "
+                    f"{started:>7.1f}",
+                    flush=True,
+                )
     if "ray" in backends and "local" in backends:
         print("Ray backend over one-process backend (samples/s ratio, same servers x workers):")
         for workers in args.workers:
-            cells = [f"{s} servers {rates[('ray', s, workers)] / rates[('local', s, workers)]:.2f}x" for s in args.servers]
+            cells = [
+                f"{s} servers {rates[('ray', s, workers)] / rates[('local', s, workers)]:.2f}x" for s in args.servers
+            ]
             print(f"  {workers} worker(s): " + ", ".join(cells))
     return 0
 

@@ -53,8 +53,12 @@ def _rate(timeline: List[list], first: int, last: int) -> Optional[float]:
 def _one(config: TrainConfig, args: argparse.Namespace, k: int, r: int, urgent: str) -> Dict[str, object]:
     import ray
 
-    trainer = PSTrainer(criteo_job(config).spec, ClusterConfig(servers=args.servers, workers=1, backend="ray"),
-                        RunSettings(config.seed, config.deterministic), ErasureCoded(k, r, urgent_rebuild=urgent))
+    trainer = PSTrainer(
+        criteo_job(config).spec,
+        ClusterConfig(servers=args.servers, workers=1, backend="ray"),
+        RunSettings(config.seed, config.deterministic),
+        ErasureCoded(k, r, urgent_rebuild=urgent),
+    )
     try:
         victim = trainer.scheduler.servers[1].actor
         pid = ray.get(victim.__ray_call__.remote(lambda self: os.getpid()), timeout=60)
@@ -79,10 +83,15 @@ def _one(config: TrainConfig, args: argparse.Namespace, k: int, r: int, urgent: 
     end = ends[killed - 1] + failure["seconds_to_full_redundancy"]
     during = [s for s in sorted(ends) if s > killed and ends[s] <= end]  # the failed step holds the pause
     after = [s for s in sorted(ends) if ends[s] > end]
-    return {"failure": failure, "digest": digest, "killed": killed,
-            "before": _rate(timeline, killed - WINDOW, killed - 1),
-            "during": _rate(timeline, during[0], during[-1]) if during else None, "during_steps": len(during),
-            "after": _rate(timeline, after[0], after[-1]) if after else None}
+    return {
+        "failure": failure,
+        "digest": digest,
+        "killed": killed,
+        "before": _rate(timeline, killed - WINDOW, killed - 1),
+        "during": _rate(timeline, during[0], during[-1]) if during else None,
+        "during_steps": len(during),
+        "after": _rate(timeline, after[0], after[-1]) if after else None,
+    }
 
 
 def main() -> None:
@@ -101,41 +110,60 @@ def main() -> None:
         raise SystemExit(f"--code {args.code}: k + r must equal --servers ({args.servers})")
     if not WINDOW < args.kill_after < args.steps:
         raise SystemExit(f"--kill-after: must be in ({WINDOW}, --steps={args.steps})")
-    config = TrainConfig(synthetic=True, synthetic_rows=args.rows, batch_size=args.batch, steps=args.steps,
-                         deterministic=True, progress=False, seed=3)
+    config = TrainConfig(
+        synthetic=True,
+        synthetic_rows=args.rows,
+        batch_size=args.batch,
+        steps=args.steps,
+        deterministic=True,
+        progress=False,
+        seed=3,
+    )
     reference = criteo_job(config).fit(deterministic=True, seed=config.seed)["model_digest"]
-    print(f"Ray, {args.servers} servers, ec k={k} r={r}, batch {args.batch}, server 1 SIGKILLed from outside "
-          f"{KILL_DELAY:g} s after step {args.kill_after} of {args.steps}:")
+    print(
+        f"Ray, {args.servers} servers, ec k={k} r={r}, batch {args.batch}, server 1 SIGKILLed from outside "
+        f"{KILL_DELAY:g} s after step {args.kill_after} of {args.steps}:"
+    )
     modes = ["flat-out", "paced"] if args.urgent_rebuild == "both" else [args.urgent_rebuild]
     ratios: Dict[str, List[float]] = {mode: [] for mode in modes}
     windows: Dict[str, List[float]] = {mode: [] for mode in modes}
     for repeat in range(args.repeats):
-        for mode in modes[repeat % len(modes):] + modes[:repeat % len(modes)]:
+        for mode in modes[repeat % len(modes) :] + modes[: repeat % len(modes)]:
             _report(repeat, mode, _one(config, args, k, r, mode), reference, ratios, windows)
     for mode in modes:
         if ratios[mode]:
-            print(f"{mode}: samples/s during the rebuild / before the kill: median "
-                  f"{100 * statistics.median(ratios[mode]):.0f}% (runs: "
-                  f"{', '.join(f'{100 * x:.0f}%' for x in ratios[mode])}); full redundancy "
-                  f"{statistics.median(windows[mode]):.2f} s after the kill (median); goal >= 90%")
+            print(
+                f"{mode}: samples/s during the rebuild / before the kill: median "
+                f"{100 * statistics.median(ratios[mode]):.0f}% (runs: "
+                f"{', '.join(f'{100 * x:.0f}%' for x in ratios[mode])}); full redundancy "
+                f"{statistics.median(windows[mode]):.2f} s after the kill (median); goal >= 90%"
+            )
 
 
-def _report(repeat: int, mode: str, run: Dict[str, object], reference: str, ratios: Dict[str, List[float]],
-            windows: Dict[str, List[float]]) -> None:
+def _report(
+    repeat: int,
+    mode: str,
+    run: Dict[str, object],
+    reference: str,
+    ratios: Dict[str, List[float]],
+    windows: Dict[str, List[float]],
+) -> None:
     f = run["failure"]
     ratio = None if run["during"] is None or not run["before"] else run["during"] / run["before"]
     if ratio is not None:
         ratios[mode].append(ratio)
     windows[mode].append(f["seconds_to_full_redundancy"])
     fmt = lambda v: "n/a" if v is None else f"{v:,.0f}"  # noqa: E731
-    print(f"  repeat {repeat + 1} {mode}: lost at step {run['killed']}, detected {f['detect_seconds']:.3f} s "
-          f"after the kill, rebuild {f['rebuild_seconds']:.2f} s, full redundancy "
-          f"{f['seconds_to_full_redundancy']:.2f} s after the kill; samples/s before {fmt(run['before'])}, during "
-          f"({run['during_steps']} steps) {fmt(run['during'])} (report: "
-          f"{fmt(f.get('samples_per_sec_during_rebuild'))}), after "
-          f"{fmt(run['after'])}; during / before "
-          f"{'n/a' if ratio is None else f'{100 * ratio:.0f}%'}; digest equals failure-free: "
-          f"{run['digest'] == reference}")
+    print(
+        f"  repeat {repeat + 1} {mode}: lost at step {run['killed']}, detected {f['detect_seconds']:.3f} s "
+        f"after the kill, rebuild {f['rebuild_seconds']:.2f} s, full redundancy "
+        f"{f['seconds_to_full_redundancy']:.2f} s after the kill; samples/s before {fmt(run['before'])}, during "
+        f"({run['during_steps']} steps) {fmt(run['during'])} (report: "
+        f"{fmt(f.get('samples_per_sec_during_rebuild'))}), after "
+        f"{fmt(run['after'])}; during / before "
+        f"{'n/a' if ratio is None else f'{100 * ratio:.0f}%'}; digest equals failure-free: "
+        f"{run['digest'] == reference}"
+    )
 
 
 if __name__ == "__main__":

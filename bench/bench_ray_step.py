@@ -97,16 +97,28 @@ class Side:
     def __init__(self, backend: str, config: TrainConfig, servers: int, ft: str) -> None:
         self.backend = backend
         strategy = ErasureCoded(servers - 1, 1) if ft == "ec" else None
-        self.trainer = PSTrainer(criteo_job(config).spec, ClusterConfig(servers=servers, workers=1, backend=backend),
-                                 RunSettings(config.seed, config.deterministic), strategy)
+        self.trainer = PSTrainer(
+            criteo_job(config).spec,
+            ClusterConfig(servers=servers, workers=1, backend=backend),
+            RunSettings(config.seed, config.deterministic),
+            strategy,
+        )
         self.pids = _ray_pids(self.trainer) if backend == "ray" else [os.getpid()]
         self.turns: List[Turn] = []
 
     def snapshot(self) -> Snapshot:
         t = self.trainer
         worker = t.result(t.worker(0).stats())
-        return Snapshot(time.perf_counter(), busy_cpu_seconds(), process_cpu_seconds(self.pids), t.samples,
-                        t.step, dict(t.loop_seconds), t.dense_bytes, worker)
+        return Snapshot(
+            time.perf_counter(),
+            busy_cpu_seconds(),
+            process_cpu_seconds(self.pids),
+            t.samples,
+            t.step,
+            dict(t.loop_seconds),
+            t.dense_bytes,
+            worker,
+        )
 
     def turn(self, steps: int, record: bool = True) -> None:
         t = self.trainer
@@ -122,10 +134,19 @@ class Side:
         w0, w1 = before.worker, after.worker
         phases = {k: w1[f"{k}_seconds"] - w0[f"{k}_seconds"] for k in (*WORKER_PHASES, "in_step")}
         wire = sum(w1[k] - w0[k] for k in ("bytes_pulled", "bytes_requested", "bytes_pushed"))
-        self.turns.append(Turn(wall, None if machine is None else machine_end - machine, own,
-                               after.samples - before.samples, after.steps - before.steps,
-                               {k: after.loop[k] - before.loop[k] for k in LOOP_PARTS},
-                               after.dense_bytes - before.dense_bytes, phases, wire))
+        self.turns.append(
+            Turn(
+                wall,
+                None if machine is None else machine_end - machine,
+                own,
+                after.samples - before.samples,
+                after.steps - before.steps,
+                {k: after.loop[k] - before.loop[k] for k in LOOP_PARTS},
+                after.dense_bytes - before.dense_bytes,
+                phases,
+                wire,
+            )
+        )
 
     def ping_ms(self, calls: int) -> tuple:
         """Mean ms of an empty call: (driver -> worker, worker -> server) over the step's path, then both through
@@ -151,8 +172,15 @@ def _sum(turns: List[Turn], get) -> float:
 
 def _compare(args: argparse.Namespace, batch: int, ft: str) -> Dict[str, Any]:
     steps = args.chunk * (args.rounds + 1)
-    config = TrainConfig(synthetic=True, synthetic_rows=batch * (steps + 8), batch_size=batch, steps=steps,
-                         deterministic=True, progress=False, seed=3)
+    config = TrainConfig(
+        synthetic=True,
+        synthetic_rows=batch * (steps + 8),
+        batch_size=batch,
+        steps=steps,
+        deterministic=True,
+        progress=False,
+        seed=3,
+    )
     sides: Dict[str, Side] = {}
     try:
         for backend in ("local", "ray"):
@@ -171,27 +199,42 @@ def _compare(args: argparse.Namespace, batch: int, ft: str) -> Dict[str, Any]:
     local, ray_ = sides["local"].turns, sides["ray"].turns
     rate = {n: _sum(s.turns, lambda t: t.samples) / _sum(s.turns, lambda t: t.seconds) for n, s in sides.items()}
     per_sample = {n: _sum(s.turns, lambda t: t.samples) for n, s in sides.items()}
-    return {"batch": batch, "ft": ft, "ratio": rate["ray"] / rate["local"],
-            "cpu_ratio": (_sum(ray_, lambda t: t.machine) / per_sample["ray"]) /
-                         (_sum(local, lambda t: t.machine) / per_sample["local"]),
-            "own_ratio": (_sum(ray_, lambda t: t.own) / per_sample["ray"]) /
-                         (_sum(local, lambda t: t.own) / per_sample["local"])}
+    return {
+        "batch": batch,
+        "ft": ft,
+        "ratio": rate["ray"] / rate["local"],
+        "cpu_ratio": (_sum(ray_, lambda t: t.machine) / per_sample["ray"])
+        / (_sum(local, lambda t: t.machine) / per_sample["local"]),
+        "own_ratio": (_sum(ray_, lambda t: t.own) / per_sample["ray"])
+        / (_sum(local, lambda t: t.own) / per_sample["local"]),
+    }
 
 
-def _print(args: argparse.Namespace, batch: int, ft: str, sides: Dict[str, Side], pings: Dict[str, tuple],
-           digests: Dict[str, str]) -> None:
+def _print(
+    args: argparse.Namespace,
+    batch: int,
+    ft: str,
+    sides: Dict[str, Side],
+    pings: Dict[str, tuple],
+    digests: Dict[str, str],
+) -> None:
     names = ("local", "ray")
     turns = {n: sides[n].turns for n in names}
     steps = {n: _sum(turns[n], lambda t: t.steps) for n in names}
     samples = {n: _sum(turns[n], lambda t: t.samples) for n in names}
     seconds = {n: _sum(turns[n], lambda t: t.seconds) for n in names}
     rate = {n: samples[n] / seconds[n] for n in names}
-    per_round = statistics.median((r.samples / r.seconds) / (loc.samples / loc.seconds)
-                                  for loc, r in zip(turns["local"], turns["ray"]))
-    print(f"\nbatch {batch}, --ft {ft}, {args.servers} servers, 1 sync worker: {args.rounds} rounds of {args.chunk} "
-          f"steps per backend, interleaved")
-    print(f"  samples/s: one process {rate['local']:,.0f}, Ray {rate['ray']:,.0f}: Ray / one process "
-          f"{rate['ray'] / rate['local']:.2f}x (median over rounds {per_round:.2f}x)")
+    per_round = statistics.median(
+        (r.samples / r.seconds) / (loc.samples / loc.seconds) for loc, r in zip(turns["local"], turns["ray"])
+    )
+    print(
+        f"\nbatch {batch}, --ft {ft}, {args.servers} servers, 1 sync worker: {args.rounds} rounds of {args.chunk} "
+        f"steps per backend, interleaved"
+    )
+    print(
+        f"  samples/s: one process {rate['local']:,.0f}, Ray {rate['ray']:,.0f}: Ray / one process "
+        f"{rate['ray'] / rate['local']:.2f}x (median over rounds {per_round:.2f}x)"
+    )
     print(f"  {'per step':<44}{'one process':>12}{'Ray':>12}")
 
     def row(label: str, value: Any, fmt: str = "{:12.2f}") -> None:
@@ -203,22 +246,33 @@ def _print(args: argparse.Namespace, batch: int, ft: str, sides: Dict[str, Side]
     row("worker: in train_step ms", lambda n: 1000 * _sum(turns[n], lambda t: t.phases["in_step"]) / steps[n])
     for phase in WORKER_PHASES:
         row(f"  {phase} ms", lambda n, phase=phase: 1000 * _sum(turns[n], lambda t: t.phases[phase]) / steps[n])
-    row("step call overhead (call - in train_step) ms",
-        lambda n: 1000 * (_sum(turns[n], lambda t: t.loop["call"]) - _sum(turns[n], lambda t: t.phases["in_step"]))
-        / steps[n])
+    row(
+        "step call overhead (call - in train_step) ms",
+        lambda n: (
+            1000 * (_sum(turns[n], lambda t: t.loop["call"]) - _sum(turns[n], lambda t: t.phases["in_step"])) / steps[n]
+        ),
+    )
     row("empty call driver -> worker ms (step's path)", lambda n: pings[n][0], "{:12.3f}")
     row("empty call worker -> server ms (step's path)", lambda n: pings[n][1], "{:12.3f}")
     row("empty call driver -> worker ms (backend)", lambda n: pings[n][2], "{:12.3f}")
     row("empty call worker -> server ms (backend)", lambda n: pings[n][3], "{:12.3f}")
-    row("bytes: dense, driver <-> worker", lambda n: _sum(turns[n], lambda t: t.dense_bytes) / steps[n],
-        "{:12,.0f}")
-    row("bytes: keys/rows/grads, worker <-> servers", lambda n: _sum(turns[n], lambda t: t.wire_bytes) / steps[n],
-        "{:12,.0f}")
+    row("bytes: dense, driver <-> worker", lambda n: _sum(turns[n], lambda t: t.dense_bytes) / steps[n], "{:12,.0f}")
+    row(
+        "bytes: keys/rows/grads, worker <-> servers",
+        lambda n: _sum(turns[n], lambda t: t.wire_bytes) / steps[n],
+        "{:12,.0f}",
+    )
     if all(t.machine is not None for n in names for t in turns[n]):
-        row("CPU us per sample, whole machine", lambda n: 1e6 * _sum(turns[n], lambda t: t.machine) / samples[n],
-            "{:12.1f}")
-    row("CPU us per sample, the run's processes", lambda n: 1e6 * _sum(turns[n], lambda t: t.own) / samples[n],
-        "{:12.1f}")
+        row(
+            "CPU us per sample, whole machine",
+            lambda n: 1e6 * _sum(turns[n], lambda t: t.machine) / samples[n],
+            "{:12.1f}",
+        )
+    row(
+        "CPU us per sample, the run's processes",
+        lambda n: 1e6 * _sum(turns[n], lambda t: t.own) / samples[n],
+        "{:12.1f}",
+    )
     if all(t.machine is not None for n in names for t in turns[n]):
         machine = {n: _sum(turns[n], lambda t: t.machine) / samples[n] for n in names}
         print(f"  whole-machine CPU per sample, Ray / one process: {machine['ray'] / machine['local']:.2f}x")
@@ -247,12 +301,19 @@ def main() -> int:
     if "ec" in fts and args.servers < 2:
         raise SystemExit("--servers: ec needs at least 2")
     connect_ray()  # every Ray cluster of the run in one Ray, started here
-    print(f"bench_ray_step {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, load average "
-          f"{os.getloadavg()[0]:.2f}: " + " ".join(sys.argv[1:]))
+    print(
+        f"bench_ray_step {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, load average "
+        f"{os.getloadavg()[0]:.2f}: " + " ".join(sys.argv[1:])
+    )
     summary = [_compare(args, batch, ft) for batch in args.batch for ft in fts]
-    print("\nsummary (Ray / one process): " + ", ".join(
-        f"batch {s['batch']} --ft {s['ft']}: {s['ratio']:.2f}x samples/s, {s['cpu_ratio']:.2f}x CPU per sample "
-        f"(whole machine; the run's processes {s['own_ratio']:.2f}x)" for s in summary))
+    print(
+        "\nsummary (Ray / one process): "
+        + ", ".join(
+            f"batch {s['batch']} --ft {s['ft']}: {s['ratio']:.2f}x samples/s, {s['cpu_ratio']:.2f}x CPU per sample "
+            f"(whole machine; the run's processes {s['own_ratio']:.2f}x)"
+            for s in summary
+        )
+    )
     return 0
 
 

@@ -36,11 +36,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from xdl_ec.sparse.codec import ErasureCode  # noqa: E402
 from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job  # noqa: E402
 from xdl_ec.ft.configs import parse_code  # noqa: E402
 from xdl_ec.ft.ec_strategy import ErasureCoded  # noqa: E402
 from xdl_ec.ps import ClusterConfig, PSTrainer, RunSettings  # noqa: E402
+from xdl_ec.sparse.codec import ErasureCode  # noqa: E402
 
 PERIOD = 0.02  # seconds: a duty-cycled thread works duty x this, then sleeps the rest
 
@@ -121,10 +121,22 @@ def main() -> None:
 
     ideal = IdealRebuild(k, r, int(args.shard_mb * 1e6), int(args.block_mb * 1e6))
     steps = args.turn_steps * (args.rounds * (len(duties) + 2) * 2 + 4)
-    config = TrainConfig(synthetic=True, synthetic_rows=args.batch * (steps + 8), batch_size=args.batch, steps=steps,
-                         deterministic=True, progress=False, seed=1, emb_dim=args.emb_dim)
-    trainer = PSTrainer(criteo_job(config).spec, ClusterConfig(servers=args.servers, workers=1),
-                        RunSettings(1, True), ErasureCoded(k, r))
+    config = TrainConfig(
+        synthetic=True,
+        synthetic_rows=args.batch * (steps + 8),
+        batch_size=args.batch,
+        steps=steps,
+        deterministic=True,
+        progress=False,
+        seed=1,
+        emb_dim=args.emb_dim,
+    )
+    trainer = PSTrainer(
+        criteo_job(config).spec,
+        ClusterConfig(servers=args.servers, workers=1),
+        RunSettings(1, True),
+        ErasureCoded(k, r),
+    )
     try:
         trainer.fit(steps=2 * args.turn_steps)  # traced, warm
         alone = statistics.median(ideal.alone() for _ in range(5))
@@ -133,8 +145,10 @@ def main() -> None:
         for _ in range(200):
             hashlib.sha256(hash_data).digest()
         hash_alone = (time.perf_counter() - start) / 200
-        print(f"ideal rebuild alone (training paused): {alone * 1000:.0f} ms for {ideal.blocks} blocks of "
-              f"{args.block_mb} MB, k={k}: {ideal.blocks * ideal.block * k / alone / 1e9:.2f} GB/s read")
+        print(
+            f"ideal rebuild alone (training paused): {alone * 1000:.0f} ms for {ideal.blocks} blocks of "
+            f"{args.block_mb} MB, k={k}: {ideal.blocks * ideal.block * k / alone / 1e9:.2f} GB/s read"
+        )
 
         def turn(beside: Optional[Beside] = None) -> Tuple[float, float]:
             """(samples/s, seconds) of a turn of training, with ``beside`` running meanwhile."""
@@ -151,7 +165,7 @@ def main() -> None:
         speed: Dict[str, List[float]] = {kind: [] for kind in kinds}
         window: Dict[str, List[float]] = {kind: [] for kind in kinds}
         for rnd in range(args.rounds):
-            order = kinds[rnd % len(kinds):] + kinds[:rnd % len(kinds)]
+            order = kinds[rnd % len(kinds) :] + kinds[: rnd % len(kinds)]
             for kind in order + ["none"]:  # a "none" turn beside every other turn's round
                 if kind == "none":
                     rate, _ = turn()
@@ -159,8 +173,7 @@ def main() -> None:
                     print(f"  round {rnd + 1} {kind:>12}: {rate:,.0f} samples/s")
                     continue
                 duty = float(kind.split("@")[1])
-                work = ideal.decode_next if kind.startswith("decode") else \
-                    (lambda: hashlib.sha256(hash_data).digest())
+                work = ideal.decode_next if kind.startswith("decode") else (lambda: hashlib.sha256(hash_data).digest())
                 beside = Beside(work, duty)
                 rate, seconds = turn(beside)
                 speed[kind].append(rate)
@@ -168,15 +181,21 @@ def main() -> None:
                 # seconds a whole shard's decode would take at the rate the thread made, over the alone time
                 factor = (seconds / max(beside.units, 1)) / unit_alone
                 window[kind].append(factor)
-                print(f"  round {rnd + 1} {kind:>12}: {rate:,.0f} samples/s, {beside.units} units done: "
-                      f"{factor:.2f}x the time alone")
+                print(
+                    f"  round {rnd + 1} {kind:>12}: {rate:,.0f} samples/s, {beside.units} units done: "
+                    f"{factor:.2f}x the time alone"
+                )
         base = statistics.median(speed["none"])
-        print(f"\nmedians over {args.rounds} rounds (training beside the thread / training alone; the thread's "
-              f"work time / alone):")
+        print(
+            f"\nmedians over {args.rounds} rounds (training beside the thread / training alone; the thread's "
+            f"work time / alone):"
+        )
         for kind in kinds[1:]:
-            print(f"  {kind:>12}: training at {100 * statistics.median(speed[kind]) / base:.0f}% "
-                  f"({', '.join(f'{100 * s / base:.0f}%' for s in speed[kind])}), its work "
-                  f"{statistics.median(window[kind]):.2f}x the time alone")
+            print(
+                f"  {kind:>12}: training at {100 * statistics.median(speed[kind]) / base:.0f}% "
+                f"({', '.join(f'{100 * s / base:.0f}%' for s in speed[kind])}), its work "
+                f"{statistics.median(window[kind]):.2f}x the time alone"
+            )
         print("goal of a background rebuild: <= 2x the time alone with training >= 95%")
     finally:
         trainer.close()

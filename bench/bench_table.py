@@ -50,7 +50,7 @@ def fill_tf(tf, keys: np.ndarray, dim: int):
     index = tf.lookup.experimental.MutableHashTable(key_dtype=tf.int64, value_dtype=tf.int64, default_value=-1)
     chunk = 1 << 20
     for s in range(0, len(keys), chunk):
-        index.insert(tf.constant(keys[s:s + chunk]), tf.range(s, min(s + chunk, len(keys)), dtype=tf.int64))
+        index.insert(tf.constant(keys[s : s + chunk]), tf.range(s, min(s + chunk, len(keys)), dtype=tf.int64))
     params = tf.Variable(tf.random.truncated_normal([len(keys), dim], stddev=0.05))
     accum = tf.Variable(tf.fill([len(keys), dim], tf.constant(ACC0, tf.float32)))
     return index, params, accum
@@ -61,11 +61,12 @@ def bench_dim(tf, n_rows: int, dim: int, batches: List[int], repeats: int, seed:
     keys = rng.integers(-(1 << 62), 1 << 62, size=n_rows, dtype=np.int64)
     keys = np.unique(keys)
     rng.shuffle(keys)
-    table = xdl_ec.EmbeddingTable(f"bench{dim}", dim, optimizer=optim.Adagrad(LR, ACC0, EPS),
-                                  initializer=init.TruncatedNormal(0.0, 0.05))
+    table = xdl_ec.EmbeddingTable(
+        f"bench{dim}", dim, optimizer=optim.Adagrad(LR, ACC0, EPS), initializer=init.TruncatedNormal(0.0, 0.05)
+    )
     chunk = 1 << 18
     for s in range(0, len(keys), chunk):
-        table.pull(keys[s:s + chunk])
+        table.pull(keys[s : s + chunk])
     stats = table.memory_stats()
     index, params, accum = fill_tf(tf, keys, dim)
 
@@ -78,14 +79,24 @@ def bench_dim(tf, n_rows: int, dim: int, batches: List[int], repeats: int, seed:
         unique, idx = tf.unique(batch)
         summed = tf.math.unsorted_segment_sum(grads, idx, tf.size(unique))
         rows = index.lookup(unique)
-        tf.raw_ops.ResourceSparseApplyAdagradV2(var=params.handle, accum=accum.handle, lr=tf.constant(LR),
-                                                epsilon=tf.constant(EPS), grad=summed, indices=rows)
+        tf.raw_ops.ResourceSparseApplyAdagradV2(
+            var=params.handle,
+            accum=accum.handle,
+            lr=tf.constant(LR),
+            epsilon=tf.constant(EPS),
+            grad=summed,
+            indices=rows,
+        )
 
-    print(f"\n-- {len(keys):,} keys, dim {dim}: record {stats['record_bytes']} B raw; held "
-          f"{stats['bytes_per_row']:.1f} B/row ({stats['bytes_per_row'] / stats['record_bytes']:.3f}x raw); "
-          f"index {stats['index_bytes_per_row']:.1f} B/row = {100 * stats['index_overhead']:.1f}% of raw")
-    print(f"{'batch':>7} {'uniq':>6} | {'pull xdl_ec':>12} {'pull TF':>12} {'ratio':>6} | "
-          f"{'push xdl_ec':>12} {'push TF':>12} {'ratio':>6}   (rows/s)")
+    print(
+        f"\n-- {len(keys):,} keys, dim {dim}: record {stats['record_bytes']} B raw; held "
+        f"{stats['bytes_per_row']:.1f} B/row ({stats['bytes_per_row'] / stats['record_bytes']:.3f}x raw); "
+        f"index {stats['index_bytes_per_row']:.1f} B/row = {100 * stats['index_overhead']:.1f}% of raw"
+    )
+    print(
+        f"{'batch':>7} {'uniq':>6} | {'pull xdl_ec':>12} {'pull TF':>12} {'ratio':>6} | "
+        f"{'push xdl_ec':>12} {'push TF':>12} {'ratio':>6}   (rows/s)"
+    )
     for size in batches:
         batch = zipf_batch(rng, keys, size)
         grads = rng.normal(0.0, 0.01, size=(size, dim)).astype(np.float32)
@@ -95,9 +106,11 @@ def bench_dim(tf, n_rows: int, dim: int, batches: List[int], repeats: int, seed:
         ours_push = best_seconds(lambda batch=batch, grads=grads: table.push(batch, grads), repeats)
         tf_push_s = best_seconds(lambda tb=tb, tg=tg: tf_push(tb, tg), repeats)
         unique = len(np.unique(batch))
-        print(f"{size:>7} {unique:>6} | {size / ours_pull:>12,.0f} {size / tf_pull_s:>12,.0f} "
-              f"{tf_pull_s / ours_pull:>5.1f}x | {size / ours_push:>12,.0f} {size / tf_push_s:>12,.0f} "
-              f"{tf_push_s / ours_push:>5.1f}x")
+        print(
+            f"{size:>7} {unique:>6} | {size / ours_pull:>12,.0f} {size / tf_pull_s:>12,.0f} "
+            f"{tf_pull_s / ours_pull:>5.1f}x | {size / ours_push:>12,.0f} {size / tf_push_s:>12,.0f} "
+            f"{tf_push_s / ours_push:>5.1f}x"
+        )
     table.close()
 
 

@@ -28,10 +28,10 @@ import numpy as np
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
+from xdl_ec.builtin.criteo_job import FEATURE_NAME, CriteoModel, TrainConfig, open_training_data  # noqa: E402
 from xdl_ec.data.schema import NUM_SPARSE, tf_signature  # noqa: E402
 from xdl_ec.data.source import TrainingData  # noqa: E402
 from xdl_ec.model.metrics import holdout_metrics  # noqa: E402
-from xdl_ec.builtin.criteo_job import FEATURE_NAME, CriteoModel, TrainConfig, open_training_data  # noqa: E402
 from xdl_ec.tf.determinism import configure_determinism  # noqa: E402
 
 DEFAULT_BUCKETS = 1 << 20
@@ -40,8 +40,14 @@ DEFAULT_BUCKETS = 1 << 20
 class KerasPeer:
     """Trains the plain-Keras peer of a :class:`TrainConfig` (only Adagrad is supported as table optimizer)."""
 
-    def __init__(self, config: TrainConfig, data: Optional[TrainingData] = None, *, buckets: int = DEFAULT_BUCKETS,
-                 table_optimizer: str = "tf_sparse") -> None:
+    def __init__(
+        self,
+        config: TrainConfig,
+        data: Optional[TrainingData] = None,
+        *,
+        buckets: int = DEFAULT_BUCKETS,
+        table_optimizer: str = "tf_sparse",
+    ) -> None:
         if config.optimizer != "adagrad":
             raise ValueError(f"optimizer: the Keras peer implements adagrad only, got {config.optimizer!r}")
         if table_optimizer not in ("tf_sparse", "keras"):
@@ -51,7 +57,8 @@ class KerasPeer:
         self.buckets = int(buckets)
         configure_determinism(config.seed, config.deterministic)
         self.embedding = tf.keras.layers.Embedding(
-            self.buckets, config.emb_dim, embeddings_initializer=tf.keras.initializers.RandomUniform(-0.05, 0.05))
+            self.buckets, config.emb_dim, embeddings_initializer=tf.keras.initializers.RandomUniform(-0.05, 0.05)
+        )
         self.embedding.build((None, NUM_SPARSE))
         # The layer's tf.Variable: looked up with tf.nn.embedding_lookup (a ResourceGather of the batch's rows).
         # Calling the Keras layer instead reads the whole table every step (36 ms at 2**20 x 16 on 2 cores).
@@ -61,7 +68,8 @@ class KerasPeer:
         self.model = CriteoModel(config)()
         self.model({FEATURE_NAME: tf.zeros([1, NUM_SPARSE, config.emb_dim])}, tf.zeros([1, 13]))
         self.dense_optimizer = tf.keras.optimizers.get(
-            {"class_name": config.dense_optimizer, "config": {"learning_rate": config.dense_lr}})
+            {"class_name": config.dense_optimizer, "config": {"learning_rate": config.dense_lr}}
+        )
         self.dense_optimizer.build(self.model.trainable_variables)
         table = self.table
         if table_optimizer == "keras":
@@ -74,7 +82,8 @@ class KerasPeer:
         self._train_step = tf.function(self._step, input_signature=list(tf_signature()))
         self._predict = tf.function(
             lambda dense, sparse: tf.sigmoid(self.model({FEATURE_NAME: self._lookup(sparse)}, dense, training=False)),
-            input_signature=list(tf_signature()[:2]))
+            input_signature=list(tf_signature()[:2]),
+        )
 
     def _lookup(self, sparse: tf.Tensor) -> tf.Tensor:
         return tf.nn.embedding_lookup(self.table, tf.math.floormod(sparse, self.buckets))
@@ -84,8 +93,12 @@ class KerasPeer:
         summed = tf.math.unsorted_segment_sum(grad.values, position, tf.shape(unique)[0])
         return tf.raw_ops.ResourceSparseApplyAdagradV2(
             var=self.table.handle,
-            accum=self._accumulator.handle, lr=tf.constant(self.config.lr, tf.float32),
-            epsilon=tf.constant(1e-7, tf.float32), grad=summed, indices=unique)
+            accum=self._accumulator.handle,
+            lr=tf.constant(self.config.lr, tf.float32),
+            epsilon=tf.constant(1e-7, tf.float32),
+            grad=summed,
+            indices=unique,
+        )
 
     def _step(self, dense: tf.Tensor, sparse: tf.Tensor, label: tf.Tensor) -> tf.Tensor:
         variables = self.model.trainable_variables
@@ -106,7 +119,8 @@ class KerasPeer:
         start = time.perf_counter()
         # The usual Keras input pipeline: tf.data over the batches, prefetched in the background.
         dataset = tf.data.Dataset.from_generator(
-            lambda: (tuple(b) for b in self.data.train_batches(cfg.batch_size)), output_signature=tf_signature())
+            lambda: (tuple(b) for b in self.data.train_batches(cfg.batch_size)), output_signature=tf_signature()
+        )
         dataset = dataset.repeat() if cfg.steps is not None else dataset.repeat(cfg.epochs)
         if cfg.steps is not None:
             dataset = dataset.take(cfg.steps)
@@ -119,8 +133,14 @@ class KerasPeer:
         end = time.perf_counter()
         seconds = end - start
         steady = (samples - first_samples) / (end - first_step_end) if samples > first_samples else None
-        return {"samples": samples, "steps": steps, "train_seconds": seconds, "samples_per_sec": samples / seconds,
-                "steady_samples_per_sec": steady, "final_loss": float(np.mean(losses[-50:])) if losses else None}
+        return {
+            "samples": samples,
+            "steps": steps,
+            "train_seconds": seconds,
+            "samples_per_sec": samples / seconds,
+            "steady_samples_per_sec": steady,
+            "final_loss": float(np.mean(losses[-50:])) if losses else None,
+        }
 
     def evaluate(self) -> dict:
         """AUC and log loss on the held-out split."""
@@ -148,8 +168,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--table-optimizer", choices=("tf_sparse", "keras"), default="tf_sparse")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    config = TrainConfig(data=args.data, synthetic=args.synthetic, model=args.model, steps=args.steps,
-                         epochs=args.epochs, batch_size=args.batch_size, seed=args.seed)
+    config = TrainConfig(
+        data=args.data,
+        synthetic=args.synthetic,
+        model=args.model,
+        steps=args.steps,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        seed=args.seed,
+    )
     print(json.dumps(KerasPeer(config, buckets=args.buckets, table_optimizer=args.table_optimizer).run(), indent=2))
     return 0
 

@@ -33,14 +33,30 @@ class ShapedLoopback:
         if self.rate is None:
             return self
         if os.geteuid() != 0 or shutil.which("tc") is None:
-            raise RuntimeError(f"shaping {self.device} to {self.rate} needs root and tc (iproute2); run as root or "
-                               f"leave the rate at 'none'")
+            raise RuntimeError(
+                f"shaping {self.device} to {self.rate} needs root and tc (iproute2); run as root or "
+                f"leave the rate at 'none'"
+            )
         shown = self._tc("qdisc", "show", "dev", self.device)
         if "noqueue" not in shown and "pfifo_fast" not in shown and shown.strip():
             raise RuntimeError(f"{self.device} already has a queueing discipline ({shown.strip()}); not replacing it")
         # burst above lo's 64 KiB MTU, else no packet fits the bucket
-        self._tc("qdisc", "add", "dev", self.device, "root", "handle", "1:", "tbf", "rate", self.rate,
-                 "burst", "256kb", "latency", "100ms")
+        self._tc(
+            "qdisc",
+            "add",
+            "dev",
+            self.device,
+            "root",
+            "handle",
+            "1:",
+            "tbf",
+            "rate",
+            self.rate,
+            "burst",
+            "256kb",
+            "latency",
+            "100ms",
+        )
         return self
 
     def __exit__(self, *exc: Any) -> None:

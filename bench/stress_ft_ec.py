@@ -73,13 +73,21 @@ class Watchdog:
         out = self.dumps / f"py-spy-{label}.txt"
         if spy is not None:
             with open(out, "w") as f:
-                subprocess.run([spy, "dump", "--native", "--pid", str(os.getpid())], stdout=f, stderr=subprocess.STDOUT,
-                               timeout=120)
+                subprocess.run(
+                    [spy, "dump", "--native", "--pid", str(os.getpid())],
+                    stdout=f,
+                    stderr=subprocess.STDOUT,
+                    timeout=120,
+                )
         gdb = shutil.which("gdb")
         if gdb is not None:  # every thread's native stack, the C++ ones (forwarders) included
             with open(self.dumps / f"gdb-{label}.txt", "w") as f:
-                subprocess.run([gdb, "-p", str(os.getpid()), "-batch", "-ex", "thread apply all bt"], stdout=f,
-                               stderr=subprocess.STDOUT, timeout=300)
+                subprocess.run(
+                    [gdb, "-p", str(os.getpid()), "-batch", "-ex", "thread apply all bt"],
+                    stdout=f,
+                    stderr=subprocess.STDOUT,
+                    timeout=300,
+                )
         print(f"WATCHDOG: run {label} hung; stacks in {self.dumps}", flush=True)
         for spinner in self.spinners:
             spinner.kill()

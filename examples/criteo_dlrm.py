@@ -43,8 +43,17 @@ def holdout() -> Iterator[Dict[str, Any]]:
 
 
 def job() -> xdl_ec.Job:
-    table = xdl_ec.Table("criteo_categorical", EMB_DIM, optimizer=xdl_ec.optim.Adagrad(0.02),
-                         initializer=xdl_ec.init.RandomUniform(-0.05, 0.05), seed=0)
-    return xdl_ec.Job(tables=[table], features=[xdl_ec.Feature("categorical", table, shared_ids=True)],
-                      model_fn=lambda: DLRM(EMB_DIM, bottom_mlp=(64,), top_mlp=(64, 32), name="dlrm"),
-                      input_fn=train_input, eval_fn=holdout)
+    table = xdl_ec.Table(
+        "criteo_categorical",
+        EMB_DIM,
+        optimizer=xdl_ec.optim.Adagrad(0.02),
+        initializer=xdl_ec.init.RandomUniform(-0.05, 0.05),
+        seed=0,
+    )
+    return xdl_ec.Job(
+        tables=[table],
+        features=[xdl_ec.Feature("categorical", table, shared_ids=True)],
+        model_fn=lambda: DLRM(EMB_DIM, bottom_mlp=(64,), top_mlp=(64, 32), name="dlrm"),
+        input_fn=train_input,
+        eval_fn=holdout,
+    )

@@ -54,8 +54,12 @@ class BehaviourLog:
         appeal = np.random.default_rng(self.seed).normal(0.0, 1.0, ITEMS)  # each item's hidden appeal
         logit = np.where(category[item] == liked, 1.5, -1.5) + appeal[item] + 0.3 * np.cos(hour / HOURS * 2 * np.pi)
         click = rng.random(n) < 1 / (1 + np.exp(-logit))
-        return {"label": click.astype(np.float32), "item": item.astype(np.int64),
-                "hist": (hist.astype(np.int64), lengths.astype(np.int64)), "hour": hour.astype(np.int64)}
+        return {
+            "label": click.astype(np.float32),
+            "item": item.astype(np.int64),
+            "hist": (hist.astype(np.int64), lengths.astype(np.int64)),
+            "hour": hour.astype(np.int64),
+        }
 
     def train(self, worker: int, num_workers: int) -> Iterator[Dict[str, Any]]:
         for b in range(worker, self.batches, num_workers):
@@ -113,14 +117,25 @@ def make_model() -> Any:
 
 def make_job(log: BehaviourLog = BehaviourLog()) -> xdl_ec.Job:
     # Adam: the candidate-history products' gradients start small, which Adagrad's accumulator would damp
-    items = xdl_ec.Table("items", dim=8, optimizer=xdl_ec.optim.Adam(0.02), seed=log.seed,
-                         initializer=xdl_ec.init.TruncatedNormal(stddev=0.3))
+    items = xdl_ec.Table(
+        "items",
+        dim=8,
+        optimizer=xdl_ec.optim.Adam(0.02),
+        seed=log.seed,
+        initializer=xdl_ec.init.TruncatedNormal(stddev=0.3),
+    )
     return xdl_ec.Job(
         tables=[items],
-        features=[xdl_ec.Feature("item", items, shared_ids=True),
-                  xdl_ec.Feature("hist", items, shared_ids=True, sequence=True, max_length=MAX_LEN)],
+        features=[
+            xdl_ec.Feature("item", items, shared_ids=True),
+            xdl_ec.Feature("hist", items, shared_ids=True, sequence=True, max_length=MAX_LEN),
+        ],
         inputs=[xdl_ec.Input("hour", "int64", ())],
-        model_fn=make_model, input_fn=log.train, eval_fn=log.holdout, dense_learning_rate=0.01)
+        model_fn=make_model,
+        input_fn=log.train,
+        eval_fn=log.holdout,
+        dense_learning_rate=0.01,
+    )
 
 
 def job() -> xdl_ec.Job:
@@ -130,5 +145,6 @@ def job() -> xdl_ec.Job:
 
 if __name__ == "__main__":
     report = job().fit(deterministic=True)
-    print(f"{report['samples']:,} samples, hold-out AUC {report['auc']:.3f}, "
-          f"model_digest {report['model_digest'][:16]}")
+    print(
+        f"{report['samples']:,} samples, hold-out AUC {report['auc']:.3f}, model_digest {report['model_digest'][:16]}"
+    )

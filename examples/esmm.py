@@ -40,9 +40,13 @@ class ImpressionLog:
 
     def _truth(self) -> Dict[str, np.ndarray]:
         rng = np.random.default_rng(self.seed)
-        return {"user": rng.normal(0, 1.0, USERS), "item": rng.normal(0, 1.0, ITEMS),
-                "buy": rng.normal(0, 1.5, ITEMS), "price": np.linspace(1.0, -1.0, PRICES),
-                "dense": rng.normal(0, 0.5, DENSE)}
+        return {
+            "user": rng.normal(0, 1.0, USERS),
+            "item": rng.normal(0, 1.0, ITEMS),
+            "buy": rng.normal(0, 1.5, ITEMS),
+            "price": np.linspace(1.0, -1.0, PRICES),
+            "dense": rng.normal(0, 0.5, DENSE),
+        }
 
     def batch(self, b: int, split: int) -> Dict[str, Any]:
         truth = self._truth()
@@ -56,9 +60,13 @@ class ImpressionLog:
         click = rng.random(n) < 1 / (1 + np.exp(-click_logit))
         buy_logit = truth["buy"][item] + truth["price"][price] - 0.5
         buy = click & (rng.random(n) < 1 / (1 + np.exp(-buy_logit)))
-        return {"labels": {"click": click.astype(np.float32), "buy": buy.astype(np.float32)},
-                "user": user.astype(np.int64), "item": item.astype(np.int64), "price": price.astype(np.int64),
-                "dense": dense}
+        return {
+            "labels": {"click": click.astype(np.float32), "buy": buy.astype(np.float32)},
+            "user": user.astype(np.int64),
+            "item": item.astype(np.int64),
+            "price": price.astype(np.int64),
+            "dense": dense,
+        }
 
     def train(self, worker: int, num_workers: int) -> Iterator[Dict[str, Any]]:
         for b in range(worker, self.batches, num_workers):
@@ -109,7 +117,12 @@ def make_job(log: ImpressionLog = ImpressionLog()) -> xdl_ec.Job:
     return xdl_ec.Job(
         tables=[users, items],
         features=[xdl_ec.Feature("user", users), xdl_ec.Feature("item", items), xdl_ec.Feature("price", items)],
-        model_fn=make_model, input_fn=log.train, eval_fn=log.holdout, loss=esmm_loss, dense_learning_rate=0.01)
+        model_fn=make_model,
+        input_fn=log.train,
+        eval_fn=log.holdout,
+        loss=esmm_loss,
+        dense_learning_rate=0.01,
+    )
 
 
 def job() -> xdl_ec.Job:

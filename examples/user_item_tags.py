@@ -37,10 +37,16 @@ class ClickLog:
 
     def _truth(self) -> Dict[str, np.ndarray]:
         rng = np.random.default_rng(self.seed)
-        return {"user": rng.normal(size=(USERS, HIDDEN)), "item": rng.normal(size=(ITEMS, HIDDEN)),
-                "tag": rng.normal(size=(TAGS, HIDDEN)) * 0.5, "item_tags": rng.integers(0, TAGS, (ITEMS, MAX_TAGS)),
-                "item_tag_count": rng.integers(0, MAX_TAGS + 1, ITEMS), "dense": rng.normal(size=DENSE),
-                "user_bias": rng.normal(size=USERS), "item_bias": rng.normal(size=ITEMS)}
+        return {
+            "user": rng.normal(size=(USERS, HIDDEN)),
+            "item": rng.normal(size=(ITEMS, HIDDEN)),
+            "tag": rng.normal(size=(TAGS, HIDDEN)) * 0.5,
+            "item_tags": rng.integers(0, TAGS, (ITEMS, MAX_TAGS)),
+            "item_tag_count": rng.integers(0, MAX_TAGS + 1, ITEMS),
+            "dense": rng.normal(size=DENSE),
+            "user_bias": rng.normal(size=USERS),
+            "item_bias": rng.normal(size=ITEMS),
+        }
 
     def batch(self, index: int, split: str = "train") -> Dict[str, Any]:
         truth = self._truth()
@@ -52,11 +58,16 @@ class ClickLog:
         splits = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         tags = np.concatenate([truth["item_tags"][i, :c] for i, c in zip(items, counts)]).astype(np.int64)
         dense = rng.normal(size=(n, DENSE)).astype(np.float32)
-        tag_mean = np.stack([truth["tag"][truth["item_tags"][i, :c]].mean(0) if c else np.zeros(HIDDEN)
-                             for i, c in zip(items, counts)])
-        logit = (truth["user_bias"][users] + truth["item_bias"][items]
-                 + np.sum(truth["user"][users] * (truth["item"][items] + tag_mean), axis=1) / np.sqrt(HIDDEN)
-                 + dense @ truth["dense"] * 0.5 - 0.5)
+        tag_mean = np.stack(
+            [truth["tag"][truth["item_tags"][i, :c]].mean(0) if c else np.zeros(HIDDEN) for i, c in zip(items, counts)]
+        )
+        logit = (
+            truth["user_bias"][users]
+            + truth["item_bias"][items]
+            + np.sum(truth["user"][users] * (truth["item"][items] + tag_mean), axis=1) / np.sqrt(HIDDEN)
+            + dense @ truth["dense"] * 0.5
+            - 0.5
+        )
         label = (rng.random(n) < 1.0 / (1.0 + np.exp(-logit))).astype(np.float32)
         return {"label": label, "dense": dense, "user": users, "item": items, "tags": (tags, splits)}
 
@@ -94,9 +105,16 @@ def make_job(log: ClickLog = ClickLog()) -> xdl_ec.Job:
     tags = xdl_ec.Table("tags", dim=8, optimizer=xdl_ec.optim.Adam(0.01), seed=log.seed + 2)
     return xdl_ec.Job(
         tables=[users, items, tags],
-        features=[xdl_ec.Feature("user", users), xdl_ec.Feature("item", items),
-                  xdl_ec.Feature("tags", tags, combiner="mean")],
-        model_fn=make_model, input_fn=log.train, eval_fn=log.holdout, dense_learning_rate=0.003)
+        features=[
+            xdl_ec.Feature("user", users),
+            xdl_ec.Feature("item", items),
+            xdl_ec.Feature("tags", tags, combiner="mean"),
+        ],
+        model_fn=make_model,
+        input_fn=log.train,
+        eval_fn=log.holdout,
+        dense_learning_rate=0.003,
+    )
 
 
 def job() -> xdl_ec.Job:
@@ -106,5 +124,7 @@ def job() -> xdl_ec.Job:
 
 if __name__ == "__main__":
     report = job().fit(deterministic=True)
-    print(f"{report['samples']:,} samples, {report['samples_per_sec']:,.0f} samples/s, hold-out AUC "
-          f"{report['auc']:.4f}, model_digest {report['model_digest'][:16]}")
+    print(
+        f"{report['samples']:,} samples, {report['samples_per_sec']:,.0f} samples/s, hold-out AUC "
+        f"{report['auc']:.4f}, model_digest {report['model_digest'][:16]}"
+    )

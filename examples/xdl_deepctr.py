@@ -47,8 +47,11 @@ class SyntheticLog:
 
     def _truth(self) -> Dict[str, np.ndarray]:
         rng = np.random.default_rng(self.seed)
-        return {"w0": rng.normal(size=FEATURE_DIM) * 1.5, "w1": rng.normal(size=FEATURE_DIM) * 1.5,
-                "deep": rng.normal(size=DENSE) * 0.3}
+        return {
+            "w0": rng.normal(size=FEATURE_DIM) * 1.5,
+            "w1": rng.normal(size=FEATURE_DIM) * 1.5,
+            "deep": rng.normal(size=DENSE) * 0.3,
+        }
 
     def batch(self, index: int, split: str = "train") -> Dict[str, Any]:
         truth = self._truth()
@@ -73,11 +76,13 @@ class SyntheticLog:
 
 
 def train(batch):  # noqa: ANN001, ANN201 - XDL's train() from `batch = reader.read()` to the loss
-    emb1 = xdl.embedding('emb1', batch['sparse0'], xdl.TruncatedNormal(stddev=0.001), EMB_DIM, FEATURE_DIM,
-                         vtype='hash')
-    emb2 = xdl.embedding('emb2', batch['sparse1'], xdl.TruncatedNormal(stddev=0.001), EMB_DIM, FEATURE_DIM,
-                         vtype='hash')
-    loss = model(batch['deep0'], [emb1, emb2], batch['label'])
+    emb1 = xdl.embedding(
+        "emb1", batch["sparse0"], xdl.TruncatedNormal(stddev=0.001), EMB_DIM, FEATURE_DIM, vtype="hash"
+    )
+    emb2 = xdl.embedding(
+        "emb2", batch["sparse1"], xdl.TruncatedNormal(stddev=0.001), EMB_DIM, FEATURE_DIM, vtype="hash"
+    )
+    loss = model(batch["deep0"], [emb1, emb2], batch["label"])
     return loss
 
 
@@ -85,17 +90,24 @@ def train(batch):  # noqa: ANN001, ANN201 - XDL's train() from `batch = reader.r
 def model(deep, embeddings, labels):  # noqa: ANN001, ANN201 - XDL's model, renames only
     input = tf.concat([deep] + embeddings, 1)  # noqa: A001 - XDL's name
     fc1 = xdl.layers.dense(
-        input, 128, activation=tf.nn.relu, kernel_initializer=tf.compat.v1.truncated_normal_initializer(
-            stddev=KERNEL_STDDEV))
+        input,
+        128,
+        activation=tf.nn.relu,
+        kernel_initializer=tf.compat.v1.truncated_normal_initializer(stddev=KERNEL_STDDEV),
+    )
     fc2 = xdl.layers.dense(
-        fc1, 64, activation=tf.nn.relu, kernel_initializer=tf.compat.v1.truncated_normal_initializer(
-            stddev=KERNEL_STDDEV))
+        fc1,
+        64,
+        activation=tf.nn.relu,
+        kernel_initializer=tf.compat.v1.truncated_normal_initializer(stddev=KERNEL_STDDEV),
+    )
     fc3 = xdl.layers.dense(
-        fc2, 32, activation=tf.nn.relu, kernel_initializer=tf.compat.v1.truncated_normal_initializer(
-            stddev=KERNEL_STDDEV))
-    y = xdl.layers.dense(
-        fc3, 1, kernel_initializer=tf.compat.v1.truncated_normal_initializer(
-            stddev=KERNEL_STDDEV))
+        fc2,
+        32,
+        activation=tf.nn.relu,
+        kernel_initializer=tf.compat.v1.truncated_normal_initializer(stddev=KERNEL_STDDEV),
+    )
+    y = xdl.layers.dense(fc3, 1, kernel_initializer=tf.compat.v1.truncated_normal_initializer(stddev=KERNEL_STDDEV))
     loss = xdl.losses.sigmoid_cross_entropy(labels, y)
     return loss
 
@@ -112,5 +124,7 @@ def job() -> xdl.Job:
 
 if __name__ == "__main__":
     report = job().fit(deterministic=True)
-    print(f"{report['samples']:,} samples, {report['samples_per_sec']:,.0f} samples/s, hold-out AUC "
-          f"{report['auc']:.4f}, model_digest {report['model_digest'][:16]}")
+    print(
+        f"{report['samples']:,} samples, {report['samples_per_sec']:,.0f} samples/s, hold-out AUC "
+        f"{report['auc']:.4f}, model_digest {report['model_digest'][:16]}"
+    )

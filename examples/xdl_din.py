@@ -55,7 +55,7 @@ class SyntheticLog:
         mid_his = np.zeros((n, T), np.int64)
         for i in range(n):  # history items drawn from the user's favourite categories
             pool = np.flatnonzero(np.isin(item_cat, favourites[i]))
-            mid_his[i, :lengths[i]] = rng.choice(pool, lengths[i])
+            mid_his[i, : lengths[i]] = rng.choice(pool, lengths[i])
         mask = (np.arange(T)[None, :] < lengths[:, None]).astype(np.float32)
         cat_his = item_cat[mid_his] * (mask > 0)
         liked = rng.random(n) < 0.5
@@ -66,11 +66,15 @@ class SyntheticLog:
         label = (rng.random(n) < 1.0 / (1.0 + np.exp(-logit))).astype(np.float32).reshape(n, 1)
         per_id = np.arange(1, n * T + 1, dtype=np.int32)  # XDL's per-id segments: each id its own segment
         ones = np.ones(n * T, np.float32)
-        return {"uid": rng.integers(0, N_UID, n).astype(np.int64), "mid": mid.astype(np.int64),
-                "cat": cat.astype(np.int64),
-                "mid_his": xdl.SparseTensor(mid_his.reshape(-1), ones, per_id),
-                "cat_his": xdl.SparseTensor(cat_his.reshape(-1).astype(np.int64), ones, per_id),
-                "mask": mask, "label": label}
+        return {
+            "uid": rng.integers(0, N_UID, n).astype(np.int64),
+            "mid": mid.astype(np.int64),
+            "cat": cat.astype(np.int64),
+            "mid_his": xdl.SparseTensor(mid_his.reshape(-1), ones, per_id),
+            "cat_his": xdl.SparseTensor(cat_his.reshape(-1).astype(np.int64), ones, per_id),
+            "mask": mask,
+            "label": label,
+        }
 
     def reader(self, worker: int, num_workers: int) -> Iterator[Dict[str, Any]]:
         return (self.batch(b) for b in range(worker, self.batches, num_workers))
@@ -83,10 +87,11 @@ def initializer():  # noqa: ANN201 - XDL's get_xdl_initializer
     return xdl.TruncatedNormal(stddev=0.05)
 
 
-def dice(x, name=''):  # noqa: ANN001, ANN201 - XDL's Dice: a slope per unit below the batch-normalized input
+def dice(x, name=""):  # noqa: ANN001, ANN201 - XDL's Dice: a slope per unit below the batch-normalized input
     with tf.compat.v1.variable_scope(name, reuse=tf.compat.v1.AUTO_REUSE):
-        alphas = tf.compat.v1.get_variable('alpha' + name, [x.get_shape()[-1]],
-                                           initializer=tf.compat.v1.constant_initializer(0.0), dtype=tf.float32)
+        alphas = tf.compat.v1.get_variable(
+            "alpha" + name, [x.get_shape()[-1]], initializer=tf.compat.v1.constant_initializer(0.0), dtype=tf.float32
+        )
     mean = tf.reduce_mean(x, axis=0, keepdims=True)
     std = tf.sqrt(tf.reduce_mean(tf.square(x - mean) + 1e-9, axis=0, keepdims=True))
     p = tf.sigmoid((x - mean) / (std + 1e-9))
@@ -96,10 +101,10 @@ def dice(x, name=''):  # noqa: ANN001, ANN201 - XDL's Dice: a slope per unit bel
 def din_attention(query, facts, mask):  # noqa: ANN001, ANN201 - the candidate's attention over the history
     queries = tf.tile(query[:, None, :], [1, T, 1])
     din_all = tf.concat([queries, facts, queries - facts, queries * facts], axis=-1)
-    d1 = xdl.layers.dense(din_all, 16, activation=tf.nn.sigmoid, name='f1_att')
-    d2 = xdl.layers.dense(d1, 8, activation=tf.nn.sigmoid, name='f2_att')
-    scores = xdl.layers.dense(d2, 1, name='f3_att')[:, :, 0]
-    scores = tf.where(mask > 0, scores, tf.ones_like(scores) * (-2.0 ** 32 + 1))
+    d1 = xdl.layers.dense(din_all, 16, activation=tf.nn.sigmoid, name="f1_att")
+    d2 = xdl.layers.dense(d1, 8, activation=tf.nn.sigmoid, name="f2_att")
+    scores = xdl.layers.dense(d2, 1, name="f3_att")[:, :, 0]
+    scores = tf.where(mask > 0, scores, tf.ones_like(scores) * (-(2.0**32) + 1))
     weights = tf.nn.softmax(scores)
     return tf.reduce_sum(weights[:, :, None] * facts, axis=1)
 
@@ -111,10 +116,10 @@ def build_tf_net(uid, mid, cat, mid_his, cat_his, mask, label):  # noqa: ANN001,
     with tf.compat.v1.variable_scope("Attention_layer"):
         attention_output = din_attention(item_eb, item_his_eb, mask)
     inp = tf.concat([uid, item_eb, item_his_eb_sum, item_eb * item_his_eb_sum, attention_output], -1)
-    bn1 = xdl.layers.batch_normalization(inputs=inp, name='bn1', training=True)
-    dnn1 = dice(xdl.layers.dense(bn1, 32, name='f1'), name='dice_1')
-    dnn2 = dice(xdl.layers.dense(dnn1, 16, name='f2'), name='dice_2')
-    y = xdl.layers.dense(dnn2, 1, name='f3')
+    bn1 = xdl.layers.batch_normalization(inputs=inp, name="bn1", training=True)
+    dnn1 = dice(xdl.layers.dense(bn1, 32, name="f1"), name="dice_1")
+    dnn2 = dice(xdl.layers.dense(dnn1, 16, name="f2"), name="dice_2")
+    y = xdl.layers.dense(dnn2, 1, name="f3")
     return xdl.losses.sigmoid_cross_entropy(label, y), tf.sigmoid(y)
 
 
@@ -132,11 +137,13 @@ def tf_test_model(*inputs):  # noqa: ANN002, ANN201
 
 
 def xdl_embedding(batch):  # noqa: ANN001, ANN201 - XDL's xdl_embedding: shared item and category tables
-    return [xdl.embedding("uid_embedding", batch["uid"], initializer(), EMBEDDING_DIM, N_UID, 'sum'),
-            xdl.embedding("mid_embedding", batch["mid"], initializer(), EMBEDDING_DIM, N_MID, 'sum'),
-            xdl.embedding("cat_embedding", batch["cat"], initializer(), EMBEDDING_DIM, N_CAT, 'sum'),
-            xdl.embedding("mid_embedding", batch["mid_his"], initializer(), EMBEDDING_DIM, N_MID, 'sum'),
-            xdl.embedding("cat_embedding", batch["cat_his"], initializer(), EMBEDDING_DIM, N_CAT, 'sum')]
+    return [
+        xdl.embedding("uid_embedding", batch["uid"], initializer(), EMBEDDING_DIM, N_UID, "sum"),
+        xdl.embedding("mid_embedding", batch["mid"], initializer(), EMBEDDING_DIM, N_MID, "sum"),
+        xdl.embedding("cat_embedding", batch["cat"], initializer(), EMBEDDING_DIM, N_CAT, "sum"),
+        xdl.embedding("mid_embedding", batch["mid_his"], initializer(), EMBEDDING_DIM, N_MID, "sum"),
+        xdl.embedding("cat_embedding", batch["cat_his"], initializer(), EMBEDDING_DIM, N_CAT, "sum"),
+    ]
 
 
 def train(batch):  # noqa: ANN001, ANN201 - XDL's build_final_net(is_train=True)
@@ -159,5 +166,7 @@ def job() -> xdl.Job:
 
 if __name__ == "__main__":
     report = job().fit(deterministic=True)
-    print(f"{report['samples']:,} samples, {report['samples_per_sec']:,.0f} samples/s, hold-out AUC "
-          f"{report['auc']:.4f}, model_digest {report['model_digest'][:16]}")
+    print(
+        f"{report['samples']:,} samples, {report['samples_per_sec']:,.0f} samples/s, hold-out AUC "
+        f"{report['auc']:.4f}, model_digest {report['model_digest'][:16]}"
+    )

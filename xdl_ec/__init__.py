@@ -20,18 +20,36 @@ from .keep.saved_run import SaveMismatch
 from .model.dense_model import ModelError
 from .model.feature import Feature
 from .model.feature_batch import InputError
+from .model.side_input import Input
 from .sparse import codec
 from .sparse.cache_config import Cache
 from .sparse.row_rules import Admit, Evict
 from .sparse.table import EmbeddingTable
 from .sparse.table_config import Table
-from .model.side_input import Input
 
 # XDL-shaped API: xdl_ec.embedding, the optimizers and initializers by XDL's names, and what a script ported from
 # XDL needs to run as a job (xdl_job, layers, losses, tf_wrapper); TF is imported on first embedding() or xdl_job().
-from .xdl.api import (SGD, Adagrad, Adam, Constant, Ftrl, Momentum, Ones, RandomUniform, SparseTensor,
-                      TruncatedNormal, VarType, Zeros, embedding, layers, losses, missing, set_sparse_optimizer,
-                      tf_wrapper, xdl_job)
+from .xdl.api import (
+    SGD,
+    Adagrad,
+    Adam,
+    Constant,
+    Ftrl,
+    Momentum,
+    Ones,
+    RandomUniform,
+    SparseTensor,
+    TruncatedNormal,
+    VarType,
+    Zeros,
+    embedding,
+    layers,
+    losses,
+    missing,
+    set_sparse_optimizer,
+    tf_wrapper,
+    xdl_job,
+)
 
 __version__ = "0.1.0"
 
@@ -46,9 +64,41 @@ def __getattr__(name: str) -> NoReturn:
     raise missing(name)
 
 
-__all__ = ["Cache", "Cluster", "EmbeddingTable", "Feature", "Input", "InputError", "Job", "ModelError", "SaveMismatch",
-           "Table", "TrainedModel", "codec", "embedding", "init", "load", "optim", "save",
-           # the XDL port's names (xdl_ec.xdl)
-           "SGD", "Adagrad", "Adam", "Constant", "Ftrl", "Momentum", "Ones", "RandomUniform", "SparseTensor",
-           "TruncatedNormal", "VarType", "Zeros", "layers", "losses", "set_sparse_optimizer", "tf_wrapper", "xdl_job"]
+__all__ = [
+    "Cache",
+    "Cluster",
+    "EmbeddingTable",
+    "Feature",
+    "Input",
+    "InputError",
+    "Job",
+    "ModelError",
+    "SaveMismatch",
+    "Table",
+    "TrainedModel",
+    "codec",
+    "embedding",
+    "init",
+    "load",
+    "optim",
+    "save",
+    # the XDL port's names (xdl_ec.xdl)
+    "SGD",
+    "Adagrad",
+    "Adam",
+    "Constant",
+    "Ftrl",
+    "Momentum",
+    "Ones",
+    "RandomUniform",
+    "SparseTensor",
+    "TruncatedNormal",
+    "VarType",
+    "Zeros",
+    "layers",
+    "losses",
+    "set_sparse_optimizer",
+    "tf_wrapper",
+    "xdl_job",
+]
 __all__ += ["Admit", "Evict"]  # bounded tables (xdl_ec.sparse.row_rules)

@@ -64,7 +64,9 @@ def _layer_sizes(text: str) -> tuple[int, ...]:
     try:
         sizes = tuple(int(part) for part in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers like 64,32, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated positive integers like 64,32, got {text!r}"
+        ) from None
     if any(s < 1 for s in sizes):
         raise argparse.ArgumentTypeError(f"expected comma-separated positive integers like 64,32, got {text!r}")
     return sizes
@@ -76,8 +78,11 @@ def find_criteo_sample() -> Optional[Path]:
     if os.environ.get("XDL_EC_CRITEO_SAMPLE"):
         candidates.append(Path(os.environ["XDL_EC_CRITEO_SAMPLE"]))
     cwd = Path.cwd()
-    candidates += [cwd.parent / "shared" / "data" / SAMPLE_NAME, cwd / "shared" / "data" / SAMPLE_NAME,
-                   Path(__file__).resolve().parents[1].parent / "shared" / "data" / SAMPLE_NAME]
+    candidates += [
+        cwd.parent / "shared" / "data" / SAMPLE_NAME,
+        cwd / "shared" / "data" / SAMPLE_NAME,
+        Path(__file__).resolve().parents[1].parent / "shared" / "data" / SAMPLE_NAME,
+    ]
     return next((p for p in candidates if p.is_file()), None)
 
 
@@ -87,136 +92,279 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
 
     d = TrainConfig(synthetic=True)
     p = subparsers.add_parser(
-        "train", help="train a job: your --script, or the built-in CTR model (DLRM or Embedding&MLP) on Criteo data",
+        "train",
+        help="train a job: your --script, or the built-in CTR model (DLRM or Embedding&MLP) on Criteo data",
         description="Train the job of a --script FILE.py (its job() returns an xdl_ec.Job), or the built-in CTR "
-                    "model on a raw Criteo TSV file (--data) or synthetic data (--synthetic). Without arguments: a "
-                    "short demo of the built-in model on the Criteo sample if it is found, else on synthetic data.",
+        "model on a raw Criteo TSV file (--data) or synthetic data (--synthetic). Without arguments: a "
+        "short demo of the built-in model on the Criteo sample if it is found, else on synthetic data.",
         epilog="SIGINT (Ctrl-C) or SIGTERM stops the run at the next step boundary, with a final save when --save-dir "
-               "is given, and prints the command that resumes it (exit status 130 or 143).")
-    p.add_argument("--script", metavar="FILE.py",
-                   help="a Python file whose job() returns the xdl_ec.Job to train (the built-in model's flags, "
-                        "marked [built-in], are then refused)")
+        "is given, and prints the command that resumes it (exit status 130 or 143).",
+    )
+    p.add_argument(
+        "--script",
+        metavar="FILE.py",
+        help="a Python file whose job() returns the xdl_ec.Job to train (the built-in model's flags, "
+        "marked [built-in], are then refused)",
+    )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--data", metavar="PATH", help="[built-in] raw Criteo TSV file, plain or .gz")
     src.add_argument("--synthetic", action="store_true", help="[built-in] seeded synthetic Criteo-shaped data")
-    src.add_argument("--stream", metavar="DIR",
-                     help="[built-in] train on the Criteo TSV files (plain or .gz) of DIR in name order as they "
-                          "appear, endlessly; a file counts once renamed in (names starting with '.' or ending in "
-                          ".tmp are ignored); saves keep the stream position (file, offset)")
-    p.add_argument("--stream-idle-exit", type=_positive_float, metavar="SECONDS",
-                   help="[built-in] with --stream: end when no new file came for this many seconds of waiting "
-                        "(default: wait forever; SIGINT/SIGTERM stop cleanly)")
-    p.add_argument("--synthetic-rows", type=_positive_int,
-                   help=f"[built-in] rows of synthetic data, eval split included (default {d.synthetic_rows})")
-    p.add_argument("--synthetic-max-cardinality", type=_positive_int,
-                   help=f"[built-in] cap on each synthetic column's cardinality (default {d.synthetic_max_cardinality})")
-    p.add_argument("--synthetic-zipf", type=_positive_float, metavar="S",
-                   help=f"[built-in] Zipf exponent of the synthetic ids' skew (default {d.synthetic_zipf})")
+    src.add_argument(
+        "--stream",
+        metavar="DIR",
+        help="[built-in] train on the Criteo TSV files (plain or .gz) of DIR in name order as they "
+        "appear, endlessly; a file counts once renamed in (names starting with '.' or ending in "
+        ".tmp are ignored); saves keep the stream position (file, offset)",
+    )
+    p.add_argument(
+        "--stream-idle-exit",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="[built-in] with --stream: end when no new file came for this many seconds of waiting "
+        "(default: wait forever; SIGINT/SIGTERM stop cleanly)",
+    )
+    p.add_argument(
+        "--synthetic-rows",
+        type=_positive_int,
+        help=f"[built-in] rows of synthetic data, eval split included (default {d.synthetic_rows})",
+    )
+    p.add_argument(
+        "--synthetic-max-cardinality",
+        type=_positive_int,
+        help=f"[built-in] cap on each synthetic column's cardinality (default {d.synthetic_max_cardinality})",
+    )
+    p.add_argument(
+        "--synthetic-zipf",
+        type=_positive_float,
+        metavar="S",
+        help=f"[built-in] Zipf exponent of the synthetic ids' skew (default {d.synthetic_zipf})",
+    )
     p.add_argument("--model", choices=("dlrm", "mlp"), help=f"[built-in] model body (default {d.model})")
     p.add_argument("--emb-dim", type=_positive_int, help=f"[built-in] embedding dimension (default {d.emb_dim})")
-    p.add_argument("--bottom-mlp", type=_layer_sizes, metavar="N,N",
-                   help="[built-in] DLRM bottom MLP hidden sizes; its output layer has emb-dim units (default 64)")
-    p.add_argument("--top-mlp", type=_layer_sizes, metavar="N,N",
-                   help="[built-in] DLRM top MLP hidden sizes before the logit (default 64,32)")
-    p.add_argument("--hidden", type=_layer_sizes, metavar="N,N",
-                   help="[built-in] Embedding&MLP hidden sizes (default 128,64)")
-    p.add_argument("--optimizer", help=f"[built-in] sparse optimizer of the embedding table: sgd, momentum, adagrad, "
-                                       f"adam, ftrl (default {d.optimizer})")
+    p.add_argument(
+        "--bottom-mlp",
+        type=_layer_sizes,
+        metavar="N,N",
+        help="[built-in] DLRM bottom MLP hidden sizes; its output layer has emb-dim units (default 64)",
+    )
+    p.add_argument(
+        "--top-mlp",
+        type=_layer_sizes,
+        metavar="N,N",
+        help="[built-in] DLRM top MLP hidden sizes before the logit (default 64,32)",
+    )
+    p.add_argument(
+        "--hidden", type=_layer_sizes, metavar="N,N", help="[built-in] Embedding&MLP hidden sizes (default 128,64)"
+    )
+    p.add_argument(
+        "--optimizer",
+        help=f"[built-in] sparse optimizer of the embedding table: sgd, momentum, adagrad, "
+        f"adam, ftrl (default {d.optimizer})",
+    )
     p.add_argument("--lr", type=_positive_float, help=f"[built-in] sparse learning rate (default {d.lr})")
-    p.add_argument("--dense-optimizer", choices=DENSE_OPTIMIZERS,
-                   help=f"[built-in] Keras optimizer of the dense model (default {d.dense_optimizer})")
+    p.add_argument(
+        "--dense-optimizer",
+        choices=DENSE_OPTIMIZERS,
+        help=f"[built-in] Keras optimizer of the dense model (default {d.dense_optimizer})",
+    )
     p.add_argument("--dense-lr", type=_positive_float, help=f"[built-in] dense learning rate (default {d.dense_lr})")
     p.add_argument("--batch-size", type=_positive_int, help=f"[built-in] default {d.batch_size}")
     length = p.add_mutually_exclusive_group()
-    length.add_argument("--steps", type=_positive_int,
-                        help="built-in: batches of the run, split over the workers (cycling the data as needed); "
-                             "--script: at most this many steps, each one batch on every worker")
-    length.add_argument("--epochs", type=_positive_int, help=f"[built-in] passes over the train split (default {d.epochs})")
-    p.add_argument("--eval-fraction", type=_fraction,
-                   help=f"[built-in] held-out fraction: the last rows in file order (default {d.eval_fraction})")
+    length.add_argument(
+        "--steps",
+        type=_positive_int,
+        help="built-in: batches of the run, split over the workers (cycling the data as needed); "
+        "--script: at most this many steps, each one batch on every worker",
+    )
+    length.add_argument(
+        "--epochs", type=_positive_int, help=f"[built-in] passes over the train split (default {d.epochs})"
+    )
+    p.add_argument(
+        "--eval-fraction",
+        type=_fraction,
+        help=f"[built-in] held-out fraction: the last rows in file order (default {d.eval_fraction})",
+    )
     p.add_argument("--seed", type=_non_negative_int, default=0, help="default %(default)s")
-    p.add_argument("--deterministic", action="store_true",
-                   help="deterministic TF ops and single-threaded op pools: same seed, same model_digest")
-    p.add_argument("--on-bad-line", choices=("error", "skip"),
-                   help="[built-in] malformed lines: stop with file:line and the reason, or skip and count them")
+    p.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="deterministic TF ops and single-threaded op pools: same seed, same model_digest",
+    )
+    p.add_argument(
+        "--on-bad-line",
+        choices=("error", "skip"),
+        help="[built-in] malformed lines: stop with file:line and the reason, or skip and count them",
+    )
     p.add_argument("--report", metavar="FILE.json", help="write the run report (JSON) to this file")
-    p.add_argument("--logdir", metavar="DIR",
-                   help="write TensorBoard scalars there: loss, progressive AUC, samples/s, rows per table, failures")
-    p.add_argument("--no-progress", action="store_true",
-                   help="no progress (a bar on a terminal; else a plain line with samples/s and loss every 30 s)")
+    p.add_argument(
+        "--logdir",
+        metavar="DIR",
+        help="write TensorBoard scalars there: loss, progressive AUC, samples/s, rows per table, failures",
+    )
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress (a bar on a terminal; else a plain line with samples/s and loss every 30 s)",
+    )
     ps = p.add_argument_group("parameter servers (default: the job trains in this process, without servers)")
     ps.add_argument("--servers", type=_positive_int, help="train with N parameter servers (keys sharded by hash)")
     ps.add_argument("--workers", type=_positive_int, help="workers (default 1; needs --servers)")
-    ps.add_argument("--backend", choices=("local", "ray"),
-                    help="where servers and workers run: local = objects in this process (default), ray = Ray actors")
-    ps.add_argument("--address", metavar="RAY_ADDRESS",
-                    help="an existing Ray cluster (with --backend ray; default: start a local Ray)")
-    ps.add_argument("--cache-rows", metavar="N|P%",
-                    help="a worker cache of every table (HET): N rows or P%% of the table's rows (needs --servers)")
-    ps.add_argument("--staleness", type=_non_negative_int, metavar="S",
-                    help="cache: read a cached row while at most S versions behind, write back after S local "
-                         "updates (default 0: exact, the same model as without a cache)")
+    ps.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        help="where servers and workers run: local = objects in this process (default), ray = Ray actors",
+    )
+    ps.add_argument(
+        "--address",
+        metavar="RAY_ADDRESS",
+        help="an existing Ray cluster (with --backend ray; default: start a local Ray)",
+    )
+    ps.add_argument(
+        "--cache-rows",
+        metavar="N|P%",
+        help="a worker cache of every table (HET): N rows or P%% of the table's rows (needs --servers)",
+    )
+    ps.add_argument(
+        "--staleness",
+        type=_non_negative_int,
+        metavar="S",
+        help="cache: read a cached row while at most S versions behind, write back after S local "
+        "updates (default 0: exact, the same model as without a cache)",
+    )
     ps.add_argument("--cache-policy", choices=("lfu", "lru"), help="cache eviction (default lfu)")
-    ps.add_argument("--mode", choices=("sync", "async"),
-                    help="sync: all workers finish step t before t+1 (default); async: no barrier")
+    ps.add_argument(
+        "--mode",
+        choices=("sync", "async"),
+        help="sync: all workers finish step t before t+1 (default); async: no barrier",
+    )
     ft = p.add_argument_group("fault tolerance (needs --servers)")
-    ft.add_argument("--ft", choices=("none", "ckpt", "cpr", "ec"),
-                    help="none: a lost server stops the run (default); ckpt: periodic checkpoints, every server rolls "
-                         "back; cpr: only the lost server reloads its checkpoint; ec: erasure-coded servers")
+    ft.add_argument(
+        "--ft",
+        choices=("none", "ckpt", "cpr", "ec"),
+        help="none: a lost server stops the run (default); ckpt: periodic checkpoints, every server rolls "
+        "back; cpr: only the lost server reloads its checkpoint; ec: erasure-coded servers",
+    )
     ft.add_argument("--code", type=_code, metavar="K,R", help="ec: K data servers per stripe, R parity (default 4,1)")
-    ft.add_argument("--failure-domain", choices=("node", "none"),
-                    help="ec on Ray: node = at most R servers of any stripe on one Ray node, so losing a node is "
-                         "recovered exactly (default when the Ray cluster has several nodes); none = Ray places them")
-    ft.add_argument("--rebuild-share", type=_share, metavar="S",
-                    help="ec: share of wall time a rebuild may take until it is done, in (0, 1] (default 0.05; "
-                         "training goes on meanwhile)")
-    ft.add_argument("--rebuild-keeps", type=_keeps, metavar="F",
-                    help="ec: a background rebuild takes more than --rebuild-share while training keeps this share "
-                         "of its samples/s before the failure, in [0, 1) (default 0.95; 0: exactly --rebuild-share)")
-    ft.add_argument("--urgent-rebuild", choices=("flat-out", "paced"),
-                    help="ec: a rebuild while one more loss would be fatal (R servers down): flat-out (default: the "
-                         "shortest time without redundancy, training slows meanwhile) or paced like any other "
-                         "(--rebuild-share, --rebuild-keeps: training keeps its speed, the window is longer)")
-    ft.add_argument("--ckpt-interval", metavar="N|Ns|auto",
-                    help="ckpt: every N steps, every N seconds ('30s') or auto = Young's formula from the measured "
-                         "save cost and --mtbf (default auto)")
+    ft.add_argument(
+        "--failure-domain",
+        choices=("node", "none"),
+        help="ec on Ray: node = at most R servers of any stripe on one Ray node, so losing a node is "
+        "recovered exactly (default when the Ray cluster has several nodes); none = Ray places them",
+    )
+    ft.add_argument(
+        "--rebuild-share",
+        type=_share,
+        metavar="S",
+        help="ec: share of wall time a rebuild may take until it is done, in (0, 1] (default 0.05; "
+        "training goes on meanwhile)",
+    )
+    ft.add_argument(
+        "--rebuild-keeps",
+        type=_keeps,
+        metavar="F",
+        help="ec: a background rebuild takes more than --rebuild-share while training keeps this share "
+        "of its samples/s before the failure, in [0, 1) (default 0.95; 0: exactly --rebuild-share)",
+    )
+    ft.add_argument(
+        "--urgent-rebuild",
+        choices=("flat-out", "paced"),
+        help="ec: a rebuild while one more loss would be fatal (R servers down): flat-out (default: the "
+        "shortest time without redundancy, training slows meanwhile) or paced like any other "
+        "(--rebuild-share, --rebuild-keeps: training keeps its speed, the window is longer)",
+    )
+    ft.add_argument(
+        "--ckpt-interval",
+        metavar="N|Ns|auto",
+        help="ckpt: every N steps, every N seconds ('30s') or auto = Young's formula from the measured "
+        "save cost and --mtbf (default auto)",
+    )
     ft.add_argument("--ckpt-dir", metavar="DIR", help="ckpt/cpr: checkpoint directory (default: a temporary one)")
-    ft.add_argument("--cpr-pls", type=_open_fraction, metavar="P",
-                    help="cpr: target portion of lost samples; interval = 2 * servers * MTBF * P (default 0.02)")
-    ft.add_argument("--cpr-interval", type=_positive_int, metavar="STEPS",
-                    help="cpr: checkpoint every STEPS steps instead of the --cpr-pls interval")
-    ft.add_argument("--cpr-mode", choices=("mfu", "ssu"),
-                    help="cpr: rows saved between full saves: most frequently used or sub-sampled used (default mfu)")
-    ft.add_argument("--fail-at", action="append", metavar="STEP[:SERVER]", default=None,
-                    help="kill server SERVER (default 0) right before step STEP (repeatable)")
-    ft.add_argument("--fail-worker-at", action="append", metavar="STEP[:WORKER]", default=None,
-                    help="kill worker WORKER (default 0) right before step STEP (repeatable)")
-    ft.add_argument("--mtbf", type=_positive_float, metavar="SECONDS",
-                    help="kill a random server (seeded by --seed) every SECONDS of training on average")
+    ft.add_argument(
+        "--cpr-pls",
+        type=_open_fraction,
+        metavar="P",
+        help="cpr: target portion of lost samples; interval = 2 * servers * MTBF * P (default 0.02)",
+    )
+    ft.add_argument(
+        "--cpr-interval",
+        type=_positive_int,
+        metavar="STEPS",
+        help="cpr: checkpoint every STEPS steps instead of the --cpr-pls interval",
+    )
+    ft.add_argument(
+        "--cpr-mode",
+        choices=("mfu", "ssu"),
+        help="cpr: rows saved between full saves: most frequently used or sub-sampled used (default mfu)",
+    )
+    ft.add_argument(
+        "--fail-at",
+        action="append",
+        metavar="STEP[:SERVER]",
+        default=None,
+        help="kill server SERVER (default 0) right before step STEP (repeatable)",
+    )
+    ft.add_argument(
+        "--fail-worker-at",
+        action="append",
+        metavar="STEP[:WORKER]",
+        default=None,
+        help="kill worker WORKER (default 0) right before step STEP (repeatable)",
+    )
+    ft.add_argument(
+        "--mtbf",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="kill a random server (seeded by --seed) every SECONDS of training on average",
+    )
     save = p.add_argument_group("saving (any backend, any --ft)")
-    save.add_argument("--save-dir", metavar="DIR",
-                      help="save the run into DIR: every --save-every and at the end (a consistent cut of every "
-                           "table, the dense state and the reader positions; atomic)")
+    save.add_argument(
+        "--save-dir",
+        metavar="DIR",
+        help="save the run into DIR: every --save-every and at the end (a consistent cut of every "
+        "table, the dense state and the reader positions; atomic)",
+    )
     save.add_argument("--save-every", metavar="N|Ns", help="save every N steps or every N seconds ('60s')")
     save.add_argument("--keep", type=_positive_int, metavar="K", help="saves kept in --save-dir (default 2)")
-    save.add_argument("--backstop-every", metavar="Ns|N",
-                      help="instead of --save-every (needs --servers; meant for --ft ec): incremental saves into "
-                           "--save-dir, only the rows changed since the previous one, written in the background; when "
-                           "the run cannot recover (more than r servers lost, the driver lost) resume from them")
-    save.add_argument("--resume", metavar="DIR",
-                      help="continue the newest save in DIR: repeat the saved run's command (--steps/--epochs count "
-                           "the whole run) plus --resume DIR; any --backend and --servers")
+    save.add_argument(
+        "--backstop-every",
+        metavar="Ns|N",
+        help="instead of --save-every (needs --servers; meant for --ft ec): incremental saves into "
+        "--save-dir, only the rows changed since the previous one, written in the background; when "
+        "the run cannot recover (more than r servers lost, the driver lost) resume from them",
+    )
+    save.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue the newest save in DIR: repeat the saved run's command (--steps/--epochs count "
+        "the whole run) plus --resume DIR; any --backend and --servers",
+    )
     bounded = p.add_argument_group("bounded table for endless training (built-in job; xdl_ec.Admit, xdl_ec.Evict)")
-    bounded.add_argument("--admit-min-count", type=_positive_int, metavar="N",
-                         help="an id gets a row on its N-th occurrence (pushes); until then it reads zeros and its "
-                              "gradients are dropped (default: at once)")
-    bounded.add_argument("--evict-ttl-steps", type=_positive_int, metavar="N",
-                         help="evict rows not updated for more than N steps (default: never)")
-    bounded.add_argument("--max-rows", type=_positive_int, metavar="N",
-                         help="at most N rows, summed over the servers (each keeps N / servers, at least one "
-                              "1024-row block); the least used go first (default: no cap)")
-    bounded.add_argument("--evict-every-steps", type=_positive_int, metavar="K",
-                         help="eviction passes run after the pushes of every K-th step (default 100)")
+    bounded.add_argument(
+        "--admit-min-count",
+        type=_positive_int,
+        metavar="N",
+        help="an id gets a row on its N-th occurrence (pushes); until then it reads zeros and its "
+        "gradients are dropped (default: at once)",
+    )
+    bounded.add_argument(
+        "--evict-ttl-steps",
+        type=_positive_int,
+        metavar="N",
+        help="evict rows not updated for more than N steps (default: never)",
+    )
+    bounded.add_argument(
+        "--max-rows",
+        type=_positive_int,
+        metavar="N",
+        help="at most N rows, summed over the servers (each keeps N / servers, at least one "
+        "1024-row block); the least used go first (default: no cap)",
+    )
+    bounded.add_argument(
+        "--evict-every-steps",
+        type=_positive_int,
+        metavar="K",
+        help="eviction passes run after the pushes of every K-th step (default 100)",
+    )
     p.set_defaults(handler=run_train)
 
 
@@ -227,22 +375,58 @@ def _code(text: str) -> tuple[int, int]:
     try:
         return parse_code(text)
     except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected K,R (data and parity servers per stripe) like 4,1: "
-                                          f"{str(err).removeprefix('code: ')}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected K,R (data and parity servers per stripe) like 4,1: {str(err).removeprefix('code: ')}"
+        ) from None
 
 
 _open_fraction = _number(float, lambda v: 0.0 < v < 1.0, "a number in (0, 1)")
 _share = _number(float, lambda v: 0.0 < v <= 1.0, "a number in (0, 1] (e.g. 0.05)")
 _keeps = _number(float, lambda v: 0.0 <= v < 1.0, "a number in [0, 1) (e.g. 0.95)")
 
-BUILTIN_FLAGS = ("data", "synthetic", "stream", "stream_idle_exit", "synthetic_rows", "synthetic_max_cardinality",
-                 "synthetic_zipf", "model",
-                 "emb_dim", "bottom_mlp", "top_mlp", "hidden", "optimizer", "lr", "dense_optimizer", "dense_lr",
-                 "batch_size", "epochs", "eval_fraction", "on_bad_line", "admit_min_count", "evict_ttl_steps",
-                 "max_rows", "evict_every_steps")
+BUILTIN_FLAGS = (
+    "data",
+    "synthetic",
+    "stream",
+    "stream_idle_exit",
+    "synthetic_rows",
+    "synthetic_max_cardinality",
+    "synthetic_zipf",
+    "model",
+    "emb_dim",
+    "bottom_mlp",
+    "top_mlp",
+    "hidden",
+    "optimizer",
+    "lr",
+    "dense_optimizer",
+    "dense_lr",
+    "batch_size",
+    "epochs",
+    "eval_fraction",
+    "on_bad_line",
+    "admit_min_count",
+    "evict_ttl_steps",
+    "max_rows",
+    "evict_every_steps",
+)
 CLUSTER_FLAGS = ("workers", "backend", "address", "mode", "cache_rows", "staleness", "cache_policy")
-FT_FLAGS = ("ft", "code", "failure_domain", "rebuild_share", "rebuild_keeps", "urgent_rebuild", "ckpt_interval",
-            "ckpt_dir", "cpr_pls", "cpr_interval", "cpr_mode", "fail_at", "fail_worker_at", "mtbf")
+FT_FLAGS = (
+    "ft",
+    "code",
+    "failure_domain",
+    "rebuild_share",
+    "rebuild_keeps",
+    "urgent_rebuild",
+    "ckpt_interval",
+    "ckpt_dir",
+    "cpr_pls",
+    "cpr_interval",
+    "cpr_mode",
+    "fail_at",
+    "fail_worker_at",
+    "mtbf",
+)
 
 
 def _flag(name: str) -> str:
@@ -269,8 +453,14 @@ class TrainRequest:
     saving: Dict[str, Any] = dataclasses.field(default_factory=dict)  # fit's resume/save_dir/save_every/keep
 
     def fit_arguments(self) -> Dict[str, Any]:
-        return dict(steps=self.steps, cluster=self.cluster, deterministic=self.deterministic, seed=self.seed,
-                    progress=self.progress, **self.saving)
+        return dict(
+            steps=self.steps,
+            cluster=self.cluster,
+            deterministic=self.deterministic,
+            seed=self.seed,
+            progress=self.progress,
+            **self.saving,
+        )
 
 
 def train_request(args: argparse.Namespace) -> TrainRequest:
@@ -301,16 +491,32 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
                 rows = int(args.cache_rows) if args.cache_rows.isdigit() else args.cache_rows
                 cache = Cache(rows=rows, staleness=args.staleness or 0, policy=args.cache_policy or "lfu")
             elif args.staleness is not None or args.cache_policy is not None:
-                raise UsageError(f"{', '.join(_given(args, ('staleness', 'cache_policy')))}: set the worker cache, "
-                                 f"which needs --cache-rows N|P%")
-            cluster = Cluster(servers=args.servers, workers=args.workers or 1, backend=args.backend or "local",
-                              address=args.address, mode=args.mode or "sync", ft=args.ft or "none", code=args.code,
-                              rebuild_share=args.rebuild_share, rebuild_keeps=args.rebuild_keeps,
-                              urgent_rebuild=args.urgent_rebuild, ckpt_interval=args.ckpt_interval,
-                              ckpt_dir=args.ckpt_dir, cpr_pls=args.cpr_pls, cpr_interval=args.cpr_interval,
-                              cpr_mode=args.cpr_mode, mtbf=args.mtbf, fail_at=args.fail_at or (),
-                              fail_worker_at=args.fail_worker_at or (), cache=cache,
-                              failure_domain=args.failure_domain)
+                raise UsageError(
+                    f"{', '.join(_given(args, ('staleness', 'cache_policy')))}: set the worker cache, "
+                    f"which needs --cache-rows N|P%"
+                )
+            cluster = Cluster(
+                servers=args.servers,
+                workers=args.workers or 1,
+                backend=args.backend or "local",
+                address=args.address,
+                mode=args.mode or "sync",
+                ft=args.ft or "none",
+                code=args.code,
+                rebuild_share=args.rebuild_share,
+                rebuild_keeps=args.rebuild_keeps,
+                urgent_rebuild=args.urgent_rebuild,
+                ckpt_interval=args.ckpt_interval,
+                ckpt_dir=args.ckpt_dir,
+                cpr_pls=args.cpr_pls,
+                cpr_interval=args.cpr_interval,
+                cpr_mode=args.cpr_mode,
+                mtbf=args.mtbf,
+                fail_at=args.fail_at or (),
+                fail_worker_at=args.fail_worker_at or (),
+                cache=cache,
+                failure_domain=args.failure_domain,
+            )
         except (TypeError, ValueError) as err:
             raise UsageError(_flag_names(str(err))) from None
     progress = not args.no_progress
@@ -318,8 +524,10 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
     if args.script is not None:
         given = _given(args, BUILTIN_FLAGS)
         if given:
-            raise UsageError(f"{', '.join(given)}: describe the built-in model; with --script the job declares its "
-                             f"own tables, model and input (drop the flag(s) or the --script)")
+            raise UsageError(
+                f"{', '.join(given)}: describe the built-in model; with --script the job declares its "
+                f"own tables, model and input (drop the flag(s) or the --script)"
+            )
         _check_kills(cluster, args.steps)
         if cluster is not None and cluster.backend == "ray" and Path(args.script).is_file():
             from xdl_ec.ps.backend import check_project_folder
@@ -328,8 +536,9 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
                 check_project_folder(str(Path(args.script).resolve().parent))
             except ValueError as err:
                 raise UsageError(str(err)) from None
-        return TrainRequest(load_script_job(args.script), cluster, args.steps, args.seed, args.deterministic,
-                            progress, saving=saving)
+        return TrainRequest(
+            load_script_job(args.script), cluster, args.steps, args.seed, args.deterministic, progress, saving=saving
+        )
     from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job, num_train_batches, open_training_data
 
     if args.stream is not None:
@@ -343,15 +552,27 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
             data = str(sample)
         else:
             synthetic = True
-        print(f"xdl-ec train: no --data given: demo on {data or 'synthetic data (Criteo sample not found)'}",
-              file=sys.stderr)
+        print(
+            f"xdl-ec train: no --data given: demo on {data or 'synthetic data (Criteo sample not found)'}",
+            file=sys.stderr,
+        )
     if data is not None and not Path(data).is_file():
         raise UsageError(f"--data: no such file: {data}")
-    settings = {name: getattr(args, name) for name in BUILTIN_FLAGS if getattr(args, name, None) is not None
-                and name not in ("data", "synthetic")}
+    settings = {
+        name: getattr(args, name)
+        for name in BUILTIN_FLAGS
+        if getattr(args, name, None) is not None and name not in ("data", "synthetic")
+    }
     try:
-        config = TrainConfig(data=data, synthetic=synthetic, steps=args.steps, seed=args.seed,
-                             deterministic=args.deterministic, progress=progress, **settings)
+        config = TrainConfig(
+            data=data,
+            synthetic=synthetic,
+            steps=args.steps,
+            seed=args.seed,
+            deterministic=args.deterministic,
+            progress=progress,
+            **settings,
+        )
         training_data = open_training_data(config)
     except (OSError, ValueError) as err:
         raise UsageError(str(err)) from None
@@ -372,18 +593,35 @@ def _stream_request(args: argparse.Namespace, cluster: Any, progress: bool, savi
     if not Path(args.stream).is_dir():
         raise UsageError(f"--stream: no such directory: {args.stream}")
     if args.epochs is not None or args.eval_fraction is not None:
-        raise UsageError(f"{', '.join(_given(args, ('epochs', 'eval_fraction')))}: a stream is endless and has no "
-                         f"hold-out (its progressive validation is in the report); drop the flag(s)")
-    settings = {name: getattr(args, name) for name in BUILTIN_FLAGS if getattr(args, name, None) is not None
-                and name not in ("data", "synthetic", "stream", "stream_idle_exit")}
+        raise UsageError(
+            f"{', '.join(_given(args, ('epochs', 'eval_fraction')))}: a stream is endless and has no "
+            f"hold-out (its progressive validation is in the report); drop the flag(s)"
+        )
+    settings = {
+        name: getattr(args, name)
+        for name in BUILTIN_FLAGS
+        if getattr(args, name, None) is not None and name not in ("data", "synthetic", "stream", "stream_idle_exit")
+    }
     try:
-        config = TrainConfig(stream=args.stream, stream_idle_exit=args.stream_idle_exit, steps=args.steps,
-                             seed=args.seed, deterministic=args.deterministic, progress=progress, **settings)
+        config = TrainConfig(
+            stream=args.stream,
+            stream_idle_exit=args.stream_idle_exit,
+            steps=args.steps,
+            seed=args.seed,
+            deterministic=args.deterministic,
+            progress=progress,
+            **settings,
+        )
     except (OSError, ValueError) as err:
         raise UsageError(str(err)) from None
     workers = 1 if cluster is None else cluster.workers
-    steps = None if args.steps is None else args.steps if cluster is not None and cluster.mode == "async" \
+    steps = (
+        None
+        if args.steps is None
+        else args.steps
+        if cluster is not None and cluster.mode == "async"
         else -(-args.steps // workers)
+    )
     _check_kills(cluster, steps)
     job = criteo_job(config)
     job.source = builtin_source(config)
@@ -412,8 +650,10 @@ def _saving(args: argparse.Namespace) -> Dict[str, Any]:
         if Path(args.save_dir).exists() and not Path(args.save_dir).is_dir():
             raise UsageError(f"--save-dir: {args.save_dir} exists and is not a directory")
         if args.save_every is not None and args.backstop_every is not None:
-            raise UsageError("--backstop-every: give it or --save-every, not both (incremental background saves or "
-                             "full saves at the step boundary, into one --save-dir)")
+            raise UsageError(
+                "--backstop-every: give it or --save-every, not both (incremental background saves or "
+                "full saves at the step boundary, into one --save-dir)"
+            )
         if args.backstop_every is not None and args.servers is None:
             raise UsageError("--backstop-every: backs up parameter servers: needs --servers N (and --ft ec)")
         for flag, text in (("--save-every", args.save_every), ("--backstop-every", args.backstop_every)):
@@ -427,8 +667,12 @@ def _saving(args: argparse.Namespace) -> Dict[str, Any]:
                 parse_interval(text)
             except (TypeError, ValueError) as err:
                 raise UsageError(f"{flag}: {err}; give N steps or N seconds ('60s')") from None
-        out = {"save_dir": args.save_dir, "save_every": args.save_every, "keep": args.keep or 2,
-               "backstop_every": args.backstop_every}
+        out = {
+            "save_dir": args.save_dir,
+            "save_every": args.save_every,
+            "keep": args.keep or 2,
+            "backstop_every": args.backstop_every,
+        }
     if getattr(args, "resume", None) is not None:
         if not Path(args.resume).is_dir():
             raise UsageError(f"--resume: no such save directory: {args.resume}")
@@ -466,9 +710,13 @@ def _train(args: argparse.Namespace, verify: bool) -> tuple:
 
     try:
         if verify:
-            report = request.job.verify(steps=request.steps, cluster=request.cluster,
-                                        deterministic=request.deterministic, seed=request.seed,
-                                        progress=request.progress)
+            report = request.job.verify(
+                steps=request.steps,
+                cluster=request.cluster,
+                deterministic=request.deterministic,
+                seed=request.seed,
+                progress=request.progress,
+            )
         else:
             report = request.job.fit(**request.fit_arguments())
     # a role died and the strategy could not bring it back, or a role is stuck: the run failed (before the OSError
@@ -494,8 +742,10 @@ def _train(args: argparse.Namespace, verify: bool) -> tuple:
 
 def _print_report(report: dict, request: TrainRequest) -> None:
     what = request.config.model if request.config is not None else "the job"
-    print(f"trained {what}: {report['samples']:,} samples in {_steps_text(report)}, "
-          f"{report['samples_per_sec']:,.0f} samples/s, final loss {_number_text(report['final_loss'])}")
+    print(
+        f"trained {what}: {report['samples']:,} samples in {_steps_text(report)}, "
+        f"{report['samples_per_sec']:,.0f} samples/s, final loss {_number_text(report['final_loss'])}"
+    )
     saves_line = _saves_text(report)
     if saves_line:
         print(saves_line)
@@ -506,8 +756,10 @@ def _print_report(report: dict, request: TrainRequest) -> None:
     if report.get("bad_lines"):
         print(f"skipped {report['bad_lines']:,} bad lines")
     for failure in report.get("failures", []):
-        print(f"{report['ft']}: {failure['role']} {failure['index']} lost at step {failure['step']}, recovered in "
-              f"{failure['rebuild_seconds']:.2f} s ({failure['lost_samples']:,} samples lost or re-trained)")
+        print(
+            f"{report['ft']}: {failure['role']} {failure['index']} lost at step {failure['step']}, recovered in "
+            f"{failure['rebuild_seconds']:.2f} s ({failure['lost_samples']:,} samples lost or re-trained)"
+        )
     if report.get("lost_updates"):
         print(f"{report['ft']}: {report['lost_updates']:,} row updates lost")
     print(f"model_digest {report['model_digest']}")
@@ -550,11 +802,14 @@ def add_verify_parser(subparsers: argparse._SubParsersAction) -> None:
     inner = helper.add_subparsers()
     add_train_parser(inner)
     p = subparsers.add_parser(
-        "verify", parents=[inner.choices["train"]], conflict_handler="resolve",
+        "verify",
+        parents=[inner.choices["train"]],
+        conflict_handler="resolve",
         help="train a parameter-server cluster under --ft ec, then scrub every parity stripe",
         description="Runs like 'xdl-ec train --servers N --ft ec' (with any --fail-at), then re-encodes every stripe "
-                    "from its data blocks and compares it with the stored parity. Exit 0: all consistent; 1: the "
-                    "inconsistent stripes are listed.")
+        "from its data blocks and compares it with the stored parity. Exit 0: all consistent; 1: the "
+        "inconsistent stripes are listed.",
+    )
     p.set_defaults(handler=run_verify)
 
 
@@ -565,8 +820,9 @@ def run_verify(args: argparse.Namespace) -> int:
         raise UsageError(f"--ft: verify scrubs erasure-coded parity, so it needs --ft ec (got --ft {args.ft})")
     given = _given(args, ("save_dir", "save_every", "keep", "resume", "backstop_every"))
     if given:
-        raise UsageError(f"{', '.join(given)}: verify trains a fresh run to scrub it; save and resume with "
-                         f"'xdl-ec train'")
+        raise UsageError(
+            f"{', '.join(given)}: verify trains a fresh run to scrub it; save and resume with 'xdl-ec train'"
+        )
     status, report = _train(argparse.Namespace(**{**vars(args), "ft": "ec"}), verify=True)
     if status != 0:
         return status
@@ -575,8 +831,10 @@ def run_verify(args: argparse.Namespace) -> int:
         print("xdl-ec verify: error: the run reported no scrub", file=sys.stderr)
         return EXIT_FAILURE
     for m in inconsistent:
-        print(f"inconsistent: table {m['table']} stripe {m['stripe']} parity member {m['parity_member']} "
-              f"(server {m['server']}, parity block {m['block']})")
+        print(
+            f"inconsistent: table {m['table']} stripe {m['stripe']} parity member {m['parity_member']} "
+            f"(server {m['server']}, parity block {m['block']})"
+        )
     print(f"scrub: {f'{len(inconsistent)} inconsistent parity blocks' if inconsistent else 'all stripes consistent'}")
     return EXIT_FAILURE if inconsistent else 0
 
@@ -584,29 +842,54 @@ def run_verify(args: argparse.Namespace) -> int:
 def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     """``xdl-ec bench``: the none / ckpt / cpr / ec comparison (logic in :mod:`xdl_ec.benchmark`)."""
     p = subparsers.add_parser(
-        "bench", help="compare fault-tolerance strategies (none, ckpt, cpr, ec) through injected server failures",
+        "bench",
+        help="compare fault-tolerance strategies (none, ckpt, cpr, ec) through injected server failures",
         description="Train the same model, data, seed and failure schedule under none (the failure-free reference), "
-                    "ckpt, cpr (mfu, ssu) and ec (k=2 r=1, k=4 r=1, k=4 r=2); write results.json, results.md and "
-                    "PNG plots into --out.")
+        "ckpt, cpr (mfu, ssu) and ec (k=2 r=1, k=4 r=1, k=4 r=2); write results.json, results.md and "
+        "PNG plots into --out.",
+    )
     p.add_argument("--quick", action="store_true", help="small preset for smoke tests (minutes, not a measurement)")
     p.add_argument("--out", metavar="DIR", default="bench-results", help="output directory (default %(default)s)")
-    p.add_argument("--backend", choices=("local", "ray"), default="local",
-                   help="local = servers as objects in this process (default), ray = Ray actors")
+    p.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        default="local",
+        help="local = servers as objects in this process (default), ray = Ray actors",
+    )
     p.add_argument("--data", metavar="PATH", help="raw Criteo TSV file (default: synthetic Criteo-shaped data)")
-    p.add_argument("--script", metavar="FILE.py",
-                   help="bench the job a script's job() returns instead of the built-in model (its input decides the "
-                        "run's length; --data and --quick's data size then do not apply)")
-    p.add_argument("--mtbf", type=_positive_float, metavar="SECONDS",
-                   help="mean seconds of training between server failures (default: a third of the reference run)")
+    p.add_argument(
+        "--script",
+        metavar="FILE.py",
+        help="bench the job a script's job() returns instead of the built-in model (its input decides the "
+        "run's length; --data and --quick's data size then do not apply)",
+    )
+    p.add_argument(
+        "--mtbf",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="mean seconds of training between server failures (default: a third of the reference run)",
+    )
     p.add_argument("--seed", type=_non_negative_int, default=0, help="data, model and failure seed (default 0)")
-    p.add_argument("--rebuild-share", type=_share, metavar="S",
-                   help="ec rows: share of wall time a rebuild may take, in (0, 1] (default 0.05)")
-    p.add_argument("--only", action="append", metavar="LABEL",
-                   help="run only these rows (repeatable; the none reference always runs): none, ckpt, cpr-mfu, "
-                        "cpr-ssu, ec-2+1, ec-4+1, ec-4+2")
-    p.add_argument("--overlap", type=_positive_int, metavar="RUNS",
-                   help="instead: RUNS seeded runs per strategy whose kills do not wait for rebuilds (quick "
-                        "preset); reports how many runs each survives (xdl_ec.benchmark.overlap)")
+    p.add_argument(
+        "--rebuild-share",
+        type=_share,
+        metavar="S",
+        help="ec rows: share of wall time a rebuild may take, in (0, 1] (default 0.05)",
+    )
+    p.add_argument(
+        "--only",
+        action="append",
+        metavar="LABEL",
+        help="run only these rows (repeatable; the none reference always runs): none, ckpt, cpr-mfu, "
+        "cpr-ssu, ec-2+1, ec-4+1, ec-4+2",
+    )
+    p.add_argument(
+        "--overlap",
+        type=_positive_int,
+        metavar="RUNS",
+        help="instead: RUNS seeded runs per strategy whose kills do not wait for rebuilds (quick "
+        "preset); reports how many runs each survives (xdl_ec.benchmark.overlap)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(handler=run_bench_command)
 
@@ -618,14 +901,24 @@ def run_bench_command(args: argparse.Namespace) -> int:
     if args.script is not None and args.data is not None:
         raise UsageError("--data: describes the built-in model's data; with --script the job reads its own")
     job = load_script_job(args.script) if args.script is not None else None
-    config = BenchConfig(quick=args.quick, out=args.out, backend=args.backend, data=args.data, mtbf=args.mtbf,
-                         seed=args.seed, progress=not args.no_progress, variants=args.only,
-                         rebuild_share=args.rebuild_share, job=job)
+    config = BenchConfig(
+        quick=args.quick,
+        out=args.out,
+        backend=args.backend,
+        data=args.data,
+        mtbf=args.mtbf,
+        seed=args.seed,
+        progress=not args.no_progress,
+        variants=args.only,
+        rebuild_share=args.rebuild_share,
+        job=job,
+    )
     try:
         config.validate()
     except ValueError as err:
-        raise UsageError(f"--{str(err).replace('variants:', 'only:').replace('rebuild_share:', 'rebuild-share:')}") \
-            from None
+        raise UsageError(
+            f"--{str(err).replace('variants:', 'only:').replace('rebuild_share:', 'rebuild-share:')}"
+        ) from None
     if args.overlap is not None:
         from xdl_ec.benchmark.overlap import overlap_table, run_overlap
 
@@ -647,18 +940,27 @@ def run_bench_command(args: argparse.Namespace) -> int:
 
 def add_export_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "export", help="export a save as a TensorFlow SavedModel that serves without xdl-ec",
+        "export",
+        help="export a save as a TensorFlow SavedModel that serves without xdl-ec",
         description="Writes the newest save under --from as a SavedModel whose serving_default takes one int64 input "
-                    "per feature (a variable-length one as <name>_values and <name>_row_splits) plus dense, and "
-                    "returns probability [B]; standard TensorFlow ops only (no xdl-ec, no custom op library).")
+        "per feature (a variable-length one as <name>_values and <name>_row_splits) plus dense, and "
+        "returns probability [B]; standard TensorFlow ops only (no xdl-ec, no custom op library).",
+    )
     p.add_argument("--from", dest="source", required=True, metavar="DIR", help="a --save-dir (or one save in it)")
     p.add_argument("--out", required=True, metavar="SAVEDMODEL", help="the SavedModel directory to write (new)")
-    p.add_argument("--script", metavar="FILE.py",
-                   help="the job's script, when the save was made by a job built in Python (a --script or built-in "
-                        "run's save names its job itself)")
-    p.add_argument("--drop-rows-below-count", type=_positive_int, metavar="N",
-                   help="leave out rows of ids seen fewer than N times (tables trained with --admit-min-count, "
-                        "--evict-ttl-steps or --max-rows keep per-row counts); they serve zeros, as unknown ids")
+    p.add_argument(
+        "--script",
+        metavar="FILE.py",
+        help="the job's script, when the save was made by a job built in Python (a --script or built-in "
+        "run's save names its job itself)",
+    )
+    p.add_argument(
+        "--drop-rows-below-count",
+        type=_positive_int,
+        metavar="N",
+        help="leave out rows of ids seen fewer than N times (tables trained with --admit-min-count, "
+        "--evict-ttl-steps or --max-rows keep per-row counts); they serve zeros, as unknown ids",
+    )
     p.set_defaults(handler=run_export)
 
 
@@ -681,8 +983,9 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineErrorParser(prog="xdl-ec", description="xdl-ec: sparse CTR training with erasure-coded "
-                                                                "fault tolerance")
+    parser = OneLineErrorParser(
+        prog="xdl-ec", description="xdl-ec: sparse CTR training with erasure-coded fault tolerance"
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_train_parser(subparsers)
     add_bench_parser(subparsers)
@@ -737,8 +1040,11 @@ class StopOnSignals:
             raise Interrupted(signum)
         STOP_REQUEST.ask(signum)
         name = signal.Signals(signum).name
-        print(f"xdl-ec {self.command}: {name}: stopping at the next step boundary ({name} again: at once)",
-              file=sys.stderr, flush=True)
+        print(
+            f"xdl-ec {self.command}: {name}: stopping at the next step boundary ({name} again: at once)",
+            file=sys.stderr,
+            flush=True,
+        )
         main = threading.main_thread().ident
         # a real signal to the main thread: it also breaks a blocking wait there, which a flag would not
         self.timer = threading.Timer(STOP_GRACE_SECONDS, signal.pthread_kill, (main, signum))
@@ -775,8 +1081,10 @@ def stop_message(command: str, argv: Sequence[str], args: argparse.Namespace, er
             return [head]
         return [f"{head}; nothing saved: run with --save-dir DIR to be able to resume"]
     resume = _without_flag(list(argv), "--resume") + ["--resume", str(where)]
-    return [f"{head}; last save: step {saved.step:,} in {saved.directory.resolve()}",
-            f"resume with: {shlex.join(['xdl-ec', *resume])}"]
+    return [
+        f"{head}; last save: step {saved.step:,} in {saved.directory.resolve()}",
+        f"resume with: {shlex.join(['xdl-ec', *resume])}",
+    ]
 
 
 def _without_flag(argv: List[str], flag: str) -> List[str]:

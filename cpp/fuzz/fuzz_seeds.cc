@@ -52,7 +52,8 @@ int main(int argc, char** argv) {
       high += inserts;
       for (uint32_t s = 0; s < high && deltas.slots.size() < inserts + 3; ++s)
         if (rng() % 4 == 0 && s < high - inserts) deltas.slots.push_back(s);  // updates of rows already there
-      for (size_t b = 0; b < deltas.slots.size() * kRecord; ++b) deltas.xor_bytes.push_back(static_cast<uint8_t>(rng()));
+      for (size_t b = 0; b < deltas.slots.size() * kRecord; ++b)
+        deltas.xor_bytes.push_back(static_cast<uint8_t>(rng()));
       std::vector<ParityUpdate> updates;
       router.Route(sender, deltas, &updates);
       auto batch = std::make_shared<ForwardedBatch>();

@@ -17,7 +17,7 @@
 
 namespace {
 
-constexpr uint8_t kKey[32] = {7, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+constexpr uint8_t kKey[32] = {7,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
                               16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
 
 void Put(std::vector<uint8_t>& out, uint64_t v, int bytes) {
@@ -66,7 +66,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const LinkSession::Message m = role.Receive(fds[1], 5.0, 1 << 20, [] {});
     const size_t begin = LinkSession::kBodyOffset, end = begin + body_size;
-    if (m.pickle.first < begin || m.pickle.first + m.pickle.second > end) xdl_ec::fuzz::Broken("the pickle is outside the body");
+    if (m.pickle.first < begin || m.pickle.first + m.pickle.second > end)
+      xdl_ec::fuzz::Broken("the pickle is outside the body");
     size_t at = m.pickle.first + m.pickle.second;
     for (const auto& [offset, bytes] : m.buffers) {
       if (offset < at || offset + bytes > end) xdl_ec::fuzz::Broken("a buffer overlaps another or leaves the body");

@@ -78,8 +78,8 @@ void AccessCounter::EraseAt(size_t slot) {
 void AccessCounter::Set(const int64_t* keys, const int64_t* counts, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     if (counts[i] < 0) {
-      throw std::invalid_argument("AccessCounter::Set: counts[" + std::to_string(i) + "] = " +
-                                  std::to_string(counts[i]) + " is negative; counts must be >= 0");
+      throw std::invalid_argument("AccessCounter::Set: counts[" + std::to_string(i) +
+                                  "] = " + std::to_string(counts[i]) + " is negative; counts must be >= 0");
     }
   }
   std::vector<int64_t> sorted(keys, keys + n);

@@ -16,12 +16,13 @@ void DeltaCoalescer::Coalesce(const std::vector<DeltaBatch*>& parts, Merged* out
     if (part->size() == 0) continue;
     if (record_bytes == 0) record_bytes = part->record_bytes;
     if (part->record_bytes != record_bytes || record_bytes == 0)
-      throw std::invalid_argument("DeltaCoalescer: part " + std::to_string(p) + " has record_bytes=" +
-                                  std::to_string(part->record_bytes) + ", an earlier one " + std::to_string(record_bytes));
+      throw std::invalid_argument("DeltaCoalescer: part " + std::to_string(p) +
+                                  " has record_bytes=" + std::to_string(part->record_bytes) + ", an earlier one " +
+                                  std::to_string(record_bytes));
     if (part->xor_bytes.size() != part->size() * record_bytes)
-      throw std::invalid_argument("DeltaCoalescer: part " + std::to_string(p) + " holds " +
-                                  std::to_string(part->xor_bytes.size()) + " bytes for " + std::to_string(part->size()) +
-                                  " slots of " + std::to_string(record_bytes) + " bytes");
+      throw std::invalid_argument(
+          "DeltaCoalescer: part " + std::to_string(p) + " holds " + std::to_string(part->xor_bytes.size()) +
+          " bytes for " + std::to_string(part->size()) + " slots of " + std::to_string(record_bytes) + " bytes");
     total += part->size();
   }
   out->record_bytes = record_bytes;

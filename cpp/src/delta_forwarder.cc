@@ -56,8 +56,8 @@ DeltaForwarder::DeltaForwarder(int index, int n, int k, int r, const std::vector
     : index_(index), seq_(seq) {
   const StripeLayout layout(n, k, r);  // validates n, k, r
   if (index < 0 || index >= n)
-    throw std::invalid_argument("DeltaForwarder: index " + std::to_string(index) + " is not a server of n=" +
-                                std::to_string(n));
+    throw std::invalid_argument("DeltaForwarder: index " + std::to_string(index) +
+                                " is not a server of n=" + std::to_string(n));
   if (seq < 0) throw std::invalid_argument("DeltaForwarder: seq must be >= 0, got " + std::to_string(seq));
   for (const Table& t : tables) {
     if (t.name.empty()) throw std::invalid_argument("DeltaForwarder: a table needs a name");
@@ -81,10 +81,10 @@ DeltaForwarder::Mutation::Mutation(DeltaForwarder& forwarder, const std::string&
 
 DeltaBatch DeltaForwarder::Mutation::Begin(size_t record_bytes) {
   if (record_bytes != route_.second->record_bytes())
-    throw std::invalid_argument("DeltaForwarder::Mutation: server " + std::to_string(forwarder_.index_) +
-                                "'s table '" + route_.first + "' has " +
-                                std::to_string(route_.second->record_bytes()) + "-byte records, the shard " +
-                                std::to_string(record_bytes) + ": the forwarder was made for another table config");
+    throw std::invalid_argument("DeltaForwarder::Mutation: server " + std::to_string(forwarder_.index_) + "'s table '" +
+                                route_.first + "' has " + std::to_string(route_.second->record_bytes()) +
+                                "-byte records, the shard " + std::to_string(record_bytes) +
+                                ": the forwarder was made for another table config");
   return forwarder_.TakeSpare();
 }
 
@@ -153,13 +153,14 @@ void DeltaForwarder::RouteLocked(std::unique_lock<std::mutex>& lock) {
     if (!link.down && link.base >= batch.front().seq && link.base < batch.back().seq) cuts.insert(link.base);
   lock.unlock();
   struct Range {
-    size_t begin = 0, end = 0;  // [begin, end) in batch
+    size_t begin = 0, end = 0;                                                     // [begin, end) in batch
     std::vector<std::pair<const std::string*, std::vector<ParityUpdate>>> tables;  // routed, per holder
   };
   std::vector<Range> ranges;
   uint64_t coalesced = 0;
   for (size_t e = 0; e < batch.size(); ++e) {
-    if (ranges.empty() || e - ranges.back().begin >= kMaxRange || cuts.count(batch[e - 1].seq)) ranges.push_back({e, e, {}});
+    if (ranges.empty() || e - ranges.back().begin >= kMaxRange || cuts.count(batch[e - 1].seq))
+      ranges.push_back({e, e, {}});
     ranges.back().end = e + 1;
   }
   for (Range& range : ranges) {
@@ -221,7 +222,8 @@ bool DeltaForwarder::RoutesNowLocked() const {
   if (recorded_.empty() || closed_ || routing_ > 0) return false;
   if (recorded_.size() >= kMaxRange) return true;
   if (!ServesLocalLocked()) return false;
-  return flush_ || recorded_.size() >= kRangeTarget || std::chrono::steady_clock::now() >= recorded_.front().at + kMaxDelay;
+  return flush_ || recorded_.size() >= kRangeTarget ||
+         std::chrono::steady_clock::now() >= recorded_.front().at + kMaxDelay;
 }
 
 void DeltaForwarder::Flush() {

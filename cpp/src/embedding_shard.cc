@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <limits>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <new>
 #include <stdexcept>
@@ -30,7 +30,6 @@ void RequireBatch(size_t n, const char* what) {
                                 std::to_string(kMaxBatch) + "; split it");
   }
 }
-
 
 std::string Str(size_t v) { return std::to_string(v); }
 
@@ -100,18 +99,18 @@ struct EmbeddingShard::Impl {
   std::unique_ptr<Optimizer> optimizer;
   RecordLayout layout;
   size_t record_bytes = 0;
-  size_t value_end = 0;  // bytes from the record start to the end of the value
+  size_t value_end = 0;   // bytes from the record start to the end of the value
   size_t read_bytes = 0;  // what a pull reads of a record: through the value, or (row rules) the whole record
   size_t block_bytes = 0;
   uint32_t block_slots = 0;
   int block_shift = -1;  // log2(block_slots) when it is a power of two
 
   mutable std::shared_mutex mutex;
-  std::vector<uint8_t*> blocks;      // blocks[b] holds slots [b * block_slots, (b + 1) * block_slots)
-  std::vector<MappedBuffer> slabs;   // where blocks live: large huge-page mappings, never moved
-  size_t slab_used = 0;              // bytes of slabs.back() handed out
-  size_t slab_total = 0;             // bytes of all slabs
-  size_t high_water = 0;             // slots ever used
+  std::vector<uint8_t*> blocks;     // blocks[b] holds slots [b * block_slots, (b + 1) * block_slots)
+  std::vector<MappedBuffer> slabs;  // where blocks live: large huge-page mappings, never moved
+  size_t slab_used = 0;             // bytes of slabs.back() handed out
+  size_t slab_total = 0;            // bytes of all slabs
+  size_t high_water = 0;            // slots ever used
   // Reusable (all-zero) slots as a min-heap: the lowest free slot is always taken next, so what a
   // shard does next depends on its bytes alone and a restored shard behaves exactly as the lost one.
   std::vector<uint32_t> free_slots;
@@ -173,15 +172,11 @@ struct EmbeddingShard::Impl {
   // Slot -> (block, index within the block): a shift and a mask when block_slots is a power of two
   // (the default), since a 64-bit division per access is a visible share of a cached row read.
   size_t BlockOf(size_t slot) const { return block_shift >= 0 ? slot >> block_shift : slot / block_slots; }
-  size_t WithinBlock(size_t slot) const {
-    return block_shift >= 0 ? slot & (block_slots - 1) : slot % block_slots;
-  }
+  size_t WithinBlock(size_t slot) const { return block_shift >= 0 ? slot & (block_slots - 1) : slot % block_slots; }
   bool Restoring() const { return missing_count != 0; }
   bool BlockMissing(size_t b) const { return missing_count != 0 && b < missing.size() && missing[b]; }
 
-  uint8_t* Record(size_t slot) const {
-    return blocks[BlockOf(slot)] + WithinBlock(slot) * record_bytes;
-  }
+  uint8_t* Record(size_t slot) const { return blocks[BlockOf(slot)] + WithinBlock(slot) * record_bytes; }
   float* Value(uint8_t* record) const { return reinterpret_cast<float*>(record + RecordLayout::kValueOffset); }
   float* State(uint8_t* record) const { return reinterpret_cast<float*>(record + layout.state_offset()); }
 
@@ -476,9 +471,7 @@ struct EmbeddingShard::Impl {
     }
   }
 
-  void CopyValue(uint32_t slot, float* out) const {
-    std::memcpy(out, Value(Record(slot)), sizeof(float) * config.dim);
-  }
+  void CopyValue(uint32_t slot, float* out) const { std::memcpy(out, Value(Record(slot)), sizeof(float) * config.dim); }
 
   // A changed live record takes the next clock (record_layout.h), before its delta is closed.
   void Tick(uint32_t slot) const {
@@ -648,9 +641,7 @@ void EmbeddingShard::Pull(const int64_t* keys, size_t n, float* out, DeltaBatch*
   PullTo(keys, n, out, &sink);
 }
 
-void EmbeddingShard::Pull(const int64_t* keys, size_t n, float* out, DeltaSink& sink) {
-  PullTo(keys, n, out, &sink);
-}
+void EmbeddingShard::Pull(const int64_t* keys, size_t n, float* out, DeltaSink& sink) { PullTo(keys, n, out, &sink); }
 
 void EmbeddingShard::PullTo(const int64_t* keys, size_t n, float* out, DeltaSink* sink) {
   RequirePointer(keys, n, "Pull", "keys");
@@ -755,8 +746,8 @@ void EmbeddingShard::Clocks(const int64_t* keys, size_t n, int32_t* clocks) cons
   });
 }
 
-size_t EmbeddingShard::PullStale(const int64_t* keys, size_t n, const int32_t* known, uint32_t staleness,
-                                 float* rows, int32_t* clocks, uint8_t* sent, DeltaBatch* deltas) {
+size_t EmbeddingShard::PullStale(const int64_t* keys, size_t n, const int32_t* known, uint32_t staleness, float* rows,
+                                 int32_t* clocks, uint8_t* sent, DeltaBatch* deltas) {
   if (!deltas) return PullStaleTo(keys, n, known, staleness, rows, clocks, sent, nullptr);
   deltas->clear();  // also when the fast path reports nothing
   deltas->record_bytes = impl_->record_bytes;
@@ -764,13 +755,13 @@ size_t EmbeddingShard::PullStale(const int64_t* keys, size_t n, const int32_t* k
   return PullStaleTo(keys, n, known, staleness, rows, clocks, sent, &sink);
 }
 
-size_t EmbeddingShard::PullStale(const int64_t* keys, size_t n, const int32_t* known, uint32_t staleness,
-                                 float* rows, int32_t* clocks, uint8_t* sent, DeltaSink& sink) {
+size_t EmbeddingShard::PullStale(const int64_t* keys, size_t n, const int32_t* known, uint32_t staleness, float* rows,
+                                 int32_t* clocks, uint8_t* sent, DeltaSink& sink) {
   return PullStaleTo(keys, n, known, staleness, rows, clocks, sent, &sink);
 }
 
-size_t EmbeddingShard::PullStaleTo(const int64_t* keys, size_t n, const int32_t* known, uint32_t staleness,
-                                   float* rows, int32_t* clocks, uint8_t* sent, DeltaSink* sink) {
+size_t EmbeddingShard::PullStaleTo(const int64_t* keys, size_t n, const int32_t* known, uint32_t staleness, float* rows,
+                                   int32_t* clocks, uint8_t* sent, DeltaSink* sink) {
   RequirePointer(keys, n, "PullStale", "keys");
   RequirePointer(known, n, "PullStale", "known");
   RequirePointer(rows, n, "PullStale", "rows");
@@ -784,8 +775,8 @@ size_t EmbeddingShard::PullStaleTo(const int64_t* keys, size_t n, const int32_t*
     const uint8_t* r = s.Record(slot);
     const uint32_t clock = RecordLayout::Clock(r);
     clocks[i] = static_cast<int32_t>(clock);
-    const bool send = inserted || known[i] < 0 ||
-                      RecordLayout::ClockBehind(clock, static_cast<uint32_t>(known[i])) > staleness;
+    const bool send =
+        inserted || known[i] < 0 || RecordLayout::ClockBehind(clock, static_cast<uint32_t>(known[i])) > staleness;
     sent[i] = send;
     if (send) std::memcpy(rows + m++ * dim, r + RecordLayout::kValueOffset, sizeof(float) * dim);
   };
@@ -868,8 +859,8 @@ void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, i
   RequirePointer(keys, n, "Push", "keys");
   RequirePointer(grads, n, "Push", "grads");
   RequireBatch(n, "Push");
-  if (step < 1) throw std::invalid_argument("Push: step must be >= 1 (the 1-based global step), got " +
-                                            std::to_string(step));
+  if (step < 1)
+    throw std::invalid_argument("Push: step must be >= 1 (the 1-based global step), got " + std::to_string(step));
   if (repeats) {
     RequirePointer(repeats, n, "Push", "repeats");
     for (size_t i = 0; i < n; ++i) {
@@ -961,8 +952,8 @@ void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, i
   float* states[kChunk];
   uint32_t chunk_slots[kChunk];
   size_t chunk_deltas[kChunk];
-  bool chunk_copy[kChunk];     // the old record is still to be copied into its delta
-  size_t chunk_u[kChunk];      // the unique index of each row (consecutive unless rules skip keys)
+  bool chunk_copy[kChunk];      // the old record is still to be copied into its delta
+  size_t chunk_u[kChunk];       // the unique index of each row (consecutive unless rules skip keys)
   float* round_values[kChunk];  // with repeats: the rows of a chunk that take one more step
   float* round_states[kChunk];
   std::unique_ptr<float[]> round_grads(counts.empty() ? nullptr : new float[kChunk * dim]);
@@ -1134,9 +1125,7 @@ EmbeddingShard::Eviction EmbeddingShard::EvictTo(int64_t now_step, DeltaSink* si
   return out;
 }
 
-uint64_t EmbeddingShard::eviction_generation() const {
-  return impl_->generation.load(std::memory_order_acquire);
-}
+uint64_t EmbeddingShard::eviction_generation() const { return impl_->generation.load(std::memory_order_acquire); }
 
 EmbeddingShard::PolicyStats EmbeddingShard::policy_stats() const {
   Impl& s = *impl_;
@@ -1236,8 +1225,9 @@ void EmbeddingShard::LoadPending(const int64_t* keys, const uint32_t* uses, cons
   RequireBatch(n, "LoadPending");
   Impl& s = *impl_;
   if (n != 0 && s.min_count <= 1) {
-    throw std::invalid_argument("LoadPending: the table has no admission (row_policy.admit_min_count <= 1), so no "
-                                "pending ids");
+    throw std::invalid_argument(
+        "LoadPending: the table has no admission (row_policy.admit_min_count <= 1), so no "
+        "pending ids");
   }
   for (size_t i = 0; i < n; ++i) {
     if (uses[i] < 1 || static_cast<int64_t>(uses[i]) >= s.min_count) {
@@ -1325,27 +1315,24 @@ EmbeddingShard::Rows EmbeddingShard::TakeDirty() {
     s.dirty[slot] = 0;
     uint8_t* r = s.Record(slot);
     if (!RecordLayout::IsLive(RecordLayout::Flags(r))) continue;  // erased since: its slot is free
-    if (!s.Admitted(r)) continue;  // a pending id: no row
+    if (!s.Admitted(r)) continue;                                 // a pending id: no row
     s.AppendRow(r, &rows);
   }
   s.dirty_slots.clear();
   return rows;
 }
 
-void EmbeddingShard::Load(const int64_t* keys, const float* values, const float* state, size_t n,
-                          DeltaBatch* deltas) {
+void EmbeddingShard::Load(const int64_t* keys, const float* values, const float* state, size_t n, DeltaBatch* deltas) {
   if (!deltas) return LoadTo(keys, values, state, n, nullptr);
   IntoBatch sink(deltas);
   LoadTo(keys, values, state, n, &sink);
 }
 
-void EmbeddingShard::Load(const int64_t* keys, const float* values, const float* state, size_t n,
-                          DeltaSink& sink) {
+void EmbeddingShard::Load(const int64_t* keys, const float* values, const float* state, size_t n, DeltaSink& sink) {
   LoadTo(keys, values, state, n, &sink);
 }
 
-void EmbeddingShard::LoadTo(const int64_t* keys, const float* values, const float* state, size_t n,
-                            DeltaSink* sink) {
+void EmbeddingShard::LoadTo(const int64_t* keys, const float* values, const float* state, size_t n, DeltaSink* sink) {
   RequirePointer(keys, n, "Load", "keys");
   RequirePointer(values, n, "Load", "values");
   RequireBatch(n, "Load");
@@ -1473,8 +1460,10 @@ void EmbeddingShard::StageLoadWords(const int64_t* keys, const uint32_t* uses, c
   for (size_t i = 0; i < pending_n; ++i) {
     if (pending_uses[i] < 1 || static_cast<int64_t>(pending_uses[i]) >= s.min_count || pending_last_step[i] < 0) {
       throw std::invalid_argument("StageLoadWords: pending id " + std::to_string(pending_keys[i]) + " has uses " +
-                                  std::to_string(pending_uses[i]) + " (must be in [1, admit_min_count)) and "
-                                  "last_step " + std::to_string(pending_last_step[i]) + " (must be >= 0)");
+                                  std::to_string(pending_uses[i]) +
+                                  " (must be in [1, admit_min_count)) and "
+                                  "last_step " +
+                                  std::to_string(pending_last_step[i]) + " (must be >= 0)");
     }
     if (!seen.emplace(pending_keys[i], i).second || words.count(pending_keys[i])) {
       throw std::invalid_argument("StageLoadWords: pending id " + std::to_string(pending_keys[i]) +
@@ -1584,8 +1573,8 @@ void EmbeddingShard::BeginRestore(const int64_t* keys, const uint32_t* slots, si
 
   std::unique_lock<std::shared_mutex> lock(s.mutex);
   if (s.high_water != 0 || s.index.size() != 0 || s.Restoring()) {
-    throw std::invalid_argument("BeginRestore: the shard must be new and empty (it holds " +
-                                Str(s.index.size()) + " rows, " + Str(s.high_water) + " slots)");
+    throw std::invalid_argument("BeginRestore: the shard must be new and empty (it holds " + Str(s.index.size()) +
+                                " rows, " + Str(s.high_water) + " slots)");
   }
   s.high_water = high_water;
   const size_t nb = s.NumBlocks();
@@ -1606,8 +1595,8 @@ bool EmbeddingShard::RestoreBlock(size_t b, const uint8_t* bytes) {
   Impl& s = *impl_;
   std::unique_lock<std::shared_mutex> lock(s.mutex);
   if (b >= s.NumBlocks()) {
-    throw std::out_of_range("RestoreBlock: block " + Str(b) + " is out of range (the shard has " +
-                            Str(s.NumBlocks()) + " blocks)");
+    throw std::out_of_range("RestoreBlock: block " + Str(b) + " is out of range (the shard has " + Str(s.NumBlocks()) +
+                            " blocks)");
   }
   if (!s.BlockMissing(b)) return false;
   const int64_t bad = s.FirstMismatch(b, bytes);

@@ -22,8 +22,7 @@ constexpr size_t kMaxChunk = size_t{1} << 30;
 constexpr size_t kSimdMinLen = 64;
 
 // ec_encode_data for any len: rows outputs dst[w] = sum_t tables(w, t) * src[t].
-void EncodeAnyLength(size_t len, int k, int rows, uint8_t* tables, const uint8_t* const* src,
-                     uint8_t* const* dst) {
+void EncodeAnyLength(size_t len, int k, int rows, uint8_t* tables, const uint8_t* const* src, uint8_t* const* dst) {
   uint8_t* in[ErasureCode::kMaxFragments];
   uint8_t* out[ErasureCode::kMaxFragments];
   if (len < kSimdMinLen) {
@@ -94,17 +93,15 @@ std::string JoinIndices(const std::vector<int>& indices) {
 
 void CheckParams(int k, int r) {
   if (k < 1 || r < 1 || r > ErasureCode::kMaxParity || k + r > ErasureCode::kMaxFragments) {
-    throw std::invalid_argument(
-        "ErasureCode: k=" + std::to_string(k) + ", r=" + std::to_string(r) +
-        " out of range; need k >= 1, 1 <= r <= " + std::to_string(ErasureCode::kMaxParity) +
-        " and k + r <= " + std::to_string(ErasureCode::kMaxFragments));
+    throw std::invalid_argument("ErasureCode: k=" + std::to_string(k) + ", r=" + std::to_string(r) +
+                                " out of range; need k >= 1, 1 <= r <= " + std::to_string(ErasureCode::kMaxParity) +
+                                " and k + r <= " + std::to_string(ErasureCode::kMaxFragments));
   }
 }
 
 // parity ^= delta. Memory bound: cloned for the widest vector unit so the loop streams at full width.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void XorInto(size_t len,
-                                                                            const uint8_t* delta,
-                                                                            uint8_t* parity) {
+__attribute__((target_clones("avx512f", "avx2", "default"))) void XorInto(size_t len, const uint8_t* delta,
+                                                                          uint8_t* parity) {
   size_t n = 0;
   for (; n + 64 <= len; n += 64) {
     for (size_t b = 0; b < 64; ++b) parity[n + b] ^= delta[n + b];
@@ -127,16 +124,13 @@ struct ErasureCode::PlanCache {
   std::unordered_map<uint64_t, std::shared_ptr<const std::vector<uint8_t>>> tables;
 };
 
-const char* CodeMatrixName(CodeMatrix matrix) {
-  return matrix == CodeMatrix::kVandermonde ? "vandermonde" : "cauchy";
-}
+const char* CodeMatrixName(CodeMatrix matrix) { return matrix == CodeMatrix::kVandermonde ? "vandermonde" : "cauchy"; }
 
 bool ErasureCode::VandermondeIsMds(int k, int r) {
   // ISA-L erasure_code.h, gf_gen_rs_matrix: "If m and k satisfy one of the following inequalities,
   // no adjustment is required" (m = total rows).
   const int m = k + r;
-  return k <= 3 || (k == 4 && m <= 25) || (k == 5 && m <= 10) || (k <= 21 && m - k == 4) ||
-         m - k <= 3;
+  return k <= 3 || (k == 4 && m <= 25) || (k == 5 && m <= 10) || (k <= 21 && m - k == 4) || m - k <= 3;
 }
 
 CodeMatrix ErasureCode::DefaultMatrix(int k, int r) {
@@ -172,9 +166,9 @@ ErasureCode::ErasureCode(int k, int r, CodeMatrix matrix) : k_(k), r_(r), matrix
 
 uint8_t ErasureCode::coefficient(int j, int i) const {
   if (j < 0 || j >= r_ || i < 0 || i >= k_) {
-    throw std::invalid_argument("ErasureCode::coefficient: (j=" + std::to_string(j) +
-                                ", i=" + std::to_string(i) + ") out of range; need 0 <= j < r=" +
-                                std::to_string(r_) + " and 0 <= i < k=" + std::to_string(k_));
+    throw std::invalid_argument("ErasureCode::coefficient: (j=" + std::to_string(j) + ", i=" + std::to_string(i) +
+                                ") out of range; need 0 <= j < r=" + std::to_string(r_) +
+                                " and 0 <= i < k=" + std::to_string(k_));
   }
   return matrix_bytes_[static_cast<size_t>(k_ + j) * k_ + i];
 }
@@ -193,12 +187,11 @@ void ErasureCode::Decode(size_t len, const std::vector<int>& erased, uint8_t* co
     if (idx < 0 || idx >= m) {
       throw std::invalid_argument("ErasureCode::Decode: erased index " + std::to_string(idx) +
                                   " out of range; fragment indices are 0.." + std::to_string(m - 1) +
-                                  " (k=" + std::to_string(k_) + " data, then r=" +
-                                  std::to_string(r_) + " parity)");
+                                  " (k=" + std::to_string(k_) + " data, then r=" + std::to_string(r_) + " parity)");
     }
     if (is_erased[idx]) {
-      throw std::invalid_argument("ErasureCode::Decode: erased index " + std::to_string(idx) +
-                                  " listed twice in " + JoinIndices(erased));
+      throw std::invalid_argument("ErasureCode::Decode: erased index " + std::to_string(idx) + " listed twice in " +
+                                  JoinIndices(erased));
     }
     is_erased[idx] = true;
   }
@@ -238,8 +231,8 @@ void ErasureCode::Decode(size_t len, const std::vector<int>& present, const uint
                                   " out of range; fragment indices are 0.." + std::to_string(m - 1));
     }
     if (slot_of[idx] >= 0) {
-      throw std::invalid_argument("ErasureCode::Decode: present index " + std::to_string(idx) +
-                                  " listed twice in " + JoinIndices(present));
+      throw std::invalid_argument("ErasureCode::Decode: present index " + std::to_string(idx) + " listed twice in " +
+                                  JoinIndices(present));
     }
     slot_of[idx] = static_cast<int>(p);
   }
@@ -250,8 +243,8 @@ void ErasureCode::Decode(size_t len, const std::vector<int>& present, const uint
                                   " out of range; fragment indices are 0.." + std::to_string(m - 1));
     }
     if (is_wanted[idx]) {
-      throw std::invalid_argument("ErasureCode::Decode: wanted index " + std::to_string(idx) +
-                                  " listed twice in " + JoinIndices(wanted));
+      throw std::invalid_argument("ErasureCode::Decode: wanted index " + std::to_string(idx) + " listed twice in " +
+                                  JoinIndices(wanted));
     }
     if (slot_of[idx] >= 0) {
       throw std::invalid_argument("ErasureCode::Decode: wanted index " + std::to_string(idx) +
@@ -264,10 +257,9 @@ void ErasureCode::Decode(size_t len, const std::vector<int>& present, const uint
     for (int idx = 0; idx < m; ++idx) {
       if (slot_of[idx] < 0) lost.push_back(idx);
     }
-    throw std::invalid_argument("unrecoverable: lost fragments " + JoinIndices(lost) +
-                                ", this code tolerates r=" + std::to_string(r_) + " (have " +
-                                std::to_string(present.size()) + " of the k=" + std::to_string(k_) +
-                                " fragments needed)");
+    throw std::invalid_argument(
+        "unrecoverable: lost fragments " + JoinIndices(lost) + ", this code tolerates r=" + std::to_string(r_) +
+        " (have " + std::to_string(present.size()) + " of the k=" + std::to_string(k_) + " fragments needed)");
   }
   if (wanted.empty() || len == 0) return;
   if (sources == nullptr || outputs == nullptr) {
@@ -281,32 +273,29 @@ void ErasureCode::Decode(size_t len, const std::vector<int>& present, const uint
     if (slot_of[idx] >= 0) used[n_used++] = idx;
   }
   if (n_used < k_) {  // checked above through the present count; said again here where it is relied on
-    throw std::invalid_argument("ErasureCode::Decode: " + std::to_string(n_used) + " fragments present, need k = " +
-                                std::to_string(k_));
+    throw std::invalid_argument("ErasureCode::Decode: " + std::to_string(n_used) +
+                                " fragments present, need k = " + std::to_string(k_));
   }
   uint8_t* src[kMaxFragments];
   for (int t = 0; t < k_; ++t) {
     src[t] = const_cast<uint8_t*>(sources[slot_of[used[t]]]);  // ISA-L only reads sources
     if (src[t] == nullptr) {
-      throw std::invalid_argument("ErasureCode::Decode: source of fragment " + std::to_string(used[t]) +
-                                  " is null");
+      throw std::invalid_argument("ErasureCode::Decode: source of fragment " + std::to_string(used[t]) + " is null");
     }
   }
   for (size_t w = 0; w < wanted.size(); ++w) {
     if (outputs[w] == nullptr) {
-      throw std::invalid_argument("ErasureCode::Decode: output of fragment " +
-                                  std::to_string(wanted[w]) + " is null");
+      throw std::invalid_argument("ErasureCode::Decode: output of fragment " + std::to_string(wanted[w]) + " is null");
     }
   }
   const auto tables = DecodeTables(used, wanted);
-  EncodeAnyLength(len, k_, static_cast<int>(wanted.size()), const_cast<uint8_t*>(tables->data()), src,
-                  outputs);
+  EncodeAnyLength(len, k_, static_cast<int>(wanted.size()), const_cast<uint8_t*>(tables->data()), src, outputs);
 }
 
 // The ec_init_tables of the decode rows for `wanted` from the k fragments `used` (ascending), cached
 // per erasure pattern so repeated degraded reads skip the O(k^3) inversion (1 us at k=4, 80 us at k=28).
 std::shared_ptr<const std::vector<uint8_t>> ErasureCode::DecodeTables(const int* used,
-                                                                     const std::vector<int>& wanted) const {
+                                                                      const std::vector<int>& wanted) const {
   uint32_t used_mask = 0;
   for (int t = 0; t < k_; ++t) used_mask |= uint32_t{1} << used[t];
   uint64_t key = static_cast<uint64_t>(used_mask) << 32 | wanted.size();  // wanted.size() <= r <= 4
@@ -354,10 +343,9 @@ std::shared_ptr<const std::vector<uint8_t>> ErasureCode::DecodeTables(const int*
 
 void ErasureCode::Update(size_t len, int j, int i, const uint8_t* delta, uint8_t* parity_j) const {
   if (j < 0 || j >= r_ || i < 0 || i >= k_) {
-    throw std::invalid_argument("ErasureCode::Update: parity row j=" + std::to_string(j) +
-                                ", data fragment i=" + std::to_string(i) +
-                                " out of range; need 0 <= j < r=" + std::to_string(r_) +
-                                " and 0 <= i < k=" + std::to_string(k_));
+    throw std::invalid_argument(
+        "ErasureCode::Update: parity row j=" + std::to_string(j) + ", data fragment i=" + std::to_string(i) +
+        " out of range; need 0 <= j < r=" + std::to_string(r_) + " and 0 <= i < k=" + std::to_string(k_));
   }
   if (len == 0) return;
   if (delta == nullptr || parity_j == nullptr) {

@@ -76,7 +76,8 @@ std::vector<uint8_t> SerializeBatches(const std::vector<BatchPtr>& batches) {
     estimate += kMinBatchBytes + (batches[b]->stamp ? batches[b]->stamp->size() * kStampEntryBytes : 0);
     for (const auto& [table, update] : batches[b]->updates) {
       if (table.empty())
-        throw std::invalid_argument("SerializeBatches: batch " + std::to_string(b) + " has an update with an empty table name");
+        throw std::invalid_argument("SerializeBatches: batch " + std::to_string(b) +
+                                    " has an update with an empty table name");
       estimate += kMinUpdateBytes + table.size() + 24 + update.entries.size() * 14 + update.delta_bytes();
     }
   }
@@ -109,10 +110,12 @@ std::vector<uint8_t> SerializeBatches(const std::vector<BatchPtr>& batches) {
 }
 
 std::vector<BatchPtr> ParseBatches(const uint8_t* bytes, size_t size) {
-  if (bytes == nullptr && size != 0) throw std::invalid_argument("ParseBatches: bytes is null for size " + std::to_string(size));
+  if (bytes == nullptr && size != 0)
+    throw std::invalid_argument("ParseBatches: bytes is null for size " + std::to_string(size));
   if (size < 4 || std::memcmp(bytes, kMagic, 4) != 0)
-    throw std::invalid_argument("ParseBatches: bad magic (expected \"XFB2\"): not a list of forwarded batches "
-                                "(or one from an older version)");
+    throw std::invalid_argument(
+        "ParseBatches: bad magic (expected \"XFB2\"): not a list of forwarded batches "
+        "(or one from an older version)");
   Reader in(bytes, size);
   in.Take(4, "the magic");
   const uint64_t count = in.Get<uint64_t>("the batch count");
@@ -127,14 +130,14 @@ std::vector<BatchPtr> ParseBatches(const uint8_t* bytes, size_t size) {
     batch->first_seq = in.Get<int64_t>(where + " first seq");
     batch->seq = in.Get<int64_t>(where + " seq");
     const std::string at = where + (batch->first_seq == batch->seq ? " (seq " + std::to_string(batch->seq) + ")"
-                                                                   : " (seqs " + std::to_string(batch->first_seq) + ".." +
-                                                                         std::to_string(batch->seq) + ")");
+                                                                   : " (seqs " + std::to_string(batch->first_seq) +
+                                                                         ".." + std::to_string(batch->seq) + ")");
     if (batch->first_seq < 1 || batch->first_seq > batch->seq)
       throw std::invalid_argument("ParseBatches: " + at + ": seqs start at 1 and a range must not be empty");
     const uint32_t workers = in.Get<uint32_t>(at + " stamp count");
     if (workers > in.left() / kStampEntryBytes)
-      throw std::invalid_argument("ParseBatches: " + at + " stamps " + std::to_string(workers) + " workers, more than the " +
-                                  std::to_string(in.left()) + " bytes left can hold");
+      throw std::invalid_argument("ParseBatches: " + at + " stamps " + std::to_string(workers) +
+                                  " workers, more than the " + std::to_string(in.left()) + " bytes left can hold");
     auto stamp = std::make_shared<WorkerSeqs>();
     for (uint32_t w = 0; w < workers; ++w) {
       const int32_t worker = in.Get<int32_t>(at + " stamp worker");
@@ -145,8 +148,8 @@ std::vector<BatchPtr> ParseBatches(const uint8_t* bytes, size_t size) {
     batch->stamp = std::move(stamp);
     const uint32_t updates = in.Get<uint32_t>(at + " update count");
     if (updates > in.left() / kMinUpdateBytes)
-      throw std::invalid_argument("ParseBatches: " + at + " claims " + std::to_string(updates) + " updates, more than the " +
-                                  std::to_string(in.left()) + " bytes left can hold");
+      throw std::invalid_argument("ParseBatches: " + at + " claims " + std::to_string(updates) +
+                                  " updates, more than the " + std::to_string(in.left()) + " bytes left can hold");
     batch->updates.reserve(updates);
     for (uint32_t u = 0; u < updates; ++u) {
       const std::string which = at + " update " + std::to_string(u);
@@ -158,7 +161,8 @@ std::vector<BatchPtr> ParseBatches(const uint8_t* bytes, size_t size) {
       const uint64_t length = in.Get<uint64_t>(named + " length");
       if (length > in.left())
         throw std::invalid_argument("ParseBatches: truncated at byte " + std::to_string(in.position()) + ": " + named +
-                                    " needs " + std::to_string(length) + " bytes, " + std::to_string(in.left()) + " left");
+                                    " needs " + std::to_string(length) + " bytes, " + std::to_string(in.left()) +
+                                    " left");
       const uint8_t* wire = in.Take(static_cast<size_t>(length), named);
       try {
         batch->updates.emplace_back(std::move(table), ParityUpdate::Parse(wire, static_cast<size_t>(length)));

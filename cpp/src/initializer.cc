@@ -27,20 +27,50 @@ double NormalQuantile(double p) {
   const double q = p - 0.5;
   if (std::fabs(q) <= 0.425) {
     const double r = 0.180625 - q * q;
-    return q * (((((((2.5090809287301226727e+3 * r + 3.3430575583588128105e+4) * r + 6.7265770927008700853e+4) * r +
-                    4.5921953931549871457e+4) * r + 1.3731693765509461125e+4) * r + 1.9715909503065514427e+3) * r +
-                 1.3314166789178437745e+2) * r + 3.3871328727963666080e+0) /
+    return q *
+           (((((((2.5090809287301226727e+3 * r + 3.3430575583588128105e+4) * r + 6.7265770927008700853e+4) * r +
+                4.5921953931549871457e+4) *
+                   r +
+               1.3731693765509461125e+4) *
+                  r +
+              1.9715909503065514427e+3) *
+                 r +
+             1.3314166789178437745e+2) *
+                r +
+            3.3871328727963666080e+0) /
            (((((((5.2264952788528545610e+3 * r + 2.8729085735721942674e+4) * r + 3.9307895800092710610e+4) * r +
-                2.1213794301586595867e+4) * r + 5.3941960214247511077e+3) * r + 6.8718700749205790830e+2) * r +
-             4.2313330701600911252e+1) * r + 1.0);
+                2.1213794301586595867e+4) *
+                   r +
+               5.3941960214247511077e+3) *
+                  r +
+              6.8718700749205790830e+2) *
+                 r +
+             4.2313330701600911252e+1) *
+                r +
+            1.0);
   }
   double r = std::sqrt(-std::log(q < 0.0 ? p : 1.0 - p)) - 1.6;
-  const double x = (((((((7.74545014278341407640e-4 * r + 2.27238449892691845833e-2) * r + 2.41780725177450611770e-1) * r +
-                        1.27045825245236838258e+0) * r + 3.64784832476320460504e+0) * r + 5.76949722146069140550e+0) * r +
-                     4.63033784615654529590e+0) * r + 1.42343711074968357734e+0) /
-                   (((((((1.05075007164441684324e-9 * r + 5.47593808499534494600e-4) * r + 1.51986665636164571966e-2) * r +
-                        1.48103976427480074590e-1) * r + 6.89767334985100004550e-1) * r + 1.67638483018380384940e+0) * r +
-                     2.05319162663775882187e+0) * r + 1.0);
+  const double x =
+      (((((((7.74545014278341407640e-4 * r + 2.27238449892691845833e-2) * r + 2.41780725177450611770e-1) * r +
+           1.27045825245236838258e+0) *
+              r +
+          3.64784832476320460504e+0) *
+             r +
+         5.76949722146069140550e+0) *
+            r +
+        4.63033784615654529590e+0) *
+           r +
+       1.42343711074968357734e+0) /
+      (((((((1.05075007164441684324e-9 * r + 5.47593808499534494600e-4) * r + 1.51986665636164571966e-2) * r +
+           1.48103976427480074590e-1) *
+              r +
+          6.89767334985100004550e-1) *
+             r +
+         1.67638483018380384940e+0) *
+            r +
+        2.05319162663775882187e+0) *
+           r +
+       1.0);
   return q < 0.0 ? -x : x;
 }
 
@@ -66,13 +96,12 @@ void InitializerConfig::Validate() const {
     case InitializerKind::kUniform:
       Require(std::isfinite(minval) && std::isfinite(maxval),
               "minval and maxval must be finite, got " + std::to_string(minval) + ", " + std::to_string(maxval));
-      Require(minval < maxval, "minval must be < maxval, got minval=" + std::to_string(minval) +
-                                   " maxval=" + std::to_string(maxval));
+      Require(minval < maxval,
+              "minval must be < maxval, got minval=" + std::to_string(minval) + " maxval=" + std::to_string(maxval));
       return;
     case InitializerKind::kTruncatedNormal:
       Require(std::isfinite(mean), "mean must be finite, got " + std::to_string(mean));
-      Require(std::isfinite(stddev) && stddev > 0.0f,
-              "stddev must be finite and > 0, got " + std::to_string(stddev));
+      Require(std::isfinite(stddev) && stddev > 0.0f, "stddev must be finite and > 0, got " + std::to_string(stddev));
       return;
   }
   throw std::invalid_argument("InitializerConfig: unknown kind " + std::to_string(static_cast<int>(kind)));

@@ -77,15 +77,14 @@ void ReadAll(int fd, uint8_t* out, size_t size, bool has_deadline, Clock::time_p
     if (r > 0) {
       got += static_cast<size_t>(r);
     } else if (r == 0) {
-      throw LinkClosed("connection closed after " + std::to_string(got) + " of " + std::to_string(size) +
-                       " bytes");
+      throw LinkClosed("connection closed after " + std::to_string(got) + " of " + std::to_string(size) + " bytes");
     } else if (errno == EINTR) {
       interrupted();
     } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
       if (!has_deadline) Wait(fd, POLLIN, false, deadline, interrupted);  // a non-blocking socket
     } else {
-      throw LinkClosed(std::string("connection broke: ") + std::strerror(errno) + " after " +
-                       std::to_string(got) + " of " + std::to_string(size) + " bytes");
+      throw LinkClosed(std::string("connection broke: ") + std::strerror(errno) + " after " + std::to_string(got) +
+                       " of " + std::to_string(size) + " bytes");
     }
   }
 }
@@ -204,8 +203,8 @@ class LinkSession::MacState {
 LinkSession::LinkSession(const uint8_t* key, size_t key_size, Mac mac, bool caller)
     : mac_(mac), out_label_(caller ? 'C' : 'R'), in_label_(caller ? 'R' : 'C') {
   if (key == nullptr || key_size != kKeyBytes) {
-    throw std::invalid_argument("LinkSession: the session key must be " + std::to_string(kKeyBytes) +
-                                " bytes, got " + std::to_string(key_size));
+    throw std::invalid_argument("LinkSession: the session key must be " + std::to_string(kKeyBytes) + " bytes, got " +
+                                std::to_string(key_size));
   }
   if (mac != Mac::kHmacSha256 && mac != Mac::kAesGmac) {
     throw std::invalid_argument("LinkSession: mac must be 1 (HMAC-SHA256) or 2 (AES-GMAC), got " +

@@ -196,11 +196,16 @@ void OptimizerConfig::Validate() const {
 std::unique_ptr<Optimizer> Optimizer::Create(const OptimizerConfig& config) {
   config.Validate();
   switch (config.kind) {
-    case OptimizerKind::kSGD: return std::unique_ptr<Optimizer>(new SGD(config));
-    case OptimizerKind::kMomentum: return std::unique_ptr<Optimizer>(new Momentum(config));
-    case OptimizerKind::kAdagrad: return std::unique_ptr<Optimizer>(new Adagrad(config));
-    case OptimizerKind::kAdam: return std::unique_ptr<Optimizer>(new Adam(config));
-    case OptimizerKind::kFtrl: return std::unique_ptr<Optimizer>(new Ftrl(config));
+    case OptimizerKind::kSGD:
+      return std::unique_ptr<Optimizer>(new SGD(config));
+    case OptimizerKind::kMomentum:
+      return std::unique_ptr<Optimizer>(new Momentum(config));
+    case OptimizerKind::kAdagrad:
+      return std::unique_ptr<Optimizer>(new Adagrad(config));
+    case OptimizerKind::kAdam:
+      return std::unique_ptr<Optimizer>(new Adam(config));
+    case OptimizerKind::kFtrl:
+      return std::unique_ptr<Optimizer>(new Ftrl(config));
   }
   throw std::invalid_argument("Optimizer::Create: unknown optimizer kind");
 }

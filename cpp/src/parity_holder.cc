@@ -54,10 +54,10 @@ void ParityHolder::CheckBatchLocked(int sender, const Sender* known, const Forwa
       throw BatchRefused("ParityHolder::Apply: refused " + at() + ", table '" + table + "': " + why);
     };
     if (update.source != sender)
-      refuse("its update names server " + std::to_string(update.source) + " as its source (a batch carries only its "
+      refuse("its update names server " + std::to_string(update.source) +
+             " as its source (a batch carries only its "
              "sender's deltas)");
-    if (update.holder != index_)
-      refuse("its update is meant for parity holder " + std::to_string(update.holder));
+    if (update.holder != index_) refuse("its update is meant for parity holder " + std::to_string(update.holder));
     const size_t block_bytes = stores[u]->block_bytes();
     if (update.record_bytes == 0 || block_bytes % update.record_bytes != 0)
       refuse("records of " + std::to_string(update.record_bytes) + " bytes do not divide its " +
@@ -96,8 +96,10 @@ void ParityHolder::CheckBatchLocked(int sender, const Sender* known, const Forwa
       const uint64_t m = (static_cast<uint64_t>(index_) + n * 2 - k - i) % n;
       const uint64_t member = (m + en.data_member) % n;
       if (member != static_cast<uint64_t>(sender))
-        entry_refused("does not match the layout: data member " + std::to_string(en.data_member) + " of that stripe "
-                      "is server " + std::to_string(member) + ", not the sender");
+        entry_refused("does not match the layout: data member " + std::to_string(en.data_member) +
+                      " of that stripe "
+                      "is server " +
+                      std::to_string(member) + ", not the sender");
     }
   }
 }
@@ -115,15 +117,17 @@ ParityStore& ParityHolder::StoreLocked(const std::string& table) const {
 }
 
 int64_t ParityHolder::Apply(int sender, const std::vector<BatchPtr>& batches, int64_t durable) {
-  if (sender < 0) throw std::invalid_argument("ParityHolder::Apply: sender must be >= 0, got " + std::to_string(sender));
+  if (sender < 0)
+    throw std::invalid_argument("ParityHolder::Apply: sender must be >= 0, got " + std::to_string(sender));
   if (sender == index_)
-    throw BatchRefused("ParityHolder::Apply: parity holder " + std::to_string(index_) + " refused batches from itself "
+    throw BatchRefused("ParityHolder::Apply: parity holder " + std::to_string(index_) +
+                       " refused batches from itself "
                        "as sender: a server never holds parity of its own data");
   if (!Protects(sender))
-    throw BatchRefused("ParityHolder::Apply: parity holder " + std::to_string(index_) + " refused batches from server " +
-                       std::to_string(sender) + ": it protects no stripe of that server (n=" +
-                       std::to_string(layout_.n()) + ", k=" + std::to_string(layout_.k()) + ", r=" +
-                       std::to_string(layout_.r()) + ")");
+    throw BatchRefused("ParityHolder::Apply: parity holder " + std::to_string(index_) +
+                       " refused batches from server " + std::to_string(sender) +
+                       ": it protects no stripe of that server (n=" + std::to_string(layout_.n()) +
+                       ", k=" + std::to_string(layout_.k()) + ", r=" + std::to_string(layout_.r()) + ")");
   std::lock_guard<InheritingMutex> lock(mu_);
   if (closed_) throw HolderClosed(index_);
   const auto found = senders_.find(sender);
@@ -133,11 +137,13 @@ int64_t ParityHolder::Apply(int sender, const std::vector<BatchPtr>& batches, in
   std::vector<ParityStore*> stores;
   for (size_t b = 0; b < batches.size(); ++b) {
     const BatchPtr& batch = batches[b];
-    if (!batch) throw std::invalid_argument("ParityHolder::Apply: batch " + std::to_string(b) + " from " + who() + " is null");
+    if (!batch)
+      throw std::invalid_argument("ParityHolder::Apply: batch " + std::to_string(b) + " from " + who() + " is null");
     if (batch->seq <= applied) continue;  // a resend: already in the blocks
     const auto at = [&] {
-      return (batch->first_seq == batch->seq ? "batch seq " + std::to_string(batch->seq)
-                                             : "batch seqs " + std::to_string(batch->first_seq) + ".." + std::to_string(batch->seq)) +
+      return (batch->first_seq == batch->seq
+                  ? "batch seq " + std::to_string(batch->seq)
+                  : "batch seqs " + std::to_string(batch->first_seq) + ".." + std::to_string(batch->seq)) +
              " from " + who();
     };
     if (batch->first_seq != applied + 1)
@@ -217,7 +223,8 @@ WorkerSeqs ParityHolder::WorkerSeqsOf(int sender) const {
 
 WorkerSeqs ParityHolder::Rollback(int sender, int64_t to_seq) {
   if (to_seq < 0)
-    throw std::invalid_argument("ParityHolder::Rollback: to_seq must be >= 0 (a delta seq), got " + std::to_string(to_seq));
+    throw std::invalid_argument("ParityHolder::Rollback: to_seq must be >= 0 (a delta seq), got " +
+                                std::to_string(to_seq));
   std::lock_guard<InheritingMutex> lock(mu_);
   const auto it = senders_.find(sender);
   if (it == senders_.end()) return {};  // nothing applied: already at any seq >= 0
@@ -226,13 +233,14 @@ WorkerSeqs ParityHolder::Rollback(int sender, int64_t to_seq) {
     // The batches to undo are the log's suffix above to_seq; the oldest of them must start at to_seq + 1.
     size_t keep = s.undo.size();
     while (keep > 0 && s.undo[keep - 1]->seq > to_seq) --keep;
-    const std::string what = "ParityHolder::Rollback: parity holder " + std::to_string(index_) + " cannot roll server " +
-                             std::to_string(sender) + " back from seq " + std::to_string(s.applied) + " to " +
-                             std::to_string(to_seq) + ": ";
+    const std::string what = "ParityHolder::Rollback: parity holder " + std::to_string(index_) +
+                             " cannot roll server " + std::to_string(sender) + " back from seq " +
+                             std::to_string(s.applied) + " to " + std::to_string(to_seq) + ": ";
     if (keep == s.undo.size() || (keep == 0 && s.undo.front()->first_seq > to_seq + 1))
-      throw std::invalid_argument(what + "its undo log starts at " +
-                                  (s.undo.empty() ? std::string("none (empty)") : "seq " + std::to_string(s.undo.front()->first_seq)) +
-                                  " (batches at or below the durable watermark are never rolled back)");
+      throw std::invalid_argument(
+          what + "its undo log starts at " +
+          (s.undo.empty() ? std::string("none (empty)") : "seq " + std::to_string(s.undo.front()->first_seq)) +
+          " (batches at or below the durable watermark are never rolled back)");
     if (s.undo[keep]->first_seq != to_seq + 1)
       throw std::invalid_argument(what + "seq " + std::to_string(to_seq) + " is inside the coalesced batch of seqs " +
                                   std::to_string(s.undo[keep]->first_seq) + ".." + std::to_string(s.undo[keep]->seq) +
@@ -269,13 +277,14 @@ size_t ParityHolder::ReadBlockBytes(const std::string& table, size_t record_byte
     throw std::invalid_argument("record_bytes: " + std::to_string(record_bytes) + " does not divide the " +
                                 std::to_string(block) + "-byte parity blocks of table '" + table + "'");
   if (width == 0 || offset > record_bytes || width > record_bytes - offset)
-    throw std::invalid_argument("offset/width: columns [" + std::to_string(offset) + ", " + std::to_string(offset + width) +
-                                ") are empty or outside the " + std::to_string(record_bytes) + "-byte records");
+    throw std::invalid_argument("offset/width: columns [" + std::to_string(offset) + ", " +
+                                std::to_string(offset + width) + ") are empty or outside the " +
+                                std::to_string(record_bytes) + "-byte records");
   return block / record_bytes * width;
 }
 
-std::map<int32_t, int64_t> ParityHolder::ReadBlock(const std::string& table, size_t c, size_t record_bytes, size_t offset,
-                                                   size_t width, uint8_t* out) const {
+std::map<int32_t, int64_t> ParityHolder::ReadBlock(const std::string& table, size_t c, size_t record_bytes,
+                                                   size_t offset, size_t width, uint8_t* out) const {
   ReadBlockBytes(table, record_bytes, offset, width);  // validates
   if (out == nullptr) throw std::invalid_argument("ParityHolder::ReadBlock: out is null");
   const ParityStore& store = StoreLocked(table);

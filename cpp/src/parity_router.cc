@@ -22,9 +22,9 @@ void ParityRouter::Check(const char* what, int source, const DeltaBatch& deltas)
     throw std::out_of_range(std::string("ParityRouter::") + what + ": source server " + std::to_string(source) +
                             " is outside [0, " + std::to_string(layout_.n()) + ")");
   if (!deltas.slots.empty() && deltas.record_bytes != record_bytes_)
-    throw std::invalid_argument(std::string("ParityRouter::") + what + ": delta batch has record_bytes=" +
-                                std::to_string(deltas.record_bytes) + ", the group's records have " +
-                                std::to_string(record_bytes_));
+    throw std::invalid_argument(std::string("ParityRouter::") + what +
+                                ": delta batch has record_bytes=" + std::to_string(deltas.record_bytes) +
+                                ", the group's records have " + std::to_string(record_bytes_));
   if (deltas.xor_bytes.size() != deltas.slots.size() * deltas.record_bytes)
     throw std::invalid_argument(std::string("ParityRouter::") + what + ": delta batch holds " +
                                 std::to_string(deltas.xor_bytes.size()) + " bytes for " +
@@ -52,7 +52,10 @@ void ParityRouter::ForEachEntry(int source, size_t count, const uint32_t* slots,
     for (int i = 0; i < r; ++i) {
       int h = m + k + i;  // < 2n since m < n and k + i < n
       if (h >= n) h -= n;
-      sink(h, ParityUpdate::Entry{static_cast<uint64_t>(q) * r + i, offset, static_cast<uint8_t>(i), static_cast<uint8_t>(j)}, delta);
+      sink(h,
+           ParityUpdate::Entry{static_cast<uint64_t>(q) * r + i, offset, static_cast<uint8_t>(i),
+                               static_cast<uint8_t>(j)},
+           delta);
     }
   }
 }
@@ -76,18 +79,20 @@ void ParityRouter::RouteInto(int source, size_t count, const uint32_t* slots, De
     u.deltas.reserve(expect * record_bytes_);
   }
   const size_t rb = record_bytes_;
-  ForEachEntry(source, count, slots, delta_at, [out, rb](int h, const ParityUpdate::Entry& entry, const uint8_t* delta) {
-    ParityUpdate& u = (*out)[h];
-    u.entries.push_back(entry);
-    u.deltas.insert(u.deltas.end(), delta, delta + rb);  // no zero-fill, unlike resize
-  });
+  ForEachEntry(source, count, slots, delta_at,
+               [out, rb](int h, const ParityUpdate::Entry& entry, const uint8_t* delta) {
+                 ParityUpdate& u = (*out)[h];
+                 u.entries.push_back(entry);
+                 u.deltas.insert(u.deltas.end(), delta, delta + rb);  // no zero-fill, unlike resize
+               });
 }
 
 void ParityRouter::Route(int source, const DeltaBatch& deltas, std::vector<ParityUpdate>* out) const {
   Check("Route", source, deltas);
   const uint8_t* bytes = deltas.xor_bytes.data();
   const size_t rb = record_bytes_;
-  RouteInto(source, deltas.size(), deltas.slots.data(), [bytes, rb](size_t e) { return bytes + e * rb; }, out);
+  RouteInto(
+      source, deltas.size(), deltas.slots.data(), [bytes, rb](size_t e) { return bytes + e * rb; }, out);
 }
 
 void ParityRouter::Route(int source, const std::vector<uint32_t>& slots, const std::vector<const uint8_t*>& deltas,
@@ -99,9 +104,11 @@ void ParityRouter::Route(int source, const std::vector<uint32_t>& slots, const s
     throw std::invalid_argument("ParityRouter::Route: " + std::to_string(slots.size()) + " slots but " +
                                 std::to_string(deltas.size()) + " delta pointers");
   for (size_t e = 0; e < deltas.size(); ++e)
-    if (deltas[e] == nullptr) throw std::invalid_argument("ParityRouter::Route: delta " + std::to_string(e) + " is null");
+    if (deltas[e] == nullptr)
+      throw std::invalid_argument("ParityRouter::Route: delta " + std::to_string(e) + " is null");
   const uint8_t* const* at = deltas.data();
-  RouteInto(source, slots.size(), slots.data(), [at](size_t e) { return at[e]; }, out);
+  RouteInto(
+      source, slots.size(), slots.data(), [at](size_t e) { return at[e]; }, out);
 }
 
 void ParityRouter::RouteRefs(int source, const DeltaBatch& deltas,
@@ -116,10 +123,11 @@ void ParityRouter::RouteRefs(int source, const DeltaBatch& deltas,
   }
   const uint8_t* bytes = deltas.xor_bytes.data();
   const size_t rb = record_bytes_;
-  ForEachEntry(source, deltas.size(), deltas.slots.data(), [bytes, rb](size_t e) { return bytes + e * rb; },
-               [out](int h, const ParityUpdate::Entry& entry, const uint8_t* delta) {
-                 (*out)[h].push_back(ParityDeltaRef{entry, delta});
-               });
+  ForEachEntry(
+      source, deltas.size(), deltas.slots.data(), [bytes, rb](size_t e) { return bytes + e * rb; },
+      [out](int h, const ParityUpdate::Entry& entry, const uint8_t* delta) {
+        (*out)[h].push_back(ParityDeltaRef{entry, delta});
+      });
 }
 
 }  // namespace xdl_ec

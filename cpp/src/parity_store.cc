@@ -95,8 +95,8 @@ void ParityStore::CheckEntry(const ParityUpdate::Entry& en, size_t e, size_t rb)
                                 "; this code has r=" + std::to_string(r) + ", k=" + std::to_string(k));
   if (static_cast<size_t>(en.offset) + rb > block_bytes_)
     throw std::invalid_argument("ParityStore::Apply: entry " + std::to_string(e) + " writes bytes [" +
-                                std::to_string(en.offset) + ", " + std::to_string(en.offset + rb) +
-                                ") outside the " + std::to_string(block_bytes_) + "-byte block");
+                                std::to_string(en.offset) + ", " + std::to_string(en.offset + rb) + ") outside the " +
+                                std::to_string(block_bytes_) + "-byte block");
   if (en.parity_block > (size_t{1} << 40))
     throw std::invalid_argument("ParityStore::Apply: entry " + std::to_string(e) + " names parity block " +
                                 std::to_string(en.parity_block) + ", beyond any plausible table");
@@ -144,9 +144,11 @@ void ParityStore::Apply(const ParityUpdate& update) {
   const size_t count = update.entries.size();
   if (update.deltas.size() != count * rb)
     throw std::invalid_argument("ParityStore::Apply: update holds " + std::to_string(update.deltas.size()) +
-                                " delta bytes for " + std::to_string(count) + " entries of record_bytes=" + std::to_string(rb));
-  ApplyEntries(count, rb, [&](size_t e) -> const ParityUpdate::Entry& { return update.entries[e]; },
-               [&](size_t e) { return update.delta(e); });
+                                " delta bytes for " + std::to_string(count) +
+                                " entries of record_bytes=" + std::to_string(rb));
+  ApplyEntries(
+      count, rb, [&](size_t e) -> const ParityUpdate::Entry& { return update.entries[e]; },
+      [&](size_t e) { return update.delta(e); });
 }
 
 void ParityStore::Apply(const ParityDeltaRef* refs, size_t count, size_t record_bytes) {
@@ -156,8 +158,9 @@ void ParityStore::Apply(const ParityDeltaRef* refs, size_t count, size_t record_
   for (size_t e = 0; e < count; ++e)
     if (refs[e].delta == nullptr)
       throw std::invalid_argument("ParityStore::Apply: entry " + std::to_string(e) + " has a null delta pointer");
-  ApplyEntries(count, record_bytes, [refs](size_t e) -> const ParityUpdate::Entry& { return refs[e].entry; },
-               [refs](size_t e) { return refs[e].delta; });
+  ApplyEntries(
+      count, record_bytes, [refs](size_t e) -> const ParityUpdate::Entry& { return refs[e].entry; },
+      [refs](size_t e) { return refs[e].delta; });
 }
 
 void ParityStore::ReadBlock(size_t c, uint8_t* out) const {

@@ -68,7 +68,8 @@ ParityUpdate ParityUpdate::Parse(const uint8_t* bytes, size_t size) {
   if (count > body / per_entry || count * per_entry != body)
     throw std::invalid_argument("ParityUpdate::Parse: " + std::to_string(count) + " entries of " +
                                 std::to_string(u.record_bytes) + "-byte records need " +
-                                std::to_string(count * per_entry) + " bytes after the header, got " + std::to_string(body));
+                                std::to_string(count * per_entry) + " bytes after the header, got " +
+                                std::to_string(body));
   const uint8_t* p = bytes + kHeaderBytes;
   u.entries.resize(count);
   for (Entry& e : u.entries) {

@@ -74,8 +74,8 @@ uint32_t Count(Reader& reader, const char* what) {
 template <typename T>
 const T* Array(const MessagePart& buffer, size_t count, const std::string& what) {
   if (buffer.size != count * sizeof(T)) {
-    throw std::invalid_argument("push_pull request: " + what + " has " + std::to_string(buffer.size) +
-                                " bytes, not " + std::to_string(count * sizeof(T)));
+    throw std::invalid_argument("push_pull request: " + what + " has " + std::to_string(buffer.size) + " bytes, not " +
+                                std::to_string(count * sizeof(T)));
   }
   if (reinterpret_cast<uintptr_t>(buffer.data) % alignof(T) != 0) {
     throw std::invalid_argument("push_pull request: " + what + " is not aligned to its type");
@@ -173,8 +173,10 @@ PushPullRequest PushPullMessage::ParseRequest(MessagePart head, const std::vecto
   reader.End();
   arrays += pulls + 2 * static_cast<size_t>(stale);
   if (buffers.size() != arrays) {
-    throw std::invalid_argument("push_pull request: " + std::to_string(buffers.size()) + " buffers where its head "
-                                "announces " + std::to_string(arrays));
+    throw std::invalid_argument("push_pull request: " + std::to_string(buffers.size()) +
+                                " buffers where its head "
+                                "announces " +
+                                std::to_string(arrays));
   }
   size_t b = 0;
   for (size_t i = 0; i < request.parts.size(); ++i) {
@@ -241,7 +243,8 @@ PushPullAnswer PushPullMessage::ParseAnswer(MessagePart head, size_t buffers) {
     s.table_rows = reader.Get<uint64_t>();
   }
   reader.End();
-  if (flags & ~(kAnswerAck | kAnswerApplied | kAnswerRows | kAnswerStale)) reader.Fail("flags " + std::to_string(flags));
+  if (flags & ~(kAnswerAck | kAnswerApplied | kAnswerRows | kAnswerStale))
+    reader.Fail("flags " + std::to_string(flags));
   answer.has_ack = flags & kAnswerAck;
   answer.applied = flags & kAnswerApplied;
   answer.has_rows = flags & kAnswerRows;

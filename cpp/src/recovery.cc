@@ -20,8 +20,8 @@ void Recovery::CheckRecoverable(const StripeLayout& layout, const std::vector<in
   for (int s : lost)
     if (std::find(distinct.begin(), distinct.end(), s) == distinct.end()) distinct.push_back(s);
   if (static_cast<int>(distinct.size()) > layout.r())
-    throw std::invalid_argument("unrecoverable: lost servers " + ServerSet(distinct) + ", the code tolerates r=" +
-                                std::to_string(layout.r()));
+    throw std::invalid_argument("unrecoverable: lost servers " + ServerSet(distinct) +
+                                ", the code tolerates r=" + std::to_string(layout.r()));
 }
 
 Recovery::Recovery(const StripeLayout& layout, std::shared_ptr<const ErasureCode> code, uint32_t block_slots,
@@ -29,9 +29,9 @@ Recovery::Recovery(const StripeLayout& layout, std::shared_ptr<const ErasureCode
     : layout_(layout), code_(std::move(code)), block_slots_(block_slots), record_bytes_(record_bytes) {
   if (!code_) throw std::invalid_argument("Recovery: code must not be null");
   if (code_->k() != layout.k() || code_->r() != layout.r())
-    throw std::invalid_argument("Recovery: code (k=" + std::to_string(code_->k()) + ", r=" + std::to_string(code_->r()) +
-                                ") and stripe layout (k=" + std::to_string(layout.k()) + ", r=" +
-                                std::to_string(layout.r()) + ") disagree");
+    throw std::invalid_argument(
+        "Recovery: code (k=" + std::to_string(code_->k()) + ", r=" + std::to_string(code_->r()) +
+        ") and stripe layout (k=" + std::to_string(layout.k()) + ", r=" + std::to_string(layout.r()) + ") disagree");
   if (block_slots == 0 || record_bytes < RecordLayout::kValueOffset)
     throw std::invalid_argument("Recovery: block_slots must be >= 1 and record_bytes >= 12, got " +
                                 std::to_string(block_slots) + " and " + std::to_string(record_bytes));
@@ -104,8 +104,8 @@ void Recovery::DecodeStripe(size_t stripe, const std::vector<int>& wanted, uint8
   const int k = layout_.k();
   for (int pos : wanted) {
     if (pos < 0 || pos >= layout_.width())
-      throw std::out_of_range("Recovery::DecodeStripe: position " + std::to_string(pos) + " is outside [0, k+r=" +
-                              std::to_string(layout_.width()) + ")");
+      throw std::out_of_range("Recovery::DecodeStripe: position " + std::to_string(pos) +
+                              " is outside [0, k+r=" + std::to_string(layout_.width()) + ")");
     if (!down[layout_.ServerAt(stripe, pos)])
       throw std::invalid_argument("Recovery::DecodeStripe: position " + std::to_string(pos) + " of stripe " +
                                   std::to_string(stripe) + " is on available server " +

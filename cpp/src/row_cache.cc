@@ -13,8 +13,8 @@ constexpr int kMaxDim = 1 << 16;  // as EmbeddingShard's
 
 void RequirePointer(const void* p, size_t n, const char* what, const char* name) {
   if (n != 0 && p == nullptr) {
-    throw std::invalid_argument(std::string("RowCache::") + what + ": " + name + " is null but n = " +
-                                std::to_string(n));
+    throw std::invalid_argument(std::string("RowCache::") + what + ": " + name +
+                                " is null but n = " + std::to_string(n));
   }
 }
 
@@ -93,8 +93,7 @@ void RowCache::EraseEmpty() {
 }
 
 void RowCache::LinkTouched(std::vector<uint32_t>& touched) {
-  std::sort(touched.begin(), touched.end(),
-            [this](uint32_t a, uint32_t b) { return lines_[a].key < lines_[b].key; });
+  std::sort(touched.begin(), touched.end(), [this](uint32_t a, uint32_t b) { return lines_[a].key < lines_[b].key; });
   for (const uint32_t i : touched) Link(i);
 }
 
@@ -336,7 +335,7 @@ RowCache::Pending RowCache::Invalidate(const int64_t* keys, size_t n) {
 uint32_t RowCache::Evict(Pending& evicted) {
   auto it = lists_.begin();
   while (it->second.head == kNone) ++it;  // lists this call emptied are erased after it
-  const uint32_t at = it->second.head;  // the lowest rank's first line: the policy's victim
+  const uint32_t at = it->second.head;    // the lowest rank's first line: the policy's victim
   Line& victim = lines_[at];
   if (victim.pending != kNone) HandBack(victim, evicted);
   Unlink(at);
@@ -347,8 +346,8 @@ uint32_t RowCache::Evict(Pending& evicted) {
 
 RowCache::Pending RowCache::Resize(size_t capacity_rows) {
   if (capacity_rows < 1 || capacity_rows > KeyIndex::kMaxSlot) {
-    throw std::invalid_argument("RowCache::Resize: capacity_rows must be in [1, " +
-                                std::to_string(KeyIndex::kMaxSlot) + "], got " + std::to_string(capacity_rows));
+    throw std::invalid_argument("RowCache::Resize: capacity_rows must be in [1, " + std::to_string(KeyIndex::kMaxSlot) +
+                                "], got " + std::to_string(capacity_rows));
   }
   Pending evicted;
   // Every line is in a list between calls, so the lists hold a victim while size() > capacity_rows >= 1.

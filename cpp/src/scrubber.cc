@@ -12,9 +12,9 @@ Scrubber::Scrubber(const StripeLayout& layout, std::shared_ptr<const ErasureCode
     : layout_(layout), code_(std::move(code)), block_slots_(block_slots), record_bytes_(record_bytes) {
   if (!code_) throw std::invalid_argument("Scrubber: code must not be null");
   if (code_->k() != layout.k() || code_->r() != layout.r())
-    throw std::invalid_argument("Scrubber: code (k=" + std::to_string(code_->k()) + ", r=" + std::to_string(code_->r()) +
-                                ") and stripe layout (k=" + std::to_string(layout.k()) + ", r=" +
-                                std::to_string(layout.r()) + ") disagree");
+    throw std::invalid_argument(
+        "Scrubber: code (k=" + std::to_string(code_->k()) + ", r=" + std::to_string(code_->r()) +
+        ") and stripe layout (k=" + std::to_string(layout.k()) + ", r=" + std::to_string(layout.r()) + ") disagree");
   if (block_slots == 0 || record_bytes == 0)
     throw std::invalid_argument("Scrubber: block_slots and record_bytes must be >= 1, got " +
                                 std::to_string(block_slots) + " and " + std::to_string(record_bytes));

@@ -42,7 +42,8 @@ TEST(DeltaCoalescer, EachSlotOnceWithTheXorOfItsDeltasInFirstAppearanceOrder) {
     }
   DeltaCoalescer coalescer;
   DeltaCoalescer::Merged merged;
-  for (int again = 0; again < 2; ++again) {  // the slot table is reused between calls (on fresh copies: it merges in place)
+  for (int again = 0; again < 2;
+       ++again) {  // the slot table is reused between calls (on fresh copies: it merges in place)
     std::vector<DeltaBatch> copies = parts;
     std::vector<DeltaBatch*> pointers;
     for (DeltaBatch& part : copies) pointers.push_back(&part);
@@ -56,7 +57,8 @@ TEST(DeltaCoalescer, EachSlotOnceWithTheXorOfItsDeltasInFirstAppearanceOrder) {
       // it points into the part where the slot first appeared: nothing was copied
       bool inside = false;
       for (const DeltaBatch& part : copies)
-        inside |= merged.deltas[e] >= part.xor_bytes.data() && merged.deltas[e] < part.xor_bytes.data() + part.xor_bytes.size();
+        inside |= merged.deltas[e] >= part.xor_bytes.data() &&
+                  merged.deltas[e] < part.xor_bytes.data() + part.xor_bytes.size();
       EXPECT_TRUE(inside);
     }
   }

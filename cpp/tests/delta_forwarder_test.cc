@@ -43,8 +43,8 @@ struct Cluster {
     block_slots = shards[0]->block_slots();
     record_bytes = shards[0]->layout().bytes();
     for (int s = 0; s < n; ++s) {
-      holders.push_back(std::make_shared<ParityHolder>(s, n, k, r, std::map<std::string, size_t>{
-                                                                    {"t", block_slots * record_bytes}}));
+      holders.push_back(
+          std::make_shared<ParityHolder>(s, n, k, r, std::map<std::string, size_t>{{"t", block_slots * record_bytes}}));
       forwarders.push_back(std::make_unique<DeltaForwarder>(
           s, n, k, r, std::vector<DeltaForwarder::Table>{{"t", block_slots, record_bytes}}));
     }
@@ -141,7 +141,7 @@ TEST(DeltaForwarder, BadInputIsRefusedWithNothingQueued) {
   EXPECT_THROW(c.forwarders[0]->Record("t", wrong, {}), std::invalid_argument);
   EXPECT_EQ(0, c.forwarders[0]->progress().seq);
   EXPECT_FALSE(c.forwarders[0]->progress().pending);
-  EXPECT_THROW(c.forwarders[0]->SetHolder(0, nullptr), std::invalid_argument);  // not its own holder
+  EXPECT_THROW(c.forwarders[0]->SetHolder(0, nullptr), std::invalid_argument);       // not its own holder
   EXPECT_THROW(c.forwarders[0]->SetHolder(1, c.holders[2]), std::invalid_argument);  // another server's holder
   EXPECT_THROW(DeltaForwarder(3, 3, 2, 1, {}), std::invalid_argument);
   EXPECT_THROW(DeltaForwarder(0, 3, 2, 1, {{"t", 8, 0}}), std::invalid_argument);
@@ -157,11 +157,11 @@ TEST(DeltaForwarder, AClosedHolderIsDownUntilReplacedAndHoldsBackDurability) {
   c.Drain();
   DeltaForwarder::Progress p = c.forwarders[0]->progress();
   EXPECT_EQ(std::vector<int>{1}, p.down);
-  EXPECT_EQ(9, p.live_applied);                      // server 2 got everything
-  EXPECT_EQ(5, c.forwarders[0]->DurableSeq(1));      // not durable: server 1's parity lacks 6..9
-  EXPECT_TRUE(c.forwarders[0]->errors().empty());    // a lost holder is not an error
-  auto replacement = std::make_shared<ParityHolder>(1, c.n, 2, 1, std::map<std::string, size_t>{
-                                                                 {"t", c.block_slots * c.record_bytes}});
+  EXPECT_EQ(9, p.live_applied);                    // server 2 got everything
+  EXPECT_EQ(5, c.forwarders[0]->DurableSeq(1));    // not durable: server 1's parity lacks 6..9
+  EXPECT_TRUE(c.forwarders[0]->errors().empty());  // a lost holder is not an error
+  auto replacement = std::make_shared<ParityHolder>(
+      1, c.n, 2, 1, std::map<std::string, size_t>{{"t", c.block_slots * c.record_bytes}});
   replacement->ResetSender(0, 9, {{1, 9}});
   // as the driver does: the replacement learns the extent being rebuilt (the survivors' blocks, whole cycles)
   replacement->SetExtent("t", c.layout.StripesForDataBlocks(c.shards[0]->num_blocks()) / c.n * c.r);
@@ -404,7 +404,7 @@ TEST(DeltaForwarder, ALaggingThreadsWorkIsDoneByRecordItself) {
     DeltaForwarder& f = *c.forwarders[0];
     for (int step = 1; step <= 3000; ++step) c.Push(0, 2, step, 0, step);
     const DeltaForwarder::Progress p = f.progress();
-    EXPECT_GT(p.lag_waits, 0u);  // the bound was reached
+    EXPECT_GT(p.lag_waits, 0u);     // the bound was reached
     EXPECT_GT(p.lag_catchups, 0u);  // and the backlog routed and delivered by Record itself
     spin = false;
     spinner.join();

@@ -439,9 +439,9 @@ TEST(EmbeddingShardClocks, PullStaleSendsExactlyTheRowsMoreThanSBehind) {
     std::vector<int32_t> known(10, 1);  // every copy taken at clock 1
     ask.push_back(100);                 // a repeated key, no copy
     known.push_back(-1);
-    ask.push_back(103);                 // a copy "from the future" (e.g. before a rollback): sent
+    ask.push_back(103);  // a copy "from the future" (e.g. before a rollback): sent
     known.push_back(5);
-    ask.push_back(777);                 // missing: inserted and sent, whatever the worker holds
+    ask.push_back(777);  // missing: inserted and sent, whatever the worker holds
     known.push_back(3);
     DeltaBatch deltas;
     const PullStaleResult r = PullStale(shard, ask, known, staleness, &deltas);
@@ -612,7 +612,7 @@ TEST(EmbeddingShard, RestoreByFaultsAndBackgroundBlocks) {
   std::vector<int64_t> touched(o.keys.rbegin(), o.keys.rend());
   touched.push_back(987654321);  // not in the index
   EXPECT_EQ(restored.MissingBlocksOf(touched.data(), touched.size()), expected);
-  EXPECT_TRUE(restored.MissingBlocksOf(k.data(), 1).empty());  // 1042's block was faulted in
+  EXPECT_TRUE(restored.MissingBlocksOf(k.data(), 1).empty());                     // 1042's block was faulted in
   EXPECT_TRUE(o.shard->MissingBlocksOf(touched.data(), touched.size()).empty());  // not restoring
   // Background restore: the faulted block is skipped.
   std::vector<uint8_t> block(o.shard->block_bytes());
@@ -736,11 +736,10 @@ TEST(EmbeddingShardClocks, ClocksWrapModTwoToThe31) {
   const size_t rb = original->layout().bytes();
   constexpr uint32_t kTop = RecordLayout::kClockMask;
   EmbeddingShard shard(o.shard->config());
-  shard.BeginRestore(o.keys.data(), o.slots.data(), o.keys.size(), o.high_water,
-                     [=](size_t b, uint8_t* out) {
-                       original->ReadBlock(b, out);
-                       if (b == slot / block_slots) RecordLayout::SetClock(out + (slot % block_slots) * rb, kTop);
-                     });
+  shard.BeginRestore(o.keys.data(), o.slots.data(), o.keys.size(), o.high_water, [=](size_t b, uint8_t* out) {
+    original->ReadBlock(b, out);
+    if (b == slot / block_slots) RecordLayout::SetClock(out + (slot % block_slots) * rb, kTop);
+  });
   EXPECT_EQ(Clocks(shard, {1042}), (std::vector<int32_t>{static_cast<int32_t>(kTop)}));
   PushOnce(shard, {1042}, 2);
   EXPECT_EQ(Clocks(shard, {1042}), (std::vector<int32_t>{0}));
@@ -788,7 +787,6 @@ TEST(EmbeddingShard, RestoreRejectsBadArgumentsAndFailingHandlers) {
   EXPECT_EQ(restored.missing_blocks(), missing - 1);
   EXPECT_THROW(restored.RestoreBlock(missing + 5, nullptr), std::invalid_argument);
 }
-
 
 TEST(EmbeddingShard, TakeDirtyReturnsTheRowsChangedSinceTheLastTake) {
   EmbeddingShard shard(Config(OptimizerKind::kAdagrad, 2));

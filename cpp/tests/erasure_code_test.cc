@@ -71,8 +71,7 @@ Bytes ReferenceParity(const ErasureCode& code, const std::vector<Bytes>& frags, 
 }
 
 // Erases `erased` (overwrites them with garbage), decodes, and expects every fragment restored.
-void ExpectDecodes(const ErasureCode& code, const std::vector<Bytes>& stripe,
-                   const std::vector<int>& erased) {
+void ExpectDecodes(const ErasureCode& code, const std::vector<Bytes>& stripe, const std::vector<int>& erased) {
   std::vector<Bytes> work = stripe;
   for (int idx : erased) std::fill(work[idx].begin(), work[idx].end(), uint8_t{0xa5});
   const std::vector<uint8_t*> ptrs = Pointers(work);
@@ -109,9 +108,7 @@ TEST(ErasureCodeTest, EveryErasurePatternDecodesExactlyUpToK12R4) {
           // 64 bytes runs ISA-L's SIMD kernels; shorter fragments take the padded path (random data).
           const size_t len = fill == Fill::kRandom && (k + r) % 2 ? 37 : 64;
           const auto stripe = MakeStripe(code, len, fill, rng);
-          ForEachSubset(k + r, r, [&](const std::vector<int>& erased) {
-            ExpectDecodes(code, stripe, erased);
-          });
+          ForEachSubset(k + r, r, [&](const std::vector<int>& erased) { ExpectDecodes(code, stripe, erased); });
           if (HasFatalFailure()) return;
         }
       }
@@ -148,8 +145,8 @@ TEST(ErasureCodeTest, EncodeMatchesCoefficientsAtSimdAndTailLengths) {
       ErasureCode code(k, r);
       const auto stripe = MakeStripe(code, len, Fill::kRandom, rng);
       for (int j = 0; j < r; ++j) {
-        EXPECT_EQ(stripe[k + j], ReferenceParity(code, stripe, j)) << "k=" << k << " r=" << r
-                                                                   << " j=" << j << " len=" << len;
+        EXPECT_EQ(stripe[k + j], ReferenceParity(code, stripe, j))
+            << "k=" << k << " r=" << r << " j=" << j << " len=" << len;
       }
     }
   }
@@ -361,8 +358,7 @@ TEST(ErasureCodeTest, TooManyErasuresAndBadIndicesThrowAndWriteNothing) {
     code.Decode(50, present, sources.data(), wanted, &out_ptr);
     FAIL() << "decode from 3 of k=4 fragments accepted";
   } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("unrecoverable: lost fragments {1, 3, 4}, this code tolerates r=2", 0),
-              0u)
+    EXPECT_EQ(std::string(e.what()).rfind("unrecoverable: lost fragments {1, 3, 4}, this code tolerates r=2", 0), 0u)
         << e.what();
   }
   EXPECT_EQ(out, Bytes(50, 0x11));

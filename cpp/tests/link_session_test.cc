@@ -139,7 +139,7 @@ TEST_P(LinkSessionTest, AnOversizedMessageIsRejectedBeforeItsBodyIsRead) {
 TEST_P(LinkSessionTest, ASendToAPeerThatStopsReadingEndsAtItsDeadline) {
   const auto key = Key(1);
   LinkSession caller(key.data(), key.size(), GetParam(), true);
-  Pair pair;  // nobody reads the role's end
+  Pair pair;                              // nobody reads the role's end
   const auto array = Bytes(24 << 20, 4);  // far beyond both sockets' buffers
   // NOLINTNEXTLINE(clang-analyzer-deadcode.DeadStores): read after the try; the analyzer follows FAIL()'s return
   const auto start = std::chrono::steady_clock::now();
@@ -156,8 +156,9 @@ TEST_P(LinkSessionTest, ASendToAPeerThatStopsReadingEndsAtItsDeadline) {
   // a deadline that leaves time enough changes nothing for a reader that keeps up
   LinkSession fresh(key.data(), key.size(), GetParam(), true), role(key.data(), key.size(), GetParam(), false);
   Pair other;
-  std::thread sender([&] { fresh.Send(other.caller, {array.data(), 1}, {{array.data(), array.size()}}, 30.0,
-                                      kNoSignals); });
+  std::thread sender([&] {
+    fresh.Send(other.caller, {array.data(), 1}, {{array.data(), array.size()}}, 30.0, kNoSignals);
+  });
   const auto m = role.Receive(other.role, 30.0, 1 << 30, kNoSignals);
   sender.join();
   ASSERT_EQ(m.buffers.size(), 1u);
@@ -201,7 +202,9 @@ TEST_P(LinkSessionTest, ALargeMessageGoesThroughAFullSocketBuffer) {
   LinkSession caller(key.data(), key.size(), GetParam(), true), role(key.data(), key.size(), GetParam(), false);
   Pair pair;
   const auto array = Bytes(24 << 20, 4);  // far beyond the sockets' buffers: the sender waits for the reader
-  std::thread sender([&] { caller.Send(pair.caller, {array.data(), 1}, {{array.data(), array.size()}}, -1.0, kNoSignals); });
+  std::thread sender([&] {
+    caller.Send(pair.caller, {array.data(), 1}, {{array.data(), array.size()}}, -1.0, kNoSignals);
+  });
   const auto m = role.Receive(pair.role, 30.0, 1 << 30, kNoSignals);
   sender.join();
   ASSERT_EQ(m.buffers.size(), 1u);

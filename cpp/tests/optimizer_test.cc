@@ -41,7 +41,7 @@ TEST(Optimizer, SgdMomentumAdagrad) {
   float a = 1.0f;
   v = 1.0f;
   Optimizer::Create(m)->Apply(&v, &a, &g, 1, 1);
-  EXPECT_EQ(a, 2.5f);   // 1 * 0.5 + 2
+  EXPECT_EQ(a, 2.5f);    // 1 * 0.5 + 2
   EXPECT_EQ(v, -0.25f);  // 1 - 0.5 * 2.5
   m.use_nesterov = true;
   a = 1.0f;

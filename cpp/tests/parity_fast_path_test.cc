@@ -106,10 +106,10 @@ TEST_P(ParityFastPathTest, RefsGiveTheBytesOfTheCopyingPath) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Geometries, ParityFastPathTest,
-                         ::testing::Values(Geometry{5, 4, 1, 1024, 136},    // power-of-two blocks, XOR only
-                                           Geometry{6, 4, 2, 64, 72},       // GF rows too
-                                           Geometry{7, 3, 4, 13, 24},       // division path, short records
-                                           Geometry{8, 5, 3, 16, 200}));    // records over three lines
+                         ::testing::Values(Geometry{5, 4, 1, 1024, 136},  // power-of-two blocks, XOR only
+                                           Geometry{6, 4, 2, 64, 72},     // GF rows too
+                                           Geometry{7, 3, 4, 13, 24},     // division path, short records
+                                           Geometry{8, 5, 3, 16, 200}));  // records over three lines
 
 TEST(ParityStoreRefsTest, RejectsABadEntryWithoutChangingAnything) {
   auto code = std::make_shared<const ErasureCode>(3, 2);
@@ -123,10 +123,10 @@ TEST(ParityStoreRefsTest, RejectsABadEntryWithoutChangingAnything) {
   store.ReadBlock(1, block.data());
   EXPECT_EQ(block, expect);
   const std::vector<ParityDeltaRef> good = refs;
-  for (const ParityDeltaRef& bad : {ParityDeltaRef{{1, 56, 0, 0}, delta.data()},   // past the block
-                                    ParityDeltaRef{{1, 0, 2, 0}, delta.data()},    // parity member >= r
-                                    ParityDeltaRef{{1, 0, 0, 3}, delta.data()},    // data member >= k
-                                    ParityDeltaRef{{1, 0, 0, 0}, nullptr}}) {      // no delta bytes
+  for (const ParityDeltaRef& bad : {ParityDeltaRef{{1, 56, 0, 0}, delta.data()},  // past the block
+                                    ParityDeltaRef{{1, 0, 2, 0}, delta.data()},   // parity member >= r
+                                    ParityDeltaRef{{1, 0, 0, 3}, delta.data()},   // data member >= k
+                                    ParityDeltaRef{{1, 0, 0, 0}, nullptr}}) {     // no delta bytes
     refs = good;
     refs.push_back(bad);
     EXPECT_THROW(store.Apply(refs.data(), refs.size(), 16), std::invalid_argument);

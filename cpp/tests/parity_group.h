@@ -19,13 +19,13 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <stdexcept>
 #include <string>
-#include <cstdint>
-#include <memory>
-#include <shared_mutex>
 #include <vector>
 
 #include "xdl_ec/embedding_shard.h"
@@ -41,10 +41,10 @@ namespace xdl_ec::testing {
 enum class ServerState { kHealthy, kLost, kRestoring };
 
 struct ParityGroupStats {
-  std::vector<size_t> data_bytes;             // per server: bytes of allocated slot blocks
-  std::vector<size_t> parity_bytes;           // per server: bytes of allocated parity blocks
-  std::vector<uint64_t> delta_bytes_received; // per server: parity delta bytes applied since it (re)started
-  std::vector<size_t> rows;                   // per server: live rows
+  std::vector<size_t> data_bytes;              // per server: bytes of allocated slot blocks
+  std::vector<size_t> parity_bytes;            // per server: bytes of allocated parity blocks
+  std::vector<uint64_t> delta_bytes_received;  // per server: parity delta bytes applied since it (re)started
+  std::vector<size_t> rows;                    // per server: live rows
   size_t total_data_bytes = 0;
   size_t total_parity_bytes = 0;
 };
@@ -433,7 +433,8 @@ inline std::vector<ScrubMismatch> ParityGroup::Scrub() const {
   if (!down.empty())
     throw std::invalid_argument("ParityGroup::Scrub: servers " + Recovery::ServerSet(down) +
                                 " are lost or being rebuilt; finish the rebuild first");
-  return Scrubber(layout_, code_, router_->block_slots(), router_->record_bytes()).Scrub(StripeExtentLocked(), Reader());
+  return Scrubber(layout_, code_, router_->block_slots(), router_->record_bytes())
+      .Scrub(StripeExtentLocked(), Reader());
 }
 
 inline ParityGroupStats ParityGroup::stats() const {

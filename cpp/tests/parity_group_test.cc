@@ -25,8 +25,8 @@ using testing::ParityGroup;
 using testing::ParityGroupStats;
 using testing::ServerState;
 
-const std::vector<OptimizerKind> kOptimizers = {OptimizerKind::kSGD, OptimizerKind::kMomentum,
-                                                OptimizerKind::kAdagrad, OptimizerKind::kAdam, OptimizerKind::kFtrl};
+const std::vector<OptimizerKind> kOptimizers = {OptimizerKind::kSGD, OptimizerKind::kMomentum, OptimizerKind::kAdagrad,
+                                                OptimizerKind::kAdam, OptimizerKind::kFtrl};
 
 ShardConfig Config(OptimizerKind kind, uint32_t block_slots = 16, int dim = 4) {
   ShardConfig c;
@@ -303,7 +303,7 @@ TEST(ParityGroupTest, ServerKilledWhileAnotherIsRebuilding) {
   t.a.BeginRebuild();
   t.a.RebuildStep(3);
   t.TrainAll(1, 30, 20000);
-  t.a.Kill({5});  // the second loss arrives mid-rebuild
+  t.a.Kill({5});                                       // the second loss arrives mid-rebuild
   EXPECT_THROW(t.a.Kill({0}), std::invalid_argument);  // a third would exceed r=2
   t.TrainAll(1, 30, 20000);
   while (t.a.RebuildStep(4) > 0) t.Train(2, 20, 20000);
@@ -489,7 +489,7 @@ TEST(ParityGroupTest, RejectsBadGeometryAndTooManyLossesWithoutChangingAnything)
   const ShardConfig c = Config(OptimizerKind::kSGD);
   EXPECT_THROW(ParityGroup(5, 0, 1, c), std::invalid_argument);
   EXPECT_THROW(ParityGroup(5, 3, 0, c), std::invalid_argument);
-  EXPECT_THROW(ParityGroup(9, 3, 5, c), std::invalid_argument);   // r beyond the code's maximum
+  EXPECT_THROW(ParityGroup(9, 3, 5, c), std::invalid_argument);    // r beyond the code's maximum
   EXPECT_THROW(ParityGroup(40, 30, 3, c), std::invalid_argument);  // k + r beyond 32
   EXPECT_THROW(ParityGroup(4, 3, 2, c), std::invalid_argument);    // n < k + r
   ShardConfig zero_blocks = c;

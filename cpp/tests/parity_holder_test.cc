@@ -1,6 +1,8 @@
 // ParityHolder and ForwardedBatch: the holder side of the parity protocol (xdl_ec/ft/ec_strategy.py).
 // Deltas are real (old XOR new of random records of a simulated cluster's data), routed by ParityRouter,
 // and the holder's bytes are checked against ErasureCode::Encode of that data, not against themselves.
+#include "xdl_ec/parity_holder.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,7 +19,6 @@
 #include "xdl_ec/delta_batch.h"
 #include "xdl_ec/erasure_code.h"
 #include "xdl_ec/forwarded_batch.h"
-#include "xdl_ec/parity_holder.h"
 #include "xdl_ec/parity_router.h"
 #include "xdl_ec/parity_update.h"
 #include "xdl_ec/stripe_layout.h"
@@ -174,7 +175,7 @@ std::vector<BatchPtr> SampleBatches() {
   Cluster cluster(5, 3, 2, kTables, 1);
   std::vector<BatchPtr> batches;
   for (int m = 0; m < 3; ++m) batches.push_back(cluster.Mutate(0, 1000).begin()->second);  // every slot
-  auto bare = std::make_shared<ForwardedBatch>();  // no updates, empty stamp
+  auto bare = std::make_shared<ForwardedBatch>();                                          // no updates, empty stamp
   bare->first_seq = bare->seq = 4;
   bare->stamp = std::make_shared<const WorkerSeqs>();
   batches.push_back(bare);
@@ -258,7 +259,8 @@ TEST(ForwardedBatchTest, ASeqRangeSurvivesTheWireAndAnEmptyOrBackwardRangeIsRefu
   ExpectSameBatch(*back[0], *range);
   std::vector<uint8_t> bad = wire;
   bad[12] = 6;  // first_seq 6 > seq 5
-  EXPECT_NE(MessageOf(bad).find("batch 0 (seqs 6..5): seqs start at 1 and a range must not be empty"), std::string::npos)
+  EXPECT_NE(MessageOf(bad).find("batch 0 (seqs 6..5): seqs start at 1 and a range must not be empty"),
+            std::string::npos)
       << MessageOf(bad);
   auto backward = std::make_shared<ForwardedBatch>(*range);
   backward->first_seq = 6;
@@ -293,8 +295,10 @@ TEST_F(ParityHolderTest, AppliesInOrderSkipsResendsRefusesGaps) {
     ADD_FAILURE() << "a gap was applied";
   } catch (const std::invalid_argument& e) {
     const std::string m = e.what();
-    EXPECT_NE(m.find("batch seq 5 from server 0 on parity holder " + std::to_string(holder_index()) +
-                     " arrived after seq 3"), std::string::npos) << m;
+    EXPECT_NE(
+        m.find("batch seq 5 from server 0 on parity holder " + std::to_string(holder_index()) + " arrived after seq 3"),
+        std::string::npos)
+        << m;
   }
   EXPECT_EQ(holder.Applied(0), 3);
   EXPECT_EQ(Snapshot(holder, cluster_), at3);
@@ -321,7 +325,8 @@ TEST_F(ParityHolderTest, ABadBatchChangesNothing) {
     holder.Apply(0, {unknown}, 0);
     ADD_FAILURE() << "an unknown table was applied";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("no parity of table 'nope' (it has 'emb', 'wide')"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no parity of table 'nope' (it has 'emb', 'wide')"), std::string::npos)
+        << e.what();
   }
   // A bad entry in the second update: the first one's bytes are XOR-ed out again.
   auto bad_entry = std::make_shared<ForwardedBatch>(*good);
@@ -345,7 +350,8 @@ TEST_P(ParityHolderEncodeTest, ParityEqualsTheEncodingOfTheData) {
   const Code g = GetParam();
   Cluster cluster(g.n, g.k, g.r, kTables, 3);
   std::vector<std::unique_ptr<ParityHolder>> holders;
-  for (int h = 0; h < g.n; ++h) holders.push_back(std::make_unique<ParityHolder>(h, g.n, g.k, g.r, cluster.table_bytes()));
+  for (int h = 0; h < g.n; ++h)
+    holders.push_back(std::make_unique<ParityHolder>(h, g.n, g.k, g.r, cluster.table_bytes()));
   std::mt19937 rng(5);
   for (int round = 0; round < 30; ++round) {
     const int sender = static_cast<int>(rng() % g.n);
@@ -358,8 +364,7 @@ TEST_P(ParityHolderEncodeTest, ParityEqualsTheEncodingOfTheData) {
   EXPECT_GT(bytes, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Codes, ParityHolderEncodeTest,
-                         ::testing::Values(Code{3, 2, 1}, Code{5, 3, 2}, Code{7, 4, 3}));
+INSTANTIATE_TEST_SUITE_P(Codes, ParityHolderEncodeTest, ::testing::Values(Code{3, 2, 1}, Code{5, 3, 2}, Code{7, 4, 3}));
 
 TEST_F(ParityHolderTest, RollbackRestoresAnEarlierSeqExactly) {
   ParityHolder holder(holder_index(), 5, 3, 2, cluster_.table_bytes());

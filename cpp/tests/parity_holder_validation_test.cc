@@ -180,8 +180,8 @@ TEST_F(ValidationTest, ARefusedBatchLeavesTheEarlierOnesAppliedAndChangesNothing
   const std::vector<uint8_t> at1 = Bytes();
   auto good = Reaching(2);
   auto bad = Reaching(3);
-  bad->updates[0].second.entries.back().data_member = static_cast<uint8_t>(
-      (bad->updates[0].second.entries.back().data_member + 1) % kK);
+  bad->updates[0].second.entries.back().data_member =
+      static_cast<uint8_t>((bad->updates[0].second.entries.back().data_member + 1) % kK);
   EXPECT_THROW(holder_.Apply(0, {good, bad}, 0), BatchRefused);
   EXPECT_EQ(2, holder_.Applied(0));
   EXPECT_NE(at1, Bytes());  // seq 2 is in

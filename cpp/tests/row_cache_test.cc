@@ -128,11 +128,11 @@ TEST(RowCache, LruEvictsTheLeastRecentThenTheLowestKey) {
 
 TEST(RowCache, LfuEvictsTheLowestCountThenTheLeastRecentThenTheLowestKey) {
   RowCache cache(2, 3, 0, Policy::kLFU);
-  Fill(cache, {10, 20, 30});  // uses 1 each
-  Lookup(cache, {30, 20});    // 2, 2
-  Lookup(cache, {30});        // 30: 3
+  Fill(cache, {10, 20, 30});    // uses 1 each
+  Lookup(cache, {30, 20});      // 2, 2
+  Lookup(cache, {30});          // 30: 3
   Lookup(cache, {10, 10, 10});  // 10: 2 (one use per call, however often the key repeats)
-  Fill(cache, {40});  // uses 10: 2, 20: 2, 30: 3 -> 20, used less recently than 10
+  Fill(cache, {40});            // uses 10: 2, 20: 2, 30: 3 -> 20, used less recently than 10
   EXPECT_EQ(CachedOf(cache, {10, 20, 30, 40}), (std::vector<int64_t>{10, 30, 40}));
   Fill(cache, {50});  // -> 40 (1 use), the most recent line: frequency first
   EXPECT_EQ(CachedOf(cache, {10, 30, 40, 50}), (std::vector<int64_t>{10, 30, 50}));
@@ -183,7 +183,7 @@ TEST(RowCache, AccumulateHoldsCachedRowsUntilTheBoundAndWritesThroughTheRest) {
   EXPECT_EQ(cache.stats().pending_count, 4u);
   EXPECT_EQ(cache.stats().max_pending_count, 2u);
   due = Accumulate(cache, {6, 1, 2}, {9, 9, 8, 8, 0.5f, 0.5f});  // the third gradient of 1 and 2: due
-  EXPECT_EQ(due.keys, (std::vector<int64_t>{6, 1, 2}));  // input order
+  EXPECT_EQ(due.keys, (std::vector<int64_t>{6, 1, 2}));          // input order
   EXPECT_EQ(due.grads, (std::vector<float>{9, 9, 1 + 4 + 8, 1 + 4 + 8, 2 + 3 + 0.5f, 2 + 3 + 0.5f}));
   EXPECT_EQ(due.counts, (std::vector<uint32_t>{1, 3, 3}));  // each sum stands for that many steps' gradients
   const RowCache::Stats s = cache.stats();
@@ -319,7 +319,7 @@ TEST(RowCache, ResizeKeepsTheLinesAndShrinksByThePolicy) {
   Fill(cache, {1, 2, 3, 4});
   Lookup(cache, {1, 2, 3});
   Lookup(cache, {1, 3});
-  Accumulate(cache, {2, 4}, {1, 1, 2, 2});  // 2 and 4 hold one gradient each
+  Accumulate(cache, {2, 4}, {1, 1, 2, 2});    // 2 and 4 hold one gradient each
   EXPECT_TRUE(cache.Resize(6).keys.empty());  // growing keeps every line, rows and pending gradient
   EXPECT_EQ(CachedOf(cache, {1, 2, 3, 4}), (std::vector<int64_t>{1, 2, 3, 4}));
   Fill(cache, {5, 6});  // the two new lines, nothing evicted

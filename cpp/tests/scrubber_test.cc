@@ -41,8 +41,10 @@ struct Blocks {
       return [this, &m](int server, size_t block, size_t offset, size_t width, uint8_t* out) {
         ASSERT_EQ(offset, 0u);
         auto it = m.find({server, block});
-        if (it == m.end()) std::memset(out, 0, bytes);
-        else std::memcpy(out, it->second.data(), bytes);
+        if (it == m.end())
+          std::memset(out, 0, bytes);
+        else
+          std::memcpy(out, it->second.data(), bytes);
       };
     };
     return FragmentReader{read(data), read(parity)};

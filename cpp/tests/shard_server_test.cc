@@ -109,7 +109,10 @@ TEST_F(Served, DeclinesWhatTheGeneralPathServesAndChangesNothing) {
   with("negative seq", [](Step& s) { s.request.parts[0].seq = -1; });
   with("unknown table", [](Step& s) { s.request.parts[0].table = "u"; });
   with("unknown pulled table", [](Step& s) { s.request.pulls[0].table = "u"; });
-  with("another dim", [](Step& s) { s.request.parts[0].dim = 1; s.request.parts[0].n = 6; });
+  with("another dim", [](Step& s) {
+    s.request.parts[0].dim = 1;
+    s.request.parts[0].n = 6;
+  });
   with("NaN", [](Step& s) { s.grads[3] = std::numeric_limits<float>::quiet_NaN(); });
   with("Inf", [](Step& s) { s.grads[5] = std::numeric_limits<float>::infinity(); });
   std::vector<uint32_t> zero_repeats{1, 0, 1};

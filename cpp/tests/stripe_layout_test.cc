@@ -17,7 +17,7 @@ struct Geometry {
   int n, k, r;
 };
 
-const std::vector<Geometry> kGeometries = {{2, 1, 1}, {3, 2, 1}, {5, 4, 1}, {6, 4, 2}, {7, 4, 2},
+const std::vector<Geometry> kGeometries = {{2, 1, 1}, {3, 2, 1}, {5, 4, 1},  {6, 4, 2},  {7, 4, 2},
                                            {8, 3, 3}, {9, 5, 4}, {12, 6, 3}, {16, 12, 4}};
 
 TEST(StripeLayoutTest, DataBlocksMapToStripesAndBack) {

@@ -21,8 +21,7 @@ CodeMatrix ParseMatrix(int k, int r, const std::string& name) {
   if (name == "auto") return ErasureCode::DefaultMatrix(k, r);
   if (name == "vandermonde") return CodeMatrix::kVandermonde;
   if (name == "cauchy") return CodeMatrix::kCauchy;
-  throw py::value_error("ErasureCode: matrix='" + name +
-                        "' is not one of 'auto', 'vandermonde', 'cauchy'");
+  throw py::value_error("ErasureCode: matrix='" + name + "' is not one of 'auto', 'vandermonde', 'cauchy'");
 }
 
 std::string TypeName(const py::handle& obj) { return py::str(py::type::of(obj).attr("__name__")); }
@@ -40,8 +39,8 @@ ByteArray CheckedBytes(const py::handle& obj, const std::string& what, int ndim)
   }
   if (array.ndim() != ndim) {
     throw py::value_error(what + " must be " + std::to_string(ndim) + "-dimensional, got shape " +
-                          std::string(py::str(py::tuple(py::cast(std::vector<py::ssize_t>(
-                              array.shape(), array.shape() + array.ndim()))))));
+                          std::string(py::str(py::tuple(
+                              py::cast(std::vector<py::ssize_t>(array.shape(), array.shape() + array.ndim()))))));
   }
   return ByteArray::ensure(array);
 }
@@ -103,9 +102,9 @@ Survivors ParseFragments(const ErasureCode& code, const py::handle& fragments_ob
     const int idx = CheckedIndex(code, item.first, verb + ": fragment index");
     ByteArray array = CheckedBytes(item.second, verb + ": fragment " + std::to_string(idx), 1);
     if (first >= 0 && array.shape(0) != survivors.len) {
-      throw py::value_error(verb + ": fragments have unequal lengths: fragment " + std::to_string(first) +
-                            " has " + std::to_string(survivors.len) + " bytes, fragment " +
-                            std::to_string(idx) + " has " + std::to_string(array.shape(0)));
+      throw py::value_error(verb + ": fragments have unequal lengths: fragment " + std::to_string(first) + " has " +
+                            std::to_string(survivors.len) + " bytes, fragment " + std::to_string(idx) + " has " +
+                            std::to_string(array.shape(0)));
     }
     if (first < 0) first = idx;
     survivors.len = array.shape(0);
@@ -120,8 +119,7 @@ Survivors ParseFragments(const ErasureCode& code, const py::handle& fragments_ob
 std::vector<uint8_t*> WritableRows(const py::handle& obj, const std::string& what, py::ssize_t rows,
                                    const std::string& rows_name, py::ssize_t len) {
   if (!py::isinstance<py::array>(obj)) {
-    throw py::type_error(what + " must be a numpy.ndarray of dtype uint8 (written in place), got " +
-                         TypeName(obj));
+    throw py::type_error(what + " must be a numpy.ndarray of dtype uint8 (written in place), got " + TypeName(obj));
   }
   auto array = py::reinterpret_borrow<py::array>(obj);
   if (!py::isinstance<py::array_t<uint8_t>>(array)) {  // equivalent dtype, not identity
@@ -138,7 +136,8 @@ std::vector<uint8_t*> WritableRows(const py::handle& obj, const std::string& wha
     throw py::value_error(what + " is read-only; it is written in place, pass a writeable array");
   }
   if (array.shape(1) > 1 && array.strides(1) != 1) {
-    throw py::value_error(what + " rows must be contiguous (strides[1] == 1) to be written in place; "
+    throw py::value_error(what +
+                          " rows must be contiguous (strides[1] == 1) to be written in place; "
                           "use numpy.ascontiguousarray and keep that array");
   }
   std::vector<uint8_t*> out(static_cast<size_t>(rows));
@@ -165,8 +164,7 @@ py::array_t<uint8_t> Decode(const ErasureCode& code, const py::handle& fragments
   {
     py::gil_scoped_release release;
     // Validates first (fewer than k present -> "unrecoverable"), then writes only the missing rows.
-    code.Decode(static_cast<size_t>(len), survivors.present, survivors.sources.data(), wanted,
-                outputs.data());
+    code.Decode(static_cast<size_t>(len), survivors.present, survivors.sources.data(), wanted, outputs.data());
     for (size_t p = 0; p < survivors.present.size(); ++p) {
       if (survivors.present[p] < code.k() && len > 0) {
         std::memcpy(rows + survivors.present[p] * row_stride, survivors.sources[p], static_cast<size_t>(len));
@@ -176,8 +174,8 @@ py::array_t<uint8_t> Decode(const ErasureCode& code, const py::handle& fragments
   return data;
 }
 
-py::array_t<uint8_t> Reconstruct(const ErasureCode& code, const py::handle& fragments_obj,
-                                 const py::handle& lost_obj, const py::handle& out_obj) {
+py::array_t<uint8_t> Reconstruct(const ErasureCode& code, const py::handle& fragments_obj, const py::handle& lost_obj,
+                                 const py::handle& out_obj) {
   Survivors survivors = ParseFragments(code, fragments_obj, "reconstruct");
   if (!py::isinstance<py::sequence>(lost_obj) || py::isinstance<py::str>(lost_obj)) {
     throw py::type_error("reconstruct: lost must be a sequence of fragment indices, got " + TypeName(lost_obj));
@@ -208,15 +206,17 @@ void Update(const ErasureCode& code, const py::handle& parity_obj, const py::han
             const py::handle& delta_obj) {
   const int index = CheckedIndex(code, index_obj, "update: index");
   if (index >= code.k()) {
-    throw py::value_error("update: index " + std::to_string(index) + " is a parity fragment; update takes the "
-                          "data fragment index 0.." + std::to_string(code.k() - 1) + " whose bytes changed");
+    throw py::value_error("update: index " + std::to_string(index) +
+                          " is a parity fragment; update takes the "
+                          "data fragment index 0.." +
+                          std::to_string(code.k() - 1) + " whose bytes changed");
   }
   std::vector<uint8_t*> rows = WritableRows(parity_obj, "update: parity", code.r(), "r", -1);
   ByteArray delta = CheckedBytes(delta_obj, "update: delta", 1);
   const auto len = static_cast<size_t>(py::reinterpret_borrow<py::array>(parity_obj).shape(1));
   if (static_cast<size_t>(delta.shape(0)) != len) {
-    throw py::value_error("update: delta has " + std::to_string(delta.shape(0)) +
-                          " bytes but parity rows have " + std::to_string(len));
+    throw py::value_error("update: delta has " + std::to_string(delta.shape(0)) + " bytes but parity rows have " +
+                          std::to_string(len));
   }
   const uint8_t* delta_ptr = delta.data();
   py::gil_scoped_release release;
@@ -228,9 +228,8 @@ void Update(const ErasureCode& code, const py::handle& parity_obj, const py::han
 void BindCodec(py::module_& m) {
   py::class_<ErasureCode>(m, "ErasureCode",
                           "Systematic MDS erasure code over GF(2^8) on ISA-L (k data, r parity fragments).")
-      .def(py::init([](int k, int r, const std::string& matrix) {
-             return ErasureCode(k, r, ParseMatrix(k, r, matrix));
-           }),
+      .def(py::init(
+               [](int k, int r, const std::string& matrix) { return ErasureCode(k, r, ParseMatrix(k, r, matrix)); }),
            py::arg("k"), py::arg("r"), py::arg("matrix") = "auto")
       .def_property_readonly("k", &ErasureCode::k)
       .def_property_readonly("r", &ErasureCode::r)

@@ -62,8 +62,8 @@ void BindFt(py::module_& m) {
           [](AccessCounter& c, const Keys& keys, const Keys& counts) {
             RequireKeys(keys, "set");
             if (counts.ndim() != 1 || counts.shape(0) != keys.shape(0)) {
-              throw std::invalid_argument("set: counts must be 1-D with len(keys) = " +
-                                          std::to_string(keys.shape(0)) + " entries");
+              throw std::invalid_argument("set: counts must be 1-D with len(keys) = " + std::to_string(keys.shape(0)) +
+                                          " entries");
             }
             py::gil_scoped_release release;
             c.Set(keys.data(), counts.data(), static_cast<size_t>(keys.shape(0)));

@@ -19,37 +19,52 @@ void BindLayout(py::module_& m) {
       .def_property_readonly("n", &StripeLayout::n)
       .def_property_readonly("k", &StripeLayout::k)
       .def_property_readonly("r", &StripeLayout::r)
-      .def("data_slot", [](const StripeLayout& l, int server, size_t block) {
-             StripeSlot s = l.DataSlot(server, block);
-             return py::make_tuple(s.stripe, s.member);
-           }, py::arg("server"), py::arg("block"), "Server's local data block -> (stripe, data member j)")
-      .def("parity_slot", [](const StripeLayout& l, int server, size_t block) {
-             StripeSlot s = l.ParitySlot(server, block);
-             return py::make_tuple(s.stripe, s.member);
-           }, py::arg("server"), py::arg("block"), "Server's local parity block -> (stripe, parity member i)")
-      .def("data_member", [](const StripeLayout& l, size_t stripe, int j) {
-             BlockRef b = l.DataMember(stripe, j);
-             return py::make_tuple(b.server, b.block);
-           }, py::arg("stripe"), py::arg("j"), "Stripe's data member j -> (server, local data block)")
-      .def("parity_member", [](const StripeLayout& l, size_t stripe, int i) {
-             BlockRef b = l.ParityMember(stripe, i);
-             return py::make_tuple(b.server, b.block);
-           }, py::arg("stripe"), py::arg("i"), "Stripe's parity member i -> (server, local parity block)")
+      .def(
+          "data_slot",
+          [](const StripeLayout& l, int server, size_t block) {
+            StripeSlot s = l.DataSlot(server, block);
+            return py::make_tuple(s.stripe, s.member);
+          },
+          py::arg("server"), py::arg("block"), "Server's local data block -> (stripe, data member j)")
+      .def(
+          "parity_slot",
+          [](const StripeLayout& l, int server, size_t block) {
+            StripeSlot s = l.ParitySlot(server, block);
+            return py::make_tuple(s.stripe, s.member);
+          },
+          py::arg("server"), py::arg("block"), "Server's local parity block -> (stripe, parity member i)")
+      .def(
+          "data_member",
+          [](const StripeLayout& l, size_t stripe, int j) {
+            BlockRef b = l.DataMember(stripe, j);
+            return py::make_tuple(b.server, b.block);
+          },
+          py::arg("stripe"), py::arg("j"), "Stripe's data member j -> (server, local data block)")
+      .def(
+          "parity_member",
+          [](const StripeLayout& l, size_t stripe, int i) {
+            BlockRef b = l.ParityMember(stripe, i);
+            return py::make_tuple(b.server, b.block);
+          },
+          py::arg("stripe"), py::arg("i"), "Stripe's parity member i -> (server, local parity block)")
       .def("server_at", &StripeLayout::ServerAt, py::arg("stripe"), py::arg("position"));
 
-  m.def("server_of", [](const py::array_t<int64_t, py::array::c_style>& keys, int n) {
-          if (keys.ndim() != 1)
-            throw std::invalid_argument("server_of: keys must be 1-D, got " + std::to_string(keys.ndim()) + " dims");
-          const size_t count = static_cast<size_t>(keys.shape(0));
-          py::array_t<int32_t> out(static_cast<py::ssize_t>(count));
-          const int64_t* k = keys.data();
-          int32_t* o = out.mutable_data();
-          {
-            py::gil_scoped_release release;
-            KeyRouter::ServersOf(k, count, n, o);
-          }
-          return out;
-        }, py::arg("keys"), py::arg("n"), "The owning server of each key (KeyRouter::ServerOf): int32[len(keys)]");
+  m.def(
+      "server_of",
+      [](const py::array_t<int64_t, py::array::c_style>& keys, int n) {
+        if (keys.ndim() != 1)
+          throw std::invalid_argument("server_of: keys must be 1-D, got " + std::to_string(keys.ndim()) + " dims");
+        const size_t count = static_cast<size_t>(keys.shape(0));
+        py::array_t<int32_t> out(static_cast<py::ssize_t>(count));
+        const int64_t* k = keys.data();
+        int32_t* o = out.mutable_data();
+        {
+          py::gil_scoped_release release;
+          KeyRouter::ServersOf(k, count, n, o);
+        }
+        return out;
+      },
+      py::arg("keys"), py::arg("n"), "The owning server of each key (KeyRouter::ServerOf): int32[len(keys)]");
 }
 
 }  // namespace xdl_ec::python

@@ -29,8 +29,8 @@ py::tuple MessageViews(const LinkSession::Message& m) {
   auto* owner = new std::shared_ptr<uint8_t>(m.memory);
   py::capsule base(owner, [](void* p) { delete static_cast<std::shared_ptr<uint8_t>*>(p); });
   auto view = [&](const std::pair<size_t, size_t>& at) {
-    return py::array(py::dtype::of<uint8_t>(), {static_cast<py::ssize_t>(at.second)}, {1},
-                     m.memory.get() + at.first, base);
+    return py::array(py::dtype::of<uint8_t>(), {static_cast<py::ssize_t>(at.second)}, {1}, m.memory.get() + at.first,
+                     base);
   };
   py::list buffers(m.buffers.size());
   for (size_t i = 0; i < m.buffers.size(); ++i) buffers[i] = view(m.buffers[i]);

@@ -1,10 +1,9 @@
 // xdl_ec._core.ParityHolder: a server's parity blocks and per-sender protocol state (the C++ port of
 // xdl_ec/ps/parity_role.py), plus the wire form of forwarded batches for holders in other processes.
 // Thin: parsing and applying stay in the core, with the GIL released.
+#include <Python.h>
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
-
-#include <Python.h>
 
 #include <map>
 #include <memory>
@@ -54,7 +53,8 @@ class ByteView {
 };
 
 // `data` as one whole parity block of `table`: ValueError naming both sizes otherwise.
-ByteView BlockView(const ParityHolder& holder, const std::string& table, const py::handle& data, const std::string& what) {
+ByteView BlockView(const ParityHolder& holder, const std::string& table, const py::handle& data,
+                   const std::string& what) {
   ByteView view(data, what + ": data");
   const size_t want = holder.block_bytes(table);
   if (view.size() != want)
@@ -83,12 +83,13 @@ std::vector<uint8_t> SerializePython(const py::list& batches) {
     const py::handle item = batches[b];
     if (!py::isinstance<py::tuple>(item) || (py::len(item) != 3 && py::len(item) != 4))
       throw py::type_error(at + ": expected a (seq, {table: update bytes}, {worker: seq}[, first_seq]) tuple, got " +
-                           std::string(Py_TYPE(item.ptr())->tp_name) + (py::isinstance<py::tuple>(item) ? " of " +
-                           std::to_string(py::len(item)) : std::string()));
+                           std::string(Py_TYPE(item.ptr())->tp_name) +
+                           (py::isinstance<py::tuple>(item) ? " of " + std::to_string(py::len(item)) : std::string()));
     const py::tuple t = py::reinterpret_borrow<py::tuple>(item);
     if (!py::isinstance<py::int_>(t[0]) || !py::isinstance<py::dict>(t[1]) || !py::isinstance<py::dict>(t[2]) ||
         (t.size() == 4 && !py::isinstance<py::int_>(t[3])))
-      throw py::type_error(at + ": expected (int seq, dict of table -> update bytes, dict of worker -> seq[, int "
+      throw py::type_error(at +
+                           ": expected (int seq, dict of table -> update bytes, dict of worker -> seq[, int "
                            "first_seq])");
     Pending p;
     p.seq = t[0].cast<int64_t>();
@@ -114,7 +115,8 @@ std::vector<uint8_t> SerializePython(const py::list& batches) {
       try {
         batch->updates.emplace_back(table, ParityUpdate::Parse(view.data(), view.size()));
       } catch (const std::invalid_argument& e) {
-        throw std::invalid_argument("serialize_batches: batches[" + std::to_string(b) + "] table '" + table + "': " + e.what());
+        throw std::invalid_argument("serialize_batches: batches[" + std::to_string(b) + "] table '" + table +
+                                    "': " + e.what());
       }
     }
     out.push_back(std::move(batch));
@@ -134,7 +136,8 @@ void BindParityHolder(py::module_& m) {
       m, "ParityHolder", "A server's parity blocks per table and, per sender, its applied seq, stamp and undo log")
       .def(py::init([](int index, int n, int k, int r, const std::map<std::string, size_t>& tables) {
              return std::make_shared<ParityHolder>(index, n, k, r, tables);
-           }), py::arg("index"), py::arg("n"), py::arg("k"), py::arg("r"), py::arg("tables"),
+           }),
+           py::arg("index"), py::arg("n"), py::arg("k"), py::arg("r"), py::arg("tables"),
            "Server index of n under a (k, r) code; tables: {name: bytes of one parity block (block_slots * "
            "record_bytes)}")
       .def_property_readonly("index", &ParityHolder::index)
@@ -144,14 +147,17 @@ void BindParityHolder(py::module_& m) {
       .def("set_extent", &ParityHolder::SetExtent, py::arg("table"), py::arg("parity_blocks"),
            "The table's extent in this holder's parity blocks as measured elsewhere (a replacement holder, before "
            "its senders' batches arrive); never shrinks")
-      .def("apply", [](ParityHolder& holder, int sender, const py::object& batches, int64_t durable) {
-             const ByteView view(batches, "ParityHolder.apply: batches");
-             py::gil_scoped_release release;
-             return holder.Apply(sender, ParseBatches(view.data(), view.size()), durable);
-           }, py::arg("sender"), py::arg("batches"), py::arg("durable"),
-           "Applies serialize_batches bytes of `sender` in seq order (resends skipped, a gap is a ValueError, a batch "
-           "that disagrees with the stripe layout a BatchRefused, changing nothing), trims the undo log at "
-           "`durable`; returns applied(sender)")
+      .def(
+          "apply",
+          [](ParityHolder& holder, int sender, const py::object& batches, int64_t durable) {
+            const ByteView view(batches, "ParityHolder.apply: batches");
+            py::gil_scoped_release release;
+            return holder.Apply(sender, ParseBatches(view.data(), view.size()), durable);
+          },
+          py::arg("sender"), py::arg("batches"), py::arg("durable"),
+          "Applies serialize_batches bytes of `sender` in seq order (resends skipped, a gap is a ValueError, a batch "
+          "that disagrees with the stripe layout a BatchRefused, changing nothing), trims the undo log at "
+          "`durable`; returns applied(sender)")
       .def("applied", &ParityHolder::Applied, py::arg("sender"))
       .def("applied_all", &ParityHolder::AppliedAll, "{sender: applied seq}")
       .def("worker_seqs", &ParityHolder::WorkerSeqsOf, py::arg("sender"),
@@ -162,51 +168,64 @@ void BindParityHolder(py::module_& m) {
            "changed, when the undo log does not reach back)")
       .def("reset_sender", &ParityHolder::ResetSender, py::arg("sender"), py::arg("seq"), py::arg("worker_seqs"),
            "After the blocks were recomputed from data: they hold the sender's stream up to seq")
-      .def("read_block", [](const ParityHolder& holder, const std::string& table, size_t c, size_t record_bytes,
-                            size_t offset, size_t width) {
-             Bytes out(static_cast<py::ssize_t>(holder.ReadBlockBytes(table, record_bytes, offset, width)));
-             uint8_t* o = out.mutable_data();
-             std::map<int32_t, int64_t> applied;
-             {
-               py::gil_scoped_release release;
-               applied = holder.ReadBlock(table, c, record_bytes, offset, width, o);
-             }
-             return py::make_tuple(out, applied);
-           }, py::arg("table"), py::arg("c"), py::arg("record_bytes"), py::arg("offset"), py::arg("width"),
-           "(bytes [offset, offset + width) of every record of parity block c, {sender: applied}) read atomically")
-      .def("write_block_if", [](ParityHolder& holder, const std::string& table, size_t c, const py::object& data,
-                                const std::map<int32_t, int64_t>& expected) {
-             const ByteView view = BlockView(holder, table, data, "ParityHolder.write_block_if");
-             py::gil_scoped_release release;
-             return holder.WriteBlockIf(table, c, view.data(), expected);
-           }, py::arg("table"), py::arg("c"), py::arg("data"), py::arg("expected"),
-           "Overwrites block c only when applied == expected for every sender in it (missing: 0); returns whether")
-      .def("write_block", [](ParityHolder& holder, const std::string& table, size_t c, const py::object& data) {
-             const ByteView view = BlockView(holder, table, data, "ParityHolder.write_block");
-             py::gil_scoped_release release;
-             holder.WriteBlock(table, c, view.data());
-           }, py::arg("table"), py::arg("c"), py::arg("data"))
+      .def(
+          "read_block",
+          [](const ParityHolder& holder, const std::string& table, size_t c, size_t record_bytes, size_t offset,
+             size_t width) {
+            Bytes out(static_cast<py::ssize_t>(holder.ReadBlockBytes(table, record_bytes, offset, width)));
+            uint8_t* o = out.mutable_data();
+            std::map<int32_t, int64_t> applied;
+            {
+              py::gil_scoped_release release;
+              applied = holder.ReadBlock(table, c, record_bytes, offset, width, o);
+            }
+            return py::make_tuple(out, applied);
+          },
+          py::arg("table"), py::arg("c"), py::arg("record_bytes"), py::arg("offset"), py::arg("width"),
+          "(bytes [offset, offset + width) of every record of parity block c, {sender: applied}) read atomically")
+      .def(
+          "write_block_if",
+          [](ParityHolder& holder, const std::string& table, size_t c, const py::object& data,
+             const std::map<int32_t, int64_t>& expected) {
+            const ByteView view = BlockView(holder, table, data, "ParityHolder.write_block_if");
+            py::gil_scoped_release release;
+            return holder.WriteBlockIf(table, c, view.data(), expected);
+          },
+          py::arg("table"), py::arg("c"), py::arg("data"), py::arg("expected"),
+          "Overwrites block c only when applied == expected for every sender in it (missing: 0); returns whether")
+      .def(
+          "write_block",
+          [](ParityHolder& holder, const std::string& table, size_t c, const py::object& data) {
+            const ByteView view = BlockView(holder, table, data, "ParityHolder.write_block");
+            py::gil_scoped_release release;
+            holder.WriteBlock(table, c, view.data());
+          },
+          py::arg("table"), py::arg("c"), py::arg("data"))
       .def("num_blocks", &ParityHolder::NumBlocks, py::arg("table"))
       .def("block_bytes", &ParityHolder::block_bytes, py::arg("table"))
       .def_property_readonly("bytes", &ParityHolder::Bytes, "parity bytes allocated over all tables")
       .def("close", &ParityHolder::Close, "The server died: every later apply raises HolderClosed")
       .def_property_readonly("closed", &ParityHolder::closed);
 
-  m.def("serialize_batches", [](const py::list& batches) { return ToNumpy(SerializePython(batches)); },
-        py::arg("batches"),
-        "[(seq, {table: ParityUpdate bytes}, {worker: seq}[, first_seq]), ...] -> uint8 bytes for "
-        "ParityHolder.apply (first_seq: a coalesced range first_seq..seq; seq alone when omitted)");
-  m.def("parse_batches", [](const py::object& bytes) {
-          const ByteView view(bytes, "parse_batches: bytes");
-          std::vector<BatchPtr> batches;
-          {
-            py::gil_scoped_release release;
-            batches = ParseBatches(view.data(), view.size());
-          }
-          py::list out;
-          for (const BatchPtr& batch : batches) out.append(ToPython(*batch));
-          return out;
-        }, py::arg("bytes"), "serialize_batches bytes -> [(seq, {table: update bytes}, {worker: seq}, first_seq), ...]");
+  m.def(
+      "serialize_batches", [](const py::list& batches) { return ToNumpy(SerializePython(batches)); },
+      py::arg("batches"),
+      "[(seq, {table: ParityUpdate bytes}, {worker: seq}[, first_seq]), ...] -> uint8 bytes for "
+      "ParityHolder.apply (first_seq: a coalesced range first_seq..seq; seq alone when omitted)");
+  m.def(
+      "parse_batches",
+      [](const py::object& bytes) {
+        const ByteView view(bytes, "parse_batches: bytes");
+        std::vector<BatchPtr> batches;
+        {
+          py::gil_scoped_release release;
+          batches = ParseBatches(view.data(), view.size());
+        }
+        py::list out;
+        for (const BatchPtr& batch : batches) out.append(ToPython(*batch));
+        return out;
+      },
+      py::arg("bytes"), "serialize_batches bytes -> [(seq, {table: update bytes}, {worker: seq}, first_seq), ...]");
 }
 
 }  // namespace xdl_ec::python

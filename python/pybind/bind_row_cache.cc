@@ -41,12 +41,12 @@ template <class T>
 py::array_t<T, py::array::c_style> Exact(const py::object& obj, const char* where, const char* name, size_t n,
                                          int width, const char* dtype, const char* shape_name) {
   const py::array a = py::array::ensure(obj);
-  const bool shape_ok = a && (width == 0 ? a.ndim() == 1 && static_cast<size_t>(a.shape(0)) == n
-                                         : a.ndim() == 2 && static_cast<size_t>(a.shape(0)) == n &&
-                                               a.shape(1) == width);
+  const bool shape_ok =
+      a && (width == 0 ? a.ndim() == 1 && static_cast<size_t>(a.shape(0)) == n
+                       : a.ndim() == 2 && static_cast<size_t>(a.shape(0)) == n && a.shape(1) == width);
   if (!a || !py::isinstance<py::array_t<T>>(a) || !shape_ok) {  // isinstance: the dtype is equivalent to T's
-    const std::string expected_shape = width == 0 ? "(" + std::to_string(n) + ",)"
-                                                  : "(" + std::to_string(n) + ", " + std::to_string(width) + ")";
+    const std::string expected_shape =
+        width == 0 ? "(" + std::to_string(n) + ",)" : "(" + std::to_string(n) + ", " + std::to_string(width) + ")";
     throw std::invalid_argument(std::string("RowCache.") + where + ": " + name + " must be " + dtype +
                                 " array of shape " + expected_shape + " = " + shape_name + ", got " +
                                 (a ? "dtype " + py::str(a.dtype()).cast<std::string>() + " and shape " + Shape(a)
@@ -117,7 +117,8 @@ py::tuple Fill(RowCache& cache, const Keys& keys, const py::object& rows, const 
   py::array_t<uint64_t, py::array::c_style> tags64;
   if (py::isinstance<py::int_>(tags)) {
     if (tags < py::int_(0) || tags > py::int_(UINT64_MAX)) {
-      throw std::invalid_argument("RowCache.fill: a tag must be in [0, 2^64), got " + py::str(tags).cast<std::string>());
+      throw std::invalid_argument("RowCache.fill: a tag must be in [0, 2^64), got " +
+                                  py::str(tags).cast<std::string>());
     }
     const uint64_t tag = tags.cast<uint64_t>();
     tags64 = py::array_t<uint64_t, py::array::c_style>(static_cast<py::ssize_t>(n));
@@ -204,44 +205,51 @@ void BindRowCache(py::module_& m) {
            "(keys int64[m], grads float32[m, dim], counts uint32[m]) to push now, in input order: uncached "
            "keys' gradients as they are (count 1), cached lines' sums once `staleness` gradients were taken "
            "(count: how many; staleness 0: everything, bit for bit).")
-      .def("flush", [](RowCache& c) {
-             RowCache::Pending p;
-             {
-               py::gil_scoped_release release;
-               p = c.Flush();
-             }
-             return PendingToNumpy(std::move(p), c.dim());
-           },
-           "(keys, grads, counts) of every pending gradient, by ascending key, cleared; lines stay cached.")
+      .def(
+          "flush",
+          [](RowCache& c) {
+            RowCache::Pending p;
+            {
+              py::gil_scoped_release release;
+              p = c.Flush();
+            }
+            return PendingToNumpy(std::move(p), c.dim());
+          },
+          "(keys, grads, counts) of every pending gradient, by ascending key, cleared; lines stay cached.")
       .def("invalidate", &Invalidate, py::arg("keys"),
            "Drops the keys' lines; returns their pending gradient (keys, grads, counts) in input order.")
-      .def("clear", [](RowCache& c) {
-             RowCache::Pending p;
-             {
-               py::gil_scoped_release release;
-               p = c.Clear();
-             }
-             return PendingToNumpy(std::move(p), c.dim());
-           },
-           "Drops every line; returns all pending gradient (keys, grads, counts) by ascending key.")
-      .def("resize", [](RowCache& c, int64_t capacity) {
-             if (capacity < 1) {
-               throw std::invalid_argument("RowCache.resize: capacity must be >= 1 row, got " +
-                                           std::to_string(capacity));
-             }
-             RowCache::Pending p;
-             {
-               py::gil_scoped_release release;
-               p = c.Resize(static_cast<size_t>(capacity));
-             }
-             return PendingToNumpy(std::move(p), c.dim());
-           },
-           py::arg("capacity"),
-           "Sets the capacity in rows, keeping the lines; shrinking evicts the policy's victims and returns "
-           "their pending gradient (keys, grads, counts) in eviction order.")
-      .def("stats", [](const RowCache& c) { return StatsDict(c.stats()); },
-           "dict: rows, capacity, hits, misses, evictions, pending_lines, pending_count (gradients held), "
-           "max_pending_count, write_backs, accumulated, written_through");
+      .def(
+          "clear",
+          [](RowCache& c) {
+            RowCache::Pending p;
+            {
+              py::gil_scoped_release release;
+              p = c.Clear();
+            }
+            return PendingToNumpy(std::move(p), c.dim());
+          },
+          "Drops every line; returns all pending gradient (keys, grads, counts) by ascending key.")
+      .def(
+          "resize",
+          [](RowCache& c, int64_t capacity) {
+            if (capacity < 1) {
+              throw std::invalid_argument("RowCache.resize: capacity must be >= 1 row, got " +
+                                          std::to_string(capacity));
+            }
+            RowCache::Pending p;
+            {
+              py::gil_scoped_release release;
+              p = c.Resize(static_cast<size_t>(capacity));
+            }
+            return PendingToNumpy(std::move(p), c.dim());
+          },
+          py::arg("capacity"),
+          "Sets the capacity in rows, keeping the lines; shrinking evicts the policy's victims and returns "
+          "their pending gradient (keys, grads, counts) in eviction order.")
+      .def(
+          "stats", [](const RowCache& c) { return StatsDict(c.stats()); },
+          "dict: rows, capacity, hits, misses, evictions, pending_lines, pending_count (gradients held), "
+          "max_pending_count, write_backs, accumulated, written_through");
 }
 
 }  // namespace xdl_ec::python

@@ -125,8 +125,10 @@ py::tuple PullStale(EmbeddingShard& shard, const Keys& keys, const py::object& k
                                 py::str(known.dtype()).cast<std::string>() + " and shape " + Shape(known));
   }
   if (staleness < 0 || staleness > static_cast<int64_t>(UINT32_MAX)) {
-    throw std::invalid_argument("pull_stale: staleness (the versions a cached row may lag) must be in "
-                                "[0, 4294967295], got " + std::to_string(staleness));
+    throw std::invalid_argument(
+        "pull_stale: staleness (the versions a cached row may lag) must be in "
+        "[0, 4294967295], got " +
+        std::to_string(staleness));
   }
   const auto known32 = py::array_t<int32_t, py::array::c_style>::ensure(known);
   const py::ssize_t dim = shard.dim();
@@ -267,8 +269,8 @@ py::dict PolicyStatsDict(const EmbeddingShard& shard) {
   return d;
 }
 
-py::object LoadPolicyWords(EmbeddingShard& shard, const Keys& keys, const Slots& uses,
-                           const Keys& last_step, bool return_deltas) {
+py::object LoadPolicyWords(EmbeddingShard& shard, const Keys& keys, const Slots& uses, const Keys& last_step,
+                           bool return_deltas) {
   RequireKeys(keys, "load_policy_words");
   const size_t n = static_cast<size_t>(keys.shape(0));
   if (uses.ndim() != 1 || static_cast<size_t>(uses.shape(0)) != n || last_step.ndim() != 1 ||
@@ -349,8 +351,9 @@ void StageLoadWords(EmbeddingShard& shard, const Keys& keys, const Slots& uses, 
   const size_t n = static_cast<size_t>(keys.shape(0)), p = static_cast<size_t>(pending_keys.shape(0));
   auto same = [](const py::array& a, size_t len) { return a.ndim() == 1 && static_cast<size_t>(a.shape(0)) == len; };
   if (!same(uses, n) || !same(last_step, n) || !same(pending_uses, p) || !same(pending_last_step, p)) {
-    throw std::invalid_argument("stage_load_words: uses and last_step need len(keys) entries, pending_uses and "
-                                "pending_last_step len(pending_keys)");
+    throw std::invalid_argument(
+        "stage_load_words: uses and last_step need len(keys) entries, pending_uses and "
+        "pending_last_step len(pending_keys)");
   }
   py::gil_scoped_release release;
   shard.StageLoadWords(keys.data(), uses.data(), last_step.data(), n, pending_keys.data(), pending_uses.data(),
@@ -383,8 +386,8 @@ void BeginRestore(EmbeddingShard& shard, const Keys& keys, const Slots& slots, s
                   const py::function& handler) {
   RequireKeys(keys, "begin_restore");
   if (slots.ndim() != 1 || slots.shape(0) != keys.shape(0)) {
-    throw std::invalid_argument("begin_restore: slots must be 1-D with len(keys) = " +
-                                std::to_string(keys.shape(0)) + " entries, got shape " + Shape(slots));
+    throw std::invalid_argument("begin_restore: slots must be 1-D with len(keys) = " + std::to_string(keys.shape(0)) +
+                                " entries, got shape " + Shape(slots));
   }
   // The handler may be dropped by a thread without the GIL: delete the Python callable under it.
   std::shared_ptr<py::function> fn(new py::function(handler), [](py::function* f) {
@@ -409,8 +412,8 @@ void BeginRestore(EmbeddingShard& shard, const Keys& keys, const Slots& slots, s
 
 bool RestoreBlock(EmbeddingShard& shard, size_t b, const Bytes& bytes) {
   if (static_cast<size_t>(bytes.size()) != shard.block_bytes()) {
-    throw std::invalid_argument("restore_block: bytes must hold block_bytes = " +
-                                std::to_string(shard.block_bytes()) + " bytes, got " + std::to_string(bytes.size()));
+    throw std::invalid_argument("restore_block: bytes must hold block_bytes = " + std::to_string(shard.block_bytes()) +
+                                " bytes, got " + std::to_string(bytes.size()));
   }
   py::gil_scoped_release release;
   return shard.RestoreBlock(b, bytes.data());
@@ -513,22 +516,25 @@ void BindShard(py::module_& m) {
       .def_property_readonly("state_floats", [](const EmbeddingShard& s) { return s.layout().state_floats; })
       .def_property_readonly("block_slots", &EmbeddingShard::block_slots)
       .def_property_readonly("block_bytes", &EmbeddingShard::block_bytes)
-      .def_property_readonly("num_blocks", py::cpp_function(&EmbeddingShard::num_blocks,
-                                                            py::call_guard<py::gil_scoped_release>()))
-      .def_property_readonly("missing_blocks", py::cpp_function(&EmbeddingShard::missing_blocks,
-                                                                py::call_guard<py::gil_scoped_release>()))
-      .def("block_missing", &EmbeddingShard::block_missing, py::arg("block"),
-           py::call_guard<py::gil_scoped_release>(), "Whether block `block` still waits to be restored.")
-      .def("missing_blocks_of", [](const EmbeddingShard& shard, const Keys& keys) {
-             RequireKeys(keys, "missing_blocks_of");
-             std::vector<size_t> blocks;
-             {
-               py::gil_scoped_release release;
-               blocks = shard.MissingBlocksOf(keys.data(), static_cast<size_t>(keys.size()));
-             }
-             return py::array_t<uint64_t>(static_cast<py::ssize_t>(blocks.size()), blocks.data());
-           }, py::arg("keys"),
-           "The missing blocks (ascending, uint64) holding rows of `keys`: to restore together before an access.")
+      .def_property_readonly("num_blocks",
+                             py::cpp_function(&EmbeddingShard::num_blocks, py::call_guard<py::gil_scoped_release>()))
+      .def_property_readonly(
+          "missing_blocks", py::cpp_function(&EmbeddingShard::missing_blocks, py::call_guard<py::gil_scoped_release>()))
+      .def("block_missing", &EmbeddingShard::block_missing, py::arg("block"), py::call_guard<py::gil_scoped_release>(),
+           "Whether block `block` still waits to be restored.")
+      .def(
+          "missing_blocks_of",
+          [](const EmbeddingShard& shard, const Keys& keys) {
+            RequireKeys(keys, "missing_blocks_of");
+            std::vector<size_t> blocks;
+            {
+              py::gil_scoped_release release;
+              blocks = shard.MissingBlocksOf(keys.data(), static_cast<size_t>(keys.size()));
+            }
+            return py::array_t<uint64_t>(static_cast<py::ssize_t>(blocks.size()), blocks.data());
+          },
+          py::arg("keys"),
+          "The missing blocks (ascending, uint64) holding rows of `keys`: to restore together before an access.")
       .def("pull", &Pull, py::arg("keys"), py::arg("return_deltas") = false, py::arg("forwarder") = nullptr,
            py::arg("table") = "", py::arg("pushes") = WorkerSeqs{},
            "Rows of keys (inserting missing keys with their initial rows): float32[n, dim]; with "
@@ -554,14 +560,15 @@ void BindShard(py::module_& m) {
            "Frees the keys' slots; returns the count (and the deltas when asked).")
       .def("size", &EmbeddingShard::size, py::call_guard<py::gil_scoped_release>())
       .def("__len__", &EmbeddingShard::size, py::call_guard<py::gil_scoped_release>())
-      .def("memory", [](const EmbeddingShard& s) {
-        ShardMemoryStats stats;
-        {
-          py::gil_scoped_release release;
-          stats = s.memory();
-        }
-        return MemoryDict(stats);
-      })
+      .def("memory",
+           [](const EmbeddingShard& s) {
+             ShardMemoryStats stats;
+             {
+               py::gil_scoped_release release;
+               stats = s.memory();
+             }
+             return MemoryDict(stats);
+           })
       .def("export", &Export, py::arg("with_words") = false,
            "(keys, values, state) of every live row, in slot order; with_words (tables with row rules): "
            "(keys, values, state, uses, last_step)")
@@ -583,15 +590,15 @@ void BindShard(py::module_& m) {
       .def("track_dirty", &EmbeddingShard::TrackDirty, py::arg("on"), py::call_guard<py::gil_scoped_release>(),
            "Starts (clearing) or stops the set of rows changed since the last take_dirty.")
       .def_property_readonly("tracking_dirty", &EmbeddingShard::tracking_dirty)
-      .def("take_dirty", &TakeDirty, "(keys, values, state) of the rows changed since the last take, in slot "
+      .def("take_dirty", &TakeDirty,
+           "(keys, values, state) of the rows changed since the last take, in slot "
            "order; clears the set. RuntimeError when tracking is off.")
       .def("load", &Load, py::arg("keys"), py::arg("values"), py::arg("state") = py::none(),
            py::arg("return_deltas") = false, py::arg("forwarder") = nullptr, py::arg("table") = "",
            "Inserts or overwrites rows; state None: fresh optimizer state. forwarder: a resume's rows reach parity.")
       .def("read_block", &ReadBlock, py::arg("b"), "Bytes of block b (zeros past the end)")
       .def("read_slots", &ReadSlots, py::arg("slot"), py::arg("count"), "uint8[count, record_bytes]")
-      .def("begin_restore", &BeginRestore, py::arg("keys"), py::arg("slots"), py::arg("high_water"),
-           py::arg("handler"),
+      .def("begin_restore", &BeginRestore, py::arg("keys"), py::arg("slots"), py::arg("high_water"), py::arg("handler"),
            "Starts rebuilding a lost shard into this empty one; handler(b) -> uint8[block_bytes] is "
            "called (with the GIL, under the shard's lock: it must not call back into this shard) for a "
            "missing block an access touches.")
@@ -603,8 +610,7 @@ void BindShard(py::module_& m) {
   m.def("register_shard", &ShardRegistry::Register, py::arg("shard"),
         "Registers a shard for the TF ops; returns its int64 handle.");
   m.def("unregister_shard", &ShardRegistry::Unregister, py::arg("handle"));
-  m.def("registered_shard", &ShardRegistry::Get, py::arg("handle"),
-        "The shard of a handle (ValueError when unknown).");
+  m.def("registered_shard", &ShardRegistry::Get, py::arg("handle"), "The shard of a handle (ValueError when unknown).");
 }
 
 }  // namespace xdl_ec::python

@@ -192,7 +192,8 @@ py::tuple ParseRequest(const py::buffer& head, const std::vector<py::array>& buf
     }
   }
   py::list pulls;
-  for (const PushPullPull& p : request.pulls) pulls.append(py::make_tuple(p.table, typed(b++, py::dtype::of<int64_t>())));
+  for (const PushPullPull& p : request.pulls)
+    pulls.append(py::make_tuple(p.table, typed(b++, py::dtype::of<int64_t>())));
   if (!request.stale_call) return py::make_tuple(push_parts, request.step, request.worker, request.participants, pulls);
   py::list stale;
   for (const PushPullStalePull& p : request.stale) {
@@ -256,28 +257,31 @@ void BindShardServer(py::module_& m) {
   m.def("parse_push_pull_request", &ParseRequest, py::arg("head"), py::arg("buffers"),
         "push_pull's (parts, step, worker, participants, requests), or push_pull_stale's (..., stale, epoch), from a "
         "request in the native wire form");
-  m.def("is_push_pull_request", [](const py::buffer& head) {
-    return PushPullMessage::IsRequest(PartOf(head.request()));
-  }, py::arg("head"));
-  m.def("is_push_pull_answer", [](const py::buffer& head) {
-    return PushPullMessage::IsAnswer(PartOf(head.request()));
-  }, py::arg("head"));
-  m.def("parse_push_pull_answer", [](const py::buffer& head, size_t buffers) {
-    const PushPullAnswer a = PushPullMessage::ParseAnswer(PartOf(head.request()), buffers);
-    std::vector<uint32_t> dims;
-    for (const PushPullAnswer::Rows& rows : a.rows) dims.push_back(rows.dim);
-    py::object stale = py::none();
-    if (a.has_stale) {
-      py::list answers;
-      for (const PushPullAnswer::StaleRows& s : a.stale) answers.append(py::make_tuple(s.rows.dim, s.table_rows));
-      stale = py::make_tuple(a.epoch, answers);
-    }
-    return py::make_tuple(a.has_ack, a.server, a.worker, a.seq, a.step, a.applied, a.durable, a.has_rows, dims,
-                          stale);
-  }, py::arg("head"), py::arg("buffers"),
-        "(has_ack, server, worker, seq, step, applied, durable, has_rows, [dim per pull], stale) of an answer with "
-        "`buffers` buffers; stale: None, or for a push_pull_stale call (the server's epoch, [(dim, rows the table "
-        "holds) per stale pull]), whose buffers follow the pulls' three each (rows sent, clocks, sent mask)");
+  m.def(
+      "is_push_pull_request", [](const py::buffer& head) { return PushPullMessage::IsRequest(PartOf(head.request())); },
+      py::arg("head"));
+  m.def(
+      "is_push_pull_answer", [](const py::buffer& head) { return PushPullMessage::IsAnswer(PartOf(head.request())); },
+      py::arg("head"));
+  m.def(
+      "parse_push_pull_answer",
+      [](const py::buffer& head, size_t buffers) {
+        const PushPullAnswer a = PushPullMessage::ParseAnswer(PartOf(head.request()), buffers);
+        std::vector<uint32_t> dims;
+        for (const PushPullAnswer::Rows& rows : a.rows) dims.push_back(rows.dim);
+        py::object stale = py::none();
+        if (a.has_stale) {
+          py::list answers;
+          for (const PushPullAnswer::StaleRows& s : a.stale) answers.append(py::make_tuple(s.rows.dim, s.table_rows));
+          stale = py::make_tuple(a.epoch, answers);
+        }
+        return py::make_tuple(a.has_ack, a.server, a.worker, a.seq, a.step, a.applied, a.durable, a.has_rows, dims,
+                              stale);
+      },
+      py::arg("head"), py::arg("buffers"),
+      "(has_ack, server, worker, seq, step, applied, durable, has_rows, [dim per pull], stale) of an answer with "
+      "`buffers` buffers; stale: None, or for a push_pull_stale call (the server's epoch, [(dim, rows the table "
+      "holds) per stale pull]), whose buffers follow the pulls' three each (rows sent, clocks, sent mask)");
 }
 
 }  // namespace xdl_ec::python

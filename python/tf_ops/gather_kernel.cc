@@ -49,8 +49,10 @@ Status GatherShape(InferenceContext* c) {
     TF_RETURN_IF_ERROR(c->Subtract(c->Dim(c->input(2), 0), 1, &batch));
     out = c->Matrix(batch, dim);
   } else {
-    return InvalidArgument("XdlEcGather: inverse must be int32 [batch, n] (any combiner) or rank-1 with "
-                           "row_splits (combiner 'sum', 'mean' or 'sqrtn'), got rank ", c->Rank(inverse));
+    return InvalidArgument(
+        "XdlEcGather: inverse must be int32 [batch, n] (any combiner) or rank-1 with "
+        "row_splits (combiner 'sum', 'mean' or 'sqrtn'), got rank ",
+        c->Rank(inverse));
   }
   c->set_output(0, out);
   return Status();

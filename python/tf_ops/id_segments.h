@@ -29,9 +29,8 @@ inline Combiner ParseCombiner(const std::string& name) {
 class IdSegments {
  public:
   // Validates ids/row_splits; on error sets the context status and returns false.
-  bool Parse(tensorflow::OpKernelContext* ctx, const tensorflow::Tensor& ids,
-             const tensorflow::Tensor& row_splits, Combiner combiner) {
-    
+  bool Parse(tensorflow::OpKernelContext* ctx, const tensorflow::Tensor& ids, const tensorflow::Tensor& row_splits,
+             Combiner combiner) {
     if (!row_splits_is_vector(ctx, row_splits)) return false;
     if (ids.dims() == 2) {
       if (row_splits.NumElements() != 0) {
@@ -65,8 +64,8 @@ class IdSegments {
       }
       for (int64_t b = 0; b < batch_; ++b) {
         if (splits_[b + 1] < splits_[b]) {
-          ctx->CtxFailure(InvalidArgument("XdlEcLookup: row_splits must be non-decreasing, but row_splits[",
-                                          b + 1, "] = ", splits_[b + 1], " < row_splits[", b, "] = ", splits_[b]));
+          ctx->CtxFailure(InvalidArgument("XdlEcLookup: row_splits must be non-decreasing, but row_splits[", b + 1,
+                                          "] = ", splits_[b + 1], " < row_splits[", b, "] = ", splits_[b]));
           return false;
         }
       }
@@ -78,7 +77,8 @@ class IdSegments {
     } else {
       ctx->CtxFailure(InvalidArgument(
           "XdlEcLookup: ids must be int64 [batch, n] (dense) or rank-1 values with row_splits (ragged), got "
-          "shape ", ids.shape().DebugString()));
+          "shape ",
+          ids.shape().DebugString()));
       return false;
     }
     if (ids.NumElements() > INT32_MAX) {
@@ -106,8 +106,8 @@ class IdSegments {
  private:
   static bool row_splits_is_vector(tensorflow::OpKernelContext* ctx, const tensorflow::Tensor& row_splits) {
     if (row_splits.dims() == 1) return true;
-    ctx->CtxFailure(InvalidArgument(
-        "XdlEcLookup: row_splits must be rank 1, got shape ", row_splits.shape().DebugString()));
+    ctx->CtxFailure(
+        InvalidArgument("XdlEcLookup: row_splits must be rank 1, got shape ", row_splits.shape().DebugString()));
     return false;
   }
 

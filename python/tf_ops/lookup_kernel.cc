@@ -20,7 +20,6 @@ using tensorflow::OpKernelContext;
 using tensorflow::Tensor;
 using tensorflow::TensorShape;
 
-
 class LookupKernel : public OpKernel {
  public:
   explicit LookupKernel(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -35,14 +34,14 @@ class LookupKernel : public OpKernel {
     const Tensor& ids = ctx->input(1);
     const Tensor& row_splits = ctx->input(2);
     const Tensor& step = ctx->input(3);
-    OP_REQUIRES(ctx, step.dims() == 0 && step.scalar<int64_t>()() >= 0,
-                InvalidArgument("XdlEcLookup: step must be an int64 scalar >= 0 (0 = automatic), got ",
-                                step.DebugString()));
+    OP_REQUIRES(
+        ctx, step.dims() == 0 && step.scalar<int64_t>()() >= 0,
+        InvalidArgument("XdlEcLookup: step must be an int64 scalar >= 0 (0 = automatic), got ", step.DebugString()));
     std::shared_ptr<EmbeddingShard> shard = ResolveShard(ctx, "XdlEcLookup", ctx->input(0));
     if (!shard) return;
     OP_REQUIRES(ctx, shard->dim() == dim_,
-                InvalidArgument("XdlEcLookup: the table's rows have dim ", shard->dim(), " but the op was built with dim ",
-                                dim_, "; build the lookup with the table's dim"));
+                InvalidArgument("XdlEcLookup: the table's rows have dim ", shard->dim(),
+                                " but the op was built with dim ", dim_, "; build the lookup with the table's dim"));
     IdSegments segments;
     if (!segments.Parse(ctx, ids, row_splits, combiner_)) return;
 

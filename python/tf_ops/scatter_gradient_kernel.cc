@@ -19,7 +19,6 @@ using tensorflow::OpKernelContext;
 using tensorflow::Tensor;
 using tensorflow::TensorShape;
 
-
 class ScatterGradientKernel : public OpKernel {
  public:
   explicit ScatterGradientKernel(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -46,10 +45,10 @@ class ScatterGradientKernel : public OpKernel {
     if (!segments.Parse(ctx, ids, row_splits, combiner_)) return;
 
     const int64_t n = ids.NumElements();
-    OP_REQUIRES(ctx, unique_keys.dims() == 1 && inverse.dims() == 1 && inverse.NumElements() == n,
-                InvalidArgument("XdlEcScatterGradient: unique_keys must be rank 1 and inverse must hold one index per id (",
-                                n, "), got shapes ", unique_keys.shape().DebugString(), " and ",
-                                inverse.shape().DebugString()));
+    OP_REQUIRES(
+        ctx, unique_keys.dims() == 1 && inverse.dims() == 1 && inverse.NumElements() == n,
+        InvalidArgument("XdlEcScatterGradient: unique_keys must be rank 1 and inverse must hold one index per id (", n,
+                        "), got shapes ", unique_keys.shape().DebugString(), " and ", inverse.shape().DebugString()));
     TensorShape expected;
     if (combiner_ == Combiner::kNone) {
       expected = ids.shape();
@@ -58,8 +57,8 @@ class ScatterGradientKernel : public OpKernel {
       expected = TensorShape({segments.batch(), dim});
     }
     OP_REQUIRES(ctx, grad.shape() == expected,
-                InvalidArgument("XdlEcScatterGradient: grad must have the lookup output's shape ", expected.DebugString(),
-                                " (table dim ", dim, "), got ", grad.shape().DebugString()));
+                InvalidArgument("XdlEcScatterGradient: grad must have the lookup output's shape ",
+                                expected.DebugString(), " (table dim ", dim, "), got ", grad.shape().DebugString()));
     const int64_t num_unique = unique_keys.NumElements();
     const int32_t* inverse_data = inverse.flat<int32_t>().data();
     for (int64_t p = 0; p < n; ++p) {

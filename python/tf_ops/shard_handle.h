@@ -16,8 +16,8 @@ namespace xdl_ec::tf_ops {
 inline std::shared_ptr<EmbeddingShard> ResolveShard(tensorflow::OpKernelContext* ctx, const char* op,
                                                     const tensorflow::Tensor& handle) {
   if (handle.dims() != 0) {
-    ctx->CtxFailure(InvalidArgument(
-        op, ": handle must be an int64 scalar (EmbeddingTable.handle), got shape ", handle.shape().DebugString()));
+    ctx->CtxFailure(InvalidArgument(op, ": handle must be an int64 scalar (EmbeddingTable.handle), got shape ",
+                                    handle.shape().DebugString()));
     return nullptr;
   }
   try {

@@ -38,18 +38,32 @@ def failure_free_digest() -> str:
 
 
 def test_losing_more_than_r_servers_names_the_backstop_and_resuming_ends_at_the_failure_free_model(
-        tmp_path: Path, failure_free_digest: str) -> None:
+    tmp_path: Path, failure_free_digest: str
+) -> None:
     doomed = xdl_ec.Cluster(**EC, fail_at=["11:0", "11:1"])  # r + 1 = 2 servers at once
-    with pytest.raises(Unrecoverable, match=rf"resume from the backstop: .*--resume {tmp_path} \(its newest save is "
-                                            rf"of step 9"):
+    with pytest.raises(
+        Unrecoverable,
+        match=rf"resume from the backstop: .*--resume {tmp_path} \(its newest save is "
+        rf"of step 9",
+    ):
         job().fit(steps=STEPS, deterministic=True, seed=SEED, cluster=doomed, save_dir=tmp_path, backstop_every="3")
     # the step-9 save is an increment over the full save of step 3: all three are kept, nothing else
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["STOPPED.json", "ckpt-000001-step-000000000003",
-                                                          "ckpt-000002-step-000000000006",
-                                                          "ckpt-000003-step-000000000009"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "STOPPED.json",
+        "ckpt-000001-step-000000000003",
+        "ckpt-000002-step-000000000006",
+        "ckpt-000003-step-000000000009",
+    ]
     assert json.loads((tmp_path / "STOPPED.json").read_text())["step"] == 10
-    report = job().fit(steps=STEPS, deterministic=True, seed=SEED, cluster=xdl_ec.Cluster(**EC), resume=tmp_path,
-                       save_dir=tmp_path, backstop_every="3")
+    report = job().fit(
+        steps=STEPS,
+        deterministic=True,
+        seed=SEED,
+        cluster=xdl_ec.Cluster(**EC),
+        resume=tmp_path,
+        save_dir=tmp_path,
+        backstop_every="3",
+    )
     assert report["resumed_from"]["step"] == 9 and report["samples"] == (STEPS - 9) * LOG.batch_size
     assert report["retrained_samples"] == (10 - 9) * LOG.batch_size  # the stopped run had trained step 10
     assert report["model_digest"] == failure_free_digest
@@ -61,8 +75,9 @@ def test_losing_more_than_r_servers_names_the_backstop_and_resuming_ends_at_the_
 
 
 def test_an_increment_resumes_with_the_newest_row_of_every_key(tmp_path: Path, failure_free_digest: str) -> None:
-    job().fit(steps=STEPS, deterministic=True, seed=SEED, cluster=xdl_ec.Cluster(**EC), save_dir=tmp_path,
-              backstop_every="2")
+    job().fit(
+        steps=STEPS, deterministic=True, seed=SEED, cluster=xdl_ec.Cluster(**EC), save_dir=tmp_path, backstop_every="2"
+    )
     newest = sorted(p for p in tmp_path.iterdir())[-1]
     assert json.loads((newest / "MANIFEST.json").read_text())["extra"]["backstop"]["full"] is False
     model = xdl_ec.load(tmp_path, job=job())  # the chain replayed into one model, in this process
@@ -70,16 +85,21 @@ def test_an_increment_resumes_with_the_newest_row_of_every_key(tmp_path: Path, f
     reference.fit(steps=STEPS, deterministic=True, seed=SEED)
     from xdl_ec.model.digest import model_digest
 
-    assert model_digest(model.exports(), model.dense.model.weights, model.dense.optimizer.variables) == \
-        failure_free_digest == model_digest(reference.model.exports(), reference.model.dense.model.weights,
-                                            reference.model.dense.optimizer.variables)
+    assert (
+        model_digest(model.exports(), model.dense.model.weights, model.dense.optimizer.variables)
+        == failure_free_digest
+        == model_digest(
+            reference.model.exports(), reference.model.dense.model.weights, reference.model.dense.optimizer.variables
+        )
+    )
 
 
 def test_a_broken_chain_is_refused_naming_the_missing_save(tmp_path: Path) -> None:
     import shutil
 
-    job().fit(steps=6, deterministic=True, seed=SEED, cluster=xdl_ec.Cluster(**EC), save_dir=tmp_path,
-              backstop_every="2")
+    job().fit(
+        steps=6, deterministic=True, seed=SEED, cluster=xdl_ec.Cluster(**EC), save_dir=tmp_path, backstop_every="2"
+    )
     shutil.rmtree(sorted(tmp_path.iterdir())[0])  # the full save the increments build on
     with pytest.raises(ValueError, match="builds on .*ckpt-000001-step-000000000002, which is missing"):
         job().fit(steps=STEPS, deterministic=True, seed=SEED, resume=tmp_path)
@@ -90,8 +110,25 @@ def test_backstop_settings_are_checked(tmp_path: Path, capsys: pytest.CaptureFix
         job().fit(steps=2, cluster=xdl_ec.Cluster(**EC), backstop_every="2")
     with pytest.raises(ValueError, match="backstop_every: backs up parameter servers"):
         job().fit(steps=2, save_dir=tmp_path, backstop_every="2")
-    assert main(["train", "--synthetic", "--steps", "2", "--save-dir", str(tmp_path), "--backstop-every", "2",
-                 "--save-every", "2", "--servers", "3"]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--synthetic",
+                "--steps",
+                "2",
+                "--save-dir",
+                str(tmp_path),
+                "--backstop-every",
+                "2",
+                "--save-every",
+                "2",
+                "--servers",
+                "3",
+            ]
+        )
+        == 2
+    )
     assert "not both" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
 
@@ -105,10 +142,31 @@ def test_the_driver_killed_on_ray_resumes_from_the_backstop(tmp_path: Path) -> N
     saves = tmp_path / "saves"
     common = ["train", "--script", script, "--steps", "40", "--deterministic", "--seed", "1", "--no-progress"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "RAY_AUTH_MODE": "disabled"}
-    driver = subprocess.Popen([sys.executable, "-m", "xdl_ec", *common, "--servers", "3", "--backend", "ray",
-                               "--ft", "ec", "--code", "2,1", "--save-dir", str(saves), "--backstop-every", "3"],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-                              cwd=tmp_path)  # not the checkout: its xdl_ec has no built extension
+    driver = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "xdl_ec",
+            *common,
+            "--servers",
+            "3",
+            "--backend",
+            "ray",
+            "--ft",
+            "ec",
+            "--code",
+            "2,1",
+            "--save-dir",
+            str(saves),
+            "--backstop-every",
+            "3",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        cwd=tmp_path,
+    )  # not the checkout: its xdl_ec has no built extension
     try:
         deadline = time.monotonic() + 240
         while not any(p.name.startswith("ckpt-") for p in saves.glob("ckpt-*")):

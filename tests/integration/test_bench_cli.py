@@ -93,18 +93,23 @@ def test_failure_steps_follow_the_timeline() -> None:
 
 def test_normal_rate_leaves_out_failure_windows() -> None:
     timeline = [[1, 1.0, 100, 0.5], [2, 2.0, 200, 0.5], [3, 5.0, 300, 0.5], [4, 6.0, 400, 0.5]]
-    report = {"timeline": timeline, "injected": [{"step": 3, "role": "server", "index": 0, "seconds": 2.5}],
-              "failures": [{"step": 3, "index": 0, "role": "server", "detect_seconds": 0.5, "rebuild_seconds": 1.0}]}
+    report = {
+        "timeline": timeline,
+        "injected": [{"step": 3, "role": "server", "index": 0, "seconds": 2.5}],
+        "failures": [{"step": 3, "index": 0, "role": "server", "detect_seconds": 0.5, "rebuild_seconds": 1.0}],
+    }
     assert normal_samples_per_sec(report) == pytest.approx(100.0)  # the 3-second step is out
     assert normal_samples_per_sec({"timeline": timeline}) == pytest.approx(300 / 5.0)
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--data", "/nonexistent/criteo.tsv"], "--data: no such file"),
-    (["--only", "ec-9+9"], "--only: unknown 'ec-9+9'"),
-])
-def test_bad_flags_are_usage_errors(flags: list, message: str, tmp_path: Path,
-                                    capsys: pytest.CaptureFixture) -> None:
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--data", "/nonexistent/criteo.tsv"], "--data: no such file"),
+        (["--only", "ec-9+9"], "--only: unknown 'ec-9+9'"),
+    ],
+)
+def test_bad_flags_are_usage_errors(flags: list, message: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["bench", "--quick", "--out", str(tmp_path / "out"), "--no-progress", *flags]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()

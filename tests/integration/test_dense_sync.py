@@ -12,11 +12,14 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from support.ft_runs import make_trainer, run as run_trainer, small_config  # noqa: E402
+from support.ft_runs import make_trainer, small_config  # noqa: E402
+from support.ft_runs import run as run_trainer
 from xdl_ec.ft.ec_strategy import ErasureCoded  # noqa: E402
 from xdl_ec.ft.failure_schedule import FailureSchedule, Kill  # noqa: E402
-from xdl_ec.ps import ClusterConfig  # noqa: E402
-from xdl_ec.ps import dense_sync  # noqa: E402
+from xdl_ec.ps import (
+    ClusterConfig,  # noqa: E402
+    dense_sync,  # noqa: E402
+)
 from xdl_ec.ps.dense_sync import DriverDense  # noqa: E402
 from xdl_ec.ps.worker import DenseState  # noqa: E402
 
@@ -24,14 +27,17 @@ BASE = dict(steps=10, seed=5, optimizer="adam")
 
 
 @pytest.mark.parametrize("log_steps", [3, 64])
-def test_a_lost_worker_loses_nothing_dense(failure_free: Any, monkeypatch: pytest.MonkeyPatch,
-                                           log_steps: int) -> None:
+def test_a_lost_worker_loses_nothing_dense(failure_free: Any, monkeypatch: pytest.MonkeyPatch, log_steps: int) -> None:
     """ec, worker 0 killed before step 5 and again before step 7: with a log of 3 steps the driver took the
     worker's state once before the first kill and applies the rest of its log itself; the run ends at the
     failure-free digest (the restarted worker got the driver's state whole)."""
     monkeypatch.setattr(dense_sync, "LOG_STEPS", log_steps)
-    trainer = make_trainer(small_config(**BASE), ClusterConfig(servers=3, workers=1), ErasureCoded(2, 1),
-                           FailureSchedule([Kill(5, "worker", 0), Kill(7, "worker", 0)]))
+    trainer = make_trainer(
+        small_config(**BASE),
+        ClusterConfig(servers=3, workers=1),
+        ErasureCoded(2, 1),
+        FailureSchedule([Kill(5, "worker", 0), Kill(7, "worker", 0)]),
+    )
     dense = trainer._dense
     report = run_trainer(trainer)
     assert [(f["role"], f["index"]) for f in report["failures"]] == [("worker", 0), ("worker", 0)]

@@ -14,25 +14,32 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from support.ft_runs import small_config  # noqa: E402
-from xdl_ec.keep.checkpoint import CheckpointStore  # noqa: E402
+from support.ft_runs import (  # noqa: E402
+    make_trainer,
+    small_config,  # noqa: E402
+)
+from support.ft_runs import run as run_trainer
+from support.paths import REPO_ROOT  # noqa: E402
 from xdl_ec.ft.ckpt_strategy import Checkpointing  # noqa: E402
 from xdl_ec.ft.configs import CkptConfig  # noqa: E402
 from xdl_ec.ft.factory import make_strategy  # noqa: E402
 from xdl_ec.ft.failure_schedule import FailureSchedule  # noqa: E402
-from support.ft_runs import make_trainer, run as run_trainer  # noqa: E402
+from xdl_ec.keep.checkpoint import CheckpointStore  # noqa: E402
 from xdl_ec.ps import ClusterConfig  # noqa: E402
-from support.paths import REPO_ROOT  # noqa: E402
 
 STEPS = 10
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_server_killed_mid_run_rolls_back_and_replays_to_the_failure_free_digest(workers: int, tmp_path: Path,
-                                                                                 failure_free: Any) -> None:
+def test_server_killed_mid_run_rolls_back_and_replays_to_the_failure_free_digest(
+    workers: int, tmp_path: Path, failure_free: Any
+) -> None:
     strategy = Checkpointing("3", str(tmp_path / "ckpt"))
-    report = run_trainer(make_trainer(small_config(), ClusterConfig(servers=3, workers=workers), strategy,
-                       FailureSchedule.from_flags(["5:1"])))
+    report = run_trainer(
+        make_trainer(
+            small_config(), ClusterConfig(servers=3, workers=workers), strategy, FailureSchedule.from_flags(["5:1"])
+        )
+    )
     steps = STEPS // workers
     assert report["ft"] == "ckpt" and report["steps"] == steps
     [failure] = report["failures"]
@@ -54,8 +61,14 @@ def test_two_failures_and_a_restarted_worker_still_end_exact(tmp_path: Path, fai
 
 
 def test_failure_before_any_periodic_save_rolls_back_to_step_zero(tmp_path: Path, failure_free: Any) -> None:
-    report = run_trainer(make_trainer(small_config(), ClusterConfig(servers=2), Checkpointing("100", str(tmp_path)),
-                       FailureSchedule.from_flags(["4:1"])))
+    report = run_trainer(
+        make_trainer(
+            small_config(),
+            ClusterConfig(servers=2),
+            Checkpointing("100", str(tmp_path)),
+            FailureSchedule.from_flags(["4:1"]),
+        )
+    )
     assert report["lost_samples"] == 3 * 64  # steps 1..3 re-trained from the step-0 checkpoint
     assert report["model_digest"] == failure_free(2, 1)["model_digest"]
 
@@ -63,8 +76,14 @@ def test_failure_before_any_periodic_save_rolls_back_to_step_zero(tmp_path: Path
 def test_two_rollbacks_to_one_checkpoint_count_each_retrained_sample_once(tmp_path: Path, failure_free: Any) -> None:
     """Both failures roll back to the step-0 checkpoint: the first re-trains steps 1..2, the second the steps 1..4
     trained again since, and the samples trained beyond the failure-free run are exactly those."""
-    report = run_trainer(make_trainer(small_config(), ClusterConfig(servers=2), Checkpointing("100", str(tmp_path)),
-                                      FailureSchedule.from_flags(["3:0", "5:1"])))
+    report = run_trainer(
+        make_trainer(
+            small_config(),
+            ClusterConfig(servers=2),
+            Checkpointing("100", str(tmp_path)),
+            FailureSchedule.from_flags(["3:0", "5:1"]),
+        )
+    )
     assert [f["lost_samples"] for f in report["failures"]] == [2 * 64, 4 * 64]
     assert report["lost_samples"] == report["samples"] - STEPS * 64
     assert report["model_digest"] == failure_free(2, 1)["model_digest"]
@@ -98,11 +117,39 @@ def test_cli_ckpt_run_reports_the_failure(tmp_path: Path) -> None:
     import sys
 
     report_path = tmp_path / "report.json"
-    proc = subprocess.run([sys.executable, "-P", "-m", "xdl_ec", "train", "--synthetic", "--synthetic-rows", "2000",
-                           "--steps", "6", "--batch-size", "64", "--servers", "2", "--ft", "ckpt", "--ckpt-interval",
-                           "2", "--ckpt-dir", str(tmp_path / "c"), "--fail-at", "4:1", "--no-progress",
-                           "--report", str(report_path)], capture_output=True, text=True, timeout=180,
-                          cwd=REPO_ROOT)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "xdl_ec",
+            "train",
+            "--synthetic",
+            "--synthetic-rows",
+            "2000",
+            "--steps",
+            "6",
+            "--batch-size",
+            "64",
+            "--servers",
+            "2",
+            "--ft",
+            "ckpt",
+            "--ckpt-interval",
+            "2",
+            "--ckpt-dir",
+            str(tmp_path / "c"),
+            "--fail-at",
+            "4:1",
+            "--no-progress",
+            "--report",
+            str(report_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=REPO_ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "ckpt: server 1 lost at step 4" in proc.stdout
     report = json.loads(report_path.read_text())
@@ -113,8 +160,14 @@ def test_restarted_workers_continue_from_their_reader_position(tmp_path: Path, f
     """Only workers die: no rollback, each new worker takes over its predecessor's reader position, so no sample
     is lost or trained twice and the model is the failure-free one."""
     strategy = Checkpointing("100", str(tmp_path))
-    report = run_trainer(make_trainer(small_config(), ClusterConfig(servers=3, workers=2), strategy,
-                       FailureSchedule.from_flags([], ["2:1", "4:0"])))
+    report = run_trainer(
+        make_trainer(
+            small_config(),
+            ClusterConfig(servers=3, workers=2),
+            strategy,
+            FailureSchedule.from_flags([], ["2:1", "4:0"]),
+        )
+    )
     assert [(f["role"], f["index"], f["step"]) for f in report["failures"]] == [("worker", 1, 2), ("worker", 0, 4)]
     assert report["lost_samples"] == 0 and report["samples"] == STEPS * 64
     assert [w["steps"] for w in report["workers"]] == [2, 4]  # the new workers trained steps 4-5 and 2-5
@@ -123,8 +176,14 @@ def test_restarted_workers_continue_from_their_reader_position(tmp_path: Path, f
 
 def test_async_mode_recovers_and_trains_every_batch_once(tmp_path: Path) -> None:
     strategy = Checkpointing("4", str(tmp_path))
-    report = run_trainer(make_trainer(small_config(deterministic=False), ClusterConfig(servers=2, workers=2, mode="async"), strategy,
-                       FailureSchedule.from_flags(["6:1"], ["3:0"])))
+    report = run_trainer(
+        make_trainer(
+            small_config(deterministic=False),
+            ClusterConfig(servers=2, workers=2, mode="async"),
+            strategy,
+            FailureSchedule.from_flags(["6:1"], ["3:0"]),
+        )
+    )
     assert [f["role"] for f in report["failures"]] == ["worker", "server"]
     assert report["samples"] == STEPS * 64 + report["lost_samples"]
     # async step numbers are handed out at dispatch: a step that failed in flight leaves its number unused
@@ -140,8 +199,14 @@ def test_ckpt_on_ray_kills_the_actor_process_and_replays_exactly(tmp_path: Path,
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=ray_runtime_env())
     try:
-        report = run_trainer(make_trainer(small_config(), ClusterConfig(servers=3, workers=2, backend="ray"),
-                           Checkpointing("2", str(tmp_path)), FailureSchedule.from_flags(["4:1"])))
+        report = run_trainer(
+            make_trainer(
+                small_config(),
+                ClusterConfig(servers=3, workers=2, backend="ray"),
+                Checkpointing("2", str(tmp_path)),
+                FailureSchedule.from_flags(["4:1"]),
+            )
+        )
     finally:
         ray.shutdown()
     assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 1)]
@@ -151,8 +216,11 @@ def test_ckpt_on_ray_kills_the_actor_process_and_replays_exactly(tmp_path: Path,
 
 def test_a_server_and_a_worker_lost_in_the_same_step_and_a_seconds_interval(tmp_path: Path, failure_free: Any) -> None:
     strategy = Checkpointing("0.001s", str(tmp_path))  # a save at every step boundary
-    report = run_trainer(make_trainer(small_config(), ClusterConfig(servers=3, workers=2), strategy,
-                       FailureSchedule.from_flags(["3:2"], ["3:1"])))
+    report = run_trainer(
+        make_trainer(
+            small_config(), ClusterConfig(servers=3, workers=2), strategy, FailureSchedule.from_flags(["3:2"], ["3:1"])
+        )
+    )
     assert sorted((f["role"], f["index"]) for f in report["failures"]) == [("server", 2), ("worker", 1)]
     assert report["checkpoint"]["saves"] == 1 + STEPS // 2 and report["lost_samples"] == 0
     assert report["model_digest"] == failure_free(3, 2)["model_digest"]

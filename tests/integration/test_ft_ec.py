@@ -14,36 +14,65 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from support.ft_runs import make_trainer  # noqa: E402
+from support.ft_runs import run as run_trainer
+from xdl_ec.builtin.criteo_job import TrainConfig  # noqa: E402
 from xdl_ec.ft.configs import parse_code  # noqa: E402
 from xdl_ec.ft.ec_strategy import ErasureCoded  # noqa: E402
 from xdl_ec.ft.failure_schedule import FailureSchedule, Kill  # noqa: E402
-from xdl_ec.ps import Unrecoverable  # noqa: E402
-from support.ft_runs import make_trainer, run as run_trainer  # noqa: E402
 from xdl_ec.ft.parity_agent import ParityAgent  # noqa: E402
-from xdl_ec.ps import ClusterConfig, Remote  # noqa: E402
+from xdl_ec.ps import (  # noqa: E402
+    ClusterConfig,
+    Remote,
+    Unrecoverable,  # noqa: E402
+)
 from xdl_ec.ps.api import ServerAPI  # noqa: E402
-from xdl_ec.builtin.criteo_job import TrainConfig  # noqa: E402
 
 STEPS = 6
 
 
 def small_config(**kwargs: Any) -> TrainConfig:
-    base = dict(synthetic=True, synthetic_rows=3000, batch_size=128, steps=STEPS, deterministic=True, progress=False,
-                seed=3, emb_dim=8)
+    base = dict(
+        synthetic=True,
+        synthetic_rows=3000,
+        batch_size=128,
+        steps=STEPS,
+        deterministic=True,
+        progress=False,
+        seed=3,
+        emb_dim=8,
+    )
     base.update(kwargs)
     return TrainConfig(**base)
 
 
 def run(servers: int, strategy: Any, kills: List[Kill] = (), workers: int = 1, mode: str = "sync") -> Dict[str, Any]:
-    trainer = make_trainer(small_config(), ClusterConfig(servers=servers, workers=workers, mode=mode), strategy=strategy,
-                        failures=FailureSchedule(list(kills)))
+    trainer = make_trainer(
+        small_config(),
+        ClusterConfig(servers=servers, workers=workers, mode=mode),
+        strategy=strategy,
+        failures=FailureSchedule(list(kills)),
+    )
     report = run_trainer(trainer)
     return {**(strategy.report() if strategy is not None else {}), **report}
 
 
 BASE = dict(batch_size=128, steps=STEPS, seed=3, optimizer="adagrad")  # this file's small_config, for failure_free
-CLI_TRAIN = ["train", "--synthetic", "--synthetic-rows", "3000", "--steps", "4", "--batch-size", "128",
-             "--emb-dim", "8", "--no-progress", "--servers", "3"]  # a small run of the CLI's, for its flags' tests
+CLI_TRAIN = [
+    "train",
+    "--synthetic",
+    "--synthetic-rows",
+    "3000",
+    "--steps",
+    "4",
+    "--batch-size",
+    "128",
+    "--emb-dim",
+    "8",
+    "--no-progress",
+    "--servers",
+    "3",
+]  # a small run of the CLI's, for its flags' tests
 
 
 def test_failure_free_ec_run_equals_the_run_without_parity(failure_free: Any) -> None:
@@ -131,8 +160,12 @@ def test_a_second_loss_before_an_r1_rebuild_completes_is_unrecoverable() -> None
 
 def test_scrub_is_clean_after_recovery_and_catches_a_flipped_bit() -> None:
     strategy = ErasureCoded(2, 1)
-    trainer = make_trainer(small_config(), ClusterConfig(servers=3, workers=1), strategy=strategy,
-                        failures=FailureSchedule([Kill(3, "server", 0)]))
+    trainer = make_trainer(
+        small_config(),
+        ClusterConfig(servers=3, workers=1),
+        strategy=strategy,
+        failures=FailureSchedule([Kill(3, "server", 0)]),
+    )
     try:
         trainer.fit()
         assert len(strategy.failures) == 1
@@ -170,12 +203,17 @@ def test_rebuild_runs_between_steps_and_serves_degraded_reads(failure_free: Any)
 
 
 def test_fit_in_chunks_keeps_a_rebuild_running_across_calls_and_drain_makes_every_push_durable(
-        failure_free: Any) -> None:
+    failure_free: Any,
+) -> None:
     """A ``fit(steps)`` that stops while stripes are missing leaves the rebuild to the next call (its report has
     the failure open); ``drain`` returns once every holder applied every delta; the chunked run stays exact."""
     strategy = ErasureCoded(2, 1, rebuild_stripes_per_step=1)
-    trainer = make_trainer(small_config(), ClusterConfig(servers=3, workers=1), strategy=strategy,
-                        failures=FailureSchedule([Kill(2, "server", 1)]))
+    trainer = make_trainer(
+        small_config(),
+        ClusterConfig(servers=3, workers=1),
+        strategy=strategy,
+        failures=FailureSchedule([Kill(2, "server", 1)]),
+    )
     try:
         first = trainer.fit(steps=3)
         assert strategy.rebuilding, "the test needs a rebuild still running after the first call"
@@ -204,8 +242,12 @@ def test_rate_limited_rebuild_spans_several_steps_and_stays_exact() -> None:
         time.sleep(sum(seconds) / len(seconds) if seconds else 0.01)
 
     strategy.on_rebuild_stripe = slow_stripe
-    trainer = make_trainer(small_config(steps=14), ClusterConfig(servers=3, workers=1), strategy=strategy,
-                        failures=FailureSchedule([Kill(3, "server", 1)]))
+    trainer = make_trainer(
+        small_config(steps=14),
+        ClusterConfig(servers=3, workers=1),
+        strategy=strategy,
+        failures=FailureSchedule([Kill(3, "server", 1)]),
+    )
     report = run_trainer(trainer)
     assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 1)]
     assert len(steps_of_stripes) >= 3, "the test needs a rebuild of several stripes"
@@ -238,7 +280,7 @@ def test_rebuild_share_flag(capsys: pytest.CaptureFixture) -> None:
 
 
 def test_urgent_rebuild_paced_keeps_pacing_with_r_servers_down_and_stays_exact(failure_free: Any) -> None:
-    """"flat-out" (default): with r servers being rebuilt the background rebuild never pauses; "paced" keeps its
+    """ "flat-out" (default): with r servers being rebuilt the background rebuild never pauses; "paced" keeps its
     share and governor then too (training's speed over the window's length), and recovery stays exact."""
     flat, paced = ErasureCoded(2, 1), ErasureCoded(2, 1, urgent_rebuild="paced")
     for strategy in (flat, paced):
@@ -253,8 +295,8 @@ def test_urgent_rebuild_paced_keeps_pacing_with_r_servers_down_and_stays_exact(f
 
 @pytest.mark.parametrize("mode", ["fast", "", None, 1])
 def test_bad_urgent_rebuild_is_a_clear_error(mode: Any) -> None:
-    from xdl_ec.job.cluster import Cluster
     from xdl_ec.ft.configs import EcConfig
+    from xdl_ec.job.cluster import Cluster
 
     pattern = r"urgent_rebuild: must be one of 'flat-out', 'paced', got"
     with pytest.raises(ValueError, match=pattern):
@@ -294,7 +336,8 @@ def test_async_worker_with_a_server_killed_ends_at_the_failure_free_async_digest
 
 
 def test_two_async_workers_with_a_kill_lose_no_push_and_leave_consistent_stripes(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Two --mode async workers (steps overlap; the model depends on timing, so no digest to compare): a server
     killed mid-run is rebuilt, every stripe scrubs clean, and every push is applied exactly once on every server:
     each server's last seq per worker is the number of pushes that worker sent it, and its applied-push count is
@@ -311,8 +354,12 @@ def test_two_async_workers_with_a_kill_lose_no_push_and_leave_consistent_stripes
 
     monkeypatch.setattr(Worker, "replay_pushes", recording_replay)
     strategy = ErasureCoded(2, 1, rebuild_stripes_per_step=1)
-    trainer = make_trainer(small_config(steps=16), ClusterConfig(servers=3, workers=2, mode="async"), strategy=strategy,
-                        failures=FailureSchedule([Kill(6, "server", 2)]))
+    trainer = make_trainer(
+        small_config(steps=16),
+        ClusterConfig(servers=3, workers=2, mode="async"),
+        strategy=strategy,
+        failures=FailureSchedule([Kill(6, "server", 2)]),
+    )
     try:
         report = trainer.fit()
         assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 2)]
@@ -335,8 +382,19 @@ def test_two_async_workers_with_a_kill_lose_no_push_and_leave_consistent_stripes
 def test_verify_subcommand_trains_with_a_failure_then_scrubs(capsys: pytest.CaptureFixture) -> None:
     from xdl_ec.cli import main
 
-    flags = ["--synthetic", "--synthetic-rows", "3000", "--steps", "6", "--batch-size", "128", "--emb-dim", "8",
-             "--deterministic", "--no-progress"]
+    flags = [
+        "--synthetic",
+        "--synthetic-rows",
+        "3000",
+        "--steps",
+        "6",
+        "--batch-size",
+        "128",
+        "--emb-dim",
+        "8",
+        "--deterministic",
+        "--no-progress",
+    ]
     assert main(["verify", *flags, "--servers", "3", "--code", "2,1", "--fail-at", "3:1"]) == 0
     out = capsys.readouterr().out
     assert "server 1 lost at step 3" in out and "scrub: all stripes consistent" in out
@@ -352,8 +410,12 @@ def test_ray_backend_two_failures_rebuilt_exactly(failure_free: Any) -> None:
     step 2), later server 1's actor is SIGKILLed; the digest equals the one-process failure-free run's."""
     pytest.importorskip("ray")
     strategy = CrashBeforeForwarding(2, 1, rebuild_stripes_per_step=0)
-    trainer = make_trainer(small_config(), ClusterConfig(servers=3, workers=1, backend="ray"), strategy=strategy,
-                        failures=FailureSchedule([Kill(5, "server", 1)]))
+    trainer = make_trainer(
+        small_config(),
+        ClusterConfig(servers=3, workers=1, backend="ray"),
+        strategy=strategy,
+        failures=FailureSchedule([Kill(5, "server", 1)]),
+    )
     report = run_trainer(trainer)
     assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 2), ("server", 1)]
     assert report["model_digest"] == failure_free(3, 1, **BASE)["model_digest"]
@@ -371,8 +433,11 @@ def test_worker_lost_with_a_server_holding_its_non_durable_push_is_unrecoverable
     """Server 2 applies and acknowledges step 3's push, then dies before forwarding it (so the push is not
     parity-durable and lives only in worker 0's log); worker 0 is killed at the next boundary: the push died with
     both. Recovery names the worker, the server and the push seqs instead of rebuilding a model without them."""
-    with pytest.raises(Unrecoverable, match=r"unrecoverable: server 2 lost pushes 3\.\.3 of worker 0: .*not yet "
-                                            r"parity-durable and died with the worker's push log"):
+    with pytest.raises(
+        Unrecoverable,
+        match=r"unrecoverable: server 2 lost pushes 3\.\.3 of worker 0: .*not yet "
+        r"parity-durable and died with the worker's push log",
+    ):
         run(3, CrashBeforeForwarding(2, 1), [Kill(4, "worker", 0)])
 
 
@@ -435,9 +500,14 @@ def test_recovery_fragments_are_fetched_again_until_the_parity_caught_up_with_th
                 return Answered(None)
             assert name == "read_many"  # every fragment of one server in one call
             _table, reads = args
-            return Answered([(np.full(8 * width, 5, np.uint8), 5) if kind == "read_data" else
-                             (np.full(8 * width, self.applied, np.uint8), {0: self.applied, 2: 7})
-                             for kind, _block, _offset, width in reads])
+            return Answered(
+                [
+                    (np.full(8 * width, 5, np.uint8), 5)
+                    if kind == "read_data"
+                    else (np.full(8 * width, self.applied, np.uint8), {0: self.applied, 2: 7})
+                    for kind, _block, _offset, width in reads
+                ]
+            )
 
     servers = [Survivor(), Survivor()]
     decoded = consistent_decode(servers, "t", 8, lambda data, parity: (data(0, 3, 0, 2), parity(1, 1, 0, 2)))[0]
@@ -461,9 +531,9 @@ def _shards(n: int, block_slots: int = 8) -> List[Any]:
 def test_holder_rollback_then_recovery_rebuilds_the_lost_shard_as_of_w() -> None:
     """Routed deltas applied by ParityHolders in order; holders roll server 0's stream back to W = 5 (undo log), and
     C++ Recovery over the survivors rebuilds server 0's blocks exactly as they were after its 5th batch."""
+    from support.parity_reference import route
     from xdl_ec import _core
     from xdl_ec.ft.parity_agent import holders_of
-    from support.parity_reference import route
 
     n, k, r = 3, 2, 1
     shards = _shards(n)
@@ -475,8 +545,9 @@ def test_holder_rollback_then_recovery_rebuilds_the_lost_shard_as_of_w() -> None
     for step in range(1, 9):
         for s in range(n):
             keys = np.unique(rng.integers(0, 60, size=12)) * n + s
-            slots, xor = shards[s].push(keys, rng.normal(size=(keys.size, 4)).astype(np.float32), step,
-                                        return_deltas=True)
+            slots, xor = shards[s].push(
+                keys, rng.normal(size=(keys.size, 4)).astype(np.float32), step, return_deltas=True
+            )
             routed = route(layout, s, slots, xor, bs)
             for h in holders_of(s, n, k, r):
                 update = {"t": routed[h]} if h in routed else {}
@@ -493,7 +564,7 @@ def test_holder_rollback_then_recovery_rebuilds_the_lost_shard_as_of_w() -> None
     def data(server: int, block: int, offset: int, width: int) -> np.ndarray:
         assert server != 0, "the lost server is never read"
         whole = shards[server].read_block(block).reshape(bs, rb)
-        return np.ascontiguousarray(whole[:, offset:offset + width]).reshape(-1)
+        return np.ascontiguousarray(whole[:, offset : offset + width]).reshape(-1)
 
     def parity(server: int, block: int, offset: int, width: int) -> np.ndarray:
         return roles[server].read_block("t", block, rb, offset, width)[0]
@@ -526,6 +597,7 @@ def test_stripe_reads_are_the_fragments_a_stripe_decode_reads() -> None:
                     def fn(server: int, block: int, offset: int, width: int) -> np.ndarray:  # noqa: B023
                         read.append((method, server, block))  # noqa: B023
                         return np.zeros(4 * width, np.uint8)
+
                     return fn
 
                 recovery.decode_stripe(stripe, wanted, lost, recorder("read_data"), recorder("read_parity"))

@@ -17,15 +17,18 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from support import stranger  # noqa: E402
+from support.ft_runs import (  # noqa: E402
+    make_trainer,
+    small_config,  # noqa: E402
+)
+from support.ft_runs import run as run_trainer
 from xdl_ec import _core  # noqa: E402
 from xdl_ec.ft.ec_strategy import ErasureCoded  # noqa: E402
 from xdl_ec.ft.failure_schedule import FailureSchedule, Kill  # noqa: E402
 from xdl_ec.ft.parity_agent import ParityAgent  # noqa: E402
-from xdl_ec.ps.remote import Remote  # noqa: E402
-from support.ft_runs import make_trainer, run as run_trainer  # noqa: E402
 from xdl_ec.ps import ClusterConfig  # noqa: E402
-from support import stranger  # noqa: E402
-from support.ft_runs import small_config  # noqa: E402
+from xdl_ec.ps.remote import Remote  # noqa: E402
 
 ATTACK_STEP, KILL_STEP, STEPS = 3, 6, 8
 
@@ -54,21 +57,33 @@ class StrangerAtStep(ErasureCoded):
                 sender = (h - 1) % self.n
                 resend = _core.serialize_batches([(1, {}, {}, 1)]).tobytes()
                 replay = stranger.genuine_exchange((host, int(port)), self.secret, sender, h, resend)
-                targets.append(dict(host=host, port=int(port), holder=h, sender=sender, servers=self.n,
-                                    replay=replay.hex()))
+                targets.append(
+                    dict(host=host, port=int(port), holder=h, sender=sender, servers=self.n, replay=replay.hex())
+                )
             before = [len(Remote(s, ParityAgent, agent=True).security_events().result(60)) for s in servers]
-            done = subprocess.run([sys.executable, stranger.__file__, json.dumps(targets)], capture_output=True,
-                                  text=True, timeout=120, check=True)
+            done = subprocess.run(
+                [sys.executable, stranger.__file__, json.dumps(targets)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=True,
+            )
             self.attacks = json.loads(done.stdout)
-            self.events = [Remote(s, ParityAgent, agent=True).security_events().result(60)[b:] for s, b in zip(servers, before)]
+            self.events = [
+                Remote(s, ParityAgent, agent=True).security_events().result(60)[b:] for s, b in zip(servers, before)
+            ]
         if step == STEPS:
             self.peak_rss = [int(Remote(s, ParityAgent, agent=True).peak_rss().result(60)) for s in servers]
 
 
 def _run(backend: str, attack: bool) -> Dict[str, Any]:
     strategy = StrangerAtStep(4, 1, attack)
-    report = make_trainer(small_config(steps=STEPS), ClusterConfig(servers=5, workers=1, backend=backend),
-                       strategy=strategy, failures=FailureSchedule([Kill(KILL_STEP, "server", 1)]))
+    report = make_trainer(
+        small_config(steps=STEPS),
+        ClusterConfig(servers=5, workers=1, backend=backend),
+        strategy=strategy,
+        failures=FailureSchedule([Kill(KILL_STEP, "server", 1)]),
+    )
     report = run_trainer(report)
     return {"report": report, "strategy": strategy}
 

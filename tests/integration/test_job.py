@@ -79,23 +79,28 @@ def test_steps_stop_early_and_evaluate_predict_use_the_trained_model() -> None:
 
 def test_a_killed_worker_restarts_at_its_reader_position() -> None:
     reference = run(xdl_ec.Cluster(servers=3, ft="ckpt", ckpt_interval="4"))
-    report = job().fit(cluster=xdl_ec.Cluster(servers=3, ft="ckpt", ckpt_interval="4", fail_worker_at=["6"]),
-                       deterministic=True, seed=3)
+    report = job().fit(
+        cluster=xdl_ec.Cluster(servers=3, ft="ckpt", ckpt_interval="4", fail_worker_at=["6"]),
+        deterministic=True,
+        seed=3,
+    )
     assert [f["role"] for f in report["failures"]] == ["worker"]
     assert report["model_digest"] == reference["model_digest"]
 
 
 def test_ckpt_rollback_replays_any_job_exactly() -> None:
     reference = run(xdl_ec.Cluster(servers=3))
-    report = job().fit(cluster=xdl_ec.Cluster(servers=3, ft="ckpt", ckpt_interval="4", fail_at=["7:1"]),
-                       deterministic=True, seed=3)
+    report = job().fit(
+        cluster=xdl_ec.Cluster(servers=3, ft="ckpt", ckpt_interval="4", fail_at=["7:1"]), deterministic=True, seed=3
+    )
     assert report["model_digest"] == reference["model_digest"]
     assert report["failures"][0]["lost_samples"] == 2 * 64  # steps 5 and 6 re-trained after the step-4 save
 
 
 def test_cpr_recovers_any_job_losing_only_the_dead_servers_updates() -> None:
-    report = job().fit(cluster=xdl_ec.Cluster(servers=3, ft="cpr", cpr_interval=4, fail_at=["7:1"]),
-                       deterministic=True, seed=3)
+    report = job().fit(
+        cluster=xdl_ec.Cluster(servers=3, ft="cpr", cpr_interval=4, fail_at=["7:1"]), deterministic=True, seed=3
+    )
     assert report["steps"] == 12 and report["lost_updates"] > 0 and report["failures"][0]["index"] == 1
 
 
@@ -116,12 +121,16 @@ def test_an_access_decodes_the_missing_blocks_it_touches_together(monkeypatch: p
     monkeypatch.setattr(ParityAgent, "_decode_own_blocks", record)
     base = job()
     tables = {t.name: dataclasses.replace(t, block_slots=8) for t in base.tables}
-    small = xdl_ec.Job(list(tables.values()),
-                       [dataclasses.replace(f, table=tables[f.table.name]) for f in base.features],
-                       example.make_model, LOG.train)
+    small = xdl_ec.Job(
+        list(tables.values()),
+        [dataclasses.replace(f, table=tables[f.table.name]) for f in base.features],
+        example.make_model,
+        LOG.train,
+    )
     reference = small.fit(cluster=xdl_ec.Cluster(servers=3), deterministic=True, seed=3)
-    report = small.fit(cluster=xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), fail_at=["7:1"]), deterministic=True,
-                       seed=3)
+    report = small.fit(
+        cluster=xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), fail_at=["7:1"]), deterministic=True, seed=3
+    )
     assert [f["index"] for f in report["failures"]] == [1]
     assert report["model_digest"] == reference["model_digest"]
     assert max(decoded) >= 2, decoded
@@ -131,14 +140,18 @@ def _input_with(bad_step: int, **changes):  # noqa: ANN202
     def input_fn(worker: int, num_workers: int):  # noqa: ANN202
         for i, b in enumerate(LOG.train(worker, num_workers), 1):
             yield dict(b, **changes) if i == bad_step else b
+
     return input_fn
 
 
-@pytest.mark.parametrize("changes,message", [
-    ({"age": np.zeros(64, np.int64)}, r"worker 0, step 3: the batch carries undeclared entries \['age'\]"),
-    ({"item": np.zeros(64, np.float32)}, r"worker 0, step 3: feature 'item': ids must be integers"),
-    ({"tags": (np.array([1, 2]), np.array([0, 5]))}, r"worker 0, step 3: feature 'tags': row_splits do not match"),
-])
+@pytest.mark.parametrize(
+    "changes,message",
+    [
+        ({"age": np.zeros(64, np.int64)}, r"worker 0, step 3: the batch carries undeclared entries \['age'\]"),
+        ({"item": np.zeros(64, np.float32)}, r"worker 0, step 3: feature 'item': ids must be integers"),
+        ({"tags": (np.array([1, 2]), np.array([0, 5]))}, r"worker 0, step 3: feature 'tags': row_splits do not match"),
+    ],
+)
 @pytest.mark.parametrize("cluster", [None, xdl_ec.Cluster(servers=2)])
 def test_a_bad_batch_stops_the_run_before_it_is_applied(changes: dict, message: str, cluster) -> None:  # noqa: ANN001
     bad = xdl_ec.Job(job().tables, job().features, example.make_model, _input_with(3, **changes))
@@ -152,9 +165,12 @@ def test_an_input_fn_raising_mid_run_is_named() -> None:
             if i == 4:
                 raise OSError("the log shard vanished")
             yield b
+
     from xdl_ec.model.input_stream import InputFnError
 
-    with pytest.raises(InputFnError, match="worker 0, step 4: input_fn's iterator raised OSError: the log shard vanished"):
+    with pytest.raises(
+        InputFnError, match="worker 0, step 4: input_fn's iterator raised OSError: the log shard vanished"
+    ):
         xdl_ec.Job(job().tables, job().features, example.make_model, input_fn).fit(deterministic=True)
 
 
@@ -175,6 +191,7 @@ def test_a_model_that_breaks_the_contract_is_named(output: str, message: str) ->
                 return self.out(tf.concat([embedded["user"], dense], axis=1))
 
         return Wide()
+
     with pytest.raises(xdl_ec.ModelError, match=message):
         xdl_ec.Job(job().tables, job().features, model_fn, LOG.train).fit(cluster=xdl_ec.Cluster(servers=2))
 
@@ -200,16 +217,19 @@ def test_the_example_job_on_ray_with_ec_and_a_killed_server_ends_at_the_failure_
     """Example (1) on Ray actors with --ft ec --code 2,1, server 1's process killed mid-run: the model equals the
     one-process run's (which equals the failure-free run's on servers, see above)."""
     pytest.importorskip("ray")
-    from xdl_ec.ps.backend import connect_ray
-
     import ray
+
+    from xdl_ec.ps.backend import connect_ray
 
     started = not ray.is_initialized()
     if started:
         connect_ray()
     try:
-        report = job().fit(cluster=xdl_ec.Cluster(servers=3, backend="ray", ft="ec", code=(2, 1), fail_at=["6:1"]),
-                           deterministic=True, seed=3)
+        report = job().fit(
+            cluster=xdl_ec.Cluster(servers=3, backend="ray", ft="ec", code=(2, 1), fail_at=["6:1"]),
+            deterministic=True,
+            seed=3,
+        )
     finally:
         if started:  # the next test file starts its own Ray
             ray.shutdown()

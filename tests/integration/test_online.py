@@ -82,8 +82,14 @@ def stream_dir(root: Path, files: int) -> Path:
 
 def killed(command: list, saves: Path, rng: np.random.Generator, env: dict, cwd: Path) -> None:
     """Runs ``command`` and SIGKILLs it at a random point after its first save."""
-    proc = subprocess.Popen([sys.executable, "-m", "xdl_ec", *command], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True, cwd=cwd)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xdl_ec", *command],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        cwd=cwd,
+    )
     try:
         deadline = time.monotonic() + 180
         while not any(saves.glob("ckpt-*")):
@@ -112,8 +118,12 @@ def test_a_stream_killed_at_random_and_resumed_ends_at_the_uninterrupted_model(t
     full = tmp_path / "full"
     full.mkdir()
     reference = tmp_path / "reference.json"
-    assert main([*common, "--stream", str(stream_dir(full, FILES)), "--stream-idle-exit", "0.5",
-                 "--report", str(reference)]) == 0
+    assert (
+        main(
+            [*common, "--stream", str(stream_dir(full, FILES)), "--stream-idle-exit", "0.5", "--report", str(reference)]
+        )
+        == 0
+    )
     expected = json.loads(reference.read_text())
     assert expected["steps"] == FILES * ROWS // BATCH and expected["samples"] == FILES * ROWS
     assert expected["progressive"]["samples"] == FILES * ROWS
@@ -123,8 +133,17 @@ def test_a_stream_killed_at_random_and_resumed_ends_at_the_uninterrupted_model(t
     directory = stream_dir(online, 2)
     saves = online / "saves"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    command = [*common, "--stream", str(directory), "--stream-idle-exit", "60", "--save-dir", str(saves),
-               "--save-every", "2"]
+    command = [
+        *common,
+        "--stream",
+        str(directory),
+        "--stream-idle-exit",
+        "60",
+        "--save-dir",
+        str(saves),
+        "--save-every",
+        "2",
+    ]
     killed(command, saves, rng, env, tmp_path)
     for n in range(2, 4):
         put_file(directory, n)
@@ -138,8 +157,26 @@ def test_a_stream_killed_at_random_and_resumed_ends_at_the_uninterrupted_model(t
     for n in range(4, FILES):
         put_file(directory, n)
     report = tmp_path / "resumed.json"
-    assert main([*common, "--stream", str(directory), "--stream-idle-exit", "0.5", "--save-dir", str(saves),
-                 "--save-every", "2", "--resume", str(saves), "--report", str(report)]) == 0
+    assert (
+        main(
+            [
+                *common,
+                "--stream",
+                str(directory),
+                "--stream-idle-exit",
+                "0.5",
+                "--save-dir",
+                str(saves),
+                "--save-every",
+                "2",
+                "--resume",
+                str(saves),
+                "--report",
+                str(report),
+            ]
+        )
+        == 0
+    )
     resumed = json.loads(report.read_text())
     assert resumed["resumed_from"]["step"] == cut["step"]
     assert resumed["steps"] == expected["steps"] and resumed["samples"] == FILES * ROWS - cut["extra"]["samples"]
@@ -208,11 +245,25 @@ def test_two_workers_on_a_stream_train_every_sample_exactly_once_through_a_sigki
     script.write_text(SCRIPT % {"rows": FILES * ROWS, "batch": BATCH})
     directory = stream_dir(tmp_path, 3)
     saves, log = tmp_path / "saves", tmp_path / "ids.jsonl"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "STREAM": str(directory),
-           "ID_LOG": str(log), "IDLE": "60"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        "STREAM": str(directory),
+        "ID_LOG": str(log),
+        "IDLE": "60",
+    }
     cluster = ["--servers", "2", "--workers", "2"]
-    common = ["train", "--script", str(script), "--no-progress", *cluster, "--save-dir", str(saves), "--save-every",
-              "1"]
+    common = [
+        "train",
+        "--script",
+        str(script),
+        "--no-progress",
+        *cluster,
+        "--save-dir",
+        str(saves),
+        "--save-every",
+        "1",
+    ]
     killed(common, saves, rng, env, tmp_path)
     cut = newest_save(saves)
     before = [json.loads(x) for x in log.read_text().splitlines()]
@@ -247,8 +298,9 @@ def test_the_built_in_job_on_a_stream_from_python_stops_after_its_steps(tmp_path
     from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job
 
     # no idle exit: the run ends after its steps without waiting for rows past them
-    config = TrainConfig(stream=str(stream_dir(tmp_path, 2)), stream_idle_exit=None, batch_size=BATCH, steps=4,
-                         progress=False)
+    config = TrainConfig(
+        stream=str(stream_dir(tmp_path, 2)), stream_idle_exit=None, batch_size=BATCH, steps=4, progress=False
+    )
     job = criteo_job(config)
     assert job.spec.eval_fn is None  # a stream has no hold-out: progressive validation measures it
     report = job.fit(cluster=xdl_ec.Cluster(servers=2, workers=2))
@@ -261,11 +313,13 @@ def test_a_rollback_on_a_stream_resumes_at_the_kept_position_and_ends_exact(tmp_
     kept for that batch (a new reader starting inside a later file), and the run ends at the failure-free model."""
     from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job
 
-    config = TrainConfig(stream=str(stream_dir(tmp_path, FILES)), stream_idle_exit=0.0, batch_size=BATCH,
-                         progress=False, seed=1)
+    config = TrainConfig(
+        stream=str(stream_dir(tmp_path, FILES)), stream_idle_exit=0.0, batch_size=BATCH, progress=False, seed=1
+    )
     free = criteo_job(config).fit(cluster=xdl_ec.Cluster(servers=3, workers=2), deterministic=True, seed=1)
-    cluster = xdl_ec.Cluster(servers=3, workers=2, ft="ckpt", ckpt_interval="3", ckpt_dir=str(tmp_path / "ckpt"),
-                             fail_at=("5:1",))
+    cluster = xdl_ec.Cluster(
+        servers=3, workers=2, ft="ckpt", ckpt_interval="3", ckpt_dir=str(tmp_path / "ckpt"), fail_at=("5:1",)
+    )
     report = criteo_job(config).fit(cluster=cluster, deterministic=True, seed=1)
     assert len(report["failures"]) == 1 and report["lost_samples"] > 0
     assert report["model_digest"] == free["model_digest"]
@@ -290,22 +344,45 @@ def test_a_stream_directory_vanishing_mid_run_stops_with_a_clear_error(tmp_path:
     remove = threading.Timer(6.0, shutil.rmtree, (directory,))
     remove.start()
     try:
-        assert main(["train", "--stream", str(directory), "--stream-idle-exit", "60", "--batch-size", str(BATCH),
-                     "--no-progress"]) == 2
+        assert (
+            main(
+                [
+                    "train",
+                    "--stream",
+                    str(directory),
+                    "--stream-idle-exit",
+                    "60",
+                    "--batch-size",
+                    str(BATCH),
+                    "--no-progress",
+                ]
+            )
+            == 2
+        )
     finally:
         remove.join()
     err = capsys.readouterr().err
     # gone while the stream waits for a new file (or, on a slow start, before it opened: no such directory)
-    assert f"stream directory {directory} vanished (read up to 'part-00', line {ROWS})" in err \
+    assert (
+        f"stream directory {directory} vanished (read up to 'part-00', line {ROWS})" in err
         or f"stream directory {directory}: no such directory" in err
+    )
 
 
 def test_a_corrupt_line_mid_stream_stops_naming_it_or_is_skipped(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     directory = stream_dir(tmp_path, 2)
     with open(directory / "part-00", "a") as f:  # a plain file: a torn line at its end
         f.write("1\t2\t3\n")
-    common = ["train", "--stream", str(directory), "--stream-idle-exit", "0.2", "--batch-size", str(BATCH),
-              "--no-progress"]
+    common = [
+        "train",
+        "--stream",
+        str(directory),
+        "--stream-idle-exit",
+        "0.2",
+        "--batch-size",
+        str(BATCH),
+        "--no-progress",
+    ]
     assert main(common) != 0
     assert "part-00:121: wrong field count" in capsys.readouterr().err
     report = tmp_path / "skip.json"

@@ -50,7 +50,8 @@ def test_issue19_scenario_repeated(repeat: int) -> None:
 
 
 def test_no_remnant_batch_lands_after_the_rollback(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The cause of a recovery that once hung: a replacement lost mid-rebuild while another loss restarts the recovery still had a
+    """The cause of a recovery that once hung: a replacement lost mid-rebuild while another loss restarts the
+    recovery still had a
     range recorded, which its forwarder delivered after the survivors rolled its stream back (the holders then
     disagreed on its seq for good and the key-index decode waited for them). I5: when the holders roll a lost
     server back, nothing of it runs any more; and 60 ms later (three times the forwarder's routing delay) none of
@@ -84,9 +85,35 @@ def test_sigint_mid_recovery_stops_the_run_within_seconds(tmp_path: Any) -> None
     """``xdl-ec train`` interrupted right after it starts recovering two lost servers (a large table, so the
     rebuild is long): it exits with status 130 within a few seconds, leaving no process behind."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    cmd = [sys.executable, "-P", "-m", "xdl_ec", "train", "--synthetic", "--synthetic-rows", "60000",
-           "--batch-size", "512", "--steps", "400", "--emb-dim", "32", "--no-progress", "--servers", "5",
-           "--ft", "ec", "--code", "3,2", "--rebuild-share", "0.01", "--fail-at", "40:0", "--fail-at", "40:3"]
+    cmd = [
+        sys.executable,
+        "-P",
+        "-m",
+        "xdl_ec",
+        "train",
+        "--synthetic",
+        "--synthetic-rows",
+        "60000",
+        "--batch-size",
+        "512",
+        "--steps",
+        "400",
+        "--emb-dim",
+        "32",
+        "--no-progress",
+        "--servers",
+        "5",
+        "--ft",
+        "ec",
+        "--code",
+        "3,2",
+        "--rebuild-share",
+        "0.01",
+        "--fail-at",
+        "40:0",
+        "--fail-at",
+        "40:3",
+    ]
     status, seconds, stderr, session = interrupt_when_recovering(cmd, env)
     assert status == 130, stderr
     assert seconds < 5.0, f"SIGINT took {seconds:.1f} s to stop the run"
@@ -100,16 +127,21 @@ def test_default_rebuild_runs_beside_training_and_reports_time_to_full_redundanc
     ends exact, and each failure reports the seconds from the kill to full redundancy (detection included). Its
     governor measured training's normal speed on the steps before the kill and stopped governing once the rebuild
     was complete."""
+    from support.ft_runs import make_trainer
+    from support.ft_runs import run as run_trainer
     from support.overlapping_failures import config, reference_digest
     from xdl_ec.ft.ec_strategy import ErasureCoded
     from xdl_ec.ft.failure_schedule import FailureSchedule, Kill
-    from support.ft_runs import make_trainer, run as run_trainer
     from xdl_ec.ps import ClusterConfig
 
     scenario = Scenario("one-loss", 4, 2, 2, 24, ((10, 1),))
     strategy = ErasureCoded(2, 2)
-    trainer = make_trainer(config(scenario.steps), ClusterConfig(servers=4), strategy=strategy,
-                           failures=FailureSchedule([Kill(10, "server", 1)]))
+    trainer = make_trainer(
+        config(scenario.steps),
+        ClusterConfig(servers=4),
+        strategy=strategy,
+        failures=FailureSchedule([Kill(10, "server", 1)]),
+    )
     report = run_trainer(trainer)
     assert report["rebuild"] == "background" and report["model_digest"] == reference_digest(scenario)
     assert strategy.background is not None and strategy.background.stripes > 0

@@ -24,8 +24,10 @@ from support.serving import PLAIN_TF  # noqa: E402
 
 esmm = load_example("esmm")
 din = load_example("din")
-SMALL = {"esmm": esmm.ImpressionLog(batch_size=64, batches=12, eval_batches=2),
-         "din": din.BehaviourLog(batch_size=64, batches=12, eval_batches=2)}
+SMALL = {
+    "esmm": esmm.ImpressionLog(batch_size=64, batches=12, eval_batches=2),
+    "din": din.BehaviourLog(batch_size=64, batches=12, eval_batches=2),
+}
 EXAMPLES = {"esmm": esmm, "din": din}
 SEED = 5
 _RUNS: Dict[str, Any] = {}
@@ -70,7 +72,12 @@ def test_a_server_killed_under_ec_changes_nothing(name: str) -> None:
 @pytest.mark.parametrize("ft", ["none", "ckpt", "cpr", "ec"])
 def test_every_fault_tolerance_trains_the_one_process_model(ft: str) -> None:
     """BatchNorm's statistics included: a ckpt rollback restores them with the weights before the replay."""
-    kill = {"ckpt": {"ckpt_interval": "4", "fail_at": ["7:1"]}, "ec": {"code": (2, 1)}, "cpr": {"cpr_interval": 4}, "none": {}}[ft]
+    kill = {
+        "ckpt": {"ckpt_interval": "4", "fail_at": ["7:1"]},
+        "ec": {"code": (2, 1)},
+        "cpr": {"cpr_interval": 4},
+        "none": {},
+    }[ft]
     cluster = xdl_ec.Cluster(servers=3, ft=ft, **kill)
     report = small_job("din").fit(deterministic=True, seed=SEED, cluster=cluster)
     assert report["model_digest"] == one_process("din")["model_digest"]
@@ -96,11 +103,13 @@ def test_saves_resume_at_another_server_count_with_every_head_and_the_statistics
     if name == "din":
         assert len(statistics) == 4  # the model's and Dice's moving mean and variance
         assert not np.allclose(statistics[1], 1.0)  # the moving variance moved from its initial ones
-    cut = small_job(name).fit(steps=5, deterministic=True, seed=SEED, cluster=xdl_ec.Cluster(servers=3),
-                              save_dir=tmp_path)
+    cut = small_job(name).fit(
+        steps=5, deterministic=True, seed=SEED, cluster=xdl_ec.Cluster(servers=3), save_dir=tmp_path
+    )
     assert cut["steps"] == 5
-    again = small_job(name).fit(deterministic=True, seed=SEED, resume=tmp_path, cluster=xdl_ec.Cluster(servers=2),
-                                save_dir=tmp_path)
+    again = small_job(name).fit(
+        deterministic=True, seed=SEED, resume=tmp_path, cluster=xdl_ec.Cluster(servers=2), save_dir=tmp_path
+    )
     assert again["model_digest"] == report["model_digest"]
     loaded = xdl_ec.load(tmp_path, job=small_job(name))
     for got, want in zip([np.asarray(v) for v in loaded.dense.statistics], statistics):
@@ -151,9 +160,14 @@ def test_the_saved_model_serves_every_head_without_xdl_ec(name: str, tmp_path: P
     np.savez(tmp_path / "in.npz", **_serving_inputs(name, batch))
     (tmp_path / "serve.py").write_text(SERVE)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run([sys.executable, "-P", str(tmp_path / "serve.py"), path, str(tmp_path / "in.npz"),
-                           str(tmp_path / "out.npz")], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-P", str(tmp_path / "serve.py"), path, str(tmp_path / "in.npz"), str(tmp_path / "out.npz")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     with np.load(tmp_path / "out.npz") as served:
         got = {k: served[k] for k in served.files}

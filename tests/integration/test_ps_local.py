@@ -15,20 +15,37 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import xdl_ec  # noqa: E402
 from support.ft_runs import make_trainer, run  # noqa: E402
 from xdl_ec import _core
-from xdl_ec.sparse import init, optim  # noqa: E402
 from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job  # noqa: E402
-from xdl_ec.ps import (ClusterConfig, LocalBackend, PSClient, ParameterServer, PSTrainer, Remote, ServerLost,
-    WorkerLost, route)
+from xdl_ec.ps import (
+    ClusterConfig,
+    LocalBackend,
+    ParameterServer,
+    PSClient,
+    PSTrainer,
+    Remote,
+    ServerLost,
+    WorkerLost,
+    route,
+)
 from xdl_ec.ps.api import ServerAPI  # noqa: E402
 from xdl_ec.ps.dense_sync import average_gradients  # noqa: E402
+from xdl_ec.sparse import init, optim  # noqa: E402
 
 DIM = 4
 SPEC = xdl_ec.Table("t", DIM, optim.Adagrad(learning_rate=0.1), init.RandomUniform(-0.05, 0.05), seed=7)
 
 
 def small_config(**kwargs) -> TrainConfig:
-    base = dict(synthetic=True, synthetic_rows=3000, batch_size=128, steps=5, deterministic=True, progress=False,
-                seed=3, emb_dim=8)
+    base = dict(
+        synthetic=True,
+        synthetic_rows=3000,
+        batch_size=128,
+        steps=5,
+        deterministic=True,
+        progress=False,
+        seed=3,
+        emb_dim=8,
+    )
     base.update(kwargs)
     return TrainConfig(**base)
 
@@ -38,8 +55,15 @@ def fit(config: TrainConfig, cluster: "xdl_ec.Cluster | None" = None) -> dict:
     return criteo_job(config).fit(cluster=cluster, deterministic=config.deterministic, seed=config.seed)
 
 
-def push(server: ParameterServer, keys: np.ndarray, grads: np.ndarray, step: int, worker: int = 0, seq: int = 0,
-         participants: int = 1):
+def push(
+    server: ParameterServer,
+    keys: np.ndarray,
+    grads: np.ndarray,
+    step: int,
+    worker: int = 0,
+    seq: int = 0,
+    participants: int = 1,
+):
     return server.push([("t", keys, grads, seq)], step, worker, participants)
 
 
@@ -79,8 +103,11 @@ def test_gather_gradient_pushes_exactly_what_the_lookup_gradient_pushes(combiner
         np.testing.assert_array_equal(a[field][order_a], b[field][order_b])
     # and the summed gradient is the per-key sum (numpy reference, tolerance: numpy's order may differ)
     expected = np.zeros_like(row_grads)
-    per_position = upstream if combiner == "none" else np.repeat(upstream[:, None, :], 5, axis=1) / (
-        {"sum": 1.0, "mean": 5.0, "sqrtn": np.sqrt(5.0)}[combiner])
+    per_position = (
+        upstream
+        if combiner == "none"
+        else np.repeat(upstream[:, None, :], 5, axis=1) / ({"sum": 1.0, "mean": 5.0, "sqrtn": np.sqrt(5.0)}[combiner])
+    )
     np.add.at(expected, inverse, per_position.reshape(-1, DIM))
     np.testing.assert_allclose(row_grads, expected, rtol=1e-5, atol=1e-6)
 
@@ -129,8 +156,9 @@ def test_server_bad_input_changes_nothing() -> None:
         push(server, keys, np.ones((2, DIM), np.float32), step=1, worker=1, participants=0)
     # a push whose second part is bad applies neither part
     with pytest.raises(ValueError, match="grads"):
-        server.push([("t", keys, np.ones((2, DIM), np.float32), 1), ("t", keys, np.ones((1, DIM), np.float32), 2)],
-                    1, 0, 1)
+        server.push(
+            [("t", keys, np.ones((2, DIM), np.float32), 1), ("t", keys, np.ones((1, DIM), np.float32), 2)], 1, 0, 1
+        )
     assert server.last_seq == {}
     after = server.export("t")
     for field in ("keys", "values", "state"):
@@ -233,7 +261,9 @@ def test_fit_in_chunks_continues_where_it_stopped_and_ends_at_the_same_model() -
 
 
 def test_async_fit_in_chunks_trains_every_batch_once() -> None:
-    trainer = make_trainer(small_config(steps=7, deterministic=False), ClusterConfig(servers=2, workers=2, mode="async"))
+    trainer = make_trainer(
+        small_config(steps=7, deterministic=False), ClusterConfig(servers=2, workers=2, mode="async")
+    )
     try:
         first, rest = trainer.fit(steps=4), trainer.fit()
     finally:
@@ -292,8 +322,22 @@ def test_cli_trains_on_servers_and_reports_bytes_per_server(tmp_path, capsys) ->
     from xdl_ec.cli import main
 
     report_path = tmp_path / "report.json"
-    argv = ["train", "--synthetic", "--synthetic-rows", "3000", "--batch-size", "128", "--steps", "4", "--emb-dim", "8",
-            "--deterministic", "--no-progress", "--report", str(report_path)]
+    argv = [
+        "train",
+        "--synthetic",
+        "--synthetic-rows",
+        "3000",
+        "--batch-size",
+        "128",
+        "--steps",
+        "4",
+        "--emb-dim",
+        "8",
+        "--deterministic",
+        "--no-progress",
+        "--report",
+        str(report_path),
+    ]
     assert main(argv) == 0
     single = json.loads(report_path.read_text())
     assert main(argv + ["--servers", "2", "--backend", "local", "--mode", "sync"]) == 0
@@ -306,10 +350,13 @@ def test_cli_trains_on_servers_and_reports_bytes_per_server(tmp_path, capsys) ->
     assert "server 1:" in out and "bytes in" in out
 
 
-@pytest.mark.parametrize("extra,message", [
-    (["--workers", "2"], "--workers: needs --servers N"),
-    (["--servers", "2", "--address", "127.0.0.1:6379"], "--address: a Ray address needs --backend ray"),
-])
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--workers", "2"], "--workers: needs --servers N"),
+        (["--servers", "2", "--address", "127.0.0.1:6379"], "--address: a Ray address needs --backend ray"),
+    ],
+)
 def test_cli_rejects_cluster_flags_that_do_not_fit(extra: list, message: str, capsys) -> None:
     from xdl_ec.cli import main
 

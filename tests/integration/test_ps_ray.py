@@ -13,10 +13,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.ray
 
-from support.ft_runs import make_trainer, run as run_trainer  # noqa: E402
+from support.ft_runs import make_trainer  # noqa: E402
+from support.ft_runs import run as run_trainer
+from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job  # noqa: E402
 from xdl_ec.ps import ClusterConfig, ServerLost, WorkerLost  # noqa: E402
 from xdl_ec.ps.backend import ray_runtime_env  # noqa: E402
-from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -28,8 +29,16 @@ def ray_cluster():
 
 
 def small_config(**kwargs) -> TrainConfig:
-    base = dict(synthetic=True, synthetic_rows=3000, batch_size=128, steps=5, deterministic=True, progress=False,
-                seed=3, emb_dim=8)
+    base = dict(
+        synthetic=True,
+        synthetic_rows=3000,
+        batch_size=128,
+        steps=5,
+        deterministic=True,
+        progress=False,
+        seed=3,
+        emb_dim=8,
+    )
     base.update(kwargs)
     return TrainConfig(**base)
 
@@ -57,8 +66,10 @@ def test_two_sync_workers_on_ray_match_the_one_process_backend() -> None:
 
 @pytest.mark.parametrize("role,index,error", [("server", 1, ServerLost), ("worker", 0, WorkerLost)])
 def test_ray_kill_stops_training_naming_the_role(role: str, index: int, error: type) -> None:
-    trainer = make_trainer(small_config(steps=2000, synthetic_rows=300_000, deterministic=False),
-                        ClusterConfig(servers=2, workers=1, backend="ray"))
+    trainer = make_trainer(
+        small_config(steps=2000, synthetic_rows=300_000, deterministic=False),
+        ClusterConfig(servers=2, workers=1, backend="ray"),
+    )
     handles = trainer.scheduler.servers if role == "server" else trainer.scheduler.workers
 
     def kill() -> None:

@@ -20,12 +20,40 @@ def test_sigint_mid_recovery_on_ray_stops_the_run_and_its_ray(tmp_path: Any) -> 
     pytest.importorskip("ray")
     started: Set[int] = set()  # the run's processes, Ray's included (its local Ray runs below the driver)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "RAY_AUTH_MODE": "disabled"}
-    cmd = [sys.executable, "-P", "-m", "xdl_ec", "train", "--synthetic", "--synthetic-rows", "60000",
-           "--batch-size", "512", "--steps", "400", "--emb-dim", "32", "--no-progress", "--servers", "5",
-           "--backend", "ray", "--ft", "ec", "--code", "3,2", "--rebuild-share", "0.01", "--fail-at", "30:0",
-           "--fail-at", "30:3"]
-    status, seconds, stderr, _ = interrupt_when_recovering(cmd, env, cwd=str(tmp_path), start_timeout=300,
-                                                           before_interrupt=lambda pid: started.update(descendants(pid)))
+    cmd = [
+        sys.executable,
+        "-P",
+        "-m",
+        "xdl_ec",
+        "train",
+        "--synthetic",
+        "--synthetic-rows",
+        "60000",
+        "--batch-size",
+        "512",
+        "--steps",
+        "400",
+        "--emb-dim",
+        "32",
+        "--no-progress",
+        "--servers",
+        "5",
+        "--backend",
+        "ray",
+        "--ft",
+        "ec",
+        "--code",
+        "3,2",
+        "--rebuild-share",
+        "0.01",
+        "--fail-at",
+        "30:0",
+        "--fail-at",
+        "30:3",
+    ]
+    status, seconds, stderr, _ = interrupt_when_recovering(
+        cmd, env, cwd=str(tmp_path), start_timeout=300, before_interrupt=lambda pid: started.update(descendants(pid))
+    )
     assert status == 130, stderr[-3000:]
     assert seconds < 10.0, f"SIGINT took {seconds:.1f} s to stop the run"
     assert started, "the run had started no process of its own"

@@ -30,8 +30,12 @@ pytestmark = pytest.mark.ray
 example = load_example("user_item_tags")
 BATCHES, PAUSE_AT, SEED = 24, 8, 3
 # Ray declares a node dead after its health checks fail: shortened here so the loss is seen in ~2 s, not ~30 s
-FAST_NODE_DEATH = {"RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": "500",
-                   "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "0"}
+FAST_NODE_DEATH = {
+    "RAY_health_check_period_ms": "500",
+    "RAY_health_check_timeout_ms": "500",
+    "RAY_health_check_failure_threshold": "3",
+    "RAY_health_check_initial_delay_ms": "0",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,21 +74,57 @@ class RayNode:
     def __init__(self, temp_dir: str, address: Optional[str] = None, resources: str = "{}") -> None:
         self.temp_dir = temp_dir
         self.port = free_port()
-        ports = ["--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
-                 "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port"]
-        cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--node-ip-address", "127.0.0.1",
-               "--temp-dir", temp_dir, "--num-cpus", "1", "--object-store-memory", str(100 * 2 ** 20),
-               "--resources", resources, "--disable-usage-stats",
-               "--min-worker-port", "0", "--max-worker-port", "0"]  # 0: workers take free ports (two raylets here)
+        ports = [
+            "--node-manager-port",
+            "--object-manager-port",
+            "--dashboard-agent-listen-port",
+            "--dashboard-agent-grpc-port",
+            "--runtime-env-agent-port",
+            "--metrics-export-port",
+        ]
+        cmd = [
+            sys.executable,
+            "-m",
+            "ray.scripts.scripts",
+            "start",
+            "--node-ip-address",
+            "127.0.0.1",
+            "--temp-dir",
+            temp_dir,
+            "--num-cpus",
+            "1",
+            "--object-store-memory",
+            str(100 * 2**20),
+            "--resources",
+            resources,
+            "--disable-usage-stats",
+            "--min-worker-port",
+            "0",
+            "--max-worker-port",
+            "0",
+        ]  # 0: workers take free ports (two raylets here)
         for flag in ports:
             cmd += [flag, str(free_port())]
         if address is None:
-            cmd += ["--head", "--port", str(self.port), "--include-dashboard", "false",
-                    "--ray-client-server-port", str(free_port())]
+            cmd += [
+                "--head",
+                "--port",
+                str(self.port),
+                "--include-dashboard",
+                "false",
+                "--ray-client-server-port",
+                str(free_port()),
+            ]
         else:
             cmd += ["--address", address]
-        proc = subprocess.Popen(cmd, env={**os.environ, **FAST_NODE_DEATH}, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            env={**os.environ, **FAST_NODE_DEATH},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         self.group = proc.pid  # the session's process group: ray start's daemons stay in it
         out, _ = proc.communicate(timeout=120)
         if proc.returncode != 0:
@@ -93,8 +133,9 @@ class RayNode:
 
     def processes(self) -> Dict[int, str]:
         """The node's processes (pid -> command line): its process group, and anything they started elsewhere."""
-        table = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,pgid=,args="], capture_output=True, text=True,
-                               check=True).stdout
+        table = subprocess.run(
+            ["ps", "-ww", "-eo", "pid=,ppid=,pgid=,args="], capture_output=True, text=True, check=True
+        ).stdout
         rows = [line.split(None, 3) for line in table.splitlines()]
         args = {int(row[0]): row[3] if len(row) > 3 else "" for row in rows}
         found = {int(row[0]) for row in rows if int(row[2]) == self.group}
@@ -128,8 +169,12 @@ def ensure_ray_token() -> None:
     """In token mode (the tests' default, see conftest) ``ray start`` needs Ray's token to exist already; Ray makes
     one only when none does (its output, the token, is not shown)."""
     if os.environ.get("RAY_AUTH_MODE", "").lower() == "token":
-        subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "get-auth-token", "--generate"],
-                       capture_output=True, check=True, timeout=60)
+        subprocess.run(
+            [sys.executable, "-m", "ray.scripts.scripts", "get-auth-token", "--generate"],
+            capture_output=True,
+            check=True,
+            timeout=60,
+        )
 
 
 def test_losing_a_whole_node_mid_run_loses_at_most_r_of_a_stripe_and_recovery_is_exact() -> None:
@@ -162,7 +207,9 @@ def test_losing_a_whole_node_mid_run_loses_at_most_r_of_a_stripe_and_recovery_is
         with pytest.warns(RuntimeWarning, match="failure domain 'node' degraded"):  # one node left: r cannot hold
             report = example.make_job(log).fit(
                 cluster=xdl_ec.Cluster(servers=4, backend="ray", address=address, ft="ec", code=(2, 2)),
-                deterministic=True, seed=SEED)
+                deterministic=True,
+                seed=SEED,
+            )
         killer.join(10)
     finally:
         if ray.is_initialized():  # the run failed before its backend shut down: leave no connection behind

@@ -54,8 +54,11 @@ def tree_digest(root: Path) -> str:
     return h.hexdigest()
 
 
-@pytest.mark.parametrize("cluster", [None, xdl_ec.Cluster(servers=3), xdl_ec.Cluster(servers=2)],
-                         ids=["one-process", "3-servers", "2-servers"])
+@pytest.mark.parametrize(
+    "cluster",
+    [None, xdl_ec.Cluster(servers=3), xdl_ec.Cluster(servers=2)],
+    ids=["one-process", "3-servers", "2-servers"],
+)
 def test_a_resumed_run_ends_at_the_uninterrupted_runs_model(saved: Path, cluster: "xdl_ec.Cluster | None") -> None:
     report = job().fit(steps=STEPS, deterministic=True, seed=SEED, resume=saved, cluster=cluster)
     assert report["model_digest"] == uninterrupted()["model_digest"]
@@ -87,8 +90,10 @@ def test_resumed_under_ckpt_a_rollback_returns_to_the_loaded_state_not_to_empty_
 def test_periodic_saves_keep_the_newest_k(tmp_path: Path) -> None:
     report = job().fit(steps=STEPS, deterministic=True, seed=SEED, save_dir=tmp_path, save_every="3", keep=2)
     assert report["saves"]["saves"] == 4  # steps 3, 6, 9, 12
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-000003-step-000000000009",
-                                                          "ckpt-000004-step-000000000012"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "ckpt-000003-step-000000000009",
+        "ckpt-000004-step-000000000012",
+    ]
     again = job().fit(steps=STEPS, deterministic=True, seed=SEED, resume=tmp_path)
     assert again["samples"] == 0 and again["model_digest"] == uninterrupted()["model_digest"]
 
@@ -107,8 +112,22 @@ def test_load_gives_the_trained_model_back(tmp_path: Path) -> None:
 
 def test_load_finds_the_script_job_by_itself(tmp_path: Path) -> None:
     script = REPO_ROOT / "examples" / "user_item_tags.py"
-    assert main(["train", "--script", str(script), "--steps", "4", "--deterministic", "--no-progress",
-                 "--save-dir", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--script",
+                str(script),
+                "--steps",
+                "4",
+                "--deterministic",
+                "--no-progress",
+                "--save-dir",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     model = xdl_ec.load(tmp_path)  # the save names the script: no job= needed
     batch = next(iter(example.job().spec.input_fn(0, 1)))
     probabilities = model.predict(batch)
@@ -154,28 +173,48 @@ def test_resume_from_a_damaged_save_names_the_file(saved: Path, tmp_path: Path, 
     target.write_bytes(bytes(data))
     before = tree_digest(root)
     with pytest.raises(ValueError, match="table-0001.values.npy"):
-        job().fit(steps=STEPS, deterministic=True, seed=SEED, resume=root, cluster=xdl_ec.Cluster(servers=2),
-                  save_dir=root)
+        job().fit(
+            steps=STEPS, deterministic=True, seed=SEED, resume=root, cluster=xdl_ec.Cluster(servers=2), save_dir=root
+        )
     assert tree_digest(root) == before  # nothing overwritten, no save added
 
 
 def _other_job(dim: int = 16, optimizer: str = "adagrad") -> xdl_ec.Job:
     spec = job().spec
-    tables = [xdl_ec.Table(t.name, dim if t.name == "users" else t.dim,
-                           optimizer=optimizer if t.name == "users" else t.optimizer, initializer=t.initializer,
-                           seed=t.seed) for t in spec.tables]
+    tables = [
+        xdl_ec.Table(
+            t.name,
+            dim if t.name == "users" else t.dim,
+            optimizer=optimizer if t.name == "users" else t.optimizer,
+            initializer=t.initializer,
+            seed=t.seed,
+        )
+        for t in spec.tables
+    ]
     by_name = {t.name: t for t in tables}
-    features = [xdl_ec.Feature(f.name, by_name[f.table.name], combiner=f.combiner, shared_ids=f.shared_ids)
-                for f in spec.features]
+    features = [
+        xdl_ec.Feature(f.name, by_name[f.table.name], combiner=f.combiner, shared_ids=f.shared_ids)
+        for f in spec.features
+    ]
     return xdl_ec.Job(tables, features, spec.model_fn, spec.input_fn)
 
 
-@pytest.mark.parametrize("other, match", [
-    (lambda: _other_job(dim=8), r"table 'users' was saved with dim=16, this job declares dim=8"),
-    (lambda: _other_job(optimizer="sgd"), r"table 'users' was saved with optimizer="),
-    (lambda: xdl_ec.Job([xdl_ec.Table("x", 4)], [xdl_ec.Feature("user", xdl_ec.Table("x", 4))],
-                        job().spec.model_fn, job().spec.input_fn), r"tables \['items', 'tags', 'users'\].*another job"),
-])
+@pytest.mark.parametrize(
+    "other, match",
+    [
+        (lambda: _other_job(dim=8), r"table 'users' was saved with dim=16, this job declares dim=8"),
+        (lambda: _other_job(optimizer="sgd"), r"table 'users' was saved with optimizer="),
+        (
+            lambda: xdl_ec.Job(
+                [xdl_ec.Table("x", 4)],
+                [xdl_ec.Feature("user", xdl_ec.Table("x", 4))],
+                job().spec.model_fn,
+                job().spec.input_fn,
+            ),
+            r"tables \['items', 'tags', 'users'\].*another job",
+        ),
+    ],
+)
 def test_resume_of_another_job_is_refused(saved: Path, other, match: str) -> None:  # noqa: ANN001
     before = tree_digest(saved)
     with pytest.raises(xdl_ec.SaveMismatch, match=match):
@@ -187,8 +226,9 @@ def test_resume_with_other_run_settings_is_refused(saved: Path) -> None:
     with pytest.raises(xdl_ec.SaveMismatch, match="seed=3, deterministic=True; resume with the same"):
         job().fit(steps=STEPS, deterministic=True, seed=4, resume=saved)
     with pytest.raises(xdl_ec.SaveMismatch, match="saved by a run of 1 worker.*--workers 1"):
-        job().fit(steps=STEPS, deterministic=True, seed=SEED, resume=saved,
-                  cluster=xdl_ec.Cluster(servers=2, workers=2))
+        job().fit(
+            steps=STEPS, deterministic=True, seed=SEED, resume=saved, cluster=xdl_ec.Cluster(servers=2, workers=2)
+        )
 
 
 def test_cli_save_flags_are_checked_before_any_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -197,18 +237,33 @@ def test_cli_save_flags_are_checked_before_any_run(tmp_path: Path, capsys: pytes
         return capsys.readouterr().err
 
     assert "--save-every: needs --save-dir DIR" in refused("train", "--synthetic", "--steps", "2", "--save-every", "10")
-    assert "--save-every:" in refused("train", "--synthetic", "--steps", "2", "--save-dir", str(tmp_path),
-                                      "--save-every", "often")
-    assert "--resume: no such save directory" in refused("train", "--synthetic", "--steps", "2", "--resume",
-                                                         str(tmp_path / "absent"))
-    assert "--save-dir: verify trains a fresh run" in refused("verify", "--synthetic", "--steps", "2", "--servers",
-                                                              "3", "--code", "2,1", "--save-dir", str(tmp_path))
+    assert "--save-every:" in refused(
+        "train", "--synthetic", "--steps", "2", "--save-dir", str(tmp_path), "--save-every", "often"
+    )
+    assert "--resume: no such save directory" in refused(
+        "train", "--synthetic", "--steps", "2", "--resume", str(tmp_path / "absent")
+    )
+    assert "--save-dir: verify trains a fresh run" in refused(
+        "verify", "--synthetic", "--steps", "2", "--servers", "3", "--code", "2,1", "--save-dir", str(tmp_path)
+    )
     assert not any(tmp_path.iterdir())
 
 
 def test_cli_resume_of_the_built_in_model_ends_at_the_uninterrupted_digest(tmp_path: Path) -> None:
-    common = ["train", "--synthetic", "--synthetic-rows", "4000", "--steps", "20", "--batch-size", "64",
-              "--deterministic", "--seed", "1", "--no-progress"]
+    common = [
+        "train",
+        "--synthetic",
+        "--synthetic-rows",
+        "4000",
+        "--steps",
+        "20",
+        "--batch-size",
+        "64",
+        "--deterministic",
+        "--seed",
+        "1",
+        "--no-progress",
+    ]
 
     def cli(*args: str) -> dict:
         report = tmp_path / f"report-{len(list(tmp_path.glob('report-*')))}.json"
@@ -238,16 +293,18 @@ def test_a_save_resumes_on_ray(saved: Path) -> None:
     started = not ray.is_initialized()
     try:
         connect_ray()
-        report = job().fit(steps=STEPS, deterministic=True, seed=SEED, resume=saved,
-                           cluster=xdl_ec.Cluster(servers=2, backend="ray"))
+        report = job().fit(
+            steps=STEPS, deterministic=True, seed=SEED, resume=saved, cluster=xdl_ec.Cluster(servers=2, backend="ray")
+        )
     finally:
         if started:
             ray.shutdown()
     assert report["model_digest"] == uninterrupted()["model_digest"]
 
 
-def test_cli_export_of_a_save_serves_what_load_predicts(saved: Path, tmp_path: Path,
-                                                        capsys: pytest.CaptureFixture) -> None:
+def test_cli_export_of_a_save_serves_what_load_predicts(
+    saved: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     import tensorflow as tf
 
     model = xdl_ec.load(saved, job=job())
@@ -258,16 +315,38 @@ def test_cli_export_of_a_save_serves_what_load_predicts(saved: Path, tmp_path: P
     serve = tf.saved_model.load(str(tmp_path / "served")).signatures["serving_default"]
     for batch in LOG.holdout():
         values, splits = batch["tags"]
-        out = serve(user=tf.constant(batch["user"]), item=tf.constant(batch["item"]), tags_values=tf.constant(values),
-                    tags_row_splits=tf.constant(splits), dense=tf.constant(batch["dense"]))
+        out = serve(
+            user=tf.constant(batch["user"]),
+            item=tf.constant(batch["item"]),
+            tags_values=tf.constant(values),
+            tags_row_splits=tf.constant(splits),
+            dense=tf.constant(batch["dense"]),
+        )
         np.testing.assert_allclose(out["probability"].numpy(), model.predict(batch), atol=1e-6)
     assert main(["export", "--from", str(saved), "--out", str(tmp_path / "served"), "--script", script]) == 2
     assert "exists and is not an empty directory" in capsys.readouterr().err
 
 
 def test_load_rebuilds_the_built_in_job_from_its_save(tmp_path: Path) -> None:
-    assert main(["train", "--synthetic", "--synthetic-rows", "3000", "--steps", "3", "--batch-size", "64",
-                 "--deterministic", "--no-progress", "--save-dir", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--synthetic",
+                "--synthetic-rows",
+                "3000",
+                "--steps",
+                "3",
+                "--batch-size",
+                "64",
+                "--deterministic",
+                "--no-progress",
+                "--save-dir",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     model = xdl_ec.load(tmp_path)  # the save names the built-in model's config
     from xdl_ec.builtin.criteo_job import CriteoHoldout, TrainConfig
 

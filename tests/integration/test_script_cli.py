@@ -41,14 +41,18 @@ def write(tmp_path: Path, body: str) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("body,message", [
-    ("def job():\n    raise KeyError('users table')\n", "job() raised KeyError: 'users table' (at "),
-    ("def job():\n    return 42\n", "job() must return an xdl_ec.Job, got int"),
-    ("x = 1\n", "defines no job() function"),
-    ("import no_such_module_here\n", "importing it raised ModuleNotFoundError"),
-])
-def test_a_broken_script_is_one_clear_line(tmp_path: Path, body: str, message: str,
-                                          capsys: pytest.CaptureFixture) -> None:
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        ("def job():\n    raise KeyError('users table')\n", "job() raised KeyError: 'users table' (at "),
+        ("def job():\n    return 42\n", "job() must return an xdl_ec.Job, got int"),
+        ("x = 1\n", "defines no job() function"),
+        ("import no_such_module_here\n", "importing it raised ModuleNotFoundError"),
+    ],
+)
+def test_a_broken_script_is_one_clear_line(
+    tmp_path: Path, body: str, message: str, capsys: pytest.CaptureFixture
+) -> None:
     assert main(["train", "--script", write(tmp_path, body), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
@@ -63,14 +67,17 @@ def test_built_in_flags_are_refused_with_a_script(capsys: pytest.CaptureFixture)
 
 
 def test_bench_runs_a_script_job_through_the_same_kills(tmp_path: Path) -> None:
-    script = write(tmp_path, f'''import sys
+    script = write(
+        tmp_path,
+        f"""import sys
 sys.path.insert(0, {str(REPO_ROOT / "tests")!r})
 from support.examples import load_example
 example = load_example("user_item_tags")
 
 def job():
     return example.make_job(example.ClickLog(batch_size=64, batches=30, eval_batches=2))
-''')
+""",
+    )
     out = tmp_path / "bench"
     assert main(["bench", "--quick", "--script", script, "--only", "ec-2+1", "--out", str(out), "--no-progress"]) == 0
     results = json.loads((out / "results.json").read_text())

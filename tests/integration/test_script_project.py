@@ -97,20 +97,31 @@ def train(tmp_path: Path, *flags: str) -> dict:
 
 
 def test_a_script_imports_its_modules_and_package_and_load_rebuilds_it(project: Path, tmp_path: Path) -> None:
-    report = train(tmp_path, "--script", str(project / "train.py"), "--steps", "8", "--deterministic",
-                   "--save-dir", str(tmp_path / "saves"))
+    report = train(
+        tmp_path,
+        "--script",
+        str(project / "train.py"),
+        "--steps",
+        "8",
+        "--deterministic",
+        "--save-dir",
+        str(tmp_path / "saves"),
+    )
     assert report["steps"] == 8 and report["auc"] is not None
     assert sys.path[0] == str(project)
     # a fresh process, elsewhere: the save names the script, whose folder goes on sys.path again
-    code = ("import numpy as np, xdl_ec\n"
-            f"model = xdl_ec.load({str(tmp_path / 'saves')!r})\n"
-            "batch = {'user': np.arange(5, dtype=np.int64), 'item': np.arange(5, dtype=np.int64), "
-            "'dense': np.zeros((5, 3), np.float32)}\n"
-            "p = np.asarray(model.predict(batch))\n"
-            "print(p.shape, bool(((p > 0) & (p < 1)).all()))\n")
+    code = (
+        "import numpy as np, xdl_ec\n"
+        f"model = xdl_ec.load({str(tmp_path / 'saves')!r})\n"
+        "batch = {'user': np.arange(5, dtype=np.int64), 'item': np.arange(5, dtype=np.int64), "
+        "'dense': np.zeros((5, 3), np.float32)}\n"
+        "p = np.asarray(model.predict(batch))\n"
+        "print(p.shape, bool(((p > 0) & (p < 1)).all()))\n"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and p != str(project))}
-    proc = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, env=env,
-                          cwd=tmp_path, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-P", "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["(5,)", "True"]
 
@@ -124,16 +135,28 @@ def test_on_ray_the_folder_reaches_the_actors(project: Path, tmp_path: Path) -> 
     assert on_ray["model_digest"] == here["model_digest"]
 
 
-def test_a_folder_too_large_to_ship_is_refused_before_ray_starts(project: Path,
-                                                                 capsys: pytest.CaptureFixture) -> None:
+def test_a_folder_too_large_to_ship_is_refused_before_ray_starts(project: Path, capsys: pytest.CaptureFixture) -> None:
     with open(project / "big.bin", "wb") as f:
         f.truncate(MAX_PROJECT_BYTES + 1)  # sparse: no disk written
-    status = main(["train", "--script", str(project / "train.py"), "--steps", "2", "--servers", "2",
-                   "--backend", "ray", "--no-progress"])
+    status = main(
+        [
+            "train",
+            "--script",
+            str(project / "train.py"),
+            "--steps",
+            "2",
+            "--servers",
+            "2",
+            "--backend",
+            "ray",
+            "--no-progress",
+        ]
+    )
     err = capsys.readouterr().err
     assert status == 2, err
     assert err.strip().splitlines() == [
         f"xdl-ec train: error: --script: its folder {project} holds 50.0 MB; on Ray the script's folder travels to "
         f"every actor, at most 50 MB: put the script and the modules it imports in a folder of their own (data files "
-        f"can stay where they are, read by absolute path)"]
+        f"can stay where they are, read by absolute path)"
+    ]
     assert "ray" not in sys.modules or not sys.modules["ray"].is_initialized()

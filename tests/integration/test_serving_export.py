@@ -41,9 +41,14 @@ def kinds_batch(rng: np.random.Generator, size: int) -> Dict[str, Any]:
     splits = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     item = rng.integers(0, ITEMS, size)
     history = rng.integers(0, ITEMS, (size, HISTORY))
-    return {"label": (item % 3 == 0).astype(np.float32), "item": item, "history": history,
-            "genres": rng.integers(0, GENRES, (size, 2)), "slots": rng.integers(0, GENRES, (size, 3)),
-            "words": (rng.integers(0, WORDS, int(splits[-1])), splits)}
+    return {
+        "label": (item % 3 == 0).astype(np.float32),
+        "item": item,
+        "history": history,
+        "genres": rng.integers(0, GENRES, (size, 2)),
+        "slots": rng.integers(0, GENRES, (size, 3)),
+        "words": (rng.integers(0, WORDS, int(splits[-1])), splits),
+    }
 
 
 def kinds_input(worker: int, num_workers: int) -> Iterator[Dict[str, Any]]:
@@ -60,8 +65,9 @@ def kinds_model() -> Any:
 
         def call(self, embedded, dense, training=False):  # noqa: ANN001, ANN201 - the job API's call
             history = self.history(tf.reshape(embedded["history"], [-1, HISTORY * 8]))
-            return self.out(tf.concat([embedded["item"], history, embedded["genres"], embedded["slots"],
-                                       embedded["words"]], axis=1))
+            return self.out(
+                tf.concat([embedded["item"], history, embedded["genres"], embedded["slots"], embedded["words"]], axis=1)
+            )
 
     return KindsModel()
 
@@ -81,11 +87,16 @@ def concat_model() -> Any:
 def kinds_job() -> xdl_ec.Job:
     items = xdl_ec.Table("items", dim=8, optimizer=xdl_ec.optim.Adagrad(0.1), seed=1)
     genres = xdl_ec.Table("genre words", dim=4, optimizer=xdl_ec.optim.Adam(0.01), seed=2)
-    features = [xdl_ec.Feature("item", items, shared_ids=True), xdl_ec.Feature("history", items, shared_ids=True),
-                xdl_ec.Feature("genres", genres, combiner="sqrtn"), xdl_ec.Feature("slots", genres, combiner="mean"),
-                xdl_ec.Feature("words", genres, combiner="sum")]
-    return xdl_ec.Job(tables=[items, genres], features=features, model_fn=kinds_model, input_fn=kinds_input,
-                      dense_learning_rate=0.01)
+    features = [
+        xdl_ec.Feature("item", items, shared_ids=True),
+        xdl_ec.Feature("history", items, shared_ids=True),
+        xdl_ec.Feature("genres", genres, combiner="sqrtn"),
+        xdl_ec.Feature("slots", genres, combiner="mean"),
+        xdl_ec.Feature("words", genres, combiner="sum"),
+    ]
+    return xdl_ec.Job(
+        tables=[items, genres], features=features, model_fn=kinds_model, input_fn=kinds_input, dense_learning_rate=0.01
+    )
 
 
 def serving_inputs(batch: Dict[str, Any]) -> Dict[str, np.ndarray]:
@@ -104,20 +115,33 @@ def serving_inputs(batch: Dict[str, Any]) -> Dict[str, np.ndarray]:
 def uit_batches() -> List[Dict[str, Any]]:
     seen = next(iter(LOG.holdout()))
     n = len(seen["label"])
-    unseen = dict(seen, user=np.resize(UNSEEN, n), item=np.resize(UNSEEN[::-1], n),
-                  tags=(np.resize(UNSEEN, seen["tags"][0].size), seen["tags"][1]))
+    unseen = dict(
+        seen,
+        user=np.resize(UNSEEN, n),
+        item=np.resize(UNSEEN[::-1], n),
+        tags=(np.resize(UNSEEN, seen["tags"][0].size), seen["tags"][1]),
+    )
     # half seen, half unseen ids, and a batch of one example without tags
     mixed = dict(seen, user=np.where(np.arange(n) % 2 == 0, seen["user"], 10**13 + np.arange(n)))
-    one = {"label": np.zeros(1, np.float32), "dense": seen["dense"][:1], "user": seen["user"][:1],
-           "item": seen["item"][:1], "tags": (np.zeros(0, np.int64), np.zeros(2, np.int64))}
+    one = {
+        "label": np.zeros(1, np.float32),
+        "dense": seen["dense"][:1],
+        "user": seen["user"][:1],
+        "item": seen["item"][:1],
+        "tags": (np.zeros(0, np.int64), np.zeros(2, np.int64)),
+    }
     return [seen, unseen, mixed, one]
 
 
 def kinds_batches() -> List[Dict[str, Any]]:
     seen = kinds_batch(np.random.default_rng(0), 32)  # the first training batch of worker 0
     other = kinds_batch(np.random.default_rng(99), 16)
-    unseen = dict(other, item=np.resize(UNSEEN, 16), history=np.resize(UNSEEN, (16, HISTORY)),
-                  genres=np.resize(UNSEEN[::-1], (16, 2)))
+    unseen = dict(
+        other,
+        item=np.resize(UNSEEN, 16),
+        history=np.resize(UNSEEN, (16, HISTORY)),
+        genres=np.resize(UNSEEN[::-1], (16, 2)),
+    )
     return [seen, other, unseen]
 
 
@@ -155,7 +179,8 @@ SERVE = PLAIN_TF + textwrap.dedent("""
 
 
 def test_the_saved_model_serves_predict_in_a_process_without_xdl_ec(
-        trained: Dict[str, xdl_ec.Job], exported: Dict[str, Path], tmp_path: Path) -> None:
+    trained: Dict[str, xdl_ec.Job], exported: Dict[str, Path], tmp_path: Path
+) -> None:
     args, expected = [], {}
     for name, path in exported.items():
         batches = BATCHES[name]()
@@ -166,8 +191,14 @@ def test_the_saved_model_serves_predict_in_a_process_without_xdl_ec(
     (tmp_path / "serve.py").write_text(SERVE)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     # -P: the script's folder is not put on sys.path
-    done = subprocess.run([sys.executable, "-P", str(tmp_path / "serve.py"), *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-P", str(tmp_path / "serve.py"), *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "served without xdl_ec" in done.stdout
     for name, wanted in expected.items():
@@ -185,14 +216,18 @@ def test_unseen_ids_read_the_zero_row(trained: Dict[str, xdl_ec.Job], exported: 
     batch = uit_batches()[1]  # every id unseen
     got = serve(**{k: tf.constant(v) for k, v in serving_inputs(batch).items()})["probability"].numpy()
     model = trained["user_item_tags"].model.dense.model
-    zeros = {"user": np.zeros((64, 16), np.float32), "item": np.zeros((64, 16), np.float32),
-             "tags": np.zeros((64, 8), np.float32)}
+    zeros = {
+        "user": np.zeros((64, 16), np.float32),
+        "item": np.zeros((64, 16), np.float32),
+        "tags": np.zeros((64, 8), np.float32),
+    }
     logits = model(zeros, tf.constant(batch["dense"]), training=False).numpy()[:, 0]
     np.testing.assert_allclose(got, 1 / (1 + np.exp(-logits)), rtol=0, atol=1e-6)
 
 
-def test_only_standard_ops_and_no_optimizer_state_are_saved(trained: Dict[str, xdl_ec.Job],
-                                                             exported: Dict[str, Path]) -> None:
+def test_only_standard_ops_and_no_optimizer_state_are_saved(
+    trained: Dict[str, xdl_ec.Job], exported: Dict[str, Path]
+) -> None:
     from tensorflow.core.protobuf import saved_model_pb2
 
     for name, path in exported.items():
@@ -206,15 +241,23 @@ def test_only_standard_ops_and_no_optimizer_state_are_saved(trained: Dict[str, x
         rows = sum((len(t) + 1) * t.dim for t in model.tables.tables.values())
         weights = sum(int(np.prod(v.shape)) for v in model.dense.model.weights)
         checkpoint = str(path / "variables" / "variables")
-        saved_floats = sum(int(np.prod(shape)) for key, shape in tf.train.list_variables(checkpoint)
-                           if key != "_CHECKPOINTABLE_OBJECT_GRAPH")
+        saved_floats = sum(
+            int(np.prod(shape))
+            for key, shape in tf.train.list_variables(checkpoint)
+            if key != "_CHECKPOINTABLE_OBJECT_GRAPH"
+        )
         assert saved_floats == rows + weights, name
         described = json.loads((path / "assets.extra" / "serving.json").read_text())
         assert described["outputs"] == {"probability": "float32 [B]"}
     described = json.loads((exported["kinds"] / "assets.extra" / "serving.json").read_text())
-    assert described["inputs"] == {"item": "int64 [B]", "history": "int64 [B, 3]", "genres": "int64 [B, 2]",
-                                   "slots": "int64 [B, 3]", "words_values": "int64 [nnz]",
-                                   "words_row_splits": "int64 [B + 1]"}
+    assert described["inputs"] == {
+        "item": "int64 [B]",
+        "history": "int64 [B, 3]",
+        "genres": "int64 [B, 2]",
+        "slots": "int64 [B, 3]",
+        "words_values": "int64 [nnz]",
+        "words_row_splits": "int64 [B + 1]",
+    }
 
 
 def test_a_table_without_rows_serves_zero_rows(trained: Dict[str, xdl_ec.Job], tmp_path: Path) -> None:
@@ -240,20 +283,38 @@ def test_a_table_without_rows_serves_zero_rows(trained: Dict[str, xdl_ec.Job], t
 def test_tf_keys_equal_feature_keys_bit_for_bit(name: str, shared_ids: bool) -> None:
     feature = xdl_ec.Feature(name, xdl_ec.Table("t", 4), shared_ids=shared_ids)
     rng = np.random.default_rng(len(name))
-    ids = np.concatenate([rng.integers(INT64.min, INT64.max, 20_000, dtype=np.int64, endpoint=True),
-                          np.array([0, 1, -1, 2, -2, INT64.min, INT64.max, INT64.min + 1, INT64.max - 1,
-                                    feature.salt - (1 << 64) if feature.salt >= 1 << 63 else feature.salt],
-                                   np.int64)])
+    ids = np.concatenate(
+        [
+            rng.integers(INT64.min, INT64.max, 20_000, dtype=np.int64, endpoint=True),
+            np.array(
+                [
+                    0,
+                    1,
+                    -1,
+                    2,
+                    -2,
+                    INT64.min,
+                    INT64.max,
+                    INT64.min + 1,
+                    INT64.max - 1,
+                    feature.salt - (1 << 64) if feature.salt >= 1 << 63 else feature.salt,
+                ],
+                np.int64,
+            ),
+        ]
+    )
     expected = feature.keys(ids)
     eager = tf_keys(feature, tf.constant(ids)).numpy()
-    graph = tf.function(lambda x: tf_keys(feature, x),
-                        input_signature=[tf.TensorSpec([None], tf.int64)])(tf.constant(ids)).numpy()
+    graph = tf.function(lambda x: tf_keys(feature, x), input_signature=[tf.TensorSpec([None], tf.int64)])(
+        tf.constant(ids)
+    ).numpy()
     assert eager.dtype == graph.dtype == np.int64
     np.testing.assert_array_equal(eager, expected)
     np.testing.assert_array_equal(graph, expected)
     # a [B, n] shape is kept
-    np.testing.assert_array_equal(tf_keys(feature, tf.constant(ids[:20].reshape(4, 5))).numpy(),
-                                  expected[:20].reshape(4, 5))
+    np.testing.assert_array_equal(
+        tf_keys(feature, tf.constant(ids[:20].reshape(4, 5))).numpy(), expected[:20].reshape(4, 5)
+    )
 
 
 def test_bad_serving_input_is_an_error_naming_it(exported: Dict[str, Path]) -> None:
@@ -281,8 +342,12 @@ def test_an_untrained_job_or_a_used_directory_is_refused(trained: Dict[str, xdl_
     assert [p.name for p in used.iterdir()] == ["keep.txt"] and a_file.read_text() == "mine"
     # a feature whose name a signature input cannot carry
     table = xdl_ec.Table("t", 2)
-    named = xdl_ec.Job(tables=[table], features=[xdl_ec.Feature("user-id", table)], model_fn=concat_model,
-                       input_fn=lambda w, n: ({"label": np.ones(4, np.float32), "user-id": np.arange(4)},))
+    named = xdl_ec.Job(
+        tables=[table],
+        features=[xdl_ec.Feature("user-id", table)],
+        model_fn=concat_model,
+        input_fn=lambda w, n: ({"label": np.ones(4, np.float32), "user-id": np.arange(4)},),
+    )
     named.fit(deterministic=True)
     with pytest.raises(ExportError, match="feature 'user-id' gives the input name 'user-id'.*rename the feature"):
         export_saved_model(named.model, tmp_path / "named")

@@ -11,9 +11,10 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from support.ft_runs import make_trainer, run as run_trainer, small_config  # noqa: E402
-from xdl_ec.builtin.criteo_job import criteo_job  # noqa: E402
 import xdl_ec  # noqa: E402
+from support.ft_runs import make_trainer, small_config  # noqa: E402
+from support.ft_runs import run as run_trainer
+from xdl_ec.builtin.criteo_job import criteo_job  # noqa: E402
 from xdl_ec.ps import ClusterConfig, PSTrainer  # noqa: E402
 from xdl_ec.ps import worker as worker_module  # noqa: E402
 
@@ -49,8 +50,9 @@ def test_one_request_per_server_and_step_trains_the_same_model(monkeypatch: pyte
 
 
 @pytest.mark.parametrize("staleness", [0, 4])
-def test_a_caching_worker_also_makes_one_request_per_server_and_step(monkeypatch: pytest.MonkeyPatch,
-                                                                      staleness: int) -> None:
+def test_a_caching_worker_also_makes_one_request_per_server_and_step(
+    monkeypatch: pytest.MonkeyPatch, staleness: int
+) -> None:
     cache = xdl_ec.Cache(rows=200, staleness=staleness)
     combined = _run(monkeypatch, True, cache=cache)
     separate = _run(monkeypatch, False, cache=cache)

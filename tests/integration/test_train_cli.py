@@ -16,15 +16,36 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
+from support.paths import CRITEO_SAMPLE, REPO_ROOT  # noqa: E402
 from xdl_ec.cli import main  # noqa: E402
-from support.paths import REPO_ROOT, CRITEO_SAMPLE  # noqa: E402
 
 ROOT = REPO_ROOT
 SAMPLE = CRITEO_SAMPLE
-REPORT_FIELDS = {"samples", "steps", "samples_per_sec", "final_loss", "auc", "logloss", "model_digest", "config",
-                 "eval_samples", "bad_lines", "embedding_rows"}
-TINY = ["--synthetic", "--synthetic-rows", "3000", "--synthetic-max-cardinality", "500", "--batch-size", "256",
-        "--emb-dim", "4", "--no-progress"]
+REPORT_FIELDS = {
+    "samples",
+    "steps",
+    "samples_per_sec",
+    "final_loss",
+    "auc",
+    "logloss",
+    "model_digest",
+    "config",
+    "eval_samples",
+    "bad_lines",
+    "embedding_rows",
+}
+TINY = [
+    "--synthetic",
+    "--synthetic-rows",
+    "3000",
+    "--synthetic-max-cardinality",
+    "500",
+    "--batch-size",
+    "256",
+    "--emb-dim",
+    "4",
+    "--no-progress",
+]
 
 
 def train(tmp_path: Path, *flags: str, name: str = "report.json") -> dict:
@@ -75,25 +96,40 @@ def write_criteo(path: Path, lines: int, bad: dict[int, str] | None = None) -> P
 
 def test_bad_lines_skip_is_counted_and_error_stops(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     data = write_criteo(tmp_path / "bad.tsv", 400, {10: "1\t2\t3", 20: "x" + "\t" * 39})
-    report = train(tmp_path, "--data", str(data), "--on-bad-line", "skip", "--epochs", "1", "--batch-size", "64",
-                   "--emb-dim", "4", "--no-progress")
+    report = train(
+        tmp_path,
+        "--data",
+        str(data),
+        "--on-bad-line",
+        "skip",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "64",
+        "--emb-dim",
+        "4",
+        "--no-progress",
+    )
     assert report["bad_lines"] == 2 and report["samples"] == 360 - 2
     assert main(["train", "--data", str(data), "--epochs", "1", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert f"{data}:11: wrong field count" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--data", "/nonexistent/criteo.tsv"], "no such file"),
-    (["--synthetic", "--batch-size", "0"], "--batch-size"),
-    (["--synthetic", "--eval-fraction", "1.5"], "--eval-fraction"),
-    (["--synthetic", "--lr", "-1"], "--lr"),
-    (["--synthetic", "--model", "wide"], "--model"),
-    (["--synthetic", "--optimizer", "rmsprop"], "unknown name 'rmsprop'"),
-    (["--synthetic", "--top-mlp", "64,x"], "--top-mlp"),
-    (["--synthetic", "--steps", "3", "--epochs", "2"], "not allowed with"),
-    (["--synthetic", "--report", "/nonexistent/dir/r.json"], "--report"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--data", "/nonexistent/criteo.tsv"], "no such file"),
+        (["--synthetic", "--batch-size", "0"], "--batch-size"),
+        (["--synthetic", "--eval-fraction", "1.5"], "--eval-fraction"),
+        (["--synthetic", "--lr", "-1"], "--lr"),
+        (["--synthetic", "--model", "wide"], "--model"),
+        (["--synthetic", "--optimizer", "rmsprop"], "unknown name 'rmsprop'"),
+        (["--synthetic", "--top-mlp", "64,x"], "--top-mlp"),
+        (["--synthetic", "--steps", "3", "--epochs", "2"], "not allowed with"),
+        (["--synthetic", "--report", "/nonexistent/dir/r.json"], "--report"),
+    ],
+)
 def test_bad_flags_exit_2_with_one_line(flags: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
     try:
         status = main(["train", *flags])
@@ -125,14 +161,21 @@ def test_every_sparse_optimizer_trains(tmp_path: Path, optimizer: str) -> None:
 
 def test_missing_file_from_the_shell(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    proc = subprocess.run([sys.executable, "-P", "-m", "xdl_ec", "train", "--data", str(tmp_path / "none.tsv")],
-                          capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-P", "-m", "xdl_ec", "train", "--data", str(tmp_path / "none.tsv")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [f"xdl-ec train: error: --data: no such file: {tmp_path / 'none.tsv'}"]
 
 
-def test_no_arguments_runs_the_demo_on_the_sample(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                  capsys: pytest.CaptureFixture) -> None:
+def test_no_arguments_runs_the_demo_on_the_sample(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     sample = write_criteo(tmp_path / "sample.tsv", 300)
     monkeypatch.setenv("XDL_EC_CRITEO_SAMPLE", str(sample))
     monkeypatch.chdir(tmp_path)
@@ -172,35 +215,62 @@ def run_cli(tmp_path: Path, *args: str, env: dict | None = None, prelude: str = 
     base = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     base.pop("TF_CPP_MIN_LOG_LEVEL", None)  # as a user who set nothing
     base.pop("RAY_LOGGER_LEVEL", None)
-    return subprocess.run([sys.executable, "-P", "-c", code, *args], capture_output=True, text=True,
-                          env={**base, **(env or {})}, timeout=300, cwd=tmp_path)
+    return subprocess.run(
+        [sys.executable, "-P", "-c", code, *args],
+        capture_output=True,
+        text=True,
+        env={**base, **(env or {})},
+        timeout=300,
+        cwd=tmp_path,
+    )
 
 
 # Fails the run the moment TensorFlow or Ray is imported: flag errors must come before either.
-NO_TF_OR_RAY = '''
+NO_TF_OR_RAY = """
 import sys
 class _Refuse:
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in ("tensorflow", "keras", "ray"):
             raise RuntimeError(f"{name} imported before every flag was checked")
 sys.meta_path.insert(0, _Refuse())
-'''
+"""
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--synthetic", "--servers", "3", "--ft", "ec", "--code", "2,1", "--fail-at", "40:5"],
-     "--fail-at 40:5: there is no server 5 (the run has 3 servers, indices 0..2)"),
-    (["--synthetic", "--servers", "3", "--workers", "2", "--fail-worker-at", "4:2"],
-     "--fail-worker-at 4:2: there is no worker 2 (the run has 2 workers, indices 0..1)"),
-    (["--synthetic", "--steps", "10", "--servers", "3", "--fail-at", "20:1"],
-     "--fail-at 20:1: the run has only 10 steps; pick a step in 1..10"),
-    (["--script", str(ROOT / "examples" / "user_item_tags.py"), "--steps", "3", "--servers", "3", "--fail-at", "2:7"],
-     "--fail-at 2:7: there is no server 7 (the run has 3 servers, indices 0..2)"),
-    (["--synthetic", "--servers", "2", "--ft", "ec", "--code", "4,1"],
-     "--servers: the code k=4, r=1 needs at least k + r = 5 servers, got 2; add servers or use a smaller code"),
-])
-def test_flags_are_checked_before_tensorflow_or_ray_is_imported(tmp_path: Path, flags: list[str],
-                                                                message: str) -> None:
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (
+            ["--synthetic", "--servers", "3", "--ft", "ec", "--code", "2,1", "--fail-at", "40:5"],
+            "--fail-at 40:5: there is no server 5 (the run has 3 servers, indices 0..2)",
+        ),
+        (
+            ["--synthetic", "--servers", "3", "--workers", "2", "--fail-worker-at", "4:2"],
+            "--fail-worker-at 4:2: there is no worker 2 (the run has 2 workers, indices 0..1)",
+        ),
+        (
+            ["--synthetic", "--steps", "10", "--servers", "3", "--fail-at", "20:1"],
+            "--fail-at 20:1: the run has only 10 steps; pick a step in 1..10",
+        ),
+        (
+            [
+                "--script",
+                str(ROOT / "examples" / "user_item_tags.py"),
+                "--steps",
+                "3",
+                "--servers",
+                "3",
+                "--fail-at",
+                "2:7",
+            ],
+            "--fail-at 2:7: there is no server 7 (the run has 3 servers, indices 0..2)",
+        ),
+        (
+            ["--synthetic", "--servers", "2", "--ft", "ec", "--code", "4,1"],
+            "--servers: the code k=4, r=1 needs at least k + r = 5 servers, got 2; add servers or use a smaller code",
+        ),
+    ],
+)
+def test_flags_are_checked_before_tensorflow_or_ray_is_imported(tmp_path: Path, flags: list[str], message: str) -> None:
     proc = run_cli(tmp_path, "train", *flags, "--no-progress", prelude=NO_TF_OR_RAY)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.splitlines() == [f"xdl-ec train: error: {message}"]
@@ -212,45 +282,75 @@ def test_an_argument_error_is_one_line_and_a_pointer_to_help(tmp_path: Path) -> 
     assert proc.stderr.splitlines() == [
         "xdl-ec train: error: argument --code: expected K,R (data and parity servers per stripe) like 4,1: need "
         "k >= 1, 1 <= r <= 4 and k + r <= 32, got k=5, r=5",
-        "run 'xdl-ec train --help' for every flag"]
+        "run 'xdl-ec train --help' for every flag",
+    ]
 
 
-STARTUP_NOISE = ("absl::InitializeLog", "oneDNN", "cpu_feature_guard", "This TensorFlow binary is optimized",
-                 " INFO ", "Started a local Ray instance", "Pushing file package")
+STARTUP_NOISE = (
+    "absl::InitializeLog",
+    "oneDNN",
+    "cpu_feature_guard",
+    "This TensorFlow binary is optimized",
+    " INFO ",
+    "Started a local Ray instance",
+    "Pushing file package",
+)
 
 
 @pytest.mark.ray
 def test_no_tensorflow_or_ray_start_up_lines_and_plain_progress_lines(tmp_path: Path) -> None:
     """stderr is a pipe: the progress is plain lines (no bar), and neither TF nor Ray prints its start-up lines."""
-    proc = run_cli(tmp_path, "train", "--synthetic", "--synthetic-rows", "3000", "--steps", "5", "--servers", "2",
-                   "--backend", "ray", env={"RAY_AUTH_MODE": "disabled"})
+    proc = run_cli(
+        tmp_path,
+        "train",
+        "--synthetic",
+        "--synthetic-rows",
+        "3000",
+        "--steps",
+        "5",
+        "--servers",
+        "2",
+        "--backend",
+        "ray",
+        env={"RAY_AUTH_MODE": "disabled"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not [line for line in proc.stderr.splitlines() if any(n in line for n in STARTUP_NOISE)], proc.stderr
     assert "\r" not in proc.stderr and "%|" not in proc.stderr
-    assert re.fullmatch(r"step 1/5: loss \d+\.\d{4}", proc.stderr.strip()), proc.stderr
+    assert re.fullmatch(r"step 1/5: loss \d+\.\d{4}, progressive AUC \d\.\d{4}", proc.stderr.strip()), proc.stderr
     assert "trained dlrm: 640 samples in 5 steps" in proc.stdout
 
 
 def test_the_python_api_prints_no_tensorflow_start_up_lines(tmp_path: Path) -> None:
-    code = (f"import sys\nsys.path.insert(0, {str(ROOT / 'examples')!r})\n"
-            "import user_item_tags as ex\n"
-            "job = ex.make_job(ex.ClickLog(batch_size=64, batches=4, eval_batches=1))\n"
-            "print(job.fit()['steps'])\n")
+    code = (
+        f"import sys\nsys.path.insert(0, {str(ROOT / 'examples')!r})\n"
+        "import user_item_tags as ex\n"
+        "job = ex.make_job(ex.ClickLog(batch_size=64, batches=4, eval_batches=1))\n"
+        "print(job.fit()['steps'])\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    proc = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, env=env, timeout=300,
-                          cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-P", "-c", code], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["4"]
     assert proc.stderr == ""
     # a user who asks for TF's INFO lines gets them
-    loud = subprocess.run([sys.executable, "-P", "-c", "import xdl_ec, tensorflow"], capture_output=True, text=True,
-                          env={**env, "TF_CPP_MIN_LOG_LEVEL": "0"}, timeout=300, cwd=tmp_path)
+    loud = subprocess.run(
+        [sys.executable, "-P", "-c", "import xdl_ec, tensorflow"],
+        capture_output=True,
+        text=True,
+        env={**env, "TF_CPP_MIN_LOG_LEVEL": "0"},
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert "oneDNN" in loud.stderr or "cpu_feature_guard" in loud.stderr
 
 
 def test_a_resumed_run_names_its_steps_the_save_it_resumed_and_where_saves_go(
-        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     saves = tmp_path / "saves"
     flags = [*TINY, "--deterministic", "--save-dir", str(saves)]
     assert main(["train", *flags, "--steps", "6"]) == 0
@@ -276,9 +376,15 @@ def test_sigterm_stops_at_a_step_boundary_saves_and_exits_143(tmp_path: Path) ->
     args = ["train", *TINY[:-1], "--steps", "20000", "--save-dir", "saves", "--save-every", "100000"]
     code = "import sys\nfrom xdl_ec.cli import main\nsys.exit(main(sys.argv[1:]))\n"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    proc = subprocess.Popen([sys.executable, "-P", "-c", code, *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
-                            preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [sys.executable, "-P", "-c", code, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL),
+    )
     try:
         first = proc.stderr.readline()  # the progress' first line: training has begun
         assert first.startswith("step 1/20,000: loss"), first
@@ -295,4 +401,5 @@ def test_sigterm_stops_at_a_step_boundary_saves_and_exits_143(tmp_path: Path) ->
         "xdl-ec train: SIGTERM: stopping at the next step boundary (SIGTERM again: at once)",
         f"xdl-ec train: interrupted (SIGTERM), stopped at step {saved.step:,}; last save: step {saved.step:,} in "
         f"{saved.directory.resolve()}",
-        f"resume with: xdl-ec {' '.join(args)} --resume saves"]
+        f"resume with: xdl-ec {' '.join(args)} --resume saves",
+    ]

@@ -38,11 +38,15 @@ def fit(**cluster) -> dict:  # noqa: ANN003
     return _RUNS[key]
 
 
-@pytest.mark.parametrize("cluster", [
-    dict(servers=3),
-    dict(servers=2, workers=2),
-    dict(servers=3, ft="ec", code=(2, 1), fail_at=("9:1",)),
-], ids=["one-worker", "two-workers", "ec-kill"])
+@pytest.mark.parametrize(
+    "cluster",
+    [
+        dict(servers=3),
+        dict(servers=2, workers=2),
+        dict(servers=3, ft="ec", code=(2, 1), fail_at=("9:1",)),
+    ],
+    ids=["one-worker", "two-workers", "ec-kill"],
+)
 def test_staleness_zero_trains_the_model_of_the_run_without_a_cache(cluster: dict) -> None:
     plain = fit(**cluster)
     cached = fit(**cluster, cache=xdl_ec.Cache(rows=40, staleness=0))
@@ -66,15 +70,20 @@ def test_bounded_staleness_is_never_exceeded_and_saves_traffic() -> None:
     assert cached["bytes_pulled_per_sample"] < plain["bytes_pulled_per_sample"]
     assert cached["bytes_pushed_per_sample"] < plain["bytes_pushed_per_sample"]
     assert cached["model_digest"] != plain["model_digest"]  # stale reads and summed pushes: another model
-    again = job().fit(steps=STEPS, deterministic=True, seed=SEED,
-                      cluster=xdl_ec.Cluster(servers=3, cache=xdl_ec.Cache(rows=2000, staleness=3)))
+    again = job().fit(
+        steps=STEPS,
+        deterministic=True,
+        seed=SEED,
+        cluster=xdl_ec.Cluster(servers=3, cache=xdl_ec.Cache(rows=2000, staleness=3)),
+    )
     assert again["model_digest"] == cached["model_digest"]  # sync mode stays deterministic for a seed
 
 
 def test_held_gradients_are_written_back_at_the_end_and_in_a_save(tmp_path) -> None:  # noqa: ANN001
     never = xdl_ec.Cache(rows=5000, staleness=10**6)  # nothing comes due, nothing is evicted during the run
-    report = job().fit(steps=4, deterministic=True, seed=SEED, cluster=xdl_ec.Cluster(servers=2, cache=never),
-                       save_dir=tmp_path)
+    report = job().fit(
+        steps=4, deterministic=True, seed=SEED, cluster=xdl_ec.Cluster(servers=2, cache=never), save_dir=tmp_path
+    )
     assert report["saves"]["saves"] == 1 and all(s["evictions"] == 0 for s in report["cache"].values())
     saved = xdl_ec.load(tmp_path, job=job())
     for spec in job().spec.tables:
@@ -87,16 +96,25 @@ def test_held_gradients_are_written_back_at_the_end_and_in_a_save(tmp_path) -> N
 def test_row_clocks_are_rebuilt_with_their_rows() -> None:
     def clocks(fail_at: tuple) -> dict:
         schedule = FailureSchedule.from_flags(fail_at, (), None, SEED)
-        trainer = PSTrainer(job().spec, ClusterConfig(servers=3), RunSettings(seed=SEED, deterministic=True),
-                            make_strategy(EcConfig(code=(2, 1))), FailureInjector(schedule) if fail_at else None)
+        trainer = PSTrainer(
+            job().spec,
+            ClusterConfig(servers=3),
+            RunSettings(seed=SEED, deterministic=True),
+            make_strategy(EcConfig(code=(2, 1))),
+            FailureInjector(schedule) if fail_at else None,
+        )
         try:
             report = trainer.fit(STEPS)
             out = {}
             for t in job().spec.tables:
                 for server in trainer.scheduler.servers:
                     keys = Remote(server, ServerAPI).export(t.name).result(60)["keys"]
-                    out.update(zip(((t.name, int(k)) for k in keys),
-                                   Remote(server, ServerAPI).clocks(t.name, keys).result(60).tolist()))
+                    out.update(
+                        zip(
+                            ((t.name, int(k)) for k in keys),
+                            Remote(server, ServerAPI).clocks(t.name, keys).result(60).tolist(),
+                        )
+                    )
             return {"clocks": out, "failures": report["failures"]}
         finally:
             trainer.close()
@@ -108,9 +126,12 @@ def test_row_clocks_are_rebuilt_with_their_rows() -> None:
 
 def test_a_lost_worker_loses_at_most_its_held_updates() -> None:
     cache = xdl_ec.Cache(rows=2000, staleness=5)
-    report = job().fit(steps=STEPS, deterministic=True, seed=SEED,
-                       cluster=xdl_ec.Cluster(servers=3, ft="ckpt", ckpt_interval="100", fail_worker_at=("9",),
-                                              cache=cache))
+    report = job().fit(
+        steps=STEPS,
+        deterministic=True,
+        seed=SEED,
+        cluster=xdl_ec.Cluster(servers=3, ft="ckpt", ckpt_interval="100", fail_worker_at=("9",), cache=cache),
+    )
     (failure,) = [f for f in report["failures"] if f["role"] == "worker"]
     assert 0 < failure["lost_updates"] == report["lost_updates"] <= 5 * 2000 * 3  # at most S per cached row
 
@@ -125,8 +146,9 @@ def test_staleness_zero_on_ray_with_a_killed_server() -> None:
     started = not ray.is_initialized()
     try:
         connect_ray()
-        report = fit(servers=3, backend="ray", ft="ec", code=(2, 1), fail_at=("9:1",),
-                     cache=xdl_ec.Cache(rows=40, staleness=0))
+        report = fit(
+            servers=3, backend="ray", ft="ec", code=(2, 1), fail_at=("9:1",), cache=xdl_ec.Cache(rows=40, staleness=0)
+        )
     finally:
         if started:
             ray.shutdown()
@@ -161,8 +183,7 @@ def test_a_write_back_takes_one_optimizer_step_per_held_gradient() -> None:
         client = CachedClient(PSClient(servers), {"t": xdl_ec.Cache(rows=100, staleness=3)}, {"t": 4})
         keys = [11, 12, 13]
         client.pull({"t": (keys, 4)})  # cached now
-        grads = [np.full((3, 4), 0.1 * (i + 1), np.float32) + np.arange(3, dtype=np.float32)[:, None]
-                 for i in range(3)]
+        grads = [np.full((3, 4), 0.1 * (i + 1), np.float32) + np.arange(3, dtype=np.float32)[:, None] for i in range(3)]
         for step, g in enumerate(grads, start=1):
             client.push({"t": (keys, g)}, step)
         rows = PSClient(servers).find({"t": (keys, 4)})["t"][0]
@@ -198,8 +219,9 @@ def test_a_share_cache_follows_its_table_and_keeps_its_lines() -> None:
     backend = LocalBackend()
     servers = [backend.start("server", i, ParameterServer, i, (SPEC,)) for i in range(2)]
     try:
-        client = CachedClient(PSClient(servers), {"t": xdl_ec.Cache(rows="100%", staleness=5)}, {"t": 4},
-                              table_rows={"t": 0})
+        client = CachedClient(
+            PSClient(servers), {"t": xdl_ec.Cache(rows="100%", staleness=5)}, {"t": 4}, table_rows={"t": 0}
+        )
         cache = client.caches["t"]
         assert cache.capacity == 1
         client.pull({"t": ([1, 2, 3, 4], 4)})  # inserted on the servers: the table holds 4 rows, so does the cache

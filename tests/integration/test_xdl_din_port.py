@@ -38,12 +38,18 @@ def test_the_ported_din_is_the_job_the_trace_finds() -> None:
     assert [(t.name, t.dim) for t in job.tables] == [("uid_embedding", 8), ("mid_embedding", 8), ("cat_embedding", 8)]
     # the history's per-id segments: one row per id, T of them per example
     assert [(f.name, f.table.name, f.combiner) for f in job.features] == [
-        ("uid", "uid_embedding", "sum"), ("mid", "mid_embedding", "sum"), ("cat", "cat_embedding", "sum"),
-        ("mid_his", "mid_embedding", None), ("cat_his", "cat_embedding", None)]
+        ("uid", "uid_embedding", "sum"),
+        ("mid", "mid_embedding", "sum"),
+        ("cat", "cat_embedding", "sum"),
+        ("mid_his", "mid_embedding", None),
+        ("cat_his", "cat_embedding", None),
+    ]
     model = job.spec.model_fn()
     paths = [v.path for v in model.weights]
     assert sorted(p for p in paths if "alpha" in p) == [
-        "xdl_model/tf_model__dice_1__alphadice_1", "xdl_model/tf_model__dice_2__alphadice_2"]
+        "xdl_model/tf_model__dice_1__alphadice_1",
+        "xdl_model/tf_model__dice_2__alphadice_2",
+    ]
     assert [v.path for v in model.non_trainable_weights] == ["bn1/moving_mean", "bn1/moving_variance"]
 
 
@@ -61,8 +67,10 @@ def test_training_moves_the_statistics_and_evaluation_reads_them() -> None:
     model = job.model.dense.model
     [bn] = [layer for layer in model.made_layers if isinstance(layer, tf.keras.layers.BatchNormalization)]
     assert not np.allclose(bn.moving_mean.numpy(), 0.0) and not np.allclose(bn.moving_variance.numpy(), 1.0)
-    embedded = {name: tf.random.stateless_normal((8, *shape), (1, 2)) for name, shape in
-                (("uid", (8,)), ("mid", (8,)), ("cat", (8,)), ("mid_his", (6, 8)), ("cat_his", (6, 8)))}
+    embedded = {
+        name: tf.random.stateless_normal((8, *shape), (1, 2))
+        for name, shape in (("uid", (8,)), ("mid", (8,)), ("cat", (8,)), ("mid_his", (6, 8)), ("cat_his", (6, 8)))
+    }
     mask = tf.ones((8, 6))
     # training: bn1 on the batch's statistics (and Dice, as XDL's, on the batch's always); evaluation: bn1 on the
     # moving ones, which the call leaves as they are
@@ -81,8 +89,7 @@ def test_the_saved_model_serves_the_predictions(tmp_path: Path) -> None:
     batch = next(iter(job.spec.input_fn(0, 1)))
     serve = tf.saved_model.load(job.model.export(str(tmp_path / "served"))).signatures["serving_default"]
     inputs = {k: tf.constant(v) for k, v in batch.items() if k != "label"}
-    np.testing.assert_allclose(serve(**inputs)["probability"].numpy(), job.model.predict(batch), rtol=1e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(serve(**inputs)["probability"].numpy(), job.model.predict(batch), rtol=1e-5, atol=1e-6)
 
 
 def test_the_ported_din_learns() -> None:
@@ -92,8 +99,26 @@ def test_the_ported_din_learns() -> None:
 
 def test_xdl_ec_train_runs_the_ported_din(tmp_path: Path) -> None:
     path = tmp_path / "report.json"
-    assert main(["train", "--script", str(EXAMPLES / "xdl_din.py"), "--steps", "4", "--deterministic", "--seed",
-                 "3", "--servers", "3", "--no-progress", "--report", str(path)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--script",
+                str(EXAMPLES / "xdl_din.py"),
+                "--steps",
+                "4",
+                "--deterministic",
+                "--seed",
+                "3",
+                "--servers",
+                "3",
+                "--no-progress",
+                "--report",
+                str(path),
+            ]
+        )
+        == 0
+    )
     cli = json.loads(path.read_text())
     here = example.make_job().fit(steps=4, deterministic=True, seed=3)
     assert cli["steps"] == 4 and cli["model_digest"] == here["model_digest"] and cli["auc"] == here["auc"]
@@ -114,7 +139,9 @@ def test_the_ported_din_on_ray_with_ec_and_a_killed_server_ends_at_the_one_proce
     try:
         report = example.make_job(LOG).fit(
             cluster=xdl_ec.Cluster(servers=3, backend="ray", ft="ec", code=(2, 1), fail_at=["6:1"]),
-            deterministic=True, seed=3)
+            deterministic=True,
+            seed=3,
+        )
     finally:
         if started:
             ray.shutdown()

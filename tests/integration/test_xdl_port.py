@@ -35,8 +35,10 @@ def test_the_port_trains_in_one_process_and_on_servers_to_the_same_model() -> No
     assert here["auc"] == servers["auc"] and here["eval_samples"] == 3 * 64
     # the tables and features the trace found in the model function
     assert [(t["name"], t["dim"]) for t in here["job"]["tables"]] == [("emb1", 8), ("emb2", 8)]
-    assert [(f["name"], f["table"], f["combiner"]) for f in here["job"]["features"]] == \
-        [("sparse0", "emb1", "sum"), ("sparse1", "emb2", "sum")]
+    assert [(f["name"], f["table"], f["combiner"]) for f in here["job"]["features"]] == [
+        ("sparse0", "emb1", "sum"),
+        ("sparse1", "emb2", "sum"),
+    ]
 
 
 def test_the_port_learns() -> None:
@@ -46,23 +48,43 @@ def test_the_port_learns() -> None:
 
 
 def test_a_killed_server_under_ec_ends_at_the_failure_free_model() -> None:
-    report = example.make_job(LOG).fit(cluster=xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), fail_at=["6:1"]),
-                                       deterministic=True, seed=3)
+    report = example.make_job(LOG).fit(
+        cluster=xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), fail_at=["6:1"]), deterministic=True, seed=3
+    )
     assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 1)]
     assert report["model_digest"] == run()["model_digest"]
 
 
 def test_ckpt_rollback_replays_the_port_exactly() -> None:
     report = example.make_job(LOG).fit(
-        cluster=xdl_ec.Cluster(servers=3, ft="ckpt", ckpt_interval="4", fail_at=["7:1"]), deterministic=True, seed=3)
+        cluster=xdl_ec.Cluster(servers=3, ft="ckpt", ckpt_interval="4", fail_at=["7:1"]), deterministic=True, seed=3
+    )
     assert report["failures"][0]["lost_samples"] == 2 * 64
     assert report["model_digest"] == run()["model_digest"]
 
 
 def test_xdl_ec_train_runs_the_ported_script(tmp_path: Path) -> None:
     path = tmp_path / "report.json"
-    assert main(["train", "--script", str(EXAMPLES / "xdl_deepctr.py"), "--steps", "5", "--deterministic", "--seed",
-                 "3", "--servers", "3", "--no-progress", "--report", str(path)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--script",
+                str(EXAMPLES / "xdl_deepctr.py"),
+                "--steps",
+                "5",
+                "--deterministic",
+                "--seed",
+                "3",
+                "--servers",
+                "3",
+                "--no-progress",
+                "--report",
+                str(path),
+            ]
+        )
+        == 0
+    )
     cli = json.loads(path.read_text())
     here = example.make_job().fit(steps=5, deterministic=True, seed=3)
     assert cli["steps"] == 5 and cli["model_digest"] == here["model_digest"] and cli["auc"] == here["auc"]
@@ -70,47 +92,84 @@ def test_xdl_ec_train_runs_the_ported_script(tmp_path: Path) -> None:
 
 def write(tmp_path: Path, body: str) -> str:
     path = tmp_path / "ported.py"
-    path.write_text(f"import sys\nsys.path.insert(0, {str(EXAMPLES)!r})\n"
-                    "import tensorflow as tf\nimport xdl_ec as xdl\nfrom xdl_deepctr import SyntheticLog\n"
-                    "LOG = SyntheticLog(batches=4, eval_batches=1)\n" + body)
+    path.write_text(
+        f"import sys\nsys.path.insert(0, {str(EXAMPLES)!r})\n"
+        "import tensorflow as tf\nimport xdl_ec as xdl\nfrom xdl_deepctr import SyntheticLog\n"
+        "LOG = SyntheticLog(batches=4, eval_batches=1)\n" + body
+    )
     return str(path)
 
 
-TRAIN = ("def train(batch):\n    emb = {lookup}\n    {model}\n"
-         "    return xdl.losses.sigmoid_cross_entropy(batch['label'], y)\n")
+TRAIN = (
+    "def train(batch):\n    emb = {lookup}\n    {model}\n"
+    "    return xdl.losses.sigmoid_cross_entropy(batch['label'], y)\n"
+)
 LOOKUP = "xdl.embedding('emb1', batch['sparse0'], xdl.TruncatedNormal(stddev=0.001), 8, 1024)"
 MODEL = "y = xdl.layers.dense(tf.concat([emb, batch['deep0']], 1), 1)"
-JOB = ("def job():\n    return xdl.xdl_job(train, lambda w, n: ({k: v for k, v in b.items() if k != 'sparse1'} "
-       "for b in LOG.reader(w, n)), xdl.Adam(0.01))\n")
+JOB = (
+    "def job():\n    return xdl.xdl_job(train, lambda w, n: ({k: v for k, v in b.items() if k != 'sparse1'} "
+    "for b in LOG.reader(w, n)), xdl.Adam(0.01))\n"
+)
 
 
-@pytest.mark.parametrize("body,message", [
-    ("reader = xdl.DataReader('r1', paths=['./data.txt'])\n",
-     "importing it raised AttributeError: xdl_ec.DataReader: XDL's DataReader is not ported; write reader(worker, "
-     "num_workers)"),
-    ("def job():\n    return xdl.TrainSession(hooks=[])\n",
-     "job() raised AttributeError: xdl_ec.TrainSession: XDL's TrainSession is not ported; the job runs the training "
-     "loop"),
-    (TRAIN.format(lookup=LOOKUP.replace("8, 1024)", "8, 1024, statis_list=['pv'])"), model=MODEL) + JOB,
-     "job() raised ValueError: embedding 'emb1': XDL's statis_list=['pv'] is not supported (feature statistics"),
-    (TRAIN.format(lookup=LOOKUP.replace("8, 1024", "8, 1024, combiner='tile'"), model=MODEL) + JOB,
-     "XDL's combiner='tile' (the first `length` rows side by side) is not supported"),
-    (TRAIN.format(lookup=LOOKUP, model="y = tf.keras.layers.Dense(1)(tf.concat([emb, batch['deep0']], 1))") + JOB,
-     "job() raised XdlPortError: the model function created a variable ('kernel') outside xdl_ec.layers.dense"),
-    (TRAIN.format(lookup=LOOKUP.replace("batch['sparse0']", "batch['sparse0'] % 100"), model=MODEL) + JOB,
-     "job() raised XdlPortError: batch['sparse0'] (a sparse feature's ids) cannot be used as a tensor"),
-    (TRAIN.format(lookup=LOOKUP, model="w = tf.compat.v1.get_variable('w', [8]) * tf.compat.v1.get_variable('w', [4])"
-                  "[:1]\n    " + MODEL) + JOB,
-     "job() raised XdlPortError: tf.compat.v1.get_variable('w'): shape [4] (float32) differs from the variable of "
-     "that name, [8] (float32): a name is one variable"),
-    (TRAIN.format(lookup=LOOKUP, model=MODEL) + JOB.replace(
-        "{k: v for k, v in b.items() if k != 'sparse1'}", "{'label': b['label'], 'deep0': b['deep0'], 'sparse0': "
-        "xdl.SparseTensor(b['sparse0'], None, __import__('numpy').arange(len(b['sparse0'])))}"),
-     "batch['sparse0']: SparseTensor segments must be the running end of each segment's ids, non-decreasing up to the "
-     "ids' count 64; got 64 segments ending at 63"),
-])
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        (
+            "reader = xdl.DataReader('r1', paths=['./data.txt'])\n",
+            "importing it raised AttributeError: xdl_ec.DataReader: XDL's DataReader is not ported; write "
+            "reader(worker, "
+            "num_workers)",
+        ),
+        (
+            "def job():\n    return xdl.TrainSession(hooks=[])\n",
+            "job() raised AttributeError: xdl_ec.TrainSession: XDL's TrainSession is not ported; the job runs the "
+            "training "
+            "loop",
+        ),
+        (
+            TRAIN.format(lookup=LOOKUP.replace("8, 1024)", "8, 1024, statis_list=['pv'])"), model=MODEL) + JOB,
+            "job() raised ValueError: embedding 'emb1': XDL's statis_list=['pv'] is not supported (feature statistics",
+        ),
+        (
+            TRAIN.format(lookup=LOOKUP.replace("8, 1024", "8, 1024, combiner='tile'"), model=MODEL) + JOB,
+            "XDL's combiner='tile' (the first `length` rows side by side) is not supported",
+        ),
+        (
+            TRAIN.format(lookup=LOOKUP, model="y = tf.keras.layers.Dense(1)(tf.concat([emb, batch['deep0']], 1))")
+            + JOB,
+            "job() raised XdlPortError: the model function created a variable ('kernel') outside xdl_ec.layers.dense",
+        ),
+        (
+            TRAIN.format(lookup=LOOKUP.replace("batch['sparse0']", "batch['sparse0'] % 100"), model=MODEL) + JOB,
+            "job() raised XdlPortError: batch['sparse0'] (a sparse feature's ids) cannot be used as a tensor",
+        ),
+        (
+            TRAIN.format(
+                lookup=LOOKUP,
+                model="w = tf.compat.v1.get_variable('w', [8]) * tf.compat.v1.get_variable('w', [4])[:1]\n    " + MODEL,
+            )
+            + JOB,
+            "job() raised XdlPortError: tf.compat.v1.get_variable('w'): shape [4] (float32) differs from the "
+            "variable of "
+            "that name, [8] (float32): a name is one variable",
+        ),
+        (
+            TRAIN.format(lookup=LOOKUP, model=MODEL)
+            + JOB.replace(
+                "{k: v for k, v in b.items() if k != 'sparse1'}",
+                "{'label': b['label'], 'deep0': b['deep0'], 'sparse0': "
+                "xdl.SparseTensor(b['sparse0'], None, __import__('numpy').arange(len(b['sparse0'])))}",
+            ),
+            "batch['sparse0']: SparseTensor segments must be the running end of each segment's ids, non-decreasing "
+            "up to the "
+            "ids' count 64; got 64 segments ending at 63",
+        ),
+    ],
+)
 def test_a_script_using_what_the_port_does_not_support_is_one_clear_line(
-        tmp_path: Path, body: str, message: str, capsys: pytest.CaptureFixture) -> None:
+    tmp_path: Path, body: str, message: str, capsys: pytest.CaptureFixture
+) -> None:
     assert main(["train", "--script", write(tmp_path, body), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
@@ -139,7 +198,9 @@ def test_the_port_on_ray_with_ec_and_a_killed_server_ends_at_the_failure_free_mo
     try:
         report = example.make_job(LOG).fit(
             cluster=xdl_ec.Cluster(servers=3, backend="ray", ft="ec", code=(2, 1), fail_at=["6:1"]),
-            deterministic=True, seed=3)
+            deterministic=True,
+            seed=3,
+        )
     finally:
         if started:
             ray.shutdown()

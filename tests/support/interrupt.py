@@ -36,17 +36,29 @@ def default_stop_signals() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def interrupt_when_recovering(cmd: List[str], env: Dict[str, str], cwd: Optional[str] = None,
-                              start_timeout: float = 240.0,
-                              before_interrupt: Optional[Callable[[int], None]] = None) -> Tuple[int, float, str, int]:
+def interrupt_when_recovering(
+    cmd: List[str],
+    env: Dict[str, str],
+    cwd: Optional[str] = None,
+    start_timeout: float = 240.0,
+    before_interrupt: Optional[Callable[[int], None]] = None,
+) -> Tuple[int, float, str, int]:
     """Runs ``cmd`` in a session of its own, sends SIGINT as soon as its stderr says "recovering", and returns
     (exit status, seconds from the SIGINT to the exit, the rest of stderr, the run's session id); ``before_interrupt``
     is called with the run's pid right before the SIGINT. Fails the calling test when no recovery starts; the whole
     session is killed if the run outlives the wait."""
     import pytest
 
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
-                            start_new_session=True, preexec_fn=default_stop_signals)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+        preexec_fn=default_stop_signals,
+    )
     try:
         deadline = time.monotonic() + start_timeout
         for line in proc.stderr:  # the strategy's warning when a recovery starts

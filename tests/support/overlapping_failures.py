@@ -11,12 +11,15 @@ from typing import Any, Dict, Optional, Tuple
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from support.ft_runs import make_trainer  # noqa: E402
+from support.ft_runs import run as run_trainer
+from xdl_ec.builtin.criteo_job import TrainConfig  # noqa: E402
 from xdl_ec.ft.ec_strategy import ErasureCoded  # noqa: E402
 from xdl_ec.ft.failure_schedule import FailureSchedule, Kill  # noqa: E402
-from xdl_ec.ps import Unrecoverable  # noqa: E402
-from support.ft_runs import make_trainer, run as run_trainer  # noqa: E402
-from xdl_ec.ps import ClusterConfig  # noqa: E402
-from xdl_ec.builtin.criteo_job import TrainConfig  # noqa: E402
+from xdl_ec.ps import (
+    ClusterConfig,  # noqa: E402
+    Unrecoverable,  # noqa: E402
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,21 +39,25 @@ class Scenario:
     workers: int = 1
 
 
-SCENARIOS: Dict[str, Scenario] = {s.name: s for s in (
-    # the scenario that once hung: two lost at once (r = 2), the replacement of 0 lost during its rebuild, then 1 again
-    Scenario("issue19", 6, 4, 2, 60, ((20, 0), (20, 1), (22, 0), (24, 1))),
-    # a replacement lost while it is being rebuilt, r = 1: the same server again is still one loss
-    Scenario("replacement-lost-r1", 4, 2, 1, 30, ((8, 1), (9, 1), (11, 1))),
-    # losses at adjacent steps, r = 2, then the first replacement again
-    Scenario("adjacent-r2", 5, 3, 2, 30, ((8, 0), (9, 3), (10, 0))),
-    # r = 3: three at adjacent steps, then two replacements again
-    Scenario("adjacent-r3", 7, 4, 3, 30, ((8, 0), (9, 2), (10, 5), (11, 2), (11, 0))),
-    # r = 1, a second server lost one step after the first: unrecoverable while the first is still rebuilt (the
-    # background rebuild, flat out since one more loss is fatal, often completes within that step)
-    Scenario("second-loss-r1", 4, 2, 1, 30, ((8, 0), (9, 2)), expect="either"),
-    # two workers (sync), r = 2, overlapping
-    Scenario("two-workers-r2", 5, 3, 2, 24, ((6, 1), (6, 4), (7, 1)), workers=2),
-)}
+SCENARIOS: Dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        # the scenario that once hung: two lost at once (r = 2), the replacement of 0 lost during its rebuild, then
+        # 1 again
+        Scenario("issue19", 6, 4, 2, 60, ((20, 0), (20, 1), (22, 0), (24, 1))),
+        # a replacement lost while it is being rebuilt, r = 1: the same server again is still one loss
+        Scenario("replacement-lost-r1", 4, 2, 1, 30, ((8, 1), (9, 1), (11, 1))),
+        # losses at adjacent steps, r = 2, then the first replacement again
+        Scenario("adjacent-r2", 5, 3, 2, 30, ((8, 0), (9, 3), (10, 0))),
+        # r = 3: three at adjacent steps, then two replacements again
+        Scenario("adjacent-r3", 7, 4, 3, 30, ((8, 0), (9, 2), (10, 5), (11, 2), (11, 0))),
+        # r = 1, a second server lost one step after the first: unrecoverable while the first is still rebuilt (the
+        # background rebuild, flat out since one more loss is fatal, often completes within that step)
+        Scenario("second-loss-r1", 4, 2, 1, 30, ((8, 0), (9, 2)), expect="either"),
+        # two workers (sync), r = 2, overlapping
+        Scenario("two-workers-r2", 5, 3, 2, 24, ((6, 1), (6, 4), (7, 1)), workers=2),
+    )
+}
 
 
 def random_scenario(seed: int) -> Scenario:
@@ -64,8 +71,16 @@ def random_scenario(seed: int) -> Scenario:
     for _ in range(rng.randint(2, 5)):
         kills.append((step, rng.randrange(servers)))
         step += rng.choice((0, 1, 1, 2, 3))
-    return Scenario(f"random-{seed}", servers, k, r, max(step + 4, 16), tuple(sorted(set(kills))), expect="either",
-                    rebuild_share=rng.choice((0.05, 0.05, 0.3, 1.0)))
+    return Scenario(
+        f"random-{seed}",
+        servers,
+        k,
+        r,
+        max(step + 4, 16),
+        tuple(sorted(set(kills))),
+        expect="either",
+        rebuild_share=rng.choice((0.05, 0.05, 0.3, 1.0)),
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,8 +92,9 @@ class Outcome:
 
 
 def config(steps: int, data: Optional[str] = None) -> TrainConfig:
-    base: Dict[str, Any] = dict(batch_size=128, steps=steps, deterministic=True, progress=False, seed=7, emb_dim=8,
-                                optimizer="adam")
+    base: Dict[str, Any] = dict(
+        batch_size=128, steps=steps, deterministic=True, progress=False, seed=7, emb_dim=8, optimizer="adam"
+    )
     if data is None:
         base.update(synthetic=True, synthetic_rows=4000)
     else:
@@ -93,8 +109,10 @@ def reference_digest(scenario: Scenario, data: Optional[str] = None, backend: st
     """The failure-free model_digest of the scenario's configuration (trained once per process)."""
     key = (scenario.servers, scenario.workers, scenario.steps, data)
     if key not in _REFERENCES:
-        trainer = make_trainer(config(scenario.steps, data),
-                            ClusterConfig(servers=scenario.servers, workers=scenario.workers, backend=backend))
+        trainer = make_trainer(
+            config(scenario.steps, data),
+            ClusterConfig(servers=scenario.servers, workers=scenario.workers, backend=backend),
+        )
         _REFERENCES[key] = run_trainer(trainer)["model_digest"]
     return _REFERENCES[key]
 
@@ -103,10 +121,12 @@ def run_scenario(scenario: Scenario, data: Optional[str] = None, backend: str = 
     """Runs ``scenario`` to its end and judges it (see :class:`Outcome`)."""
     expected = reference_digest(scenario, data, backend)
     strategy = ErasureCoded(scenario.k, scenario.r, rebuild_share=scenario.rebuild_share)
-    trainer = make_trainer(config(scenario.steps, data),
-                        ClusterConfig(servers=scenario.servers, workers=scenario.workers, backend=backend),
-                        strategy=strategy,
-                        failures=FailureSchedule([Kill(step, "server", s) for step, s in scenario.kills]))
+    trainer = make_trainer(
+        config(scenario.steps, data),
+        ClusterConfig(servers=scenario.servers, workers=scenario.workers, backend=backend),
+        strategy=strategy,
+        failures=FailureSchedule([Kill(step, "server", s) for step, s in scenario.kills]),
+    )
     try:
         report = run_trainer(trainer)
     except Unrecoverable as err:

@@ -21,14 +21,15 @@ from xdl_ec.net.link_socket import recv_exactly
 class ParityMember:
     """A member of the job (it holds ``secret``) linked as ``sender`` to ``holder``'s receiver at ``address``."""
 
-    def __init__(self, address: Tuple[str, int], secret: Any, sender: int = 0, holder: int = 1,
-                 timeout: float = 10.0) -> None:
+    def __init__(
+        self, address: Tuple[str, int], secret: Any, sender: int = 0, holder: int = 1, timeout: float = 10.0
+    ) -> None:
         self.sent = b""
         self.conn = socket.create_connection(address, timeout=timeout)
         hello = link_handshake.hello_bytes("parity", "server", holder, sender, parity_link._MAC)
         self._send(hello)
         answer = bytes(recv_exactly(self.conn, link_handshake.NONCE + link_handshake.CHOICE.size))
-        nonce, choice = answer[:link_handshake.NONCE], answer[link_handshake.NONCE:]
+        nonce, choice = answer[: link_handshake.NONCE], answer[link_handshake.NONCE :]
         assert link_handshake.CHOICE.unpack(choice) == (parity_link._MAC,), choice
         link_proof, receiver_proof, self._key = link_handshake.proofs(secret, hello, nonce, choice)
         self._send(link_proof)
@@ -44,8 +45,9 @@ class ParityMember:
 
     def framed(self, batches: bytes, durable: int = 0) -> bytes:
         """The wire bytes of the next request carrying ``batches`` (the session counts it as sent)."""
-        return self.message(parity_link._REQUEST.pack(self.holder, self.sender, durable),
-                            [np.frombuffer(batches, np.uint8)])
+        return self.message(
+            parity_link._REQUEST.pack(self.holder, self.sender, durable), [np.frombuffer(batches, np.uint8)]
+        )
 
     def message(self, head: bytes, buffers: List[np.ndarray]) -> bytes:
         """The wire bytes of the next message, of any form (the session counts it as sent)."""
@@ -80,4 +82,4 @@ class ParityMember:
         """(status, applied, error) of the next answer."""
         head, _ = self.session.receive(self.conn.fileno(), self.timeout, 1 << 20)
         status, applied = parity_link._ANSWER.unpack_from(head)
-        return status, applied, bytes(head[parity_link._ANSWER.size:]).decode()
+        return status, applied, bytes(head[parity_link._ANSWER.size :]).decode()

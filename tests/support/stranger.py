@@ -30,6 +30,8 @@ PARITY = 1  # the purpose's code
 def hello(sender: int, holder: int) -> bytes:
     """A parity link's hello from ``sender`` to ``holder`` (offering AES-GMAC, as a link does)."""
     return HELLO.pack(MAGIC, VERSION, PARITY, 0, 2, holder, sender, os.urandom(32))
+
+
 REQUEST = struct.Struct("<iiqQ")  # a request of the first wire form: plain TCP, no handshake
 
 
@@ -43,8 +45,17 @@ def _update(source: int, holder: int, blocks: int, record_bytes: int = 8) -> byt
 def _batches(seq: int, table: str, update: bytes) -> bytes:
     """An "XFB2" list of one batch of seq ``seq`` with one update."""
     name = table.encode()
-    return (b"XFB2" + struct.pack("<Q", 1) + struct.pack("<qqI", seq, seq, 1) + struct.pack("<iq", 0, seq) +
-            struct.pack("<I", 1) + struct.pack("<I", len(name)) + name + struct.pack("<Q", len(update)) + update)
+    return (
+        b"XFB2"
+        + struct.pack("<Q", 1)
+        + struct.pack("<qqI", seq, seq, 1)
+        + struct.pack("<iq", 0, seq)
+        + struct.pack("<I", 1)
+        + struct.pack("<I", len(name))
+        + name
+        + struct.pack("<Q", len(update))
+        + update
+    )
 
 
 def _attempt(address: Tuple[str, int], data: bytes, seconds: float = 20.0) -> int:
@@ -94,14 +105,15 @@ def attack(target: Dict[str, Any]) -> Dict[str, Any]:
     stranger = servers + 2  # a sender the job does not have (7 in the issue's 5-server job)
     batch = _batches(1, "emb", _update(stranger, holder, 200))
     out: Dict[str, Any] = {"holder": holder}
-    trickler = threading.Thread(target=_trickle, args=(address, hello(sender, holder),
-                                                       out))
+    trickler = threading.Thread(target=_trickle, args=(address, hello(sender, holder), out))
     trickler.start()
     out["a_old_form"] = _attempt(address, REQUEST.pack(holder, stranger, 0, len(batch)) + batch)
     out["a_handshake"] = _attempt(address, hello(stranger, holder) + os.urandom(32))
     far = _batches(1_000_000, "emb", _update(sender, holder, 200))
-    out["b_no_secret"] = _attempt(address, hello(sender, holder) + os.urandom(32) +
-                                  REQUEST.pack(holder, sender, 0, len(far)) + os.urandom(32) + far)
+    out["b_no_secret"] = _attempt(
+        address,
+        hello(sender, holder) + os.urandom(32) + REQUEST.pack(holder, sender, 0, len(far)) + os.urandom(32) + far,
+    )
     out["c_replay"] = _attempt(address, bytes.fromhex(target["replay"]))
     out["d_random"] = _attempt(address, os.urandom(65536))
     out["e_huge_header"] = _attempt(address, REQUEST.pack(holder, sender, 0, 1 << 60))

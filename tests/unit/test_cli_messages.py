@@ -20,7 +20,8 @@ def test_argument_errors_are_the_error_and_one_line_pointing_at_help(capsys: pyt
     assert capsys.readouterr().err.splitlines() == [
         "xdl-ec train: error: argument --code: expected K,R (data and parity servers per stripe) like 4,1: need "
         "k >= 1, 1 <= r <= 4 and k + r <= 32, got k=5, r=5",
-        "run 'xdl-ec train --help' for every flag"]
+        "run 'xdl-ec train --help' for every flag",
+    ]
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["trian"])
     err = capsys.readouterr().err.splitlines()
@@ -32,10 +33,14 @@ def test_a_resumed_run_pairs_this_runs_samples_with_this_runs_steps(tmp_path: Pa
     report = {"steps": 200, "resumed_from": {"directory": str(tmp_path / "s-50"), "step": 50, "samples": 12800}}
     assert cli._steps_text(report) == "150 steps this run (steps 51-200)"
     assert cli._steps_text({"steps": 200}) == "200 steps"
-    assert cli._steps_text({"steps": 50, "resumed_from": report["resumed_from"]}) == \
-        "0 steps this run (the save was at step 50 already)"
-    assert cli._saves_text(report) == f"resumed the save of step 50 in {tmp_path / 's-50'}; this run is not saved " \
-                                      f"(add --save-dir DIR)"
+    assert (
+        cli._steps_text({"steps": 50, "resumed_from": report["resumed_from"]})
+        == "0 steps this run (the save was at step 50 already)"
+    )
+    assert (
+        cli._saves_text(report) == f"resumed the save of step 50 in {tmp_path / 's-50'}; this run is not saved "
+        f"(add --save-dir DIR)"
+    )
     saves = {"directory": str(tmp_path), "last_step": 1200}
     assert cli._saves_text({"saves": saves}) == f"saves go to {tmp_path} (newest: step 1,200)"
     assert cli._saves_text({"steps": 3}) is None
@@ -49,9 +54,11 @@ def test_a_stop_without_a_save_says_how_to_get_one(tmp_path: Path) -> None:
     argv = ["train", "--synthetic", "--steps", "200"]
     assert cli.stop_message("train", argv, args_of(), RunStopped(signal.SIGINT, 57)) == [
         "xdl-ec train: interrupted (SIGINT), stopped at step 57; nothing saved: run with --save-dir DIR to be able "
-        "to resume"]
-    assert cli.stop_message("train", argv, args_of(save_dir=str(tmp_path / "none")), cli.Interrupted(signal.SIGTERM)) \
-        == [f"xdl-ec train: interrupted (SIGTERM); nothing saved yet in {tmp_path / 'none'}"]
+        "to resume"
+    ]
+    assert cli.stop_message(
+        "train", argv, args_of(save_dir=str(tmp_path / "none")), cli.Interrupted(signal.SIGTERM)
+    ) == [f"xdl-ec train: interrupted (SIGTERM); nothing saved yet in {tmp_path / 'none'}"]
     assert cli.stop_message("verify", argv, args_of(), KeyboardInterrupt()) == ["xdl-ec verify: interrupted (SIGINT)"]
 
 

@@ -12,8 +12,23 @@ import xdl_ec
 
 PACKAGE = Path(xdl_ec.__file__).resolve().parent
 #: the rooms, lowest first; "xdl_ec" is the root (public names, the CLI, the public namespaces)
-ROOMS = ["settings", "sparse", "net", "data", "tf", "models", "model", "keep", "ps", "ft", "job", "builtin", "xdl",
-         "benchmark", "xdl_ec"]
+ROOMS = [
+    "settings",
+    "sparse",
+    "net",
+    "data",
+    "tf",
+    "models",
+    "model",
+    "keep",
+    "ps",
+    "ft",
+    "job",
+    "builtin",
+    "xdl",
+    "benchmark",
+    "xdl_ec",
+]
 #: the compiled modules: the core's binding and the TF ops' library, below every room
 NATIVE = {"xdl_ec._core", "xdl_ec._tf_ops"}
 
@@ -39,7 +54,7 @@ def _imports(name: str, tree: ast.Module, modules: Dict[str, ast.Module]) -> Set
             found |= {a.name for a in node.names if a.name.startswith("xdl_ec")}
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 module = ".".join(base + ([node.module] if node.module else []))
             else:
                 module = node.module or ""
@@ -83,7 +98,7 @@ def test_no_import_circle_of_any_kind() -> None:
         seen[node] = 1
         for nxt in sorted(graph[node]):
             if seen.get(nxt) == 1:
-                raise AssertionError(f"import circle: {' -> '.join(path[path.index(nxt):] + [nxt])}")
+                raise AssertionError(f"import circle: {' -> '.join(path[path.index(nxt) :] + [nxt])}")
             if nxt not in seen:
                 visit(nxt, path + [nxt])
         seen[node] = 2
@@ -108,8 +123,13 @@ def test_remote_calls_go_through_the_proxy() -> None:
         if name in allowed:
             continue
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                    node.func.attr in ("call", "call_beside") and node.args and \
-                    isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("call", "call_beside")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
                 offenders.append(f"{name}:{node.lineno} {node.func.attr}({node.args[0].value!r})")
     assert offenders == []

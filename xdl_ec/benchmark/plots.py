@@ -77,18 +77,31 @@ def plot_throughput(results: Mapping[str, Any], path: Path) -> Path:
         timeline = row["report"]["timeline"]
         xs, ys = throughput_series(timeline, window)
         is_ref = row["label"] == results["reference"]
-        ax.plot(xs, ys, color="black" if is_ref else _color(i), lw=2.2 if is_ref else 1.3,
-                label=row["label"] + (" (reference, no failures)" if is_ref else ""))
+        ax.plot(
+            xs,
+            ys,
+            color="black" if is_ref else _color(i),
+            lw=2.2 if is_ref else 1.3,
+            label=row["label"] + (" (reference, no failures)" if is_ref else ""),
+        )
         for k, kill in enumerate(row["report"].get("injected", [])):
             at = kill["seconds"] - timeline[0][1]
             ax.axvline(at, color=_color(i), lw=0.8, ls=":", alpha=0.8)
-            ax.plot([at], [0], marker="v", ms=8, color=_color(i), clip_on=False,
-                    label="failure (kill)" if i == 1 and k == 0 else None)
+            ax.plot(
+                [at],
+                [0],
+                marker="v",
+                ms=8,
+                color=_color(i),
+                clip_on=False,
+                label="failure (kill)" if i == 1 and k == 0 else None,
+            )
     ax.set_xlabel("training time after the first step (s)")
     ax.set_ylabel(f"samples/s (window of {window} steps)")
     ax.set_ylim(bottom=0)
-    ax.set_title(f"Throughput with injected server failures ({results['backend']} backend, "
-                 f"MTBF {results['mtbf_seconds']:.2f} s)")
+    ax.set_title(
+        f"Throughput with injected server failures ({results['backend']} backend, MTBF {results['mtbf_seconds']:.2f} s)"
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, ncol=2, loc="lower right")
     fig.tight_layout()
@@ -104,8 +117,7 @@ def plot_losses(results: Mapping[str, Any], path: Path) -> Path:
     others = [r for r in rows if r is not ref] or rows
     cols = min(4, len(others))
     lines = math.ceil(len(others) / cols)
-    fig, axes = plt.subplots(lines, cols, figsize=(3.6 * cols, 3.0 * lines), sharex=True, sharey=True,
-                             squeeze=False)
+    fig, axes = plt.subplots(lines, cols, figsize=(3.6 * cols, 3.0 * lines), sharex=True, sharey=True, squeeze=False)
     for n, ax in enumerate(axes.flat):
         if n >= len(others):
             ax.set_visible(False)
@@ -113,13 +125,15 @@ def plot_losses(results: Mapping[str, Any], path: Path) -> Path:
         row = others[n]
         if ref is not None:
             ax.plot(*_loss_series(ref["report"]["timeline"], window), color="0.6", lw=2.0, label="none")
-        ax.plot(*_loss_series(row["report"]["timeline"], window), color=_color(rows.index(row)), lw=1.2,
-                label=row["label"])
+        ax.plot(
+            *_loss_series(row["report"]["timeline"], window), color=_color(rows.index(row)), lw=1.2, label=row["label"]
+        )
         for kill in row["report"].get("injected", []):
             ax.axvline(kill["step"], color="red", lw=0.8, ls=":")
         s = row.get("summary", {})
-        ax.set_title(f"{row['label']}  (eval log loss {s.get('logloss', float('nan')) or float('nan'):.4f})",
-                     fontsize=9)
+        ax.set_title(
+            f"{row['label']}  (eval log loss {s.get('logloss', float('nan')) or float('nan'):.4f})", fontsize=9
+        )
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         if n % cols == 0:

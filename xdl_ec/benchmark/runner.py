@@ -109,8 +109,12 @@ class BenchConfig:
             raise ValueError(f"backend: must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.data is not None and not Path(self.data).is_file():
             raise ValueError(f"data: no such file: {self.data} (give a Criteo TSV file, or omit it for synthetic data)")
-        if self.mtbf is not None and (isinstance(self.mtbf, bool) or not isinstance(self.mtbf, (int, float))
-                                      or not math.isfinite(self.mtbf) or self.mtbf <= 0):
+        if self.mtbf is not None and (
+            isinstance(self.mtbf, bool)
+            or not isinstance(self.mtbf, (int, float))
+            or not math.isfinite(self.mtbf)
+            or self.mtbf <= 0
+        ):
             raise ValueError(f"mtbf: must be a positive number of seconds, got {self.mtbf!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed: must be a non-negative integer, got {self.seed!r}")
@@ -135,9 +139,17 @@ class BenchConfig:
         from xdl_ec.builtin.criteo_job import TrainConfig
 
         p = self.preset
-        return TrainConfig(data=self.data, synthetic=self.data is None, synthetic_rows=p.synthetic_rows,
-                           batch_size=p.batch_size, epochs=p.epochs, seed=self.seed, deterministic=True,
-                           on_bad_line="skip", progress=self.progress)
+        return TrainConfig(
+            data=self.data,
+            synthetic=self.data is None,
+            synthetic_rows=p.synthetic_rows,
+            batch_size=p.batch_size,
+            epochs=p.epochs,
+            seed=self.seed,
+            deterministic=True,
+            on_bad_line="skip",
+            progress=self.progress,
+        )
 
     def cluster_config(self) -> Any:
         from xdl_ec.ps import ClusterConfig
@@ -147,8 +159,9 @@ class BenchConfig:
 
 
 # ---- failure schedule --------------------------------------------------------------------------------------------
-def failure_steps(timeline: Sequence[Sequence[float]], mtbf: float, seed: int, servers: int, total_steps: int,
-                  min_gap: int) -> List[Tuple[int, int, float]]:
+def failure_steps(
+    timeline: Sequence[Sequence[float]], mtbf: float, seed: int, servers: int, total_steps: int, min_gap: int
+) -> List[Tuple[int, int, float]]:
     """(step, server, seconds) kills of the ``mtbf`` schedule over the reference ``timeline`` (see the module doc):
     seconds counted from the end of the first step; steps ascending, >= 2, at least ``min_gap`` apart, <= total."""
     import numpy as np
@@ -196,18 +209,30 @@ def peak_rss_bytes() -> int:
 
 
 # ---- one run -----------------------------------------------------------------------------------------------------
-def strategy_for(variant: Variant, cluster: Any, mtbf: Optional[float], seed: int,
-                 rebuild_share: Optional[float] = None, rebuild: Optional[str] = None) -> Any:
+def strategy_for(
+    variant: Variant,
+    cluster: Any,
+    mtbf: Optional[float],
+    seed: int,
+    rebuild_share: Optional[float] = None,
+    rebuild: Optional[str] = None,
+) -> Any:
     """The strategy of a matrix row (``mtbf`` feeds ckpt's and cpr's intervals; ``rebuild_share`` and ``rebuild``
     set ec's rebuild, None: its defaults)."""
-    from xdl_ec.job.cluster import Cluster
     from xdl_ec.ft.factory import make_strategy
+    from xdl_ec.job.cluster import Cluster
 
     options = dict(variant.options)
     if variant.ft == "ec":
         options.update({k: v for k, v in (("rebuild_share", rebuild_share), ("rebuild", rebuild)) if v is not None})
-    config = Cluster(servers=cluster.servers, workers=cluster.workers, backend=cluster.backend, ft=variant.ft,
-                     mtbf=mtbf if variant.ft in ("ckpt", "cpr") else None, **options).strategy_config(seed)
+    config = Cluster(
+        servers=cluster.servers,
+        workers=cluster.workers,
+        backend=cluster.backend,
+        ft=variant.ft,
+        mtbf=mtbf if variant.ft in ("ckpt", "cpr") else None,
+        **options,
+    ).strategy_config(seed)
     return make_strategy(config)
 
 
@@ -226,12 +251,17 @@ class Workload:
         """The built-in model of a :class:`~xdl_ec.builtin.criteo_job.TrainConfig`."""
         from xdl_ec.builtin.criteo_job import criteo_job, open_training_data
 
-        return cls(criteo_job(train).spec, train.seed,
-                   {**train.describe(), "data_source": open_training_data(train).description}, train)
+        return cls(
+            criteo_job(train).spec,
+            train.seed,
+            {**train.describe(), "data_source": open_training_data(train).description},
+            train,
+        )
 
 
-def train_once(workload: Workload, cluster: Any, strategy: Any = None, schedule: Any = None,
-               steps: Optional[int] = None) -> Dict[str, Any]:
+def train_once(
+    workload: Workload, cluster: Any, strategy: Any = None, schedule: Any = None, steps: Optional[int] = None
+) -> Dict[str, Any]:
     """``workload`` on ``cluster`` (deterministic) under ``strategy`` and the kills of ``schedule`` (a
     FailureSchedule), for at most ``steps`` steps: the run's report with its model_digest and cluster figures."""
     from xdl_ec.ft.failure_injector import FailureInjector
@@ -252,9 +282,16 @@ def train_once(workload: Workload, cluster: Any, strategy: Any = None, schedule:
     return report
 
 
-def run_variant(variant: Variant, workload: Workload, cluster: Any, kills: Sequence[Tuple[int, int, float]],
-                mtbf: Optional[float], seed: int, rebuild_share: Optional[float] = None,
-                steps: Optional[int] = None) -> Dict[str, Any]:
+def run_variant(
+    variant: Variant,
+    workload: Workload,
+    cluster: Any,
+    kills: Sequence[Tuple[int, int, float]],
+    mtbf: Optional[float],
+    seed: int,
+    rebuild_share: Optional[float] = None,
+    steps: Optional[int] = None,
+) -> Dict[str, Any]:
     """Trains ``variant`` with the kills: ``{"label", "ft", "status": "ok", "report", "peak_rss_bytes", ...}``, or
     status ``unavailable`` (the strategy is not in this build) or ``failed`` (the run raised) with the error.
     ``rebuild_share``: ec's rebuild rate limit (None: the strategy's default)."""
@@ -271,11 +308,21 @@ def run_variant(variant: Variant, workload: Workload, cluster: Any, kills: Seque
     try:
         report = train_once(workload, cluster, strategy, schedule, steps)
     except Exception as err:  # noqa: BLE001 - any failure of the run becomes its row, the matrix goes on
-        return {**row, "status": "failed", "error": f"{type(err).__name__}: {err}",
-                "seconds": time.perf_counter() - started}
-    return {**row, "status": "ok", "report": report, "seconds": time.perf_counter() - started,
-            "kills_after_rebuild": list(schedule.waited),
-            "peak_rss_bytes": peak_rss_bytes(), "peak_rss_exact": exact_rss}
+        return {
+            **row,
+            "status": "failed",
+            "error": f"{type(err).__name__}: {err}",
+            "seconds": time.perf_counter() - started,
+        }
+    return {
+        **row,
+        "status": "ok",
+        "report": report,
+        "seconds": time.perf_counter() - started,
+        "kills_after_rebuild": list(schedule.waited),
+        "peak_rss_bytes": peak_rss_bytes(),
+        "peak_rss_exact": exact_rss,
+    }
 
 
 # ---- measures ----------------------------------------------------------------------------------------------------
@@ -329,8 +376,9 @@ def summarize(row: Mapping[str, Any], reference: Mapping[str, Any]) -> Dict[str,
     rep, ref = row["report"], reference["report"]
     mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
     failures = [f for f in rep.get("failures", []) if f.get("role") == "server"]
-    during = [f["samples_per_sec_during_rebuild"] for f in failures
-              if f.get("samples_per_sec_during_rebuild") is not None]
+    during = [
+        f["samples_per_sec_during_rebuild"] for f in failures if f.get("samples_per_sec_during_rebuild") is not None
+    ]
     mine, theirs = steady_seconds(rep), steady_seconds(ref)
     kind, nbytes = stored_bytes(rep)
     return {
@@ -373,8 +421,15 @@ def run_bench(config: BenchConfig, log: Callable[[str], None] = print) -> Dict[s
         # A short unreported run first: the first run in a process pays one-time costs (imports, allocator
         # growth, graph caches) that would otherwise count against the reference alone
         bar.set_description("warm-up")
-        run_variant(variants[0], workload, cluster, (), config.mtbf, config.seed,
-                    steps=min(20, max(2, config.preset.min_gap * 3)))
+        run_variant(
+            variants[0],
+            workload,
+            cluster,
+            (),
+            config.mtbf,
+            config.seed,
+            steps=min(20, max(2, config.preset.min_gap * 3)),
+        )
         bar.update(1)
         bar.set_description(REFERENCE)
         reference = run_variant(variants[0], workload, cluster, (), config.mtbf, config.seed)
@@ -385,11 +440,12 @@ def run_bench(config: BenchConfig, log: Callable[[str], None] = print) -> Dict[s
         timeline = ref_report["timeline"]
         after_first = timeline[-1][1] - timeline[0][1] if timeline else 0.0
         mtbf = config.mtbf if config.mtbf is not None else max(after_first / 3.0, 1e-3)
-        kills = failure_steps(timeline, mtbf, config.seed, cluster.servers, ref_report["steps"],
-                              config.preset.min_gap)
-        log(f"xdl-ec bench: reference ({REFERENCE}) trained {ref_report['samples']:,} samples in "
+        kills = failure_steps(timeline, mtbf, config.seed, cluster.servers, ref_report["steps"], config.preset.min_gap)
+        log(
+            f"xdl-ec bench: reference ({REFERENCE}) trained {ref_report['samples']:,} samples in "
             f"{ref_report['train_seconds']:.2f} s; MTBF {mtbf:.2f} s{'' if config.mtbf else ' (auto)'} -> "
-            f"{len(kills)} server kills at steps {', '.join(f'{s}:{i}' for s, i, _ in kills) or '(none)'}")
+            f"{len(kills)} server kills at steps {', '.join(f'{s}:{i}' for s, i, _ in kills) or '(none)'}"
+        )
         rows.append(reference)
         for variant in variants[1:]:
             bar.set_description(variant.label)
@@ -435,5 +491,9 @@ def machine() -> Dict[str, Any]:
     """Where the bench ran (for the README's table)."""
     import platform
 
-    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-            "processor": platform.processor() or platform.machine()}
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "processor": platform.processor() or platform.machine(),
+    }

@@ -20,14 +20,14 @@ import math
 import os
 from typing import Any, Dict, Iterator, Optional, Sequence
 
-from xdl_ec.settings import checks
-from xdl_ec.sparse import init, optim
 from xdl_ec.data.file_stream import DEFAULT_POLL_SECONDS, FileStream
 from xdl_ec.data.schema import Batch
 from xdl_ec.data.source import TrainingData
+from xdl_ec.job.job import Job
 from xdl_ec.model.dense_model import DENSE_OPTIMIZERS
 from xdl_ec.model.feature import Feature
-from xdl_ec.job.job import Job
+from xdl_ec.settings import checks
+from xdl_ec.sparse import init, optim
 from xdl_ec.sparse.row_rules import DEFAULT_EVERY_STEPS, Admit, Evict
 from xdl_ec.sparse.table_config import Table
 
@@ -78,8 +78,9 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if (self.data is not None) + bool(self.synthetic) + (self.stream is not None) != 1:
-            raise ValueError("data: give exactly one of a Criteo file (data), a stream directory (stream) or "
-                             "synthetic=True")
+            raise ValueError(
+                "data: give exactly one of a Criteo file (data), a stream directory (stream) or synthetic=True"
+            )
         for name in ("data", "stream"):  # workers may run elsewhere (Ray actors in their own working directory)
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, os.path.abspath(os.fspath(getattr(self, name))))
@@ -117,13 +118,18 @@ class TrainConfig:
 def open_training_data(config: TrainConfig) -> TrainingData:
     """The data a config names: its Criteo file, or the synthetic generator seeded by its seed."""
     if config.synthetic:
-        return TrainingData.synthetic(config.synthetic_rows, eval_fraction=config.eval_fraction, seed=config.seed,
-                                      max_cardinality=config.synthetic_max_cardinality,
-                                      zipf_exponent=config.synthetic_zipf)
+        return TrainingData.synthetic(
+            config.synthetic_rows,
+            eval_fraction=config.eval_fraction,
+            seed=config.seed,
+            max_cardinality=config.synthetic_max_cardinality,
+            zipf_exponent=config.synthetic_zipf,
+        )
     if config.data is None:
         raise ValueError("data: the built-in job reads a Criteo file (data=PATH) or synthetic rows (synthetic=True)")
-    return TrainingData.from_file(os.fspath(config.data), eval_fraction=config.eval_fraction,
-                                  on_bad_line=config.on_bad_line)
+    return TrainingData.from_file(
+        os.fspath(config.data), eval_fraction=config.eval_fraction, on_bad_line=config.on_bad_line
+    )
 
 
 def num_train_batches(data: TrainingData, config: TrainConfig) -> int:
@@ -174,8 +180,9 @@ class StreamBatches:
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         c = self.config
         assert c.stream is not None
-        self._stream = FileStream(c.stream, c.stream_pattern, idle_exit=c.stream_idle_exit, poll=c.stream_poll,
-                                  start=self._start["stream"])
+        self._stream = FileStream(
+            c.stream, c.stream_pattern, idle_exit=c.stream_idle_exit, poll=c.stream_poll, start=self._start["stream"]
+        )
         own = int(self._start["batches"])
         self._positions = collections.OrderedDict({own: self._start})
         batches = self._stream.batches(c.batch_size, c.on_bad_line)
@@ -196,8 +203,10 @@ class StreamBatches:
     def position_after(self, batches: int) -> Dict[str, Any]:
         """The stream position after this worker's ``batches``-th batch (kept for the last few handed out)."""
         if batches not in self._positions:
-            raise ValueError(f"stream position: batch {batches} of worker {self._worker} is not among the last "
-                             f"{self.KEPT_POSITIONS} handed out")
+            raise ValueError(
+                f"stream position: batch {batches} of worker {self._worker} is not among the last "
+                f"{self.KEPT_POSITIONS} handed out"
+            )
         return self._positions[batches]
 
     def stats(self) -> Dict[str, Any]:
@@ -260,12 +269,23 @@ class CriteoModel:
 
 def criteo_job(config: TrainConfig) -> Job:
     """The built-in job of ``config``."""
-    table = Table(TABLE_NAME, config.emb_dim, optimizer=optim.get(config.optimizer, learning_rate=config.lr),
-                  initializer=init.RandomUniform(-0.05, 0.05), seed=config.seed, **config.table_rules())
-    return Job(tables=[table], features=[Feature(FEATURE_NAME, table, combiner=None, shared_ids=True)],
-               model_fn=CriteoModel(config), input_fn=CriteoInput(config),
-               dense_optimizer=config.dense_optimizer, dense_learning_rate=config.dense_lr,
-               eval_fn=CriteoHoldout(config) if config.eval_fraction > 0 and config.stream is None else None)
+    table = Table(
+        TABLE_NAME,
+        config.emb_dim,
+        optimizer=optim.get(config.optimizer, learning_rate=config.lr),
+        initializer=init.RandomUniform(-0.05, 0.05),
+        seed=config.seed,
+        **config.table_rules(),
+    )
+    return Job(
+        tables=[table],
+        features=[Feature(FEATURE_NAME, table, combiner=None, shared_ids=True)],
+        model_fn=CriteoModel(config),
+        input_fn=CriteoInput(config),
+        dense_optimizer=config.dense_optimizer,
+        dense_learning_rate=config.dense_lr,
+        eval_fn=CriteoHoldout(config) if config.eval_fraction > 0 and config.stream is None else None,
+    )
 
 
 def job_from_description(description: Dict[str, Any]) -> Job:

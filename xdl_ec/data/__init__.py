@@ -8,6 +8,18 @@ from .schema import NUM_DENSE, NUM_SPARSE, Batch, categorical_keys
 from .source import TrainingData
 from .synthetic import CRITEO_KAGGLE_CARDINALITIES, SyntheticCriteo
 
-__all__ = ["Batch", "BadLineError", "CriteoReader", "SyntheticCriteo", "TrainingData", "Prefetcher",
-           "CRITEO_KAGGLE_CARDINALITIES", "NUM_DENSE", "NUM_SPARSE", "categorical_keys", "FileStream", "StreamError",
-           "stream"]
+__all__ = [
+    "Batch",
+    "BadLineError",
+    "CriteoReader",
+    "SyntheticCriteo",
+    "TrainingData",
+    "Prefetcher",
+    "CRITEO_KAGGLE_CARDINALITIES",
+    "NUM_DENSE",
+    "NUM_SPARSE",
+    "categorical_keys",
+    "FileStream",
+    "StreamError",
+    "stream",
+]

@@ -24,8 +24,17 @@ from typing import TYPE_CHECKING, Iterator, Literal, NamedTuple, Optional
 import numpy as np
 
 from xdl_ec.settings import checks
-from .schema import (EMPTY_VALUE, NUM_DENSE, NUM_FIELDS, NUM_SPARSE, Batch, categorical_keys, dense_transform,
-    tf_signature)
+
+from .schema import (
+    EMPTY_VALUE,
+    NUM_DENSE,
+    NUM_FIELDS,
+    NUM_SPARSE,
+    Batch,
+    categorical_keys,
+    dense_transform,
+    tf_signature,
+)
 
 if TYPE_CHECKING:  # TensorFlow is only imported by dataset()
     import tensorflow as tf
@@ -177,8 +186,11 @@ class CriteoReader:
             labels.append(1.0 if fields[0] == "1" else 0.0)
             dense.append([int(x) if x else 0 for x in fields[1 : 1 + NUM_DENSE]])
             cats.append([int(x, 16) if x else EMPTY_VALUE for x in fields[1 + NUM_DENSE :]])
-        return Rows(np.array(labels, dtype=np.float32), np.array(dense, dtype=np.float64).reshape(-1, NUM_DENSE),
-                    np.array(cats, dtype=np.uint64).reshape(-1, NUM_SPARSE))
+        return Rows(
+            np.array(labels, dtype=np.float32),
+            np.array(dense, dtype=np.float64).reshape(-1, NUM_DENSE),
+            np.array(cats, dtype=np.uint64).reshape(-1, NUM_SPARSE),
+        )
 
     def dataset(self, batch_size: int, split: Split = "train", *, drop_remainder: bool = False) -> "tf.data.Dataset":
         """The same batches as a ``tf.data.Dataset`` of (dense, sparse, label), streamed from the file."""
@@ -189,7 +201,6 @@ class CriteoReader:
             lambda: (tuple(b) for b in self.batches(batch_size, split, drop_remainder=drop_remainder)),
             output_signature=tf_signature(),
         )
-
 
 
 class Rows(NamedTuple):
@@ -220,8 +231,11 @@ class _RowBuffer:
         merged = Rows(*(np.concatenate(arrays) for arrays in zip(*self._parts)))
         rest = Rows(*(a[n:] for a in merged))
         self._parts, self._rows = ([rest] if len(rest.label) else []), len(rest.label)
-        return Batch(dense=dense_transform(merged.raw_dense[:n]), sparse=categorical_keys(merged.values[:n]),
-                     label=merged.label[:n])
+        return Batch(
+            dense=dense_transform(merged.raw_dense[:n]),
+            sparse=categorical_keys(merged.values[:n]),
+            label=merged.label[:n],
+        )
 
 
 _HEX_NIBBLE = np.full(256, 255, dtype=np.uint8)
@@ -245,7 +259,7 @@ def parse_lines_fast(lines: list[str]) -> Optional[Rows]:
     data = np.frombuffer(buffer + bytes(8), dtype=np.uint8)  # padding: fixed-width reads past the end
     tabs = np.flatnonzero(data[: len(buffer)] == ord("\t"))
     starts = np.concatenate([[0], tabs + 1]).reshape(n, NUM_FIELDS)
-    lengths = (np.concatenate([tabs, [len(buffer)]]).reshape(n, NUM_FIELDS) - starts)
+    lengths = np.concatenate([tabs, [len(buffer)]]).reshape(n, NUM_FIELDS) - starts
     # Labels: exactly "0" or "1".
     label_chars = data[starts[:, 0]]
     if not (np.all(lengths[:, 0] == 1) and np.all((label_chars == ord("0")) | (label_chars == ord("1")))):

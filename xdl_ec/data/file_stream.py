@@ -50,8 +50,15 @@ class FileStream:
     """Lines of the files of ``directory`` matching ``pattern`` (see the module docstring); iterate for the lines
     (str, newline stripped), or :meth:`batches` for batches with the position after each."""
 
-    def __init__(self, directory: str | os.PathLike, pattern: str = "*", *, idle_exit: Optional[float] = None,
-                 poll: float = DEFAULT_POLL_SECONDS, start: Optional[Position] = None) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        pattern: str = "*",
+        *,
+        idle_exit: Optional[float] = None,
+        poll: float = DEFAULT_POLL_SECONDS,
+        start: Optional[Position] = None,
+    ) -> None:
         self.directory = Path(directory)
         if not self.directory.is_dir():
             raise StreamError(f"stream directory {self.directory}: no such directory")
@@ -64,8 +71,10 @@ class FileStream:
         self.line = int(start.get("line", 0))
         self.batch = int(start.get("batch", 0))
         if self.file is not None and not (self.directory / self.file).is_file():
-            raise StreamError(f"stream directory {self.directory}: the position's file {self.file!r} is gone; a "
-                              f"resumed stream continues inside it (keep files until the runs reading them end)")
+            raise StreamError(
+                f"stream directory {self.directory}: the position's file {self.file!r} is gone; a "
+                f"resumed stream continues inside it (keep files until the runs reading them end)"
+            )
         self._resume_inside = self.file is not None
         self._floor = self.file  # a resumed stream read every file before this one (in an earlier run)
         self._read: Set[str] = set()
@@ -81,20 +90,26 @@ class FileStream:
         try:
             entries = list(os.scandir(self.directory))
         except FileNotFoundError:
-            raise StreamError(f"stream directory {self.directory} vanished (read up to {self.file!r}, line "
-                              f"{self.line}): restore it and resume from the newest save") from None
-        return sorted(e.name for e in entries if not ignored(e.name) and fnmatch.fnmatch(e.name, self.pattern)
-                      and e.is_file())
+            raise StreamError(
+                f"stream directory {self.directory} vanished (read up to {self.file!r}, line "
+                f"{self.line}): restore it and resume from the newest save"
+            ) from None
+        return sorted(
+            e.name for e in entries if not ignored(e.name) and fnmatch.fnmatch(e.name, self.pattern) and e.is_file()
+        )
 
     def _next_name(self) -> Optional[str]:
         names = self._names()
         if self.file is not None:
-            late = [n for n in names if n < self.file and n not in self._read
-                    and (self._floor is None or n > self._floor)]
+            late = [
+                n for n in names if n < self.file and n not in self._read and (self._floor is None or n > self._floor)
+            ]
             if late:
-                raise StreamError(f"stream directory {self.directory}: file {late[0]!r} appeared after "
-                                  f"{self.file!r} was read; files are read once in name order, so name them to sort "
-                                  f"in arrival order (e.g. by hour)")
+                raise StreamError(
+                    f"stream directory {self.directory}: file {late[0]!r} appeared after "
+                    f"{self.file!r} was read; files are read once in name order, so name them to sort "
+                    f"in arrival order (e.g. by hour)"
+                )
         later = [n for n in names if self.file is None or n > self.file]
         return later[0] if later else None
 
@@ -115,8 +130,9 @@ class FileStream:
                 gzipped = probe.read(2) == b"\x1f\x8b"
             return gzip.open(path, "rb") if gzipped else open(path, "rb")  # type: ignore[return-value]
         except FileNotFoundError:
-            raise StreamError(f"{path}: removed before it was read; files renamed into the stream directory must "
-                              f"stay until read") from None
+            raise StreamError(
+                f"{path}: removed before it was read; files renamed into the stream directory must stay until read"
+            ) from None
 
     def _lines_of(self, name: str, offset: int) -> Iterator[bytes]:
         path = self.directory / name
@@ -174,8 +190,12 @@ class FileStream:
                 return
             merged = Rows(*(np.concatenate(arrays) for arrays in zip(*parts, strict=True)))
             self.batch += 1
-            yield (Batch(dense=dense_transform(merged.raw_dense), sparse=categorical_keys(merged.values),
-                         label=merged.label), self.position())
+            yield (
+                Batch(
+                    dense=dense_transform(merged.raw_dense), sparse=categorical_keys(merged.values), label=merged.label
+                ),
+                self.position(),
+            )
 
     def _checked(self, chunk: List[Tuple[str, int, str]], on_bad_line: str) -> Rows:
         labels: List[float] = []
@@ -190,14 +210,23 @@ class FileStream:
                 self.bad_lines += 1
                 continue
             labels.append(1.0 if fields[0] == "1" else 0.0)
-            dense.append([int(x) if x else 0 for x in fields[1: 1 + NUM_DENSE]])
-            cats.append([int(x, 16) if x else EMPTY_VALUE for x in fields[1 + NUM_DENSE:]])
-        return Rows(np.array(labels, dtype=np.float32), np.array(dense, dtype=np.float64).reshape(-1, NUM_DENSE),
-                    np.array(cats, dtype=np.uint64).reshape(-1, NUM_SPARSE))
+            dense.append([int(x) if x else 0 for x in fields[1 : 1 + NUM_DENSE]])
+            cats.append([int(x, 16) if x else EMPTY_VALUE for x in fields[1 + NUM_DENSE :]])
+        return Rows(
+            np.array(labels, dtype=np.float32),
+            np.array(dense, dtype=np.float64).reshape(-1, NUM_DENSE),
+            np.array(cats, dtype=np.uint64).reshape(-1, NUM_SPARSE),
+        )
 
 
-def stream(directory: str | os.PathLike, pattern: str = "*", *, idle_exit: Optional[float] = None,
-           poll: float = DEFAULT_POLL_SECONDS, start: Optional[Position] = None) -> FileStream:
+def stream(
+    directory: str | os.PathLike,
+    pattern: str = "*",
+    *,
+    idle_exit: Optional[float] = None,
+    poll: float = DEFAULT_POLL_SECONDS,
+    start: Optional[Position] = None,
+) -> FileStream:
     """The Criteo TSV rows of ``directory``'s files matching ``pattern``, in name order as they appear (see
     :mod:`xdl_ec.data.file_stream`); ``start``: a position to continue after."""
     return FileStream(directory, pattern, idle_exit=idle_exit, poll=poll, start=start)

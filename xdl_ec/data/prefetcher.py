@@ -21,8 +21,7 @@ class Prefetcher(Generic[T]):
             raise ValueError(f"depth: must be >= 1, got {depth}")
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._produce, args=(iter(source),), name="xdl-ec-prefetch",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._produce, args=(iter(source),), name="xdl-ec-prefetch", daemon=True)
         self._thread.start()
 
     def _put(self, item: object) -> bool:

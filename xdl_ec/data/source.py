@@ -8,6 +8,7 @@ import os
 from typing import Iterator
 
 from xdl_ec.settings import checks
+
 from .criteo import CriteoReader
 from .schema import Batch
 from .synthetic import SyntheticCriteo
@@ -37,8 +38,14 @@ class TrainingData:
         return _FileData(CriteoReader(path, eval_fraction=eval_fraction, on_bad_line=on_bad_line))
 
     @staticmethod
-    def synthetic(rows: int, *, eval_fraction: float = 0.1, seed: int = 0, max_cardinality: int | None = None,
-                  zipf_exponent: float = 1.1) -> "TrainingData":
+    def synthetic(
+        rows: int,
+        *,
+        eval_fraction: float = 0.1,
+        seed: int = 0,
+        max_cardinality: int | None = None,
+        zipf_exponent: float = 1.1,
+    ) -> "TrainingData":
         """``rows`` synthetic rows, of which the last ``floor(rows * eval_fraction)`` are held out."""
         rows = checks.integer("rows", rows, 1)
         if not 0.0 <= eval_fraction < 1.0:
@@ -49,9 +56,16 @@ class TrainingData:
 
 class _FileData(TrainingData):
     def __init__(self, reader: CriteoReader) -> None:
-        super().__init__({"source": "criteo_tsv", "path": str(reader.path), "on_bad_line": reader.on_bad_line,
-                          "eval_fraction": reader.eval_fraction},
-                         reader.num_train_lines, reader.num_eval_lines)
+        super().__init__(
+            {
+                "source": "criteo_tsv",
+                "path": str(reader.path),
+                "on_bad_line": reader.on_bad_line,
+                "eval_fraction": reader.eval_fraction,
+            },
+            reader.num_train_lines,
+            reader.num_eval_lines,
+        )
         self.reader = reader
 
     def train_batches(self, batch_size: int) -> Iterator[Batch]:
@@ -67,9 +81,17 @@ class _FileData(TrainingData):
 
 class _SyntheticData(TrainingData):
     def __init__(self, gen: SyntheticCriteo, rows: int, num_eval: int) -> None:
-        super().__init__({"source": "synthetic", "rows": rows, "seed": gen.seed,
-                          "max_cardinality": int(gen.cardinalities.max()), "zipf_exponent": gen.zipf_exponent},
-                         rows - num_eval, num_eval)
+        super().__init__(
+            {
+                "source": "synthetic",
+                "rows": rows,
+                "seed": gen.seed,
+                "max_cardinality": int(gen.cardinalities.max()),
+                "zipf_exponent": gen.zipf_exponent,
+            },
+            rows - num_eval,
+            num_eval,
+        )
         self.gen = gen
 
     def _split(self, batch_size: int, rows: int, split: str) -> Iterator[Batch]:

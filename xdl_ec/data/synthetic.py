@@ -20,6 +20,7 @@ import numpy as np
 
 from xdl_ec.settings import checks
 from xdl_ec.sparse.hashing import fmix64
+
 from .schema import NUM_DENSE, NUM_SPARSE, Batch, categorical_keys, dense_transform, tf_signature
 
 if TYPE_CHECKING:
@@ -27,8 +28,32 @@ if TYPE_CHECKING:
 
 # Distinct values per categorical column of Criteo Kaggle (train.txt), C1..C26.
 CRITEO_KAGGLE_CARDINALITIES = (
-    1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
-    27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572,
+    1460,
+    583,
+    10131227,
+    2202608,
+    305,
+    24,
+    12517,
+    633,
+    3,
+    93145,
+    5683,
+    8351593,
+    3194,
+    27,
+    14992,
+    5461306,
+    10,
+    5652,
+    2173,
+    4,
+    7046547,
+    18,
+    15,
+    286181,
+    105,
+    142572,
 )
 
 _SPLITS = {"train": 0, "eval": 1}
@@ -55,12 +80,20 @@ class SyntheticCriteo:
       id_weight_scale: standard deviation of the hidden per-id weights.
     """
 
-    def __init__(self, seed: int = 0, *, max_cardinality: int | None = None, zipf_exponent: float = 1.1,
-                 id_weight_scale: float = 0.5) -> None:
+    def __init__(
+        self,
+        seed: int = 0,
+        *,
+        max_cardinality: int | None = None,
+        zipf_exponent: float = 1.1,
+        id_weight_scale: float = 0.5,
+    ) -> None:
         seed = checks.integer("seed", seed, 0)
         if max_cardinality is not None and (
-                isinstance(max_cardinality, bool) or not isinstance(max_cardinality, (int, np.integer))
-                or max_cardinality < 1):
+            isinstance(max_cardinality, bool)
+            or not isinstance(max_cardinality, (int, np.integer))
+            or max_cardinality < 1
+        ):
             raise ValueError(f"max_cardinality: must be a positive integer or None, got {max_cardinality!r}")
         if not np.isfinite(zipf_exponent) or zipf_exponent <= 0:
             raise ValueError(f"zipf_exponent: must be a positive number, got {zipf_exponent!r}")

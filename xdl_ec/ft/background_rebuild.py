@@ -46,8 +46,9 @@ class BackgroundRebuild:
     :class:`~xdl_ec.ft.rebuild_governor.RebuildGovernor`); ``urgent()``: True when one more loss would be fatal
     (then it never pauses)."""
 
-    def __init__(self, coordinator: Any, share: float, urgent: Callable[[], bool],
-                 governor: Optional[RebuildGovernor] = None) -> None:
+    def __init__(
+        self, coordinator: Any, share: float, urgent: Callable[[], bool], governor: Optional[RebuildGovernor] = None
+    ) -> None:
         self.coordinator = coordinator
         self.share = share
         self.urgent = urgent
@@ -81,8 +82,10 @@ class BackgroundRebuild:
         thread.join(timeout)
         if thread.is_alive():
             plan = self.coordinator.plan
-            raise RecoveryTimeout(f"rebuild: the background rebuild did not stop within {timeout:g} s (stripe "
-                                  f"{plan[0] if plan else None} of the plan still running)")
+            raise RecoveryTimeout(
+                f"rebuild: the background rebuild did not stop within {timeout:g} s (stripe "
+                f"{plan[0] if plan else None} of the plan still running)"
+            )
         self._thread = None
 
     def take_error(self) -> Optional[BaseException]:

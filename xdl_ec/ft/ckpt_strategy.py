@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from xdl_ec.keep.checkpoint import CheckpointStore
-from xdl_ec.settings.interval import IntervalPolicy, parse_interval
 from xdl_ec.ps.fault_tolerance import FailureRecord, FaultTolerance, Resume, Unrecoverable
+from xdl_ec.settings.interval import IntervalPolicy, parse_interval
+
 from .shard_saver import ShardSaver
 
 __all__ = ["Checkpointing"]
@@ -45,11 +46,13 @@ class Checkpointing(FaultTolerance):
 
     name = "ckpt"
 
-    def __init__(self, interval: Any = "auto", directory: Optional[str] = None, mtbf: Optional[float] = None,
-                 keep: int = 2) -> None:
+    def __init__(
+        self, interval: Any = "auto", directory: Optional[str] = None, mtbf: Optional[float] = None, keep: int = 2
+    ) -> None:
         super().__init__()
-        self.policy: IntervalPolicy = interval if isinstance(interval, IntervalPolicy) else \
-            parse_interval(interval, mtbf)
+        self.policy: IntervalPolicy = (
+            interval if isinstance(interval, IntervalPolicy) else parse_interval(interval, mtbf)
+        )
         self._own_dir = directory is None
         self._directory = directory
         self.keep = keep
@@ -86,8 +89,9 @@ class Checkpointing(FaultTolerance):
             if lost:
                 raise lost[0]
             weights, optimizer = v.dense_variables()
-            saved = pending.commit(dense_weights=weights, dense_optimizer=optimizer,
-                                   reader_position=v.reader_position())
+            saved = pending.commit(
+                dense_weights=weights, dense_optimizer=optimizer, reader_position=v.reader_position()
+            )
         except BaseException:
             pending.abort()
             raise
@@ -135,17 +139,28 @@ class Checkpointing(FaultTolerance):
         self.policy.restart(latest.step, now)
         failed_step = v.step + 1
         for n, index in enumerate(dead):  # servers lost together share one rollback: its samples count once
-            self.failures.append(FailureRecord(step=failed_step, role="server", index=index,
-                                               rebuild_seconds=now - start,
-                                               samples_per_sec_during_rebuild=0.0,  # every server rolls back
-                                               lost_samples=retrained if n == 0 else 0))
+            self.failures.append(
+                FailureRecord(
+                    step=failed_step,
+                    role="server",
+                    index=index,
+                    rebuild_seconds=now - start,
+                    samples_per_sec_during_rebuild=0.0,  # every server rolls back
+                    lost_samples=retrained if n == 0 else 0,
+                )
+            )
         return Resume(step=latest.step, reader_position=position, lost_samples=retrained)
 
     def report(self) -> Dict[str, Any]:
         out = super().report()
-        out["checkpoint"] = {"saves": self.saves, "bytes": self.checkpoint_bytes, "directory": self._directory,
-                             "interval_seconds": self.policy.interval_seconds, "interval_steps": self.policy.steps,
-                             "save_seconds": self.policy.save_cost}
+        out["checkpoint"] = {
+            "saves": self.saves,
+            "bytes": self.checkpoint_bytes,
+            "directory": self._directory,
+            "interval_seconds": self.policy.interval_seconds,
+            "interval_steps": self.policy.steps,
+            "save_seconds": self.policy.save_cost,
+        }
         return out
 
     def close(self) -> None:

@@ -8,6 +8,7 @@ from typing import Any, Optional, Tuple, Union
 
 from xdl_ec.settings import checks
 from xdl_ec.settings.interval import IntervalPolicy, parse_interval
+
 from .rebuild_governor import DEFAULT_REBUILD_KEEPS
 
 STRATEGIES = ("none", "ckpt", "cpr", "ec")
@@ -105,8 +106,9 @@ class CprConfig:
         if self.interval_steps is not None:
             checks.positive_int("interval_steps", self.interval_steps)
         if self.interval_steps is None and self.mtbf is None:
-            raise ValueError("cpr: the interval comes from pls and mtbf (2 * servers * MTBF * PLS); give mtbf, or "
-                             "interval_steps")
+            raise ValueError(
+                "cpr: the interval comes from pls and mtbf (2 * servers * MTBF * PLS); give mtbf, or interval_steps"
+            )
         checks.one_of("cpr mode", self.mode, CPR_MODES)
         checks.number("fraction", self.fraction, 0.0, 1.0, low_open=True)
         checks.positive_int("full_every", self.full_every)

@@ -16,8 +16,9 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Mapping, Optional, Union
 
-from xdl_ec.settings import checks
 from xdl_ec.keep.checkpoint import ShardCheckpoint, Table
+from xdl_ec.settings import checks
+
 from .partial_restore import CheckpointChain, RestoreResult, restore_server
 from .row_selection import AccessCounter, MfuSelector, SsuSelector
 
@@ -29,9 +30,15 @@ MODES = ("mfu", "ssu")
 class CprCheckpointer:
     """CPR checkpointing of one server's tables into its own :class:`CheckpointChain` directory."""
 
-    def __init__(self, root: Union[str, os.PathLike], mode: str = "mfu", fraction: float = 0.1,
-                 full_every: int = 10, seed: int = 0,
-                 ledger: Optional[Mapping[str, AccessCounter]] = None) -> None:
+    def __init__(
+        self,
+        root: Union[str, os.PathLike],
+        mode: str = "mfu",
+        fraction: float = 0.1,
+        full_every: int = 10,
+        seed: int = 0,
+        ledger: Optional[Mapping[str, AccessCounter]] = None,
+    ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES} (--cpr-mode), got {mode!r}")
         full_every = checks.integer("full_every", full_every, 1)
@@ -82,8 +89,12 @@ class CprCheckpointer:
 
     def stats(self) -> Dict[str, Any]:
         """Saves so far, bytes and rows written (for the run report)."""
-        return {"mode": self.mode, "saves": self._saves, "bytes_written": self.bytes_written,
-                "rows_written": self.rows_written}
+        return {
+            "mode": self.mode,
+            "saves": self._saves,
+            "bytes_written": self.bytes_written,
+            "rows_written": self.rows_written,
+        }
 
     def __repr__(self) -> str:
         return f"CprCheckpointer({str(self.chain.root)!r}, mode={self.mode!r}, saves={self._saves})"

@@ -41,11 +41,12 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from .cpr_checkpointer import MODES, CprCheckpointer
-from xdl_ec.settings.interval import IntervalPolicy, cpr_interval
-from .row_selection import AccessCounter
 from xdl_ec.ps.agent import ServerAgent
 from xdl_ec.ps.fault_tolerance import FailureRecord, FaultTolerance, Resume
+from xdl_ec.settings.interval import IntervalPolicy, cpr_interval
+
+from .cpr_checkpointer import MODES, CprCheckpointer
+from .row_selection import AccessCounter
 
 __all__ = ["CprAgent", "PartialRecovery"]
 
@@ -61,8 +62,9 @@ class CprAgent(ServerAgent):
 
     def _ckpt(self) -> CprCheckpointer:
         if self._checkpointer is None:
-            self._checkpointer = CprCheckpointer(self.root, self.mode, self.fraction, self.full_every, self.seed,
-                                                 ledger=self._ledger)
+            self._checkpointer = CprCheckpointer(
+                self.root, self.mode, self.fraction, self.full_every, self.seed, ledger=self._ledger
+            )
         return self._checkpointer
 
     def push(self, host: Any, table: Any, keys: Any, grads: Any, step: int, pushes: Any, repeats: Any = None) -> None:
@@ -104,8 +106,12 @@ class CprAgent(ServerAgent):
             self._ledger.setdefault(name, AccessCounter())
         result = self._ckpt().restore(tables)
         server.replace_tables(result.tables)
-        return {"step": result.step, "restored_rows": result.restored_rows, "saved_updates": self.updates(server),
-                "checkpoints": [str(p) for p in result.checkpoints]}
+        return {
+            "step": result.step,
+            "restored_rows": result.restored_rows,
+            "saved_updates": self.updates(server),
+            "checkpoints": [str(p) for p in result.checkpoints],
+        }
 
     def stats(self, server: Any) -> Dict[str, Any]:
         return self._ckpt().stats()
@@ -125,15 +131,25 @@ class PartialRecovery(FaultTolerance):
 
     name = "cpr"
 
-    def __init__(self, pls: float = 0.02, mtbf: Optional[float] = None, interval_steps: Optional[int] = None,
-                 mode: str = "mfu", fraction: float = 0.1, full_every: int = 10, directory: Optional[str] = None,
-                 seed: int = 0) -> None:
+    def __init__(
+        self,
+        pls: float = 0.02,
+        mtbf: Optional[float] = None,
+        interval_steps: Optional[int] = None,
+        mode: str = "mfu",
+        fraction: float = 0.1,
+        full_every: int = 10,
+        directory: Optional[str] = None,
+        seed: int = 0,
+    ) -> None:
         super().__init__()
         if mode not in MODES:
             raise ValueError(f"--cpr-mode: must be one of {MODES}, got {mode!r}")
         if interval_steps is None and mtbf is None:
-            raise ValueError("--ft cpr: the interval comes from --cpr-pls and --mtbf (2 * servers * MTBF * PLS); "
-                             "give --mtbf, or --cpr-interval STEPS")
+            raise ValueError(
+                "--ft cpr: the interval comes from --cpr-pls and --mtbf (2 * servers * MTBF * PLS); "
+                "give --mtbf, or --cpr-interval STEPS"
+            )
         if mtbf is not None:
             cpr_interval(pls, mtbf, 1)  # validates pls and mtbf now, with a clear message
         self.pls, self.mtbf, self.interval_steps, self.mode = pls, mtbf, interval_steps, mode
@@ -165,15 +181,19 @@ class PartialRecovery(FaultTolerance):
         directory = self._directory
         if directory is None:
             raise RuntimeError("cpr: the strategy is not attached to a run (attach() makes its directory)")
-        return self.view.server(index).attach_agent(CprAgent, str(Path(directory) / f"server-{index:04d}"),
-                                                    self.mode, self.fraction, self.full_every, self.seed)
+        return self.view.server(index).attach_agent(
+            CprAgent, str(Path(directory) / f"server-{index:04d}"), self.mode, self.fraction, self.full_every, self.seed
+        )
 
     def attach(self, view: Any) -> None:
         super().attach(view)
         if self._directory is None:
             self._directory = tempfile.mkdtemp(prefix="xdl-ec-cpr-")
-        self.policy = IntervalPolicy(steps=self.interval_steps) if self.interval_steps is not None else \
-            IntervalPolicy(seconds=self.interval_seconds)
+        self.policy = (
+            IntervalPolicy(steps=self.interval_steps)
+            if self.interval_steps is not None
+            else IntervalPolicy(seconds=self.interval_seconds)
+        )
         self._call_all([self._attach_agent(i) for i in range(view.num_servers)])
         self._updates = [0] * view.num_servers
         self._saved_samples = [0] * view.num_servers
@@ -236,10 +256,16 @@ class PartialRecovery(FaultTolerance):
             self._saved_samples[index] = v.samples  # its state is complete again from here (what came before is lost)
             self.lost_updates += updates
             lost_samples += samples
-            self.failures.append(FailureRecord(step=v.step + 1, role="server", index=index,
-                                               rebuild_seconds=time.perf_counter() - start,
-                                               samples_per_sec_during_rebuild=0.0,  # training waits for it
-                                               lost_samples=samples))
+            self.failures.append(
+                FailureRecord(
+                    step=v.step + 1,
+                    role="server",
+                    index=index,
+                    rebuild_seconds=time.perf_counter() - start,
+                    samples_per_sec_during_rebuild=0.0,  # training waits for it
+                    lost_samples=samples,
+                )
+            )
         return Resume(step=v.step, reader_position=None, lost_samples=lost_samples)
 
     def _count_lost(self, start: int, end: int) -> int:
@@ -257,10 +283,16 @@ class PartialRecovery(FaultTolerance):
     def report(self) -> Dict[str, Any]:
         out = super().report()
         out["lost_updates"] = self.lost_updates
-        out["cpr"] = {"mode": self.mode, "pls_target": self.pls if self.interval_steps is None else None,
-                      "interval_seconds": self.interval_seconds, "interval_steps": self.interval_steps,
-                      "saves": len(self.saves), "full_saves": sum(s["full"] for s in self.saves),
-                      "bytes": self.checkpoint_bytes, "directory": self._directory}
+        out["cpr"] = {
+            "mode": self.mode,
+            "pls_target": self.pls if self.interval_steps is None else None,
+            "interval_seconds": self.interval_seconds,
+            "interval_steps": self.interval_steps,
+            "saves": len(self.saves),
+            "full_saves": sum(s["full"] for s in self.saves),
+            "bytes": self.checkpoint_bytes,
+            "directory": self._directory,
+        }
         return out
 
     def close(self) -> None:

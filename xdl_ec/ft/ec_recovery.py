@@ -17,6 +17,7 @@ from xdl_ec import _core
 from xdl_ec.ps.backend import KILL_SECONDS, CallTimeout, KillTimeout, WorkerLost
 from xdl_ec.ps.fault_tolerance import Unrecoverable
 from xdl_ec.ps.remote import Remote
+
 from .parity_agent import ParityAgent, consistent_decode, holders_of, parity_agent_for, stripe_reads
 
 CALL_TIMEOUT = 120.0  # seconds one call of the recovery may take
@@ -105,8 +106,15 @@ class EcRecovery:
             stripes = max(stripes, math.ceil(data_blocks / k) * n, math.ceil(parity_blocks / r) * n)
         return stripes
 
-    def decode(self, what: str, servers: Sequence[Any], table: str, decode: Any, timeout: float,
-               reads: Optional[Sequence[Tuple[str, int, int, int, int]]] = None) -> Any:
+    def decode(
+        self,
+        what: str,
+        servers: Sequence[Any],
+        table: str,
+        decode: Any,
+        timeout: float,
+        reads: Optional[Sequence[Tuple[str, int, int, int, int]]] = None,
+    ) -> Any:
         """``consistent_decode`` (I7) whose deadline running out is a RecoveryTimeout naming ``what`` it decoded."""
         try:
             return consistent_decode(servers, table, self.geometry(table)[0], decode, timeout, reads)
@@ -131,7 +139,8 @@ class EcRecovery:
                     f"recovery: servers {pending} still had parity deltas queued or in flight to their holders "
                     f"after {timeout:g} s (seq / applied by every live holder: "
                     f"{ {s: (progress[s]['seq'], progress[s]['live_applied']) for s in pending} }, delivery "
-                    f"errors: { {s: progress[s].get('errors', []) for s in pending} })")
+                    f"errors: { {s: progress[s].get('errors', []) for s in pending} })"
+                )
 
     # ---- the whole recovery ----------------------------------------------------------------------------
     def begin(self, lost: List[int]) -> None:
@@ -158,12 +167,15 @@ class EcRecovery:
             try:
                 view.kill("server", p)
             except KillTimeout:
-                raise RecoveryTimeout(f"recovery: server {p}'s replacement, whose rebuild was cut short, was killed "
-                                      f"but still answers after {KILL_SECONDS:g} s; its parity cannot be rolled "
-                                      f"back while it may still send") from None
+                raise RecoveryTimeout(
+                    f"recovery: server {p}'s replacement, whose rebuild was cut short, was killed "
+                    f"but still answers after {KILL_SECONDS:g} s; its parity cannot be rolled "
+                    f"back while it may still send"
+                ) from None
 
-    def roll_back(self, lost: Sequence[int], survivors: Sequence[int], progress: Dict[int, Dict[str, Any]]
-                  ) -> Tuple[Dict[int, int], Dict[int, Dict[int, int]], List[Tuple[int, int]]]:
+    def roll_back(
+        self, lost: Sequence[int], survivors: Sequence[int], progress: Dict[int, Dict[str, Any]]
+    ) -> Tuple[Dict[int, int], Dict[int, Dict[int, int]], List[Tuple[int, int]]]:
         """(b), I4: every surviving holder of p's stripes rolls p's stream back to W_p = the least seq of p any of
         them applied. Returns (seq: W_p for lost p and the current seq of each survivor, worker seqs S_p and the
         survivors', the (p, holder) pairs)."""
@@ -192,9 +204,11 @@ class EcRecovery:
                 return
             self.call_many([(h, "rollback", p, seq[p]) for p, h in ahead])
             time.sleep(0.01 * (attempt + 1))
-        raise RecoveryTimeout(f"recovery: holders {sorted({h for _, h in ahead})} keep receiving batches of lost "
-                              f"servers {sorted({p for p, _ in ahead})} after rolling them back to "
-                              f"{ {p: seq[p] for p, _ in ahead} }; something still sends for them")
+        raise RecoveryTimeout(
+            f"recovery: holders {sorted({h for _, h in ahead})} keep receiving batches of lost "
+            f"servers {sorted({p for p, _ in ahead})} after rolling them back to "
+            f"{ {p: seq[p] for p, _ in ahead} }; something still sends for them"
+        )
 
     def check_replayable(self, lost: Sequence[int], wseqs: Dict[int, Dict[int, int]]) -> None:
         """I11: Unrecoverable when a rebuilt server would miss pushes no live log holds: those above S_p that a
@@ -213,10 +227,12 @@ class EcRecovery:
                 if last > durable:
                     raise Unrecoverable(
                         f"unrecoverable: server {p} lost pushes {durable + 1}..{last} of worker {w}: they were not "
-                        f"yet parity-durable and {how}; the model cannot be rebuilt exactly")
+                        f"yet parity-durable and {how}; the model cannot be rebuilt exactly"
+                    )
 
-    def replace(self, lost: Sequence[int], survivors: Sequence[int], seq: Dict[int, int],
-                wseqs: Dict[int, Dict[int, int]]) -> None:
+    def replace(
+        self, lost: Sequence[int], survivors: Sequence[int], seq: Dict[int, int], wseqs: Dict[int, Dict[int, int]]
+    ) -> None:
         """(c): fresh replacements continue p's delta seqs at W_p claiming S_p; each decodes its key index from the
         survivors (key bytes only) and enters restore mode; holders among them reset their record of every sender
         to the sender's current seq. Leaves the stripes touching ``lost`` in ``plan``."""
@@ -225,13 +241,22 @@ class EcRecovery:
         for p in lost:
             view.replace_server(p)
         servers = view.server_handles()
-        self.wait([view.server(p).attach_agent(parity_agent_for, n, k, r, seq[p], wseqs[p], self.strategy.secret)
-                   for p in lost])
+        self.wait(
+            [
+                view.server(p).attach_agent(parity_agent_for, n, k, r, seq[p], wseqs[p], self.strategy.secret)
+                for p in lost
+            ]
+        )
         self.wait([self.agent(p).connect(servers) for p in lost])
-        self.call_many([(s, "set_holder", p, servers[p]) for s in survivors for p in lost
-                        if p in holders_of(s, n, k, r)] +
-                       [(q, "reset_sender", s, seq[s], wseqs[s]) for q in lost for s in range(n)
-                        if s != q and q in holders_of(s, n, k, r)])
+        self.call_many(
+            [(s, "set_holder", p, servers[p]) for s in survivors for p in lost if p in holders_of(s, n, k, r)]
+            + [
+                (q, "reset_sender", s, seq[s], wseqs[s])
+                for q in lost
+                for s in range(n)
+                if s != q and q in holders_of(s, n, k, r)
+            ]
+        )
         layout = self.layout = _core.StripeLayout(n, k, r)
         plan: List[Tuple[str, int]] = []
         for table in self.tables():
@@ -245,13 +270,17 @@ class EcRecovery:
             beside = view.beside_handles()  # the key indexes' reads, as the rebuild's, beside the steps' calls
             for p in lost:
                 decode_keys = lambda d, q: recovery.recover_key_index(p, stripes // n * k, lost, d, q)  # noqa
-                keys, slots, high_water = self.decode(f"key index of server {p}", beside, table, decode_keys,
-                                                      CALL_TIMEOUT)[0]
+                keys, slots, high_water = self.decode(
+                    f"key index of server {p}", beside, table, decode_keys, CALL_TIMEOUT
+                )[0]
                 self.call(p, "begin_restore", table, keys, slots, high_water, servers, lost)
                 extent[p] = math.ceil(high_water / block_slots)
             self.extent[table] = extent
-            plan += [(table, stripe) for stripe in range(stripes)
-                     if any(layout.server_at(stripe, t) in lost for t in range(k + r))]
+            plan += [
+                (table, stripe)
+                for stripe in range(stripes)
+                if any(layout.server_at(stripe, t) in lost for t in range(k + r))
+            ]
         # lost data blocks first: until restored, every access to one decodes it on the step's path (a degraded
         # read), while lost parity only waits to protect against the next loss
         plan.sort(key=lambda entry: not any(layout.server_at(entry[1], t) in lost for t in range(k)))
@@ -280,7 +309,7 @@ class EcRecovery:
                 return 0
             table = self.plan[0][0]
             batch = []
-            for name, stripe in self.plan[:max(1, stripes)]:
+            for name, stripe in self.plan[: max(1, stripes)]:
                 if name != table:
                     break
                 batch.append(stripe)
@@ -289,8 +318,8 @@ class EcRecovery:
         self.stripe_seconds = (time.perf_counter() - start) / len(batch)
         with self._plan_lock:
             done = [(table, stripe) for stripe in batch]
-            if self.plan[:len(done)] == done:
-                del self.plan[:len(done)]
+            if self.plan[: len(done)] == done:
+                del self.plan[: len(done)]
         hook = self.strategy.on_rebuild_stripe
         if hook is not None:
             for stripe in batch:
@@ -309,24 +338,40 @@ class EcRecovery:
         recovery = self.recovery(table)
         extent = self.extent[table]
         # a lost data block a degraded read restored already needs no decode (training touches hot blocks first)
-        checks = [(stripe, t, layout.data_member(stripe, t)) for stripe in stripes for t in range(k)
-                  if layout.server_at(stripe, t) in lost]
-        asked = [(stripe, t, self.beside(s).block_missing(table, b)) for stripe, t, (s, b) in checks
-                 if b < extent[s]]
+        checks = [
+            (stripe, t, layout.data_member(stripe, t))
+            for stripe in stripes
+            for t in range(k)
+            if layout.server_at(stripe, t) in lost
+        ]
+        asked = [(stripe, t, self.beside(s).block_missing(table, b)) for stripe, t, (s, b) in checks if b < extent[s]]
         missing = {(stripe, t) for stripe, t, future in asked if future.result(CALL_TIMEOUT)}
-        todo = {stripe: wanted for stripe in stripes
-                if (wanted := [t for t in range(k + r) if layout.server_at(stripe, t) in lost and
-                               (t >= k or (stripe, t) in missing)])}
+        todo = {
+            stripe: wanted
+            for stripe in stripes
+            if (
+                wanted := [
+                    t
+                    for t in range(k + r)
+                    if layout.server_at(stripe, t) in lost and (t >= k or (stripe, t) in missing)
+                ]
+            )
+        }
         deadline = time.monotonic() + timeout
         record_bytes = self.geometry(table)[1]
         while todo:
             order = list(todo)
             decoded, versions = self.decode(
-                f"stripes {order[0]}..{order[-1]}", servers, table,
-                lambda d, p, order=order: [recovery.decode_stripe(stripe, todo[stripe], lost, d, p)  # noqa: B023
-                                           for stripe in order],  # called before the loop moves on
+                f"stripes {order[0]}..{order[-1]}",
+                servers,
+                table,
+                lambda d, p, order=order: [
+                    recovery.decode_stripe(stripe, todo[stripe], lost, d, p)  # noqa: B023
+                    for stripe in order
+                ],  # called before the loop moves on
                 max(deadline - time.monotonic(), 1.0),
-                stripe_reads(recovery, order, lost, record_bytes))
+                stripe_reads(recovery, order, lost, record_bytes),
+            )
             writes = []  # (stripe, parity holder or None, the write's future), all sent before any is awaited
             expected: Dict[int, Dict[int, int]] = {}
             for stripe, blocks in zip(order, decoded):
@@ -347,13 +392,14 @@ class EcRecovery:
             if not refused:
                 return
             if time.monotonic() > deadline:
-                raise RecoveryTimeout(f"rebuild of table {table!r} stripes {sorted(refused)}: the parity holders "
-                                      f"{refused} never had applied exactly the data versions decoded "
-                                      f"({ {st: expected[st] for st in refused} }) within {timeout:g} s")
+                raise RecoveryTimeout(
+                    f"rebuild of table {table!r} stripes {sorted(refused)}: the parity holders "
+                    f"{refused} never had applied exactly the data versions decoded "
+                    f"({ {st: expected[st] for st in refused} }) within {timeout:g} s"
+                )
             # the holder written lags the ones the decode read (a forwarder delivers to its holders one after the
             # other, from a thread a busy machine starves): the data members deliver everything now, then again;
             # the refused stripes' parity is decoded again (their data blocks are restored already)
             todo = {stripe: [t for t in todo[stripe] if t >= k] for stripe in refused}
             flush = sorted({layout.data_member(stripe, j)[0] for stripe in refused for j in range(k)})
             self.wait([self.beside(s).flush() for s in flush])
-

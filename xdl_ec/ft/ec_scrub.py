@@ -8,6 +8,7 @@ import dataclasses
 from typing import Any, List
 
 from xdl_ec import _core
+
 from .ec_recovery import CALL_TIMEOUT
 from .parity_agent import fragment_readers
 

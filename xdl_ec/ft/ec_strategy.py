@@ -25,20 +25,27 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from xdl_ec.settings import checks
+from xdl_ec.net.job_secret import JobSecret
 from xdl_ec.ps.backend import RoleLost
 from xdl_ec.ps.fault_tolerance import FailureRecord, FaultTolerance, Resume, Unrecoverable
+from xdl_ec.settings import checks
+
 from .background_rebuild import BackgroundRebuild
 from .configs import REBUILD_MODES, URGENT_REBUILDS, parse_code
 from .ec_recovery import CALL_TIMEOUT, REBUILD_BATCH, EcRecovery, RecoveryTimeout
 from .ec_scrub import StripeMismatch, scrub
-from xdl_ec.net.job_secret import JobSecret
 from .parity_agent import parity_agent_for
 from .rebuild_governor import DEFAULT_REBUILD_KEEPS, RebuildGovernor
 from .rebuild_pacer import BoundaryPacer
 
-__all__ = ["CALL_TIMEOUT", "DEFAULT_REBUILD_KEEPS", "DEFAULT_REBUILD_SHARE", "ErasureCoded", "RecoveryTimeout",
-           "StripeMismatch"]
+__all__ = [
+    "CALL_TIMEOUT",
+    "DEFAULT_REBUILD_KEEPS",
+    "DEFAULT_REBUILD_SHARE",
+    "ErasureCoded",
+    "RecoveryTimeout",
+    "StripeMismatch",
+]
 
 DEFAULT_REBUILD_SHARE = 0.05  # share of wall time a rebuild keeps to while it would slow training
 
@@ -50,9 +57,16 @@ class ErasureCoded(FaultTolerance):
 
     name = "ec"
 
-    def __init__(self, k: int = 4, r: int = 1, rebuild_stripes_per_step: Optional[int] = None,
-                 rebuild_share: float = DEFAULT_REBUILD_SHARE, rebuild: str = "background",
-                 rebuild_keeps: float = DEFAULT_REBUILD_KEEPS, urgent_rebuild: str = "flat-out") -> None:
+    def __init__(
+        self,
+        k: int = 4,
+        r: int = 1,
+        rebuild_stripes_per_step: Optional[int] = None,
+        rebuild_share: float = DEFAULT_REBUILD_SHARE,
+        rebuild: str = "background",
+        rebuild_keeps: float = DEFAULT_REBUILD_KEEPS,
+        urgent_rebuild: str = "flat-out",
+    ) -> None:
         """``rebuild``: "background" rebuilds lost stripes in a thread beside the steps, flat out while the
         machine has an idle core or one more loss would be fatal (``urgent_rebuild`` "flat-out"; "paced": paced
         then too, for training's speed over the window's length), else taking at least ``rebuild_share`` of wall
@@ -64,8 +78,11 @@ class ErasureCoded(FaultTolerance):
         self.k, self.r = parse_code((k, r))
         self.rebuild_share = checks.number("rebuild_share", rebuild_share, 0.0, 1.0, low_open=True)
         self.rebuild_keeps = checks.number("rebuild_keeps", rebuild_keeps, 0.0, 1.0, high_open=True)
-        if rebuild_stripes_per_step is not None and (isinstance(rebuild_stripes_per_step, bool) or not isinstance(
-                rebuild_stripes_per_step, int) or rebuild_stripes_per_step < 0):
+        if rebuild_stripes_per_step is not None and (
+            isinstance(rebuild_stripes_per_step, bool)
+            or not isinstance(rebuild_stripes_per_step, int)
+            or rebuild_stripes_per_step < 0
+        ):
             raise ValueError(f"rebuild_stripes_per_step: must be an int >= 0 or None, got {rebuild_stripes_per_step!r}")
         if rebuild not in REBUILD_MODES:
             raise ValueError(f"rebuild: must be one of {REBUILD_MODES}, got {rebuild!r}")
@@ -83,8 +100,9 @@ class ErasureCoded(FaultTolerance):
         self.governor: Optional[RebuildGovernor] = None
         if self.rebuild_mode == "background":
             self.governor = RebuildGovernor(self.rebuild_share, self.rebuild_keeps)
-            self.background = BackgroundRebuild(self.coordinator, self.rebuild_share, self._rebuild_is_urgent,
-                                                self.governor)
+            self.background = BackgroundRebuild(
+                self.coordinator, self.rebuild_share, self._rebuild_is_urgent, self.governor
+            )
         self._closed_stats: Optional[Dict[str, int]] = None
         self._open_records: List[FailureRecord] = []
         self._record_start: Dict[int, float] = {}  # id(record) -> perf_counter of the recovery that opened it
@@ -96,12 +114,18 @@ class ErasureCoded(FaultTolerance):
         servers = view.server_handles()
         self.n = len(servers)
         if self.n < self.k + self.r:
-            raise ValueError(f"--servers: the code k={self.k}, r={self.r} needs at least k + r = {self.k + self.r} "
-                             f"servers, got {self.n}; add servers or use a smaller --code")
+            raise ValueError(
+                f"--servers: the code k={self.k}, r={self.r} needs at least k + r = {self.k + self.r} "
+                f"servers, got {self.n}; add servers or use a smaller --code"
+            )
         # two phases: every server's parity holder exists before any forwarder connects to it
         self.secret = JobSecret.generate()  # the job's parity links prove membership with it (ft.parity_link)
-        self._wait([view.server(i).attach_agent(parity_agent_for, self.n, self.k, self.r, 0, None, self.secret)
-                    for i in range(self.n)])
+        self._wait(
+            [
+                view.server(i).attach_agent(parity_agent_for, self.n, self.k, self.r, 0, None, self.secret)
+                for i in range(self.n)
+            ]
+        )
         self._wait([self.coordinator.agent(i).connect(servers) for i in range(self.n)])
         self._wait([w.enable_push_log() for w in view.workers()])
 
@@ -194,10 +218,13 @@ class ErasureCoded(FaultTolerance):
             pending = sorted(set(down) | set(coordinator.rebuilding))  # replacements not yet complete start over
             if len(pending) > self.r:  # I9
                 coordinator.plan = []  # nothing more can be rebuilt exactly
-                raise Unrecoverable(f"unrecoverable: lost servers {pending}, the code (k={self.k}, r={self.r}) "
-                                    f"tolerates {self.r} at once; the model cannot be rebuilt exactly") from cause
-            log.warning("ec: servers %s lost before step %d: recovering (k=%d, r=%d)", pending, view.step + 1,
-                        self.k, self.r)
+                raise Unrecoverable(
+                    f"unrecoverable: lost servers {pending}, the code (k={self.k}, r={self.r}) "
+                    f"tolerates {self.r} at once; the model cannot be rebuilt exactly"
+                ) from cause
+            log.warning(
+                "ec: servers %s lost before step %d: recovering (k=%d, r=%d)", pending, view.step + 1, self.k, self.r
+            )
             try:
                 coordinator.begin(pending)
                 break
@@ -214,8 +241,7 @@ class ErasureCoded(FaultTolerance):
                 self.failures.append(record)
                 self._open_records.append(record)
                 self._record_start[id(record)] = start
-        self._rebuild_start = (start, view.samples) if self._rebuild_start is None else \
-            self._rebuild_start
+        self._rebuild_start = (start, view.samples) if self._rebuild_start is None else self._rebuild_start
         self.pacer.restart()
         if self.rebuild_stripes_per_step == 0:
             self.finish_rebuild()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from xdl_ec.ps.fault_tolerance import FaultTolerance, NoFaultTolerance
+
 from .ckpt_strategy import Checkpointing
 from .configs import CkptConfig, CprConfig, EcConfig, StrategyConfig
 from .cpr_strategy import PartialRecovery
@@ -14,13 +15,26 @@ def make_strategy(config: StrategyConfig) -> FaultTolerance:
     if config is None:
         return NoFaultTolerance()
     if isinstance(config, EcConfig):
-        strategy = ErasureCoded(*config.code, rebuild_share=config.rebuild_share, rebuild=config.rebuild,
-                                 rebuild_keeps=config.rebuild_keeps, urgent_rebuild=config.urgent_rebuild)
+        strategy = ErasureCoded(
+            *config.code,
+            rebuild_share=config.rebuild_share,
+            rebuild=config.rebuild,
+            rebuild_keeps=config.rebuild_keeps,
+            urgent_rebuild=config.urgent_rebuild,
+        )
         strategy.scrub = config.scrub
         return strategy
     if isinstance(config, CkptConfig):
         return Checkpointing(config.interval, config.directory, config.mtbf, config.keep)
     if isinstance(config, CprConfig):
-        return PartialRecovery(config.pls, config.mtbf, config.interval_steps, config.mode, config.fraction,
-                               config.full_every, config.directory, config.seed)
+        return PartialRecovery(
+            config.pls,
+            config.mtbf,
+            config.interval_steps,
+            config.mode,
+            config.fraction,
+            config.full_every,
+            config.directory,
+            config.seed,
+        )
     raise TypeError(f"config: expected None, EcConfig, CkptConfig or CprConfig, got {type(config).__name__}")

@@ -49,8 +49,9 @@ def parse_kill(text: str, role: str, flag: str) -> Kill:
         raise TypeError(f"{flag}: expected a string STEP[:INDEX], got {type(text).__name__}")
     m = _KILL.fullmatch(text)
     if m is None:
-        raise ValueError(f"{flag}: expected STEP[:{role.upper()}] with non-negative integers, e.g. 50 or 50:1, "
-                         f"got {text!r}")
+        raise ValueError(
+            f"{flag}: expected STEP[:{role.upper()}] with non-negative integers, e.g. 50 or 50:1, got {text!r}"
+        )
     step, index = int(m.group(1)), int(m.group(2) or 0)
     if step < 1:
         raise ValueError(f"{flag}: STEP must be >= 1 (a role is killed right before that step), got {text!r}")
@@ -66,8 +67,9 @@ class FailureSchedule:
         for k in self._kills:
             if not isinstance(k, Kill):
                 raise TypeError(f"kills: expected Kill objects, got {type(k).__name__}")
-        if mtbf is not None and (isinstance(mtbf, bool) or not isinstance(mtbf, numbers.Real)
-                                 or not math.isfinite(mtbf) or mtbf <= 0):
+        if mtbf is not None and (
+            isinstance(mtbf, bool) or not isinstance(mtbf, numbers.Real) or not math.isfinite(mtbf) or mtbf <= 0
+        ):
             raise ValueError(f"--mtbf: expected a positive finite number of seconds, got {mtbf!r}")
         seed = checks.integer("seed", seed, 0)
         self.mtbf = None if mtbf is None else float(mtbf)
@@ -78,8 +80,13 @@ class FailureSchedule:
         self.fired: List[Tuple[Kill, Optional[float]]] = []
 
     @classmethod
-    def from_flags(cls, fail_at: Sequence[str] = (), fail_worker_at: Sequence[str] = (),
-                   mtbf: Optional[float] = None, seed: int = 0) -> "FailureSchedule":
+    def from_flags(
+        cls,
+        fail_at: Sequence[str] = (),
+        fail_worker_at: Sequence[str] = (),
+        mtbf: Optional[float] = None,
+        seed: int = 0,
+    ) -> "FailureSchedule":
         """From the CLI flags (each list: repeated ``STEP[:INDEX]`` strings)."""
         kills = [parse_kill(t, "server", "--fail-at") for t in fail_at or ()]
         kills += [parse_kill(t, "worker", "--fail-worker-at") for t in fail_worker_at or ()]
@@ -100,18 +107,21 @@ class FailureSchedule:
             count = num_servers if k.role == "server" else num_workers
             flag = "--fail-at" if k.role == "server" else "--fail-worker-at"
             if k.index >= count:
-                raise ValueError(f"{flag} {k.step}:{k.index}: there is no {k.role} {k.index} (the run has {count} "
-                                 f"{k.role}s, indices 0..{count - 1})")
+                raise ValueError(
+                    f"{flag} {k.step}:{k.index}: there is no {k.role} {k.index} (the run has {count} "
+                    f"{k.role}s, indices 0..{count - 1})"
+                )
             if total_steps is not None and k.step > total_steps:
-                raise ValueError(f"{flag} {k.step}:{k.index}: the run has only {total_steps} steps; pick a step in "
-                                 f"1..{total_steps}")
+                raise ValueError(
+                    f"{flag} {k.step}:{k.index}: the run has only {total_steps} steps; pick a step in 1..{total_steps}"
+                )
         self._num_servers = num_servers
 
     def due(self, step: int, elapsed: float) -> List[Kill]:
         """The kills to perform right before ``step``, ``elapsed`` seconds into training (removed from the
         schedule): every explicit kill of a step <= ``step``, plus at most one MTBF failure whose time has come."""
         out = [k for k in self._kills if k.step <= step]
-        self._kills = self._kills[len(out):]
+        self._kills = self._kills[len(out) :]
         for k in out:
             self.fired.append((k, None))
         if self._next_time is not None and self.mtbf is not None and elapsed >= self._next_time:

@@ -26,10 +26,11 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from xdl_ec import _core
+from xdl_ec.net.job_secret import JobSecret
 from xdl_ec.ps.agent import ServerAgent
 from xdl_ec.ps.backend import in_ray_actor
 from xdl_ec.ps.remote import Remote
-from xdl_ec.net.job_secret import JobSecret
+
 from .parity_link import ParityReceiver, RemoteHolderLink
 
 # ParityAgent.drain re-checks its forwarder this often when nothing signals it (in-process holders are served by
@@ -51,17 +52,30 @@ class ParityAgent(ServerAgent):
 
     logs_pushes = True  # a push is safe only once its deltas reached the parity holders
 
-    def __init__(self, index: int, n: int, k: int, r: int, tables: Mapping[str, Tuple[int, int]],
-                 seq: int = 0, worker_seqs: Optional[Mapping[int, int]] = None, *, secret: JobSecret) -> None:
+    def __init__(
+        self,
+        index: int,
+        n: int,
+        k: int,
+        r: int,
+        tables: Mapping[str, Tuple[int, int]],
+        seq: int = 0,
+        worker_seqs: Optional[Mapping[int, int]] = None,
+        *,
+        secret: JobSecret,
+    ) -> None:
         if not isinstance(secret, JobSecret):
-            raise TypeError(f"ParityAgent: secret must be the job's JobSecret (JobSecret.generate() on the driver), "
-                            f"got {type(secret).__name__}")
+            raise TypeError(
+                f"ParityAgent: secret must be the job's JobSecret (JobSecret.generate() on the driver), "
+                f"got {type(secret).__name__}"
+            )
         self.index, self.n, self.k, self.r = index, n, k, r
         self._secret = secret
         self.tables = {name: (int(bs), int(rb)) for name, (bs, rb) in tables.items()}
         self.holder = _core.ParityHolder(index, n, k, r, {name: bs * rb for name, (bs, rb) in self.tables.items()})
-        self.forwarder = _core.DeltaForwarder(index, n, k, r, self.tables, int(seq),
-                                              {int(w): int(s) for w, s in (worker_seqs or {}).items()})
+        self.forwarder = _core.DeltaForwarder(
+            index, n, k, r, self.tables, int(seq), {int(w): int(s) for w, s in (worker_seqs or {}).items()}
+        )
         self._links: Dict[int, RemoteHolderLink] = {}
         self._receiver: Optional[ParityReceiver] = None  # made when a remote sender first asks for it
         self._receiver_lock = threading.Lock()
@@ -80,8 +94,16 @@ class ParityAgent(ServerAgent):
             self.set_holder(server, h, servers[h])
 
     # ---- data-server side (called under the server's lock) --------------------------------------------
-    def push(self, server: Any, table: Any, keys: np.ndarray, grads: np.ndarray, step: int,
-             pushes: Mapping[int, int], repeats: Optional[np.ndarray] = None) -> None:
+    def push(
+        self,
+        server: Any,
+        table: Any,
+        keys: np.ndarray,
+        grads: np.ndarray,
+        step: int,
+        pushes: Mapping[int, int],
+        repeats: Optional[np.ndarray] = None,
+    ) -> None:
         """Applies a push to ``table``'s shard and records its deltas; ``pushes`` {worker: seq} it applies."""
         if self._crash_before or self._crash_armed or self.crashed:  # one test on the training path
             if self.take_crash_before_apply():  # injected: dies before applying this push (the push fails)
@@ -101,8 +123,7 @@ class ParityAgent(ServerAgent):
         if self._restoring:
             self._restore_touched(table, keys)
         # the core takes {worker: seq} as ints (numpy ints included) and raises on anything else
-        table.shard.push(keys, grads, step, forwarder=self.forwarder, table=table.name, pushes=pushes,
-                         repeats=repeats)
+        table.shard.push(keys, grads, step, forwarder=self.forwarder, table=table.name, pushes=pushes, repeats=repeats)
 
     def pull(self, server: Any, table: Any, keys: np.ndarray) -> np.ndarray:
         """Rows of ``keys``; rows it inserts are a mutation too."""
@@ -235,10 +256,14 @@ class ParityAgent(ServerAgent):
         if local is not None:
             self.forwarder.set_holder(holder, local().agent.holder)
         else:
-            self._links[holder] = RemoteHolderLink(self.forwarder, holder, handle,
-                                                   self.forwarder.set_holder(holder, None),  # type: ignore[arg-type]
-                                                   self._secret,  # None: a remote holder (the binding takes it)
-                                                   self._notify_delivery)
+            self._links[holder] = RemoteHolderLink(
+                self.forwarder,
+                holder,
+                handle,
+                self.forwarder.set_holder(holder, None),  # type: ignore[arg-type]
+                self._secret,  # None: a remote holder (the binding takes it)
+                self._notify_delivery,
+            )
 
     # ---- fragments -----------------------------------------------------------------------------------
     def extent(self, server: Any, table: str) -> Tuple[int, int]:
@@ -250,7 +275,7 @@ class ParityAgent(ServerAgent):
         data = server.table(table).shard.read_block(block)
         if offset == 0 and width == record_bytes:
             return data
-        return np.ascontiguousarray(data.reshape(block_slots, record_bytes)[:, offset:offset + width]).reshape(-1)
+        return np.ascontiguousarray(data.reshape(block_slots, record_bytes)[:, offset : offset + width]).reshape(-1)
 
     def read_parity(self, server: Any, table: str, block: int, offset: int, width: int) -> np.ndarray:
         return self.read_parity_at(server, table, block, offset, width)[0]
@@ -278,29 +303,42 @@ class ParityAgent(ServerAgent):
                 raise ValueError(f"read_many: a read is 'read_data' or 'read_parity', got {kind!r}")
         return out
 
-    def read_parity_at(self, server: Any, table: str, block: int, offset: int,
-                       width: int) -> Tuple[np.ndarray, Dict[int, int]]:
+    def read_parity_at(
+        self, server: Any, table: str, block: int, offset: int, width: int
+    ) -> Tuple[np.ndarray, Dict[int, int]]:
         """(bytes, applied seq per sender) read atomically: which version of each sender's data they encode."""
         return self.holder.read_block(table, block, self.tables[table][1], offset, width)
 
     def write_parity_if(self, server: Any, table: str, block: int, data: np.ndarray, expected: Dict[int, int]) -> bool:
-        return self.holder.write_block_if(table, block, np.ascontiguousarray(data, dtype=np.uint8),
-                                          {int(s): int(v) for s, v in expected.items()})
+        return self.holder.write_block_if(
+            table, block, np.ascontiguousarray(data, dtype=np.uint8), {int(s): int(v) for s, v in expected.items()}
+        )
 
     def write_parity(self, server: Any, table: str, block: int, data: np.ndarray) -> None:
         self.holder.write_block(table, block, np.ascontiguousarray(data, dtype=np.uint8))
 
     def stats(self, server: Any) -> Dict[str, int]:
-        return {"parity_bytes": int(self.holder.bytes), "degraded_reads": self.degraded_reads,
-                "forwarded_bytes": int(self.forwarder.bytes_sent),
-                "coalesced": int(self.forwarder.progress()["coalesced"]),
-                "remote_sends": sum(link.sends for link in self._links.values()),
-                "remote_send_bytes": sum(link.bytes_sent for link in self._links.values()),
-                "links_over_ray": sum(link.transport != "tcp" for link in self._links.values())}
+        return {
+            "parity_bytes": int(self.holder.bytes),
+            "degraded_reads": self.degraded_reads,
+            "forwarded_bytes": int(self.forwarder.bytes_sent),
+            "coalesced": int(self.forwarder.progress()["coalesced"]),
+            "remote_sends": sum(link.sends for link in self._links.values()),
+            "remote_send_bytes": sum(link.bytes_sent for link in self._links.values()),
+            "links_over_ray": sum(link.transport != "tcp" for link in self._links.values()),
+        }
 
     # ---- replacement side ----------------------------------------------------------------------------
-    def begin_restore(self, server: Any, table: str, keys: np.ndarray, slots: np.ndarray, high_water: int,
-                      servers: Sequence[Any], unavailable: Sequence[int]) -> int:
+    def begin_restore(
+        self,
+        server: Any,
+        table: str,
+        keys: np.ndarray,
+        slots: np.ndarray,
+        high_water: int,
+        servers: Sequence[Any],
+        unavailable: Sequence[int],
+    ) -> int:
         """Installs the recovered key index of ``table``; a block touched before :meth:`restore_block` reached it
         is decoded on demand from ``servers`` (degraded read). Returns the number of blocks to restore."""
         down = sorted(int(u) for u in unavailable)
@@ -314,17 +352,21 @@ class ParityAgent(ServerAgent):
         self._restoring[table] = (servers, down)
         return int(shard.missing_blocks)
 
-    def _decode_own_blocks(self, table: str, blocks: Sequence[int], servers: Sequence[Any],
-                           down: List[int]) -> List[np.ndarray]:
+    def _decode_own_blocks(
+        self, table: str, blocks: Sequence[int], servers: Sequence[Any], down: List[int]
+    ) -> List[np.ndarray]:
         """This server's lost data ``blocks`` of ``table``, decoded together from consistent fragments of the
         survivors (one round of reads: one call per survivor)."""
         block_slots, record_bytes = self.tables[table]
         recovery, layout, index = self._recovery(table), self._layout(), self.index
         stripes = [layout.data_slot(index, int(block))[0] for block in blocks]
         return consistent_decode(
-            servers, table, block_slots,
+            servers,
+            table,
+            block_slots,
             lambda d, p: [recovery.decode_data_block(index, int(block), down, d, p) for block in blocks],
-            reads=stripe_reads(recovery, stripes, down, record_bytes))[0]
+            reads=stripe_reads(recovery, stripes, down, record_bytes),
+        )[0]
 
     def _restore_touched(self, table: Any, keys: np.ndarray) -> None:
         """Under the server lock, before an access of ``keys`` to a shard under restore: the missing blocks
@@ -380,6 +422,7 @@ def _agent(handle: Any) -> Remote:
 
 def fragment_readers(servers: Sequence[Any], table: str, timeout: float = 120.0) -> Tuple[Any, Any]:
     """read_data / read_parity callbacks for C++ Recovery: each read is a call to the surviving server."""
+
     def data(server: int, block: int, offset: int, width: int) -> np.ndarray:
         return _agent(servers[server]).read_data(table, block, offset, width).result(timeout)
 
@@ -389,16 +432,22 @@ def fragment_readers(servers: Sequence[Any], table: str, timeout: float = 120.0)
     return data, parity
 
 
-def stripe_reads(recovery: Any, stripes: Sequence[int], unavailable: Sequence[int],
-                 record_bytes: int) -> List[Tuple[str, int, int, int, int]]:
+def stripe_reads(
+    recovery: Any, stripes: Sequence[int], unavailable: Sequence[int], record_bytes: int
+) -> List[Tuple[str, int, int, int, int]]:
     """The fragments decoding ``stripes`` whole reads with ``unavailable`` servers down, as :func:`consistent_decode`
     takes them: (method, server, block, offset 0, width ``record_bytes``), in the order the decodes read them."""
     return [(m, s, b, 0, record_bytes) for stripe in stripes for m, s, b in recovery.stripe_reads(stripe, unavailable)]
 
 
-def consistent_decode(servers: Sequence[Any], table: str, block_slots: int, decode: Callable[[Any, Any], Any],
-                      timeout: float = 60.0, reads: Optional[Sequence[Tuple[str, int, int, int, int]]] = None
-                      ) -> Tuple[Any, Dict[int, int]]:
+def consistent_decode(
+    servers: Sequence[Any],
+    table: str,
+    block_slots: int,
+    decode: Callable[[Any, Any], Any],
+    timeout: float = 60.0,
+    reads: Optional[Sequence[Tuple[str, int, int, int, int]]] = None,
+) -> Tuple[Any, Dict[int, int]]:
     """Runs ``decode(read_data, read_parity)`` (a C++ Recovery call that reads fragments through callbacks, one at a
     time) on fragments that are mutually consistent, all fetched at once: ``reads`` lists the fragments ``decode``
     reads, (method, server, block, offset, width) (:func:`stripe_reads` for whole stripes); without it a first pass
@@ -414,6 +463,7 @@ def consistent_decode(servers: Sequence[Any], table: str, block_slots: int, deco
         def read(server: int, block: int, offset: int, width: int) -> np.ndarray:
             wanted.append((method, server, block, offset, width))
             return np.zeros(block_slots * width, dtype=np.uint8)
+
         return read
 
     if reads is None:
@@ -436,8 +486,10 @@ def consistent_decode(servers: Sequence[Any], table: str, block_slots: int, deco
         by_server: Dict[int, List[Tuple[str, int, int, int, int]]] = {}
         for w in wanted:
             by_server.setdefault(w[1], []).append(w)
-        calls = [(ws, _agent(servers[server]).read_many(table, [(w[0],) + w[2:] for w in ws]))
-                 for server, ws in by_server.items()]
+        calls = [
+            (ws, _agent(servers[server]).read_many(table, [(w[0],) + w[2:] for w in ws]))
+            for server, ws in by_server.items()
+        ]
         answers = [(w, answer) for ws, future in calls for w, answer in zip(ws, future.result(timeout))]
         fetched: Dict[Tuple[str, int, int, int, int], np.ndarray] = {}
         data_seqs: Dict[int, int] = {}
@@ -462,20 +514,30 @@ def consistent_decode(servers: Sequence[Any], table: str, block_slots: int, deco
         missed_at = now
         if now > deadline:
             parity_seqs = {(w[1], w[2]): fetched_versions[w] for w in wanted if w[0] == "read_parity"}
-            raise TimeoutError(f"decode of table {table!r}: the fragments never agreed within {timeout:g} s (data "
-                               f"read at seqs {data_seqs}, parity blocks (server, block) with their applied seqs "
-                               f"{parity_seqs}); the survivors' parity did not catch up with their data")
+            raise TimeoutError(
+                f"decode of table {table!r}: the fragments never agreed within {timeout:g} s (data "
+                f"read at seqs {data_seqs}, parity blocks (server, block) with their applied seqs "
+                f"{parity_seqs}); the survivors' parity did not catch up with their data"
+            )
 
     def reader(method: str) -> Callable[[int, int, int, int], np.ndarray]:
         def read(server: int, block: int, offset: int, width: int) -> np.ndarray:
             return fetched[(method, server, block, offset, width)]  # the pass reads what the first one did
+
         return read
 
     return decode(reader("read_data"), reader("read_parity")), {**others, **data_seqs}
 
 
-def parity_agent_for(server: Any, n: int, k: int, r: int, seq: int = 0,
-                     worker_seqs: Optional[Mapping[int, int]] = None, secret: Optional[JobSecret] = None) -> ParityAgent:
+def parity_agent_for(
+    server: Any,
+    n: int,
+    k: int,
+    r: int,
+    seq: int = 0,
+    worker_seqs: Optional[Mapping[int, int]] = None,
+    secret: Optional[JobSecret] = None,
+) -> ParityAgent:
     """The ParityAgent of ``server`` (its ``attach_agent`` factory): member ``server.index`` of the (k, r) layout
     over n servers, its delta stream continuing after ``seq``; ``worker_seqs`` {worker: push seq} are the pushes
     its state already includes (a rebuilt server); ``secret`` the job's JobSecret (required)."""

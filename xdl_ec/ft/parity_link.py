@@ -55,13 +55,13 @@ from typing import Any, Callable, Optional, Protocol, Tuple
 import numpy as np
 
 from xdl_ec import _core
-from xdl_ec.ps.backend import RoleLost
-from xdl_ec.ps.remote import Remote
 from xdl_ec.net import link_handshake
 from xdl_ec.net.job_secret import JobSecret
 from xdl_ec.net.link_handshake import MAC_GMAC, Hello, LinkRefused
 from xdl_ec.net.link_listener import LinkListener, PeerRefused
 from xdl_ec.net.link_socket import LinkBroken, connect, node_host
+from xdl_ec.ps.backend import RoleLost
+from xdl_ec.ps.remote import Remote
 
 CALL_TIMEOUT = 60.0  # seconds a holder may take to apply a batch before it counts as down
 POLL_SECONDS = 0.5  # how often an idle link checks whether it was closed
@@ -94,8 +94,14 @@ class ParityReceiver(LinkListener):
     drops connections instead of applying, as a dead process would. Every refused peer or batch is logged as one
     warning naming the peer and kept in :attr:`events` (the newest 100)."""
 
-    def __init__(self, holder: Any, secret: JobSecret, refuse: Callable[[], bool] = lambda: False,
-                 host: Optional[str] = None, max_payload: int = MAX_PAYLOAD_BYTES) -> None:
+    def __init__(
+        self,
+        holder: Any,
+        secret: JobSecret,
+        refuse: Callable[[], bool] = lambda: False,
+        host: Optional[str] = None,
+        max_payload: int = MAX_PAYLOAD_BYTES,
+    ) -> None:
         if not isinstance(secret, JobSecret):
             raise TypeError(f"ParityReceiver: secret must be the job's JobSecret, got {type(secret).__name__}")
         if isinstance(max_payload, bool) or not isinstance(max_payload, int) or max_payload < 1:
@@ -117,11 +123,13 @@ class ParityReceiver(LinkListener):
     def _authenticate(self, conn: socket.socket, peer: str) -> Tuple[Any, int]:
         """The links' handshake (:mod:`xdl_ec.net.link_handshake`) for a parity link of this job's layout to this
         holder; _Refused for a peer that fails it."""
+
         def admit(hello: Hello) -> None:
-            if (hello.role != "server" or hello.index != self.holder.index or
-                    not self.holder.protects(hello.caller)):
-                raise _Refused(f"refused {peer}: it claims to be server {hello.caller} linking to holder "
-                               f"{hello.index}, which is not a link of this job's layout")
+            if hello.role != "server" or hello.index != self.holder.index or not self.holder.protects(hello.caller):
+                raise _Refused(
+                    f"refused {peer}: it claims to be server {hello.caller} linking to holder "
+                    f"{hello.index}, which is not a link of this job's layout"
+                )
 
         session, hello = link_handshake.accept_link(conn, peer, self._secret, "parity", admit)
         return session, hello.caller
@@ -174,8 +182,15 @@ class RemoteHolderLink:
     ``secret``; it stops once the link is replaced. ``on_delivery`` (optional) is called after each send was acked
     or failed: someone waiting for parity to catch up (``ParityAgent.drain``) wakes then instead of polling."""
 
-    def __init__(self, forwarder: Any, holder: int, handle: Any, link: int, secret: JobSecret,
-                 on_delivery: Optional[Callable[[], None]] = None) -> None:
+    def __init__(
+        self,
+        forwarder: Any,
+        holder: int,
+        handle: Any,
+        link: int,
+        secret: JobSecret,
+        on_delivery: Optional[Callable[[], None]] = None,
+    ) -> None:
         if not isinstance(secret, JobSecret):
             raise TypeError(f"RemoteHolderLink: secret must be the job's JobSecret, got {type(secret).__name__}")
         self.forwarder, self.holder, self.handle, self.link = forwarder, holder, handle, link
@@ -184,8 +199,9 @@ class RemoteHolderLink:
         self._on_delivery = on_delivery
         self.transport = "tcp"  # "ray (why)": the holder's receiver was unreachable, Ray calls carry the batches
         self._loop = _core.ParitySendLoop(forwarder, holder, link, SEND_INTERVAL, POLL_SECONDS, CALL_TIMEOUT)
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name=f"xdl-ec-forward{forwarder.index}to{holder}")
+        self._thread = threading.Thread(
+            target=self._run, daemon=True, name=f"xdl-ec-forward{forwarder.index}to{holder}"
+        )
         self._thread.start()
 
     @property
@@ -208,16 +224,20 @@ class RemoteHolderLink:
             self.transport = f"ray (no connection to {host}:{port}: {err!r})"
             return None
         try:
-            session = link_handshake.open_link(conn, self._secret, "parity", "server", self.holder,
-                                               self.forwarder.index, _MAC)
+            session = link_handshake.open_link(
+                conn, self._secret, "parity", "server", self.holder, self.forwarder.index, _MAC
+            )
         except socket.timeout:
             conn.close()
-            raise LinkBroken(f"holder {self.holder} at {host}:{port} did not complete the handshake within "
-                             f"{link_handshake.HANDSHAKE_SECONDS:g} s") from None
+            raise LinkBroken(
+                f"holder {self.holder} at {host}:{port} did not complete the handshake within "
+                f"{link_handshake.HANDSHAKE_SECONDS:g} s"
+            ) from None
         except LinkRefused as err:
             conn.close()
-            raise HolderRefused(f"the receiver at {host}:{port} failed to prove it is holder {self.holder} of this "
-                                f"job: {err}") from None
+            raise HolderRefused(
+                f"the receiver at {host}:{port} failed to prove it is holder {self.holder} of this job: {err}"
+            ) from None
         except BaseException:
             conn.close()
             raise

@@ -31,8 +31,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from xdl_ec.settings import checks
 from xdl_ec.keep.checkpoint import ShardCheckpoint, Table, UpdateCounts, fresh_table
+from xdl_ec.settings import checks
+
 from .row_selection import AccessCounter
 
 __all__ = ["CheckpointChain", "RestoreResult", "restore_server"]
@@ -62,8 +63,9 @@ class CheckpointChain:
         entries = self._entries()
         return entries[-1][0] + 1 if entries else 1
 
-    def save_full(self, step: int, tables: Mapping[str, Table],
-                  update_counts: Optional[Mapping[str, UpdateCounts]] = None) -> ShardCheckpoint:
+    def save_full(
+        self, step: int, tables: Mapping[str, Table], update_counts: Optional[Mapping[str, UpdateCounts]] = None
+    ) -> ShardCheckpoint:
         """Saves every row of ``tables`` atomically, then deletes chains older than the last ``keep_full``."""
         for leftover in self.root.glob(".tmp-*"):  # saves that crashed before their rename
             shutil.rmtree(leftover, ignore_errors=True)
@@ -77,12 +79,18 @@ class CheckpointChain:
                     shutil.rmtree(p, ignore_errors=True)
         return saved
 
-    def save_partial(self, step: int, tables: Mapping[str, Table], keys: Mapping[str, Any],
-                     update_counts: Optional[Mapping[str, UpdateCounts]] = None) -> ShardCheckpoint:
+    def save_partial(
+        self,
+        step: int,
+        tables: Mapping[str, Table],
+        keys: Mapping[str, Any],
+        update_counts: Optional[Mapping[str, UpdateCounts]] = None,
+    ) -> ShardCheckpoint:
         """Saves the rows of ``keys`` (name -> keys) atomically; needs a full save before it."""
         if not any(e[1] == "full" for e in self._entries()):
-            raise ValueError(f"{self.root}: no full checkpoint yet; save_full first (a partial save alone cannot "
-                             "restore a shard)")
+            raise ValueError(
+                f"{self.root}: no full checkpoint yet; save_full first (a partial save alone cannot restore a shard)"
+            )
         path = self.root / f"partial-{self._next_seq():06d}-step-{step:012d}"
         return ShardCheckpoint.write(path, tables, step=step, keys=keys, update_counts=update_counts)
 
@@ -92,7 +100,7 @@ class CheckpointChain:
         fulls = [i for i, e in enumerate(entries) if e[1] == "full"]
         if not fulls:
             return []
-        return [ShardCheckpoint.open(e[3]) for e in entries[fulls[-1]:]]
+        return [ShardCheckpoint.open(e[3]) for e in entries[fulls[-1] :]]
 
     def nbytes(self) -> int:
         """Bytes of the array files of every checkpoint kept."""
@@ -125,8 +133,12 @@ def _latest_counts(keys: List[np.ndarray], counts: List[np.ndarray]) -> tuple:
     return unique, c[first]
 
 
-def restore_server(saves: Union[CheckpointChain, Sequence[ShardCheckpoint]], templates: Mapping[str, Table],
-                   ledger: Optional[Mapping[str, AccessCounter]] = None, rewind_ledger: bool = False) -> RestoreResult:
+def restore_server(
+    saves: Union[CheckpointChain, Sequence[ShardCheckpoint]],
+    templates: Mapping[str, Table],
+    ledger: Optional[Mapping[str, AccessCounter]] = None,
+    rewind_ledger: bool = False,
+) -> RestoreResult:
     """Rebuilds one server's tables into fresh tables from its full + partial saves; counts lost updates.
 
     Args:
@@ -167,7 +179,12 @@ def restore_server(saves: Union[CheckpointChain, Sequence[ShardCheckpoint]], tem
         if rewind_ledger:
             ledger[name].clear()
             ledger[name].set(saved, at_save)
-    return RestoreResult(tables=tables, step=chain[-1].step if chain else None,
-                         restored_rows=sum(len(t) for t in tables.values()), lost_updates=lost, lost_rows=lost_rows,
-                         unsaved_rows=unsaved, checkpoints=[s.directory for s in chain])
-
+    return RestoreResult(
+        tables=tables,
+        step=chain[-1].step if chain else None,
+        restored_rows=sum(len(t) for t in tables.values()),
+        lost_updates=lost,
+        lost_rows=lost_rows,
+        unsaved_rows=unsaved,
+        checkpoints=[s.directory for s in chain],
+    )

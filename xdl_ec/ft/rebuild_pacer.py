@@ -88,8 +88,9 @@ class BoundaryPacer:
             coordinator.drain([s for s in range(coordinator.n) if s not in coordinator.rebuilding])
         done = 0
         while coordinator.plan:
-            if done and ((stripes is not None and done >= stripes) or
-                         (deadline is not None and time.perf_counter() >= deadline)):
+            if done and (
+                (stripes is not None and done >= stripes) or (deadline is not None and time.perf_counter() >= deadline)
+            ):
                 break
             coordinator.rebuild_next()
             done += 1

@@ -26,11 +26,12 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from xdl_ec.settings import checks
 from xdl_ec import _core
+from xdl_ec.settings import checks
 from xdl_ec.sparse.table import as_keys
 
 __all__ = ["AccessCounter", "MfuSelector", "SsuSelector", "key_hash"]
+
 
 def key_hash(keys: np.ndarray, seed: int) -> np.ndarray:
     """splitmix64 of ``keys`` XOR a seed-derived constant: uint64 per key, a deterministic pseudo-random order."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from xdl_ec.ps.agent import ServerAgent
 from xdl_ec.keep.checkpoint import ShardCheckpoint
+from xdl_ec.ps.agent import ServerAgent
 
 
 class ShardSaver(ServerAgent):

@@ -15,17 +15,26 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Optional, Sequence, Tuple, Union, cast
 
-from xdl_ec.settings import checks
-from xdl_ec.sparse.cache_config import Cache, caches_for
 from xdl_ec.ft.configs import STRATEGIES, CkptConfig, CprConfig, EcConfig, StrategyConfig, parse_code
 from xdl_ec.ft.failure_schedule import FailureSchedule
 from xdl_ec.ft.rebuild_governor import DEFAULT_REBUILD_KEEPS
 from xdl_ec.ps.backend import DEFAULT_TIMEOUT
 from xdl_ec.ps.training import ClusterConfig
+from xdl_ec.settings import checks
+from xdl_ec.sparse.cache_config import Cache, caches_for
 
-_ONLY = {"code": "ec", "rebuild_share": "ec", "rebuild_keeps": "ec", "rebuild": "ec", "urgent_rebuild": "ec",
-         "failure_domain": "ec",
-         "ckpt_interval": "ckpt", "cpr_pls": "cpr", "cpr_interval": "cpr", "cpr_mode": "cpr"}
+_ONLY = {
+    "code": "ec",
+    "rebuild_share": "ec",
+    "rebuild_keeps": "ec",
+    "rebuild": "ec",
+    "urgent_rebuild": "ec",
+    "failure_domain": "ec",
+    "ckpt_interval": "ckpt",
+    "cpr_pls": "cpr",
+    "cpr_interval": "cpr",
+    "cpr_mode": "cpr",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,16 +66,18 @@ class Cluster:
         if isinstance(self.cache, Mapping):  # kept as sorted pairs: a Cluster stays hashable
             object.__setattr__(self, "cache", tuple(sorted(self.cache.items())))
         if self.cache is not None and not isinstance(self.cache, (Cache, tuple)):
-            raise TypeError(f"cache: must be an xdl_ec.Cache or a dict of table name -> Cache, got "
-                            f"{type(self.cache).__name__}")
+            raise TypeError(
+                f"cache: must be an xdl_ec.Cache or a dict of table name -> Cache, got {type(self.cache).__name__}"
+            )
         object.__setattr__(self, "fail_at", tuple(self.fail_at))
         object.__setattr__(self, "fail_worker_at", tuple(self.fail_worker_at))
         self.cluster_config()  # checks servers, workers, backend, address, mode, call_timeout
         checks.one_of("ft", self.ft, STRATEGIES)
         wrong = [name for name, ft in _ONLY.items() if getattr(self, name) is not None and ft != self.ft]
         if wrong:
-            raise ValueError(f"{', '.join(wrong)}: only used with ft={_ONLY[wrong[0]]!r} (this cluster has "
-                             f"ft={self.ft!r})")
+            raise ValueError(
+                f"{', '.join(wrong)}: only used with ft={_ONLY[wrong[0]]!r} (this cluster has ft={self.ft!r})"
+            )
         if self.ckpt_dir is not None and self.ft not in ("ckpt", "cpr"):
             raise ValueError(f"ckpt_dir: only used with ft='ckpt' or 'cpr' (this cluster has ft={self.ft!r})")
         if self.code is not None:
@@ -76,8 +87,10 @@ class Cluster:
         if self.ft == "ec":
             k, r = self.ec_code
             if self.servers < k + r:
-                raise ValueError(f"servers: the code k={k}, r={r} needs at least k + r = {k + r} servers, got "
-                                 f"{self.servers}; add servers or use a smaller code")
+                raise ValueError(
+                    f"servers: the code k={k}, r={r} needs at least k + r = {k + r} servers, got "
+                    f"{self.servers}; add servers or use a smaller code"
+                )
 
     @property
     def ec_code(self) -> Tuple[int, int]:
@@ -85,24 +98,37 @@ class Cluster:
         return cast(Tuple[int, int], self.code) if self.code is not None else (4, 1)
 
     def cluster_config(self) -> ClusterConfig:
-        return ClusterConfig(servers=self.servers, workers=self.workers, backend=self.backend,
-                             address=self.address, mode=self.mode, call_timeout=self.call_timeout,
-                             failure_domain=self.failure_domain)
+        return ClusterConfig(
+            servers=self.servers,
+            workers=self.workers,
+            backend=self.backend,
+            address=self.address,
+            mode=self.mode,
+            call_timeout=self.call_timeout,
+            failure_domain=self.failure_domain,
+        )
 
     def strategy_config(self, seed: int) -> StrategyConfig:
         """The fault-tolerance strategy's config (None for ft='none')."""
         if self.ft == "ec":
-            return EcConfig(code=self.ec_code,
-                            rebuild_share=0.05 if self.rebuild_share is None else self.rebuild_share,
-                            rebuild_keeps=DEFAULT_REBUILD_KEEPS if self.rebuild_keeps is None else self.rebuild_keeps,
-                            rebuild=self.rebuild or "background",
-                            urgent_rebuild="flat-out" if self.urgent_rebuild is None else self.urgent_rebuild)
+            return EcConfig(
+                code=self.ec_code,
+                rebuild_share=0.05 if self.rebuild_share is None else self.rebuild_share,
+                rebuild_keeps=DEFAULT_REBUILD_KEEPS if self.rebuild_keeps is None else self.rebuild_keeps,
+                rebuild=self.rebuild or "background",
+                urgent_rebuild="flat-out" if self.urgent_rebuild is None else self.urgent_rebuild,
+            )
         if self.ft == "ckpt":
             return CkptConfig(interval=self.ckpt_interval or "auto", directory=self.ckpt_dir, mtbf=self.mtbf)
         if self.ft == "cpr":
-            return CprConfig(pls=0.02 if self.cpr_pls is None else self.cpr_pls, mtbf=self.mtbf,
-                             interval_steps=self.cpr_interval, mode=self.cpr_mode or "mfu",
-                             directory=self.ckpt_dir, seed=seed)
+            return CprConfig(
+                pls=0.02 if self.cpr_pls is None else self.cpr_pls,
+                mtbf=self.mtbf,
+                interval_steps=self.cpr_interval,
+                mode=self.cpr_mode or "mfu",
+                directory=self.ckpt_dir,
+                seed=seed,
+            )
         return None
 
     def caches(self, tables: Sequence[Any]) -> dict:

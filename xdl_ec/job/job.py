@@ -22,27 +22,28 @@ from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Union
 
 import numpy as np
 
-from xdl_ec.settings import checks
-from .cluster import Cluster
-from xdl_ec.tf.determinism import configure_determinism
-from xdl_ec.model.feature import Feature
-from xdl_ec.model.side_input import Input
 from xdl_ec.ft.configs import EcConfig
 from xdl_ec.ft.factory import make_strategy
 from xdl_ec.ft.failure_injector import FailureInjector
+from xdl_ec.keep.backstop import Backstop
+from xdl_ec.keep.run_saver import RunSaver
+from xdl_ec.keep.saved_run import SavedRun, SaveMismatch
+from xdl_ec.model.feature import Feature
 from xdl_ec.model.job_spec import JobSpec
+from xdl_ec.model.side_input import Input
+from xdl_ec.ps.backend import RoleLost
+from xdl_ec.ps.fault_tolerance import Unrecoverable
+from xdl_ec.ps.training import PSTrainer
+from xdl_ec.ps.worker import RunSettings
+from xdl_ec.settings import checks
+from xdl_ec.sparse.table_config import Table
+from xdl_ec.tf.determinism import configure_determinism
+
+from .cluster import Cluster
 from .local_run import LocalRun
 from .local_tables import LocalTables
 from .stop_request import STOP_REQUEST, StopAtBoundary
 from .tensorboard_log import TensorBoardLog
-from xdl_ec.keep.backstop import Backstop
-from xdl_ec.ps.backend import RoleLost
-from xdl_ec.ps.fault_tolerance import Unrecoverable
-from xdl_ec.keep.run_saver import RunSaver
-from xdl_ec.keep.saved_run import SavedRun, SaveMismatch
-from xdl_ec.ps.training import PSTrainer
-from xdl_ec.ps.worker import RunSettings
-from xdl_ec.sparse.table_config import Table
 from .trained_model import TrainedModel
 
 PathLike = Union[str, os.PathLike]
@@ -51,12 +52,19 @@ PathLike = Union[str, os.PathLike]
 class Job:
     """A training job: tables, features, model and input factories, loss (see the module docstring)."""
 
-    def __init__(self, tables: Sequence[Table], features: Sequence[Feature], model_fn: Callable[[], Any],
-                 input_fn: Callable[[int, int], Any],
-                 loss: Union[str, Dict[str, str], Callable[[Any, Any], Any]] = "binary_crossentropy",
-                 dense_optimizer: Union[str, Dict[str, Any]] = "adam", dense_learning_rate: float = 0.001,
-                 eval_fn: Optional[Callable[[], Iterable[Any]]] = None, inputs: Sequence[Input] = (),
-                 loss_weights: Optional[Dict[str, float]] = None) -> None:
+    def __init__(
+        self,
+        tables: Sequence[Table],
+        features: Sequence[Feature],
+        model_fn: Callable[[], Any],
+        input_fn: Callable[[int, int], Any],
+        loss: Union[str, Dict[str, str], Callable[[Any, Any], Any]] = "binary_crossentropy",
+        dense_optimizer: Union[str, Dict[str, Any]] = "adam",
+        dense_learning_rate: float = 0.001,
+        eval_fn: Optional[Callable[[], Iterable[Any]]] = None,
+        inputs: Sequence[Input] = (),
+        loss_weights: Optional[Dict[str, float]] = None,
+    ) -> None:
         """``dense_optimizer``: the dense model's Keras optimizer (a name or a Keras config dict) at
         ``dense_learning_rate``; ``eval_fn()``: hold-out batches that :meth:`fit` evaluates on at the end.
 
@@ -64,8 +72,18 @@ class Job:
         is {head: "binary_crossentropy"} (weighted by ``loss_weights``, 1.0 each by default) or a callable
         ``loss(labels: dict, logits: dict)``. ``inputs``: side inputs (:class:`xdl_ec.Input`) the model receives as
         ``model(embedded, {"dense": dense, name: tensor, ...})``."""
-        self.spec = JobSpec(tuple(tables), tuple(features), model_fn, input_fn, loss, dense_optimizer,
-                            dense_learning_rate, eval_fn, tuple(inputs), loss_weights)
+        self.spec = JobSpec(
+            tuple(tables),
+            tuple(features),
+            model_fn,
+            input_fn,
+            loss,
+            dense_optimizer,
+            dense_learning_rate,
+            eval_fn,
+            tuple(inputs),
+            loss_weights,
+        )
         self.model: Optional[TrainedModel] = None  # the model of the last fit
         self.source: Optional[Dict[str, Any]] = None  # where the job comes from (see xdl_ec.job.job_source), for saves
         self._finished: Optional[_FinishedRun] = None  # the last fit's end, for save()
@@ -78,10 +96,20 @@ class Job:
     def features(self) -> Sequence[Feature]:
         return self.spec.features
 
-    def fit(self, steps: Optional[int] = None, cluster: Optional[Cluster] = None, deterministic: bool = False,
-            seed: int = 0, progress: bool = False, resume: Optional[PathLike] = None,
-            save_dir: Optional[PathLike] = None, save_every: Optional[str] = None, keep: int = 2,
-            backstop_every: Optional[str] = None, logdir: Optional[PathLike] = None) -> Dict[str, Any]:
+    def fit(
+        self,
+        steps: Optional[int] = None,
+        cluster: Optional[Cluster] = None,
+        deterministic: bool = False,
+        seed: int = 0,
+        progress: bool = False,
+        resume: Optional[PathLike] = None,
+        save_dir: Optional[PathLike] = None,
+        save_every: Optional[str] = None,
+        keep: int = 2,
+        backstop_every: Optional[str] = None,
+        logdir: Optional[PathLike] = None,
+    ) -> Dict[str, Any]:
         """Trains a fresh model for at most ``steps`` steps (a step trains one batch on every worker; None: until
         the input is exhausted), in this process or on ``cluster``; returns the run report (the same as
         ``xdl-ec train --report``): samples, steps, samples_per_sec, final_loss, model_digest, the hold-out
@@ -96,21 +124,50 @@ class Job:
         :mod:`xdl_ec.keep.backstop`); when the run cannot recover, its error names the save to resume from.
         ``logdir``: write TensorBoard scalars there (loss, progressive AUC, samples/s, rows per table, failures; see
         :mod:`xdl_ec.job.tensorboard_log`)."""
-        return self._run(steps, cluster, deterministic, seed, progress, False, resume, save_dir, save_every, keep,
-                         backstop_every, logdir)
+        return self._run(
+            steps,
+            cluster,
+            deterministic,
+            seed,
+            progress,
+            False,
+            resume,
+            save_dir,
+            save_every,
+            keep,
+            backstop_every,
+            logdir,
+        )
 
-    def verify(self, steps: Optional[int] = None, cluster: Optional[Cluster] = None, deterministic: bool = False,
-               seed: int = 0, progress: bool = False) -> Dict[str, Any]:
+    def verify(
+        self,
+        steps: Optional[int] = None,
+        cluster: Optional[Cluster] = None,
+        deterministic: bool = False,
+        seed: int = 0,
+        progress: bool = False,
+    ) -> Dict[str, Any]:
         """:meth:`fit` on an ``ft="ec"`` cluster, then re-encode every parity stripe from its data: the report's
         ``scrub`` lists the stripes whose stored parity disagrees (empty: all consistent)."""
         if cluster is None or cluster.ft != "ec":
             raise ValueError("verify: scrubs erasure-coded parity, so it needs cluster=Cluster(..., ft='ec')")
         return self._run(steps, cluster, deterministic, seed, progress, True, None, None, None, 2, None)
 
-    def _run(self, steps: Optional[int], cluster: Optional[Cluster], deterministic: bool, seed: int,
-             progress: bool, scrub: bool, resume: Optional[PathLike], save_dir: Optional[PathLike],
-             save_every: Optional[str], keep: int, backstop_every: Optional[str],
-             logdir: Optional[PathLike] = None) -> Dict[str, Any]:
+    def _run(
+        self,
+        steps: Optional[int],
+        cluster: Optional[Cluster],
+        deterministic: bool,
+        seed: int,
+        progress: bool,
+        scrub: bool,
+        resume: Optional[PathLike],
+        save_dir: Optional[PathLike],
+        save_every: Optional[str],
+        keep: int,
+        backstop_every: Optional[str],
+        logdir: Optional[PathLike] = None,
+    ) -> Dict[str, Any]:
         if steps is not None:
             checks.positive_int("steps", steps)
         checks.non_negative_int("seed", seed)
@@ -124,29 +181,50 @@ class Job:
             saved.check_job(self.spec)
             saved.check_run(workers)
             if (saved.seed, saved.deterministic) != (seed, deterministic):
-                raise SaveMismatch(f"{saved.directory}: saved by a run with seed={saved.seed}, deterministic="
-                                   f"{saved.deterministic}; resume with the same (got seed={seed}, "
-                                   f"deterministic={deterministic})")
+                raise SaveMismatch(
+                    f"{saved.directory}: saved by a run with seed={saved.seed}, deterministic="
+                    f"{saved.deterministic}; resume with the same (got seed={seed}, "
+                    f"deterministic={deterministic})"
+                )
             saved.verify()
         for name, value in (("save_every", save_every), ("backstop_every", backstop_every)):
             if value is not None and save_dir is None:
                 raise ValueError(f"{name}: needs save_dir, the directory the saves go to")
         if backstop_every is not None:
             if save_every is not None:
-                raise ValueError("backstop_every: give it or save_every, not both (one writes incremental saves in the "
-                                 "background, the other full saves at the step boundary, into one save_dir)")
+                raise ValueError(
+                    "backstop_every: give it or save_every, not both (one writes incremental saves in the "
+                    "background, the other full saves at the step boundary, into one save_dir)"
+                )
             if cluster is None:
-                raise ValueError("backstop_every: backs up parameter servers; it needs a cluster (and is meant for "
-                                 "ft='ec', for what parity cannot cover)")
+                raise ValueError(
+                    "backstop_every: backs up parameter servers; it needs a cluster (and is meant for "
+                    "ft='ec', for what parity cannot cover)"
+                )
         saver: Optional[RunSaver]
         if save_dir is None:
             saver = None
         elif backstop_every is not None:
-            saver = Backstop(save_dir, self.spec, seed=seed, deterministic=deterministic, workers=workers,
-                             every=backstop_every, source=self.source)
+            saver = Backstop(
+                save_dir,
+                self.spec,
+                seed=seed,
+                deterministic=deterministic,
+                workers=workers,
+                every=backstop_every,
+                source=self.source,
+            )
         else:
-            saver = RunSaver(save_dir, self.spec, seed=seed, deterministic=deterministic, workers=workers,
-                             every=save_every, keep=keep, source=self.source)
+            saver = RunSaver(
+                save_dir,
+                self.spec,
+                seed=seed,
+                deterministic=deterministic,
+                workers=workers,
+                every=save_every,
+                keep=keep,
+                source=self.source,
+            )
         settings = RunSettings(seed=seed, deterministic=deterministic)
         configure_determinism(seed, deterministic)
         log = None if logdir is None else TensorBoardLog(logdir)
@@ -169,8 +247,7 @@ class Job:
     @staticmethod
     def _resumed(report: Dict[str, Any], saved: Optional[SavedRun], saver: Optional[RunSaver]) -> None:
         if saved is not None:
-            report["resumed_from"] = {"directory": str(saved.directory), "step": saved.step,
-                                      "samples": saved.samples}
+            report["resumed_from"] = {"directory": str(saved.directory), "step": saved.step, "samples": saved.samples}
             stopped = saved.stopped_run()
             if stopped is not None:  # the run that failed said how far it got: what the resume trained again
                 report["retrained_samples"] = max(int(stopped["samples"]) - saved.samples, 0)
@@ -178,8 +255,15 @@ class Job:
         if saver is not None:
             report["saves"] = saver.report()
 
-    def _fit_here(self, steps: Optional[int], settings: RunSettings, progress: bool, saved: Optional[SavedRun],
-                  saver: Optional[RunSaver], log: Optional[TensorBoardLog] = None) -> Dict[str, Any]:
+    def _fit_here(
+        self,
+        steps: Optional[int],
+        settings: RunSettings,
+        progress: bool,
+        saved: Optional[SavedRun],
+        saver: Optional[RunSaver],
+        log: Optional[TensorBoardLog] = None,
+    ) -> Dict[str, Any]:
         run = LocalRun(self.spec, settings, progress)
         try:
             if saved is not None:
@@ -221,16 +305,31 @@ class Job:
         if isinstance(saver, Backstop):
             saver.wait()
 
-    def _fit_on(self, cluster: Cluster, steps: Optional[int], settings: RunSettings, progress: bool,
-                scrub: bool, saved: Optional[SavedRun], saver: Optional[RunSaver],
-                log: Optional[TensorBoardLog] = None) -> Dict[str, Any]:
+    def _fit_on(
+        self,
+        cluster: Cluster,
+        steps: Optional[int],
+        settings: RunSettings,
+        progress: bool,
+        scrub: bool,
+        saved: Optional[SavedRun],
+        saver: Optional[RunSaver],
+        log: Optional[TensorBoardLog] = None,
+    ) -> Dict[str, Any]:
         config = cluster.strategy_config(settings.seed)
         if scrub and isinstance(config, EcConfig):  # `verify` checks parity: an ec cluster's
             config = dataclasses.replace(config, scrub=True)
         schedule = cluster.failure_schedule(settings.seed)
         injector = None if schedule.empty else FailureInjector(schedule)
-        trainer = PSTrainer(self.spec, cluster.cluster_config(), settings, make_strategy(config), injector, progress,
-                            cluster.caches(self.spec.tables))
+        trainer = PSTrainer(
+            self.spec,
+            cluster.cluster_config(),
+            settings,
+            make_strategy(config),
+            injector,
+            progress,
+            cluster.caches(self.spec.tables),
+        )
         try:
             if saved is not None:
                 trainer.restore(saved)
@@ -283,8 +382,10 @@ class Job:
             return Unrecoverable(f"{err}; and the backstop's last write failed ({failed})")
         if backstop.last is None:
             return Unrecoverable(f"{err}; the backstop in {backstop.store.root} has no save yet")
-        return Unrecoverable(f"{err}; resume from the backstop: the same command with --resume {backstop.store.root} "
-                             f"(its newest save is of step {backstop.last.step}: {backstop.last.directory})")
+        return Unrecoverable(
+            f"{err}; resume from the backstop: the same command with --resume {backstop.store.root} "
+            f"(its newest save is of step {backstop.last.step}: {backstop.last.directory})"
+        )
 
     def save(self, directory: PathLike, keep: int = 2) -> str:
         """Saves the last fit's model (every table's rows with optimizer state, the dense weights with their
@@ -294,8 +395,15 @@ class Job:
         if self._finished is None or self.model is None:
             raise ValueError("save: this job has no trained model yet: call fit first")
         run = self._finished
-        saver = RunSaver(directory, self.spec, seed=run.settings.seed, deterministic=run.settings.deterministic,
-                         workers=run.workers, keep=keep, source=self.source)
+        saver = RunSaver(
+            directory,
+            self.spec,
+            seed=run.settings.seed,
+            deterministic=run.settings.deterministic,
+            workers=run.workers,
+            keep=keep,
+            source=self.source,
+        )
         return str(saver.save(run).directory)
 
     def _evaluate(self, model: TrainedModel) -> Dict[str, Any]:
@@ -335,8 +443,9 @@ class _FinishedRun:
     """A fit that has ended, as :class:`~xdl_ec.keep.run_saver.RunSaver` saves runs: its model, step, samples and
     reader positions."""
 
-    def __init__(self, model: TrainedModel, position: Dict[str, Any], samples: int, settings: RunSettings,
-                 workers: int) -> None:
+    def __init__(
+        self, model: TrainedModel, position: Dict[str, Any], samples: int, settings: RunSettings, workers: int
+    ) -> None:
         self.model, self._position, self.samples = model, dict(position), samples
         self.settings, self.workers = settings, workers
         self.step = int(position["step"])

@@ -56,8 +56,9 @@ def load_script_job(path: str) -> Any:
         job = make()
     except Exception as err:  # noqa: BLE001
         where = traceback.extract_tb(err.__traceback__)[-1]
-        raise ScriptError(f"--script {path}: job() raised {type(err).__name__}: {err} (at {where.filename}:"
-                          f"{where.lineno})") from None
+        raise ScriptError(
+            f"--script {path}: job() raised {type(err).__name__}: {err} (at {where.filename}:{where.lineno})"
+        ) from None
     if not isinstance(job, Job):
         raise ScriptError(f"--script {path}: job() must return an xdl_ec.Job, got {type(job).__name__}")
     job.source = script_source(path)
@@ -75,8 +76,10 @@ def builtin_source(config: Any) -> Dict[str, Any]:
 def job_of(source: Optional[Dict[str, Any]], where: str) -> Any:
     """The job ``source`` names (``where``: the save it was read from, for errors)."""
     if not source:
-        raise ValueError(f"{where}: the job that saved it was built in Python (it names no script): pass it, "
-                         f"xdl_ec.load(DIR, job=make_job()) / xdl-ec export --script FILE.py")
+        raise ValueError(
+            f"{where}: the job that saved it was built in Python (it names no script): pass it, "
+            f"xdl_ec.load(DIR, job=make_job()) / xdl-ec export --script FILE.py"
+        )
     if "script" in source:
         return load_script_job(source["script"])
     if "builtin" in source:

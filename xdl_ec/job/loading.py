@@ -32,8 +32,15 @@ def load(directory: Union[str, os.PathLike], job: Any = None) -> TrainedModel:
         for name, table in tables.tables.items():
             for rows in saved.rows(name):
                 table.load_rows(rows)  # a bounded table's eviction words and pending ids too
-        dense = DenseModel(spec.model_fn, spec.dense_optimizer, spec.dense_learning_rate, saved.signature,
-                           spec.dims(), spec.combiners(), saved.seed)
+        dense = DenseModel(
+            spec.model_fn,
+            spec.dense_optimizer,
+            spec.dense_learning_rate,
+            saved.signature,
+            spec.dims(),
+            spec.combiners(),
+            saved.seed,
+        )
         dense.load_state(*saved.dense_state())
         return TrainedModel(spec, tables, dense, saved.signature)
     except BaseException:

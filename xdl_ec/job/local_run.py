@@ -13,15 +13,16 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from xdl_ec.settings import checks
-from xdl_ec.model.digest import model_digest
 from xdl_ec.keep.checkpoint import PendingCheckpoint
+from xdl_ec.keep.saved_run import SavedRun
+from xdl_ec.model.digest import model_digest
 from xdl_ec.model.job_spec import JobSpec
 from xdl_ec.model.progressive import ProgressiveWindow
-from .local_tables import LocalTables
 from xdl_ec.ps.progress import Progress
 from xdl_ec.ps.worker import RunSettings, Worker
-from xdl_ec.keep.saved_run import SavedRun
+from xdl_ec.settings import checks
+
+from .local_tables import LocalTables
 from .trained_model import TrainedModel
 
 LAST_LOSSES = 50  # final_loss: mean training loss over this many last steps
@@ -34,8 +35,7 @@ class LocalRun:
         self.job, self.settings, self.progress = job, settings, progress
         self.tables = LocalTables(job.tables)
         # pulls here are synchronous: nothing to prefetch; the model here is the authoritative one
-        self.worker = Worker(0, 1, job, settings, [], prefetch_across_steps=False, client=self.tables,
-                             apply_dense=True)
+        self.worker = Worker(0, 1, job, settings, [], prefetch_across_steps=False, client=self.tables, apply_dense=True)
         if self.worker.dense is None:
             self.close()
             raise ValueError("input_fn(0, 1): the input yielded no batch (an empty dataset?)")
@@ -61,8 +61,9 @@ class LocalRun:
                 if result is None:
                     break
                 if not math.isfinite(result.loss):
-                    raise FloatingPointError(f"training diverged at step {self.step + 1}: loss is {result.loss}; "
-                                             f"lower the learning rates")
+                    raise FloatingPointError(
+                        f"training diverged at step {self.step + 1}: loss is {result.loss}; lower the learning rates"
+                    )
                 self.step += 1
                 self.losses.append(result.loss)
                 samples += result.samples
@@ -82,12 +83,19 @@ class LocalRun:
             bar.close()
         end = time.perf_counter()
         seconds = end - start
-        steady = (samples - first_samples) / (end - first_end) if first_end is not None and samples > first_samples \
-            else None
-        return {"samples": samples, "steps": self.step, "train_seconds": seconds,
-                "samples_per_sec": samples / seconds if seconds > 0 else 0.0, "steady_samples_per_sec": steady,
-                "final_loss": float(np.mean(self.losses[-LAST_LOSSES:])) if self.losses else None,
-                "timeline": timeline, "progressive": self.progressive.report()}
+        steady = (
+            (samples - first_samples) / (end - first_end) if first_end is not None and samples > first_samples else None
+        )
+        return {
+            "samples": samples,
+            "steps": self.step,
+            "train_seconds": seconds,
+            "samples_per_sec": samples / seconds if seconds > 0 else 0.0,
+            "steady_samples_per_sec": steady,
+            "final_loss": float(np.mean(self.losses[-LAST_LOSSES:])) if self.losses else None,
+            "timeline": timeline,
+            "progressive": self.progressive.report(),
+        }
 
     # ---- saving and resuming (see xdl_ec.keep.run_saver) ---------------------------------------------------------
     def quiesce(self, settle: bool = True) -> None:
@@ -105,8 +113,12 @@ class LocalRun:
 
     def reader_position(self) -> Dict[str, Any]:
         # one worker trains one batch per step: its reader position is the step
-        return {"step": self.step, "worker_batches": [self.step], "worker_samples": [self.samples],
-                "worker_inputs": [self.worker.input_position()]}
+        return {
+            "step": self.step,
+            "worker_batches": [self.step],
+            "worker_samples": [self.samples],
+            "worker_inputs": [self.worker.input_position()],
+        }
 
     def restore(self, saved: SavedRun) -> None:
         """Continues ``saved`` (checked against this run's job by the caller): its rows, dense state, step and
@@ -132,8 +144,10 @@ class LocalRun:
         return model_digest(self.tables.exports(), dense.model.weights, dense.optimizer.variables)
 
     def report(self) -> Dict[str, Any]:
-        report: Dict[str, Any] = {"embedding_rows": sum(len(t) for t in self.tables.tables.values()),
-                                  "workers": [self.worker.stats()]}
+        report: Dict[str, Any] = {
+            "embedding_rows": sum(len(t) for t in self.tables.tables.values()),
+            "workers": [self.worker.stats()],
+        }
         bounded = {name: t.bounded_report() for name, t in self.tables.tables.items() if t.config.bounded}
         if bounded:  # tables with admit / evict rules (xdl_ec.sparse.row_rules)
             report["tables"] = bounded

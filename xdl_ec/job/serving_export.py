@@ -38,8 +38,8 @@ from typing import Any, Dict, List, Optional, Protocol, Tuple, Union
 
 import numpy as np
 
-from xdl_ec.model.feature import Feature
 from xdl_ec.model.dense_model import model_arguments, signature_extras
+from xdl_ec.model.feature import Feature
 from xdl_ec.model.feature_batch import RAGGED, SEQUENCE, SINGLE
 from xdl_ec.model.job_spec import JobSpec
 
@@ -82,16 +82,19 @@ def tf_keys(feature: Feature, ids: Any) -> Any:
     return tf.bitcast(x, tf.int64)
 
 
-def export_saved_model(model: Servable, directory: Union[str, "os.PathLike[str]"],
-                       drop_rows_below_count: Optional[int] = None) -> Path:
+def export_saved_model(
+    model: Servable, directory: Union[str, "os.PathLike[str]"], drop_rows_below_count: Optional[int] = None
+) -> Path:
     """Writes ``model`` (e.g. ``job.model`` after ``job.fit``) as a SavedModel at ``directory`` (which must not
     exist, or be empty) and returns its path. ``drop_rows_below_count`` N: rows of ids seen fewer than N times
     (pushes, the per-row counts of a table with admit / evict rules) are left out; they then read zeros, as unknown
     ids do. Written beside it under a temporary name, then renamed: a reader
     never sees a partial export."""
     if not all(hasattr(model, part) for part in ("job", "tables", "dense", "signature")):
-        raise ExportError(f"export: needs a trained model (job.model after job.fit, or xdl_ec.load(DIR)), got "
-                          f"{type(model).__name__}; train the job first")
+        raise ExportError(
+            f"export: needs a trained model (job.model after job.fit, or xdl_ec.load(DIR)), got "
+            f"{type(model).__name__}; train the job first"
+        )
     out = Path(directory).expanduser().absolute()
     _check_destination(out)
     signature = model.signature  # dense width; each feature's kind and width, as trained
@@ -100,8 +103,9 @@ def export_saved_model(model: Servable, directory: Union[str, "os.PathLike[str]"
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
     try:
         saved = staging / "saved_model"
-        exports = {name: _exported_rows(name, table, drop_rows_below_count)
-                   for name, table in model.tables.tables.items()}
+        exports = {
+            name: _exported_rows(name, table, drop_rows_below_count) for name, table in model.tables.tables.items()
+        }
         keys_files = _write_keys(staging / "keys", model.job.table_names, exports)
         module, serve = _serving_module(model, signature, exports, keys_files)
         import tensorflow as tf
@@ -122,9 +126,11 @@ def _exported_rows(name: str, table: Any, drop_rows_below_count: Optional[int]) 
     if drop_rows_below_count is None:
         return table.export()
     if not table.config.bounded:
-        raise ExportError(f"export: --drop-rows-below-count needs per-row counts, which table {name!r} does not "
-                          f"keep; train it with admit / evict rules (xdl_ec.Admit, xdl_ec.Evict, or the flags "
-                          f"--admit-min-count, --evict-ttl-steps, --max-rows)")
+        raise ExportError(
+            f"export: --drop-rows-below-count needs per-row counts, which table {name!r} does not "
+            f"keep; train it with admit / evict rules (xdl_ec.Admit, xdl_ec.Evict, or the flags "
+            f"--admit-min-count, --evict-ttl-steps, --max-rows)"
+        )
     rows = table.export(with_words=True)
     kept = rows["uses"] >= drop_rows_below_count
     return {field: rows[field][kept] for field in ("keys", "values", "state")}
@@ -133,8 +139,9 @@ def _exported_rows(name: str, table: Any, drop_rows_below_count: Optional[int]) 
 def _check_destination(out: Path) -> None:
     if out.is_dir():
         if any(out.iterdir()):
-            raise ExportError(f"export: {out} exists and is not empty; pass a new directory (an export never "
-                              f"overwrites one)")
+            raise ExportError(
+                f"export: {out} exists and is not empty; pass a new directory (an export never overwrites one)"
+            )
     elif out.exists():
         raise ExportError(f"export: {out} exists and is not a directory; pass a new directory")
 
@@ -146,16 +153,24 @@ def _input_names(features: Any, signature: Tuple[Any, ...]) -> Dict[str, List[st
     used = {"dense": "the dense input"} if signature[0] is not None else {}
     used.update({name: f"side input {name!r}" for name, _, _ in signature_extras(signature)[1]})
     for f in features:
-        inputs = [f"{f.name}_values", f"{f.name}_row_splits"] if kinds[f.name] == RAGGED else \
-            [f.name, f"{f.name}_lengths"] if kinds[f.name] == SEQUENCE else [f.name]
+        inputs = (
+            [f"{f.name}_values", f"{f.name}_row_splits"]
+            if kinds[f.name] == RAGGED
+            else [f.name, f"{f.name}_lengths"]
+            if kinds[f.name] == SEQUENCE
+            else [f.name]
+        )
         for name in inputs:
             if not _INPUT_NAME.fullmatch(name):
-                raise ExportError(f"export: feature {f.name!r} gives the input name {name!r}, which a TensorFlow "
-                                  f"signature would rename (ASCII letters, digits and '_', starting with a letter); "
-                                  f"rename the feature")
+                raise ExportError(
+                    f"export: feature {f.name!r} gives the input name {name!r}, which a TensorFlow "
+                    f"signature would rename (ASCII letters, digits and '_', starting with a letter); "
+                    f"rename the feature"
+                )
             if name in used:
-                raise ExportError(f"export: feature {f.name!r} and {used[name]} both give the input {name!r}; "
-                                  f"rename one of them")
+                raise ExportError(
+                    f"export: feature {f.name!r} and {used[name]} both give the input {name!r}; rename one of them"
+                )
             used[name] = f"feature {f.name!r}"
         names[f.name] = inputs
     return names
@@ -173,8 +188,9 @@ def _write_keys(folder: Path, table_names: List[str], exports: Dict[str, Dict[st
     return files
 
 
-def _serving_module(model: Servable, signature: Tuple[Any, ...], exports: Dict[str, Dict[str, np.ndarray]],
-                    keys_files: Dict[str, Path]) -> Tuple[Any, Any]:
+def _serving_module(
+    model: Servable, signature: Tuple[Any, ...], exports: Dict[str, Dict[str, np.ndarray]], keys_files: Dict[str, Path]
+) -> Tuple[Any, Any]:
     """(the tf.Module to save, the concrete serving function)."""
     import tensorflow as tf
 
@@ -189,11 +205,17 @@ def _serving_module(model: Servable, signature: Tuple[Any, ...], exports: Dict[s
         default = len(values)  # the zero row appended below: unknown keys read it
         module.matrices[t.name] = tf.Variable(
             np.concatenate([values.astype(np.float32).reshape(-1, t.dim), np.zeros((1, t.dim), np.float32)]),
-            trainable=False, name=f"embedding_{len(module.matrices)}")
+            trainable=False,
+            name=f"embedding_{len(module.matrices)}",
+        )
         if default:  # TF cannot initialise a table from an empty file; a table without rows needs none
             initializer = tf.lookup.TextFileInitializer(
-                str(keys_files[t.name]), tf.int64, tf.lookup.TextFileIndex.WHOLE_LINE, tf.int64,
-                tf.lookup.TextFileIndex.LINE_NUMBER)
+                str(keys_files[t.name]),
+                tf.int64,
+                tf.lookup.TextFileIndex.WHOLE_LINE,
+                tf.int64,
+                tf.lookup.TextFileIndex.LINE_NUMBER,
+            )
             module.row_of[t.name] = tf.lookup.StaticHashTable(initializer, default_value=default)
 
     def rows(f: Feature, ids: Any) -> Any:
@@ -219,9 +241,11 @@ def _serving_module(model: Servable, signature: Tuple[Any, ...], exports: Dict[s
                 batch = tf.shape(ids, out_type=tf.int64)[0]
                 steps = tf.shape(ids, out_type=tf.int64)[1]
                 what = f"{f.name}_lengths must be B values in [0, T]"
-                checks += [tf.debugging.assert_equal(tf.shape(lengths, out_type=tf.int64)[0], batch, message=what),
-                           tf.debugging.assert_non_negative(lengths, message=what),
-                           tf.debugging.assert_less_equal(lengths, steps, message=what)]
+                checks += [
+                    tf.debugging.assert_equal(tf.shape(lengths, out_type=tf.int64)[0], batch, message=what),
+                    tf.debugging.assert_non_negative(lengths, message=what),
+                    tf.debugging.assert_less_equal(lengths, steps, message=what),
+                ]
                 inside = tf.range(steps)[None, :] < lengths[:, None]
                 with tf.control_dependencies(checks):
                     embedded[f.name] = rows(f, ids) * tf.cast(inside, tf.float32)[:, :, None]
@@ -239,8 +263,9 @@ def _serving_module(model: Servable, signature: Tuple[Any, ...], exports: Dict[s
                     outer = batch * int(np.prod(widths[:-1], dtype=np.int64))
                     splits = tf.range(outer + 1, dtype=tf.int64) * widths[-1]
                     pooled = _pool(rows(f, tf.reshape(ids, [-1])), splits, f.combiner)
-                    embedded[f.name] = tf.reshape(pooled, [-1, *widths[:-1], f.table.dim]) if len(widths) > 1 \
-                        else pooled
+                    embedded[f.name] = (
+                        tf.reshape(pooled, [-1, *widths[:-1], f.table.dim]) if len(widths) > 1 else pooled
+                    )
             size, checks = _same_batch(size, batch, f.name, checks)
         dense = None
         if dense_width is not None:
@@ -275,8 +300,7 @@ def _serving_module(model: Servable, signature: Tuple[Any, ...], exports: Dict[s
     concrete = tf.function(serve).get_concrete_function(**specs)
     # the variables the traced call reads (the Keras model's weights), tracked so they are saved; not the model
     # itself, whose own serving endpoints would be traced and saved with it
-    module.dense_variables = [v for v in concrete.variables
-                              if not any(v is m for m in module.matrices.values())]
+    module.dense_variables = [v for v in concrete.variables if not any(v is m for m in module.matrices.values())]
     return module, concrete
 
 
@@ -300,11 +324,12 @@ def _splits_checks(name: str, values: Any, splits: Any) -> List[Any]:
     import tensorflow as tf
 
     what = f"{name}_row_splits must be B + 1 non-decreasing offsets from 0 to len({name}_values)"
-    return [tf.debugging.assert_greater_equal(tf.size(splits), 1, message=what),
-            tf.debugging.assert_equal(splits[:1], tf.zeros([1], tf.int64), message=what),
-            tf.debugging.assert_equal(splits[-1:], tf.reshape(tf.size(values, out_type=tf.int64), [1]),
-                                      message=what),
-            tf.debugging.assert_non_negative(splits[1:] - splits[:-1], message=what)]
+    return [
+        tf.debugging.assert_greater_equal(tf.size(splits), 1, message=what),
+        tf.debugging.assert_equal(splits[:1], tf.zeros([1], tf.int64), message=what),
+        tf.debugging.assert_equal(splits[-1:], tf.reshape(tf.size(values, out_type=tf.int64), [1]), message=what),
+        tf.debugging.assert_non_negative(splits[1:] - splits[:-1], message=what),
+    ]
 
 
 def _same_batch(size: Any, batch: Any, name: str, checks: List[Any]) -> Tuple[Any, List[Any]]:
@@ -312,13 +337,19 @@ def _same_batch(size: Any, batch: Any, name: str, checks: List[Any]) -> Tuple[An
 
     if size is None:
         return batch, checks
-    return size, checks + [tf.debugging.assert_equal(
-        batch, size, message=f"input {name} holds another number of examples than the first input; every input "
-                             f"must hold the same B examples")]
+    return size, checks + [
+        tf.debugging.assert_equal(
+            batch,
+            size,
+            message=f"input {name} holds another number of examples than the first input; every input "
+            f"must hold the same B examples",
+        )
+    ]
 
 
-def _describe(model: Servable, signature: Tuple[Any, ...], names: Dict[str, List[str]],
-              exports: Dict[str, Dict[str, np.ndarray]]) -> Dict[str, Any]:
+def _describe(
+    model: Servable, signature: Tuple[Any, ...], names: Dict[str, List[str]], exports: Dict[str, Dict[str, np.ndarray]]
+) -> Dict[str, Any]:
     """What ``assets.extra/serving.json`` holds: the signature's inputs and output, the features and tables."""
     kinds = {name: (kind, width) for name, kind, width in signature[1]}
     inputs: Dict[str, str] = {}
@@ -337,7 +368,18 @@ def _describe(model: Servable, signature: Tuple[Any, ...], names: Dict[str, List
     for name, dtype, shape in side:
         inputs[name] = f"{dtype} [{', '.join(['B'] + ['?' if d is None else str(d) for d in shape])}]"
     outputs = {OUTPUT: "float32 [B]"} if heads is None else {head: "float32 [B]" for head in heads}
-    return {"signature": SIGNATURE, "inputs": inputs, "outputs": outputs,
-            "features": model.job.describe()["features"],
-            "tables": [{"name": t.name, "dim": t.dim, "rows": int(len(exports[t.name]["keys"])),
-                        "unknown_ids": "read a row of zeros"} for t in model.job.tables]}
+    return {
+        "signature": SIGNATURE,
+        "inputs": inputs,
+        "outputs": outputs,
+        "features": model.job.describe()["features"],
+        "tables": [
+            {
+                "name": t.name,
+                "dim": t.dim,
+                "rows": int(len(exports[t.name]["keys"])),
+                "unknown_ids": "read a row of zeros",
+            }
+            for t in model.job.tables
+        ],
+    }

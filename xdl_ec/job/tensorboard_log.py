@@ -37,7 +37,8 @@ class TensorBoardLog:
         # summary op: tf.summary.scalar needs the tensorboard package, the event files only TensorFlow
         self._metadata = summary_pb2.SummaryMetadata(
             plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
-            data_class=summary_pb2.DATA_CLASS_SCALAR)
+            data_class=summary_pb2.DATA_CLASS_SCALAR,
+        )
         self._last_time = time.perf_counter()
         self._last_samples: Optional[int] = None
         self._last_losses = 0
@@ -59,7 +60,7 @@ class TensorBoardLog:
         """The scalars of ``run`` (a LocalRun or PSTrainer) at its step, plus ``extra`` {name: value}."""
         now = time.perf_counter()
         scalars: Dict[str, float] = {}
-        losses = run.losses[self._last_losses:]
+        losses = run.losses[self._last_losses :]
         if losses:
             scalars["loss"] = sum(losses) / len(losses)
         if self._last_samples is not None and now > self._last_time:
@@ -75,8 +76,9 @@ class TensorBoardLog:
         scalars.update(extra or {})
         with self._writer.as_default():
             for name, value in scalars.items():
-                self._tf.summary.write(name, self._tf.constant(float(value), self._tf.float32), step=run.step,
-                                       metadata=self._metadata)
+                self._tf.summary.write(
+                    name, self._tf.constant(float(value), self._tf.float32), step=run.step, metadata=self._metadata
+                )
         self._writer.flush()
         self._last_time, self._last_samples, self._last_losses = now, run.samples, len(run.losses)
         self.writes += 1

@@ -31,8 +31,9 @@ class TrainedModel:
     def predict(self, batch: Any) -> Union[np.ndarray, Dict[str, np.ndarray]]:
         """Probabilities [B] of one dict batch shaped like the job's input (its labels, if any, are not read), or
         {head: probabilities [B]} for a model of several heads."""
-        prepared = FeatureBatch.prepare(batch, self.job.features, "predict", self.job.inputs,
-                                        signature_extras(self.signature)[0], labelled=False)
+        prepared = FeatureBatch.prepare(
+            batch, self.job.features, "predict", self.job.inputs, signature_extras(self.signature)[0], labelled=False
+        )
         return self._step.predict(prepared, found_rows(prepared, self.tables.find_rows))
 
     def evaluate(self, batches: Iterable[Any]) -> Dict[str, Any]:

@@ -30,11 +30,12 @@ from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
-from xdl_ec.settings import checks
-from .checkpoint import CheckpointStore, JobCheckpoint, ShardCheckpoint
 from xdl_ec.model.job_spec import JobSpec
-from .run_saver import RunSaver
+from xdl_ec.settings import checks
 from xdl_ec.sparse.table import EmbeddingTable
+
+from .checkpoint import CheckpointStore, JobCheckpoint, ShardCheckpoint
+from .run_saver import RunSaver
 
 WRITE_TIMEOUT = 600.0  # seconds a cut waits for the previous write
 STOPPED = "STOPPED.json"  # beside the saves: how far a run that could not recover got
@@ -43,10 +44,21 @@ STOPPED = "STOPPED.json"  # beside the saves: how far a run that could not recov
 class Backstop(RunSaver):
     """Incremental background saves of a cluster run into ``directory`` (see the module docstring)."""
 
-    def __init__(self, directory: Union[str, os.PathLike], job: JobSpec, *, seed: int, deterministic: bool,
-                 workers: int, every: str, compact_every: int = 10, source: Optional[Dict[str, Any]] = None) -> None:
-        super().__init__(directory, job, seed=seed, deterministic=deterministic, workers=workers, every=every,
-                         keep=1, source=source)
+    def __init__(
+        self,
+        directory: Union[str, os.PathLike],
+        job: JobSpec,
+        *,
+        seed: int,
+        deterministic: bool,
+        workers: int,
+        every: str,
+        compact_every: int = 10,
+        source: Optional[Dict[str, Any]] = None,
+    ) -> None:
+        super().__init__(
+            directory, job, seed=seed, deterministic=deterministic, workers=workers, every=every, keep=1, source=source
+        )
         self.store = CheckpointStore(directory, keep=1 << 30)  # pruned by chains, not by count
         self.compact_every = checks.positive_int("compact_every", compact_every)
         self._templates = {t.name: EmbeddingTable.from_config(t) for t in job.tables}  # configs for the files
@@ -76,27 +88,41 @@ class Backstop(RunSaver):
         full = all(c["full"] for c in changes)
         chain = [] if full else list(self._chain)
         extra["backstop"] = {"full": full, "chain": chain}
-        self._writer = threading.Thread(target=self._write, name="xdl-ec-backstop", daemon=True,
-                                        args=(step, changes, weights, optimizer, position, extra, start))
+        self._writer = threading.Thread(
+            target=self._write,
+            name="xdl-ec-backstop",
+            daemon=True,
+            args=(step, changes, weights, optimizer, position, extra, start),
+        )
         self._writer.start()
         self._since_full = 0 if full or self._since_full is None else self._since_full + 1
         if self.policy is not None:
             self.policy.saved(step, time.perf_counter(), time.perf_counter() - start)
         return None
 
-    def _write(self, step: int, changes: List[Dict[str, Any]], weights: List[np.ndarray],
-               optimizer: List[np.ndarray], position: Dict[str, Any], extra: Dict[str, Any], start: float) -> None:
+    def _write(
+        self,
+        step: int,
+        changes: List[Dict[str, Any]],
+        weights: List[np.ndarray],
+        optimizer: List[np.ndarray],
+        position: Dict[str, Any],
+        extra: Dict[str, Any],
+        start: float,
+    ) -> None:
         try:
             written = time.perf_counter()
             pending = self.store.begin(step)
             try:
                 nbytes = 0
                 for server, change in enumerate(changes):
-                    part = ShardCheckpoint.write(pending.server_dir(server), self._templates, step=step,
-                                                 atomic=False, rows=change["tables"])
+                    part = ShardCheckpoint.write(
+                        pending.server_dir(server), self._templates, step=step, atomic=False, rows=change["tables"]
+                    )
                     nbytes += part.nbytes()
-                saved = pending.commit(dense_weights=weights, dense_optimizer=optimizer, reader_position=position,
-                                       extra=extra)
+                saved = pending.commit(
+                    dense_weights=weights, dense_optimizer=optimizer, reader_position=position, extra=extra
+                )
             except BaseException:
                 pending.abort()
                 raise
@@ -108,9 +134,15 @@ class Backstop(RunSaver):
             self.bytes += nbytes
             self.seconds += time.perf_counter() - start
             self.last = saved
-            self.increments.append({"step": step, "full": extra["backstop"]["full"],
-                                    "rows": int(sum(len(r["keys"]) for c in changes for r in c["tables"].values())),
-                                    "bytes": nbytes, "write_seconds": time.perf_counter() - written})
+            self.increments.append(
+                {
+                    "step": step,
+                    "full": extra["backstop"]["full"],
+                    "rows": int(sum(len(r["keys"]) for c in changes for r in c["tables"].values())),
+                    "bytes": nbytes,
+                    "write_seconds": time.perf_counter() - written,
+                }
+            )
         except BaseException as err:  # noqa: BLE001 - reported by the next cut or wait
             self._error = err
 
@@ -142,8 +174,12 @@ class Backstop(RunSaver):
             raise RuntimeError(f"backstop: writing into {self.store.root} failed: {err}") from err
 
     def report(self) -> Dict[str, Any]:
-        return {**super().report(), "cut_seconds": self.cut_seconds, "compact_every": self.compact_every,
-                "increments": list(self.increments)}
+        return {
+            **super().report(),
+            "cut_seconds": self.cut_seconds,
+            "compact_every": self.compact_every,
+            "increments": list(self.increments),
+        }
 
     def close(self) -> None:
         for table in self._templates.values():

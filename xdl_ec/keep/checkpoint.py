@@ -66,12 +66,19 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Self, Sequence,
 
 import numpy as np
 
-from xdl_ec.settings import checks
 from xdl_ec import _core
+from xdl_ec.settings import checks
 from xdl_ec.sparse.table import EmbeddingTable, as_keys
 
-__all__ = ["ShardCheckpoint", "JobCheckpoint", "PendingCheckpoint", "CheckpointStore", "Table",
-           "fresh_table", "FORMAT_VERSION"]
+__all__ = [
+    "ShardCheckpoint",
+    "JobCheckpoint",
+    "PendingCheckpoint",
+    "CheckpointStore",
+    "Table",
+    "fresh_table",
+    "FORMAT_VERSION",
+]
 
 FORMAT_VERSION = 1
 MANIFEST = "MANIFEST.json"
@@ -115,14 +122,18 @@ def _write_array(path: Path, array: np.ndarray) -> Dict[str, Any]:
         with open(path, "wb") as f:
             f.write(header.getvalue())
             for start in range(0, len(data), _CHUNK):
-                f.write(data[start:start + _CHUNK])
+                f.write(data[start : start + _CHUNK])
             f.flush()
             os.fsync(f.fileno())
     finally:
         if hasher is not None:
             hasher.join()
-    return {"bytes": len(header.getvalue()) + len(data), "sha256": digest.hexdigest(),
-            "dtype": array.dtype.str, "shape": list(array.shape)}
+    return {
+        "bytes": len(header.getvalue()) + len(data),
+        "sha256": digest.hexdigest(),
+        "dtype": array.dtype.str,
+        "shape": list(array.shape),
+    }
 
 
 def _read_array(path: Path, entry: Mapping[str, Any]) -> np.ndarray:
@@ -131,31 +142,35 @@ def _read_array(path: Path, entry: Mapping[str, Any]) -> np.ndarray:
         expected = int(entry["bytes"])
         want_sha, want_dtype, want_shape = str(entry["sha256"]), np.dtype(entry["dtype"]), tuple(entry["shape"])
     except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"{path}: its manifest entry is malformed ({e!r}); the checkpoint is damaged, "
-                         "load an older one") from None
+        raise ValueError(
+            f"{path}: its manifest entry is malformed ({e!r}); the checkpoint is damaged, load an older one"
+        ) from None
     try:
         size = path.stat().st_size
     except FileNotFoundError:
         raise ValueError(f"{path}: file missing from the checkpoint; load an older checkpoint") from None
     if size != expected:
         what = "truncated" if size < expected else "longer than recorded"
-        raise ValueError(f"{path}: {what} ({size} bytes, manifest says {expected}); the save was interrupted or "
-                         "the file was damaged, load an older checkpoint")
+        raise ValueError(
+            f"{path}: {what} ({size} bytes, manifest says {expected}); the save was interrupted or "
+            "the file was damaged, load an older checkpoint"
+        )
     buf = np.empty(size, dtype=np.uint8)
     digest = hashlib.sha256()
     view = buf.data  # a writable memoryview of the buffer
     with open(path, "rb") as f:
         got = 0
         while got < size:
-            n = f.readinto(view[got:got + _CHUNK])
+            n = f.readinto(view[got : got + _CHUNK])
             if not n:
                 raise ValueError(f"{path}: truncated while reading ({got} of {size} bytes); load an older checkpoint")
-            digest.update(view[got:got + n])
+            digest.update(view[got : got + n])
             got += n
     if digest.hexdigest() != want_sha:
-        raise ValueError(f"{path}: sha256 mismatch (the bytes changed after the save); the file is corrupt, "
-                         "load an older checkpoint")
-    header = io.BytesIO(buf[:min(size, 4096)].tobytes())
+        raise ValueError(
+            f"{path}: sha256 mismatch (the bytes changed after the save); the file is corrupt, load an older checkpoint"
+        )
+    header = io.BytesIO(buf[: min(size, 4096)].tobytes())
     try:
         version = np.lib.format.read_magic(header)
         if version != (1, 0):
@@ -165,18 +180,23 @@ def _read_array(path: Path, entry: Mapping[str, Any]) -> np.ndarray:
     except ValueError as e:
         raise ValueError(f"{path}: not a valid .npy array ({e}); load an older checkpoint") from None
     if fortran or dtype != want_dtype or tuple(shape) != want_shape or dtype.hasobject:
-        raise ValueError(f"{path}: array header says dtype {dtype} shape {shape}, manifest says {want_dtype} "
-                         f"{want_shape}; the checkpoint is inconsistent, load an older one")
+        raise ValueError(
+            f"{path}: array header says dtype {dtype} shape {shape}, manifest says {want_dtype} "
+            f"{want_shape}; the checkpoint is inconsistent, load an older one"
+        )
     offset = header.tell()
     if size - offset != dtype.itemsize * int(np.prod(shape, dtype=np.int64)):
-        raise ValueError(f"{path}: data holds {size - offset} bytes, dtype {dtype} shape {shape} needs "
-                         f"{dtype.itemsize * int(np.prod(shape, dtype=np.int64))}; load an older checkpoint")
+        raise ValueError(
+            f"{path}: data holds {size - offset} bytes, dtype {dtype} shape {shape} needs "
+            f"{dtype.itemsize * int(np.prod(shape, dtype=np.int64))}; load an older checkpoint"
+        )
     return buf[offset:].view(dtype).reshape(shape)
 
 
 def _canonical(manifest: Mapping[str, Any]) -> bytes:
-    return json.dumps({k: v for k, v in manifest.items() if k != "checksum"}, sort_keys=True,
-                      separators=(",", ":")).encode()
+    return json.dumps(
+        {k: v for k, v in manifest.items() if k != "checksum"}, sort_keys=True, separators=(",", ":")
+    ).encode()
 
 
 def _write_manifest(directory: Path, manifest: Dict[str, Any]) -> str:
@@ -193,13 +213,13 @@ def _write_manifest(directory: Path, manifest: Dict[str, Any]) -> str:
 def _read_manifest(directory: Path, kind: str) -> Dict[str, Any]:
     path = directory / MANIFEST
     if not directory.is_dir():
-        raise ValueError(f"{directory}: checkpoint directory does not exist; check the path or save a checkpoint "
-                         "first")
+        raise ValueError(f"{directory}: checkpoint directory does not exist; check the path or save a checkpoint first")
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise ValueError(f"{path}: manifest missing (an incomplete or foreign directory); load another "
-                         "checkpoint") from None
+        raise ValueError(
+            f"{path}: manifest missing (an incomplete or foreign directory); load another checkpoint"
+        ) from None
     try:
         manifest = json.loads(data)
         if not isinstance(manifest, dict):
@@ -207,11 +227,14 @@ def _read_manifest(directory: Path, kind: str) -> Dict[str, Any]:
     except (UnicodeDecodeError, ValueError) as e:
         raise ValueError(f"{path}: corrupt manifest ({e}); load an older checkpoint") from None
     if manifest.get("checksum") != hashlib.sha256(_canonical(manifest)).hexdigest():
-        raise ValueError(f"{path}: manifest checksum mismatch (the manifest was modified or damaged); load an "
-                         "older checkpoint")
+        raise ValueError(
+            f"{path}: manifest checksum mismatch (the manifest was modified or damaged); load an older checkpoint"
+        )
     if manifest.get("format") != "xdl-ec-checkpoint" or manifest.get("version") != FORMAT_VERSION:
-        raise ValueError(f"{path}: not an xdl-ec checkpoint of format version {FORMAT_VERSION} (format "
-                         f"{manifest.get('format')!r}, version {manifest.get('version')!r})")
+        raise ValueError(
+            f"{path}: not an xdl-ec checkpoint of format version {FORMAT_VERSION} (format "
+            f"{manifest.get('format')!r}, version {manifest.get('version')!r})"
+        )
     if manifest.get("kind") != kind:
         raise ValueError(f"{path}: a {manifest.get('kind')!r} checkpoint, expected a {kind!r} one")
     manifest["_sha256"] = hashlib.sha256(data).hexdigest()
@@ -229,8 +252,9 @@ def _json_checked(name: str, value: Any) -> Any:
     try:
         return json.loads(json.dumps(value, allow_nan=False))
     except (TypeError, ValueError) as e:
-        raise TypeError(f"{name} must be JSON-serialisable (ints, floats, strings, lists, dicts), got "
-                        f"{type(value).__name__}: {e}") from None
+        raise TypeError(
+            f"{name} must be JSON-serialisable (ints, floats, strings, lists, dicts), got {type(value).__name__}: {e}"
+        ) from None
 
 
 # ---- tables ---------------------------------------------------------------------------------------
@@ -239,15 +263,22 @@ def _shard_of(table: Any, name: str) -> "_core.EmbeddingShard":
         return table.shard
     if isinstance(table, _core.EmbeddingShard):
         return table
-    raise TypeError(f"tables[{name!r}] must be an EmbeddingTable or an xdl_ec._core.EmbeddingShard, got "
-                    f"{type(table).__name__}")
+    raise TypeError(
+        f"tables[{name!r}] must be an EmbeddingTable or an xdl_ec._core.EmbeddingShard, got {type(table).__name__}"
+    )
 
 
 def _config_record(shard: "_core.EmbeddingShard") -> Dict[str, Any]:
     config = shard.config
-    return {"dim": int(shard.dim), "state_floats": int(shard.state_floats), "record_bytes": int(shard.record_bytes),
-            "optimizer": config.optimizer.kind.name, "initializer": config.initializer.kind.name,
-            "seed": int(config.seed), "block_slots": int(config.block_slots)}
+    return {
+        "dim": int(shard.dim),
+        "state_floats": int(shard.state_floats),
+        "record_bytes": int(shard.record_bytes),
+        "optimizer": config.optimizer.kind.name,
+        "initializer": config.initializer.kind.name,
+        "seed": int(config.seed),
+        "block_slots": int(config.block_slots),
+    }
 
 
 def fresh_table(template: Table) -> Table:
@@ -256,8 +287,9 @@ def fresh_table(template: Table) -> Table:
         return EmbeddingTable.from_config(template.config, template.servers)
     if isinstance(template, _core.EmbeddingShard):
         return _core.EmbeddingShard(template.config)
-    raise TypeError(f"a restore template must be an EmbeddingTable or an xdl_ec._core.EmbeddingShard, got "
-                    f"{type(template).__name__}")
+    raise TypeError(
+        f"a restore template must be an EmbeddingTable or an xdl_ec._core.EmbeddingShard, got {type(template).__name__}"
+    )
 
 
 class _SavedCheckpoint:
@@ -304,10 +336,18 @@ class ShardCheckpoint(_SavedCheckpoint):
 
     # ---- save -----------------------------------------------------------------------------------
     @classmethod
-    def write(cls, directory: Union[str, os.PathLike], tables: Mapping[str, Table], *, step: int = 0,
-              keys: Optional[Mapping[str, Any]] = None, update_counts: Optional[Mapping[str, UpdateCounts]] = None,
-              atomic: bool = True, extra: Optional[Mapping[str, Any]] = None,
-              rows: Optional[Mapping[str, Mapping[str, np.ndarray]]] = None) -> "ShardCheckpoint":
+    def write(
+        cls,
+        directory: Union[str, os.PathLike],
+        tables: Mapping[str, Table],
+        *,
+        step: int = 0,
+        keys: Optional[Mapping[str, Any]] = None,
+        update_counts: Optional[Mapping[str, UpdateCounts]] = None,
+        atomic: bool = True,
+        extra: Optional[Mapping[str, Any]] = None,
+        rows: Optional[Mapping[str, Mapping[str, np.ndarray]]] = None,
+    ) -> "ShardCheckpoint":
         """Saves ``tables`` into ``directory`` (which must not exist yet).
 
         Args:
@@ -338,8 +378,9 @@ class ShardCheckpoint(_SavedCheckpoint):
             if unknown:
                 raise ValueError(f"update_counts names tables {unknown} that are not in tables {sorted(shards)}")
         if directory.exists():
-            raise ValueError(f"{directory}: already exists; a checkpoint is never written over another, choose a "
-                             "new directory")
+            raise ValueError(
+                f"{directory}: already exists; a checkpoint is never written over another, choose a new directory"
+            )
         target = directory
         if atomic:
             directory.parent.mkdir(parents=True, exist_ok=True)
@@ -354,7 +395,8 @@ class ShardCheckpoint(_SavedCheckpoint):
                     k = as_keys(rows[name]["keys"], f"rows[{name!r}]['keys']")
                     values = np.ascontiguousarray(rows[name]["values"], dtype=np.float32).reshape(k.size, shard.dim)
                     state = np.ascontiguousarray(rows[name]["state"], dtype=np.float32).reshape(
-                        k.size, shard.state_floats)
+                        k.size, shard.state_floats
+                    )
                     given = rows[name]  # a bounded table's words and pending ids come with its rows, if at all
                     words: List[Any] = [given["uses"], given["last_step"]] if "uses" in given else []
                 else:
@@ -380,21 +422,33 @@ class ShardCheckpoint(_SavedCheckpoint):
                 if update_counts is not None and name in update_counts:
                     counts = np.asarray(update_counts[name](k))
                     if counts.shape != k.shape or counts.dtype.kind not in "iu":
-                        raise ValueError(f"update_counts[{name!r}] must return an integer array of shape "
-                                         f"{k.shape}, got {counts.dtype} {counts.shape}")
+                        raise ValueError(
+                            f"update_counts[{name!r}] must return an integer array of shape "
+                            f"{k.shape}, got {counts.dtype} {counts.shape}"
+                        )
                     arrays["updates"] = counts.astype(np.int64, copy=False)
                 files = {}
                 for field, array in arrays.items():
                     fname = f"table-{i:04d}.{field}.npy"
                     files[field] = dict(_write_array(target / fname, array), file=fname)
                 table = tables[name]
-                manifest_tables[name] = dict(_config_record(shard), rows=int(k.size), files=files,
-                                             table_step=table.step if isinstance(table, EmbeddingTable) else None)
+                manifest_tables[name] = dict(
+                    _config_record(shard),
+                    rows=int(k.size),
+                    files=files,
+                    table_step=table.step if isinstance(table, EmbeddingTable) else None,
+                )
                 if "pending_keys" in arrays:
                     manifest_tables[name]["pending"] = int(arrays["pending_keys"].size)
-            manifest = {"format": "xdl-ec-checkpoint", "version": FORMAT_VERSION, "kind": "shard", "step": step,
-                        "partial": keys is not None, "tables": manifest_tables,
-                        "extra": _json_checked("extra", dict(extra or {}))}
+            manifest = {
+                "format": "xdl-ec-checkpoint",
+                "version": FORMAT_VERSION,
+                "kind": "shard",
+                "step": step,
+                "partial": keys is not None,
+                "tables": manifest_tables,
+                "extra": _json_checked("extra", dict(extra or {})),
+            }
             _write_manifest(target, manifest)
             if atomic:
                 _publish(target, directory)
@@ -430,8 +484,9 @@ class ShardCheckpoint(_SavedCheckpoint):
         try:
             return self._manifest["tables"][name]
         except KeyError:
-            raise ValueError(f"{self._dir / MANIFEST}: no table {name!r} in this checkpoint (it holds "
-                             f"{self.tables})") from None
+            raise ValueError(
+                f"{self._dir / MANIFEST}: no table {name!r} in this checkpoint (it holds {self.tables})"
+            ) from None
 
     def read(self, name: str, template: Optional[Table] = None) -> Dict[str, np.ndarray]:
         """Verified arrays of one table: dict(keys, values, state[, updates]).
@@ -451,15 +506,23 @@ class ShardCheckpoint(_SavedCheckpoint):
             want = _config_record(shard)
             for field in ("dim", "state_floats", "optimizer"):
                 if entry.get(field) != want[field]:
-                    raise ValueError(f"{path}: table {name!r} was saved with {field}={entry.get(field)!r} but the "
-                                     f"target table has {field}={want[field]!r}; restore into a table configured "
-                                     "like the saved one")
-        expected = {"keys": (np.dtype("<i8"), (rows,)), "values": (np.dtype("<f4"), (rows, dim)),
-                    "state": (np.dtype("<f4"), (rows, state_floats)), "updates": (np.dtype("<i8"), (rows,)),
-                    # bounded tables: eviction words of the rows, and the ids still counting toward admission
-                    "uses": (np.dtype("<u4"), (rows,)), "last_step": (np.dtype("<i8"), (rows,)),
-                    "pending_keys": (np.dtype("<i8"), (pending,)), "pending_uses": (np.dtype("<u4"), (pending,)),
-                    "pending_last_step": (np.dtype("<i8"), (pending,))}
+                    raise ValueError(
+                        f"{path}: table {name!r} was saved with {field}={entry.get(field)!r} but the "
+                        f"target table has {field}={want[field]!r}; restore into a table configured "
+                        "like the saved one"
+                    )
+        expected = {
+            "keys": (np.dtype("<i8"), (rows,)),
+            "values": (np.dtype("<f4"), (rows, dim)),
+            "state": (np.dtype("<f4"), (rows, state_floats)),
+            "updates": (np.dtype("<i8"), (rows,)),
+            # bounded tables: eviction words of the rows, and the ids still counting toward admission
+            "uses": (np.dtype("<u4"), (rows,)),
+            "last_step": (np.dtype("<i8"), (rows,)),
+            "pending_keys": (np.dtype("<i8"), (pending,)),
+            "pending_uses": (np.dtype("<u4"), (pending,)),
+            "pending_last_step": (np.dtype("<i8"), (pending,)),
+        }
         missing = [f for f in ("keys", "values", "state") if f not in files]
         if missing:
             raise ValueError(f"{path}: table {name!r} lists no {missing} file; load an older checkpoint")
@@ -470,9 +533,11 @@ class ShardCheckpoint(_SavedCheckpoint):
             dtype, shape = expected[field]
             file_path = self._dir / str(file_entry.get("file", ""))
             if np.dtype(file_entry.get("dtype", "V")) != dtype or tuple(file_entry.get("shape", ())) != shape:
-                raise ValueError(f"{file_path}: holds {file_entry.get('dtype')} {file_entry.get('shape')}, table "
-                                 f"{name!r} needs {dtype} {list(shape)} (dim {dim}, state_floats {state_floats}, "
-                                 f"{rows} rows); the checkpoint is inconsistent, load an older one")
+                raise ValueError(
+                    f"{file_path}: holds {file_entry.get('dtype')} {file_entry.get('shape')}, table "
+                    f"{name!r} needs {dtype} {list(shape)} (dim {dim}, state_floats {state_floats}, "
+                    f"{rows} rows); the checkpoint is inconsistent, load an older one"
+                )
             out[field] = _read_array(file_path, file_entry)
         return out
 
@@ -496,12 +561,16 @@ class ShardCheckpoint(_SavedCheckpoint):
         """Reads and checks every saved table against its template: name -> arrays (see :meth:`read`)."""
         missing = [n for n in self.tables if n not in templates]
         if missing:
-            raise ValueError(f"{self._dir / MANIFEST}: holds tables {missing} with no template among "
-                             f"{sorted(templates)}; pass a template for every saved table")
+            raise ValueError(
+                f"{self._dir / MANIFEST}: holds tables {missing} with no template among "
+                f"{sorted(templates)}; pass a template for every saved table"
+            )
         unsaved = [n for n in templates if n not in self.tables]
         if unsaved and not self.partial:
-            raise ValueError(f"{self._dir / MANIFEST}: a full save without tables {unsaved} (it holds "
-                             f"{self.tables}); restore with the templates of the saved tables only")
+            raise ValueError(
+                f"{self._dir / MANIFEST}: a full save without tables {unsaved} (it holds "
+                f"{self.tables}); restore with the templates of the saved tables only"
+            )
         return {name: self.read(name, templates[name]) for name in self.tables}
 
     def load_rows(self, table: Table, name: str, arrays: Mapping[str, np.ndarray]) -> None:
@@ -554,9 +623,14 @@ class PendingCheckpoint:
         self._check_open()
         return ShardCheckpoint.write(self.server_dir(server), tables, step=self._step, atomic=False)
 
-    def commit(self, *, dense_weights: Sequence[Any] = (), dense_optimizer: Sequence[Any] = (),
-               reader_position: Optional[Mapping[str, Any]] = None,
-               extra: Optional[Mapping[str, Any]] = None) -> "JobCheckpoint":
+    def commit(
+        self,
+        *,
+        dense_weights: Sequence[Any] = (),
+        dense_optimizer: Sequence[Any] = (),
+        reader_position: Optional[Mapping[str, Any]] = None,
+        extra: Optional[Mapping[str, Any]] = None,
+    ) -> "JobCheckpoint":
         """Writes the dense state and the manifest, then atomically publishes the checkpoint.
 
         Args:
@@ -582,11 +656,19 @@ class PendingCheckpoint:
                     array = _as_numpy(value, f"{'dense_weights' if prefix == 'weight' else 'dense_optimizer'}[{i}]")
                     files[rel] = dict(_write_array(self._tmp / rel, array), file=rel)
             _fsync_dir(self._tmp / "dense")
-            manifest = {"format": "xdl-ec-checkpoint", "version": FORMAT_VERSION, "kind": "job", "seq": self._seq,
-                        "step": self._step, "servers": servers, "files": files,
-                        "num_weights": len(dense_weights), "num_optimizer": len(dense_optimizer),
-                        "reader_position": _json_checked("reader_position", dict(reader_position or {})),
-                        "extra": _json_checked("extra", dict(extra or {}))}
+            manifest = {
+                "format": "xdl-ec-checkpoint",
+                "version": FORMAT_VERSION,
+                "kind": "job",
+                "seq": self._seq,
+                "step": self._step,
+                "servers": servers,
+                "files": files,
+                "num_weights": len(dense_weights),
+                "num_optimizer": len(dense_optimizer),
+                "reader_position": _json_checked("reader_position", dict(reader_position or {})),
+                "extra": _json_checked("extra", dict(extra or {})),
+            }
             _write_manifest(self._tmp, manifest)
             final = self._store.root / _job_name(self._seq, self._step)
             _publish(self._tmp, final)
@@ -635,12 +717,13 @@ class JobCheckpoint(_SavedCheckpoint):
         """Server ``server``'s part, checked against the sha256 the job manifest recorded."""
         entry = self._manifest["servers"].get(str(server))
         if entry is None:
-            raise ValueError(f"{self._dir / MANIFEST}: no server {server} in this checkpoint (it holds "
-                             f"{self.servers})")
+            raise ValueError(f"{self._dir / MANIFEST}: no server {server} in this checkpoint (it holds {self.servers})")
         part = ShardCheckpoint.open(self._dir / entry["dir"])
         if part.manifest_sha256 != entry["manifest_sha256"]:
-            raise ValueError(f"{part.directory / MANIFEST}: sha256 differs from the one the job manifest "
-                             f"{self._dir / MANIFEST} recorded; the checkpoint is corrupt, load an older one")
+            raise ValueError(
+                f"{part.directory / MANIFEST}: sha256 differs from the one the job manifest "
+                f"{self._dir / MANIFEST} recorded; the checkpoint is corrupt, load an older one"
+            )
         return part
 
     def _dense(self, prefix: str, count: int) -> List[np.ndarray]:
@@ -665,8 +748,10 @@ class JobCheckpoint(_SavedCheckpoint):
         """Fresh tables for every server (server id -> name -> template); verifies ALL parts first."""
         missing = [s for s in self.servers if s not in servers]
         if missing:
-            raise ValueError(f"{self._dir / MANIFEST}: holds servers {missing} with no templates; pass templates for "
-                             f"every saved server ({self.servers})")
+            raise ValueError(
+                f"{self._dir / MANIFEST}: holds servers {missing} with no templates; pass templates for "
+                f"every saved server ({self.servers})"
+            )
         parts = {s: self.server(s) for s in self.servers}
         verified = {s: (part, part.verify(servers[s])) for s, part in parts.items()}
         out: Dict[int, Dict[str, Any]] = {}
@@ -724,9 +809,16 @@ class CheckpointStore:
         tmp.mkdir()
         return PendingCheckpoint(self, seq, step, tmp)
 
-    def save(self, step: int, servers: Mapping[int, Mapping[str, Table]], *, dense_weights: Sequence[Any] = (),
-             dense_optimizer: Sequence[Any] = (), reader_position: Optional[Mapping[str, Any]] = None,
-             extra: Optional[Mapping[str, Any]] = None) -> JobCheckpoint:
+    def save(
+        self,
+        step: int,
+        servers: Mapping[int, Mapping[str, Table]],
+        *,
+        dense_weights: Sequence[Any] = (),
+        dense_optimizer: Sequence[Any] = (),
+        reader_position: Optional[Mapping[str, Any]] = None,
+        extra: Optional[Mapping[str, Any]] = None,
+    ) -> JobCheckpoint:
         """The whole save in one process: every server's tables, the dense state, the reader position."""
         pending = self.begin(step)
         try:
@@ -735,8 +827,9 @@ class CheckpointStore:
         except BaseException:
             pending.abort()
             raise
-        return pending.commit(dense_weights=dense_weights, dense_optimizer=dense_optimizer,
-                              reader_position=reader_position, extra=extra)
+        return pending.commit(
+            dense_weights=dense_weights, dense_optimizer=dense_optimizer, reader_position=reader_position, extra=extra
+        )
 
     def latest(self) -> Optional[JobCheckpoint]:
         """The newest committed checkpoint (manifest checked), or None when there is none."""
@@ -749,11 +842,13 @@ class CheckpointStore:
             if step is None or self._seq_and_step(path)[1] == step:
                 return JobCheckpoint.open(path)
         what = "any step" if step is None else f"step {step}"
-        raise ValueError(f"{self.root}: no committed checkpoint of {what} (found steps {self.steps()}); save one "
-                         "first or check the directory")
+        raise ValueError(
+            f"{self.root}: no committed checkpoint of {what} (found steps {self.steps()}); save one "
+            "first or check the directory"
+        )
 
     def _prune(self) -> None:
-        for old in self._committed()[:-self.keep]:
+        for old in self._committed()[: -self.keep]:
             shutil.rmtree(old, ignore_errors=True)
 
     def __repr__(self) -> str:

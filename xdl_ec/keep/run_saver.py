@@ -17,9 +17,10 @@ import os
 import time
 from typing import Any, Dict, Optional, Protocol, Union
 
-from .checkpoint import CheckpointStore, JobCheckpoint, PendingCheckpoint
-from xdl_ec.settings.interval import IntervalPolicy, parse_interval
 from xdl_ec.model.job_spec import JobSpec
+from xdl_ec.settings.interval import IntervalPolicy, parse_interval
+
+from .checkpoint import CheckpointStore, JobCheckpoint, PendingCheckpoint
 from .saved_run import SAVE_FORMAT
 
 
@@ -41,15 +42,25 @@ class RunSaver:
     """Saves runs of ``job`` into the save root ``directory``; ``every`` (``"500"`` steps or ``"60s"``) makes
     :meth:`after_step` save periodically, None saves only when asked."""
 
-    def __init__(self, directory: Union[str, os.PathLike], job: JobSpec, *, seed: int, deterministic: bool,
-                 workers: int, every: Optional[str] = None, keep: int = 2,
-                 source: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(
+        self,
+        directory: Union[str, os.PathLike],
+        job: JobSpec,
+        *,
+        seed: int,
+        deterministic: bool,
+        workers: int,
+        every: Optional[str] = None,
+        keep: int = 2,
+        source: Optional[Dict[str, Any]] = None,
+    ) -> None:
         self.store = CheckpointStore(directory, keep=keep)
         self.policy: Optional[IntervalPolicy] = None
         if every is not None:
             if isinstance(every, str) and every.strip().lower() == "auto":
-                raise ValueError("save every: 'auto' is for --ckpt-interval; give a step count (e.g. '500') or "
-                                 "seconds (e.g. '60s')")
+                raise ValueError(
+                    "save every: 'auto' is for --ckpt-interval; give a step count (e.g. '500') or seconds (e.g. '60s')"
+                )
             self.policy = parse_interval(every)
         self.job, self.seed, self.deterministic, self.workers = job, seed, deterministic, workers
         self.source = source
@@ -79,8 +90,12 @@ class RunSaver:
         try:
             written = run.save_tables(pending)
             weights, optimizer = run.dense_state()
-            saved = pending.commit(dense_weights=weights, dense_optimizer=optimizer,
-                                   reader_position=run.reader_position(), extra=self.extra(run))
+            saved = pending.commit(
+                dense_weights=weights,
+                dense_optimizer=optimizer,
+                reader_position=run.reader_position(),
+                extra=self.extra(run),
+            )
         except BaseException:
             pending.abort()
             raise
@@ -95,11 +110,24 @@ class RunSaver:
 
     def extra(self, run: SaveableRun, **more: Any) -> Dict[str, Any]:
         """What a save records beside the state, for :class:`~xdl_ec.keep.saved_run.SavedRun`'s checks."""
-        return {"format": SAVE_FORMAT, "job": self.job.describe(), "source": self.source, "seed": self.seed,
-                "deterministic": self.deterministic, "workers": self.workers, "samples": int(run.samples),
-                "signature": run.signature, **more}
+        return {
+            "format": SAVE_FORMAT,
+            "job": self.job.describe(),
+            "source": self.source,
+            "seed": self.seed,
+            "deterministic": self.deterministic,
+            "workers": self.workers,
+            "samples": int(run.samples),
+            "signature": run.signature,
+            **more,
+        }
 
     def report(self) -> Dict[str, Any]:
-        return {"directory": str(self.store.root), "saves": self.saves, "seconds": self.seconds,
-                "bytes": self.bytes, "last": None if self.last is None else str(self.last.directory),
-                "last_step": None if self.last is None else self.last.step}
+        return {
+            "directory": str(self.store.root),
+            "saves": self.saves,
+            "seconds": self.seconds,
+            "bytes": self.bytes,
+            "last": None if self.last is None else str(self.last.directory),
+            "last_step": None if self.last is None else self.last.step,
+        }

@@ -23,8 +23,9 @@ from typing import Any, Dict, Iterator, List, Optional, Union
 
 import numpy as np
 
-from .checkpoint import CheckpointStore, JobCheckpoint
 from xdl_ec.model.job_spec import JobSpec
+
+from .checkpoint import CheckpointStore, JobCheckpoint
 
 SAVE_FORMAT = "xdl-ec-save"
 
@@ -40,8 +41,10 @@ class SavedRun:
         self.checkpoint = checkpoint
         extra = checkpoint.extra
         if extra.get("format") != SAVE_FORMAT:
-            raise ValueError(f"{checkpoint.directory}: is a checkpoint but not a save of a run (no {SAVE_FORMAT!r} "
-                             f"record); --resume takes a --save-dir / job.save directory")
+            raise ValueError(
+                f"{checkpoint.directory}: is a checkpoint but not a save of a run (no {SAVE_FORMAT!r} "
+                f"record); --resume takes a --save-dir / job.save directory"
+            )
         self._extra = extra
 
     @classmethod
@@ -56,8 +59,10 @@ class SavedRun:
             return cls(JobCheckpoint.open(path))
         latest = CheckpointStore(path).latest()
         if latest is None:
-            raise FileNotFoundError(f"{path}: holds no committed save (an interrupted save leaves only a hidden "
-                                    f".tmp- directory); resume from another directory")
+            raise FileNotFoundError(
+                f"{path}: holds no committed save (an interrupted save leaves only a hidden "
+                f".tmp- directory); resume from another directory"
+            )
         return cls(latest)
 
     # ---- what was saved ---------------------------------------------------------------------------------
@@ -139,23 +144,31 @@ class SavedRun:
         saved_tables = {t["name"]: t for t in saved["tables"]}
         given_tables = {t["name"]: t for t in given["tables"]}
         if set(saved_tables) != set(given_tables):
-            raise SaveMismatch(f"{where}: saved by a job with tables {sorted(saved_tables)}, this job has "
-                               f"{sorted(given_tables)}: it is another job's save")
+            raise SaveMismatch(
+                f"{where}: saved by a job with tables {sorted(saved_tables)}, this job has "
+                f"{sorted(given_tables)}: it is another job's save"
+            )
         for name, table in given_tables.items():
             for key in sorted(set(table) | set(saved_tables[name])):
                 if table.get(key) != saved_tables[name].get(key):
-                    raise SaveMismatch(f"{where}: table {name!r} was saved with {key}={saved_tables[name].get(key)!r}, "
-                                       f"this job declares {key}={table.get(key)!r}; resume with the job that saved it")
+                    raise SaveMismatch(
+                        f"{where}: table {name!r} was saved with {key}={saved_tables[name].get(key)!r}, "
+                        f"this job declares {key}={table.get(key)!r}; resume with the job that saved it"
+                    )
         if saved["features"] != given["features"]:
-            raise SaveMismatch(f"{where}: saved by a job with features {saved['features']}, this job declares "
-                               f"{given['features']}; resume with the job that saved it")
+            raise SaveMismatch(
+                f"{where}: saved by a job with features {saved['features']}, this job declares "
+                f"{given['features']}; resume with the job that saved it"
+            )
 
     def check_run(self, workers: int) -> None:
         """A resume splits the input over as many workers as the saved run did (each has its reader position)."""
         if workers != self.workers:
-            raise SaveMismatch(f"{self.directory / 'MANIFEST.json'}: saved by a run of {self.workers} worker(s), "
-                               f"resumed with {workers}: each worker continues its own input, so resume with "
-                               f"--workers {self.workers}")
+            raise SaveMismatch(
+                f"{self.directory / 'MANIFEST.json'}: saved by a run of {self.workers} worker(s), "
+                f"resumed with {workers}: each worker continues its own input, so resume with "
+                f"--workers {self.workers}"
+            )
 
     def verify(self) -> None:
         """Reads and checks every file of the save (and of the saves its rows build on) without loading anything."""
@@ -175,8 +188,10 @@ class SavedRun:
         for name in names:
             path = self.directory.parent / name
             if not path.is_dir():
-                raise ValueError(f"{self.directory}: an incremental save that builds on {path}, which is missing; "
-                                 f"resume from an older complete save")
+                raise ValueError(
+                    f"{self.directory}: an incremental save that builds on {path}, which is missing; "
+                    f"resume from an older complete save"
+                )
             chain.append(JobCheckpoint.open(path))
         return chain + [self.checkpoint]
 
@@ -211,8 +226,10 @@ class SavedRun:
         owner = np.asarray(_core.server_of(rows["keys"], num_servers))
         pending: Dict[str, np.ndarray] = {}
         if all("pending_keys" in p for p in parts):  # and its ids still counting, routed by their own keys
-            pending = {field: np.concatenate([p[field] for p in parts])
-                       for field in ("pending_keys", "pending_uses", "pending_last_step")}
+            pending = {
+                field: np.concatenate([p[field] for p in parts])
+                for field in ("pending_keys", "pending_uses", "pending_last_step")
+            }
         pending_owner = np.asarray(_core.server_of(pending["pending_keys"], num_servers)) if pending else None
         out = {}
         for server in range(num_servers):

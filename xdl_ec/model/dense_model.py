@@ -32,8 +32,9 @@ class ModelError(ValueError):
     """A job's model_fn or model broke the job API's contract (the message says which part)."""
 
 
-def embedded_shapes(signature: Tuple[Any, ...], dims: Mapping[str, int],
-                    combiners: Mapping[str, Optional[str]]) -> Dict[str, Tuple[Optional[int], ...]]:
+def embedded_shapes(
+    signature: Tuple[Any, ...], dims: Mapping[str, int], combiners: Mapping[str, Optional[str]]
+) -> Dict[str, Tuple[Optional[int], ...]]:
     """Per feature, the shape of one example's embedded input (without the batch dimension; None for a sequence's
     length)."""
     features = signature[1]
@@ -68,9 +69,16 @@ class DenseModel:
     """The model of ``model_fn`` and its optimizer (a Keras optimizer name from DENSE_OPTIMIZERS, or a Keras
     optimizer config dict), built for batches of ``signature`` (see FeatureBatch.signature)."""
 
-    def __init__(self, model_fn: Callable[[], Any], optimizer: Union[str, Dict[str, Any]], learning_rate: float,
-                 signature: Tuple[Any, ...], dims: Mapping[str, int], combiners: Mapping[str, Optional[str]],
-                 seed: int) -> None:
+    def __init__(
+        self,
+        model_fn: Callable[[], Any],
+        optimizer: Union[str, Dict[str, Any]],
+        learning_rate: float,
+        signature: Tuple[Any, ...],
+        dims: Mapping[str, int],
+        combiners: Mapping[str, Optional[str]],
+        seed: int,
+    ) -> None:
         import tensorflow as tf
 
         tf.keras.utils.set_random_seed(seed)
@@ -83,8 +91,10 @@ class DenseModel:
         self.model = model
         dense_width = signature[0]
         heads, side = signature_extras(signature)
-        embedded = {name: tf.zeros((1, *(1 if d is None else d for d in shape)))
-                    for name, shape in embedded_shapes(signature, dims, combiners).items()}
+        embedded = {
+            name: tf.zeros((1, *(1 if d is None else d for d in shape)))
+            for name, shape in embedded_shapes(signature, dims, combiners).items()
+        }
         for name, kind, _ in signature[1]:
             if kind == "sequence":
                 embedded[name + "_mask"] = tf.zeros((1, 1), tf.bool)
@@ -93,10 +103,12 @@ class DenseModel:
         try:
             out = model(embedded, model_arguments(embedded, dense, inputs, bool(side)))
         except Exception as err:  # noqa: BLE001
-            raise ModelError(f"the model of model_fn() failed on its first call model(embedded, "
-                             f"{'inputs' if side else 'dense'}) ({type(err).__name__}: {err}); embedded shapes per "
-                             f"example: { {k: tuple(v.shape[1:]) for k, v in embedded.items()} }, dense width "
-                             f"{dense_width}" + (f", side inputs {[s[0] for s in side]}" if side else "")) from err
+            raise ModelError(
+                f"the model of model_fn() failed on its first call model(embedded, "
+                f"{'inputs' if side else 'dense'}) ({type(err).__name__}: {err}); embedded shapes per "
+                f"example: { {k: tuple(v.shape[1:]) for k, v in embedded.items()} }, dense width "
+                f"{dense_width}" + (f", side inputs {[s[0] for s in side]}" if side else "")
+            ) from err
         check_logits(out, heads, 1)
         self._trainable = list(model.trainable_variables)
         self._statistics = list(model.non_trainable_weights)  # BatchNormalization's moving mean and variance, ...
@@ -136,8 +148,9 @@ class DenseModel:
 
         n = len(self._trainable)
         if len(update) not in (n, n + len(self._statistics)):
-            raise ValueError(f"dense update: expected {n} gradients and {len(self._statistics)} statistics, got "
-                             f"{len(update)} arrays")
+            raise ValueError(
+                f"dense update: expected {n} gradients and {len(self._statistics)} statistics, got {len(update)} arrays"
+            )
         self._apply([tf.convert_to_tensor(g) for g in update[:n]])
         for v, value in zip(self._statistics, update[n:]):
             v.assign(value)
@@ -157,14 +170,23 @@ class DenseModel:
 
 def check_logits_shape(shape: Tuple[Any, ...], batch: Optional[int], head: Optional[str] = None) -> None:
     """Raises ModelError unless ``shape`` is logits [B] or [B, 1]."""
-    ok = len(shape) in (1, 2) and (len(shape) == 1 or shape[1] == 1) and \
-        (batch is None or shape[0] is None or shape[0] == batch)
+    ok = (
+        len(shape) in (1, 2)
+        and (len(shape) == 1 or shape[1] == 1)
+        and (batch is None or shape[0] is None or shape[0] == batch)
+    )
     if not ok:
         which = "the model must return logits" if head is None else f"the model's head {head!r} must be logits"
         multi = len(shape) == 2 and shape[1] not in (None, 1)
-        raise ModelError(f"{which} [B] or [B, 1] (B = {batch}), got shape {shape}" + (
-            "; each head is one binary logit: a multi-class head [B, C] is not supported, return C binary heads "
-            "{name: logits} with labels {name: 0/1} instead" if multi else ""))
+        raise ModelError(
+            f"{which} [B] or [B, 1] (B = {batch}), got shape {shape}"
+            + (
+                "; each head is one binary logit: a multi-class head [B, C] is not supported, return C binary heads "
+                "{name: logits} with labels {name: 0/1} instead"
+                if multi
+                else ""
+            )
+        )
 
 
 def check_logits(out: Any, heads: Optional[Tuple[str, ...]], batch: Optional[int]) -> None:
@@ -172,15 +194,21 @@ def check_logits(out: Any, heads: Optional[Tuple[str, ...]], batch: Optional[int
     batches' labels (``heads``)."""
     if heads is None:
         if isinstance(out, dict):
-            raise ModelError(f"the model returned a dict of heads {sorted(out)} but the batches carry one 'label': "
-                             f"give them 'labels': {{head: float [B]}} with the same heads")
+            raise ModelError(
+                f"the model returned a dict of heads {sorted(out)} but the batches carry one 'label': "
+                f"give them 'labels': {{head: float [B]}} with the same heads"
+            )
         check_logits_shape(tuple(out.shape), batch)
         return
     if not isinstance(out, dict):
-        raise ModelError(f"the batches carry labels of heads {list(heads)}: the model must return a dict of logits "
-                         f"with the same keys, got {type(out).__name__}")
+        raise ModelError(
+            f"the batches carry labels of heads {list(heads)}: the model must return a dict of logits "
+            f"with the same keys, got {type(out).__name__}"
+        )
     if set(out) != set(heads):
-        raise ModelError(f"the model's heads {sorted(out)} differ from the batches' labels {sorted(heads)}; return "
-                         f"one logits [B] per labelled head")
+        raise ModelError(
+            f"the model's heads {sorted(out)} differ from the batches' labels {sorted(heads)}; return "
+            f"one logits [B] per labelled head"
+        )
     for head in heads:
         check_logits_shape(tuple(out[head].shape), batch, head)

@@ -53,8 +53,11 @@ def _little_endian_bytes(array: Any) -> bytes:
     return np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes()
 
 
-def model_digest(tables: Iterable[Iterable[Mapping[str, np.ndarray]]], dense_weights: Iterable[Any],
-                 optimizer_variables: Iterable[Any]) -> str:
+def model_digest(
+    tables: Iterable[Iterable[Mapping[str, np.ndarray]]],
+    dense_weights: Iterable[Any],
+    optimizer_variables: Iterable[Any],
+) -> str:
     """Hex sha256 of the trained state in the documented order (see the module docstring).
 
     Args:

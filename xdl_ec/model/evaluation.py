@@ -23,8 +23,9 @@ def found_rows(batch: FeatureBatch, find_rows: FindRows) -> Dict[str, np.ndarray
     return {t: rows for t, (rows, _) in find_rows(batch.keys).items()}
 
 
-def evaluate_batches(batches: Iterable[Any], job: Any, find_rows: FindRows,
-                     predict: Callable[[FeatureBatch, Dict[str, np.ndarray]], Any]) -> Dict[str, Any]:
+def evaluate_batches(
+    batches: Iterable[Any], job: Any, find_rows: FindRows, predict: Callable[[FeatureBatch, Dict[str, np.ndarray]], Any]
+) -> Dict[str, Any]:
     """``eval_samples``, ``auc`` and ``logloss`` of ``predict`` over ``batches`` of ``job`` (a JobSpec; rows read by
     ``find_rows`` {table: keys} -> {table: (rows, found)}). A model of several heads adds ``heads``: {head: {"auc",
     "logloss"}}, and its ``auc`` and ``logloss`` are its first head's (by name)."""
@@ -46,5 +47,9 @@ def evaluate_batches(batches: Iterable[Any], job: Any, find_rows: FindRows,
         return holdout_metrics(labels.get(None, []), probs.get(None, []))
     per_head = {head: holdout_metrics(labels[head], probs[head]) for head in heads}
     first = per_head[heads[0]]
-    return {"eval_samples": first["eval_samples"], "auc": first["auc"], "logloss": first["logloss"],
-            "heads": {head: {"auc": m["auc"], "logloss": m["logloss"]} for head, m in per_head.items()}}
+    return {
+        "eval_samples": first["eval_samples"],
+        "auc": first["auc"],
+        "logloss": first["logloss"],
+        "heads": {head: {"auc": m["auc"], "logloss": m["logloss"]} for head, m in per_head.items()},
+    }

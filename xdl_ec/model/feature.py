@@ -57,12 +57,16 @@ class Feature:
         checks.instance(f"feature {self.name!r}: shared_ids", self.shared_ids, bool)
         checks.instance(f"feature {self.name!r}: sequence", self.sequence, bool)
         if self.sequence and self.combiner is not None:
-            raise ValueError(f"feature {self.name!r}: a sequence keeps one row per position ([B, T, dim] and a mask); "
-                             f"drop combiner={self.combiner!r}, or declare sequence=False to pool the ids")
+            raise ValueError(
+                f"feature {self.name!r}: a sequence keeps one row per position ([B, T, dim] and a mask); "
+                f"drop combiner={self.combiner!r}, or declare sequence=False to pool the ids"
+            )
         if self.max_length is not None:
             if not self.sequence:
-                raise ValueError(f"feature {self.name!r}: max_length applies to sequence features; pass "
-                                 f"sequence=True or drop max_length")
+                raise ValueError(
+                    f"feature {self.name!r}: max_length applies to sequence features; pass "
+                    f"sequence=True or drop max_length"
+                )
             checks.integer(f"feature {self.name!r}: max_length", self.max_length, 1)
 
     @property

@@ -89,20 +89,31 @@ class FeatureBatch:
         return (dense, features, (self.heads, tuple(sorted(self.input_specs))))
 
     @classmethod
-    def prepare(cls, batch: Any, features: Sequence[Feature], where: str, inputs: Sequence[Input] = (),
-                heads: Optional[Sequence[str]] = None, labelled: bool = True) -> "FeatureBatch":
+    def prepare(
+        cls,
+        batch: Any,
+        features: Sequence[Feature],
+        where: str,
+        inputs: Sequence[Input] = (),
+        heads: Optional[Sequence[str]] = None,
+        labelled: bool = True,
+    ) -> "FeatureBatch":
         """Checks ``batch`` against ``features`` and side ``inputs`` and computes its keys; ``heads``: the labels a
         batch must carry (the job's loss names them); ``labelled=False`` (prediction): labels are not read, and
         ``heads`` are the model's; ``where`` ("worker 0, step 12") starts every error message."""
         if not isinstance(batch, Mapping):
-            raise InputError(f"{where}: a batch must be a dict of feature name -> ids plus 'label' (and optional "
-                             f"'dense'), got {type(batch).__name__}")
+            raise InputError(
+                f"{where}: a batch must be a dict of feature name -> ids plus 'label' (and optional "
+                f"'dense'), got {type(batch).__name__}"
+            )
         declared = {f.name for f in features} | {i.name for i in inputs}
         unknown = sorted(set(batch) - declared - {"label", "labels", "dense"})
         if unknown:
-            raise InputError(f"{where}: the batch carries undeclared entries {unknown}; declare a Feature (ids) or "
-                             f"an xdl_ec.Input (side input) for each (declared: {sorted(declared)}) or drop them from "
-                             f"input_fn's batches")
+            raise InputError(
+                f"{where}: the batch carries undeclared entries {unknown}; declare a Feature (ids) or "
+                f"an xdl_ec.Input (side input) for each (declared: {sorted(declared)}) or drop them from "
+                f"input_fn's batches"
+            )
         missing = [f.name for f in features if f.name not in batch]
         if missing:
             raise InputError(f"{where}: the batch lacks declared feature(s) {missing}")
@@ -111,8 +122,9 @@ class FeatureBatch:
             raise InputError(f"{where}: the batch lacks declared side input(s) {missing}")
         if labelled:
             label, labels = _labels_of(batch, heads, where)
-            size = next(iter(labels.values())).shape[0] if labels is not None else len(label) if label is not None \
-                else 0
+            size = (
+                next(iter(labels.values())).shape[0] if labels is not None else len(label) if label is not None else 0
+            )
             heads = None if labels is None else tuple(sorted(labels))
         else:
             label, labels = None, None
@@ -122,8 +134,9 @@ class FeatureBatch:
         if batch.get("dense") is not None:
             dense = _numpy(batch["dense"])
             if dense.ndim != 2 or dense.shape[0] != size or dense.dtype.kind not in "fiu":
-                raise InputError(f"{where}: 'dense' must be a float array [B, D] with B = {size}, got {dense.dtype} "
-                                 f"{dense.shape}")
+                raise InputError(
+                    f"{where}: 'dense' must be a float array [B, D] with B = {size}, got {dense.dtype} {dense.shape}"
+                )
             dense = np.ascontiguousarray(dense, dtype=np.float32)
         side = {i.name: _side_input(batch[i.name], i, size, where) for i in inputs}
         # per table: the features' keys concatenated, then one unique over all of them
@@ -148,7 +161,7 @@ class FeatureBatch:
             start = 0
             for name, k in table_parts:
                 kind, shape, splits = shapes[name]
-                part = inverse[start:start + k.size]
+                part = inverse[start : start + k.size]
                 start += k.size
                 if kind == SINGLE:
                     ids[name] = FeatureIds(kind, part.reshape(size, 1))
@@ -161,8 +174,17 @@ class FeatureBatch:
                     ids[name] = FeatureIds(kind, inverse_tb)
                 else:
                     ids[name] = FeatureIds(kind, part, splits)
-        return cls(label, dense, keys, ids, labels=labels, inputs=side,
-                   input_specs=tuple((i.name, i.dtype, i.shape) for i in inputs), heads=heads, size=int(size))
+        return cls(
+            label,
+            dense,
+            keys,
+            ids,
+            labels=labels,
+            inputs=side,
+            input_specs=tuple((i.name, i.dtype, i.shape) for i in inputs),
+            heads=heads,
+            size=int(size),
+        )
 
 
 def _size_of(batch: Mapping[str, Any], features: Sequence[Feature], inputs: Sequence[Input], where: str) -> int:
@@ -180,27 +202,33 @@ def _size_of(batch: Mapping[str, Any], features: Sequence[Feature], inputs: Sequ
     return int(shape[0])
 
 
-def _labels_of(batch: Mapping[str, Any], heads: Optional[Sequence[str]],
-               where: str) -> Tuple[Optional[np.ndarray], Optional[Dict[str, np.ndarray]]]:
+def _labels_of(
+    batch: Mapping[str, Any], heads: Optional[Sequence[str]], where: str
+) -> Tuple[Optional[np.ndarray], Optional[Dict[str, np.ndarray]]]:
     """(label, None) of a one-head batch, or (None, {head: labels}) of a batch with ``labels``, checked."""
     if "label" in batch and "labels" in batch:
-        raise InputError(f"{where}: the batch carries both 'label' and 'labels'; give one label as 'label' or "
-                         f"several as 'labels': {{head: float [B]}}")
+        raise InputError(
+            f"{where}: the batch carries both 'label' and 'labels'; give one label as 'label' or "
+            f"several as 'labels': {{head: float [B]}}"
+        )
     if "labels" not in batch:
         if heads is not None:
-            raise InputError(f"{where}: the job's loss names heads {sorted(heads)}, so batches must carry 'labels': "
-                             f"{{head: float [B]}}; this one has " + ("'label'" if "label" in batch else "no labels"))
+            raise InputError(
+                f"{where}: the job's loss names heads {sorted(heads)}, so batches must carry 'labels': "
+                f"{{head: float [B]}}; this one has " + ("'label'" if "label" in batch else "no labels")
+            )
         if "label" not in batch:
             raise InputError(f"{where}: the batch lacks 'label' (float [B]), or 'labels' ({{head: float [B]}})")
         return _label_array(batch["label"], "'label'", None, where), None
     given = batch["labels"]
     if not isinstance(given, Mapping) or not given:
-        raise InputError(f"{where}: 'labels' must be a non-empty dict {{head: float [B]}}, got "
-                         f"{type(given).__name__}")
+        raise InputError(f"{where}: 'labels' must be a non-empty dict {{head: float [B]}}, got {type(given).__name__}")
     missing = sorted(set(heads or ()) - set(given))
     if missing:
-        raise InputError(f"{where}: the batch's 'labels' lack head(s) {missing} that the job's loss names "
-                         f"(labels given: {sorted(given)})")
+        raise InputError(
+            f"{where}: the batch's 'labels' lack head(s) {missing} that the job's loss names "
+            f"(labels given: {sorted(given)})"
+        )
     out: Dict[str, np.ndarray] = {}
     size = None
     for head in sorted(given):
@@ -226,12 +254,18 @@ def _side_input(value: Any, spec: Input, size: int, where: str) -> np.ndarray:
     """A side input's entry as a numpy array [B, *shape] of its declared dtype, checked."""
     array = _numpy(value)
     kind = np.dtype(spec.dtype).kind
-    same_kind = array.dtype.kind == kind or (kind == "f" and array.dtype.kind in "iu") or \
-        (kind in "iu" and array.dtype.kind in "iu")
+    same_kind = (
+        array.dtype.kind == kind
+        or (kind == "f" and array.dtype.kind in "iu")
+        or (kind in "iu" and array.dtype.kind in "iu")
+    )
     if not same_kind:
         raise InputError(f"{where}: input {spec.name!r} must be {spec.dtype}, got {array.dtype}")
-    if array.ndim != 1 + len(spec.shape) or array.shape[0] != size or \
-            any(d is not None and d != a for d, a in zip(spec.shape, array.shape[1:])):
+    if (
+        array.ndim != 1 + len(spec.shape)
+        or array.shape[0] != size
+        or any(d is not None and d != a for d, a in zip(spec.shape, array.shape[1:]))
+    ):
         want = ", ".join(["B"] + ["?" if d is None else str(d) for d in spec.shape])
         raise InputError(f"{where}: input {spec.name!r} must be shaped [{want}] with B = {size}, got {array.shape}")
     return np.ascontiguousarray(array, dtype=spec.dtype)
@@ -251,18 +285,21 @@ def _ids_of(value: Any, feature: Feature, size: int, where: str) -> Tuple[str, n
     splits = None
     if type(value).__name__ == "RaggedTensor":
         if value.ragged_rank != 1:
-            raise InputError(f"{name}: ragged ids must have one ragged dimension [B, (n)], got ragged_rank "
-                             f"{value.ragged_rank}")
+            raise InputError(
+                f"{name}: ragged ids must have one ragged dimension [B, (n)], got ragged_rank {value.ragged_rank}"
+            )
         value, splits = value.values, value.row_splits
     elif isinstance(value, tuple):
         if len(value) != 2:
-            raise InputError(f"{name}: variable-length ids are a (values, row_splits) pair, got a tuple of "
-                             f"{len(value)}")
+            raise InputError(
+                f"{name}: variable-length ids are a (values, row_splits) pair, got a tuple of {len(value)}"
+            )
         value, splits = value
     ids = _numpy(value)
     if ids.dtype.kind not in "iu":
-        raise InputError(f"{name}: ids must be integers (int64), got dtype {ids.dtype}; hash or map other ids "
-                         f"to int64 first")
+        raise InputError(
+            f"{name}: ids must be integers (int64), got dtype {ids.dtype}; hash or map other ids to int64 first"
+        )
     if splits is not None:
         splits = _numpy(splits)
         if splits.dtype.kind not in "iu" or splits.ndim != 1:
@@ -270,21 +307,26 @@ def _ids_of(value: Any, feature: Feature, size: int, where: str) -> Tuple[str, n
         splits = splits.astype(np.int64)
         if ids.ndim != 1:
             raise InputError(f"{name}: ragged values must be 1-D, got shape {ids.shape}")
-        if splits.shape[0] != size + 1 or splits[0] != 0 or splits[-1] != ids.shape[0] or \
-                np.any(np.diff(splits) < 0):
-            raise InputError(f"{name}: row_splits do not match: need B + 1 = {size + 1} non-decreasing offsets from "
-                             f"0 to len(values) = {ids.shape[0]}, got {splits.shape[0]} offsets "
-                             f"{splits[:1].tolist()}..{splits[-1:].tolist()}")
+        if splits.shape[0] != size + 1 or splits[0] != 0 or splits[-1] != ids.shape[0] or np.any(np.diff(splits) < 0):
+            raise InputError(
+                f"{name}: row_splits do not match: need B + 1 = {size + 1} non-decreasing offsets from "
+                f"0 to len(values) = {ids.shape[0]}, got {splits.shape[0]} offsets "
+                f"{splits[:1].tolist()}..{splits[-1:].tolist()}"
+            )
         if feature.combiner is None:
-            raise InputError(f"{name}: variable-length ids need a combiner ('sum', 'mean' or 'sqrtn') to give one "
-                             f"row per example; declare Feature(..., combiner=...)")
+            raise InputError(
+                f"{name}: variable-length ids need a combiner ('sum', 'mean' or 'sqrtn') to give one "
+                f"row per example; declare Feature(..., combiner=...)"
+            )
         return RAGGED, ids, splits
     if ids.ndim == 1 and ids.shape[0] == size:
         return SINGLE, ids, None
     if ids.ndim >= 2 and ids.shape[0] == size and all(d >= 1 for d in ids.shape[1:]):
         return FIXED, ids, None
-    raise InputError(f"{name}: ids must be [B], [B, n] or [B, T, n] with B = {size} (the label's length), or "
-                     f"variable-length; got shape {ids.shape}")
+    raise InputError(
+        f"{name}: ids must be [B], [B, n] or [B, T, n] with B = {size} (the label's length), or "
+        f"variable-length; got shape {ids.shape}"
+    )
 
 
 def _sequence_of(value: Any, feature: Feature, size: int, name: str) -> Tuple[str, np.ndarray, np.ndarray]:
@@ -299,25 +341,31 @@ def _sequence_of(value: Any, feature: Feature, size: int, name: str) -> Tuple[st
     elif isinstance(value, tuple) and len(value) == 2:
         ids, lengths = _numpy(value[0]), _numpy(value[1])
     else:
-        raise InputError(f"{name}: a sequence feature takes (ids int [B, T], lengths int [B]) or a "
-                         f"tf.RaggedTensor [B, None], got {type(value).__name__}")
+        raise InputError(
+            f"{name}: a sequence feature takes (ids int [B, T], lengths int [B]) or a "
+            f"tf.RaggedTensor [B, None], got {type(value).__name__}"
+        )
     if ids.dtype.kind not in "iu":
-        raise InputError(f"{name}: ids must be integers (int64), got dtype {ids.dtype}; hash or map other ids "
-                         f"to int64 first")
+        raise InputError(
+            f"{name}: ids must be integers (int64), got dtype {ids.dtype}; hash or map other ids to int64 first"
+        )
     if ids.ndim != 2 or ids.shape[0] != size:
         raise InputError(f"{name}: sequence ids must be [B, T] with B = {size}, got shape {ids.shape}")
     if lengths.ndim == 2:
-        raise InputError(f"{name}: the second entry is the sequence's lengths int [B], got an array {lengths.shape} "
-                         f"(a mask?); pass mask.sum(axis=1) instead")
+        raise InputError(
+            f"{name}: the second entry is the sequence's lengths int [B], got an array {lengths.shape} "
+            f"(a mask?); pass mask.sum(axis=1) instead"
+        )
     if lengths.dtype.kind not in "iu" or lengths.shape != (size,):
-        raise InputError(f"{name}: lengths must be integers [B] with B = {size}, got {lengths.dtype} "
-                         f"{lengths.shape}")
+        raise InputError(f"{name}: lengths must be integers [B] with B = {size}, got {lengths.dtype} {lengths.shape}")
     steps = ids.shape[1]
     if lengths.size and (lengths.min() < 0 or lengths.max() > steps):
         bad = int(np.flatnonzero((lengths < 0) | (lengths > steps))[0])
         raise InputError(f"{name}: lengths must lie in [0, T = {steps}], got {int(lengths[bad])} at example {bad}")
     if feature.max_length is not None and lengths.size and lengths.max() > feature.max_length:
-        raise InputError(f"{name}: a sequence of {int(lengths.max())} ids is longer than the declared max_length "
-                         f"{feature.max_length}")
+        raise InputError(
+            f"{name}: a sequence of {int(lengths.max())} ids is longer than the declared max_length "
+            f"{feature.max_length}"
+        )
     mask = np.arange(steps)[None, :] < lengths.astype(np.int64)[:, None]
     return SEQUENCE, ids, mask

@@ -21,8 +21,9 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from xdl_ec.settings import checks
 from xdl_ec.data.prefetcher import Prefetcher
+from xdl_ec.settings import checks
+
 from .feature import Feature
 from .feature_batch import FeatureBatch, InputError
 from .side_input import Input
@@ -37,9 +38,16 @@ class InputFnError(RuntimeError):
 class InputStream:
     """Batches of ``input_fn(worker, num_workers)`` for ``features``; iterate with :meth:`next`."""
 
-    def __init__(self, input_fn: Callable[[int, int], Any], worker: int, num_workers: int,
-                 features: Sequence[Feature], track_fresh: bool = True, inputs: Sequence[Input] = (),
-                 heads: Optional[Sequence[str]] = None) -> None:
+    def __init__(
+        self,
+        input_fn: Callable[[int, int], Any],
+        worker: int,
+        num_workers: int,
+        features: Sequence[Feature],
+        track_fresh: bool = True,
+        inputs: Sequence[Input] = (),
+        heads: Optional[Sequence[str]] = None,
+    ) -> None:
         """``track_fresh``: mark each batch's keys the previous batch did not touch (FeatureBatch.fresh), for a
         worker that prefetches them."""
         self._input_fn, self.worker, self.num_workers = input_fn, worker, num_workers
@@ -56,14 +64,17 @@ class InputStream:
             source = self._input_fn(self.worker, self.num_workers)
             if state is not None:
                 if not callable(getattr(source, "resume_at", None)):
-                    raise TypeError("the saved reader position carries the input's own position, but the iterable "
-                                    "input_fn returned has no resume_at(position)")
+                    raise TypeError(
+                        "the saved reader position carries the input's own position, but the iterable "
+                        "input_fn returned has no resume_at(position)"
+                    )
                 source.resume_at(state)
             iterator = iter(source)
             self._source = source
         except Exception as err:  # noqa: BLE001 - user code: reported with its cause
-            raise InputFnError(f"input_fn({self.worker}, {self.num_workers}) failed: {type(err).__name__}: "
-                               f"{err}") from err
+            raise InputFnError(
+                f"input_fn({self.worker}, {self.num_workers}) failed: {type(err).__name__}: {err}"
+            ) from err
         ordinal = skip
         previous: dict = {}
         first: Any = None  # the first batch's heads and side inputs, which every later batch must keep
@@ -75,12 +86,17 @@ class InputStream:
             if first is None:
                 first = kept
             elif kept != first:
-                raise InputError(f"{where}: the batch's heads {kept[0]} and side inputs' dtypes {kept[1]} differ from "
-                                 f"the first batch's ({first[0]}, {first[1]}); every batch must carry the same")
-            for table, keys in (prepared.keys.items() if self.track_fresh else ()):
+                raise InputError(
+                    f"{where}: the batch's heads {kept[0]} and side inputs' dtypes {kept[1]} differ from "
+                    f"the first batch's ({first[0]}, {first[1]}); every batch must carry the same"
+                )
+            for table, keys in prepared.keys.items() if self.track_fresh else ():
                 before = previous.get(table)
-                prepared.fresh[table] = np.ones(keys.size, dtype=bool) if before is None else \
-                    np.isin(keys, before, assume_unique=True, invert=True)
+                prepared.fresh[table] = (
+                    np.ones(keys.size, dtype=bool)
+                    if before is None
+                    else np.isin(keys, before, assume_unique=True, invert=True)
+                )
             previous = prepared.keys
             yield prepared
 
@@ -139,7 +155,8 @@ def _guarded(batches: Iterator[Any], worker: int, skip: int) -> Iterator[Any]:
         except InputError:
             raise
         except Exception as err:  # noqa: BLE001
-            raise InputFnError(f"worker {worker}, step {step + 1}: input_fn's iterator raised "
-                               f"{type(err).__name__}: {err}") from err
+            raise InputFnError(
+                f"worker {worker}, step {step + 1}: input_fn's iterator raised {type(err).__name__}: {err}"
+            ) from err
         step += 1
         yield batch

@@ -12,11 +12,12 @@ import dataclasses
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from xdl_ec.settings import checks
+from xdl_ec.sparse.table_config import Table
+
 from .dense_model import DENSE_OPTIMIZERS
 from .feature import Feature
 from .model_step import LOSSES
 from .side_input import Input
-from xdl_ec.sparse.table_config import Table
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,9 +46,11 @@ class JobSpec:
         object.__setattr__(self, "features", features)
         object.__setattr__(self, "inputs", tuple(self.inputs))
         if not tables:
-            raise ValueError("tables: a job needs at least one Table: xdl-ec trains models with embedding tables "
-                             "on its servers; a dense-only model trains as it is with Keras' model.fit (or give it "
-                             "one Feature, e.g. an id per example)")
+            raise ValueError(
+                "tables: a job needs at least one Table: xdl-ec trains models with embedding tables "
+                "on its servers; a dense-only model trains as it is with Keras' model.fit (or give it "
+                "one Feature, e.g. an id per example)"
+            )
         names: Dict[str, Table] = {}
         for t in tables:
             checks.instance("tables[...]", t, Table)
@@ -63,18 +66,23 @@ class JobSpec:
                 raise ValueError(f"features: two features are named {f.name!r}; feature names must be unique")
             seen.add(f.name)
             if names.get(f.table.name) != f.table:
-                raise ValueError(f"feature {f.name!r}: its table {f.table.name!r} is not one of the job's tables "
-                                 f"(or differs from the declared one); pass it in tables=[...]")
+                raise ValueError(
+                    f"feature {f.name!r}: its table {f.table.name!r} is not one of the job's tables "
+                    f"(or differs from the declared one); pass it in tables=[...]"
+                )
         for i in self.inputs:
             checks.instance("inputs[...]", i, Input)
             if i.name in seen:
-                raise ValueError(f"inputs: {i.name!r} is also the name of a feature or another input; names must be "
-                                 f"unique")
+                raise ValueError(
+                    f"inputs: {i.name!r} is also the name of a feature or another input; names must be unique"
+                )
             seen.add(i.name)
         for f in features:
             if f.sequence and f.mask_name in seen:
-                raise ValueError(f"feature {f.name!r}: its mask reaches the model as {f.mask_name!r}, which is also a "
-                                 f"feature's or input's name; rename one")
+                raise ValueError(
+                    f"feature {f.name!r}: its mask reaches the model as {f.mask_name!r}, which is also a "
+                    f"feature's or input's name; rename one"
+                )
         unused = [t.name for t in tables if not any(f.table.name == t.name for f in features)]
         if unused:
             raise ValueError(f"tables: {unused} are looked up by no feature; declare a Feature for them or drop them")
@@ -82,8 +90,10 @@ class JobSpec:
             if not callable(getattr(self, name)):
                 raise TypeError(f"{name}: must be a function (a factory), got {type(getattr(self, name)).__name__}")
         if not isinstance(self.model_fn, type) and hasattr(self.model_fn, "trainable_variables"):  # a model is callable
-            raise TypeError("model_fn: must be a function that builds the model, got a model itself: every worker "
-                            "builds its own (model_fn=make_model, not make_model())")
+            raise TypeError(
+                "model_fn: must be a function that builds the model, got a model itself: every worker "
+                "builds its own (model_fn=make_model, not make_model())"
+            )
         if self.eval_fn is not None and not callable(self.eval_fn):
             raise TypeError(f"eval_fn: must be a function or None, got {type(self.eval_fn).__name__}")
         if isinstance(self.loss, str):
@@ -95,12 +105,15 @@ class JobSpec:
                 checks.non_empty_str("loss: a head's name", head)
                 checks.one_of(f"loss[{head!r}]", kind, LOSSES)
         elif not callable(self.loss):
-            raise TypeError(f"loss: must be one of {LOSSES}, a dict {{head: {LOSSES[0]!r}}} or a callable "
-                            f"loss(labels, logits)")
+            raise TypeError(
+                f"loss: must be one of {LOSSES}, a dict {{head: {LOSSES[0]!r}}} or a callable loss(labels, logits)"
+            )
         if self.loss_weights is not None:
             if not isinstance(self.loss, dict) or not isinstance(self.loss_weights, dict):
-                raise ValueError("loss_weights: weights the heads of a loss given as a dict {head: loss}; pass "
-                                 "loss={head: 'binary_crossentropy', ...} too (a callable loss weighs its own terms)")
+                raise ValueError(
+                    "loss_weights: weights the heads of a loss given as a dict {head: loss}; pass "
+                    "loss={head: 'binary_crossentropy', ...} too (a callable loss weighs its own terms)"
+                )
             unknown = sorted(set(self.loss_weights) - set(self.loss))
             if unknown:
                 raise ValueError(f"loss_weights: heads {unknown} are not in loss (heads: {sorted(self.loss)})")
@@ -132,9 +145,17 @@ class JobSpec:
         """JSON-friendly: tables and features (the report's ``job`` entry)."""
         described: Dict[str, Any] = {
             "tables": [t.describe() for t in self.tables],
-            "features": [{"name": f.name, "table": f.table.name, "combiner": f.combiner, "shared_ids": f.shared_ids,
-                          **({"sequence": True, "max_length": f.max_length} if f.sequence else {})}
-                         for f in self.features]}
+            "features": [
+                {
+                    "name": f.name,
+                    "table": f.table.name,
+                    "combiner": f.combiner,
+                    "shared_ids": f.shared_ids,
+                    **({"sequence": True, "max_length": f.max_length} if f.sequence else {}),
+                }
+                for f in self.features
+            ],
+        }
         if self.inputs:
             described["inputs"] = [i.describe() for i in self.inputs]
         if self.heads:

@@ -42,8 +42,9 @@ def loss_function(loss: Loss, heads: Optional[Sequence[str]], weights: Optional[
         # one loss named for a model of several heads: each head's, summed
         loss = {head: loss for head in heads}
     if not isinstance(loss, dict):
-        raise TypeError(f"loss: must be 'binary_crossentropy', a dict {{head: loss}} or a callable, got "
-                        f"{type(loss).__name__}")
+        raise TypeError(
+            f"loss: must be 'binary_crossentropy', a dict {{head: loss}} or a callable, got {type(loss).__name__}"
+        )
     terms = sorted(loss)
     scale = {head: float((weights or {}).get(head, 1.0)) for head in terms}
 
@@ -56,9 +57,18 @@ def loss_function(loss: Loss, heads: Optional[Sequence[str]], weights: Optional[
 class ModelStep:
     """Train and predict functions of ``model`` for ``features`` (tables in ``tables`` order)."""
 
-    def __init__(self, model: Any, features: Sequence[Feature], table_names: Sequence[str],
-                 loss: Loss, signature: Tuple[Any, ...], optimizer: Any = None, return_dense: bool = False,
-                 loss_weights: Optional[Dict[str, float]] = None, statistics: Sequence[Any] = ()) -> None:
+    def __init__(
+        self,
+        model: Any,
+        features: Sequence[Feature],
+        table_names: Sequence[str],
+        loss: Loss,
+        signature: Tuple[Any, ...],
+        optimizer: Any = None,
+        return_dense: bool = False,
+        loss_weights: Optional[Dict[str, float]] = None,
+        statistics: Sequence[Any] = (),
+    ) -> None:
         """``optimizer``: the model's dense optimizer, to apply the dense gradients inside the step itself (one
         TF call per step); None returns them (a worker sends them to the driver). ``return_dense``: with an
         optimizer, return the gradients it applied as well (a cluster's only worker: the driver logs them)."""
@@ -127,7 +137,7 @@ class ModelStep:
             return {h: logits[h][:, 0] if logits[h].shape.rank == 2 else logits[h] for h in heads}
 
         def train(*args):  # noqa: ANN002, ANN202 - traced by tf.function
-            inputs, labels = args[:len(args) - n_labels], args[len(args) - n_labels:]
+            inputs, labels = args[: len(args) - n_labels], args[len(args) - n_labels :]
             labels = labels[0] if heads is None else dict(zip(heads, labels))
             table_rows = inputs[:n_tables]
             with tf.GradientTape() as tape:
@@ -135,9 +145,8 @@ class ModelStep:
                 logits = forward(inputs, True)
                 value = loss_fn(labels, logits)
             variables = model.trainable_variables
-            grads = tape.gradient(value, [*variables, *table_rows],
-                                  unconnected_gradients=tf.UnconnectedGradients.ZERO)
-            dense_grads, row_grads = grads[:len(variables)], grads[len(variables):]
+            grads = tape.gradient(value, [*variables, *table_rows], unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            dense_grads, row_grads = grads[: len(variables)], grads[len(variables) :]
             # the probabilities this forward pass gave before the update: progressive validation's scores
             probs = [tf.sigmoid(logits)] if heads is None else [tf.sigmoid(logits[h]) for h in heads]
             if optimizer is not None:
@@ -159,18 +168,29 @@ class ModelStep:
         self._tensor = tf.convert_to_tensor
 
     @classmethod
-    def of(cls, job: Any, dense: Any, signature: Tuple[Any, ...], apply: bool = False,
-           return_dense: bool = False) -> "ModelStep":
+    def of(
+        cls, job: Any, dense: Any, signature: Tuple[Any, ...], apply: bool = False, return_dense: bool = False
+    ) -> "ModelStep":
         """The step of ``job`` (a JobSpec) over ``dense`` (its DenseModel); ``apply``: apply the dense gradients
         with the model's optimizer inside the step."""
-        return cls(dense.model, job.features, job.table_names, job.loss, signature,
-                   dense.optimizer if apply else None, return_dense=return_dense, loss_weights=job.loss_weights,
-                   statistics=dense.statistics)
+        return cls(
+            dense.model,
+            job.features,
+            job.table_names,
+            job.loss,
+            signature,
+            dense.optimizer if apply else None,
+            return_dense=return_dense,
+            loss_weights=job.loss_weights,
+            statistics=dense.statistics,
+        )
 
     def _inputs(self, batch: FeatureBatch, rows: Dict[str, np.ndarray]) -> List[Any]:
         if batch.signature() != self.signature:
-            raise ModelError(f"batch: its features' shapes {batch.signature()} differ from the first batch's "
-                             f"{self.signature}; every batch must give each feature the same kind and width")
+            raise ModelError(
+                f"batch: its features' shapes {batch.signature()} differ from the first batch's "
+                f"{self.signature}; every batch must give each feature the same kind and width"
+            )
         args: List[Any] = [rows[t] for t in self.table_names]
         for f in self.features:
             ids = batch.ids[f.name]
@@ -185,20 +205,27 @@ class ModelStep:
     def _labels(self, batch: FeatureBatch) -> List[np.ndarray]:
         return [batch.labels_of(h) for h in (self.heads or (None,))]
 
-    def train(self, batch: FeatureBatch, rows: Dict[str, np.ndarray]) -> Tuple[float, List[np.ndarray],
-                                                                                Dict[str, np.ndarray]]:
+    def train(
+        self, batch: FeatureBatch, rows: Dict[str, np.ndarray]
+    ) -> Tuple[float, List[np.ndarray], Dict[str, np.ndarray]]:
         """(loss, dense gradients, {table: row gradients [U, dim]}) of one step on ``rows`` {table: [U, dim]}."""
         return self.train_scored(batch, rows)[:3]
 
-    def train_scored(self, batch: FeatureBatch, rows: Dict[str, np.ndarray]) -> Tuple[
-            float, List[np.ndarray], Dict[str, np.ndarray], List[np.ndarray]]:
+    def train_scored(
+        self, batch: FeatureBatch, rows: Dict[str, np.ndarray]
+    ) -> Tuple[float, List[np.ndarray], Dict[str, np.ndarray], List[np.ndarray]]:
         """:meth:`train`'s figures plus the probabilities [B] its forward pass gave before the update, one array
         per head (:attr:`heads` order; one for a single-head model): progressive validation's scores."""
         tensor = self._tensor
-        value, dense_grads, row_grads, probs = self._train(*[tensor(a) for a in self._inputs(batch, rows)],
-                                                           *[tensor(a) for a in self._labels(batch)])
-        return (float(value), [g.numpy() for g in dense_grads],
-                {t: g.numpy() for t, g in zip(self.table_names, row_grads)}, [p.numpy() for p in probs])
+        value, dense_grads, row_grads, probs = self._train(
+            *[tensor(a) for a in self._inputs(batch, rows)], *[tensor(a) for a in self._labels(batch)]
+        )
+        return (
+            float(value),
+            [g.numpy() for g in dense_grads],
+            {t: g.numpy() for t, g in zip(self.table_names, row_grads)},
+            [p.numpy() for p in probs],
+        )
 
     def predict(self, batch: FeatureBatch, rows: Dict[str, np.ndarray]) -> Union[np.ndarray, Dict[str, np.ndarray]]:
         """Probabilities [B], or {head: probabilities [B]} for a model of several heads."""

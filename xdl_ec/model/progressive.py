@@ -31,16 +31,19 @@ class ProgressiveWindow:
         self._held = 0  # samples in _batches (at most one batch more than the window)
         self.scored = 0  # samples ever added
 
-    def add(self, labels: Sequence[np.ndarray], probabilities: Sequence[np.ndarray],
-            heads: Optional[Sequence[str]] = None) -> None:
+    def add(
+        self, labels: Sequence[np.ndarray], probabilities: Sequence[np.ndarray], heads: Optional[Sequence[str]] = None
+    ) -> None:
         """One batch: ``labels`` and ``probabilities`` one [B] array each per head (``heads`` order)."""
         heads_t = None if heads is None else tuple(heads)
         if self.scored and heads_t != self.heads:
             raise ValueError(f"progressive validation: a batch of heads {heads_t} after batches of heads {self.heads}")
         self.heads = heads_t
         if len(labels) != len(probabilities) or len(labels) != len(heads_t or (None,)):
-            raise ValueError(f"progressive validation: {len(labels)} label and {len(probabilities)} probability "
-                             f"arrays for heads {heads_t}")
+            raise ValueError(
+                f"progressive validation: {len(labels)} label and {len(probabilities)} probability "
+                f"arrays for heads {heads_t}"
+            )
         size = int(np.shape(labels[0])[0])
         stacked = np.stack([np.asarray(y, dtype=np.float32) for y in labels])
         self._batches.append((stacked, [np.asarray(p, dtype=np.float32) for p in probabilities]))
@@ -50,8 +53,8 @@ class ProgressiveWindow:
             self._held -= self._batches.popleft()[0].shape[1]
 
     def _arrays(self) -> Tuple[np.ndarray, List[np.ndarray]]:
-        labels = np.concatenate([y for y, _ in self._batches], axis=1)[:, -self.window:]
-        probs = [np.concatenate([p[h] for _, p in self._batches])[-self.window:] for h in range(labels.shape[0])]
+        labels = np.concatenate([y for y, _ in self._batches], axis=1)[:, -self.window :]
+        probs = [np.concatenate([p[h] for _, p in self._batches])[-self.window :] for h in range(labels.shape[0])]
         return labels, probs
 
     def report(self) -> Dict[str, Any]:

@@ -36,10 +36,13 @@ class Input:
         checks.one_of(f"input {self.name!r}: dtype", dtype, DTYPES)
         object.__setattr__(self, "dtype", dtype)
         shape = tuple(self.shape) if isinstance(self.shape, (tuple, list)) else self.shape
-        if not isinstance(shape, tuple) or any(d is not None and (isinstance(d, bool) or not isinstance(d, int) or
-                                                                  d < 1) for d in shape):
-            raise ValueError(f"input {self.name!r}: shape must be a tuple of positive ints or None (per example, "
-                             f"without the batch dimension), got {self.shape!r}")
+        if not isinstance(shape, tuple) or any(
+            d is not None and (isinstance(d, bool) or not isinstance(d, int) or d < 1) for d in shape
+        ):
+            raise ValueError(
+                f"input {self.name!r}: shape must be a tuple of positive ints or None (per example, "
+                f"without the batch dimension), got {self.shape!r}"
+            )
         object.__setattr__(self, "shape", shape)
 
     def describe(self) -> dict:

@@ -14,8 +14,14 @@ from .mlp import EmbeddingMLP
 MODELS = ("dlrm", "mlp")
 
 
-def build_model(name: str, emb_dim: int, *, bottom_mlp: Sequence[int] = (64,), top_mlp: Sequence[int] = (64, 32),
-                hidden: Sequence[int] = (128, 64)) -> tf.keras.Model:
+def build_model(
+    name: str,
+    emb_dim: int,
+    *,
+    bottom_mlp: Sequence[int] = (64,),
+    top_mlp: Sequence[int] = (64, 32),
+    hidden: Sequence[int] = (128, 64),
+) -> tf.keras.Model:
     """A model body by name: ``dlrm`` (uses bottom_mlp, top_mlp) or ``mlp`` (uses hidden)."""
     if name == "dlrm":
         return DLRM(emb_dim, bottom_mlp, top_mlp, name="dlrm")

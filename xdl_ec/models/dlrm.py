@@ -28,13 +28,16 @@ class DLRM(tf.keras.Model):
     body serves an xdl-ec table and a plain Keras ``Embedding``.
     """
 
-    def __init__(self, emb_dim: int, bottom_mlp: Sequence[int] = (64,), top_mlp: Sequence[int] = (64, 32),
-                 **kwargs) -> None:
+    def __init__(
+        self, emb_dim: int, bottom_mlp: Sequence[int] = (64,), top_mlp: Sequence[int] = (64, 32), **kwargs
+    ) -> None:
         super().__init__(**kwargs)
         _check_sizes(emb_dim, bottom_mlp, top_mlp)
         self.emb_dim = int(emb_dim)
-        self.bottom = [tf.keras.layers.Dense(int(u), activation="relu", name=f"bottom_{i}")
-                       for i, u in enumerate([*bottom_mlp, emb_dim])]
+        self.bottom = [
+            tf.keras.layers.Dense(int(u), activation="relu", name=f"bottom_{i}")
+            for i, u in enumerate([*bottom_mlp, emb_dim])
+        ]
         self.top = [tf.keras.layers.Dense(int(u), activation="relu", name=f"top_{i}") for i, u in enumerate(top_mlp)]
         self.top.append(tf.keras.layers.Dense(1, name="logit"))
 

@@ -19,8 +19,9 @@ class EmbeddingMLP(tf.keras.Model):
         super().__init__(**kwargs)
         _check_sizes(emb_dim, hidden)
         self.emb_dim = int(emb_dim)
-        self.hidden = [tf.keras.layers.Dense(int(u), activation="relu", name=f"hidden_{i}")
-                       for i, u in enumerate(hidden)]
+        self.hidden = [
+            tf.keras.layers.Dense(int(u), activation="relu", name=f"hidden_{i}") for i, u in enumerate(hidden)
+        ]
         self.out = tf.keras.layers.Dense(1, name="logit")
 
     def call(self, embedded: Dict[str, Any], dense: Optional[Any] = None, training: bool = False):  # noqa: ANN201

@@ -23,11 +23,14 @@ class JobSecret:
 
     def __init__(self, key: bytes) -> None:
         if not isinstance(key, (bytes, bytearray)):
-            raise TypeError(f"JobSecret: key must be bytes (e.g. secrets.token_bytes({SECRET_BYTES})), got "
-                            f"{type(key).__name__}")
+            raise TypeError(
+                f"JobSecret: key must be bytes (e.g. secrets.token_bytes({SECRET_BYTES})), got {type(key).__name__}"
+            )
         if len(key) < SECRET_BYTES:
-            raise ValueError(f"JobSecret: key must have at least {SECRET_BYTES} random bytes, got {len(key)}; use "
-                             f"JobSecret.generate()")
+            raise ValueError(
+                f"JobSecret: key must have at least {SECRET_BYTES} random bytes, got {len(key)}; use "
+                f"JobSecret.generate()"
+            )
         self._key = bytes(key)
 
     @classmethod

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Tuple
 
 from xdl_ec import _core
+
 from .job_secret import JobSecret
 from .link_listener import PeerRefused
 from .link_socket import LinkBroken, recv_exactly
@@ -75,16 +76,27 @@ class Hello:
 
 def proofs(secret: JobSecret, hello: bytes, nonce: bytes, choice: bytes) -> Tuple[bytes, bytes, bytes]:
     """(caller proof, listener proof, session key) of one handshake."""
-    return (secret.mac(b"xdl-ec link caller proof", hello, nonce, choice),
-            secret.mac(b"xdl-ec link listener proof", hello, nonce, choice),
-            secret.mac(b"xdl-ec link session", hello, nonce, choice))
+    return (
+        secret.mac(b"xdl-ec link caller proof", hello, nonce, choice),
+        secret.mac(b"xdl-ec link listener proof", hello, nonce, choice),
+        secret.mac(b"xdl-ec link session", hello, nonce, choice),
+    )
 
 
-def hello_bytes(purpose: str, role: str, index: int, caller: int, offer: int = MAC_OFFERED,
-                nonce: bytes = b"") -> bytes:
+def hello_bytes(
+    purpose: str, role: str, index: int, caller: int, offer: int = MAC_OFFERED, nonce: bytes = b""
+) -> bytes:
     """A caller's hello (a fresh nonce unless ``nonce`` is given)."""
-    return HELLO.pack(MAGIC, VERSION, PURPOSES.index(purpose), ROLES.index(role), offer, index, caller,
-                      nonce or secrets.token_bytes(NONCE))
+    return HELLO.pack(
+        MAGIC,
+        VERSION,
+        PURPOSES.index(purpose),
+        ROLES.index(role),
+        offer,
+        index,
+        caller,
+        nonce or secrets.token_bytes(NONCE),
+    )
 
 
 def choose(offered: int) -> int:
@@ -93,8 +105,9 @@ def choose(offered: int) -> int:
     return MAC_GMAC if common & MAC_GMAC else MAC_HMAC if common & MAC_HMAC else 0
 
 
-def open_link(conn: socket.socket, secret: JobSecret, purpose: str, role: str, index: int, caller: int,
-              offer: int = MAC_OFFERED) -> Any:
+def open_link(
+    conn: socket.socket, secret: JobSecret, purpose: str, role: str, index: int, caller: int, offer: int = MAC_OFFERED
+) -> Any:
     """The caller's side of the handshake on ``conn`` (connected); returns the connection's LinkSession.
 
     LinkRefused when the listener fails its proof; socket.timeout past :data:`HANDSHAKE_SECONDS`; LinkBroken when
@@ -109,9 +122,10 @@ def open_link(conn: socket.socket, secret: JobSecret, purpose: str, role: str, i
         conn.sendall(caller_proof)
         proven = hmac.compare_digest(bytes(recv_exactly(conn, PROOF, deadline)), listener_proof)
     except LinkBroken as err:
-        raise LinkBroken(f"the listener closed the connection during the handshake: it refused this {purpose} link "
-                         f"(an address of another kind, a stale one, or of another job: its log says why; {err})") \
-            from None
+        raise LinkBroken(
+            f"the listener closed the connection during the handshake: it refused this {purpose} link "
+            f"(an address of another kind, a stale one, or of another job: its log says why; {err})"
+        ) from None
     if not proven:
         raise LinkRefused("the listener failed to prove it belongs to this job (it does not hold the job's secret)")
     (algorithm,) = CHOICE.unpack(choice)
@@ -121,8 +135,9 @@ def open_link(conn: socket.socket, secret: JobSecret, purpose: str, role: str, i
     return _core.LinkSession(key, algorithm, True)
 
 
-def accept_link(conn: socket.socket, peer: str, secret: JobSecret, purpose: str,
-                admit: Callable[[Hello], None]) -> Tuple[Any, Hello]:
+def accept_link(
+    conn: socket.socket, peer: str, secret: JobSecret, purpose: str, admit: Callable[[Hello], None]
+) -> Tuple[Any, Hello]:
     """The listener's side of the handshake on ``conn`` (accepted from ``peer``) for links of ``purpose``;
     ``admit(hello)`` raises :class:`PeerRefused` unless this listener is what the hello asks for. Returns the
     connection's LinkSession and the hello; PeerRefused (saying why) for a peer that fails the handshake."""
@@ -134,16 +149,22 @@ def accept_link(conn: socket.socket, peer: str, secret: JobSecret, purpose: str,
         hello = magic + bytes(recv_exactly(conn, HELLO.size - len(MAGIC), deadline))
         _, version, purpose_code, role_code, offered, index, caller, _ = HELLO.unpack(hello)
         if version != VERSION:
-            raise PeerRefused(f"refused {peer}: it speaks link handshake version {version}, this process speaks "
-                              f"{VERSION} (processes of two xdl-ec versions in one job?)")
+            raise PeerRefused(
+                f"refused {peer}: it speaks link handshake version {version}, this process speaks "
+                f"{VERSION} (processes of two xdl-ec versions in one job?)"
+            )
         if purpose_code >= len(PURPOSES) or role_code >= len(ROLES):
-            raise PeerRefused(f"refused {peer}: its hello names purpose {purpose_code} and role {role_code}, not "
-                              f"one of {PURPOSES} and {ROLES}")
+            raise PeerRefused(
+                f"refused {peer}: its hello names purpose {purpose_code} and role {role_code}, not "
+                f"one of {PURPOSES} and {ROLES}"
+            )
         theirs = PURPOSES[purpose_code]
         if theirs != purpose:
-            raise PeerRefused(f"refused {peer}: it opened a {theirs} link, and this listener takes {purpose} links "
-                              f"only (it was given the address of a {NOUNS[purpose]} listener for a "
-                              f"{NOUNS[theirs]})")
+            raise PeerRefused(
+                f"refused {peer}: it opened a {theirs} link, and this listener takes {purpose} links "
+                f"only (it was given the address of a {NOUNS[purpose]} listener for a "
+                f"{NOUNS[theirs]})"
+            )
         said = Hello(theirs, ROLES[role_code], offered, index, caller)
         admit(said)
         algorithm = choose(offered)
@@ -154,12 +175,13 @@ def accept_link(conn: socket.socket, peer: str, secret: JobSecret, purpose: str,
         conn.sendall(nonce + choice)
         caller_proof, listener_proof, key = proofs(secret, hello, nonce, choice)
         if not hmac.compare_digest(bytes(recv_exactly(conn, PROOF, deadline)), caller_proof):
-            raise PeerRefused(f"refused {peer} (caller {caller}): it failed authentication (it does not hold the "
-                              f"job's secret, or replayed another connection's handshake)")
+            raise PeerRefused(
+                f"refused {peer} (caller {caller}): it failed authentication (it does not hold the "
+                f"job's secret, or replayed another connection's handshake)"
+            )
         conn.sendall(listener_proof)
     except socket.timeout:
-        raise PeerRefused(f"refused {peer}: it did not complete the handshake within {HANDSHAKE_SECONDS:g} s") \
-            from None
+        raise PeerRefused(f"refused {peer}: it did not complete the handshake within {HANDSHAKE_SECONDS:g} s") from None
     except LinkBroken as err:
         raise PeerRefused(f"refused {peer}: it closed the connection during the handshake ({err})") from None
     conn.settimeout(None)

@@ -83,8 +83,9 @@ class LinkListener:
                 return
             peer = f"{addr[0]}:{addr[1]}"
             if not self._pending.acquire(blocking=False):
-                self._warn(f"closed a connection from {peer}: {MAX_PENDING_HANDSHAKES} others are still in their "
-                           f"handshake")
+                self._warn(
+                    f"closed a connection from {peer}: {MAX_PENDING_HANDSHAKES} others are still in their handshake"
+                )
                 conn.close()
                 continue
             tune(conn)

@@ -10,7 +10,6 @@ import socket
 import time
 from typing import Any, Optional
 
-
 BUFFER_BYTES = 2 << 20  # per direction: a step's request (~80 KB at batch 256) goes out in one sendmsg, not
 # waiting for the peer to drain the kernel's first 16 KiB
 # A link's peer whose machine vanished (no FIN, no RST) is found by TCP keepalive after about

@@ -25,7 +25,29 @@ from .server import ParameterServer, PushAck
 from .training import ClusterConfig, PSTrainer
 from .worker import RunSettings, Worker
 
-__all__ = ["CallTimeout", "ClusterConfig", "ClusterView", "FailureRecord", "FaultTolerance", "LocalBackend",
-           "NoFaultTolerance", "PSClient", "PSTrainer", "ParameterServer", "PushAck", "RayBackend", "Remote",
-           "Resume", "RoleLost", "RunSettings", "Scheduler", "ServerAgent", "ServerLost", "Unrecoverable", "Worker",
-           "WorkerLost", "make_backend", "route"]
+__all__ = [
+    "CallTimeout",
+    "ClusterConfig",
+    "ClusterView",
+    "FailureRecord",
+    "FaultTolerance",
+    "LocalBackend",
+    "NoFaultTolerance",
+    "PSClient",
+    "PSTrainer",
+    "ParameterServer",
+    "PushAck",
+    "RayBackend",
+    "Remote",
+    "Resume",
+    "RoleLost",
+    "RunSettings",
+    "Scheduler",
+    "ServerAgent",
+    "ServerLost",
+    "Unrecoverable",
+    "Worker",
+    "WorkerLost",
+    "make_backend",
+    "route",
+]

@@ -56,8 +56,16 @@ class ServerAgent:
         """Rows of ``keys`` in ``table`` (an EmbeddingTable), inserting missing ones."""
         return table.pull(keys)
 
-    def push(self, host: AgentHost, table: Any, keys: np.ndarray, grads: np.ndarray, step: int,
-             pushes: Mapping[int, int], repeats: Optional[np.ndarray] = None) -> None:
+    def push(
+        self,
+        host: AgentHost,
+        table: Any,
+        keys: np.ndarray,
+        grads: np.ndarray,
+        step: int,
+        pushes: Mapping[int, int],
+        repeats: Optional[np.ndarray] = None,
+    ) -> None:
         """Applies per-key gradients at ``step``; ``pushes`` {worker: push seq} are the pushes it contains;
         ``repeats``: how many gradients each row sums (EmbeddingTable.push)."""
         table.push(keys, grads, step=step, repeats=repeats)

@@ -47,12 +47,25 @@ class ServerAPI(RoleAPI, Protocol):
 
     def push(self, parts: Sequence[PushPart], step: int, worker: int, participants: int) -> Any: ...
 
-    def push_pull(self, parts: Sequence[PushPart], step: int, worker: int, participants: int,
-                  requests: Sequence[Tuple[str, np.ndarray]]) -> Tuple[Any, List[np.ndarray]]: ...
+    def push_pull(
+        self,
+        parts: Sequence[PushPart],
+        step: int,
+        worker: int,
+        participants: int,
+        requests: Sequence[Tuple[str, np.ndarray]],
+    ) -> Tuple[Any, List[np.ndarray]]: ...
 
-    def push_pull_stale(self, parts: Sequence[PushPart], step: int, worker: int, participants: int,
-                        requests: Sequence[Tuple[str, np.ndarray]], stale: Sequence[Tuple[str, Any, Any, int]],
-                        epoch: int) -> Tuple[Any, Optional[List[np.ndarray]], Optional[tuple]]: ...
+    def push_pull_stale(
+        self,
+        parts: Sequence[PushPart],
+        step: int,
+        worker: int,
+        participants: int,
+        requests: Sequence[Tuple[str, np.ndarray]],
+        stale: Sequence[Tuple[str, Any, Any, int]],
+        epoch: int,
+    ) -> Tuple[Any, Optional[List[np.ndarray]], Optional[tuple]]: ...
 
     def open_links(self, secret: Any) -> Tuple[str, int]: ...
 
@@ -82,8 +95,9 @@ class WorkerAPI(RoleAPI, Protocol):
 
     def batch_signature(self) -> Optional[Tuple[Any, ...]]: ...
 
-    def train_step(self, step: int, weights: Optional[Sequence[np.ndarray]], participants: int,
-                   more: bool = True) -> Any: ...
+    def train_step(
+        self, step: int, weights: Optional[Sequence[np.ndarray]], participants: int, more: bool = True
+    ) -> Any: ...
 
     def flush(self, write_back: bool = False) -> int: ...
 

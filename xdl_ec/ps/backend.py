@@ -118,7 +118,9 @@ class LocalHandle(Handle):
     def __init__(self, role: str, index: int, obj: Any) -> None:
         self.role, self.index = role, index
         self._obj: Any = obj
-        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"xdl-ec-{role}{index}")
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"xdl-ec-{role}{index}"
+        )
         self._lock = threading.Lock()
 
     def _run(self, method: str, args: tuple) -> Any:
@@ -183,8 +185,9 @@ class LocalBackend:
     def __init__(self) -> None:
         self._handles: List[LocalHandle] = []
 
-    def start(self, role: str, index: int, cls: Callable[..., Any], *args: Any,
-              node: Optional[str] = None) -> LocalHandle:
+    def start(
+        self, role: str, index: int, cls: Callable[..., Any], *args: Any, node: Optional[str] = None
+    ) -> LocalHandle:
         lost_error(role, index, "")  # validates the role name
         if node not in (None, LOCAL_NODE):
             raise ValueError(f"node: the local backend has one node, {LOCAL_NODE!r}; got {node!r}")
@@ -262,8 +265,7 @@ def ray_runtime_env() -> Dict[str, Any]:
         _EMPTY_WORKING_DIR = tempfile.mkdtemp(prefix="xdl-ec-ray-")
     # absolute: the actors run in that working_dir, where a relative entry would silently miss
     pythonpath = os.pathsep.join(os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)
-    env = {"PYTHONPATH": pythonpath,
-           "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+    env = {"PYTHONPATH": pythonpath, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
     if project is not None:
         return {"working_dir": project, "excludes": list(PROJECT_EXCLUDES), "env_vars": env}
     return {"working_dir": _EMPTY_WORKING_DIR, "env_vars": env}
@@ -295,10 +297,12 @@ def check_project_folder(folder: str) -> None:
     """ValueError when ``folder`` is too large to ship to Ray actors (:data:`MAX_PROJECT_BYTES`)."""
     size = project_folder_bytes(folder)
     if size > MAX_PROJECT_BYTES:
-        raise ValueError(f"--script: its folder {folder} holds {size / 1e6:.1f} MB; on Ray the script's folder "
-                         f"travels to every actor, at most {MAX_PROJECT_BYTES / 1e6:.0f} MB: put the script and the "
-                         f"modules it imports in a folder of their own (data files can stay where they are, read by "
-                         f"absolute path)")
+        raise ValueError(
+            f"--script: its folder {folder} holds {size / 1e6:.1f} MB; on Ray the script's folder "
+            f"travels to every actor, at most {MAX_PROJECT_BYTES / 1e6:.0f} MB: put the script and the "
+            f"modules it imports in a folder of their own (data files can stay where they are, read by "
+            f"absolute path)"
+        )
 
 
 def ship_project(folder: Optional[str]) -> None:
@@ -406,9 +410,13 @@ def warn_if_unauthenticated_cluster() -> bool:
     if token or nodes <= 1:
         return False
     _warned_unauthenticated = True
-    warnings.warn(f"the Ray cluster has {nodes} nodes and no authentication: anyone who can reach its ports can run "
-                  f"code in it. Start it with RAY_AUTH_MODE=token (Ray 2.52+; see README 'Security') and set it here "
-                  f"too", RuntimeWarning, stacklevel=3)
+    warnings.warn(
+        f"the Ray cluster has {nodes} nodes and no authentication: anyone who can reach its ports can run "
+        f"code in it. Start it with RAY_AUTH_MODE=token (Ray 2.52+; see README 'Security') and set it here "
+        f"too",
+        RuntimeWarning,
+        stacklevel=3,
+    )
     return True
 
 
@@ -428,15 +436,20 @@ class RayBackend:
             self._started_ray = True
         self._handles: List[RayHandle] = []
 
-    def start(self, role: str, index: int, cls: Callable[..., Any], *args: Any,
-              node: Optional[str] = None) -> RayHandle:
+    def start(
+        self, role: str, index: int, cls: Callable[..., Any], *args: Any, node: Optional[str] = None
+    ) -> RayHandle:
         """``node``: a Ray node id (of :meth:`nodes`) the actor must run on; it fails (as the role's Lost error at
         its first call) rather than run elsewhere, since placement decided what a node's death may take."""
         import ray
 
         lost_error(role, index, "")
-        actor_cls = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0,  # type: ignore[call-overload]
-                               concurrency_groups={BESIDE_GROUP: 1})(cls)  # Ray's stubs lack concurrency_groups
+        actor_cls = ray.remote(
+            num_cpus=0,
+            max_restarts=0,
+            max_task_retries=0,  # type: ignore[call-overload]
+            concurrency_groups={BESIDE_GROUP: 1},
+        )(cls)  # Ray's stubs lack concurrency_groups
         if node is not None:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -470,8 +483,13 @@ class RayBackend:
         for fn in functions:
             module = sys.modules.get(str(getattr(fn, "__module__", None) or getattr(type(fn), "__module__", "")))
             path = getattr(module, "__file__", None)
-            if module is None or path is None or module.__name__ in ("__main__",) or \
-                    module.__name__.split(".")[0] == "xdl_ec" or any(path.startswith(p) for p in installed):
+            if (
+                module is None
+                or path is None
+                or module.__name__ in ("__main__",)
+                or module.__name__.split(".")[0] == "xdl_ec"
+                or any(path.startswith(p) for p in installed)
+            ):
                 continue
             cloudpickle.register_pickle_by_value(module)
 
@@ -539,8 +557,9 @@ def wait_first(futures: List[Any], timeout: Optional[float] = DEFAULT_TIMEOUT) -
         ready, _ = ray.wait([f.ref for f in futures], num_returns=1, timeout=timeout)
         ready_ids = {r.hex() for r in ready}
         return [f for f in futures if f.ref.hex() in ready_ids]
-    concurrent.futures.wait([f._future for f in futures], timeout=timeout,
-                            return_when=concurrent.futures.FIRST_COMPLETED)
+    concurrent.futures.wait(
+        [f._future for f in futures], timeout=timeout, return_when=concurrent.futures.FIRST_COMPLETED
+    )
     return [f for f in futures if f.done()]
 
 

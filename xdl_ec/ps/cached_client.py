@@ -32,6 +32,7 @@ import numpy as np
 from xdl_ec import _core
 from xdl_ec.sparse.cache_config import Cache
 from xdl_ec.sparse.table import as_keys
+
 from .client import PSClient, route
 
 _CLOCK_MOD = 1 << 31
@@ -45,8 +46,13 @@ class _PendingCached:
     starts instead (the other's fills may come first); and should a line still be gone (pulls resolved out of
     order), its row is pulled again."""
 
-    def __init__(self, owner: "CachedClient", plain: Any, calls: List[Tuple[int, Any, List[tuple]]],
-                 sizes: Mapping[str, Tuple[int, int]]) -> None:
+    def __init__(
+        self,
+        owner: "CachedClient",
+        plain: Any,
+        calls: List[Tuple[int, Any, List[tuple]]],
+        sizes: Mapping[str, Tuple[int, int]],
+    ) -> None:
         self._owner, self._plain, self._calls, self._sizes = owner, plain, calls, sizes
         self._rows: Optional[Dict[str, np.ndarray]] = None
         owner.in_flight.add(self)
@@ -58,8 +64,10 @@ class _PendingCached:
                 rows.update({t: np.empty(shape, np.float32) for t, shape in self._sizes.items()})
                 timeout = self._owner.client.timeout
                 answered = [(server, parts) + tuple(future.result(timeout)) for server, future, parts in self._calls]
-                hits = [[self._owner.hit_rows(server, part, answer) for part, answer in zip(parts, answers)]
-                        for server, parts, _, answers in answered]
+                hits = [
+                    [self._owner.hit_rows(server, part, answer) for part, answer in zip(parts, answers)]
+                    for server, parts, _, answers in answered
+                ]
                 for server, parts, _, answers in answered:
                     self._owner.note_held(server, parts, answers)
                 self._owner.follow_tables()  # before the fills: the table may have grown for their rows
@@ -76,8 +84,13 @@ class CachedClient:
     ``table_rows`` gives "P%" caches their first size (the servers' answers to cached pulls, the rest). Everything
     else is the inner client's."""
 
-    def __init__(self, client: PSClient, caches: Mapping[str, Cache], dims: Mapping[str, int],
-                 table_rows: Optional[Mapping[str, int]] = None) -> None:
+    def __init__(
+        self,
+        client: PSClient,
+        caches: Mapping[str, Cache],
+        dims: Mapping[str, int],
+        table_rows: Optional[Mapping[str, int]] = None,
+    ) -> None:
         self.client = client
         self.settings = dict(caches)
         self.dims = dict(dims)
@@ -85,8 +98,9 @@ class CachedClient:
         self._writebacks: Dict[str, List[Tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}  # (keys, grads, counts)
         self._epochs = [0] * client.num_servers  # each server's epoch as of its last answer (0: none yet)
         self.in_flight: "weakref.WeakSet[_PendingCached]" = weakref.WeakSet()  # pulls not resolved (nor dropped)
-        self._stats = {t: {"clock_only": 0, "rows": 0, "stale_sum": 0, "stale_max": 0, "pulled_again": 0}
-                       for t in self.settings}
+        self._stats = {
+            t: {"clock_only": 0, "rows": 0, "stale_sum": 0, "stale_max": 0, "pulled_again": 0} for t in self.settings
+        }
         # per table, the rows each server said it holds in its latest answer (sizes "P%" caches)
         self._held: Dict[str, Dict[int, int]] = {t: {} for t in self.settings}
         for table in self.settings:
@@ -110,8 +124,9 @@ class CachedClient:
                 calls.append((server, self.client.server(server).pull_stale(*wire), per_server[server]))
         return _PendingCached(self, pending_plain, calls, sizes)
 
-    def push_pull_async(self, grads: Mapping[str, Tuple[Any, np.ndarray]], step: int,
-                        requests: Mapping[str, Tuple[Any, int]]) -> Tuple[List[Any], _PendingCached]:
+    def push_pull_async(
+        self, grads: Mapping[str, Tuple[Any, np.ndarray]], step: int, requests: Mapping[str, Tuple[Any, int]]
+    ) -> Tuple[List[Any], _PendingCached]:
         """:meth:`push_async` (one participant) and :meth:`pull_async` as ONE call per server, the push applied
         first (``ParameterServer.push_pull_stale``), as :meth:`PSClient.push_pull_async`: (the acks' futures, the
         rows in flight)."""
@@ -177,8 +192,15 @@ class CachedClient:
             self._stats[table]["pulled_again"] += int(hit.sum())
             return rows
 
-    def answered(self, server: int, epoch: int, parts: Sequence[tuple], answers: Sequence[tuple],
-                 hit_rows: Sequence[Optional[np.ndarray]], rows: Dict[str, np.ndarray]) -> None:
+    def answered(
+        self,
+        server: int,
+        epoch: int,
+        parts: Sequence[tuple],
+        answers: Sequence[tuple],
+        hit_rows: Sequence[Optional[np.ndarray]],
+        rows: Dict[str, np.ndarray],
+    ) -> None:
         """One server's answer to a cached pull: rows from the answer where sent, else ``hit_rows`` (per part, from
         :meth:`hit_rows`); the sent rows (re)fill the cache."""
         self._epochs[server] = int(epoch)
@@ -203,8 +225,12 @@ class CachedClient:
                 if held.all():
                     self._evicted(table, cache.fill(keys[sent], sent_rows, sent_clocks, int(epoch)))
                 elif held.any():
-                    self._evicted(table, cache.fill(keys[sent][held], np.ascontiguousarray(sent_rows[held]),
-                                                    sent_clocks[held], int(epoch)))
+                    self._evicted(
+                        table,
+                        cache.fill(
+                            keys[sent][held], np.ascontiguousarray(sent_rows[held]), sent_clocks[held], int(epoch)
+                        ),
+                    )
 
     def _evicted(self, table: str, lines: tuple) -> None:
         keys, grads, counts = lines
@@ -224,14 +250,15 @@ class CachedClient:
             keys = as_keys(keys)
             counts = np.ones(keys.size, np.uint32)
             if table in self.caches:
-                keys, table_grads, counts = self.caches[table].accumulate(keys, np.ascontiguousarray(
-                    table_grads, dtype=np.float32))
+                keys, table_grads, counts = self.caches[table].accumulate(
+                    keys, np.ascontiguousarray(table_grads, dtype=np.float32)
+                )
             out[table] = self._with_writebacks(table, as_keys(keys), np.asarray(table_grads, np.float32), counts)
         for table in list(self._writebacks):
             if table not in out:
-                out[table] = self._with_writebacks(table, np.zeros(0, np.int64),
-                                                   np.zeros((0, self.dims[table]), np.float32),
-                                                   np.zeros(0, np.uint32))
+                out[table] = self._with_writebacks(
+                    table, np.zeros(0, np.int64), np.zeros((0, self.dims[table]), np.float32), np.zeros(0, np.uint32)
+                )
         return out
 
     def _with_writebacks(self, table: str, keys: np.ndarray, grads: np.ndarray, counts: np.ndarray) -> tuple:
@@ -302,14 +329,21 @@ class CachedClient:
             kept = self._stats[table]
             hits, misses = int(stats["hits"]), int(stats["misses"])
             clock_only = kept["clock_only"]
-            out[table] = {"rows": int(stats["rows"]), "capacity": int(stats["capacity"]), "hits": hits,
-                          "misses": misses, "hit_rate": hits / (hits + misses) if hits + misses else None,
-                          "clock_only_keys": clock_only, "row_keys": kept["rows"],
-                          "staleness_max": kept["stale_max"],
-                          "staleness_mean": kept["stale_sum"] / clock_only if clock_only else 0.0,
-                          "pulled_again": kept["pulled_again"],
-                          "evictions": int(stats["evictions"]), "write_backs": int(stats["write_backs"]),
-                          **self.settings[table].describe()}
+            out[table] = {
+                "rows": int(stats["rows"]),
+                "capacity": int(stats["capacity"]),
+                "hits": hits,
+                "misses": misses,
+                "hit_rate": hits / (hits + misses) if hits + misses else None,
+                "clock_only_keys": clock_only,
+                "row_keys": kept["rows"],
+                "staleness_max": kept["stale_max"],
+                "staleness_mean": kept["stale_sum"] / clock_only if clock_only else 0.0,
+                "pulled_again": kept["pulled_again"],
+                "evictions": int(stats["evictions"]),
+                "write_backs": int(stats["write_backs"]),
+                **self.settings[table].describe(),
+            }
         return out
 
 
@@ -318,9 +352,21 @@ def merged_cache_stats(per_worker: Sequence[Mapping[str, Any]]) -> Dict[str, Any
     out: Dict[str, Any] = {}
     for stats in per_worker:
         for table, s in stats.items():
-            m = out.setdefault(table, {"hits": 0, "misses": 0, "clock_only_keys": 0, "row_keys": 0, "evictions": 0,
-                                       "write_backs": 0, "pulled_again": 0, "staleness_max": 0, "_stale_sum": 0.0,
-                                       **{k: s[k] for k in ("rows", "staleness", "policy")}})
+            m = out.setdefault(
+                table,
+                {
+                    "hits": 0,
+                    "misses": 0,
+                    "clock_only_keys": 0,
+                    "row_keys": 0,
+                    "evictions": 0,
+                    "write_backs": 0,
+                    "pulled_again": 0,
+                    "staleness_max": 0,
+                    "_stale_sum": 0.0,
+                    **{k: s[k] for k in ("rows", "staleness", "policy")},
+                },
+            )
             for name in ("hits", "misses", "clock_only_keys", "row_keys", "evictions", "write_backs", "pulled_again"):
                 m[name] += s[name]
             m["staleness_max"] = max(m["staleness_max"], s["staleness_max"])

@@ -20,6 +20,7 @@ import numpy as np
 
 from xdl_ec import _core
 from xdl_ec.sparse.table import as_keys, as_repeats
+
 from .api import ServerAPI
 from .backend import DEFAULT_TIMEOUT, Handle, ServerLost
 from .remote import Remote
@@ -32,7 +33,7 @@ def route(keys: np.ndarray, num_servers: int) -> List[np.ndarray]:
         servers = servers.astype(np.uint16)  # a stable sort of 16-bit ints is a radix sort: 3x faster here
     order = np.argsort(servers, kind="stable")
     bounds = np.searchsorted(servers[order], np.arange(num_servers + 1))
-    return [order[bounds[s]:bounds[s + 1]] for s in range(num_servers)]
+    return [order[bounds[s] : bounds[s + 1]] for s in range(num_servers)]
 
 
 @dataclasses.dataclass
@@ -53,8 +54,12 @@ class LoggedPush:
 class PendingRows:
     """Rows of a pull in flight: ``result()`` waits for every server's answer and reassembles them per table."""
 
-    def __init__(self, calls: List[Tuple[Any, List[Tuple[str, np.ndarray]]]], sizes: Mapping[str, Tuple[int, int]],
-                 timeout: Optional[float]) -> None:
+    def __init__(
+        self,
+        calls: List[Tuple[Any, List[Tuple[str, np.ndarray]]]],
+        sizes: Mapping[str, Tuple[int, int]],
+        timeout: Optional[float],
+    ) -> None:
         self._calls, self._sizes, self._timeout = calls, sizes, timeout
         self._rows: Optional[Dict[str, np.ndarray]] = None
 
@@ -99,15 +104,22 @@ class PSClient:
     ``bytes_pushed`` (keys and gradients sent), ``bytes_requested`` (keys sent in pulls).
     """
 
-    def __init__(self, servers: Sequence[Handle], worker: int = 0, timeout: Optional[float] = DEFAULT_TIMEOUT,
-                 push_log: bool = False) -> None:
+    def __init__(
+        self,
+        servers: Sequence[Handle],
+        worker: int = 0,
+        timeout: Optional[float] = DEFAULT_TIMEOUT,
+        push_log: bool = False,
+    ) -> None:
         if not servers:
             raise ValueError("servers: need at least one server handle")
         self.servers = list(servers)
         self.worker = worker
         self.timeout = timeout
         self._seq = [0] * len(self.servers)
-        self.push_log: Optional[Dict[int, Dict[int, LoggedPush]]] = {s: {} for s in range(len(servers))} if push_log else None
+        self.push_log: Optional[Dict[int, Dict[int, LoggedPush]]] = (
+            {s: {} for s in range(len(servers))} if push_log else None
+        )
         self._unread: List[Tuple[int, Any]] = []  # logged pushes' ack futures not yet read for their durable seq
         self.bytes_pulled = 0
         self.bytes_requested = 0
@@ -145,17 +157,22 @@ class PSClient:
                 calls.append((future, [(t, p) for t, p, _ in parts]))
         return PendingRows(calls, sizes, self.timeout)
 
-    def push_pull_async(self, grads: Mapping[str, Tuple[Any, np.ndarray]], step: int,
-                        requests: Mapping[str, Tuple[Any, int]]) -> Tuple[List[Any], PendingRows]:
+    def push_pull_async(
+        self, grads: Mapping[str, Tuple[Any, np.ndarray]], step: int, requests: Mapping[str, Tuple[Any, int]]
+    ) -> Tuple[List[Any], PendingRows]:
         """:meth:`push_async` of ``grads`` (one participant) and :meth:`pull_async` of ``requests`` as ONE call per
         server, each applying the push before the pull: (the acks' futures, the rows in flight). Exact where no
         other worker's push may come between them (one worker, or async mode)."""
         acks, rows, _ = self.push_pull_stale_async(grads, step, requests, [None] * self.num_servers)
         return acks, rows
 
-    def push_pull_stale_async(self, grads: Mapping[str, Tuple[Any, ...]], step: int,
-                              requests: Mapping[str, Tuple[Any, int]],
-                              stale: Sequence[Optional[Tuple[List[tuple], int]]]) -> tuple:
+    def push_pull_stale_async(
+        self,
+        grads: Mapping[str, Tuple[Any, ...]],
+        step: int,
+        requests: Mapping[str, Tuple[Any, int]],
+        stale: Sequence[Optional[Tuple[List[tuple], int]]],
+    ) -> tuple:
         """:meth:`push_pull_async` that also carries, per server, a caching client's ``pull_stale`` requests and
         epoch (``stale[server]``, None: none) in the same call (``ParameterServer.push_pull_stale``): (the acks'
         futures, the rows in flight, {server: the future of its (epoch, answers)})."""
@@ -220,8 +237,14 @@ class PSClient:
         for server, parts in enumerate(wire):
             if not parts:
                 continue
-            futures.append(Ack(self.server(server).push(parts, step, self.worker, participants), None, server,
-                               (step, participants, parts)))
+            futures.append(
+                Ack(
+                    self.server(server).push(parts, step, self.worker, participants),
+                    None,
+                    server,
+                    (step, participants, parts),
+                )
+            )
             if self.push_log is not None:
                 self._unread.append((server, futures[-1]))
         return futures
@@ -234,14 +257,22 @@ class PSClient:
             keys = as_keys(keys)
             table_grads = np.ascontiguousarray(table_grads, dtype=np.float32)
             if table_grads.ndim != 2 or table_grads.shape[0] != keys.size:
-                raise ValueError(f"grads of table {table!r}: must be [len(keys), dim] = [{keys.size}, dim], got "
-                                 f"{table_grads.shape}")
+                raise ValueError(
+                    f"grads of table {table!r}: must be [len(keys), dim] = [{keys.size}, dim], got {table_grads.shape}"
+                )
             repeats = as_repeats(rest[0] if rest else None, keys.size)
             for server, positions in enumerate(route(keys, self.num_servers)):
                 if positions.size or participants > 1:
-                    per_server[server].append(LoggedPush(table, keys[positions], table_grads[positions], step,
-                                                         participants,
-                                                         None if repeats is None else repeats[positions]))
+                    per_server[server].append(
+                        LoggedPush(
+                            table,
+                            keys[positions],
+                            table_grads[positions],
+                            step,
+                            participants,
+                            None if repeats is None else repeats[positions],
+                        )
+                    )
         self._forget_durable()
         out: List[List[tuple]] = []
         for server, parts in enumerate(per_server):
@@ -252,8 +283,9 @@ class PSClient:
                 if self.push_log is not None:
                     self.push_log[server][seq] = part
                 wire.append(part.part(seq))
-                self.bytes_pushed += part.keys.nbytes + part.grads.nbytes + (
-                    0 if part.repeats is None else part.repeats.nbytes)
+                self.bytes_pushed += (
+                    part.keys.nbytes + part.grads.nbytes + (0 if part.repeats is None else part.repeats.nbytes)
+                )
             out.append(wire)
         return out
 
@@ -292,8 +324,9 @@ class PSClient:
     def resume_seqs(self) -> bool:
         """Continues the push seqs each server last saw from this worker index (a restarted worker: its pushes
         must not look like replays) and keeps a push log if the servers' agents ask for one. Returns the latter."""
-        states = [f.result(self.timeout) for f in [self.server(s).push_state(self.worker)
-                                                   for s in range(self.num_servers)]]
+        states = [
+            f.result(self.timeout) for f in [self.server(s).push_state(self.worker) for s in range(self.num_servers)]
+        ]
         for server, (_, last) in enumerate(states):
             self._seq[server] = max(self._seq[server], int(last))
         if any(logs for logs, _ in states):

@@ -13,6 +13,7 @@ from typing import Any, List, Optional, Sequence, Set, Tuple
 import numpy as np
 
 from xdl_ec.sparse.table_config import Table
+
 from .api import ServerAPI, WorkerAPI
 from .backend import Handle, RoleLost
 from .remote import Remote

@@ -81,8 +81,12 @@ class DriverDense:
     brought up to date. ``fetch()`` asks that worker for its state: (weights, optimizer variables, iterations), or
     None when it cannot answer."""
 
-    def __init__(self, model: Any, worker_applies: bool,
-                 fetch: Callable[[], Optional[Tuple[List[np.ndarray], List[np.ndarray], int]]]) -> None:
+    def __init__(
+        self,
+        model: Any,
+        worker_applies: bool,
+        fetch: Callable[[], Optional[Tuple[List[np.ndarray], List[np.ndarray], int]]],
+    ) -> None:
         self.model = model
         self.worker_applies = worker_applies
         self.log: List[List[np.ndarray]] = []

@@ -73,10 +73,13 @@ import numpy as np
 
 from xdl_ec import _core
 from xdl_ec.net import link_handshake
-from xdl_ec.net.link_handshake import MAC_GMAC as MAC_GMAC, MAC_HMAC as MAC_HMAC, MAC_OFFERED, Hello
+from xdl_ec.net.link_handshake import MAC_GMAC as MAC_GMAC
+from xdl_ec.net.link_handshake import MAC_HMAC as MAC_HMAC
+from xdl_ec.net.link_handshake import MAC_OFFERED, Hello
 from xdl_ec.net.link_handshake import LinkRefused as LinkRefused
 from xdl_ec.net.link_listener import LinkListener, PeerRefused
 from xdl_ec.net.link_socket import CONNECT_SECONDS, LinkBroken, connect, node_host
+
 from .api import PushAck
 from .backend import CallTimeout, Handle, RoleLost, lost_error
 
@@ -97,7 +100,6 @@ MAX_PAYLOAD_BYTES = 1 << 30  # largest message a link takes (a batch's keys and 
 log = logging.getLogger(__name__)
 
 
-
 _FAILED = object()  # recv_message's mark of a request a role's native path failed to serve (after a change)
 
 
@@ -105,12 +107,22 @@ _Refused = PeerRefused  # a peer broke the protocol: the role closes the connect
 
 
 # ---- messages ----------------------------------------------------------------------------------------------
-_NUMPY_GLOBALS = {(module, name) for prefix in ("numpy._core", "numpy.core")
-                  for module, name in ((f"{prefix}.numeric", "_frombuffer"), (f"{prefix}.multiarray", "_reconstruct"),
-                                       (f"{prefix}.multiarray", "scalar"))} | {("numpy", "ndarray"), ("numpy", "dtype")}
+_NUMPY_GLOBALS = {
+    (module, name)
+    for prefix in ("numpy._core", "numpy.core")
+    for module, name in (
+        (f"{prefix}.numeric", "_frombuffer"),
+        (f"{prefix}.multiarray", "_reconstruct"),
+        (f"{prefix}.multiarray", "scalar"),
+    )
+} | {("numpy", "ndarray"), ("numpy", "dtype")}
 # the xdl_ec types a linked call carries or answers (exception classes are allowed from xdl_ec and builtins)
-_XDL_GLOBALS = {("xdl_ec.ps.api", "PushAck"), ("xdl_ec.ps.worker", "StepResult"),
-                ("xdl_ec.ps.worker", "DenseState"), ("xdl_ec.ps.direct", "_array")}
+_XDL_GLOBALS = {
+    ("xdl_ec.ps.api", "PushAck"),
+    ("xdl_ec.ps.worker", "StepResult"),
+    ("xdl_ec.ps.worker", "DenseState"),
+    ("xdl_ec.ps.direct", "_array"),
+}
 _ARRAY_KINDS = frozenset("biufc?")  # the dtypes (numbers and bools) an array crosses a link as raw bytes in
 _PICKLE_FIRST = 0x80  # a pickle's first byte (protocol 2 and later); the native push_pull forms start otherwise
 
@@ -210,8 +222,9 @@ def _push_pull_answer(data: Any, buffers: List[Any]) -> Tuple[bool, Any]:
     """A native push_pull answer as the pickled one reads: (True, (PushAck or None, [rows])), and for a
     push_pull_stale call (True, (ack, [rows], (epoch, [(rows sent, clocks, sent, rows the table holds)]))), the
     arrays views of the message's buffers."""
-    has_ack, server, worker, seq, step, applied, durable, has_rows, dims, stale = \
-        _core.parse_push_pull_answer(data, len(buffers))
+    has_ack, server, worker, seq, step, applied, durable, has_rows, dims, stale = _core.parse_push_pull_answer(
+        data, len(buffers)
+    )
     ack = PushAck(server, worker, seq, step, applied, durable) if has_ack else None
     rows = [b.view(np.float32).reshape(-1, dim) for b, dim in zip(buffers, dims)] if has_rows else []
     if stale is None:
@@ -220,10 +233,11 @@ def _push_pull_answer(data: Any, buffers: List[Any]) -> Tuple[bool, Any]:
     at = len(dims)
     answers = []
     for dim, table_rows in tables:
-        sent_rows, clocks, sent = buffers[at:at + 3]
+        sent_rows, clocks, sent = buffers[at : at + 3]
         at += 3
-        answers.append((sent_rows.view(np.float32).reshape(-1, dim), clocks.view(np.int32), sent.view(np.bool_),
-                        table_rows))
+        answers.append(
+            (sent_rows.view(np.float32).reshape(-1, dim), clocks.view(np.int32), sent.view(np.bool_), table_rows)
+        )
     return True, (ack, rows, (epoch, answers))
 
 
@@ -254,8 +268,13 @@ def send_message(conn: socket.socket, session: Any, obj: Any, encoded: Optional[
         raise LinkBroken(str(err)) from None
 
 
-def recv_message(conn: socket.socket, session: Any, deadline: Optional[float] = None,
-                 max_payload: int = MAX_PAYLOAD_BYTES, serve: Optional[Callable[..., Any]] = None) -> Any:
+def recv_message(
+    conn: socket.socket,
+    session: Any,
+    deadline: Optional[float] = None,
+    max_payload: int = MAX_PAYLOAD_BYTES,
+    serve: Optional[Callable[..., Any]] = None,
+) -> Any:
     """The next message, checked (two reads: header, then body); LinkBroken, socket.timeout past ``deadline``
     (time.monotonic()) or _Refused (a MAC that does not match, a message too large). Arrays are unpickled in
     place from the message (aligned, writable). ``serve`` (a role's ``serve_link``, no deadline): the messages it
@@ -277,15 +296,21 @@ def recv_message(conn: socket.socket, session: Any, deadline: Optional[float] = 
     return decode(data, buffers)
 
 
-
 # ---- the role's side ---------------------------------------------------------------------------------------
 class LinkServer(LinkListener):
     """Serves the :data:`SERVED_METHODS` of ``role`` of ``obj`` (its ``index`` read at each handshake: a spare
     server takes a dead one's index) to callers proving membership with ``secret``; one thread per connection runs
     its calls in order. ``refuse()`` True (the role is going down) drops connections instead of answering."""
 
-    def __init__(self, obj: Any, role: str, secret: Any, host: Optional[str] = None,
-                 refuse: Callable[[], bool] = lambda: False, max_payload: int = MAX_PAYLOAD_BYTES) -> None:
+    def __init__(
+        self,
+        obj: Any,
+        role: str,
+        secret: Any,
+        host: Optional[str] = None,
+        refuse: Callable[[], bool] = lambda: False,
+        max_payload: int = MAX_PAYLOAD_BYTES,
+    ) -> None:
         from xdl_ec.net.job_secret import JobSecret
 
         if not isinstance(secret, JobSecret):
@@ -309,10 +334,13 @@ class LinkServer(LinkListener):
 
     def _authenticate(self, conn: socket.socket, peer: str) -> Tuple[Any, int]:
         """The links' handshake (:mod:`xdl_ec.net.link_handshake`) for a step link to this role and index."""
+
         def admit(hello: Hello) -> None:
             if hello.role != self.role or hello.index != self.obj.index:
-                raise _Refused(f"refused {peer}: it asked for {hello.role} {hello.index}, this is {self.role} "
-                               f"{self.obj.index} (a stale address?)")
+                raise _Refused(
+                    f"refused {peer}: it asked for {hello.role} {hello.index}, this is {self.role} "
+                    f"{self.obj.index} (a stale address?)"
+                )
 
         session, hello = link_handshake.accept_link(conn, peer, self.secret, "step", admit)
         return session, hello.caller
@@ -335,8 +363,7 @@ class LinkServer(LinkListener):
             if self._refuse():
                 return  # going down: the caller sees its link break
             if method not in self.methods:
-                answer: Any = (False, AttributeError(f"{self.role} links serve {sorted(self.methods)}, not "
-                                                     f"{method!r}"))
+                answer: Any = (False, AttributeError(f"{self.role} links serve {sorted(self.methods)}, not {method!r}"))
             else:
                 try:
                     answer = (True, getattr(self.obj, method)(*args))
@@ -363,11 +390,13 @@ class LinkHost:
         with lock:
             server = self._link_server
             if server is None:
-                server = self._link_server = LinkServer(self, self.link_role, secret,
-                                                        refuse=lambda: bool(getattr(self, "crash_requested", False)))
+                server = self._link_server = LinkServer(
+                    self, self.link_role, secret, refuse=lambda: bool(getattr(self, "crash_requested", False))
+                )
             elif server.secret != secret:
-                raise LinkRefused(f"{self.link_role} {getattr(self, 'index', '?')}: its links serve another "
-                                      f"run's secret")
+                raise LinkRefused(
+                    f"{self.link_role} {getattr(self, 'index', '?')}: its links serve another run's secret"
+                )
             return server.address
 
     def close_links(self) -> None:
@@ -430,12 +459,14 @@ class Link:
         host, port = Remote(self.handle, LinkAPI).open_links(self.secret).result(CONNECT_SECONDS)
         conn = connect(host, port, CONNECT_SECONDS)
         try:
-            session = link_handshake.open_link(conn, self.secret, "step", self.handle.role, self.handle.index,
-                                               self.caller, self.offer)
+            session = link_handshake.open_link(
+                conn, self.secret, "step", self.handle.role, self.handle.index, self.caller, self.offer
+            )
         except LinkRefused as err:
             conn.close()
-            raise LinkRefused(f"the direct link of {self.handle.role} {self.handle.index} at {host}:{port}: "
-                              f"{err}") from None
+            raise LinkRefused(
+                f"the direct link of {self.handle.role} {self.handle.index} at {host}:{port}: {err}"
+            ) from None
         except BaseException:
             conn.close()
             raise

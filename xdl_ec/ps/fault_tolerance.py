@@ -113,10 +113,14 @@ class FaultTolerance:
     def _report(self, parity_bytes: int) -> Dict[str, Any]:
         """The common report fields, with ``parity_bytes`` already known (a subclass may read it along with
         other figures in one round of calls)."""
-        return {"ft": self.name, "failures": [f.to_json() for f in self.failures],
-                "lost_samples": sum(f.lost_samples for f in self.failures),
-                "lost_updates": sum(f.lost_updates for f in self.failures),
-                "checkpoint_seconds": self.checkpoint_seconds, "parity_bytes": parity_bytes}
+        return {
+            "ft": self.name,
+            "failures": [f.to_json() for f in self.failures],
+            "lost_samples": sum(f.lost_samples for f in self.failures),
+            "lost_updates": sum(f.lost_updates for f in self.failures),
+            "checkpoint_seconds": self.checkpoint_seconds,
+            "parity_bytes": parity_bytes,
+        }
 
     def close(self) -> None:
         """The run ended (successfully or not)."""

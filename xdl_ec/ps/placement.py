@@ -88,13 +88,18 @@ def _too_few_nodes(n: int, k: int, r: int, nodes: Sequence[str]) -> str:
         ks = [kk for kk in range(1, min(n, MAX_K_PLUS_R) - rr + 1) if max_per_node(n, kk, rr) * len(nodes) >= n]
         if ks:
             fits.append(f"k <= {max(ks)} with r = {rr}")
-    remedy = (f"Add nodes, use a code that {len(nodes)} nodes can hold ({'; '.join(fits)})" if fits else
-              "Add nodes (one node holds every stripe whole, whatever the code)")
-    return (f"failure domain 'node': {n} servers under the code k={k}, r={r} cannot be placed on the Ray cluster's "
-            f"{len(nodes)} alive node(s) ({', '.join(short(x) for x in nodes)}) with at most r={r} members of any "
-            f"stripe on one node: a node may hold at most floor(n*r/(k+r)) = {most} servers, so {n} servers need at "
-            f"least {nodes_needed(n, k, r)} nodes. {remedy}, or place the servers anywhere with "
-            f"failure_domain='none' (--failure-domain none)")
+    remedy = (
+        f"Add nodes, use a code that {len(nodes)} nodes can hold ({'; '.join(fits)})"
+        if fits
+        else "Add nodes (one node holds every stripe whole, whatever the code)"
+    )
+    return (
+        f"failure domain 'node': {n} servers under the code k={k}, r={r} cannot be placed on the Ray cluster's "
+        f"{len(nodes)} alive node(s) ({', '.join(short(x) for x in nodes)}) with at most r={r} members of any "
+        f"stripe on one node: a node may hold at most floor(n*r/(k+r)) = {most} servers, so {n} servers need at "
+        f"least {nodes_needed(n, k, r)} nodes. {remedy}, or place the servers anywhere with "
+        f"failure_domain='none' (--failure-domain none)"
+    )
 
 
 def short(node: str) -> str:
@@ -147,10 +152,14 @@ class Placement:
         self.moves.append({"server": index, "from": self.nodes[index], "to": node, "keeps_rule": excess == 0})
         self.nodes[index] = node
         if excess:
-            warnings.warn(f"failure domain 'node' degraded: no alive node can hold a replacement of server {index} "
-                          f"with at most r={self.r} members of each of its stripes on one node; it runs on "
-                          f"{short(node)}, where a stripe now has {self.r + excess} members (losing that node would "
-                          f"lose more than r). Add a node to restore the rule", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"failure domain 'node' degraded: no alive node can hold a replacement of server {index} "
+                f"with at most r={self.r} members of each of its stripes on one node; it runs on "
+                f"{short(node)}, where a stripe now has {self.r + excess} members (losing that node would "
+                f"lose more than r). Add a node to restore the rule",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
     def spare_node(self, alive: Sequence[str], spares: Sequence[Optional[str]]) -> str:
         """Where an idle spare server goes: the alive node holding the fewest servers and spares."""
@@ -166,14 +175,22 @@ class Placement:
             on: Dict[str, List[int]] = {}
             for m in members:
                 on.setdefault(self.nodes[m], []).append(m)
-            found.extend({"stripe_servers": list(members), "node": node, "servers": servers}
-                         for node, servers in on.items() if len(servers) > self.r)
+            found.extend(
+                {"stripe_servers": list(members), "node": node, "servers": servers}
+                for node, servers in on.items()
+                if len(servers) > self.r
+            )
         return found
 
     def describe(self) -> Dict[str, Any]:
         """For the cluster map: the rule, the replacements made and the stripes that break the rule now."""
-        return {"failure_domain": "node", "code": [self.k, self.r], "worker_node": self.worker_node,
-                "moves": list(self.moves), "violations": self.violations()}
+        return {
+            "failure_domain": "node",
+            "code": [self.k, self.r],
+            "worker_node": self.worker_node,
+            "moves": list(self.moves),
+            "violations": self.violations(),
+        }
 
 
 def check_failure_domain(failure_domain: Optional[str], backend: str) -> None:
@@ -181,12 +198,15 @@ def check_failure_domain(failure_domain: Optional[str], backend: str) -> None:
     if failure_domain is not None and failure_domain not in FAILURE_DOMAINS:
         raise ValueError(f"failure_domain: must be one of {FAILURE_DOMAINS} or None, got {failure_domain!r}")
     if failure_domain == "node" and backend != "ray":
-        raise ValueError("failure_domain: 'node' places servers on Ray nodes; it needs backend='ray' (the local "
-                         "backend runs every role in this process)")
+        raise ValueError(
+            "failure_domain: 'node' places servers on Ray nodes; it needs backend='ray' (the local "
+            "backend runs every role in this process)"
+        )
 
 
-def plan_placement(backend: Any, failure_domain: Optional[str], servers: int,
-                   stripe_code: Optional[Tuple[int, int]]) -> Optional[Placement]:
+def plan_placement(
+    backend: Any, failure_domain: Optional[str], servers: int, stripe_code: Optional[Tuple[int, int]]
+) -> Optional[Placement]:
     """The placement of ``servers`` servers on ``backend``'s alive nodes (``backend.nodes()``), or None where Ray
     places them. ``stripe_code``: the strategy's (k, r), None when it keeps no stripes. Raises before any server
     starts: :class:`PlacementError` when the nodes are too few, ValueError when "node" cannot apply."""
@@ -195,8 +215,10 @@ def plan_placement(backend: Any, failure_domain: Optional[str], servers: int,
         return None
     if stripe_code is None:
         if failure_domain == "node":
-            raise ValueError("failure_domain: 'node' keeps at most r members of every erasure-coded stripe on one "
-                             "node; it needs ft='ec' (this run's servers form no stripes)")
+            raise ValueError(
+                "failure_domain: 'node' keeps at most r members of every erasure-coded stripe on one "
+                "node; it needs ft='ec' (this run's servers form no stripes)"
+            )
         return None
     alive = backend.nodes()
     if failure_domain is None and len(alive) < 2:

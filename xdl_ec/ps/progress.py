@@ -17,9 +17,15 @@ class Progress:
     """Counts a fit's steps: :meth:`update` after each (with the fit's samples so far and the step's loss),
     :meth:`close` at the end. ``enabled=False`` prints nothing."""
 
-    def __init__(self, total: Optional[int], enabled: bool, stream: Optional[TextIO] = None,
-                 every: float = PLAIN_EVERY_SECONDS, clock: Callable[[], float] = time.perf_counter,
-                 auc: Optional[Callable[[], Optional[float]]] = None) -> None:
+    def __init__(
+        self,
+        total: Optional[int],
+        enabled: bool,
+        stream: Optional[TextIO] = None,
+        every: float = PLAIN_EVERY_SECONDS,
+        clock: Callable[[], float] = time.perf_counter,
+        auc: Optional[Callable[[], Optional[float]]] = None,
+    ) -> None:
         """``auc``: the progressive AUC now (a :class:`~xdl_ec.model.progressive.ProgressiveWindow`'s), shown when
         it is defined."""
         self.total, self.every, self.clock, self.auc = total, every, clock, auc

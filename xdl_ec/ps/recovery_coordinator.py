@@ -51,11 +51,17 @@ class RecoveryCoordinator:
                         if confirmed is None:
                             raise
                         rolled_back = self.resume(strategy.recover(confirmed)) or rolled_back
-                strategy.failures.append(FailureRecord(step=step, role="worker", index=err.index,
-                                                       detect_seconds=detect,
-                                                       rebuild_seconds=time.perf_counter() - start,
-                                                       samples_per_sec_during_rebuild=0.0,
-                                                       lost_updates=t.pending_updates[err.index]))
+                strategy.failures.append(
+                    FailureRecord(
+                        step=step,
+                        role="worker",
+                        index=err.index,
+                        detect_seconds=detect,
+                        rebuild_seconds=time.perf_counter() - start,
+                        samples_per_sec_during_rebuild=0.0,
+                        lost_updates=t.pending_updates[err.index],
+                    )
+                )
                 t.pending_updates[err.index] = 0
                 continue
             before = len(strategy.failures)
@@ -74,7 +80,7 @@ class RecoveryCoordinator:
         if resume.reader_position is None:
             return False  # nothing rolled back: the failed step is retried
         if t.cluster.mode == "sync":
-            del t.losses[resume.step:]
+            del t.losses[resume.step :]
         t.step = resume.step
         t.worker_batches = [int(n) for n in resume.reader_position["worker_batches"]]
         # the readers' sample counts rewind with them: a second rollback to the same position counts what was
@@ -97,9 +103,9 @@ class RecoveryCoordinator:
         handle = t.scheduler.start_worker(index, t.worker_class, t.worker_args(index))
         previous, before = t.push_seqs[index], t.unlogged_push_seqs[index]
         if previous is not None:  # the predecessor's pushes died with its log (durable or not)
-            t.unlogged_push_seqs[index] = previous if before is None else \
-                [max(a, b) for a, b in zip(before, previous)]
+            t.unlogged_push_seqs[index] = previous if before is None else [max(a, b) for a, b in zip(before, previous)]
         t.workers[index] = handle
         t.scheduler.worker_restarted(index, handle)
-        t.has_next[index] = bool(t.result(t.worker(index).seek(t.worker_batches[index]),
-                                          timeout=max(t.cluster.call_timeout, 120.0)))
+        t.has_next[index] = bool(
+            t.result(t.worker(index).seek(t.worker_batches[index]), timeout=max(t.cluster.call_timeout, 120.0))
+        )

@@ -18,8 +18,7 @@ from .handle import Handle
 
 @functools.lru_cache(maxsize=None)  # a Remote is made per call in places: inspecting the class each time showed up
 def _declared(api: type) -> FrozenSet[str]:
-    return frozenset(name for name, member in inspect.getmembers(api)
-                     if not name.startswith("_") and callable(member))
+    return frozenset(name for name, member in inspect.getmembers(api) if not name.startswith("_") and callable(member))
 
 
 class Remote:

@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from xdl_ec.settings import checks
 from xdl_ec.sparse.table_config import Table
+
 from .api import ServerAPI
 from .backend import CallTimeout, Handle, RoleLost, lost_error
 from .placement import Placement
@@ -32,8 +33,14 @@ class Scheduler:
     start, which a recovery would otherwise wait for while training stands still). ``placement``: the node of every
     server (None: wherever the backend puts it)."""
 
-    def __init__(self, backend: Any, num_servers: int, tables: Sequence[Table], spares: int = 0,
-                 placement: Optional[Placement] = None) -> None:
+    def __init__(
+        self,
+        backend: Any,
+        num_servers: int,
+        tables: Sequence[Table],
+        spares: int = 0,
+        placement: Optional[Placement] = None,
+    ) -> None:
         checks.positive_int("num_servers", num_servers)
         checks.non_negative_int("spares", spares)
         if placement is not None and len(placement.nodes) != num_servers:
@@ -43,8 +50,9 @@ class Scheduler:
         self.tables: Tuple[Table, ...] = tuple(tables)
         self._server_count = num_servers  # each server keeps its even share of a table's Evict(max_rows)
         self.version = 0
-        self.servers: List[Handle] = [self._start_server(i, None if placement is None else placement.node_of(i))
-                                      for i in range(num_servers)]
+        self.servers: List[Handle] = [
+            self._start_server(i, None if placement is None else placement.node_of(i)) for i in range(num_servers)
+        ]
         self.workers: List[Handle] = []
         self.dead: Dict[Tuple[str, int], str] = {}
         self._spares: List[Handle] = []
@@ -110,13 +118,18 @@ class Scheduler:
 
     def cluster_map(self) -> Dict[str, Any]:
         """Servers and workers with their state, tables, and the map's version."""
+
         def entry(role: str, h: Handle) -> Dict[str, Any]:
             placed = {} if h.node is None else {"node": h.node}
             return {"index": h.index, "alive": (role, h.index) not in self.dead, **placed}
-        return {"version": self.version, "tables": [t.name for t in self.tables],
-                "servers": [entry("server", h) for h in self.servers],
-                "workers": [entry("worker", h) for h in self.workers],
-                "placement": {"failure_domain": "none"} if self.placement is None else self.placement.describe()}
+
+        return {
+            "version": self.version,
+            "tables": [t.name for t in self.tables],
+            "servers": [entry("server", h) for h in self.servers],
+            "workers": [entry("worker", h) for h in self.workers],
+            "placement": {"failure_domain": "none"} if self.placement is None else self.placement.describe(),
+        }
 
     def _handle(self, role: str, index: int) -> Handle:
         handles = self.servers if role == "server" else self.workers

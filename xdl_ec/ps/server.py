@@ -13,7 +13,8 @@ of the server's process: ``open_links``); everything else through Ray.
 The shards, each worker's last push seq and the lock live in the native :class:`xdl_ec._core.ShardServer`
 (``core``) too, which serves a one-worker step's ``push_pull`` (or a caching worker's ``push_pull_stale``) arriving
 over a direct link without the interpreter (``serve_link``) while the agent allows it
-(:meth:`~xdl_ec.ps.agent.ServerAgent.native_path`); what it declines comes here unchanged. Both paths give the same acks, rows and bytes.
+(:meth:`~xdl_ec.ps.agent.ServerAgent.native_path`); what it declines comes here unchanged. Both paths give the same
+acks, rows and bytes.
 
 Sync mode (``participants > 1``): the pushes of one step from several workers are buffered per table until all
 ``participants`` arrived, then applied as ONE shard push of the concatenation in worker order, each worker's
@@ -34,10 +35,11 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from xdl_ec import _core
-from xdl_ec.settings import checks
 from xdl_ec.keep.checkpoint import ShardCheckpoint
+from xdl_ec.settings import checks
 from xdl_ec.sparse.table import MAX_REPEATS, EmbeddingTable, as_keys, as_repeats, as_rows
 from xdl_ec.sparse.table_config import Table
+
 from .agent import ServerAgent
 from .api import PushAck, PushPart
 from .backend import ServerLost, in_ray_actor
@@ -69,8 +71,16 @@ class ParameterServer(LinkHost):
         # and copies from an older one are not trusted (see pull_stale).
         self.epoch = 0
         self._new_epoch()
-        self._counters = {"bytes_in": 0, "bytes_out": 0, "pulls": 0, "pushes": 0, "keys_pulled": 0,
-                          "keys_pushed": 0, "steps_applied": 0, "requests": 0}
+        self._counters = {
+            "bytes_in": 0,
+            "bytes_out": 0,
+            "pulls": 0,
+            "pushes": 0,
+            "keys_pulled": 0,
+            "keys_pushed": 0,
+            "steps_applied": 0,
+            "requests": 0,
+        }
         for table in tables:
             self.create_table(table)
         self._sync_native()
@@ -125,8 +135,9 @@ class ParameterServer(LinkHost):
         index = checks.non_negative_int("index", index)
         with self.lock:
             if self._has_agent or self.core.seqs() or any(len(t) for t in self._tables.values()):
-                raise ValueError(f"take_index: server {self.index} already holds state; only an idle spare can "
-                                 f"become server {index}")
+                raise ValueError(
+                    f"take_index: server {self.index} already holds state; only an idle spare can become server {index}"
+                )
             self.index = self.core.index = index
 
     # ---- training path --------------------------------------------------------------------------------
@@ -161,8 +172,10 @@ class ParameterServer(LinkHost):
         return self._pull_stale(requests, epoch)
 
     def _pull_stale(self, requests: Sequence[Tuple[str, Any, Any, int]], epoch: int) -> Tuple[int, List[tuple]]:
-        parts = [(self.table(name), as_keys(keys), np.asarray(known, dtype=np.int32), int(staleness))
-                 for name, keys, known, staleness in requests]
+        parts = [
+            (self.table(name), as_keys(keys), np.asarray(known, dtype=np.int32), int(staleness))
+            for name, keys, known, staleness in requests
+        ]
         out = []
         with self.lock:
             current = self.cache_epoch()
@@ -235,8 +248,10 @@ class ParameterServer(LinkHost):
             if type(seq) is not int or seq < 0:
                 seq = checks.non_negative_int("seq", seq)
             if not np.isfinite(grads).all():
-                raise ValueError(f"grads: NaN or Inf in the push of worker {worker} to table {name!r} at step "
-                                 f"{step}; nothing applied")
+                raise ValueError(
+                    f"grads: NaN or Inf in the push of worker {worker} to table {name!r} at step "
+                    f"{step}; nothing applied"
+                )
             checked.append((table, keys, grads, seq, repeats))
         last = 0
         applied = True
@@ -259,8 +274,9 @@ class ParameterServer(LinkHost):
             durable = self.agent.durable(worker)
         return PushAck(self.index, worker, last, step, applied, durable)
 
-    def push_pull(self, parts: Sequence[PushPart], step: int, worker: int, participants: int,
-                  requests: Sequence[Tuple[str, Any]]) -> Tuple[Optional[PushAck], Optional[List[np.ndarray]]]:
+    def push_pull(
+        self, parts: Sequence[PushPart], step: int, worker: int, participants: int, requests: Sequence[Tuple[str, Any]]
+    ) -> Tuple[Optional[PushAck], Optional[List[np.ndarray]]]:
         """:meth:`push` of ``parts`` (none when empty), then :meth:`pull` of ``requests``, in that order: a worker's
         push of step t and its rows of step t + 1 in one request (see :mod:`xdl_ec.ps.worker`). A push that
         raises pulls nothing, and so does a server that dies right after answering the push (an injected crash):
@@ -271,9 +287,16 @@ class ParameterServer(LinkHost):
             return ack, None
         return ack, (self._pull(requests) if requests else [])
 
-    def push_pull_stale(self, parts: Sequence[PushPart], step: int, worker: int, participants: int,
-                        requests: Sequence[Tuple[str, Any]], stale: Sequence[Tuple[str, Any, Any, int]],
-                        epoch: int) -> Tuple[Optional[PushAck], Optional[List[np.ndarray]], Optional[tuple]]:
+    def push_pull_stale(
+        self,
+        parts: Sequence[PushPart],
+        step: int,
+        worker: int,
+        participants: int,
+        requests: Sequence[Tuple[str, Any]],
+        stale: Sequence[Tuple[str, Any, Any, int]],
+        epoch: int,
+    ) -> Tuple[Optional[PushAck], Optional[List[np.ndarray]], Optional[tuple]]:
         """:meth:`push_pull` for a caching worker: after the push, the :meth:`pull` of ``requests`` (tables without
         a cache) and the :meth:`pull_stale` of ``stale`` at ``epoch``; (ack, rows, (epoch, answers)), the last two
         None when the server dies right after the push."""
@@ -283,13 +306,23 @@ class ParameterServer(LinkHost):
             return ack, None, None
         return ack, (self._pull(requests) if requests else []), self._pull_stale(stale, epoch)
 
-    def _buffer(self, table: EmbeddingTable, keys: np.ndarray, grads: np.ndarray, step: int, worker: int, seq: int,
-                participants: int, repeats: Optional[np.ndarray] = None) -> bool:
+    def _buffer(
+        self,
+        table: EmbeddingTable,
+        keys: np.ndarray,
+        grads: np.ndarray,
+        step: int,
+        worker: int,
+        seq: int,
+        participants: int,
+        repeats: Optional[np.ndarray] = None,
+    ) -> bool:
         """Buffers one worker's part of a sync step; applies the step's parts merged once all arrived."""
         pending = self._pending.setdefault((table.name, step), {})
         if worker in pending:
-            raise ValueError(f"worker {worker} already pushed step {step} of table {table.name!r} to server "
-                             f"{self.index}")
+            raise ValueError(
+                f"worker {worker} already pushed step {step} of table {table.name!r} to server {self.index}"
+            )
         pending[worker] = (keys, grads, seq, repeats)
         if len(pending) < participants:
             return False
@@ -393,10 +426,14 @@ class ParameterServer(LinkHost):
             state = as_rows(rows["state"], keys.size, t.state_floats, "rows['state']", "state_floats")
             if t.config.bounded and "uses" in rows:  # the words and pending ids go in the load's own deltas
                 none = np.zeros(0, np.int64)
-                t.shard.stage_load_words(keys, np.asarray(rows["uses"], np.uint32), as_keys(rows["last_step"]),
-                                         as_keys(rows.get("pending_keys", none)),
-                                         np.asarray(rows.get("pending_uses", none), np.uint32),
-                                         as_keys(rows.get("pending_last_step", none)))
+                t.shard.stage_load_words(
+                    keys,
+                    np.asarray(rows["uses"], np.uint32),
+                    as_keys(rows["last_step"]),
+                    as_keys(rows.get("pending_keys", none)),
+                    np.asarray(rows.get("pending_uses", none), np.uint32),
+                    as_keys(rows.get("pending_last_step", none)),
+                )
             self.agent.load_rows(self, t, keys, values, state)
             self._new_epoch()
             return int(keys.size)
@@ -466,8 +503,9 @@ class ParameterServer(LinkHost):
             self._pending.clear()
 
 
-def _merge_repeats(keys: np.ndarray, grads: np.ndarray, parts: Sequence[Tuple[np.ndarray, Optional[np.ndarray]]]
-                   ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _merge_repeats(
+    keys: np.ndarray, grads: np.ndarray, parts: Sequence[Tuple[np.ndarray, Optional[np.ndarray]]]
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A sync step's parts merged where some carry repeat counts: each key once, its gradients summed (already
     divided by the participants), its count the most any one worker's part gives it: W workers that each held a
     row for c steps stand for c steps of the mean over workers, not W * c."""
@@ -478,8 +516,9 @@ def _merge_repeats(keys: np.ndarray, grads: np.ndarray, parts: Sequence[Tuple[np
     start = 0
     for part_keys, part_repeats in parts:
         mine = np.zeros(unique.size, np.int64)
-        np.add.at(mine, inverse[start:start + part_keys.size],
-                  1 if part_repeats is None else part_repeats.astype(np.int64))
+        np.add.at(
+            mine, inverse[start : start + part_keys.size], 1 if part_repeats is None else part_repeats.astype(np.int64)
+        )
         counts = np.maximum(counts, mine)
         start += part_keys.size
     return unique, summed, np.minimum(counts, MAX_REPEATS).astype(np.uint32)

@@ -23,15 +23,16 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
-from xdl_ec.settings import checks
-from xdl_ec.sparse.cache_config import Cache
-from xdl_ec.sparse.row_rules import merged_reports
 from xdl_ec.model.dense_model import DenseModel
 from xdl_ec.model.digest import model_digest
 from xdl_ec.model.evaluation import evaluate_batches
 from xdl_ec.model.job_spec import JobSpec
 from xdl_ec.model.model_step import ModelStep
 from xdl_ec.model.progressive import ProgressiveWindow
+from xdl_ec.settings import checks
+from xdl_ec.sparse.cache_config import Cache
+from xdl_ec.sparse.row_rules import merged_reports
+
 from .api import ServerAPI, WorkerAPI
 from .async_loop import run_async
 from .backend import DEFAULT_TIMEOUT, CallTimeout, RoleLost, make_backend
@@ -84,9 +85,16 @@ class PSTrainer:
 
     worker_class = Worker
 
-    def __init__(self, job: JobSpec, cluster: ClusterConfig, settings: RunSettings = RunSettings(),
-                 strategy: Optional[FaultTolerance] = None, injector: Any = None, progress: bool = False,
-                 caches: Optional[Dict[str, Cache]] = None) -> None:
+    def __init__(
+        self,
+        job: JobSpec,
+        cluster: ClusterConfig,
+        settings: RunSettings = RunSettings(),
+        strategy: Optional[FaultTolerance] = None,
+        injector: Any = None,
+        progress: bool = False,
+        caches: Optional[Dict[str, Cache]] = None,
+    ) -> None:
         """``caches``: {table: Cache}, the workers' embedding caches (:mod:`xdl_ec.ps.cached_client`)."""
         checks.instance("job", job, JobSpec)
         checks.instance("cluster", cluster, ClusterConfig)
@@ -96,8 +104,9 @@ class PSTrainer:
         self.caches: Dict[str, Cache] = dict(caches or {})
         for name, cache in self.caches.items():
             checks.instance(f"caches[{name!r}]", cache, Cache)
-            cache.check_memory(name, {t.name: t.dim for t in job.tables}[name],
-                               cluster.workers if cluster.backend == "local" else 1)
+            cache.check_memory(
+                name, {t.name: t.dim for t in job.tables}[name], cluster.workers if cluster.backend == "local" else 1
+            )
         self.pending_updates = [0] * cluster.workers  # per worker, as of its last answered step
         self._restored_samples = 0  # samples a resumed run's save had trained
         self.strategy, self.injector, self.progress = strategy, injector, progress
@@ -149,16 +158,25 @@ class PSTrainer:
             self.backend.share_code([job.model_fn, job.input_fn, job.loss, job.eval_fn])
             self.workers = self.scheduler.start_workers(cluster.workers, self.worker_class, self.worker_args)
             # workers build their models and read their first batch: wait for them before the clock starts
-            signatures = [self.result(self.worker(i).batch_signature(), timeout=max(cluster.call_timeout, 120.0))
-                          for i in range(cluster.workers)]
+            signatures = [
+                self.result(self.worker(i).batch_signature(), timeout=max(cluster.call_timeout, 120.0))
+                for i in range(cluster.workers)
+            ]
             self.has_next = [s is not None for s in signatures]
             known = [s for s in signatures if s is not None]
             if not known:
                 raise ValueError("input_fn: no worker got a batch (every worker's input is empty)")
             if any(s != known[0] for s in known):
                 raise ValueError(f"input_fn: workers' batches differ in their features' shapes: {signatures}")
-            model = DenseModel(job.model_fn, job.dense_optimizer, job.dense_learning_rate, known[0], job.dims(),
-                               job.combiners(), settings.seed)
+            model = DenseModel(
+                job.model_fn,
+                job.dense_optimizer,
+                job.dense_learning_rate,
+                known[0],
+                job.dims(),
+                job.combiners(),
+                settings.seed,
+            )
             # the driver's dense state; a single worker applies its own updates (see xdl_ec.ps.dense_sync)
             self._dense = DriverDense(model, self.worker_applies_dense, self._worker_dense_state)
             self.signature = known[0]
@@ -178,8 +196,21 @@ class PSTrainer:
     def worker_args(self, index: int) -> tuple:
         prefetch = self.cluster.workers == 1 or self.cluster.mode == "async"
         applies = self.worker_applies_dense
-        return (index, self.cluster.workers, self.job, self.settings, list(self.scheduler.servers), prefetch,
-                self.cluster.call_timeout, None, applies, self.caches, self.table_rows(), applies, self.link_secret)
+        return (
+            index,
+            self.cluster.workers,
+            self.job,
+            self.settings,
+            list(self.scheduler.servers),
+            prefetch,
+            self.cluster.call_timeout,
+            None,
+            applies,
+            self.caches,
+            self.table_rows(),
+            applies,
+            self.link_secret,
+        )
 
     # ---- the dense model (see xdl_ec.ps.dense_sync) -----------------------------------------------------------
     @property
@@ -280,8 +311,9 @@ class PSTrainer:
         strategy's rebuild, if one is under way, completes first: a save reads every server whole."""
         self.strategy.finish_rebuild()
         servers = self.scheduler.servers
-        written, lost = self.drain([Remote(s, ServerAPI).save(str(pending.server_dir(i)), pending.step)
-                                    for i, s in enumerate(servers)])
+        written, lost = self.drain(
+            [Remote(s, ServerAPI).save(str(pending.server_dir(i)), pending.step) for i, s in enumerate(servers)]
+        )
         if lost:
             raise lost[0]
         return int(sum(written))
@@ -297,8 +329,9 @@ class PSTrainer:
         servers = self.scheduler.servers
         for table in self.job.tables:
             routed = saved.routed_rows(table.name, len(servers))
-            _, lost = self.drain([Remote(servers[i], ServerAPI).load_rows(table.name, rows)
-                                  for i, rows in routed.items()])
+            _, lost = self.drain(
+                [Remote(servers[i], ServerAPI).load_rows(table.name, rows) for i, rows in routed.items()]
+            )
             if lost:
                 raise lost[0]
         self.dense.load_state(*saved.dense_state())
@@ -306,8 +339,12 @@ class PSTrainer:
         self.samples = self._restored_samples = saved.samples
         self.worker_batches = saved.worker_batches
         self.worker_samples = saved.worker_samples
-        answers, lost = self.drain([self.worker(i).seek(n, state)
-                                    for i, (n, state) in enumerate(zip(self.worker_batches, saved.worker_inputs))])
+        answers, lost = self.drain(
+            [
+                self.worker(i).seek(n, state)
+                for i, (n, state) in enumerate(zip(self.worker_batches, saved.worker_inputs))
+            ]
+        )
         if lost:
             raise lost[0]
         self.has_next = [bool(a) for a in answers]
@@ -371,8 +408,7 @@ class PSTrainer:
         handle = self.scheduler.replace_server(index)
         self.client.servers[index] = handle
         workers = self.live_workers()
-        _, lost = self.drain([self.worker(i).set_server(index, handle) for i, w in enumerate(workers)
-                              if w is not None])
+        _, lost = self.drain([self.worker(i).set_server(index, handle) for i, w in enumerate(workers) if w is not None])
         if lost:
             raise lost[0]
         return handle
@@ -388,14 +424,20 @@ class PSTrainer:
         # resume continues there instead of re-reading the input up to its batch count
         # (a worker lost meanwhile gives None: its input is skipped to instead)
         inputs, _ = self.drain([self.worker(i).input_position() for i in range(len(self.workers))])
-        return {"step": self.step, "worker_batches": list(self.worker_batches),
-                "worker_samples": list(self.worker_samples), "worker_inputs": list(inputs)}
+        return {
+            "step": self.step,
+            "worker_batches": list(self.worker_batches),
+            "worker_samples": list(self.worker_samples),
+            "worker_inputs": list(inputs),
+        }
 
     # ---- the loop's bookkeeping -------------------------------------------------------------------------
     def check_finite(self, result: StepResult) -> None:
         if not math.isfinite(result.loss):
-            raise FloatingPointError(f"training diverged at step {self.step + 1} (worker {result.worker}): loss is "
-                                     f"{result.loss}; lower the learning rates")
+            raise FloatingPointError(
+                f"training diverged at step {self.step + 1} (worker {result.worker}): loss is "
+                f"{result.loss}; lower the learning rates"
+            )
 
     def note_result(self, i: int, result: StepResult) -> None:
         self.worker_batches[i] += 1
@@ -444,16 +486,25 @@ class PSTrainer:
         seconds = end - start
         samples = self.samples - self._fit_samples
         first_end, first_samples = self._first_step_end, self._first_samples
-        steady = (self.samples - first_samples) / (end - first_end) \
-            if first_end is not None and self.samples > first_samples else None
+        steady = (
+            (self.samples - first_samples) / (end - first_end)
+            if first_end is not None and self.samples > first_samples
+            else None
+        )
         injected = [] if self.injector is None else self.injector.injected()
-        return {"samples": samples, "steps": self.step, "steps_this_fit": self.step - first_step,
-                "train_seconds": seconds, "samples_per_sec": samples / seconds if seconds > 0 else 0.0,
-                "steady_samples_per_sec": steady,
-                "final_loss": float(np.mean(self.losses[-LAST_LOSSES:])) if self.losses else None,
-                "timeline": self.timeline, "progressive": self.progressive.report(),
-                "injected": [{**k, "seconds": k["time"] - start} for k in injected],
-                **self.strategy.report()}
+        return {
+            "samples": samples,
+            "steps": self.step,
+            "steps_this_fit": self.step - first_step,
+            "train_seconds": seconds,
+            "samples_per_sec": samples / seconds if seconds > 0 else 0.0,
+            "steady_samples_per_sec": steady,
+            "final_loss": float(np.mean(self.losses[-LAST_LOSSES:])) if self.losses else None,
+            "timeline": self.timeline,
+            "progressive": self.progressive.report(),
+            "injected": [{**k, "seconds": k["time"] - start} for k in injected],
+            **self.strategy.report(),
+        }
 
     # ---- evaluation and report --------------------------------------------------------------------------
     def find_rows(self, keys: Dict[str, np.ndarray]) -> Dict[str, tuple]:
@@ -493,11 +544,30 @@ class PSTrainer:
         return {
             **caching,
             "embedding_rows": sum(sum(s["rows"].values()) for s in servers),
-            **({"tables": merged_reports([s["tables"] for s in servers if "tables" in s])}
-               if any("tables" in s for s in servers) else {}),
+            **(
+                {"tables": merged_reports([s["tables"] for s in servers if "tables" in s])}
+                if any("tables" in s for s in servers)
+                else {}
+            ),
             "cluster": {**dataclasses.asdict(self.cluster), "map": self.scheduler.cluster_map()},
-            "servers": [{k: s[k] for k in ("index", "bytes_in", "bytes_out", "requests", "native_requests", "pulls",
-                                           "pushes", "keys_pulled", "keys_pushed", "rows")} for s in servers],
+            "servers": [
+                {
+                    k: s[k]
+                    for k in (
+                        "index",
+                        "bytes_in",
+                        "bytes_out",
+                        "requests",
+                        "native_requests",
+                        "pulls",
+                        "pushes",
+                        "keys_pulled",
+                        "keys_pushed",
+                        "rows",
+                    )
+                }
+                for s in servers
+            ],
             "workers": workers,
             "bytes_pulled_per_sample": sum(w["bytes_pulled"] + w["bytes_requested"] for w in workers) / samples,
             "bytes_pushed_per_sample": sum(w["bytes_pushed"] for w in workers) / samples,

@@ -43,13 +43,14 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from xdl_ec.sparse.cache_config import Cache
 from xdl_ec.model.dense_model import DenseModel
-from xdl_ec.tf.determinism import configure_determinism
 from xdl_ec.model.feature_batch import FeatureBatch
 from xdl_ec.model.input_stream import InputStream
 from xdl_ec.model.job_spec import JobSpec
 from xdl_ec.model.model_step import ModelStep
+from xdl_ec.sparse.cache_config import Cache
+from xdl_ec.tf.determinism import configure_determinism
+
 from .backend import Handle, RoleLost
 from .cached_client import CachedClient
 from .client import PSClient
@@ -111,11 +112,23 @@ class Worker(LinkHost):
 
     link_role = "worker"
 
-    def __init__(self, index: int, count: int, job: JobSpec, settings: RunSettings, servers: Sequence[Handle],
-                 prefetch_across_steps: bool, call_timeout: Optional[float] = None, client: Any = None,
-                 apply_dense: bool = False, caches: Optional[Mapping[str, Cache]] = None,
-                 table_rows: Optional[Mapping[str, int]] = None, report_dense: bool = False,
-                 link_secret: Any = None, combine_calls: bool = True) -> None:
+    def __init__(
+        self,
+        index: int,
+        count: int,
+        job: JobSpec,
+        settings: RunSettings,
+        servers: Sequence[Handle],
+        prefetch_across_steps: bool,
+        call_timeout: Optional[float] = None,
+        client: Any = None,
+        apply_dense: bool = False,
+        caches: Optional[Mapping[str, Cache]] = None,
+        table_rows: Optional[Mapping[str, int]] = None,
+        report_dense: bool = False,
+        link_secret: Any = None,
+        combine_calls: bool = True,
+    ) -> None:
         """``apply_dense``: each step applies its dense gradients to this worker's model itself, inside the same
         TF call (one process; a cluster's only worker), and answers none unless ``report_dense`` (a cluster's only
         worker answers them: the driver logs them, see :mod:`xdl_ec.ps.dense_sync`). ``caches``: {table: Cache},
@@ -132,8 +145,11 @@ class Worker(LinkHost):
         self.link_secret = link_secret
         if client is None:
             servers = [self._linked(h) for h in servers]
-            client = PSClient(servers, worker=index) if call_timeout is None else \
-                PSClient(servers, worker=index, timeout=call_timeout)
+            client = (
+                PSClient(servers, worker=index)
+                if call_timeout is None
+                else PSClient(servers, worker=index, timeout=call_timeout)
+            )
             client.resume_seqs()  # a restarted worker continues its predecessor's push seqs (and log, under ec)
             if caches:
                 client = CachedClient(client, caches, {t.name: t.dim for t in job.tables}, table_rows)
@@ -141,8 +157,15 @@ class Worker(LinkHost):
         self.combine_calls = combine_calls and prefetch_across_steps and type(client) in (PSClient, CachedClient)
         self._last_step = 0
         self._dims = {t.name: t.dim for t in job.tables}
-        self._stream = InputStream(job.input_fn, index, count, job.features, track_fresh=prefetch_across_steps,
-                                   inputs=job.inputs, heads=job.heads)
+        self._stream = InputStream(
+            job.input_fn,
+            index,
+            count,
+            job.features,
+            track_fresh=prefetch_across_steps,
+            inputs=job.inputs,
+            heads=job.heads,
+        )
         self._current: Optional[FeatureBatch] = self._stream.next()
         self._pending: Any = None  # the prefetched rows of _current's fresh keys
         self._step: Optional[ModelStep] = None
@@ -150,8 +173,14 @@ class Worker(LinkHost):
         if self._current is not None:
             self._build(self._current.signature())
         # wall seconds per phase of train_step; "in_step": the whole call (dense weights set included)
-        self.seconds: Dict[str, float] = {"set_weights": 0.0, "pull_wait": 0.0, "data_wait": 0.0, "compute": 0.0,
-                                          "push": 0.0, "in_step": 0.0}
+        self.seconds: Dict[str, float] = {
+            "set_weights": 0.0,
+            "pull_wait": 0.0,
+            "data_wait": 0.0,
+            "compute": 0.0,
+            "push": 0.0,
+            "in_step": 0.0,
+        }
         self.steps = 0
         self._unacked: List[Any] = []  # push futures not yet awaited (see train_step)
         self._resend: List[Tuple[int, tuple]] = []  # (server, push) lost with its server, for its replacement
@@ -160,8 +189,15 @@ class Worker(LinkHost):
     def _build(self, signature: Tuple[Any, ...]) -> None:
         self._signature = signature
         job = self.job
-        self.dense = DenseModel(job.model_fn, job.dense_optimizer, job.dense_learning_rate, signature, job.dims(),
-                                job.combiners(), self.settings.seed)
+        self.dense = DenseModel(
+            job.model_fn,
+            job.dense_optimizer,
+            job.dense_learning_rate,
+            signature,
+            job.dims(),
+            job.combiners(),
+            self.settings.seed,
+        )
         self._step = ModelStep.of(job, self.dense, signature, apply=self.apply_dense, return_dense=self.report_dense)
 
     @property
@@ -201,8 +237,7 @@ class Worker(LinkHost):
             return self.client.pull(requests)
         if isinstance(pending, _AllRows):  # every key's rows, pulled with the previous step's push
             return pending.rows.result()
-        stale = {t: (keys[~batch.fresh[t]], self._dims[t]) for t, keys in batch.keys.items()
-                 if (~batch.fresh[t]).any()}
+        stale = {t: (keys[~batch.fresh[t]], self._dims[t]) for t, keys in batch.keys.items() if (~batch.fresh[t]).any()}
         later = self.client.pull_async(stale) if stale else None
         fresh_rows = pending.result()
         later_rows = later.result() if later is not None else {}
@@ -217,8 +252,9 @@ class Worker(LinkHost):
         return rows
 
     @_serialised
-    def train_step(self, step: int, weights: Optional[Sequence[np.ndarray]], participants: int,
-                   more: bool = True) -> Optional[StepResult]:
+    def train_step(
+        self, step: int, weights: Optional[Sequence[np.ndarray]], participants: int, more: bool = True
+    ) -> Optional[StepResult]:
         """Trains this worker's next batch at optimizer ``step`` with dense ``weights`` (None: keep its own; a
         :class:`DenseState`: load it whole first); None when its input is exhausted. ``participants``: pushes a
         server waits for at this step (sync mode). ``more``: another step may follow in this fit, so the next
@@ -233,8 +269,9 @@ class Worker(LinkHost):
         finally:
             self.seconds["in_step"] += time.perf_counter() - start
 
-    def _train_step(self, step: int, weights: Optional[Sequence[np.ndarray]], participants: int,
-                    more: bool) -> Optional[StepResult]:
+    def _train_step(
+        self, step: int, weights: Optional[Sequence[np.ndarray]], participants: int, more: bool
+    ) -> Optional[StepResult]:
         self._resend_lost()
         if self._pushed is not None and self._pushed[0] == step:
             # the retry of a step whose push already reached every live server (the lost one's part is in the
@@ -273,9 +310,17 @@ class Worker(LinkHost):
         t2 = time.perf_counter()
         grads = {t: (batch.keys[t], g) for t, g in row_grads.items()}
         heads = self.built_step.heads
-        result = StepResult(self.index, loss, len(batch), dense_grads, None, nxt is not None,
-                            labels=[batch.labels_of(h) for h in (heads or (None,))], probabilities=probs,
-                            heads=None if heads is None else tuple(heads))
+        result = StepResult(
+            self.index,
+            loss,
+            len(batch),
+            dense_grads,
+            None,
+            nxt is not None,
+            labels=[batch.labels_of(h) for h in (heads or (None,))],
+            probabilities=probs,
+            heads=None if heads is None else tuple(heads),
+        )
         self._last_step = step
         if combine and nxt is not None:  # (combine implies a next batch)
             # the push and the next batch's rows in one request per server, applied in that order there. Sent
@@ -397,9 +442,15 @@ class Worker(LinkHost):
     @_serialised
     def stats(self) -> Dict[str, Any]:
         """Steps, seconds spent waiting for pulls / computing / pushing, and the client's byte counters."""
-        out = {"index": self.index, "steps": self.steps, **{f"{k}_seconds": v for k, v in self.seconds.items()},
-               "bytes_pulled": self.client.bytes_pulled, "bytes_requested": self.client.bytes_requested,
-               "bytes_pushed": self.client.bytes_pushed, "input": self._stream.stats()}
+        out = {
+            "index": self.index,
+            "steps": self.steps,
+            **{f"{k}_seconds": v for k, v in self.seconds.items()},
+            "bytes_pulled": self.client.bytes_pulled,
+            "bytes_requested": self.client.bytes_requested,
+            "bytes_pushed": self.client.bytes_pushed,
+            "input": self._stream.stats(),
+        }
         if isinstance(self.client, CachedClient):
             out["cache"] = self.client.cache_stats()
         return out

@@ -22,8 +22,11 @@ def integer(name: str, value: Any, low: Optional[int] = None, high: Optional[int
         raise WrongKind(f"{name}: must be an int, got {type(value).__name__} {value!r}")
     value = int(value)
     if (low is not None and value < low) or (high is not None and value > high):
-        bound = f"in [{low}, {high}]" if low is not None and high is not None else \
-            (f">= {low}" if low is not None else f"<= {high}")
+        bound = (
+            f"in [{low}, {high}]"
+            if low is not None and high is not None
+            else (f">= {low}" if low is not None else f"<= {high}")
+        )
         raise ValueError(f"{name}: must be an int {bound}, got {value}")
     return value
 
@@ -56,8 +59,14 @@ def at_least(owner: str, name: str, value: Any, low: float = 0.0, strict: bool =
     return value
 
 
-def number(name: str, value: Any, low: Optional[float] = None, high: Optional[float] = None,
-           low_open: bool = False, high_open: bool = False) -> float:
+def number(
+    name: str,
+    value: Any,
+    low: Optional[float] = None,
+    high: Optional[float] = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
     """A finite float in the interval given by the bounds (open or closed at each end)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise WrongKind(f"{name}: must be a number, got {type(value).__name__} {value!r}")

@@ -6,7 +6,6 @@ import dataclasses
 from typing import Any, Dict
 
 
-
 class HyperParameters:
     """Base of frozen dataclasses whose fields map onto a ``_core`` config struct of the same names."""
 

@@ -80,8 +80,9 @@ class IntervalPolicy:
         chosen = sum([self.steps is not None, self.seconds is not None, bool(self.auto)])
         if chosen != 1:
             raise ValueError("IntervalPolicy: give exactly one of steps, seconds or auto=True")
-        if self.steps is not None and (isinstance(self.steps, bool) or not isinstance(self.steps, int)
-                                       or self.steps < 1):
+        if self.steps is not None and (
+            isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1
+        ):
             raise ValueError(f"steps must be an int >= 1, got {self.steps!r}")
         if self.seconds is not None:
             self.seconds = _positive("seconds", self.seconds)
@@ -146,5 +147,4 @@ def parse_interval(text: str, mtbf_seconds: Optional[float] = None) -> IntervalP
         return IntervalPolicy(seconds=float(m.group(1)))
     if value.isdigit() and int(value) > 0:
         return IntervalPolicy(steps=int(value))
-    raise ValueError(f"ckpt interval {text!r} is not 'auto', '<seconds>s' (e.g. '30s') or a step count "
-                     "(e.g. '500')")
+    raise ValueError(f"ckpt interval {text!r} is not 'auto', '<seconds>s' (e.g. '30s') or a step count (e.g. '500')")

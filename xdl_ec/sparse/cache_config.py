@@ -40,8 +40,10 @@ class Cache:
         if isinstance(self.rows, str):
             share = self.share
             if share is None or not 0 < share <= 100:
-                raise ValueError(f"cache rows: {self.rows!r} is neither a row count nor a share of the table in "
-                                 f"(0%, 100%] such as '10%'")
+                raise ValueError(
+                    f"cache rows: {self.rows!r} is neither a row count nor a share of the table in "
+                    f"(0%, 100%] such as '10%'"
+                )
         else:
             checks.positive_int("cache rows", self.rows)
         checks.non_negative_int("staleness", self.staleness)
@@ -73,9 +75,11 @@ class Cache:
         except (ValueError, OSError, AttributeError):
             return
         if need > total:
-            raise ValueError(f"cache of table {table!r}: {self.rows} rows of dim {dim} need about {need / 2**30:.1f} "
-                             f"GiB per worker ({workers_here} here), more than this machine's {total / 2**30:.1f} GiB; "
-                             f"give fewer rows or a share such as '10%'")
+            raise ValueError(
+                f"cache of table {table!r}: {self.rows} rows of dim {dim} need about {need / 2**30:.1f} "
+                f"GiB per worker ({workers_here} here), more than this machine's {total / 2**30:.1f} GiB; "
+                f"give fewer rows or a share such as '10%'"
+            )
 
     def describe(self) -> dict:
         return {"rows": self.rows, "staleness": self.staleness, "policy": self.policy}

@@ -78,8 +78,9 @@ class ErasureCode:
         fragments = _as_dict(fragments)
         return self._code.decode(fragments)
 
-    def reconstruct(self, fragments: Mapping[int, np.ndarray], lost: Sequence[int],
-                    out: np.ndarray | None = None) -> np.ndarray:
+    def reconstruct(
+        self, fragments: Mapping[int, np.ndarray], lost: Sequence[int], out: np.ndarray | None = None
+    ) -> np.ndarray:
         """Only the fragments ``lost`` (data or parity indices), uint8[len(lost), L], from at least k
         survivors {index: uint8[L]}; written into ``out`` (writeable uint8[len(lost), L]) when given.
 

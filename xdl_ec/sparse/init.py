@@ -93,8 +93,7 @@ def get(identifier: Union[str, Initializer], **kwargs: Any) -> Initializer:
             raise ValueError(f"initializer: keyword arguments {sorted(kwargs)} given with an Initializer instance")
         return identifier
     if not isinstance(identifier, str):
-        raise TypeError(
-            f"initializer must be a name or an xdl_ec.init.Initializer, got {type(identifier).__name__}")
+        raise TypeError(f"initializer must be a name or an xdl_ec.init.Initializer, got {type(identifier).__name__}")
     cls = NAMES.get(identifier.lower())
     if cls is None:
         raise ValueError(f"initializer: unknown name {identifier!r}; known: {', '.join(sorted(NAMES))}")

@@ -41,7 +41,8 @@ class SGD(Optimizer):
 
 @dataclasses.dataclass(frozen=True)
 class Momentum(Optimizer):
-    """``accum = accum * momentum + grad; var -= lr * accum`` (Nesterov: ``var -= lr * grad + (lr * momentum) * accum``)."""
+    """``accum = accum * momentum + grad; var -= lr * accum`` (Nesterov: ``var -= lr * grad + (lr * momentum) *
+    accum``)."""
 
     learning_rate: float = 0.01
     momentum: float = 0.9
@@ -66,8 +67,11 @@ class Adagrad(Optimizer):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "learning_rate", at_least("Adagrad", "learning_rate", self.learning_rate))
-        object.__setattr__(self, "initial_accumulator_value",
-                           at_least("Adagrad", "initial_accumulator_value", self.initial_accumulator_value))
+        object.__setattr__(
+            self,
+            "initial_accumulator_value",
+            at_least("Adagrad", "initial_accumulator_value", self.initial_accumulator_value),
+        )
         object.__setattr__(self, "epsilon", at_least("Adagrad", "epsilon", self.epsilon))
         if self.initial_accumulator_value == 0.0 and self.epsilon == 0.0:
             raise ValueError("Adagrad: initial_accumulator_value and epsilon cannot both be 0")

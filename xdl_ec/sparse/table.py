@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Mapping, Optional, Tuple, Union, cast
 
 import numpy as np
 
 from xdl_ec import _core
 from xdl_ec.settings import checks
+
 from . import init, optim
 from .row_rules import Admit, Evict
 from .table_config import Table
@@ -68,8 +69,9 @@ def as_repeats(repeats: Any, n: int) -> Optional[np.ndarray]:
         return None
     array = np.asarray(repeats)
     if array.dtype.kind not in "iu":
-        raise TypeError(f"repeats must be integers (how many gradients each row of grads sums), got dtype "
-                        f"{array.dtype}")
+        raise TypeError(
+            f"repeats must be integers (how many gradients each row of grads sums), got dtype {array.dtype}"
+        )
     if array.shape != (n,):
         raise ValueError(f"repeats must have shape (len(keys),) = ({n},), got {array.shape}")
     if n and (array.min() < 1 or array.max() > MAX_REPEATS):
@@ -104,10 +106,20 @@ class EmbeddingTable:
         evict: Optional[Evict] = None,
         servers: int = 1,
     ) -> None:
-        self._config = Table(name, dim, optimizer=optimizer, initializer=initializer, seed=seed,
-                             block_slots=block_slots, admit=admit, evict=evict)
+        self._config = Table(
+            name,
+            dim,
+            optimizer=optimizer,
+            initializer=initializer,
+            seed=seed,
+            block_slots=block_slots,
+            admit=admit,
+            evict=evict,
+        )
         self._name, self._dim, self._seed = name, int(dim), int(seed)
-        self._optimizer, self._initializer = self._config.optimizer, self._config.initializer
+        # Table made both objects (a name is looked up there)
+        self._optimizer = cast(optim.Optimizer, self._config.optimizer)
+        self._initializer = cast(init.Initializer, self._config.initializer)
         self._servers = checks.positive_int("servers", servers)
         config = self._config.shard_config(servers)  # servers: the even share of an Evict's max_rows
         self._shard = _core.EmbeddingShard(config)
@@ -119,8 +131,17 @@ class EmbeddingTable:
     @classmethod
     def from_config(cls, table: Table, servers: int = 1) -> "EmbeddingTable":
         """An empty table built as ``table`` describes (as one of ``servers`` shards of it)."""
-        return cls(table.name, table.dim, optimizer=table.optimizer, initializer=table.initializer, seed=table.seed,
-                   block_slots=table.block_slots, admit=table.admit, evict=table.evict, servers=servers)
+        return cls(
+            table.name,
+            table.dim,
+            optimizer=table.optimizer,
+            initializer=table.initializer,
+            seed=table.seed,
+            block_slots=table.block_slots,
+            admit=table.admit,
+            evict=table.evict,
+            servers=servers,
+        )
 
     # ---- properties ----------------------------------------------------------------------------
     @property
@@ -227,10 +248,13 @@ class EmbeddingTable:
         holds (slots, index, free list). Counters are this shard's since it was made."""
         p = self._shard.policy_stats()
         m = self._shard.memory()
-        return {"rows": int(p["rows"]), "admitted": int(p["admitted"]),
-                "not_admitted_lookups": int(p["not_admitted_lookups"]),
-                "evicted": {"ttl": int(p["evicted_ttl"]), "l2": int(p["evicted_l2"]), "cap": int(p["evicted_cap"])},
-                "bytes": int(m["slot_bytes"] + m["index_bytes"] + m["free_list_bytes"])}
+        return {
+            "rows": int(p["rows"]),
+            "admitted": int(p["admitted"]),
+            "not_admitted_lookups": int(p["not_admitted_lookups"]),
+            "evicted": {"ttl": int(p["evicted_ttl"]), "l2": int(p["evicted_l2"]), "cap": int(p["evicted_cap"])},
+            "bytes": int(m["slot_bytes"] + m["index_bytes"] + m["free_list_bytes"]),
+        }
 
     # ---- export / import -----------------------------------------------------------------------
     def export(self, with_words: bool = False) -> Dict[str, np.ndarray]:
@@ -250,9 +274,11 @@ class EmbeddingTable:
         if "uses" in rows and self._config.bounded:
             self.load_words(rows["keys"], rows["uses"], rows["last_step"])
             if "pending_keys" in rows and len(rows["pending_keys"]):
-                self._shard.load_pending(as_keys(rows["pending_keys"], "pending_keys"),
-                                         np.ascontiguousarray(rows["pending_uses"], dtype=np.uint32),
-                                         as_keys(rows["pending_last_step"], "pending_last_step"))
+                self._shard.load_pending(
+                    as_keys(rows["pending_keys"], "pending_keys"),
+                    np.ascontiguousarray(rows["pending_uses"], dtype=np.uint32),
+                    as_keys(rows["pending_last_step"], "pending_last_step"),
+                )
 
     def load_words(self, keys: Any, uses: Any, last_step: Any) -> None:
         """Sets the eviction words (uses, last_step) of rows that exist, e.g. after :meth:`load` of an export
@@ -319,5 +345,7 @@ class EmbeddingTable:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"EmbeddingTable(name={self._name!r}, dim={self._dim}, rows={len(self)}, "
-                f"optimizer={self._optimizer!r}, initializer={self._initializer!r})")
+        return (
+            f"EmbeddingTable(name={self._name!r}, dim={self._dim}, rows={len(self)}, "
+            f"optimizer={self._optimizer!r}, initializer={self._initializer!r})"
+        )

@@ -10,6 +10,7 @@ from typing import Any, Optional, Union, cast
 
 from xdl_ec import _core
 from xdl_ec.settings import checks
+
 from . import init, optim
 from .row_rules import Admit, Evict, row_policy_config
 
@@ -50,8 +51,10 @@ class Table:
         if self.evict is not None and not isinstance(self.evict, Evict):
             raise TypeError(f"{where}: evict must be an xdl_ec.Evict or None, got {type(self.evict).__name__}")
         if self.evict is not None and self.evict.max_rows is not None and self.evict.max_rows < self.block_slots:
-            raise ValueError(f"{where}: Evict max_rows = {self.evict.max_rows} is below one block (block_slots = "
-                             f"{self.block_slots}); raise max_rows or lower block_slots")
+            raise ValueError(
+                f"{where}: Evict max_rows = {self.evict.max_rows} is below one block (block_slots = "
+                f"{self.block_slots}); raise max_rows or lower block_slots"
+            )
 
     @property
     def bounded(self) -> bool:
@@ -69,14 +72,21 @@ class Table:
         config.optimizer = cast(optim.Optimizer, self.optimizer).to_config()
         config.initializer = cast(init.Initializer, self.initializer).to_config()
         if self.bounded:
-            config.row_policy = row_policy_config(self.name, self.admit, self.evict, self.block_slots,
-                                                  checks.positive_int("servers", servers))
+            config.row_policy = row_policy_config(
+                self.name, self.admit, self.evict, self.block_slots, checks.positive_int("servers", servers)
+            )
         return config
 
     def describe(self) -> dict:
         """A JSON-friendly description (reports, checkpoint manifests)."""
-        out = {"name": self.name, "dim": self.dim, "optimizer": repr(self.optimizer),
-               "initializer": repr(self.initializer), "seed": self.seed, "block_slots": self.block_slots}
+        out = {
+            "name": self.name,
+            "dim": self.dim,
+            "optimizer": repr(self.optimizer),
+            "initializer": repr(self.initializer),
+            "seed": self.seed,
+            "block_slots": self.block_slots,
+        }
         if self.admit is not None:  # only then: descriptions of tables without rules stay as they were
             out["admit"] = self.admit.describe()
         if self.evict is not None:

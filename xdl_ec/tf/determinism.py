@@ -11,8 +11,10 @@ def configure_determinism(seed: int, deterministic: bool) -> None:
     tf.keras.utils.set_random_seed(seed)
     if deterministic:
         tf.config.experimental.enable_op_determinism()
-        for setter in (tf.config.threading.set_intra_op_parallelism_threads,
-                       tf.config.threading.set_inter_op_parallelism_threads):
+        for setter in (
+            tf.config.threading.set_intra_op_parallelism_threads,
+            tf.config.threading.set_inter_op_parallelism_threads,
+        ):
             try:
                 setter(1)
             except RuntimeError:  # TF already initialised in this process: keep its pools

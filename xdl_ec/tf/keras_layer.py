@@ -8,8 +8,9 @@ from typing import Any, Optional, Union, cast
 import keras
 import tensorflow as tf
 
-from . import tf_ops
 from xdl_ec.sparse.table import EmbeddingTable
+
+from . import tf_ops
 from .table_trackable import ENTRIES, TableTrackable
 
 __all__ = ["SparseEmbedding"]
@@ -57,8 +58,10 @@ class SparseEmbedding(keras.layers.Layer):
         if self.dtype_policy.name == "mixed_float16":
             # Keras scales the loss under mixed_float16 and unscales only the gradients it applies itself; the
             # table would be updated with gradients scaled by the loss scale.
-            raise ValueError("SparseEmbedding does not support the 'mixed_float16' policy (loss scaling would reach "
-                             "the table's optimizer unscaled); use 'mixed_bfloat16' or 'float32'")
+            raise ValueError(
+                "SparseEmbedding does not support the 'mixed_float16' policy (loss scaling would reach "
+                "the table's optimizer unscaled); use 'mixed_bfloat16' or 'float32'"
+            )
         if not isinstance(table, EmbeddingTable):
             raise TypeError(f"table must be an xdl_ec.EmbeddingTable, got {type(table).__name__}")
         self._table = table
@@ -70,7 +73,8 @@ class SparseEmbedding(keras.layers.Layer):
         # A custom CPU op: XLA cannot compile it, so Keras must not pick jit_compile for models holding it.
         self.supports_jit = False
         self.backward_trigger = self.add_weight(
-            name="backward_trigger", shape=(), dtype="float32", initializer="zeros", trainable=True, autocast=False)
+            name="backward_trigger", shape=(), dtype="float32", initializer="zeros", trainable=True, autocast=False
+        )
 
     @property
     def table(self) -> EmbeddingTable:
@@ -80,10 +84,20 @@ class SparseEmbedding(keras.layers.Layer):
     def combiner(self) -> str:
         return self._combiner
 
-    def call(self, ids: Union[tf.Tensor, tf.RaggedTensor, tf.SparseTensor], step: Optional[Any] = None,
-             training: Optional[bool] = None) -> tf.Tensor:
-        out = tf_ops.lookup(self._table, ids, combiner=self._combiner, trigger=self.backward_trigger.value,
-                            step=0 if step is None else step, insert_missing=training is not False)
+    def call(
+        self,
+        ids: Union[tf.Tensor, tf.RaggedTensor, tf.SparseTensor],
+        step: Optional[Any] = None,
+        training: Optional[bool] = None,
+    ) -> tf.Tensor:
+        out = tf_ops.lookup(
+            self._table,
+            ids,
+            combiner=self._combiner,
+            trigger=self.backward_trigger.value,
+            step=0 if step is None else step,
+            insert_missing=training is not False,
+        )
         # Rows are float32 in the table; under a mixed-precision policy the layer outputs its compute dtype.
         return out if self.compute_dtype == "float32" else tf.cast(out, self.compute_dtype)
 
@@ -122,7 +136,8 @@ class SparseEmbedding(keras.layers.Layer):
                     f"SparseEmbedding {self.name!r} (table {self._table.name!r}): the weight file's entries for this "
                     f"layer are {sorted(found)}, expected {sorted(expected)}; missing {sorted(expected - found)}, "
                     f"unexpected {sorted(found - expected)}. Load a file written by save_weights of a model with the "
-                    f"same layers.")
+                    f"same layers."
+                )
             self._table_checkpoint.restore({name: store[entry] for entry, name in self._TABLE_ENTRIES.items()})
         except ValueError as err:
             try:
@@ -146,4 +161,5 @@ class SparseEmbedding(keras.layers.Layer):
             f"SparseEmbedding {config.get('name')!r} cannot be rebuilt from a Keras config: it needs its "
             f"EmbeddingTable {config.get('table_name')!r} (dim {config.get('dim')}), which the caller builds. Build "
             f"the table and SparseEmbedding(table, combiner={config.get('combiner')!r}) again, then restore the rows "
-            f"with model.load_weights or tf.train.Checkpoint(model=...).read.")
+            f"with model.load_weights or tf.train.Checkpoint(model=...).read."
+        )

@@ -93,8 +93,9 @@ class _FirstTensorflowImport(importlib.abc.MetaPathFinder):
     """Finds ``tensorflow`` through the other finders and wraps its loader (a spec asked for without an import, as
     ``importlib.util.find_spec`` does, leaves the finder in place for the import that follows)."""
 
-    def find_spec(self, fullname: str, path: Optional[Sequence[str]] = None,
-                  target: Any = None) -> Optional[importlib.machinery.ModuleSpec]:
+    def find_spec(
+        self, fullname: str, path: Optional[Sequence[str]] = None, target: Any = None
+    ) -> Optional[importlib.machinery.ModuleSpec]:
         if fullname != "tensorflow":
             return None
         for finder in [f for f in sys.meta_path if f is not self]:

@@ -34,8 +34,9 @@ from typing import Any, Dict, Mapping
 import numpy as np
 import tensorflow as tf
 
-from . import tf_ops
 from xdl_ec.sparse.table import EmbeddingTable
+
+from . import tf_ops
 
 __all__ = ["FORMAT", "ENTRIES", "TableTrackable"]
 
@@ -80,11 +81,21 @@ class TableTrackable(tf.__internal__.tracking.Trackable):
         """The entries of :data:`ENTRIES` for the table as it is now."""
         table = self._table
         rows = table.export()
-        spec = {"format": FORMAT, "table": table.name, "dim": table.dim, "state_floats": table.state_floats,
-                "optimizer": type(table.optimizer).__name__}
-        return {"keys": rows["keys"], "values": rows["values"], "state": rows["state"],
-                "step": np.asarray(table.step, np.int64), "auto_step": np.asarray(self._auto_step(), np.int64),
-                "spec": np.frombuffer(json.dumps(spec, sort_keys=True).encode(), np.uint8).copy()}
+        spec = {
+            "format": FORMAT,
+            "table": table.name,
+            "dim": table.dim,
+            "state_floats": table.state_floats,
+            "optimizer": type(table.optimizer).__name__,
+        }
+        return {
+            "keys": rows["keys"],
+            "values": rows["values"],
+            "state": rows["state"],
+            "step": np.asarray(table.step, np.int64),
+            "auto_step": np.asarray(self._auto_step(), np.int64),
+            "spec": np.frombuffer(json.dumps(spec, sort_keys=True).encode(), np.uint8).copy(),
+        }
 
     def restore(self, saved: Mapping[str, Any]) -> None:
         """Makes the table what :meth:`snapshot` saw. Everything is checked first; on ValueError nothing changed."""
@@ -92,18 +103,25 @@ class TableTrackable(tf.__internal__.tracking.Trackable):
         where = f"restoring embedding table {table.name!r}"
         missing = [name for name in ENTRIES if name not in saved]
         if missing:
-            raise ValueError(f"{where}: the checkpoint lacks {missing} (saved entries: {sorted(saved)}); it was not "
-                             f"written from an xdl_ec table")
+            raise ValueError(
+                f"{where}: the checkpoint lacks {missing} (saved entries: {sorted(saved)}); it was not "
+                f"written from an xdl_ec table"
+            )
         spec = _parse_spec(saved["spec"], where)
         where = f"{where} from the checkpoint of table {spec.get('table')!r}"
         if spec.get("format") != FORMAT:
             raise ValueError(f"{where}: unknown format {spec.get('format')!r} (this xdl_ec reads format {FORMAT})")
         optimizer = type(table.optimizer).__name__
-        for what, have, want in (("dim", table.dim, spec.get("dim")), ("optimizer", optimizer, spec.get("optimizer")),
-                                 ("state_floats", table.state_floats, spec.get("state_floats"))):
+        for what, have, want in (
+            ("dim", table.dim, spec.get("dim")),
+            ("optimizer", optimizer, spec.get("optimizer")),
+            ("state_floats", table.state_floats, spec.get("state_floats")),
+        ):
             if have != want:
-                raise ValueError(f"{where}: the checkpoint has {what} {want!r} but the table has {what} {have!r}; "
-                                 f"build the table with {what} {want!r} to restore it")
+                raise ValueError(
+                    f"{where}: the checkpoint has {what} {want!r} but the table has {what} {have!r}; "
+                    f"build the table with {what} {want!r} to restore it"
+                )
         keys, values, state = (np.asarray(saved[name]) for name in ("keys", "values", "state"))
         if keys.dtype != np.int64 or keys.ndim != 1:
             raise ValueError(f"{where}: keys must be int64[n], got {keys.dtype}{list(keys.shape)}")
@@ -140,15 +158,18 @@ class TableTrackable(tf.__internal__.tracking.Trackable):
 
 def _require_eager(table: EmbeddingTable, what: str) -> None:
     if not tf.executing_eagerly():
-        raise RuntimeError(f"embedding table {table.name!r}: TF checkpoints {what} xdl_ec tables eagerly only (the "
-                           f"rows live outside TF); call Checkpoint.write/read outside tf.function")
+        raise RuntimeError(
+            f"embedding table {table.name!r}: TF checkpoints {what} xdl_ec tables eagerly only (the "
+            f"rows live outside TF); call Checkpoint.write/read outside tf.function"
+        )
 
 
 def _parse_spec(value: Any, where: str) -> Dict[str, Any]:
     raw = np.asarray(value)
     if raw.dtype != np.uint8 or raw.ndim != 1:
-        raise ValueError(f"{where}: the checkpoint's table spec must be uint8[k] (JSON text), got {raw.dtype}"
-                         f"{list(raw.shape)}")
+        raise ValueError(
+            f"{where}: the checkpoint's table spec must be uint8[k] (JSON text), got {raw.dtype}{list(raw.shape)}"
+        )
     try:
         spec = json.loads(raw.tobytes())
     except (ValueError, UnicodeDecodeError) as err:
@@ -161,6 +182,7 @@ def _parse_spec(value: Any, where: str) -> Dict[str, Any]:
 def _count(value: Any, name: str, where: str) -> int:
     array = np.asarray(value)
     if array.shape != () or array.dtype.kind not in "iu" or int(array) < 0:
-        raise ValueError(f"{where}: {name} must be an integer scalar >= 0, got {array.dtype}{list(array.shape)} "
-                         f"{array!r}")
+        raise ValueError(
+            f"{where}: {name} must be an integer scalar >= 0, got {array.dtype}{list(array.shape)} {array!r}"
+        )
     return int(array)

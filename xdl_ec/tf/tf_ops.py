@@ -149,9 +149,12 @@ def lookup(
     try:
         handle, dim = int(table.handle), int(table.dim)
     except AttributeError:
-        raise TypeError(f"table must be an xdl_ec.EmbeddingTable (with .handle and .dim), got {type(table).__name__}") from None
+        raise TypeError(
+            f"table must be an xdl_ec.EmbeddingTable (with .handle and .dim), got {type(table).__name__}"
+        ) from None
     values, row_splits = _ids_and_splits(ids, combiner)
-    if isinstance(step, bool) or not (isinstance(step, numbers.Integral) or (tf.is_tensor(step) and step.dtype.is_integer)):  # type: ignore[union-attr]
+    integer_tensor = tf.is_tensor(step) and getattr(step, "dtype", tf.float32).is_integer
+    if isinstance(step, bool) or not (isinstance(step, numbers.Integral) or integer_tensor):
         raise TypeError(f"step must be an int or an integer scalar tensor, got {step!r}")
     if isinstance(step, numbers.Integral) and step < 0:
         raise ValueError(f"step must be >= 1, or 0 for the table's automatic counter, got {step}")
@@ -159,8 +162,15 @@ def lookup(
     trigger = tf.zeros([], tf.float32) if trigger is None else tf.cast(trigger, tf.float32)
     with tf.name_scope(name or "xdl_ec_lookup"):
         embeddings, _, _ = _ops.xdl_ec_lookup(
-            handle=tf.constant(handle, tf.int64), ids=values, row_splits=row_splits, step=step, trigger=trigger,
-            combiner=combiner, dim=dim, insert_missing=bool(insert_missing))
+            handle=tf.constant(handle, tf.int64),
+            ids=values,
+            row_splits=row_splits,
+            step=step,
+            trigger=trigger,
+            combiner=combiner,
+            dim=dim,
+            insert_missing=bool(insert_missing),
+        )
     return embeddings
 
 
@@ -172,8 +182,15 @@ def _lookup_gradient(op: tf.Operation, grad: Any, *_unused: Any) -> list:
         return [None, None, None, None, tf.zeros_like(trigger)]
     grad = tf.convert_to_tensor(grad, tf.float32)  # IndexedSlices from a downstream gather -> dense
     applied = _ops.xdl_ec_scatter_gradient(
-        handle=handle, grad=grad, ids=ids, row_splits=row_splits, unique_keys=unique_keys, inverse=inverse,
-        step=step, combiner=op.get_attr("combiner"))
+        handle=handle,
+        grad=grad,
+        ids=ids,
+        row_splits=row_splits,
+        unique_keys=unique_keys,
+        inverse=inverse,
+        step=step,
+        combiner=op.get_attr("combiner"),
+    )
     # The returned (zero) gradient is computed FROM the update's output, a data dependency: with a control
     # dependency on a zeros_like, Grappler's constant folding and dependency optimisation dropped the update under
     # Keras Adam's model.fit. applied_step >= 0, so min(applied_step, 0) is 0, which no pass can know.
@@ -181,8 +198,9 @@ def _lookup_gradient(op: tf.Operation, grad: Any, *_unused: Any) -> list:
     return [None, None, None, None, tf.reshape(zero, tf.shape(trigger))]
 
 
-def gather(rows: Any, inverse: Any, combiner: Optional[str] = None, row_splits: Any = None,
-           name: Optional[str] = None) -> tf.Tensor:
+def gather(
+    rows: Any, inverse: Any, combiner: Optional[str] = None, row_splits: Any = None, name: Optional[str] = None
+) -> tf.Tensor:
     """The lookup over rows fed by the caller: ``rows[U, dim]`` are the rows of a batch's unique keys (pulled from
     parameter servers) and ``inverse`` int32 gives, for every id, its row. Dense ``inverse [batch, n]`` gives
     ``[batch, n, dim]`` for combiner ``"none"`` and ``[batch, dim]`` otherwise; a rank-1 ``inverse`` with
@@ -206,6 +224,7 @@ def gather(rows: Any, inverse: Any, combiner: Optional[str] = None, row_splits: 
 def _gather_gradient(op: tf.Operation, grad: Any) -> list:
     rows, inverse, row_splits = op.inputs
     grad = tf.convert_to_tensor(grad, tf.float32)
-    row_grads = _ops.xdl_ec_gather_gradient(grad=grad, rows=rows, inverse=inverse, row_splits=row_splits,
-                                            combiner=op.get_attr("combiner"))
+    row_grads = _ops.xdl_ec_gather_gradient(
+        grad=grad, rows=rows, inverse=inverse, row_splits=row_splits, combiner=op.get_attr("combiner")
+    )
     return [row_grads, None, None]

@@ -78,10 +78,34 @@ from .sparse_tensor import SparseTensor, segment_lengths
 if TYPE_CHECKING:
     from xdl_ec.job.job import Job
 
-__all__ = ["embedding", "set_sparse_optimizer", "sparse_optimizer", "get_table", "tables", "clear_tables",
-           "trainable_variables", "SGD", "Momentum", "Adagrad", "Adam", "Ftrl", "VTYPES", "VarType", "Zeros", "Ones",
-           "Constant", "RandomUniform", "TruncatedNormal", "SparseTensor", "layers", "losses", "tf_wrapper", "xdl_job",
-           "dense_optimizer_config", "missing"]
+__all__ = [
+    "embedding",
+    "set_sparse_optimizer",
+    "sparse_optimizer",
+    "get_table",
+    "tables",
+    "clear_tables",
+    "trainable_variables",
+    "SGD",
+    "Momentum",
+    "Adagrad",
+    "Adam",
+    "Ftrl",
+    "VTYPES",
+    "VarType",
+    "Zeros",
+    "Ones",
+    "Constant",
+    "RandomUniform",
+    "TruncatedNormal",
+    "SparseTensor",
+    "layers",
+    "losses",
+    "tf_wrapper",
+    "xdl_job",
+    "dense_optimizer_config",
+    "missing",
+]
 
 VTYPES = ("hash", "index")
 
@@ -110,25 +134,40 @@ def Adagrad(learning_rate: float, initial_accumulator_value: float = 0.1) -> _op
     return _optim.Adagrad(learning_rate=learning_rate, initial_accumulator_value=initial_accumulator_value)
 
 
-def Adam(learning_rate: float = 0.001, beta1: float = 0.9, beta2: float = 0.999,  # noqa: N802
-         epsilon: float = 1e-8) -> _optim.Adam:
+def Adam(
+    learning_rate: float = 0.001,
+    beta1: float = 0.9,
+    beta2: float = 0.999,  # noqa: N802
+    epsilon: float = 1e-8,
+) -> _optim.Adam:
     """XDL's ``Adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8)`` (lazy: only looked-up rows move)."""
     return _optim.Adam(learning_rate=learning_rate, beta1=beta1, beta2=beta2, epsilon=epsilon)
 
 
-def Ftrl(learning_rate: float, learning_rate_power: float = -0.5, initial_accumulator_value: float = 0.1,  # noqa: N802
-         l1_regularization_strength: float = 0.0, l2_regularization_strength: float = 0.0) -> _optim.Ftrl:
+def Ftrl(
+    learning_rate: float,
+    learning_rate_power: float = -0.5,
+    initial_accumulator_value: float = 0.1,  # noqa: N802
+    l1_regularization_strength: float = 0.0,
+    l2_regularization_strength: float = 0.0,
+) -> _optim.Ftrl:
     """XDL's ``Ftrl(learning_rate, learning_rate_power, initial_accumulator_value, l1/l2_regularization_strength)``."""
-    return _optim.Ftrl(learning_rate=learning_rate, learning_rate_power=learning_rate_power,
-                       initial_accumulator_value=initial_accumulator_value, l1=l1_regularization_strength,
-                       l2=l2_regularization_strength)
+    return _optim.Ftrl(
+        learning_rate=learning_rate,
+        learning_rate_power=learning_rate_power,
+        initial_accumulator_value=initial_accumulator_value,
+        l1=l1_regularization_strength,
+        l2=l2_regularization_strength,
+    )
 
 
 # ---- row initializers by XDL's names (XDL's argument names and defaults) ---------------------------------
 def _no_seed(owner: str, seed: Any) -> None:
     if seed is not None:
-        raise ValueError(f"{owner}: seed={seed!r}: a row's initial value is drawn from (table seed, id), so seed "
-                         f"the table instead: xdl_ec.embedding(..., seed=N)")
+        raise ValueError(
+            f"{owner}: seed={seed!r}: a row's initial value is drawn from (table seed, id), so seed "
+            f"the table instead: xdl_ec.embedding(..., seed=N)"
+        )
 
 
 def Zeros() -> _init.Zeros:  # noqa: N802 (XDL's name)
@@ -146,15 +185,21 @@ def Constant(value: float) -> _init.Constant:  # noqa: N802
     return _init.Constant(value)
 
 
-def RandomUniform(minval: float = 0.0, maxval: Optional[float] = None,  # noqa: N802
-                  seed: Optional[int] = None) -> _init.RandomUniform:
+def RandomUniform(
+    minval: float = 0.0,
+    maxval: Optional[float] = None,  # noqa: N802
+    seed: Optional[int] = None,
+) -> _init.RandomUniform:
     """XDL's ``RandomUniform(minval=0.0, maxval=None)`` (``maxval`` None: 1.0, as in TensorFlow)."""
     _no_seed("RandomUniform", seed)
     return _init.RandomUniform(minval, 1.0 if maxval is None else maxval)
 
 
-def TruncatedNormal(mean: float = 0.0, stddev: float = 1.0,  # noqa: N802
-                    seed: Optional[int] = None) -> _init.TruncatedNormal:
+def TruncatedNormal(
+    mean: float = 0.0,
+    stddev: float = 1.0,  # noqa: N802
+    seed: Optional[int] = None,
+) -> _init.TruncatedNormal:
     """XDL's ``TruncatedNormal(mean=0.0, stddev=1.0)``."""
     _no_seed("TruncatedNormal", seed)
     return _init.TruncatedNormal(mean, stddev)
@@ -164,8 +209,15 @@ def TruncatedNormal(mean: float = 0.0, stddev: float = 1.0,  # noqa: N802
 class _Entry:
     """A table made by :func:`embedding`, what it was made with, and its backward-trigger variable."""
 
-    def __init__(self, table: Any, initializer: _init.Initializer, optimizer: _optim.Optimizer,
-                 feature_dim: int, vtype: str, trigger: Any) -> None:
+    def __init__(
+        self,
+        table: Any,
+        initializer: _init.Initializer,
+        optimizer: _optim.Optimizer,
+        feature_dim: int,
+        vtype: str,
+        trigger: Any,
+    ) -> None:
         self.table, self.initializer, self.optimizer = table, initializer, optimizer
         self.feature_dim, self.vtype, self.trigger = feature_dim, vtype, trigger
 
@@ -221,8 +273,15 @@ def _positive_int(name: str, value: Any) -> int:
     return int(value)
 
 
-def _entry_for(name: str, initializer: Any, emb_dim: int, feature_dim: int, vtype: str,
-               optimizer: Optional[Union[str, _optim.Optimizer]], seed: int) -> _Entry:
+def _entry_for(
+    name: str,
+    initializer: Any,
+    emb_dim: int,
+    feature_dim: int,
+    vtype: str,
+    optimizer: Optional[Union[str, _optim.Optimizer]],
+    seed: int,
+) -> _Entry:
     import tensorflow as tf
 
     from xdl_ec.sparse.table import EmbeddingTable
@@ -232,14 +291,20 @@ def _entry_for(name: str, initializer: Any, emb_dim: int, feature_dim: int, vtyp
         if entry is not None:
             table = entry.table
             if table.dim != emb_dim:
-                raise ValueError(f"embedding {name!r}: emb_dim {emb_dim} differs from the existing table's dim "
-                                 f"{table.dim}; use another name for another table")
+                raise ValueError(
+                    f"embedding {name!r}: emb_dim {emb_dim} differs from the existing table's dim "
+                    f"{table.dim}; use another name for another table"
+                )
             if entry.vtype != vtype or entry.feature_dim != feature_dim:
-                raise ValueError(f"embedding {name!r}: vtype/feature_dim ({vtype!r}, {feature_dim}) differ from the "
-                                 f"existing table's ({entry.vtype!r}, {entry.feature_dim})")
+                raise ValueError(
+                    f"embedding {name!r}: vtype/feature_dim ({vtype!r}, {feature_dim}) differ from the "
+                    f"existing table's ({entry.vtype!r}, {entry.feature_dim})"
+                )
             if optimizer is not None and _optim.get(optimizer) != entry.optimizer:
-                raise ValueError(f"embedding {name!r}: the table already trains with {entry.optimizer}; a table's "
-                                 f"optimizer is fixed when it is created")
+                raise ValueError(
+                    f"embedding {name!r}: the table already trains with {entry.optimizer}; a table's "
+                    f"optimizer is fixed when it is created"
+                )
             return entry
         chosen_init = _init.get(initializer)
         chosen_opt = _default_optimizer if optimizer is None else _optim.get(optimizer)
@@ -273,17 +338,30 @@ def _check_xdl_options(name: str, combiner: Any, options: Mapping[str, Any]) -> 
     for option, value in options.items():
         default = _XDL_OPTIONS[option][0] if option in _XDL_OPTIONS else value
         if (value is not None) if default is None else (value != default):
-            raise ValueError(f"embedding {name!r}: XDL's {option}={value!r} is not supported "
-                             f"({_XDL_OPTIONS[option][1]}); drop the argument")
+            raise ValueError(
+                f"embedding {name!r}: XDL's {option}={value!r} is not supported "
+                f"({_XDL_OPTIONS[option][1]}); drop the argument"
+            )
     if combiner == "tile":
-        raise ValueError(f"embedding {name!r}: XDL's combiner='tile' (the first `length` rows side by side) is not "
-                         f"supported; use 'sum', 'mean', 'sqrtn', or None for one row per id")
+        raise ValueError(
+            f"embedding {name!r}: XDL's combiner='tile' (the first `length` rows side by side) is not "
+            f"supported; use 'sum', 'mean', 'sqrtn', or None for one row per id"
+        )
 
 
-def embedding(name: str, sparse_input: Any, initializer: Any, emb_dim: int, feature_dim: int,
-              combiner: Optional[str] = "sum", vtype: str = "hash",
-              optimizer: Optional[Union[str, _optim.Optimizer]] = None, seed: int = 0, step: Any = 0,
-              **xdl_options: Any) -> Any:
+def embedding(
+    name: str,
+    sparse_input: Any,
+    initializer: Any,
+    emb_dim: int,
+    feature_dim: int,
+    combiner: Optional[str] = "sum",
+    vtype: str = "hash",
+    optimizer: Optional[Union[str, _optim.Optimizer]] = None,
+    seed: int = 0,
+    step: Any = 0,
+    **xdl_options: Any,
+) -> Any:
     """Look ``sparse_input`` up in the table ``name``, creating it on first use, as XDL's ``xdl.embedding``.
 
     ``sparse_input``: int64 ids, dense ``[batch, n]`` or ``tf.RaggedTensor``/``tf.SparseTensor`` ``[batch, (n)]``,
@@ -309,6 +387,7 @@ def embedding(name: str, sparse_input: Any, initializer: Any, emb_dim: int, feat
     import tensorflow as tf
 
     from xdl_ec.tf import tf_ops
+
     from . import xdl_model
 
     combiner = tf_ops.normalize_combiner(combiner)
@@ -316,9 +395,16 @@ def embedding(name: str, sparse_input: Any, initializer: Any, emb_dim: int, feat
     if model_pass is not None:
         if not (isinstance(step, numbers.Integral) and step == 0):
             raise xdl_model.XdlPortError(f"embedding {name!r}: step={step!r}: in a job the job counts the steps")
-        spec = xdl_model.EmbeddingSpec(name, emb_dim, _init.get(initializer),
-                                       None if optimizer is None else _optim.get(optimizer), feature_dim, vtype,
-                                       None if combiner == "none" else combiner, seed)
+        spec = xdl_model.EmbeddingSpec(
+            name,
+            emb_dim,
+            _init.get(initializer),
+            None if optimizer is None else _optim.get(optimizer),
+            feature_dim,
+            vtype,
+            None if combiner == "none" else combiner,
+            seed,
+        )
         return model_pass.embedding(sparse_input, spec)
     entry = _entry_for(name, initializer, emb_dim, feature_dim, vtype, optimizer, seed)
     if isinstance(sparse_input, SparseTensor):  # XDL's segments: one combined row per segment
@@ -327,49 +413,90 @@ def embedding(name: str, sparse_input: Any, initializer: Any, emb_dim: int, feat
     if vtype == "index":
         values = sparse_input.values if isinstance(sparse_input, (tf.SparseTensor, tf.RaggedTensor)) else sparse_input
         values = tf.cast(tf.convert_to_tensor(values), tf.int64)
-        checks = [tf.debugging.assert_greater_equal(values, tf.constant(0, tf.int64),
-                                                    message=f"embedding {name!r}: vtype='index' ids must be >= 0"),
-                  tf.debugging.assert_less(values, tf.constant(feature_dim, tf.int64),
-                                           message=f"embedding {name!r}: vtype='index' ids must be < feature_dim "
-                                                   f"({feature_dim})")]
+        checks = [
+            tf.debugging.assert_greater_equal(
+                values, tf.constant(0, tf.int64), message=f"embedding {name!r}: vtype='index' ids must be >= 0"
+            ),
+            tf.debugging.assert_less(
+                values,
+                tf.constant(feature_dim, tf.int64),
+                message=f"embedding {name!r}: vtype='index' ids must be < feature_dim ({feature_dim})",
+            ),
+        ]
         with tf.control_dependencies(checks):
             return tf_ops.lookup(entry.table, sparse_input, combiner=combiner, trigger=entry.trigger, step=step)
     return tf_ops.lookup(entry.table, sparse_input, combiner=combiner, trigger=entry.trigger, step=step)
 
 
 # ---- the job path: tf.layers / tf.losses by their XDL-port names, tf_wrapper, xdl_job ----------------------
-def _dense(inputs: Any, units: int, activation: Any = None, use_bias: bool = True, kernel_initializer: Any = None,
-           bias_initializer: Any = None, kernel_regularizer: Any = None, bias_regularizer: Any = None,
-           activity_regularizer: Any = None, kernel_constraint: Any = None, bias_constraint: Any = None,
-           trainable: bool = True, name: Optional[str] = None, reuse: Any = None) -> Any:
+def _dense(
+    inputs: Any,
+    units: int,
+    activation: Any = None,
+    use_bias: bool = True,
+    kernel_initializer: Any = None,
+    bias_initializer: Any = None,
+    kernel_regularizer: Any = None,
+    bias_regularizer: Any = None,
+    activity_regularizer: Any = None,
+    kernel_constraint: Any = None,
+    bias_constraint: Any = None,
+    trainable: bool = True,
+    name: Optional[str] = None,
+    reuse: Any = None,
+) -> Any:
     """TF 1's ``tf.layers.dense`` in the model function of :func:`xdl_job`: a Keras Dense layer made on the
     model's first call and reused, by call order, on every later call. ``kernel_initializer`` None: Glorot
     uniform and ``bias_initializer`` None: zeros, TF 1's defaults."""
     from . import xdl_model
 
     model_pass = xdl_model.active("xdl_ec.layers.dense")
-    unsupported = {"kernel_regularizer": kernel_regularizer, "bias_regularizer": bias_regularizer,
-                   "activity_regularizer": activity_regularizer, "kernel_constraint": kernel_constraint,
-                   "bias_constraint": bias_constraint, "reuse": reuse}
+    unsupported = {
+        "kernel_regularizer": kernel_regularizer,
+        "bias_regularizer": bias_regularizer,
+        "activity_regularizer": activity_regularizer,
+        "kernel_constraint": kernel_constraint,
+        "bias_constraint": bias_constraint,
+        "reuse": reuse,
+    }
     given = sorted(k for k, v in unsupported.items() if v is not None)
     if given or trainable is not True:
         raise xdl_model.XdlPortError(
             f"xdl_ec.layers.dense: {', '.join(given + ([] if trainable is True else ['trainable=False']))} not "
             f"supported: the job's loss has no regularization terms, every dense weight is trained, and layers are "
-            f"shared by call order, not by name (reuse)")
+            f"shared by call order, not by name (reuse)"
+        )
     if isinstance(units, bool) or not isinstance(units, numbers.Integral) or units < 1:
         raise ValueError(f"xdl_ec.layers.dense: units must be a positive int, got {units!r}")
     return model_pass.dense(inputs, int(units), activation, use_bias, kernel_initializer, bias_initializer, name)
 
 
-def _batch_normalization(inputs: Any, axis: int = -1, momentum: float = 0.99, epsilon: float = 1e-3,
-                         center: bool = True, scale: bool = True, beta_initializer: Any = None,
-                         gamma_initializer: Any = None, moving_mean_initializer: Any = None,
-                         moving_variance_initializer: Any = None, beta_regularizer: Any = None,
-                         gamma_regularizer: Any = None, beta_constraint: Any = None, gamma_constraint: Any = None,
-                         training: Any = False, trainable: bool = True, name: Optional[str] = None, reuse: Any = None,
-                         renorm: bool = False, renorm_clipping: Any = None, renorm_momentum: float = 0.99,
-                         fused: Any = None, virtual_batch_size: Any = None, adjustment: Any = None) -> Any:
+def _batch_normalization(
+    inputs: Any,
+    axis: int = -1,
+    momentum: float = 0.99,
+    epsilon: float = 1e-3,
+    center: bool = True,
+    scale: bool = True,
+    beta_initializer: Any = None,
+    gamma_initializer: Any = None,
+    moving_mean_initializer: Any = None,
+    moving_variance_initializer: Any = None,
+    beta_regularizer: Any = None,
+    gamma_regularizer: Any = None,
+    beta_constraint: Any = None,
+    gamma_constraint: Any = None,
+    training: Any = False,
+    trainable: bool = True,
+    name: Optional[str] = None,
+    reuse: Any = None,
+    renorm: bool = False,
+    renorm_clipping: Any = None,
+    renorm_momentum: float = 0.99,
+    fused: Any = None,
+    virtual_batch_size: Any = None,
+    adjustment: Any = None,
+) -> Any:
     """TF 1's ``tf.layers.batch_normalization`` in the model function of :func:`xdl_job`: a Keras
     BatchNormalization made on the model's first call and reused, by call order, on every later call. With
     ``training=True`` the job's training step normalizes with the batch's statistics and moves the moving mean and
@@ -378,43 +505,73 @@ def _batch_normalization(inputs: Any, axis: int = -1, momentum: float = 0.99, ep
     from . import xdl_model
 
     model_pass = xdl_model.active("xdl_ec.layers.batch_normalization")
-    unsupported = {"beta_regularizer": beta_regularizer, "gamma_regularizer": gamma_regularizer,
-                   "beta_constraint": beta_constraint, "gamma_constraint": gamma_constraint, "reuse": reuse,
-                   "renorm_clipping": renorm_clipping, "virtual_batch_size": virtual_batch_size,
-                   "adjustment": adjustment}
-    given = sorted(k for k, v in unsupported.items() if v is not None) + (["renorm=True"] if renorm else []) + \
-        ([] if trainable is True else ["trainable=False"])
+    unsupported = {
+        "beta_regularizer": beta_regularizer,
+        "gamma_regularizer": gamma_regularizer,
+        "beta_constraint": beta_constraint,
+        "gamma_constraint": gamma_constraint,
+        "reuse": reuse,
+        "renorm_clipping": renorm_clipping,
+        "virtual_batch_size": virtual_batch_size,
+        "adjustment": adjustment,
+    }
+    given = (
+        sorted(k for k, v in unsupported.items() if v is not None)
+        + (["renorm=True"] if renorm else [])
+        + ([] if trainable is True else ["trainable=False"])
+    )
     if given:
         raise xdl_model.XdlPortError(
             f"xdl_ec.layers.batch_normalization: {', '.join(given)} not supported: the job's loss has no "
-            f"regularization terms, gamma and beta are trained, and layers are shared by call order, not by name")
+            f"regularization terms, gamma and beta are trained, and layers are shared by call order, not by name"
+        )
     if not isinstance(training, bool):
         raise xdl_model.XdlPortError(
             f"xdl_ec.layers.batch_normalization: training must be a Python bool, got {type(training).__name__}: the "
-            f"job's training step is the training mode, its evaluation and serving the inference mode")
+            f"job's training step is the training mode, its evaluation and serving the inference mode"
+        )
     if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
         raise ValueError(f"xdl_ec.layers.batch_normalization: axis must be an int, got {axis!r}")
-    settings = {"axis": int(axis), "momentum": float(momentum), "epsilon": float(epsilon), "center": bool(center),
-                "scale": bool(scale)}
-    initializers = {"beta_initializer": beta_initializer, "gamma_initializer": gamma_initializer,
-                    "moving_mean_initializer": moving_mean_initializer,
-                    "moving_variance_initializer": moving_variance_initializer}
+    settings = {
+        "axis": int(axis),
+        "momentum": float(momentum),
+        "epsilon": float(epsilon),
+        "center": bool(center),
+        "scale": bool(scale),
+    }
+    initializers = {
+        "beta_initializer": beta_initializer,
+        "gamma_initializer": gamma_initializer,
+        "moving_mean_initializer": moving_mean_initializer,
+        "moving_variance_initializer": moving_variance_initializer,
+    }
     return model_pass.batch_normalization(inputs, training, settings, initializers, name)
 
 
-def _sigmoid_cross_entropy(multi_class_labels: Any, logits: Any, weights: Any = 1.0, label_smoothing: Any = 0,
-                           scope: Any = None, loss_collection: Any = None, reduction: Any = None) -> Any:
+def _sigmoid_cross_entropy(
+    multi_class_labels: Any,
+    logits: Any,
+    weights: Any = 1.0,
+    label_smoothing: Any = 0,
+    scope: Any = None,
+    loss_collection: Any = None,
+    reduction: Any = None,
+) -> Any:
     """TF 1's ``tf.losses.sigmoid_cross_entropy(labels, logits)`` in the model function of :func:`xdl_job`,
     at its defaults (the mean over the batch): it marks ``logits`` as the model's output, and the job trains
     this loss of them. Return its result unchanged (first, if the function returns several values)."""
     from . import xdl_model
 
     model_pass = xdl_model.active("xdl_ec.losses.sigmoid_cross_entropy")
-    if not (isinstance(weights, numbers.Real) and weights == 1.0) or label_smoothing != 0 or \
-            reduction not in (None, "weighted_sum_by_nonzero_weights", "weighted_mean"):
+    if (
+        not (isinstance(weights, numbers.Real) and weights == 1.0)
+        or label_smoothing != 0
+        or reduction not in (None, "weighted_sum_by_nonzero_weights", "weighted_mean")
+    ):
         raise xdl_model.XdlPortError(
             f"xdl_ec.losses.sigmoid_cross_entropy: weights={weights!r}, label_smoothing={label_smoothing!r}, "
-            f"reduction={reduction!r}: only the defaults (the mean over the batch) are supported")
+            f"reduction={reduction!r}: only the defaults (the mean over the batch) are supported"
+        )
     return model_pass.sigmoid_cross_entropy(multi_class_labels, logits)
 
 
@@ -425,16 +582,19 @@ layers = types.SimpleNamespace(dense=_dense, batch_normalization=_batch_normaliz
 losses = types.SimpleNamespace(sigmoid_cross_entropy=_sigmoid_cross_entropy)
 
 
-def tf_wrapper(is_training: bool = True, init_grad: Any = None, gpu_memory_fraction: float = 0.5,
-               device_type: str = "cpu") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def tf_wrapper(
+    is_training: bool = True, init_grad: Any = None, gpu_memory_fraction: float = 0.5, device_type: str = "cpu"
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """XDL's ``@xdl.tf_wrapper()``: the model code is TensorFlow 2 code here, so the function is kept as is
     (``gpu_memory_fraction`` and ``device_type`` are ignored: TensorFlow places the ops). ``is_training=False``
     marks XDL's eval graph: it may run only in the ``test`` function of :func:`xdl_job` (which the job evaluates,
     predicts and exports with, over the training graph's layers and variables), never in the one it trains."""
     if not isinstance(is_training, bool) or init_grad is not None:
-        raise ValueError(f"tf_wrapper: is_training={is_training!r}, init_grad={init_grad!r} not supported: the job "
-                         f"trains the model function's loss from the labels' gradient (is_training=True), and "
-                         f"evaluates with xdl_job's test function (is_training=False)")
+        raise ValueError(
+            f"tf_wrapper: is_training={is_training!r}, init_grad={init_grad!r} not supported: the job "
+            f"trains the model function's loss from the labels' gradient (is_training=True), and "
+            f"evaluates with xdl_job's test function (is_training=False)"
+        )
 
     def keep(function: Callable[..., Any]) -> Callable[..., Any]:
         if is_training:
@@ -460,26 +620,46 @@ def dense_optimizer_config(optimizer: _optim.Optimizer) -> dict:
     if isinstance(o, _optim.SGD):
         return {"class_name": "SGD", "config": {"learning_rate": o.learning_rate}}
     if isinstance(o, _optim.Momentum):
-        return {"class_name": "SGD", "config": {"learning_rate": o.learning_rate, "momentum": o.momentum,
-                                                "nesterov": o.use_nesterov}}
+        return {
+            "class_name": "SGD",
+            "config": {"learning_rate": o.learning_rate, "momentum": o.momentum, "nesterov": o.use_nesterov},
+        }
     if isinstance(o, _optim.Adagrad):
-        return {"class_name": "Adagrad", "config": {"learning_rate": o.learning_rate, "epsilon": o.epsilon,
-                                                    "initial_accumulator_value": o.initial_accumulator_value}}
+        return {
+            "class_name": "Adagrad",
+            "config": {
+                "learning_rate": o.learning_rate,
+                "epsilon": o.epsilon,
+                "initial_accumulator_value": o.initial_accumulator_value,
+            },
+        }
     if isinstance(o, _optim.Adam):
-        return {"class_name": "Adam", "config": {"learning_rate": o.learning_rate, "beta_1": o.beta1,
-                                                 "beta_2": o.beta2, "epsilon": o.epsilon}}
+        return {
+            "class_name": "Adam",
+            "config": {"learning_rate": o.learning_rate, "beta_1": o.beta1, "beta_2": o.beta2, "epsilon": o.epsilon},
+        }
     if isinstance(o, _optim.Ftrl):
-        return {"class_name": "Ftrl", "config": {
-            "learning_rate": o.learning_rate, "learning_rate_power": o.learning_rate_power,
-            "initial_accumulator_value": o.initial_accumulator_value, "l1_regularization_strength": o.l1,
-            "l2_regularization_strength": o.l2, "l2_shrinkage_regularization_strength": o.l2_shrinkage}}
+        return {
+            "class_name": "Ftrl",
+            "config": {
+                "learning_rate": o.learning_rate,
+                "learning_rate_power": o.learning_rate_power,
+                "initial_accumulator_value": o.initial_accumulator_value,
+                "l1_regularization_strength": o.l1,
+                "l2_regularization_strength": o.l2,
+                "l2_shrinkage_regularization_strength": o.l2_shrinkage,
+            },
+        }
     raise TypeError(f"optimizer: no Keras counterpart for {type(o).__name__}")
 
 
-def xdl_job(train: Callable[[Mapping[str, Any]], Any], reader: Callable[[int, int], Iterable[Mapping[str, Any]]],
-            optimizer: Union[str, _optim.Optimizer],
-            eval_reader: Optional[Callable[[], Iterable[Mapping[str, Any]]]] = None,
-            test: Optional[Callable[[Mapping[str, Any]], Any]] = None) -> "Job":
+def xdl_job(
+    train: Callable[[Mapping[str, Any]], Any],
+    reader: Callable[[int, int], Iterable[Mapping[str, Any]]],
+    optimizer: Union[str, _optim.Optimizer],
+    eval_reader: Optional[Callable[[], Iterable[Mapping[str, Any]]]] = None,
+    test: Optional[Callable[[Mapping[str, Any]], Any]] = None,
+) -> "Job":
     """The :class:`xdl_ec.Job` of a ported XDL script (see the module docstring).
 
     ``train(batch)``: the script's model code from ``batch = reader.read()`` to the loss. ``reader(worker,
@@ -496,10 +676,11 @@ def xdl_job(train: Callable[[Mapping[str, Any]], Any], reader: Callable[[int, in
     initializer and ``seed``; each sparse batch entry is a :class:`xdl_ec.Feature` of the same name whose ids are
     the table's keys (``shared_ids=True``: as in XDL, two entries looked up in one table share its rows).
     """
-    from . import xdl_model
-    from xdl_ec.model.feature import Feature
     from xdl_ec.job.job import Job
+    from xdl_ec.model.feature import Feature
     from xdl_ec.sparse.table_config import Table
+
+    from . import xdl_model
 
     for arg, value in (("train", train), ("reader", reader)):
         if not callable(value):
@@ -514,37 +695,83 @@ def xdl_job(train: Callable[[Mapping[str, Any]], Any], reader: Callable[[int, in
     for entry in layout.sparse:
         spec = entry.lookup
         if spec.table not in tables:
-            tables[spec.table] = Table(spec.table, spec.dim, optimizer=spec.optimizer or chosen,
-                                       initializer=spec.initializer, seed=spec.seed)
+            tables[spec.table] = Table(
+                spec.table, spec.dim, optimizer=spec.optimizer or chosen, initializer=spec.initializer, seed=spec.seed
+            )
         features.append(Feature(entry.key, tables[spec.table], combiner=entry.job_combiner, shared_ids=True))
-    return Job(list(tables.values()), features, xdl_model.ModelFactory(layout), xdl_model.ReaderInput(reader, layout),
-               dense_optimizer=dense_optimizer_config(chosen),
-               eval_fn=None if eval_reader is None else xdl_model.HoldoutInput(eval_reader, layout))
+    return Job(
+        list(tables.values()),
+        features,
+        xdl_model.ModelFactory(layout),
+        xdl_model.ReaderInput(reader, layout),
+        dense_optimizer=dense_optimizer_config(chosen),
+        eval_fn=None if eval_reader is None else xdl_model.HoldoutInput(eval_reader, layout),
+    )
 
 
 # ---- XDL names not ported ----------------------------------------------------------------------------------
-_READER = ("write reader(worker, num_workers) yielding dict batches with the same entry names and pass it to "
-           "xdl_ec.xdl_job")
-_LOOP = ("the job runs the training loop: return xdl_ec.xdl_job(train, reader, optimizer) from the script's job() and "
-         "run `xdl-ec train --script FILE.py` (or job().fit(steps=...)); its report has the loss and samples/s")
+_READER = (
+    "write reader(worker, num_workers) yielding dict batches with the same entry names and pass it to xdl_ec.xdl_job"
+)
+_LOOP = (
+    "the job runs the training loop: return xdl_ec.xdl_job(train, reader, optimizer) from the script's job() and "
+    "run `xdl-ec train --script FILE.py` (or job().fit(steps=...)); its report has the loss and samples/s"
+)
 _NOT_PORTED = {
     **dict.fromkeys(("DataReader", "DataIO", "DataSharding", "SwiftSharding", "features", "parsers", "fs"), _READER),
-    **dict.fromkeys(("TrainSession", "Session", "LoggerHook", "MetricsHook", "MetricsPrinterHook", "QpsMetricsHook",
-                     "SyncRunHook", "SemiSyncRunHook", "BarrierHook", "WorkerFinishHook", "TraceHook", "TFSummaryHook",
-                     "Hook", "execute", "execute_loop"), _LOOP),
-    **dict.fromkeys(("Saver", "CheckpointHook", "RestoreFromHook"),
-                    "fault tolerance is the cluster's: xdl_ec.Cluster(ft='ckpt' | 'cpr' | 'ec', ...) or xdl-ec train "
-                    "--ft; a finished run is saved with job.fit(save_dir=...)"),
-    **dict.fromkeys(("auc", "batch_auc", "gauc", "batch_gauc"),
-                    "pass eval_reader= to xdl_ec.xdl_job: the run's report then has the hold-out AUC and log loss"),
-    **dict.fromkeys(("current_env", "get_task_index", "get_task_num"),
-                    "the workers are the Cluster's: reader(worker, num_workers) is told which share to read"),
-    **dict.fromkeys(("RandomNormal", "Normal", "UniformUnitScaling", "VarianceScaling", "Orthogonal", "Identity"),
-                    "the row initializers are Zeros, Ones, Constant, RandomUniform and TruncatedNormal"),
+    **dict.fromkeys(
+        (
+            "TrainSession",
+            "Session",
+            "LoggerHook",
+            "MetricsHook",
+            "MetricsPrinterHook",
+            "QpsMetricsHook",
+            "SyncRunHook",
+            "SemiSyncRunHook",
+            "BarrierHook",
+            "WorkerFinishHook",
+            "TraceHook",
+            "TFSummaryHook",
+            "Hook",
+            "execute",
+            "execute_loop",
+        ),
+        _LOOP,
+    ),
+    **dict.fromkeys(
+        ("Saver", "CheckpointHook", "RestoreFromHook"),
+        "fault tolerance is the cluster's: xdl_ec.Cluster(ft='ckpt' | 'cpr' | 'ec', ...) or xdl-ec train "
+        "--ft; a finished run is saved with job.fit(save_dir=...)",
+    ),
+    **dict.fromkeys(
+        ("auc", "batch_auc", "gauc", "batch_gauc"),
+        "pass eval_reader= to xdl_ec.xdl_job: the run's report then has the hold-out AUC and log loss",
+    ),
+    **dict.fromkeys(
+        ("current_env", "get_task_index", "get_task_num"),
+        "the workers are the Cluster's: reader(worker, num_workers) is told which share to read",
+    ),
+    **dict.fromkeys(
+        ("RandomNormal", "Normal", "UniformUnitScaling", "VarianceScaling", "Orthogonal", "Identity"),
+        "the row initializers are Zeros, Ones, Constant, RandomUniform and TruncatedNormal",
+    ),
     "RMSProp": "the optimizers are SGD, Momentum, Adagrad, Adam and Ftrl",
-    **dict.fromkeys(("merged_embedding", "mxnet_wrapper", "Estimator", "model_scope", "GlobalStepMarkHook",
-                     "GlobalStepFilterHook", "hash_filter", "hash_slot_filter", "py_func", "Variable"),
-                    "xdl_ec.xdl's docstring lists what a port can use"),
+    **dict.fromkeys(
+        (
+            "merged_embedding",
+            "mxnet_wrapper",
+            "Estimator",
+            "model_scope",
+            "GlobalStepMarkHook",
+            "GlobalStepFilterHook",
+            "hash_filter",
+            "hash_slot_filter",
+            "py_func",
+            "Variable",
+        ),
+        "xdl_ec.xdl's docstring lists what a port can use",
+    ),
 }
 
 

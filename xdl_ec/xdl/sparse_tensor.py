@@ -42,15 +42,19 @@ def segment_lengths(sparse: SparseTensor, what: str) -> Tuple[np.ndarray, np.nda
     if ids.ndim != 1 or ids.dtype.kind not in "iu":
         raise ValueError(f"{what}: SparseTensor ids must be a 1-D integer array (int64), got {ids.dtype} {ids.shape}")
     if segments.ndim != 1 or segments.dtype.kind not in "iu" or segments.size == 0:
-        raise ValueError(f"{what}: SparseTensor segments must be a non-empty 1-D integer array, got {segments.dtype} "
-                         f"{segments.shape}")
+        raise ValueError(
+            f"{what}: SparseTensor segments must be a non-empty 1-D integer array, got {segments.dtype} "
+            f"{segments.shape}"
+        )
     ends = segments.astype(np.int64)
     lengths = np.diff(ends, prepend=0)
     if ends[-1] != ids.size or np.any(lengths < 0):
-        raise ValueError(f"{what}: SparseTensor segments must be the running end of each segment's ids, non-decreasing "
-                         f"up to the ids' count {ids.size}; got {ends.size} segments ending at {ends[-1]}"
-                         f"{' and decreasing' if np.any(lengths < 0) else ''} (XDL's: ids [1, 5, 7, 2, 4, 10, 3] "
-                         f"in examples of 3, 3 and 1 ids have segments [3, 6, 7])")
+        raise ValueError(
+            f"{what}: SparseTensor segments must be the running end of each segment's ids, non-decreasing "
+            f"up to the ids' count {ids.size}; got {ends.size} segments ending at {ends[-1]}"
+            f"{' and decreasing' if np.any(lengths < 0) else ''} (XDL's: ids [1, 5, 7, 2, 4, 10, 3] "
+            f"in examples of 3, 3 and 1 ids have segments [3, 6, 7])"
+        )
     _check_unweighted(sparse.values, ids.size, what)
     return ids, lengths
 
@@ -62,6 +66,8 @@ def _check_unweighted(values: Optional[Any], count: int, what: str) -> None:
     if weights.size == 0:
         return
     if weights.shape != (count,) or not np.all(weights == 1):
-        raise ValueError(f"{what}: SparseTensor values must be None or ones [{count}] (one per id): the job's "
-                         f"combiners weigh every id alike, weighted ids are not supported; got {weights.dtype} "
-                         f"{weights.shape}")
+        raise ValueError(
+            f"{what}: SparseTensor values must be None or ones [{count}] (one per id): the job's "
+            f"combiners weigh every id alike, weighted ids are not supported; got {weights.dtype} "
+            f"{weights.shape}"
+        )

@@ -67,8 +67,21 @@ class StandIn:
 
 
 # arithmetic, comparison, indexing, iteration: each says why instead of Python's "unsupported operand type"
-for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor", "lshift",
-              "rshift"):
+for _name in (
+    "add",
+    "sub",
+    "mul",
+    "truediv",
+    "floordiv",
+    "mod",
+    "pow",
+    "matmul",
+    "and",
+    "or",
+    "xor",
+    "lshift",
+    "rshift",
+):
     setattr(StandIn, f"__{_name}__", StandIn._refuse)
     setattr(StandIn, f"__r{_name}__", StandIn._refuse)
 for _name in ("neg", "pos", "abs", "invert", "lt", "le", "gt", "ge", "getitem", "iter", "array"):
@@ -89,22 +102,28 @@ class SparseIds(StandIn):
     def __init__(self, key: str, kind: str, width: int, segments: int = 0) -> None:
         self.key, self.kind, self.width, self.segments = key, kind, width, segments
         self.what = f"batch[{key!r}] (a sparse feature's ids)"
-        self.use = ("the job looks a feature's ids up before the model runs, so pass the entry as is to "
-                    "xdl_ec.embedding; transform ids in the reader instead")
+        self.use = (
+            "the job looks a feature's ids up before the model runs, so pass the entry as is to "
+            "xdl_ec.embedding; transform ids in the reader instead"
+        )
 
 
 class Labels(StandIn):
     what = "batch['label']"
-    use = ("the job feeds the labels to its loss itself; pass them as is to xdl_ec.losses.sigmoid_cross_entropy "
-           "(the only loss the port supports)")
+    use = (
+        "the job feeds the labels to its loss itself; pass them as is to xdl_ec.losses.sigmoid_cross_entropy "
+        "(the only loss the port supports)"
+    )
 
 
 class Loss(StandIn):
     """The result of ``xdl_ec.losses.sigmoid_cross_entropy``: what the model function returns (first)."""
 
     what = "the loss of xdl_ec.losses.sigmoid_cross_entropy"
-    use = ("the job computes the mean sigmoid cross-entropy of its logits itself, so the model function must "
-           "return that loss unchanged (first, if it returns several values); extra loss terms are not supported")
+    use = (
+        "the job computes the mean sigmoid cross-entropy of its logits itself, so the model function must "
+        "return that loss unchanged (first, if it returns several values); extra loss terms are not supported"
+    )
 
     def __init__(self, logits: Any) -> None:
         self.logits = logits
@@ -132,8 +151,14 @@ class EmbeddingSpec:
     seed: int
 
     def same_table(self, other: "EmbeddingSpec") -> bool:
-        return (self.dim, self.initializer, self.optimizer, self.feature_dim, self.vtype, self.seed) == \
-            (other.dim, other.initializer, other.optimizer, other.feature_dim, other.vtype, other.seed)
+        return (self.dim, self.initializer, self.optimizer, self.feature_dim, self.vtype, self.seed) == (
+            other.dim,
+            other.initializer,
+            other.optimizer,
+            other.feature_dim,
+            other.vtype,
+            other.seed,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,7 +228,7 @@ class Layout:
             batch[entry.key] = SparseIds(entry.key, entry.kind, entry.width)
         start = 0
         for key, width in self.dense:
-            batch[key] = dense if len(self.dense) == 1 else dense[:, start:start + width]
+            batch[key] = dense if len(self.dense) == 1 else dense[:, start : start + width]
             start += width
         return batch
 
@@ -213,8 +238,10 @@ class Layout:
         if not isinstance(batch, Mapping):
             raise InputError(f"{where}: the reader must yield dict batches, got {type(batch).__name__}")
         if set(batch) != set(self.keys):
-            raise InputError(f"{where}: the batch's entries {sorted(batch)} differ from the reader's first "
-                             f"batch's {sorted(self.keys)} (which the model was traced on)")
+            raise InputError(
+                f"{where}: the batch's entries {sorted(batch)} differ from the reader's first "
+                f"batch's {sorted(self.keys)} (which the model was traced on)"
+            )
         out = {"label": batch["label"]}
         size = _label_count(batch["label"], where)
         for entry in self.sparse:
@@ -225,8 +252,10 @@ class Layout:
         for key, width in self.dense:
             value = _numpy(batch[key])
             if value.ndim != 2 or value.dtype.kind != "f" or value.shape[1] != width:
-                raise InputError(f"{where}: dense entry {key!r} must be float [B, {width}] like the first batch's, "
-                                 f"got {value.dtype} {value.shape}")
+                raise InputError(
+                    f"{where}: dense entry {key!r} must be float [B, {width}] like the first batch's, "
+                    f"got {value.dtype} {value.shape}"
+                )
             parts.append(value)
         if parts:
             out["dense"] = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
@@ -273,10 +302,12 @@ def _segment_shape(key: str, value: SparseTensor, size: int, where: str) -> Tupl
     if count % size == 0 and lengths.min() == lengths.max() and lengths[0] >= 1:
         return ids, count // size, int(lengths[0])
     seen = sorted(set(lengths.tolist()))[:5]
-    raise InputError(f"{where}: batch[{key!r}]: {count} segments for {size} examples (the label's length): XDL's "
-                     f"segments map onto the job as one per example, or k per example (e.g. one per id of a "
-                     f"history padded to k) of the same number of ids each (got lengths {seen}); pad the reader's "
-                     f"histories to a fixed length")
+    raise InputError(
+        f"{where}: batch[{key!r}]: {count} segments for {size} examples (the label's length): XDL's "
+        f"segments map onto the job as one per example, or k per example (e.g. one per id of a "
+        f"history padded to k) of the same number of ids each (got lengths {seen}); pad the reader's "
+        f"histories to a fixed length"
+    )
 
 
 def _job_ids(value: Any, entry: SparseEntry, size: int, where: str) -> Any:
@@ -287,13 +318,17 @@ def _job_ids(value: Any, entry: SparseEntry, size: int, where: str) -> Any:
     ids, k, per = _segment_shape(entry.key, segments, size, where)
     if entry.kind == SEGMENTS:
         if (k, per) != (entry.segments, entry.width // entry.segments):
-            raise InputError(f"{where}: batch[{entry.key!r}]: {k} segments per example of {per or 'varying'} ids "
-                             f"each, the first batch had {entry.segments} of {entry.width // entry.segments} (the "
-                             f"model was traced on it): pad the reader's histories to that length")
+            raise InputError(
+                f"{where}: batch[{entry.key!r}]: {k} segments per example of {per or 'varying'} ids "
+                f"each, the first batch had {entry.segments} of {entry.width // entry.segments} (the "
+                f"model was traced on it): pad the reader's histories to that length"
+            )
         return ids.reshape(size, entry.width)
     if k != 1:
-        raise InputError(f"{where}: batch[{entry.key!r}]: {k} segments per example, the first batch had one: every "
-                         f"batch must segment an entry alike")
+        raise InputError(
+            f"{where}: batch[{entry.key!r}]: {k} segments per example, the first batch had one: every "
+            f"batch must segment an entry alike"
+        )
     return ids, np.concatenate([[0], _numpy(segments.segments).astype(np.int64)])
 
 
@@ -306,8 +341,10 @@ def _check_index_range(value: Any, entry: SparseEntry, where: str) -> None:
     ids = _numpy(value)
     limit = entry.lookup.feature_dim
     if ids.size and (ids.min() < 0 or ids.max() >= limit):
-        raise InputError(f"{where}: feature {entry.key!r}: table {entry.lookup.table!r} has vtype='index', so its "
-                         f"ids must lie in [0, feature_dim={limit}), got ids from {ids.min()} to {ids.max()}")
+        raise InputError(
+            f"{where}: feature {entry.key!r}: table {entry.lookup.table!r} has vtype='index', so its "
+            f"ids must lie in [0, feature_dim={limit}), got ids from {ids.min()} to {ids.max()}"
+        )
 
 
 def classify(key: str, value: Any, size: int) -> Tuple[str, int, int]:
@@ -317,9 +354,11 @@ def classify(key: str, value: Any, size: int) -> Tuple[str, int, int]:
     fixed width whose rows the model sums per segment), or dense floats [B, D] ("dense", D)."""
     where = "the reader's first batch"
     if isinstance(value, tf.SparseTensor):
-        raise XdlPortError(f"batch[{key!r}]: a tf.SparseTensor; give variable-length ids as a (values, row_splits) "
-                           f"pair of numpy arrays, a tf.RaggedTensor or XDL's xdl_ec.SparseTensor(ids, values, "
-                           f"segments)")
+        raise XdlPortError(
+            f"batch[{key!r}]: a tf.SparseTensor; give variable-length ids as a (values, row_splits) "
+            f"pair of numpy arrays, a tf.RaggedTensor or XDL's xdl_ec.SparseTensor(ids, values, "
+            f"segments)"
+        )
     if isinstance(value, tf.RaggedTensor):
         return RAGGED, 0, 0
     segments = _as_segments(value)
@@ -327,8 +366,10 @@ def classify(key: str, value: Any, size: int) -> Tuple[str, int, int]:
         _, k, per = _segment_shape(key, segments, size, where)
         return (RAGGED, 0, 0) if k == 1 else (SEGMENTS, k * per, k)
     if isinstance(value, tuple):
-        raise XdlPortError(f"batch[{key!r}]: variable-length ids are a (values, row_splits) pair with row_splits "
-                           f"[B + 1] from 0, got a tuple of {len(value)}")
+        raise XdlPortError(
+            f"batch[{key!r}]: variable-length ids are a (values, row_splits) pair with row_splits "
+            f"[B + 1] from 0, got a tuple of {len(value)}"
+        )
     array = _numpy(value)
     if array.dtype.kind in "iu":
         if array.ndim == 1:
@@ -337,8 +378,10 @@ def classify(key: str, value: Any, size: int) -> Tuple[str, int, int]:
             return FIXED, int(array.shape[1]), 0
     elif array.dtype.kind == "f" and array.ndim == 2:
         return "dense", int(array.shape[1]), 0
-    raise XdlPortError(f"batch[{key!r}]: expected integer ids [B] / [B, n] / variable-length, or float dense values "
-                       f"[B, D], got {array.dtype} {array.shape}")
+    raise XdlPortError(
+        f"batch[{key!r}]: expected integer ids [B] / [B, n] / variable-length, or float dense values "
+        f"[B, D], got {array.dtype} {array.shape}"
+    )
 
 
 # ---- one run of the model function ---------------------------------------------------------------------------
@@ -354,8 +397,10 @@ def active(caller: str) -> "ModelPass":
     """The model pass running now; outside one, an XdlPortError naming ``caller``."""
     model_pass = _active.get()
     if model_pass is None:
-        raise XdlPortError(f"{caller}: only inside the model function of xdl_ec.xdl_job (it stands for a part of the "
-                           f"job's Keras model); in your own Keras model use tf.keras layers")
+        raise XdlPortError(
+            f"{caller}: only inside the model function of xdl_ec.xdl_job (it stands for a part of the "
+            f"job's Keras model); in your own Keras model use tf.keras layers"
+        )
     return model_pass
 
 
@@ -376,8 +421,15 @@ class ModelPass:
     variables by name). ``training``: the job's training call (batch normalizations on the batch's statistics,
     moving their averages); ``graph``: TRAIN (the model function) or TEST (the script's is_training=False graph)."""
 
-    def __init__(self, layout: Optional[Layout], embedded: Optional[Mapping[str, Any]], parts: ModelParts,
-                 create: bool, training: bool = False, graph: str = "train") -> None:
+    def __init__(
+        self,
+        layout: Optional[Layout],
+        embedded: Optional[Mapping[str, Any]],
+        parts: ModelParts,
+        create: bool,
+        training: bool = False,
+        graph: str = "train",
+    ) -> None:
         self.layout, self.embedded, self.parts, self.create = layout, embedded, parts, create
         self.training, self.graph = training, graph
         self.lookups: Dict[str, EmbeddingSpec] = {}  # batch key -> lookup, in call order
@@ -392,26 +444,35 @@ class ModelPass:
         try:
             # the getter sees every tf.compat.v1.get_variable; re-entering the current scope object restores its
             # sub-scope counts on exit, so default_name scopes get the same names on every call
-            with tf.variable_creator_scope(self._create_variable), tf.compat.v1.variable_scope(
-                    tf.compat.v1.get_variable_scope(), custom_getter=self._get_variable,
-                    auxiliary_name_scope=False):
+            with (
+                tf.variable_creator_scope(self._create_variable),
+                tf.compat.v1.variable_scope(
+                    tf.compat.v1.get_variable_scope(), custom_getter=self._get_variable, auxiliary_name_scope=False
+                ),
+            ):
                 out = function(batch)
         finally:
             _active.reset(token)
         first = out[0] if isinstance(out, (tuple, list)) and out else out
         if self.loss is None or (self.graph == TRAIN and first is not self.loss):
             got = f"; it returned {type(first).__name__}" if self.graph == TRAIN else ""
-            raise XdlPortError(f"the {self.graph_name} must return the loss of xdl_ec.losses.sigmoid_cross_entropy("
-                               f"batch['label'], logits) (first, if it returns several values){got}: the job "
-                               f"computes that loss from the logits it marks")
+            raise XdlPortError(
+                f"the {self.graph_name} must return the loss of xdl_ec.losses.sigmoid_cross_entropy("
+                f"batch['label'], logits) (first, if it returns several values){got}: the job "
+                f"computes that loss from the logits it marks"
+            )
         if self.next_layer != len(self.parts.layers):
-            raise XdlPortError(f"the {self.graph_name} used {self.next_layer} layers, the model function's first "
-                               f"call {len(self.parts.layers)}: it must make the same xdl_ec.layers calls on every "
-                               f"call")
+            raise XdlPortError(
+                f"the {self.graph_name} used {self.next_layer} layers, the model function's first "
+                f"call {len(self.parts.layers)}: it must make the same xdl_ec.layers calls on every "
+                f"call"
+            )
         if self.layout is not None and len(self.lookups) != len(self.layout.sparse):
-            raise XdlPortError(f"the {self.graph_name} looked up {sorted(self.lookups)}, on its first call "
-                               f"{sorted(e.key for e in self.layout.sparse)}: it must make the same lookups on every "
-                               f"call")
+            raise XdlPortError(
+                f"the {self.graph_name} looked up {sorted(self.lookups)}, on its first call "
+                f"{sorted(e.key for e in self.layout.sparse)}: it must make the same lookups on every "
+                f"call"
+            )
         return self.loss.logits
 
     @property
@@ -420,25 +481,43 @@ class ModelPass:
 
     def _create_variable(self, next_creator: Callable[..., Any], **kwargs: Any) -> Any:
         if not self._making:
-            raise XdlPortError(f"the model function created a variable ({kwargs.get('name')!r}) outside "
-                               f"xdl_ec.layers.dense, xdl_ec.layers.batch_normalization and "
-                               f"tf.compat.v1.get_variable: a Keras layer or tf.Variable made inside it is made anew "
-                               f"on every call and never trained; use those (tf.layers' renames)")
+            raise XdlPortError(
+                f"the model function created a variable ({kwargs.get('name')!r}) outside "
+                f"xdl_ec.layers.dense, xdl_ec.layers.batch_normalization and "
+                f"tf.compat.v1.get_variable: a Keras layer or tf.Variable made inside it is made anew "
+                f"on every call and never trained; use those (tf.layers' renames)"
+            )
         return next_creator(**kwargs)
 
-    def _get_variable(self, getter: Callable[..., Any], name: str, shape: Any = None, dtype: Any = None,
-                      initializer: Any = None, regularizer: Any = None, reuse: Any = None, trainable: Any = None,
-                      partitioner: Any = None, constraint: Any = None, **ignored: Any) -> Any:
+    def _get_variable(
+        self,
+        getter: Callable[..., Any],
+        name: str,
+        shape: Any = None,
+        dtype: Any = None,
+        initializer: Any = None,
+        regularizer: Any = None,
+        reuse: Any = None,
+        trainable: Any = None,
+        partitioner: Any = None,
+        constraint: Any = None,
+        **ignored: Any,
+    ) -> Any:
         """tf.compat.v1.get_variable's custom getter: the model's variable ``name`` (its full scope name), made
         when the model is built. ``reuse`` is XDL's AUTO_REUSE whatever the scope says: a name is one variable,
         in every call and in both graphs. ``ignored``: placement and collections, which mean nothing here."""
         where = f"tf.compat.v1.get_variable({name!r})"
-        given = sorted(k for k, v in (("regularizer", regularizer), ("partitioner", partitioner),
-                                      ("constraint", constraint)) if v is not None)
+        given = sorted(
+            k
+            for k, v in (("regularizer", regularizer), ("partitioner", partitioner), ("constraint", constraint))
+            if v is not None
+        )
         if given or trainable is False:
-            raise XdlPortError(f"{where}: {', '.join(given + ([] if trainable is not False else ['trainable=False']))}"
-                               f" not supported: the job's loss has no regularization terms, and its dense variables "
-                               f"are whole and all trained (statistics: xdl_ec.layers.batch_normalization)")
+            raise XdlPortError(
+                f"{where}: {', '.join(given + ([] if trainable is not False else ['trainable=False']))}"
+                f" not supported: the job's loss has no regularization terms, and its dense variables "
+                f"are whole and all trained (statistics: xdl_ec.layers.batch_normalization)"
+            )
         dtype = tf.as_dtype(dtype or tf.float32)
         if not dtype.is_floating:
             raise XdlPortError(f"{where}: dtype {dtype.name}: a trained variable is a float")
@@ -451,26 +530,35 @@ class ModelPass:
             raise XdlPortError(f"{where}: shape {shape!r}: a variable's shape must be fully known")
         shape = tuple(int(d) for d in dims.as_list())
         if value is not None and value.shape != shape:
-            raise XdlPortError(f"{where}: the initial value's shape {list(value.shape)} differs from shape "
-                               f"{list(shape)}")
+            raise XdlPortError(
+                f"{where}: the initial value's shape {list(value.shape)} differs from shape {list(shape)}"
+            )
         known = self.parts.variables.get(name)
         if known is not None:
             if tuple(known.shape) != shape or known.dtype != dtype.name:
-                raise XdlPortError(f"{where}: shape {list(shape)} ({dtype.name}) differs from the variable of that "
-                                   f"name, {list(known.shape)} ({known.dtype}): a name is one variable, reused on "
-                                   f"every call and by both graphs (XDL's AUTO_REUSE); give another variable another "
-                                   f"name")
+                raise XdlPortError(
+                    f"{where}: shape {list(shape)} ({dtype.name}) differs from the variable of that "
+                    f"name, {list(known.shape)} ({known.dtype}): a name is one variable, reused on "
+                    f"every call and by both graphs (XDL's AUTO_REUSE); give another variable another "
+                    f"name"
+                )
             return known.value
         if not self.create:
-            raise XdlPortError(f"{where}: the {self.graph_name} asks for a variable the model function did not make "
-                               f"on its first call (it made {sorted(self.parts.variables)}): it must make the same "
-                               f"variables on every call, and the test function only reuses them")
-        made = (lambda shape, dtype=None: value) if value is not None else \
-            (initializer or keras.initializers.GlorotUniform())  # TF 1's default for float variables
+            raise XdlPortError(
+                f"{where}: the {self.graph_name} asks for a variable the model function did not make "
+                f"on its first call (it made {sorted(self.parts.variables)}): it must make the same "
+                f"variables on every call, and the test function only reuses them"
+            )
+        made = (
+            (lambda shape, dtype=None: value)
+            if value is not None
+            else (initializer or keras.initializers.GlorotUniform())
+        )  # TF 1's default for float variables
         self._making = True
         try:
-            variable = self.parts.owner.add_weight(shape=shape, initializer=made, dtype=dtype.name, trainable=True,
-                                                   name=name.replace("/", "__"))  # Keras names take no '/'
+            variable = self.parts.owner.add_weight(
+                shape=shape, initializer=made, dtype=dtype.name, trainable=True, name=name.replace("/", "__")
+            )  # Keras names take no '/'
         finally:
             self._making = False
         self.parts.variables[name] = variable
@@ -479,34 +567,45 @@ class ModelPass:
     def embedding(self, sparse_input: Any, spec: EmbeddingSpec) -> Any:
         where = f"xdl_ec.embedding({spec.table!r})"
         if not isinstance(sparse_input, SparseIds):
-            raise XdlPortError(f"{where}: sparse_input must be a sparse entry of the batch as read (batch['name']), "
-                               f"got {type(sparse_input).__name__}: the job looks a feature's ids up before the "
-                               f"model runs, so transform ids in the reader instead")
+            raise XdlPortError(
+                f"{where}: sparse_input must be a sparse entry of the batch as read (batch['name']), "
+                f"got {type(sparse_input).__name__}: the job looks a feature's ids up before the "
+                f"model runs, so transform ids in the reader instead"
+            )
         key = sparse_input.key
         if self.embedded is None or self.layout is None:  # the trace: no layout yet
             return self._record(key, sparse_input, spec, where)
         entry = next(e for e in self.layout.sparse if e.key == key)
         if entry.lookup != spec:
-            raise XdlPortError(f"{where} of batch[{key!r}]: on the first batch the model function looked it up as "
-                               f"{entry.lookup}, now as {spec}: it must make the same lookups on every call")
+            raise XdlPortError(
+                f"{where} of batch[{key!r}]: on the first batch the model function looked it up as "
+                f"{entry.lookup}, now as {spec}: it must make the same lookups on every call"
+            )
         self.lookups[key] = spec
         return entry.as_read(self.embedded[key])
 
     def _record(self, key: str, ids: SparseIds, spec: EmbeddingSpec, where: str) -> Any:
         known = self.lookups.get(key)
         if known is not None and known.table != spec.table:
-            raise XdlPortError(f"{where}: batch[{key!r}] is already looked up in table {known.table!r}; the job gives "
-                               f"each batch entry one table: copy the entry under another name in the reader")
+            raise XdlPortError(
+                f"{where}: batch[{key!r}] is already looked up in table {known.table!r}; the job gives "
+                f"each batch entry one table: copy the entry under another name in the reader"
+            )
         if known is not None and known != spec:
-            raise XdlPortError(f"{where}: batch[{key!r}] is looked up twice with different settings ({known} and "
-                               f"{spec})")
+            raise XdlPortError(
+                f"{where}: batch[{key!r}] is looked up twice with different settings ({known} and {spec})"
+            )
         for other in self.lookups.values():
             if other.table == spec.table and not other.same_table(spec):
-                raise XdlPortError(f"{where}: the table is used with different settings ({other} and {spec}); "
-                                   f"use another name for another table")
+                raise XdlPortError(
+                    f"{where}: the table is used with different settings ({other} and {spec}); "
+                    f"use another name for another table"
+                )
         if ids.kind in (RAGGED, SEGMENTS) and spec.combiner is None:
-            raise XdlPortError(f"{where}: batch[{key!r}] has variable-length ids or segments, which need a combiner "
-                               f"('sum', 'mean' or 'sqrtn'), got combiner=None")
+            raise XdlPortError(
+                f"{where}: batch[{key!r}] has variable-length ids or segments, which need a combiner "
+                f"('sum', 'mean' or 'sqrtn'), got combiner=None"
+            )
         self.lookups[key] = spec
         return SparseEntry(key, ids.kind, ids.width, spec, ids.segments).traced()
 
@@ -526,40 +625,76 @@ class ModelPass:
             return out
         count = len(self.parts.layers)
         if self.next_layer >= count:
-            raise XdlPortError(f"{what}: the {self.graph_name} makes more layers than the model function's first "
-                               f"call made ({count}): it must make the same xdl_ec.layers calls every time")
+            raise XdlPortError(
+                f"{what}: the {self.graph_name} makes more layers than the model function's first "
+                f"call made ({count}): it must make the same xdl_ec.layers calls every time"
+            )
         made = self.parts.calls[self.next_layer]
         if made != call:
-            raise XdlPortError(f"layer call {self.next_layer + 1}: {what}{call[1:]} differs from the first call's "
-                               f"{made[0]}{made[1:]}: the {self.graph_name} must make the same xdl_ec.layers calls, "
-                               f"in the same order, every time")
+            raise XdlPortError(
+                f"layer call {self.next_layer + 1}: {what}{call[1:]} differs from the first call's "
+                f"{made[0]}{made[1:]}: the {self.graph_name} must make the same xdl_ec.layers calls, "
+                f"in the same order, every time"
+            )
         layer = self.parts.layers[self.next_layer]
         self.next_layer += 1
         return layer(inputs, **options)
 
-    def dense(self, inputs: Any, units: int, activation: Any, use_bias: bool, kernel_initializer: Any,
-              bias_initializer: Any, name: Optional[str]) -> Any:
+    def dense(
+        self,
+        inputs: Any,
+        units: int,
+        activation: Any,
+        use_bias: bool,
+        kernel_initializer: Any,
+        bias_initializer: Any,
+        name: Optional[str],
+    ) -> Any:
         call = ("xdl_ec.layers.dense", units, keras.activations.get(activation), use_bias, name)
-        return self.layer(call[0], call, lambda: keras.layers.Dense(
-            units, activation=activation, use_bias=use_bias, kernel_initializer=kernel_initializer or "glorot_uniform",
-            bias_initializer=bias_initializer or "zeros", name=name), inputs)
+        return self.layer(
+            call[0],
+            call,
+            lambda: keras.layers.Dense(
+                units,
+                activation=activation,
+                use_bias=use_bias,
+                kernel_initializer=kernel_initializer or "glorot_uniform",
+                bias_initializer=bias_initializer or "zeros",
+                name=name,
+            ),
+            inputs,
+        )
 
-    def batch_normalization(self, inputs: Any, training: bool, settings: Mapping[str, Any],
-                            initializers: Mapping[str, Any], name: Optional[str]) -> Any:
+    def batch_normalization(
+        self,
+        inputs: Any,
+        training: bool,
+        settings: Mapping[str, Any],
+        initializers: Mapping[str, Any],
+        name: Optional[str],
+    ) -> Any:
         """TF 1's batch normalization: on the batch's statistics, moving their averages, when ``training`` and
         in the job's training call; else on the moving averages (in evaluation and serving always: a prediction
         must not depend on the rest of its batch)."""
         call = ("xdl_ec.layers.batch_normalization", *sorted(settings.items()), name)
-        made = {key: value if value is not None else default for (key, value), default in zip(
-            initializers.items(), ("zeros", "ones", "zeros", "ones"))}
-        return self.layer("xdl_ec.layers.batch_normalization", call,
-                          lambda: keras.layers.BatchNormalization(**settings, **made, name=name),
-                          inputs, training=bool(training) and self.training)
+        made = {
+            key: value if value is not None else default
+            for (key, value), default in zip(initializers.items(), ("zeros", "ones", "zeros", "ones"))
+        }
+        return self.layer(
+            "xdl_ec.layers.batch_normalization",
+            call,
+            lambda: keras.layers.BatchNormalization(**settings, **made, name=name),
+            inputs,
+            training=bool(training) and self.training,
+        )
 
     def sigmoid_cross_entropy(self, labels: Any, logits: Any) -> Loss:
         if not isinstance(labels, Labels):
-            raise XdlPortError(f"xdl_ec.losses.sigmoid_cross_entropy: labels must be batch['label'] as read, got "
-                               f"{type(labels).__name__}: the job feeds the labels to the loss itself")
+            raise XdlPortError(
+                f"xdl_ec.losses.sigmoid_cross_entropy: labels must be batch['label'] as read, got "
+                f"{type(labels).__name__}: the job feeds the labels to the loss itself"
+            )
         if self.loss is not None:
             raise XdlPortError("xdl_ec.losses.sigmoid_cross_entropy: called twice; the job trains one loss")
         shape = tuple(logits.shape)
@@ -571,15 +706,20 @@ class ModelPass:
     def enter_test_graph(self, function: str) -> None:
         """A tf_wrapper(is_training=False) function is called: only in the test function."""
         if self.graph == TRAIN:
-            raise XdlPortError(f"{function}: a tf_wrapper(is_training=False) function (XDL's eval graph, which "
-                               f"computes no gradients) ran in the model function the job trains; give the function "
-                               f"that builds the eval graph as xdl_ec.xdl_job(..., test=...): the job evaluates, "
-                               f"predicts and exports with it, over the same variables")
+            raise XdlPortError(
+                f"{function}: a tf_wrapper(is_training=False) function (XDL's eval graph, which "
+                f"computes no gradients) ran in the model function the job trains; give the function "
+                f"that builds the eval graph as xdl_ec.xdl_job(..., test=...): the job evaluates, "
+                f"predicts and exports with it, over the same variables"
+            )
 
 
 # ---- the trace and the model -----------------------------------------------------------------------------
-def trace(function: Callable[[Mapping[str, Any]], Any], first_batch: Any,
-          test: Optional[Callable[[Mapping[str, Any]], Any]] = None) -> Layout:
+def trace(
+    function: Callable[[Mapping[str, Any]], Any],
+    first_batch: Any,
+    test: Optional[Callable[[Mapping[str, Any]], Any]] = None,
+) -> Layout:
     """The Layout of ``function`` (and ``test``, its eval graph) on the reader's first batch (run on zeros of its
     shapes, batch size 1)."""
     if not isinstance(first_batch, Mapping):
@@ -596,17 +736,22 @@ def trace(function: Callable[[Mapping[str, Any]], Any], first_batch: Any,
     probe.run(function, batch)
     unread = [key for key, (kind, _, _) in kinds.items() if kind != "dense" and key not in probe.lookups]
     if unread:
-        raise XdlPortError(f"batch entries {unread} hold integer ids that no xdl_ec.embedding reads: drop them from "
-                           f"the reader, or give dense values as floats")
+        raise XdlPortError(
+            f"batch entries {unread} hold integer ids that no xdl_ec.embedding reads: drop them from "
+            f"the reader, or give dense values as floats"
+        )
     if test is not None:
         check = ModelPass(None, None, parts, create=False, graph=TEST)
         check.run(test, batch)
         if check.lookups != probe.lookups:
-            raise XdlPortError(f"the test function looks up {dict(check.lookups)}, the model function "
-                               f"{dict(probe.lookups)}: both graphs read the same entries with the same "
-                               f"xdl_ec.embedding calls")
-    sparse = tuple(SparseEntry(key, kinds[key][0], kinds[key][1], spec, kinds[key][2])
-                   for key, spec in probe.lookups.items())
+            raise XdlPortError(
+                f"the test function looks up {dict(check.lookups)}, the model function "
+                f"{dict(probe.lookups)}: both graphs read the same entries with the same "
+                f"xdl_ec.embedding calls"
+            )
+    sparse = tuple(
+        SparseEntry(key, kinds[key][0], kinds[key][1], spec, kinds[key][2]) for key, spec in probe.lookups.items()
+    )
     dense = tuple((key, width) for key, (kind, width, _) in kinds.items() if kind == "dense")
     return Layout(function, sparse, dense, test)
 
@@ -637,8 +782,10 @@ class XdlModel(keras.Model):
 
     def call(self, embedded: Mapping[str, Any], dense: Any = None, training: Any = False) -> Any:
         if training is not None and not isinstance(training, (bool, np.bool_)):
-            raise XdlPortError(f"XdlModel: training must be a Python bool (the job's training call or not), got "
-                               f"{type(training).__name__}")
+            raise XdlPortError(
+                f"XdlModel: training must be a Python bool (the job's training call or not), got "
+                f"{type(training).__name__}"
+            )
         return self._run(embedded, dense, training=bool(training))
 
 

@@ -31,7 +31,7 @@ class AccessCounter {
   size_t Discard(const int64_t* keys, size_t n);
   void Clear();
 
-  size_t size() const;   // distinct keys counted
+  size_t size() const;    // distinct keys counted
   int64_t total() const;  // sum of all counts
   // Every counted key and its count, sorted by key.
   void Items(std::vector<int64_t>* keys, std::vector<int64_t>* counts) const;
@@ -39,7 +39,7 @@ class AccessCounter {
  private:
   struct Entry {
     int64_t key;
-    int64_t count;  // 0: empty slot
+    int64_t count;   // 0: empty slot
     uint64_t stamp;  // the Add call that last counted this key (for `once`)
   };
   size_t Find(int64_t key) const;  // slot of key, or the empty slot where it would go

@@ -11,12 +11,15 @@ namespace xdl_ec {
 
 struct DeltaBatch {
   size_t record_bytes = 0;
-  std::vector<uint32_t> slots;      // one entry per touched slot, each slot at most once per batch
-  std::vector<uint8_t> xor_bytes;   // slots.size() * record_bytes, in the order of `slots`
+  std::vector<uint32_t> slots;     // one entry per touched slot, each slot at most once per batch
+  std::vector<uint8_t> xor_bytes;  // slots.size() * record_bytes, in the order of `slots`
 
   size_t size() const { return slots.size(); }
   const uint8_t* delta(size_t i) const { return xor_bytes.data() + i * record_bytes; }
-  void clear() { slots.clear(); xor_bytes.clear(); }
+  void clear() {
+    slots.clear();
+    xor_bytes.clear();
+  }
 };
 
 }  // namespace xdl_ec

@@ -50,14 +50,14 @@ class DeltaForwarder {
     size_t record_bytes = 0;
   };
   struct Progress {
-    int64_t seq = 0;           // the last seq recorded
-    int64_t live_applied = 0;  // the least seq the live holders applied (seq when none is live)
-    bool pending = false;      // a batch for a live holder is queued or in flight
-    WorkerSeqs worker_seqs;    // pushes applied so far
-    std::vector<int> down;     // holders that failed and were not replaced
-    uint64_t lag_waits = 0;    // Records that found the in-process delivery lagging (backpressure)
+    int64_t seq = 0;            // the last seq recorded
+    int64_t live_applied = 0;   // the least seq the live holders applied (seq when none is live)
+    bool pending = false;       // a batch for a live holder is queued or in flight
+    WorkerSeqs worker_seqs;     // pushes applied so far
+    std::vector<int> down;      // holders that failed and were not replaced
+    uint64_t lag_waits = 0;     // Records that found the in-process delivery lagging (backpressure)
     uint64_t lag_catchups = 0;  // of those, the ones that routed or delivered the backlog themselves
-    uint64_t coalesced = 0;    // mutations whose deltas were merged into an earlier one's (same seq range)
+    uint64_t coalesced = 0;     // mutations whose deltas were merged into an earlier one's (same seq range)
   };
   // What Take hands to a remote transport: the batches to send, the durable watermark to send with
   // them, and the link generation to quote in Ack / Fail.
@@ -100,12 +100,11 @@ class DeltaForwarder {
 
   // What Mutation::Record calls (the shard's write lock held). Call under the lock that orders the shard's
   // mutations, right after one: takes its deltas of `table` (may be empty; moved from, so pass an rvalue
-  // to avoid a copy) as the next seq, with `pushes` (worker -> seq) the pushes it applied. A mutation with no delta and no push records nothing. The
-  // thread runs in the idle time (SCHED_IDLE); when it serves an in-process holder and lags 64 mutations
-  // behind (routing, or delivery), Record first routes and delivers them itself, on the caller's thread,
-  // waiting (up to a second) only for work another thread has under way. Returns the current seq.
-  // Throws std::invalid_argument for an unknown table or a batch of the wrong record size (nothing
-  // recorded).
+  // to avoid a copy) as the next seq, with `pushes` (worker -> seq) the pushes it applied. A mutation with no delta and
+  // no push records nothing. The thread runs in the idle time (SCHED_IDLE); when it serves an in-process holder and
+  // lags 64 mutations behind (routing, or delivery), Record first routes and delivers them itself, on the caller's
+  // thread, waiting (up to a second) only for work another thread has under way. Returns the current seq. Throws
+  // std::invalid_argument for an unknown table or a batch of the wrong record size (nothing recorded).
   int64_t Record(const std::string& table, DeltaBatch deltas, const WorkerSeqs& pushes);
 
   // An empty DeltaBatch to record the next mutation into: one Record gave back once routed, with its
@@ -131,7 +130,7 @@ class DeltaForwarder {
 
   int64_t seq() const;  // the last seq recorded
   Progress progress() const;
-  uint64_t bytes_sent() const;         // delta bytes queued for holders so far
+  uint64_t bytes_sent() const;              // delta bytes queued for holders so far
   std::vector<std::string> errors() const;  // failures other than a lost holder
 
   // Someone waits for parity to catch up (a drain, a decode): what is recorded is routed now instead of
@@ -168,7 +167,7 @@ class DeltaForwarder {
     std::shared_ptr<const WorkerSeqs> stamp;
     std::chrono::steady_clock::time_point at;  // when recorded: bounds how long routing waits for a range
   };
-  void Run();  // routes what Record took, and delivers to local holders
+  void Run();                                              // routes what Record took, and delivers to local holders
   bool DeliverLocked(std::unique_lock<std::mutex>& lock);  // one delivery to a local holder; false: none due
   void RouteLocked(std::unique_lock<std::mutex>& lock);
   // Routes what is recorded and delivers to in-process holders on the calling thread (Flush, and Record when
@@ -176,7 +175,7 @@ class DeltaForwarder {
   bool FlushLocked(std::unique_lock<std::mutex>& lock);
   bool ServesLocalLocked() const;  // some live holder is in this process: the thread routes at once
   bool RoutesNowLocked() const;    // the thread should route what is recorded now
-  size_t LagLocked() const;  // mutations this thread has still to route or deliver in-process
+  size_t LagLocked() const;        // mutations this thread has still to route or deliver in-process
   void FailLocked(Link& link, int holder, const std::string& error, bool lost);
   int64_t DurableLocked() const;
   void AdvanceDurableLocked();
@@ -196,7 +195,7 @@ class DeltaForwarder {
   bool flush_ = false;             // Flush asked to route what is recorded now
   DeltaCoalescer coalescer_;       // used by the one router at a time, as is merged_
   DeltaCoalescer::Merged merged_;
-  uint64_t coalesced_ = 0;         // mutations merged into an earlier one of their range
+  uint64_t coalesced_ = 0;          // mutations merged into an earlier one of their range
   std::vector<DeltaBatch> spares_;  // routed batches' buffers, for TakeSpare
   size_t spare_bytes_ = 0;          // their capacity
   uint64_t lag_waits_ = 0;          // Records that found the delivery lagging

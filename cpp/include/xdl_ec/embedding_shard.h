@@ -41,11 +41,11 @@ struct ShardConfig {
 
 struct ShardMemoryStats {
   size_t live_rows = 0;
-  size_t slots = 0;          // slot array length (high-water mark), live or free
-  size_t record_bytes = 0;   // bytes of one record
-  size_t slot_bytes = 0;     // bytes held by allocated blocks
-  size_t index_bytes = 0;    // bytes held by the key index
-  size_t free_slots = 0;     // slots below the high-water mark waiting for reuse
+  size_t slots = 0;            // slot array length (high-water mark), live or free
+  size_t record_bytes = 0;     // bytes of one record
+  size_t slot_bytes = 0;       // bytes held by allocated blocks
+  size_t index_bytes = 0;      // bytes held by the key index
+  size_t free_slots = 0;       // slots below the high-water mark waiting for reuse
   size_t free_list_bytes = 0;  // bytes held by the free-slot list
 };
 
@@ -203,10 +203,9 @@ class EmbeddingShard {
   //     already restored (by a fault) are skipped and RestoreBlock returns false.
   //  3. Any Pull/Find/Push/Erase/Read* touching a missing block first calls the handler for it
   //     (a degraded read) and installs the result, so callers never see unrestored bytes.
-  void BeginRestore(const int64_t* keys, const uint32_t* slots, size_t n, size_t high_water,
-                    BlockFaultHandler handler);
+  void BeginRestore(const int64_t* keys, const uint32_t* slots, size_t n, size_t high_water, BlockFaultHandler handler);
   bool RestoreBlock(size_t b, const uint8_t* bytes);
-  size_t missing_blocks() const;  // 0 when not restoring or when done
+  size_t missing_blocks() const;       // 0 when not restoring or when done
   bool block_missing(size_t b) const;  // block b still waits for RestoreBlock or a fault
   // The missing blocks holding rows of keys[0..n) (ascending, each once): a caller about to touch them
   // can restore them together (one decode for all) instead of one fault each. Keys not in the index

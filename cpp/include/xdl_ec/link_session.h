@@ -74,9 +74,9 @@ class LinkSession {
   // A received message; `memory` holds header (right before the body), body and tag.
   struct Message {
     std::shared_ptr<uint8_t> memory;
-    size_t size = 0;  // bytes of `memory`
-    std::pair<size_t, size_t> pickle;                  // (offset in memory, bytes)
-    std::vector<std::pair<size_t, size_t>> buffers;    // (offset in memory, bytes), each 64-byte aligned
+    size_t size = 0;                                 // bytes of `memory`
+    std::pair<size_t, size_t> pickle;                // (offset in memory, bytes)
+    std::vector<std::pair<size_t, size_t>> buffers;  // (offset in memory, bytes), each 64-byte aligned
   };
 
   // `key`: the session key S (kKeyBytes); `caller`: this end opened the connection (it sends "C").

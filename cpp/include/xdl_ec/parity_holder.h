@@ -86,9 +86,9 @@ class ParityHolder {
   // rule's allowance, are accepted from every sender. Never shrinks.
   void SetExtent(const std::string& table, size_t parity_blocks);
 
-  int64_t Applied(int sender) const;                 // 0 for a sender never seen
-  std::map<int32_t, int64_t> AppliedAll() const;     // sender -> applied
-  WorkerSeqs WorkerSeqsOf(int sender) const;         // stamped on the last applied batch
+  int64_t Applied(int sender) const;              // 0 for a sender never seen
+  std::map<int32_t, int64_t> AppliedAll() const;  // sender -> applied
+  WorkerSeqs WorkerSeqsOf(int sender) const;      // stamped on the last applied batch
 
   // Undoes `sender`'s batches above `to_seq`, newest first; returns the worker seqs at `to_seq`. Throws
   // std::invalid_argument (nothing changed) when the undo log does not reach back to to_seq + 1, or when

@@ -45,7 +45,8 @@ class ParityRouter {
   template <typename DeltaAt, typename Sink>
   void ForEachEntry(int source, size_t count, const uint32_t* slots, DeltaAt delta_at, Sink sink) const;
   template <typename DeltaAt>
-  void RouteInto(int source, size_t count, const uint32_t* slots, DeltaAt delta_at, std::vector<ParityUpdate>* out) const;
+  void RouteInto(int source, size_t count, const uint32_t* slots, DeltaAt delta_at,
+                 std::vector<ParityUpdate>* out) const;
 
   StripeLayout layout_;
   uint32_t block_slots_;

@@ -45,9 +45,9 @@ class ParityStore {
   void WriteBlock(size_t c, const uint8_t* bytes);
   bool HasBlock(size_t c) const;
 
-  size_t num_blocks() const;        // one past the highest allocated block
-  size_t allocated_blocks() const;  // blocks holding memory
-  size_t bytes() const;             // allocated_blocks() * block_bytes()
+  size_t num_blocks() const;              // one past the highest allocated block
+  size_t allocated_blocks() const;        // blocks holding memory
+  size_t bytes() const;                   // allocated_blocks() * block_bytes()
   uint64_t delta_bytes_received() const;  // sum of applied deltas' bytes, for balance and stats
   uint64_t updates_received() const;      // entries applied
 

@@ -94,7 +94,7 @@ struct PushPullAnswer {
   struct StaleRows {
     Rows rows;  // of the keys sent, rows.floats = sent * dim
     uint32_t sent = 0;
-    std::unique_ptr<int32_t[]> clocks;  // n
+    std::unique_ptr<int32_t[]> clocks;     // n
     std::unique_ptr<uint8_t[]> sent_mask;  // n
     size_t n = 0;
     uint64_t table_rows = 0;

@@ -43,28 +43,28 @@ class RowCache {
   // Lines handed back with gradient summed but not yet pushed: the caller pushes them.
   struct Pending {
     std::vector<int64_t> keys;
-    std::vector<float> grads;       // keys.size() * dim: each line's summed gradient
-    std::vector<uint32_t> counts;   // gradients summed into each
+    std::vector<float> grads;      // keys.size() * dim: each line's summed gradient
+    std::vector<uint32_t> counts;  // gradients summed into each
   };
   // Gradients to push now, in the order they were given to Accumulate.
   struct Due {
     std::vector<int64_t> keys;
-    std::vector<float> grads;       // keys.size() * dim
-    std::vector<uint32_t> counts;   // gradients summed into each (1: passed on as given)
+    std::vector<float> grads;      // keys.size() * dim
+    std::vector<uint32_t> counts;  // gradients summed into each (1: passed on as given)
   };
 
   struct Stats {
-    size_t rows = 0;      // lines cached
-    size_t capacity = 0;  // lines at most
-    uint64_t hits = 0;    // Lookup keys found (each occurrence)
-    uint64_t misses = 0;  // Lookup keys not found
-    uint64_t evictions = 0;         // lines a Fill evicted (Invalidate and Clear drop, they do not evict)
-    size_t pending_lines = 0;       // lines holding gradient not yet pushed
-    uint64_t pending_count = 0;     // gradients summed into them (what a crash of the worker loses)
+    size_t rows = 0;                 // lines cached
+    size_t capacity = 0;             // lines at most
+    uint64_t hits = 0;               // Lookup keys found (each occurrence)
+    uint64_t misses = 0;             // Lookup keys not found
+    uint64_t evictions = 0;          // lines a Fill evicted (Invalidate and Clear drop, they do not evict)
+    size_t pending_lines = 0;        // lines holding gradient not yet pushed
+    uint64_t pending_count = 0;      // gradients summed into them (what a crash of the worker loses)
     uint32_t max_pending_count = 0;  // the most gradients any line holds now (< staleness)
-    uint64_t write_backs = 0;       // summed gradients handed back for pushing (due, evicted, flushed, dropped)
-    uint64_t accumulated = 0;       // gradients Accumulate took into lines (hits of the write path)
-    uint64_t written_through = 0;   // gradients Accumulate passed on at once because their key was not cached
+    uint64_t write_backs = 0;        // summed gradients handed back for pushing (due, evicted, flushed, dropped)
+    uint64_t accumulated = 0;        // gradients Accumulate took into lines (hits of the write path)
+    uint64_t written_through = 0;    // gradients Accumulate passed on at once because their key was not cached
   };
 
   // dim in [1, 65536], capacity_rows in [1, 2^32 - 2]; staleness is the write bound S (0: exact mode,
@@ -122,8 +122,8 @@ class RowCache {
   struct Line {
     int64_t key = 0;
     uint64_t tag = 0;
-    uint64_t uses = 0;      // calls that touched it with a use (LFU order)
-    uint64_t touched = 0;   // the call that touched it last (recency)
+    uint64_t uses = 0;     // calls that touched it with a use (LFU order)
+    uint64_t touched = 0;  // the call that touched it last (recency)
     int32_t clock = 0;
     uint32_t prev = kNone;  // neighbours in its eviction list
     uint32_t next = kNone;
@@ -174,8 +174,8 @@ class RowCache {
   size_t linked_ = 0;                 // lines in lists (every line, between calls)
   uint64_t call_ = 0;                 // calls that touched lines so far
 
-  std::vector<float> pool_;            // pending gradients, dim floats per slot
-  std::vector<uint32_t> pool_owner_;   // the line of each slot, kNone when free
+  std::vector<float> pool_;           // pending gradients, dim floats per slot
+  std::vector<uint32_t> pool_owner_;  // the line of each slot, kNone when free
   std::vector<uint32_t> free_pool_;
 
   Stats stats_;

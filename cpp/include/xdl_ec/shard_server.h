@@ -70,8 +70,9 @@ class ShardServer {
   // of this server, of its dim, with finite gradients, steps and seqs in range, repeats in [1, kMaxRepeats],
   // on shards not under restore, with the native path on: applies its parts in order (skipping a part whose
   // seq this server applied already, as a replay), then pulls, then its stale pulls (a push_pull_stale call),
-  // and fills `answer` (its acks fields, durable from the forwarder, rows, stale answers and the epoch). Otherwise returns false and changes nothing. Throws only what the shards or the
-  // forwarder throw (resources), as the general path would.
+  // and fills `answer` (its acks fields, durable from the forwarder, rows, stale answers and the epoch). Otherwise
+  // returns false and changes nothing. Throws only what the shards or the forwarder throw (resources), as the general
+  // path would.
   bool Serve(const PushPullRequest& request, PushPullAnswer* answer);
 
   Counters counters() const;

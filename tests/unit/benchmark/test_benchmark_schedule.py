@@ -54,8 +54,15 @@ def test_second_kill_inside_an_r1_rebuild_is_deferred_past_the_rebuild_and_stays
     completes the rebuild first, both kills land at their steps and the model is the failure-free one."""
     train, cluster = Workload.built_in(small_config(steps=8)), ClusterConfig(servers=3, workers=1)
     reference = run_variant(Variant("none", "none"), train, cluster, [], None, 0)
-    row = run_variant(Variant("ec-2+1", "ec", {"code": "2,1", "rebuild": "boundary"}), train, cluster,
-                      [(3, 1, 0.0), (5, 2, 0.0)], None, 0, rebuild_share=0.001)
+    row = run_variant(
+        Variant("ec-2+1", "ec", {"code": "2,1", "rebuild": "boundary"}),
+        train,
+        cluster,
+        [(3, 1, 0.0), (5, 2, 0.0)],
+        None,
+        0,
+        rebuild_share=0.001,
+    )
     assert row["status"] == "ok", row.get("error")
     report = row["report"]
     assert [(k["step"], k["index"]) for k in report["injected"]] == [(3, 1), (5, 2)]

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from support.paths import CRITEO_SAMPLE  # noqa: E402
 from xdl_ec.data import BadLineError, CriteoReader
 from xdl_ec.data.criteo import CHUNK_LINES, parse_lines_fast
 from xdl_ec.data.schema import EMPTY_VALUE, categorical_keys, dense_transform
-from support.paths import CRITEO_SAMPLE  # noqa: E402
 
 SAMPLE = CRITEO_SAMPLE
 
@@ -100,8 +100,13 @@ def test_bad_line_skip_counts_once(tmp_path: Path, kind: str) -> None:
 
 
 def test_more_bad_values_are_rejected(tmp_path: Path) -> None:
-    for bad in (make_line(ints=["+"] + ["1"] * 12), make_line(ints=["1.5"] + ["1"] * 12),
-                make_line(cats=["123456789"] + ["1"] * 25), make_line(cats=["0x12"] + ["1"] * 25), ""):
+    for bad in (
+        make_line(ints=["+"] + ["1"] * 12),
+        make_line(ints=["1.5"] + ["1"] * 12),
+        make_line(cats=["123456789"] + ["1"] * 25),
+        make_line(cats=["0x12"] + ["1"] * 25),
+        "",
+    ):
         reader = CriteoReader(write(tmp_path, [bad]), eval_fraction=0.0)
         with pytest.raises(BadLineError):
             list(reader.batches(1))
@@ -130,8 +135,14 @@ def test_streams_lazily(tmp_path: Path) -> None:
 def random_line(rng: np.random.Generator) -> str:
     def integer() -> str:
         kind = rng.integers(6)
-        return ["", "0", str(rng.integers(0, 10**6)), f"-{rng.integers(0, 3)}", f"+{rng.integers(0, 99)}",
-                str(rng.integers(0, 10**15))][kind]
+        return [
+            "",
+            "0",
+            str(rng.integers(0, 10**6)),
+            f"-{rng.integers(0, 3)}",
+            f"+{rng.integers(0, 99)}",
+            str(rng.integers(0, 10**15)),
+        ][kind]
 
     def hex_value() -> str:
         kind = rng.integers(5)
@@ -162,9 +173,14 @@ def test_vectorised_and_line_by_line_paths_agree(tmp_path: Path) -> None:
 
 
 def test_vectorised_path_declines_every_bad_kind() -> None:
-    for bad in [*BAD_LINES.values(), make_line(ints=["+"] + ["1"] * 12), make_line(ints=["-"] + ["1"] * 12),
-                make_line(ints=["1" * 16] + ["1"] * 12), make_line(cats=["0000000\x00"] + ["00000001"] * 25),
-                make_line(cats=["00000é01"] + ["00000001"] * 25)]:
+    for bad in [
+        *BAD_LINES.values(),
+        make_line(ints=["+"] + ["1"] * 12),
+        make_line(ints=["-"] + ["1"] * 12),
+        make_line(ints=["1" * 16] + ["1"] * 12),
+        make_line(cats=["0000000\x00"] + ["00000001"] * 25),
+        make_line(cats=["00000é01"] + ["00000001"] * 25),
+    ]:
         assert parse_lines_fast([make_line() + "\n", bad + "\n"]) is None
 
 

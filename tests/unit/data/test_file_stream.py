@@ -27,7 +27,7 @@ def write(directory: Path, name: str, ids: range, gz: bool = False) -> None:
     """Written under a temporary name, then renamed in, as a producer does."""
     text = "".join(line(i) + "\n" for i in ids).encode()
     tmp = directory / f".{name}.partial"
-    with (gzip.open(tmp, "wb") if gz else open(tmp, "wb")) as f:
+    with gzip.open(tmp, "wb") if gz else open(tmp, "wb") as f:
         f.write(text)
     os.replace(tmp, directory / name)
 
@@ -39,8 +39,10 @@ def ids_of(lines: List[str]) -> List[int]:
 def batch_ids(batch) -> List[int]:  # noqa: ANN001
     """Sample ids of a batch, recovered from its last column's keys."""
     keys = batch.sparse[:, -1]
-    table = {int(k): i for i, k in enumerate(categorical_keys(np.array(
-        [[0] * 25 + [i] for i in range(1000)], dtype=np.uint64))[:, -1])}
+    table = {
+        int(k): i
+        for i, k in enumerate(categorical_keys(np.array([[0] * 25 + [i] for i in range(1000)], dtype=np.uint64))[:, -1])
+    }
     return [table[int(k)] for k in keys]
 
 
@@ -51,8 +53,12 @@ def test_files_are_read_in_name_order_partial_names_ignored_gzip_or_not(tmp_path
     (tmp_path / ".hour-04").write_text(line(998) + "\n")
     s = stream(tmp_path, "hour-*", idle_exit=0.0, poll=0.01)
     assert ids_of(list(s)) == list(range(30))
-    assert s.position() == {"file": "hour-02", "offset": len("".join(line(i) + "\n" for i in range(20, 30))),
-                            "line": 10, "batch": 0}
+    assert s.position() == {
+        "file": "hour-02",
+        "offset": len("".join(line(i) + "\n" for i in range(20, 30))),
+        "line": 10,
+        "batch": 0,
+    }
 
 
 def test_the_stream_waits_for_files_renamed_in_and_ends_after_idle_exit(tmp_path: Path) -> None:
@@ -66,7 +72,8 @@ def test_the_stream_waits_for_files_renamed_in_and_ends_after_idle_exit(tmp_path
 
 
 def test_batches_wait_for_their_rows_across_files_and_a_resume_reads_nothing_before_its_position(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     for n, gz in enumerate([False, True, False, True]):
         write(tmp_path, f"part-{n}", range(n * 25, n * 25 + 25), gz=gz)
     whole = list(stream(tmp_path, idle_exit=0.0).batches(16))
@@ -92,8 +99,11 @@ def test_bad_lines_error_naming_file_and_line_or_are_skipped_and_counted(tmp_pat
     with pytest.raises(BadLineError, match=r"/a:11: wrong field count"):
         list(stream(tmp_path, idle_exit=0.0).batches(8))
     s = stream(tmp_path, idle_exit=0.0)
-    assert [batch_ids(b) for b, _ in s.batches(8, on_bad_line="skip")] == [list(range(0, 8)), list(range(8, 16)),
-                                                                           list(range(16, 20))]
+    assert [batch_ids(b) for b, _ in s.batches(8, on_bad_line="skip")] == [
+        list(range(0, 8)),
+        list(range(8, 16)),
+        list(range(16, 20)),
+    ]
     assert s.bad_lines == 1
 
 

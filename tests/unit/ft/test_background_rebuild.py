@@ -21,14 +21,18 @@ def _ticks_after(monkeypatch: Any, idle: int, total: int) -> None:
     monkeypatch.setattr(background_rebuild, "_cpu_ticks", lambda: (idle, total))
 
 
-@pytest.mark.parametrize("idle_cores, own_cpu, pauses", [
-    (1.2, 0.0, False),  # a core and more sat idle
-    (0.3, 0.08, False),  # 0.3 idle + the rebuild's own 0.8 of a core: training left a core unused (3 cores, 2 busy)
-    (0.1, 0.05, True),  # 0.1 idle + 0.5 own: the rebuild competes with training
-    (0.0, 0.0, True),
-])
+@pytest.mark.parametrize(
+    "idle_cores, own_cpu, pauses",
+    [
+        (1.2, 0.0, False),  # a core and more sat idle
+        (0.3, 0.08, False),  # 0.3 idle + the rebuild's own 0.8 of a core: training left a core unused (3 cores, 2 busy)
+        (0.1, 0.05, True),  # 0.1 idle + 0.5 own: the rebuild competes with training
+        (0.0, 0.0, True),
+    ],
+)
 def test_the_rebuild_pauses_only_when_training_uses_more_than_all_cores_but_one(
-        monkeypatch: Any, idle_cores: float, own_cpu: float, pauses: bool) -> None:
+    monkeypatch: Any, idle_cores: float, own_cpu: float, pauses: bool
+) -> None:
     rebuild = _rebuild(monkeypatch, cores=3)
     took = 0.1  # seconds of the batch; 300 jiffies of the machine's 3 cores
     _ticks_after(monkeypatch, idle=1000 + round(idle_cores * 100), total=10_000 + 300)

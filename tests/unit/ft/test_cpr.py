@@ -11,12 +11,24 @@ import numpy as np
 import pytest
 
 import xdl_ec
-from xdl_ec.ft import (AccessCounter, CheckpointChain, CprCheckpointer, IntervalPolicy, MfuSelector, ShardCheckpoint,
-    SsuSelector, cpr_interval, expected_pls, parse_interval, restore_server, young_interval)
-from xdl_ec.ft import row_selection
-
+from xdl_ec.ft import (
+    AccessCounter,
+    CheckpointChain,
+    CprCheckpointer,
+    IntervalPolicy,
+    MfuSelector,
+    ShardCheckpoint,
+    SsuSelector,
+    cpr_interval,
+    expected_pls,
+    parse_interval,
+    restore_server,
+    row_selection,
+    young_interval,
+)
 
 # ---- intervals ----------------------------------------------------------------------------------
+
 
 def test_young_and_cpr_formulas() -> None:
     assert young_interval(8.0, 3600.0) == pytest.approx(240.0)
@@ -24,8 +36,13 @@ def test_young_and_cpr_formulas() -> None:
     assert cpr_interval(0.02, 3600.0, 4) == pytest.approx(576.0)  # 2 * 4 * 3600 * 0.02
     assert expected_pls(cpr_interval(0.01, 500.0, 8), 500.0, 8) == pytest.approx(0.01)
     assert expected_pls(100.0, 1000.0) == pytest.approx(0.05)  # full recovery: N = 1
-    for bad in (lambda: young_interval(-1, 5), lambda: young_interval(1, 0), lambda: cpr_interval(1.5, 10, 2),
-                lambda: cpr_interval(0.1, 10, 0), lambda: cpr_interval(0.1, float("nan"), 2)):
+    for bad in (
+        lambda: young_interval(-1, 5),
+        lambda: young_interval(1, 0),
+        lambda: cpr_interval(1.5, 10, 2),
+        lambda: cpr_interval(0.1, 10, 0),
+        lambda: cpr_interval(0.1, float("nan"), 2),
+    ):
         with pytest.raises(ValueError):
             bad()
 
@@ -77,6 +94,7 @@ def test_parse_interval() -> None:
 
 
 # ---- counters and selection ---------------------------------------------------------------------
+
 
 def test_access_counter_matches_a_reference() -> None:
     rng = np.random.default_rng(1)
@@ -182,14 +200,16 @@ def test_ssu_samples_batches_by_seed_and_saves_their_rows() -> None:
 
 # ---- partial restore ----------------------------------------------------------------------------
 
+
 def _rows_by_key(table) -> dict:
     e = table.export()
     return {int(k): (v.tobytes(), s.tobytes()) for k, v, s in zip(e["keys"], e["values"], e["state"])}
 
 
 @pytest.mark.parametrize("mode", ["mfu", "ssu"])
-def test_partial_restore_reloads_each_row_as_of_its_last_save_and_counts_lost_updates(tmp_path: Path,
-                                                                                      mode: str) -> None:
+def test_partial_restore_reloads_each_row_as_of_its_last_save_and_counts_lost_updates(
+    tmp_path: Path, mode: str
+) -> None:
     t = xdl_ec.EmbeddingTable("t", 4, "adagrad", seed=1, block_slots=32)
     ledger = {"t": AccessCounter()}
     selector = MfuSelector(0.2, seed=3) if mode == "mfu" else SsuSelector(0.3, seed=3)
@@ -268,14 +288,15 @@ def test_chain_keeps_the_newest_full_save_and_refuses_bad_input(tmp_path: Path) 
 
 
 @pytest.mark.parametrize("mode", ["mfu", "ssu"])
-def test_cpr_checkpointer_two_failures_of_one_server_while_the_other_keeps_its_state(tmp_path: Path,
-                                                                                     mode: str) -> None:
+def test_cpr_checkpointer_two_failures_of_one_server_while_the_other_keeps_its_state(tmp_path: Path, mode: str) -> None:
     """Two servers (key % 2); server 1 fails twice. Each restore brings every row back as of its newest save and
     counts exactly the pushes since; the second count does not include the first failure's losses again."""
     servers = {s: {"t": xdl_ec.EmbeddingTable("t", 4, "adagrad", seed=s)} for s in range(2)}
     ledgers = {s: {"t": AccessCounter()} for s in range(2)}
-    cprs = {s: CprCheckpointer(tmp_path / f"server-{s}", mode, fraction=0.25, full_every=3, seed=s, ledger=ledgers[s])
-            for s in range(2)}
+    cprs = {
+        s: CprCheckpointer(tmp_path / f"server-{s}", mode, fraction=0.25, full_every=3, seed=s, ledger=ledgers[s])
+        for s in range(2)
+    }
     pushes = Counter()  # reference bookkeeping of server 1 only
     saved_rows, saved_count, kinds = {}, {}, []
     rng = np.random.default_rng(11)

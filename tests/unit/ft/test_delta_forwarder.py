@@ -9,8 +9,8 @@ from typing import Any, List, Tuple
 import numpy as np
 import pytest
 
-from xdl_ec import _core
 from support.parity_shards import encoded_parity, small_shard
+from xdl_ec import _core
 
 N, K, R = 3, 2, 1
 
@@ -40,8 +40,14 @@ def test_pushes_and_inserting_pulls_keep_parity_equal_to_the_encoded_data() -> N
         for s in range(N):
             keys = rng.integers(0, 60, 12).astype(np.int64)
             shards[s].pull(keys, forwarder=forwarders[s], table="t")
-            shards[s].push(keys, rng.standard_normal((12, 4)).astype(np.float32), step, forwarder=forwarders[s],
-                           table="t", pushes={0: step})
+            shards[s].push(
+                keys,
+                rng.standard_normal((12, 4)).astype(np.float32),
+                step,
+                forwarder=forwarders[s],
+                table="t",
+                pushes={0: step},
+            )
     _drain(forwarders)
     layout = _core.StripeLayout(N, K, R)
     stripes = max(-(-int(s.num_blocks) // K) * N for s in shards)
@@ -99,8 +105,14 @@ def test_scrubber_over_the_live_path_finds_exactly_the_stripe_of_a_flipped_bit()
     for step in range(1, 6):
         for s in range(N):
             keys = rng.integers(0, 90, 16).astype(np.int64)
-            shards[s].push(keys, rng.standard_normal((16, 4)).astype(np.float32), step, forwarder=forwarders[s],
-                           table="t", pushes={0: step})
+            shards[s].push(
+                keys,
+                rng.standard_normal((16, 4)).astype(np.float32),
+                step,
+                forwarder=forwarders[s],
+                table="t",
+                pushes={0: step},
+            )
     for f in forwarders:
         f.flush()
     _drain(forwarders)
@@ -108,7 +120,7 @@ def test_scrubber_over_the_live_path_finds_exactly_the_stripe_of_a_flipped_bit()
 
     def data(server: int, block: int, offset: int, width: int) -> np.ndarray:
         whole = shards[server].read_block(block).reshape(bs, rb)
-        return np.ascontiguousarray(whole[:, offset:offset + width]).reshape(-1)
+        return np.ascontiguousarray(whole[:, offset : offset + width]).reshape(-1)
 
     def parity(server: int, block: int, offset: int, width: int) -> np.ndarray:
         return holders[server].read_block("t", block, rb, offset, width)[0]
@@ -119,7 +131,7 @@ def test_scrubber_over_the_live_path_finds_exactly_the_stripe_of_a_flipped_bit()
     keys, values, state = shards[2].export()
     row = 11  # export is in slot order: row 11 is slot 11, local data block 1
     values.view(np.uint32)[row, 3] ^= np.uint32(1 << 7)  # one bit of one float
-    shards[2].load(keys[row:row + 1], values[row:row + 1], state[row:row + 1])  # no forwarder: parity misses it
+    shards[2].load(keys[row : row + 1], values[row : row + 1], state[row : row + 1])  # no forwarder: parity misses it
     stripe, _ = _core.StripeLayout(N, K, R).data_slot(2, row // bs)
     holder, c = _core.StripeLayout(N, K, R).parity_member(stripe, 0)
     assert scrubber.scrub(stripes, data, parity) == [(stripe, 0, holder, c)]

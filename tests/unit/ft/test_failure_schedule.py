@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from xdl_ec.ft.failure_schedule import FailureSchedule, Kill, parse_kill
 from support.paths import REPO_ROOT  # noqa: E402
+from xdl_ec.ft.failure_schedule import FailureSchedule, Kill, parse_kill
 
 
 def test_parse_kill_step_and_index() -> None:
@@ -17,8 +17,17 @@ def test_parse_kill_step_and_index() -> None:
     assert parse_kill(" 7:3 ", "worker", "--fail-worker-at") == Kill(7, "worker", 3)
 
 
-@pytest.mark.parametrize("text,message", [("", "expected STEP"), ("a:1", "expected STEP"), ("3:", "expected STEP"),
-                                          ("-1", "expected STEP"), ("0", "STEP must be >= 1"), ("1:2:3", "expected")])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("", "expected STEP"),
+        ("a:1", "expected STEP"),
+        ("3:", "expected STEP"),
+        ("-1", "expected STEP"),
+        ("0", "STEP must be >= 1"),
+        ("1:2:3", "expected"),
+    ],
+)
 def test_parse_kill_rejects_bad_values_naming_the_flag(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=f"--fail-at.*{message}"):
         parse_kill(text, "server", "--fail-at")
@@ -75,7 +84,9 @@ def test_a_scheduled_kill_is_real_and_none_stops_naming_the_role() -> None:
     from support.ft_runs import make_trainer, small_config
     from xdl_ec.ps import ClusterConfig, ServerLost
 
-    trainer = make_trainer(small_config(steps=8), ClusterConfig(servers=3), failures=FailureSchedule.from_flags(["4:2"]))
+    trainer = make_trainer(
+        small_config(steps=8), ClusterConfig(servers=3), failures=FailureSchedule.from_flags(["4:2"])
+    )
     try:
         with pytest.raises(ServerLost, match="server 2 was lost") as info:
             trainer.fit()
@@ -89,27 +100,40 @@ def test_a_scheduled_kill_is_real_and_none_stops_naming_the_role() -> None:
 
 def _cli(*flags: str) -> subprocess.CompletedProcess:
     root = REPO_ROOT
-    return subprocess.run([sys.executable, "-P", "-m", "xdl_ec", "train", "--synthetic", *flags],
-                          capture_output=True, text=True, timeout=120, cwd=root)
+    return subprocess.run(
+        [sys.executable, "-P", "-m", "xdl_ec", "train", "--synthetic", *flags],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=root,
+    )
 
 
-@pytest.mark.parametrize("flags,message", [
-    (["--ft", "ckpt"], "--ft: needs --servers N"),
-    (["--servers", "2", "--fail-at", "x"], "--fail-at: expected STEP"),
-    (["--servers", "2", "--steps", "5", "--fail-at", "3:7"], "there is no server 7"),
-    (["--servers", "2", "--ft", "cpr", "--ckpt-interval", "5"], "--ckpt-interval: only used with --ft ckpt"),
-    (["--servers", "2", "--ft", "ckpt", "--ckpt-interval", "often"], "--ckpt-interval: ckpt interval 'often'"),
-    (["--servers", "2", "--ft", "ckpt"], "needs mtbf_seconds"),
-])
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--ft", "ckpt"], "--ft: needs --servers N"),
+        (["--servers", "2", "--fail-at", "x"], "--fail-at: expected STEP"),
+        (["--servers", "2", "--steps", "5", "--fail-at", "3:7"], "there is no server 7"),
+        (["--servers", "2", "--ft", "cpr", "--ckpt-interval", "5"], "--ckpt-interval: only used with --ft ckpt"),
+        (["--servers", "2", "--ft", "ckpt", "--ckpt-interval", "often"], "--ckpt-interval: ckpt interval 'often'"),
+        (["--servers", "2", "--ft", "ckpt"], "needs mtbf_seconds"),
+    ],
+)
 def test_bad_fault_tolerance_flags_exit_2_with_one_line(flags: list, message: str) -> None:
     proc = _cli(*flags)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("flags,message", [(["--servers", "2", "--code", "4"], "expected K,R"),
-                                           (["--servers", "2", "--mtbf", "0"], "expected a positive finite number"),
-                                           (["--servers", "2", "--ft", "bogus"], "invalid choice")])
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--servers", "2", "--code", "4"], "expected K,R"),
+        (["--servers", "2", "--mtbf", "0"], "expected a positive finite number"),
+        (["--servers", "2", "--ft", "bogus"], "invalid choice"),
+    ],
+)
 def test_argparse_rejects_malformed_values(flags: list, message: str) -> None:
     proc = _cli(*flags)
     assert proc.returncode == 2 and message in proc.stderr
@@ -129,8 +153,19 @@ def test_strategies_are_named_and_configs_typed() -> None:
 
 
 def test_cli_without_fault_tolerance_exits_1_naming_the_lost_server() -> None:
-    proc = _cli("--synthetic-rows", "2000", "--steps", "6", "--batch-size", "64", "--servers", "3",
-                "--fail-at", "3:2", "--no-progress")
+    proc = _cli(
+        "--synthetic-rows",
+        "2000",
+        "--steps",
+        "6",
+        "--batch-size",
+        "64",
+        "--servers",
+        "3",
+        "--fail-at",
+        "3:2",
+        "--no-progress",
+    )
     assert proc.returncode == 1, proc.stderr
     assert "error: server 2 was lost" in proc.stderr and "training stopped" in proc.stderr
     assert "Traceback" not in proc.stderr

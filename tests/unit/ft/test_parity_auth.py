@@ -17,16 +17,16 @@ from typing import Any, List, Tuple
 import numpy as np
 import pytest
 
-from xdl_ec import _core
-from xdl_ec.net import link_handshake, link_listener
-from xdl_ec.ft import parity_link
-from xdl_ec.net.job_secret import JobSecret
-from xdl_ec.net.link_socket import LinkBroken, connect
-from xdl_ec.ft.parity_link import ParityReceiver, RemoteHolderLink
-from xdl_ec.ps.backend import Handle
 from support import stranger
 from support.parity_member import ParityMember
 from support.parity_shards import small_shard
+from xdl_ec import _core
+from xdl_ec.ft import parity_link
+from xdl_ec.ft.parity_link import ParityReceiver, RemoteHolderLink
+from xdl_ec.net import link_handshake, link_listener
+from xdl_ec.net.job_secret import JobSecret
+from xdl_ec.net.link_socket import LinkBroken, connect
+from xdl_ec.ps.backend import Handle
 
 N, K, R = 3, 2, 1
 SECRET = JobSecret.generate()
@@ -57,8 +57,14 @@ def _genuine_batches(steps: int = 3) -> Tuple[List[np.ndarray], Any, Any]:
     out = []
     for step in range(1, steps + 1):
         keys = np.unique(rng.integers(0, 40, 10).astype(np.int64))
-        shards[0].push(keys, rng.standard_normal((keys.size, 4)).astype(np.float32), step, forwarder=forwarder,
-                       table="t", pushes={0: step})
+        shards[0].push(
+            keys,
+            rng.standard_normal((keys.size, 4)).astype(np.float32),
+            step,
+            forwarder=forwarder,
+            table="t",
+            pushes={0: step},
+        )
         taken = forwarder.take(1, link, 5.0)
         assert taken is not None
         out.append(np.array(taken[0]))
@@ -122,7 +128,8 @@ def test_job_secret_never_shows_its_key_and_travels_by_pickle() -> None:
 
 
 def test_a_member_applies_and_strangers_get_a_closed_connection_and_a_warning(
-        receiver: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    receiver: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     rx, holder, batches, rb = receiver
     caplog.set_level(logging.WARNING, logger="xdl_ec.ft.parity_link")
     member = ParityMember(rx.address, SECRET)
@@ -209,8 +216,12 @@ def test_a_members_malformed_request_ends_its_connection(receiver: Any) -> None:
     rx, holder, batches, rb = receiver
     batch = np.frombuffer(batches[0].tobytes(), np.uint8)
     request = parity_link._REQUEST.pack(1, 0, 0)
-    for head, buffers in ((request, []), (request, [batch, batch]), (request + b"x", [batch]),
-                          (parity_link._REQUEST.pack(1, 2, 0), [batch])):
+    for head, buffers in (
+        (request, []),
+        (request, [batch, batch]),
+        (request + b"x", [batch]),
+        (parity_link._REQUEST.pack(1, 2, 0), [batch]),
+    ):
         member = ParityMember(rx.address, SECRET)
         member.conn.sendall(member.message(head, buffers))
         assert _read_all(member.conn) == b""
@@ -270,10 +281,14 @@ def test_links_and_receivers_of_different_jobs_exchange_nothing(monkeypatch: pyt
 
     threading.Thread(target=impostor_serves, daemon=True).start()
     forwarders = [_core.DeltaForwarder(0, N, K, R, {"t": (bs, rb)}) for _ in range(2)]
-    links = [RemoteHolderLink(forwarders[0], 1, _AddressHandle(1, rx.address), forwarders[0].set_holder(1, None),
-                              JobSecret.generate()),
-             RemoteHolderLink(forwarders[1], 1, _AddressHandle(1, impostor.getsockname()[:2]),
-                              forwarders[1].set_holder(1, None), SECRET)]
+    links = [
+        RemoteHolderLink(
+            forwarders[0], 1, _AddressHandle(1, rx.address), forwarders[0].set_holder(1, None), JobSecret.generate()
+        ),
+        RemoteHolderLink(
+            forwarders[1], 1, _AddressHandle(1, impostor.getsockname()[:2]), forwarders[1].set_holder(1, None), SECRET
+        ),
+    ]
     try:
         for f in forwarders:
             f.set_holder(2, _core.ParityHolder(2, N, K, R, {"t": bs * rb}))

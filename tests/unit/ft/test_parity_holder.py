@@ -9,8 +9,8 @@ from typing import Dict, List, Tuple
 import numpy as np
 import pytest
 
-from xdl_ec import _core
 from support.parity_reference import route
+from xdl_ec import _core
 
 N, K, R = 5, 3, 2
 TABLES = {"emb": (8, 24), "wide": (4, 40)}  # name -> (block_slots, record_bytes)
@@ -26,8 +26,16 @@ class Cluster:
         self.layout = _core.StripeLayout(N, K, R)
         self.data = {t: np.zeros((N, CYCLES * K * slots, rb), np.uint8) for t, (slots, rb) in TABLES.items()}
         self.seqs = [0] * N
-        self.holders = [sorted({self.layout.parity_member(self.layout.data_slot(s, b)[0], i)[0]
-                                for b in range(CYCLES * K) for i in range(R)}) for s in range(N)]
+        self.holders = [
+            sorted(
+                {
+                    self.layout.parity_member(self.layout.data_slot(s, b)[0], i)[0]
+                    for b in range(CYCLES * K)
+                    for i in range(R)
+                }
+            )
+            for s in range(N)
+        ]
 
     def block_bytes(self) -> Dict[str, int]:
         return {t: slots * rb for t, (slots, rb) in TABLES.items()}
@@ -38,7 +46,9 @@ class Cluster:
         stamp = {0: 2 * seq, 3: 3 * seq + sender}
         out: Dict[int, Batch] = {h: (seq, {}, dict(stamp)) for h in self.holders[sender]}
         for table, records in self.data.items():
-            slots = self.rng.choice(records.shape[1], size=min(count, records.shape[1]), replace=False).astype(np.uint32)
+            slots = self.rng.choice(records.shape[1], size=min(count, records.shape[1]), replace=False).astype(
+                np.uint32
+            )
             fresh = self.rng.integers(0, 256, size=(len(slots), records.shape[2]), dtype=np.uint8)
             xor = records[sender, slots] ^ fresh
             records[sender, slots] = fresh
@@ -61,7 +71,7 @@ class Cluster:
         rows = []
         for j in range(K):
             server, block = self.layout.data_member(stripe, j)
-            rows.append(self.data[table][server, block * slots:(block + 1) * slots].ravel())
+            rows.append(self.data[table][server, block * slots : (block + 1) * slots].ravel())
         return _core.ErasureCode(K, R).encode(np.stack(rows))[i]
 
 
@@ -118,7 +128,7 @@ def test_resent_batches_give_the_bytes_of_applying_each_once() -> None:
     for sender, stream in streams.items():
         # in chunks, each resending the previous chunk's last batch
         for at in range(0, len(stream), 3):
-            chunk = stream[max(0, at - 1):at + 3]
+            chunk = stream[max(0, at - 1) : at + 3]
             assert holder.apply(sender, wire(chunk), at - 2) == chunk[-1][0]
             assert holder.worker_seqs(sender) == chunk[-1][2]
         for batch in stream:
@@ -187,7 +197,9 @@ def test_concurrent_senders_from_python_threads() -> None:
     assert holder.applied_all() == {s: len(stream) for s, stream in streams.items()}
     for table, (_, rb) in TABLES.items():
         for c in range(CYCLES * R):
-            np.testing.assert_array_equal(holder.read_block(table, c, rb, 0, rb)[0], cluster.expected_parity(table, 0, c))
+            np.testing.assert_array_equal(
+                holder.read_block(table, c, rb, 0, rb)[0], cluster.expected_parity(table, 0, c)
+            )
 
 
 def test_bad_input_is_a_clear_error_and_changes_nothing() -> None:

@@ -11,8 +11,8 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 import pytest
 
-from xdl_ec import _core
 from support.parity_reference import route
+from xdl_ec import _core
 
 N, K, R = 7, 3, 2  # holder 4 protects servers 0..3 ((4 - s) mod 7 in [1, 5)), not 5 or 6
 HOLDER, SLOTS, RECORD = 4, 4, 16
@@ -32,7 +32,7 @@ def _entries(update: np.ndarray) -> Tuple[bytes, List[List[int]], bytes]:
     raw = update.tobytes()
     count = struct.unpack_from("<Q", raw, 16)[0]
     entries = [list(struct.unpack_from("<QIBB", raw, 24 + 14 * e)) for e in range(count)]
-    return raw[:24], entries, raw[24 + 14 * count:]
+    return raw[:24], entries, raw[24 + 14 * count :]
 
 
 def _rebuilt(header: bytes, entries: List[List[int]], deltas: bytes) -> np.ndarray:
@@ -74,7 +74,7 @@ def test_a_routed_batch_of_a_protected_sender_applies(holder: Any) -> None:
 
 
 def test_its_own_index_as_sender_is_refused(holder: Any) -> None:
-    _refused(holder, HOLDER, _core.serialize_batches([(10 ** 9, {}, {0: 1}, 1)]), "refused batches from itself")
+    _refused(holder, HOLDER, _core.serialize_batches([(10**9, {}, {0: 1}, 1)]), "refused batches from itself")
 
 
 @pytest.mark.parametrize("stranger", [5, 6, 7, 1 << 20])

@@ -13,19 +13,19 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 import pytest
 
+from support.parity_shards import encoded_parity, small_shard
 from xdl_ec import _core
-from xdl_ec.sparse import init, optim
 from xdl_ec.ft import parity_link
-from xdl_ec.ps.backend import Handle, LocalBackend
-from xdl_ec.ps.client import PSClient
-from xdl_ec.net.job_secret import JobSecret
 from xdl_ec.ft.parity_agent import ParityAgent, parity_agent_for
 from xdl_ec.ft.parity_link import ParityReceiver, RemoteHolderLink
+from xdl_ec.net.job_secret import JobSecret
 from xdl_ec.ps.api import ServerAPI
+from xdl_ec.ps.backend import Handle, LocalBackend
+from xdl_ec.ps.client import PSClient
 from xdl_ec.ps.remote import Remote
 from xdl_ec.ps.server import ParameterServer
+from xdl_ec.sparse import init, optim
 from xdl_ec.sparse.table_config import Table
-from support.parity_shards import encoded_parity, small_shard
 
 N, K, R = 3, 2, 1
 SECRET = JobSecret.generate()
@@ -67,8 +67,9 @@ def _cluster() -> Tuple[List[Any], List[Any], List[Any], List[ParityReceiver], D
     links = {}
     for i, f in enumerate(forwarders):
         for h in f.holders:
-            links[(i, h)] = RemoteHolderLink(f, h, AddressHandle(h, receivers[h].address), f.set_holder(h, None),
-                                             SECRET)
+            links[(i, h)] = RemoteHolderLink(
+                f, h, AddressHandle(h, receivers[h].address), f.set_holder(h, None), SECRET
+            )
     return shards, holders, forwarders, receivers, links
 
 
@@ -107,9 +108,10 @@ def test_remote_links_keep_parity_equal_to_the_encoded_data(fast_links: None) ->
         stripes = max(int(s.num_blocks) for s in shards)
         for stripe in range(stripes):
             server, block = layout.parity_member(stripe, 0)
-            np.testing.assert_array_equal(holders[server].read_block("t", block, int(shards[0].record_bytes), 0,
-                                                                     int(shards[0].record_bytes))[0],
-                                          encoded_parity(shards, stripe, K, R))
+            np.testing.assert_array_equal(
+                holders[server].read_block("t", block, int(shards[0].record_bytes), 0, int(shards[0].record_bytes))[0],
+                encoded_parity(shards, stripe, K, R),
+            )
         for i, f in enumerate(forwarders):
             assert {h: holders[h].applied(i) for h in f.holders} == {h: f.seq for h in f.holders}
             _wait(lambda f=f: f.durable_seq(0) == 12, "durable seq did not reach the last push")
@@ -140,8 +142,9 @@ def test_a_holder_that_refuses_or_is_reached_at_a_stale_address_is_down(fast_lin
     try:
         stale = links[(0, 1)]  # server 0's link to holder 1 now reaches holder 2's receiver (a stale address)
         stale.close()
-        links[(0, 1)] = RemoteHolderLink(forwarders[0], 1, AddressHandle(1, receivers[2].address),
-                                         forwarders[0].set_holder(1, None), SECRET)
+        links[(0, 1)] = RemoteHolderLink(
+            forwarders[0], 1, AddressHandle(1, receivers[2].address), forwarders[0].set_holder(1, None), SECRET
+        )
         holders[2].close()  # and holder 2 refuses every batch (HolderClosed)
         _train(shards, forwarders, 2)
         # the wrong receiver ends the handshake (the link claims holder 1): to the link the holder is lost
@@ -161,8 +164,9 @@ def test_a_receiver_whose_server_is_crashing_drops_the_connection(fast_links: No
         crashing = ParityReceiver(holders[1], SECRET, lambda: True, host="127.0.0.1")
         receivers[1] = crashing
         links[(0, 1)].close()
-        links[(0, 1)] = RemoteHolderLink(forwarders[0], 1, AddressHandle(1, crashing.address),
-                                         forwarders[0].set_holder(1, None), SECRET)
+        links[(0, 1)] = RemoteHolderLink(
+            forwarders[0], 1, AddressHandle(1, crashing.address), forwarders[0].set_holder(1, None), SECRET
+        )
         _train(shards, forwarders, 1)
         _wait(lambda: 1 in forwarders[0].progress()["down"], "the crashing holder was not marked down")
         assert forwarders[0].errors == [] and holders[1].applied(0) == 0
@@ -178,15 +182,17 @@ class _StuckReceiver(ParityReceiver):
             time.sleep(0.05)
 
 
-def test_a_holder_that_stops_reading_is_down_at_the_call_timeout(fast_links: None,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_holder_that_stops_reading_is_down_at_the_call_timeout(
+    fast_links: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(parity_link, "CALL_TIMEOUT", 0.5)
     shards, holders, forwarders, receivers, links = _cluster()
     stuck = _StuckReceiver(holders[1], SECRET, host="127.0.0.1")
     try:
         links[(0, 1)].close()
-        links[(0, 1)] = RemoteHolderLink(forwarders[0], 1, AddressHandle(1, stuck.address),
-                                         forwarders[0].set_holder(1, None), SECRET)
+        links[(0, 1)] = RemoteHolderLink(
+            forwarders[0], 1, AddressHandle(1, stuck.address), forwarders[0].set_holder(1, None), SECRET
+        )
         start = time.monotonic()
         _train(shards, forwarders, 1)
         _wait(lambda: 1 in forwarders[0].progress()["down"], "the stuck holder was not marked down")
@@ -241,8 +247,9 @@ def test_a_link_that_cannot_connect_to_the_receiver_sends_through_calls(fast_lin
         rb = int(shards[0].record_bytes)
         for stripe in range(max(int(s.num_blocks) for s in shards)):
             server, block = layout.parity_member(stripe, 0)
-            np.testing.assert_array_equal(holders[server].read_block("t", block, rb, 0, rb)[0],
-                                          encoded_parity(shards, stripe, K, R))
+            np.testing.assert_array_equal(
+                holders[server].read_block("t", block, rb, 0, rb)[0], encoded_parity(shards, stripe, K, R)
+            )
     finally:
         _close(forwarders, receivers, links)
 
@@ -253,15 +260,25 @@ def test_a_link_reports_every_delivery_acked_or_failed(fast_links: None) -> None
     calls: List[int] = []
     try:
         links[(0, 1)].close()
-        link = links[(0, 1)] = RemoteHolderLink(forwarders[0], 1, AddressHandle(1, receivers[1].address),
-                                                forwarders[0].set_holder(1, None), SECRET, lambda: calls.append(1))
+        link = links[(0, 1)] = RemoteHolderLink(
+            forwarders[0],
+            1,
+            AddressHandle(1, receivers[1].address),
+            forwarders[0].set_holder(1, None),
+            SECRET,
+            lambda: calls.append(1),
+        )
         _train(shards, forwarders, 4)
-        _wait(lambda: not forwarders[0].progress()["pending"] and len(calls) == link.sends >= 1,
-              "every acked send was not reported")
+        _wait(
+            lambda: not forwarders[0].progress()["pending"] and len(calls) == link.sends >= 1,
+            "every acked send was not reported",
+        )
         receivers[1].close()  # the next send fails: reported too
         _train(shards, forwarders, 1, seed=1)
-        _wait(lambda: 1 in forwarders[0].progress()["down"] and len(calls) == link.sends, "the failed send was not "
-              "reported")
+        _wait(
+            lambda: 1 in forwarders[0].progress()["down"] and len(calls) == link.sends,
+            "the failed send was not reported",
+        )
     finally:
         _close(forwarders, receivers, links)
 
@@ -273,7 +290,8 @@ class _Server:
 
 
 def test_agent_drain_flushes_its_links_and_returns_once_every_holder_applied_everything(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Links that would wait a minute between sends: drain has them send now, waits until every holder applied
     every delta (durable up to the last push), and the parity equals the encoded data."""
     monkeypatch.setattr(parity_link, "SEND_INTERVAL", 60.0)
@@ -294,13 +312,15 @@ def test_agent_drain_flushes_its_links_and_returns_once_every_holder_applied_eve
                 assert not progress["pending"] and progress["live_applied"] == progress["seq"] > 0
                 assert progress["errors"] == [] and progress["down"] == []
                 assert agent.forwarder.durable_seq(0) == 8  # the highest push seq recorded (the first round's)
-                assert {h: agents[h].holder.applied(i) for h in agent.forwarder.holders} == \
-                    {h: progress["seq"] for h in agent.forwarder.holders}
+                assert {h: agents[h].holder.applied(i) for h in agent.forwarder.holders} == {
+                    h: progress["seq"] for h in agent.forwarder.holders
+                }
         layout = _core.StripeLayout(N, K, R)
         for stripe in range(max(int(s.num_blocks) for s in shards)):
             server, block = layout.parity_member(stripe, 0)
-            np.testing.assert_array_equal(agents[server].holder.read_block("t", block, rb, 0, rb)[0],
-                                          encoded_parity(shards, stripe, K, R))
+            np.testing.assert_array_equal(
+                agents[server].holder.read_block("t", block, rb, 0, rb)[0], encoded_parity(shards, stripe, K, R)
+            )
         for bad in (-1, 61, "1", True):
             with pytest.raises(ValueError, match="timeout: must be seconds"):
                 agents[0].drain(servers[0], bad)

@@ -11,10 +11,10 @@ import pytest
 
 import xdl_ec
 from xdl_ec import _core
-from xdl_ec.sparse import optim
-from xdl_ec.model.digest import model_digest
-from xdl_ec.keep import checkpoint as ckpt_mod
 from xdl_ec.ft import CheckpointStore, JobCheckpoint, ShardCheckpoint
+from xdl_ec.keep import checkpoint as ckpt_mod
+from xdl_ec.model.digest import model_digest
+from xdl_ec.sparse import optim
 
 OPTIMIZERS = {
     "sgd": optim.SGD(0.1),
@@ -25,8 +25,9 @@ OPTIMIZERS = {
 }
 
 
-def trained_table(name: str = "t", dim: int = 8, optimizer="adagrad", steps: int = 6, seed: int = 1,
-                  block_slots: int = 16) -> xdl_ec.EmbeddingTable:
+def trained_table(
+    name: str = "t", dim: int = 8, optimizer="adagrad", steps: int = 6, seed: int = 1, block_slots: int = 16
+) -> xdl_ec.EmbeddingTable:
     t = xdl_ec.EmbeddingTable(name, dim, OPTIMIZERS.get(optimizer, optimizer), seed=seed, block_slots=block_slots)
     rng = np.random.default_rng(seed)
     for _ in range(steps):
@@ -56,6 +57,7 @@ def blocks_but_clocks(shard) -> bytes:
 
 
 # ---- round trips ------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
 def test_shard_round_trip_is_exact_and_training_continues_identically(tmp_path: Path, optimizer: str) -> None:
@@ -99,8 +101,9 @@ def test_partial_save_keeps_only_the_asked_keys(tmp_path: Path) -> None:
     t = trained_table()
     keys = t.export()["keys"]
     chosen = np.concatenate([keys[::5], [10**12]])  # a key that is not in the table is skipped
-    saved = ShardCheckpoint.write(tmp_path / "p", {"t": t}, keys={"t": chosen},
-                                  update_counts={"t": lambda k: np.full(k.size, 7)})
+    saved = ShardCheckpoint.write(
+        tmp_path / "p", {"t": t}, keys={"t": chosen}, update_counts={"t": lambda k: np.full(k.size, 7)}
+    )
     arrays = saved.read("t")
     assert saved.partial and sorted(arrays["keys"]) == sorted(keys[::5])
     assert np.all(arrays["updates"] == 7)
@@ -110,14 +113,19 @@ def test_partial_save_keeps_only_the_asked_keys(tmp_path: Path) -> None:
 
 # ---- the job-level checkpoint and an exact rollback -------------------------------------------
 
+
 class ToyJob:
     """Two servers (two tables each), dense weights with a dense optimizer state, a reader position: every step
     is a pure function of (step, state), so a rollback + replay must reproduce the failure-free run exactly."""
 
     def __init__(self) -> None:
-        self.servers = {s: {"user": xdl_ec.EmbeddingTable("user", 8, "adagrad", seed=s, block_slots=32),
-                            "item": xdl_ec.EmbeddingTable("item", 4, optim.Adam(0.01), seed=10 + s)}
-                        for s in range(2)}
+        self.servers = {
+            s: {
+                "user": xdl_ec.EmbeddingTable("user", 8, "adagrad", seed=s, block_slots=32),
+                "item": xdl_ec.EmbeddingTable("item", 4, optim.Adam(0.01), seed=10 + s),
+            }
+            for s in range(2)
+        }
         self.dense = [np.zeros((5, 3), np.float32), np.zeros(3, np.float64)]
         self.dense_opt = [np.zeros((), np.int64), np.zeros((5, 3), np.float32), np.zeros(3, np.float64)]
         self.batch = 0
@@ -150,8 +158,13 @@ def test_job_rollback_and_replay_equals_the_failure_free_run(tmp_path: Path) -> 
     for _ in range(12):
         job.step()
         if job.batch in (4, 8):
-            store.save(job.batch, job.servers, dense_weights=job.dense, dense_optimizer=job.dense_opt,
-                       reader_position={"batch": job.batch, "epoch": 0})
+            store.save(
+                job.batch,
+                job.servers,
+                dense_weights=job.dense,
+                dense_optimizer=job.dense_opt,
+                reader_position={"batch": job.batch, "epoch": 0},
+            )
     assert store.steps() == [4, 8]
     # Failure after step 10 of the second run: everything in memory is gone (training went on past the save).
     job2 = ToyJob()
@@ -204,6 +217,7 @@ def test_servers_write_their_parts_then_the_coordinator_commits(tmp_path: Path) 
 
 # ---- atomicity --------------------------------------------------------------------------------
 
+
 def test_exception_mid_save_leaves_the_previous_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = CheckpointStore(tmp_path)
     t = trained_table()
@@ -252,6 +266,7 @@ def test_standalone_shard_save_that_fails_leaves_nothing(tmp_path: Path, monkeyp
 
 
 # ---- damage and bad input -----------------------------------------------------------------------
+
 
 @pytest.fixture
 def saved_job(tmp_path: Path):
@@ -329,8 +344,11 @@ def test_truncated_and_missing_files_are_named(saved_job) -> None:
 
 def test_shape_or_optimizer_mismatch_with_the_target_is_named(saved_job) -> None:
     store, job, t = saved_job
-    with pytest.raises(ValueError, match=r"MANIFEST\.json: table 't' was saved with dim=8 but the target table has "
-                                         r"dim=4"):
+    with pytest.raises(
+        ValueError,
+        match=r"MANIFEST\.json: table 't' was saved with dim=8 but the target table has "
+        r"dim=4",
+    ):
         job.restore({0: {"t": xdl_ec.EmbeddingTable("t", 4, "adagrad")}})
     with pytest.raises(ValueError, match="optimizer='ADAGRAD'.*optimizer='MOMENTUM'"):
         job.restore({0: {"t": xdl_ec.EmbeddingTable("t", 8, optim.Momentum(0.1, 0.9))}})

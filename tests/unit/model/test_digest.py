@@ -12,8 +12,11 @@ from xdl_ec.model.digest import model_digest
 
 def export(keys: list[int], dim: int = 2, state_floats: int = 2, offset: float = 0.0) -> dict:
     k = np.array(keys, dtype=np.int64)
-    return {"keys": k, "values": (k[:, None] + offset + np.arange(dim)).astype(np.float32),
-            "state": (k[:, None] * 0.5 + np.arange(state_floats)).astype(np.float32)}
+    return {
+        "keys": k,
+        "values": (k[:, None] + offset + np.arange(dim)).astype(np.float32),
+        "state": (k[:, None] * 0.5 + np.arange(state_floats)).astype(np.float32),
+    }
 
 
 def test_documented_byte_order() -> None:
@@ -56,8 +59,11 @@ def test_tables_are_hashed_in_order_and_one_table_keeps_its_bytes() -> None:
 
 
 def test_an_empty_shard_adds_nothing() -> None:
-    empty = {"keys": np.zeros(0, np.int64), "values": np.zeros((0, 2), np.float32),
-             "state": np.zeros((0, 2), np.float32)}
+    empty = {
+        "keys": np.zeros(0, np.int64),
+        "values": np.zeros((0, 2), np.float32),
+        "state": np.zeros((0, 2), np.float32),
+    }
     weights, opt = [np.ones(2, np.float32)], [np.zeros(1, np.float32)]
     assert model_digest([[export([5, 1]), empty]], weights, opt) == model_digest([[export([5, 1])]], weights, opt)
     assert model_digest([[empty]], weights, opt) == model_digest([[]], weights, opt)

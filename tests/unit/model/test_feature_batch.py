@@ -11,15 +11,24 @@ from xdl_ec.model.feature_batch import FeatureBatch, InputError
 
 USERS = xdl_ec.Table("users", 4)
 TAGS = xdl_ec.Table("tags", 2)
-FEATURES = [xdl_ec.Feature("user", USERS), xdl_ec.Feature("friend", USERS),
-            xdl_ec.Feature("tags", TAGS, combiner="mean"), xdl_ec.Feature("recent", TAGS, shared_ids=True)]
+FEATURES = [
+    xdl_ec.Feature("user", USERS),
+    xdl_ec.Feature("friend", USERS),
+    xdl_ec.Feature("tags", TAGS, combiner="mean"),
+    xdl_ec.Feature("recent", TAGS, shared_ids=True),
+]
 WHERE = "worker 1, step 7"
 
 
 def batch(**changes) -> dict:
-    b = {"label": np.array([1, 0, 1], np.float32), "dense": np.ones((3, 2), np.float32),
-         "user": np.array([5, 6, 5]), "friend": np.array([6, 9, 9]),
-         "tags": (np.array([1, 2, 2, 3]), np.array([0, 2, 2, 4])), "recent": np.array([[1, 2], [3, 1], [2, 2]])}
+    b = {
+        "label": np.array([1, 0, 1], np.float32),
+        "dense": np.ones((3, 2), np.float32),
+        "user": np.array([5, 6, 5]),
+        "friend": np.array([6, 9, 9]),
+        "tags": (np.array([1, 2, 2, 3]), np.array([0, 2, 2, 4])),
+        "recent": np.array([[1, 2], [3, 1], [2, 2]]),
+    }
     b.update(changes)
     return {k: v for k, v in b.items() if v is not None}
 
@@ -39,8 +48,10 @@ def test_keys_are_unique_per_table_and_positions_rebuild_every_id() -> None:
     np.testing.assert_array_equal(fb.ids["tags"].row_splits, [0, 2, 2, 4])
     # shared_ids: the ids are the keys
     np.testing.assert_array_equal(fb.keys["tags"][fb.ids["recent"].inverse], [[1, 2], [3, 1], [2, 2]])
-    assert fb.signature() == (2, (("friend", "single", 1), ("recent", "fixed", 2), ("tags", "ragged", 0),
-                                  ("user", "single", 1)))
+    assert fb.signature() == (
+        2,
+        (("friend", "single", 1), ("recent", "fixed", 2), ("tags", "ragged", 0), ("user", "single", 1)),
+    )
 
 
 def test_a_tf_ragged_tensor_is_read_like_the_pair() -> None:
@@ -52,17 +63,26 @@ def test_a_tf_ragged_tensor_is_read_like_the_pair() -> None:
     np.testing.assert_array_equal(a.keys["tags"], b.keys["tags"])
 
 
-@pytest.mark.parametrize("changes,message", [
-    ({"friend": None}, r"worker 1, step 7: the batch lacks declared feature\(s\) \['friend'\]"),
-    ({"age": np.array([1, 2, 3])}, r"worker 1, step 7: the batch carries undeclared entries \['age'\]"),
-    ({"user": np.array([1.0, 2.0, 3.0])}, r"worker 1, step 7: feature 'user': ids must be integers \(int64\), got "
-                                          r"dtype float64"),
-    ({"tags": (np.array([1, 2, 3]), np.array([0, 2, 2, 4]))}, r"feature 'tags': row_splits do not match"),
-    ({"tags": (np.array([1, 2]), np.array([0, 1, 2]))}, r"feature 'tags': row_splits do not match: need B \+ 1 = 4"),
-    ({"user": np.array([1, 2])}, r"feature 'user': ids must be \[B\], \[B, n\] or \[B, T, n\] with B = 3"),
-    ({"label": None}, r"lacks 'label'"),
-    ({"dense": np.ones((2, 2))}, r"'dense' must be a float array \[B, D\] with B = 3"),
-])
+@pytest.mark.parametrize(
+    "changes,message",
+    [
+        ({"friend": None}, r"worker 1, step 7: the batch lacks declared feature\(s\) \['friend'\]"),
+        ({"age": np.array([1, 2, 3])}, r"worker 1, step 7: the batch carries undeclared entries \['age'\]"),
+        (
+            {"user": np.array([1.0, 2.0, 3.0])},
+            r"worker 1, step 7: feature 'user': ids must be integers \(int64\), got "
+            r"dtype float64",
+        ),
+        ({"tags": (np.array([1, 2, 3]), np.array([0, 2, 2, 4]))}, r"feature 'tags': row_splits do not match"),
+        (
+            {"tags": (np.array([1, 2]), np.array([0, 1, 2]))},
+            r"feature 'tags': row_splits do not match: need B \+ 1 = 4",
+        ),
+        ({"user": np.array([1, 2])}, r"feature 'user': ids must be \[B\], \[B, n\] or \[B, T, n\] with B = 3"),
+        ({"label": None}, r"lacks 'label'"),
+        ({"dense": np.ones((2, 2))}, r"'dense' must be a float array \[B, D\] with B = 3"),
+    ],
+)
 def test_contract_breaks_are_named(changes: dict, message: str) -> None:
     with pytest.raises(InputError, match=message):
         FeatureBatch.prepare(batch(**changes), FEATURES, WHERE)

@@ -29,11 +29,13 @@ HOUR = xdl_ec.Input("hour", "int64", ())
 
 
 def batch(**over: Any) -> Dict[str, Any]:
-    out = {"labels": {"click": np.array([1, 0, 1], np.float32), "buy": np.array([1, 0, 0], np.float32)},
-           "item": np.array([7, 8, 9], np.int64),
-           "hist": (np.array([[1, 2, 0, 0], [3, 0, 0, 0], [7, 8, 9, 1]], np.int64), np.array([2, 1, 4])),
-           "negatives": np.arange(3 * 2 * 2, dtype=np.int64).reshape(3, 2, 2) + 100,
-           "hour": np.array([1, 2, 3], np.int64)}
+    out = {
+        "labels": {"click": np.array([1, 0, 1], np.float32), "buy": np.array([1, 0, 0], np.float32)},
+        "item": np.array([7, 8, 9], np.int64),
+        "hist": (np.array([[1, 2, 0, 0], [3, 0, 0, 0], [7, 8, 9, 1]], np.int64), np.array([2, 1, 4])),
+        "negatives": np.arange(3 * 2 * 2, dtype=np.int64).reshape(3, 2, 2) + 100,
+        "hour": np.array([1, 2, 3], np.int64),
+    }
     out.update(over)
     return out
 
@@ -56,17 +58,20 @@ def test_a_sequence_looks_up_only_the_ids_within_each_length() -> None:
     np.testing.assert_array_equal(ragged.ids["hist"].inverse, ids.inverse)
 
 
-@pytest.mark.parametrize("over,message", [
-    ({"labels": {"click": np.ones(3, np.float32)}}, r"'labels' lack head\(s\) \['buy'\]"),
-    ({"label": np.ones(3, np.float32)}, "both 'label' and 'labels'"),
-    ({"hist": (np.zeros((3, 4), np.int64), np.array([2, 5, 1]))}, r"lengths must lie in \[0, T = 4\], got 5"),
-    ({"hist": (np.zeros((3, 6), np.int64), np.array([2, 5, 1]))}, "longer than the declared max_length 4"),
-    ({"hist": (np.zeros((3, 4), np.int64), np.ones((3, 4), bool))}, r"a mask\?\); pass mask.sum\(axis=1\)"),
-    ({"hist": np.zeros((3, 4), np.int64)}, r"takes \(ids int \[B, T\], lengths int \[B\]\)"),
-    ({"hour": np.array([0.5, 1.0, 2.0])}, "input 'hour' must be int64, got float64"),
-    ({"hour": np.zeros((3, 2), np.int64)}, r"input 'hour' must be shaped \[B\] with B = 3"),
-    ({"negatives": np.zeros((3, 2, 0), np.int64)}, r"ids must be \[B\], \[B, n\] or \[B, T, n\]"),
-])
+@pytest.mark.parametrize(
+    "over,message",
+    [
+        ({"labels": {"click": np.ones(3, np.float32)}}, r"'labels' lack head\(s\) \['buy'\]"),
+        ({"label": np.ones(3, np.float32)}, "both 'label' and 'labels'"),
+        ({"hist": (np.zeros((3, 4), np.int64), np.array([2, 5, 1]))}, r"lengths must lie in \[0, T = 4\], got 5"),
+        ({"hist": (np.zeros((3, 6), np.int64), np.array([2, 5, 1]))}, "longer than the declared max_length 4"),
+        ({"hist": (np.zeros((3, 4), np.int64), np.ones((3, 4), bool))}, r"a mask\?\); pass mask.sum\(axis=1\)"),
+        ({"hist": np.zeros((3, 4), np.int64)}, r"takes \(ids int \[B, T\], lengths int \[B\]\)"),
+        ({"hour": np.array([0.5, 1.0, 2.0])}, "input 'hour' must be int64, got float64"),
+        ({"hour": np.zeros((3, 2), np.int64)}, r"input 'hour' must be shaped \[B\] with B = 3"),
+        ({"negatives": np.zeros((3, 2, 0), np.int64)}, r"ids must be \[B\], \[B, n\] or \[B, T, n\]"),
+    ],
+)
 def test_contract_breaks_name_the_entry_worker_and_step(over: Dict[str, Any], message: str) -> None:
     with pytest.raises(InputError, match=r"worker 1, step 7: .*" + message):
         prepare(batch(**over))
@@ -86,8 +91,9 @@ def test_a_missing_side_input_or_label_is_named() -> None:
 def test_heads_that_change_between_batches_are_an_input_error_naming_worker_and_step() -> None:
     def input_fn(worker: int, count: int) -> Any:
         yield batch()
-        yield batch(labels={"click": np.ones(3, np.float32), "buy": np.ones(3, np.float32),
-                            "cart": np.ones(3, np.float32)})
+        yield batch(
+            labels={"click": np.ones(3, np.float32), "buy": np.ones(3, np.float32), "cart": np.ones(3, np.float32)}
+        )
 
     stream = InputStream(input_fn, 0, 1, [ITEM, HIST, NEGATIVES], inputs=[HOUR])
     assert stream.next() is not None
@@ -112,14 +118,23 @@ class Probe(tf.keras.Model):
         tf.debugging.assert_equal(tf.reduce_sum(tf.abs(embedded["hist"] * (1.0 - mask))), 0.0)
         hist = tf.reduce_sum(embedded["hist"], 1)
         negatives = tf.reduce_sum(embedded["negatives"], [1, 2])
-        x = self.norm(tf.concat([hist, negatives, embedded["item"],
-                                 tf.cast(inputs["hour"], tf.float32)[:, None]], 1), training=training)
+        x = self.norm(
+            tf.concat([hist, negatives, embedded["item"], tf.cast(inputs["hour"], tf.float32)[:, None]], 1),
+            training=training,
+        )
         return {"click": self.click(x), "buy": self.buy(x)[:, 0]}
 
 
 def spec(loss: Any = None, **kw: Any) -> JobSpec:
-    return JobSpec((ITEMS,), (ITEM, HIST, NEGATIVES), Probe, lambda w, n: iter(()),
-                   loss or {"click": "binary_crossentropy", "buy": "binary_crossentropy"}, inputs=(HOUR,), **kw)
+    return JobSpec(
+        (ITEMS,),
+        (ITEM, HIST, NEGATIVES),
+        Probe,
+        lambda w, n: iter(()),
+        loss or {"click": "binary_crossentropy", "buy": "binary_crossentropy"},
+        inputs=(HOUR,),
+        **kw,
+    )
 
 
 def rows_of(prepared: FeatureBatch) -> Dict[str, np.ndarray]:

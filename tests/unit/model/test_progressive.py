@@ -49,8 +49,10 @@ def test_several_heads_each_get_figures_and_the_first_by_name_leads() -> None:
     report = window.report()
     ya, pa = np.concatenate([x[0] for x in a]), np.concatenate([x[1] for x in a])
     yb, pb = np.concatenate([x[0] for x in b]), np.concatenate([x[1] for x in b])
-    assert report["heads"] == {"buy": {"auc": auc(ya, pa), "logloss": log_loss(ya, pa)},
-                               "click": {"auc": auc(yb, pb), "logloss": log_loss(yb, pb)}}
+    assert report["heads"] == {
+        "buy": {"auc": auc(ya, pa), "logloss": log_loss(ya, pa)},
+        "click": {"auc": auc(yb, pb), "logloss": log_loss(yb, pb)},
+    }
     assert report["auc"] == report["heads"]["buy"]["auc"] and report["samples"] == 160
 
 

@@ -13,8 +13,10 @@ from xdl_ec.models import DLRM, EmbeddingMLP, build_model  # noqa: E402
 def inputs(batch: int, dim: int) -> tuple:
     """(embedded, dense) as a job calls a model: one fixed multi-hot feature [B, 26, dim] and 13 dense columns."""
     rng = np.random.default_rng(0)
-    return ({"categorical": tf.constant(rng.normal(size=(batch, 26, dim)), tf.float32)},
-            tf.constant(rng.random((batch, 13)), tf.float32))
+    return (
+        {"categorical": tf.constant(rng.normal(size=(batch, 26, dim)), tf.float32)},
+        tf.constant(rng.random((batch, 13)), tf.float32),
+    )
 
 
 @pytest.mark.parametrize("name", ["dlrm", "mlp"])
@@ -70,8 +72,10 @@ def test_bad_sizes() -> None:
 def test_features_of_several_shapes_feed_one_interaction() -> None:
     """DLRM over a job's features: a [B, dim] feature is one vector, a [B, n, dim] one n; MLP flattens each."""
     rng = np.random.default_rng(1)
-    embedded = {"user": tf.constant(rng.normal(size=(3, 4)), tf.float32),
-                "tags": tf.constant(rng.normal(size=(3, 2, 4)), tf.float32)}
+    embedded = {
+        "user": tf.constant(rng.normal(size=(3, 4)), tf.float32),
+        "tags": tf.constant(rng.normal(size=(3, 2, 4)), tf.float32),
+    }
     dlrm = DLRM(4, bottom_mlp=(4,), top_mlp=())
     assert dlrm(embedded, tf.zeros((3, 5))).shape == (3,)
     assert dlrm.top[-1].kernel.shape[0] == 4 + 4 * 3 // 2  # bottom output + pairs of 4 vectors

@@ -61,8 +61,13 @@ def _nothing_back(conn: socket.socket) -> bool:
         return True
 
 
-def _open(listener: _Listener, purpose: str, secret: JobSecret = SECRET, index: int = 3,
-          offer: int = link_handshake.MAC_OFFERED) -> Tuple[socket.socket, Any]:
+def _open(
+    listener: _Listener,
+    purpose: str,
+    secret: JobSecret = SECRET,
+    index: int = 3,
+    offer: int = link_handshake.MAC_OFFERED,
+) -> Tuple[socket.socket, Any]:
     conn = connect(*listener.address, timeout=10.0)
     try:
         return conn, link_handshake.open_link(conn, secret, purpose, "server", index, 5, offer)
@@ -72,9 +77,14 @@ def _open(listener: _Listener, purpose: str, secret: JobSecret = SECRET, index: 
 
 
 @pytest.mark.parametrize("purpose", ["step", "parity"])
-@pytest.mark.parametrize("offer,mac", [(link_handshake.MAC_OFFERED, link_handshake.MAC_GMAC),
-                                       (link_handshake.MAC_HMAC, link_handshake.MAC_HMAC),
-                                       (link_handshake.MAC_GMAC, link_handshake.MAC_GMAC)])
+@pytest.mark.parametrize(
+    "offer,mac",
+    [
+        (link_handshake.MAC_OFFERED, link_handshake.MAC_GMAC),
+        (link_handshake.MAC_HMAC, link_handshake.MAC_HMAC),
+        (link_handshake.MAC_GMAC, link_handshake.MAC_GMAC),
+    ],
+)
 def test_members_link_and_exchange_messages(purpose: str, offer: int, mac: int) -> None:
     listener = _Listener(purpose)
     try:
@@ -108,15 +118,20 @@ def test_another_version_garbage_and_the_wrong_index_are_refused_saying_why() ->
     try:
         hello = bytearray(link_handshake.hello_bytes("step", "server", 3, 5))
         hello[4] = link_handshake.VERSION + 1
-        for data in (bytes(hello), b"GET / HTTP/1.0\r\n\r\n" + b" " * 64,
-                     link_handshake.hello_bytes("step", "server", 4, 5)):
+        for data in (
+            bytes(hello),
+            b"GET / HTTP/1.0\r\n\r\n" + b" " * 64,
+            link_handshake.hello_bytes("step", "server", 4, 5),
+        ):
             with socket.create_connection(listener.address, timeout=5.0) as conn:
                 conn.sendall(data)
                 assert _nothing_back(conn)  # not even a challenge
         _wait(lambda: listener.refused == 3)
         events = list(listener.events)
-        assert f"link handshake version {link_handshake.VERSION + 1}, this process speaks " \
-               f"{link_handshake.VERSION}" in events[0]
+        assert (
+            f"link handshake version {link_handshake.VERSION + 1}, this process speaks "
+            f"{link_handshake.VERSION}" in events[0]
+        )
         assert "not a direct link" in events[1] and "asked for index 4" in events[2], events
     finally:
         listener.close()

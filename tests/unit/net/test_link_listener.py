@@ -1,4 +1,5 @@
-"""LinkListener (xdl_ec.net.link_listener): what every authenticated listener (parity receivers, direct links) shares."""
+"""LinkListener (xdl_ec.net.link_listener): what every authenticated listener (parity receivers, direct links)
+shares."""
 
 from __future__ import annotations
 

@@ -42,8 +42,10 @@ def _drain(conn: socket.socket) -> bytes:
 def _expected_tag(mac: int, label: bytes, counter: int, signed: bytes) -> bytes:
     """The payload MAC of ``signed`` (header | body) as the module docstring of xdl_ec.ps.direct defines it."""
     if mac == direct.MAC_GMAC and len(signed) - 20 >= 16 << 10:
-        aead = pytest.importorskip("cryptography.hazmat.primitives.ciphers.aead",
-                                   reason="the AES-GMAC cross-check needs the cryptography package")
+        aead = pytest.importorskip(
+            "cryptography.hazmat.primitives.ciphers.aead",
+            reason="the AES-GMAC cross-check needs the cryptography package",
+        )
         gmac_key = hmac.digest(KEY, b"xdl-ec direct gmac key", "sha256")
         nonce = label + b"P\0\0" + struct.pack("<Q", counter)
         return aead.AESGCM(gmac_key).encrypt(nonce, b"", signed) + bytes(16)
@@ -66,15 +68,15 @@ def test_wire_bytes_are_the_documented_form(mac: int, array_bytes: int) -> None:
             assert struct.unpack("<QIQ", header)[:2] == (13, 2)
             total = struct.unpack("<QIQ", header)[2]
             assert wire[20:52] == hmac.digest(KEY, b"CH" + struct.pack("<Q", counter) + header, "sha256")
-            body = wire[52:52 + total]
+            body = wire[52 : 52 + total]
             assert len(wire) == 52 + total + 32
             lengths = struct.unpack("<2Q", body[:16])
             assert lengths == (array_bytes, 7) and body[16:29] == pickle_bytes
             first = 29 + (-29 % 64)
             second = first + array_bytes + (-(first + array_bytes) % 64)
-            assert body[first:first + array_bytes] == arrays[0].tobytes()
-            assert body[second:second + 7] == b"seven!!" and total == second + 7
-            assert set(body[29:first]) <= {0} and set(body[first + array_bytes:second]) <= {0}
+            assert body[first : first + array_bytes] == arrays[0].tobytes()
+            assert body[second : second + 7] == b"seven!!" and total == second + 7
+            assert set(body[29:first]) <= {0} and set(body[first + array_bytes : second]) <= {0}
             assert wire[-32:] == _expected_tag(mac, b"C", counter, header + body)
 
 

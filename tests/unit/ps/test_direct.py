@@ -21,11 +21,11 @@ from typing import Any, Iterator, List, Tuple
 import numpy as np
 import pytest
 
-from xdl_ec.net.job_secret import JobSecret
 from xdl_ec.net import link_handshake
+from xdl_ec.net.job_secret import JobSecret
+from xdl_ec.net.link_socket import LinkBroken, connect, recv_exactly
 from xdl_ec.ps import direct
 from xdl_ec.ps.backend import CallTimeout, Handle, ServerLost
-from xdl_ec.net.link_socket import LinkBroken, connect, recv_exactly
 from xdl_ec.ps.direct import Link, LinkedHandle, LinkHost, LinkRefused
 
 SECRET = JobSecret.generate()
@@ -52,8 +52,9 @@ class _Role(LinkHost):
         return [(name, keys, keys.astype(np.float32)[:, None] * np.ones((1, 3), np.float32)) for name, keys in requests]
 
     def push(self, error: str) -> None:
-        raise {"value": ValueError("bad grads"), "lost": ServerLost(3, "gone"),
-               "foreign": _Foreign("not from here")}[error]
+        raise {"value": ValueError("bad grads"), "lost": ServerLost(3, "gone"), "foreign": _Foreign("not from here")}[
+            error
+        ]
 
 
 class _Handle(Handle):
@@ -120,9 +121,14 @@ def test_every_array_comes_back_with_its_dtype_shape_and_bytes() -> None:
     empty ones too); others (strided, Fortran-ordered, datetimes, objects) the way numpy pickles them."""
     rng = np.random.default_rng(1)
     arrays = [rng.integers(-9, 9, (4, 5)).astype(dt) for dt in ("<i8", ">f8", "u2", "i1", "c8", "f2")]
-    arrays += [np.array(True), np.zeros((0, 16), np.float32), np.arange(12.0).reshape(3, 4)[:, ::2],
-               np.asfortranarray(np.arange(6.0).reshape(2, 3)), np.array(["2026-11-27"], "datetime64[D]"),
-               np.array([{"a": 1}], dtype=object)]
+    arrays += [
+        np.array(True),
+        np.zeros((0, 16), np.float32),
+        np.arange(12.0).reshape(3, 4)[:, ::2],
+        np.asfortranarray(np.arange(6.0).reshape(2, 3)),
+        np.array(["2026-11-27"], "datetime64[D]"),
+        np.array([{"a": 1}], dtype=object),
+    ]
     for want in arrays:
         got = _through(("x", [want]))[1][0]
         assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want), want
@@ -130,8 +136,9 @@ def test_every_array_comes_back_with_its_dtype_shape_and_bytes() -> None:
     assert raw.flags.writeable and raw.flags.c_contiguous
 
 
-@pytest.mark.parametrize("dtype,shape", [("|O", (1,)), ("V8", (1,)), ("f4,i4", (1,)), ("not a dtype", (2,)),
-                                         ("<f4", (3,)), ("<f4", "two")])
+@pytest.mark.parametrize(
+    "dtype,shape", [("|O", (1,)), ("V8", (1,)), ("f4,i4", (1,)), ("not a dtype", (2,)), ("<f4", (3,)), ("<f4", "two")]
+)
 def test_a_malformed_array_is_an_unpickling_error(dtype: str, shape: Any) -> None:
     class Forged:
         def __reduce__(self) -> tuple:
@@ -281,7 +288,8 @@ class _Tap:
 
 @pytest.mark.parametrize("attack", ["altered", "replayed", "foreign global"])
 def test_an_altered_replayed_or_foreign_message_closes_the_connection(
-        attack: str, linked: Tuple[_Role, Link], caplog: pytest.LogCaptureFixture) -> None:
+    attack: str, linked: Tuple[_Role, Link], caplog: pytest.LogCaptureFixture
+) -> None:
     role, link = linked
     assert link.call("ping").result(10.0) == 0
     tap = _Tap(link)
@@ -305,8 +313,11 @@ def test_an_altered_replayed_or_foreign_message_closes_the_connection(
         with pytest.raises(ServerLost, match="direct link broke"):
             future.result(10.0)
         _wait_for(lambda: role._link_server.refused == 1)
-    expected = {"altered": "failed its MAC", "replayed": "failed its MAC",
-                "foreign global": "may not name posix.system"}[attack]
+    expected = {
+        "altered": "failed its MAC",
+        "replayed": "failed its MAC",
+        "foreign global": "may not name posix.system",
+    }[attack]
     assert expected in caplog.text
     assert len(role.calls) == before + (1 if attack == "replayed" else 0)
     assert link.call("ping").result(10.0) == 0  # a new connection
@@ -340,8 +351,12 @@ def child_role() -> Any:
     import xdl_ec
 
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(xdl_ec.__file__)))  # the staged package's
-    child = subprocess.Popen([sys.executable, "-P", "-c", _CHILD, key.hex()], stdout=subprocess.PIPE, text=True,
-                             env={**os.environ, "PYTHONPATH": package_root})
+    child = subprocess.Popen(
+        [sys.executable, "-P", "-c", _CHILD, key.hex()],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": package_root},
+    )
     try:
         host, port = child.stdout.readline().split()
         yield child, (host, int(port)), JobSecret(key)

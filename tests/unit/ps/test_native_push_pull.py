@@ -15,7 +15,6 @@ import pytest
 
 import xdl_ec
 from xdl_ec import _core
-from xdl_ec.sparse import init, optim
 from xdl_ec.ft.parity_agent import ParityAgent
 from xdl_ec.net.job_secret import JobSecret
 from xdl_ec.ps import direct
@@ -24,6 +23,7 @@ from xdl_ec.ps.api import PushAck
 from xdl_ec.ps.backend import Handle
 from xdl_ec.ps.direct import Link
 from xdl_ec.ps.server import ParameterServer
+from xdl_ec.sparse import init, optim
 
 DIM = 4
 SPEC = xdl_ec.Table("t", DIM, optim.Adam(learning_rate=0.05), init.RandomUniform(-0.05, 0.05), seed=11)
@@ -64,9 +64,16 @@ def _steps(count: int, seed: int = 0) -> List[Tuple[Any, ...]]:
     for step in range(1, count + 1):
         keys = rng.integers(0, 40, 24).astype(np.int64)
         wide = rng.integers(0, 10, 6).astype(np.int64)
-        parts = [("t", keys, rng.standard_normal((keys.size, DIM)).astype(np.float32), 2 * step - 1),
-                 ("w", wide, rng.standard_normal((wide.size, 2)).astype(np.float32), 2 * step,
-                  rng.integers(1, 4, wide.size).astype(np.uint32))]
+        parts = [
+            ("t", keys, rng.standard_normal((keys.size, DIM)).astype(np.float32), 2 * step - 1),
+            (
+                "w",
+                wide,
+                rng.standard_normal((wide.size, 2)).astype(np.float32),
+                2 * step,
+                rng.integers(1, 4, wide.size).astype(np.uint32),
+            ),
+        ]
         pulls = [("t", rng.integers(0, 60, 30).astype(np.int64)), ("w", wide)]
         out.append((parts, step, 0, 1, pulls))
     return out
@@ -102,8 +109,16 @@ def test_steps_served_natively_answer_what_python_answers(pair: Any) -> None:
     native = linked.core.counters()
     assert native["requests"] == 6 and native["pushes"] == 12 and native["pulls"] == 6
     stats, stats_py = linked.stats(), twin.stats()
-    for counter in ("requests", "pushes", "keys_pushed", "steps_applied", "pulls", "keys_pulled", "bytes_in",
-                    "bytes_out"):
+    for counter in (
+        "requests",
+        "pushes",
+        "keys_pushed",
+        "steps_applied",
+        "pulls",
+        "keys_pulled",
+        "bytes_in",
+        "bytes_out",
+    ):
         assert stats[counter] == stats_py[counter], counter
 
 
@@ -154,8 +169,10 @@ def test_what_the_python_path_must_judge_is_declined_and_answered_there(pair: An
 def test_arguments_not_in_the_wire_types_are_pickled_and_served_in_python(pair: Any) -> None:
     linked, twin, link = pair
     [(parts, step, worker, participants, pulls)] = _steps(1)
-    parts = [(name, keys.astype(np.int32), grads.astype(np.float64), seq) + tuple(rest)
-             for name, keys, grads, seq, *rest in parts]
+    parts = [
+        (name, keys.astype(np.int32), grads.astype(np.float64), seq) + tuple(rest)
+        for name, keys, grads, seq, *rest in parts
+    ]
     assert direct.encode_call("push_pull", (parts, step, worker, participants, pulls))[0][:1] == b"\x80"
     # a table name over the native form's limit goes as a pickle too
     assert direct.encode_call("push_pull", ([], 1, 0, 1, [("x" * 2000, pulls[0][1])]))[0][:1] == b"\x80"
@@ -215,8 +232,10 @@ def test_a_malformed_native_request_closes_the_connection(pair: Any) -> None:
     direct.send_message(link._conn, link._session, None, (head, arrays[:-1]))  # a buffer short of its head
     link._conn.settimeout(10)
     assert link._conn.recv(1) == b""  # closed, with no answer
-    assert any("malformed push_pull request" in e and "6 buffers where its head announces 7" in e
-               for e in linked._link_server.events)
+    assert any(
+        "malformed push_pull request" in e and "6 buffers where its head announces 7" in e
+        for e in linked._link_server.events
+    )
     assert linked.core.counters()["requests"] == 0
 
 

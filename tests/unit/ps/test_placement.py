@@ -11,15 +11,23 @@ import pytest
 
 import xdl_ec
 from xdl_ec import _core
-from xdl_ec.sparse import optim
 from xdl_ec.ps import LocalBackend, Scheduler
-from xdl_ec.ps.placement import (Placement, PlacementError, assign, max_per_node, nodes_needed, plan_placement,
-    stripe_sets)
+from xdl_ec.ps.placement import (
+    Placement,
+    PlacementError,
+    assign,
+    max_per_node,
+    nodes_needed,
+    plan_placement,
+    stripe_sets,
+)
+from xdl_ec.sparse import optim
 
 
 def most_on_one_node(nodes: Sequence[str], n: int, k: int, r: int) -> int:
-    return max(max(sum(1 for m in members if nodes[m] == node) for node in set(nodes))
-               for members in stripe_sets(n, k, r))
+    return max(
+        max(sum(1 for m in members if nodes[m] == node) for node in set(nodes)) for members in stripe_sets(n, k, r)
+    )
 
 
 def test_the_stripes_server_sets_are_those_of_the_cpp_layout() -> None:
@@ -49,8 +57,10 @@ def test_the_error_comes_exactly_where_no_assignment_exists() -> None:
     for k, r in itertools.product(range(1, 5), range(1, 4)):
         for n in range(k + r, 8):
             for count in range(1, 4):
-                exists = any(most_on_one_node(nodes, n, k, r) <= r
-                             for nodes in itertools.product([str(i) for i in range(count)], repeat=n))
+                exists = any(
+                    most_on_one_node(nodes, n, k, r) <= r
+                    for nodes in itertools.product([str(i) for i in range(count)], repeat=n)
+                )
                 try:
                     assign(n, k, r, [str(i) for i in range(count)])
                     found = True
@@ -64,9 +74,14 @@ def test_too_few_nodes_is_an_error_naming_the_nodes_the_layout_and_what_would_wo
     with pytest.raises(PlacementError) as caught:
         assign(6, 4, 2, nodes)
     message = str(caught.value)
-    for part in ["6 servers under the code k=4, r=2", "2 alive node(s) (aaaaaaaaaaaa…, bbbbbbbbbbbb…)",
-                 "at most floor(n*r/(k+r)) = 2 servers", "need at least 3 nodes", "k <= 2 with r = 2",
-                 "--failure-domain none"]:
+    for part in [
+        "6 servers under the code k=4, r=2",
+        "2 alive node(s) (aaaaaaaaaaaa…, bbbbbbbbbbbb…)",
+        "at most floor(n*r/(k+r)) = 2 servers",
+        "need at least 3 nodes",
+        "k <= 2 with r = 2",
+        "--failure-domain none",
+    ]:
         assert part in message, message
     assert nodes_needed(6, 4, 2) == 3
     with pytest.raises(PlacementError, match="one node holds every stripe whole"):
@@ -192,11 +207,17 @@ def test_the_scheduler_starts_servers_spares_and_replacements_where_the_placemen
 def test_the_flag_maps_to_the_cluster_and_its_errors_name_the_flag(capsys: pytest.CaptureFixture) -> None:
     from xdl_ec.cli import main
 
-    for flags, message in [(["--failure-domain", "node"], "--failure-domain: needs --servers N"),
-                           (["--servers", "4", "--ft", "ec", "--code", "2,2", "--failure-domain", "node"],
-                            "--failure-domain: 'node' places servers on Ray nodes; it needs --backend ray"),
-                           (["--servers", "4", "--backend", "ray", "--failure-domain", "none"],
-                            "--failure-domain: only used with --ft ec")]:
+    for flags, message in [
+        (["--failure-domain", "node"], "--failure-domain: needs --servers N"),
+        (
+            ["--servers", "4", "--ft", "ec", "--code", "2,2", "--failure-domain", "node"],
+            "--failure-domain: 'node' places servers on Ray nodes; it needs --backend ray",
+        ),
+        (
+            ["--servers", "4", "--backend", "ray", "--failure-domain", "none"],
+            "--failure-domain: only used with --ft ec",
+        ),
+    ]:
         assert main(["train", "--synthetic", "--no-progress", *flags]) == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err, err

@@ -32,7 +32,8 @@ def test_a_ray_xdl_ec_starts_requires_the_token() -> None:
         "                       env={**os.environ, 'RAY_AUTH_MODE': 'disabled'}, capture_output=True, text=True,\n"
         "                       timeout=120)\n"
         "print('stranger refused', probe.returncode != 0 and 'Authentication' in probe.stderr)\n"
-        "ray.shutdown()\n")
+        "ray.shutdown()\n"
+    )
     done = subprocess.run([sys.executable, "-P", "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "mode token True" in done.stdout and "answer 42" in done.stdout, done.stdout
@@ -65,7 +66,8 @@ def test_a_ray_xdl_ec_starts_has_no_idle_task_workers() -> None:
         "    seen += idle()\n"
         "    time.sleep(0.2)\n"
         "print('idle workers', len(seen))\n"
-        "ray.shutdown()\n")
+        "ray.shutdown()\n"
+    )
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     done = subprocess.run([sys.executable, "-P", "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

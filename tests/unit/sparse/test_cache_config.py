@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import xdl_ec
-from xdl_ec.sparse.cache_config import Cache, caches_for
 from xdl_ec.cli import main
+from xdl_ec.sparse.cache_config import Cache, caches_for
 
 
 def test_capacity_in_rows_or_as_a_share_of_the_table() -> None:
@@ -16,15 +16,18 @@ def test_capacity_in_rows_or_as_a_share_of_the_table() -> None:
     assert Cache(rows="10%").share == 10.0 and Cache(rows=3).share is None
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"rows": 0}, "cache rows: must be an int >= 1"),
-    ({"rows": -5}, "cache rows: must be an int >= 1"),
-    ({"rows": "0%"}, r"share of the table in \(0%, 100%\]"),
-    ({"rows": "150%"}, r"share of the table in \(0%, 100%\]"),
-    ({"rows": "lots"}, "neither a row count nor a share"),
-    ({"rows": 10, "staleness": -1}, "staleness: must be an int >= 0"),
-    ({"rows": 10, "policy": "fifo"}, "cache policy: must be one of"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"rows": 0}, "cache rows: must be an int >= 1"),
+        ({"rows": -5}, "cache rows: must be an int >= 1"),
+        ({"rows": "0%"}, r"share of the table in \(0%, 100%\]"),
+        ({"rows": "150%"}, r"share of the table in \(0%, 100%\]"),
+        ({"rows": "lots"}, "neither a row count nor a share"),
+        ({"rows": 10, "staleness": -1}, "staleness: must be an int >= 0"),
+        ({"rows": 10, "policy": "fifo"}, "cache policy: must be one of"),
+    ],
+)
 def test_bad_settings_are_clear_errors(kwargs: dict, match: str) -> None:
     with pytest.raises((TypeError, ValueError), match=match):
         Cache(**kwargs)

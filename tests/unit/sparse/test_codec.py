@@ -63,8 +63,11 @@ def test_pyeclib_pads_an_uneven_split_with_zeros_and_parity_still_matches() -> N
 @pytest.mark.parametrize("fill", ["random", "zero", "ones"])
 def test_every_erasure_pattern_decodes_exactly(k: int, r: int, fill: str) -> None:
     code = ErasureCode(k, r)
-    data = {"random": random_data(k, 77), "zero": np.zeros((k, 77), np.uint8),
-            "ones": np.full((k, 77), 0xFF, np.uint8)}[fill]
+    data = {
+        "random": random_data(k, 77),
+        "zero": np.zeros((k, 77), np.uint8),
+        "ones": np.full((k, 77), 0xFF, np.uint8),
+    }[fill]
     stripe = np.concatenate([data, code.encode(data)])
     for lost in range(0, r + 1):
         for erased in itertools.combinations(range(k + r), lost):
@@ -145,10 +148,17 @@ def test_non_contiguous_input_is_encoded_as_its_values() -> None:
     np.testing.assert_array_equal(code.encode(view), code.encode(np.ascontiguousarray(view)))
 
 
-@pytest.mark.parametrize("k,r,matrix,message", [
-    (0, 1, "auto", "k=0"), (4, 0, "auto", "r=0"), (4, 5, "auto", "1 <= r <= 4"),
-    (30, 3, "auto", "k + r <= 32"), (22, 4, "vandermonde", "safe range"), (4, 2, "reed", "matrix='reed'"),
-])
+@pytest.mark.parametrize(
+    "k,r,matrix,message",
+    [
+        (0, 1, "auto", "k=0"),
+        (4, 0, "auto", "r=0"),
+        (4, 5, "auto", "1 <= r <= 4"),
+        (30, 3, "auto", "k + r <= 32"),
+        (22, 4, "vandermonde", "safe range"),
+        (4, 2, "reed", "matrix='reed'"),
+    ],
+)
 def test_bad_parameters(k: int, r: int, matrix: str, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("+", r"\+")):
         ErasureCode(k, r, matrix)

@@ -34,7 +34,7 @@ class TfMirror:
         pick = np.array([by_key[int(k)] for k in keys])
         self.var = tf.Variable(exported["values"][pick])
         state = exported["state"][pick]
-        self.slots = [tf.Variable(state[:, i * DIM:(i + 1) * DIM]) for i in range(state.shape[1] // DIM)]
+        self.slots = [tf.Variable(state[:, i * DIM : (i + 1) * DIM]) for i in range(state.shape[1] // DIM)]
 
     def dedup(self, batch_keys: np.ndarray, grads: np.ndarray):
         unique, idx = tf.unique(tf.constant(batch_keys))
@@ -47,8 +47,11 @@ class TfMirror:
         by_key = {int(k): i for i, k in enumerate(exported["keys"])}
         pick = np.array([by_key[int(k)] for k in self.keys])
         np.testing.assert_array_equal(exported["values"][pick], self.var.numpy(), err_msg="values")
-        tf_state = np.concatenate([s.numpy() for s in self.slots], axis=1) if self.slots else \
-            np.zeros((len(self.keys), 0), np.float32)
+        tf_state = (
+            np.concatenate([s.numpy() for s in self.slots], axis=1)
+            if self.slots
+            else np.zeros((len(self.keys), 0), np.float32)
+        )
         np.testing.assert_array_equal(exported["state"][pick], tf_state, err_msg="optimizer state")
 
 
@@ -82,8 +85,14 @@ def test_momentum_matches_resource_sparse_apply_momentum(nesterov: bool) -> None
 
     def apply_tf(m, rows, g, step):
         tf.raw_ops.ResourceSparseApplyMomentum(
-            var=m.var.handle, accum=m.slots[0].handle, lr=np.float32(o.learning_rate), grad=g, indices=rows,
-            momentum=np.float32(o.momentum), use_nesterov=nesterov)
+            var=m.var.handle,
+            accum=m.slots[0].handle,
+            lr=np.float32(o.learning_rate),
+            grad=g,
+            indices=rows,
+            momentum=np.float32(o.momentum),
+            use_nesterov=nesterov,
+        )
 
     run(o, apply_tf, seed=1)
 
@@ -93,8 +102,13 @@ def test_adagrad_matches_resource_sparse_apply_adagrad_v2() -> None:
 
     def apply_tf(m, rows, g, step):
         tf.raw_ops.ResourceSparseApplyAdagradV2(
-            var=m.var.handle, accum=m.slots[0].handle, lr=np.float32(o.learning_rate),
-            epsilon=np.float32(o.epsilon), grad=g, indices=rows)
+            var=m.var.handle,
+            accum=m.slots[0].handle,
+            lr=np.float32(o.learning_rate),
+            epsilon=np.float32(o.epsilon),
+            grad=g,
+            indices=rows,
+        )
 
     run(o, apply_tf, seed=2)
 
@@ -110,9 +124,17 @@ def test_adam_matches_apply_adam_on_touched_rows() -> None:
         beta1_power = np.float32(np.float64(np.float32(o.beta1)) ** step)
         beta2_power = np.float32(np.float64(np.float32(o.beta2)) ** step)
         tf.raw_ops.ResourceApplyAdam(
-            var=var.handle, m=mm.handle, v=vv.handle, beta1_power=beta1_power, beta2_power=beta2_power,
-            lr=np.float32(o.learning_rate), beta1=np.float32(o.beta1), beta2=np.float32(o.beta2),
-            epsilon=np.float32(o.epsilon), grad=g)
+            var=var.handle,
+            m=mm.handle,
+            v=vv.handle,
+            beta1_power=beta1_power,
+            beta2_power=beta2_power,
+            lr=np.float32(o.learning_rate),
+            beta1=np.float32(o.beta1),
+            beta2=np.float32(o.beta2),
+            epsilon=np.float32(o.epsilon),
+            grad=g,
+        )
         for dst, src in ((m.var, var), (m.slots[0], mm), (m.slots[1], vv)):
             tf.raw_ops.ResourceScatterUpdate(resource=dst.handle, indices=rows, updates=src.value())
 
@@ -121,15 +143,24 @@ def test_adam_matches_apply_adam_on_touched_rows() -> None:
 
 @pytest.mark.parametrize("l1,l2,shrinkage", [(0.0, 0.0, 0.0), (0.01, 0.02, 0.0), (0.01, 0.02, 0.03)])
 def test_ftrl_matches_resource_sparse_apply_ftrl_v2(l1: float, l2: float, shrinkage: float) -> None:
-    o = optim.Ftrl(learning_rate=0.1, learning_rate_power=-0.5, initial_accumulator_value=0.1,
-                   l1=l1, l2=l2, l2_shrinkage=shrinkage)
+    o = optim.Ftrl(
+        learning_rate=0.1, learning_rate_power=-0.5, initial_accumulator_value=0.1, l1=l1, l2=l2, l2_shrinkage=shrinkage
+    )
 
     def apply_tf(m, rows, g, step):
         tf.raw_ops.ResourceSparseApplyFtrlV2(
-            var=m.var.handle, accum=m.slots[0].handle, linear=m.slots[1].handle, grad=g, indices=rows,
-            lr=np.float32(o.learning_rate), l1=np.float32(l1), l2=np.float32(l2),
-            l2_shrinkage=np.float32(shrinkage), lr_power=np.float32(o.learning_rate_power),
-            multiply_linear_by_lr=False)
+            var=m.var.handle,
+            accum=m.slots[0].handle,
+            linear=m.slots[1].handle,
+            grad=g,
+            indices=rows,
+            lr=np.float32(o.learning_rate),
+            l1=np.float32(l1),
+            l2=np.float32(l2),
+            l2_shrinkage=np.float32(shrinkage),
+            lr_power=np.float32(o.learning_rate_power),
+            multiply_linear_by_lr=False,
+        )
 
     run(o, apply_tf, seed=4)
 
@@ -139,8 +170,16 @@ def test_ftrl_general_power_matches_resource_sparse_apply_ftrl_v2() -> None:
 
     def apply_tf(m, rows, g, step):
         tf.raw_ops.ResourceSparseApplyFtrlV2(
-            var=m.var.handle, accum=m.slots[0].handle, linear=m.slots[1].handle, grad=g, indices=rows,
-            lr=np.float32(o.learning_rate), l1=np.float32(o.l1), l2=np.float32(o.l2),
-            l2_shrinkage=np.float32(0.0), lr_power=np.float32(o.learning_rate_power))
+            var=m.var.handle,
+            accum=m.slots[0].handle,
+            linear=m.slots[1].handle,
+            grad=g,
+            indices=rows,
+            lr=np.float32(o.learning_rate),
+            l1=np.float32(o.l1),
+            l2=np.float32(o.l2),
+            l2_shrinkage=np.float32(0.0),
+            lr_power=np.float32(o.learning_rate_power),
+        )
 
     run(o, apply_tf, seed=5)

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import xdl_ec
+from support.paths import SHARED_DATA  # noqa: E402
 from xdl_ec import _core
 from xdl_ec.sparse import init, optim
-from support.paths import SHARED_DATA  # noqa: E402
 
 DATA = SHARED_DATA
 
@@ -29,6 +29,7 @@ def snapshot(t: xdl_ec.EmbeddingTable):
 
 
 # ---- rows -------------------------------------------------------------------------------------
+
 
 def test_pull_inserts_rows_that_depend_on_seed_and_key_only() -> None:
     keys = np.array([3, -9, 1 << 62, 0, 77], dtype=np.int64)
@@ -62,7 +63,9 @@ def test_initializer_statistics() -> None:
     assert abs(np.corrcoef(rows[:, 0], rows[:, 1])[0, 1]) < 0.03
     assert abs(np.corrcoef(rows[:-1, 0], rows[1:, 0])[0, 1]) < 0.03
     np.testing.assert_array_equal(table(4, initializer="zeros").pull([1, 2]), np.zeros((2, 4), np.float32))
-    np.testing.assert_array_equal(table(4, initializer=init.Constant(0.25)).pull([1]), np.full((1, 4), 0.25, np.float32))
+    np.testing.assert_array_equal(
+        table(4, initializer=init.Constant(0.25)).pull([1]), np.full((1, 4), 0.25, np.float32)
+    )
 
 
 def test_push_sums_duplicates_and_counts_steps() -> None:
@@ -208,8 +211,7 @@ BAD_CALLS = [
     ("push repeats 0", lambda t: t.push([1, 2], np.ones((2, 8)), repeats=[1, 0]), ValueError, "repeats"),
     ("push repeats shape", lambda t: t.push([1, 2], np.ones((2, 8)), repeats=[1]), ValueError, "repeats"),
     ("push repeats float", lambda t: t.push([1], np.ones((1, 8)), repeats=[1.5]), TypeError, "repeats"),
-    ("push repeats too many", lambda t: t.push([1, 1], np.ones((2, 8)), repeats=[65536, 1]), ValueError,
-     "repeats"),
+    ("push repeats too many", lambda t: t.push([1, 1], np.ones((2, 8)), repeats=[65536, 1]), ValueError, "repeats"),
     ("erase float keys", lambda t: t.erase([1.0]), TypeError, "keys"),
     ("find 2-D keys", lambda t: t.find([[1]]), ValueError, "keys"),
     ("load values shape", lambda t: t.load([1, 2], np.zeros((2, 3))), ValueError, "values"),
@@ -230,17 +232,20 @@ def test_bad_input_is_rejected_without_changing_a_byte(what, call, error, names)
     assert snapshot(t) == before
 
 
-@pytest.mark.parametrize("kwargs,error,names", [
-    (dict(optimizer=optim.SGD), TypeError, "optimizer"),
-    (dict(optimizer="rmsprop"), ValueError, "adagrad, adam, ftrl, momentum, sgd"),
-    (dict(optimizer=42), TypeError, "optimizer"),
-    (dict(initializer="glorot"), ValueError, "truncated_normal"),
-    (dict(dim=0), ValueError, "dim"),
-    (dict(dim=2.0), TypeError, "dim"),
-    (dict(seed=-1), ValueError, "seed"),
-    (dict(block_slots=0), ValueError, "block_slots"),
-    (dict(name=""), TypeError, "name"),
-])
+@pytest.mark.parametrize(
+    "kwargs,error,names",
+    [
+        (dict(optimizer=optim.SGD), TypeError, "optimizer"),
+        (dict(optimizer="rmsprop"), ValueError, "adagrad, adam, ftrl, momentum, sgd"),
+        (dict(optimizer=42), TypeError, "optimizer"),
+        (dict(initializer="glorot"), ValueError, "truncated_normal"),
+        (dict(dim=0), ValueError, "dim"),
+        (dict(dim=2.0), TypeError, "dim"),
+        (dict(seed=-1), ValueError, "seed"),
+        (dict(block_slots=0), ValueError, "block_slots"),
+        (dict(name=""), TypeError, "name"),
+    ],
+)
 def test_bad_table_arguments(kwargs, error, names) -> None:
     args = dict(name="t", dim=4)
     args.update(kwargs)
@@ -248,20 +253,23 @@ def test_bad_table_arguments(kwargs, error, names) -> None:
         xdl_ec.EmbeddingTable(**args)
 
 
-@pytest.mark.parametrize("make,names", [
-    (lambda: optim.SGD(-0.1), "learning_rate"),
-    (lambda: optim.Adagrad(learning_rate=float("nan")), "learning_rate"),
-    (lambda: optim.Momentum(0.1, momentum=-1), "momentum"),
-    (lambda: optim.Adam(beta1=1.0), "beta1"),
-    (lambda: optim.Adam(epsilon=0.0), "epsilon"),
-    (lambda: optim.Ftrl(0.0), "learning_rate"),
-    (lambda: optim.Ftrl(0.1, learning_rate_power=0.5), "learning_rate_power"),
-    (lambda: optim.Ftrl(0.1, l1=-1.0), "l1"),
-    (lambda: optim.get("adagrad", learning_rate=-1.0), "learning_rate"),
-    (lambda: init.TruncatedNormal(stddev=0.0), "stddev"),
-    (lambda: init.RandomUniform(1.0, 1.0), "minval"),
-    (lambda: init.Constant(float("inf")), "value"),
-])
+@pytest.mark.parametrize(
+    "make,names",
+    [
+        (lambda: optim.SGD(-0.1), "learning_rate"),
+        (lambda: optim.Adagrad(learning_rate=float("nan")), "learning_rate"),
+        (lambda: optim.Momentum(0.1, momentum=-1), "momentum"),
+        (lambda: optim.Adam(beta1=1.0), "beta1"),
+        (lambda: optim.Adam(epsilon=0.0), "epsilon"),
+        (lambda: optim.Ftrl(0.0), "learning_rate"),
+        (lambda: optim.Ftrl(0.1, learning_rate_power=0.5), "learning_rate_power"),
+        (lambda: optim.Ftrl(0.1, l1=-1.0), "l1"),
+        (lambda: optim.get("adagrad", learning_rate=-1.0), "learning_rate"),
+        (lambda: init.TruncatedNormal(stddev=0.0), "stddev"),
+        (lambda: init.RandomUniform(1.0, 1.0), "minval"),
+        (lambda: init.Constant(float("inf")), "value"),
+    ],
+)
 def test_bad_hyper_parameters_name_the_field(make, names) -> None:
     with pytest.raises(ValueError, match=names):
         make()
@@ -280,6 +288,7 @@ def test_optimizer_and_initializer_lookup_by_name() -> None:
 
 # ---- binding details others build on ---------------------------------------------------------------
 
+
 def test_deltas_are_old_xor_new_record_bytes() -> None:
     t = table(4, block_slots=8, optimizer=optim.Adam(0.1))
     shard = t.shard
@@ -290,19 +299,19 @@ def test_deltas_are_old_xor_new_record_bytes() -> None:
     rb = t.record_bytes
     image = np.concatenate([image, np.zeros(shard.block_bytes * shard.num_blocks - image.size, np.uint8)])
     for s, d in zip(slots, xor):
-        image[s * rb:(s + 1) * rb] ^= d
+        image[s * rb : (s + 1) * rb] ^= d
     after = np.concatenate([shard.read_block(b) for b in range(shard.num_blocks)])
     np.testing.assert_array_equal(image, after)
     layout = shard.layout
     recs = [shard.read_slots(int(s), 1)[0] for s in slots]
-    keys = [r[layout.key_offset:layout.key_offset + 8].view(np.int64)[0] for r in recs]
+    keys = [r[layout.key_offset : layout.key_offset + 8].view(np.int64)[0] for r in recs]
     assert sorted(keys) == [2, 9]
     rec = recs[keys.index(9)]
     # The insert of 9 is a delta from the all-zero free record: the delta is the record itself.
     np.testing.assert_array_equal(xor[keys.index(9)], rec)
-    flags = rec[layout.flags_offset:layout.flags_offset + 4].view(np.uint32)[0]
+    flags = rec[layout.flags_offset : layout.flags_offset + 4].view(np.uint32)[0]
     assert flags == layout.live_flag | 2 << layout.clock_shift  # live, at clock 2: inserted (1), then stepped
-    np.testing.assert_array_equal(rec[layout.value_offset:layout.state_offset].view(np.float32), t.pull([9])[0])
+    np.testing.assert_array_equal(rec[layout.value_offset : layout.state_offset].view(np.float32), t.pull([9])[0])
     rows, (ins_slots, ins_xor) = shard.pull(np.array([9, 50]), return_deltas=True)
     assert ins_slots.tolist() == [7]  # only the insert of 50
 

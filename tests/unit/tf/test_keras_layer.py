@@ -17,7 +17,9 @@ from xdl_ec.tf.keras_layer import SparseEmbedding  # noqa: E402
 _names = itertools.count()
 
 
-def make_table(optimizer: optim.Optimizer, dim: int = 4, initializer: init.Initializer = init.Zeros()) -> EmbeddingTable:
+def make_table(
+    optimizer: optim.Optimizer, dim: int = 4, initializer: init.Initializer = init.Zeros()
+) -> EmbeddingTable:
     return EmbeddingTable(f"keras{next(_names)}", dim, optimizer=optimizer, initializer=initializer, seed=3)
 
 
@@ -133,8 +135,10 @@ def test_keras_does_not_jit_compile_models_holding_the_layer():
 
 def test_custom_loop_in_tf_function_matches_eager_bit_for_bit():
     rng = np.random.default_rng(1)
-    batches = [(rng.integers(0, 30, size=(16, 2)).astype(np.int64), rng.normal(size=(16, 1)).astype(np.float32))
-               for _ in range(4)]
+    batches = [
+        (rng.integers(0, 30, size=(16, 2)).astype(np.int64), rng.normal(size=(16, 1)).astype(np.float32))
+        for _ in range(4)
+    ]
 
     def run(compiled: bool) -> tuple[dict, list]:
         keras.utils.set_random_seed(5)
@@ -187,7 +191,9 @@ def test_bad_arguments():
 def test_functional_model_with_sparse_input_trains_in_fit():
     table = make_table(optim.SGD(learning_rate=0.1))
     ids = keras.Input(shape=(5,), sparse=True, dtype="int64")
-    model = keras.Model(ids, keras.layers.Dense(1, kernel_initializer="ones")(SparseEmbedding(table, combiner="mean")(ids)))
+    model = keras.Model(
+        ids, keras.layers.Dense(1, kernel_initializer="ones")(SparseEmbedding(table, combiner="mean")(ids))
+    )
     model.compile(optimizer="sgd", loss="mse")
     x = tf.SparseTensor([[0, 0], [0, 3], [1, 1]], tf.constant([1, 2, 3], tf.int64), [2, 5])
     losses = model.fit(x, np.ones((2, 1), np.float32), epochs=3, verbose=0).history["loss"]

@@ -17,8 +17,11 @@ DIM = 4
 _names = itertools.count()
 
 
-def make_table(optimizer: optim.Optimizer = optim.SGD(learning_rate=0.1), dim: int = DIM,
-               initializer: init.Initializer = init.RandomUniform(minval=-1.0, maxval=1.0)) -> EmbeddingTable:
+def make_table(
+    optimizer: optim.Optimizer = optim.SGD(learning_rate=0.1),
+    dim: int = DIM,
+    initializer: init.Initializer = init.RandomUniform(minval=-1.0, maxval=1.0),
+) -> EmbeddingTable:
     return EmbeddingTable(f"t{next(_names)}", dim, optimizer=optimizer, initializer=initializer, seed=7)
 
 
@@ -108,8 +111,9 @@ def test_sparse_forward_matches_tf_embedding_lookup_sparse(combiner):
     unique, index_rows, variable = dense_reference(table, RAGGED)
     sparse = as_sparse(RAGGED)
     position = {k: i for i, k in enumerate(unique)}
-    as_index = tf.SparseTensor(sparse.indices, tf.constant([position[int(v)] for v in sparse.values.numpy()],
-                                                           tf.int64), sparse.dense_shape)
+    as_index = tf.SparseTensor(
+        sparse.indices, tf.constant([position[int(v)] for v in sparse.values.numpy()], tf.int64), sparse.dense_shape
+    )
     expected = tf.nn.embedding_lookup_sparse(variable, tf.sparse.reorder(as_index), None, combiner=combiner)
     ours = tf_ops.lookup(table, sparse, combiner=combiner)
     np.testing.assert_allclose(ours.numpy(), expected.numpy(), rtol=1e-6, atol=1e-7)  # TF sums in another order
@@ -185,8 +189,17 @@ def model_loss(embeddings: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
     return tf.reduce_sum(tf.sigmoid(embeddings * weights) ** 2)
 
 
-CASES = [("dense", None), ("dense", "sum"), ("dense", "mean"), ("dense", "sqrtn"),
-         ("ragged", "sum"), ("ragged", "mean"), ("ragged", "sqrtn"), ("sparse", "sum"), ("sparse", "mean")]
+CASES = [
+    ("dense", None),
+    ("dense", "sum"),
+    ("dense", "mean"),
+    ("dense", "sqrtn"),
+    ("ragged", "sum"),
+    ("ragged", "mean"),
+    ("ragged", "sqrtn"),
+    ("sparse", "sum"),
+    ("sparse", "mean"),
+]
 
 
 def dense_reference(table: EmbeddingTable, rows: list[list[int]]):
@@ -222,14 +235,21 @@ def test_gradient_equals_gradient_tape_on_dense_variable(kind, combiner):
     np.testing.assert_allclose(applied, expected, rtol=1e-5, atol=1e-6)
 
 
-def tf_sparse_step(name: str, variable: tf.Variable, slots: list, grad: tf.Tensor, indices: tf.Tensor,
-                   opt: optim.Optimizer) -> None:
+def tf_sparse_step(
+    name: str, variable: tf.Variable, slots: list, grad: tf.Tensor, indices: tf.Tensor, opt: optim.Optimizer
+) -> None:
     if name == "sgd":
         # What TF's SGD does with IndexedSlices: scatter_sub of lr * grad.
         variable.scatter_sub(tf.IndexedSlices(grad * opt.learning_rate, indices))
     else:
-        tf.raw_ops.ResourceSparseApplyAdagradV2(var=variable.handle, accum=slots[0].handle, lr=opt.learning_rate,
-                                                epsilon=opt.epsilon, grad=grad, indices=indices)
+        tf.raw_ops.ResourceSparseApplyAdagradV2(
+            var=variable.handle,
+            accum=slots[0].handle,
+            lr=opt.learning_rate,
+            epsilon=opt.epsilon,
+            grad=grad,
+            indices=indices,
+        )
 
 
 @pytest.mark.parametrize("name", ["sgd", "adagrad"])
@@ -439,18 +459,34 @@ def test_kernel_validates_raw_inputs():
         (dict(ids=values, row_splits=tf.constant([0, 2, 1, 3], tf.int64), combiner="sum"), "non-decreasing"),
         (dict(ids=values, row_splits=tf.constant([0, 2], tf.int64), combiner="sum"), "must equal the number"),
         (dict(ids=values, row_splits=tf.constant([1, 3], tf.int64), combiner="sum"), r"row_splits\[0\]"),
-        (dict(ids=tf.constant([[1]], tf.int64), row_splits=tf.constant([0, 1], tf.int64), combiner="sum"),
-         "must be empty"),
+        (
+            dict(ids=tf.constant([[1]], tf.int64), row_splits=tf.constant([0, 1], tf.int64), combiner="sum"),
+            "must be empty",
+        ),
     ]
     for kwargs, message in bad:
         with pytest.raises(tf.errors.InvalidArgumentError, match=message):
             raw(handle=handle, step=zero, trigger=trigger, dim=DIM, **kwargs)
     with pytest.raises(tf.errors.InvalidArgumentError, match="dim"):
-        raw(handle=handle, ids=tf.constant([[1]], tf.int64), row_splits=tf.zeros([0], tf.int64), step=zero,
-            trigger=trigger, combiner="sum", dim=DIM + 1)
+        raw(
+            handle=handle,
+            ids=tf.constant([[1]], tf.int64),
+            row_splits=tf.zeros([0], tf.int64),
+            step=zero,
+            trigger=trigger,
+            combiner="sum",
+            dim=DIM + 1,
+        )
     with pytest.raises(tf.errors.InvalidArgumentError, match="step"):
-        raw(handle=handle, ids=tf.constant([[1]], tf.int64), row_splits=tf.zeros([0], tf.int64),
-            step=tf.constant(-2, tf.int64), trigger=trigger, combiner="sum", dim=DIM)
+        raw(
+            handle=handle,
+            ids=tf.constant([[1]], tf.int64),
+            row_splits=tf.zeros([0], tf.int64),
+            step=tf.constant(-2, tf.int64),
+            trigger=trigger,
+            combiner="sum",
+            dim=DIM,
+        )
     assert_unchanged(table, before)
 
 
@@ -459,7 +495,8 @@ def test_gradient_kernel_rejects_bad_gradients_without_touching_the_table():
     ids = tf.constant([[1, 2, 1]], tf.int64)
     splits = tf.zeros([0], tf.int64)
     out, keys, inverse = tf_ops._ops.xdl_ec_lookup(
-        handle=table.handle, ids=ids, row_splits=splits, step=0, trigger=0.0, combiner="sum", dim=DIM)
+        handle=table.handle, ids=ids, row_splits=splits, step=0, trigger=0.0, combiner="sum", dim=DIM
+    )
     before = snapshot(table)
     scatter = tf_ops._ops.xdl_ec_scatter_gradient
     common = dict(handle=table.handle, ids=ids, row_splits=splits, unique_keys=keys, step=0, combiner="sum")
@@ -484,14 +521,15 @@ def test_version_check_names_both_versions():
     assert isinstance(err.value, ImportError)
 
 
-
 def test_loading_fails_clearly_when_the_build_record_names_another_tf(tmp_path, monkeypatch):
     # The same function runs at import; point it at a build record from another TF release.
     record = tmp_path / "_tf_build_version.txt"
     record.write_text("2.0.0\n")
     monkeypatch.setattr(tf_ops, "_BUILD_VERSION_FILE", str(record))
-    with pytest.raises(tf_ops.TFVersionMismatchError,
-                       match=f"built against TensorFlow 2.0.0 but TensorFlow {tf.__version__} is installed"):
+    with pytest.raises(
+        tf_ops.TFVersionMismatchError,
+        match=f"built against TensorFlow 2.0.0 but TensorFlow {tf.__version__} is installed",
+    ):
         tf_ops._load_library()
     monkeypatch.setattr(tf_ops, "_BUILD_VERSION_FILE", str(tmp_path / "missing.txt"))
     with pytest.raises(ImportError, match="built without its TensorFlow ops"):

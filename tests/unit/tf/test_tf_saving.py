@@ -32,8 +32,10 @@ def auto_step(table: EmbeddingTable) -> int:
 def make_tables() -> List[EmbeddingTable]:
     # Adam's update depends on the step (bias correction), Adagrad's does not: both must continue exactly.
     suffix = next(_names)
-    return [EmbeddingTable(f"user{suffix}", 4, optimizer=optim.Adagrad(learning_rate=0.2), seed=11),
-            EmbeddingTable(f"item{suffix}", 3, optimizer=optim.Adam(learning_rate=0.05), seed=12)]
+    return [
+        EmbeddingTable(f"user{suffix}", 4, optimizer=optim.Adagrad(learning_rate=0.2), seed=11),
+        EmbeddingTable(f"item{suffix}", 3, optimizer=optim.Adam(learning_rate=0.05), seed=12),
+    ]
 
 
 def make_model(tables: List[EmbeddingTable], seed: int) -> keras.Model:
@@ -41,8 +43,12 @@ def make_model(tables: List[EmbeddingTable], seed: int) -> keras.Model:
     keras.utils.set_random_seed(seed)
     user = keras.Input(shape=(2,), dtype="int64", name="user")
     item = keras.Input(shape=(3,), dtype="int64", name="item")
-    pooled = keras.layers.Concatenate()([SparseEmbedding(tables[0], combiner="sum", name="user_embedding")(user),
-                                         SparseEmbedding(tables[1], combiner="mean", name="item_embedding")(item)])
+    pooled = keras.layers.Concatenate()(
+        [
+            SparseEmbedding(tables[0], combiner="sum", name="user_embedding")(user),
+            SparseEmbedding(tables[1], combiner="mean", name="item_embedding")(item),
+        ]
+    )
     hidden = keras.layers.Dense(5, activation="tanh")(pooled)
     model = keras.Model({"user": user, "item": item}, keras.layers.Dense(1)(hidden))
     # Not keras.optimizers.Adam: under model.fit Grappler then prunes the table updates (a separate problem).
@@ -53,8 +59,10 @@ def make_model(tables: List[EmbeddingTable], seed: int) -> keras.Model:
 
 def make_data(seed: int, steps: int, ids: int) -> tuple:
     rng = np.random.default_rng(seed)
-    x = {"user": rng.integers(0, ids, size=(steps * BATCH, 2)).astype(np.int64),
-         "item": rng.integers(0, ids, size=(steps * BATCH, 3)).astype(np.int64)}
+    x = {
+        "user": rng.integers(0, ids, size=(steps * BATCH, 2)).astype(np.int64),
+        "item": rng.integers(0, ids, size=(steps * BATCH, 3)).astype(np.int64),
+    }
     return x, rng.integers(0, 2, size=(steps * BATCH, 1)).astype(np.float32)
 
 
@@ -152,8 +160,9 @@ def test_without_the_auto_step_adam_rows_would_differ(tmp_path):
     fresh_tables = make_tables()
     fresh = make_model(fresh_tables, seed=2)
     saver.restore(fresh)
-    tf_ops._ops.xdl_ec_set_auto_step(handle=tf.constant(fresh_tables[1].handle, tf.int64),
-                                     latest=tf.constant(0, tf.int64))
+    tf_ops._ops.xdl_ec_set_auto_step(
+        handle=tf.constant(fresh_tables[1].handle, tf.int64), latest=tf.constant(0, tf.int64)
+    )
     train(fresh, later)
     assert state_of(fresh, fresh_tables)["table1.values"].tobytes() != expected["table1.values"].tobytes()
 
@@ -210,8 +219,10 @@ def save_and_restore(route: str, model: keras.Model, tmp_path: Path) -> Callable
 
 @pytest.mark.parametrize("route", ["checkpoint", "weights_h5"])
 def test_restore_removes_rows_created_after_the_save(route, tmp_path):
-    tables = [EmbeddingTable(f"rows{next(_names)}", 3, optimizer=optim.Adam(0.1), seed=1),
-              EmbeddingTable(f"sgd{next(_names)}", 2, optimizer=optim.SGD(0.1), initializer=init.Constant(1.0))]
+    tables = [
+        EmbeddingTable(f"rows{next(_names)}", 3, optimizer=optim.Adam(0.1), seed=1),
+        EmbeddingTable(f"sgd{next(_names)}", 2, optimizer=optim.SGD(0.1), initializer=init.Constant(1.0)),
+    ]
     model = tower(tables)
     fit_tower(model, np.array([[1, 2], [3, 1]], np.int64))
     tables[0].push(np.array([2]), np.ones((1, 3), np.float32))  # the table's own counter is saved too
@@ -259,10 +270,14 @@ def trained_tower(table: EmbeddingTable) -> Tower:
 MISMATCHES = [
     (lambda name: EmbeddingTable(name, 5, optimizer=optim.Adagrad(0.1)), "dim 4 but the table has dim 5"),
     # Momentum keeps as many state floats as Adagrad: the optimizer itself must be compared.
-    (lambda name: EmbeddingTable(name, 4, optimizer=optim.Momentum(0.1)),
-     "optimizer 'Adagrad' but the table has optimizer 'Momentum'"),
-    (lambda name: EmbeddingTable(name, 4, optimizer=optim.Adam(0.1)),
-     "optimizer 'Adagrad' but the table has optimizer 'Adam'"),
+    (
+        lambda name: EmbeddingTable(name, 4, optimizer=optim.Momentum(0.1)),
+        "optimizer 'Adagrad' but the table has optimizer 'Momentum'",
+    ),
+    (
+        lambda name: EmbeddingTable(name, 4, optimizer=optim.Adam(0.1)),
+        "optimizer 'Adagrad' but the table has optimizer 'Adam'",
+    ),
 ]
 
 
@@ -274,8 +289,11 @@ def test_restoring_into_another_dim_or_optimizer_is_refused_and_changes_nothing(
     target_table = make_target(f"target{next(_names)}")
     target = trained_tower(target_table)
     before = exports([target_table])
-    with pytest.raises(ValueError, match=rf"table '{target_table.name}' from the checkpoint of table "
-                                         rf"'{source.embedding0.table.name}'.*{message}"):
+    with pytest.raises(
+        ValueError,
+        match=rf"table '{target_table.name}' from the checkpoint of table "
+        rf"'{source.embedding0.table.name}'.*{message}",
+    ):
         if route == "checkpoint":
             tf.train.Checkpoint(model=target).read(str(tmp_path / "ckpt"))
         else:
@@ -297,8 +315,11 @@ def test_a_weight_file_without_table_entries_is_refused(tmp_path):
             del entries[name]
     fit_tower(model, np.array([[3, 4]], np.int64))
     before = exports([table])
-    with pytest.raises(ValueError, match=rf"(?s)SparseEmbedding '\w+' \(table '{table.name}'\): the weight file's "
-                                         rf"entries for this layer are \['0'\].*missing \['table_auto_step'"):
+    with pytest.raises(
+        ValueError,
+        match=rf"(?s)SparseEmbedding '\w+' \(table '{table.name}'\): the weight file's "
+        rf"entries for this layer are \['0'\].*missing \['table_auto_step'",
+    ):
         model.load_weights(path)
     assert_same_exports(before, exports([table]))
 
@@ -320,8 +341,13 @@ def test_snapshot_entries_and_spec():
     assert TableTrackable.of(table) is TableTrackable.of(table)
     assert snapshot["keys"].dtype == np.int64 and snapshot["values"].shape == (2, 3)
     assert snapshot["state"].shape == (2, 6) and int(snapshot["step"]) == 0 and int(snapshot["auto_step"]) == 0
-    assert json.loads(snapshot["spec"].tobytes()) == {"format": 1, "table": table.name, "dim": 3, "state_floats": 6,
-                                            "optimizer": "Adam"}
+    assert json.loads(snapshot["spec"].tobytes()) == {
+        "format": 1,
+        "table": table.name,
+        "dim": 3,
+        "state_floats": 6,
+        "optimizer": "Adam",
+    }
     bad = dict(snapshot, values=snapshot["values"].astype(np.float64))
     with pytest.raises(ValueError, match="values must be float32"):
         TableTrackable.of(table).restore(bad)
@@ -334,8 +360,10 @@ def test_replace_validates_before_erasing():
     table = EmbeddingTable(f"replace{next(_names)}", 2, optimizer=optim.Adagrad(0.1))
     table.pull(np.array([1, 2, 3]))
     before = table.export()
-    for keys, values, message in (([5, 5], np.zeros((2, 2)), "duplicate"),
-                                  ([5, 6], np.full((2, 2), np.nan), "non-finite")):
+    for keys, values, message in (
+        ([5, 5], np.zeros((2, 2)), "duplicate"),
+        ([5, 6], np.full((2, 2), np.nan), "non-finite"),
+    ):
         with pytest.raises(ValueError, match=message):
             table.replace(np.array(keys), values, np.ones((2, 2)))
     assert all(before[name].tobytes() == table.export()[name].tobytes() for name in before)

@@ -35,7 +35,8 @@ def test_optimizers_by_xdl_names_map_to_optim_classes():
     assert xdl_ec.Adagrad(0.1, initial_accumulator_value=0.2) == optim.Adagrad(0.1, 0.2)
     assert xdl_ec.Adam() == optim.Adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8)
     assert xdl_ec.Ftrl(0.1, l1_regularization_strength=0.01, l2_regularization_strength=0.02) == optim.Ftrl(
-        learning_rate=0.1, l1=0.01, l2=0.02)
+        learning_rate=0.1, l1=0.01, l2=0.02
+    )
     with pytest.raises(ValueError, match="learning_rate"):
         xdl_ec.SGD(-1.0)
 
@@ -51,8 +52,9 @@ def test_embedding_creates_then_reuses_a_named_table():
     assert again.shape == (1, 1, 4)
     np.testing.assert_array_equal(again.numpy()[0, 0], rows[1])  # same table, same row
     assert xdl.tables() == {"user": table}
-    ragged = xdl_ec.embedding("user", tf.ragged.constant([[1, 2, 2], []], dtype=tf.int64), None, 4, 100,
-                              combiner="mean")
+    ragged = xdl_ec.embedding(
+        "user", tf.ragged.constant([[1, 2, 2], []], dtype=tf.int64), None, 4, 100, combiner="mean"
+    )
     np.testing.assert_allclose(ragged.numpy(), [(rows[0] + 2 * rows[1]) / 3, np.zeros(4)], rtol=1e-6)
 
 

@@ -19,8 +19,7 @@ B, DIM, DEEP = 8, 4, 3
 def batch(index: int = 0) -> dict:
     rng = np.random.default_rng(index)
     deep = rng.normal(size=(B, DEEP)).astype(np.float32)
-    return {"label": (deep[:, :1] > 0).astype(np.float32), "ad": rng.integers(0, 40, B).astype(np.int64),
-            "deep": deep}
+    return {"label": (deep[:, :1] > 0).astype(np.float32), "ad": rng.integers(0, 40, B).astype(np.int64), "deep": deep}
 
 
 def reader(worker: int, num_workers: int):  # noqa: ANN201
@@ -33,8 +32,9 @@ def holdout():  # noqa: ANN201
 
 def prelu(x, scope=None):  # noqa: ANN001, ANN201 - XDL's PReLU: a slope per unit, by get_variable
     with tf.compat.v1.variable_scope(scope, default_name="prelu"):
-        alpha = tf.compat.v1.get_variable("alpha", shape=[x.get_shape()[-1]], dtype=x.dtype,
-                                          initializer=tf.compat.v1.constant_initializer(0.25))
+        alpha = tf.compat.v1.get_variable(
+            "alpha", shape=[x.get_shape()[-1]], dtype=x.dtype, initializer=tf.compat.v1.constant_initializer(0.25)
+        )
     return tf.maximum(0.0, x) + alpha * tf.minimum(0.0, x)
 
 
@@ -55,8 +55,10 @@ def with_batch_norm(b, training=True):  # noqa: ANN001, ANN201
 
 def embedded_and_dense(seed: int = 0) -> tuple:
     rng = np.random.default_rng(seed)
-    return ({"ad": tf.constant(rng.normal(size=(B, DIM)).astype(np.float32))},
-            tf.constant(rng.normal(size=(B, DEEP)).astype(np.float32)))
+    return (
+        {"ad": tf.constant(rng.normal(size=(B, DIM)).astype(np.float32))},
+        tf.constant(rng.normal(size=(B, DEEP)).astype(np.float32)),
+    )
 
 
 def by_path(model: XdlModel) -> dict:
@@ -167,8 +169,13 @@ def tf_test_model(x, label):  # noqa: ANN001, ANN201 - XDL's test graph: the sam
 
 
 def test_the_test_graph_runs_where_the_job_evaluates_over_the_same_variables() -> None:
-    job = xdl.xdl_job(lambda b: tf_train_model(inputs(b), b["label"]), reader, xdl.Adam(0.01), eval_reader=holdout,
-                      test=lambda b: tf_test_model(inputs(b), b["label"]))
+    job = xdl.xdl_job(
+        lambda b: tf_train_model(inputs(b), b["label"]),
+        reader,
+        xdl.Adam(0.01),
+        eval_reader=holdout,
+        test=lambda b: tf_test_model(inputs(b), b["label"]),
+    )
     model = job.spec.model_fn()
     slopes = [v.path for v in model.trainable_variables if "alpha" in v.path]
     assert slopes == ["xdl_model/tf_model__prelu__alpha"]  # one default_name scope, the same name in both graphs
@@ -194,38 +201,99 @@ def _model(b):  # noqa: ANN001, ANN202
     return inputs(b)
 
 
-@pytest.mark.parametrize("train,test,message", [
-    (lambda b: xdl.losses.sigmoid_cross_entropy(b["label"], xdl.layers.dense(
-        tf.concat([prelu(_model(b), "p"), tf.compat.v1.get_variable(
-            "p/alpha", [3], initializer=tf.compat.v1.zeros_initializer())[None, :] * tf.ones((1, 1))], 1), 1)),
-     None, r"tf.compat.v1.get_variable\('p/alpha'\): shape \[3\] \(float32\) differs from the variable of that name, "
-           r"\[7\] \(float32\): a name is one variable"),
-    (lambda b: xdl.losses.sigmoid_cross_entropy(b["label"], xdl.layers.dense(_model(b) * tf.compat.v1.get_variable(
-        "w", [7], regularizer=tf.keras.regularizers.L2(0.1)), 1)), None,
-     r"get_variable\('w'\): regularizer not supported"),
-    (lambda b: xdl.losses.sigmoid_cross_entropy(b["label"], xdl.layers.dense(_model(b) * tf.compat.v1.get_variable(
-        "w", [7], trainable=False), 1)), None, r"trainable=False not supported"),
-    (with_prelu, lambda b: xdl.losses.sigmoid_cross_entropy(b["label"], xdl.layers.dense(prelu(_model(b), "new"), 1)),
-     r"get_variable\('new/alpha'\): the test function \(is_training=False\) asks for a variable the model function "
-     r"did not make"),
-    (with_prelu, lambda b: xdl.losses.sigmoid_cross_entropy(b["label"], xdl.layers.dense(_model(b), 2)),
-     r"layer call 1: xdl_ec.layers.dense\(2, .*\) differs from the first call's xdl_ec.layers.dense\(5, "),
-    (lambda b: xdl.losses.sigmoid_cross_entropy(b["label"], xdl.layers.dense(_model(b), 1)),
-     lambda b: xdl.losses.sigmoid_cross_entropy(b["label"], xdl.layers.dense(
-         tf.concat([xdl.embedding("ads", b["ad"], "zeros", DIM, 40), b["deep"]], 1), 1)),
-     r"the test function looks up .* the model function .* both graphs read the same entries"),
-    (lambda b: tf_test_model(_model(b), b["label"]), None,
-     r"tf_test_model: a tf_wrapper\(is_training=False\) function \(XDL's eval graph, which computes no gradients\) ran "
-     r"in the model function the job trains; give the function that builds the eval graph as "
-     r"xdl_ec.xdl_job\(..., test=...\)"),
-    (lambda b: xdl.losses.sigmoid_cross_entropy(b["label"], xdl.layers.dense(xdl.layers.batch_normalization(
-        _model(b), training=tf.constant(True)), 1)), None, r"batch_normalization: training must be a Python bool"),
-    (lambda b: xdl.losses.sigmoid_cross_entropy(b["label"], xdl.layers.dense(xdl.layers.batch_normalization(
-        _model(b), reuse=True), 1)), None, r"batch_normalization: reuse not supported"),
-    (lambda b: xdl.losses.sigmoid_cross_entropy(b["label"], tf.keras.layers.BatchNormalization()(_model(b))[:, :1]),
-     None, r"created a variable \('gamma'\) outside xdl_ec.layers.dense, xdl_ec.layers.batch_normalization and "
-            r"tf.compat.v1.get_variable"),
-])
+@pytest.mark.parametrize(
+    "train,test,message",
+    [
+        (
+            lambda b: xdl.losses.sigmoid_cross_entropy(
+                b["label"],
+                xdl.layers.dense(
+                    tf.concat(
+                        [
+                            prelu(_model(b), "p"),
+                            tf.compat.v1.get_variable("p/alpha", [3], initializer=tf.compat.v1.zeros_initializer())[
+                                None, :
+                            ]
+                            * tf.ones((1, 1)),
+                        ],
+                        1,
+                    ),
+                    1,
+                ),
+            ),
+            None,
+            r"tf.compat.v1.get_variable\('p/alpha'\): shape \[3\] \(float32\) differs from the variable of that name, "
+            r"\[7\] \(float32\): a name is one variable",
+        ),
+        (
+            lambda b: xdl.losses.sigmoid_cross_entropy(
+                b["label"],
+                xdl.layers.dense(
+                    _model(b) * tf.compat.v1.get_variable("w", [7], regularizer=tf.keras.regularizers.L2(0.1)), 1
+                ),
+            ),
+            None,
+            r"get_variable\('w'\): regularizer not supported",
+        ),
+        (
+            lambda b: xdl.losses.sigmoid_cross_entropy(
+                b["label"], xdl.layers.dense(_model(b) * tf.compat.v1.get_variable("w", [7], trainable=False), 1)
+            ),
+            None,
+            r"trainable=False not supported",
+        ),
+        (
+            with_prelu,
+            lambda b: xdl.losses.sigmoid_cross_entropy(b["label"], xdl.layers.dense(prelu(_model(b), "new"), 1)),
+            r"get_variable\('new/alpha'\): the test function \(is_training=False\) asks for a variable the model "
+            r"function "
+            r"did not make",
+        ),
+        (
+            with_prelu,
+            lambda b: xdl.losses.sigmoid_cross_entropy(b["label"], xdl.layers.dense(_model(b), 2)),
+            r"layer call 1: xdl_ec.layers.dense\(2, .*\) differs from the first call's xdl_ec.layers.dense\(5, ",
+        ),
+        (
+            lambda b: xdl.losses.sigmoid_cross_entropy(b["label"], xdl.layers.dense(_model(b), 1)),
+            lambda b: xdl.losses.sigmoid_cross_entropy(
+                b["label"],
+                xdl.layers.dense(tf.concat([xdl.embedding("ads", b["ad"], "zeros", DIM, 40), b["deep"]], 1), 1),
+            ),
+            r"the test function looks up .* the model function .* both graphs read the same entries",
+        ),
+        (
+            lambda b: tf_test_model(_model(b), b["label"]),
+            None,
+            r"tf_test_model: a tf_wrapper\(is_training=False\) function \(XDL's eval graph, which computes no "
+            r"gradients\) ran "
+            r"in the model function the job trains; give the function that builds the eval graph as "
+            r"xdl_ec.xdl_job\(..., test=...\)",
+        ),
+        (
+            lambda b: xdl.losses.sigmoid_cross_entropy(
+                b["label"], xdl.layers.dense(xdl.layers.batch_normalization(_model(b), training=tf.constant(True)), 1)
+            ),
+            None,
+            r"batch_normalization: training must be a Python bool",
+        ),
+        (
+            lambda b: xdl.losses.sigmoid_cross_entropy(
+                b["label"], xdl.layers.dense(xdl.layers.batch_normalization(_model(b), reuse=True), 1)
+            ),
+            None,
+            r"batch_normalization: reuse not supported",
+        ),
+        (
+            lambda b: xdl.losses.sigmoid_cross_entropy(
+                b["label"], tf.keras.layers.BatchNormalization()(_model(b))[:, :1]
+            ),
+            None,
+            r"created a variable \('gamma'\) outside xdl_ec.layers.dense, xdl_ec.layers.batch_normalization and "
+            r"tf.compat.v1.get_variable",
+        ),
+    ],
+)
 def test_bad_uses_are_refused_when_the_job_is_made(train, test, message: str) -> None:  # noqa: ANN001
     with pytest.raises(XdlPortError, match=message):
         xdl.xdl_job(train, reader, xdl.SGD(0.1), test=test)
@@ -242,8 +310,11 @@ def test_a_variable_first_asked_for_after_the_build_is_refused() -> None:
         return xdl.losses.sigmoid_cross_entropy(b["label"], xdl.layers.dense(x, 1))
 
     model = xdl.xdl_job(growing, reader, xdl.SGD(0.1)).spec.model_fn()  # calls 1 (the trace) and 2 (the build)
-    with pytest.raises(XdlPortError, match=r"get_variable\('late/alpha'\): the model function asks for a variable "
-                                           r"the model function did not make on its first call"):
+    with pytest.raises(
+        XdlPortError,
+        match=r"get_variable\('late/alpha'\): the model function asks for a variable "
+        r"the model function did not make on its first call",
+    ):
         model(*embedded_and_dense())
     with pytest.raises(XdlPortError, match="training must be a Python bool"):
         model(*embedded_and_dense(), training=tf.constant(True))
