@@ -128,12 +128,13 @@ def test_an_access_decodes_the_missing_blocks_it_touches_together(monkeypatch: p
         LOG.train,
     )
     reference = small.fit(cluster=xdl_ec.Cluster(servers=3), deterministic=True, seed=3)
-    report = small.fit(
-        cluster=xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), fail_at=["7:1"]), deterministic=True, seed=3
-    )
+    # the rebuild paced at step boundaries: the next step's accesses come before it, so they meet missing blocks
+    # (a background rebuild, run flat out after a loss that leaves no margin, may finish before any access does)
+    cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), fail_at=["7:1"], rebuild="boundary")
+    report = small.fit(cluster=cluster, deterministic=True, seed=3)
     assert [f["index"] for f in report["failures"]] == [1]
     assert report["model_digest"] == reference["model_digest"]
-    assert max(decoded) >= 2, decoded
+    assert decoded and max(decoded) >= 2, decoded
 
 
 def _input_with(bad_step: int, **changes):  # noqa: ANN202
