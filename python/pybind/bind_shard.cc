@@ -498,11 +498,11 @@ void BindShard(py::module_& m) {
   py::class_<RecordLayout>(m, "RecordLayout", "Byte layout of a slot record: key | flags | value | state")
       .def_readonly("dim", &RecordLayout::dim)
       .def_readonly("state_floats", &RecordLayout::state_floats)
-      .def_property_readonly_static("key_offset", [](py::object) { return RecordLayout::kKeyOffset; })
-      .def_property_readonly_static("flags_offset", [](py::object) { return RecordLayout::kFlagsOffset; })
-      .def_property_readonly_static("value_offset", [](py::object) { return RecordLayout::kValueOffset; })
-      .def_property_readonly_static("live_flag", [](py::object) { return RecordLayout::kLive; })
-      .def_property_readonly_static("clock_shift", [](py::object) { return RecordLayout::kClockShift; })
+      .def_property_readonly_static("key_offset", [](const py::object&) { return RecordLayout::kKeyOffset; })
+      .def_property_readonly_static("flags_offset", [](const py::object&) { return RecordLayout::kFlagsOffset; })
+      .def_property_readonly_static("value_offset", [](const py::object&) { return RecordLayout::kValueOffset; })
+      .def_property_readonly_static("live_flag", [](const py::object&) { return RecordLayout::kLive; })
+      .def_property_readonly_static("clock_shift", [](const py::object&) { return RecordLayout::kClockShift; })
       .def_property_readonly("state_offset", &RecordLayout::state_offset)
       .def_property_readonly("bytes", &RecordLayout::bytes);
 
