@@ -335,6 +335,12 @@ class ErasureCoded(FaultTolerance):
         """Server ``server`` dies on its next push, before applying it: the pushing workers see it fail."""
         self._wait([self.coordinator.agent(server).arm_crash_before_apply()])
 
+    def resumed(self, step: int) -> None:
+        """The rows a resume loaded reached parity as deltas, like pushes, but no worker logs them for a replay: they
+        are made parity-durable before training goes on, so a server lost right after the resume is rebuilt with
+        them (before this wait, a kill a few steps in could find them still on their way under load)."""
+        self.drain()
+
     def drain(self) -> None:
         """Waits until every live parity holder has applied every delta recorded so far, i.e. every push
         acknowledged until now is parity-durable (e.g. before stopping a server on purpose)."""
