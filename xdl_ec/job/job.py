@@ -266,15 +266,7 @@ class Job:
     ) -> Dict[str, Any]:
         run = LocalRun(self.spec, settings, progress)
         try:
-            if saved is not None:
-                run.restore(saved)
-            if saver is not None:
-                saver.start(run.step)
-                run.hooks.append(saver)
-            if log is not None:
-                log.start(run)
-                run.hooks.append(log)
-            run.hooks.append(StopAtBoundary(STOP_REQUEST, lambda: self._save_end(saver, run)))  # SIGINT/SIGTERM
+            self._begin(run, saved, saver, log)
             report = run.fit(self._steps_left(steps, saved))
             self._save_end(saver, run)
             report.update(self._evaluate(run.trained()))
@@ -292,6 +284,21 @@ class Job:
         self._finished = _FinishedRun(self.model, run.reader_position(), run.samples, settings, 1)
         report["job"] = self.spec.describe()
         return report
+
+    def _begin(
+        self, run: Any, saved: Optional[SavedRun], saver: Optional[RunSaver], log: Optional[TensorBoardLog]
+    ) -> None:
+        """Before a run's first step (in this process or on a cluster): the save it resumes, its saver and its
+        TensorBoard log as hooks, and the clean stop at a step boundary on SIGINT / SIGTERM."""
+        if saved is not None:
+            run.restore(saved)
+        if saver is not None:
+            saver.start(run.step)
+            run.hooks.append(saver)
+        if log is not None:
+            log.start(run)
+            run.hooks.append(log)
+        run.hooks.append(StopAtBoundary(STOP_REQUEST, lambda: self._save_end(saver, run)))
 
     @staticmethod
     def _save_end(saver: Optional[RunSaver], run: Any) -> None:
@@ -331,15 +338,7 @@ class Job:
             cluster.caches(self.spec.tables),
         )
         try:
-            if saved is not None:
-                trainer.restore(saved)
-            if saver is not None:
-                saver.start(trainer.step)
-                trainer.hooks.append(saver)
-            if log is not None:
-                log.start(trainer)
-                trainer.hooks.append(log)
-            trainer.hooks.append(StopAtBoundary(STOP_REQUEST, lambda: self._save_end(saver, trainer)))
+            self._begin(trainer, saved, saver, log)
             try:
                 report = trainer.fit(self._steps_left(steps, saved))
             except (RoleLost, Unrecoverable) as err:
