@@ -13,12 +13,26 @@
 #include <string>
 #include <vector>
 
+#include "xdl_ec/embedding_shard.h"
 #include "xdl_ec/link_session.h"
 #include "xdl_ec/parity_receive_loop.h"
 
 namespace xdl_ec::testing {
 
 inline const std::function<void()> kNoSignals = [] {};
+
+// The shards both loops' tests train: a (2, 1) code over 3 servers, small blocks so a few pushes span several.
+constexpr int kN = 3, kK = 2, kR = 1;
+
+inline ShardConfig Config() {
+  ShardConfig c;
+  c.dim = 4;
+  c.optimizer.kind = OptimizerKind::kAdagrad;
+  c.optimizer.learning_rate = 0.05f;
+  c.seed = 3;
+  c.block_slots = 8;
+  return c;
+}
 
 struct ParityLinkPair {
   int sender_fd = -1, holder_fd = -1;

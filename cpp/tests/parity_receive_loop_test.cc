@@ -19,17 +19,10 @@ namespace {
 
 using testing::ParityLinkPair;
 
-constexpr int kN = 3, kK = 2, kR = 1;
-
-ShardConfig Config() {
-  ShardConfig c;
-  c.dim = 4;
-  c.optimizer.kind = OptimizerKind::kAdagrad;
-  c.optimizer.learning_rate = 0.05f;
-  c.seed = 3;
-  c.block_slots = 8;
-  return c;
-}
+using testing::Config;
+using testing::kK;
+using testing::kN;
+using testing::kR;
 
 // Server 0's shard and forwarder, its holder `kHolder` remote: each Next() is the serialised batches of one more
 // push, as a link takes them.

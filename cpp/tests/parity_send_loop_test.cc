@@ -24,17 +24,10 @@ namespace {
 
 using testing::ParityLinkPair;
 
-constexpr int kN = 3, kK = 2, kR = 1;
-
-ShardConfig Config() {
-  ShardConfig c;
-  c.dim = 4;
-  c.optimizer.kind = OptimizerKind::kAdagrad;
-  c.optimizer.learning_rate = 0.05f;
-  c.seed = 3;
-  c.block_slots = 8;
-  return c;
-}
+using testing::Config;
+using testing::kK;
+using testing::kN;
+using testing::kR;
 
 // Server 0 of a (2, 1) code over 3 servers with both its holders behind parity links (a send loop each, to a
 // receive loop over a socket pair), and a twin server whose holders are in-process: the same pushes, the
