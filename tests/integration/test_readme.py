@@ -4,7 +4,8 @@ Each block runs with the README's own line numbers, so a failure points at the R
 
 The first block trains here and on an ec cluster with a server killed and asserts that both end at the same model;
 its hold-out AUC must show that the planted signal was learned, and the output the README shows under it must be
-what it prints. "Train": its table example runs too."""
+what it prints. "Train": its table example runs too. docs/models.md continues "Your own model" (several heads, a behaviour sequence,
+a side input): its blocks run after the README's, in the same namespace."""
 
 from __future__ import annotations
 
@@ -17,14 +18,15 @@ import pytest
 from support.paths import REPO_ROOT
 
 SECTION = "## Your own model"
+MODELS_PAGE = "docs/models.md"
 
 
-def section_blocks(title: str) -> Tuple[List[Tuple[int, str]], List[str]]:
-    """The ```python blocks of the README's section ``title`` as (first code line's number in README.md, code), and
-    its ```text blocks."""
-    text = (REPO_ROOT / "README.md").read_text()
-    start = text.index(f"\n{title}\n") + 1
-    end = text.find("\n## ", start + len(title))
+def section_blocks(title: str, page: str = "README.md") -> Tuple[List[Tuple[int, str]], List[str]]:
+    """The ```python blocks of ``page``'s section ``title`` (the whole page for ``""``) as (first code line's number
+    in the page, code), and its ```text blocks."""
+    text = (REPO_ROOT / page).read_text()
+    start = text.index(f"\n{title}\n") + 1 if title else 0
+    end = text.find("\n## ", start + len(title)) if title else -1
     section = text[start : end if end != -1 else len(text)]
     offset = text.count("\n", 0, start)
     python = [
@@ -43,6 +45,12 @@ def test_every_python_block_of_your_own_model_runs_in_order_in_one_namespace(cap
         run_block(line, code, namespace)
         if number == 1:
             first_block_learned_and_printed_what_the_readme_shows(namespace, capsys.readouterr().out, shown)
+    # docs/models.md continues the example (several heads, a sequence, a side input) in the same session
+    continued, _ = section_blocks("", page=MODELS_PAGE)
+    assert continued, f"{MODELS_PAGE}: no ```python block"
+    for line, code in continued:
+        run_block(line, code, namespace, page=MODELS_PAGE)
+    assert {"heads", "din"} <= namespace.keys(), f"{MODELS_PAGE} no longer trains the two-head and the DIN job"
 
 
 def test_the_train_sections_table_example_runs() -> None:
@@ -54,9 +62,9 @@ def test_the_train_sections_table_example_runs() -> None:
     assert namespace["rows"].shape == (4, 16) and set(namespace["state"]["keys"].tolist()) == {42, 7, -3}
 
 
-def run_block(line: int, code: str, namespace: Dict[str, Any]) -> None:
-    # padding with blank lines: the compiled block's line numbers are the README's
-    exec(compile("\n" * (line - 1) + code, "README.md", "exec"), namespace)
+def run_block(line: int, code: str, namespace: Dict[str, Any], page: str = "README.md") -> None:
+    # padding with blank lines: the compiled block's line numbers are the page's
+    exec(compile("\n" * (line - 1) + code, page, "exec"), namespace)
 
 
 def first_block_learned_and_printed_what_the_readme_shows(
