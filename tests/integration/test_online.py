@@ -450,3 +450,11 @@ def test_logdir_on_servers_sums_rows_over_servers_and_counts_failures(tmp_path: 
     assert last["failures"] == (12, float(len(report["injected"]))) and len(report["injected"]) == 1
     assert sum(v for tag, (_, v) in last.items() if tag.startswith("rows/")) == report["embedding_rows"]
     assert last["progressive/auc"][1] == pytest.approx(report["progressive"]["auc"], rel=1e-6)
+    # the cluster's figures: bytes per sample as the report gives them, parity's lag, the failure's rebuild time
+    assert last["bytes_per_sample/pulled"][1] == pytest.approx(report["bytes_pulled_per_sample"], rel=1e-5)
+    assert last["bytes_per_sample/pushed"][1] == pytest.approx(report["bytes_pushed_per_sample"], rel=1e-5)
+    assert "parity/lag_deltas" in last and last["parity/lag_deltas"][1] >= 0
+    (failure,) = report["failures"]
+    assert scalars(logdir)["failure/seconds_to_full_redundancy"] == [
+        (failure["step"], pytest.approx(failure["seconds_to_full_redundancy"], rel=1e-6))
+    ]

@@ -274,6 +274,10 @@ class ErasureCoded(FaultTolerance):
         """Bytes of parity blocks held by all servers (as of :meth:`close` once the cluster is shut down)."""
         return int(self._stats().get("parity_bytes", 0))
 
+    def parity_lag(self) -> int:
+        """Deltas the servers recorded that some live parity holder has not applied yet, summed over the servers."""
+        return int(self._stats().get("parity_lag", 0))
+
     def _stats(self) -> Dict[str, int]:
         """Parity bytes, degraded reads and forwarded delta bytes summed over the servers."""
         if self._closed_stats is not None or self.view is None:

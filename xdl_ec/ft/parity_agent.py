@@ -318,11 +318,14 @@ class ParityAgent(ServerAgent):
         self.holder.write_block(table, block, np.ascontiguousarray(data, dtype=np.uint8))
 
     def stats(self, server: Any) -> Dict[str, int]:
+        progress = self.forwarder.progress()
         return {
             "parity_bytes": int(self.holder.bytes),
             "degraded_reads": self.degraded_reads,
             "forwarded_bytes": int(self.forwarder.bytes_sent),
-            "coalesced": int(self.forwarder.progress()["coalesced"]),
+            "coalesced": int(progress["coalesced"]),
+            # deltas recorded but not yet applied by every live holder: how far parity trails the shard
+            "parity_lag": int(progress["seq"]) - int(progress["live_applied"]),
             "remote_sends": sum(link.sends for link in self._links.values()),
             "remote_send_bytes": sum(link.bytes_sent for link in self._links.values()),
             "links_over_ray": sum(link.transport != "tcp" for link in self._links.values()),

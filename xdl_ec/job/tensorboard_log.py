@@ -3,16 +3,22 @@
 A run hook: at step boundaries, once ``every`` seconds have passed since its last write, it writes at the run's step
 ``loss`` (the mean training loss since the last write), ``samples_per_sec`` (since the last write),
 ``progressive/auc`` and ``progressive/logloss`` (the run's progressive validation window; per head
-``progressive/<head>/auc`` ...) and ``rows/<table>`` (rows held per table); at the end of the fit the same once more
-plus ``failures`` (kills injected into the run) and ``saves``. Writing by time, not every step, keeps its cost a
-fraction of a percent (the window's exact AUC takes tens of milliseconds over 100k samples).
+``progressive/<head>/auc`` ...), ``rows/<table>`` (rows held per table) and ``saves``; on servers also
+``bytes_per_sample/pulled`` and ``/pushed`` (embedding bytes the workers moved per sample since the start),
+``failures`` (failures so far) and under ``--ft ec`` ``parity/lag_deltas`` (deltas recorded that some live parity
+holder has not applied: how far parity trails the shards); each failure, once its rebuild is complete, as
+``failure/seconds_to_full_redundancy`` at the step it failed. At the end of the fit the same once more, with
+``failures`` counting the kills injected into the run. Writing by time, not every step, keeps its cost a fraction of
+a percent (the window's exact AUC takes tens of milliseconds over 100k samples; the cluster figures one round of
+calls to the servers and workers).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Iterable, Optional, Set, Tuple, Union
 
 from xdl_ec.settings import checks
 
@@ -42,6 +48,7 @@ class TensorBoardLog:
         self._last_time = time.perf_counter()
         self._last_samples: Optional[int] = None
         self._last_losses = 0
+        self._failures_written: Set[Tuple[int, str, int]] = set()  # (step, role, index) of each failure written
         self.writes = 0
 
     def start(self, run: Any) -> None:
@@ -73,15 +80,49 @@ class TensorBoardLog:
                     scalars[f"{prefix}/{name}"] = figures[name]
         for table, rows in run.rows_per_table().items():
             scalars[f"rows/{table}"] = rows
+        savers = [hook.saves for hook in run.hooks if isinstance(getattr(hook, "saves", None), int)]
+        if savers:
+            scalars["saves"] = sum(savers)
+        strategy = getattr(run, "strategy", None)
+        scalars.update(self._cluster_scalars(run, strategy))
         scalars.update(extra or {})
+        failures = getattr(strategy, "failures", None) or []
         with self._writer.as_default():
             for name, value in scalars.items():
-                self._tf.summary.write(
-                    name, self._tf.constant(float(value), self._tf.float32), step=run.step, metadata=self._metadata
-                )
+                self._scalar(name, value, run.step)
+            self._write_failures(dataclasses.asdict(f) for f in failures)
         self._writer.flush()
         self._last_time, self._last_samples, self._last_losses = now, run.samples, len(run.losses)
         self.writes += 1
+
+    @staticmethod
+    def _cluster_scalars(run: Any, strategy: Any) -> Dict[str, float]:
+        """What a run on servers adds: bytes per sample, failures so far and parity's lag (under ec)."""
+        scalars: Dict[str, float] = {}
+        if hasattr(run, "bytes_per_sample"):
+            moved = run.bytes_per_sample()
+            scalars["bytes_per_sample/pulled"] = moved["bytes_pulled_per_sample"]
+            scalars["bytes_per_sample/pushed"] = moved["bytes_pushed_per_sample"]
+        if strategy is not None and hasattr(strategy, "failures"):
+            scalars["failures"] = len(strategy.failures)
+        if hasattr(strategy, "parity_lag"):
+            scalars["parity/lag_deltas"] = strategy.parity_lag()
+        return scalars
+
+    def _write_failures(self, failures: Iterable[Dict[str, Any]]) -> None:
+        """Each failure whose rebuild is complete, once, at the step it failed."""
+        for f in failures:
+            key = (int(f["step"]), str(f["role"]), int(f["index"]))
+            seconds = f.get("seconds_to_full_redundancy")
+            if seconds is None or key in self._failures_written:
+                continue
+            self._scalar("failure/seconds_to_full_redundancy", seconds, key[0])
+            self._failures_written.add(key)
+
+    def _scalar(self, name: str, value: float, step: int) -> None:
+        self._tf.summary.write(
+            name, self._tf.constant(float(value), self._tf.float32), step=step, metadata=self._metadata
+        )
 
     def finish(self, run: Any, report: Dict[str, Any]) -> None:
         """The fit's last scalars: the run's, its failures and saves."""
@@ -89,6 +130,9 @@ class TensorBoardLog:
         if "saves" in report:
             extra["saves"] = float(report["saves"]["saves"])
         self.write(run, extra)
+        with self._writer.as_default():  # the failures whose rebuilds completed as the run closed
+            self._write_failures(report.get("failures", []))
+        self._writer.flush()
 
     def close(self) -> None:
         self._writer.close()

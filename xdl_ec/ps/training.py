@@ -534,11 +534,22 @@ class PSTrainer:
                 rows[name] = rows.get(name, 0) + int(n)
         return rows
 
+    def bytes_per_sample(self) -> Dict[str, float]:
+        """Embedding bytes the workers pulled and pushed per sample they trained (asks every worker)."""
+        workers = [self.result(self.worker(i).stats()) for i in range(len(self.workers))]
+        return self._bytes_per_sample(workers)
+
+    def _bytes_per_sample(self, workers: List[Dict[str, Any]]) -> Dict[str, float]:
+        samples = max(self.samples - self._restored_samples, 1)  # what this process's workers moved bytes for
+        return {
+            "bytes_pulled_per_sample": sum(w["bytes_pulled"] + w["bytes_requested"] for w in workers) / samples,
+            "bytes_pushed_per_sample": sum(w["bytes_pushed"] for w in workers) / samples,
+        }
+
     def report(self) -> Dict[str, Any]:
         """The cluster's part of a report: per-server and per-worker stats, bytes moved per sample."""
         servers = self.scheduler.server_stats()
         workers = [self.result(self.worker(i).stats()) for i in range(len(self.workers))]
-        samples = max(self.samples - self._restored_samples, 1)  # what this process's workers moved bytes for
         cached = [w["cache"] for w in workers if "cache" in w]
         caching = {"cache": merged_cache_stats(cached)} if cached else {}
         return {
@@ -569,8 +580,7 @@ class PSTrainer:
                 for s in servers
             ],
             "workers": workers,
-            "bytes_pulled_per_sample": sum(w["bytes_pulled"] + w["bytes_requested"] for w in workers) / samples,
-            "bytes_pushed_per_sample": sum(w["bytes_pushed"] for w in workers) / samples,
+            **self._bytes_per_sample(workers),
         }
 
     def close(self) -> None:
