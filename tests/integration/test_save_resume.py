@@ -284,22 +284,36 @@ def _newest(root: Path) -> Path:
 
 
 @pytest.mark.ray
-def test_a_save_resumes_on_ray(saved: Path) -> None:
+def test_a_save_resumes_on_ray_and_a_save_taken_on_ray_resumes(
+    saved: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("ray")
     import ray
 
     from xdl_ec.ps.backend import connect_ray
 
+    # a relative save directory: Ray's actors run in another working directory, so the servers must be handed an
+    # absolute path (they wrote their tables into their own working directory, the save held no rows and resumed
+    # to another model)
+    monkeypatch.chdir(tmp_path)
     started = not ray.is_initialized()
     try:
         connect_ray()
-        report = job().fit(
-            steps=STEPS, deterministic=True, seed=SEED, resume=saved, cluster=xdl_ec.Cluster(servers=2, backend="ray")
-        )
+        on_ray = xdl_ec.Cluster(servers=2, backend="ray")
+        report = job().fit(steps=STEPS, deterministic=True, seed=SEED, resume=saved, cluster=on_ray)
+        job().fit(steps=CUT, deterministic=True, seed=SEED, save_dir="saves", cluster=on_ray)
     finally:
         if started:
             ray.shutdown()
     assert report["model_digest"] == uninterrupted()["model_digest"]
+    assert sorted(p.name for p in _newest(tmp_path / "saves").iterdir()) == [
+        "MANIFEST.json",
+        "dense",
+        "server-0000",
+        "server-0001",
+    ]
+    resumed = job().fit(steps=STEPS, deterministic=True, seed=SEED, resume="saves")
+    assert resumed["model_digest"] == uninterrupted()["model_digest"]
 
 
 def test_cli_export_of_a_save_serves_what_load_predicts(

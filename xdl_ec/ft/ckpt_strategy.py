@@ -19,6 +19,7 @@ Servers must see the checkpoint directory (one machine, or a shared filesystem o
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -54,7 +55,8 @@ class Checkpointing(FaultTolerance):
             interval if isinstance(interval, IntervalPolicy) else parse_interval(interval, mtbf)
         )
         self._own_dir = directory is None
-        self._directory = directory
+        # absolute: the servers (Ray actors have another working directory) write there
+        self._directory = None if directory is None else os.path.abspath(directory)
         self.keep = keep
         self.store: Optional[CheckpointStore] = None
         self.saves = 0

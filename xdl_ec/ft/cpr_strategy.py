@@ -35,6 +35,7 @@ The accuracy cost shows in the report's ``auc`` / ``logloss`` against a failure-
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -155,7 +156,8 @@ class PartialRecovery(FaultTolerance):
         self.pls, self.mtbf, self.interval_steps, self.mode = pls, mtbf, interval_steps, mode
         self.fraction, self.full_every, self.seed = fraction, full_every, seed
         self._own_dir = directory is None
-        self._directory = directory
+        # absolute: the servers (Ray actors have another working directory) write there
+        self._directory = None if directory is None else os.path.abspath(directory)
         self.policy: Optional[IntervalPolicy] = None
         self.saves: List[Dict[str, Any]] = []
         self.checkpoint_bytes = 0

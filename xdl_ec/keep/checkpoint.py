@@ -62,7 +62,7 @@ import secrets
 import shutil
 import threading
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Self, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Self, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -608,6 +608,7 @@ class PendingCheckpoint:
     def __init__(self, store: "CheckpointStore", seq: int, step: int, tmp: Path) -> None:
         self._store, self._seq, self._step, self._tmp = store, seq, step, tmp
         self._done = False
+        self._asked: Set[int] = set()  # servers handed a directory: the commit checks that each wrote its part
 
     @property
     def step(self) -> int:
@@ -616,6 +617,7 @@ class PendingCheckpoint:
     def server_dir(self, server: int) -> Path:
         """Where server ``server`` writes its ShardCheckpoint (``atomic=False``)."""
         server = checks.integer("server", server, 0)
+        self._asked.add(server)
         return self._tmp / f"server-{server:04d}"
 
     def save_server(self, server: int, tables: Mapping[str, Table]) -> ShardCheckpoint:
@@ -648,6 +650,12 @@ class PendingCheckpoint:
                     if part.step != self._step:
                         raise ValueError(f"{entry}: saved for step {part.step}, this checkpoint is step {self._step}")
                     servers[str(int(m.group(1)))] = {"dir": entry.name, "manifest_sha256": part.manifest_sha256}
+            missing = sorted(s for s in self._asked if str(s) not in servers)
+            if missing:
+                raise ValueError(
+                    f"{self._tmp}: servers {missing} were given a directory here and wrote nothing (a server that "
+                    "sees another filesystem, or a relative path resolved elsewhere): not publishing this checkpoint"
+                )
             (self._tmp / "dense").mkdir()
             files = {}
             for prefix, arrays in (("weight", dense_weights), ("optimizer", dense_optimizer)):
@@ -776,7 +784,9 @@ class CheckpointStore:
 
     def __init__(self, root: Union[str, os.PathLike], keep: int = 2) -> None:
         keep = checks.integer("keep", keep, 1)
-        self.root = Path(root)
+        # absolute: servers in other processes (Ray actors, whose working directory is not the driver's) write
+        # into server_dir()'s paths
+        self.root = Path(os.path.abspath(root))
         self.keep = keep
 
     def _committed(self) -> List[Path]:

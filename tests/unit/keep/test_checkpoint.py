@@ -215,6 +215,22 @@ def test_servers_write_their_parts_then_the_coordinator_commits(tmp_path: Path) 
     assert store.steps() == [7] and not list(tmp_path.glob(".tmp-*"))
 
 
+def test_a_server_that_wrote_nothing_where_it_was_told_stops_the_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a relative root is made absolute: a server in another working directory (a Ray actor) writes where meant
+    monkeypatch.chdir(tmp_path)
+    store = CheckpointStore("saves")
+    assert store.root == tmp_path / "saves"
+    pending = store.begin(4)
+    assert pending.server_dir(1).is_absolute()
+    ShardCheckpoint.write(pending.server_dir(0), {"a": trained_table("a")}, step=4, atomic=False)
+    # server 1 was handed its directory and wrote elsewhere: publishing would lose its rows
+    with pytest.raises(ValueError, match=r"servers \[1\] were given a directory here and wrote nothing"):
+        pending.commit(reader_position={"batch": 4})
+    assert store.steps() == [] and not list((tmp_path / "saves").glob(".tmp-*"))
+
+
 # ---- atomicity --------------------------------------------------------------------------------
 
 
