@@ -8,7 +8,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['AccessCounter', 'BatchRefused', 'DeltaForwarder', 'EmbeddingShard', 'ErasureCode', 'HolderClosed', 'InitializerConfig', 'InitializerKind', 'LinkClosed', 'LinkOversized', 'LinkRejected', 'LinkSession', 'LinkTimeout', 'OptimizerConfig', 'OptimizerKind', 'ParityHolder', 'ParityReceiveLoop', 'ParitySendLoop', 'RecordLayout', 'Recovery', 'RowCache', 'RowPolicyConfig', 'Scrubber', 'ServerLock', 'ShardConfig', 'ShardServer', 'StripeLayout', 'epoch_after_evictions', 'initialize_row', 'is_push_pull_answer', 'is_push_pull_request', 'parse_batches', 'parse_push_pull_answer', 'parse_push_pull_request', 'push_pull_request', 'register_shard', 'registered_shard', 'serialize_batches', 'server_of', 'unregister_shard']
+__all__: list[str] = ['AccessCounter', 'BatchRefused', 'DeltaForwarder', 'EmbeddingShard', 'ErasureCode', 'HolderClosed', 'InitializerConfig', 'InitializerKind', 'LinkClosed', 'LinkOversized', 'LinkRejected', 'LinkSession', 'LinkTimeout', 'OptimizerConfig', 'OptimizerKind', 'ParityHolder', 'ParityReceiveLoop', 'ParitySendLoop', 'RecordLayout', 'Recovery', 'RouteTable', 'RowCache', 'RowPolicyConfig', 'Scrubber', 'ServerLock', 'ShardConfig', 'ShardServer', 'StripeLayout', 'bucket_of', 'epoch_after_evictions', 'initialize_row', 'is_push_pull_answer', 'is_push_pull_request', 'parse_batches', 'parse_push_pull_answer', 'parse_push_pull_request', 'push_pull_request', 'register_shard', 'registered_shard', 'serialize_batches', 'server_of', 'unregister_shard']
 class ErasureCode:
     """
     Systematic MDS erasure code over GF(2^8) on ISA-L (k data, r parity fragments).
@@ -71,6 +71,27 @@ class StripeLayout:
     @property
     def r(self) -> int:
         ...
+class RouteTable:
+    """
+    Owner of each virtual bucket among a set of live server ids (rendezvous hashing)
+    """
+    buckets: typing.ClassVar[int] = 65536
+    def __init__(self, server_ids: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
+        ...
+    def servers_of(self, keys: typing.Annotated[numpy.typing.ArrayLike, numpy.int64]) -> numpy.typing.NDArray[numpy.int32]:
+        """
+        The owning server id of each key: int32[len(keys)]
+        """
+    @property
+    def owners(self) -> numpy.typing.NDArray[numpy.int32]:
+        """
+        owners[b] is bucket b's server id: int32[buckets]
+        """
+    @property
+    def server_ids(self) -> list[int]:
+        """
+        Live server ids, ascending
+        """
 class HolderClosed(RuntimeError):
     pass
 class BatchRefused(ValueError):
@@ -898,6 +919,10 @@ class ParitySendLoop:
     @property
     def sends(self) -> int:
         ...
+def bucket_of(keys: typing.Annotated[numpy.typing.ArrayLike, numpy.int64]) -> numpy.typing.NDArray[numpy.int32]:
+    """
+    Each key's virtual bucket (RouteTable::BucketOf): int32[len(keys)] in [0, RouteTable.buckets)
+    """
 def epoch_after_evictions(epoch: typing.SupportsInt | typing.SupportsIndex, generations: typing.SupportsInt | typing.SupportsIndex) -> int:
     """
     A server's epoch moved on by its tables' eviction generations (row_policy.h); unchanged at 0

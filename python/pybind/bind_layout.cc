@@ -1,12 +1,15 @@
-// xdl_ec._core: StripeLayout (where each block of a stripe lives) and server_of (which server owns a key),
-// pure arithmetic 1:1 with the C++ API.
+// xdl_ec._core: StripeLayout (where each block of a stripe lives), server_of (which server of 0..n-1 owns a key)
+// and RouteTable (the owner of each key's bucket for any set of live server ids), pure arithmetic 1:1 with the
+// C++ API.
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include <string>
+#include <vector>
 
 #include "bindings.h"
 #include "xdl_ec/key_router.h"
+#include "xdl_ec/route_table.h"
 #include "xdl_ec/stripe_layout.h"
 
 namespace py = pybind11;
@@ -65,6 +68,51 @@ void BindLayout(py::module_& m) {
         return out;
       },
       py::arg("keys"), py::arg("n"), "The owning server of each key (KeyRouter::ServerOf): int32[len(keys)]");
+
+  m.def(
+      "bucket_of",
+      [](const py::array_t<int64_t, py::array::c_style>& keys) {
+        if (keys.ndim() != 1)
+          throw std::invalid_argument("bucket_of: keys must be 1-D, got " + std::to_string(keys.ndim()) + " dims");
+        const size_t count = static_cast<size_t>(keys.shape(0));
+        py::array_t<int32_t> out(static_cast<py::ssize_t>(count));
+        const int64_t* k = keys.data();
+        int32_t* o = out.mutable_data();
+        for (size_t i = 0; i < count; ++i) o[i] = static_cast<int32_t>(RouteTable::BucketOf(k[i]));
+        return out;
+      },
+      py::arg("keys"), "Each key's virtual bucket (RouteTable::BucketOf): int32[len(keys)] in [0, RouteTable.buckets)");
+
+  py::class_<RouteTable>(m, "RouteTable",
+                         "Owner of each virtual bucket among a set of live server ids (rendezvous hashing)")
+      .def(py::init<std::vector<int>>(), py::arg("server_ids"))
+      .def_property_readonly_static("buckets", [](const py::object&) { return RouteTable::kBuckets; })
+      .def_property_readonly("server_ids", &RouteTable::server_ids, "Live server ids, ascending")
+      .def_property_readonly(
+          "owners",
+          [](const RouteTable& t) {
+            py::array_t<int32_t> out(static_cast<py::ssize_t>(RouteTable::kBuckets));
+            int32_t* o = out.mutable_data();
+            for (size_t b = 0; b < RouteTable::kBuckets; ++b) o[b] = t.owners()[b];
+            return out;
+          },
+          "owners[b] is bucket b's server id: int32[buckets]")
+      .def(
+          "servers_of",
+          [](const RouteTable& t, const py::array_t<int64_t, py::array::c_style>& keys) {
+            if (keys.ndim() != 1)
+              throw std::invalid_argument("servers_of: keys must be 1-D, got " + std::to_string(keys.ndim()) + " dims");
+            const size_t count = static_cast<size_t>(keys.shape(0));
+            py::array_t<int32_t> out(static_cast<py::ssize_t>(count));
+            const int64_t* k = keys.data();
+            int32_t* o = out.mutable_data();
+            {
+              py::gil_scoped_release release;
+              t.ServersOf(k, count, o);
+            }
+            return out;
+          },
+          py::arg("keys"), "The owning server id of each key: int32[len(keys)]");
 }
 
 }  // namespace xdl_ec::python
