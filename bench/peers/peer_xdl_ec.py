@@ -1,0 +1,121 @@
+"""xdl-ec through its job API in one process, on the shared batches: the run a user's script gets from
+``Job.fit()`` without a cluster (a :class:`xdl_ec.job.local_run.LocalRun`, driven step range by step range so the
+first ``--skip`` steps stay out of the timing).
+
+Jobs: ``criteo-shaped`` / ``criteo-sample`` as the built-in job declares them (one table, the 26 salted keys as one
+shared-ids feature [B, 26]); ``fields-100k`` as a user would write it: one table and one feature per field. Both
+with Adagrad(0.02) rows starting uniform in [-0.05, 0.05), xdl_ec.models.DLRM(16, (64,), (64, 32)), Adam(0.001).
+
+    PYTHONPATH=build/lead/stage python3 -P bench/peers/peer_xdl_ec.py --data FILE.npz --batch-size 2048 --steps 300
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any, Dict, Iterator, List
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run with python -P: the harness beside it
+import numpy as np  # noqa: E402
+from peer_harness import num_steps, parse_args, run_peer  # noqa: E402
+from shared_batches import NUM_SPARSE, SharedBatches  # noqa: E402
+
+import xdl_ec  # noqa: E402
+from xdl_ec.job.local_run import LocalRun  # noqa: E402
+from xdl_ec.models import DLRM  # noqa: E402
+from xdl_ec.ps.worker import RunSettings  # noqa: E402
+from xdl_ec.tf.determinism import configure_determinism  # noqa: E402
+
+EMB_DIM, LR = 16, 0.02
+FIELDS = [f"C{i + 1}" for i in range(NUM_SPARSE)]
+
+
+def make_job(data: SharedBatches, batch_size: int, steps: int) -> xdl_ec.Job:
+    per_field = data.workload == "fields-100k"
+
+    def table(name: str) -> xdl_ec.Table:
+        return xdl_ec.Table(
+            name,
+            EMB_DIM,
+            optimizer=xdl_ec.optim.Adagrad(LR),
+            initializer=xdl_ec.init.RandomUniform(-0.05, 0.05),
+            seed=0,
+        )
+
+    if per_field:
+        tables = [table(f) for f in FIELDS]
+        features = [xdl_ec.Feature(f, t) for f, t in zip(FIELDS, tables)]
+    else:
+        tables = [table("criteo_categorical")]
+        features = [xdl_ec.Feature("categorical", tables[0], shared_ids=True)]
+
+    def as_batch(dense: np.ndarray, sparse: np.ndarray, label: np.ndarray) -> Dict[str, Any]:
+        if per_field:
+            return {"label": label, "dense": dense, **{f: sparse[:, i] for i, f in enumerate(FIELDS)}}
+        return {"label": label, "dense": dense, "categorical": sparse}
+
+    def train_input(worker: int, num_workers: int) -> Iterator[Dict[str, Any]]:
+        return (as_batch(*b) for b in data.train_batches(batch_size, steps))
+
+    job = xdl_ec.Job(
+        tables=tables,
+        features=features,
+        model_fn=lambda: DLRM(EMB_DIM, bottom_mlp=(64,), top_mlp=(64, 32), name="dlrm"),
+        input_fn=train_input,
+    )
+    job.as_batch = as_batch  # type: ignore[attr-defined]
+    return job
+
+
+class _Trained:
+    """The run's trained model, taken once training is over (at the first prediction)."""
+
+    def __init__(self, run: LocalRun) -> None:
+        self._run = run
+        self._model: Any = None
+
+    def predict(self, batch: Dict[str, Any]) -> Any:
+        if self._model is None:
+            self._model = self._run.trained()
+        return self._model.predict(batch)
+
+
+def version() -> str:
+    here = os.path.dirname(os.path.abspath(xdl_ec.__file__))
+    try:
+        head = subprocess.run(
+            ["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+        return f"xdl-ec {head.stdout.strip() or '?'} ({here})"
+    except OSError:
+        return f"xdl-ec ({here})"
+
+
+def main() -> int:
+    args = parse_args(__doc__.split("\n\n")[0])
+    data = SharedBatches(args.data)
+    job = make_job(data, args.batch_size, num_steps(data, args))
+    configure_determinism(0, False)
+    run = LocalRun(job.spec, RunSettings(seed=0, deterministic=False))
+
+    def train(n: int) -> List[float]:
+        before = len(run.losses)
+        run.fit(n)
+        return list(run.losses[before:])
+
+    def predict(dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
+        batch = job.as_batch(dense, sparse, np.zeros(len(dense), np.float32))  # type: ignore[attr-defined]
+        return np.asarray(trained.predict(batch))
+
+    trained = _Trained(run)
+    try:
+        run_peer("xdl-ec", data, args, train, predict, {"version": version()})
+    finally:
+        run.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
