@@ -316,6 +316,14 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help="kill a random server (seeded by --seed) every SECONDS of training on average",
     )
+    ft.add_argument(
+        "--resize-at",
+        action="append",
+        metavar="STEP:SERVERS",
+        default=None,
+        help="resize the servers to SERVERS at the step boundary before step STEP, moving only the rows whose "
+        "route changes; the model stays the never-resized run's (repeatable; --ft none)",
+    )
     save = p.add_argument_group("saving (any backend, any --ft)")
     save.add_argument(
         "--save-dir",
@@ -410,7 +418,7 @@ BUILTIN_FLAGS = (
     "max_rows",
     "evict_every_steps",
 )
-CLUSTER_FLAGS = ("workers", "backend", "address", "mode", "cache_rows", "staleness", "cache_policy")
+CLUSTER_FLAGS = ("workers", "backend", "address", "mode", "cache_rows", "staleness", "cache_policy", "resize_at")
 FT_FLAGS = (
     "ft",
     "code",
@@ -516,6 +524,7 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
                 fail_worker_at=args.fail_worker_at or (),
                 cache=cache,
                 failure_domain=args.failure_domain,
+                resize_at=args.resize_at or (),
             )
         except (TypeError, ValueError) as err:
             raise UsageError(_flag_names(str(err))) from None

@@ -6,6 +6,8 @@
 (``fail_at``, ``fail_worker_at``: "STEP[:INDEX]" strings, ``mtbf`` seconds) are those of ``xdl-ec train``'s flags.
 ``cache``: the workers' embedding caches (an :class:`~xdl_ec.sparse.cache_config.Cache` for every table, or a dict
 of table name -> Cache).
+``resize_at``: "STEP:N" strings, resize the servers to N at the boundary before step STEP (``--resize-at``, see
+:mod:`xdl_ec.ps.resize`).
 ``failure_domain`` (ft="ec" on Ray): "node" keeps at most r members of any stripe on one Ray node, "none" lets Ray
 place the servers; default "node" when the Ray cluster has several alive nodes (see :mod:`xdl_ec.ps.placement`).
 """
@@ -19,6 +21,7 @@ from xdl_ec.ft.configs import STRATEGIES, CkptConfig, CprConfig, EcConfig, Strat
 from xdl_ec.ft.failure_schedule import FailureSchedule
 from xdl_ec.ft.rebuild_governor import DEFAULT_REBUILD_KEEPS
 from xdl_ec.ps.backend import DEFAULT_TIMEOUT
+from xdl_ec.ps.resize import ResizeAt, check_schedule, parse_resize
 from xdl_ec.ps.training import ClusterConfig
 from xdl_ec.settings import checks
 from xdl_ec.sparse.cache_config import Cache, caches_for
@@ -61,6 +64,7 @@ class Cluster:
     call_timeout: float = DEFAULT_TIMEOUT
     cache: Optional[Union[Cache, Mapping[str, Cache]]] = None
     failure_domain: Optional[str] = None
+    resize_at: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.cache, Mapping):  # kept as sorted pairs: a Cluster stays hashable
@@ -71,6 +75,8 @@ class Cluster:
             )
         object.__setattr__(self, "fail_at", tuple(self.fail_at))
         object.__setattr__(self, "fail_worker_at", tuple(self.fail_worker_at))
+        object.__setattr__(self, "resize_at", tuple(self.resize_at))
+        self.resize_schedule()
         self.cluster_config()  # checks servers, workers, backend, address, mode, call_timeout
         checks.one_of("ft", self.ft, STRATEGIES)
         wrong = [name for name, ft in _ONLY.items() if getattr(self, name) is not None and ft != self.ft]
@@ -134,6 +140,10 @@ class Cluster:
     def caches(self, tables: Sequence[Any]) -> dict:
         """{table name: Cache} of the job's ``tables`` (see :mod:`xdl_ec.sparse.cache_config`)."""
         return caches_for(dict(self.cache) if isinstance(self.cache, tuple) else self.cache, tables)
+
+    def resize_schedule(self) -> Sequence[ResizeAt]:
+        """``resize_at`` parsed, by step (ValueError names the flag and the entry)."""
+        return check_schedule([parse_resize(text) for text in self.resize_at])
 
     def failure_schedule(self, seed: int) -> FailureSchedule:
         return FailureSchedule.from_flags(self.fail_at, self.fail_worker_at, self.mtbf, seed)

@@ -33,6 +33,7 @@ from xdl_ec.model.job_spec import JobSpec
 from xdl_ec.model.side_input import Input
 from xdl_ec.ps.backend import RoleLost
 from xdl_ec.ps.fault_tolerance import Unrecoverable
+from xdl_ec.ps.resize import ResizeError, Resizer
 from xdl_ec.ps.training import PSTrainer
 from xdl_ec.ps.worker import RunSettings
 from xdl_ec.settings import checks
@@ -87,6 +88,7 @@ class Job:
         self.model: Optional[TrainedModel] = None  # the model of the last fit
         self.source: Optional[Dict[str, Any]] = None  # where the job comes from (see xdl_ec.job.job_source), for saves
         self._finished: Optional[_FinishedRun] = None  # the last fit's end, for save()
+        self._resizer: Optional[Resizer] = None  # the running cluster fit's, for resize()
 
     @property
     def tables(self) -> Sequence[Table]:
@@ -337,6 +339,7 @@ class Job:
             progress,
             cluster.caches(self.spec.tables),
         )
+        resizer = self._resizer = self._resizer_of(trainer, cluster, steps)
         try:
             self._begin(trainer, saved, saver, log)
             try:
@@ -354,11 +357,14 @@ class Job:
             exports = [trainer.scheduler.exports(t.name) for t in self.spec.tables]
             report["model_digest"] = trainer.digest_of(exports)
             report.update(trainer.report())
+            if resizer.records:
+                report["resizes"] = resizer.report()
             self._resumed(report, saved, saver)
             if log is not None:
                 log.finish(trainer, report)
             position, samples = trainer.reader_position(), trainer.samples
         finally:
+            resizer.close()
             if isinstance(saver, Backstop):
                 saver.close()
             trainer.close()
@@ -385,6 +391,32 @@ class Job:
             f"{err}; resume from the backstop: the same command with --resume {backstop.store.root} "
             f"(its newest save is of step {backstop.last.step}: {backstop.last.directory})"
         )
+
+    @staticmethod
+    def _resizer_of(trainer: PSTrainer, cluster: Cluster, steps: Optional[int]) -> Resizer:
+        """The hook that resizes ``trainer``'s servers: ``cluster.resize_at``'s schedule and :meth:`resize`'s asks."""
+        resizer = Resizer(cluster.resize_schedule())
+        try:
+            resizer.validate(cluster.servers, trainer.strategy.stripe_code, steps)
+        except ValueError:
+            trainer.close()
+            raise
+        resizer.attach(trainer)
+        trainer.hooks.append(resizer)
+        return resizer
+
+    def resize(self, servers: int, drain: Optional[int] = None, timeout: Optional[float] = None) -> Dict[str, Any]:
+        """Resizes the servers of the cluster fit running now (call it from another thread) to ``servers`` at the
+        next step boundary, and returns the resize's record once it is done: step (the first on the new count),
+        servers_before / servers_after, rows, rows_moved, bytes_moved, seconds (see :mod:`xdl_ec.ps.resize`; rows
+        move while the cluster stands at that boundary, and the model stays the one of a run never resized).
+        ``timeout``: seconds to wait for a boundary before withdrawing. ResizeError, changing nothing: no cluster
+        fit running, fewer servers than 1 or than the code's k + r, the current count, another resize under way, or
+        a cluster the resize does not support yet (``drain``, ``--ft`` other than none, caches, bounded tables)."""
+        resizer = self._resizer
+        if resizer is None:
+            raise ResizeError("resize: no cluster run is training (resize while job.fit(cluster=...) runs)")
+        return resizer.request(servers, drain, timeout)
 
     def save(self, directory: PathLike, keep: int = 2) -> str:
         """Saves the last fit's model (every table's rows with optimizer state, the dense weights with their

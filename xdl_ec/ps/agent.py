@@ -8,8 +8,9 @@ agent may hold native state that never crosses a process boundary, and it dies w
 What the server asks of its agent, always holding its own lock (so the agent sees pulls and pushes in the order
 the shards changed):
 
-- :meth:`ServerAgent.pull` / :meth:`ServerAgent.push` / :meth:`ServerAgent.load_rows` apply a pull (which inserts
-  missing rows), a push or a resume's saved rows to a table (the defaults apply it plainly; an agent may also
+- :meth:`ServerAgent.pull` / :meth:`ServerAgent.push` / :meth:`ServerAgent.load_rows` /
+  :meth:`ServerAgent.erase_rows` apply a pull (which inserts missing rows), a push, a resume's saved rows or a
+  resize's removal of rows that moved away to a table (the defaults apply it plainly; an agent may also
   record what changed);
 - :meth:`ServerAgent.durable` tells how far a worker's pushes are safe beyond this server (PushAck.durable);
 - :meth:`ServerAgent.close` when the server closes;
@@ -78,6 +79,10 @@ class ServerAgent:
     def load_rows(self, host: AgentHost, table: Any, keys: np.ndarray, values: np.ndarray, state: np.ndarray) -> None:
         """Inserts or overwrites saved rows (a resumed run's): a mutation like a push."""
         table.load(keys, values, state)
+
+    def erase_rows(self, host: AgentHost, table: Any, keys: np.ndarray) -> int:
+        """Removes the rows of ``keys`` (moved away in a resize): a mutation like a push; returns how many."""
+        return int(table.erase(keys))
 
     def native_path(self) -> Tuple[bool, Any]:
         """(whether the server's core may apply one-worker steps' pushes and pulls itself, the native

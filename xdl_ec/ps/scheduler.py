@@ -189,6 +189,40 @@ class Scheduler:
         self.version += 1
         return handle
 
+    def add_servers(self, count: int) -> List[Handle]:
+        """Starts ``count`` new, empty servers after the last one (a resize growing the cluster, see
+        :mod:`xdl_ec.ps.resize`), waits until they answer, and returns their handles; they join :attr:`servers` only
+        with :meth:`set_server_count`. Not with a placement (its nodes are planned for the starting count)."""
+        checks.positive_int("count", count)
+        if self.placement is not None:
+            raise ValueError("add_servers: the servers are placed by a failure domain; a resize cannot re-plan it")
+        first = len(self.servers)
+        started = [self._start_server(first + i, None) for i in range(count)]
+        try:
+            for server in started:
+                Remote(server, ServerAPI).ping().result(60.0)
+        except BaseException:
+            for server in started:
+                self.backend.kill(server)
+            raise
+        return started
+
+    def set_server_count(self, started: Sequence[Handle], count: int) -> List[Handle]:
+        """The cluster's servers become 0..count-1: those ``started`` by :meth:`add_servers` join, servers from
+        ``count`` on (emptied by the caller) are stopped. Returns the stopped handles."""
+        checks.positive_int("count", count)
+        servers = self.servers + list(started)
+        if count > len(servers):
+            raise ValueError(f"count: {count} servers asked, {len(servers)} exist")
+        stopped = servers[count:]
+        for handle in stopped:
+            self.backend.kill(handle)
+            self.dead.pop(("server", handle.index), None)
+        self.servers = servers[:count]
+        self._server_count = count
+        self.version += 1
+        return stopped
+
     def server_stats(self) -> List[Dict[str, Any]]:
         return [f.result(60.0) for f in [Remote(s, ServerAPI).stats() for s in self.servers]]
 

@@ -438,6 +438,15 @@ class ParameterServer(LinkHost):
             self._new_epoch()
             return int(keys.size)
 
+    def erase_rows(self, table: str, keys: np.ndarray) -> int:
+        """Removes the rows of ``keys`` (rows that moved to another server in a resize, :mod:`xdl_ec.ps.resize`)
+        through the agent (under ``ec`` the freed slots reach parity as a push's deltas do); returns how many."""
+        with self.lock:
+            t = self.table(table)
+            erased = self.agent.erase_rows(self, t, as_keys(keys))
+            self._new_epoch()
+            return int(erased)
+
     def save(self, directory: str, step: int) -> int:
         """Writes every table of this server into ``directory`` as a ShardCheckpoint of ``step`` (a job save's
         part, published by the driver's commit); returns the bytes written. The caller has quiesced the job."""

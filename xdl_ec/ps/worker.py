@@ -505,6 +505,33 @@ class Worker(LinkHost):
         self._unacked = kept
 
     @_serialised
+    def settle_pulls(self) -> None:
+        """Waits for this worker's pulls in flight (a prefetch of the next batch's rows): before the servers' rows
+        move (:mod:`xdl_ec.ps.resize`), every row a pull inserts must be in place. The rows stay valid for the next
+        step: a move changes where rows live, not what they hold."""
+        pending = self._pending.rows if isinstance(self._pending, _AllRows) else self._pending
+        if pending is not None:
+            pending.result()
+
+    @_serialised
+    def set_servers(self, handles: Sequence[Handle]) -> None:
+        """Points this worker at a resized cluster's servers (``handles``: servers 0..len-1, the kept ones first);
+        called with nothing in flight (after :meth:`flush` and :meth:`settle_pulls`)."""
+        if self._unacked:
+            raise ValueError("set_servers: pushes are still unacknowledged; flush first")
+        if isinstance(self.client, CachedClient):
+            raise ValueError("set_servers: a worker with an embedding cache cannot follow a resize")
+        old = list(self.client.servers)
+        new: List[Handle] = []
+        for i, handle in enumerate(handles):  # a kept server keeps its link
+            same = i < len(old) and (old[i] is handle or getattr(old[i], "handle", None) is handle)
+            new.append(old[i] if same else self._linked(handle))
+        self.client.set_servers(new)
+        for handle in old:
+            if isinstance(handle, LinkedHandle) and not any(handle is h for h in new):
+                handle.close()
+
+    @_serialised
     def enable_push_log(self) -> None:
         """Keeps each push until its server reports it durable (``--ft ec``), for :meth:`replay_pushes`."""
         self.client.enable_push_log()

@@ -1,0 +1,141 @@
+"""Elastic servers (issue #38): a run whose servers are resized while it trains (``--resize-at STEP:N``,
+``job.resize`` from another thread) ends at the never-resized run's model_digest (one worker, deterministic), moves
+only the rows whose route changed, and a resize that cannot be done is a clear error that changes nothing."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import xdl_ec  # noqa: E402
+from support.examples import load_example  # noqa: E402
+from xdl_ec import _core  # noqa: E402
+from xdl_ec.ps.resize import ResizeError, parse_resize  # noqa: E402
+
+example = load_example("user_item_tags")
+LOG = example.ClickLog(batch_size=64, batches=30, eval_batches=1)
+STEPS, SEED = 30, 5
+_RUNS: dict = {}
+
+
+def job() -> xdl_ec.Job:
+    return example.make_job(LOG)
+
+
+def never_resized() -> dict:
+    if "full" not in _RUNS:
+        _RUNS["full"] = job().fit(steps=STEPS, deterministic=True, seed=SEED, cluster=xdl_ec.Cluster(servers=2))
+    return _RUNS["full"]
+
+
+def test_a_run_resized_up_and_down_ends_at_the_never_resized_model() -> None:
+    cluster = xdl_ec.Cluster(servers=2, resize_at=["10:3", "20:5", "25:2"])
+    report = job().fit(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
+    assert report["model_digest"] == never_resized()["model_digest"]
+    resizes = report["resizes"]
+    assert [(r["step"], r["servers_before"], r["servers_after"]) for r in resizes] == [
+        (10, 2, 3),
+        (20, 3, 5),
+        (25, 5, 2),
+    ]
+    assert len(report["servers"]) == 2 and report["cluster"]["servers"] == 2
+    for r in resizes:  # only the rows whose route changed move: ~|m - n| / max(m, n) of them (a few hundred rows)
+        before, after = r["servers_before"], r["servers_after"]
+        assert r["ideal_fraction"] == abs(after - before) / max(after, before)
+        assert abs(r["moved_fraction"] - r["ideal_fraction"]) < 0.1, r
+        assert r["rows_moved"] == round(r["moved_fraction"] * r["rows"]) and r["bytes_moved"] > 0
+
+
+def test_resize_from_another_thread_while_training() -> None:
+    j = job()
+    done: dict = {}
+
+    def ask() -> None:
+        while j._resizer is None or j._resizer._trainer is None:  # the fit's cluster is up
+            threading.Event().wait(0.05)
+        done["record"] = j.resize(servers=4, timeout=120)
+        # every server holds exactly the rows the new count routes to it (read while training goes on)
+        scheduler = j._resizer._trainer.scheduler
+        done["owners"] = [
+            np.unique(_core.server_of(rows["keys"], 4)).tolist() for rows in scheduler.exports(j.spec.tables[0].name)
+        ]
+
+    asker = threading.Thread(target=ask)
+    asker.start()
+    report = j.fit(steps=STEPS, deterministic=True, seed=SEED, cluster=xdl_ec.Cluster(servers=2))
+    asker.join(60)
+    assert done["record"]["servers_after"] == 4
+    assert report["resizes"][0]["servers_after"] == 4 and len(report["servers"]) == 4
+    assert done["owners"] == [[0], [1], [2], [3]]
+    assert report["model_digest"] == never_resized()["model_digest"]
+
+
+def test_a_resize_that_cannot_be_done_is_an_error_that_changes_nothing() -> None:
+    with pytest.raises(ResizeError, match="no cluster run"):
+        job().resize(servers=3)
+    for text, message in [("1:3", "STEP must be >= 2"), ("5:0", "SERVERS must be >= 1"), ("5", "STEP:SERVERS")]:
+        with pytest.raises(ValueError, match=message):
+            parse_resize(text)
+    with pytest.raises(ValueError, match="two resizes at step 5"):
+        xdl_ec.Cluster(servers=2, resize_at=["5:3", "5:4"])
+    with pytest.raises(ValueError, match="needs at least 3 servers"):
+        job().fit(steps=10, cluster=xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["5:2"]))
+    with pytest.raises(ValueError, match="has 2 servers then already"):
+        job().fit(steps=10, cluster=xdl_ec.Cluster(servers=2, resize_at=["5:2"]))
+
+    j = job()
+    seen: dict = {}
+    gate = threading.Event()
+
+    class HoldAtBoundary:  # holds the training thread at its boundaries, before the resizer, until the gate opens
+        def after_step(self, trainer: object) -> None:
+            gate.wait(60)
+
+        def due(self, step: int) -> bool:
+            return False
+
+    def ask() -> None:
+        while j._resizer is None or j._resizer._trainer is None:
+            threading.Event().wait(0.05)
+        trainer = j._resizer._trainer
+        trainer.hooks.insert(0, HoldAtBoundary())
+        for servers, message in [(0, "at least 1 server"), (2, "has 2 servers already"), (3, "not supported yet")]:
+            with pytest.raises(ResizeError, match=message):
+                j.resize(servers=servers, drain=0 if servers == 3 else None)
+        seen["servers"] = len(trainer.scheduler.servers)
+        first = threading.Thread(target=lambda: seen.setdefault("first", j.resize(servers=3, timeout=120)))
+        first.start()
+        while j._resizer._request is None:
+            threading.Event().wait(0.001)
+        with pytest.raises(ResizeError, match="a resize to 3 servers is under way"):
+            j.resize(servers=4)
+        seen["busy"] = len(trainer.scheduler.servers)
+        gate.set()
+        first.join(120)
+
+    def ask_and_open_the_gate() -> None:
+        try:
+            ask()
+        except BaseException as err:  # noqa: BLE001 - asserted by the test's thread
+            seen["error"] = err
+        finally:
+            gate.set()
+
+    asker = threading.Thread(target=ask_and_open_the_gate)
+    asker.start()
+    report = j.fit(steps=STEPS, deterministic=True, seed=SEED, cluster=xdl_ec.Cluster(servers=2))
+    asker.join(60)
+    assert seen.get("error") is None, seen["error"]
+    assert seen["servers"] == 2 and seen["busy"] == 2  # the refused asks changed nothing
+    assert seen["first"]["servers_after"] == 3 and len(report["servers"]) == 3
+    assert report["model_digest"] == never_resized()["model_digest"]
+
+
+def test_routing_after_a_resize_is_the_new_counts() -> None:
+    keys = np.arange(-5000, 5000, dtype=np.int64) * 7919
+    assert np.all(_core.server_of(keys, 3)[_core.server_of(keys, 2) != _core.server_of(keys, 3)] == 2)

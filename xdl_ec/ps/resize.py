@@ -1,0 +1,287 @@
+"""Resizing a running cluster's parameter servers (issue #38): ``job.resize(servers=N)`` from another thread, and
+``--resize-at STEP:N`` (repeatable, like ``--fail-at``) for tests and benchmarks.
+
+Routing makes a resize cheap: a key's server is its virtual bucket's rendezvous owner among the server ids
+(``RouteTable``, docs/design/elastic.md), and going from n to m servers without a drain keeps the ids dense
+(``0..m-1``), so only the rows whose bucket's owner changed move: ~|m - n| / max(m, n) of them, each from its old
+server straight to its new one. The resized cluster then routes exactly as a run started with m servers, and the
+model is the one of the run that was never resized (the digest is over rows wherever they live).
+
+The handoff is freeze-copy-switch at a step boundary (:class:`Resizer` is a trainer hook): with no push or pull in
+flight (the driver quiesces, every worker settles its prefetch), new servers start, every moving row is read with
+its optimizer state from its old owner, loaded into its new one and erased from the old, and only then do the
+workers and the driver route by the new count; a shrink stops the emptied servers last. So a row is served by
+exactly one owner at any time: its old one before the switch, its new one after, and the step after the boundary
+is the first on the new layout (``--resize-at STEP:N``: STEP is that step).
+
+What a resize refuses, changing nothing (:class:`ResizeError`): a count below 1 or below the stripes' k + r, the
+current count, a resize while another is asked or under way, a cluster whose workers cache rows, tables with
+admit / evict rules (each server keeps an even share of a table's row cap), servers placed by a failure domain, and
+fault-tolerance strategies other than ``none`` (their per-server state would have to follow the move).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import threading
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from xdl_ec import _core
+
+from .api import ServerAPI
+from .remote import Remote
+
+__all__ = ["ResizeAt", "ResizeError", "Resizer", "parse_resize"]
+
+_RESIZE = re.compile(r"\s*(\d+)\s*:\s*(\d+)\s*")
+
+
+class ResizeError(ValueError):
+    """A resize that cannot be done as asked; nothing was changed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ResizeAt:
+    """Resize to ``servers`` servers at the boundary before step ``step`` (the first step on the new count)."""
+
+    step: int
+    servers: int
+
+
+def parse_resize(text: str, flag: str = "--resize-at") -> ResizeAt:
+    """``STEP:N`` -> :class:`ResizeAt`; ValueError names ``flag`` and what was wrong."""
+    if not isinstance(text, str):
+        raise TypeError(f"{flag}: expected a string STEP:SERVERS, got {type(text).__name__}")
+    m = _RESIZE.fullmatch(text)
+    if m is None:
+        raise ValueError(f"{flag}: expected STEP:SERVERS with non-negative integers, e.g. 10:3, got {text!r}")
+    step, servers = int(m.group(1)), int(m.group(2))
+    if step < 2:
+        raise ValueError(
+            f"{flag}: STEP must be >= 2 (a resize happens at the boundary after a step; STEP is the first step on "
+            f"the new count), got {text!r}"
+        )
+    if servers < 1:
+        raise ValueError(f"{flag}: SERVERS must be >= 1, got {text!r}")
+    return ResizeAt(step, servers)
+
+
+def check_schedule(schedule: Sequence[ResizeAt], flag: str = "--resize-at") -> List[ResizeAt]:
+    """The schedule sorted by step; ValueError when two resizes share a step."""
+    ordered = sorted(schedule, key=lambda r: r.step)
+    for a, b in zip(ordered, ordered[1:]):
+        if a.step == b.step:
+            raise ValueError(f"{flag}: two resizes at step {a.step} ({a.servers} and {b.servers} servers); keep one")
+    return ordered
+
+
+def check_target(trainer: Any, servers: int, drain: Optional[int] = None) -> None:
+    """ResizeError when ``trainer``'s cluster cannot be resized to ``servers`` (see the module docstring)."""
+    if drain is not None:
+        raise ResizeError(
+            f"drain={drain}: draining a given server is not supported yet; resize to fewer servers instead (the last "
+            f"servers leave)"
+        )
+    if isinstance(servers, bool) or not isinstance(servers, (int, np.integer)):
+        raise ResizeError(f"servers: expected an int, got {type(servers).__name__}")
+    current = len(trainer.scheduler.servers)
+    if servers < 1:
+        raise ResizeError(f"servers: a cluster needs at least 1 server, got {servers}")
+    code = trainer.strategy.stripe_code
+    if code is not None and servers < sum(code):
+        k, r = code
+        raise ResizeError(
+            f"servers: the code k={k}, r={r} needs at least k + r = {k + r} servers, got {servers}; keep at least "
+            f"{k + r}"
+        )
+    if servers == current:
+        raise ResizeError(f"servers: the cluster has {current} servers already")
+    ft = getattr(trainer.strategy, "name", "none")
+    if ft != "none":
+        raise ResizeError(f"resize: not supported with --ft {ft} yet (only --ft none); nothing was changed")
+    if trainer.caches:
+        raise ResizeError("resize: the workers cache rows (--cache); a resize cannot move cached rows yet")
+    bounded = [t.name for t in trainer.job.tables if t.bounded]
+    if bounded:
+        raise ResizeError(
+            f"resize: tables {bounded} have admit / evict rules, whose row caps are shared per server; they cannot "
+            f"be resized"
+        )
+    if trainer.scheduler.placement is not None:
+        raise ResizeError("resize: the servers are placed by a failure domain (--failure-domain node); not yet")
+
+
+def _row_bytes(rows: Dict[str, np.ndarray]) -> int:
+    return int(sum(np.asarray(rows[f]).nbytes for f in ("keys", "values", "state")))
+
+
+def resize_servers(trainer: Any, servers: int) -> Dict[str, Any]:
+    """Resizes ``trainer``'s cluster to ``servers`` at this step boundary (see the module docstring); returns the
+    resize's record: step (the first on the new count), servers before and after, rows held, rows and bytes moved
+    (only rows whose route changed move, so that is the minimum for this routing), ``moved_fraction`` of the rows
+    and ``ideal_fraction``, |m - n| / max(m, n), what any balanced placement must move at least, and seconds."""
+    check_target(trainer, servers)
+    start = time.perf_counter()
+    scheduler = trainer.scheduler
+    before = len(scheduler.servers)
+    trainer.quiesce()
+    live = [i for i, w in enumerate(trainer.live_workers()) if w is not None]
+    _, lost = trainer.drain([trainer.worker(i).settle_pulls() for i in live])
+    if lost:
+        raise lost[0]
+    started = scheduler.add_servers(servers - before) if servers > before else []
+    handles = list(scheduler.servers) + started
+    rows_held = rows_moved = bytes_moved = 0
+    for table in trainer.job.tables:
+        exports, lost = trainer.drain([Remote(h, ServerAPI).export(table.name) for h in handles[:before]])
+        if lost:
+            raise lost[0]
+        loads, erases = [], []
+        for source, rows in enumerate(exports):
+            keys = np.asarray(rows["keys"], dtype=np.int64)
+            rows_held += keys.size
+            owner = np.asarray(_core.server_of(keys, servers))
+            leaving = owner != source
+            if not leaving.any():
+                continue
+            for dest in np.unique(owner[leaving]):
+                mine = leaving & (owner == dest)
+                part = {f: np.ascontiguousarray(np.asarray(rows[f])[mine]) for f in ("keys", "values", "state")}
+                rows_moved += int(mine.sum())
+                bytes_moved += _row_bytes(part)
+                loads.append(Remote(handles[int(dest)], ServerAPI).load_rows(table.name, part))
+            erases.append((source, keys[leaving]))
+        _, lost = trainer.drain(loads)  # every moving row is at its new owner before any old copy goes
+        if lost:
+            raise lost[0]
+        _, lost = trainer.drain([Remote(handles[s], ServerAPI).erase_rows(table.name, k) for s, k in erases])
+        if lost:
+            raise lost[0]
+    scheduler.set_server_count(started, servers)
+    handles = list(scheduler.servers)
+    trainer.client.set_servers(handles)
+    _, lost = trainer.drain([trainer.worker(i).set_servers(handles) for i in live])
+    if lost:
+        raise lost[0]
+    trainer.cluster = dataclasses.replace(trainer.cluster, servers=servers)
+    return {
+        "step": int(trainer.step) + 1,
+        "servers_before": before,
+        "servers_after": servers,
+        "rows": rows_held,
+        "rows_moved": rows_moved,
+        "bytes_moved": bytes_moved,
+        "moved_fraction": rows_moved / rows_held if rows_held else 0.0,
+        "ideal_fraction": abs(servers - before) / max(servers, before),
+        "seconds": time.perf_counter() - start,
+    }
+
+
+class _Request:
+    """A resize asked by :meth:`Resizer.request`, answered by the training thread at a boundary."""
+
+    def __init__(self, servers: int) -> None:
+        self.servers = servers
+        self.done = threading.Event()
+        self.started = False  # the training thread took it (set under the Resizer's lock)
+        self.record: Optional[Dict[str, Any]] = None
+        self.error: Optional[BaseException] = None
+
+
+class Resizer:
+    """The trainer hook that resizes at step boundaries: the scheduled resizes (``--resize-at``) and those
+    :meth:`request` asks from another thread. One resize at a time: a request while another is asked or under way
+    is a :class:`ResizeError`."""
+
+    def __init__(self, schedule: Sequence[ResizeAt] = ()) -> None:
+        self._schedule = check_schedule(schedule)
+        self._lock = threading.Lock()
+        self._request: Optional[_Request] = None
+        self._trainer: Any = None
+        self._closed = False
+        self.records: List[Dict[str, Any]] = []
+
+    def attach(self, trainer: Any) -> None:
+        """The run whose servers this resizes (before its first step)."""
+        self._trainer = trainer
+
+    def validate(self, servers: int, code: Optional[tuple], total_steps: Optional[int]) -> None:
+        """Checks the schedule against a cluster of ``servers`` (stripes ``code``) and the run's steps: ValueError
+        names the flag and the entry."""
+        count = servers
+        for r in self._schedule:
+            text = f"--resize-at {r.step}:{r.servers}"
+            if total_steps is not None and r.step > total_steps:
+                raise ValueError(f"{text}: the run has only {total_steps} steps; pick a step in 2..{total_steps}")
+            if code is not None and r.servers < sum(code):
+                raise ValueError(f"{text}: the code k={code[0]}, r={code[1]} needs at least {sum(code)} servers")
+            if r.servers == count:
+                raise ValueError(f"{text}: the cluster has {count} servers then already")
+            count = r.servers
+
+    def request(self, servers: int, drain: Optional[int] = None, timeout: Optional[float] = None) -> Dict[str, Any]:
+        """Resizes the running cluster to ``servers`` at its next step boundary and returns the resize's record
+        (waits for it; ``timeout`` seconds at most, None: as long as it takes). ResizeError, changing nothing, when
+        the resize is impossible, another is under way, or the run ended first."""
+        with self._lock:
+            if self._trainer is None or self._closed:
+                raise ResizeError("resize: no cluster run is training (resize while job.fit(cluster=...) runs)")
+            if self._request is not None:
+                raise ResizeError(
+                    f"resize: a resize to {self._request.servers} servers is under way; wait for it to finish"
+                )
+            check_target(self._trainer, servers, drain)
+            request = self._request = _Request(int(servers))
+        if not request.done.wait(timeout):
+            with self._lock:
+                if self._request is request and not request.started:
+                    self._request = None  # not started: withdrawn
+                    raise ResizeError(f"resize: no step boundary came within {timeout:g} s; the resize is withdrawn")
+            request.done.wait()
+        if request.error is not None:
+            raise request.error
+        assert request.record is not None
+        return request.record
+
+    def due(self, step: int) -> bool:
+        """Async mode: hold new steps so the boundary comes (a resize asked, or scheduled before the next step)."""
+        return self._request is not None or bool(self._schedule and self._schedule[0].step <= step + 1)
+
+    def after_step(self, trainer: Any) -> None:
+        """A step boundary with nothing in flight: the resizes due before the next step."""
+        while self._schedule and self._schedule[0].step <= trainer.step + 1:
+            self.records.append(resize_servers(trainer, self._schedule.pop(0).servers))
+        with self._lock:
+            request = self._request
+            if request is None:
+                return
+            request.started = True
+        try:
+            request.record = resize_servers(trainer, request.servers)
+            self.records.append(request.record)
+        except ResizeError as err:  # the cluster changed since it was asked: refused as then
+            request.error = err
+        except BaseException as err:
+            request.error = err
+            raise
+        finally:
+            with self._lock:
+                self._request = None
+            request.done.set()
+
+    def close(self) -> None:
+        """The run ended: a resize still asked is refused."""
+        with self._lock:
+            self._closed = True
+            request, self._request = self._request, None
+        if request is not None and not request.done.is_set():
+            request.error = ResizeError("resize: the run ended before a step boundary; nothing was changed")
+            request.done.set()
+
+    def report(self) -> List[Dict[str, Any]]:
+        """The resizes done, in order (the report's ``resizes``)."""
+        return list(self.records)
