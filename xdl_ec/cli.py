@@ -202,6 +202,16 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
         help="write TensorBoard scalars there: loss, progressive AUC, samples/s, rows per table, failures",
     )
     p.add_argument(
+        "--export-every",
+        metavar="N|Ns",
+        help="fresh serving (with --export-dir): a SavedModel DIR/base when training begins, then every N steps or "
+        "N seconds ('60s') and at the end a delta DIR/delta-NNNNNN (rows changed and removed, dense weights) that "
+        "plain TensorFlow applies to the model it serves: m.apply_delta(tf.constant(delta_dir))",
+    )
+    p.add_argument(
+        "--export-dir", metavar="DIR", help="where --export-every writes the base and its deltas (new or empty)"
+    )
+    p.add_argument(
         "--no-progress",
         action="store_true",
         help="no progress (a bar on a terminal; else a plain line with samples/s and loss every 30 s)",
@@ -690,6 +700,25 @@ def _saving(args: argparse.Namespace) -> Dict[str, Any]:
         if Path(args.logdir).exists() and not Path(args.logdir).is_dir():
             raise UsageError(f"--logdir: {args.logdir} exists and is not a directory")
         out["logdir"] = args.logdir
+    export_every, export_dir = getattr(args, "export_every", None), getattr(args, "export_dir", None)
+    if (export_every is None) != (export_dir is None):
+        missing = "--export-dir DIR" if export_dir is None else "--export-every N|Ns"
+        raise UsageError(f"{missing}: fresh serving needs both --export-every and --export-dir (or neither)")
+    if export_every is not None and export_dir is not None:
+        from xdl_ec.settings.interval import parse_interval
+
+        try:
+            if export_every.strip().lower() == "auto":  # for --ckpt-interval only
+                raise ValueError(export_every)
+            parse_interval(export_every)
+        except ValueError:
+            raise UsageError(
+                f"--export-every: {export_every!r} is neither a step count (e.g. '500') nor seconds (e.g. '60s')"
+            ) from None
+        where = Path(export_dir)
+        if where.exists() and (not where.is_dir() or any(where.iterdir())):
+            raise UsageError(f"--export-dir: {export_dir} exists and is not an empty directory; pass a new one")
+        out.update(export_every=export_every, export_dir=export_dir)
     return out
 
 
@@ -774,6 +803,13 @@ def _print_report(report: dict, request: TrainRequest) -> None:
     print(f"model_digest {report['model_digest']}")
     for server in report.get("servers", []):
         print(f"server {server['index']}: {server['bytes_in']:,} bytes in, {server['bytes_out']:,} bytes out")
+    exports = report.get("exports")
+    if exports is not None and exports["deltas"]:
+        print(
+            f"exports: a base and {exports['deltas']:,} deltas in {exports['directory']}; freshness median "
+            f"{exports['freshness_s']['median']:.2f} s, p99 {exports['freshness_s']['p99']:.2f} s; a delta "
+            f"{exports['delta_bytes']:,.0f} bytes (every row: {exports['full_bytes']:,} bytes)"
+        )
 
 
 def _number_text(value: Optional[float]) -> str:
@@ -827,7 +863,7 @@ def run_verify(args: argparse.Namespace) -> int:
         raise UsageError("--servers: verify scrubs a parameter-server cluster: give --servers N (N >= k + r)")
     if (args.ft or "ec") != "ec":
         raise UsageError(f"--ft: verify scrubs erasure-coded parity, so it needs --ft ec (got --ft {args.ft})")
-    given = _given(args, ("save_dir", "save_every", "keep", "resume", "backstop_every"))
+    given = _given(args, ("save_dir", "save_every", "keep", "resume", "backstop_every", "export_every", "export_dir"))
     if given:
         raise UsageError(
             f"{', '.join(given)}: verify trains a fresh run to scrub it; save and resume with 'xdl-ec train'"

@@ -235,16 +235,17 @@ def test_only_standard_ops_and_no_optimizer_state_are_saved(
         graph = saved.meta_graphs[0].graph_def
         ops = {n.op for n in graph.node} | {n.op for f in graph.library.function for n in f.node_def}
         assert not [op for op in ops if op.startswith("XdlEc")], ops
-        assert {"HashTableV2", "LookupTableFindV2", "InitializeTableFromTextFileV2"} <= ops
-        # the checkpoint holds the frozen rows (+1 zero row per table) and the dense weights: no optimizer slot
+        assert {"MutableHashTableV2", "LookupTableFindV2", "LookupTableInsertV2", "LookupTableRemoveV2"} <= ops
+        # the checkpoint's floats are the rows (+1 zero row per table) and the dense weights: no optimizer slot (the
+        # rest: the hash tables' keys and row numbers, int64, and the delta bookkeeping)
         model = trained[name].model
         rows = sum((len(t) + 1) * t.dim for t in model.tables.tables.values())
         weights = sum(int(np.prod(v.shape)) for v in model.dense.model.weights)
-        checkpoint = str(path / "variables" / "variables")
+        checkpoint = tf.train.load_checkpoint(str(path / "variables" / "variables"))
         saved_floats = sum(
             int(np.prod(shape))
-            for key, shape in tf.train.list_variables(checkpoint)
-            if key != "_CHECKPOINTABLE_OBJECT_GRAPH"
+            for key, shape in checkpoint.get_variable_to_shape_map().items()
+            if checkpoint.get_variable_to_dtype_map()[key] == tf.float32
         )
         assert saved_floats == rows + weights, name
         described = json.loads((path / "assets.extra" / "serving.json").read_text())

@@ -41,6 +41,7 @@ from xdl_ec.sparse.table_config import Table
 from xdl_ec.tf.determinism import configure_determinism
 
 from .cluster import Cluster
+from .export_schedule import ExportSchedule
 from .local_run import LocalRun
 from .local_tables import LocalTables
 from .stop_request import STOP_REQUEST, StopAtBoundary
@@ -111,6 +112,8 @@ class Job:
         keep: int = 2,
         backstop_every: Optional[str] = None,
         logdir: Optional[PathLike] = None,
+        export_every: Optional[str] = None,
+        export_dir: Optional[PathLike] = None,
     ) -> Dict[str, Any]:
         """Trains a fresh model for at most ``steps`` steps (a step trains one batch on every worker; None: until
         the input is exhausted), in this process or on ``cluster``; returns the run report (the same as
@@ -125,7 +128,10 @@ class Job:
         run, e.g. ``"60s"``): incremental saves into ``save_dir`` written in the background instead (see
         :mod:`xdl_ec.keep.backstop`); when the run cannot recover, its error names the save to resume from.
         ``logdir``: write TensorBoard scalars there (loss, progressive AUC, samples/s, rows per table, failures; see
-        :mod:`xdl_ec.job.tensorboard_log`)."""
+        :mod:`xdl_ec.job.tensorboard_log`). ``export_every`` (``"500"`` steps or ``"60s"``) with ``export_dir``: fresh
+        serving, a SavedModel ``export_dir/base`` when the fit begins, then deltas ``export_dir/delta-NNNNNN`` that
+        plain TensorFlow applies to the served model without a reload (see :mod:`xdl_ec.job.export_schedule`); the
+        report's ``exports`` gives their freshness and size."""
         return self._run(
             steps,
             cluster,
@@ -139,6 +145,8 @@ class Job:
             keep,
             backstop_every,
             logdir,
+            export_every,
+            export_dir,
         )
 
     def verify(
@@ -169,6 +177,8 @@ class Job:
         keep: int,
         backstop_every: Optional[str],
         logdir: Optional[PathLike] = None,
+        export_every: Optional[str] = None,
+        export_dir: Optional[PathLike] = None,
     ) -> Dict[str, Any]:
         if steps is not None:
             checks.positive_int("steps", steps)
@@ -229,12 +239,20 @@ class Job:
             )
         settings = RunSettings(seed=seed, deterministic=deterministic)
         configure_determinism(seed, deterministic)
+        if (export_every is None) != (export_dir is None):
+            raise ValueError(
+                "export_every / export_dir: give both (how often to export, e.g. '60s' or '500' steps, and the "
+                "directory the base and its deltas go to) or neither"
+            )
+        exporter = None if export_dir is None else ExportSchedule(export_dir, str(export_every), self.spec)
         log = None if logdir is None else TensorBoardLog(logdir)
+        if exporter is not None:
+            exporter.log = log
         self._close_model()
         try:
             if cluster is None:
-                return self._fit_here(steps, settings, progress, saved, saver, log)
-            return self._fit_on(cluster, steps, settings, progress, scrub, saved, saver, log)
+                return self._fit_here(steps, settings, progress, saved, saver, log, exporter)
+            return self._fit_on(cluster, steps, settings, progress, scrub, saved, saver, log, exporter)
         finally:
             if log is not None:
                 log.close()
@@ -265,12 +283,16 @@ class Job:
         saved: Optional[SavedRun],
         saver: Optional[RunSaver],
         log: Optional[TensorBoardLog] = None,
+        exporter: Optional[ExportSchedule] = None,
     ) -> Dict[str, Any]:
         run = LocalRun(self.spec, settings, progress)
         try:
-            self._begin(run, saved, saver, log)
+            self._begin(run, saved, saver, log, exporter)
             report = run.fit(self._steps_left(steps, saved))
             self._save_end(saver, run)
+            if exporter is not None:
+                exporter.finish(run)
+                report["exports"] = exporter.report()
             report.update(self._evaluate(run.trained()))
             report["model_digest"] = run.digest()
             report.update(run.report())
@@ -288,7 +310,12 @@ class Job:
         return report
 
     def _begin(
-        self, run: Any, saved: Optional[SavedRun], saver: Optional[RunSaver], log: Optional[TensorBoardLog]
+        self,
+        run: Any,
+        saved: Optional[SavedRun],
+        saver: Optional[RunSaver],
+        log: Optional[TensorBoardLog],
+        exporter: Optional[ExportSchedule] = None,
     ) -> None:
         """Before a run's first step (in this process or on a cluster): the save it resumes, its saver and its
         TensorBoard log as hooks, and the clean stop at a step boundary on SIGINT / SIGTERM."""
@@ -297,6 +324,9 @@ class Job:
         if saver is not None:
             saver.start(run.step)
             run.hooks.append(saver)
+        if exporter is not None:  # the base: the model as the first step finds it
+            exporter.start(run)
+            run.hooks.append(exporter)
         if log is not None:
             log.start(run)
             run.hooks.append(log)
@@ -324,6 +354,7 @@ class Job:
         saved: Optional[SavedRun],
         saver: Optional[RunSaver],
         log: Optional[TensorBoardLog] = None,
+        exporter: Optional[ExportSchedule] = None,
     ) -> Dict[str, Any]:
         config = cluster.strategy_config(settings.seed)
         if scrub and isinstance(config, EcConfig):  # `verify` checks parity: an ec cluster's
@@ -341,7 +372,7 @@ class Job:
         )
         resizer = self._resizer = self._resizer_of(trainer, cluster, steps)
         try:
-            self._begin(trainer, saved, saver, log)
+            self._begin(trainer, saved, saver, log, exporter)
             try:
                 report = trainer.fit(self._steps_left(steps, saved))
             except (RoleLost, Unrecoverable) as err:
@@ -350,6 +381,9 @@ class Job:
                     raise self._backstop_error(err, saver) from err
                 raise
             self._save_end(saver, trainer)
+            if exporter is not None:
+                exporter.finish(trainer)
+                report["exports"] = exporter.report()
             start = time.perf_counter()
             if self.spec.eval_fn is not None:
                 report.update(trainer.evaluate(self.spec.eval_fn()))

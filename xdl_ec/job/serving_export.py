@@ -13,17 +13,25 @@ per feature named after it:
 - each side input (``xdl_ec.Input``) under its name, of its dtype.
 
 Load it with ``tf.saved_model.load(directory).signatures["serving_default"](**inputs)``: only standard TensorFlow
-ops run. Per table, the trained rows are a frozen matrix (a non-trainable variable, in ``variables/``) with one
-extra row of zeros at its end, and a ``tf.lookup.StaticHashTable`` maps a key to its row, read from the asset
-``assets/<i>_<table>.keys`` (one decimal int64 key per line; line i is row i). Every feature's keys are computed
-in the graph as :meth:`xdl_ec.model.feature.Feature.keys` computes them (fmix64 of the id XOR the feature's salt, over
-uint64; the ids themselves with ``shared_ids``), and pooled as ``xdl_ec.tf.tf_ops.gather`` pools them (the sum in
-position order, then divided by the count for "mean", its square root for "sqrtn"; an empty row pools to zeros).
-The dense Keras model's call is traced with its weights.
+ops run. Per table, the trained rows are a matrix variable (row 0 all zeros, the row unknown keys read) and a
+``tf.lookup.experimental.MutableHashTable`` maps a key to its row, both in ``variables/``. Every feature's keys are
+computed in the graph as :meth:`xdl_ec.model.feature.Feature.keys` computes them (fmix64 of the id XOR the feature's
+salt, over uint64; the ids themselves with ``shared_ids``), and pooled as ``xdl_ec.tf.tf_ops.gather`` pools them (the
+sum in position order, then divided by the count for "mean", its square root for "sqrtn"; an empty row pools to
+zeros). The dense Keras model's call is traced with its weights.
 
 An id the table never trained reads the zero row, as prediction and evaluation do (:mod:`xdl_ec.model.evaluation`): it
 inserts nothing and gets no initialised row. Not exported: optimizer state (sparse and dense), the tables'
 initializers, the loss and the label. ``assets.extra/serving.json`` describes the inputs and the tables.
+
+Fresh serving without a reload: the loaded object's ``apply_delta(tf.constant(delta_dir))`` (a ``tf.function``, standard
+ops only) applies a delta (:mod:`xdl_ec.job.serving_delta`) to the tables and weights the signature reads: changed and
+new rows are written in place (new keys take freed rows first, then the matrix grows by doubling: O(delta)
+amortised), removed keys leave the hash table (they read zeros again), every dense weight is assigned; a table's
+reset (after a failure) clears it before its rows are written. The model has
+a ``base_id`` and counts the deltas applied (``sequence``, ``step``: the training step it serves); a delta of another
+base, or not the next in sequence, raises ``InvalidArgumentError`` before anything changes, as does a missing or
+malformed file. A request served while a delta is applied may see part of it.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import os
 import re
 import shutil
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Protocol, Tuple, Union
 
@@ -42,6 +51,8 @@ from xdl_ec.model.dense_model import model_arguments, signature_extras
 from xdl_ec.model.feature import Feature
 from xdl_ec.model.feature_batch import RAGGED, SEQUENCE, SINGLE
 from xdl_ec.model.job_spec import JobSpec
+
+from . import serving_delta
 
 SIGNATURE = "serving_default"
 OUTPUT = "probability"
@@ -95,25 +106,40 @@ def export_saved_model(
             f"export: needs a trained model (job.model after job.fit, or xdl_ec.load(DIR)), got "
             f"{type(model).__name__}; train the job first"
         )
+    _check_destination(Path(directory).expanduser().absolute())
+    exports = {name: _exported_rows(name, table, drop_rows_below_count) for name, table in model.tables.tables.items()}
+    return write_saved_model(model.job, model.signature, model.dense, exports, directory)
+
+
+def write_saved_model(
+    job: JobSpec,
+    signature: Tuple[Any, ...],
+    dense: Any,
+    exports: Dict[str, Dict[str, np.ndarray]],
+    directory: Union[str, "os.PathLike[str]"],
+    base_id: Optional[str] = None,
+    step: int = -1,
+) -> Path:
+    """The SavedModel of ``job`` with ``exports`` ({table: {"keys", "values"}}, every row it serves), ``dense`` (a
+    DenseModel, its weights as they are now) and the batch ``signature``, at ``directory`` (new or empty);
+    ``base_id`` names it for deltas (a fresh id when None), ``step``: the training step it holds (-1: unknown)."""
     out = Path(directory).expanduser().absolute()
     _check_destination(out)
-    signature = model.signature  # dense width; each feature's kind and width, as trained
-    names = _input_names(model.job.features, signature)
+    names = _input_names(job.features, signature)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
+    base_id = uuid.uuid4().hex if base_id is None else base_id
     try:
         saved = staging / "saved_model"
-        exports = {
-            name: _exported_rows(name, table, drop_rows_below_count) for name, table in model.tables.tables.items()
-        }
-        keys_files = _write_keys(staging / "keys", model.job.table_names, exports)
-        module, serve = _serving_module(model, signature, exports, keys_files)
+        module, serve = _serving_module(job, dense, signature, exports, base_id, step)
         import tensorflow as tf
 
         tf.saved_model.save(module, str(saved), signatures={SIGNATURE: serve})
         extra = saved / "assets.extra"
         extra.mkdir()
-        (extra / "serving.json").write_text(json.dumps(_describe(model, signature, names, exports), indent=2))
+        described = _describe(job, signature, names, exports)
+        described.update({"base_id": base_id, "step": step, "dense_weights": len(module.dense_variables)})
+        (extra / "serving.json").write_text(json.dumps(described, indent=2))
         _check_destination(out)  # again: it may have appeared while the model was written
         os.rename(saved, out)
     finally:
@@ -176,52 +202,47 @@ def _input_names(features: Any, signature: Tuple[Any, ...]) -> Dict[str, List[st
     return names
 
 
-def _write_keys(folder: Path, table_names: List[str], exports: Dict[str, Dict[str, np.ndarray]]) -> Dict[str, Path]:
-    """One text file of keys per table (line i: the key of row i), the hash tables' asset (empty: no table)."""
-    folder.mkdir()
-    files = {}
-    for i, name in enumerate(table_names):
-        path = folder / f"{i}_{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.keys"
-        keys = exports[name]["keys"]
-        path.write_text("".join(f"{k}\n" for k in keys.tolist()), encoding="ascii")
-        files[name] = path
-    return files
-
-
 def _serving_module(
-    model: Servable, signature: Tuple[Any, ...], exports: Dict[str, Dict[str, np.ndarray]], keys_files: Dict[str, Path]
+    job: JobSpec,
+    dense: Any,
+    signature: Tuple[Any, ...],
+    exports: Dict[str, Dict[str, np.ndarray]],
+    base_id: str,
+    step: int,
 ) -> Tuple[Any, Any]:
     """(the tf.Module to save, the concrete serving function)."""
     import tensorflow as tf
 
-    job, dense_model = model.job, model.dense.model
+    dense_model = dense.model
     dense_width = signature[0]
     heads, side = signature_extras(signature)
     kinds = {name: (kind, width) for name, kind, width in signature[1]}
     module = tf.Module()
-    module.matrices, module.row_of = {}, {}
-    for t in job.tables:
-        values = exports[t.name]["values"]
-        default = len(values)  # the zero row appended below: unknown keys read it
+    module.base_id = tf.Variable(base_id, trainable=False, name="base_id")
+    module.sequence = tf.Variable(0, dtype=tf.int64, trainable=False, name="sequence")  # deltas applied
+    module.step = tf.Variable(step, dtype=tf.int64, trainable=False, name="step")
+    module.matrices, module.row_of, module.used, module.free = {}, {}, {}, {}
+    for i, t in enumerate(job.tables):
+        keys, values = exports[t.name]["keys"], exports[t.name]["values"]
+        # row 0: the zeros unknown keys read (the hash table's default); the trained rows from 1
         module.matrices[t.name] = tf.Variable(
-            np.concatenate([values.astype(np.float32).reshape(-1, t.dim), np.zeros((1, t.dim), np.float32)]),
+            np.concatenate([np.zeros((1, t.dim), np.float32), values.astype(np.float32).reshape(-1, t.dim)]),
             trainable=False,
-            name=f"embedding_{len(module.matrices)}",
+            shape=tf.TensorShape([None, t.dim]),
+            name=f"embedding_{i}",
         )
-        if default:  # TF cannot initialise a table from an empty file; a table without rows needs none
-            initializer = tf.lookup.TextFileInitializer(
-                str(keys_files[t.name]),
-                tf.int64,
-                tf.lookup.TextFileIndex.WHOLE_LINE,
-                tf.int64,
-                tf.lookup.TextFileIndex.LINE_NUMBER,
-            )
-            module.row_of[t.name] = tf.lookup.StaticHashTable(initializer, default_value=default)
+        table = tf.lookup.experimental.MutableHashTable(tf.int64, tf.int64, default_value=0, name=f"rows_of_{i}")
+        if len(keys):
+            table.insert(tf.constant(keys, tf.int64), tf.range(1, len(keys) + 1, dtype=tf.int64))
+        module.row_of[t.name] = table
+        module.used[t.name] = tf.Variable(len(keys) + 1, dtype=tf.int64, trainable=False, name=f"used_{i}")
+        module.free[t.name] = tf.Variable(  # rows of removed keys, taken again by new keys first
+            np.zeros([0], np.int64), trainable=False, shape=tf.TensorShape([None]), name=f"free_{i}"
+        )
 
     def rows(f: Feature, ids: Any) -> Any:
         keys = tf_keys(f, ids)
-        table = module.row_of.get(f.table.name)
-        index = tf.zeros_like(keys) if table is None else table.lookup(keys)  # row 0 of an empty table: zeros
+        index = tf.ensure_shape(module.row_of[f.table.name].lookup(keys), keys.shape)  # a lookup's shape is unknown
         return tf.gather(module.matrices[f.table.name], index)
 
     def serve(**inputs: Any) -> Dict[str, Any]:
@@ -298,10 +319,106 @@ def _serving_module(
     for name, dtype, shape in side:
         specs[name] = tf.TensorSpec([None, *shape], dtype, name=name)
     concrete = tf.function(serve).get_concrete_function(**specs)
-    # the variables the traced call reads (the Keras model's weights), tracked so they are saved; not the model
-    # itself, whose own serving endpoints would be traced and saved with it
-    module.dense_variables = [v for v in concrete.variables if not any(v is m for m in module.matrices.values())]
+    # the dense weights in DenseModel.variables order (a delta's dense files), and any other variable the traced call
+    # reads, tracked so they are saved; not the model itself, whose own serving endpoints would be traced with it
+    module.dense_variables = [_tf_variable(v) for v in dense.variables]
+    known = {id(v) for v in [*module.dense_variables, *module.matrices.values()]}
+    module.other_variables = [v for v in concrete.variables if id(v) not in known]
+    module.apply_delta = tf.function(
+        lambda directory: _apply_delta(module, job, directory), input_signature=[tf.TensorSpec([], tf.string)]
+    )
     return module, concrete
+
+
+def _tf_variable(variable: Any) -> Any:
+    """The tf.Variable a Keras 3 variable holds (``.value``; the traced call captures it, not the wrapper)."""
+    import tensorflow as tf
+
+    return variable if isinstance(variable, tf.Variable) else variable.value
+
+
+def _apply_delta(module: Any, job: JobSpec, directory: Any) -> Any:
+    """The graph of ``apply_delta``: reads and checks every file of the delta first, then changes the tables and
+    weights (see the module docstring); returns the sequence number applied."""
+    import tensorflow as tf
+
+    def read(name: str, dtype: Any) -> Any:
+        return tf.io.parse_tensor(tf.io.read_file(tf.strings.join([directory, name], separator="/")), dtype)
+
+    head = tf.ensure_shape(read(serving_delta.HEAD, tf.string), [3])
+    sequence = tf.strings.to_number(head[1], tf.int64)
+    checks = [
+        tf.debugging.Assert(
+            tf.equal(head[0], module.base_id),
+            ["apply_delta: this delta is for another base (its base id, then this model's):", head[0], module.base_id],
+        ),
+        tf.debugging.Assert(
+            tf.equal(sequence, module.sequence + 1),
+            [
+                "apply_delta: deltas apply in sequence: this one is number",
+                sequence,
+                "but the model expects number",
+                module.sequence + 1,
+            ],
+        ),
+    ]
+    parts = []
+    for i, t in enumerate(job.tables):
+        keys = tf.ensure_shape(read(serving_delta.table_file(i, "keys"), tf.int64), [None])
+        rows = tf.ensure_shape(read(serving_delta.table_file(i, "rows"), tf.float32), [None, t.dim])
+        removed = tf.ensure_shape(read(serving_delta.table_file(i, "removed"), tf.int64), [None])
+        reset = tf.ensure_shape(read(serving_delta.table_file(i, "reset"), tf.bool), [])
+        checks.append(
+            tf.debugging.assert_equal(
+                tf.shape(keys)[0], tf.shape(rows)[0], message=f"apply_delta: table {t.name!r}: keys and rows differ"
+            )
+        )
+        parts.append((t.name, keys, rows, removed, reset))
+    weights = [
+        tf.ensure_shape(read(serving_delta.dense_file(j), v.dtype), v.shape)
+        for j, v in enumerate(module.dense_variables)
+    ]
+    with tf.control_dependencies(checks + [sequence] + [x for part in parts for x in part[1:]] + weights):
+        for name, keys, rows, removed, reset in parts:
+            _apply_rows(module, name, keys, rows, removed, reset)
+        for v, w in zip(module.dense_variables, weights):
+            v.assign(w)
+        module.step.assign(tf.strings.to_number(head[2], tf.int64))
+        module.sequence.assign(sequence)
+    return tf.identity(module.sequence)
+
+
+def _apply_rows(module: Any, name: str, keys: Any, rows: Any, removed: Any, reset: Any) -> None:
+    """One table's part of a delta: with ``reset`` every key leaves first (``keys`` are then the whole table); removed
+    keys leave (their rows join the free list), then each key's row is written, a new key's into a free row or a
+    new one past the rows in use (the matrix doubles when full)."""
+    import tensorflow as tf
+
+    table, matrix = module.row_of[name], module.matrices[name]
+    used, free = module.used[name], module.free[name]
+    if reset:  # O(table), after a failure only: the rows are written again from row 1
+        table.remove(table.export()[0])
+        free.assign(tf.zeros([0], tf.int64))
+        used.assign(1)
+    gone = tf.ensure_shape(table.lookup(removed), [None])
+    with tf.control_dependencies([gone]):
+        table.remove(removed)
+    free.assign(tf.concat([free, tf.boolean_mask(gone, gone > 0)], 0))
+    index = tf.ensure_shape(table.lookup(keys), [None])
+    new = tf.where(tf.equal(index, 0))
+    fresh_count = tf.shape(new, out_type=tf.int64)[0]
+    free_count = tf.shape(free, out_type=tf.int64)[0]
+    reused = tf.minimum(fresh_count, free_count)
+    rows_given = tf.concat([free.value()[free_count - reused :], used + tf.range(fresh_count - reused)], 0)
+    free.assign(free.value()[: free_count - reused])
+    used.assign_add(fresh_count - reused)
+    capacity = tf.shape(matrix, out_type=tf.int64)[0]
+    if used > capacity:  # grows by doubling: a delta's cost stays its rows, amortised
+        grow = tf.maximum(capacity, used - capacity)
+        matrix.assign(tf.concat([matrix.value(), tf.zeros(tf.stack([grow, tf.shape(rows, out_type=tf.int64)[1]]))], 0))
+    index = tf.tensor_scatter_nd_update(index, new, rows_given)
+    table.insert(tf.gather_nd(keys, new), rows_given)
+    matrix.scatter_update(tf.IndexedSlices(rows, index))
 
 
 def _pool(rows: Any, splits: Any, combiner: Optional[str]) -> Any:
@@ -348,12 +465,12 @@ def _same_batch(size: Any, batch: Any, name: str, checks: List[Any]) -> Tuple[An
 
 
 def _describe(
-    model: Servable, signature: Tuple[Any, ...], names: Dict[str, List[str]], exports: Dict[str, Dict[str, np.ndarray]]
+    job: JobSpec, signature: Tuple[Any, ...], names: Dict[str, List[str]], exports: Dict[str, Dict[str, np.ndarray]]
 ) -> Dict[str, Any]:
     """What ``assets.extra/serving.json`` holds: the signature's inputs and output, the features and tables."""
     kinds = {name: (kind, width) for name, kind, width in signature[1]}
     inputs: Dict[str, str] = {}
-    for f in model.job.features:
+    for f in job.features:
         kind, width = kinds[f.name]
         if kind == RAGGED:
             inputs.update({names[f.name][0]: "int64 [nnz]", names[f.name][1]: "int64 [B + 1]"})
@@ -372,7 +489,7 @@ def _describe(
         "signature": SIGNATURE,
         "inputs": inputs,
         "outputs": outputs,
-        "features": model.job.describe()["features"],
+        "features": job.describe()["features"],
         "tables": [
             {
                 "name": t.name,
@@ -380,6 +497,6 @@ def _describe(
                 "rows": int(len(exports[t.name]["keys"])),
                 "unknown_ids": "read a row of zeros",
             }
-            for t in model.job.tables
+            for t in job.tables
         ],
     }

@@ -124,6 +124,13 @@ class TensorBoardLog:
             name, self._tf.constant(float(value), self._tf.float32), step=step, metadata=self._metadata
         )
 
+    def scalars(self, values: Dict[str, float], step: int) -> None:
+        """``values`` {name: value} at ``step`` (an export's freshness and size, at the step it serves)."""
+        with self._writer.as_default():
+            for name, value in values.items():
+                self._scalar(name, value, step)
+        self._writer.flush()
+
     def finish(self, run: Any, report: Dict[str, Any]) -> None:
         """The fit's last scalars: the run's, its failures and saves."""
         extra = {"failures": float(len(report.get("injected", [])))}

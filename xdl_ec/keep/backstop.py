@@ -34,6 +34,7 @@ from xdl_ec.model.job_spec import JobSpec
 from xdl_ec.settings import checks
 from xdl_ec.sparse.table import EmbeddingTable
 
+from .change_feed import ChangeFeed
 from .checkpoint import CheckpointStore, JobCheckpoint, ShardCheckpoint
 from .run_saver import RunSaver
 
@@ -79,7 +80,7 @@ class Backstop(RunSaver):
         start = time.perf_counter()
         run.quiesce(settle=False)
         full = self._since_full is None or self._since_full + 1 >= self.compact_every
-        changes = run.take_changes(full)
+        changes = ChangeFeed.of(run).take(self, full)  # shared with serving exports, if any
         weights, optimizer = run.dense_state()
         position, extra = run.reader_position(), self.extra(run)
         step = run.step
