@@ -16,12 +16,10 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run with python -P: the harness beside it
 import tensorflow as tf  # noqa: E402
+from hyperparameters import ADAGRAD_EPSILON, ADAGRAD_START, DENSE_LR, EMB_DIM, ROW_INIT, SHARED_ROWS, SPARSE_LR
 from peer_harness import parse_args, run_peer, stepper  # noqa: E402
 from shared_batches import FIELD_IDS, NUM_DENSE, NUM_SPARSE, SharedBatches  # noqa: E402
 from tf_dlrm import DLRMBody  # noqa: E402
-
-SHARED_ROWS = 1 << 20
-EMB_DIM, LR, DENSE_LR = 16, 0.02, 0.001
 
 
 def main() -> int:
@@ -30,13 +28,13 @@ def main() -> int:
     tf.keras.utils.set_random_seed(0)
     per_field = data.workload == "fields-100k"
     sizes = [FIELD_IDS] * NUM_SPARSE if per_field else [SHARED_ROWS]
-    init = tf.keras.initializers.RandomUniform(-0.05, 0.05)
+    init = tf.keras.initializers.RandomUniform(-ROW_INIT, ROW_INIT)
     tables = []
     for i, rows in enumerate(sizes):
         layer = tf.keras.layers.Embedding(rows, EMB_DIM, embeddings_initializer=init, name=f"table_{i}")
         layer.build((None,))
         tables.append(layer.embeddings.value)  # the layer's tf.Variable
-    accumulators = [tf.Variable(tf.fill([rows, EMB_DIM], 0.1), trainable=False) for rows in sizes]
+    accumulators = [tf.Variable(tf.fill([rows, EMB_DIM], ADAGRAD_START), trainable=False) for rows in sizes]
     body = DLRMBody(EMB_DIM)
     body(tf.zeros([1, NUM_SPARSE, EMB_DIM]), tf.zeros([1, NUM_DENSE]))
     adam = tf.keras.optimizers.Adam(DENSE_LR)
@@ -53,8 +51,8 @@ def main() -> int:
         tf.raw_ops.ResourceSparseApplyAdagradV2(
             var=table.handle,
             accum=accumulator.handle,
-            lr=tf.constant(LR),
-            epsilon=tf.constant(1e-7),
+            lr=tf.constant(SPARSE_LR),
+            epsilon=tf.constant(ADAGRAD_EPSILON),
             grad=summed,
             indices=unique,
         )

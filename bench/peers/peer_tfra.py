@@ -18,12 +18,11 @@ os.environ["TF_USE_LEGACY_KERAS"] = "1"  # TFRA 0.8's layers and optimizer wrapp
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run with python -P: the harness beside it
 import tensorflow as tf  # noqa: E402
 import tensorflow_recommenders_addons as tfra  # noqa: E402
+from hyperparameters import ADAGRAD_EPSILON, ADAGRAD_START, DENSE_LR, EMB_DIM, ROW_INIT, SHARED_ROWS, SPARSE_LR
 from peer_harness import parse_args, run_peer, stepper  # noqa: E402
 from shared_batches import FIELD_IDS, NUM_DENSE, NUM_SPARSE, SharedBatches  # noqa: E402
 from tensorflow_recommenders_addons import dynamic_embedding as de  # noqa: E402
 from tf_dlrm import DLRMBody  # noqa: E402
-
-EMB_DIM, LR, DENSE_LR = 16, 0.02, 0.001
 
 
 def main() -> int:
@@ -33,8 +32,8 @@ def main() -> int:
     per_field = data.workload == "fields-100k"
     # TF's own initializer, not a Keras one: an unseeded tf-keras initializer is stateless and would give every
     # batch's new rows the same values (it warns so); this one draws fresh values at each call
-    init = tf.random_uniform_initializer(-0.05, 0.05)
-    count, capacity = (NUM_SPARSE, FIELD_IDS) if per_field else (1, 1 << 20)
+    init = tf.random_uniform_initializer(-ROW_INIT, ROW_INIT)
+    count, capacity = (NUM_SPARSE, FIELD_IDS) if per_field else (1, SHARED_ROWS)
     tables = [
         de.keras.layers.Embedding(EMB_DIM, initializer=init, name=f"table_{i}", init_capacity=capacity)
         for i in range(count)
@@ -42,7 +41,9 @@ def main() -> int:
     body = DLRMBody(EMB_DIM)
     body(tf.zeros([1, NUM_SPARSE, EMB_DIM]), tf.zeros([1, NUM_DENSE]))
     adam = tf.keras.optimizers.Adam(DENSE_LR)
-    adagrad = de.DynamicEmbeddingOptimizer(tf.keras.optimizers.Adagrad(LR, initial_accumulator_value=0.1, epsilon=1e-7))
+    adagrad = de.DynamicEmbeddingOptimizer(
+        tf.keras.optimizers.Adagrad(SPARSE_LR, initial_accumulator_value=ADAGRAD_START, epsilon=ADAGRAD_EPSILON)
+    )
 
     def lookup(sparse: tf.Tensor) -> tf.Tensor:
         if per_field:

@@ -6,8 +6,8 @@ torchrec 1.8.0; see setup_envs.sh).
 
 Matches xdl-ec's DLRM: bottom (64, 16) ReLU, the strict upper triangle of the dot products of the 27 vectors
 concatenated with the bottom output, top (64, 32) ReLU and a linear logit; Linear layers re-initialised as Keras'
-defaults (Glorot uniform, zero bias), rows uniform in [-0.05, 0.05). fbgemm's Adagrad starts its accumulator at 0
-(xdl-ec's and TF's at 0.1): the one difference it cannot be told away.
+defaults (Glorot uniform, zero bias), rows uniform in [-0.05, 0.05); fbgemm's Adagrad starts its accumulator at
+0, as every system here does (hyperparameters.py).
 
 Tables: ``criteo-shaped`` / ``criteo-sample`` one table of 2^20 rows shared by the 26 features, indexed by
 ``key mod 2^20``; ``fields-100k`` one table of 100k rows per field.
@@ -30,6 +30,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torchrec  # noqa: E402
+from hyperparameters import ADAGRAD_EPSILON, BOTTOM_MLP, DENSE_LR, EMB_DIM, ROW_INIT, SHARED_ROWS, SPARSE_LR, TOP_MLP
 from peer_harness import parse_args, run_peer, stepper  # noqa: E402
 from shared_batches import FIELD_IDS, NUM_DENSE, NUM_SPARSE, SharedBatches  # noqa: E402
 from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor  # noqa: E402
@@ -39,8 +40,6 @@ from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backwa
 from torchrec.optim.keyed import KeyedOptimizerWrapper  # noqa: E402
 from torchrec.optim.optimizers import in_backward_optimizer_filter  # noqa: E402
 
-EMB_DIM, LR, DENSE_LR = 16, 0.02, 0.001
-SHARED_ROWS = 1 << 20
 FEATURES = [f"C{i + 1}" for i in range(NUM_SPARSE)]
 
 
@@ -60,7 +59,7 @@ def main() -> int:
     per_field = data.workload == "fields-100k"
 
     def rows_init(weight: torch.Tensor) -> torch.Tensor:
-        return torch.nn.init.uniform_(weight, -0.05, 0.05)
+        return torch.nn.init.uniform_(weight, -ROW_INIT, ROW_INIT)
 
     if per_field:
         tables = [
@@ -83,15 +82,17 @@ def main() -> int:
     model = DLRM(
         embedding_bag_collection=ebc,
         dense_in_features=NUM_DENSE,
-        dense_arch_layer_sizes=[64, EMB_DIM],
-        over_arch_layer_sizes=[64, 32, 1],
+        dense_arch_layer_sizes=[*BOTTOM_MLP, EMB_DIM],
+        over_arch_layer_sizes=[*TOP_MLP, 1],
         dense_device=torch.device("cpu"),
     )
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):  # Keras' defaults, as in the other systems
             torch.nn.init.xavier_uniform_(module.weight)
             torch.nn.init.zeros_(module.bias)
-    apply_optimizer_in_backward(torch.optim.Adagrad, model.sparse_arch.parameters(), {"lr": LR, "eps": 1e-7})
+    apply_optimizer_in_backward(
+        torch.optim.Adagrad, model.sparse_arch.parameters(), {"lr": SPARSE_LR, "eps": ADAGRAD_EPSILON}
+    )
     dmp = DistributedModelParallel(module=model, device=torch.device("cpu"), init_data_parallel=False)
     dense_optimizer = KeyedOptimizerWrapper(
         dict(in_backward_optimizer_filter(dmp.named_parameters())),

@@ -4,7 +4,8 @@ first ``--skip`` steps stay out of the timing).
 
 Jobs: ``criteo-shaped`` / ``criteo-sample`` as the built-in job declares them (one table, the 26 salted keys as one
 shared-ids feature [B, 26]); ``fields-100k`` as a user would write it: one table and one feature per field. Both
-with Adagrad(0.02) rows starting uniform in [-0.05, 0.05), xdl_ec.models.DLRM(16, (64,), (64, 32)), Adam(0.001).
+with hyperparameters.py's set-up: Adagrad(0.02) from an accumulator of 0 on rows starting uniform in [-0.05, 0.05),
+xdl_ec.models.DLRM(16, (64,), (64, 32)), Adam(0.001).
 
     PYTHONPATH=build/lead/stage python3 -P bench/peers/peer_xdl_ec.py --data FILE.npz --batch-size 2048 --steps 300
 """
@@ -19,6 +20,16 @@ from typing import Any, Dict, Iterator, List
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run with python -P: the harness beside it
 import numpy as np  # noqa: E402
+from hyperparameters import (
+    ADAGRAD_EPSILON,
+    ADAGRAD_START,
+    BOTTOM_MLP,
+    DENSE_LR,
+    EMB_DIM,
+    ROW_INIT,
+    SPARSE_LR,
+    TOP_MLP,
+)
 from peer_harness import num_steps, parse_args, run_peer  # noqa: E402
 from shared_batches import NUM_SPARSE, SharedBatches  # noqa: E402
 
@@ -28,7 +39,6 @@ from xdl_ec.models import DLRM  # noqa: E402
 from xdl_ec.ps.worker import RunSettings  # noqa: E402
 from xdl_ec.tf.determinism import configure_determinism  # noqa: E402
 
-EMB_DIM, LR = 16, 0.02
 FIELDS = [f"C{i + 1}" for i in range(NUM_SPARSE)]
 
 
@@ -39,8 +49,8 @@ def make_job(data: SharedBatches, batch_size: int, steps: int) -> xdl_ec.Job:
         return xdl_ec.Table(
             name,
             EMB_DIM,
-            optimizer=xdl_ec.optim.Adagrad(LR),
-            initializer=xdl_ec.init.RandomUniform(-0.05, 0.05),
+            optimizer=xdl_ec.optim.Adagrad(SPARSE_LR, initial_accumulator_value=ADAGRAD_START, epsilon=ADAGRAD_EPSILON),
+            initializer=xdl_ec.init.RandomUniform(-ROW_INIT, ROW_INIT),
             seed=0,
         )
 
@@ -62,8 +72,9 @@ def make_job(data: SharedBatches, batch_size: int, steps: int) -> xdl_ec.Job:
     job = xdl_ec.Job(
         tables=tables,
         features=features,
-        model_fn=lambda: DLRM(EMB_DIM, bottom_mlp=(64,), top_mlp=(64, 32), name="dlrm"),
+        model_fn=lambda: DLRM(EMB_DIM, bottom_mlp=BOTTOM_MLP, top_mlp=TOP_MLP, name="dlrm"),
         input_fn=train_input,
+        dense_learning_rate=DENSE_LR,
     )
     job.as_batch = as_batch  # type: ignore[attr-defined]
     return job
@@ -83,12 +94,13 @@ class _Trained:
 
 
 def version() -> str:
-    here = os.path.dirname(os.path.abspath(xdl_ec.__file__))
+    """The commit of the xdl_ec imported (its Python may be a work tree's: then '+ uncommitted' where it differs)."""
+    here = os.path.dirname(os.path.realpath(xdl_ec.__file__))
     try:
-        head = subprocess.run(
-            ["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
-        )
-        return f"xdl-ec {head.stdout.strip() or '?'} ({here})"
+        git = ["git", "-C", here]
+        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run([*git, "status", "--porcelain", "--", "."], capture_output=True, text=True, timeout=10)
+        return f"xdl-ec {head.stdout.strip() or '?'}{' + uncommitted' if dirty.stdout.strip() else ''}"
     except OSError:
         return f"xdl-ec ({here})"
 

@@ -10,12 +10,15 @@ from typing import Any, Sequence
 
 import numpy as np
 import tensorflow as tf
+from hyperparameters import BOTTOM_MLP, EMB_DIM, TOP_MLP
 
 
 class DLRMBody(tf.keras.Model):
     """``model(vectors [B, F, d], dense [B, 13])`` -> logits [B]."""
 
-    def __init__(self, emb_dim: int = 16, bottom_mlp: Sequence[int] = (64,), top_mlp: Sequence[int] = (64, 32)) -> None:
+    def __init__(
+        self, emb_dim: int = EMB_DIM, bottom_mlp: Sequence[int] = BOTTOM_MLP, top_mlp: Sequence[int] = TOP_MLP
+    ) -> None:
         super().__init__()
         self.bottom = [tf.keras.layers.Dense(u, activation="relu") for u in [*bottom_mlp, emb_dim]]
         self.top = [tf.keras.layers.Dense(u, activation="relu") for u in top_mlp]
