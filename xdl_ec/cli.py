@@ -332,7 +332,7 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="STEP:SERVERS",
         default=None,
         help="resize the servers to SERVERS at the step boundary before step STEP, moving only the rows whose "
-        "route changes; the model stays the never-resized run's (repeatable; --ft none)",
+        "route changes; the model stays the never-resized run's (repeatable; --ft none or ec)",
     )
     save = p.add_argument_group("saving (any backend, any --ft)")
     save.add_argument(

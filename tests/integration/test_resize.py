@@ -15,7 +15,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import xdl_ec  # noqa: E402
 from support.examples import load_example  # noqa: E402
 from xdl_ec import _core  # noqa: E402
-from xdl_ec.ps.resize import ResizeError, parse_resize  # noqa: E402
+from xdl_ec.ps.resize import ResizeError, Resizer, parse_resize  # noqa: E402
 
 example = load_example("user_item_tags")
 LOG = example.ClickLog(batch_size=64, batches=30, eval_batches=1)
@@ -48,7 +48,45 @@ def test_a_run_resized_up_and_down_ends_at_the_never_resized_model() -> None:
         before, after = r["servers_before"], r["servers_after"]
         assert r["ideal_fraction"] == abs(after - before) / max(after, before)
         assert abs(r["moved_fraction"] - r["ideal_fraction"]) < 0.1, r
-        assert r["rows_moved"] == round(r["moved_fraction"] * r["rows"]) and r["bytes_moved"] > 0
+        assert r["rows_moved"] == round(r["moved_fraction"] * r["rows"]) and r["bytes_copied"] > 0
+        assert r["rows_copied"] == r["rows_moved"]  # without stripes only the moving rows cross
+
+
+def test_a_run_resized_up_and_down_under_ec_ends_at_the_never_resized_model_and_scrubs_clean() -> None:
+    cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["8:5", "16:4", "24:3"])
+    report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
+    assert report["model_digest"] == never_resized()["model_digest"]
+    assert [(r["servers_before"], r["servers_after"]) for r in report["resizes"]] == [(3, 5), (5, 4), (4, 3)]
+    assert report["scrub"]["inconsistent"] == []  # the stripes re-formed over the last count hold every row
+    for r in report["resizes"]:  # the stripes are re-formed on fresh servers: every row is copied once
+        assert r["rows_copied"] == r["rows"] and abs(r["moved_fraction"] - r["ideal_fraction"]) < 0.1, r
+
+
+@pytest.mark.parametrize("phase, victim", [("export", 1), ("load", 2)], ids=["old-server", "fresh-server"])
+def test_a_server_killed_mid_move_under_ec_is_rebuilt_exactly_and_the_resize_completes(
+    monkeypatch: pytest.MonkeyPatch, phase: str, victim: int
+) -> None:
+    """export: an old server dies right before its rows are read (the old stripes rebuild it, the resize is tried
+    again); load: a fresh server dies after a table's rows were loaded onto the new layout (the move starts over on
+    fresh servers, every row still in hand and on the old servers)."""
+    killed: list = []
+
+    def kill_once(name: str, trainer: object) -> None:
+        if name == phase and not killed:
+            killed.append(name)
+            trainer.scheduler.kill("server", victim)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(Resizer, "on_phase", staticmethod(kill_once))
+    cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["10:4", "20:3"])
+    report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
+    assert killed == [phase]
+    assert report["model_digest"] == never_resized()["model_digest"]
+    assert [(r["servers_before"], r["servers_after"]) for r in report["resizes"]] == [(3, 4), (4, 3)]
+    assert report["scrub"]["inconsistent"] == []
+    if phase == "export":
+        assert [(f["step"], f["index"]) for f in report["failures"]] == [(10, victim)]  # lost before step 10
+    else:
+        assert report["resizes"][0]["restarts"] == 1 and report["failures"] == []
 
 
 def test_resize_from_another_thread_while_training() -> None:

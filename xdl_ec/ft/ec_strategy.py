@@ -330,6 +330,40 @@ class ErasureCoded(FaultTolerance):
         out["parity_coalesced_mutations"] = stats.get("coalesced", 0)
         return out
 
+    # ---- a resize (xdl_ec.ps.resize) ------------------------------------------------------------------------
+    @property
+    def reforms_on_resize(self) -> bool:
+        """Stripes rotate over the server count (StripeLayout): another count is other stripes, so a resize
+        re-forms them all on a cluster of fresh servers (see :mod:`xdl_ec.ps.resize`)."""
+        return True
+
+    def retire(self) -> None:
+        """A resize has read every row of this strategy's servers (after :meth:`finish_rebuild`) and replaces them:
+        the rebuild's thread stops; the servers and their parity stay as they are until the caller stops them
+        (after every row is durable on the new layout). Figures of the old layout end here: the successor
+        reports the new one's."""
+        if self.background is not None:
+            self.background.stop()
+        self._closed_stats = {}
+
+    def successor(self) -> "ErasureCoded":
+        """A fresh strategy of these settings for the resized cluster (``attach`` forms its stripes over the new
+        count), carrying the failures recorded so far."""
+        nxt = ErasureCoded(
+            self.k,
+            self.r,
+            self.rebuild_stripes_per_step,
+            self.rebuild_share,
+            self.rebuild_mode,
+            self.rebuild_keeps,
+            self.urgent_rebuild,
+        )
+        nxt.scrub = self.scrub
+        nxt.on_rebuild_stripe = self.on_rebuild_stripe
+        nxt.failures = self.failures
+        nxt.checkpoint_seconds = self.checkpoint_seconds
+        return nxt
+
     # ---- failure injection and scrub ---------------------------------------------------------------------
     def arm_crash_after_apply(self, server: int) -> None:
         """Server ``server`` applies and acknowledges its next mutation, then dies before forwarding its deltas."""

@@ -442,11 +442,12 @@ class Job:
     def resize(self, servers: int, drain: Optional[int] = None, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Resizes the servers of the cluster fit running now (call it from another thread) to ``servers`` at the
         next step boundary, and returns the resize's record once it is done: step (the first on the new count),
-        servers_before / servers_after, rows, rows_moved, bytes_moved, seconds (see :mod:`xdl_ec.ps.resize`; rows
-        move while the cluster stands at that boundary, and the model stays the one of a run never resized).
+        servers_before / servers_after, rows, rows_moved, rows_copied, bytes_copied, seconds (see
+        :mod:`xdl_ec.ps.resize`: rows move while the cluster stands at that boundary, under ``ec`` onto fresh
+        servers with the stripes re-formed, and the model stays the one of a run never resized).
         ``timeout``: seconds to wait for a boundary before withdrawing. ResizeError, changing nothing: no cluster
         fit running, fewer servers than 1 or than the code's k + r, the current count, another resize under way, or
-        a cluster the resize does not support yet (``drain``, ``--ft`` other than none, caches, bounded tables)."""
+        a cluster the resize does not support yet (``drain``, ``--ft ckpt`` / ``cpr``, caches, bounded tables)."""
         resizer = self._resizer
         if resizer is None:
             raise ResizeError("resize: no cluster run is training (resize while job.fit(cluster=...) runs)")

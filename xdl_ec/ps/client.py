@@ -289,19 +289,23 @@ class PSClient:
             out.append(wire)
         return out
 
-    def set_servers(self, servers: Sequence[Handle]) -> None:
+    def set_servers(self, servers: Sequence[Handle], kept: Optional[int] = None) -> None:
         """The cluster was resized (:mod:`xdl_ec.ps.resize`): ``servers`` are the handles of servers 0..len-1 from now
-        on, the kept ones first and unchanged. Called with no push or pull in flight and every logged push durable:
-        a kept server's push seqs go on, a new server's start at 0 as it does, a removed server's are forgotten."""
+        on, of which the first ``kept`` (None: as many as both counts have) are the same servers as before. Called
+        with no push or pull in flight and every logged push durable: a kept server's push seqs go on, a new
+        server's start at 0 as it does, a removed server's are forgotten."""
         if not servers:
             raise ValueError("servers: need at least one server handle")
         count = len(servers)
-        if self._unread and any(s >= count for s, _ in self._unread):
-            raise ValueError("set_servers: acks of a removed server are still awaited; flush the pushes first")
+        kept = min(count, len(self.servers)) if kept is None else kept
+        if not 0 <= kept <= min(count, len(self.servers)):
+            raise ValueError(f"kept: {kept} servers kept of {len(self.servers)} before and {count} after")
+        if self._unread and any(s >= kept for s, _ in self._unread):
+            raise ValueError("set_servers: acks of a replaced server are still awaited; flush the pushes first")
         self.servers = list(servers)
-        self._seq = self._seq[:count] + [0] * max(count - len(self._seq), 0)
+        self._seq = self._seq[:kept] + [0] * (count - kept)
         if self.push_log is not None:
-            self.push_log = {s: self.push_log.get(s, {}) for s in range(count)}
+            self.push_log = {s: self.push_log[s] if s < kept else {} for s in range(count)}
 
     def drop_acks(self, server: int) -> None:
         """Forgets the acks awaited from ``server``, which was replaced."""

@@ -104,6 +104,19 @@ class FaultTolerance:
         placement then keeps at most r of a stripe on one node, :mod:`xdl_ec.ps.placement`); None otherwise."""
         return None
 
+    @property
+    def reforms_on_resize(self) -> bool:
+        """True when this strategy's redundancy depends on the server count (``ec``'s stripes): a resize then moves
+        every row onto fresh servers under a :meth:`successor`, and :meth:`retire`s this one first."""
+        return False
+
+    def retire(self) -> None:
+        """A resize has read every row of this strategy's servers and replaces them: stop its threads."""
+
+    def successor(self) -> "FaultTolerance":
+        """The strategy of the resized cluster (attached to it by the caller)."""
+        raise NotImplementedError(f"{type(self).__name__} does not re-form on a resize")
+
     def parity_bytes(self) -> int:
         return 0
 

@@ -3,21 +3,31 @@
 
 Routing makes a resize cheap: a key's server is its virtual bucket's rendezvous owner among the server ids
 (``RouteTable``, docs/design/elastic.md), and going from n to m servers without a drain keeps the ids dense
-(``0..m-1``), so only the rows whose bucket's owner changed move: ~|m - n| / max(m, n) of them, each from its old
-server straight to its new one. The resized cluster then routes exactly as a run started with m servers, and the
-model is the one of the run that was never resized (the digest is over rows wherever they live).
+(``0..m-1``), so only the rows whose bucket's owner changed have to move: ~|m - n| / max(m, n) of them. The resized
+cluster then routes exactly as a run started with m servers, and the model is the one of the run that was never
+resized (the digest is over rows wherever they live).
 
 The handoff is freeze-copy-switch at a step boundary (:class:`Resizer` is a trainer hook): with no push or pull in
-flight (the driver quiesces, every worker settles its prefetch), new servers start, every moving row is read with
-its optimizer state from its old owner, loaded into its new one and erased from the old, and only then do the
-workers and the driver route by the new count; a shrink stops the emptied servers last. So a row is served by
-exactly one owner at any time: its old one before the switch, its new one after, and the step after the boundary
-is the first on the new layout (``--resize-at STEP:N``: STEP is that step).
+flight (the driver quiesces, every worker settles its prefetch) the rows move, and only then do the workers and the
+driver route by the new count. A row is served by exactly one owner at any time: its old one before the switch,
+its new one after; the step after the boundary is the first on the new layout (``--resize-at STEP:N``: STEP).
+
+- Without stripes (``--ft none``) the servers keep their shards: new ones start, each row whose route changed goes
+  from its old server to its new one with its optimizer state (loaded there before it is erased here), and emptied
+  servers stop last. Only the moving rows cross.
+- Under ``--ft ec`` the stripes rotate over the server count, so another count is other stripes for every block:
+  the stripes are re-formed (k, r kept) on m fresh servers under the strategy's successor. Every row is read while
+  the old stripes still protect the old servers (a server lost then is rebuilt by them as at any boundary, and the
+  resize tried again), loaded into its owner among the fresh servers (reaching the new parity as a push does) and
+  made parity-durable; only then do the old servers stop. A fresh server lost before that is no loss: every row is
+  still in hand and on the old servers, and the move starts over on new fresh servers. Every row is copied once
+  (what re-forming every stripe costs anyway: all parity is written anew); ``rows_moved`` still counts the rows
+  whose owner changed.
 
 What a resize refuses, changing nothing (:class:`ResizeError`): a count below 1 or below the stripes' k + r, the
-current count, a resize while another is asked or under way, a cluster whose workers cache rows, tables with
-admit / evict rules (each server keeps an even share of a table's row cap), servers placed by a failure domain, and
-fault-tolerance strategies other than ``none`` (their per-server state would have to follow the move).
+current count, a resize while another is asked or under way, a drain of a given server, a cluster whose workers
+cache rows, tables with admit / evict rules (each server keeps an even share of a table's row cap), servers placed
+by a failure domain, and ``--ft ckpt`` / ``cpr`` (their checkpoints are per server).
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ import numpy as np
 from xdl_ec import _core
 
 from .api import ServerAPI
+from .backend import RoleLost
 from .remote import Remote
 
 __all__ = ["ResizeAt", "ResizeError", "Resizer", "parse_resize"]
@@ -101,8 +112,8 @@ def check_target(trainer: Any, servers: int, drain: Optional[int] = None) -> Non
     if servers == current:
         raise ResizeError(f"servers: the cluster has {current} servers already")
     ft = getattr(trainer.strategy, "name", "none")
-    if ft != "none":
-        raise ResizeError(f"resize: not supported with --ft {ft} yet (only --ft none); nothing was changed")
+    if ft not in ("none", "ec"):
+        raise ResizeError(f"resize: not supported with --ft {ft} yet (--ft none or ec); nothing was changed")
     if trainer.caches:
         raise ResizeError("resize: the workers cache rows (--cache); a resize cannot move cached rows yet")
     bounded = [t.name for t in trainer.job.tables if t.bounded]
@@ -119,66 +130,146 @@ def _row_bytes(rows: Dict[str, np.ndarray]) -> int:
     return int(sum(np.asarray(rows[f]).nbytes for f in ("keys", "values", "state")))
 
 
-def resize_servers(trainer: Any, servers: int) -> Dict[str, Any]:
+def _rows_of(rows: Dict[str, np.ndarray], mine: np.ndarray) -> Dict[str, np.ndarray]:
+    return {f: np.ascontiguousarray(np.asarray(rows[f])[mine]) for f in ("keys", "values", "state")}
+
+
+def _wait(trainer: Any, futures: List[Any]) -> List[Any]:
+    answers, lost = trainer.drain(futures)
+    if lost:
+        raise lost[0]
+    return answers
+
+
+def resize_servers(trainer: Any, servers: int, on_phase: Any = None) -> Dict[str, Any]:
     """Resizes ``trainer``'s cluster to ``servers`` at this step boundary (see the module docstring); returns the
-    resize's record: step (the first on the new count), servers before and after, rows held, rows and bytes moved
-    (only rows whose route changed move, so that is the minimum for this routing), ``moved_fraction`` of the rows
-    and ``ideal_fraction``, |m - n| / max(m, n), what any balanced placement must move at least, and seconds."""
+    resize's record: step (the first on the new count), servers before and after, rows held, ``rows_moved`` (rows
+    whose route changed: the minimum any move must carry; ``moved_fraction`` of the rows), ``ideal_fraction``
+    |m - n| / max(m, n) (what a perfectly balanced placement must move), ``rows_copied`` and ``bytes_copied``
+    (what crossed between servers: the moved rows, or every row when the stripes are re-formed on fresh servers),
+    ``restarts`` (re-forming moves started over after a fresh server was lost) and seconds. ``on_phase(name,
+    trainer)``: a test hook called at the move's phases ("export": before the old servers are read, "load": after a
+    table's rows are loaded onto the fresh servers)."""
     check_target(trainer, servers)
     start = time.perf_counter()
-    scheduler = trainer.scheduler
-    before = len(scheduler.servers)
+    before = len(trainer.scheduler.servers)
     trainer.quiesce()
     live = [i for i, w in enumerate(trainer.live_workers()) if w is not None]
-    _, lost = trainer.drain([trainer.worker(i).settle_pulls() for i in live])
-    if lost:
-        raise lost[0]
-    started = scheduler.add_servers(servers - before) if servers > before else []
-    handles = list(scheduler.servers) + started
-    rows_held = rows_moved = bytes_moved = 0
-    for table in trainer.job.tables:
-        exports, lost = trainer.drain([Remote(h, ServerAPI).export(table.name) for h in handles[:before]])
-        if lost:
-            raise lost[0]
-        loads, erases = [], []
-        for source, rows in enumerate(exports):
-            keys = np.asarray(rows["keys"], dtype=np.int64)
-            rows_held += keys.size
-            owner = np.asarray(_core.server_of(keys, servers))
-            leaving = owner != source
-            if not leaving.any():
-                continue
-            for dest in np.unique(owner[leaving]):
-                mine = leaving & (owner == dest)
-                part = {f: np.ascontiguousarray(np.asarray(rows[f])[mine]) for f in ("keys", "values", "state")}
-                rows_moved += int(mine.sum())
-                bytes_moved += _row_bytes(part)
-                loads.append(Remote(handles[int(dest)], ServerAPI).load_rows(table.name, part))
-            erases.append((source, keys[leaving]))
-        _, lost = trainer.drain(loads)  # every moving row is at its new owner before any old copy goes
-        if lost:
-            raise lost[0]
-        _, lost = trainer.drain([Remote(handles[s], ServerAPI).erase_rows(table.name, k) for s, k in erases])
-        if lost:
-            raise lost[0]
-    scheduler.set_server_count(started, servers)
-    handles = list(scheduler.servers)
-    trainer.client.set_servers(handles)
-    _, lost = trainer.drain([trainer.worker(i).set_servers(handles) for i in live])
-    if lost:
-        raise lost[0]
+    _wait(trainer, [trainer.worker(i).settle_pulls() for i in live])
+    if trainer.strategy.reforms_on_resize:
+        held, moved, copied, copied_bytes, restarts = _move_onto_fresh_servers(trainer, servers, live, on_phase)
+    else:
+        held, moved, copied, copied_bytes = _move_changed_rows(trainer, servers, live)
+        restarts = 0
     trainer.cluster = dataclasses.replace(trainer.cluster, servers=servers)
     return {
         "step": int(trainer.step) + 1,
         "servers_before": before,
         "servers_after": servers,
-        "rows": rows_held,
-        "rows_moved": rows_moved,
-        "bytes_moved": bytes_moved,
-        "moved_fraction": rows_moved / rows_held if rows_held else 0.0,
+        "rows": held,
+        "rows_moved": moved,
+        "moved_fraction": moved / held if held else 0.0,
         "ideal_fraction": abs(servers - before) / max(servers, before),
+        "rows_copied": copied,
+        "bytes_copied": copied_bytes,
+        "restarts": restarts,
         "seconds": time.perf_counter() - start,
     }
+
+
+def _move_changed_rows(trainer: Any, servers: int, live: List[int]) -> tuple:
+    """The servers keep their shards: new ones start, each row whose route changed goes from its old server to its
+    new one (loaded there before it is erased here), emptied servers stop last."""
+    scheduler = trainer.scheduler
+    before = len(scheduler.servers)
+    started = scheduler.add_servers(servers - before) if servers > before else []
+    handles = list(scheduler.servers) + started
+    held = moved = moved_bytes = 0
+    for table in trainer.job.tables:
+        exports = _wait(trainer, [Remote(h, ServerAPI).export(table.name) for h in handles[:before]])
+        loads, erases = [], []
+        for source, rows in enumerate(exports):
+            keys = np.asarray(rows["keys"], dtype=np.int64)
+            held += keys.size
+            owner = np.asarray(_core.server_of(keys, servers))
+            leaving = owner != source
+            if not leaving.any():
+                continue
+            for dest in np.unique(owner[leaving]):
+                part = _rows_of(rows, leaving & (owner == dest))
+                moved += part["keys"].size
+                moved_bytes += _row_bytes(part)
+                loads.append(Remote(handles[int(dest)], ServerAPI).load_rows(table.name, part))
+            erases.append((source, keys[leaving]))
+        _wait(trainer, loads)  # every moving row is at its new owner before any old copy goes
+        _wait(trainer, [Remote(handles[s], ServerAPI).erase_rows(table.name, k) for s, k in erases])
+    scheduler.set_server_count(started, servers)
+    handles = list(scheduler.servers)
+    trainer.client.set_servers(handles)
+    _wait(trainer, [trainer.worker(i).set_servers(handles) for i in live])
+    return held, moved, moved, moved_bytes
+
+
+FRESH_ATTEMPTS = 3  # times a re-forming move starts over on fresh servers when one of them dies mid-move
+
+
+def _move_onto_fresh_servers(trainer: Any, servers: int, live: List[int], on_phase: Any = None) -> tuple:
+    """A strategy whose redundancy depends on the count (``ec``'s stripes rotate over the servers) re-forms it on
+    ``servers`` fresh servers. Every row is read from the old servers while their strategy still protects them (a
+    server lost then is recovered by it as at any boundary, and the resize tried again); then the old strategy
+    stops, the fresh servers become the cluster under its successor (stripes over the new count), every row is
+    loaded into its owner there (reaching the new parity as a push does) and made parity-durable, and only then do
+    the old servers stop. A fresh server lost before that is no loss: every row is still in hand and on the old
+    servers, so the move starts over on new fresh servers."""
+    scheduler = trainer.scheduler
+    old_strategy = trainer.strategy
+    old_strategy.finish_rebuild()  # no shard under restore: every export is whole
+    _phase(on_phase, "export", trainer)
+    exports = {
+        t.name: _wait(trainer, [Remote(h, ServerAPI).export(t.name) for h in scheduler.servers])
+        for t in trainer.job.tables
+    }
+    old_strategy.retire()
+    old = list(scheduler.servers)
+    restarts = 0
+    while True:
+        fresh = scheduler.start_servers(range(servers))
+        scheduler.replace_servers(fresh)
+        try:
+            trainer.client.set_servers(fresh, kept=0)
+            _wait(trainer, [trainer.worker(i).set_servers(fresh, 0) for i in live])
+            trainer.strategy = old_strategy.successor()
+            trainer.strategy.attach(trainer.view)
+            held = moved = copied_bytes = 0
+            for table, parts in exports.items():
+                loads = []
+                for source, rows in enumerate(parts):
+                    keys = np.asarray(rows["keys"], dtype=np.int64)
+                    held += keys.size
+                    owner = np.asarray(_core.server_of(keys, servers))
+                    moved += int(np.count_nonzero(owner != source))
+                    for dest in np.unique(owner):
+                        part = _rows_of(rows, owner == dest)
+                        copied_bytes += _row_bytes(part)
+                        loads.append(Remote(fresh[int(dest)], ServerAPI).load_rows(table, part))
+                _wait(trainer, loads)
+                _phase(on_phase, "load", trainer)
+            trainer.strategy.drain()  # every row durable on the new layout: the old servers may go
+            break
+        except RoleLost as err:
+            if err.role != "server" or restarts + 1 >= FRESH_ATTEMPTS:
+                raise
+            restarts += 1
+            for handle in fresh:  # the successor's agents go with them
+                trainer.backend.kill(handle)
+    for handle in old:
+        trainer.backend.kill(handle)
+    return held, moved, held, copied_bytes, restarts
+
+
+def _phase(on_phase: Any, name: str, trainer: Any) -> None:
+    if on_phase is not None:
+        on_phase(name, trainer)
 
 
 class _Request:
@@ -196,6 +287,10 @@ class Resizer:
     """The trainer hook that resizes at step boundaries: the scheduled resizes (``--resize-at``) and those
     :meth:`request` asks from another thread. One resize at a time: a request while another is asked or under way
     is a :class:`ResizeError`."""
+
+    # test and benchmark hook: on_phase(name, trainer) at the move's phases (see resize_servers), e.g. to kill a
+    # server mid-move (set on the class, as a staticmethod: the job builds its Resizer inside fit)
+    on_phase: Any = None
 
     def __init__(self, schedule: Sequence[ResizeAt] = ()) -> None:
         self._schedule = check_schedule(schedule)
@@ -254,24 +349,30 @@ class Resizer:
     def after_step(self, trainer: Any) -> None:
         """A step boundary with nothing in flight: the resizes due before the next step."""
         while self._schedule and self._schedule[0].step <= trainer.step + 1:
-            self.records.append(resize_servers(trainer, self._schedule.pop(0).servers))
+            # popped once done: a server lost during it is recovered at this boundary and the resize tried again
+            self.records.append(resize_servers(trainer, self._schedule[0].servers, self.on_phase))
+            self._schedule.pop(0)
         with self._lock:
             request = self._request
             if request is None:
                 return
             request.started = True
         try:
-            request.record = resize_servers(trainer, request.servers)
+            request.record = resize_servers(trainer, request.servers, self.on_phase)
             self.records.append(request.record)
-        except ResizeError as err:  # the cluster changed since it was asked: refused as then
-            request.error = err
-        except BaseException as err:
-            request.error = err
-            raise
-        finally:
+        except RoleLost:  # recovered at this boundary by the strategy, then the resize is tried again
             with self._lock:
-                self._request = None
-            request.done.set()
+                request.started = False
+            raise
+        except BaseException as err:  # a ResizeError (the cluster changed since it was asked) or a failure
+            request.error = err
+            if not isinstance(err, ResizeError):
+                raise
+        finally:
+            if request.record is not None or request.error is not None:
+                with self._lock:
+                    self._request = None
+                request.done.set()
 
     def close(self) -> None:
         """The run ended: a resize still asked is refused."""

@@ -191,13 +191,17 @@ class Scheduler:
 
     def add_servers(self, count: int) -> List[Handle]:
         """Starts ``count`` new, empty servers after the last one (a resize growing the cluster, see
-        :mod:`xdl_ec.ps.resize`), waits until they answer, and returns their handles; they join :attr:`servers` only
-        with :meth:`set_server_count`. Not with a placement (its nodes are planned for the starting count)."""
+        :mod:`xdl_ec.ps.resize`) and returns their handles; they join :attr:`servers` only with
+        :meth:`set_server_count`."""
         checks.positive_int("count", count)
+        return self.start_servers(range(len(self.servers), len(self.servers) + count))
+
+    def start_servers(self, indices: Sequence[int]) -> List[Handle]:
+        """Starts new, empty servers of ``indices`` (not in :attr:`servers` yet), waits until they answer and returns
+        their handles. Not with a placement (its nodes are planned for the starting count)."""
         if self.placement is not None:
-            raise ValueError("add_servers: the servers are placed by a failure domain; a resize cannot re-plan it")
-        first = len(self.servers)
-        started = [self._start_server(first + i, None) for i in range(count)]
+            raise ValueError("start_servers: the servers are placed by a failure domain; a resize cannot re-plan it")
+        started = [self._start_server(i, None) for i in indices]
         try:
             for server in started:
                 Remote(server, ServerAPI).ping().result(60.0)
@@ -206,6 +210,17 @@ class Scheduler:
                 self.backend.kill(server)
             raise
         return started
+
+    def replace_servers(self, fresh: Sequence[Handle]) -> List[Handle]:
+        """The cluster's servers become ``fresh`` (from :meth:`start_servers`, indices 0..len-1: a resize that
+        re-forms stripes); returns the old handles, still running until the caller stops them."""
+        old = list(self.servers)
+        self.servers = list(fresh)
+        self._server_count = len(self.servers)
+        for key in [key for key in self.dead if key[0] == "server"]:
+            del self.dead[key]
+        self.version += 1
+        return old
 
     def set_server_count(self, started: Sequence[Handle], count: int) -> List[Handle]:
         """The cluster's servers become 0..count-1: those ``started`` by :meth:`add_servers` join, servers from

@@ -514,9 +514,10 @@ class Worker(LinkHost):
             pending.result()
 
     @_serialised
-    def set_servers(self, handles: Sequence[Handle]) -> None:
-        """Points this worker at a resized cluster's servers (``handles``: servers 0..len-1, the kept ones first);
-        called with nothing in flight (after :meth:`flush` and :meth:`settle_pulls`)."""
+    def set_servers(self, handles: Sequence[Handle], kept: Optional[int] = None) -> None:
+        """Points this worker at a resized cluster's servers (``handles``: servers 0..len-1, the first ``kept`` the
+        same as before, see PSClient.set_servers); called with nothing in flight (after :meth:`flush` and
+        :meth:`settle_pulls`)."""
         if self._unacked:
             raise ValueError("set_servers: pushes are still unacknowledged; flush first")
         if isinstance(self.client, CachedClient):
@@ -526,7 +527,7 @@ class Worker(LinkHost):
         for i, handle in enumerate(handles):  # a kept server keeps its link
             same = i < len(old) and (old[i] is handle or getattr(old[i], "handle", None) is handle)
             new.append(old[i] if same else self._linked(handle))
-        self.client.set_servers(new)
+        self.client.set_servers(new, kept)
         for handle in old:
             if isinstance(handle, LinkedHandle) and not any(handle is h for h in new):
                 handle.close()
