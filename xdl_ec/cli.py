@@ -188,7 +188,7 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--deterministic",
         action="store_true",
-        help="deterministic TF ops and single-threaded op pools: same seed, same model_digest",
+        help="deterministic TF ops, one thread per op (ops side by side on two): same seed, same model_digest",
     )
     p.add_argument(
         "--on-bad-line",
@@ -810,6 +810,10 @@ def _print_report(report: dict, request: TrainRequest) -> None:
             f"{exports['freshness_s']['median']:.2f} s, p99 {exports['freshness_s']['p99']:.2f} s; a delta "
             f"{exports['delta_bytes']:,.0f} bytes (every row: {exports['full_bytes']:,} bytes)"
         )
+    if "stages" in report:
+        from xdl_ec.ps.step_stages import stages_text
+
+        print(stages_text(report["stages"]))
 
 
 def _number_text(value: Optional[float]) -> str:

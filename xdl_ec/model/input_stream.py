@@ -17,6 +17,7 @@ does a rollback to a batch the input still knows the position of (a restarted wo
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
@@ -57,6 +58,8 @@ class InputStream:
         self.position = 0  # batches handed out so far
         self._prefetch: Optional[Prefetcher] = None
         self._source: Any = None
+        # wall seconds the input thread spent producing batches (the user's iterator, checks, unique ids)
+        self.input_seconds = 0.0
         self.seek(0)
 
     def _batches(self, skip: int, state: Optional[Any] = None) -> Iterator[Any]:
@@ -78,6 +81,7 @@ class InputStream:
         ordinal = skip
         previous: dict = {}
         first: Any = None  # the first batch's heads and side inputs, which every later batch must keep
+        began = time.perf_counter()  # reset after each yield: the time the consumer holds a batch is not ours
         for batch in _guarded(itertools.islice(iterator, 0 if state is not None else skip, None), self.worker, skip):
             ordinal += 1
             where = f"worker {self.worker}, step {ordinal}"
@@ -98,7 +102,9 @@ class InputStream:
                     else np.isin(keys, before, assume_unique=True, invert=True)
                 )
             previous = prepared.keys
+            self.input_seconds += time.perf_counter() - began
             yield prepared
+            began = time.perf_counter()
 
     def seek(self, position: int, state: Optional[Any] = None) -> int:
         """Continues after the first ``position`` batches (see the module docstring for the cost); ``state``: the
@@ -135,9 +141,10 @@ class InputStream:
 
     def stats(self) -> dict:
         """What the input says of itself: its ``stats()`` when the iterable input_fn returned has one (e.g. the
-        built-in Criteo input's bad lines), else {}."""
+        built-in Criteo input's bad lines), plus ``seconds``: the wall time the input thread spent producing
+        batches (reading and preparing them)."""
         stats = getattr(self._source, "stats", None)
-        return dict(stats()) if callable(stats) else {}
+        return {**(dict(stats()) if callable(stats) else {}), "seconds": self.input_seconds}
 
     def close(self) -> None:
         if self._prefetch is not None:

@@ -47,6 +47,7 @@ from .progress import Progress
 from .recovery_coordinator import RecoveryCoordinator
 from .remote import Remote
 from .scheduler import Scheduler
+from .step_stages import StageClock
 from .sync_loop import run_sync
 from .worker import RunSettings, StepResult, Worker
 
@@ -471,6 +472,7 @@ class PSTrainer:
         self._fit_samples = self.samples
         self.timeline = []
         bar = Progress(steps, self.progress, auc=self.progressive.auc)
+        clock = StageClock(self._worker_stats())
         start = self._fit_start = time.perf_counter()
         if self._train_start is None:  # the first call: --mtbf kills count from here
             self._train_start = start
@@ -503,6 +505,7 @@ class PSTrainer:
             "timeline": self.timeline,
             "progressive": self.progressive.report(),
             "injected": [{**k, "seconds": k["time"] - start} for k in injected],
+            "stages": clock.stages(self._worker_stats()),
             **self.strategy.report(),
         }
 
@@ -533,6 +536,16 @@ class PSTrainer:
             for name, n in s["rows"].items():
                 rows[name] = rows.get(name, 0) + int(n)
         return rows
+
+    def _worker_stats(self) -> List[Dict[str, Any]]:
+        """Every live worker's stats (the report's stages; a worker lost meanwhile is left out)."""
+        stats = []
+        for i in range(len(self.workers)):
+            try:
+                stats.append(self.result(self.worker(i).stats()))
+            except (RoleLost, CallTimeout):
+                pass
+        return stats
 
     def bytes_per_sample(self) -> Dict[str, float]:
         """Embedding bytes the workers pulled and pushed per sample they trained (asks every worker)."""
