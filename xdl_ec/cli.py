@@ -334,6 +334,11 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
         help="resize the servers to SERVERS at the step boundary before step STEP, moving only the rows whose "
         "route changes; the model stays the never-resized run's (repeatable; --ft none or ec)",
     )
+    ft.add_argument(
+        "--run-dir",
+        metavar="DIR",
+        help="where 'xdl-ec resize --run DIR N' reaches this run: its pid file and resize requests (SIGUSR1)",
+    )
     save = p.add_argument_group("saving (any backend, any --ft)")
     save.add_argument(
         "--save-dir",
@@ -428,7 +433,17 @@ BUILTIN_FLAGS = (
     "max_rows",
     "evict_every_steps",
 )
-CLUSTER_FLAGS = ("workers", "backend", "address", "mode", "cache_rows", "staleness", "cache_policy", "resize_at")
+CLUSTER_FLAGS = (
+    "workers",
+    "backend",
+    "address",
+    "mode",
+    "cache_rows",
+    "staleness",
+    "cache_policy",
+    "resize_at",
+    "run_dir",
+)
 FT_FLAGS = (
     "ft",
     "code",
@@ -746,6 +761,12 @@ def _train(args: argparse.Namespace, verify: bool) -> tuple:
     from xdl_ec.model.input_stream import InputFnError
     from xdl_ec.ps import CallTimeout, RoleLost, Unrecoverable
 
+    control = None
+    if getattr(args, "run_dir", None) is not None:
+        from xdl_ec.job.resize_control import ResizeControl
+
+        control = ResizeControl(args.run_dir, request.job)
+        control.start()
     try:
         if verify:
             report = request.job.verify(
@@ -766,6 +787,9 @@ def _train(args: argparse.Namespace, verify: bool) -> tuple:
     # a job whose model or input breaks the contract (InputError, ModelError are ValueErrors).
     except (OSError, ValueError, TypeError, FloatingPointError, InputFnError) as err:
         raise UsageError(str(err)) from None
+    finally:
+        if control is not None:
+            control.stop()
     if request.config is not None and request.data is not None:
         # every worker reads the whole file (keeping its share of the batches): each saw every bad line so far
         report["bad_lines"] = max(w.get("input", {}).get("bad_lines", 0) for w in report["workers"])
@@ -1031,6 +1055,40 @@ def run_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_resize_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "resize",
+        help="resize the servers of a running 'xdl-ec train --run-dir DIR'",
+        description="Asks the run training with --run-dir DIR to resize its servers to N at its next step boundary "
+        "(moving only the rows whose route changes; under --ft ec the stripes are re-formed) and prints the resize "
+        "once done; a resize the run cannot do is refused, changing nothing.",
+    )
+    p.add_argument("--run", required=True, metavar="DIR", help="the run's --run-dir")
+    p.add_argument("servers", type=_positive_int, metavar="N", help="the new server count")
+    p.add_argument(
+        "--timeout", type=_positive_float, default=600.0, metavar="SECONDS", help="wait at most (default 600)"
+    )
+    p.set_defaults(handler=run_resize)
+
+
+def run_resize(args: argparse.Namespace) -> int:
+    from xdl_ec.job.resize_control import ask_resize
+
+    try:
+        record = ask_resize(args.run, args.servers, args.timeout)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    except (RuntimeError, TimeoutError) as err:
+        print(f"xdl-ec resize: error: {err}", file=sys.stderr)
+        return EXIT_FAILURE
+    print(
+        f"resized at step {record['step']}: {record['servers_before']} -> {record['servers_after']} servers, "
+        f"{record['rows_moved']:,} of {record['rows']:,} rows moved to another server, "
+        f"{record['bytes_copied']:,} bytes copied in {record['seconds']:.2f} s"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(
         prog="xdl-ec", description="xdl-ec: sparse CTR training with erasure-coded fault tolerance"
@@ -1040,6 +1098,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_parser(subparsers)
     add_verify_parser(subparsers)
     add_export_parser(subparsers)
+    add_resize_parser(subparsers)
     return parser
 
 

@@ -4,8 +4,13 @@ only the rows whose route changed, and a resize that cannot be done is a clear e
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -177,3 +182,67 @@ def test_a_resize_that_cannot_be_done_is_an_error_that_changes_nothing() -> None
 def test_routing_after_a_resize_is_the_new_counts() -> None:
     keys = np.arange(-5000, 5000, dtype=np.int64) * 7919
     assert np.all(_core.server_of(keys, 3)[_core.server_of(keys, 2) != _core.server_of(keys, 3)] == 2)
+
+
+@pytest.mark.ray
+def test_on_ray_a_run_resized_up_and_down_ends_at_the_never_resized_model() -> None:
+    """New servers are Ray actors (placed by Ray: a failure-domain placement is refused), the old ones' processes
+    are killed once empty (none) or once the re-formed stripes are durable (ec)."""
+    pytest.importorskip("ray")
+    import ray
+
+    from xdl_ec.ps.backend import connect_ray
+
+    started = not ray.is_initialized()
+    try:
+        connect_ray()
+        plain = xdl_ec.Cluster(servers=2, backend="ray", resize_at=["10:3", "20:2"])
+        report = job().fit(steps=STEPS, deterministic=True, seed=SEED, cluster=plain)
+        assert report["model_digest"] == never_resized()["model_digest"]
+        assert [r["servers_after"] for r in report["resizes"]] == [3, 2]
+        coded = xdl_ec.Cluster(servers=3, backend="ray", ft="ec", code=(2, 1), resize_at=["10:4", "20:3"])
+        report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=coded)
+        assert report["model_digest"] == never_resized()["model_digest"]
+        assert report["scrub"]["inconsistent"] == [] and [r["servers_after"] for r in report["resizes"]] == [4, 3]
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def test_xdl_ec_resize_reaches_a_running_train_through_its_run_dir(tmp_path: Path) -> None:
+    """``xdl-ec train --run-dir DIR`` takes SIGUSR1 with DIR's request; ``xdl-ec resize --run DIR N`` asks and prints
+    the resize, and an ask after the run ended names the missing run (refusals and the model a resize keeps are the
+    other tests' subject)."""
+    flags = ["train", "--synthetic", "--synthetic-rows", "4000", "--batch-size", "64", "--steps", "300"]
+    flags += ["--servers", "2", "--deterministic", "--no-progress", "--seed", "3"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(os.path.abspath(p) for p in sys.path if p)}
+    run_dir = tmp_path / "run"
+    training = subprocess.Popen(
+        [sys.executable, "-P", "-m", "xdl_ec", *flags, "--run-dir", str(run_dir), "--report", str(tmp_path / "r.json")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        while not (run_dir / "train.pid").exists():
+            assert training.poll() is None, "the training run ended before its pid file appeared"
+            time.sleep(0.1)
+        asked = subprocess.run(
+            [sys.executable, "-P", "-m", "xdl_ec", "resize", "--run", str(run_dir), "3"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert asked.returncode == 0, asked.stderr
+        assert "2 -> 3 servers" in asked.stdout
+        assert training.wait(300) == 0
+    finally:
+        if training.poll() is None:
+            training.kill()
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert [(r["servers_before"], r["servers_after"]) for r in report["resizes"]] == [(2, 3)]
+    assert not (run_dir / "train.pid").exists()
+    gone = subprocess.run(
+        [sys.executable, "-P", "-m", "xdl_ec", "resize", "--run", str(run_dir), "3"], env=env, capture_output=True
+    )
+    assert gone.returncode == 2 and b"no training run there" in gone.stderr

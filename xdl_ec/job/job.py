@@ -439,6 +439,11 @@ class Job:
         trainer.hooks.append(resizer)
         return resizer
 
+    @property
+    def resizable(self) -> bool:
+        """Whether a cluster fit is running now, so :meth:`resize` may be asked (a run's cluster is up)."""
+        return self._resizer is not None and self._resizer.active
+
     def resize(self, servers: int, drain: Optional[int] = None, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Resizes the servers of the cluster fit running now (call it from another thread) to ``servers`` at the
         next step boundary, and returns the resize's record once it is done: step (the first on the new count),

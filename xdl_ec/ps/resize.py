@@ -26,8 +26,9 @@ its new one after; the step after the boundary is the first on the new layout (`
 
 What a resize refuses, changing nothing (:class:`ResizeError`): a count below 1 or below the stripes' k + r, the
 current count, a resize while another is asked or under way, a drain of a given server, a cluster whose workers
-cache rows, tables with admit / evict rules (each server keeps an even share of a table's row cap), servers placed
-by a failure domain, and ``--ft ckpt`` / ``cpr`` (their checkpoints are per server).
+cache rows, tables with admit / evict rules (each server keeps an even share of a table's row cap), a count the
+failure domain's alive nodes cannot hold, and ``--ft ckpt`` / ``cpr`` (their checkpoints are per server). Under a
+failure domain (``ec`` on several Ray nodes) the fresh servers are placed by the rule for the new count.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from xdl_ec import _core
 
 from .api import ServerAPI
 from .backend import RoleLost
+from .placement import plan_placement
 from .remote import Remote
 
 __all__ = ["ResizeAt", "ResizeError", "Resizer", "parse_resize"]
@@ -122,8 +124,8 @@ def check_target(trainer: Any, servers: int, drain: Optional[int] = None) -> Non
             f"resize: tables {bounded} have admit / evict rules, whose row caps are shared per server; they cannot "
             f"be resized"
         )
-    if trainer.scheduler.placement is not None:
-        raise ResizeError("resize: the servers are placed by a failure domain (--failure-domain node); not yet")
+    if trainer.scheduler.placement is not None and not trainer.strategy.reforms_on_resize:
+        raise ResizeError("resize: the servers are placed by a failure domain but form no stripes to re-form")
 
 
 def _row_bytes(rows: Dict[str, np.ndarray]) -> int:
@@ -151,13 +153,18 @@ def resize_servers(trainer: Any, servers: int, on_phase: Any = None) -> Dict[str
     trainer)``: a test hook called at the move's phases ("export": before the old servers are read, "load": after a
     table's rows are loaded onto the fresh servers)."""
     check_target(trainer, servers)
+    if trainer.strategy.reforms_on_resize:
+        _placement_of(trainer, servers)  # nodes too few for the new count: refused before anything moves
     start = time.perf_counter()
     before = len(trainer.scheduler.servers)
     trainer.quiesce()
     live = [i for i, w in enumerate(trainer.live_workers()) if w is not None]
     _wait(trainer, [trainer.worker(i).settle_pulls() for i in live])
     if trainer.strategy.reforms_on_resize:
-        held, moved, copied, copied_bytes, restarts = _move_onto_fresh_servers(trainer, servers, live, on_phase)
+        placement = _placement_of(trainer, servers)
+        held, moved, copied, copied_bytes, restarts = _move_onto_fresh_servers(
+            trainer, servers, live, on_phase, placement
+        )
     else:
         held, moved, copied, copied_bytes = _move_changed_rows(trainer, servers, live)
         restarts = 0
@@ -213,7 +220,20 @@ def _move_changed_rows(trainer: Any, servers: int, live: List[int]) -> tuple:
 FRESH_ATTEMPTS = 3  # times a re-forming move starts over on fresh servers when one of them dies mid-move
 
 
-def _move_onto_fresh_servers(trainer: Any, servers: int, live: List[int], on_phase: Any = None) -> tuple:
+def _placement_of(trainer: Any, servers: int) -> Any:
+    """The failure-domain placement of ``servers`` re-formed servers (None where Ray places them): the alive nodes
+    must hold them with at most r members of a stripe on a node, else ResizeError."""
+    if trainer.scheduler.placement is None:
+        return None
+    try:
+        return plan_placement(trainer.backend, trainer.cluster.failure_domain, servers, trainer.strategy.stripe_code)
+    except ValueError as err:
+        raise ResizeError(f"resize to {servers} servers: {err}") from err
+
+
+def _move_onto_fresh_servers(
+    trainer: Any, servers: int, live: List[int], on_phase: Any = None, placement: Any = None
+) -> tuple:
     """A strategy whose redundancy depends on the count (``ec``'s stripes rotate over the servers) re-forms it on
     ``servers`` fresh servers. Every row is read from the old servers while their strategy still protects them (a
     server lost then is recovered by it as at any boundary, and the resize tried again); then the old strategy
@@ -233,8 +253,8 @@ def _move_onto_fresh_servers(trainer: Any, servers: int, live: List[int], on_pha
     old = list(scheduler.servers)
     restarts = 0
     while True:
-        fresh = scheduler.start_servers(range(servers))
-        scheduler.replace_servers(fresh)
+        fresh = scheduler.start_servers(range(servers), placement)
+        scheduler.replace_servers(fresh, placement)
         try:
             trainer.client.set_servers(fresh, kept=0)
             _wait(trainer, [trainer.worker(i).set_servers(fresh, 0) for i in live])
@@ -303,6 +323,11 @@ class Resizer:
     def attach(self, trainer: Any) -> None:
         """The run whose servers this resizes (before its first step)."""
         self._trainer = trainer
+
+    @property
+    def active(self) -> bool:
+        """Whether a run is attached and not ended (:meth:`request` may be asked)."""
+        return self._trainer is not None and not self._closed
 
     def validate(self, servers: int, code: Optional[tuple], total_steps: Optional[int]) -> None:
         """Checks the schedule against a cluster of ``servers`` (stripes ``code``) and the run's steps: ValueError

@@ -196,12 +196,11 @@ class Scheduler:
         checks.positive_int("count", count)
         return self.start_servers(range(len(self.servers), len(self.servers) + count))
 
-    def start_servers(self, indices: Sequence[int]) -> List[Handle]:
+    def start_servers(self, indices: Sequence[int], placement: Optional[Placement] = None) -> List[Handle]:
         """Starts new, empty servers of ``indices`` (not in :attr:`servers` yet), waits until they answer and returns
-        their handles. Not with a placement (its nodes are planned for the starting count)."""
-        if self.placement is not None:
-            raise ValueError("start_servers: the servers are placed by a failure domain; a resize cannot re-plan it")
-        started = [self._start_server(i, None) for i in indices]
+        their handles; with a failure domain each on the node ``placement`` (planned for the count they belong to)
+        names for its index."""
+        started = [self._start_server(i, None if placement is None else placement.node_of(i)) for i in indices]
         try:
             for server in started:
                 Remote(server, ServerAPI).ping().result(60.0)
@@ -211,11 +210,13 @@ class Scheduler:
             raise
         return started
 
-    def replace_servers(self, fresh: Sequence[Handle]) -> List[Handle]:
-        """The cluster's servers become ``fresh`` (from :meth:`start_servers`, indices 0..len-1: a resize that
-        re-forms stripes); returns the old handles, still running until the caller stops them."""
+    def replace_servers(self, fresh: Sequence[Handle], placement: Optional[Placement] = None) -> List[Handle]:
+        """The cluster's servers become ``fresh`` (from :meth:`start_servers`, indices 0..len-1, on ``placement``'s
+        nodes when the cluster has a failure domain: a resize that re-forms stripes); returns the old handles,
+        still running until the caller stops them."""
         old = list(self.servers)
         self.servers = list(fresh)
+        self.placement = placement
         self._server_count = len(self.servers)
         for key in [key for key in self.dead if key[0] == "server"]:
             del self.dead[key]
