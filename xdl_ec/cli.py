@@ -824,6 +824,12 @@ def _print_report(report: dict, request: TrainRequest) -> None:
         )
     if report.get("lost_updates"):
         print(f"{report['ft']}: {report['lost_updates']:,} row updates lost")
+    for resize in report.get("resizes", []):
+        print(
+            f"resized at step {resize['step']}: {resize['servers_before']} -> {resize['servers_after']} servers, "
+            f"{resize['rows_moved']:,} of {resize['rows']:,} rows to another server, {resize['bytes_copied']:,} "
+            f"bytes copied in {resize['seconds']:.2f} s"
+        )
     print(f"model_digest {report['model_digest']}")
     for server in report.get("servers", []):
         print(f"server {server['index']}: {server['bytes_in']:,} bytes in, {server['bytes_out']:,} bytes out")
