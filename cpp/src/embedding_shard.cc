@@ -100,7 +100,7 @@ struct EmbeddingShard::Impl {
   RecordLayout layout;
   size_t record_bytes = 0;
   size_t value_end = 0;   // bytes from the record start to the end of the value
-  size_t read_bytes = 0;  // what a pull reads of a record: through the value, or (row rules) the whole record
+  size_t read_bytes = 0;  // what a pull reads of a record: through the value
   size_t block_bytes = 0;
   uint32_t block_slots = 0;
   int block_shift = -1;  // log2(block_slots) when it is a power of two
@@ -110,7 +110,11 @@ struct EmbeddingShard::Impl {
   std::vector<MappedBuffer> slabs;  // where blocks live: large huge-page mappings, never moved
   size_t slab_used = 0;             // bytes of slabs.back() handed out
   size_t slab_total = 0;            // bytes of all slabs
-  size_t high_water = 0;            // slots ever used
+  // Blocks an eviction pass emptied whole, their pages given back to the kernel (MappedBuffer::ReleasePages)
+  // until a slot of theirs is allocated again: they read zeros as freed slots do.
+  std::vector<uint8_t> released;
+  size_t released_count = 0;
+  size_t high_water = 0;  // slots ever used
   // Reusable (all-zero) slots as a min-heap: the lowest free slot is always taken next, so what a
   // shard does next depends on its bytes alone and a restored shard behaves exactly as the lost one.
   std::vector<uint32_t> free_slots;
@@ -142,6 +146,8 @@ struct EmbeddingShard::Impl {
   bool policy_on = false;
   size_t policy_offset = 0;
   int64_t min_count = 1;
+  bool admission = false;  // min_count > 1: pending records exist, a pull checks the admitted word
+  size_t admitted_at = 0;  // with admission: the admitted word's offset in a record, prefetched by pulls
   std::atomic<uint64_t> admitted{0}, not_admitted{0}, evicted_ttl{0}, evicted_l2{0}, evicted_cap{0};
   std::atomic<uint64_t> generation{0};  // passes that freed something
   // StageLoadWords: words of rows and pending ids for the next Load
@@ -159,7 +165,9 @@ struct EmbeddingShard::Impl {
     policy_offset = layout.policy_offset();
     record_bytes = layout.bytes();
     value_end = layout.state_offset();
-    read_bytes = policy_on ? record_bytes : value_end;  // a pull of a bounded table reads its admitted word
+    read_bytes = value_end;
+    admission = min_count > 1;
+    admitted_at = admission ? policy_offset + RecordLayout::kAdmittedOffset : 0;
     block_slots = config.block_slots;
     if ((block_slots & (block_slots - 1)) == 0) {
       block_shift = 0;
@@ -191,7 +199,8 @@ struct EmbeddingShard::Impl {
   void SetWord(uint8_t* record, size_t offset, T v) const {
     std::memcpy(record + policy_offset + offset, &v, sizeof(v));
   }
-  bool Admitted(const uint8_t* r) const { return !policy_on || Word<uint32_t>(r, RecordLayout::kAdmittedOffset); }
+  // Without admission every record is a row (no pending ids): the word is not read.
+  bool Admitted(const uint8_t* r) const { return !admission || Word<uint32_t>(r, RecordLayout::kAdmittedOffset); }
   uint32_t Uses(const uint8_t* r) const { return Word<uint32_t>(r, RecordLayout::kUsesOffset); }
   int64_t LastStep(const uint8_t* r) const { return Word<int64_t>(r, RecordLayout::kLastStepOffset); }
   // One push of `c` occurrences at `step`: the counter saturates rather than wraps.
@@ -229,8 +238,10 @@ struct EmbeddingShard::Impl {
   // prefetched kIndexAhead keys ahead, and the record bytes [from, from + len) of each tag-matching
   // candidate kRecordAhead keys ahead; the key is confirmed when visited (visit may insert keys,
   // so an unconfirmed candidate falls back to a full lookup).
+  // with_admitted: the admitted word's line is prefetched too (a pull of a table with admission reads it).
   template <class Visit>
-  bool Resolve(const int64_t* keys, size_t n, size_t from, size_t len, Visit&& visit) const {
+  bool Resolve(const int64_t* keys, size_t n, size_t from, size_t len, Visit&& visit,
+               bool with_admitted = false) const {
     constexpr size_t kIndexAhead = 16, kRecordAhead = 8, kRing = 16;
     static_assert(kRing > kRecordAhead, "the ring must hold the keys in flight");
     uint32_t ring[kRing];
@@ -241,7 +252,10 @@ struct EmbeddingShard::Impl {
         if (i + kIndexAhead < n) index.Prefetch(keys[i + kIndexAhead]);
         const uint32_t candidate = index.Candidate(keys[i]);
         ring[i % kRing] = candidate;
-        if (candidate != KeyIndex::kNone && prefetch_records) PrefetchRecord(candidate, from, len);
+        if (candidate != KeyIndex::kNone && prefetch_records) {
+          PrefetchRecord(candidate, from, len);
+          if (with_admitted) __builtin_prefetch(Record(candidate) + admitted_at);
+        }
       }
       if (i >= kRecordAhead) {
         const size_t j = i - kRecordAhead;
@@ -355,6 +369,10 @@ struct EmbeddingShard::Impl {
     if (!free_slots.empty()) {
       const uint32_t slot = free_slots.front();
       EnsureBlock(slot / block_slots);
+      if (released_count && released[BlockOf(slot)]) {  // reused: its pages come back as they are touched
+        released[BlockOf(slot)] = 0;
+        --released_count;
+      }
       std::pop_heap(free_slots.begin(), free_slots.end(), std::greater<uint32_t>());
       free_slots.pop_back();
       return slot;
@@ -479,6 +497,15 @@ struct EmbeddingShard::Impl {
     RecordLayout::SetFlags(r, RecordLayout::Ticked(RecordLayout::Flags(r)));
   }
 
+  // Block b holds no live record: its pages go back to the kernel (the bytes stay zero).
+  void ReleaseBlock(size_t b) {
+    if (released.size() < blocks.size()) released.resize(blocks.size(), 0);
+    if (released[b] || !blocks[b]) return;
+    if (MappedBuffer::ReleasePages(blocks[b], block_bytes) == 0) return;  // a block within one page: kept
+    released[b] = 1;
+    ++released_count;
+  }
+
   // One eviction pass at now_step (row_policy.h), exclusive lock held, deltas started. With `merge` the
   // deltas already hold this call's entries (a push's pass) and stay one entry per slot.
   EmbeddingShard::Eviction EvictPass(int64_t now_step, DeltaBatch* deltas, bool merge) {
@@ -499,32 +526,40 @@ struct EmbeddingShard::Impl {
     const bool ranked = rules.max_rows.has_value();
     if (ranked) kept.reserve(index.size());
     const size_t dim = static_cast<size_t>(config.dim);
-    for (size_t slot = 0; slot < high_water; ++slot) {
-      const uint8_t* r = Record(slot);
-      if (!RecordLayout::IsLive(RecordLayout::Flags(r))) continue;
-      const int64_t last = LastStep(r);
-      if (rules.ttl_steps && now_step - last > *rules.ttl_steps) {
-        victims.push_back(static_cast<uint32_t>(slot));
-        ++out.counts.ttl;
-        continue;
-      }
-      if (rules.min_l2 && Admitted(r)) {
-        const float* v = reinterpret_cast<const float*>(r + RecordLayout::kValueOffset);
-        double sq = 0;
-        for (size_t j = 0; j < dim; ++j) sq += static_cast<double>(v[j]) * v[j];
-        if (std::sqrt(sq) < *rules.min_l2) {
+    std::vector<uint32_t> live_in_block(NumBlocks(), 0);  // to find the blocks the pass empties whole
+    // Walked block by block (the scan is a share of a pass step); a released block is all free and not read
+    // (reading would map its pages again).
+    for (size_t b = 0, nb = NumBlocks(); b < nb; ++b) {
+      if (released_count && released[b]) continue;
+      const uint8_t* r = blocks[b];
+      const size_t end = std::min<size_t>(high_water, (b + 1) * size_t{block_slots});
+      for (size_t slot = b * block_slots; slot < end; ++slot, r += record_bytes) {
+        if (!RecordLayout::IsLive(RecordLayout::Flags(r))) continue;
+        ++live_in_block[b];
+        const int64_t last = LastStep(r);
+        if (rules.ttl_steps && now_step - last > *rules.ttl_steps) {
           victims.push_back(static_cast<uint32_t>(slot));
-          ++out.counts.l2;
+          ++out.counts.ttl;
           continue;
         }
-      }
-      if (!ranked) continue;
-      // last_step may be negative only through a bad load; LoadPolicyWords rejects that.
-      const uint64_t uses = Uses(r), step = static_cast<uint64_t>(std::max<int64_t>(last, 0));
-      if (rules.policy == EvictPolicy::kLru) {
-        kept.push_back({step, uses, KeyAt(static_cast<uint32_t>(slot)), static_cast<uint32_t>(slot)});
-      } else {
-        kept.push_back({uses, step, KeyAt(static_cast<uint32_t>(slot)), static_cast<uint32_t>(slot)});
+        if (rules.min_l2 && Admitted(r)) {
+          const float* v = reinterpret_cast<const float*>(r + RecordLayout::kValueOffset);
+          double sq = 0;
+          for (size_t j = 0; j < dim; ++j) sq += static_cast<double>(v[j]) * v[j];
+          if (std::sqrt(sq) < *rules.min_l2) {
+            victims.push_back(static_cast<uint32_t>(slot));
+            ++out.counts.l2;
+            continue;
+          }
+        }
+        if (!ranked) continue;
+        // last_step may be negative only through a bad load; LoadPolicyWords rejects that.
+        const uint64_t uses = Uses(r), step = static_cast<uint64_t>(std::max<int64_t>(last, 0));
+        if (rules.policy == EvictPolicy::kLru) {
+          kept.push_back({step, uses, KeyAt(static_cast<uint32_t>(slot)), static_cast<uint32_t>(slot)});
+        } else {
+          kept.push_back({uses, step, KeyAt(static_cast<uint32_t>(slot)), static_cast<uint32_t>(slot)});
+        }
       }
     }
     if (rules.max_rows && static_cast<int64_t>(kept.size()) > rules.cap_low_water()) {
@@ -563,6 +598,8 @@ struct EmbeddingShard::Impl {
       free_slots.push_back(slot);
       std::push_heap(free_slots.begin(), free_slots.end(), std::greater<uint32_t>());
       out.keys.push_back(key);
+      const size_t b = BlockOf(slot);
+      if (--live_in_block[b] == 0) ReleaseBlock(b);
     }
     evicted_ttl.fetch_add(out.counts.ttl, std::memory_order_relaxed);
     evicted_l2.fetch_add(out.counts.l2, std::memory_order_relaxed);
@@ -625,6 +662,7 @@ ShardMemoryStats EmbeddingShard::memory() const {
   m.slots = s.high_water;
   m.record_bytes = s.record_bytes;
   for (const uint8_t* b : s.blocks) m.slot_bytes += b ? s.block_bytes : 0;
+  m.slot_bytes -= s.released_count * s.block_bytes;  // emptied by passes and given back (ReleaseBlock)
   m.index_bytes = s.index.bytes();
   m.free_slots = s.free_slots.size();
   m.free_list_bytes = s.free_slots.capacity() * sizeof(uint32_t);
@@ -654,17 +692,20 @@ void EmbeddingShard::PullTo(const int64_t* keys, size_t n, float* out, DeltaSink
     if (!s.Restoring()) {
       const bool inserts = s.PullInserts();
       uint64_t zeros = 0;  // keys without a row (row_policy.h)
-      const bool all = s.Resolve(keys, n, 0, s.read_bytes, [&](size_t i, uint32_t slot) {
-        if (slot == KeyIndex::kNone) {
-          if (inserts) return false;
-          std::memset(out + i * dim, 0, sizeof(float) * dim);
-          ++zeros;
-          return true;
-        }
-        if (s.policy_on && !s.Admitted(s.Record(slot))) ++zeros;  // pending: its value bytes are zero
-        s.CopyValue(slot, out + i * dim);
-        return true;
-      });
+      const bool all = s.Resolve(
+          keys, n, 0, s.read_bytes,
+          [&](size_t i, uint32_t slot) {
+            if (slot == KeyIndex::kNone) {
+              if (inserts) return false;
+              std::memset(out + i * dim, 0, sizeof(float) * dim);
+              ++zeros;
+              return true;
+            }
+            if (s.admission && !s.Admitted(s.Record(slot))) ++zeros;  // pending: its value bytes are zero
+            s.CopyValue(slot, out + i * dim);
+            return true;
+          },
+          s.admission);
       if (all) {
         if (zeros) s.not_admitted.fetch_add(zeros, std::memory_order_relaxed);
         return;
@@ -683,21 +724,24 @@ void EmbeddingShard::PullTo(const int64_t* keys, size_t n, float* out, DeltaSink
   s.DeltaStart(deltas, 0);
   s.PrepareBlocks(keys, n, /*may_insert=*/true);
   uint64_t zeros = 0;
-  s.Resolve(keys, n, 0, s.read_bytes, [&](size_t i, uint32_t slot) {
-    if (slot == KeyIndex::kNone) {
-      if (!s.PullInserts()) {
-        std::memset(out + i * dim, 0, sizeof(float) * dim);
-        ++zeros;
+  s.Resolve(
+      keys, n, 0, s.read_bytes,
+      [&](size_t i, uint32_t slot) {
+        if (slot == KeyIndex::kNone) {
+          if (!s.PullInserts()) {
+            std::memset(out + i * dim, 0, sizeof(float) * dim);
+            ++zeros;
+            return true;
+          }
+          slot = s.Insert(keys[i], deltas);
+          if (s.policy_on) s.admitted.fetch_add(1, std::memory_order_relaxed);
+        } else if (s.admission && !s.Admitted(s.Record(slot))) {
+          ++zeros;
+        }
+        s.CopyValue(slot, out + i * dim);
         return true;
-      }
-      slot = s.Insert(keys[i], deltas);
-      if (s.policy_on) s.admitted.fetch_add(1, std::memory_order_relaxed);
-    } else if (s.policy_on && !s.Admitted(s.Record(slot))) {
-      ++zeros;
-    }
-    s.CopyValue(slot, out + i * dim);
-    return true;
-  });
+      },
+      s.admission);
   if (zeros) s.not_admitted.fetch_add(zeros, std::memory_order_relaxed);
   if (sink) sink->Record(std::move(batch));
 }
@@ -792,17 +836,20 @@ size_t EmbeddingShard::PullStaleTo(const int64_t* keys, size_t n, const int32_t*
     if (!s.Restoring()) {
       const bool inserts = s.PullInserts();
       uint64_t zeros = 0;
-      const bool all = s.Resolve(keys, n, 0, s.read_bytes, [&](size_t i, uint32_t slot) {
-        if (slot == KeyIndex::kNone) {
-          if (inserts) return false;
-          absent(i);
-          ++zeros;
-          return true;
-        }
-        if (s.policy_on && !s.Admitted(s.Record(slot))) ++zeros;
-        answer(i, slot, false);
-        return true;
-      });
+      const bool all = s.Resolve(
+          keys, n, 0, s.read_bytes,
+          [&](size_t i, uint32_t slot) {
+            if (slot == KeyIndex::kNone) {
+              if (inserts) return false;
+              absent(i);
+              ++zeros;
+              return true;
+            }
+            if (s.admission && !s.Admitted(s.Record(slot))) ++zeros;
+            answer(i, slot, false);
+            return true;
+          },
+          s.admission);
       if (all) {
         if (zeros) s.not_admitted.fetch_add(zeros, std::memory_order_relaxed);
         return m;
@@ -821,22 +868,25 @@ size_t EmbeddingShard::PullStaleTo(const int64_t* keys, size_t n, const int32_t*
   s.DeltaStart(deltas, 0);
   s.PrepareBlocks(keys, n, /*may_insert=*/true);
   uint64_t zeros = 0;
-  s.Resolve(keys, n, 0, s.read_bytes, [&](size_t i, uint32_t slot) {
-    const bool inserted = slot == KeyIndex::kNone;
-    if (inserted) {
-      if (!s.PullInserts()) {
-        absent(i);
-        ++zeros;
+  s.Resolve(
+      keys, n, 0, s.read_bytes,
+      [&](size_t i, uint32_t slot) {
+        const bool inserted = slot == KeyIndex::kNone;
+        if (inserted) {
+          if (!s.PullInserts()) {
+            absent(i);
+            ++zeros;
+            return true;
+          }
+          slot = s.Insert(keys[i], deltas);
+          if (s.policy_on) s.admitted.fetch_add(1, std::memory_order_relaxed);
+        } else if (s.admission && !s.Admitted(s.Record(slot))) {
+          ++zeros;
+        }
+        answer(i, slot, inserted);
         return true;
-      }
-      slot = s.Insert(keys[i], deltas);
-      if (s.policy_on) s.admitted.fetch_add(1, std::memory_order_relaxed);
-    } else if (s.policy_on && !s.Admitted(s.Record(slot))) {
-      ++zeros;
-    }
-    answer(i, slot, inserted);
-    return true;
-  });
+      },
+      s.admission);
   if (zeros) s.not_admitted.fetch_add(zeros, std::memory_order_relaxed);
   if (sink) sink->Record(std::move(batch));
   return m;
@@ -954,6 +1004,7 @@ void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, i
   size_t chunk_deltas[kChunk];
   bool chunk_copy[kChunk];      // the old record is still to be copied into its delta
   size_t chunk_u[kChunk];       // the unique index of each row (consecutive unless rules skip keys)
+  uint32_t chunk_uses[kChunk];  // row rules: occurrences still to count once the old record is copied (0: none)
   float* round_values[kChunk];  // with repeats: the rows of a chunk that take one more step
   float* round_states[kChunk];
   std::unique_ptr<float[]> round_grads(counts.empty() ? nullptr : new float[kChunk * dim]);
@@ -968,13 +1019,25 @@ void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, i
     }
     const float* grads_of_chunk = sums.get() + first * dim;
     if (s.policy_on) {
-      for (size_t r = 0; r < rows; ++r) {
-        std::memcpy(chunk_grads.get() + r * dim, sums.get() + chunk_u[r] * dim, dim * sizeof(float));
+      if (chunk_u[rows - 1] - chunk_u[0] == rows - 1) {  // no key skipped: the sums are in place
+        grads_of_chunk = sums.get() + chunk_u[0] * dim;
+      } else {
+        for (size_t r = 0; r < rows; ++r) {
+          std::memcpy(chunk_grads.get() + r * dim, sums.get() + chunk_u[r] * dim, dim * sizeof(float));
+        }
+        grads_of_chunk = chunk_grads.get();
       }
-      grads_of_chunk = chunk_grads.get();
     }
     s.optimizer->ApplyRows(values, states, grads_of_chunk, rows, s.config.dim, step);
-    for (size_t r = 0; r < rows; ++r) s.Tick(chunk_slots[r]);
+    if (s.policy_on) {  // the rows' uses are counted here, after their old records were copied
+      for (size_t r = 0; r < rows; ++r) {
+        uint8_t* rec = reinterpret_cast<uint8_t*>(values[r]) - RecordLayout::kValueOffset;
+        RecordLayout::SetFlags(rec, RecordLayout::Ticked(RecordLayout::Flags(rec)));
+        if (chunk_uses[r]) s.CountUse(rec, chunk_uses[r], step);
+      }
+    } else {
+      for (size_t r = 0; r < rows; ++r) s.Tick(chunk_slots[r]);
+    }
     if (!counts.empty()) {  // the further steps of rows standing for several gradients, one round at a time
       uint32_t most = 1;
       for (size_t r = 0; r < rows; ++r) most = std::max(most, counts[chunk_u[r]]);
@@ -1004,7 +1067,10 @@ void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, i
     if (s.policy_on) {
       // Row rules (row_policy.h): count the occurrence; a key without a row after it is not stepped.
       const uint32_t c = counts.empty() ? 1u : counts[u];
-      size_t d;
+      uint8_t* rec = slot == KeyIndex::kNone ? nullptr : s.Record(slot);
+      size_t d = 0;
+      bool copy = false;
+      uint32_t uses_later = 0;
       if (slot == KeyIndex::kNone) {
         if (s.Full()) {
           ++dropped;
@@ -1026,24 +1092,28 @@ void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, i
             return true;
           }
         }
+      } else if (s.Admitted(rec)) {
+        // A row (the common case): its old record is copied and its use counted in the chunk, as an
+        // unruled row's copy is (copying at once stalls on the record's prefetch).
+        if (deltas) d = s.DeltaReserve(deltas, slot);
+        copy = true;
+        uses_later = c;
       } else {
         d = s.DeltaBegin(deltas, slot);
-        uint8_t* r = s.Record(slot);
-        s.CountUse(r, c, step);
-        if (!s.Admitted(r)) {
-          if (s.Uses(r) >= s.min_count) {
-            s.Admit(slot, unique_keys[u]);
-          } else {
-            s.Tick(slot);  // its count changed: a new version
-            s.DeltaEnd(deltas, d, slot);
-            ++dropped;
-            return true;
-          }
+        s.CountUse(rec, c, step);  // a pending id
+        if (s.Uses(rec) >= s.min_count) {
+          s.Admit(slot, unique_keys[u]);
+        } else {
+          s.Tick(slot);  // its count changed: a new version
+          s.DeltaEnd(deltas, d, slot);
+          ++dropped;
+          return true;
         }
       }
-      uint8_t* rec = s.Record(slot);
+      if (!rec) rec = s.Record(slot);
       chunk_deltas[rows] = d;
-      chunk_copy[rows] = false;
+      chunk_copy[rows] = copy;
+      chunk_uses[rows] = uses_later;
       chunk_u[rows] = u;
       chunk_slots[rows] = slot;
       values[rows] = s.Value(rec);

@@ -1,6 +1,7 @@
 #include "xdl_ec/mapped_buffer.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <new>
@@ -53,6 +54,16 @@ MappedBuffer& MappedBuffer::operator=(MappedBuffer&& other) noexcept {
     map_bytes_ = std::exchange(other.map_bytes_, 0);
   }
   return *this;
+}
+
+size_t MappedBuffer::ReleasePages(uint8_t* p, size_t bytes) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t start = reinterpret_cast<uintptr_t>(p), end = start + bytes;
+  const uintptr_t first = (start + page - 1) & ~(page - 1), last = end & ~(page - 1);
+  if (last <= first) return 0;
+  // MADV_DONTNEED on private anonymous memory: the pages read as zeros afterwards, the memory goes back at once.
+  if (madvise(p + (first - start), last - first, MADV_DONTNEED) != 0) return 0;
+  return last - first;
 }
 
 void MappedBuffer::Release() {

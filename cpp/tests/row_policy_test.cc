@@ -240,6 +240,51 @@ TEST(RowPolicy, TtlEvictsExactlyTheRowsNotUpdatedForMoreThanTtlSteps) {
   EXPECT_EQ(Pull(shard, {1}), Pull(fresh, {1}));
 }
 
+TEST(RowPolicy, ABlockAPassEmptiesWholeIsGivenBackAndReused) {
+  RowPolicyConfig r;
+  r.ttl_steps = 2;
+  const uint32_t slots = 1024;  // 1024 records of dim 16: a block spans whole pages
+  EmbeddingShard shard(Config(r, slots, 16)), reference(Config(r, slots, 16));
+  std::vector<int64_t> first(slots), second(slots);
+  std::iota(first.begin(), first.end(), 0);        // block 0
+  std::iota(second.begin(), second.end(), 10000);  // block 1
+  std::vector<int64_t> one_of_second = {second[5]};
+  DeltaBatch deltas;
+  for (EmbeddingShard* s : {&shard, &reference}) {
+    Push(*s, first, 1);
+    Push(*s, second, 1);
+  }
+  const size_t held = shard.memory().slot_bytes;
+  ASSERT_EQ(held, 2 * shard.block_bytes());
+  for (int64_t step = 2; step <= 4; ++step) {
+    Push(shard, one_of_second, step);
+    Push(reference, one_of_second, step);
+  }
+  // At step 4 every key of block 0 is past its TTL, block 1 keeps one row: block 0 alone is given back.
+  shard.Push(one_of_second.data(), std::vector<float>(16, 0.5f).data(), 1, 5, &deltas);
+  const auto e = shard.Evict(5, &deltas);
+  EXPECT_EQ(e.counts.ttl, size_t{2 * slots - 1});
+  EXPECT_EQ(shard.memory().slot_bytes, shard.block_bytes());
+  EXPECT_EQ(shard.memory().live_rows, 1u);
+  // The given-back block reads zeros, as freed slots do (parity sees no difference)...
+  std::vector<uint8_t> block(shard.block_bytes(), 1);
+  shard.ReadBlock(0, block.data());
+  EXPECT_TRUE(std::all_of(block.begin(), block.end(), [](uint8_t v) { return v == 0; }));
+  // ...and is reused first (the lowest free slot): held again, and its rows train as in a shard never emptied.
+  Push(shard, {7, 8}, 6);
+  EXPECT_EQ(shard.memory().slot_bytes, 2 * shard.block_bytes());
+  EmbeddingShard fresh(Config(r, slots, 16));
+  Push(fresh, {7, 8}, 6);
+  EXPECT_EQ(Pull(shard, {7, 8}), Pull(fresh, {7, 8}));
+  // The same rows erased one by one (nothing given back) leave the same bytes.
+  Push(reference, one_of_second, 5);
+  EXPECT_EQ(reference.Erase(e.keys.data(), e.keys.size()), e.keys.size());
+  Push(reference, {7, 8}, 6);
+  EXPECT_EQ(reference.memory().slot_bytes, 2 * shard.block_bytes());
+  EXPECT_EQ(AllBlocks(shard), AllBlocks(reference));
+  EXPECT_EQ(shard.Evict(6).counts.total(), 0u);  // a later pass skips the given-back block
+}
+
 TEST(RowPolicy, TtlAlsoDropsPendingCounts) {
   RowPolicyConfig r = Admit(2);
   r.ttl_steps = 2;

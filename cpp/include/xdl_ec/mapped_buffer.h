@@ -24,6 +24,10 @@ class MappedBuffer {
   uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
 
+  // Gives the whole pages within [p, p + bytes) of a mapping back to the kernel (they read zeros and are backed
+  // again when next touched); returns the bytes given back. For a range of zeros no longer needed soon.
+  static size_t ReleasePages(uint8_t* p, size_t bytes);
+
  private:
   void Release();
   uint8_t* data_ = nullptr;
