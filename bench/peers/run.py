@@ -168,7 +168,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                 result = run_one(system, args, data, batch_size, args.steps, args.skip)
                 result.update(round=rnd, batch_size=batch_size, workload=args.workload)
                 results.append(result)
-                shown = result.get("error") or f"{result['samples_per_sec']:,.0f} samples/s, AUC {result['auc']:.4f}"
+                save(args, [*everything, *results])  # an interrupted run keeps what it measured
+                shown = result.get("error") or (
+                    f"{result['samples_per_sec']:,.0f} samples/s, {result['cpu_us_per_sample']:.1f} CPU us/sample, "
+                    f"AUC {result['auc']:.4f}"
+                )
                 print(
                     f"  batch {batch_size} round {rnd + 1} {system:>8}: {shown} "
                     f"(load {result['load_before']:.1f}, {time.perf_counter() - started:.0f} s)",
@@ -182,10 +186,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         everything += results
         if args.criteo and args.workload == "criteo-shaped":
             everything += criteo_epoch(args, batch_size)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(everything, f, indent=1)
+        save(args, everything)
     return 0
+
+
+def save(args: argparse.Namespace, results: List[Dict[str, Any]]) -> None:
+    """Every result line so far to ``--json`` (rewritten whole, through a temporary file)."""
+    if args.json:
+        with open(f"{args.json}.tmp", "w") as f:
+            json.dump(results, f, indent=1)
+        os.replace(f"{args.json}.tmp", args.json)
 
 
 def criteo_epoch(args: argparse.Namespace, batch_size: int) -> List[Dict[str, Any]]:
