@@ -59,6 +59,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--keras-python", default=sys.executable, help="a Python with TF 2.x and Keras (no venv)")
     parser.add_argument("--no-setup", action="store_true", help="do not build missing venvs (fail instead)")
     parser.add_argument("--json", help="also write every run's result line to this file")
+    parser.add_argument("--tables-from", metavar="JSON", help="print the tables of a --json file, run nothing")
     args = parser.parse_args(argv)
     args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = [s for s in args.systems if s not in SYSTEMS]
@@ -152,8 +153,29 @@ def labelled(results: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return [dict(r, system=LABELS[r["system"]]) if r["system"] in LABELS else r for r in results]
 
 
+def print_tables(results: List[Dict[str, Any]]) -> None:
+    """One table per workload and batch size, with the goal line where the rounds were timed."""
+    for workload, batch_size in dict.fromkeys((r["workload"], r["batch_size"]) for r in results):
+        part = [r for r in results if r["workload"] == workload and r["batch_size"] == batch_size]
+        rows = summarise(labelled(part), reference=LABELS["xdl-ec"])
+        ok = [r for r in part if "error" not in r]
+        if workload == "criteo-sample":
+            print(f"## one epoch of the Criteo sample, batch {batch_size} (its last 10% held out)\n")
+            print(format_table(rows) + "\n", flush=True)
+            continue
+        rounds = len({r["round"] for r in part})
+        steps = f"{ok[0]['steps']} steps (first {ok[0]['steps'] - ok[0]['timed_steps']} untimed)" if ok else ""
+        print(f"## {workload}, batch {batch_size}, {steps}, {rounds} rounds\n")
+        print(format_table(rows))
+        print("\n" + goal_line(rows, batch_size, reference=LABELS["xdl-ec"]) + "\n", flush=True)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
+    if args.tables_from:
+        with open(args.tables_from) as f:
+            print_tables(json.load(f))
+        return 0
     setup(args)
     everything: List[Dict[str, Any]] = []
     print(f"# command: python3 bench/peers/run.py {' '.join(sys.argv[1:] if argv is None else argv)}")
@@ -178,11 +200,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     f"(load {result['load_before']:.1f}, {time.perf_counter() - started:.0f} s)",
                     flush=True,
                 )
-        rows = summarise(labelled(results), reference=LABELS["xdl-ec"])
-        heading = f"{args.workload}, batch {batch_size}, {args.steps} steps (first {args.skip} untimed)"
-        print(f"\n## {heading}, {args.rounds} rounds\n")
-        print(format_table(rows))
-        print("\n" + goal_line(rows, batch_size, reference=LABELS["xdl-ec"]) + "\n", flush=True)
+        print()
+        print_tables(results)
         everything += results
         if args.criteo and args.workload == "criteo-shaped":
             everything += criteo_epoch(args, batch_size)
@@ -209,9 +228,7 @@ def criteo_epoch(args: argparse.Namespace, batch_size: int) -> List[Dict[str, An
         result = run_one(system, args, data, batch_size, None, 1)
         result.update(round=0, batch_size=batch_size, workload="criteo-sample")
         results.append(result)
-    rows = summarise(labelled(results), reference=LABELS["xdl-ec"])
-    print(f"## one epoch of {os.path.basename(args.criteo)}, batch {batch_size} (its last 10% held out)\n")
-    print(format_table(rows) + "\n", flush=True)
+    print_tables(results)
     return results
 
 

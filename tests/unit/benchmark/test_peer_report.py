@@ -79,11 +79,20 @@ def test_the_table_and_goal_line() -> None:
         [result("xdl-ec", 0, 66_000.0, 10.0), result("keras", 0, 50_000.0, 12.0), result("tfra", 0, 40_000.0, 9.0)]
     )
     assert "| 66.0k |" in format_table(fast)
-    assert goal_line(fast, 2048) == "xdl-ec / best peer (keras): 1.32x (goal >= 1.3x: met)"
-    assert goal_line(fast, 256) == "xdl-ec / best peer (keras): 1.32x (goal >= 1.2x: met)"
+    assert (
+        goal_line(fast, 2048) == "xdl-ec / best peer (keras), median of the rounds' ratios: 1.32x (goal >= 1.3x: met)"
+    )
+    assert goal_line(fast, 256) == "xdl-ec / best peer (keras), median of the rounds' ratios: 1.32x (goal >= 1.2x: met)"
     slow = summarise([result("xdl-ec", 0, 55_000.0, 10.0), result("keras", 0, 50_000.0, 12.0)])
-    assert goal_line(slow, 2048) == "xdl-ec / best peer (keras): 1.10x (goal >= 1.3x: not met)"
-    assert goal_line(slow, 512) == "xdl-ec / best peer (keras): 1.10x"
+    assert (
+        goal_line(slow, 2048)
+        == "xdl-ec / best peer (keras), median of the rounds' ratios: 1.10x (goal >= 1.3x: not met)"
+    )
+    assert goal_line(slow, 512).endswith("ratios: 1.10x")
+    # the best peer by the rounds' ratios, not by its median samples/s: 1 / 0.8 = 1.25x here
+    assert goal_line(summarise(three_rounds()), 256).endswith(
+        "(peer), median of the rounds' ratios: 1.25x (goal >= 1.2x: met)"
+    )
     assert goal_line(summarise([result("keras", 0, 1.0, 1.0)]), 2048).startswith("goal: needs xdl-ec")
 
 
