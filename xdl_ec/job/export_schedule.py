@@ -17,8 +17,9 @@ a failure (a rollback, a rebuilt or replaced server) the next delta is a reset: 
 written again by the server (O(table), once per failure).
 
 Freshness (the report's ``exports.freshness_s``) is the seconds from the boundary after a step to its delta's rename,
-when a server can apply it. ``full_bytes`` is what a delta of every row the model serves (and the dense weights)
-would take at the last export: the size a delta saves against.
+when a server can apply it (each record's ``cut_s`` is the part spent at the boundary, on the step's path).
+``full_bytes`` is what a delta of every row the model serves (and the dense weights) would take at the last export:
+the size a delta saves against.
 """
 
 from __future__ import annotations
@@ -113,6 +114,7 @@ class ExportSchedule:
             rows, removed = self._rows_of(t.name, changes, reset)
             tables.append((t.name, rows["keys"], rows["values"].reshape(-1, t.dim), removed, reset))
         weights = list(run.dense_state()[0])
+        cut_s = time.perf_counter() - cut
         dense_bytes = sum(int(np.asarray(w).nbytes) for w in weights)
         rows_now = run.rows_per_table()
         self.full_bytes = dense_bytes + sum(
@@ -125,7 +127,7 @@ class ExportSchedule:
             target=self._write,
             name="xdl-ec-export",
             daemon=True,
-            args=(self.sequence, run.step, tables, weights, cut),
+            args=(self.sequence, run.step, tables, weights, cut, cut_s),
         )
         self._writer.start()
 
@@ -166,6 +168,7 @@ class ExportSchedule:
         tables: List[Tuple[str, np.ndarray, np.ndarray, np.ndarray, bool]],
         weights: List[np.ndarray],
         cut: float,
+        cut_s: float,
     ) -> None:
         try:
             _, nbytes = serving_delta.write_delta(self.root, self.base_id, sequence, step, tables, weights)
@@ -174,6 +177,7 @@ class ExportSchedule:
                     "sequence": sequence,
                     "step": step,
                     "freshness_s": time.perf_counter() - cut,
+                    "cut_s": cut_s,
                     "bytes": nbytes,
                     "rows": int(sum(len(t[1]) for t in tables)),
                     "removed": int(sum(len(t[3]) for t in tables)),
@@ -198,15 +202,17 @@ class ExportSchedule:
         """The TensorBoard scalars of the deltas written since the last call (on the training thread)."""
         if self.log is None:
             return
-        for record in self.records[self._logged :]:
+        written = self.records[self._logged :]  # the writer thread may append meanwhile: count what was read
+        self._logged += len(written)
+        for record in written:
             self.log.scalars(
                 {"export/freshness_s": record["freshness_s"], "export/delta_bytes": record["bytes"]}, record["step"]
             )
-        self._logged = len(self.records)
 
     def report(self) -> Dict[str, Any]:
         """The run report's ``exports``: count (the base and every delta), freshness_s median and p99 over the
-        deltas, delta_bytes (mean per delta), full_bytes (see the module docstring), base_bytes, the directory."""
+        deltas, delta_bytes (mean per delta), full_bytes (see the module docstring), base_bytes, the directory, and
+        cut_seconds: the step path's part, the cuts at the boundary (the writes run beside training)."""
         fresh = [r["freshness_s"] for r in self.records]
         sizes = [r["bytes"] for r in self.records]
         return {
@@ -221,6 +227,7 @@ class ExportSchedule:
             "delta_bytes": float(np.mean(sizes)) if sizes else None,
             "full_bytes": self.full_bytes,
             "base_bytes": self.base_bytes,
+            "cut_seconds": float(sum(r["cut_s"] for r in self.records)),
             "records": list(self.records),
         }
 

@@ -30,8 +30,8 @@ new rows are written in place (new keys take freed rows first, then the matrix g
 amortised), removed keys leave the hash table (they read zeros again), every dense weight is assigned; a table's
 reset (after a failure) clears it before its rows are written. The model has
 a ``base_id`` and counts the deltas applied (``sequence``, ``step``: the training step it serves); a delta of another
-base, or not the next in sequence, raises ``InvalidArgumentError`` before anything changes, as does a missing or
-malformed file. A request served while a delta is applied may see part of it.
+base, or not the next in sequence, raises ``InvalidArgumentError`` before anything changes; so does a missing file
+(``NotFoundError``) or a malformed one. A request served while a delta is applied may see part of it.
 """
 
 from __future__ import annotations
