@@ -143,16 +143,74 @@ def _wait(trainer: Any, futures: List[Any]) -> List[Any]:
     return answers
 
 
-def resize_servers(trainer: Any, servers: int, on_phase: Any = None) -> Dict[str, Any]:
+class StartedServers:
+    """Servers a resize needs, started ahead of its boundary while training goes on (on Ray a server process takes
+    seconds to start: not in the pause): for a count of ``before`` servers, the new ones (indices before..servers-1)
+    or, for a strategy that re-forms, ``servers`` fresh ones with their placement. :meth:`take` waits for them."""
+
+    def __init__(self, trainer: Any, servers: int, background: bool) -> None:
+        self.before = len(trainer.scheduler.servers)
+        self.servers = servers
+        self.handles: Optional[List[Any]] = None
+        self.placement: Any = None
+        self.error: Optional[BaseException] = None
+        self._thread: Optional[threading.Thread] = None
+        if background:
+            self._thread = threading.Thread(target=self._start, args=(trainer,), name="xdl-ec-resize-start")
+            self._thread.daemon = True
+            self._thread.start()
+        else:
+            self._start(trainer)
+
+    def _start(self, trainer: Any) -> None:
+        try:
+            scheduler = trainer.scheduler
+            if trainer.strategy.reforms_on_resize:
+                self.placement = _placement_of(trainer, self.servers)
+                self.handles = scheduler.start_servers(range(self.servers), self.placement)
+            else:
+                self.handles = scheduler.start_servers(range(self.before, max(self.servers, self.before)))
+        except BaseException as err:  # noqa: BLE001 - the boundary starts them itself instead
+            self.error = err
+
+    def take(self, trainer: Any) -> Optional["StartedServers"]:
+        """Waits for the start; self when every server answered for this cluster's count now, else None (the
+        caller starts them at the boundary; any started here are stopped)."""
+        if self._thread is not None:
+            self._thread.join()
+        fits = self.error is None and self.before == len(trainer.scheduler.servers)
+        if not fits:
+            self.drop(trainer)
+            return None
+        return self
+
+    def drop(self, trainer: Any) -> None:
+        """Stops servers started but not used (a refused or withdrawn resize)."""
+        if self._thread is not None:
+            self._thread.join()
+        for handle in self.handles or []:
+            trainer.backend.kill(handle)
+        self.handles = None
+
+
+def resize_servers(
+    trainer: Any, servers: int, on_phase: Any = None, started: Optional[StartedServers] = None
+) -> Dict[str, Any]:
     """Resizes ``trainer``'s cluster to ``servers`` at this step boundary (see the module docstring); returns the
     resize's record: step (the first on the new count), servers before and after, rows held, ``rows_moved`` (rows
     whose route changed: the minimum any move must carry; ``moved_fraction`` of the rows), ``ideal_fraction``
     |m - n| / max(m, n) (what a perfectly balanced placement must move), ``rows_copied`` and ``bytes_copied``
     (what crossed between servers: the moved rows, or every row when the stripes are re-formed on fresh servers),
-    ``restarts`` (re-forming moves started over after a fresh server was lost) and seconds. ``on_phase(name,
-    trainer)``: a test hook called at the move's phases ("export": before the old servers are read, "load": after a
-    table's rows are loaded onto the fresh servers)."""
-    check_target(trainer, servers)
+    ``restarts`` (re-forming moves started over after a fresh server was lost) and seconds (the pause). ``started``:
+    the servers started ahead (:class:`StartedServers`), else they start here. ``on_phase(name, trainer)``: a test
+    hook called at the move's phases ("export": before the old servers are read, "load": after a table's rows are
+    loaded onto the fresh servers)."""
+    try:
+        check_target(trainer, servers)
+    except ResizeError:
+        if started is not None:
+            started.drop(trainer)
+        raise
     if trainer.strategy.reforms_on_resize:
         _placement_of(trainer, servers)  # nodes too few for the new count: refused before anything moves
     start = time.perf_counter()
@@ -160,13 +218,16 @@ def resize_servers(trainer: Any, servers: int, on_phase: Any = None) -> Dict[str
     trainer.quiesce()
     live = [i for i, w in enumerate(trainer.live_workers()) if w is not None]
     _wait(trainer, [trainer.worker(i).settle_pulls() for i in live])
+    ready = started.take(trainer) if started is not None else None
     if trainer.strategy.reforms_on_resize:
-        placement = _placement_of(trainer, servers)
+        placement = ready.placement if ready is not None else _placement_of(trainer, servers)
         held, moved, copied, copied_bytes, restarts = _move_onto_fresh_servers(
-            trainer, servers, live, on_phase, placement
+            trainer, servers, live, on_phase, placement, None if ready is None else ready.handles
         )
     else:
-        held, moved, copied, copied_bytes = _move_changed_rows(trainer, servers, live)
+        held, moved, copied, copied_bytes = _move_changed_rows(
+            trainer, servers, live, None if ready is None else ready.handles
+        )
         restarts = 0
     trainer.cluster = dataclasses.replace(trainer.cluster, servers=servers)
     return {
@@ -184,12 +245,15 @@ def resize_servers(trainer: Any, servers: int, on_phase: Any = None) -> Dict[str
     }
 
 
-def _move_changed_rows(trainer: Any, servers: int, live: List[int]) -> tuple:
+def _move_changed_rows(trainer: Any, servers: int, live: List[int], ready: Optional[List[Any]] = None) -> tuple:
     """The servers keep their shards: new ones start, each row whose route changed goes from its old server to its
     new one (loaded there before it is erased here), emptied servers stop last."""
     scheduler = trainer.scheduler
     before = len(scheduler.servers)
-    started = scheduler.add_servers(servers - before) if servers > before else []
+    if ready is not None:
+        started = ready
+    else:
+        started = scheduler.add_servers(servers - before) if servers > before else []
     handles = list(scheduler.servers) + started
     held = moved = moved_bytes = 0
     for table in trainer.job.tables:
@@ -232,7 +296,12 @@ def _placement_of(trainer: Any, servers: int) -> Any:
 
 
 def _move_onto_fresh_servers(
-    trainer: Any, servers: int, live: List[int], on_phase: Any = None, placement: Any = None
+    trainer: Any,
+    servers: int,
+    live: List[int],
+    on_phase: Any = None,
+    placement: Any = None,
+    ready: Optional[List[Any]] = None,
 ) -> tuple:
     """A strategy whose redundancy depends on the count (``ec``'s stripes rotate over the servers) re-forms it on
     ``servers`` fresh servers. Every row is read from the old servers while their strategy still protects them (a
@@ -253,7 +322,7 @@ def _move_onto_fresh_servers(
     old = list(scheduler.servers)
     restarts = 0
     while True:
-        fresh = scheduler.start_servers(range(servers), placement)
+        fresh = ready if ready is not None and restarts == 0 else scheduler.start_servers(range(servers), placement)
         scheduler.replace_servers(fresh, placement)
         try:
             trainer.client.set_servers(fresh, kept=0)
@@ -299,6 +368,8 @@ class _Request:
         self.servers = servers
         self.done = threading.Event()
         self.started = False  # the training thread took it (set under the Resizer's lock)
+        self.servers_started: Optional[StartedServers] = None  # started by the asker, ahead of the boundary
+        self.ready = threading.Event()  # its servers are started: a boundary may take it
         self.record: Optional[Dict[str, Any]] = None
         self.error: Optional[BaseException] = None
 
@@ -318,6 +389,7 @@ class Resizer:
         self._request: Optional[_Request] = None
         self._trainer: Any = None
         self._closed = False
+        self._next: Optional[StartedServers] = None  # the next scheduled resize's servers, starting ahead
         self.records: List[Dict[str, Any]] = []
 
     def attach(self, trainer: Any) -> None:
@@ -356,10 +428,15 @@ class Resizer:
                 )
             check_target(self._trainer, servers, drain)
             request = self._request = _Request(int(servers))
+        # its servers start here, while training goes on (the boundary only moves rows)
+        request.servers_started = StartedServers(self._trainer, int(servers), background=False)
+        request.ready.set()
         if not request.done.wait(timeout):
             with self._lock:
                 if self._request is request and not request.started:
                     self._request = None  # not started: withdrawn
+                    if request.servers_started is not None:
+                        request.servers_started.drop(self._trainer)
                     raise ResizeError(f"resize: no step boundary came within {timeout:g} s; the resize is withdrawn")
             request.done.wait()
         if request.error is not None:
@@ -375,15 +452,18 @@ class Resizer:
         """A step boundary with nothing in flight: the resizes due before the next step."""
         while self._schedule and self._schedule[0].step <= trainer.step + 1:
             # popped once done: a server lost during it is recovered at this boundary and the resize tried again
-            self.records.append(resize_servers(trainer, self._schedule[0].servers, self.on_phase))
+            self.records.append(resize_servers(trainer, self._schedule[0].servers, self.on_phase, self._next))
             self._schedule.pop(0)
+            self._next = None
+        if self._schedule and self._next is None:  # the next one's servers start now, while training goes on
+            self._next = StartedServers(trainer, self._schedule[0].servers, background=True)
         with self._lock:
             request = self._request
-            if request is None:
+            if request is None or not request.ready.is_set():
                 return
             request.started = True
         try:
-            request.record = resize_servers(trainer, request.servers, self.on_phase)
+            request.record = resize_servers(trainer, request.servers, self.on_phase, request.servers_started)
             self.records.append(request.record)
         except RoleLost:  # recovered at this boundary by the strategy, then the resize is tried again
             with self._lock:
@@ -400,10 +480,15 @@ class Resizer:
                 request.done.set()
 
     def close(self) -> None:
-        """The run ended: a resize still asked is refused."""
+        """The run ended: a resize still asked is refused, servers started ahead are stopped."""
         with self._lock:
             self._closed = True
             request, self._request = self._request, None
+        if self._next is not None and self._trainer is not None:
+            self._next.drop(self._trainer)
+            self._next = None
+        if request is not None and request.servers_started is not None and self._trainer is not None:
+            request.servers_started.drop(self._trainer)
         if request is not None and not request.done.is_set():
             request.error = ResizeError("resize: the run ended before a step boundary; nothing was changed")
             request.done.set()
