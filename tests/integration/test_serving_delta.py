@@ -290,6 +290,13 @@ def described_inputs(model_dir: Path, size: int, rng: np.random.Generator) -> Di
     inputs = {}
     for name, text in json.loads((model_dir / "assets.extra" / "serving.json").read_text())["inputs"].items():
         dtype, shape = text.split(" ", 1)
+        if shape == "[nnz]":  # variable-length ids: with their row splits below
+            continue
+        if shape == "[B + 1]":
+            splits = np.concatenate([[0], np.cumsum(rng.integers(0, 4, size))]).astype(np.int64)
+            inputs[name] = splits
+            inputs[name.replace("_row_splits", "_values")] = rng.integers(0, 300, int(splits[-1]))
+            continue
         dims = [size] + [int(d) for d in shape.strip("[]").split(", ")[1:]]
         inputs[name] = rng.normal(size=dims).astype(np.float32) if dtype == "float32" else rng.integers(0, 300, dims)
     return inputs
@@ -329,3 +336,21 @@ def test_after_a_failure_a_reset_delta_serves_the_recovered_model(ft: str, tmp_p
     for delta in deltas_of(tmp_path / "serving"):
         m.apply_delta(tf.constant(str(delta)))
     np.testing.assert_allclose(serve_probe(m), job.predict(probe()), rtol=0, atol=1e-6)
+
+
+@pytest.mark.slow  # the flags' path is the built-in job's test's; this adds a --script job (~30 s under load)
+def test_a_script_job_exports_through_the_cli(tmp_path: Path) -> None:
+    script = str(Path(__file__).resolve().parents[2] / "examples" / "user_item_tags.py")
+    serving, saves = tmp_path / "serving", tmp_path / "saves"
+    flags = ["--script", script, "--steps", "4", "--deterministic", "--no-progress"]
+    assert main(["train", *flags, "--export-every", "2", "--export-dir", str(serving), "--save-dir", str(saves)]) == 0
+    assert [d.name for d in deltas_of(serving)] == ["delta-000001", "delta-000002"]
+    assert main(["export", "--from", str(saves), "--out", str(tmp_path / "full"), "--script", script]) == 0
+    inputs = {k: tf.constant(v) for k, v in described_inputs(serving / "base", 64, np.random.default_rng(1)).items()}
+    m = tf.saved_model.load(str(serving / "base"))
+    for delta in deltas_of(serving):
+        m.apply_delta(tf.constant(str(delta)))
+    full = tf.saved_model.load(str(tmp_path / "full")).signatures["serving_default"](**inputs)["probability"]
+    np.testing.assert_allclose(
+        m.signatures["serving_default"](**inputs)["probability"].numpy(), full.numpy(), atol=1e-6
+    )
