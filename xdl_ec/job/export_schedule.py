@@ -109,34 +109,31 @@ class ExportSchedule:
         reset = failures != self._failures or (self.step is not None and run.step < self.step)
         self._failures = failures
         changes = ChangeFeed.of(run).take(self, reset)
-        tables: List[Tuple[str, np.ndarray, np.ndarray, np.ndarray, bool]] = []
-        for t in self.job.tables:
-            rows, removed = self._rows_of(t.name, changes, reset)
-            tables.append((t.name, rows["keys"], rows["values"].reshape(-1, t.dim), removed, reset))
         weights = list(run.dense_state()[0])
-        cut_s = time.perf_counter() - cut
+        cut_s = time.perf_counter() - cut  # the rest of the delta is made by the writer thread
         dense_bytes = sum(int(np.asarray(w).nbytes) for w in weights)
         rows_now = run.rows_per_table()
         self.full_bytes = dense_bytes + sum(
             serving_delta.payload_bytes(rows_now.get(t.name, 0), t.dim) for t in self.job.tables
         )
         self.sequence += 1
-        self.step = run.step
+        previous, self.step = self.step, run.step
         self.policy.restart(run.step, time.perf_counter())
         self._writer = threading.Thread(
             target=self._write,
             name="xdl-ec-export",
             daemon=True,
-            args=(self.sequence, run.step, tables, weights, cut, cut_s),
+            args=(self.sequence, run.step, previous, changes, reset, weights, cut, cut_s),
         )
         self._writer.start()
 
     def _rows_of(
-        self, name: str, changes: List[Dict[str, Any]], reset: bool = False
+        self, name: str, changes: List[Dict[str, Any]], previous: Optional[int] = None, reset: bool = False
     ) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
         """A table's rows to send from every server's cut, and its keys removed since the last export (a bounded
         table's, cut whole: the keys served before and absent now; it sends the rows trained since the last export
-        and the keys new to serving). ``reset``: the cut is whole, every row is sent. A table without rules loses
+        and the keys new to serving; ``previous``: the last export's step). ``reset``: the cut is whole, every row is
+        sent. A table without rules loses
         no row but through a failure (a reset), so its whole cuts (a backstop's full one, a server's beside a
         bounded table) are sent whole, without removals."""
         parts = [c["tables"][name] for c in changes if len(c["tables"][name]["keys"])]
@@ -149,14 +146,14 @@ class ExportSchedule:
         rows = {"keys": keys, "values": values}
         removed = np.zeros([0], np.int64)
         served = self._served.get(name)
-        if served is not None and self.step is not None and reset:
+        if served is not None and previous is not None and reset:
             self._served[name] = np.sort(keys)
-        elif served is not None and self.step is not None:
+        elif served is not None and previous is not None:
             last_step = np.concatenate([p["last_step"] for p in parts]) if parts else np.zeros([0], np.int64)
             now = np.sort(keys)
             removed = served[~np.isin(served, now, assume_unique=True)]
             # trained at or after the last export's step (a superset of the rows changed since it), or new to serving
-            sent = (last_step >= self.step) | ~np.isin(keys, served, assume_unique=True)
+            sent = (last_step >= previous) | ~np.isin(keys, served, assume_unique=True)
             rows = {"keys": keys[sent], "values": values[sent]}
             self._served[name] = now
         return rows, removed
@@ -165,12 +162,18 @@ class ExportSchedule:
         self,
         sequence: int,
         step: int,
-        tables: List[Tuple[str, np.ndarray, np.ndarray, np.ndarray, bool]],
+        previous: Optional[int],
+        changes: List[Dict[str, Any]],
+        reset: bool,
         weights: List[np.ndarray],
         cut: float,
         cut_s: float,
     ) -> None:
         try:
+            tables: List[Tuple[str, np.ndarray, np.ndarray, np.ndarray, bool]] = []
+            for t in self.job.tables:  # the served keys of bounded tables change only here, one write at a time
+                rows, removed = self._rows_of(t.name, changes, previous, reset)
+                tables.append((t.name, rows["keys"], rows["values"].reshape(-1, t.dim), removed, reset))
             _, nbytes = serving_delta.write_delta(self.root, self.base_id, sequence, step, tables, weights)
             self.records.append(
                 {
