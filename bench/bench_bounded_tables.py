@@ -20,6 +20,12 @@ and the AUC of all those scores is reported (and per day).
    a table without rules and one with Evict(ttl_steps = a year, every_steps=100): every push counts uses and
    last_step, a pass scans the table every 100 steps but frees nothing, so the tables hold the same rows. Cost =
    median over rounds of (rules seconds / plain seconds) - 1, with the spread of an A/A run (both without rules).
+3. With --dlrm-rounds R: the same cost on the built-in DLRM step, the figure users see: R rounds of
+   `xdl-ec train --synthetic` runs (order rotated each round) without rules (twice: the A/A floor), with
+   --admit-min-count 2 (every push counts) and with --max-rows (a pass every 100 steps that evicts); per round the
+   ratio of steady samples/s to the first run without rules.
+
+Every ratio is given as its median over rounds with a 95% bootstrap interval of that median.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
+import resource
 import subprocess
 import sys
 import time
@@ -106,6 +112,8 @@ def make_table(kind: str, cap: int, dim: int) -> EmbeddingTable:
     rules: Dict[str, Any] = {}
     if kind == "cap":
         rules["evict"] = Evict(max_rows=cap, policy="lfu", every_steps=100)
+    elif kind.startswith("ttl"):  # rows not updated for N steps go, a pass every 100 steps
+        rules["evict"] = Evict(ttl_steps=int(kind[len("ttl") :]), every_steps=100)
     elif kind.startswith("admit"):
         rules["admit"] = Admit(min_count=int(kind[len("admit") :]))
     elif kind == "counting":  # words counted on every push, a (freeing nothing) pass every 100 steps
@@ -206,15 +214,88 @@ def run_cost(args: argparse.Namespace, rules_kind: str) -> Dict[str, Any]:
             timing[name] = time.perf_counter() - t0
         step += len(chunk)
         ratios.append(timing["rules"] / timing["plain"])
+    median, low, high = median_interval(ratios)
     ratios.sort()
     return {
         "rules": rules_kind,
         "rounds": len(ratios),
-        "median_ratio": statistics.median(ratios),
+        "median_ratio": median,
+        "ci95": [low, high],
         "p10": ratios[len(ratios) // 10],
         "p90": ratios[(9 * len(ratios)) // 10],
         "rows": [len(plain), len(ruled)],
     }
+
+
+def median_interval(ratios: List[float], seed: int = 0) -> Tuple[float, float, float]:
+    """The median of ``ratios`` and a 95% bootstrap interval of it (2,000 resamples)."""
+    values = np.asarray(ratios, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    medians = np.median(rng.choice(values, size=(2000, len(values))), axis=1)
+    return float(np.median(values)), float(np.quantile(medians, 0.025)), float(np.quantile(medians, 0.975))
+
+
+DLRM_KINDS: Dict[str, List[str]] = {
+    "plain": [],
+    "plain-again": [],  # the A/A floor
+    "counting": ["--admit-min-count", "2"],
+    "cap": ["--max-rows", "{cap}", "--evict-every-steps", "100"],
+}
+
+
+def run_dlrm_cost(args: argparse.Namespace, out: Path) -> Dict[str, Any]:
+    """Interleaved `xdl-ec train --synthetic` runs: each kind's steady samples/s over the round's plain run, and
+    the seconds of the stages the rules touch (pull + push, from the report's stages) over the plain run's, and the
+    run's CPU seconds (user + system, all of it: a loaded machine stretches wall time but less so CPU time)."""
+    per_round: Dict[str, List[float]] = {k: [] for k in DLRM_KINDS if k != "plain"}
+    stage_round: Dict[str, List[float]] = {k: [] for k in DLRM_KINDS if k != "plain"}
+    cpu_round: Dict[str, List[float]] = {k: [] for k in DLRM_KINDS if k != "plain"}
+    kinds = list(DLRM_KINDS)
+    for r in range(args.dlrm_rounds):
+        order = kinds[r % len(kinds) :] + kinds[: r % len(kinds)]
+        speed: Dict[str, float] = {}
+        sparse: Dict[str, float] = {}
+        cpu: Dict[str, float] = {}
+        for kind in order:
+            report = out / f"dlrm_{kind}.json"
+            extra = [a.format(cap=args.dlrm_cap) for a in DLRM_KINDS[kind]]
+            cmd = [sys.executable, "-P", "-m", "xdl_ec.cli", "train", "--synthetic", "--steps", str(args.dlrm_steps)]
+            cmd += ["--batch-size", str(args.dlrm_batch), "--report", str(report), *extra]
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            subprocess.run(cmd, check=True, capture_output=True, env=os.environ.copy())
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu[kind] = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+            done = json.loads(report.read_text())
+            speed[kind] = float(done["steady_samples_per_sec"])
+            sparse[kind] = float(done["stages"]["pull_s"] + done["stages"]["push_s"])
+        for kind in per_round:
+            per_round[kind].append(speed[kind] / speed["plain"])
+            stage_round[kind].append(sparse[kind] / sparse["plain"])
+            cpu_round[kind].append(cpu[kind] / cpu["plain"])
+        print(
+            f"dlrm round {r + 1}: samples/s, pull+push s, CPU s ratios "
+            + ", ".join(
+                f"{k} {v[-1]:.4f} {stage_round[k][-1]:.4f} {cpu_round[k][-1]:.4f}" for k, v in per_round.items()
+            ),
+            flush=True,
+        )
+    result: Dict[str, Any] = {"rounds": args.dlrm_rounds, "steps": args.dlrm_steps, "batch": args.dlrm_batch}
+    for kind, ratios in per_round.items():
+        median, low, high = median_interval(ratios)
+        s_median, s_low, s_high = median_interval(stage_round[kind])
+        c_median, c_low, c_high = median_interval(cpu_round[kind])
+        result[kind] = {
+            "ratios": ratios,
+            "median": median,
+            "ci95": [low, high],
+            "pull_push_ratios": stage_round[kind],
+            "pull_push_median": s_median,
+            "pull_push_ci95": [s_low, s_high],
+            "cpu_ratios": cpu_round[kind],
+            "cpu_median": c_median,
+            "cpu_ci95": [c_low, c_high],
+        }
+    return result
 
 
 def plot(results: List[Dict[str, Any]], path: Path) -> Optional[str]:
@@ -225,13 +306,16 @@ def plot(results: List[Dict[str, Any]], path: Path) -> Optional[str]:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     for r in results:
         days = [d["day"] for d in r["days"]]
         axes[0].plot(days, [d["rows"] for d in r["days"]], marker="o", label=r["kind"])
-        axes[1].plot(days, [d["rss"] / 2**20 for d in r["days"]], marker="o", label=r["kind"])
+        axes[1].plot(days, [d["bytes"] / 2**20 for d in r["days"]], marker="o", label=r["kind"])
+        axes[2].plot(days, [d["rss"] / 2**20 for d in r["days"]], marker="o", label=r["kind"])
     axes[0].set(xlabel="day", ylabel="rows", title="rows after each day")
-    axes[1].set(xlabel="day", ylabel="RSS (MiB)", title="process RSS after each day")
+    axes[1].set(xlabel="day", ylabel="MiB", title="table bytes held after each day")
+    # the process also keeps every score and label for the progressive AUC (12 bytes a sample)
+    axes[2].set(xlabel="day", ylabel="RSS (MiB)", title="process RSS after each day")
     axes[0].legend()
     fig.tight_layout()
     fig.savefig(path)
@@ -254,6 +338,11 @@ def main() -> int:
     p.add_argument("--out", default="bench-results/bounded_tables")
     p.add_argument("--plot", action="store_true")
     p.add_argument("--cost-only", action="store_true", help="only the interleaved cost runs")
+    p.add_argument("--dlrm-rounds", type=int, default=0, help="rounds of the DLRM cost runs (0: none)")
+    p.add_argument("--dlrm-steps", type=int, default=600)
+    p.add_argument("--dlrm-batch", type=int, default=256)
+    p.add_argument("--dlrm-cap", type=int, default=60000, help="--max-rows of the DLRM cap runs")
+    p.add_argument("--dlrm-only", action="store_true", help="only the DLRM cost runs")
     p.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one kind in this process, print its JSON
     args = p.parse_args()
     if args.one:
@@ -263,7 +352,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     base = [a for a in sys.argv[1:] if a != "--plot"]
     results = []
-    for kind in [] if args.cost_only else args.kinds.split(","):
+    for kind in [] if args.cost_only or args.dlrm_only else args.kinds.split(","):
         done = subprocess.run(
             [sys.executable, "-P", __file__, *base, "--one", kind],
             capture_output=True,
@@ -280,18 +369,33 @@ def main() -> int:
             f"{result['samples_per_sec']:,.0f} samples/s",
             flush=True,
         )
-    costs = {kind: run_cost(args, kind) for kind in ("counting", "counting-only", "plain")}
+    costs = {} if args.dlrm_only else {kind: run_cost(args, kind) for kind in ("counting", "counting-only", "plain")}
     for kind, what in (
-        ("counting", "counting + a pass every 100 steps"),
-        ("counting-only", "counting alone"),
-        ("plain", "A/A (both without rules)"),
+        []
+        if args.dlrm_only
+        else (
+            ("counting", "counting + a pass every 100 steps"),
+            ("counting-only", "counting alone"),
+            ("plain", "A/A (both without rules)"),
+        )
     ):
         c = costs[kind]
         print(
-            f"{what}: median time ratio {c['median_ratio']:.4f} (p10 {c['p10']:.4f}, p90 {c['p90']:.4f}, "
-            f"{c['rounds']} rounds)"
+            f"{what}: median time ratio {c['median_ratio']:.4f} (95% CI {c['ci95'][0]:.4f}-{c['ci95'][1]:.4f}, "
+            f"p10 {c['p10']:.4f}, p90 {c['p90']:.4f}, {c['rounds']} rounds)"
         )
-    report = {"args": vars(args), "runs": results, "cost": costs}
+    dlrm = run_dlrm_cost(args, out) if args.dlrm_rounds else None
+    if dlrm:
+        for kind in ("plain-again", "counting", "cap"):
+            d = dlrm[kind]
+            print(
+                f"DLRM {kind}: median samples/s ratio {d['median']:.4f} "
+                f"(95% CI {d['ci95'][0]:.4f}-{d['ci95'][1]:.4f}), "
+                f"pull+push seconds ratio {d['pull_push_median']:.4f} (95% CI {d['pull_push_ci95'][0]:.4f}-"
+                f"{d['pull_push_ci95'][1]:.4f}), CPU seconds ratio {d['cpu_median']:.4f} (95% CI "
+                f"{d['cpu_ci95'][0]:.4f}-{d['cpu_ci95'][1]:.4f}), {dlrm['rounds']} rounds"
+            )
+    report = {"args": vars(args), "runs": results, "cost": costs, "dlrm_cost": dlrm}
     (out / "bounded_tables.json").write_text(json.dumps(report, indent=1))
     if args.plot:
         drawn = plot(results, out / "bounded_tables.png")

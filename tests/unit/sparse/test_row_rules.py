@@ -108,6 +108,26 @@ def test_ttl_and_an_explicit_pass():
         table.evict(0)
 
 
+def test_a_block_a_pass_empties_is_given_back_and_reused():
+    table = EmbeddingTable("t", 16, evict=Evict(ttl_steps=2, every_steps=1000), initializer="zeros")
+    block_bytes = table.memory_stats()["record_bytes"] * 1024
+    old, kept = np.arange(1024), np.arange(10_000, 11_024)  # block 0, block 1
+    table.push(old, grads(1024, 16), step=1)
+    table.push(kept, grads(1024, 16), step=1)
+    held = table.bounded_report()["bytes"]
+    for step in range(2, 6):
+        table.push(kept[:1], grads(1, 16), step=step)
+    assert table.evict(5)["ttl"] == 2047
+    assert table.memory_stats()["slot_bytes"] == block_bytes  # block 0 given back
+    # the report's bytes drop by the block, less the free list's growth
+    assert held - table.bounded_report()["bytes"] >= block_bytes - table.memory_stats()["free_list_bytes"]
+    table.push(np.array([7, 8]), grads(2, 16), step=6)  # the lowest free slots: block 0 again
+    assert table.memory_stats()["slot_bytes"] == 2 * block_bytes
+    fresh = EmbeddingTable("t", 16, evict=Evict(ttl_steps=2, every_steps=1000), initializer="zeros")
+    fresh.push(np.array([7, 8]), grads(2, 16), step=6)
+    np.testing.assert_array_equal(table.pull(np.array([7, 8])), fresh.pull(np.array([7, 8])))
+
+
 def test_export_with_words_and_load_words_resume_the_same_decisions():
     rules = Evict(ttl_steps=3, max_rows=8, every_steps=1000)
     table = EmbeddingTable("t", 4, evict=rules, block_slots=8)
