@@ -102,6 +102,9 @@ def test_resize_from_another_thread_while_training() -> None:
         while j._resizer is None or j._resizer._trainer is None:  # the fit's cluster is up
             threading.Event().wait(0.05)
         done["record"] = j.resize(servers=4, timeout=120)
+        # the two new servers were started by the ask, ahead of the boundary, and used there: none started twice
+        backend = j._resizer._trainer.backend
+        done["servers_started"] = sum(1 for h in backend._handles if h.role == "server")
         # every server holds exactly the rows the new count routes to it (read while training goes on)
         scheduler = j._resizer._trainer.scheduler
         done["owners"] = [
@@ -115,6 +118,7 @@ def test_resize_from_another_thread_while_training() -> None:
     assert done["record"]["servers_after"] == 4
     assert report["resizes"][0]["servers_after"] == 4 and len(report["servers"]) == 4
     assert done["owners"] == [[0], [1], [2], [3]]
+    assert done["servers_started"] == 4
     assert report["model_digest"] == never_resized()["model_digest"]
 
 
