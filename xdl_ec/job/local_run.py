@@ -4,12 +4,8 @@
 Same worker code, same TF step and same per-key optimizer arithmetic as a cluster run, so a one-worker cluster
 run with ``deterministic=True`` ends at this run's ``model_digest``.
 
-The step is pipelined where that changes no value: the input thread prepares the next batches (reading, checks,
-unique ids) while a step trains, and each step's push runs on the tables' own thread
-(:class:`~xdl_ec.job.pipelined_tables.PipelinedTables`) while the step's answer is handled and the next batch is
-taken; the next step's pull waits for it, so every mode (``deterministic`` included) trains the values of the
-serial step. ``XDL_EC_SERIAL_STEP=1`` runs the serial step (pushes applied before a step returns), for
-``bench/bench_step.py``. The report's ``stages`` says where the step's time went (:mod:`xdl_ec.ps.step_stages`).
+The input thread prepares the next batches (reading, checks, unique ids) while a step trains. The report's
+``stages`` says where the step's time went (:mod:`xdl_ec.ps.step_stages`).
 """
 
 from __future__ import annotations
@@ -29,10 +25,8 @@ from xdl_ec.ps.progress import Progress
 from xdl_ec.ps.step_stages import StageClock
 from xdl_ec.ps.worker import RunSettings, Worker
 from xdl_ec.settings import checks
-from xdl_ec.tf.determinism import serial_step
 
 from .local_tables import LocalTables
-from .pipelined_tables import PipelinedTables
 from .trained_model import TrainedModel
 
 LAST_LOSSES = 50  # final_loss: mean training loss over this many last steps
@@ -43,8 +37,8 @@ class LocalRun:
 
     def __init__(self, job: JobSpec, settings: RunSettings = RunSettings(), progress: bool = False) -> None:
         self.job, self.settings, self.progress = job, settings, progress
-        self.tables = LocalTables(job.tables) if serial_step() else PipelinedTables(job.tables)
-        # pulls here wait for the push before them: nothing to prefetch; the model here is the authoritative one
+        self.tables = LocalTables(job.tables)
+        # pulls here are synchronous: nothing to prefetch; the model here is the authoritative one
         self.worker = Worker(0, 1, job, settings, [], prefetch_across_steps=False, client=self.tables, apply_dense=True)
         if self.worker.dense is None:
             self.close()
@@ -92,7 +86,6 @@ class LocalRun:
                     break
         finally:
             bar.close()
-            self._drain()  # the last push applied before the clock stops
         end = time.perf_counter()
         seconds = end - start
         steady = (
@@ -111,16 +104,10 @@ class LocalRun:
         }
 
     # ---- saving and resuming (see xdl_ec.keep.run_saver) ---------------------------------------------------------
-    def _drain(self) -> None:
-        if isinstance(self.tables, PipelinedTables):
-            self.tables.drain()
-
     def quiesce(self, settle: bool = True) -> None:
-        """Applies the last step's push (it runs beside the step boundary): the tables are then the run's state."""
-        self._drain()
+        """Nothing in flight between steps here: pushes are applied before a step returns."""
 
     def save_tables(self, pending: PendingCheckpoint) -> int:
-        self._drain()
         return pending.save_server(0, self.tables.tables).nbytes()
 
     def dense_state(self) -> tuple:
@@ -143,7 +130,6 @@ class LocalRun:
         """Continues ``saved`` (checked against this run's job by the caller): its rows, dense state, step and
         reader position."""
         saved.check_run(1)
-        self._drain()
         for name, table in self.tables.tables.items():
             for rows in saved.rows(name):
                 table.load_rows(rows)  # a bounded table's eviction words and pending ids too
@@ -154,7 +140,6 @@ class LocalRun:
 
     def rows_per_table(self) -> Dict[str, int]:
         """Rows held per table now."""
-        self._drain()
         return {name: len(t) for name, t in self.tables.tables.items()}
 
     def trained(self) -> TrainedModel:
@@ -165,7 +150,6 @@ class LocalRun:
         return model_digest(self.tables.exports(), dense.model.weights, dense.optimizer.variables)
 
     def report(self) -> Dict[str, Any]:
-        self._drain()
         report: Dict[str, Any] = {
             "embedding_rows": sum(len(t) for t in self.tables.tables.values()),
             "workers": [self.worker.stats()],

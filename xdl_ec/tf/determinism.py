@@ -1,13 +1,14 @@
 """Seeds and TensorFlow's op pools, set the same way in every process of a run.
 
-TF's pools are sized to leave the step's other work a core: the input thread (reading, unique ids) and the
-tables' pulls and pushes run beside TF's ops (see :mod:`xdl_ec.job.local_run`). Intra-op threads: one per core
-but one (one under ``deterministic``: a kernel split over threads may sum in another order); inter-op threads:
-two, in both modes: independent ops (the dense branches, the optimizer's per-variable updates) run side by side,
-each computed whole by one thread, so a deterministic run's values do not depend on their order.
+Under ``deterministic`` each op runs on one thread (a kernel split over threads may sum in another order) and two
+inter-op threads run independent ops side by side (the dense branches, the optimizer's per-variable updates): each
+op is still computed whole by one thread, so the values, and the digests, do not depend on their order. Otherwise
+TF's own pools (a thread per core each). Measured on 2 shared cores (docs/results/step-2026-11-28.md): one intra-op
+thread in the fast mode, to leave a core to the input and push threads, cost no less CPU per sample and lost half
+its throughput under load (one runnable thread gets one share of a busy machine), so the fast mode keeps TF's.
 
-``XDL_EC_SERIAL_STEP=1`` keeps the pools as they were before (deterministic: one thread each; otherwise TF's
-defaults), with the serial step: the A side of ``bench/bench_step.py``.
+``XDL_EC_SERIAL_STEP=1`` keeps the deterministic pools as they were before #37 (one thread each): the A side of
+``bench/bench_step.py``.
 """
 
 from __future__ import annotations
@@ -20,17 +21,15 @@ INTER_OP_THREADS = 2
 
 
 def serial_step() -> bool:
-    """Whether ``XDL_EC_SERIAL_STEP=1`` asks for the serial step (the path before the pipelined one)."""
+    """Whether ``XDL_EC_SERIAL_STEP=1`` asks for the step before #37 (one inter-op thread when deterministic)."""
     return os.environ.get(SERIAL_STEP_ENV, "") == "1"
 
 
-def op_threads(deterministic: bool, cores: Optional[int] = None) -> Tuple[Optional[int], Optional[int]]:
-    """(intra-op, inter-op) threads of a run on ``cores`` cores (None: this process's); None: TF's default."""
-    if serial_step():
-        return (1, 1) if deterministic else (None, None)
-    if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return (1 if deterministic else max(cores - 1, 1)), INTER_OP_THREADS
+def op_threads(deterministic: bool) -> Tuple[Optional[int], Optional[int]]:
+    """(intra-op, inter-op) threads of a run; None: TF's default."""
+    if not deterministic:
+        return None, None
+    return 1, (1 if serial_step() else INTER_OP_THREADS)
 
 
 def configure_determinism(seed: int, deterministic: bool) -> None:
