@@ -2,8 +2,8 @@
 
 Sparse Adagrad's accumulator starts at 0 everywhere: fbgemm's fused Adagrad (TorchRec) and TFRA's slot tables start
 there and take no start value (TFRA ignores ``initial_accumulator_value``: its accumulator read 4e-6 = g^2 after one
-step from 0.1). With xdl-ec's default start, 0.1, and lr 0.02 the rows move ~30x less per step early on, which
-cost 0.07 hold-out AUC at 300 steps of batch 2048 (0.746 against 0.816): a set-up difference, not a system's, so
+step from 0.1). xdl-ec's default start, 0.1, makes a row's first steps smaller by sqrt(0.1) / |g| (~30x at g = 0.01),
+which cost 0.07 hold-out AUC at 300 steps of batch 2048 (0.746 against 0.816): a set-up difference, not a system's, so
 xdl-ec and plain Keras start at 0 here too.
 """
 
