@@ -329,10 +329,12 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
     ft.add_argument(
         "--resize-at",
         action="append",
-        metavar="STEP:SERVERS",
+        metavar="STEP:SERVERS[:drain=ID[,ID]]",
         default=None,
         help="resize the servers to SERVERS at the step boundary before step STEP, moving only the rows whose "
-        "route changes; the model stays the never-resized run's (repeatable; --ft none or ec)",
+        "route changes; the model stays the never-resized run's (repeatable; --ft none or ec). ':drain=ID' first "
+        "removes the server of that id (e.g. a spot reclaim): only its rows move, it stops last, and a later grow "
+        "gives its id back (e.g. 10:3:drain=1 on 4 servers, then 20:4)",
     )
     ft.add_argument(
         "--run-dir",
@@ -829,6 +831,7 @@ def _print_report(report: dict, request: TrainRequest) -> None:
             f"resized at step {resize['step']}: {resize['servers_before']} -> {resize['servers_after']} servers, "
             f"{resize['rows_moved']:,} of {resize['rows']:,} rows to another server, {resize['bytes_copied']:,} "
             f"bytes copied in {resize['seconds']:.2f} s"
+            + (f" (drained server {', '.join(map(str, resize['drained']))})" if resize.get("drained") else "")
         )
     print(f"model_digest {report['model_digest']}")
     for server in report.get("servers", []):
@@ -1072,6 +1075,15 @@ def add_resize_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--run", required=True, metavar="DIR", help="the run's --run-dir")
     p.add_argument("servers", type=_positive_int, metavar="N", help="the new server count")
     p.add_argument(
+        "--drain",
+        type=_non_negative_int,
+        action="append",
+        default=None,
+        metavar="ID",
+        help="remove the server of this id first (e.g. a spot reclaim with notice; repeatable): only its rows move "
+        "and it stops last; N counts the servers after (N = the current count replaces it)",
+    )
+    p.add_argument(
         "--timeout", type=_positive_float, default=600.0, metavar="SECONDS", help="wait at most (default 600)"
     )
     p.set_defaults(handler=run_resize)
@@ -1081,7 +1093,7 @@ def run_resize(args: argparse.Namespace) -> int:
     from xdl_ec.job.resize_control import ask_resize
 
     try:
-        record = ask_resize(args.run, args.servers, args.timeout)
+        record = ask_resize(args.run, args.servers, args.timeout, args.drain or ())
     except ValueError as err:
         raise UsageError(str(err)) from None
     except (RuntimeError, TimeoutError) as err:
@@ -1091,6 +1103,7 @@ def run_resize(args: argparse.Namespace) -> int:
         f"resized at step {record['step']}: {record['servers_before']} -> {record['servers_after']} servers, "
         f"{record['rows_moved']:,} of {record['rows']:,} rows moved to another server, "
         f"{record['bytes_copied']:,} bytes copied in {record['seconds']:.2f} s"
+        + (f" (drained server {', '.join(map(str, record['drained']))})" if record.get("drained") else "")
     )
     return 0
 

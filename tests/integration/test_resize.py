@@ -20,6 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import xdl_ec  # noqa: E402
 from support.examples import load_example  # noqa: E402
 from xdl_ec import _core  # noqa: E402
+from xdl_ec.ps import resize as resize_module  # noqa: E402
 from xdl_ec.ps.resize import ResizeError, Resizer, parse_resize  # noqa: E402
 
 example = load_example("user_item_tags")
@@ -64,6 +65,61 @@ def test_a_run_resized_up_and_down_under_ec_ends_at_the_never_resized_model_and_
     assert [(r["servers_before"], r["servers_after"]) for r in report["resizes"]] == [(3, 5), (5, 4), (4, 3)]
     assert report["scrub"]["inconsistent"] == []  # the stripes re-formed over the last count hold every row
     for r in report["resizes"]:  # the stripes are re-formed on fresh servers: every row is copied once
+        assert r["rows_copied"] == r["rows"] and abs(r["moved_fraction"] - r["ideal_fraction"]) < 0.1, r
+
+
+def _rows_by_id(trainer: object) -> dict:
+    """{stable server id: the (table, key) rows it holds} of a running cluster."""
+    scheduler = trainer.scheduler  # type: ignore[attr-defined]
+    held: dict = {i: set() for i in resize_module.server_ids_of(scheduler)}
+    for table in trainer.job.tables:  # type: ignore[attr-defined]
+        for i, rows in zip(held, scheduler.exports(table.name)):
+            held[i] |= {(table.name, k) for k in np.asarray(rows["keys"]).tolist()}
+    return held
+
+
+def test_a_drained_server_moves_only_its_rows_and_growing_back_ends_at_the_never_resized_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """4 servers, server 1 drained at step 10 (-> 3: ids 0, 2, 3), one server added at step 20 (it takes id 1 back):
+    only server 1's rows move at the drain, exactly those its id owns come back, and the model is the one of the
+    run never resized."""
+    seen: list = []
+    resize_servers = resize_module.resize_servers
+
+    def watched(trainer: object, *args: object, **kwargs: object) -> dict:
+        before = _rows_by_id(trainer)
+        record = resize_servers(trainer, *args, **kwargs)  # type: ignore[arg-type]
+        seen.append((before, _rows_by_id(trainer), record))
+        return record
+
+    monkeypatch.setattr(resize_module, "resize_servers", watched)
+    cluster = xdl_ec.Cluster(servers=4, resize_at=["10:3:drain=1", "20:4"])
+    report = job().fit(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
+    assert report["model_digest"] == never_resized()["model_digest"]
+    assert [(r["servers_before"], r["servers_after"], r["drained"], r["server_ids"]) for r in report["resizes"]] == [
+        (4, 3, [1], [0, 2, 3]),
+        (3, 4, [], [0, 2, 3, 1]),
+    ]
+    (before, after, drain), (_, back, grow) = seen
+    assert set(after) == {0, 2, 3}
+    for i in (0, 2, 3):  # the servers that stay keep every row they held and gain only server 1's
+        assert before[i] <= after[i] and after[i] - before[i] <= before[1]
+    assert set().union(*after.values()) == set().union(*before.values())
+    assert drain["rows_moved"] == drain["rows_copied"] == len(before[1]) > 0  # server 1's rows, no other
+    assert abs(drain["moved_fraction"] - drain["ideal_fraction"]) < 0.1 and abs(drain["ideal_fraction"] - 0.25) < 0.02
+    for i, rows in back.items():  # id 1 back: every row lives where a 4-server run routes it
+        assert np.all(_core.server_of(np.array([k for _, k in rows], dtype=np.int64), 4) == i)
+    assert grow["rows_moved"] == len(back[1])
+
+
+def test_a_drain_under_ec_ends_at_the_never_resized_model_and_scrubs_clean() -> None:
+    cluster = xdl_ec.Cluster(servers=4, ft="ec", code=(2, 1), resize_at=["10:3:drain=1", "20:4"])
+    report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
+    assert report["model_digest"] == never_resized()["model_digest"]
+    assert [(r["drained"], r["server_ids"]) for r in report["resizes"]] == [([1], [0, 2, 3]), ([], [0, 1, 2, 3])]
+    assert report["scrub"]["inconsistent"] == []
+    for r in report["resizes"]:  # re-formed on fresh servers: every row copied, the routes of id 1's rows changed
         assert r["rows_copied"] == r["rows"] and abs(r["moved_fraction"] - r["ideal_fraction"]) < 0.1, r
 
 
@@ -125,9 +181,22 @@ def test_resize_from_another_thread_while_training() -> None:
 def test_a_resize_that_cannot_be_done_is_an_error_that_changes_nothing() -> None:
     with pytest.raises(ResizeError, match="no cluster run"):
         job().resize(servers=3)
-    for text, message in [("1:3", "STEP must be >= 2"), ("5:0", "SERVERS must be >= 1"), ("5", "STEP:SERVERS")]:
+    for text, message in [
+        ("1:3", "STEP must be >= 2"),
+        ("5:0", "SERVERS must be >= 1"),
+        ("5", "STEP:SERVERS"),
+        ("5:3:drain=1,1", "drained twice"),
+        ("5:3:drain=x", "drain=ID"),
+    ]:
         with pytest.raises(ValueError, match=message):
             parse_resize(text)
+    assert parse_resize("5:3:drain=1,2") == resize_module.ResizeAt(5, 3, (1, 2))
+    with pytest.raises(ValueError, match=r"drain: server id \[4\] is not live"):
+        job().fit(steps=10, cluster=xdl_ec.Cluster(servers=4, resize_at=["5:3:drain=4"]))
+    with pytest.raises(ValueError, match=r"drain: server id \[1\] is not live"):  # drained at 5, gone at 8
+        job().fit(steps=10, cluster=xdl_ec.Cluster(servers=4, resize_at=["5:3:drain=1", "8:2:drain=1"]))
+    with pytest.raises(ValueError, match="needs at least 3 servers"):
+        job().fit(steps=10, cluster=xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["5:2:drain=1"]))
     with pytest.raises(ValueError, match="two resizes at step 5"):
         xdl_ec.Cluster(servers=2, resize_at=["5:3", "5:4"])
     with pytest.raises(ValueError, match="needs at least 3 servers"):
@@ -151,16 +220,23 @@ def test_a_resize_that_cannot_be_done_is_an_error_that_changes_nothing() -> None
             threading.Event().wait(0.05)
         trainer = j._resizer._trainer
         trainer.hooks.insert(0, HoldAtBoundary())
-        for servers, message in [(0, "at least 1 server"), (2, "has 2 servers already"), (3, "not supported yet")]:
+        for servers, drain, message in [
+            (0, None, "at least 1 server"),
+            (2, None, "has 2 servers already"),
+            (2, 5, r"server id \[5\] is not live \(the live ids are \[0, 1\]\)"),
+            (2, [0, 0], "given twice"),
+            (2, "1", "expected a server id"),
+        ]:
             with pytest.raises(ResizeError, match=message):
-                j.resize(servers=servers, drain=0 if servers == 3 else None)
+                j.resize(servers=servers, drain=drain)  # type: ignore[arg-type]
         seen["servers"] = len(trainer.scheduler.servers)
         first = threading.Thread(target=lambda: seen.setdefault("first", j.resize(servers=3, timeout=120)))
         first.start()
         while j._resizer._request is None:
             threading.Event().wait(0.001)
-        with pytest.raises(ResizeError, match="a resize to 3 servers is under way"):
-            j.resize(servers=4)
+        for servers, drain in [(4, None), (2, 1)]:  # a drain while another resize runs too
+            with pytest.raises(ResizeError, match="a resize to 3 servers is under way"):
+                j.resize(servers=servers, drain=drain)
         seen["busy"] = len(trainer.scheduler.servers)
         gate.set()
         first.join(120)
@@ -188,10 +264,28 @@ def test_routing_after_a_resize_is_the_new_counts() -> None:
     assert np.all(_core.server_of(keys, 3)[_core.server_of(keys, 2) != _core.server_of(keys, 3)] == 2)
 
 
+def test_routing_after_a_drain_is_the_route_table_of_the_ids_left() -> None:
+    from xdl_ec.ps.client import owner_positions, route
+
+    keys = np.arange(-5000, 5000, dtype=np.int64) * 7919
+    ids = [3, 0, 2]  # server 1 of 4 drained, the servers in the cluster's order
+    positions = owner_positions(keys, ids)
+    assert np.array_equal(np.asarray(ids)[positions], _core.RouteTable([0, 2, 3]).servers_of(keys))
+    four = _core.server_of(keys, 4)
+    assert np.all(np.asarray(ids)[positions][four != 1] == four[four != 1])  # only id 1's keys changed owner
+    parts = route(keys, 3, ids)
+    assert sorted(np.concatenate(parts).tolist()) == list(range(keys.size))
+    assert all(np.all(positions[p] == s) for s, p in enumerate(parts))
+    assert resize_module.plan_ids([0, 1, 2, 3], 3, (1,)) == ([0, 2, 3], [0, 2, 3])
+    assert resize_module.plan_ids([0, 2, 3], 4) == ([0, 1, 2], [0, 2, 3, 1])  # the smallest free id comes back
+    assert resize_module.plan_ids([0, 1, 2, 3], 4, (1,)) == ([0, 2, 3], [0, 2, 3, 1])  # a drain at the same count
+    assert resize_module.plan_ids([0, 1, 2, 3], 2, (0,)) == ([1, 2], [1, 2])  # then the highest ids leave
+
+
 @pytest.mark.ray
 def test_on_ray_a_run_resized_up_and_down_ends_at_the_never_resized_model() -> None:
     """New servers are Ray actors (placed by Ray: a failure-domain placement is refused), the old ones' processes
-    are killed once empty (none) or once the re-formed stripes are durable (ec)."""
+    are killed once empty (none, here server 0 drained at step 20) or once the re-formed stripes are durable (ec)."""
     pytest.importorskip("ray")
     import ray
 
@@ -200,10 +294,10 @@ def test_on_ray_a_run_resized_up_and_down_ends_at_the_never_resized_model() -> N
     started = not ray.is_initialized()
     try:
         connect_ray()
-        plain = xdl_ec.Cluster(servers=2, backend="ray", resize_at=["10:3", "20:2"])
+        plain = xdl_ec.Cluster(servers=2, backend="ray", resize_at=["10:3", "20:2:drain=0"])
         report = job().fit(steps=STEPS, deterministic=True, seed=SEED, cluster=plain)
         assert report["model_digest"] == never_resized()["model_digest"]
-        assert [r["servers_after"] for r in report["resizes"]] == [3, 2]
+        assert [(r["servers_after"], r["server_ids"]) for r in report["resizes"]] == [(3, [0, 1, 2]), (2, [1, 2])]
         coded = xdl_ec.Cluster(servers=3, backend="ray", ft="ec", code=(2, 1), resize_at=["10:4", "20:3"])
         report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=coded)
         assert report["model_digest"] == never_resized()["model_digest"]
@@ -231,20 +325,23 @@ def test_xdl_ec_resize_reaches_a_running_train_through_its_run_dir(tmp_path: Pat
             assert training.poll() is None, "the training run ended before its pid file appeared"
             time.sleep(0.1)
         asked = subprocess.run(
-            [sys.executable, "-P", "-m", "xdl_ec", "resize", "--run", str(run_dir), "3"],
+            [sys.executable, "-P", "-m", "xdl_ec", "resize", "--run", str(run_dir), "3", "--drain", "0"],
             env=env,
             capture_output=True,
             text=True,
             timeout=300,
         )
         assert asked.returncode == 0, asked.stderr
-        assert "2 -> 3 servers" in asked.stdout
+        assert "2 -> 3 servers" in asked.stdout and "(drained server 0)" in asked.stdout
         assert training.wait(300) == 0
     finally:
         if training.poll() is None:
             training.kill()
     report = json.loads((tmp_path / "r.json").read_text())
-    assert [(r["servers_before"], r["servers_after"]) for r in report["resizes"]] == [(2, 3)]
+    # server 0 left; the two new servers took the smallest free ids, 0 (its own) and 2
+    assert [(r["servers_before"], r["servers_after"], r["server_ids"]) for r in report["resizes"]] == [
+        (2, 3, [1, 0, 2])
+    ]
     assert not (run_dir / "train.pid").exists()
     gone = subprocess.run(
         [sys.executable, "-P", "-m", "xdl_ec", "resize", "--run", str(run_dir), "3"], env=env, capture_output=True

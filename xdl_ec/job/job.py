@@ -444,15 +444,20 @@ class Job:
         """Whether a cluster fit is running now, so :meth:`resize` may be asked (a run's cluster is up)."""
         return self._resizer is not None and self._resizer.active
 
-    def resize(self, servers: int, drain: Optional[int] = None, timeout: Optional[float] = None) -> Dict[str, Any]:
+    def resize(
+        self, servers: int, drain: Union[int, Sequence[int], None] = None, timeout: Optional[float] = None
+    ) -> Dict[str, Any]:
         """Resizes the servers of the cluster fit running now (call it from another thread) to ``servers`` at the
         next step boundary, and returns the resize's record once it is done: step (the first on the new count),
-        servers_before / servers_after, rows, rows_moved, rows_copied, bytes_copied, seconds (see
-        :mod:`xdl_ec.ps.resize`: rows move while the cluster stands at that boundary, under ``ec`` onto fresh
-        servers with the stripes re-formed, and the model stays the one of a run never resized).
-        ``timeout``: seconds to wait for a boundary before withdrawing. ResizeError, changing nothing: no cluster
-        fit running, fewer servers than 1 or than the code's k + r, the current count, another resize under way, or
-        a cluster the resize does not support yet (``drain``, ``--ft ckpt`` / ``cpr``, caches, bounded tables)."""
+        servers_before / servers_after, rows, rows_moved, rows_copied, bytes_copied, drained, server_ids, seconds
+        (see :mod:`xdl_ec.ps.resize`: rows move while the cluster stands at that boundary, under ``ec`` onto fresh
+        servers with the stripes re-formed, and the model stays the one of a run never resized). ``drain``: the
+        server id (or ids) to remove, e.g. a spot machine reclaimed with notice: only its rows move (plus what the
+        count change implies) and it stops last; ``servers`` counts the servers after, so ``drain=i`` with the
+        current count replaces server i. ``timeout``: seconds to wait for a boundary before withdrawing.
+        ResizeError, changing nothing: no cluster fit running, fewer servers than 1 or than the code's k + r, the
+        current count without a drain, a drained id not live, another resize under way, or a cluster the resize
+        does not support yet (``--ft ckpt`` / ``cpr``, caches, bounded tables)."""
         resizer = self._resizer
         if resizer is None:
             raise ResizeError("resize: no cluster run is training (resize while job.fit(cluster=...) runs)")

@@ -117,7 +117,13 @@ class WorkerAPI(RoleAPI, Protocol):
 
     def settle_pulls(self) -> None: ...
 
-    def set_servers(self, handles: Sequence[Any], kept: Optional[int] = None) -> None: ...
+    def set_servers(
+        self,
+        handles: Sequence[Any],
+        kept: Optional[int] = None,
+        server_ids: Optional[Sequence[int]] = None,
+        origin: Optional[Sequence[int]] = None,
+    ) -> None: ...
 
     def enable_push_log(self) -> None: ...
 

@@ -25,15 +25,33 @@ from .api import ServerAPI
 from .backend import DEFAULT_TIMEOUT, Handle, ServerLost
 from .remote import Remote
 
+_TABLES: Dict[Tuple[int, ...], Any] = {}  # RouteTable per id set of a drained cluster (128 KiB each, few per run)
 
-def route(keys: np.ndarray, num_servers: int) -> List[np.ndarray]:
-    """For each server, the positions in ``keys`` of the keys it owns (ascending)."""
-    servers = _core.server_of(keys, num_servers)
+
+def route(keys: np.ndarray, num_servers: int, server_ids: Optional[Sequence[int]] = None) -> List[np.ndarray]:
+    """For each server, the positions in ``keys`` of the keys it owns (ascending). ``server_ids[s]`` is server s's
+    stable id (a cluster a drain left with a hole in its ids, see docs/design/elastic.md); None: ids 0..n-1."""
+    if server_ids is None:
+        servers = _core.server_of(keys, num_servers)
+    else:
+        servers = owner_positions(keys, server_ids)
     if num_servers <= 1 << 16:
         servers = servers.astype(np.uint16)  # a stable sort of 16-bit ints is a radix sort: 3x faster here
     order = np.argsort(servers, kind="stable")
     bounds = np.searchsorted(servers[order], np.arange(num_servers + 1))
     return [order[bounds[s] : bounds[s + 1]] for s in range(num_servers)]
+
+
+def owner_positions(keys: np.ndarray, server_ids: Sequence[int]) -> np.ndarray:
+    """Each key's owner as a position in ``server_ids`` (the live servers' stable ids, in the cluster's order):
+    the rendezvous owner among those ids (``RouteTable``), int32[len(keys)]."""
+    ids = tuple(int(i) for i in server_ids)
+    table = _TABLES.get(ids)
+    if table is None:
+        table = _TABLES[ids] = _core.RouteTable(list(ids))
+    position = np.zeros(max(ids) + 1, dtype=np.int32)
+    position[list(ids)] = np.arange(len(ids), dtype=np.int32)
+    return position[table.servers_of(np.ascontiguousarray(keys, dtype=np.int64))]
 
 
 @dataclasses.dataclass
@@ -121,6 +139,7 @@ class PSClient:
             {s: {} for s in range(len(servers))} if push_log else None
         )
         self._unread: List[Tuple[int, Any]] = []  # logged pushes' ack futures not yet read for their durable seq
+        self.server_ids: Optional[List[int]] = None  # each server's stable id after a drain (None: 0..n-1)
         self.bytes_pulled = 0
         self.bytes_requested = 0
         self.bytes_pushed = 0
@@ -140,7 +159,7 @@ class PSClient:
             keys = as_keys(keys)
             sizes[table] = (keys.size, dim)
             self.bytes_pulled += keys.size * dim * 4
-            for server, positions in enumerate(route(keys, self.num_servers)):
+            for server, positions in enumerate(route(keys, self.num_servers, self.server_ids)):
                 if positions.size:
                     per_server[server].append((table, positions, keys[positions]))
         for parts in per_server:
@@ -208,7 +227,7 @@ class PSClient:
         for table, (keys, dim) in requests.items():
             keys = as_keys(keys)
             out[table] = (np.zeros((keys.size, dim), dtype=np.float32), np.zeros(keys.size, dtype=bool))
-            for server, positions in enumerate(route(keys, self.num_servers)):
+            for server, positions in enumerate(route(keys, self.num_servers, self.server_ids)):
                 if positions.size:
                     per_server[server].append((table, positions, keys[positions]))
         for server, parts in enumerate(per_server):
@@ -261,7 +280,7 @@ class PSClient:
                     f"grads of table {table!r}: must be [len(keys), dim] = [{keys.size}, dim], got {table_grads.shape}"
                 )
             repeats = as_repeats(rest[0] if rest else None, keys.size)
-            for server, positions in enumerate(route(keys, self.num_servers)):
+            for server, positions in enumerate(route(keys, self.num_servers, self.server_ids)):
                 if positions.size or participants > 1:
                     per_server[server].append(
                         LoggedPush(
@@ -289,23 +308,44 @@ class PSClient:
             out.append(wire)
         return out
 
-    def set_servers(self, servers: Sequence[Handle], kept: Optional[int] = None) -> None:
+    def set_servers(
+        self,
+        servers: Sequence[Handle],
+        kept: Optional[int] = None,
+        server_ids: Optional[Sequence[int]] = None,
+        origin: Optional[Sequence[int]] = None,
+    ) -> None:
         """The cluster was resized (:mod:`xdl_ec.ps.resize`): ``servers`` are the handles of servers 0..len-1 from now
-        on, of which the first ``kept`` (None: as many as both counts have) are the same servers as before. Called
-        with no push or pull in flight and every logged push durable: a kept server's push seqs go on, a new
-        server's start at 0 as it does, a removed server's are forgotten."""
+        on, of which the first ``kept`` (None: as many as both counts have) are the same servers as before, or, when
+        ``origin`` is given (a drain removed a server from the middle), ``origin[s]`` is the position server s had
+        before (-1: a new server). ``server_ids[s]`` is server s's stable id (None: 0..len-1). Called with no push
+        or pull in flight and every logged push durable: a kept server's push seqs go on, a new server's start at 0
+        as it does, a removed server's are forgotten."""
         if not servers:
             raise ValueError("servers: need at least one server handle")
         count = len(servers)
-        kept = min(count, len(self.servers)) if kept is None else kept
-        if not 0 <= kept <= min(count, len(self.servers)):
-            raise ValueError(f"kept: {kept} servers kept of {len(self.servers)} before and {count} after")
-        if self._unread and any(s >= kept for s, _ in self._unread):
+        if origin is None:
+            kept = min(count, len(self.servers)) if kept is None else kept
+            if not 0 <= kept <= min(count, len(self.servers)):
+                raise ValueError(f"kept: {kept} servers kept of {len(self.servers)} before and {count} after")
+            origin = [s if s < kept else -1 for s in range(count)]
+        origin = [int(o) for o in origin]
+        if len(origin) != count or any(not -1 <= o < len(self.servers) for o in origin):
+            raise ValueError(f"origin: expected {count} old positions in -1..{len(self.servers) - 1}, got {origin}")
+        if len({o for o in origin if o >= 0}) != sum(o >= 0 for o in origin):
+            raise ValueError(f"origin: an old position is given twice: {origin}")
+        if server_ids is not None:
+            server_ids = [int(i) for i in server_ids]
+            if len(server_ids) != count or len(set(server_ids)) != count or min(server_ids) < 0:
+                raise ValueError(f"server_ids: expected {count} distinct ids >= 0, got {server_ids}")
+        if self._unread and any(s not in origin for s, _ in self._unread):
             raise ValueError("set_servers: acks of a replaced server are still awaited; flush the pushes first")
         self.servers = list(servers)
-        self._seq = self._seq[:kept] + [0] * (count - kept)
+        self._unread = [(origin.index(s), f) for s, f in self._unread]
+        self._seq = [self._seq[o] if o >= 0 else 0 for o in origin]
         if self.push_log is not None:
-            self.push_log = {s: self.push_log[s] if s < kept else {} for s in range(count)}
+            self.push_log = {s: self.push_log[o] if o >= 0 else {} for s, o in enumerate(origin)}
+        self.server_ids = None if server_ids is None or server_ids == list(range(count)) else server_ids
 
     def drop_acks(self, server: int) -> None:
         """Forgets the acks awaited from ``server``, which was replaced."""

@@ -7,6 +7,12 @@ Routing makes a resize cheap: a key's server is its virtual bucket's rendezvous 
 cluster then routes exactly as a run started with m servers, and the model is the one of the run that was never
 resized (the digest is over rows wherever they live).
 
+A drain (``drain=i``, ``--resize-at STEP:N:drain=I``: a spot machine reclaimed with notice) removes the server of
+stable id i first: the ids left keep a hole and route by the ``RouteTable`` of those ids (the workers' PSClient
+too), so only i's buckets move, spread over the others; a later grow gives new servers the smallest free ids, i
+first (:func:`plan_ids`), which restores the table. i stops last, once every row it held is at its new owner
+(under ``ec``: durable on the re-formed stripes).
+
 The handoff is freeze-copy-switch at a step boundary (:class:`Resizer` is a trainer hook): with no push or pull in
 flight (the driver quiesces, every worker settles its prefetch) the rows move, and only then do the workers and the
 driver route by the new count. A row is served by exactly one owner at any time: its old one before the switch,
@@ -25,10 +31,11 @@ its new one after; the step after the boundary is the first on the new layout (`
   whose owner changed.
 
 What a resize refuses, changing nothing (:class:`ResizeError`): a count below 1 or below the stripes' k + r, the
-current count, a resize while another is asked or under way, a drain of a given server, a cluster whose workers
-cache rows, tables with admit / evict rules (each server keeps an even share of a table's row cap), a count the
-failure domain's alive nodes cannot hold, and ``--ft ckpt`` / ``cpr`` (their checkpoints are per server). Under a
-failure domain (``ec`` on several Ray nodes) the fresh servers are placed by the rule for the new count.
+current count without a drain, a drained id that is not live, a resize while another is asked or under way, a
+cluster whose workers cache rows, tables with admit / evict rules (each server keeps an even share of a table's row
+cap), a count the failure domain's alive nodes cannot hold, and ``--ft ckpt`` / ``cpr`` (their checkpoints are per
+server). Under a failure domain (``ec`` on several Ray nodes) the fresh servers are placed by the rule for the new
+count.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ import dataclasses
 import re
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -45,12 +52,13 @@ from xdl_ec import _core
 
 from .api import ServerAPI
 from .backend import RoleLost
+from .client import owner_positions
 from .placement import plan_placement
 from .remote import Remote
 
 __all__ = ["ResizeAt", "ResizeError", "Resizer", "parse_resize"]
 
-_RESIZE = re.compile(r"\s*(\d+)\s*:\s*(\d+)\s*")
+_RESIZE = re.compile(r"\s*(\d+)\s*:\s*(\d+)\s*(?::\s*drain\s*=\s*(\d+(?:\s*,\s*\d+)*)\s*)?")
 
 
 class ResizeError(ValueError):
@@ -63,16 +71,27 @@ class ResizeAt:
 
     step: int
     servers: int
+    drain: Tuple[int, ...] = ()  # server ids removed (a spot reclaim with notice), see :func:`plan_ids`
+
+    def __str__(self) -> str:
+        tail = f":drain={','.join(str(i) for i in self.drain)}" if self.drain else ""
+        return f"{self.step}:{self.servers}{tail}"
 
 
 def parse_resize(text: str, flag: str = "--resize-at") -> ResizeAt:
-    """``STEP:N`` -> :class:`ResizeAt`; ValueError names ``flag`` and what was wrong."""
+    """``STEP:N`` or ``STEP:N:drain=I[,J...]`` -> :class:`ResizeAt`; ValueError names ``flag`` and what was wrong."""
     if not isinstance(text, str):
         raise TypeError(f"{flag}: expected a string STEP:SERVERS, got {type(text).__name__}")
     m = _RESIZE.fullmatch(text)
     if m is None:
-        raise ValueError(f"{flag}: expected STEP:SERVERS with non-negative integers, e.g. 10:3, got {text!r}")
+        raise ValueError(
+            f"{flag}: expected STEP:SERVERS or STEP:SERVERS:drain=ID[,ID...] with non-negative integers, e.g. 10:3 "
+            f"or 10:3:drain=1, got {text!r}"
+        )
     step, servers = int(m.group(1)), int(m.group(2))
+    drain = tuple(int(i) for i in m.group(3).split(",")) if m.group(3) else ()
+    if len(set(drain)) != len(drain):
+        raise ValueError(f"{flag}: a server id is drained twice in {text!r}; name each once")
     if step < 2:
         raise ValueError(
             f"{flag}: STEP must be >= 2 (a resize happens at the boundary after a step; STEP is the first step on "
@@ -80,7 +99,7 @@ def parse_resize(text: str, flag: str = "--resize-at") -> ResizeAt:
         )
     if servers < 1:
         raise ValueError(f"{flag}: SERVERS must be >= 1, got {text!r}")
-    return ResizeAt(step, servers)
+    return ResizeAt(step, servers, drain)
 
 
 def check_schedule(schedule: Sequence[ResizeAt], flag: str = "--resize-at") -> List[ResizeAt]:
@@ -88,17 +107,56 @@ def check_schedule(schedule: Sequence[ResizeAt], flag: str = "--resize-at") -> L
     ordered = sorted(schedule, key=lambda r: r.step)
     for a, b in zip(ordered, ordered[1:]):
         if a.step == b.step:
-            raise ValueError(f"{flag}: two resizes at step {a.step} ({a.servers} and {b.servers} servers); keep one")
+            raise ValueError(f"{flag}: two resizes at step {a.step} ({a} and {b}); keep one")
     return ordered
 
 
-def check_target(trainer: Any, servers: int, drain: Optional[int] = None) -> None:
-    """ResizeError when ``trainer``'s cluster cannot be resized to ``servers`` (see the module docstring)."""
-    if drain is not None:
+def drain_ids(drain: Any) -> Tuple[int, ...]:
+    """``drain`` (None, an id or ids) as a tuple of distinct ints; ResizeError when it is not."""
+    if drain is None:
+        return ()
+    items = [drain] if isinstance(drain, (int, np.integer)) else drain
+    if isinstance(items, (str, bytes)) or not isinstance(items, (list, tuple)):
+        raise ResizeError(f"drain: expected a server id or a list of ids, got {type(drain).__name__}")
+    if any(isinstance(i, bool) or not isinstance(i, (int, np.integer)) for i in items):
+        raise ResizeError(f"drain: expected int server ids, got {list(items)!r}")
+    out = tuple(int(i) for i in items)
+    if len(set(out)) != len(out):
+        raise ResizeError(f"drain: a server id is given twice in {list(out)}; name each once")
+    return out
+
+
+def server_ids_of(scheduler: Any) -> List[int]:
+    """The live servers' stable ids, in the cluster's order (0..n-1 until a drain leaves a hole)."""
+    ids = getattr(scheduler, "server_ids", None)
+    return list(range(len(scheduler.servers))) if ids is None else list(ids)
+
+
+def plan_ids(ids: Sequence[int], servers: int, drain: Sequence[int] = ()) -> Tuple[List[int], List[int]]:
+    """The servers a resize of a cluster with stable ``ids`` (in its order) to ``servers`` keeps and the ids it ends
+    with: (positions kept, ids after: the kept ones in their order, then the new servers'). The ``drain`` ids go
+    first; then, shrinking further, the highest ids; growing, new servers take the smallest free ids (a drained id
+    too: draining i and growing back restores the routing). ResizeError for an id that is not live."""
+    missing = [i for i in drain if i not in ids]
+    if missing:
         raise ResizeError(
-            f"drain={drain}: draining a given server is not supported yet; resize to fewer servers instead (the last "
-            f"servers leave)"
+            f"drain: server id{'s' if len(missing) > 1 else ''} {missing} {'are' if len(missing) > 1 else 'is'} not "
+            f"live (the live ids are {sorted(ids)}); nothing was changed"
         )
+    kept = [p for p, i in enumerate(ids) if i not in drain]
+    if servers < len(kept):
+        leaving = set(sorted((ids[p] for p in kept), reverse=True)[: len(kept) - servers])
+        kept = [p for p in kept if ids[p] not in leaving]
+    after = [ids[p] for p in kept]
+    free = (i for i in range(servers + len(ids)) if i not in after)
+    after += [next(free) for _ in range(servers - len(kept))]
+    return kept, after
+
+
+def check_target(trainer: Any, servers: int, drain: Any = None) -> None:
+    """ResizeError when ``trainer``'s cluster cannot be resized to ``servers`` with the ``drain`` ids removed (see
+    the module docstring)."""
+    drained = drain_ids(drain)
     if isinstance(servers, bool) or not isinstance(servers, (int, np.integer)):
         raise ResizeError(f"servers: expected an int, got {type(servers).__name__}")
     current = len(trainer.scheduler.servers)
@@ -111,8 +169,9 @@ def check_target(trainer: Any, servers: int, drain: Optional[int] = None) -> Non
             f"servers: the code k={k}, r={r} needs at least k + r = {k + r} servers, got {servers}; keep at least "
             f"{k + r}"
         )
-    if servers == current:
+    if servers == current and not drained:
         raise ResizeError(f"servers: the cluster has {current} servers already")
+    plan_ids(server_ids_of(trainer.scheduler), int(servers), drained)
     ft = getattr(trainer.strategy, "name", "none")
     if ft not in ("none", "ec"):
         raise ResizeError(f"resize: not supported with --ft {ft} yet (--ft none or ec); nothing was changed")
@@ -148,9 +207,11 @@ class StartedServers:
     seconds to start: not in the pause): for a count of ``before`` servers, the new ones (indices before..servers-1)
     or, for a strategy that re-forms, ``servers`` fresh ones with their placement. :meth:`take` waits for them."""
 
-    def __init__(self, trainer: Any, servers: int, background: bool) -> None:
+    def __init__(self, trainer: Any, servers: int, background: bool, drain: Sequence[int] = ()) -> None:
         self.before = len(trainer.scheduler.servers)
+        self.ids = server_ids_of(trainer.scheduler)  # the cluster they were started for
         self.servers = servers
+        self.drain = tuple(drain)
         self.handles: Optional[List[Any]] = None
         self.placement: Any = None
         self.error: Optional[BaseException] = None
@@ -169,7 +230,8 @@ class StartedServers:
                 self.placement = _placement_of(trainer, self.servers)
                 self.handles = scheduler.start_servers(range(self.servers), self.placement)
             else:
-                self.handles = scheduler.start_servers(range(self.before, max(self.servers, self.before)))
+                kept, _ = plan_ids(self.ids, self.servers, self.drain)
+                self.handles = scheduler.start_servers(range(len(kept), max(self.servers, len(kept))))
         except BaseException as err:  # noqa: BLE001 - the boundary starts them itself instead
             self.error = err
 
@@ -178,7 +240,7 @@ class StartedServers:
         caller starts them at the boundary; any started here are stopped)."""
         if self._thread is not None:
             self._thread.join()
-        fits = self.error is None and self.before == len(trainer.scheduler.servers)
+        fits = self.error is None and self.ids == server_ids_of(trainer.scheduler)
         if not fits:
             self.drop(trainer)
             return None
@@ -194,7 +256,11 @@ class StartedServers:
 
 
 def resize_servers(
-    trainer: Any, servers: int, on_phase: Any = None, started: Optional[StartedServers] = None
+    trainer: Any,
+    servers: int,
+    on_phase: Any = None,
+    started: Optional[StartedServers] = None,
+    drain: Sequence[int] = (),
 ) -> Dict[str, Any]:
     """Resizes ``trainer``'s cluster to ``servers`` at this step boundary (see the module docstring); returns the
     resize's record: step (the first on the new count), servers before and after, rows held, ``rows_moved`` (rows
@@ -204,9 +270,11 @@ def resize_servers(
     ``restarts`` (re-forming moves started over after a fresh server was lost) and seconds (the pause). ``started``:
     the servers started ahead (:class:`StartedServers`), else they start here. ``on_phase(name, trainer)``: a test
     hook called at the move's phases ("export": before the old servers are read, "load": after a table's rows are
-    loaded onto the fresh servers)."""
+    loaded onto the fresh servers). ``drain``: server ids that leave (their rows move to their new owners first);
+    the record then gives ``drained`` and the ids after (``server_ids``), and ``ideal_fraction`` is the share of
+    the route table's buckets whose owner changes."""
     try:
-        check_target(trainer, servers)
+        check_target(trainer, servers, drain)
     except ResizeError:
         if started is not None:
             started.drop(trainer)
@@ -215,21 +283,30 @@ def resize_servers(
         _placement_of(trainer, servers)  # nodes too few for the new count: refused before anything moves
     start = time.perf_counter()
     before = len(trainer.scheduler.servers)
+    ids_before = server_ids_of(trainer.scheduler)
+    kept, ids_after = plan_ids(ids_before, servers, drain)
     trainer.quiesce()
     live = [i for i, w in enumerate(trainer.live_workers()) if w is not None]
     _wait(trainer, [trainer.worker(i).settle_pulls() for i in live])
     ready = started.take(trainer) if started is not None else None
     if trainer.strategy.reforms_on_resize:
+        ids_after = sorted(ids_after)  # all servers are fresh: in id order, dense again once the holes are filled
         placement = ready.placement if ready is not None else _placement_of(trainer, servers)
         held, moved, copied, copied_bytes, restarts = _move_onto_fresh_servers(
-            trainer, servers, live, on_phase, placement, None if ready is None else ready.handles
+            trainer, servers, live, on_phase, placement, None if ready is None else ready.handles, ids_after, drain
         )
     else:
         held, moved, copied, copied_bytes = _move_changed_rows(
-            trainer, servers, live, None if ready is None else ready.handles
+            trainer, kept, ids_after, live, None if ready is None else ready.handles
         )
         restarts = 0
     trainer.cluster = dataclasses.replace(trainer.cluster, servers=servers)
+    if drain:  # buckets whose owner is another server after: another id, or a drained id given to a new server
+        old_owner = np.asarray(_core.RouteTable(ids_before).owners)
+        left = ~np.isin(old_owner, [ids_before[p] for p in kept])
+        ideal = float(np.mean((old_owner != np.asarray(_core.RouteTable(ids_after).owners)) | left))
+    else:
+        ideal = abs(servers - before) / max(servers, before)
     return {
         "step": int(trainer.step) + 1,
         "servers_before": before,
@@ -237,7 +314,9 @@ def resize_servers(
         "rows": held,
         "rows_moved": moved,
         "moved_fraction": moved / held if held else 0.0,
-        "ideal_fraction": abs(servers - before) / max(servers, before),
+        "ideal_fraction": ideal,
+        "drained": sorted(int(i) for i in drain),
+        "server_ids": list(ids_after),
         "rows_copied": copied,
         "bytes_copied": copied_bytes,
         "restarts": restarts,
@@ -245,25 +324,31 @@ def resize_servers(
     }
 
 
-def _move_changed_rows(trainer: Any, servers: int, live: List[int], ready: Optional[List[Any]] = None) -> tuple:
-    """The servers keep their shards: new ones start, each row whose route changed goes from its old server to its
-    new one (loaded there before it is erased here), emptied servers stop last."""
+def _move_changed_rows(
+    trainer: Any, kept: List[int], ids_after: List[int], live: List[int], ready: Optional[List[Any]] = None
+) -> tuple:
+    """The servers keep their shards: the cluster becomes the ``kept`` positions (in order) then new servers, with
+    stable ids ``ids_after``; each row whose owner changed goes from its old server to its new one (loaded there
+    before it is erased here), and the servers that leave (drained or past the new count) stop last, emptied."""
     scheduler = trainer.scheduler
-    before = len(scheduler.servers)
+    old = list(scheduler.servers)
+    added = len(ids_after) - len(kept)
     if ready is not None:
         started = ready
     else:
-        started = scheduler.add_servers(servers - before) if servers > before else []
-    handles = list(scheduler.servers) + started
+        started = scheduler.start_servers(range(len(kept), len(ids_after))) if added > 0 else []
+    handles = [old[p] for p in kept] + list(started)
+    new_of_old = {p: n for n, p in enumerate(kept)}  # an old position's new one (absent: it leaves)
+    dense = ids_after == list(range(len(ids_after)))
     held = moved = moved_bytes = 0
     for table in trainer.job.tables:
-        exports = _wait(trainer, [Remote(h, ServerAPI).export(table.name) for h in handles[:before]])
+        exports = _wait(trainer, [Remote(h, ServerAPI).export(table.name) for h in old])
         loads, erases = [], []
         for source, rows in enumerate(exports):
             keys = np.asarray(rows["keys"], dtype=np.int64)
             held += keys.size
-            owner = np.asarray(_core.server_of(keys, servers))
-            leaving = owner != source
+            owner = np.asarray(_core.server_of(keys, len(ids_after)) if dense else owner_positions(keys, ids_after))
+            leaving = owner != new_of_old.get(source, -1)
             if not leaving.any():
                 continue
             for dest in np.unique(owner[leaving]):
@@ -273,11 +358,12 @@ def _move_changed_rows(trainer: Any, servers: int, live: List[int], ready: Optio
                 loads.append(Remote(handles[int(dest)], ServerAPI).load_rows(table.name, part))
             erases.append((source, keys[leaving]))
         _wait(trainer, loads)  # every moving row is at its new owner before any old copy goes
-        _wait(trainer, [Remote(handles[s], ServerAPI).erase_rows(table.name, k) for s, k in erases])
-    scheduler.set_server_count(started, servers)
-    handles = list(scheduler.servers)
-    trainer.client.set_servers(handles)
-    _wait(trainer, [trainer.worker(i).set_servers(handles) for i in live])
+        _wait(trainer, [Remote(old[s], ServerAPI).erase_rows(table.name, k) for s, k in erases])
+    stopped = [h for p, h in enumerate(old) if p not in new_of_old]
+    scheduler.arrange_servers(handles, ids_after, stopped)
+    origin = list(kept) + [-1] * added
+    trainer.client.set_servers(handles, None, ids_after, origin)
+    _wait(trainer, [trainer.worker(i).set_servers(handles, None, ids_after, origin) for i in live])
     return held, moved, moved, moved_bytes
 
 
@@ -302,6 +388,8 @@ def _move_onto_fresh_servers(
     on_phase: Any = None,
     placement: Any = None,
     ready: Optional[List[Any]] = None,
+    ids_after: Optional[List[int]] = None,
+    drain: Sequence[int] = (),
 ) -> tuple:
     """A strategy whose redundancy depends on the count (``ec``'s stripes rotate over the servers) re-forms it on
     ``servers`` fresh servers. Every row is read from the old servers while their strategy still protects them (a
@@ -309,8 +397,11 @@ def _move_onto_fresh_servers(
     stops, the fresh servers become the cluster under its successor (stripes over the new count), every row is
     loaded into its owner there (reaching the new parity as a push does) and made parity-durable, and only then do
     the old servers stop. A fresh server lost before that is no loss: every row is still in hand and on the old
-    servers, so the move starts over on new fresh servers."""
+    servers, so the move starts over on new fresh servers. ``ids_after``: the fresh servers' stable ids (None:
+    0..servers-1), a drain's hole kept; a row of a ``drain`` id counts as moved even when a new server takes its id."""
     scheduler = trainer.scheduler
+    ids = list(range(servers)) if ids_after is None else list(ids_after)
+    old_ids = server_ids_of(scheduler)
     old_strategy = trainer.strategy
     old_strategy.finish_rebuild()  # no shard under restore: every export is whole
     _phase(on_phase, "export", trainer)
@@ -324,9 +415,10 @@ def _move_onto_fresh_servers(
     while True:
         fresh = ready if ready is not None and restarts == 0 else scheduler.start_servers(range(servers), placement)
         scheduler.replace_servers(fresh, placement)
+        scheduler.server_ids = None if ids == list(range(servers)) else ids
         try:
-            trainer.client.set_servers(fresh, kept=0)
-            _wait(trainer, [trainer.worker(i).set_servers(fresh, 0) for i in live])
+            trainer.client.set_servers(fresh, 0, ids)
+            _wait(trainer, [trainer.worker(i).set_servers(fresh, 0, ids) for i in live])
             trainer.strategy = old_strategy.successor()
             trainer.strategy.attach(trainer.view)
             held = moved = copied_bytes = 0
@@ -335,8 +427,11 @@ def _move_onto_fresh_servers(
                 for source, rows in enumerate(parts):
                     keys = np.asarray(rows["keys"], dtype=np.int64)
                     held += keys.size
-                    owner = np.asarray(_core.server_of(keys, servers))
-                    moved += int(np.count_nonzero(owner != source))
+                    owner = np.asarray(owner_positions(keys, ids))
+                    if old_ids[source] in drain:  # every row of a drained server goes to another
+                        moved += keys.size
+                    else:
+                        moved += int(np.count_nonzero(np.asarray(ids)[owner] != old_ids[source]))
                     for dest in np.unique(owner):
                         part = _rows_of(rows, owner == dest)
                         copied_bytes += _row_bytes(part)
@@ -364,8 +459,9 @@ def _phase(on_phase: Any, name: str, trainer: Any) -> None:
 class _Request:
     """A resize asked by :meth:`Resizer.request`, answered by the training thread at a boundary."""
 
-    def __init__(self, servers: int) -> None:
+    def __init__(self, servers: int, drain: Tuple[int, ...] = ()) -> None:
         self.servers = servers
+        self.drain = drain
         self.done = threading.Event()
         self.started = False  # the training thread took it (set under the Resizer's lock)
         self.servers_started: Optional[StartedServers] = None  # started by the asker, ahead of the boundary
@@ -405,20 +501,27 @@ class Resizer:
         """Checks the schedule against a cluster of ``servers`` (stripes ``code``) and the run's steps: ValueError
         names the flag and the entry."""
         count = servers
+        ids = list(range(servers))
         for r in self._schedule:
-            text = f"--resize-at {r.step}:{r.servers}"
+            text = f"--resize-at {r}"
             if total_steps is not None and r.step > total_steps:
                 raise ValueError(f"{text}: the run has only {total_steps} steps; pick a step in 2..{total_steps}")
             if code is not None and r.servers < sum(code):
                 raise ValueError(f"{text}: the code k={code[0]}, r={code[1]} needs at least {sum(code)} servers")
-            if r.servers == count:
+            if r.servers == count and not r.drain:
                 raise ValueError(f"{text}: the cluster has {count} servers then already")
+            try:
+                kept, after = plan_ids(ids, r.servers, r.drain)
+            except ResizeError as err:
+                raise ValueError(f"{text}: {err}") from None
+            ids = [ids[p] for p in kept] + after[len(kept) :]
             count = r.servers
 
-    def request(self, servers: int, drain: Optional[int] = None, timeout: Optional[float] = None) -> Dict[str, Any]:
-        """Resizes the running cluster to ``servers`` at its next step boundary and returns the resize's record
-        (waits for it; ``timeout`` seconds at most, None: as long as it takes). ResizeError, changing nothing, when
-        the resize is impossible, another is under way, or the run ended first."""
+    def request(self, servers: int, drain: Any = None, timeout: Optional[float] = None) -> Dict[str, Any]:
+        """Resizes the running cluster to ``servers`` at its next step boundary, first removing the servers of id
+        ``drain`` (an id or a list), and returns the resize's record (waits for it; ``timeout`` seconds at most,
+        None: as long as it takes). ResizeError, changing nothing, when the resize is impossible (a drained id not
+        live, too few servers left), another is under way, or the run ended first."""
         with self._lock:
             if self._trainer is None or self._closed:
                 raise ResizeError("resize: no cluster run is training (resize while job.fit(cluster=...) runs)")
@@ -427,9 +530,9 @@ class Resizer:
                     f"resize: a resize to {self._request.servers} servers is under way; wait for it to finish"
                 )
             check_target(self._trainer, servers, drain)
-            request = self._request = _Request(int(servers))
+            request = self._request = _Request(int(servers), drain_ids(drain))
         # its servers start here, while training goes on (the boundary only moves rows)
-        request.servers_started = StartedServers(self._trainer, int(servers), background=False)
+        request.servers_started = StartedServers(self._trainer, int(servers), False, request.drain)
         request.ready.set()
         if not request.done.wait(timeout):
             with self._lock:
@@ -452,18 +555,21 @@ class Resizer:
         """A step boundary with nothing in flight: the resizes due before the next step."""
         while self._schedule and self._schedule[0].step <= trainer.step + 1:
             # popped once done: a server lost during it is recovered at this boundary and the resize tried again
-            self.records.append(resize_servers(trainer, self._schedule[0].servers, self.on_phase, self._next))
+            due = self._schedule[0]
+            self.records.append(resize_servers(trainer, due.servers, self.on_phase, self._next, due.drain))
             self._schedule.pop(0)
             self._next = None
         if self._schedule and self._next is None:  # the next one's servers start now, while training goes on
-            self._next = StartedServers(trainer, self._schedule[0].servers, background=True)
+            self._next = StartedServers(trainer, self._schedule[0].servers, True, self._schedule[0].drain)
         with self._lock:
             request = self._request
             if request is None or not request.ready.is_set():
                 return
             request.started = True
         try:
-            request.record = resize_servers(trainer, request.servers, self.on_phase, request.servers_started)
+            request.record = resize_servers(
+                trainer, request.servers, self.on_phase, request.servers_started, request.drain
+            )
             self.records.append(request.record)
         except RoleLost:  # recovered at this boundary by the strategy, then the resize is tried again
             with self._lock:

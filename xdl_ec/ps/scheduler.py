@@ -54,6 +54,9 @@ class Scheduler:
             self._start_server(i, None if placement is None else placement.node_of(i)) for i in range(num_servers)
         ]
         self.workers: List[Handle] = []
+        # each server's stable id, which routes keys to it (docs/design/elastic.md); None: 0..n-1. A drain leaves a
+        # hole (xdl_ec.ps.resize), and the servers keep their ids when one is replaced after a loss
+        self.server_ids: Optional[List[int]] = None
         self.dead: Dict[Tuple[str, int], str] = {}
         self._spares: List[Handle] = []
         self._spare_count = spares
@@ -216,6 +219,7 @@ class Scheduler:
         still running until the caller stops them."""
         old = list(self.servers)
         self.servers = list(fresh)
+        self.server_ids = None  # the caller names the fresh servers' ids if they are not 0..len-1
         self.placement = placement
         self._server_count = len(self.servers)
         for key in [key for key in self.dead if key[0] == "server"]:
@@ -238,6 +242,25 @@ class Scheduler:
         self._server_count = count
         self.version += 1
         return stopped
+
+    def arrange_servers(
+        self, servers: Sequence[Handle], server_ids: Optional[Sequence[int]], stopped: Sequence[Handle] = ()
+    ) -> None:
+        """The cluster's servers become ``servers`` (kept ones and those :meth:`start_servers` started) with stable
+        ids ``server_ids`` (None: 0..len-1), and the ``stopped`` ones (emptied by the caller) stop: a resize that
+        drains given servers (:mod:`xdl_ec.ps.resize`)."""
+        if not servers:
+            raise ValueError("servers: a cluster needs at least one server")
+        ids = None if server_ids is None else [int(i) for i in server_ids]
+        if ids is not None and (len(ids) != len(servers) or len(set(ids)) != len(ids)):
+            raise ValueError(f"server_ids: expected {len(servers)} distinct ids, got {ids}")
+        for handle in stopped:
+            self.backend.kill(handle)
+            self.dead.pop(("server", handle.index), None)
+        self.servers = list(servers)
+        self.server_ids = None if ids is None or ids == list(range(len(ids))) else ids
+        self._server_count = len(self.servers)
+        self.version += 1
 
     def server_stats(self) -> List[Dict[str, Any]]:
         return [f.result(60.0) for f in [Remote(s, ServerAPI).stats() for s in self.servers]]

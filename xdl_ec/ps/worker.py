@@ -514,10 +514,16 @@ class Worker(LinkHost):
             pending.result()
 
     @_serialised
-    def set_servers(self, handles: Sequence[Handle], kept: Optional[int] = None) -> None:
-        """Points this worker at a resized cluster's servers (``handles``: servers 0..len-1, the first ``kept`` the
-        same as before, see PSClient.set_servers); called with nothing in flight (after :meth:`flush` and
-        :meth:`settle_pulls`)."""
+    def set_servers(
+        self,
+        handles: Sequence[Handle],
+        kept: Optional[int] = None,
+        server_ids: Optional[Sequence[int]] = None,
+        origin: Optional[Sequence[int]] = None,
+    ) -> None:
+        """Points this worker at a resized cluster's servers (``handles``: servers 0..len-1, the first ``kept`` or
+        those ``origin`` names the same as before, ``server_ids`` their stable ids, see PSClient.set_servers);
+        called with nothing in flight (after :meth:`flush` and :meth:`settle_pulls`)."""
         if self._unacked:
             raise ValueError("set_servers: pushes are still unacknowledged; flush first")
         if isinstance(self.client, CachedClient):
@@ -525,9 +531,10 @@ class Worker(LinkHost):
         old = list(self.client.servers)
         new: List[Handle] = []
         for i, handle in enumerate(handles):  # a kept server keeps its link
-            same = i < len(old) and (old[i] is handle or getattr(old[i], "handle", None) is handle)
-            new.append(old[i] if same else self._linked(handle))
-        self.client.set_servers(new, kept)
+            j = i if origin is None else int(origin[i])
+            same = 0 <= j < len(old) and (old[j] is handle or getattr(old[j], "handle", None) is handle)
+            new.append(old[j] if same else self._linked(handle))
+        self.client.set_servers(new, kept, server_ids, origin)
         for handle in old:
             if isinstance(handle, LinkedHandle) and not any(handle is h for h in new):
                 handle.close()
