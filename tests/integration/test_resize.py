@@ -114,9 +114,12 @@ def test_a_drained_server_moves_only_its_rows_and_growing_back_ends_at_the_never
 
 
 def test_a_drain_under_ec_ends_at_the_never_resized_model_and_scrubs_clean() -> None:
-    cluster = xdl_ec.Cluster(servers=4, ft="ec", code=(2, 1), resize_at=["10:3:drain=1", "20:4"])
+    """Server 1 of 4 drained at step 10, the server of id 2 (at position 1 of the ids 0, 2, 3) lost at step 15 and
+    rebuilt by the re-formed stripes, one server added back at step 20."""
+    cluster = xdl_ec.Cluster(servers=4, ft="ec", code=(2, 1), resize_at=["10:3:drain=1", "20:4"], fail_at=["15:1"])
     report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
     assert report["model_digest"] == never_resized()["model_digest"]
+    assert [(f["step"], f["index"]) for f in report["failures"]] == [(15, 1)]
     assert [(r["drained"], r["server_ids"]) for r in report["resizes"]] == [([1], [0, 2, 3]), ([], [0, 1, 2, 3])]
     assert report["scrub"]["inconsistent"] == []
     for r in report["resizes"]:  # re-formed on fresh servers: every row copied, the routes of id 1's rows changed
