@@ -4,8 +4,8 @@ Each block runs with the README's own line numbers, so a failure points at the R
 
 The first block trains here and on an ec cluster with a server killed and asserts that both end at the same model;
 its hold-out AUC must show that the planted signal was learned, and the output the README shows under it must be
-what it prints. "Train": its table example runs too. docs/models.md continues "Your own model" (several heads, a behaviour sequence,
-a side input): its blocks run after the README's, in the same namespace."""
+what it prints. "Train": its table example runs too. docs/models.md continues "Your own model" (several heads, a
+behaviour sequence, a side input): its blocks run after the README's, in the same namespace."""
 
 from __future__ import annotations
 
