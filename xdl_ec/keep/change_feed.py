@@ -71,18 +71,10 @@ def local_changes(tables: Mapping[str, Any], full: bool) -> Dict[str, Any]:
     the words): ``whole_tables`` names the tables cut whole."""
     out, whole = {}, []
     for name, t in tables.items():
-        if full or not t.shard.tracking_dirty or t.config.bounded:
+        cut_whole = full or not t.shard.tracking_dirty or t.config.bounded
+        if cut_whole:
             whole.append(name)
-            t.shard.track_dirty(True)
-            if t.config.bounded:
-                out[name] = t.export(with_words=True)
-                pending = t.shard.export_pending()
-                out[name].update(zip(("pending_keys", "pending_uses", "pending_last_step"), pending))
-                continue
-            rows = t.shard.export()
-        else:
-            rows = t.shard.take_dirty()
-        out[name] = dict(zip(("keys", "values", "state"), rows))
+        out[name] = t.cut(cut_whole)
     return {"full": len(whole) == len(out), "tables": out, "whole_tables": whole}
 
 

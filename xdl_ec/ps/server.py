@@ -463,20 +463,7 @@ class ParameterServer(LinkHost):
         with self.lock:
             whole = full or not all(t.shard.tracking_dirty for t in self._tables.values())
             whole = whole or any(t.config.bounded for t in self._tables.values())
-            out = {}
-            for name, t in self._tables.items():
-                if whole:
-                    t.shard.track_dirty(True)
-                    if t.config.bounded:
-                        out[name] = t.export(with_words=True)
-                        pending = t.shard.export_pending()
-                        out[name].update(zip(("pending_keys", "pending_uses", "pending_last_step"), pending))
-                        continue
-                    rows = t.shard.export()
-                else:
-                    rows = t.shard.take_dirty()
-                out[name] = dict(zip(("keys", "values", "state"), rows))
-            return {"full": whole, "tables": out}
+            return {"full": whole, "tables": {name: t.cut(whole) for name, t in self._tables.items()}}
 
     def size(self, table: str) -> int:
         return len(self.table(table))

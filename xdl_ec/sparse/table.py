@@ -267,6 +267,20 @@ class EmbeddingTable:
         keys, values, state = self._shard.export()
         return {"keys": keys, "values": values, "state": state}
 
+    def cut(self, whole: bool) -> Dict[str, np.ndarray]:
+        """The rows an incremental reader (a backstop's cut, an export's delta) takes: with ``whole`` every row (and
+        change tracking starts from here), else the rows changed since the previous cut. A bounded table's whole
+        cut adds its rows' eviction words and its pending ids (pending_keys / pending_uses / pending_last_step), which
+        :meth:`load_rows` takes back."""
+        if not whole:
+            return dict(zip(("keys", "values", "state"), self._shard.take_dirty()))
+        self._shard.track_dirty(True)
+        if not self._config.bounded:
+            return self.export()
+        out = self.export(with_words=True)
+        out.update(zip(("pending_keys", "pending_uses", "pending_last_step"), self._shard.export_pending()))
+        return out
+
     def load_rows(self, rows: Mapping[str, np.ndarray]) -> None:
         """Loads a save's rows of this table (dict keys, values, state, and for a bounded table possibly uses,
         last_step and pending_keys / pending_uses / pending_last_step, as a checkpoint holds them)."""
