@@ -9,8 +9,9 @@ export before the first step and the last delta after the last are outside, the 
 inside), the ratios on / off per round with their medians (on a shared machine the CPU ratio is the steadier), the
 freshness (seconds from the step boundary to the delta's rename) median and p99 over every delta, the bytes of a delta
 per exported minute against every row of the model (``full_bytes``: a delta of every row and the dense weights) and
-a full ``xdl-ec export`` SavedModel of the last model. The issue's figure is a 30-minute stream:
-``--seconds 1800 --rounds 1`` (an hour of machine time).
+a full ``xdl-ec export`` SavedModel of the last model. The runs with exports also write TensorBoard, which the bench
+reads back for the progressive AUC curve (``--plot PNG``: progressive AUC and rows held over the stream's minutes).
+The issue's figure is a 30-minute stream: ``--seconds 1800 --rounds 1`` (an hour of machine time).
 
 The stream: users Zipf over 2M ids (a stable core), items drifting (each 10 s of input a new window of 200k ids
 opens, so old item rows stop changing while new ones arrive), a planted logistic signal; an Embedding&MLP over
@@ -129,12 +130,55 @@ def train(seconds: float, seed: int, serving: Any, every: str, scratch: Path) ->
             out["records"] = exports["records"]
             shutil.rmtree(scratch / "full", ignore_errors=True)  # the newest run's model, fully exported
             run.trained().export(scratch / "full")
+        if log is not None:
+            log.close()  # flushed: the curve is read back from the event files
+            out["curve"] = tensorboard_curve(Path(log.logdir))
         return out
     finally:
         if log is not None:
             log.close()
         run.close()
         run.tables.close()
+
+
+def tensorboard_curve(logdir: Path) -> Dict[str, List[List[float]]]:
+    """The run's progressive AUC, samples/s and rows as TensorBoard holds them: {tag: [[seconds from the first
+    write, step, value], ...]}, read back from the event files."""
+    import tensorflow as tf
+
+    points: Dict[str, List[List[float]]] = {}
+    for path in sorted(logdir.rglob("events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            for value in event.summary.value:
+                if value.tag in ("progressive/auc", "samples_per_sec") or value.tag.startswith("rows/"):
+                    scalar = float(tf.make_ndarray(value.tensor))
+                    points.setdefault(value.tag, []).append([event.wall_time, float(event.step), scalar])
+    start = min((p[0] for series in points.values() for p in series), default=0.0)
+    return {tag: [[t - start, step, v] for t, step, v in series] for tag, series in points.items()}
+
+
+def plot(curve: Dict[str, List[List[float]]], path: str) -> None:
+    """Progressive AUC (left axis) and rows held, summed over tables (right axis), against minutes of the stream."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, auc_axis = plt.subplots(figsize=(8, 4))
+    auc = curve.get("progressive/auc", [])
+    auc_axis.plot([p[0] / 60 for p in auc], [p[2] for p in auc], color="tab:blue")
+    auc_axis.set_xlabel("minutes of the stream")
+    auc_axis.set_ylabel("progressive AUC (last 100k samples)", color="tab:blue")
+    rows_axis = auc_axis.twinx()
+    tables = [tag for tag in curve if tag.startswith("rows/")]
+    if tables:
+        times = [p[0] / 60 for p in curve[tables[0]]]
+        rows = [sum(curve[tag][i][2] for tag in tables) / 1e6 for i in range(len(times))]
+        rows_axis.plot(times, rows, color="tab:gray", linestyle="--")
+    rows_axis.set_ylabel("rows held (millions)", color="tab:gray")
+    auc_axis.set_title("bench_serving_delta: a drifting stream with exports every minute")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
 
 
 def apply_times(serving: Path, full: Path) -> Dict[str, Any]:
@@ -161,6 +205,7 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--export-every", default="60s")
     parser.add_argument("--json", help="write the figures here")
+    parser.add_argument("--plot", help="write the last run's progressive AUC and rows over time here (PNG)")
     parser.add_argument(
         "--apply",
         action="store_true",
@@ -184,7 +229,7 @@ def main(argv: List[str]) -> int:
                     if args.apply:
                         run["apply"] = apply_times(scratch / f"serving-{r}", scratch / "full")
                 runs.append(run)
-                print(json.dumps({k: v for k, v in run.items() if k != "records"}), flush=True)
+                print(json.dumps({k: v for k, v in run.items() if k not in ("records", "curve")}), flush=True)
             ratios.append(rates[True] / rates[False])
             cpu_ratios.append(cpu[True] / cpu[False])
         fresh = [rec["freshness_s"] for run in runs for rec in run.get("records", [])]
@@ -214,7 +259,13 @@ def main(argv: List[str]) -> int:
             "rows_at_end": last["rows"],
             "apply": last.get("apply"),
         }
+        auc = [p[2] for p in last.get("curve", {}).get("progressive/auc", [])]
+        summary["progressive_auc"] = (
+            {"first": auc[0], "last": auc[-1], "min": min(auc), "max": max(auc), "points": len(auc)} if auc else None
+        )
         print(json.dumps(summary, indent=2))
+        if args.plot and last.get("curve"):
+            plot(last["curve"], args.plot)
         if args.json:
             Path(args.json).write_text(json.dumps({"summary": summary, "runs": runs}, indent=2))
     finally:
