@@ -9,7 +9,9 @@ the shared batches once per workload and row count (shared_batches.py, cached to
 ``--rounds`` rounds of every system (the order rotates each round), and print the table: median samples/s over the
 timed steps (``--steps`` minus the first ``--skip``), the ratio to xdl-ec in the same round for samples/s and CPU
 per sample (process CPU time, all threads), peak RSS, hold-out AUC on the same split; then one epoch of the real
-Criteo sample per system where the file exists.
+Criteo sample per system where the file exists. ``tf-body`` (ceiling_tf_body.py) is not a peer but the ceiling:
+TF's DLRM body alone with no tables, the most any system whose model body is TF's can reach on these cores; the goal
+line gives it over the best peer.
 
 The xdl-ec side runs as whatever ``--xdl-ec-python`` with ``--xdl-ec-pythonpath`` imports (default: this Python
 and build/lead/stage), so the table can be rerun against a newer build.
@@ -29,10 +31,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from peer_table import format_table, goal_line, summarise  # noqa: E402
+from peer_table import CEILING, format_table, goal_line, summarise  # noqa: E402
 
-SYSTEMS = ("xdl-ec", "keras", "tfra", "torchrec")
-SCRIPTS = {"xdl-ec": "peer_xdl_ec.py", "keras": "peer_keras.py", "tfra": "peer_tfra.py", "torchrec": "peer_torchrec.py"}
+SYSTEMS = ("xdl-ec", "keras", "tfra", "torchrec", "tf-body")
+SCRIPTS = {
+    "xdl-ec": "peer_xdl_ec.py",
+    "keras": "peer_keras.py",
+    "tfra": "peer_tfra.py",
+    "torchrec": "peer_torchrec.py",
+    "tf-body": "ceiling_tf_body.py",
+}
 VENVS = {"tfra", "torchrec"}
 DEFAULT_CRITEO = os.path.join(os.path.dirname(REPO), "shared", "data", "criteo_kaggle_train_head10k.tsv.gz")
 PEER_TIMEOUT = 1800
@@ -79,7 +87,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 def python_of(system: str, args: argparse.Namespace) -> str:
     if system == "xdl-ec":
         return args.xdl_ec_python
-    if system == "keras":
+    if system in ("keras", "tf-body"):
         return args.keras_python
     return os.path.join(args.env_root, system, "bin", "python")
 
@@ -146,6 +154,7 @@ LABELS = {
     "keras": "plain Keras",
     "tfra": "TFRA dynamic_embedding",
     "torchrec": "TorchRec DLRM (EBC, fbgemm CPU)",
+    "tf-body": CEILING,
 }
 
 

@@ -17,7 +17,7 @@ PEERS = Path(__file__).resolve().parents[3] / "bench" / "peers"
 sys.path.insert(0, str(PEERS))
 
 from holdout_auc import holdout_auc  # noqa: E402
-from peer_table import format_table, goal_line, round_ratios, summarise  # noqa: E402
+from peer_table import CEILING, format_table, goal_line, round_ratios, summarise  # noqa: E402
 from shared_batches import SharedBatches, write_batches  # noqa: E402
 
 
@@ -94,6 +94,19 @@ def test_the_table_and_goal_line() -> None:
         "(peer), median of the rounds' ratios: 1.25x (goal >= 1.2x: met)"
     )
     assert goal_line(summarise([result("keras", 0, 1.0, 1.0)]), 2048).startswith("goal: needs xdl-ec")
+
+
+def test_the_ceiling_is_not_a_peer_and_is_set_against_the_best_one() -> None:
+    rows = summarise(
+        [
+            result("xdl-ec", 0, 100.0, 10.0),
+            result("keras", 0, 80.0, 12.0),
+            result(CEILING, 0, 120.0, 9.0),  # faster than xdl-ec: still not the "best peer"
+        ]
+    )
+    line = goal_line(rows, 2048)
+    assert line.startswith("xdl-ec / best peer (keras), median of the rounds' ratios: 1.25x (goal >= 1.3x: not met)")
+    assert line.endswith("; ceiling / best peer: 1.50x")
 
 
 def digest(path: str) -> str:
