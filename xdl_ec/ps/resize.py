@@ -22,12 +22,15 @@ its new one after; the step after the boundary is the first on the new layout (`
   from its old server to its new one with its optimizer state (loaded there before it is erased here), and emptied
   servers stop last. Only the moving rows cross.
 - Under ``--ft ec`` the stripes rotate over the server count, so another count is other stripes for every block:
-  the stripes are re-formed (k, r kept) on m fresh servers under the strategy's successor. Every row is read while
-  the old stripes still protect the old servers (a server lost then is rebuilt by them as at any boundary, and the
-  resize tried again), loaded into its owner among the fresh servers (reaching the new parity as a push does) and
-  made parity-durable; only then do the old servers stop. A fresh server lost before that is no loss: every row is
-  still in hand and on the old servers, and the move starts over on new fresh servers. Every row is copied once
-  (what re-forming every stripe costs anyway: all parity is written anew); ``rows_moved`` still counts the rows
+  the stripes are re-formed (k, r kept) on m fresh servers under the strategy's successor, and the copy is spread
+  over step boundaries while training goes on (:mod:`xdl_ec.ps.background_move`): each boundary copies a bounded
+  number of slot records (:attr:`Resizer.precopy_share` of the median step, or :attr:`Resizer.precopy_rows`) onto
+  the fresh layout, and once every slot was read, one final boundary copies the rows changed or inserted since
+  their copy (their clocks tell), makes the new parity durable and switches; only then do the old servers stop.
+  STEP is then the first step of the move; the record's ``step`` the first on the new layout. An old server lost
+  meanwhile is rebuilt by the old stripes and the move goes on; a fresh server lost is no loss (every row is still
+  on the old servers): the move starts over on new fresh servers. ``precopy_share = 0`` moves in one pause as
+  under ``none`` (every row read, loaded and made durable at the boundary). ``rows_moved`` still counts the rows
   whose owner changed.
 
 What a resize refuses, changing nothing (:class:`ResizeError`): a count below 1 or below the stripes' k + r, the
@@ -40,11 +43,13 @@ count.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import re
+import statistics
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -52,6 +57,7 @@ from xdl_ec import _core
 
 from .api import ServerAPI
 from .backend import RoleLost
+from .background_move import BackgroundMove
 from .client import owner_positions
 from .placement import plan_placement
 from .remote import Remote
@@ -301,12 +307,7 @@ def resize_servers(
         )
         restarts = 0
     trainer.cluster = dataclasses.replace(trainer.cluster, servers=servers)
-    if drain:  # buckets whose owner is another server after: another id, or a drained id given to a new server
-        old_owner = np.asarray(_core.RouteTable(ids_before).owners)
-        left = ~np.isin(old_owner, [ids_before[p] for p in kept])
-        ideal = float(np.mean((old_owner != np.asarray(_core.RouteTable(ids_after).owners)) | left))
-    else:
-        ideal = abs(servers - before) / max(servers, before)
+    ideal = _ideal_fraction(ids_before, kept, ids_after, servers, drain)
     return {
         "step": int(trainer.step) + 1,
         "servers_before": before,
@@ -453,7 +454,102 @@ def _move_onto_fresh_servers(
 
 def _phase(on_phase: Any, name: str, trainer: Any) -> None:
     if on_phase is not None:
-        on_phase(name, trainer)
+        on_phase(name, trainer, None)
+
+
+FIRST_PRECOPY_ROWS = 4096  # the first pre-copy boundary's slots, before a row's copy has been timed
+MIN_PRECOPY_ROWS = 256  # at least this many per boundary: a move always ends
+
+
+class _Moving:
+    """A background move (``--ft ec``, :class:`~xdl_ec.ps.background_move.BackgroundMove`) and what its record
+    needs: checked and started at the boundary that asks for it (the servers started ahead, if they fit)."""
+
+    def __init__(
+        self,
+        trainer: Any,
+        servers: int,
+        started: Optional[StartedServers],
+        drain: Sequence[int],
+        on_phase: Any,
+        schedule: bool = False,
+        request: Optional["_Request"] = None,
+    ) -> None:
+        try:
+            check_target(trainer, servers, drain)
+            placement = _placement_of(trainer, servers)  # nodes too few for the new count: refused here
+        except ResizeError:
+            if started is not None:
+                started.drop(trainer)
+            raise
+        self.schedule, self.request = schedule, request
+        self.servers, self.drain = servers, tuple(drain)
+        self.before = len(trainer.scheduler.servers)
+        self.ids_before = server_ids_of(trainer.scheduler)
+        kept, ids_after = plan_ids(self.ids_before, servers, self.drain)
+        self.kept = kept
+        self.ids_after = sorted(ids_after)  # all servers are fresh: in id order, dense again once holes are filled
+        ready = started.take(trainer) if started is not None else None
+        if ready is not None:
+            placement = ready.placement
+        self.move = BackgroundMove(
+            trainer,
+            servers,
+            self.ids_after,
+            placement,
+            None if ready is None else ready.handles,
+            on_phase,
+            self.ids_before,
+            self.drain,
+        )
+
+    def finish(self, trainer: Any) -> Optional[Dict[str, Any]]:
+        """The final boundary: quiesce, the rest copied, the switch; the record (None: a fresh server was lost
+        here and the pre-copy starts over)."""
+        start = time.perf_counter()
+        trainer.quiesce()
+        live = [i for i, w in enumerate(trainer.live_workers()) if w is not None]
+        _wait(trainer, [trainer.worker(i).settle_pulls() for i in live])
+        figures = self.move.finish(trainer, live)
+        if figures is None:
+            return None
+        trainer.cluster = dataclasses.replace(trainer.cluster, servers=self.servers)
+        move = self.move
+        held, moved = figures["rows"], figures["rows_moved"]
+        pause = time.perf_counter() - start
+        return {
+            "step": int(trainer.step) + 1,
+            "servers_before": self.before,
+            "servers_after": self.servers,
+            "rows": held,
+            "rows_moved": moved,
+            "moved_fraction": moved / held if held else 0.0,
+            "ideal_fraction": _ideal_fraction(self.ids_before, self.kept, self.ids_after, self.servers, self.drain),
+            "drained": sorted(int(i) for i in self.drain),
+            "server_ids": list(self.ids_after),
+            "rows_copied": move.rows_precopied + figures["rows_final"],
+            "bytes_copied": move.bytes_copied,
+            "restarts": move.restarts,
+            "seconds": move.precopy_seconds + pause,
+            "started_step": move.started_step,
+            "precopy_boundaries": move.boundaries,
+            "precopy_seconds": move.precopy_seconds,
+            "rows_precopied": move.rows_precopied,
+            "rows_recopied": figures["rows_recopied"],
+            "rows_final": figures["rows_final"],
+            "shards_copied_whole": figures["shards_copied_whole"],
+            "final_pause_s": pause,
+        }
+
+
+def _ideal_fraction(ids_before: List[int], kept: List[int], ids_after: List[int], servers: int, drain: Any) -> float:
+    """|m - n| / max(m, n), or with a drain the share of the route table's buckets whose owner changes."""
+    if drain:  # buckets whose owner is another server after: another id, or a drained id given to a new server
+        old_owner = np.asarray(_core.RouteTable(ids_before).owners)
+        left = ~np.isin(old_owner, [ids_before[p] for p in kept])
+        return float(np.mean((old_owner != np.asarray(_core.RouteTable(ids_after).owners)) | left))
+    before = len(ids_before)
+    return abs(servers - before) / max(servers, before)
 
 
 class _Request:
@@ -475,9 +571,16 @@ class Resizer:
     :meth:`request` asks from another thread. One resize at a time: a request while another is asked or under way
     is a :class:`ResizeError`."""
 
-    # test and benchmark hook: on_phase(name, trainer) at the move's phases (see resize_servers), e.g. to kill a
-    # server mid-move (set on the class, as a staticmethod: the job builds its Resizer inside fit)
+    # test and benchmark hook: on_phase(name, trainer, move) at the move's phases (see resize_servers and
+    # BackgroundMove; move: the BackgroundMove, None in a one-pause move), e.g. to kill a server mid-move (set on
+    # the class, as a staticmethod: the job builds its Resizer inside fit)
     on_phase: Any = None
+    # The background move's budget per step boundary (``--ft ec``; set on the class like on_phase): the share of
+    # the median step's seconds its copy may take (0: the whole move in one pause, as under ``none``), or a fixed
+    # number of slot records per boundary (precopy_rows, when set). 0.2 keeps >= 80% of the samples/s while the
+    # rows move.
+    precopy_share: float = 0.2
+    precopy_rows: Optional[int] = None
 
     def __init__(self, schedule: Sequence[ResizeAt] = ()) -> None:
         self._schedule = check_schedule(schedule)
@@ -486,6 +589,9 @@ class Resizer:
         self._trainer: Any = None
         self._closed = False
         self._next: Optional[StartedServers] = None  # the next scheduled resize's servers, starting ahead
+        self._move: Optional[_Moving] = None  # a background move under way
+        self._step_seconds: Deque[float] = collections.deque(maxlen=32)  # recent steps, boundaries' work excluded
+        self._boundary_end: Optional[float] = None
         self.records: List[Dict[str, Any]] = []
 
     def attach(self, trainer: Any) -> None:
@@ -548,14 +654,44 @@ class Resizer:
         return request.record
 
     def due(self, step: int) -> bool:
-        """Async mode: hold new steps so the boundary comes (a resize asked, or scheduled before the next step)."""
-        return self._request is not None or bool(self._schedule and self._schedule[0].step <= step + 1)
+        """Async mode: hold new steps so the boundary comes (a resize asked, under way, or scheduled before the
+        next step)."""
+        return (
+            self._request is not None
+            or self._move is not None
+            or bool(self._schedule and self._schedule[0].step <= step + 1)
+        )
 
     def after_step(self, trainer: Any) -> None:
-        """A step boundary with nothing in flight: the resizes due before the next step."""
+        """A step boundary with nothing in flight: a background move's next part, the resizes due before the next
+        step."""
+        now = time.perf_counter()
+        if self._boundary_end is not None:
+            self._step_seconds.append(now - self._boundary_end)
+        try:
+            self._at_boundary(trainer)
+        finally:
+            self._boundary_end = time.perf_counter()
+
+    def _background(self, trainer: Any) -> bool:
+        """Whether this cluster's resizes move in the background (a re-forming strategy and a budget)."""
+        return bool(trainer.strategy.reforms_on_resize and (self.precopy_share > 0 or self.precopy_rows))
+
+    def _at_boundary(self, trainer: Any) -> None:
+        if self._move is not None:
+            self._advance(trainer)
+            if self._move is not None:
+                return  # one resize at a time: the next ones wait for this one
         while self._schedule and self._schedule[0].step <= trainer.step + 1:
             # popped once done: a server lost during it is recovered at this boundary and the resize tried again
             due = self._schedule[0]
+            if self._background(trainer):
+                started, self._next = self._next, None
+                self._move = _Moving(trainer, due.servers, started, due.drain, self.on_phase, schedule=True)
+                self._advance(trainer)
+                if self._move is not None:
+                    return
+                continue
             self.records.append(resize_servers(trainer, due.servers, self.on_phase, self._next, due.drain))
             self._schedule.pop(0)
             self._next = None
@@ -567,36 +703,95 @@ class Resizer:
                 return
             request.started = True
         try:
+            if self._background(trainer):
+                self._move = _Moving(
+                    trainer, request.servers, request.servers_started, request.drain, self.on_phase, request=request
+                )
+                self._advance(trainer)
+                return
             request.record = resize_servers(
                 trainer, request.servers, self.on_phase, request.servers_started, request.drain
             )
             self.records.append(request.record)
-        except RoleLost:  # recovered at this boundary by the strategy, then the resize is tried again
-            with self._lock:
-                request.started = False
+        except RoleLost:  # recovered at this boundary by the strategy, then the resize is tried again (or goes on)
+            if self._move is None:
+                with self._lock:
+                    request.started = False
             raise
         except BaseException as err:  # a ResizeError (the cluster changed since it was asked) or a failure
             request.error = err
             if not isinstance(err, ResizeError):
                 raise
         finally:
-            if request.record is not None or request.error is not None:
+            if self._move is None and (request.record is not None or request.error is not None):
                 with self._lock:
                     self._request = None
                 request.done.set()
 
+    def _budget(self, move: BackgroundMove) -> int:
+        """Slot records the pre-copy may read at this boundary (see :attr:`precopy_share`)."""
+        if self.precopy_rows:
+            return int(self.precopy_rows)
+        per_row = move.seconds_per_row()
+        if per_row is None or not self._step_seconds:
+            return FIRST_PRECOPY_ROWS
+        step = statistics.median(self._step_seconds)
+        return max(MIN_PRECOPY_ROWS, int(self.precopy_share * step / max(per_row, 1e-9)))
+
+    def _advance(self, trainer: Any) -> None:
+        """The move's part at this boundary: a pre-copy's share, or the final boundary (every slot read once, or
+        the run's last boundary); a finished move's record is kept and answered."""
+        moving = self._move
+        assert moving is not None
+        try:
+            last = trainer.total_steps is not None and trainer.step >= trainer.total_steps
+            if not (moving.move.precopied or last):
+                moving.move.precopy(trainer, self._budget(moving.move))
+                return
+            record = moving.finish(trainer)
+        except RoleLost:  # an old server: its strategy recovers it at this boundary, the move goes on after
+            raise
+        except BaseException as err:
+            self._move = None
+            moving.move.drop(trainer)
+            if moving.request is not None:
+                moving.request.error = err
+                with self._lock:
+                    self._request = None
+                moving.request.done.set()
+            if moving.request is None or not isinstance(err, ResizeError):
+                raise
+            return
+        if record is None:
+            return  # a fresh server was lost at the final boundary: the pre-copy starts over
+        self._move = None
+        self.records.append(record)
+        if moving.schedule:
+            self._schedule.pop(0)
+        if moving.request is not None:
+            moving.request.record = record
+            with self._lock:
+                self._request = None
+            moving.request.done.set()
+
     def close(self) -> None:
-        """The run ended: a resize still asked is refused, servers started ahead are stopped."""
+        """The run ended: a resize still asked is refused, servers started ahead are stopped, a background move
+        not finished is dropped (the old servers held every row throughout)."""
         with self._lock:
             self._closed = True
             request, self._request = self._request, None
+        if self._move is not None and self._trainer is not None:
+            self._move.move.drop(self._trainer)
+            self._move = None
         if self._next is not None and self._trainer is not None:
             self._next.drop(self._trainer)
             self._next = None
         if request is not None and request.servers_started is not None and self._trainer is not None:
             request.servers_started.drop(self._trainer)
         if request is not None and not request.done.is_set():
-            request.error = ResizeError("resize: the run ended before a step boundary; nothing was changed")
+            request.error = ResizeError(
+                "resize: the run ended before the resize completed at a step boundary; nothing was changed"
+            )
             request.done.set()
 
     def report(self) -> List[Dict[str, Any]]:

@@ -465,6 +465,19 @@ class ParameterServer(LinkHost):
             whole = whole or any(t.config.bounded for t in self._tables.values())
             return {"full": whole, "tables": {name: t.cut(whole) for name, t in self._tables.items()}}
 
+    def slot_rows(self, table: str, slots: Any) -> Dict[str, Any]:
+        """The live rows of ``table`` in the slots ``slots`` (ascending slot numbers, or a (start, count) range):
+        keys, values, state, clocks, slots, and ``end``: one past the last slot that may hold a row. A resize's
+        background copy reads the shard a bounded range at a time (:mod:`xdl_ec.ps.background_move`)."""
+        with self.lock:
+            t = self.table(table)
+            if isinstance(slots, tuple):
+                start, count = (int(v) for v in slots)
+                slots = np.arange(start, max(start, min(start + count, t.slot_end)), dtype=np.int64)
+            out: Dict[str, Any] = t.slot_rows(slots)
+            out["end"] = t.slot_end
+            return out
+
     def size(self, table: str) -> int:
         return len(self.table(table))
 

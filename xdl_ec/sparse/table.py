@@ -267,6 +267,41 @@ class EmbeddingTable:
         keys, values, state = self._shard.export()
         return {"keys": keys, "values": values, "state": state}
 
+    def slot_rows(self, slots: Any) -> Dict[str, np.ndarray]:
+        """The live rows in the slot records ``slots`` (slot numbers, ascending; free slots and those past
+        the end are left out): dict(keys, values, state, clocks=int32 row clocks, slots). Rows keep their slot
+        until erased and a clock changes with every mutation (record_layout.h), so (slot, clock) tells a reader
+        whether a row it read has changed since (a resize's background copy, :mod:`xdl_ec.ps.background_move`)."""
+        slots = np.ascontiguousarray(slots, dtype=np.int64)
+        if slots.size and (slots[0] < 0 or np.any(np.diff(slots) <= 0)):
+            raise ValueError(f"table {self._name!r}: slots must be ascending and >= 0")
+        width, dim = self._shard.record_bytes, self._dim
+        records = np.empty((slots.size, width), np.uint8)
+        # one read per run of nearby slots (a gap under 64 slots is read through): few calls for scattered rows
+        breaks = np.flatnonzero(np.diff(slots) > 64) + 1 if slots.size else np.zeros(0, np.int64)
+        for lo, hi in zip(np.r_[0, breaks], np.r_[breaks, slots.size]):
+            if hi <= lo:
+                continue
+            first = int(slots[lo])
+            run = self._shard.read_slots(first, int(slots[hi - 1]) - first + 1)
+            records[lo:hi] = run[slots[lo:hi] - first]
+        flags = np.ascontiguousarray(records[:, 8:12]).view(np.uint32).ravel()
+        live = (flags & 1) == 1
+        records = records[live]
+        floats = np.ascontiguousarray(records[:, 12:]).view(np.float32)
+        return {
+            "keys": np.ascontiguousarray(records[:, :8]).view(np.int64).ravel(),
+            "values": np.ascontiguousarray(floats[:, :dim]),
+            "state": np.ascontiguousarray(floats[:, dim:]),
+            "clocks": (flags[live] >> 1).astype(np.int32),
+            "slots": slots[live],
+        }
+
+    @property
+    def slot_end(self) -> int:
+        """One past the last slot that may hold a row (the blocks covering the slot array's high-water mark)."""
+        return int(self._shard.num_blocks) * int(self._shard.block_slots)
+
     def cut(self, whole: bool) -> Dict[str, np.ndarray]:
         """The rows an incremental reader (a backstop's cut, an export's delta) takes: with ``whole`` every row (and
         change tracking starts from here), else the rows changed since the previous cut. A bounded table's whole

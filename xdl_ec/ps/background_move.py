@@ -1,0 +1,348 @@
+"""BackgroundMove: a resize under ``--ft ec`` whose copy is spread over step boundaries while training goes on
+(issue #38), as a virtual machine migrates live: copy everything once, then only what changed since, and switch.
+
+The stripes rotate over the server count, so a resize re-forms them on fresh servers (:mod:`xdl_ec.ps.resize`).
+The fresh servers start ahead with their own parity (the resize's strategy, attached to them alone); then:
+
+1. **Pre-copy.** At each step boundary a bounded number of slot records (:attr:`Resizer.precopy_rows`, or
+   ``precopy_share`` of the median step's seconds) is read from the old servers, a table's shard at a time in slot
+   order, and loaded into each row's owner on the fresh layout (reaching the fresh parity as a push does), while
+   training goes on on the old servers. Each copied row's slot and clock are kept: a row stays in its slot until
+   erased, and its clock changes with every mutation (``record_layout.h``), so no change tracking is needed and
+   nothing else that tracks changes (a backstop's increments, serving deltas: the shards' dirty sets) is disturbed.
+2. **Final boundary** (every slot read once, or the run's last boundary): quiesce, read the slots past where the
+   pre-copy reached (rows inserted since), ask the old servers the clocks of every copied key and copy again the
+   rows whose clock changed (erase those gone: a row a recovery rolled back), make the fresh parity durable,
+   switch the workers and driver to the fresh servers and stop the old ones. This pause is the rows changed since
+   their copy plus one clock lookup per row, not the table's copy. A shard whose row count does not add up (a row
+   inserted into a slot freed before) is copied whole there, exact either way.
+
+Failures: an old server lost during the move is rebuilt by the old stripes like any loss (its rows keep their
+slots and clocks: the copies stay valid) and the move goes on; a fresh server lost is no loss (every row is still
+on the old servers): the fresh servers are replaced by new ones and the pre-copy starts over (``restarts``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .api import ServerAPI
+from .backend import RoleLost
+from .client import owner_positions
+from .cluster_view import ClusterView
+from .fault_tolerance import Unrecoverable
+from .remote import Remote
+
+__all__ = ["BackgroundMove", "FreshLost"]
+
+CALL_SECONDS = 120.0  # a fresh server's answer; longer is taken for a loss
+FRESH_ATTEMPTS = 3  # times the move starts over on new fresh servers before the resize fails
+
+
+class FreshLost(RuntimeError):
+    """A fresh server of a move died or stopped answering (the move starts over on new ones)."""
+
+
+class _FreshView(ClusterView):
+    """The resize's strategy's view while the fresh servers are not the cluster's yet: only them, no workers (the
+    workers' push logs serve the old servers until the switch)."""
+
+    def __init__(self, trainer: Any, handles: Sequence[Any]) -> None:
+        super().__init__(trainer)
+        self._handles = list(handles)
+
+    @property
+    def num_servers(self) -> int:
+        return len(self._handles)
+
+    def server_handles(self) -> List[Any]:
+        return list(self._handles)
+
+    def server(self, index: int) -> Remote:
+        return Remote(self._handles[index], ServerAPI)
+
+    def servers(self) -> List[Remote]:
+        return [Remote(h, ServerAPI) for h in self._handles]
+
+    def beside_handles(self) -> List[Any]:
+        return list(self._handles)
+
+    def agent(self, index: int, api: type, beside: bool = False) -> Remote:
+        return Remote(self._handles[index], api, agent=True)
+
+    def workers(self) -> List[Remote]:
+        return []
+
+
+class _Copied:
+    """What the pre-copy read of one old server's shard of one table: the slot it reached and, per copied row,
+    its key, slot and clock then."""
+
+    def __init__(self) -> None:
+        self.next_slot = 0  # where the next read starts (past the high-water mark once the end was reached)
+        self.reached_end = False
+        self.keys: List[np.ndarray] = []
+        self.slots: List[np.ndarray] = []
+        self.clocks: List[np.ndarray] = []
+        self.moved: List[np.ndarray] = []  # per copied row: whether its owner's id changes
+
+    @property
+    def done(self) -> bool:
+        return self.reached_end
+
+    def joined(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        def cat(parts: List[np.ndarray], dtype: Any) -> np.ndarray:
+            return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+
+        return cat(self.keys, np.int64), cat(self.slots, np.int64), cat(self.clocks, np.int32), cat(self.moved, bool)
+
+
+class BackgroundMove:
+    """One re-forming resize in progress (see the module docstring): ``servers`` fresh servers of stable ids
+    ``ids`` (in order), started ahead (``ready``) or here on ``placement``'s nodes."""
+
+    def __init__(
+        self,
+        trainer: Any,
+        servers: int,
+        ids: Sequence[int],
+        placement: Any,
+        ready: Optional[List[Any]],
+        on_phase: Any = None,
+        old_ids: Optional[Sequence[int]] = None,
+        drain: Sequence[int] = (),
+    ) -> None:
+        """``old_ids``: the old servers' stable ids (None: 0..n-1), ``drain`` those that leave: a row's move
+        counts in ``rows_moved`` when its owner's id changes or its old server is drained."""
+        self.servers = servers
+        self.ids = list(ids)
+        self.old_ids = list(range(len(trainer.scheduler.servers))) if old_ids is None else list(old_ids)
+        self.drain = set(int(i) for i in drain)
+        self.placement = placement
+        self.on_phase = on_phase
+        self.restarts = 0
+        self.boundaries = 0  # pre-copy boundaries that copied rows
+        self.rows_precopied = 0  # rows loaded by the pre-copy (over every attempt)
+        self.bytes_copied = 0
+        self.precopy_seconds = 0.0
+        self.started_step = int(trainer.step) + 1  # the first step trained while the rows move
+        self._seconds_per_row: Optional[float] = None
+        self._old = list(trainer.scheduler.servers)
+        self._tables = [t.name for t in trainer.job.tables]
+        self.fresh: List[Any] = []
+        self.strategy: Any = None
+        self._begin(trainer, ready)
+
+    # ---- the fresh servers ----------------------------------------------------------------------------------
+    def _begin(self, trainer: Any, ready: Optional[List[Any]]) -> None:
+        """Fresh servers with their own stripes (the resize's strategy, attached to them alone), nothing read."""
+        scheduler = trainer.scheduler
+        self.fresh = list(ready) if ready is not None else scheduler.start_servers(range(self.servers), self.placement)
+        self.strategy = trainer.strategy.successor()
+        try:
+            self.strategy.attach(_FreshView(trainer, self.fresh))
+        except (RoleLost, TimeoutError) as err:
+            raise FreshLost(f"a fresh server was lost while its stripes formed: {err}") from err
+        self._copied = {(t, p): _Copied() for t in self._tables for p in range(len(self._old))}
+
+    def _start_over(self, trainer: Any, err: BaseException) -> None:
+        """A fresh server was lost: new fresh servers, the pre-copy from the start (the old servers hold every row)."""
+        self.restarts += 1
+        self.drop(trainer)
+        if self.restarts >= FRESH_ATTEMPTS:
+            raise RuntimeError(f"resize: fresh servers were lost {self.restarts} times; the last: {err}") from err
+        self._begin(trainer, None)
+
+    def drop(self, trainer: Any) -> None:
+        """Stops the fresh servers (a move started over or withdrawn; the old servers are untouched)."""
+        if self.strategy is not None and getattr(self.strategy, "background", None) is not None:
+            self.strategy.background.stop()
+        for handle in self.fresh:
+            trainer.backend.kill(handle)
+        self.fresh = []
+
+    def _fresh_wait(self, trainer: Any, futures: List[Any]) -> List[Any]:
+        try:
+            return [f.result(CALL_SECONDS) for f in futures]
+        except (RoleLost, TimeoutError) as err:
+            raise FreshLost(f"a fresh server was lost mid-move: {err}") from err
+
+    # ---- copying ----------------------------------------------------------------------------------------------
+    @property
+    def precopied(self) -> bool:
+        """Every slot of every old shard was read once (the final boundary may come)."""
+        return all(c.done for c in self._copied.values())
+
+    def seconds_per_row(self) -> Optional[float]:
+        """What copying a row took at the pre-copy's boundaries so far (None before the first)."""
+        return self._seconds_per_row
+
+    def precopy(self, trainer: Any, rows: int) -> int:
+        """One pre-copy boundary: at most ``rows`` slot records read from the old servers and loaded onto the
+        fresh layout; returns the slots read. A fresh server lost: the pre-copy starts over on new ones; an old
+        server lost: RoleLost (its strategy rebuilds it at this boundary; the move goes on after)."""
+        start = time.perf_counter()
+        _phase(self.on_phase, "precopy", trainer, self)
+        budget, loaded = max(1, int(rows)), 0
+        try:
+            for (table, p), copied in self._copied.items():
+                if budget <= 0:
+                    break
+                if copied.done:
+                    continue
+                part = _wait_old(trainer, p, "slot_rows", table, (copied.next_slot, budget))
+                end = int(part["end"])
+                read = max(0, min(budget, end - copied.next_slot))
+                budget -= max(read, 1)
+                live = np.asarray(part["slots"])
+                if live.size < read or read == 0:
+                    # a free slot: the high-water mark (no row is erased under ec, so slots fill in order); rows
+                    # inserted from now on come after it, and the final boundary reads on from there
+                    copied.next_slot = int(live[-1]) + 1 if live.size else copied.next_slot
+                    copied.reached_end = True
+                else:
+                    copied.next_slot += read
+                loaded += self._load(trainer, table, part)
+                copied.keys.append(part["keys"])
+                copied.slots.append(part["slots"])
+                copied.clocks.append(part["clocks"])
+                copied.moved.append(self._moves(part["keys"], p))
+        except FreshLost as err:
+            self._start_over(trainer, err)
+            return 0
+        seconds = time.perf_counter() - start
+        self.precopy_seconds += seconds
+        self.boundaries += 1
+        self.rows_precopied += loaded
+        if loaded:
+            self._seconds_per_row = seconds / loaded
+        _phase(self.on_phase, "precopied", trainer, self)
+        return int(rows) - budget
+
+    def _load(self, trainer: Any, table: str, rows: Dict[str, Any], wait: bool = True) -> int:
+        """Loads ``rows`` into their owners among the fresh servers; returns how many."""
+        keys = np.asarray(rows["keys"], dtype=np.int64)
+        if not keys.size:
+            return 0
+        owner = np.asarray(owner_positions(keys, self.ids))
+        loads = []
+        for dest in np.unique(owner):
+            mine = owner == dest
+            part = {f: np.ascontiguousarray(np.asarray(rows[f])[mine]) for f in ("keys", "values", "state")}
+            self.bytes_copied += int(sum(part[f].nbytes for f in part))
+            loads.append(Remote(self.fresh[int(dest)], ServerAPI).load_rows(table, part))
+        self._fresh_wait(trainer, loads)
+        return int(keys.size)
+
+    def _moves(self, keys: np.ndarray, position: int) -> np.ndarray:
+        """Per key of the old server at ``position``: whether its owner's id changes (every key of a drained one)."""
+        keys = np.asarray(keys, dtype=np.int64)
+        if self.old_ids[position] in self.drain:
+            return np.ones(keys.size, bool)
+        return (
+            np.asarray(self.ids)[np.asarray(owner_positions(keys, self.ids), dtype=np.int64)] != self.old_ids[position]
+        )
+
+    def _erase(self, trainer: Any, table: str, keys: np.ndarray) -> None:
+        if not keys.size:
+            return
+        owner = np.asarray(owner_positions(keys, self.ids))
+        self._fresh_wait(
+            trainer,
+            [Remote(self.fresh[int(d)], ServerAPI).erase_rows(table, keys[owner == d]) for d in np.unique(owner)],
+        )
+
+    # ---- the final boundary ---------------------------------------------------------------------------------
+    def finish(self, trainer: Any, live: List[int]) -> Optional[Dict[str, Any]]:
+        """The final boundary (the caller quiesced and settled the workers' pulls): the rest copied, parity
+        durable, the switch. Returns the figures (rows_recopied, rows_final, final_pause_s, ...) or None when a
+        fresh server was lost here (the pre-copy starts over on new ones; the old servers serve on)."""
+        start = time.perf_counter()
+        old_strategy = trainer.strategy
+        old_strategy.finish_rebuild()  # no shard under restore: every clock and slot read is whole
+        _phase(self.on_phase, "export", trainer, self)
+        recopied = final = whole = held = moved = 0
+        try:
+            for (table, p), copied in self._copied.items():
+                # rows inserted since the pre-copy passed: in the slots past where it reached
+                tail = _wait_old(trainer, p, "slot_rows", table, (copied.next_slot, 1 << 62))
+                keys, slots, clocks, moves = copied.joined()
+                now = _wait_old(trainer, p, "clocks", table, keys) if keys.size else np.zeros(0, np.int32)
+                now = np.asarray(now, dtype=np.int32)
+                gone = now < 0  # a row a recovery rolled back (inserted after the stripes' durable point)
+                changed = (now != clocks) & ~gone
+                count = int(_wait_old(trainer, p, "size", table))
+                exact = count == int(np.count_nonzero(~gone)) + int(tail["keys"].size)
+                again = _wait_old(trainer, p, "slot_rows", table, slots[changed]) if exact and changed.any() else None
+                if not exact or (again is not None and not np.array_equal(again["keys"], keys[changed])):
+                    # a row inserted into a slot freed before the copy passed it (or a slot that holds another
+                    # row now): this shard is copied whole here, exact either way
+                    rows = _wait_old(trainer, p, "export", table)
+                    self._erase(trainer, table, np.setdiff1d(keys, np.asarray(rows["keys"], np.int64)))
+                    final += self._load(trainer, table, rows)
+                    held += int(np.asarray(rows["keys"]).size)
+                    moved += int(np.count_nonzero(self._moves(rows["keys"], p)))
+                    whole += 1
+                    continue
+                final += self._load(trainer, table, tail)
+                if again is not None:
+                    n = self._load(trainer, table, again)
+                    recopied += n
+                    final += n
+                self._erase(trainer, table, keys[gone])
+                held += count
+                moved += int(np.count_nonzero(moves[~gone])) + int(np.count_nonzero(self._moves(tail["keys"], p)))
+            _phase(self.on_phase, "load", trainer, self)
+            try:
+                self.strategy.drain()  # every row durable on the new layout: the old servers may go
+            except (RoleLost, TimeoutError, Unrecoverable) as err:
+                raise FreshLost(f"a fresh server was lost before its parity was durable: {err}") from err
+        except FreshLost as err:
+            self._start_over(trainer, err)
+            return None
+        self._switch(trainer, live)
+        return {
+            "rows": held,
+            "rows_moved": moved,
+            "rows_recopied": recopied,
+            "rows_final": final,
+            "shards_copied_whole": whole,
+            "final_pause_s": time.perf_counter() - start,
+        }
+
+    def _switch(self, trainer: Any, live: List[int]) -> None:
+        """The fresh servers become the cluster under the resize's strategy; the old ones stop."""
+        scheduler = trainer.scheduler
+        trainer.strategy.retire()
+        old = list(scheduler.servers)
+        scheduler.replace_servers(self.fresh, self.placement)
+        scheduler.server_ids = None if self.ids == list(range(self.servers)) else list(self.ids)
+        trainer.client.set_servers(self.fresh, 0, self.ids)
+        _wait_trainer(trainer, [trainer.worker(i).set_servers(self.fresh, 0, self.ids) for i in live])
+        self.strategy.view = trainer.view  # the cluster's view from now on (recoveries, replays)
+        _wait_trainer(trainer, [trainer.worker(i).enable_push_log() for i in live])
+        trainer.strategy = self.strategy
+        for handle in old:
+            trainer.backend.kill(handle)
+
+
+def _wait_trainer(trainer: Any, futures: List[Any]) -> List[Any]:
+    answers, lost = trainer.drain(futures)
+    if lost:
+        raise lost[0]
+    return answers
+
+
+def _wait_old(trainer: Any, position: int, method: str, *args: Any) -> Any:
+    """A call of the old server at ``position`` (the cluster's now: a rebuilt one's replacement); a loss is
+    confirmed by the scheduler and raised (its strategy recovers it)."""
+    handle = trainer.scheduler.servers[position]
+    return _wait_trainer(trainer, [getattr(Remote(handle, ServerAPI), method)(*args)])[0]
+
+
+def _phase(on_phase: Any, name: str, trainer: Any, move: Any) -> None:
+    if on_phase is not None:
+        on_phase(name, trainer, move)
