@@ -224,6 +224,31 @@ def test_resize_from_another_thread_while_training() -> None:
     assert report["model_digest"] == never_resized()["model_digest"]
 
 
+def test_resize_from_another_thread_under_ec_moves_in_the_background(monkeypatch: pytest.MonkeyPatch) -> None:
+    """job.resize under --ft ec answers once the background move switched: its pre-copy spans boundaries while
+    training goes on, and the model is the never-resized run's."""
+    monkeypatch.setattr(Resizer, "precopy_rows", 64)
+    j = job()
+    done: dict = {}
+
+    def ask() -> None:
+        while j._resizer is None or j._resizer._trainer is None:
+            threading.Event().wait(0.05)
+        done["record"] = j.resize(servers=4, timeout=120)
+        done["servers"] = len(j._resizer._trainer.scheduler.servers)
+
+    asker = threading.Thread(target=ask)
+    asker.start()
+    cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1))
+    report = j.verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
+    asker.join(60)
+    record = done["record"]
+    assert done["servers"] == 4 and report["resizes"] == [record]
+    assert record["precopy_boundaries"] >= 2 and record["step"] > record["started_step"], record
+    assert report["model_digest"] == never_resized()["model_digest"]
+    assert report["scrub"]["inconsistent"] == []
+
+
 def test_a_resize_that_cannot_be_done_is_an_error_that_changes_nothing() -> None:
     with pytest.raises(ResizeError, match="no cluster run"):
         job().resize(servers=3)
@@ -329,9 +354,10 @@ def test_routing_after_a_drain_is_the_route_table_of_the_ids_left() -> None:
 
 
 @pytest.mark.ray
-def test_on_ray_a_run_resized_up_and_down_ends_at_the_never_resized_model() -> None:
+def test_on_ray_a_run_resized_up_and_down_ends_at_the_never_resized_model(monkeypatch: pytest.MonkeyPatch) -> None:
     """New servers are Ray actors (placed by Ray: a failure-domain placement is refused), the old ones' processes
-    are killed once empty (none, here server 0 drained at step 20) or once the re-formed stripes are durable (ec)."""
+    are killed once empty (none, here server 0 drained at step 20) or once the re-formed stripes are durable (ec,
+    the rows moved over several boundaries)."""
     pytest.importorskip("ray")
     import ray
 
@@ -344,10 +370,12 @@ def test_on_ray_a_run_resized_up_and_down_ends_at_the_never_resized_model() -> N
         report = job().fit(steps=STEPS, deterministic=True, seed=SEED, cluster=plain)
         assert report["model_digest"] == never_resized()["model_digest"]
         assert [(r["servers_after"], r["server_ids"]) for r in report["resizes"]] == [(3, [0, 1, 2]), (2, [1, 2])]
+        monkeypatch.setattr(Resizer, "precopy_rows", 128)
         coded = xdl_ec.Cluster(servers=3, backend="ray", ft="ec", code=(2, 1), resize_at=["10:4", "20:3"])
         report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=coded)
         assert report["model_digest"] == never_resized()["model_digest"]
         assert report["scrub"]["inconsistent"] == [] and [r["servers_after"] for r in report["resizes"]] == [4, 3]
+        assert report["resizes"][0]["precopy_boundaries"] >= 2, report["resizes"][0]
     finally:
         if started:
             ray.shutdown()
