@@ -595,9 +595,9 @@ class EmbeddingShard:
         """
         (rows float32[m, dim], clocks int32[n], sent bool[n]): a pull that sends only the rows whose cached copy (known: int32 clocks, -1 = none) is more than `staleness` versions behind, and missing keys (inserted); rows holds the sent rows in the order of keys. forwarder: the inserts reach parity (--ft ec).
         """
-    def push(self, keys: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], grads: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], step: typing.SupportsInt | typing.SupportsIndex, return_deltas: bool = False, forwarder: DeltaForwarder | None = None, table: str = '', pushes: collections.abc.Mapping[typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex] = {}, repeats: typing.Any | None = None) -> typing.Any:
+    def push(self, keys: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], grads: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], step: typing.SupportsInt | typing.SupportsIndex, return_deltas: bool = False, forwarder: DeltaForwarder | None = None, table: str = '', pushes: collections.abc.Mapping[typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex] = {}, repeats: typing.Any | None = None, ttl_before: typing.SupportsInt | typing.SupportsIndex = 0) -> typing.Any:
         """
-        Sums duplicate keys' grads, then one optimizer step per unique key (with repeats: grads[i] sums repeats[i] gradients, and a key takes as many steps of its mean gradient); with return_deltas, (slots: uint32[m], xor: uint8[m, record_bytes]); with a DeltaForwarder, the deltas are recorded on it as a mutation of `table` that applied the worker pushes `pushes` ({worker: seq}, --ft ec).
+        Sums duplicate keys' grads, then one optimizer step per unique key (with repeats: grads[i] sums repeats[i] gradients, and a key takes as many steps of its mean gradient); a push that ends with an eviction pass also frees the records last updated before step ttl_before (0: none); with return_deltas, (slots: uint32[m], xor: uint8[m, record_bytes]); with a DeltaForwarder, the deltas are recorded on it as a mutation of `table` that applied the worker pushes `pushes` ({worker: seq}, --ft ec).
         """
     def read_block(self, b: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.uint8]:
         """

@@ -188,7 +188,8 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--deterministic",
         action="store_true",
-        help="deterministic TF ops, one thread per op (ops side by side on two): same seed, same model_digest",
+        help="deterministic TF ops, one thread per op (ops side by side on two): same seed, same model_digest "
+        "(except with --evict-ttl-seconds, whose passes follow wall time)",
     )
     p.add_argument(
         "--on-bad-line",
@@ -378,6 +379,15 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
         help="evict rows not updated for more than N steps (default: never)",
     )
     bounded.add_argument(
+        "--evict-ttl-seconds",
+        type=_positive_float,
+        metavar="S",
+        help="instead of --evict-ttl-steps: evict rows not updated for more than S seconds of training wall "
+        "time (the driver's step start times; the steps before a --resume count as started with the first "
+        "step after it). Wall time varies from run to run, so even --deterministic runs may evict other rows "
+        "(a recovered run still evicts what its failure-free run with the same step times would)",
+    )
+    bounded.add_argument(
         "--max-rows",
         type=_positive_int,
         metavar="N",
@@ -432,6 +442,7 @@ BUILTIN_FLAGS = (
     "on_bad_line",
     "admit_min_count",
     "evict_ttl_steps",
+    "evict_ttl_seconds",
     "max_rows",
     "evict_every_steps",
 )
@@ -577,6 +588,11 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
         )
     from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job, num_train_batches, open_training_data
 
+    if args.evict_ttl_steps is not None and args.evict_ttl_seconds is not None:
+        raise UsageError(
+            "--evict-ttl-steps, --evict-ttl-seconds: give one of them (a row ages by steps or by seconds of "
+            "training wall time, not both)"
+        )
     if args.stream is not None:
         return _stream_request(args, cluster, progress, saving)
     if args.stream_idle_exit is not None:

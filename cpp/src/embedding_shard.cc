@@ -508,7 +508,8 @@ struct EmbeddingShard::Impl {
 
   // One eviction pass at now_step (row_policy.h), exclusive lock held, deltas started. With `merge` the
   // deltas already hold this call's entries (a push's pass) and stay one entry per slot.
-  EmbeddingShard::Eviction EvictPass(int64_t now_step, DeltaBatch* deltas, bool merge) {
+  // ttl_before > 0: records whose last_step is below it go too (reason ttl: an Evict(ttl_seconds) cutoff).
+  EmbeddingShard::Eviction EvictPass(int64_t now_step, DeltaBatch* deltas, bool merge, int64_t ttl_before = 0) {
     using Eviction = EmbeddingShard::Eviction;
     Eviction out;
     if (!policy_on) return out;
@@ -537,7 +538,7 @@ struct EmbeddingShard::Impl {
         if (!RecordLayout::IsLive(RecordLayout::Flags(r))) continue;
         ++live_in_block[b];
         const int64_t last = LastStep(r);
-        if (rules.ttl_steps && now_step - last > *rules.ttl_steps) {
+        if ((rules.ttl_steps && now_step - last > *rules.ttl_steps) || last < ttl_before) {
           victims.push_back(static_cast<uint32_t>(slot));
           ++out.counts.ttl;
           continue;
@@ -893,24 +894,28 @@ size_t EmbeddingShard::PullStaleTo(const int64_t* keys, size_t n, const int32_t*
 }
 
 void EmbeddingShard::Push(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaBatch* deltas,
-                          const uint32_t* repeats) {
-  if (!deltas) return PushTo(keys, grads, n, step, nullptr, repeats);
+                          const uint32_t* repeats, int64_t ttl_before) {
+  if (!deltas) return PushTo(keys, grads, n, step, nullptr, repeats, ttl_before);
   IntoBatch sink(deltas);
-  PushTo(keys, grads, n, step, &sink, repeats);
+  PushTo(keys, grads, n, step, &sink, repeats, ttl_before);
 }
 
 void EmbeddingShard::Push(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaSink& sink,
-                          const uint32_t* repeats) {
-  PushTo(keys, grads, n, step, &sink, repeats);
+                          const uint32_t* repeats, int64_t ttl_before) {
+  PushTo(keys, grads, n, step, &sink, repeats, ttl_before);
 }
 
 void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaSink* sink,
-                            const uint32_t* repeats) {
+                            const uint32_t* repeats, int64_t ttl_before) {
   RequirePointer(keys, n, "Push", "keys");
   RequirePointer(grads, n, "Push", "grads");
   RequireBatch(n, "Push");
   if (step < 1)
     throw std::invalid_argument("Push: step must be >= 1 (the 1-based global step), got " + std::to_string(step));
+  if (ttl_before < 0 || ttl_before > step)
+    throw std::invalid_argument("Push: ttl_before must be in [0, step = " + std::to_string(step) +
+                                "] (records last updated before it go at the pass), got " + std::to_string(ttl_before) +
+                                "; nothing was applied");
   if (repeats) {
     RequirePointer(repeats, n, "Push", "repeats");
     for (size_t i = 0; i < n; ++i) {
@@ -1142,7 +1147,7 @@ void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, i
   if (dropped) s.not_admitted.fetch_add(dropped, std::memory_order_relaxed);
   // A pass at the step boundary (row_policy.h), in this push's deltas: every path a push takes to parity
   // (and a replayed push) carries it. Slots it frees are reused from the next call on.
-  if (pass) s.EvictPass(step, deltas, /*merge=*/true);
+  if (pass) s.EvictPass(step, deltas, /*merge=*/true, ttl_before);
   if (sink) sink->Record(std::move(batch));
 }
 

@@ -702,5 +702,40 @@ TEST(RowPolicy, EvictedSlotsAreZeroAndReusedLowestFirst) {
   EXPECT_EQ(shard.memory().slots, 4u);  // slot 0 reused
 }
 
+// Evict(ttl_seconds): the pass of a push frees the records last updated before the push's ttl_before (the
+// driver's cutoff), in the push's deltas; a push that runs no pass ignores it; a bad cutoff changes nothing.
+TEST(RowPolicy, APushsTtlBeforeFreesTheRowsLastUpdatedBeforeIt) {
+  RowPolicyConfig r;
+  r.evict_every_steps = 4;  // no ttl_steps: only the cutoff frees rows by age
+  EmbeddingShard shard(Config(r));
+  Mirror mirror;
+  DeltaBatch d;
+  Pull(shard, {100}, &d);  // inserted by a pull, never pushed: last_step 0
+  mirror.Apply(d);
+  for (int64_t step = 1; step <= 3; ++step) {
+    Push(shard, {step}, step, &d);  // key s last updated at step s
+    mirror.Apply(d);
+  }
+  std::vector<float> g(shard.dim(), 0.5f);
+  const int64_t five = 5;
+  shard.Push(&five, g.data(), 1, 5, &d, nullptr, 5);  // step 5 runs no pass: the cutoff is ignored
+  mirror.Apply(d);
+  EXPECT_EQ(shard.size(), 5u);
+  const int64_t seven = 7;
+  ExpectInvalid([&] { shard.Push(&seven, g.data(), 1, 8, &d, nullptr, 9); }, "ttl_before");
+  ExpectInvalid([&] { shard.Push(&seven, g.data(), 1, 8, &d, nullptr, -1); }, "ttl_before");
+  EXPECT_EQ(shard.size(), 5u);
+  EXPECT_TRUE(mirror.Matches(shard));
+  // Step 8 with cutoff 3: keys 1, 2 and the never-pushed 100 go; 3 (step 3), 5 and the pushed 7 stay.
+  shard.Push(&seven, g.data(), 1, 8, &d, nullptr, 3);
+  mirror.Apply(d);
+  EXPECT_TRUE(mirror.Matches(shard));
+  EXPECT_EQ(Sorted(shard.Export().keys), (std::vector<int64_t>{3, 5, 7}));
+  EXPECT_EQ(shard.policy_stats().counters.evicted_ttl, 3u);
+  // Step 12 without a cutoff frees nothing: the table has no ttl_steps.
+  Push(shard, {7}, 12, &d);
+  EXPECT_EQ(shard.size(), 3u);
+}
+
 }  // namespace
 }  // namespace xdl_ec

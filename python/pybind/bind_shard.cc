@@ -167,7 +167,7 @@ py::tuple Find(const EmbeddingShard& shard, const Keys& keys) {
 
 py::object Push(EmbeddingShard& shard, const Keys& keys, const Floats& grads, int64_t step, bool return_deltas,
                 const std::shared_ptr<DeltaForwarder>& forwarder, const std::string& table, const WorkerSeqs& pushes,
-                const py::object& repeats) {
+                const py::object& repeats, int64_t ttl_before) {
   RequireKeys(keys, "push");
   const size_t n = static_cast<size_t>(keys.shape(0));
   RequireRows(grads, n, shard.dim(), "push", "grads");
@@ -184,13 +184,13 @@ py::object Push(EmbeddingShard& shard, const Keys& keys, const Floats& grads, in
   if (forwarder) {
     DeltaForwarder::Mutation sink(*forwarder, table, pushes);
     py::gil_scoped_release release;
-    shard.Push(keys.data(), grads.data(), n, step, sink, reps);
+    shard.Push(keys.data(), grads.data(), n, step, sink, reps, ttl_before);
     return py::none();
   }
   DeltaBatch deltas;
   {
     py::gil_scoped_release release;
-    shard.Push(keys.data(), grads.data(), n, step, return_deltas ? &deltas : nullptr, reps);
+    shard.Push(keys.data(), grads.data(), n, step, return_deltas ? &deltas : nullptr, reps, ttl_before);
   }
   if (!return_deltas) return py::none();
   return DeltasToNumpy(std::move(deltas));
@@ -551,9 +551,10 @@ void BindShard(py::module_& m) {
            "parity (--ft ec).")
       .def("push", &Push, py::arg("keys"), py::arg("grads"), py::arg("step"), py::arg("return_deltas") = false,
            py::arg("forwarder") = nullptr, py::arg("table") = "", py::arg("pushes") = WorkerSeqs{},
-           py::arg("repeats") = py::none(),
+           py::arg("repeats") = py::none(), py::arg("ttl_before") = 0,
            "Sums duplicate keys' grads, then one optimizer step per unique key (with repeats: grads[i] sums "
-           "repeats[i] gradients, and a key takes as many steps of its mean gradient); with return_deltas, "
+           "repeats[i] gradients, and a key takes as many steps of its mean gradient); a push that ends with an "
+           "eviction pass also frees the records last updated before step ttl_before (0: none); with return_deltas, "
            "(slots: uint32[m], xor: uint8[m, record_bytes]); with a DeltaForwarder, the deltas are recorded on "
            "it as a mutation of `table` that applied the worker pushes `pushes` ({worker: seq}, --ft ec).")
       .def("erase", &Erase, py::arg("keys"), py::arg("return_deltas") = false,

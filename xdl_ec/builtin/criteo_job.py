@@ -73,6 +73,7 @@ class TrainConfig:
     # bounded table (xdl_ec.sparse.row_rules): None leaves the table unbounded, as before
     admit_min_count: Optional[int] = None
     evict_ttl_steps: Optional[int] = None
+    evict_ttl_seconds: Optional[float] = None  # instead of evict_ttl_steps: seconds of training wall time
     max_rows: Optional[int] = None
     evict_every_steps: int = DEFAULT_EVERY_STEPS
 
@@ -110,8 +111,13 @@ class TrainConfig:
         """The table's ``admit`` and ``evict`` (None where not asked for)."""
         admit = None if self.admit_min_count is None else Admit(min_count=self.admit_min_count)
         evict = None
-        if self.evict_ttl_steps is not None or self.max_rows is not None:
-            evict = Evict(ttl_steps=self.evict_ttl_steps, max_rows=self.max_rows, every_steps=self.evict_every_steps)
+        if self.evict_ttl_steps is not None or self.evict_ttl_seconds is not None or self.max_rows is not None:
+            evict = Evict(
+                ttl_steps=self.evict_ttl_steps,
+                ttl_seconds=self.evict_ttl_seconds,
+                max_rows=self.max_rows,
+                every_steps=self.evict_every_steps,
+            )
         return {"admit": admit, "evict": evict}
 
 

@@ -68,8 +68,18 @@ class CprAgent(ServerAgent):
             )
         return self._checkpointer
 
-    def push(self, host: Any, table: Any, keys: Any, grads: Any, step: int, pushes: Any, repeats: Any = None) -> None:
-        table.push(keys, grads, step=step, repeats=repeats)
+    def push(
+        self,
+        host: Any,
+        table: Any,
+        keys: Any,
+        grads: Any,
+        step: int,
+        pushes: Any,
+        repeats: Any = None,
+        ttl_before: int = 0,
+    ) -> None:
+        table.push(keys, grads, step=step, repeats=repeats, ttl_before=ttl_before)
         self._count(table.name, keys, step)
 
     def _count(self, table: str, keys: Any, step: int) -> None:

@@ -103,6 +103,7 @@ class ParityAgent(ServerAgent):
         step: int,
         pushes: Mapping[int, int],
         repeats: Optional[np.ndarray] = None,
+        ttl_before: int = 0,
     ) -> None:
         """Applies a push to ``table``'s shard and records its deltas; ``pushes`` {worker: seq} it applies."""
         if self._crash_before or self._crash_armed or self.crashed:  # one test on the training path
@@ -112,18 +113,27 @@ class ParityAgent(ServerAgent):
                 self._crash_armed = False
                 self.crashed = True
                 self.forwarder.drop_pending()
-                table.shard.push(keys, grads, step, repeats=repeats)
+                table.shard.push(keys, grads, step, repeats=repeats, ttl_before=ttl_before)
                 server.crash_requested = True
                 if in_ray_actor():  # a real process death, right after this answer is sent
                     threading.Timer(1.0, os._exit, args=(1,)).start()  # at the latest; a next call exits at once
                 return
             if self.crashed:
-                table.shard.push(keys, grads, step, repeats=repeats)
+                table.shard.push(keys, grads, step, repeats=repeats, ttl_before=ttl_before)
                 return
         if self._restoring:
             self._restore_touched(table, keys)
         # the core takes {worker: seq} as ints (numpy ints included) and raises on anything else
-        table.shard.push(keys, grads, step, forwarder=self.forwarder, table=table.name, pushes=pushes, repeats=repeats)
+        table.shard.push(
+            keys,
+            grads,
+            step,
+            forwarder=self.forwarder,
+            table=table.name,
+            pushes=pushes,
+            repeats=repeats,
+            ttl_before=ttl_before,
+        )
 
     def pull(self, server: Any, table: Any, keys: np.ndarray) -> np.ndarray:
         """Rows of ``keys``; rows it inserts are a mutation too."""

@@ -23,6 +23,7 @@ from xdl_ec.model.job_spec import JobSpec
 from xdl_ec.model.progressive import ProgressiveWindow
 from xdl_ec.ps.progress import Progress
 from xdl_ec.ps.step_stages import StageClock
+from xdl_ec.ps.step_times import StepTimes
 from xdl_ec.ps.worker import RunSettings, Worker
 from xdl_ec.settings import checks
 
@@ -44,6 +45,7 @@ class LocalRun:
             self.close()
             raise ValueError("input_fn(0, 1): the input yielded no batch (an empty dataset?)")
         self.step = 0
+        self.step_times = StepTimes(job.tables)  # the wall time of Evict(ttl_seconds) passes
         self.samples = 0  # trained by the whole run (a resumed run's earlier part included)
         self.losses: list = []
         self.hooks: list = []  # at every step boundary: hook.after_step(run) (a RunSaver's periodic saves)
@@ -62,7 +64,8 @@ class LocalRun:
         first_end, first_samples, samples = None, 0, 0
         try:
             while stop is None or self.step < stop:
-                result = self.worker.train_step(self.step + 1, None, 1, stop is None or self.step + 1 < stop)
+                more = stop is None or self.step + 1 < stop
+                result = self.worker.train_step(self.step + 1, None, 1, more, self.step_times.start(self.step + 1))
                 if result is None:
                     break
                 if not math.isfinite(result.loss):
@@ -135,6 +138,7 @@ class LocalRun:
                 table.load_rows(rows)  # a bounded table's eviction words and pending ids too
         self.worker.built_dense.load_state(*saved.dense_state())
         self.step = saved.step
+        self.step_times.resume(saved.step)
         self.samples = saved.worker_samples[0]
         self.worker.seek(saved.worker_batches[0], saved.worker_inputs[0])
 

@@ -4,7 +4,7 @@ same arithmetic as on a cluster (``model_digest`` equal to a one-worker cluster 
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -44,13 +44,26 @@ class LocalTables:
     def find_rows(self, keys: Mapping[str, np.ndarray]) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
         return {t: self.tables[t].find(k) for t, k in keys.items()}
 
-    def push_async(self, grads: Mapping[str, Tuple[Any, np.ndarray]], step: int, participants: int = 1) -> List[Any]:
-        self.push(grads, step, participants)
+    def push_async(
+        self,
+        grads: Mapping[str, Tuple[Any, np.ndarray]],
+        step: int,
+        participants: int = 1,
+        ttl_before: Optional[Mapping[str, int]] = None,
+    ) -> List[Any]:
+        self.push(grads, step, participants, ttl_before)
         return []
 
-    def push(self, grads: Mapping[str, Tuple[Any, np.ndarray]], step: int, participants: int = 1) -> List[Any]:
+    def push(
+        self,
+        grads: Mapping[str, Tuple[Any, np.ndarray]],
+        step: int,
+        participants: int = 1,
+        ttl_before: Optional[Mapping[str, int]] = None,
+    ) -> List[Any]:
+        cutoffs = ttl_before or {}
         for t, (keys, table_grads) in grads.items():
-            self.tables[t].push(keys, table_grads, step=step)
+            self.tables[t].push(keys, table_grads, step=step, ttl_before=cutoffs.get(t, 0))
         return []
 
     def note_acks(self, futures: Any, acks: Any) -> None:

@@ -66,10 +66,12 @@ class ServerAgent:
         step: int,
         pushes: Mapping[int, int],
         repeats: Optional[np.ndarray] = None,
+        ttl_before: int = 0,
     ) -> None:
         """Applies per-key gradients at ``step``; ``pushes`` {worker: push seq} are the pushes it contains;
-        ``repeats``: how many gradients each row sums (EmbeddingTable.push)."""
-        table.push(keys, grads, step=step, repeats=repeats)
+        ``repeats``: how many gradients each row sums, ``ttl_before``: an Evict(ttl_seconds) cutoff
+        (EmbeddingTable.push)."""
+        table.push(keys, grads, step=step, repeats=repeats, ttl_before=ttl_before)
 
     def pull_stale(self, host: AgentHost, table: Any, keys: np.ndarray, known: np.ndarray, staleness: int) -> tuple:
         """A caching worker's pull (``ParameterServer.pull_stale``): (rows of the sent keys, clocks, sent); rows it

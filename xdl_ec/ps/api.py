@@ -11,8 +11,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Seque
 
 import numpy as np
 
-# (table, keys, grads, seq[, repeats]): one table's part of a push; seq is the sender's push seq to this server;
-# repeats (uint32 per row, optional): how many gradients each row sums (a worker cache's write-back)
+# (table, keys, grads, seq[, repeats[, ttl_before]]): one table's part of a push; seq is the sender's push seq to this
+# server; repeats (uint32 per row, optional): how many gradients each row sums (a worker cache's write-back);
+# ttl_before (int, optional): the cutoff of an Evict(ttl_seconds) pass ending the push (xdl_ec.ps.step_times)
 PushPart = Tuple[Any, ...]
 
 
@@ -102,7 +103,12 @@ class WorkerAPI(RoleAPI, Protocol):
     def batch_signature(self) -> Optional[Tuple[Any, ...]]: ...
 
     def train_step(
-        self, step: int, weights: Optional[Sequence[np.ndarray]], participants: int, more: bool = True
+        self,
+        step: int,
+        weights: Optional[Sequence[np.ndarray]],
+        participants: int,
+        more: bool = True,
+        ttl_before: Optional[Mapping[str, int]] = None,
     ) -> Any: ...
 
     def flush(self, write_back: bool = False) -> int: ...

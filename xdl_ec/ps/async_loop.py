@@ -30,7 +30,8 @@ def run_async(trainer: Any, bar: Any, stop: Optional[int]) -> None:
             t.before_step(t.step + 1)
             t.step += 1
             step = t.step
-        future = t.worker(i).train_step(step, t._dense.for_step(), 1, stop is None or step < stop)
+        more = stop is None or step < stop
+        future = t.worker(i).train_step(step, t._dense.for_step(), 1, more, t.ttl_before(step))
         in_flight[future], step_of[future] = i, step
 
     def apply(i: int, result: Any) -> None:

@@ -125,7 +125,11 @@ class CachedClient:
         return _PendingCached(self, pending_plain, calls, sizes)
 
     def push_pull_async(
-        self, grads: Mapping[str, Tuple[Any, np.ndarray]], step: int, requests: Mapping[str, Tuple[Any, int]]
+        self,
+        grads: Mapping[str, Tuple[Any, np.ndarray]],
+        step: int,
+        requests: Mapping[str, Tuple[Any, int]],
+        ttl_before: Optional[Mapping[str, int]] = None,
     ) -> Tuple[List[Any], _PendingCached]:
         """:meth:`push_async` (one participant) and :meth:`pull_async` as ONE call per server, the push applied
         first (``ParameterServer.push_pull_stale``), as :meth:`PSClient.push_pull_async`: (the acks' futures, the
@@ -133,7 +137,9 @@ class CachedClient:
         due = self._due(grads)
         plain = {t: r for t, r in requests.items() if t not in self.caches}
         per_server, sizes = self._looked_up(requests)
-        acks, plain_rows, answers = self.client.push_pull_stale_async(due, step, plain, self._stale_wire(per_server))
+        acks, plain_rows, answers = self.client.push_pull_stale_async(
+            due, step, plain, self._stale_wire(per_server), ttl_before
+        )
         calls = [(server, future, per_server[server]) for server, future in answers.items()]
         return acks, _PendingCached(self, plain_rows if plain else None, calls, sizes)
 
@@ -238,10 +244,16 @@ class CachedClient:
             self._writebacks.setdefault(table, []).append((np.asarray(keys), np.asarray(grads), np.asarray(counts)))
 
     # ---- pushes -----------------------------------------------------------------------------------------
-    def push_async(self, grads: Mapping[str, Tuple[Any, np.ndarray]], step: int, participants: int = 1) -> List[Any]:
+    def push_async(
+        self,
+        grads: Mapping[str, Tuple[Any, np.ndarray]],
+        step: int,
+        participants: int = 1,
+        ttl_before: Optional[Mapping[str, int]] = None,
+    ) -> List[Any]:
         """Pushes what is due: uncached rows' gradients at once, a cached row's sum once S accumulated (all at once
         with S = 0), and lines evicted with pending gradient."""
-        return self.client.push_async(self._due(grads), step, participants)
+        return self.client.push_async(self._due(grads), step, participants, ttl_before)
 
     def _due(self, grads: Mapping[str, Tuple[Any, np.ndarray]]) -> Dict[str, tuple]:
         """{table: (keys, grads[, counts])} to push now of a step's ``grads`` (see :meth:`push_async`)."""
@@ -276,8 +288,14 @@ class CachedClient:
             return keys, grads, counts
         return keys, grads  # every row one gradient: the plain push (S <= 1 stays bit-identical to no cache)
 
-    def push(self, grads: Mapping[str, Tuple[Any, np.ndarray]], step: int, participants: int = 1) -> List[Any]:
-        futures = self.push_async(grads, step, participants)
+    def push(
+        self,
+        grads: Mapping[str, Tuple[Any, np.ndarray]],
+        step: int,
+        participants: int = 1,
+        ttl_before: Optional[Mapping[str, int]] = None,
+    ) -> List[Any]:
+        futures = self.push_async(grads, step, participants, ttl_before)
         acks = [f.result(self.client.timeout) for f in futures]
         self.client.note_acks(futures, acks)
         return acks

@@ -62,10 +62,13 @@ class LoggedPush:
     step: int
     participants: int
     repeats: Optional[np.ndarray] = None  # how many gradients each row sums (a cache's write-back)
+    ttl_before: int = 0  # the cutoff of an Evict(ttl_seconds) pass ending the push (0: none; step_times.py)
 
     def part(self, seq: int) -> tuple:
-        """The push part as sent: (table, keys, grads, seq[, repeats])."""
+        """The push part as sent: (table, keys, grads, seq[, repeats[, ttl_before]])."""
         head = (self.table, self.keys, self.grads, seq)
+        if self.ttl_before:  # a part of six: the native wire form has no field for it, such a push goes pickled
+            return head + (self.repeats, self.ttl_before)
         return head if self.repeats is None else head + (self.repeats,)
 
 
@@ -177,12 +180,16 @@ class PSClient:
         return PendingRows(calls, sizes, self.timeout)
 
     def push_pull_async(
-        self, grads: Mapping[str, Tuple[Any, np.ndarray]], step: int, requests: Mapping[str, Tuple[Any, int]]
+        self,
+        grads: Mapping[str, Tuple[Any, np.ndarray]],
+        step: int,
+        requests: Mapping[str, Tuple[Any, int]],
+        ttl_before: Optional[Mapping[str, int]] = None,
     ) -> Tuple[List[Any], PendingRows]:
         """:meth:`push_async` of ``grads`` (one participant) and :meth:`pull_async` of ``requests`` as ONE call per
         server, each applying the push before the pull: (the acks' futures, the rows in flight). Exact where no
         other worker's push may come between them (one worker, or async mode)."""
-        acks, rows, _ = self.push_pull_stale_async(grads, step, requests, [None] * self.num_servers)
+        acks, rows, _ = self.push_pull_stale_async(grads, step, requests, [None] * self.num_servers, ttl_before)
         return acks, rows
 
     def push_pull_stale_async(
@@ -191,11 +198,12 @@ class PSClient:
         step: int,
         requests: Mapping[str, Tuple[Any, int]],
         stale: Sequence[Optional[Tuple[List[tuple], int]]],
+        ttl_before: Optional[Mapping[str, int]] = None,
     ) -> tuple:
         """:meth:`push_pull_async` that also carries, per server, a caching client's ``pull_stale`` requests and
         epoch (``stale[server]``, None: none) in the same call (``ParameterServer.push_pull_stale``): (the acks'
         futures, the rows in flight, {server: the future of its (epoch, answers)})."""
-        wire = self._push_wire(grads, step, 1)
+        wire = self._push_wire(grads, step, 1, ttl_before)
         sizes, pulls = self._route_pull(requests)
         acks, calls, stale_answers = [], [], {}
         for server in range(self.num_servers):
@@ -239,19 +247,32 @@ class PSClient:
                 out[table][1][positions] = np.asarray(found, dtype=bool)
         return out
 
-    def push(self, grads: Mapping[str, Tuple[Any, np.ndarray]], step: int, participants: int = 1) -> List[Any]:
+    def push(
+        self,
+        grads: Mapping[str, Tuple[Any, np.ndarray]],
+        step: int,
+        participants: int = 1,
+        ttl_before: Optional[Mapping[str, int]] = None,
+    ) -> List[Any]:
         """Pushes {table: (unique keys, per-key gradients)} to their servers; returns the servers' acks.
+        ``ttl_before``: {table: the cutoff of its Evict(ttl_seconds) pass at this step}, sent in its parts.
 
         With ``participants > 1`` (sync mode) every server gets every table's part, empty when it owns none of
         the keys, since it waits for one push per participant before applying the step."""
-        futures = self.push_async(grads, step, participants)
+        futures = self.push_async(grads, step, participants, ttl_before)
         acks = [f.result(self.timeout) for f in futures]
         self.note_acks(futures, acks)
         return acks
 
-    def push_async(self, grads: Mapping[str, Tuple[Any, np.ndarray]], step: int, participants: int = 1) -> List[Any]:
+    def push_async(
+        self,
+        grads: Mapping[str, Tuple[Any, np.ndarray]],
+        step: int,
+        participants: int = 1,
+        ttl_before: Optional[Mapping[str, int]] = None,
+    ) -> List[Any]:
         """:meth:`push` without waiting: the futures of the servers' acks."""
-        wire = self._push_wire(grads, step, participants)
+        wire = self._push_wire(grads, step, participants, ttl_before)
         futures = []
         for server, parts in enumerate(wire):
             if not parts:
@@ -268,9 +289,17 @@ class PSClient:
                 self._unread.append((server, futures[-1]))
         return futures
 
-    def _push_wire(self, grads: Mapping[str, Tuple[Any, ...]], step: int, participants: int) -> List[List[tuple]]:
-        """Per server, the push parts (table, keys, grads, seq[, repeats]) of ``grads`` ({table: (keys, grads) or
-        (keys, grads, repeats)}), each given the server's next push seq (and logged, with a push log)."""
+    def _push_wire(
+        self,
+        grads: Mapping[str, Tuple[Any, ...]],
+        step: int,
+        participants: int,
+        ttl_before: Optional[Mapping[str, int]] = None,
+    ) -> List[List[tuple]]:
+        """Per server, the push parts (table, keys, grads, seq[, repeats[, ttl_before]]) of ``grads`` ({table:
+        (keys, grads) or (keys, grads, repeats)}), each given the server's next push seq (and logged, with a push
+        log)."""
+        cutoffs = ttl_before or {}
         per_server: List[List[LoggedPush]] = [[] for _ in self.servers]
         for table, (keys, table_grads, *rest) in grads.items():
             keys = as_keys(keys)
@@ -290,6 +319,7 @@ class PSClient:
                             step,
                             participants,
                             None if repeats is None else repeats[positions],
+                            int(cutoffs.get(table, 0)),
                         )
                     )
         self._forget_durable()

@@ -45,6 +45,9 @@ from .api import PushAck, PushPart
 from .backend import ServerLost, in_ray_actor
 from .direct import LinkHost
 
+# a worker's part of a sync step, buffered: (keys, grads, seq, repeats, ttl_before)
+_SyncPart = Tuple[np.ndarray, np.ndarray, int, Optional[np.ndarray], int]
+
 
 class ParameterServer(LinkHost):
     """Server ``index`` of a cluster: one shard per table of ``tables`` (the keys the router assigns it)."""
@@ -60,9 +63,8 @@ class ParameterServer(LinkHost):
         # direct link is served there without the interpreter (ShardServer.serve, see xdl_ec.ps.direct)
         self.core = _core.ShardServer(self.index)
         self.lock = self.core.lock  # reentrant, as threading.RLock
-        # (table, step) -> {worker: (keys, grads, seq, repeats)} of a sync step still waiting for pushes
-        # (table, step) -> {worker: (keys, grads, seq, repeats)}: a sync step's parts until all arrived
-        self._pending: Dict[Tuple[str, int], Dict[int, Tuple[np.ndarray, np.ndarray, int, Optional[np.ndarray]]]] = {}
+        # (table, step) -> {worker: its part}: a sync step's parts until all arrived
+        self._pending: Dict[Tuple[str, int], Dict[int, _SyncPart]] = {}
         self.agent: ServerAgent = ServerAgent()
         self._has_agent = False
         self._crash_requested = False
@@ -238,8 +240,10 @@ class ParameterServer(LinkHost):
         checked = []
         for part in parts:
             size = len(part)
-            if size != 4 and size != 5:
-                raise ValueError(f"push part: expected (table, keys, grads, seq[, repeats]), got {size} items")
+            if size < 4 or size > 6:
+                raise ValueError(
+                    f"push part: expected (table, keys, grads, seq[, repeats[, ttl_before]]), got {size} items"
+                )
             name, keys, grads, seq = part[0], part[1], part[2], part[3]
             table = self.table(name)
             keys = as_keys(keys)
@@ -247,17 +251,20 @@ class ParameterServer(LinkHost):
             repeats = None if size == 4 or part[4] is None else as_repeats(part[4], keys.size)
             if type(seq) is not int or seq < 0:
                 seq = checks.non_negative_int("seq", seq)
+            ttl_before = (
+                0 if size < 6 else checks.integer("ttl_before (an Evict(ttl_seconds) cutoff)", part[5], 0, step)
+            )
             if not np.isfinite(grads).all():
                 raise ValueError(
                     f"grads: NaN or Inf in the push of worker {worker} to table {name!r} at step "
                     f"{step}; nothing applied"
                 )
-            checked.append((table, keys, grads, seq, repeats))
+            checked.append((table, keys, grads, seq, repeats, ttl_before))
         last = 0
         applied = True
         core = self.core
         with self.lock:
-            for table, keys, grads, seq, repeats in checked:
+            for table, keys, grads, seq, repeats, ttl_before in checked:
                 last = max(last, seq)
                 if seq and seq <= core.last_seq(worker):
                     continue  # a replayed part this server already applied (or buffered): exactly once
@@ -266,10 +273,13 @@ class ParameterServer(LinkHost):
                 c["keys_pushed"] += keys.size
                 c["bytes_in"] += keys.nbytes + grads.nbytes + (0 if repeats is None else repeats.nbytes)
                 if participants == 1:
-                    self.agent.push(self, table, keys, grads, step, {worker: seq}, repeats)
+                    self.agent.push(self, table, keys, grads, step, {worker: seq}, repeats, ttl_before)
                     c["steps_applied"] += 1
                 else:
-                    applied = self._buffer(table, keys, grads, step, worker, seq, participants, repeats) and applied
+                    applied = (
+                        self._buffer(table, keys, grads, step, worker, seq, participants, repeats, ttl_before)
+                        and applied
+                    )
                 core.note_seq(worker, seq)
             durable = self.agent.durable(worker)
         return PushAck(self.index, worker, last, step, applied, durable)
@@ -316,6 +326,7 @@ class ParameterServer(LinkHost):
         seq: int,
         participants: int,
         repeats: Optional[np.ndarray] = None,
+        ttl_before: int = 0,
     ) -> bool:
         """Buffers one worker's part of a sync step; applies the step's parts merged once all arrived."""
         pending = self._pending.setdefault((table.name, step), {})
@@ -323,7 +334,13 @@ class ParameterServer(LinkHost):
             raise ValueError(
                 f"worker {worker} already pushed step {step} of table {table.name!r} to server {self.index}"
             )
-        pending[worker] = (keys, grads, seq, repeats)
+        cutoffs = {p[4] for p in pending.values()}
+        if cutoffs and ttl_before not in cutoffs:  # one driver gives every worker the step's cutoffs
+            raise ValueError(
+                f"worker {worker}: step {step} of table {table.name!r} has ttl_before {ttl_before}, another worker's "
+                f"part {cutoffs.pop()}; nothing buffered"
+            )
+        pending[worker] = (keys, grads, seq, repeats, ttl_before)
         if len(pending) < participants:
             return False
         del self._pending[(table.name, step)]
@@ -333,7 +350,7 @@ class ParameterServer(LinkHost):
         repeats = None  # only when some worker sent counts: a plain sync step stays the plain path, bit for bit
         if any(pending[w][3] is not None for w in order):
             keys, grads, repeats = _merge_repeats(keys, grads, [(pending[w][0], pending[w][3]) for w in order])
-        self.agent.push(self, table, keys, grads, step, {w: pending[w][2] for w in order}, repeats)
+        self.agent.push(self, table, keys, grads, step, {w: pending[w][2] for w in order}, repeats, ttl_before)
         self._counters["steps_applied"] += 1
         return True
 

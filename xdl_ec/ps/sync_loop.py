@@ -33,7 +33,8 @@ def run_sync(trainer: Any, bar: Any, stop: Optional[int]) -> None:
         more = stop is None or step < stop
         t0 = time.perf_counter()
         t.loop_seconds["dense"] += t0 - tw
-        futures = [t.worker(i).train_step(step, weights, participants, more) for i in todo]
+        ttl_before = t.ttl_before(step)
+        futures = [t.worker(i).train_step(step, weights, participants, more, ttl_before) for i in todo]
         answers, lost = t.drain(futures)
         t1 = time.perf_counter()
         t.loop_seconds["call"] += t1 - t0

@@ -48,6 +48,7 @@ from .recovery_coordinator import RecoveryCoordinator
 from .remote import Remote
 from .scheduler import Scheduler
 from .step_stages import StageClock
+from .step_times import StepTimes
 from .sync_loop import run_sync
 from .worker import RunSettings, StepResult, Worker
 
@@ -112,6 +113,7 @@ class PSTrainer:
         self._restored_samples = 0  # samples a resumed run's save had trained
         self.strategy, self.injector, self.progress = strategy, injector, progress
         self.step = 0
+        self.step_times = StepTimes(job.tables)  # the wall time of Evict(ttl_seconds) passes
         self.samples = 0  # samples trained so far (re-trained ones after a rollback included)
         self.worker_batches = [0] * cluster.workers  # reader position: batches each worker has trained
         self.worker_samples = [0] * cluster.workers
@@ -337,6 +339,7 @@ class PSTrainer:
                 raise lost[0]
         self.dense.load_state(*saved.dense_state())
         self.step = saved.step
+        self.step_times.resume(saved.step)
         self.samples = self._restored_samples = saved.samples
         self.worker_batches = saved.worker_batches
         self.worker_samples = saved.worker_samples
@@ -387,6 +390,11 @@ class PSTrainer:
                     raise
                 if self.recover([confirmed], self.step):
                     return True
+
+    def ttl_before(self, step: int) -> Optional[Dict[str, int]]:
+        """{table: cutoff} of the Evict(ttl_seconds) passes that end ``step``'s pushes, for its workers (noting the
+        step's start time the first time it is asked: a retried or replayed step keeps its first cutoffs)."""
+        return self.step_times.start(step)
 
     def before_step(self, step: int) -> None:
         if self.injector is not None:

@@ -253,16 +253,23 @@ class Worker(LinkHost):
 
     @_serialised
     def train_step(
-        self, step: int, weights: Optional[Sequence[np.ndarray]], participants: int, more: bool = True
+        self,
+        step: int,
+        weights: Optional[Sequence[np.ndarray]],
+        participants: int,
+        more: bool = True,
+        ttl_before: Optional[Mapping[str, int]] = None,
     ) -> Optional[StepResult]:
         """Trains this worker's next batch at optimizer ``step`` with dense ``weights`` (None: keep its own; a
         :class:`DenseState`: load it whole first); None when its input is exhausted. ``participants``: pushes a
         server waits for at this step (sync mode). ``more``: another step may follow in this fit, so the next
         batch's rows may be prefetched (a pull inserts rows: the last step of a fit prefetches nothing, so a run
-        that stops early holds only rows it trained)."""
+        that stops early holds only rows it trained). ``ttl_before``: {table: cutoff} of the tables whose
+        ``Evict(ttl_seconds)`` pass ends this step's push (the driver's :class:`~xdl_ec.ps.step_times.StepTimes`),
+        sent with the push."""
         start = time.perf_counter()
         try:
-            return self._train_step(step, weights, participants, more)
+            return self._train_step(step, weights, participants, more, ttl_before)
         except RoleLost:
             self._pending = None  # rows in flight may come from the lost server: the retry pulls them all
             raise
@@ -270,7 +277,12 @@ class Worker(LinkHost):
             self.seconds["in_step"] += time.perf_counter() - start
 
     def _train_step(
-        self, step: int, weights: Optional[Sequence[np.ndarray]], participants: int, more: bool
+        self,
+        step: int,
+        weights: Optional[Sequence[np.ndarray]],
+        participants: int,
+        more: bool,
+        ttl_before: Optional[Mapping[str, int]],
     ) -> Optional[StepResult]:
         self._resend_lost()
         if self._pushed is not None and self._pushed[0] == step:
@@ -326,15 +338,15 @@ class Worker(LinkHost):
             # the push and the next batch's rows in one request per server, applied in that order there. Sent
             # before the step answers: a worker that dies after answering has sent its push (the driver counts it)
             requests = {t: (keys, self._dims[t]) for t, keys in nxt.keys.items()}
-            self._unacked, rows_next = self.client.push_pull_async(grads, step, requests)
+            self._unacked, rows_next = self.client.push_pull_async(grads, step, requests, ttl_before)
             next_pending = _AllRows(rows_next)
         elif self.prefetch_across_steps:
             # No other worker's pull can overtake this push (one worker, or async): its acks are collected before
             # the next step's pulls, which reach each server after it anyway (calls run in submission order).
-            self._unacked = self.client.push_async(grads, step, participants)
+            self._unacked = self.client.push_async(grads, step, participants, ttl_before)
         else:
             try:
-                self.client.push(grads, step, participants)
+                self.client.push(grads, step, participants, ttl_before)
             except RoleLost:
                 result.push_seqs = self.client.sent_seqs()
                 self._pushed = (step, result, nxt)

@@ -6,12 +6,20 @@ records, so parity, a rebuilt server and every save carry them. In short:
 - ``Admit(min_count=N)``: an id gets its row on its N-th occurrence (one push of the id counts one; a cache
   write-back standing for c gradients counts c). Until then it reads zeros and its gradients are dropped; its exact
   count lives on the server in a record like a row's (parity-covered).
-- ``Evict(ttl_steps=, min_l2=, max_rows=, policy=)``: every ``every_steps`` steps (a deterministic boundary: after
-  the push of a step that is a multiple of it) a pass frees rows not updated for more than ``ttl_steps`` steps, rows
+- ``Evict(ttl_steps= | ttl_seconds=, min_l2=, max_rows=, policy=)``: every ``every_steps`` steps (a deterministic
+  boundary: after the push of a step that is a multiple of it) a pass frees rows not updated for more than
+  ``ttl_steps`` steps (or ``ttl_seconds`` seconds of training wall time, see below), rows
   whose value has L2 norm below ``min_l2``, then, with ``max_rows``, the lowest ranked (``lfu``: fewest uses first,
   ``lru``: oldest update first) until at most ``max_rows - max_rows // 8`` remain. Between passes an id that would
   take the table past ``max_rows`` gets no row (it reads zeros), so ``max_rows`` is never exceeded. ``max_rows``
   bounds the table summed over its servers: each server keeps at most ``max_rows // servers``.
+
+``ttl_seconds``: the servers never read a clock (a rebuilt server and a replayed push must decide as the original
+did). The driver records when each step started (:class:`xdl_ec.ps.step_times.StepTimes`); the push of a pass step
+carries the cutoff it works out from that record (rows whose last update came from a step that started more than
+``ttl_seconds`` before the pass's step go), so replays and parity carry the decision with the push. Wall time makes
+the choice of rows differ between two runs, ``--deterministic`` ones included; a run killed and recovered still
+ends as its failure-free run with the same step times would.
 """
 
 from __future__ import annotations
@@ -52,17 +60,32 @@ class Admit:
 
 @dataclasses.dataclass(frozen=True)
 class Evict:
-    """Row eviction (at least one of ``ttl_steps``, ``min_l2``, ``max_rows``), run every ``every_steps`` steps."""
+    """Row eviction (at least one of ``ttl_steps`` or ``ttl_seconds`` (not both), ``min_l2``, ``max_rows``), run
+    every ``every_steps`` steps."""
 
     ttl_steps: Optional[int] = None
     min_l2: Optional[float] = None
     max_rows: Optional[int] = None
     policy: str = "lfu"
     every_steps: int = DEFAULT_EVERY_STEPS
+    ttl_seconds: Optional[float] = None
 
     def __post_init__(self) -> None:
         if self.ttl_steps is not None:
             checks.integer("Evict: ttl_steps (steps a row lives without an update)", self.ttl_steps, 1)
+        if self.ttl_seconds is not None:
+            if self.ttl_steps is not None:
+                raise ValueError(
+                    f"Evict: give ttl_steps or ttl_seconds, not both (got ttl_steps={self.ttl_steps}, "
+                    f"ttl_seconds={self.ttl_seconds})"
+                )
+            seconds = checks.number(
+                "Evict: ttl_seconds (training seconds a row lives without an update)",
+                self.ttl_seconds,
+                0.0,
+                low_open=True,
+            )
+            object.__setattr__(self, "ttl_seconds", seconds)
         if self.min_l2 is not None:
             if isinstance(self.min_l2, bool) or not isinstance(self.min_l2, (int, float)):
                 raise TypeError(f"Evict: min_l2 must be a number, got {type(self.min_l2).__name__}")
@@ -74,19 +97,23 @@ class Evict:
         if self.policy not in POLICIES:
             raise ValueError(f"Evict: policy must be one of {POLICIES}, got {self.policy!r}")
         checks.integer("Evict: every_steps (steps between eviction passes)", self.every_steps, 1)
-        if self.ttl_steps is None and self.min_l2 is None and self.max_rows is None:
+        if self.ttl_steps is None and self.ttl_seconds is None and self.min_l2 is None and self.max_rows is None:
             raise ValueError(
-                "Evict: give at least one of ttl_steps, min_l2 or max_rows (an Evict with none would never free a row)"
+                "Evict: give at least one of ttl_steps, ttl_seconds, min_l2 or max_rows (an Evict with none would "
+                "never free a row)"
             )
 
     def describe(self) -> dict:
-        return {
+        out: Dict[str, Any] = {
             "ttl_steps": self.ttl_steps,
             "min_l2": self.min_l2,
             "max_rows": self.max_rows,
             "policy": self.policy,
             "every_steps": self.every_steps,
         }
+        if self.ttl_seconds is not None:  # only when set: the descriptions of saves made before it stay equal
+            out["ttl_seconds"] = self.ttl_seconds
+        return out
 
 
 def row_policy_config(

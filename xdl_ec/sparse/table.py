@@ -213,20 +213,24 @@ class EmbeddingTable:
         """(rows, found) without inserting: rows of missing keys are zeros and found is False there."""
         return self._shard.find(as_keys(keys))
 
-    def push(self, keys: Any, grads: Any, step: Optional[int] = None, repeats: Any = None) -> None:
+    def push(self, keys: Any, grads: Any, step: Optional[int] = None, repeats: Any = None, ttl_before: int = 0) -> None:
         """Applies gradients: duplicate keys summed, then one optimizer step per unique key.
 
         ``step`` is the 1-based global step (Adam's bias correction); None uses the table's own counter,
         advanced by one per successful push. ``repeats`` (ints, one per row): grads[i] sums repeats[i]
-        gradients (a worker cache's write-back), and each key takes as many steps of its mean gradient."""
+        gradients (a worker cache's write-back), and each key takes as many steps of its mean gradient.
+        ``ttl_before`` (in [0, step]): when the push ends with an eviction pass, the rows last updated before that
+        step go too (an ``Evict(ttl_seconds)`` cutoff, :mod:`xdl_ec.ps.step_times`); 0: none."""
         keys = as_keys(keys)
         grads = as_rows(grads, len(keys), self._dim, "grads", "dim")
         repeats = as_repeats(repeats, len(keys))
+        if type(ttl_before) is not int:
+            ttl_before = checks.non_negative_int("ttl_before", ttl_before)
         if step is not None:
-            self._shard.push(keys, grads, checks.positive_int("step", step), repeats=repeats)
+            self._shard.push(keys, grads, checks.positive_int("step", step), repeats=repeats, ttl_before=ttl_before)
             return
         with self._step_lock:
-            self._shard.push(keys, grads, self._step + 1, repeats=repeats)
+            self._shard.push(keys, grads, self._step + 1, repeats=repeats, ttl_before=ttl_before)
             self._step += 1
 
     def erase(self, keys: Any) -> int:

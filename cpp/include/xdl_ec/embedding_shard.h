@@ -83,16 +83,21 @@ class EmbeddingShard {
   // unique key, c = the sum of its repeats optimizer steps of its summed gradient / c (each a clock
   // tick): what c steps of the mean gradient do, not one step on the sum (for SGD both are the same
   // move; for Adagrad and Adam one step on the sum is about c times shorter).
+  //
+  // `ttl_before` (in [0, step]) is for a push that ends with an eviction pass (row_policy.h): the pass also frees
+  // every record whose last_step is below it (reason ttl), the cutoff of an Evict(ttl_seconds) that the driver
+  // works out from its steps' start times and sends with the push, so a replay decides the same; 0: none. A
+  // push that runs no pass ignores it.
   static constexpr uint32_t kMaxRepeats = 1u << 16;
   void Push(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaBatch* deltas = nullptr,
-            const uint32_t* repeats = nullptr);
+            const uint32_t* repeats = nullptr, int64_t ttl_before = 0);
   // The same, reporting to `sink` (delta_sink.h) under the shard's write lock: every push (its deltas,
   // possibly none), and a pull that takes the write lock (a key missing, or blocks under restore) its
   // inserts; a pull of keys that all exist reports nothing.
   // This is how a mutation reaches parity maintenance (DeltaForwarder::Mutation) on the training path.
   void Pull(const int64_t* keys, size_t n, float* out, DeltaSink& sink);
   void Push(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaSink& sink,
-            const uint32_t* repeats = nullptr);
+            const uint32_t* repeats = nullptr, int64_t ttl_before = 0);
   // ---- row clocks, for workers' caches (record_layout.h) ------------------------------------------
   // clocks[i] = the clock of keys[i], or -1 when the key is missing (nothing is inserted).
   void Clocks(const int64_t* keys, size_t n, int32_t* clocks) const;
@@ -218,8 +223,8 @@ class EmbeddingShard {
                      int32_t* clocks, uint8_t* sent, DeltaSink* sink);
   Eviction EvictTo(int64_t now_step, DeltaSink* sink);
   void LoadTo(const int64_t* keys, const float* values, const float* state, size_t n, DeltaSink* sink);
-  void PushTo(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaSink* sink,
-              const uint32_t* repeats);
+  void PushTo(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaSink* sink, const uint32_t* repeats,
+              int64_t ttl_before);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -28,6 +28,12 @@
 // take the table past max_rows is not created (the id reads zeros, its gradient is dropped), so
 // max_rows is never exceeded.
 //
+// TTL by wall time (Evict(ttl_seconds) in Python): the shard never reads a clock. The driver keeps each
+// step's start time and, for a push that ends with a pass, works out the cutoff ttl_before (one more than
+// the newest step that started more than ttl_seconds before the pass's step did; 0: none) and sends it
+// with the push; the pass also frees the records whose last_step is below it (reason ttl). The cutoff is
+// part of the push, so a replayed push and the parity path decide exactly as the original did.
+//
 // A row inserted by a pull and not yet pushed has last_step 0: a pass with now_step > ttl_steps
 // evicts it (rows live by being trained).
 #pragma once

@@ -183,15 +183,45 @@ def test_arguments_not_in_the_wire_types_are_pickled_and_served_in_python(pair: 
     assert linked.core.counters()["requests"] == 0
 
 
+def test_a_push_carrying_an_eviction_cutoff_is_pickled_and_served_in_python() -> None:
+    """A part with an Evict(ttl_seconds) cutoff (its sixth item) has no field in the native form: it goes pickled,
+    the server's Python path applies it and its pass frees the rows last updated before the cutoff."""
+    bounded = xdl_ec.Table("b", DIM, block_slots=8, evict=xdl_ec.Evict(ttl_seconds=1.0, every_steps=2))
+    linked = ParameterServer(0, (bounded,))
+    link = Link(_Handle(linked), SECRET, caller=0)
+    try:
+        grads = np.full((2, DIM), 0.5, np.float32)
+        link.call("push_pull", [("b", np.array([1, 2], np.int64), grads, 1)], 1, 0, 1, []).result(10)
+        assert linked.core.counters()["requests"] == 1  # step 1: served natively
+        part = ("b", np.array([3], np.int64), grads[:1], 2, None, 2)
+        assert direct.encode_call("push_pull", ([part], 2, 0, 1, []))[0][:1] == b"\x80"
+        link.call("push_pull", [part], 2, 0, 1, []).result(10)
+        assert linked.core.counters()["requests"] == 1
+        assert linked.export("b")["keys"].tolist() == [3]  # keys 1, 2 were last updated at step 1 < 2
+    finally:
+        link.close()
+        linked.close()
+
+
 class _CountingAgent(ServerAgent):
     """An agent whose push does more than a plain shard's (as cpr's counts accesses)."""
 
     def __init__(self, server: Any) -> None:
         self.pushed = 0
 
-    def push(self, host: Any, table: Any, keys: Any, grads: Any, step: int, pushes: Any, repeats: Any = None) -> None:
+    def push(
+        self,
+        host: Any,
+        table: Any,
+        keys: Any,
+        grads: Any,
+        step: int,
+        pushes: Any,
+        repeats: Any = None,
+        ttl_before: int = 0,
+    ) -> None:
         self.pushed += 1
-        super().push(host, table, keys, grads, step, pushes, repeats)
+        super().push(host, table, keys, grads, step, pushes, repeats, ttl_before)
 
 
 def test_an_agent_with_its_own_push_keeps_every_step_in_python(pair: Any) -> None:
