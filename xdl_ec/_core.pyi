@@ -328,6 +328,7 @@ class RowPolicyConfig:
     """
     Admission and eviction rules of a table (see row_policy.h)
     """
+    admit_counter: str
     policy: str
     def __init__(self) -> None:
         ...
@@ -359,6 +360,27 @@ class RowPolicyConfig:
         ...
     @min_l2.setter
     def min_l2(self, arg0: typing.SupportsFloat | typing.SupportsIndex | None) -> None:
+        ...
+    @property
+    def sketch(self) -> bool:
+        ...
+    @property
+    def sketch_decay_every_steps(self) -> int:
+        ...
+    @sketch_decay_every_steps.setter
+    def sketch_decay_every_steps(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def sketch_depth(self) -> int:
+        ...
+    @sketch_depth.setter
+    def sketch_depth(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def sketch_width(self) -> int:
+        ...
+    @sketch_width.setter
+    def sketch_width(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def ttl_steps(self) -> int | None:
@@ -561,6 +583,10 @@ class EmbeddingShard:
         """
         (keys, uses, last_step) of the ids still counting toward admission
         """
+    def export_sketch(self) -> numpy.typing.NDArray[numpy.uint16]:
+        """
+        The sketch counter's cells (uint16, sketch_depth rows of sketch_width); empty without one
+        """
     def find(self, keys: typing.Annotated[numpy.typing.ArrayLike, numpy.int64]) -> tuple:
         """
         (rows, found) without inserting; missing rows are zeros.
@@ -576,6 +602,10 @@ class EmbeddingShard:
     def load_policy_words(self, keys: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], uses: typing.Annotated[numpy.typing.ArrayLike, numpy.uint32], last_step: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], return_deltas: bool = False) -> typing.Any:
         """
         Sets uses and last_step of existing rows (a save's words after load)
+        """
+    def load_sketch(self, cells: typing.Annotated[numpy.typing.ArrayLike, numpy.uint16], return_deltas: bool = False) -> typing.Any:
+        """
+        Adds a save's sketch cells cell-wise, saturating (into a fresh shard: a copy)
         """
     def memory(self) -> dict:
         ...
@@ -613,9 +643,17 @@ class EmbeddingShard:
         """
     def size(self) -> int:
         ...
+    def sketch_estimate(self, keys: typing.Annotated[numpy.typing.ArrayLike, numpy.int64]) -> numpy.typing.NDArray[numpy.uint32]:
+        """
+        The sketch's estimated count of each key
+        """
     def stage_load_words(self, keys: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], uses: typing.Annotated[numpy.typing.ArrayLike, numpy.uint32], last_step: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], pending_keys: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], pending_uses: typing.Annotated[numpy.typing.ArrayLike, numpy.uint32], pending_last_step: typing.Annotated[numpy.typing.ArrayLike, numpy.int64]) -> None:
         """
         Words and pending ids the next load writes within its own deltas (a resume through an agent)
+        """
+    def stage_sketch(self, cells: typing.Annotated[numpy.typing.ArrayLike, numpy.uint16]) -> None:
+        """
+        Sketch cells the next load adds within its own deltas (a resume through an agent)
         """
     def take_dirty(self) -> tuple:
         """
@@ -654,6 +692,11 @@ class EmbeddingShard:
     @property
     def record_bytes(self) -> int:
         ...
+    @property
+    def sketch_slots(self) -> int:
+        """
+        Slots reserved for the sketch counter's cells (row_policy.h); 0 without one
+        """
     @property
     def state_floats(self) -> int:
         ...

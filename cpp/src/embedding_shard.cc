@@ -155,6 +155,15 @@ struct EmbeddingShard::Impl {
   std::vector<int64_t> staged_pending_keys;
   std::vector<uint32_t> staged_pending_uses;
   std::vector<int64_t> staged_pending_steps;
+  // The sketch counter (row_policy.h): cells in the record bytes after key and flags of slots [0, sketch_slots).
+  bool sketch = false;
+  size_t sketch_slots = 0;
+  size_t cells_per_slot = 0;
+  std::vector<uint16_t> staged_sketch;  // StageSketch: cells the next Load adds
+  // The sketch slots one mutation changed so far and their delta entries (npos: untouched), reused across calls.
+  static constexpr size_t kUntouched = static_cast<size_t>(-1);
+  std::vector<size_t> sketch_entry;
+  std::vector<uint32_t> sketch_touched;
 
   explicit Impl(const ShardConfig& c) : config(c) {
     config.Validate();
@@ -174,6 +183,94 @@ struct EmbeddingShard::Impl {
       while ((1u << block_shift) < block_slots) ++block_shift;
     }
     block_bytes = record_bytes * block_slots;
+    sketch = config.row_policy.sketch();
+    if (sketch) {  // the reserved slots, all zero (never live), with their blocks
+      cells_per_slot = (record_bytes - RecordLayout::kValueOffset) / sizeof(uint16_t);
+      sketch_slots = (config.row_policy.sketch_cells() + cells_per_slot - 1) / cells_per_slot;
+      high_water = sketch_slots;
+      for (size_t b = 0, nb = NumBlocks(); b < nb; ++b) blocks.push_back(AllocateBlock());
+      sketch_entry.assign(sketch_slots, kUntouched);
+    }
+  }
+
+  // ---- the sketch counter (row_policy.h) -----------------------------------------------------------
+  uint8_t* CellAt(size_t cell) const {
+    return Record(cell / cells_per_slot) + RecordLayout::kValueOffset + sizeof(uint16_t) * (cell % cells_per_slot);
+  }
+  uint16_t Cell(size_t cell) const {
+    uint16_t v;
+    std::memcpy(&v, CellAt(cell), sizeof(v));
+    return v;
+  }
+  // The cell of `key` in sketch row `row`: a seeded 64-bit mix per row, mapped onto the width by a multiply.
+  size_t CellOf(int64_t key, int64_t row) const {
+    uint64_t x = static_cast<uint64_t>(key) ^ (config.seed * 0xD6E8FEB86659FD93ull) ^
+                 (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(row + 1));
+    x ^= x >> 33;
+    x *= 0xFF51AFD7ED558CCDull;
+    x ^= x >> 33;
+    x *= 0xC4CEB9FE1A85EC53ull;
+    x ^= x >> 33;
+    const uint64_t width = static_cast<uint64_t>(config.row_policy.sketch_width);
+    return static_cast<size_t>(row) * width + static_cast<size_t>(((x >> 32) * width) >> 32);
+  }
+  uint32_t Estimate(int64_t key) const {
+    uint32_t least = std::numeric_limits<uint32_t>::max();
+    for (int64_t row = 0; row < config.row_policy.sketch_depth; ++row) {
+      least = std::min<uint32_t>(least, Cell(CellOf(key, row)));
+    }
+    return least;
+  }
+  // Before a change to the cells of sketch slot `slot` in this mutation: its delta entry, once.
+  void TouchSketch(DeltaBatch* deltas, size_t slot) {
+    if (sketch_entry[slot] != kUntouched) return;
+    sketch_entry[slot] = DeltaBegin(deltas, static_cast<uint32_t>(slot));
+    sketch_touched.push_back(static_cast<uint32_t>(slot));
+  }
+  void SetCell(DeltaBatch* deltas, size_t cell, uint16_t v) {
+    TouchSketch(deltas, cell / cells_per_slot);
+    std::memcpy(CellAt(cell), &v, sizeof(v));
+  }
+  // Conservative update: each of the key's cells is raised to at least `to`.
+  void RaiseCells(DeltaBatch* deltas, int64_t key, uint32_t to) {
+    for (int64_t row = 0; row < config.row_policy.sketch_depth; ++row) {
+      const size_t cell = CellOf(key, row);
+      if (Cell(cell) < to) SetCell(deltas, cell, static_cast<uint16_t>(to));
+    }
+  }
+  // Every cell halved (the sketch's aging).
+  void HalveCells(DeltaBatch* deltas) {
+    for (size_t slot = 0; slot < sketch_slots; ++slot) TouchSketch(deltas, slot);
+    for (size_t cell = 0, n = config.row_policy.sketch_cells(); cell < n; ++cell) {
+      const uint16_t v = Cell(cell);
+      if (v) SetCell(deltas, cell, static_cast<uint16_t>(v >> 1));
+    }
+  }
+  // Adds cells cell-wise, saturating.
+  void AddCells(DeltaBatch* deltas, const uint16_t* cells) {
+    for (size_t cell = 0, n = config.row_policy.sketch_cells(); cell < n; ++cell) {
+      if (!cells[cell]) continue;
+      const uint32_t sum = std::min<uint32_t>(uint32_t{Cell(cell)} + cells[cell], RowPolicyConfig::kSketchMaxCount);
+      SetCell(deltas, cell, static_cast<uint16_t>(sum));
+    }
+  }
+  // Closes the delta entries of the sketch slots this mutation changed.
+  void FinishSketch(DeltaBatch* deltas) {
+    for (const uint32_t slot : sketch_touched) {
+      DeltaEnd(deltas, sketch_entry[slot], slot);
+      sketch_entry[slot] = kUntouched;
+    }
+    sketch_touched.clear();
+  }
+  // Under restore: the sketch's blocks faulted in before any byte changes.
+  void EnsureSketch() {
+    for (size_t b = 0; sketch_slots && Restoring() && b <= (sketch_slots - 1) / block_slots; ++b) EnsureBlock(b);
+  }
+  // Before a mutation that may change cells: their blocks at hand, and no touch left over from a call that threw.
+  void BeginSketch() {
+    EnsureSketch();
+    for (const uint32_t slot : sketch_touched) sketch_entry[slot] = kUntouched;
+    sketch_touched.clear();
   }
 
   size_t NumBlocks() const { return (high_water + block_slots - 1) / block_slots; }
@@ -291,7 +388,11 @@ struct EmbeddingShard::Impl {
     for (size_t i = 0; i < block_slots; ++i) {
       const size_t slot = b * block_slots + i;
       const uint8_t* r = bytes + i * record_bytes;
-      if (slot < restore_live.size() && restore_live[slot]) {
+      if (slot < sketch_slots) {  // cells: any bytes; key and flags: zero (never live)
+        for (size_t j = 0; j < RecordLayout::kValueOffset; ++j) {
+          if (r[j] != 0) return static_cast<int64_t>(slot);
+        }
+      } else if (slot < restore_live.size() && restore_live[slot]) {
         int64_t key;
         std::memcpy(&key, r + RecordLayout::kKeyOffset, sizeof(key));
         if (key != restore_keys[slot] || !RecordLayout::IsLive(RecordLayout::Flags(r))) {
@@ -500,6 +601,7 @@ struct EmbeddingShard::Impl {
   // Block b holds no live record: its pages go back to the kernel (the bytes stay zero).
   void ReleaseBlock(size_t b) {
     if (released.size() < blocks.size()) released.resize(blocks.size(), 0);
+    if (b * size_t{block_slots} < sketch_slots) return;  // a block of sketch cells is never empty
     if (released[b] || !blocks[b]) return;
     if (MappedBuffer::ReleasePages(blocks[b], block_bytes) == 0) return;  // a block within one page: kept
     released[b] = 1;
@@ -998,6 +1100,7 @@ void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, i
   const int64_t every = s.config.row_policy.evict_every_steps;
   const bool pass = s.policy_on && every > 0 && step % every == 0;
   if (pass) s.EnsureAllBlocks();  // the pass reads every block: fault them in before any byte changes
+  s.BeginSketch();
   s.DeltaStart(deltas, m);
   // One pass: each unique key's record (prefetched whole by Resolve) is inserted if missing, in order
   // of first appearance, then stepped in chunks of kChunk rows while still in cache; a chunk lets
@@ -1076,7 +1179,21 @@ void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, i
       size_t d = 0;
       bool copy = false;
       uint32_t uses_later = 0;
-      if (slot == KeyIndex::kNone) {
+      if (slot == KeyIndex::kNone && s.sketch) {
+        // The sketch counter: the id gets its row when its estimate reaches min_count (and the cap has room);
+        // else only its cells count the occurrence, and it costs no record.
+        const uint32_t estimate = std::min<uint32_t>(s.Estimate(unique_keys[u]) + c, RowPolicyConfig::kSketchMaxCount);
+        if (estimate < s.min_count || s.Full()) {
+          s.RaiseCells(deltas, unique_keys[u], estimate);
+          ++dropped;
+          return true;
+        }
+        slot = s.AllocateSlot();
+        d = s.DeltaBegin(deltas, slot);
+        s.WriteNew(slot, unique_keys[u], nullptr, nullptr);
+        s.admitted.fetch_add(1, std::memory_order_relaxed);
+        s.CountUse(s.Record(slot), estimate, step);
+      } else if (slot == KeyIndex::kNone) {
         if (s.Full()) {
           ++dropped;
           return true;
@@ -1145,6 +1262,11 @@ void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, i
   });
   if (rows) step_chunk();
   if (dropped) s.not_admitted.fetch_add(dropped, std::memory_order_relaxed);
+  if (s.sketch) {  // the sketch's aging at its step cadence, after this push's counting (row_policy.h)
+    const int64_t decay = s.config.row_policy.sketch_decay_every_steps;
+    if (decay > 0 && step % decay == 0) s.HalveCells(deltas);
+    s.FinishSketch(deltas);
+  }
   // A pass at the step boundary (row_policy.h), in this push's deltas: every path a push takes to parity
   // (and a replayed push) carries it. Slots it frees are reused from the next call on.
   if (pass) s.EvictPass(step, deltas, /*merge=*/true, ttl_before);
@@ -1304,6 +1426,11 @@ void EmbeddingShard::LoadPending(const int64_t* keys, const uint32_t* uses, cons
         "LoadPending: the table has no admission (row_policy.admit_min_count <= 1), so no "
         "pending ids");
   }
+  if (n != 0 && s.sketch) {
+    throw std::invalid_argument(
+        "LoadPending: the table counts with a sketch (row_policy.admit_counter), so no "
+        "pending ids; load its cells with LoadSketch");
+  }
   for (size_t i = 0; i < n; ++i) {
     if (uses[i] < 1 || static_cast<int64_t>(uses[i]) >= s.min_count) {
       throw std::invalid_argument("LoadPending: uses[" + Str(i) + "] is " + std::to_string(uses[i]) +
@@ -1440,6 +1567,8 @@ void EmbeddingShard::LoadTo(const int64_t* keys, const float* values, const floa
   auto pending_keys = std::move(s.staged_pending_keys);
   auto pending_uses = std::move(s.staged_pending_uses);
   auto pending_steps = std::move(s.staged_pending_steps);
+  auto sketch_cells = std::move(s.staged_sketch);
+  s.staged_sketch.clear();
   s.staged_words.clear();
   s.staged_pending_keys.clear();
   s.staged_pending_uses.clear();
@@ -1461,6 +1590,7 @@ void EmbeddingShard::LoadTo(const int64_t* keys, const float* values, const floa
   }
   s.PrepareBlocks(keys, n, /*may_insert=*/true);
   if (!pending_keys.empty()) s.EnsureAllBlocks();  // inserts beyond the batch's own: every block at hand
+  if (!sketch_cells.empty()) s.BeginSketch();
   s.DeltaStart(deltas, n + pending_keys.size());
   auto staged_words_of = [&](uint8_t* r, int64_t key) {
     if (words.empty()) return;
@@ -1501,7 +1631,71 @@ void EmbeddingShard::LoadTo(const int64_t* keys, const float* values, const floa
     s.WritePending(slot, pending_keys[i], pending_uses[i], pending_steps[i]);
     s.DeltaEnd(deltas, d, slot);
   }
+  if (!sketch_cells.empty()) {
+    s.AddCells(deltas, sketch_cells.data());
+    s.FinishSketch(deltas);
+  }
   if (sink) sink->Record(std::move(batch));
+}
+
+// ---- the sketch counter ----------------------------------------------------------------------
+
+size_t EmbeddingShard::sketch_slots() const { return impl_->sketch_slots; }
+
+namespace {
+
+void RequireSketch(const RowPolicyConfig& rules, size_t n, const char* what) {
+  if (!rules.sketch()) {
+    throw std::invalid_argument(std::string(what) +
+                                ": the table has no sketch counter (row_policy.admit_counter is not sketch)");
+  }
+  if (n != rules.sketch_cells()) {
+    throw std::invalid_argument(std::string(what) + ": got " + Str(n) + " cells, the sketch has sketch_width * " +
+                                "sketch_depth = " + Str(rules.sketch_cells()) +
+                                " (a save of a table with another sketch shape cannot be loaded); nothing was changed");
+  }
+}
+
+}  // namespace
+
+std::vector<uint16_t> EmbeddingShard::ExportSketch() const {
+  Impl& s = *impl_;
+  std::unique_lock<std::shared_mutex> lock(s.mutex);  // exclusive: under restore the cells are faulted in
+  std::vector<uint16_t> out;
+  if (!s.sketch) return out;
+  s.EnsureSketch();
+  out.resize(s.config.row_policy.sketch_cells());
+  for (size_t cell = 0; cell < out.size(); ++cell) out[cell] = s.Cell(cell);
+  return out;
+}
+
+void EmbeddingShard::LoadSketch(const uint16_t* cells, size_t n, DeltaBatch* deltas) {
+  RequirePointer(cells, n, "LoadSketch", "cells");
+  Impl& s = *impl_;
+  RequireSketch(s.config.row_policy, n, "LoadSketch");
+  std::unique_lock<std::shared_mutex> lock(s.mutex);
+  s.BeginSketch();
+  s.DeltaStart(deltas, s.sketch_slots);
+  s.AddCells(deltas, cells);
+  s.FinishSketch(deltas);
+}
+
+void EmbeddingShard::StageSketch(const uint16_t* cells, size_t n) {
+  RequirePointer(cells, n, "StageSketch", "cells");
+  Impl& s = *impl_;
+  RequireSketch(s.config.row_policy, n, "StageSketch");
+  std::unique_lock<std::shared_mutex> lock(s.mutex);
+  s.staged_sketch.assign(cells, cells + n);
+}
+
+void EmbeddingShard::SketchEstimate(const int64_t* keys, size_t n, uint32_t* out) const {
+  RequirePointer(keys, n, "SketchEstimate", "keys");
+  RequirePointer(out, n, "SketchEstimate", "out");
+  Impl& s = *impl_;
+  RequireSketch(s.config.row_policy, s.config.row_policy.sketch_cells(), "SketchEstimate");
+  std::unique_lock<std::shared_mutex> lock(s.mutex);
+  s.EnsureSketch();
+  for (size_t i = 0; i < n; ++i) out[i] = s.Estimate(keys[i]);
 }
 
 void EmbeddingShard::StageLoadWords(const int64_t* keys, const uint32_t* uses, const int64_t* last_step, size_t n,
@@ -1517,8 +1711,9 @@ void EmbeddingShard::StageLoadWords(const int64_t* keys, const uint32_t* uses, c
   if (!s.policy_on && (n != 0 || pending_n != 0)) {
     throw std::invalid_argument("StageLoadWords: the table has no row rules (row_policy), so no policy words");
   }
-  if (pending_n != 0 && s.min_count <= 1) {
-    throw std::invalid_argument("StageLoadWords: the table has no admission, so no pending ids");
+  if (pending_n != 0 && (s.min_count <= 1 || s.sketch)) {
+    throw std::invalid_argument(
+        "StageLoadWords: the table has no admission or counts with a sketch, so no pending ids");
   }
   std::unordered_map<int64_t, std::pair<uint32_t, int64_t>> words;
   words.reserve(n);
@@ -1620,6 +1815,9 @@ void EmbeddingShard::BeginRestore(const int64_t* keys, const uint32_t* slots, si
   }
   if (high_water > 0 && !handler) throw std::invalid_argument("BeginRestore: handler is empty");
   // Build everything aside first: a bad argument leaves the shard untouched.
+  // A sketch's reserved slots stay reserved (row_policy.h): never a key's, never free, always restored.
+  const size_t reserved = s.sketch_slots;
+  high_water = std::max(high_water, reserved);
   std::vector<int64_t> restore_keys(high_water, 0);
   std::vector<uint8_t> restore_live(high_water, 0);
   KeyIndex index;
@@ -1633,6 +1831,10 @@ void EmbeddingShard::BeginRestore(const int64_t* keys, const uint32_t* slots, si
     if (restore_live[slots[i]]) {
       throw std::invalid_argument("BeginRestore: slot " + Str(slots[i]) + " appears twice");
     }
+    if (slots[i] < reserved) {
+      throw std::invalid_argument("BeginRestore: slot " + Str(slots[i]) +
+                                  " is one of the sketch's reserved slots [0, " + Str(reserved) + ")");
+    }
     if (index.Find(keys[i], key_of) != KeyIndex::kNone) {
       throw std::invalid_argument("BeginRestore: key " + std::to_string(keys[i]) + " appears twice");
     }
@@ -1642,12 +1844,12 @@ void EmbeddingShard::BeginRestore(const int64_t* keys, const uint32_t* slots, si
   }
   std::vector<uint32_t> free_slots;
   free_slots.reserve(high_water - n);
-  for (size_t slot = 0; slot < high_water; ++slot) {
+  for (size_t slot = reserved; slot < high_water; ++slot) {
     if (!restore_live[slot]) free_slots.push_back(static_cast<uint32_t>(slot));  // ascending: a min-heap
   }
 
   std::unique_lock<std::shared_mutex> lock(s.mutex);
-  if (s.high_water != 0 || s.index.size() != 0 || s.Restoring()) {
+  if (s.high_water != reserved || s.index.size() != 0 || s.Restoring()) {
     throw std::invalid_argument("BeginRestore: the shard must be new and empty (it holds " + Str(s.index.size()) +
                                 " rows, " + Str(s.high_water) + " slots)");
   }

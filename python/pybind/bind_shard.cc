@@ -360,6 +360,40 @@ void StageLoadWords(EmbeddingShard& shard, const Keys& keys, const Slots& uses, 
                        pending_last_step.data(), p);
 }
 
+using Cells = py::array_t<uint16_t, py::array::c_style>;
+
+void RequireCells(const Cells& cells, const char* where) {
+  if (cells.ndim() != 1) throw std::invalid_argument(std::string(where) + ": cells must be 1-D, got " + Shape(cells));
+}
+
+py::object LoadSketch(EmbeddingShard& shard, const Cells& cells, bool return_deltas) {
+  RequireCells(cells, "load_sketch");
+  DeltaBatch deltas;
+  {
+    py::gil_scoped_release release;
+    shard.LoadSketch(cells.data(), static_cast<size_t>(cells.shape(0)), return_deltas ? &deltas : nullptr);
+  }
+  if (!return_deltas) return py::none();
+  return DeltasToNumpy(std::move(deltas));
+}
+
+void StageSketch(EmbeddingShard& shard, const Cells& cells) {
+  RequireCells(cells, "stage_sketch");
+  py::gil_scoped_release release;
+  shard.StageSketch(cells.data(), static_cast<size_t>(cells.shape(0)));
+}
+
+py::array_t<uint32_t> SketchEstimate(const EmbeddingShard& shard, const Keys& keys) {
+  RequireKeys(keys, "sketch_estimate");
+  std::vector<uint32_t> out(static_cast<size_t>(keys.shape(0)));
+  {
+    py::gil_scoped_release release;
+    shard.SketchEstimate(keys.data(), out.size(), out.data());
+  }
+  const py::ssize_t n = static_cast<py::ssize_t>(out.size());
+  return ToNumpy(std::move(out), {n});
+}
+
 Bytes ReadBlock(const EmbeddingShard& shard, size_t b) {
   Bytes out(static_cast<py::ssize_t>(shard.block_bytes()));
   {
@@ -444,6 +478,15 @@ void BindShard(py::module_& m) {
       .def_property(
           "policy", [](const RowPolicyConfig& c) { return std::string(EvictPolicyName(c.policy)); },
           [](RowPolicyConfig& c, const std::string& name) { c.policy = ParseEvictPolicy(name, "policy"); })
+      .def_property(
+          "admit_counter", [](const RowPolicyConfig& c) { return std::string(AdmitCounterName(c.admit_counter)); },
+          [](RowPolicyConfig& c, const std::string& name) {
+            c.admit_counter = ParseAdmitCounter(name, "admit_counter");
+          })
+      .def_readwrite("sketch_width", &RowPolicyConfig::sketch_width)
+      .def_readwrite("sketch_depth", &RowPolicyConfig::sketch_depth)
+      .def_readwrite("sketch_decay_every_steps", &RowPolicyConfig::sketch_decay_every_steps)
+      .def_property_readonly("sketch", &RowPolicyConfig::sketch)
       .def_property_readonly("active", &RowPolicyConfig::active)
       .def("validate", &RowPolicyConfig::Validate, py::arg("block_slots"));
 
@@ -586,6 +629,25 @@ void BindShard(py::module_& m) {
       .def("stage_load_words", &StageLoadWords, py::arg("keys"), py::arg("uses"), py::arg("last_step"),
            py::arg("pending_keys"), py::arg("pending_uses"), py::arg("pending_last_step"),
            "Words and pending ids the next load writes within its own deltas (a resume through an agent)")
+      .def_property_readonly("sketch_slots", &EmbeddingShard::sketch_slots,
+                             "Slots reserved for the sketch counter's cells (row_policy.h); 0 without one")
+      .def(
+          "export_sketch",
+          [](const EmbeddingShard& shard) {
+            std::vector<uint16_t> cells;
+            {
+              py::gil_scoped_release release;
+              cells = shard.ExportSketch();
+            }
+            const py::ssize_t n = static_cast<py::ssize_t>(cells.size());
+            return ToNumpy(std::move(cells), {n});
+          },
+          "The sketch counter's cells (uint16, sketch_depth rows of sketch_width); empty without one")
+      .def("load_sketch", &LoadSketch, py::arg("cells"), py::arg("return_deltas") = false,
+           "Adds a save's sketch cells cell-wise, saturating (into a fresh shard: a copy)")
+      .def("stage_sketch", &StageSketch, py::arg("cells"),
+           "Sketch cells the next load adds within its own deltas (a resume through an agent)")
+      .def("sketch_estimate", &SketchEstimate, py::arg("keys"), "The sketch's estimated count of each key")
       .def("load_policy_words", &LoadPolicyWords, py::arg("keys"), py::arg("uses"), py::arg("last_step"),
            py::arg("return_deltas") = false, "Sets uses and last_step of existing rows (a save's words after load)")
       .def("track_dirty", &EmbeddingShard::TrackDirty, py::arg("on"), py::call_guard<py::gil_scoped_release>(),

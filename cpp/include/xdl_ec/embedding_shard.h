@@ -192,6 +192,18 @@ class EmbeddingShard {
                       const int64_t* pending_keys, const uint32_t* pending_uses, const int64_t* pending_last_step,
                       size_t pending_n);
 
+  // Tables with the sketch counter (row_policy.h): its cells (sketch_depth rows of sketch_width, row-major), in
+  // the record bytes of slots [0, sketch_slots()), which are reserved (never a row's, never in the key index).
+  // ExportSketch reads them (empty without a sketch); LoadSketch adds n = sketch_width * sketch_depth cells to them
+  // cell-wise, saturating (into a fresh shard: a copy), validated first (std::invalid_argument, nothing changed);
+  // StageSketch does the same within the next Load's own deltas (as StageLoadWords). SketchEstimate: each key's
+  // estimated count (the minimum of its cells), for tests and tools.
+  size_t sketch_slots() const;
+  std::vector<uint16_t> ExportSketch() const;
+  void LoadSketch(const uint16_t* cells, size_t n, DeltaBatch* deltas = nullptr);
+  void StageSketch(const uint16_t* cells, size_t n);
+  void SketchEstimate(const int64_t* keys, size_t n, uint32_t* out) const;
+
   // ---- raw slot access for parity and recovery ------------------------------------------------
   uint32_t block_slots() const;
   size_t block_bytes() const;  // block_slots * record bytes

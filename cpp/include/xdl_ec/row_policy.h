@@ -36,6 +36,27 @@
 //
 // A row inserted by a pull and not yet pushed has last_step 0: a pass with now_step > ttl_steps
 // evicts it (rows live by being trained).
+//
+// The sketch counter (admit_counter = kSketch): instead of a pending record per id, the shard counts the
+// occurrences of ids without a row in a count-min sketch of sketch_depth rows of sketch_width 16-bit
+// saturating cells, with conservative update (a push of c occurrences raises each of the id's cells to at
+// least min(its cells) + c). An id gets its row when that estimate reaches admit_min_count (the row's uses
+// start at the estimate); an id that does not costs no record at all. Count-min never under-counts, so no id
+// is admitted later than under the exact counter; one whose cells are shared with others may be admitted
+// early: with N occurrences counted since the cells were last emptied, an estimate exceeds the true count by
+// more than e * N / sketch_width with probability at most exp(-sketch_depth).
+// Why cells in slots: the cells are the record bytes (after key and flags, which stay zero: never live,
+// never indexed) of the shard's first sketch_slots slots, reserved when it is made. Every cell change is then
+// a delta on a slot, so parity, a replayed push, the rebuild from parity (which sees no live bit there and
+// BeginRestore keeps the slots reserved) and a block read carry the cells exactly like rows, with no second
+// mechanism; saves carry them as ExportSketch's cells.
+// Aging: at the end of a push whose step is a multiple of sketch_decay_every_steps (> 0; 0: never), after
+// that push's counting, every cell is halved (in the push's deltas), so an endless stream does not
+// eventually admit everything: an id is admitted on about admit_min_count occurrences within roughly
+// 2 * sketch_decay_every_steps steps.
+// Loads: LoadSketch (and a staged sketch, StageSketch) adds cell-wise, saturating, so loading one save's
+// sketch into a fresh shard is a copy and loading several (a resume at another server count: sketches of
+// different shards cannot be split by key) their sum, an over-estimate that never under-counts.
 #pragma once
 
 #include <cstddef>
@@ -46,6 +67,12 @@
 namespace xdl_ec {
 
 enum class EvictPolicy { kLfu, kLru };
+// How a table with admission counts the occurrences of ids without a row: a pending record per id, or a
+// count-min sketch (see the doc above).
+enum class AdmitCounter { kExact, kSketch };
+// "exact" / "sketch"; throws std::invalid_argument naming `field` for any other name.
+AdmitCounter ParseAdmitCounter(const std::string& name, const char* field = "admit_counter");
+const char* AdmitCounterName(AdmitCounter counter);
 
 // "lfu" / "lru"; throws std::invalid_argument naming `field` for any other name.
 EvictPolicy ParseEvictPolicy(const std::string& name, const char* field = "policy");
@@ -60,6 +87,15 @@ struct RowPolicyConfig {
   // > 0: a push whose step is a multiple of it ends with a pass at that step, in the push's own deltas (so the
   // pass reaches parity, a replay and the native path as the push does); 0: passes only by Evict.
   int64_t evict_every_steps = 0;
+  // Admission's counter; the sketch's settings are read only with kSketch (admit_min_count in [2, 65535]).
+  AdmitCounter admit_counter = AdmitCounter::kExact;
+  int64_t sketch_width = 1 << 14;                    // cells per row, in [16, 2^22]
+  int64_t sketch_depth = 4;                          // rows (hash functions), in [1, 8]
+  int64_t sketch_decay_every_steps = 0;              // >= 0; 0: cells are never halved
+  static constexpr int64_t kSketchMaxCount = 65535;  // a cell saturates here
+
+  bool sketch() const { return admit_min_count > 1 && admit_counter == AdmitCounter::kSketch; }
+  size_t sketch_cells() const { return sketch() ? static_cast<size_t>(sketch_width * sketch_depth) : 0; }
 
   // Whether the table has any rule, i.e. whether its records carry the policy words.
   bool active() const { return admit_min_count > 1 || ttl_steps || min_l2 || max_rows || evict_every_steps; }
