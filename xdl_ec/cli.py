@@ -373,6 +373,12 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
         "gradients are dropped (default: at once)",
     )
     bounded.add_argument(
+        "--admit-counter",
+        choices=("exact", "sketch"),
+        help="how --admit-min-count counts the ids without a row: exact (a record per id; the default) or sketch "
+        "(a count-min sketch per server: no record per id, may admit an id early; halved every --evict-every-steps)",
+    )
+    bounded.add_argument(
         "--evict-ttl-steps",
         type=_positive_int,
         metavar="N",
@@ -441,6 +447,7 @@ BUILTIN_FLAGS = (
     "eval_fraction",
     "on_bad_line",
     "admit_min_count",
+    "admit_counter",
     "evict_ttl_steps",
     "evict_ttl_seconds",
     "max_rows",

@@ -28,7 +28,7 @@ from xdl_ec.model.dense_model import DENSE_OPTIMIZERS
 from xdl_ec.model.feature import Feature
 from xdl_ec.settings import checks
 from xdl_ec.sparse import init, optim
-from xdl_ec.sparse.row_rules import DEFAULT_EVERY_STEPS, Admit, Evict
+from xdl_ec.sparse.row_rules import COUNTERS, DEFAULT_EVERY_STEPS, Admit, Evict
 from xdl_ec.sparse.table_config import Table
 
 TABLE_NAME = "criteo_categorical"
@@ -72,6 +72,8 @@ class TrainConfig:
     progress: bool = True
     # bounded table (xdl_ec.sparse.row_rules): None leaves the table unbounded, as before
     admit_min_count: Optional[int] = None
+    # "sketch": a count-min sketch per server instead of a record per pending id, halved every evict_every_steps
+    admit_counter: str = "exact"
     evict_ttl_steps: Optional[int] = None
     evict_ttl_seconds: Optional[float] = None  # instead of evict_ttl_steps: seconds of training wall time
     max_rows: Optional[int] = None
@@ -100,6 +102,7 @@ class TrainConfig:
         checks.number("eval_fraction", self.eval_fraction, 0.0, 1.0, high_open=True)
         checks.one_of("dense_optimizer", self.dense_optimizer, DENSE_OPTIMIZERS)
         checks.one_of("model", self.model, MODELS)
+        checks.one_of("admit_counter", self.admit_counter, COUNTERS)
         checks.non_negative_int("seed", self.seed)
         optim.get(self.optimizer, learning_rate=self.lr)  # an unknown name lists the known ones
         Table(TABLE_NAME, self.emb_dim, **self.table_rules())  # bad admission / eviction settings fail here
@@ -109,7 +112,11 @@ class TrainConfig:
 
     def table_rules(self) -> Dict[str, Any]:
         """The table's ``admit`` and ``evict`` (None where not asked for)."""
-        admit = None if self.admit_min_count is None else Admit(min_count=self.admit_min_count)
+        admit = None
+        if self.admit_min_count is not None and self.admit_counter == "sketch":
+            admit = Admit(min_count=self.admit_min_count, counter="sketch", decay_every_steps=self.evict_every_steps)
+        elif self.admit_min_count is not None:
+            admit = Admit(min_count=self.admit_min_count)
         evict = None
         if self.evict_ttl_steps is not None or self.evict_ttl_seconds is not None or self.max_rows is not None:
             evict = Evict(

@@ -273,8 +273,9 @@ class EcRecovery:
                 keys, slots, high_water = self.decode(
                     f"key index of server {p}", beside, table, decode_keys, CALL_TIMEOUT
                 )[0]
-                self.call(p, "begin_restore", table, keys, slots, high_water, servers, lost)
-                extent[p] = math.ceil(high_water / block_slots)
+                missing = self.call(p, "begin_restore", table, keys, slots, high_water, servers, lost)
+                # the replacement's own count also covers a sketch counter's reserved slots (no live row there)
+                extent[p] = max(math.ceil(high_water / block_slots), int(missing))
             self.extent[table] = extent
             plan += [
                 (table, stripe)

@@ -419,6 +419,10 @@ class ShardCheckpoint(_SavedCheckpoint):
                         pending = {field: array[held] for field, array in pending.items()}
                     dtypes = {"pending_keys": np.int64, "pending_uses": np.uint32, "pending_last_step": np.int64}
                     arrays.update({f: np.ascontiguousarray(a, dtype=dtypes[f]) for f, a in pending.items()})
+                    # a sketch counter's cells (whole: a sketch cannot be split by key)
+                    sketch = rows[name].get("sketch") if rows is not None else shard.export_sketch()
+                    if sketch is not None and np.size(sketch):
+                        arrays["sketch"] = np.ascontiguousarray(sketch, dtype=np.uint16)
                 if update_counts is not None and name in update_counts:
                     counts = np.asarray(update_counts[name](k))
                     if counts.shape != k.shape or counts.dtype.kind not in "iu":
@@ -440,6 +444,8 @@ class ShardCheckpoint(_SavedCheckpoint):
                 )
                 if "pending_keys" in arrays:
                     manifest_tables[name]["pending"] = int(arrays["pending_keys"].size)
+                if "sketch" in arrays:
+                    manifest_tables[name]["sketch_cells"] = int(arrays["sketch"].size)
             manifest = {
                 "format": "xdl-ec-checkpoint",
                 "version": FORMAT_VERSION,
@@ -499,6 +505,7 @@ class ShardCheckpoint(_SavedCheckpoint):
             dim, state_floats, rows = int(entry["dim"]), int(entry["state_floats"]), int(entry["rows"])
             files = dict(entry["files"])
             pending = int(entry.get("pending", 0))
+            sketch_cells = int(entry.get("sketch_cells", 0))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{path}: table {name!r} entry is malformed ({e!r}); load an older checkpoint") from None
         if template is not None:
@@ -522,6 +529,7 @@ class ShardCheckpoint(_SavedCheckpoint):
             "pending_keys": (np.dtype("<i8"), (pending,)),
             "pending_uses": (np.dtype("<u4"), (pending,)),
             "pending_last_step": (np.dtype("<i8"), (pending,)),
+            "sketch": (np.dtype("<u2"), (sketch_cells,)),  # a sketch counter's cells (row_policy.h)
         }
         missing = [f for f in ("keys", "values", "state") if f not in files]
         if missing:
@@ -581,6 +589,8 @@ class ShardCheckpoint(_SavedCheckpoint):
             shard.load_policy_words(arrays["keys"], arrays["uses"], arrays["last_step"])
             if arrays["pending_keys"].size:
                 shard.load_pending(arrays["pending_keys"], arrays["pending_uses"], arrays["pending_last_step"])
+            if "sketch" in arrays:
+                shard.load_sketch(arrays["sketch"])
         step = self.table_step(name)
         if isinstance(table, EmbeddingTable) and step is not None:
             table.step = int(step)

@@ -231,15 +231,29 @@ class SavedRun:
                 for field in ("pending_keys", "pending_uses", "pending_last_step")
             }
         pending_owner = np.asarray(_core.server_of(pending["pending_keys"], num_servers)) if pending else None
+        sketches = self._sketches(parts, num_servers)
         out = {}
         for server in range(num_servers):
             mine = owner == server
             theirs = pending_owner == server if pending_owner is not None else None
-            if mine.any() or (theirs is not None and theirs.any()):
+            if mine.any() or (theirs is not None and theirs.any()) or sketches:
                 out[server] = {field: array[mine] for field, array in rows.items()}
                 if theirs is not None:
                     out[server].update({field: array[theirs] for field, array in pending.items()})
+                if sketches:
+                    out[server]["sketch"] = sketches[server]
         return out
+
+    def _sketches(self, parts: List[Dict[str, np.ndarray]], num_servers: int) -> List[np.ndarray]:
+        """A sketch counter's cells per server of the new cluster (row_policy.h; [] when the table has none): at
+        the saved server count each server its own saved cells, else each the cell-wise sum of all of them
+        (sketches cannot be split by key; the sum over-estimates every id's count, never under-counts it)."""
+        if not parts or not all("sketch" in p for p in parts):
+            return []
+        if self.checkpoint.servers == list(range(num_servers)) and len(parts) == num_servers:
+            return [np.asarray(p["sketch"], np.uint16) for p in parts]
+        total = np.sum([np.asarray(p["sketch"], np.int64) for p in parts], axis=0)
+        return [np.minimum(total, 0xFFFF).astype(np.uint16)] * num_servers
 
     def __repr__(self) -> str:
         return f"SavedRun({str(self.directory)!r}, step={self.step}, servers={self.checkpoint.servers})"

@@ -37,7 +37,7 @@ import numpy as np
 from xdl_ec import _core
 from xdl_ec.keep.checkpoint import ShardCheckpoint
 from xdl_ec.settings import checks
-from xdl_ec.sparse.table import MAX_REPEATS, EmbeddingTable, as_keys, as_repeats, as_rows
+from xdl_ec.sparse.table import MAX_REPEATS, EmbeddingTable, as_cells, as_keys, as_repeats, as_rows
 from xdl_ec.sparse.table_config import Table
 
 from .agent import ServerAgent
@@ -451,6 +451,8 @@ class ParameterServer(LinkHost):
                     np.asarray(rows.get("pending_uses", none), np.uint32),
                     as_keys(rows.get("pending_last_step", none)),
                 )
+            if "sketch" in rows and t.shard.sketch_slots:  # a sketch counter's cells too (added: a copy here)
+                t.shard.stage_sketch(as_cells(rows["sketch"]))
             self.agent.load_rows(self, t, keys, values, state)
             self._new_epoch()
             return int(keys.size)

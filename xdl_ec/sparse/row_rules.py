@@ -33,29 +33,58 @@ from xdl_ec.settings import checks
 
 __all__ = ["Admit", "Evict", "merged_reports", "row_policy_config"]
 
-COUNTERS = ("exact",)
+COUNTERS = ("exact", "sketch")
 POLICIES = ("lfu", "lru")
 DEFAULT_EVERY_STEPS = 100
+SKETCH_MAX_COUNT = 65535  # the sketch's cells are 16-bit
 
 
 @dataclasses.dataclass(frozen=True)
 class Admit:
     """Feature admission: an id gets a row on its ``min_count``-th occurrence (1: at once, as without rules).
-    ``counter``: "exact" (a per-id count on the server; the only counter here)."""
+
+    ``counter``: "exact" (a per-id count on the server, in a record per id not yet admitted) or "sketch" (a
+    count-min sketch per shard with conservative update, ``depth`` rows of ``width`` 16-bit cells: an id not yet
+    admitted costs no record). The sketch never under-counts, so no id is admitted later than with "exact"; an id
+    may be admitted early: with N occurrences counted since the cells were emptied, an estimate is more than
+    e * N / ``width`` above the true count with probability at most exp(-``depth``), so size ``width`` to a few
+    times the distinct ids a server sees between halvings. Its memory: ``width * depth * 2`` bytes per shard.
+    ``decay_every_steps``: the push of every step that is a multiple of it halves every cell (aging, so an endless
+    stream does not eventually admit everything; 0: never). A save holds the cells; a resume at another server count
+    starts each server from the sum of the saved cells (an over-estimate). Sketch settings need ``counter="sketch"``.
+    """
 
     min_count: int = 2
     counter: str = "exact"
+    width: int = 1 << 14
+    depth: int = 4
+    decay_every_steps: int = 1000
 
     def __post_init__(self) -> None:
         checks.integer("Admit: min_count", self.min_count, 1)
         if self.counter not in COUNTERS:
+            raise ValueError(f"Admit: counter must be one of {COUNTERS}, got {self.counter!r}")
+        checks.integer("Admit: width (cells in each row of the sketch)", self.width, 16, 1 << 22)
+        checks.integer("Admit: depth (rows of the sketch)", self.depth, 1, 8)
+        checks.integer(
+            "Admit: decay_every_steps (steps between halvings of the sketch; 0: never)", self.decay_every_steps, 0
+        )
+        if self.counter == "sketch":
+            if not 2 <= self.min_count <= SKETCH_MAX_COUNT:
+                raise ValueError(
+                    f"Admit: min_count must be in [2, {SKETCH_MAX_COUNT}] with counter='sketch' (its cells are "
+                    f"16-bit; 1 admits at once and needs no counter), got {self.min_count}"
+                )
+        elif (self.width, self.depth, self.decay_every_steps) != (1 << 14, 4, 1000):
             raise ValueError(
-                f"Admit: counter must be one of {COUNTERS}, got {self.counter!r} (a sketch counter is "
-                f"not available: use 'exact')"
+                "Admit: width, depth and decay_every_steps set the sketch counter; give counter='sketch' with them"
             )
 
     def describe(self) -> dict:
-        return {"min_count": self.min_count, "counter": self.counter}
+        out: Dict[str, Any] = {"min_count": self.min_count, "counter": self.counter}
+        if self.counter == "sketch":  # only then: the descriptions of exact-counter saves stay as they were
+            out.update(width=self.width, depth=self.depth, decay_every_steps=self.decay_every_steps)
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +153,11 @@ def row_policy_config(
     config = _core.RowPolicyConfig()
     if admit is not None:
         config.admit_min_count = int(admit.min_count)
+        if admit.counter == "sketch":
+            config.admit_counter = "sketch"
+            config.sketch_width = int(admit.width)
+            config.sketch_depth = int(admit.depth)
+            config.sketch_decay_every_steps = int(admit.decay_every_steps)
     if evict is not None:
         config.ttl_steps = evict.ttl_steps
         config.min_l2 = evict.min_l2

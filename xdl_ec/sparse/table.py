@@ -60,6 +60,19 @@ def as_rows(rows: Any, n: int, width: int, name: str, width_name: str) -> np.nda
         return np.ascontiguousarray(array, dtype=np.float32)
 
 
+def as_cells(cells: Any, name: str = "sketch") -> np.ndarray:
+    """A sketch counter's cells as a C-contiguous 1-D uint16 array; other integer dtypes are converted when every
+    value fits in [0, 65535], anything else raises (TypeError for non-integers, ValueError for shape or range)."""
+    array = np.asarray(cells)
+    if array.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be integers (16-bit sketch cells), got dtype {array.dtype}")
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {array.shape}")
+    if array.dtype != np.uint16 and array.size and (array.min() < 0 or array.max() > 0xFFFF):
+        raise ValueError(f"{name}: sketch cells are in [0, 65535], got values in [{array.min()}, {array.max()}]")
+    return np.ascontiguousarray(array, dtype=np.uint16)
+
+
 MAX_REPEATS = 1 << 16  # EmbeddingShard::kMaxRepeats
 
 
@@ -318,6 +331,8 @@ class EmbeddingTable:
             return self.export()
         out = self.export(with_words=True)
         out.update(zip(("pending_keys", "pending_uses", "pending_last_step"), self._shard.export_pending()))
+        if self._shard.sketch_slots:  # a sketch counter's cells (uint16), whole
+            out["sketch"] = self._shard.export_sketch()
         return out
 
     def load_rows(self, rows: Mapping[str, np.ndarray]) -> None:
@@ -332,6 +347,8 @@ class EmbeddingTable:
                     np.ascontiguousarray(rows["pending_uses"], dtype=np.uint32),
                     as_keys(rows["pending_last_step"], "pending_last_step"),
                 )
+            if "sketch" in rows and self._shard.sketch_slots:  # added to the cells: several saves' parts sum
+                self._shard.load_sketch(as_cells(rows["sketch"]))
 
     def load_words(self, keys: Any, uses: Any, last_step: Any) -> None:
         """Sets the eviction words (uses, last_step) of rows that exist, e.g. after :meth:`load` of an export

@@ -21,7 +21,7 @@ def grads(n: int, dim: int = 4, value: float = 0.5) -> np.ndarray:
     [
         (lambda: Admit(min_count=-1), "min_count"),
         (lambda: Admit(min_count=0), "min_count"),
-        (lambda: Admit(counter="sketch"), "counter"),
+        (lambda: Admit(counter="bloom"), "counter"),
         (lambda: Evict(ttl_steps=0), "ttl_steps"),
         (lambda: Evict(ttl_steps=-3), "ttl_steps"),
         (lambda: Evict(max_rows=-5), "max_rows"),
