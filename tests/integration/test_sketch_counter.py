@@ -72,6 +72,35 @@ def test_ec_rebuilds_the_sketch_exactly(failure_free: Any, servers: int, r: int,
     assert report["model_digest"] == failure_free(servers, 1, steps=STEPS, **SKETCH)["model_digest"]
 
 
+@pytest.mark.ray
+def test_ec_on_ray_rebuilds_the_sketch_exactly(failure_free: Any) -> None:
+    ray = pytest.importorskip("ray")
+    from xdl_ec.ps.backend import ray_runtime_env
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=ray_runtime_env())
+    try:
+        strategy = ErasureCoded(2, 1)
+        trainer = make_trainer(
+            small_config(steps=STEPS, **SKETCH),
+            ClusterConfig(servers=3, workers=1, backend="ray"),
+            strategy=strategy,
+            failures=FailureSchedule([Kill(4, "server", 1)]),
+        )
+        try:
+            report = trainer.fit()
+            digest = trainer.digest()
+            scrub = strategy.verify()
+        finally:
+            trainer.close()
+    finally:
+        if started:
+            ray.shutdown()
+    assert [f["index"] for f in report["failures"]] == [1] and scrub == []
+    assert digest == failure_free(3, 1, steps=STEPS, **SKETCH)["model_digest"]
+
+
 def test_ckpt_and_cpr_roll_the_sketch_back_exactly(tmp_path: Path, failure_free: Any) -> None:
     expected = failure_free(3, 1, steps=STEPS, **SKETCH)["model_digest"]
     ckpt = fit(Checkpointing("3", str(tmp_path / "ckpt")), [Kill(5, "server", 1)])
