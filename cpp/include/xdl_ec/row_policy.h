@@ -53,7 +53,9 @@
 // Aging: at the end of a push whose step is a multiple of sketch_decay_every_steps (> 0; 0: never), after
 // that push's counting, every cell is halved (in the push's deltas), so an endless stream does not
 // eventually admit everything: an id is admitted on about admit_min_count occurrences within roughly
-// 2 * sketch_decay_every_steps steps.
+// 2 * sketch_decay_every_steps steps. Like a pass, a halving rides on a push of its step: a shard that gets
+// no push at that step (no key of its table in a one-worker step's batch) skips it, as the lost one did, so
+// replays and rebuilds still decide the same.
 // Loads: LoadSketch (and a staged sketch, StageSketch) adds cell-wise, saturating, so loading one save's
 // sketch into a fresh shard is a copy and loading several (a resume at another server count: sketches of
 // different shards cannot be split by key) their sum, an over-estimate that never under-counts.
