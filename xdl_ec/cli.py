@@ -364,7 +364,10 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
         help="continue the newest save in DIR: repeat the saved run's command (--steps/--epochs count "
         "the whole run) plus --resume DIR; any --backend and --servers",
     )
-    bounded = p.add_argument_group("bounded table for endless training (built-in job; xdl_ec.Admit, xdl_ec.Evict)")
+    bounded = p.add_argument_group(
+        "bounded tables for endless training (xdl_ec.Admit, xdl_ec.Evict): the built-in job's table, or with "
+        "--script every table of the job that declares no admit / evict of its own"
+    )
     bounded.add_argument(
         "--admit-min-count",
         type=_positive_int,
@@ -446,6 +449,15 @@ BUILTIN_FLAGS = (
     "epochs",
     "eval_fraction",
     "on_bad_line",
+    "admit_min_count",
+    "admit_counter",
+    "evict_ttl_steps",
+    "evict_ttl_seconds",
+    "max_rows",
+    "evict_every_steps",
+)
+# the flags of BUILTIN_FLAGS that also apply to a --script job: the rules of its tables that declare none
+TABLE_RULE_FLAGS = (
     "admit_min_count",
     "admit_counter",
     "evict_ttl_steps",
@@ -575,12 +587,25 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
             raise UsageError(_flag_names(str(err))) from None
     progress = not args.no_progress
     saving = _saving(args)
+    if args.evict_ttl_steps is not None and args.evict_ttl_seconds is not None:
+        raise UsageError(
+            "--evict-ttl-steps, --evict-ttl-seconds: give one of them (a row ages by steps or by seconds of "
+            "training wall time, not both)"
+        )
     if args.script is not None:
-        given = _given(args, BUILTIN_FLAGS)
+        given = _given(args, [name for name in BUILTIN_FLAGS if name not in TABLE_RULE_FLAGS])
         if given:
             raise UsageError(
                 f"{', '.join(given)}: describe the built-in model; with --script the job declares its "
                 f"own tables, model and input (drop the flag(s) or the --script)"
+            )
+        table_rules = {name: getattr(args, name) for name in TABLE_RULE_FLAGS if getattr(args, name) is not None}
+        if table_rules and not any(
+            name in table_rules for name in ("admit_min_count", "evict_ttl_steps", "evict_ttl_seconds", "max_rows")
+        ):
+            raise UsageError(
+                f"{', '.join(_flag(n) for n in table_rules)}: set how a rule counts or when it runs; give the rule "
+                f"too (--admit-min-count, --evict-ttl-steps, --evict-ttl-seconds or --max-rows)"
             )
         _check_kills(cluster, args.steps)
         if cluster is not None and cluster.backend == "ray" and Path(args.script).is_file():
@@ -590,16 +615,10 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
                 check_project_folder(str(Path(args.script).resolve().parent))
             except ValueError as err:
                 raise UsageError(str(err)) from None
-        return TrainRequest(
-            load_script_job(args.script), cluster, args.steps, args.seed, args.deterministic, progress, saving=saving
-        )
+        job = load_script_job(args.script, table_rules)
+        return TrainRequest(job, cluster, args.steps, args.seed, args.deterministic, progress, saving=saving)
     from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job, num_train_batches, open_training_data
 
-    if args.evict_ttl_steps is not None and args.evict_ttl_seconds is not None:
-        raise UsageError(
-            "--evict-ttl-steps, --evict-ttl-seconds: give one of them (a row ages by steps or by seconds of "
-            "training wall time, not both)"
-        )
     if args.stream is not None:
         return _stream_request(args, cluster, progress, saving)
     if args.stream_idle_exit is not None:

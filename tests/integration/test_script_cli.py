@@ -85,3 +85,28 @@ def job():
     assert [t["name"] for t in results["train"]["job"]["tables"]] == ["users", "items", "tags"]
     assert rows["ec-2+1"]["status"] == "ok" and rows["ec-2+1"]["report"]["failures"]
     assert rows["ec-2+1"]["summary"]["same_model_as_reference"]
+
+
+def test_table_flags_are_the_rules_of_a_scripts_tables_and_its_saves_keep_them(tmp_path: Path) -> None:
+    script = str(EXAMPLES / "user_item_tags.py")
+    flags = ["--script", script, "--steps", "6", "--deterministic", "--seed", "2"]
+    plain = train(tmp_path, *flags)
+    bounded = train(tmp_path, *flags, "--admit-min-count", "2", "--max-rows", "4096", "--save-dir", str(tmp_path / "s"))
+    for table in bounded["job"]["tables"]:
+        assert table["admit"]["min_count"] == 2 and table["evict"]["max_rows"] == 4096, table
+    assert sum(t["not_admitted_lookups"] for t in bounded["tables"].values()) > 0
+    assert bounded["model_digest"] != plain["model_digest"]
+    # the save names the script and the flags: its job is rebuilt with the same rules (else a SaveMismatch)
+    import xdl_ec
+
+    model = xdl_ec.load(tmp_path / "s")
+    assert {t.name: t.admit.min_count for t in model.job.tables} == {"users": 2, "items": 2, "tags": 2}
+
+
+def test_table_flags_with_a_script_need_a_rule(capsys: pytest.CaptureFixture) -> None:
+    script = str(EXAMPLES / "user_item_tags.py")
+    assert main(["train", "--script", script, "--evict-every-steps", "10", "--no-progress"]) == 2
+    assert "--evict-every-steps: set how a rule counts or when it runs; give the rule too" in capsys.readouterr().err
+    assert main(["train", "--script", script, "--max-rows", "10", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "the table flags do not fit its tables" in err and "below one block" in err

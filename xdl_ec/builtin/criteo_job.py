@@ -28,7 +28,7 @@ from xdl_ec.model.dense_model import DENSE_OPTIMIZERS
 from xdl_ec.model.feature import Feature
 from xdl_ec.settings import checks
 from xdl_ec.sparse import init, optim
-from xdl_ec.sparse.row_rules import COUNTERS, DEFAULT_EVERY_STEPS, Admit, Evict
+from xdl_ec.sparse.row_rules import COUNTERS, DEFAULT_EVERY_STEPS, rules_of
 from xdl_ec.sparse.table_config import Table
 
 TABLE_NAME = "criteo_categorical"
@@ -112,20 +112,14 @@ class TrainConfig:
 
     def table_rules(self) -> Dict[str, Any]:
         """The table's ``admit`` and ``evict`` (None where not asked for)."""
-        admit = None
-        if self.admit_min_count is not None and self.admit_counter == "sketch":
-            admit = Admit(min_count=self.admit_min_count, counter="sketch", decay_every_steps=self.evict_every_steps)
-        elif self.admit_min_count is not None:
-            admit = Admit(min_count=self.admit_min_count)
-        evict = None
-        if self.evict_ttl_steps is not None or self.evict_ttl_seconds is not None or self.max_rows is not None:
-            evict = Evict(
-                ttl_steps=self.evict_ttl_steps,
-                ttl_seconds=self.evict_ttl_seconds,
-                max_rows=self.max_rows,
-                every_steps=self.evict_every_steps,
-            )
-        return {"admit": admit, "evict": evict}
+        return rules_of(
+            self.admit_min_count,
+            self.admit_counter,
+            self.evict_ttl_steps,
+            self.evict_ttl_seconds,
+            self.max_rows,
+            self.evict_every_steps,
+        )
 
 
 def open_training_data(config: TrainConfig) -> TrainingData:

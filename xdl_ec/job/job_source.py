@@ -14,6 +14,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from xdl_ec.sparse.row_rules import rules_of
+
 from .job import Job
 
 #: the built-in job's factory (``xdl-ec train`` without --script), called with its saved description
@@ -24,9 +26,11 @@ class ScriptError(ValueError):
     """A --script that cannot give a job."""
 
 
-def load_script_job(path: str) -> Any:
+def load_script_job(path: str, table_rules: Optional[Dict[str, Any]] = None) -> Any:
     """Imports the file at ``path`` and returns what its ``job()`` returns, checked to be an xdl_ec.Job; the job's
-    ``source`` names the script.
+    ``source`` names the script. ``table_rules``: the command line's table flags ({"admit_min_count": N, ...}, as
+    :func:`xdl_ec.sparse.row_rules.rules_of` takes them), the rules of every table that declares none; the source
+    keeps them, so a save's job is rebuilt with them.
 
     A script is a project: its folder goes first on ``sys.path`` (as ``python FILE.py`` would put it), so the modules
     and packages beside it import, and on Ray that folder travels to the actors (:func:`xdl_ec.ps.backend.ship_project`,
@@ -61,12 +65,20 @@ def load_script_job(path: str) -> Any:
         ) from None
     if not isinstance(job, Job):
         raise ScriptError(f"--script {path}: job() must return an xdl_ec.Job, got {type(job).__name__}")
-    job.source = script_source(path)
+    if table_rules:
+        try:
+            job.spec = job.spec.with_default_rules(**rules_of(**table_rules))
+        except (TypeError, ValueError) as err:
+            raise ScriptError(f"--script {path}: the table flags do not fit its tables: {err}") from None
+    job.source = script_source(path, table_rules)
     return job
 
 
-def script_source(path: str) -> Dict[str, Any]:
-    return {"script": os.path.abspath(path)}
+def script_source(path: str, table_rules: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    source: Dict[str, Any] = {"script": os.path.abspath(path)}
+    if table_rules:
+        source["table_rules"] = dict(table_rules)
+    return source
 
 
 def builtin_source(config: Any) -> Dict[str, Any]:
@@ -81,7 +93,7 @@ def job_of(source: Optional[Dict[str, Any]], where: str) -> Any:
             f"xdl_ec.load(DIR, job=make_job()) / xdl-ec export --script FILE.py"
         )
     if "script" in source:
-        return load_script_job(source["script"])
+        return load_script_job(source["script"], source.get("table_rules"))
     if "builtin" in source:
         # the built-in job sits above this room (it is written against the job API): named, not imported
         module, _, factory = BUILTIN_FACTORY.partition(":")

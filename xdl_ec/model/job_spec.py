@@ -12,6 +12,7 @@ import dataclasses
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from xdl_ec.settings import checks
+from xdl_ec.sparse.row_rules import Admit, Evict
 from xdl_ec.sparse.table_config import Table
 
 from .dense_model import DENSE_OPTIMIZERS
@@ -124,6 +125,15 @@ class JobSpec:
         elif not isinstance(self.dense_optimizer, dict):
             raise TypeError("dense_optimizer: must be a Keras optimizer name or config dict")
         checks.positive_number("dense_learning_rate", self.dense_learning_rate)
+
+    def with_default_rules(self, admit: Optional[Admit], evict: Optional[Evict]) -> "JobSpec":
+        """This job with ``admit`` / ``evict`` on every table that declares neither (``xdl-ec train --script`` with
+        the table flags: defaults for the script's tables; a table's own rules stay as declared)."""
+        if admit is None and evict is None:
+            return self
+        tables = {t.name: t if t.bounded else dataclasses.replace(t, admit=admit, evict=evict) for t in self.tables}
+        features = tuple(dataclasses.replace(f, table=tables[f.table.name]) for f in self.features)
+        return dataclasses.replace(self, tables=tuple(tables.values()), features=features)
 
     @property
     def heads(self) -> Optional[Tuple[str, ...]]:

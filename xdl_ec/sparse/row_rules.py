@@ -31,7 +31,7 @@ from typing import Any, Dict, Optional, Sequence
 from xdl_ec import _core
 from xdl_ec.settings import checks
 
-__all__ = ["Admit", "Evict", "merged_reports", "row_policy_config"]
+__all__ = ["Admit", "Evict", "merged_reports", "row_policy_config", "rules_of"]
 
 COUNTERS = ("exact", "sketch")
 POLICIES = ("lfu", "lru")
@@ -143,6 +143,30 @@ class Evict:
         if self.ttl_seconds is not None:  # only when set: the descriptions of saves made before it stay equal
             out["ttl_seconds"] = self.ttl_seconds
         return out
+
+
+def rules_of(
+    admit_min_count: Optional[int] = None,
+    admit_counter: str = "exact",
+    evict_ttl_steps: Optional[int] = None,
+    evict_ttl_seconds: Optional[float] = None,
+    max_rows: Optional[int] = None,
+    evict_every_steps: int = DEFAULT_EVERY_STEPS,
+) -> Dict[str, Any]:
+    """``{"admit": Admit or None, "evict": Evict or None}`` of the command line's table flags (``--admit-min-count``,
+    ``--admit-counter``, ``--evict-ttl-steps``, ``--evict-ttl-seconds``, ``--max-rows``, ``--evict-every-steps``):
+    None where a rule is not asked for; a sketch counter halves at the eviction cadence."""
+    admit = None
+    if admit_min_count is not None and admit_counter == "sketch":
+        admit = Admit(min_count=admit_min_count, counter="sketch", decay_every_steps=evict_every_steps)
+    elif admit_min_count is not None:
+        admit = Admit(min_count=admit_min_count, counter=admit_counter)
+    evict = None
+    if evict_ttl_steps is not None or evict_ttl_seconds is not None or max_rows is not None:
+        evict = Evict(
+            ttl_steps=evict_ttl_steps, ttl_seconds=evict_ttl_seconds, max_rows=max_rows, every_steps=evict_every_steps
+        )
+    return {"admit": admit, "evict": evict}
 
 
 def row_policy_config(
