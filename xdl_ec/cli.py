@@ -1083,7 +1083,7 @@ def add_export_parser(subparsers: argparse._SubParsersAction) -> None:
         type=_positive_int,
         metavar="N",
         help="leave out rows of ids seen fewer than N times (tables trained with --admit-min-count, "
-        "--evict-ttl-steps or --max-rows keep per-row counts); they serve zeros, as unknown ids",
+        "--evict-ttl-steps, --evict-ttl-seconds or --max-rows keep per-row counts); they serve zeros, as unknown ids",
     )
     p.set_defaults(handler=run_export)
 

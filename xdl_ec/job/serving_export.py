@@ -155,7 +155,7 @@ def _exported_rows(name: str, table: Any, drop_rows_below_count: Optional[int]) 
         raise ExportError(
             f"export: --drop-rows-below-count needs per-row counts, which table {name!r} does not "
             f"keep; train it with admit / evict rules (xdl_ec.Admit, xdl_ec.Evict, or the flags "
-            f"--admit-min-count, --evict-ttl-steps, --max-rows)"
+            f"--admit-min-count, --evict-ttl-steps, --evict-ttl-seconds, --max-rows)"
         )
     rows = table.export(with_words=True)
     kept = rows["uses"] >= drop_rows_below_count
