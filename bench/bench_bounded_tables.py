@@ -15,7 +15,10 @@ the gradient of the log loss goes back by ``push``. Progressive AUC: every batch
 and the AUC of all those scores is reported (and per day).
 
 1. Rows, table bytes and process RSS after every day, for: unbounded; --cap (max_rows, lfu, a pass every 100
-   steps); admission min_count 2, 3, 5; each in its own process (RSS is the process's).
+   steps); ``ttlN`` (rows not updated for N steps go); admission min_count 2, 3, 5 with the exact counter
+   (``admitN``) or the count-min sketch (``sketchN``: 2^20 x 4 cells a table, 8 MiB, halved every day's steps);
+   each in its own process (RSS is the process's). The progressive AUC is counted in 2^20 score bins (fixed memory,
+   so the RSS is the table's and the bench's constant part; ties within a bin count half).
 2. Cost of the rules: the same batches pushed alternately (chunks of 25 steps, order alternating every round) into
    a table without rules and one with Evict(ttl_steps = a year, every_steps=100): every push counts uses and
    last_step, a pass scans the table every 100 steps but frees nothing, so the tables hold the same rows. Cost =
@@ -100,6 +103,28 @@ def auc(scores: np.ndarray, labels: np.ndarray) -> float:
     return float((ranked[positive].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
 
 
+class StreamingAuc:
+    """AUC of every score added so far in fixed memory: positives and negatives counted per score bin (``bins``
+    equal bins of [0, 1]); pairs within one bin count half, as ties do."""
+
+    def __init__(self, bins: int = 1 << 20) -> None:
+        self.bins = bins
+        self.positive = np.zeros(bins, dtype=np.int64)
+        self.negative = np.zeros(bins, dtype=np.int64)
+
+    def add(self, scores: np.ndarray, labels: np.ndarray) -> None:
+        index = np.minimum((np.asarray(scores, dtype=np.float64) * self.bins).astype(np.int64), self.bins - 1)
+        positive = np.asarray(labels) > 0.5
+        self.positive += np.bincount(index[positive], minlength=self.bins)
+        self.negative += np.bincount(index[~positive], minlength=self.bins)
+
+    def auc(self) -> float:
+        n_pos, n_neg = int(self.positive.sum()), int(self.negative.sum())
+        below = np.cumsum(self.negative) - self.negative  # negatives in lower bins
+        wins = (self.positive * (below + 0.5 * self.negative)).sum(dtype=np.float64)
+        return float(wins / (n_pos * n_neg)) if n_pos and n_neg else float("nan")
+
+
 def rss_bytes() -> int:
     with open("/proc/self/status") as f:
         for line in f:
@@ -108,7 +133,7 @@ def rss_bytes() -> int:
     return 0
 
 
-def make_table(kind: str, cap: int, dim: int) -> EmbeddingTable:
+def make_table(kind: str, cap: int, dim: int, day_steps: int = 500) -> EmbeddingTable:
     rules: Dict[str, Any] = {}
     if kind == "cap":
         rules["evict"] = Evict(max_rows=cap, policy="lfu", every_steps=100)
@@ -116,6 +141,10 @@ def make_table(kind: str, cap: int, dim: int) -> EmbeddingTable:
         rules["evict"] = Evict(ttl_steps=int(kind[len("ttl") :]), every_steps=100)
     elif kind.startswith("admit"):
         rules["admit"] = Admit(min_count=int(kind[len("admit") :]))
+    elif kind.startswith("sketch"):  # sized to a few times a day's distinct ids, halved daily
+        rules["admit"] = Admit(
+            min_count=int(kind[len("sketch") :]), counter="sketch", width=1 << 20, depth=4, decay_every_steps=day_steps
+        )
     elif kind == "counting":  # words counted on every push, a (freeing nothing) pass every 100 steps
         rules["evict"] = Evict(ttl_steps=10**12, every_steps=100)
     elif kind == "counting-only":  # words counted on every push, no pass within the run
@@ -139,11 +168,10 @@ def train_step(table: EmbeddingTable, ids: np.ndarray, labels: np.ndarray, step:
 
 def run_kind(args: argparse.Namespace, kind: str) -> Dict[str, Any]:
     """One table kind over the whole stream: rows, bytes and RSS after each day, progressive AUC."""
-    table = make_table(kind, args.cap, args.dim)
+    table = make_table(kind, args.cap, args.dim, args.steps_per_day)
     stream = DriftingStream(args.days, args.steps_per_day, args.batch, args.fields, args.ids_per_day, args.seed)
     days: List[Dict[str, Any]] = []
-    scores: List[np.ndarray] = []
-    labels_all: List[np.ndarray] = []
+    progressive = StreamingAuc()
     day_scores: List[np.ndarray] = []
     day_labels: List[np.ndarray] = []
     current = 0
@@ -171,8 +199,7 @@ def run_kind(args: argparse.Namespace, kind: str) -> Dict[str, Any]:
             day_labels.clear()
             current = day
         p = train_step(table, ids, labels, step)
-        scores.append(p)
-        labels_all.append(labels)
+        progressive.add(p, labels)
         day_scores.append(p)
         day_labels.append(labels)
     close_day(current)
@@ -183,7 +210,7 @@ def run_kind(args: argparse.Namespace, kind: str) -> Dict[str, Any]:
         "samples": samples,
         "seconds": seconds,
         "samples_per_sec": samples / seconds,
-        "auc": auc(np.concatenate(scores), np.concatenate(labels_all)),
+        "auc": progressive.auc(),
         "days": days,
     }
 
@@ -314,7 +341,6 @@ def plot(results: List[Dict[str, Any]], path: Path) -> Optional[str]:
         axes[2].plot(days, [d["rss"] / 2**20 for d in r["days"]], marker="o", label=r["kind"])
     axes[0].set(xlabel="day", ylabel="rows", title="rows after each day")
     axes[1].set(xlabel="day", ylabel="MiB", title="table bytes held after each day")
-    # the process also keeps every score and label for the progressive AUC (12 bytes a sample)
     axes[2].set(xlabel="day", ylabel="RSS (MiB)", title="process RSS after each day")
     axes[0].legend()
     fig.tight_layout()
