@@ -214,12 +214,25 @@ struct EmbeddingShard::Impl {
     const uint64_t width = static_cast<uint64_t>(config.row_policy.sketch_width);
     return static_cast<size_t>(row) * width + static_cast<size_t>(((x >> 32) * width) >> 32);
   }
-  uint32_t Estimate(int64_t key) const {
+  static constexpr int kMaxDepth = 8;  // RowPolicyConfig::Validate's bound
+  // The key's cell in every row (depth entries), hashed once for the estimate and the update.
+  void CellsOf(int64_t key, size_t* cells) const {
+    for (int64_t row = 0; row < config.row_policy.sketch_depth; ++row) cells[row] = CellOf(key, row);
+  }
+  uint32_t Estimate(const size_t* cells) const {
     uint32_t least = std::numeric_limits<uint32_t>::max();
-    for (int64_t row = 0; row < config.row_policy.sketch_depth; ++row) {
-      least = std::min<uint32_t>(least, Cell(CellOf(key, row)));
-    }
+    for (int64_t row = 0; row < config.row_policy.sketch_depth; ++row)
+      least = std::min<uint32_t>(least, Cell(cells[row]));
     return least;
+  }
+  uint32_t Estimate(int64_t key) const {
+    size_t cells[kMaxDepth];
+    CellsOf(key, cells);
+    return Estimate(cells);
+  }
+  // A push reads the cells of keys a few ahead of the one it counts: they are scattered cache misses.
+  void PrefetchCells(int64_t key) const {
+    for (int64_t row = 0; row < config.row_policy.sketch_depth; ++row) __builtin_prefetch(CellAt(CellOf(key, row)));
   }
   // Before a change to the cells of sketch slot `slot` in this mutation: its delta entry, once.
   void TouchSketch(DeltaBatch* deltas, size_t slot) {
@@ -232,10 +245,9 @@ struct EmbeddingShard::Impl {
     std::memcpy(CellAt(cell), &v, sizeof(v));
   }
   // Conservative update: each of the key's cells is raised to at least `to`.
-  void RaiseCells(DeltaBatch* deltas, int64_t key, uint32_t to) {
+  void RaiseCells(DeltaBatch* deltas, const size_t* cells, uint32_t to) {
     for (int64_t row = 0; row < config.row_policy.sketch_depth; ++row) {
-      const size_t cell = CellOf(key, row);
-      if (Cell(cell) < to) SetCell(deltas, cell, static_cast<uint16_t>(to));
+      if (Cell(cells[row]) < to) SetCell(deltas, cells[row], static_cast<uint16_t>(to));
     }
   }
   // Every cell halved (the sketch's aging).
@@ -1171,7 +1183,9 @@ void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, i
     first += rows;
     rows = 0;
   };
+  constexpr size_t kCellsAhead = 8;
   s.Resolve(unique_keys.data(), m, 0, s.record_bytes, [&](size_t u, uint32_t slot) {
+    if (s.sketch && u + kCellsAhead < m) s.PrefetchCells(unique_keys[u + kCellsAhead]);
     if (s.policy_on) {
       // Row rules (row_policy.h): count the occurrence; a key without a row after it is not stepped.
       const uint32_t c = counts.empty() ? 1u : counts[u];
@@ -1182,9 +1196,11 @@ void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, i
       if (slot == KeyIndex::kNone && s.sketch) {
         // The sketch counter: the id gets its row when its estimate reaches min_count (and the cap has room);
         // else only its cells count the occurrence, and it costs no record.
-        const uint32_t estimate = std::min<uint32_t>(s.Estimate(unique_keys[u]) + c, RowPolicyConfig::kSketchMaxCount);
+        size_t cells[Impl::kMaxDepth];
+        s.CellsOf(unique_keys[u], cells);
+        const uint32_t estimate = std::min<uint32_t>(s.Estimate(cells) + c, RowPolicyConfig::kSketchMaxCount);
         if (estimate < s.min_count || s.Full()) {
-          s.RaiseCells(deltas, unique_keys[u], estimate);
+          s.RaiseCells(deltas, cells, estimate);
           ++dropped;
           return true;
         }
