@@ -60,7 +60,7 @@ def run(args: argparse.Namespace, ft: str, resize: bool, kill: bool) -> Dict[str
     )
     killed: List[str] = []
 
-    def kill_mid_move(phase: str, trainer: Any) -> None:
+    def kill_mid_move(phase: str, trainer: Any, move: Any = None) -> None:
         # 5 -> 8: a fresh server once a table's rows are on the new layout; 8 -> 4: an old server before its read
         servers = len(trainer.scheduler.servers)
         if phase == "load" and servers == 8 and "fresh" not in killed:

@@ -58,7 +58,10 @@ def test_a_run_resized_up_and_down_ends_at_the_never_resized_model() -> None:
         assert r["rows_copied"] == r["rows_moved"]  # without stripes only the moving rows cross
 
 
-def test_a_run_resized_up_and_down_under_ec_ends_at_the_never_resized_model_and_scrubs_clean() -> None:
+def test_a_run_resized_up_and_down_under_ec_ends_at_the_never_resized_model_and_scrubs_clean(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Resizer, "precopy_share", 0.2)  # a background move (the default is one pause)
     cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["8:5", "16:4", "24:3"])
     report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
     assert report["model_digest"] == never_resized()["model_digest"]

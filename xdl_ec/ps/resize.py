@@ -576,10 +576,11 @@ class Resizer:
     # the class, as a staticmethod: the job builds its Resizer inside fit)
     on_phase: Any = None
     # The background move's budget per step boundary (``--ft ec``; set on the class like on_phase): the share of
-    # the median step's seconds its copy may take (0: the whole move in one pause, as under ``none``), or a fixed
-    # number of slot records per boundary (precopy_rows, when set). 0.2 keeps >= 80% of the samples/s while the
-    # rows move.
-    precopy_share: float = 0.2
+    # the median step's seconds its copy may take, or a fixed number of slot records per boundary (precopy_rows,
+    # when set); 0 and None: the whole move in one pause. One pause is the default: on the built-in job (26 tables
+    # on 5 servers) a read of a shard's slots costs a fixed part per call that the per-row budget does not see, so
+    # at 0.2 a 5 -> 8 move of 400k rows had not finished after 321 boundaries (docs/design/elastic.md).
+    precopy_share: float = 0.0
     precopy_rows: Optional[int] = None
 
     def __init__(self, schedule: Sequence[ResizeAt] = ()) -> None:
