@@ -40,6 +40,7 @@ __all__ = ["BackgroundMove", "FreshLost"]
 
 CALL_SECONDS = 120.0  # a fresh server's answer; longer is taken for a loss
 FRESH_ATTEMPTS = 3  # times the move starts over on new fresh servers before the resize fails
+CHUNK_SLOTS = 8192  # slots a read of a budget in seconds asks a shard for: whole for most shards, in one call
 
 
 class FreshLost(RuntimeError):
@@ -129,7 +130,6 @@ class BackgroundMove:
         self.bytes_copied = 0
         self.precopy_seconds = 0.0
         self.started_step = int(trainer.step) + 1  # the first step trained while the rows move
-        self._seconds_per_row: Optional[float] = None
         self._old = list(trainer.scheduler.servers)
         self._tables = [t.name for t in trainer.job.tables]
         self.fresh: List[Any] = []
@@ -176,27 +176,32 @@ class BackgroundMove:
         """Every slot of every old shard was read once (the final boundary may come)."""
         return all(c.done for c in self._copied.values())
 
-    def seconds_per_row(self) -> Optional[float]:
-        """What copying a row took at the pre-copy's boundaries so far (None before the first)."""
-        return self._seconds_per_row
-
-    def precopy(self, trainer: Any, rows: int) -> int:
-        """One pre-copy boundary: at most ``rows`` slot records read from the old servers and loaded onto the
-        fresh layout; returns the slots read. A fresh server lost: the pre-copy starts over on new ones; an old
-        server lost: RoleLost (its strategy rebuilds it at this boundary; the move goes on after)."""
+    def precopy(self, trainer: Any, rows: Optional[int] = None, seconds: Optional[float] = None) -> int:
+        """One pre-copy boundary: slot records read from the old servers and loaded onto the fresh layout, at most
+        ``rows`` of them, or shard reads of up to CHUNK_SLOTS slots each until ``seconds`` have passed (at least
+        one read: a move always ends); returns the slots read. A budget in seconds counts what a read costs in all,
+        its fixed part per call included, which a budget in rows does not see. A fresh server lost: the pre-copy
+        starts over on new ones; an old server lost: RoleLost (its strategy rebuilds it at this boundary; the move
+        goes on after)."""
         start = time.perf_counter()
         _phase(self.on_phase, "precopy", trainer, self)
-        budget, loaded = max(1, int(rows)), 0
+        budget = None if rows is None else max(1, int(rows))
+        loaded = slots_read = 0
         try:
             for (table, p), copied in self._copied.items():
-                if budget <= 0:
+                if budget is not None and budget <= 0:
+                    break
+                if budget is None and slots_read and time.perf_counter() - start >= (seconds or 0.0):
                     break
                 if copied.done:
                     continue
-                part = _wait_old(trainer, p, "slot_rows", table, (copied.next_slot, budget))
+                ask = CHUNK_SLOTS if budget is None else budget
+                part = _wait_old(trainer, p, "slot_rows", table, (copied.next_slot, ask))
                 end = int(part["end"])
-                read = max(0, min(budget, end - copied.next_slot))
-                budget -= max(read, 1)
+                read = max(0, min(ask, end - copied.next_slot))
+                slots_read += max(read, 1)
+                if budget is not None:
+                    budget -= max(read, 1)
                 live = np.asarray(part["slots"])
                 if live.size < read or read == 0:
                     # a free slot: the high-water mark (no row is erased under ec, so slots fill in order); rows
@@ -213,14 +218,12 @@ class BackgroundMove:
         except FreshLost as err:
             self._start_over(trainer, err)
             return 0
-        seconds = time.perf_counter() - start
-        self.precopy_seconds += seconds
+        seconds_taken = time.perf_counter() - start
+        self.precopy_seconds += seconds_taken
         self.boundaries += 1
         self.rows_precopied += loaded
-        if loaded:
-            self._seconds_per_row = seconds / loaded
         _phase(self.on_phase, "precopied", trainer, self)
-        return int(rows) - budget
+        return slots_read
 
     def _load(self, trainer: Any, table: str, rows: Dict[str, Any], wait: bool = True) -> int:
         """Loads ``rows`` into their owners among the fresh servers; returns how many."""

@@ -458,7 +458,6 @@ def _phase(on_phase: Any, name: str, trainer: Any) -> None:
 
 
 FIRST_PRECOPY_ROWS = 4096  # the first pre-copy boundary's slots, before a row's copy has been timed
-MIN_PRECOPY_ROWS = 256  # at least this many per boundary: a move always ends
 
 
 class _Moving:
@@ -729,15 +728,14 @@ class Resizer:
                     self._request = None
                 request.done.set()
 
-    def _budget(self, move: BackgroundMove) -> int:
-        """Slot records the pre-copy may read at this boundary (see :attr:`precopy_share`)."""
+    def _budget(self, move: BackgroundMove) -> Dict[str, Any]:
+        """What the pre-copy may do at this boundary: ``precopy_rows`` slot records, or ``precopy_share`` of the
+        median step's seconds (the first boundary, before a step was timed: FIRST_PRECOPY_ROWS records)."""
         if self.precopy_rows:
-            return int(self.precopy_rows)
-        per_row = move.seconds_per_row()
-        if per_row is None or not self._step_seconds:
-            return FIRST_PRECOPY_ROWS
-        step = statistics.median(self._step_seconds)
-        return max(MIN_PRECOPY_ROWS, int(self.precopy_share * step / max(per_row, 1e-9)))
+            return {"rows": int(self.precopy_rows)}
+        if not self._step_seconds:
+            return {"rows": FIRST_PRECOPY_ROWS}
+        return {"seconds": self.precopy_share * statistics.median(self._step_seconds)}
 
     def _advance(self, trainer: Any) -> None:
         """The move's part at this boundary: a pre-copy's share, or the final boundary (every slot read once, or
@@ -747,7 +745,7 @@ class Resizer:
         try:
             last = trainer.total_steps is not None and trainer.step >= trainer.total_steps
             if not (moving.move.precopied or last):
-                moving.move.precopy(trainer, self._budget(moving.move))
+                moving.move.precopy(trainer, **self._budget(moving.move))
                 return
             record = moving.finish(trainer)
         except RoleLost:  # an old server: its strategy recovers it at this boundary, the move goes on after
