@@ -130,7 +130,6 @@ def test_ec_on_ray_rebuilds_a_table_evicting_by_seconds_exactly(failure_free: An
     assert digest == by_steps_digest(failure_free)
 
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "user_item_tags.py"
 CLI = [
     "train",
     "--synthetic",
@@ -167,7 +166,6 @@ def test_the_cli_flag_evicts_by_seconds(tmp_path: Path) -> None:
         (["--evict-ttl-seconds", "-3"], "--evict-ttl-seconds: expected a positive finite number"),
         (["--evict-ttl-seconds", "nan"], "--evict-ttl-seconds: expected a positive finite number"),
         (["--evict-ttl-seconds", "5", "--evict-ttl-steps", "3"], "give one of them"),
-        (["--evict-ttl-seconds", "5", "--script", str(EXAMPLE)], "--evict-ttl-seconds"),
     ],
 )
 def test_bad_ttl_seconds_flags_are_usage_errors(
