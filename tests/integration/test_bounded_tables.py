@@ -16,7 +16,7 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import xdl_ec  # noqa: E402
-from support.ft_runs import make_trainer, small_config  # noqa: E402
+from support.ft_runs import make_trainer, ray_ec_kill_run, small_config  # noqa: E402
 from xdl_ec.builtin.criteo_job import criteo_job  # noqa: E402
 from xdl_ec.cli import main  # noqa: E402
 from xdl_ec.ft.ckpt_strategy import Checkpointing  # noqa: E402
@@ -134,29 +134,8 @@ def test_cpr_keeps_a_bounded_table_exact(tmp_path: Path, failure_free: Any, kill
 
 @pytest.mark.ray
 def test_ec_on_ray_rebuilds_a_bounded_table_exactly(failure_free: Any) -> None:
-    ray = pytest.importorskip("ray")
-    from xdl_ec.ps.backend import ray_runtime_env
-
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=ray_runtime_env())
-    try:
-        strategy = ErasureCoded(2, 1)
-        trainer = make_trainer(
-            small_config(steps=STEPS, **RULES),
-            ClusterConfig(servers=3, workers=1, backend="ray"),
-            strategy=strategy,
-            failures=FailureSchedule([Kill(4, "server", 1)]),
-        )
-        try:
-            report = trainer.fit()
-            digest = trainer.digest()
-            scrub = strategy.verify()
-        finally:
-            trainer.close()
-    finally:
-        if started:
-            ray.shutdown()
+    pytest.importorskip("ray")
+    report, digest, scrub = ray_ec_kill_run(small_config(steps=STEPS, **RULES))
     assert [f["index"] for f in report["failures"]] == [1] and scrub == []
     assert digest == failure_free(3, 1, steps=STEPS, **RULES)["model_digest"]
 

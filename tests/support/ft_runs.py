@@ -4,14 +4,14 @@ failure-free references (each configuration trained once per test session)."""
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import xdl_ec  # noqa: E402
 from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job  # noqa: E402
 from xdl_ec.ft.failure_injector import FailureInjector  # noqa: E402
-from xdl_ec.ft.failure_schedule import FailureSchedule  # noqa: E402
+from xdl_ec.ft.failure_schedule import FailureSchedule, Kill  # noqa: E402
 from xdl_ec.ps import ClusterConfig, PSTrainer, RunSettings  # noqa: E402
 
 
@@ -63,3 +63,31 @@ def reference(servers: int, workers: int, **overrides: Any) -> Dict[str, Any]:
     return criteo_job(config).fit(
         cluster=xdl_ec.Cluster(servers=servers, workers=workers), deterministic=config.deterministic, seed=config.seed
     )
+
+
+def ray_ec_kill_run(config: TrainConfig) -> Tuple[Dict[str, Any], str, List[Any]]:
+    """``config`` on 3 Ray servers under ec (2, 1) with server 1 killed before step 4 (Ray started here unless it
+    runs): the report, the model digest and the scrub's inconsistent stripes."""
+    import ray
+
+    from xdl_ec.ft.ec_strategy import ErasureCoded
+    from xdl_ec.ps.backend import ray_runtime_env
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=ray_runtime_env())
+    try:
+        strategy = ErasureCoded(2, 1)
+        trainer = make_trainer(
+            config,
+            ClusterConfig(servers=3, workers=1, backend="ray"),
+            strategy=strategy,
+            failures=FailureSchedule([Kill(4, "server", 1)]),
+        )
+        try:
+            return trainer.fit(), trainer.digest(), strategy.verify()
+        finally:
+            trainer.close()
+    finally:
+        if started:
+            ray.shutdown()
