@@ -20,6 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import xdl_ec  # noqa: E402
 from support.examples import load_example  # noqa: E402
 from xdl_ec import _core  # noqa: E402
+from xdl_ec.ps import background_move  # noqa: E402
 from xdl_ec.ps import resize as resize_module  # noqa: E402
 from xdl_ec.ps.resize import ResizeError, Resizer, parse_resize  # noqa: E402
 
@@ -197,6 +198,67 @@ def test_under_ec_the_rows_move_over_several_boundaries_and_the_final_pause_copi
     assert report["model_digest"] == never_resized()["model_digest"]
     (one,) = report["resizes"]
     assert one["step"] == 6 and one["rows_copied"] == one["rows"] and "precopy_boundaries" not in one
+
+
+@pytest.mark.parametrize("budget, per_slot", [(1e-3, 1e-5), (5e-5, 1e-6)], ids=["reads-fit", "below-a-read"])
+def test_under_ec_each_pre_copy_boundary_keeps_to_its_budget_in_seconds(
+    monkeypatch: pytest.MonkeyPatch, budget: float, per_slot: float
+) -> None:
+    """A budget in seconds: the pre-copy learns what a read costs (here on a clock only the reads advance, by a
+    fixed part per read and a part per slot) and sizes its reads so that no boundary runs past its budget (before,
+    one read of up to 8192 slots was made whatever it cost); each boundary but the last uses the budget but for less
+    than one smallest read. A budget below a read's fixed part (calls across processes): one read per boundary whose
+    slots cost as much as its fixed part. Either way the move ends, exact."""
+    fixed = 1e-4
+    monkeypatch.setattr(background_move, "MIN_READ_SLOTS", 8)  # the example's shards hold a few hundred rows
+    monkeypatch.setattr(background_move, "FIRST_READ_SLOTS", 16)
+    monkeypatch.setattr(background_move, "CHUNK_SLOTS", 256)
+    now = [0.0]
+    monkeypatch.setattr(background_move.BackgroundMove, "clock", staticmethod(lambda: now[0]))
+    wait_old = background_move._wait_old
+    spent: list = []
+    asks: list = []
+
+    def read_on_the_clock(trainer: object, position: int, method: str, *args: object) -> object:
+        out = wait_old(trainer, position, method, *args)
+        if method == "slot_rows" and isinstance(args[1], tuple):  # a read of a range of slots
+            start, ask = args[1]
+            now[0] += fixed + per_slot * max(0, min(ask, int(out["end"]) - start))
+            if in_precopy:
+                asks[-1].append(ask)
+        return out
+
+    in_precopy = False
+
+    def on_phase(name: str, trainer: object, move: object) -> None:
+        nonlocal in_precopy
+        in_precopy = name == "precopy"
+        if name == "precopy":
+            spent.append(-now[0])
+            asks.append([])
+        elif name == "precopied":
+            spent[-1] += now[0]
+
+    monkeypatch.setattr(background_move, "_wait_old", read_on_the_clock)
+    monkeypatch.setattr(Resizer, "on_phase", staticmethod(on_phase))
+    monkeypatch.setattr(Resizer, "precopy_share", 0.2)
+    monkeypatch.setattr(Resizer, "_budget", lambda self, move: {"seconds": budget})
+    cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["6:4"])
+    report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
+    assert report["model_digest"] == never_resized()["model_digest"]
+    assert report["scrub"]["inconsistent"] == []
+    (r,) = report["resizes"]
+    assert r["precopy_boundaries"] == len(spent) >= 4 and r["step"] == r["started_step"] + len(spent), r
+    assert r["rows_final"] < r["rows"] and r["restarts"] == 0, r
+    if budget > fixed:
+        assert max(spent) <= budget + 1e-12, spent  # no boundary past its budget
+        smallest = fixed + per_slot * 8
+        assert all(s > budget - smallest for s in spent[:-1]), spent  # nor one that stopped while a read fitted
+    else:
+        assert all(len(a) == 1 for a in asks), asks  # one read per boundary
+        # the move's first read (16 slots), one sized by its mean cost per slot, then fixed / per_slot slots
+        wide = round(fixed / per_slot)  # 100 slots, give or take the fit's rounding
+        assert [a for (a,) in asks[:2]] == [16, 8] and all(abs(a - wide) <= 1 for (a,) in asks[2:]), asks
 
 
 def test_resize_from_another_thread_while_training() -> None:

@@ -4,12 +4,13 @@
 The stripes rotate over the server count, so a resize re-forms them on fresh servers (:mod:`xdl_ec.ps.resize`).
 The fresh servers start ahead with their own parity (the resize's strategy, attached to them alone); then:
 
-1. **Pre-copy.** At each step boundary a bounded number of slot records (:attr:`Resizer.precopy_rows`, or
-   ``precopy_share`` of the median step's seconds) is read from the old servers, a table's shard at a time in slot
-   order, and loaded into each row's owner on the fresh layout (reaching the fresh parity as a push does), while
-   training goes on on the old servers. Each copied row's slot and clock are kept: a row stays in its slot until
-   erased, and its clock changes with every mutation (``record_layout.h``), so no change tracking is needed and
-   nothing else that tracks changes (a backstop's increments, serving deltas: the shards' dirty sets) is disturbed.
+1. **Pre-copy.** At each step boundary a bounded number of slot records (:attr:`Resizer.precopy_rows`, or reads
+   sized by their learnt cost, :class:`~xdl_ec.ps.read_cost.ReadCost`, to end within ``precopy_share`` of the
+   median step's seconds) is read from the old servers, a table's shard at a time in slot order, and loaded into
+   each row's owner on the fresh layout (reaching the fresh parity as a push does), while training goes on on the
+   old servers. Each copied row's slot and clock are kept: a row stays in its slot until erased, and its clock
+   changes with every mutation (``record_layout.h``), so no change tracking is needed and nothing else that tracks
+   changes (a backstop's increments, serving deltas: the shards' dirty sets) is disturbed.
 2. **Final boundary** (every slot read once, or the run's last boundary): quiesce, read the slots past where the
    pre-copy reached (rows inserted since), ask the old servers the clocks of every copied key and copy again the
    rows whose clock changed (erase those gone: a row a recovery rolled back), make the fresh parity durable,
@@ -25,7 +26,7 @@ on the old servers): the fresh servers are replaced by new ones and the pre-copy
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -34,13 +35,16 @@ from .backend import RoleLost
 from .client import owner_positions
 from .cluster_view import ClusterView
 from .fault_tolerance import Unrecoverable
+from .read_cost import ReadCost
 from .remote import Remote
 
 __all__ = ["BackgroundMove", "FreshLost"]
 
 CALL_SECONDS = 120.0  # a fresh server's answer; longer is taken for a loss
 FRESH_ATTEMPTS = 3  # times the move starts over on new fresh servers before the resize fails
-CHUNK_SLOTS = 8192  # slots a read of a budget in seconds asks a shard for: whole for most shards, in one call
+CHUNK_SLOTS = 8192  # the most slots a read of a budget in seconds asks a shard for
+MIN_READ_SLOTS = 256  # the least (or a shard's rest): a boundary's first read, and no smaller one after it
+FIRST_READ_SLOTS = 1024  # a move's first read, before a read was timed
 
 
 class FreshLost(RuntimeError):
@@ -84,6 +88,7 @@ class _Copied:
 
     def __init__(self) -> None:
         self.next_slot = 0  # where the next read starts (past the high-water mark once the end was reached)
+        self.end: Optional[int] = None  # the shard's slot end at the last read (None: not read yet)
         self.reached_end = False
         self.keys: List[np.ndarray] = []
         self.slots: List[np.ndarray] = []
@@ -104,6 +109,8 @@ class _Copied:
 class BackgroundMove:
     """One re-forming resize in progress (see the module docstring): ``servers`` fresh servers of stable ids
     ``ids`` (in order), started ahead (``ready``) or here on ``placement``'s nodes."""
+
+    clock: Callable[[], float] = staticmethod(time.perf_counter)  # what a budget in seconds is counted by (tests)
 
     def __init__(
         self,
@@ -129,6 +136,7 @@ class BackgroundMove:
         self.rows_precopied = 0  # rows loaded by the pre-copy (over every attempt)
         self.bytes_copied = 0
         self.precopy_seconds = 0.0
+        self.read_cost = ReadCost()  # a read's seconds by its slots: sizes a budget in seconds' reads
         self.started_step = int(trainer.step) + 1  # the first step trained while the rows move
         self._old = list(trainer.scheduler.servers)
         self._tables = [t.name for t in trainer.job.tables]
@@ -178,31 +186,38 @@ class BackgroundMove:
 
     def precopy(self, trainer: Any, rows: Optional[int] = None, seconds: Optional[float] = None) -> int:
         """One pre-copy boundary: slot records read from the old servers and loaded onto the fresh layout, at most
-        ``rows`` of them, or shard reads of up to CHUNK_SLOTS slots each until ``seconds`` have passed (at least
-        one read: a move always ends); returns the slots read. A budget in seconds counts what a read costs in all,
-        its fixed part per call included, which a budget in rows does not see. A fresh server lost: the pre-copy
-        starts over on new ones; an old server lost: RoleLost (its strategy rebuilds it at this boundary; the move
-        goes on after)."""
-        start = time.perf_counter()
+        ``rows`` of them, or reads sized to end within ``seconds`` (by :attr:`read_cost`, the seconds of the
+        move's reads so far, their fixed part per read included); returns the slots read. The boundary's first read
+        is made whatever its cost (MIN_READ_SLOTS at least: a move always ends), later ones only while one of
+        MIN_READ_SLOTS (or a shard's rest) is predicted to fit. A fresh server lost: the pre-copy starts over on
+        new ones; an old server lost: RoleLost (its strategy rebuilds it at this boundary; the move goes on
+        after)."""
+        start = self.clock()
         _phase(self.on_phase, "precopy", trainer, self)
         budget = None if rows is None else max(1, int(rows))
-        loaded = slots_read = 0
+        loaded = slots_read = reads = 0
         try:
             for (table, p), copied in self._copied.items():
-                if budget is not None and budget <= 0:
-                    break
-                if budget is None and slots_read and time.perf_counter() - start >= (seconds or 0.0):
-                    break
                 if copied.done:
                     continue
-                ask = CHUNK_SLOTS if budget is None else budget
+                if budget is not None:
+                    if budget <= 0:
+                        break
+                    ask = budget
+                else:
+                    ask = self._ask(copied, (seconds or 0.0) - (self.clock() - start), first=not reads)
+                    if not ask:
+                        break
+                began = self.clock()
                 part = _wait_old(trainer, p, "slot_rows", table, (copied.next_slot, ask))
                 end = int(part["end"])
                 read = max(0, min(ask, end - copied.next_slot))
+                reads += 1
                 slots_read += max(read, 1)
                 if budget is not None:
                     budget -= max(read, 1)
                 live = np.asarray(part["slots"])
+                copied.end = end
                 if live.size < read or read == 0:
                     # a free slot: the high-water mark (no row is erased under ec, so slots fill in order); rows
                     # inserted from now on come after it, and the final boundary reads on from there
@@ -210,27 +225,54 @@ class BackgroundMove:
                     copied.reached_end = True
                 else:
                     copied.next_slot += read
-                loaded += self._load(trainer, table, part)
+                    # read up to the shard's end: rows inserted from now on come after it (saves a read of none)
+                    copied.reached_end = copied.next_slot >= end
+                owner = self._owners(part["keys"])
+                loaded += self._load(trainer, table, part, owner)
                 copied.keys.append(part["keys"])
                 copied.slots.append(part["slots"])
                 copied.clocks.append(part["clocks"])
-                copied.moved.append(self._moves(part["keys"], p))
+                copied.moved.append(self._moves(part["keys"], p, owner))
+                self.read_cost.add(read, self.clock() - began)
         except FreshLost as err:
             self._start_over(trainer, err)
             return 0
-        seconds_taken = time.perf_counter() - start
+        seconds_taken = self.clock() - start
         self.precopy_seconds += seconds_taken
         self.boundaries += 1
         self.rows_precopied += loaded
         _phase(self.on_phase, "precopied", trainer, self)
         return slots_read
 
-    def _load(self, trainer: Any, table: str, rows: Dict[str, Any], wait: bool = True) -> int:
-        """Loads ``rows`` into their owners among the fresh servers; returns how many."""
+    def _ask(self, copied: _Copied, left: float, first: bool) -> int:
+        """The slots the next read of a budget in seconds asks ``copied``'s shard for, ``left`` seconds left in
+        it: what fits, within MIN_READ_SLOTS (or the shard's rest) .. CHUNK_SLOTS; 0: stop here (never for a
+        boundary's ``first`` read)."""
+        if not self.read_cost.known:
+            return FIRST_READ_SLOTS if first else 0
+        rest = None if copied.end is None else max(1, copied.end - copied.next_slot)  # grows as rows are inserted
+        least = MIN_READ_SLOTS if rest is None else min(MIN_READ_SLOTS, rest)
+        fits = self.read_cost.slots_within(left)
+        if fits >= least:
+            return min(fits, CHUNK_SLOTS)
+        if not first:
+            return 0
+        # the budget is spent or pays for less than a read's fixed part (calls that cross processes, on Ray):
+        # one read whose slots cost at least its fixed part, so the move's boundaries are not all fixed cost
+        fixed, per_slot = self.read_cost.fit()
+        return min(CHUNK_SLOTS, max(MIN_READ_SLOTS, int(fixed / per_slot) if per_slot > 0 else 0))
+
+    def _owners(self, keys: np.ndarray) -> np.ndarray:
+        """Each key's owner as a position among the fresh servers."""
+        return np.asarray(owner_positions(np.asarray(keys, dtype=np.int64), self.ids), dtype=np.int64)
+
+    def _load(self, trainer: Any, table: str, rows: Dict[str, Any], owner: Optional[np.ndarray] = None) -> int:
+        """Loads ``rows`` into their owners among the fresh servers (``owner``: their positions, if known);
+        returns how many."""
         keys = np.asarray(rows["keys"], dtype=np.int64)
         if not keys.size:
             return 0
-        owner = np.asarray(owner_positions(keys, self.ids))
+        owner = self._owners(keys) if owner is None else owner
         loads = []
         for dest in np.unique(owner):
             mine = owner == dest
@@ -240,14 +282,13 @@ class BackgroundMove:
         self._fresh_wait(trainer, loads)
         return int(keys.size)
 
-    def _moves(self, keys: np.ndarray, position: int) -> np.ndarray:
-        """Per key of the old server at ``position``: whether its owner's id changes (every key of a drained one)."""
+    def _moves(self, keys: np.ndarray, position: int, owner: Optional[np.ndarray] = None) -> np.ndarray:
+        """Per key of the old server at ``position``: whether its owner's id changes (every key of a drained one);
+        ``owner``: the keys' positions among the fresh servers, if known."""
         keys = np.asarray(keys, dtype=np.int64)
         if self.old_ids[position] in self.drain:
             return np.ones(keys.size, bool)
-        return (
-            np.asarray(self.ids)[np.asarray(owner_positions(keys, self.ids), dtype=np.int64)] != self.old_ids[position]
-        )
+        return np.asarray(self.ids)[self._owners(keys) if owner is None else owner] != self.old_ids[position]
 
     def _erase(self, trainer: Any, table: str, keys: np.ndarray) -> None:
         if not keys.size:

@@ -1,0 +1,71 @@
+"""ReadCost (xdl_ec.ps.read_cost): the fixed part and the part per slot of a background move's reads, fitted from
+the reads so far, and the most slots a read may ask to end within the seconds left."""
+
+from __future__ import annotations
+
+import pytest
+
+from xdl_ec.ps.read_cost import ReadCost
+
+FIXED, PER_SLOT = 3e-4, 8e-7
+
+
+def cost(slots: int) -> float:
+    return FIXED + PER_SLOT * slots
+
+
+def test_reads_of_several_sizes_give_the_fixed_part_and_the_part_per_slot() -> None:
+    c = ReadCost()
+    assert not c.known and c.fit() == (0.0, 0.0)
+    for slots in (1024, 256, 4096, 300, 8192, 17):
+        c.add(slots, cost(slots))
+    fixed, per_slot = c.fit()
+    assert fixed == pytest.approx(FIXED, rel=1e-6) and per_slot == pytest.approx(PER_SLOT, rel=1e-6)
+    assert c.seconds(2000) == pytest.approx(cost(2000), rel=1e-6)
+    assert abs(c.slots_within(cost(5000)) - 5000) <= 1  # what the seconds left pay for, the fixed part first
+    assert c.slots_within(FIXED / 2) == 0  # not even the fixed part fits: no read
+
+
+def test_one_size_seen_is_a_mean_per_slot_with_no_fixed_part() -> None:
+    c = ReadCost()
+    c.add(1024, cost(1024))
+    c.add(1024, cost(1024))
+    assert c.known and c.fit() == (0.0, pytest.approx(cost(1024) / 1024))
+    # the fixed part is spread over the slots: a smaller read is predicted cheaper than it is, a larger one dearer
+    assert c.slots_within(cost(1024)) == pytest.approx(1024, abs=1)
+
+
+def test_a_cost_that_changes_is_followed_as_old_reads_fade() -> None:
+    c = ReadCost(half_life=8)
+    for i in range(200):
+        slots = 256 + 97 * (i % 13)
+        c.add(slots, cost(slots))
+    for i in range(200):  # the machine got busy: every read takes three times as long
+        slots = 256 + 97 * (i % 13)
+        c.add(slots, 3 * cost(slots))
+    fixed, per_slot = c.fit()
+    assert fixed == pytest.approx(3 * FIXED, rel=0.01) and per_slot == pytest.approx(3 * PER_SLOT, rel=0.01)
+
+
+def test_noise_that_makes_the_fit_negative_falls_back_to_a_cost_per_slot() -> None:
+    c = ReadCost()
+    c.add(100, 2e-3)  # a slow small read (a pause of the machine) and a fast large one: a falling line
+    c.add(1000, 1e-3)
+    fixed, per_slot = c.fit()
+    assert fixed == 0.0 and per_slot == pytest.approx(3e-3 / 1100, rel=0.02)  # the weighted mean
+    c2 = ReadCost()
+    c2.add(100, 1e-6)  # a steep line through a negative intercept: the line through the origin
+    c2.add(1000, 1e-3)
+    fixed, per_slot = c2.fit()
+    assert fixed == 0.0 and per_slot > 0 and c2.seconds(1000) == pytest.approx(1e-3, rel=0.01)
+
+
+def test_bad_input_is_refused() -> None:
+    with pytest.raises(ValueError, match="half_life"):
+        ReadCost(half_life=0)
+    c = ReadCost()
+    with pytest.raises(ValueError, match="slots >= 0 and finite seconds"):
+        c.add(-1, 1.0)
+    with pytest.raises(ValueError, match="slots >= 0 and finite seconds"):
+        c.add(10, float("nan"))
+    assert not c.known  # nothing was counted
