@@ -268,6 +268,7 @@ DLRM_RULES: Dict[str, Dict[str, Any]] = {  # TrainConfig fields; the runs in pro
     "plain": {},
     "plain-again": {},  # the A/A floor
     "counting": {"admit_min_count": 2},
+    "sketch": {"admit_min_count": 2, "admit_counter": "sketch"},
     "cap": {"max_rows": "{cap}", "evict_every_steps": 100},
 }
 DLRM_KINDS: Dict[str, List[str]] = {
@@ -348,7 +349,7 @@ def run_dlrm_interleaved(args: argparse.Namespace) -> Dict[str, Any]:
             batch_size=args.dlrm_batch,
             seed=args.seed,
             progress=False,
-            **{k: int(str(v).format(cap=args.dlrm_cap)) for k, v in rules.items()},
+            **{k: args.dlrm_cap if v == "{cap}" else v for k, v in rules.items()},
         )
         runs[kind] = LocalRun(criteo_job(config).spec, RunSettings(seed=args.seed))
         runs[kind].fit(args.dlrm_interleave)  # warm: TF traces, first allocations
@@ -490,7 +491,7 @@ def main() -> int:
     if args.dlrm_rounds:
         dlrm = run_dlrm_interleaved(args) if args.dlrm_interleave else run_dlrm_cost(args, out)
     if dlrm:
-        for kind in ("plain-again", "counting", "cap"):
+        for kind in [k for k in DLRM_RULES if k != "plain"]:
             d = dlrm[kind]
             stages = (
                 f"pull+push seconds ratio {d['pull_push_median']:.4f} (95% CI {d['pull_push_ci95'][0]:.4f}-"
