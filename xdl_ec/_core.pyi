@@ -8,7 +8,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['AccessCounter', 'BatchRefused', 'DeltaForwarder', 'EmbeddingShard', 'ErasureCode', 'HolderClosed', 'InitializerConfig', 'InitializerKind', 'LinkClosed', 'LinkOversized', 'LinkRejected', 'LinkSession', 'LinkTimeout', 'OptimizerConfig', 'OptimizerKind', 'ParityHolder', 'ParityReceiveLoop', 'ParitySendLoop', 'RecordLayout', 'Recovery', 'RouteTable', 'RowCache', 'RowPolicyConfig', 'Scrubber', 'ServerLock', 'ShardConfig', 'ShardServer', 'StripeLayout', 'bucket_of', 'epoch_after_evictions', 'initialize_row', 'is_push_pull_answer', 'is_push_pull_request', 'parse_batches', 'parse_push_pull_answer', 'parse_push_pull_request', 'push_pull_request', 'register_shard', 'registered_shard', 'serialize_batches', 'server_of', 'unregister_shard']
+__all__: list[str] = ['AccessCounter', 'BatchRefused', 'DeltaForwarder', 'EmbeddingShard', 'ErasureCode', 'HolderClosed', 'InitializerConfig', 'InitializerKind', 'LinkClosed', 'LinkOversized', 'LinkRejected', 'LinkSession', 'LinkTimeout', 'OptimizerConfig', 'OptimizerKind', 'ParityHolder', 'ParityReceiveLoop', 'ParitySendLoop', 'RecordLayout', 'Recovery', 'RouteTable', 'RowCache', 'RowPolicyConfig', 'Scrubber', 'ServerLock', 'ShardConfig', 'ShardServer', 'StripeLayout', 'bucket_of', 'epoch_after_evictions', 'initialize_row', 'is_push_pull_answer', 'is_push_pull_request', 'parse_batches', 'parse_push_pull_answer', 'parse_push_pull_request', 'push_pull_request', 'register_shard', 'registered_shard', 'serialize_batches', 'server_of', 'sorted_unique', 'unregister_shard']
 class ErasureCode:
     """
     Systematic MDS erasure code over GF(2^8) on ISA-L (k data, r parity fragments).
@@ -1009,6 +1009,10 @@ def serialize_batches(batches: list) -> numpy.typing.NDArray[numpy.uint8]:
 def server_of(keys: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], n: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.int32]:
     """
     The owning server of each key (KeyRouter::ServerOf): int32[len(keys)]
+    """
+def sorted_unique(keys: numpy.ndarray) -> tuple:
+    """
+    (unique, inverse) of 1-D int64 ``keys``, as ``numpy.unique(keys, return_inverse=True)`` gives them (unique ascending; inverse int32, ``unique[inverse] == keys``), by a radix sort in C++ with the GIL released.
     """
 def unregister_shard(handle: typing.SupportsInt | typing.SupportsIndex) -> None:
     ...

@@ -16,5 +16,6 @@ void BindRowCache(pybind11::module_& m);        // bind_row_cache.cc: RowCache, 
 void BindLinkSession(pybind11::module_& m);     // bind_link_session.cc: LinkSession, a direct link's messages
 void BindShardServer(pybind11::module_& m);     // bind_shard_server.cc: ShardServer, push_pull's wire form
 void BindParityLink(pybind11::module_& m);      // bind_parity_link.cc: the parity links' send and receive loops
+void BindSortedUnique(pybind11::module_& m);    // bind_sorted_unique.cc: sorted_unique, a batch's unique keys
 
 }  // namespace xdl_ec::python

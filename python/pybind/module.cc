@@ -18,4 +18,5 @@ PYBIND11_MODULE(_core, m) {
   xdl_ec::python::BindLinkSession(m);
   xdl_ec::python::BindShardServer(m);
   xdl_ec::python::BindParityLink(m);
+  xdl_ec::python::BindSortedUnique(m);
 }

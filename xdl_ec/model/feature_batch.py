@@ -17,6 +17,8 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
+from xdl_ec import _core
+
 from .feature import Feature
 from .side_input import Input
 
@@ -155,9 +157,9 @@ class FeatureBatch:
         ids: Dict[str, FeatureIds] = {}
         for table, table_parts in parts.items():
             flat = table_parts[0][1] if len(table_parts) == 1 else np.concatenate([k for _, k in table_parts])
-            unique, positions_in_unique = np.unique(flat, return_inverse=True)
+            # numpy.unique's result (sorted keys, their inverse) by a radix sort: numpy's was most of the input's time
+            unique, inverse = _core.sorted_unique(np.ascontiguousarray(flat, dtype=np.int64))
             keys[table] = unique
-            inverse = positions_in_unique.astype(np.int32).reshape(-1)
             start = 0
             for name, k in table_parts:
                 kind, shape, splits = shapes[name]

@@ -107,3 +107,27 @@ def test_feature_and_table_settings_are_checked_once() -> None:
         xdl_ec.Table("u", 0)
     with pytest.raises(ValueError, match="table .u.: optimizer: unknown name .adamw."):
         xdl_ec.Table("u", 4, optimizer="adamw")
+
+
+def test_the_native_unique_is_numpys_unique() -> None:
+    """A batch's unique keys come from ``_core.sorted_unique`` (a radix sort): the same arrays as
+    ``numpy.unique(keys, return_inverse=True)``, for both signs, the extremes, repeats and every size around the
+    switch to the radix sort; another dtype or rank is a clear error."""
+    from xdl_ec import _core
+
+    rng = np.random.default_rng(5)
+    extremes = np.array([np.iinfo(np.int64).min, -1, 0, 1, np.iinfo(np.int64).max], dtype=np.int64)
+    for n in (0, 1, 2, 255, 256, 257, 5000, 53248):
+        hashed = (rng.zipf(1.1, n).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)).view(np.int64)
+        for keys in (hashed, rng.choice(extremes, n), rng.integers(-50, 50, n)):
+            unique, inverse = _core.sorted_unique(keys)
+            expected_unique, expected_inverse = np.unique(keys, return_inverse=True)
+            assert inverse.dtype == np.int32 and unique.dtype == np.int64
+            np.testing.assert_array_equal(unique, expected_unique)
+            np.testing.assert_array_equal(inverse, expected_inverse.reshape(-1))
+    unique, inverse = _core.sorted_unique(np.array([3, -2, 3], dtype=np.int32))  # int32 ids widen
+    assert unique.tolist() == [-2, 3] and inverse.tolist() == [1, 0, 1]
+    with pytest.raises(ValueError, match="int64 .*got dtype float64"):
+        _core.sorted_unique(np.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match="1-D, got 2 dimensions"):
+        _core.sorted_unique(np.zeros((2, 2), dtype=np.int64))
