@@ -154,7 +154,11 @@ class Worker(LinkHost):
             if caches:
                 client = CachedClient(client, caches, {t.name: t.dim for t in job.tables}, table_rows)
         self.client = client
-        self.combine_calls = combine_calls and prefetch_across_steps and type(client) in (PSClient, CachedClient)
+        self.combine_calls = (
+            combine_calls
+            and prefetch_across_steps
+            and (type(client) in (PSClient, CachedClient) or getattr(client, "combines_push_pull", False))
+        )
         self._last_step = 0
         self._dims = {t.name: t.dim for t in job.tables}
         self._stream = InputStream(
@@ -162,7 +166,8 @@ class Worker(LinkHost):
             index,
             count,
             job.features,
-            track_fresh=prefetch_across_steps,
+            # one worker combining calls pulls every key of a batch with the push before it: no fresh keys to know
+            track_fresh=prefetch_across_steps and not (self.combine_calls and count == 1),
             inputs=job.inputs,
             heads=job.heads,
         )
