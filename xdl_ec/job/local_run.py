@@ -4,10 +4,8 @@
 Same worker code, same TF step and same per-key optimizer arithmetic as a cluster run, so a one-worker cluster
 run with ``deterministic=True`` ends at this run's ``model_digest``.
 
-The input thread prepares the next batches (reading, checks, unique ids) while a step trains, and the tables' thread
-applies a step's push and pulls the next step's rows while this thread ends the step (as a one-worker cluster
-combines them in one call per server). The report's ``stages`` says where the step's time went
-(:mod:`xdl_ec.ps.step_stages`).
+The input thread prepares the next batches (reading, checks, unique ids) while a step trains. The report's
+``stages`` says where the step's time went (:mod:`xdl_ec.ps.step_stages`).
 """
 
 from __future__ import annotations
@@ -41,9 +39,8 @@ class LocalRun:
     def __init__(self, job: JobSpec, settings: RunSettings = RunSettings(), progress: bool = False) -> None:
         self.job, self.settings, self.progress = job, settings, progress
         self.tables = LocalTables(job.tables)
-        # a step's push and the next step's pull go to the tables' thread together as TF finishes (exact: nothing
-        # else reaches the tables between them); the model here is the authoritative one
-        self.worker = Worker(0, 1, job, settings, [], prefetch_across_steps=True, client=self.tables, apply_dense=True)
+        # pulls here are synchronous: nothing to prefetch; the model here is the authoritative one
+        self.worker = Worker(0, 1, job, settings, [], prefetch_across_steps=False, client=self.tables, apply_dense=True)
         if self.worker.dense is None:
             self.close()
             raise ValueError("input_fn(0, 1): the input yielded no batch (an empty dataset?)")
@@ -67,9 +64,7 @@ class LocalRun:
         first_end, first_samples, samples = None, 0, 0
         try:
             while stop is None or self.step < stop:
-                # a hook (a save, an export, TensorBoard) reads the tables after the step: then no pull of the next
-                # step's rows may be in them yet (a save or a delta would hold rows not trained), so no push_pull
-                more = (stop is None or self.step + 1 < stop) and not self.hooks
+                more = stop is None or self.step + 1 < stop
                 result = self.worker.train_step(self.step + 1, None, 1, more, self.step_times.start(self.step + 1))
                 if result is None:
                     break
@@ -94,7 +89,6 @@ class LocalRun:
                     break
         finally:
             bar.close()
-            self.tables.settle()  # a push_pull still in flight after an error: the tables are the caller's again
         end = time.perf_counter()
         seconds = end - start
         steady = (
@@ -114,11 +108,7 @@ class LocalRun:
 
     # ---- saving and resuming (see xdl_ec.keep.run_saver) ---------------------------------------------------------
     def quiesce(self, settle: bool = True) -> None:
-        """Waits for the last step's push and the next step's pull, in flight on the tables' thread (raising the
-        push's error, if any): the tables then hold every trained step. ``settle`` is a cluster's (here the pull is
-        always waited for: it inserts rows)."""
-        self.worker.flush()
-        self.worker.settle_pulls()
+        """Nothing in flight between steps here: pushes are applied before a step returns."""
 
     def save_tables(self, pending: PendingCheckpoint) -> int:
         return pending.save_server(0, self.tables.tables).nbytes()

@@ -4,7 +4,6 @@ same arithmetic as on a cluster (``model_digest`` equal to a one-worker cluster 
 
 from __future__ import annotations
 
-import concurrent.futures
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -26,60 +25,15 @@ class _Done:
         return True
 
 
-class _Rows:
-    """The rows of a :meth:`LocalTables.push_pull_async`, pulled on the tables' thread after its push."""
-
-    __slots__ = ("_future",)
-
-    def __init__(self, future: "concurrent.futures.Future[Dict[str, np.ndarray]]") -> None:
-        self._future = future
-
-    def result(self, timeout: Any = None) -> Dict[str, np.ndarray]:
-        return self._future.result(timeout)
-
-    def done(self) -> bool:
-        return self._future.done()
-
-
 class LocalTables:
     """One EmbeddingTable per Table of a job."""
 
     timeout = None
     num_servers = 1
-    # a step's push and the next step's pull run together, in that order, on the tables' own thread: the worker
-    # combines them as it does a parameter server's push_pull (exact: nothing else reaches the tables between)
-    combines_push_pull = True
 
     def __init__(self, tables: Sequence[Table]) -> None:
         self.tables: Dict[str, EmbeddingTable] = {t.name: EmbeddingTable.from_config(t) for t in tables}
         self.bytes_pulled = self.bytes_requested = self.bytes_pushed = 0
-        self._thread: Optional[concurrent.futures.ThreadPoolExecutor] = None  # started at the first push_pull
-
-    def push_pull_async(
-        self,
-        grads: Mapping[str, Tuple[Any, np.ndarray]],
-        step: int,
-        requests: Mapping[str, Tuple[Any, int]],
-        ttl_before: Optional[Mapping[str, int]] = None,
-    ) -> Tuple[List[Any], _Rows]:
-        """:meth:`push` of ``grads`` then :meth:`pull` of ``requests``, on the tables' thread while the caller goes
-        on (the C++ push and pull release the GIL): ([the push's future], the rows in flight), as
-        :meth:`PSClient.push_pull_async <xdl_ec.ps.client.PSClient.push_pull_async>` answers."""
-        if self._thread is None:
-            self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="xdl-ec-tables")
-
-        def push_then_pull() -> Dict[str, np.ndarray]:
-            self.push(grads, step, 1, ttl_before)
-            return self.pull(requests)
-
-        future = self._thread.submit(push_then_pull)
-        return [future], _Rows(future)
-
-    def settle(self) -> None:
-        """Waits until a push_pull in flight has run (its error, if any, stays with its futures): the tables are
-        then the caller's to read."""
-        if self._thread is not None:
-            concurrent.futures.wait([self._thread.submit(lambda: None)])
 
     def pull_async(self, requests: Mapping[str, Tuple[Any, int]]) -> _Done:
         return _Done(self.pull(requests))
@@ -123,7 +77,5 @@ class LocalTables:
         return [[t.export()] for t in self.tables.values()]
 
     def close(self) -> None:
-        if self._thread is not None:
-            self._thread.shutdown(wait=True)
         for t in self.tables.values():
             t.close()

@@ -154,11 +154,7 @@ class Worker(LinkHost):
             if caches:
                 client = CachedClient(client, caches, {t.name: t.dim for t in job.tables}, table_rows)
         self.client = client
-        self.combine_calls = (
-            combine_calls
-            and prefetch_across_steps
-            and (type(client) in (PSClient, CachedClient) or getattr(client, "combines_push_pull", False))
-        )
+        self.combine_calls = combine_calls and prefetch_across_steps and type(client) in (PSClient, CachedClient)
         self._last_step = 0
         self._dims = {t.name: t.dim for t in job.tables}
         self._stream = InputStream(
