@@ -1,21 +1,26 @@
 """Benchmark: resizing a running cluster's servers (issue #38), 5 -> 8 -> 4 during one run. Not a test.
 
-    PYTHONPATH=build/stage python3 -P bench/bench_resize.py [--rounds 3] [--steps 240] [--rows 400000]
+    PYTHONPATH=build/stage python3 -P bench/bench_resize.py [--rounds 3] [--steps 480] [--rows 400000]
                                                             [--batch 1024] [--window 30] [--backend local|ray]
+                                                            [--precopy-share X] [--runs none,ec,ec-kill]
 
 The built-in job on synthetic Criteo-shaped data (one sync worker, --deterministic) trains ``--steps`` steps on 5
 servers, resized to 8 at step steps/3 and to 4 at 2*steps/3 (``--resize-at``), under ``--ft none`` and under
 ``--ft ec`` (code 2+1, so 4 servers still hold a stripe); the ec runs are repeated with a server killed mid-move
-(5 -> 8: a fresh server right after the rows of a table reached the new layout; 8 -> 4: an old server right before
-its rows are read). Each resized run alternates with the same run never resized (``--rounds`` pairs, the order
-flipping every round), so machine drift hits both sides alike.
+(5 -> 8: fresh server 6 at the pre-copy's second boundary; 8 -> 4: old server 2 at the pre-copy's second boundary;
+in a one-pause move, ``--precopy-share 0``: right after a table's rows reached the new layout, right before the rows
+are read). Each resized run alternates with the same run never resized (``--rounds`` pairs, the order flipping every
+round), so machine drift hits both sides alike.
 
-Per resize: the pause (seconds; the move is one freeze-copy-switch at a step boundary) and the same in steps (the
-median step before it), seconds per GB of table (rows held x bytes per row), rows whose route changed against the
-ideal |m - n| / max(m, n), rows copied against the minimum (the moved rows); samples/s over the ``--window`` steps
-after the resize (the step boundary that holds the move included) against the ``--window`` steps before it, and the
-same ratio of the never-resized twin over the same steps. Every resized run must end at its twin's
-model_digest (asserted). Prints a markdown table.
+Under ``none`` a resize is one pause at a step boundary; under ``ec`` the rows move in the background
+(:mod:`xdl_ec.ps.background_move`, ``--precopy-share`` of the median step per boundary): a bounded pre-copy at
+each boundary while training goes on, then a final pause. Per resize: the pre-copy's boundaries, the final pause
+(seconds, and in steps of the median step before the move), all the move's seconds at boundaries per GB of table
+(rows held x bytes per row), rows whose route changed against the ideal |m - n| / max(m, n), rows copied against
+the minimum (the moved rows), rows copied again at the final boundary; samples/s over the steps that hold the move
+(from the boundary that starts it through the one that ends it, at least ``--window`` steps) against the
+``--window`` steps before it, and the same ratio of the never-resized twin over the same steps. Every resized run
+must end at its twin's model_digest (asserted). Prints a markdown table.
 """
 
 from __future__ import annotations
@@ -33,8 +38,11 @@ from xdl_ec.ps.resize import Resizer  # noqa: E402
 
 
 def rate(timeline: List[List[float]], first: int, last: int) -> float:
-    """Samples/s over steps first+1..last (timeline rows: [step, seconds, samples, loss])."""
+    """Samples/s over steps first+1..last (timeline rows: [step, seconds, samples, loss]); nan without a step
+    (a move that began at the run's last boundary)."""
     by_step = {int(row[0]): row for row in timeline}
+    if last <= first:
+        return float("nan")
     a, b = by_step[first], by_step[last]
     return (b[2] - a[2]) / (b[1] - a[1])
 
@@ -60,16 +68,30 @@ def run(args: argparse.Namespace, ft: str, resize: bool, kill: bool) -> Dict[str
     )
     killed: List[str] = []
 
-    def kill_mid_move(phase: str, trainer: Any, move: Any = None) -> None:
-        # 5 -> 8: a fresh server once a table's rows are on the new layout; 8 -> 4: an old server before its read
+    def kill_mid_move(phase: str, trainer: Any, move: Any) -> None:
+        # a background move: at the pre-copy's second boundary 5 -> 8 a fresh server (the move starts over), 8 -> 4
+        # an old one (rebuilt by the old stripes, the move goes on); a one-pause move (--precopy-share 0): 5 -> 8 a
+        # fresh server once a table's rows reached the new layout, 8 -> 4 an old one before its rows are read
         servers = len(trainer.scheduler.servers)
-        if phase == "load" and servers == 8 and "fresh" not in killed:
+        if move is None:
+            if phase == "load" and servers == 8 and "fresh" not in killed:
+                killed.append("fresh")
+                trainer.scheduler.kill("server", 6)
+            if phase == "export" and servers == 8 and "old" not in killed:
+                killed.append("old")
+                trainer.scheduler.kill("server", 2)
+            return
+        if phase != "precopy":
+            return
+        seen[servers] = seen.get(servers, 0) + 1
+        if servers == 5 and seen[servers] == 2 and "fresh" not in killed:
             killed.append("fresh")
-            trainer.scheduler.kill("server", 6)
-        if phase == "export" and servers == 8 and "old" not in killed:
+            trainer.backend.kill(move.fresh[6])
+        if servers == 8 and seen[servers] == 2 and "old" not in killed:
             killed.append("old")
             trainer.scheduler.kill("server", 2)
 
+    seen: Dict[int, int] = {}
     Resizer.on_phase = staticmethod(kill_mid_move) if kill else None
     try:
         report = criteo_job(config).fit(steps=args.steps, cluster=cluster, deterministic=True, seed=args.seed)
@@ -88,22 +110,30 @@ def step_seconds(timeline: List[List[float]], first: int, last: int) -> float:
 def summarize(resized: Dict[str, Any], twin: Dict[str, Any], window: int) -> List[Dict[str, Any]]:
     out = []
     for r in resized.get("resizes", []):
-        at = r["step"] - 1  # the boundary after this step holds the move
+        end = r["step"] - 1  # the boundary after this step ends the move (switches to the new layout)
+        begin = r.get("started_step", r["step"]) - 1  # the boundary after this step starts it
+        last = max(int(row[0]) for row in resized["timeline"])
+        held = (begin, min(last, max(end + 1, begin + window)))  # the steps that hold the move, >= a window of them
+        before = (begin - window, begin)
         row_bytes = r["bytes_copied"] / max(r["rows_copied"], 1)
         table_gb = r["rows"] * row_bytes / 1e9
+        pause = r.get("final_pause_s", r["seconds"])
         out.append(
             {
                 "resize": f"{r['servers_before']} -> {r['servers_after']}",
+                "boundaries": r.get("precopy_boundaries", 0),
+                "pause": pause,
                 "seconds": r["seconds"],
                 "s_per_gb": r["seconds"] / table_gb if table_gb else float("nan"),
                 "rows": r["rows"],
                 "moved": r["moved_fraction"],
                 "ideal": r["ideal_fraction"],
                 "copied_vs_min": r["rows_copied"] / max(r["rows_moved"], 1),
+                "recopied": r.get("rows_recopied", 0) / max(r["rows"], 1),
                 "restarts": r["restarts"],
-                "pause_steps": r["seconds"] / step_seconds(resized["timeline"], at - window, at),
-                "speed": rate(resized["timeline"], at, at + window) / rate(resized["timeline"], at - window, at),
-                "twin_speed": rate(twin["timeline"], at, at + window) / rate(twin["timeline"], at - window, at),
+                "pause_steps": pause / step_seconds(resized["timeline"], *before),
+                "speed": rate(resized["timeline"], *held) / rate(resized["timeline"], *before),
+                "twin_speed": rate(twin["timeline"], *held) / rate(twin["timeline"], *before),
             }
         )
     return out
@@ -112,20 +142,45 @@ def summarize(resized: Dict[str, Any], twin: Dict[str, Any], window: int) -> Lis
 def main(argv: Optional[List[str]] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--steps", type=int, default=240)
+    p.add_argument("--steps", type=int, default=480)
     p.add_argument("--rows", type=int, default=400_000, help="synthetic rows in the data")
     p.add_argument("--cardinality", type=int, default=1_000_000, help="synthetic ids per column at most")
     p.add_argument("--batch", type=int, default=1024)
     p.add_argument("--window", type=int, default=30)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", choices=("local", "ray"), default="local")
+    p.add_argument(
+        "--precopy-share",
+        type=float,
+        default=None,
+        help="Resizer.precopy_share under ec: the share of the median step a move's boundary may take (0: one "
+        f"pause); default {Resizer.precopy_share:g}",
+    )
+    p.add_argument(
+        "--runs",
+        default="none,ec,ec-kill",
+        help="which runs, comma-separated: none (--ft none), ec (--ft ec), ec-kill (ec, a server killed mid-move)",
+    )
     args = p.parse_args(argv)
+    runs = [r.strip() for r in args.runs.split(",") if r.strip()]
+    unknown = sorted(set(runs) - {"none", "ec", "ec-kill"})
+    if unknown or not runs:
+        p.error(f"--runs: expected some of none, ec, ec-kill, got {args.runs!r}")
+    if args.precopy_share is not None:
+        if not 0.0 <= args.precopy_share < 1.0:
+            p.error(f"--precopy-share: expected a share in [0, 1), got {args.precopy_share}")
+        Resizer.precopy_share = args.precopy_share
     if args.backend == "ray":
         from xdl_ec.ps.backend import connect_ray
 
         connect_ray()
     results: Dict[str, List[Dict[str, Any]]] = {}
-    for label, ft, kill in (("none", "none", False), ("ec 2+1", "ec", False), ("ec 2+1, kill mid-move", "ec", True)):
+    kinds = {
+        "none": ("none", "none", False),
+        "ec": ("ec 2+1", "ec", False),
+        "ec-kill": ("ec 2+1, kill mid-move", "ec", True),
+    }
+    for label, ft, kill in (kinds[r] for r in runs):
         rows: List[Dict[str, Any]] = []
         for round_ in range(args.rounds):
             order = [True, False] if round_ % 2 == 0 else [False, True]
@@ -135,21 +190,27 @@ def main(argv: Optional[List[str]] = None) -> None:
             if kill:
                 assert resized["killed"] == ["fresh", "old"], resized["killed"]
             rows.extend(summarize(resized, twin, args.window))
+            for r in resized.get("resizes", []):  # what each move did, as it happened
+                print(label, {k: r.get(k) for k in ("servers_after", "started_step", "step", "precopy_boundaries")})
         results[label] = rows
-    print(f"steps {args.steps}, batch {args.batch}, window {args.window} steps, {args.rounds} rounds, {args.backend}")
     print(
-        "| ft | resize | pause s (median) | pause in steps | s per GB of table | rows | moved / ideal | copied / "
-        "minimum | restarts | samples/s after / before | never-resized twin |"
+        f"steps {args.steps}, batch {args.batch}, window {args.window} steps, {args.rounds} rounds, {args.backend}, "
+        f"precopy_share {Resizer.precopy_share:g}"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print(
+        "| ft | resize | pre-copy boundaries | final pause s | final pause in steps | move s at boundaries | s per GB "
+        "of table | rows | moved / ideal | copied / minimum | recopied / rows | restarts | samples/s during the move / "
+        "before | never-resized twin |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for label, rows in results.items():
         for resize in ("5 -> 8", "8 -> 4"):
             mine = [r for r in rows if r["resize"] == resize]
             med = {k: statistics.median(r[k] for r in mine) for k in mine[0] if k != "resize"}
             print(
-                f"| {label} | {resize} | {med['seconds']:.3f} | {med['pause_steps']:.1f} | {med['s_per_gb']:.1f} "
-                f"| {med['rows']:,.0f} "
-                f"| {med['moved']:.3f} / {med['ideal']:.3f} | {med['copied_vs_min']:.2f} | "
+                f"| {label} | {resize} | {med['boundaries']:.0f} | {med['pause']:.3f} | {med['pause_steps']:.1f} "
+                f"| {med['seconds']:.3f} | {med['s_per_gb']:.1f} | {med['rows']:,.0f} "
+                f"| {med['moved']:.3f} / {med['ideal']:.3f} | {med['copied_vs_min']:.2f} | {med['recopied']:.3f} | "
                 f"{sum(r['restarts'] for r in mine)} | {med['speed']:.2f} | {med['twin_speed']:.2f} |"
             )
 

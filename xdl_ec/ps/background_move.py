@@ -4,13 +4,14 @@
 The stripes rotate over the server count, so a resize re-forms them on fresh servers (:mod:`xdl_ec.ps.resize`).
 The fresh servers start ahead with their own parity (the resize's strategy, attached to them alone); then:
 
-1. **Pre-copy.** At each step boundary a bounded number of slot records (:attr:`Resizer.precopy_rows`, or reads
-   sized by their learnt cost, :class:`~xdl_ec.ps.read_cost.ReadCost`, to end within ``precopy_share`` of the
-   median step's seconds) is read from the old servers, a table's shard at a time in slot order, and loaded into
-   each row's owner on the fresh layout (reaching the fresh parity as a push does), while training goes on on the
-   old servers. Each copied row's slot and clock are kept: a row stays in its slot until erased, and its clock
-   changes with every mutation (``record_layout.h``), so no change tracking is needed and nothing else that tracks
-   changes (a backstop's increments, serving deltas: the shards' dirty sets) is disturbed.
+1. **Pre-copy.** At step boundaries a bounded number of slot records (:attr:`Resizer.precopy_rows` per boundary,
+   or large reads while ``precopy_share`` of the median step's seconds per boundary lasts, on average: a read's
+   cost is learnt, :class:`~xdl_ec.ps.read_cost.ReadCost`) is read from the old servers, a table's shard at a time
+   in slot order, and loaded into each row's owner on the fresh layout (reaching the fresh parity as a push
+   does), while training goes on on the old servers. Each copied row's slot and clock are kept: a row stays in its
+   slot until erased, and its clock changes with every mutation (``record_layout.h``), so no change tracking is
+   needed and nothing else that tracks changes (a backstop's increments, serving deltas: the shards' dirty sets)
+   is disturbed.
 2. **Final boundary** (every slot read once, or the run's last boundary): quiesce, read the slots past where the
    pre-copy reached (rows inserted since), ask the old servers the clocks of every copied key and copy again the
    rows whose clock changed (erase those gone: a row a recovery rolled back), make the fresh parity durable,
@@ -42,9 +43,7 @@ __all__ = ["BackgroundMove", "FreshLost"]
 
 CALL_SECONDS = 120.0  # a fresh server's answer; longer is taken for a loss
 FRESH_ATTEMPTS = 3  # times the move starts over on new fresh servers before the resize fails
-CHUNK_SLOTS = 8192  # the most slots a read of a budget in seconds asks a shard for
-MIN_READ_SLOTS = 256  # the least (or a shard's rest): a boundary's first read, and no smaller one after it
-FIRST_READ_SLOTS = 1024  # a move's first read, before a read was timed
+CHUNK_SLOTS = 8192  # the slots a read of a budget in seconds asks a shard for (few, large reads: see precopy)
 
 
 class FreshLost(RuntimeError):
@@ -136,7 +135,8 @@ class BackgroundMove:
         self.rows_precopied = 0  # rows loaded by the pre-copy (over every attempt)
         self.bytes_copied = 0
         self.precopy_seconds = 0.0
-        self.read_cost = ReadCost()  # a read's seconds by its slots: sizes a budget in seconds' reads
+        self.read_cost = ReadCost()  # a read's seconds by its slots: whether another fits in the credit
+        self.credit = 0.0  # seconds of budget not spent yet (< 0: a read past it, paid off by later boundaries)
         self.started_step = int(trainer.step) + 1  # the first step trained while the rows move
         self._old = list(trainer.scheduler.servers)
         self._tables = [t.name for t in trainer.job.tables]
@@ -186,15 +186,19 @@ class BackgroundMove:
 
     def precopy(self, trainer: Any, rows: Optional[int] = None, seconds: Optional[float] = None) -> int:
         """One pre-copy boundary: slot records read from the old servers and loaded onto the fresh layout, at most
-        ``rows`` of them, or reads sized to end within ``seconds`` (by :attr:`read_cost`, the seconds of the
-        move's reads so far, their fixed part per read included); returns the slots read. The boundary's first read
-        is made whatever its cost (MIN_READ_SLOTS at least: a move always ends), later ones only while one of
-        MIN_READ_SLOTS (or a shard's rest) is predicted to fit. A fresh server lost: the pre-copy starts over on
-        new ones; an old server lost: RoleLost (its strategy rebuilds it at this boundary; the move goes on
-        after)."""
+        ``rows`` of them, or reads of CHUNK_SLOTS slots while the move's budget in seconds lasts (``seconds`` more
+        at each boundary, :attr:`credit`); returns the slots read. A budget in seconds is kept on average: a
+        boundary with credit makes one read whatever it costs and more while :attr:`read_cost` predicts the next
+        fits, and a boundary in debt (a read cost more than the credit) reads nothing. Reads are large because a
+        read's cost is mostly fixed: in one process the calls hand the interpreter lock to the worker preparing
+        its next batch and wait for it back (on the bench job a read of ~900 slots cost ~2.7 us a slot, one of
+        8192 ~0.8 us). A fresh server lost: the pre-copy starts over on new ones; an old server lost: RoleLost
+        (its strategy rebuilds it at this boundary; the move goes on after)."""
         start = self.clock()
         _phase(self.on_phase, "precopy", trainer, self)
         budget = None if rows is None else max(1, int(rows))
+        if seconds is not None:
+            self.credit += seconds
         loaded = slots_read = reads = 0
         try:
             for (table, p), copied in self._copied.items():
@@ -204,10 +208,10 @@ class BackgroundMove:
                     if budget <= 0:
                         break
                     ask = budget
+                elif not self._fits(copied, self.credit - (self.clock() - start), first=not reads):
+                    break
                 else:
-                    ask = self._ask(copied, (seconds or 0.0) - (self.clock() - start), first=not reads)
-                    if not ask:
-                        break
+                    ask = CHUNK_SLOTS
                 began = self.clock()
                 part = _wait_old(trainer, p, "slot_rows", table, (copied.next_slot, ask))
                 end = int(part["end"])
@@ -238,29 +242,23 @@ class BackgroundMove:
             self._start_over(trainer, err)
             return 0
         seconds_taken = self.clock() - start
+        if seconds is not None:
+            self.credit -= seconds_taken
         self.precopy_seconds += seconds_taken
         self.boundaries += 1
         self.rows_precopied += loaded
         _phase(self.on_phase, "precopied", trainer, self)
         return slots_read
 
-    def _ask(self, copied: _Copied, left: float, first: bool) -> int:
-        """The slots the next read of a budget in seconds asks ``copied``'s shard for, ``left`` seconds left in
-        it: what fits, within MIN_READ_SLOTS (or the shard's rest) .. CHUNK_SLOTS; 0: stop here (never for a
-        boundary's ``first`` read)."""
+    def _fits(self, copied: _Copied, left: float, first: bool) -> bool:
+        """Whether a read of ``copied``'s shard comes now, ``left`` seconds of credit left: a boundary's ``first``
+        read whenever there is credit, a later one when its predicted seconds fit."""
+        if first:
+            return left > 0
         if not self.read_cost.known:
-            return FIRST_READ_SLOTS if first else 0
-        rest = None if copied.end is None else max(1, copied.end - copied.next_slot)  # grows as rows are inserted
-        least = MIN_READ_SLOTS if rest is None else min(MIN_READ_SLOTS, rest)
-        fits = self.read_cost.slots_within(left)
-        if fits >= least:
-            return min(fits, CHUNK_SLOTS)
-        if not first:
-            return 0
-        # the budget is spent or pays for less than a read's fixed part (calls that cross processes, on Ray):
-        # one read whose slots cost at least its fixed part, so the move's boundaries are not all fixed cost
-        fixed, per_slot = self.read_cost.fit()
-        return min(CHUNK_SLOTS, max(MIN_READ_SLOTS, int(fixed / per_slot) if per_slot > 0 else 0))
+            return False
+        rest = CHUNK_SLOTS if copied.end is None else max(1, min(CHUNK_SLOTS, copied.end - copied.next_slot))
+        return self.read_cost.seconds(rest) <= left
 
     def _owners(self, keys: np.ndarray) -> np.ndarray:
         """Each key's owner as a position among the fresh servers."""

@@ -23,15 +23,15 @@ its new one after; the step after the boundary is the first on the new layout (`
   servers stop last. Only the moving rows cross.
 - Under ``--ft ec`` the stripes rotate over the server count, so another count is other stripes for every block:
   the stripes are re-formed (k, r kept) on m fresh servers under the strategy's successor, and the copy is spread
-  over step boundaries while training goes on (:mod:`xdl_ec.ps.background_move`): each boundary copies a bounded
-  number of slot records (:attr:`Resizer.precopy_share` of the median step, or :attr:`Resizer.precopy_rows`) onto
-  the fresh layout, and once every slot was read, one final boundary copies the rows changed or inserted since
-  their copy (their clocks tell), makes the new parity durable and switches; only then do the old servers stop.
-  STEP is then the first step of the move; the record's ``step`` the first on the new layout. An old server lost
-  meanwhile is rebuilt by the old stripes and the move goes on; a fresh server lost is no loss (every row is still
-  on the old servers): the move starts over on new fresh servers. ``precopy_share = 0`` moves in one pause as
-  under ``none`` (every row read, loaded and made durable at the boundary). ``rows_moved`` still counts the rows
-  whose owner changed.
+  over step boundaries while training goes on (:mod:`xdl_ec.ps.background_move`): the boundaries copy a bounded
+  number of slot records (:attr:`Resizer.precopy_share` of the median step on average, or
+  :attr:`Resizer.precopy_rows` each) onto the fresh layout, and once every slot was read, one final boundary
+  copies the rows changed or inserted since their copy (their clocks tell), makes the new parity durable and
+  switches; only then do the old servers stop. STEP is then the first step of the move; the record's ``step`` the
+  first on the new layout. An old server lost meanwhile is rebuilt by the old stripes and the move goes on; a fresh
+  server lost is no loss (every row is still on the old servers): the move starts over on new fresh servers. This
+  is the default (``precopy_share`` 0.1); ``precopy_share = 0`` moves in one pause as under ``none`` (every row
+  read, loaded and made durable at the boundary). ``rows_moved`` still counts the rows whose owner changed.
 
 What a resize refuses, changing nothing (:class:`ResizeError`): a count below 1 or below the stripes' k + r, the
 current count without a drain, a drained id that is not live, a resize while another is asked or under way, a
@@ -575,11 +575,11 @@ class Resizer:
     # the class, as a staticmethod: the job builds its Resizer inside fit)
     on_phase: Any = None
     # The background move's budget per step boundary (``--ft ec``; set on the class like on_phase): the share of
-    # the median step's seconds its copy may take, or a fixed number of slot records per boundary (precopy_rows,
-    # when set); 0 and None: the whole move in one pause. One pause is the default: on the built-in job (26 tables
-    # on 5 servers) a read of a shard's slots costs a fixed part per call that the per-row budget does not see, so
-    # at 0.2 a 5 -> 8 move of 400k rows had not finished after 321 boundaries (docs/design/elastic.md).
-    precopy_share: float = 0.0
+    # the median step's seconds its copy may take, on average (BackgroundMove.precopy), or a fixed number of slot
+    # records per boundary (precopy_rows, when set); 0 and None: the whole move in one pause. 0.1: on the bench
+    # job training keeps >= 0.8 of its samples/s from the move's first boundary through its final pause
+    # (docs/results/resize-2026-11-28.md); a larger share ends the move in fewer steps but with a larger loss.
+    precopy_share: float = 0.1
     precopy_rows: Optional[int] = None
 
     def __init__(self, schedule: Sequence[ResizeAt] = ()) -> None:
