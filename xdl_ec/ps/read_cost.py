@@ -1,11 +1,11 @@
-"""ReadCost: what one read of a resize's background copy costs, to size the reads of a step boundary's budget.
+"""ReadCost: what one read of a resize's background copy costs, so that a boundary knows whether another fits.
 
 A pre-copy read (:mod:`xdl_ec.ps.background_move`) reads a range of one old shard's slots and loads the rows it
 finds onto the fresh layout; its seconds are a fixed part per read (the calls to one old and up to every fresh
-server) plus a part per slot. Fitted over the move's reads so far, the model tells a boundary how many slots its
-next read may ask and still end within the budget, and whether even the smallest read would not: without it a
-boundary's one or last read ran past the budget by a whole read (on the bench job one read of 8192 slots took ~2.7
-times a 0.2 share of its step, so a move with share 0.2 cost ~0.55 of a step per boundary).
+server) plus a part per slot. Fitted over the move's reads so far, the model predicts the next read's seconds
+(``seconds``) and how many slots a given time pays for (``slots_within``): a boundary with credit left goes on
+reading only while the next read is predicted to fit, so the move keeps to its budget on average and a boundary
+runs past it by at most one read.
 """
 
 from __future__ import annotations
