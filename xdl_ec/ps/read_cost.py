@@ -3,9 +3,8 @@
 A pre-copy read (:mod:`xdl_ec.ps.background_move`) reads a range of one old shard's slots and loads the rows it
 finds onto the fresh layout; its seconds are a fixed part per read (the calls to one old and up to every fresh
 server) plus a part per slot. Fitted over the move's reads so far, the model predicts the next read's seconds
-(``seconds``) and how many slots a given time pays for (``slots_within``): a boundary with credit left goes on
-reading only while the next read is predicted to fit, so the move keeps to its budget on average and a boundary
-runs past it by at most one read.
+(``seconds``): a boundary with credit left goes on reading only while the next read is predicted to fit, so the
+move keeps to its budget on average and a boundary runs past it by at most one read.
 """
 
 from __future__ import annotations
@@ -66,12 +65,3 @@ class ReadCost:
         """The predicted seconds of a read of ``slots`` slots."""
         fixed, per_slot = self.fit()
         return fixed + per_slot * max(0, int(slots))
-
-    def slots_within(self, seconds: float) -> int:
-        """The most slots a read may ask to end within ``seconds`` (0: not even the fixed part fits)."""
-        fixed, per_slot = self.fit()
-        if seconds <= fixed:
-            return 0
-        if per_slot <= 0:
-            return 1 << 62
-        return int((seconds - fixed) / per_slot)
