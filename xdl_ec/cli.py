@@ -428,6 +428,15 @@ _open_fraction = _number(float, lambda v: 0.0 < v < 1.0, "a number in (0, 1)")
 _share = _number(float, lambda v: 0.0 < v <= 1.0, "a number in (0, 1] (e.g. 0.05)")
 _keeps = _number(float, lambda v: 0.0 <= v < 1.0, "a number in [0, 1) (e.g. 0.95)")
 
+# the built-in job's table rules, which also apply to a --script job: the rules of its tables that declare none
+TABLE_RULE_FLAGS = (
+    "admit_min_count",
+    "admit_counter",
+    "evict_ttl_steps",
+    "evict_ttl_seconds",
+    "max_rows",
+    "evict_every_steps",
+)
 BUILTIN_FLAGS = (
     "data",
     "synthetic",
@@ -449,21 +458,7 @@ BUILTIN_FLAGS = (
     "epochs",
     "eval_fraction",
     "on_bad_line",
-    "admit_min_count",
-    "admit_counter",
-    "evict_ttl_steps",
-    "evict_ttl_seconds",
-    "max_rows",
-    "evict_every_steps",
-)
-# the flags of BUILTIN_FLAGS that also apply to a --script job: the rules of its tables that declare none
-TABLE_RULE_FLAGS = (
-    "admit_min_count",
-    "admit_counter",
-    "evict_ttl_steps",
-    "evict_ttl_seconds",
-    "max_rows",
-    "evict_every_steps",
+    *TABLE_RULE_FLAGS,
 )
 CLUSTER_FLAGS = (
     "workers",
