@@ -256,6 +256,18 @@ def run_cost(args: argparse.Namespace, rules_kind: str) -> Dict[str, Any]:
     }
 
 
+def summary(ratios: List[float], prefix: str = "") -> Dict[str, Any]:
+    """``ratios`` with their median and its 95% interval, under keys ``{prefix}ratios / median / ci95``."""
+    median, low, high = median_interval(ratios)
+    return {f"{prefix}ratios": ratios, f"{prefix}median": median, f"{prefix}ci95": [low, high]}
+
+
+def rotated(kinds: List[str], by: int) -> List[str]:
+    """``kinds`` starting at index ``by`` (mod their count): each round's order of the interleaved runs."""
+    by %= len(kinds)
+    return kinds[by:] + kinds[:by]
+
+
 def median_interval(ratios: List[float], seed: int = 0) -> Tuple[float, float, float]:
     """The median of ``ratios`` and a 95% bootstrap interval of it (2,000 resamples)."""
     values = np.asarray(ratios, dtype=np.float64)
@@ -286,7 +298,7 @@ def run_dlrm_cost(args: argparse.Namespace, out: Path) -> Dict[str, Any]:
     cpu_round: Dict[str, List[float]] = {k: [] for k in DLRM_KINDS if k != "plain"}
     kinds = list(DLRM_KINDS)
     for r in range(args.dlrm_rounds):
-        order = kinds[r % len(kinds) :] + kinds[: r % len(kinds)]
+        order = rotated(kinds, r)
         speed: Dict[str, float] = {}
         sparse: Dict[str, float] = {}
         cpu: Dict[str, float] = {}
@@ -315,19 +327,10 @@ def run_dlrm_cost(args: argparse.Namespace, out: Path) -> Dict[str, Any]:
         )
     result: Dict[str, Any] = {"rounds": args.dlrm_rounds, "steps": args.dlrm_steps, "batch": args.dlrm_batch}
     for kind, ratios in per_round.items():
-        median, low, high = median_interval(ratios)
-        s_median, s_low, s_high = median_interval(stage_round[kind])
-        c_median, c_low, c_high = median_interval(cpu_round[kind])
         result[kind] = {
-            "ratios": ratios,
-            "median": median,
-            "ci95": [low, high],
-            "pull_push_ratios": stage_round[kind],
-            "pull_push_median": s_median,
-            "pull_push_ci95": [s_low, s_high],
-            "cpu_ratios": cpu_round[kind],
-            "cpu_median": c_median,
-            "cpu_ci95": [c_low, c_high],
+            **summary(ratios),
+            **summary(stage_round[kind], "pull_push_"),
+            **summary(cpu_round[kind], "cpu_"),
         }
     return result
 
@@ -341,24 +344,24 @@ def run_dlrm_interleaved(args: argparse.Namespace) -> Dict[str, Any]:
     from xdl_ec.job.local_run import LocalRun
     from xdl_ec.ps.worker import RunSettings
 
-    runs = {}
-    for kind, rules in DLRM_RULES.items():
-        config = TrainConfig(
-            synthetic=True,
-            synthetic_rows=args.dlrm_rows,
-            batch_size=args.dlrm_batch,
-            seed=args.seed,
-            progress=False,
-            **{k: args.dlrm_cap if v == "{cap}" else v for k, v in rules.items()},
-        )
-        runs[kind] = LocalRun(criteo_job(config).spec, RunSettings(seed=args.seed))
-        runs[kind].fit(args.dlrm_interleave)  # warm: TF traces, first allocations
-    speed: Dict[str, List[float]] = {k: [] for k in runs if k != "plain"}
-    cpu: Dict[str, List[float]] = {k: [] for k in runs if k != "plain"}
-    kinds = list(runs)
-    try:
+    runs: Dict[str, Any] = {}
+    speed: Dict[str, List[float]] = {k: [] for k in DLRM_RULES if k != "plain"}
+    cpu: Dict[str, List[float]] = {k: [] for k in DLRM_RULES if k != "plain"}
+    kinds = list(DLRM_RULES)
+    try:  # the runs started so far are closed whatever fails
+        for kind, rules in DLRM_RULES.items():
+            config = TrainConfig(
+                synthetic=True,
+                synthetic_rows=args.dlrm_rows,
+                batch_size=args.dlrm_batch,
+                seed=args.seed,
+                progress=False,
+                **{k: args.dlrm_cap if v == "{cap}" else v for k, v in rules.items()},
+            )
+            runs[kind] = LocalRun(criteo_job(config).spec, RunSettings(seed=args.seed))
+            runs[kind].fit(args.dlrm_interleave)  # warm: TF traces, first allocations
         for r in range(args.dlrm_rounds):
-            order = kinds[r % len(kinds) :] + kinds[: r % len(kinds)]
+            order = rotated(kinds, r)
             wall: Dict[str, float] = {}
             used: Dict[str, float] = {}
             for kind in order:
@@ -381,16 +384,7 @@ def run_dlrm_interleaved(args: argparse.Namespace) -> Dict[str, Any]:
         "rows": rows,
     }
     for kind in speed:
-        median, low, high = median_interval(speed[kind])
-        c_median, c_low, c_high = median_interval(cpu[kind])
-        result[kind] = {
-            "ratios": speed[kind],
-            "median": median,
-            "ci95": [low, high],
-            "cpu_ratios": cpu[kind],
-            "cpu_median": c_median,
-            "cpu_ci95": [c_low, c_high],
-        }
+        result[kind] = {**summary(speed[kind]), **summary(cpu[kind], "cpu_")}
     return result
 
 
