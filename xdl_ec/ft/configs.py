@@ -4,10 +4,11 @@ these in one function; the job API's ``Cluster`` builds them from its keywords).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Tuple, Union
+from typing import Optional, Tuple, Union
 
 from xdl_ec.settings import checks
 from xdl_ec.settings.interval import IntervalPolicy, parse_interval
+from xdl_ec.settings.stripe_code import parse_code
 
 from .rebuild_governor import DEFAULT_REBUILD_KEEPS
 
@@ -15,24 +16,6 @@ STRATEGIES = ("none", "ckpt", "cpr", "ec")
 CPR_MODES = ("mfu", "ssu")
 REBUILD_MODES = ("background", "boundary")
 URGENT_REBUILDS = ("flat-out", "paced")  # a background rebuild when one more loss would be fatal
-MAX_R = 4
-MAX_K_PLUS_R = 32
-
-
-def parse_code(code: Any) -> Tuple[int, int]:
-    """``"k,r"`` or a (k, r) pair -> (k, r) with k >= 1, 1 <= r <= 4, k + r <= 32."""
-    if isinstance(code, str):
-        parts = [p.strip() for p in code.split(",")]
-        if len(parts) != 2 or not all(p.isdigit() for p in parts):
-            raise ValueError(f"code: must be 'k,r' with two positive integers (e.g. 4,1), got {code!r}")
-        k, r = int(parts[0]), int(parts[1])
-    elif isinstance(code, (tuple, list)) and len(code) == 2:
-        k, r = checks.integer("code k", code[0]), checks.integer("code r", code[1])
-    else:
-        raise TypeError(f"code: expected 'k,r' or a (k, r) pair, got {type(code).__name__}")
-    if k < 1 or not 1 <= r <= MAX_R or k + r > MAX_K_PLUS_R:
-        raise ValueError(f"code: need k >= 1, 1 <= r <= {MAX_R} and k + r <= {MAX_K_PLUS_R}, got k={k}, r={r}")
-    return k, r
 
 
 @dataclasses.dataclass(frozen=True)
