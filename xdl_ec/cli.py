@@ -330,12 +330,13 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
     ft.add_argument(
         "--resize-at",
         action="append",
-        metavar="STEP:SERVERS[:drain=ID[,ID]]",
+        metavar="STEP:SERVERS[:drain=ID[,ID]][:code=K,R]",
         default=None,
         help="resize the servers to SERVERS at the step boundary before step STEP, moving only the rows whose "
         "route changes; the model stays the never-resized run's (repeatable; --ft none or ec). ':drain=ID' first "
         "removes the server of that id (e.g. a spot reclaim): only its rows move, it stops last, and a later grow "
-        "gives its id back (e.g. 10:3:drain=1 on 4 servers, then 20:4)",
+        "gives its id back (e.g. 10:3:drain=1 on 4 servers, then 20:4); ':code=K,R' (--ft ec) re-forms the "
+        "stripes with that code, at a new count or the same one (e.g. 10:5:code=3,2)",
     )
     ft.add_argument(
         "--run-dir",
@@ -869,6 +870,7 @@ def _print_report(report: dict, request: TrainRequest) -> None:
             f"{resize['rows_moved']:,} of {resize['rows']:,} rows to another server, {resize['bytes_copied']:,} "
             f"bytes copied in {resize['seconds']:.2f} s"
             + (f" (drained server {', '.join(map(str, resize['drained']))})" if resize.get("drained") else "")
+            + _code_change(resize)
         )
     print(f"model_digest {report['model_digest']}")
     for server in report.get("servers", []):
@@ -1121,16 +1123,31 @@ def add_resize_parser(subparsers: argparse._SubParsersAction) -> None:
         "and it stops last; N counts the servers after (N = the current count replaces it)",
     )
     p.add_argument(
+        "--code",
+        type=_code,
+        default=None,
+        metavar="K,R",
+        help="re-form the stripes with this code (--ft ec; default: the run's is kept); N may be the current count",
+    )
+    p.add_argument(
         "--timeout", type=_positive_float, default=600.0, metavar="SECONDS", help="wait at most (default 600)"
     )
     p.set_defaults(handler=run_resize)
+
+
+def _code_change(record: Dict[str, Any]) -> str:
+    """A resize's code change for its printed line ("" when the code was kept or there are no stripes)."""
+    before, after = record.get("code_before"), record.get("code")
+    if before is None or after is None or list(before) == list(after):
+        return ""
+    return f" (code {before[0]},{before[1]} -> {after[0]},{after[1]})"
 
 
 def run_resize(args: argparse.Namespace) -> int:
     from xdl_ec.job.resize_control import ask_resize
 
     try:
-        record = ask_resize(args.run, args.servers, args.timeout, args.drain or ())
+        record = ask_resize(args.run, args.servers, args.timeout, args.drain or (), args.code)
     except ValueError as err:
         raise UsageError(str(err)) from None
     except (RuntimeError, TimeoutError) as err:
@@ -1141,6 +1158,7 @@ def run_resize(args: argparse.Namespace) -> int:
         f"{record['rows_moved']:,} of {record['rows']:,} rows moved to another server, "
         f"{record['bytes_copied']:,} bytes copied in {record['seconds']:.2f} s"
         + (f" (drained server {', '.join(map(str, record['drained']))})" if record.get("drained") else "")
+        + _code_change(record)
     )
     return 0
 

@@ -174,6 +174,126 @@ def test_a_server_killed_mid_move_under_ec_is_rebuilt_exactly_and_the_resize_com
         assert first["restarts"] == 1 and report["failures"] == []
 
 
+def never_resized_ec() -> dict:
+    """The ``--ft ec`` twin with the original code, 2,1 on 4 servers (never resized)."""
+    if "ec" not in _RUNS:
+        cluster = xdl_ec.Cluster(servers=4, ft="ec", code=(2, 1))
+        _RUNS["ec"] = job().fit(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
+    return _RUNS["ec"]
+
+
+def test_a_resize_with_a_new_code_re_forms_the_stripes_and_later_kills_are_rebuilt_by_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """4 servers of code 2,1 resized to 5 with code 3,2 at step 8 (rows over several boundaries): the run ends at
+    the never-resized twin's model, the stripes scrub clean under the new code, and two servers killed at once after
+    the switch (the old r was 1) are rebuilt by it."""
+    monkeypatch.setattr(Resizer, "precopy_rows", 256)
+    cluster = xdl_ec.Cluster(servers=4, ft="ec", code=(2, 1), resize_at=["8:5:code=3,2"], fail_at=["22:1", "22:3"])
+    report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
+    assert report["model_digest"] == never_resized_ec()["model_digest"] == never_resized()["model_digest"]
+    (r,) = report["resizes"]
+    assert (r["servers_before"], r["servers_after"], r["code_before"], r["code"]) == (4, 5, [2, 1], [3, 2]), r
+    assert r["started_step"] == 8 and r["precopy_boundaries"] >= 2 and r["step"] < 22, r
+    assert r["rows_copied"] >= r["rows"] > 0 and r["restarts"] == 0, r
+    assert report["code"] == {"k": 3, "r": 2} and report["scrub"]["inconsistent"] == []
+    assert sorted((f["step"], f["index"]) for f in report["failures"]) == [(22, 1), (22, 3)]
+
+
+def test_a_new_code_at_the_same_count_re_forms_the_stripes_in_place() -> None:
+    """job.resize(servers=4, code=(3, 1)) on 4 servers of code 2,1 (from another thread): the stripes are re-formed
+    with the new code on 4 fresh servers; the same count with the same code is refused, changing nothing."""
+    j = job()
+    done: dict = {}
+
+    def ask() -> None:
+        try:
+            while not j.resizable:
+                threading.Event().wait(0.05)
+            for code, message in [
+                (None, "has 4 servers already with the code k=2, r=1"),  # the current count and code
+                ((2, 1), "has 4 servers already with the code k=2, r=1"),
+                ("2,1", "has 4 servers already with the code k=2, r=1"),
+                ((3, 2), "the code k=3, r=2 needs at least k \\+ r = 5 servers, got 4"),
+                ("3", "code: must be 'k,r'"),
+                ((1, 5), "code: need k >= 1, 1 <= r <= 4"),
+            ]:
+                with pytest.raises(ResizeError, match=message):
+                    j.resize(servers=4, code=code)  # type: ignore[arg-type]
+            done["record"] = j.resize(servers=4, code=(3, 1), timeout=120)
+            done["code"] = j._resizer._trainer.strategy.stripe_code  # type: ignore[union-attr]
+        except BaseException as err:  # noqa: BLE001 - asserted by the test's thread
+            done["error"] = err
+
+    asker = threading.Thread(target=ask)
+    asker.start()
+    cluster = xdl_ec.Cluster(servers=4, ft="ec", code=(2, 1))
+    report = j.verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
+    asker.join(60)
+    assert done.get("error") is None, done["error"]
+    record = done["record"]
+    assert (record["servers_before"], record["servers_after"], record["code_before"], record["code"]) == (
+        4,
+        4,
+        [2, 1],
+        [3, 1],
+    )
+    assert done["code"] == (3, 1) and report["code"] == {"k": 3, "r": 1} and report["resizes"] == [record]
+    assert record["rows_copied"] >= record["rows"] and record["moved_fraction"] == 0.0  # the same routes
+    assert report["model_digest"] == never_resized_ec()["model_digest"]
+    assert report["scrub"]["inconsistent"] == []
+
+
+def test_a_new_code_in_one_pause_re_forms_the_stripes_at_the_boundary(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the pre-copy off (precopy_share 0) a code-changing resize is one pause at its boundary: every row read,
+    loaded onto the fresh servers under the new code and made durable there."""
+    monkeypatch.setattr(Resizer, "precopy_share", 0.0)
+    cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["6:4:code=2,2"])
+    report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
+    assert report["model_digest"] == never_resized()["model_digest"]
+    (r,) = report["resizes"]
+    assert (r["step"], r["servers_after"], r["code_before"], r["code"]) == (6, 4, [2, 1], [2, 2]), r
+    assert r["rows_copied"] == r["rows"] and "precopy_boundaries" not in r, r
+    assert report["code"] == {"k": 2, "r": 2} and report["scrub"]["inconsistent"] == []
+
+
+@pytest.mark.parametrize(
+    "phase, which", [("precopy", "old"), ("load", "fresh")], ids=["old-mid-precopy", "fresh-at-the-switch"]
+)
+def test_a_server_killed_during_a_code_changing_move_is_rebuilt_and_the_resize_completes(
+    monkeypatch: pytest.MonkeyPatch, phase: str, which: str
+) -> None:
+    """3 servers of code 2,1 resized to 5 with code 2,2: old server 1 dies at the pre-copy's second boundary (the
+    old code rebuilds it and the move goes on), or fresh server 4 dies once the last rows reached the new layout,
+    before its parity is durable (the move starts over on new fresh servers, with the new code again)."""
+    killed: list = []
+    boundaries: list = []
+
+    def kill_once(name: str, trainer: object, move: object) -> None:
+        if name == "precopy":
+            boundaries.append(name)
+        if name == phase and not killed and (phase != "precopy" or len(boundaries) == 2):
+            killed.append(name)
+            if which == "old":
+                trainer.scheduler.kill("server", 1)  # type: ignore[attr-defined]
+            else:
+                trainer.backend.kill(move.fresh[4])  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(Resizer, "on_phase", staticmethod(kill_once))
+    monkeypatch.setattr(Resizer, "precopy_rows", 96)
+    cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["8:5:code=2,2"])
+    report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
+    assert killed == [phase]
+    assert report["model_digest"] == never_resized()["model_digest"]
+    (r,) = report["resizes"]
+    assert (r["servers_after"], r["code_before"], r["code"]) == (5, [2, 1], [2, 2]), r
+    assert report["code"] == {"k": 2, "r": 2} and report["scrub"]["inconsistent"] == []
+    if which == "old":
+        assert [f["index"] for f in report["failures"]] == [1] and r["restarts"] == 0
+    else:
+        assert r["restarts"] == 1 and report["failures"] == []
+
+
 def test_under_ec_the_rows_move_over_several_boundaries_and_the_final_pause_copies_only_what_changed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -322,10 +442,25 @@ def test_a_resize_that_cannot_be_done_is_an_error_that_changes_nothing() -> None
         ("5", "STEP:SERVERS"),
         ("5:3:drain=1,1", "drained twice"),
         ("5:3:drain=x", "drain=ID"),
+        ("5:3:code=3", "code: must be 'k,r'"),
+        ("5:3:code=0,1", "code: need k >= 1"),
+        ("5:3:code=2,1:code=2,1", "code= is given twice"),
     ]:
         with pytest.raises(ValueError, match=message):
             parse_resize(text)
     assert parse_resize("5:3:drain=1,2") == resize_module.ResizeAt(5, 3, (1, 2))
+    coded = parse_resize(" 5 : 5 : drain = 1 : code = 3 , 2 ")
+    assert coded == resize_module.ResizeAt(5, 5, (1,), (3, 2)) and parse_resize(str(coded)) == coded
+    assert str(coded) == "5:5:drain=1:code=3,2" and parse_resize("5:5:code=3,2:drain=1") == coded
+    with pytest.raises(ValueError, match="5:3:code=2,1: a code needs --ft ec"):
+        job().fit(steps=10, cluster=xdl_ec.Cluster(servers=2, resize_at=["5:3:code=2,1"]))
+    with pytest.raises(ValueError, match="code k=3, r=2 needs at least 5 servers"):
+        job().fit(steps=10, cluster=xdl_ec.Cluster(servers=4, ft="ec", code=(2, 1), resize_at=["5:4:code=3,2"]))
+    with pytest.raises(ValueError, match="has 4 servers then already with the code k=2, r=1"):
+        job().fit(steps=10, cluster=xdl_ec.Cluster(servers=4, ft="ec", code=(2, 1), resize_at=["5:4:code=2,1"]))
+    with pytest.raises(ValueError, match="code k=3, r=2 needs at least 5 servers"):  # the code a resize left
+        cluster = xdl_ec.Cluster(servers=4, ft="ec", code=(2, 1), resize_at=["5:5:code=3,2", "8:4"])
+        job().fit(steps=10, cluster=cluster)
     with pytest.raises(ValueError, match=r"drain: server id \[4\] is not live"):
         job().fit(steps=10, cluster=xdl_ec.Cluster(servers=4, resize_at=["5:3:drain=4"]))
     with pytest.raises(ValueError, match=r"drain: server id \[1\] is not live"):  # drained at 5, gone at 8
@@ -355,15 +490,16 @@ def test_a_resize_that_cannot_be_done_is_an_error_that_changes_nothing() -> None
             threading.Event().wait(0.05)
         trainer = j._resizer._trainer
         trainer.hooks.insert(0, HoldAtBoundary())
-        for servers, drain, message in [
-            (0, None, "at least 1 server"),
-            (2, None, "has 2 servers already"),
-            (2, 5, r"server id \[5\] is not live \(the live ids are \[0, 1\]\)"),
-            (2, [0, 0], "given twice"),
-            (2, "1", "expected a server id"),
+        for servers, drain, code, message in [
+            (0, None, None, "at least 1 server"),
+            (2, None, None, "has 2 servers already"),
+            (2, 5, None, r"server id \[5\] is not live \(the live ids are \[0, 1\]\)"),
+            (2, [0, 0], None, "given twice"),
+            (2, "1", None, "expected a server id"),
+            (3, None, (2, 1), "a code needs --ft ec"),
         ]:
             with pytest.raises(ResizeError, match=message):
-                j.resize(servers=servers, drain=drain)  # type: ignore[arg-type]
+                j.resize(servers=servers, drain=drain, code=code)  # type: ignore[arg-type]
         seen["servers"] = len(trainer.scheduler.servers)
         first = threading.Thread(target=lambda: seen.setdefault("first", j.resize(servers=3, timeout=120)))
         first.start()
@@ -392,6 +528,18 @@ def test_a_resize_that_cannot_be_done_is_an_error_that_changes_nothing() -> None
     assert seen["servers"] == 2 and seen["busy"] == 2  # the refused asks changed nothing
     assert seen["first"]["servers_after"] == 3 and len(report["servers"]) == 3
     assert report["model_digest"] == never_resized()["model_digest"]
+
+
+def test_xdl_ec_resize_takes_a_code_by_the_rule_of_code(capsys: pytest.CaptureFixture) -> None:
+    from xdl_ec.cli import build_parser
+
+    args = build_parser().parse_args(["resize", "--run", "d", "5", "--code", "3,2", "--drain", "1"])
+    assert (args.servers, args.code, args.drain) == (5, (3, 2), [1])
+    assert build_parser().parse_args(["resize", "--run", "d", "5"]).code is None
+    for bad, message in [("3", "expected K,R"), ("0,1", "need k >= 1"), ("2,5", "1 <= r <= 4")]:
+        with pytest.raises(SystemExit) as exit_:
+            build_parser().parse_args(["resize", "--run", "d", "5", "--code", bad])
+        assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_routing_after_a_resize_is_the_new_counts() -> None:
@@ -449,7 +597,7 @@ def test_xdl_ec_resize_reaches_a_running_train_through_its_run_dir(tmp_path: Pat
     """``xdl-ec train --run-dir DIR`` takes SIGUSR1 with DIR's request; ``xdl-ec resize --run DIR N`` asks and prints
     the resize, and an ask after the run ended names the missing run (refusals and the model a resize keeps are the
     other tests' subject)."""
-    flags = ["train", "--synthetic", "--synthetic-rows", "4000", "--batch-size", "64", "--steps", "300"]
+    flags = ["train", "--synthetic", "--synthetic-rows", "4000", "--batch-size", "64", "--steps", "400"]
     flags += ["--servers", "2", "--deterministic", "--no-progress", "--seed", "3"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(os.path.abspath(p) for p in sys.path if p)}
     run_dir = tmp_path / "run"
@@ -462,6 +610,14 @@ def test_xdl_ec_resize_reaches_a_running_train_through_its_run_dir(tmp_path: Pat
         while not (run_dir / "train.pid").exists():
             assert training.poll() is None, "the training run ended before its pid file appeared"
             time.sleep(0.1)
+        coded = subprocess.run(  # the code reaches the run through its request: refused there (--ft none)
+            [sys.executable, "-P", "-m", "xdl_ec", "resize", "--run", str(run_dir), "3", "--code", "2,1"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert coded.returncode == 1 and "a code needs --ft ec" in coded.stderr, coded.stderr
         asked = subprocess.run(
             [sys.executable, "-P", "-m", "xdl_ec", "resize", "--run", str(run_dir), "3", "--drain", "0"],
             env=env,

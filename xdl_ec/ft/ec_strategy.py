@@ -346,12 +346,14 @@ class ErasureCoded(FaultTolerance):
             self.background.stop()
         self._closed_stats = {}
 
-    def successor(self) -> "ErasureCoded":
+    def successor(self, code: Optional[Tuple[int, int]] = None) -> "ErasureCoded":
         """A fresh strategy of these settings for the resized cluster (``attach`` forms its stripes over the new
-        count), carrying the failures recorded so far."""
+        count), carrying the failures recorded so far. ``code``: the (k, r) its stripes take (None: this one's; a
+        resize asked to change it)."""
+        k, r = (self.k, self.r) if code is None else parse_code(code)
         nxt = ErasureCoded(
-            self.k,
-            self.r,
+            k,
+            r,
             self.rebuild_stripes_per_step,
             self.rebuild_share,
             self.rebuild_mode,

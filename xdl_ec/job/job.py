@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -445,7 +445,11 @@ class Job:
         return self._resizer is not None and self._resizer.active
 
     def resize(
-        self, servers: int, drain: Union[int, Sequence[int], None] = None, timeout: Optional[float] = None
+        self,
+        servers: int,
+        drain: Union[int, Sequence[int], None] = None,
+        timeout: Optional[float] = None,
+        code: Union[str, Tuple[int, int], None] = None,
     ) -> Dict[str, Any]:
         """Resizes the servers of the cluster fit running now (call it from another thread) to ``servers`` at the
         next step boundary, and returns the resize's record once it is done: step (the first on the new count),
@@ -454,14 +458,17 @@ class Job:
         servers with the stripes re-formed, and the model stays the one of a run never resized). ``drain``: the
         server id (or ids) to remove, e.g. a spot machine reclaimed with notice: only its rows move (plus what the
         count change implies) and it stops last; ``servers`` counts the servers after, so ``drain=i`` with the
-        current count replaces server i. ``timeout``: seconds to wait for a boundary before withdrawing.
-        ResizeError, changing nothing: no cluster fit running, fewer servers than 1 or than the code's k + r, the
-        current count without a drain, a drained id not live, another resize under way, or a cluster the resize
-        does not support yet (``--ft ckpt`` / ``cpr``, caches, bounded tables)."""
+        current count replaces server i. ``timeout``: seconds to wait for a boundary before withdrawing. ``code``:
+        the (k, r) (or "k,r") the re-formed stripes take under ``ft="ec"`` (None: kept; the record names
+        ``code_before`` and ``code``); a new code at the current count re-forms the stripes in place.
+        ResizeError, changing nothing: no cluster fit running, fewer servers than 1 or than the (new) code's
+        k + r, the current count and code without a drain, a drained id not live, a code without ``ft="ec"`` or
+        against ``--code``'s rule, another resize under way, or a cluster the resize does not support yet
+        (``--ft ckpt`` / ``cpr``, caches, bounded tables)."""
         resizer = self._resizer
         if resizer is None:
             raise ResizeError("resize: no cluster run is training (resize while job.fit(cluster=...) runs)")
-        return resizer.request(servers, drain, timeout)
+        return resizer.request(servers, drain, timeout, code)
 
     def save(self, directory: PathLike, keep: int = 2) -> str:
         """Saves the last fit's model (every table's rows with optimizer state, the dense weights with their

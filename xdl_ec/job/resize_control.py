@@ -1,11 +1,11 @@
-"""Resizing a running ``xdl-ec train`` from outside it: ``xdl-ec resize --run DIR N``.
+"""Resizing a running ``xdl-ec train`` from outside it: ``xdl-ec resize --run DIR N [--drain I] [--code K,R]``.
 
 The training process, given ``--run-dir DIR``, writes its pid to ``DIR/train.pid`` and resizes on SIGUSR1: it reads
-the request ``DIR/resize.request`` ({"id", "servers", "drain": [ids]}), resizes its job's servers at the next step
-boundary (:meth:`xdl_ec.job.job.Job.resize`, on a thread of its own: a signal handler must not wait) and writes the
-answer ``DIR/resize.answer`` ({"id", "record"} or {"id", "error"}). ``xdl-ec resize`` writes the request, signals
-the pid and waits for the answer of its id. Files are written whole (a temporary file renamed over), so neither
-side reads half of one.
+the request ``DIR/resize.request`` ({"id", "servers", "drain": [ids], "code": [k, r] or null}), resizes its job's
+servers at the next step boundary (:meth:`xdl_ec.job.job.Job.resize`, on a thread of its own: a signal handler
+must not wait) and writes the answer ``DIR/resize.answer`` ({"id", "record"} or {"id", "error"}). ``xdl-ec resize``
+writes the request, signals the pid and waits for the answer of its id. Files are written whole (a temporary file
+renamed over), so neither side reads half of one.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 PID_FILE = "train.pid"
 REQUEST_FILE = "resize.request"
@@ -75,7 +75,8 @@ class ResizeControl:
             while not self.job.resizable and not self._stopped.is_set() and time.monotonic() < deadline:
                 time.sleep(0.05)  # asked while the cluster starts: the resize waits for it
             drain = [int(i) for i in request.get("drain", [])]
-            record = self.job.resize(int(request["servers"]), drain or None)
+            code = request.get("code")
+            record = self.job.resize(int(request["servers"]), drain or None, code=None if code is None else tuple(code))
             answer: Dict[str, Any] = {"id": request_id, "record": record}
         except Exception as err:  # noqa: BLE001 - every refusal or failure is the asker's answer
             answer = {"id": request_id, "error": f"{type(err).__name__}: {err}"}
@@ -83,18 +84,29 @@ class ResizeControl:
 
 
 def ask_resize(
-    directory: Union[str, os.PathLike], servers: int, timeout: float = 600.0, drain: Sequence[int] = ()
+    directory: Union[str, os.PathLike],
+    servers: int,
+    timeout: float = 600.0,
+    drain: Sequence[int] = (),
+    code: Optional[Tuple[int, int]] = None,
 ) -> Dict[str, Any]:
     """Asks the run training with ``--run-dir directory`` to resize to ``servers``, first removing the servers of
-    ids ``drain``, and waits for its answer: the resize's record. ValueError when no run is there, RuntimeError
-    with the run's refusal or failure, TimeoutError after ``timeout`` seconds."""
+    ids ``drain``, its stripes re-formed with ``code`` (None: kept), and waits for its answer: the resize's
+    record. ValueError when no run is there, RuntimeError with the run's refusal or failure, TimeoutError after
+    ``timeout`` seconds."""
     root = Path(directory)
     try:
         pid = int((root / PID_FILE).read_text(encoding="utf-8").strip())
     except (FileNotFoundError, ValueError):
         raise ValueError(f"--run {root}: no training run there (no {PID_FILE}; train with --run-dir {root})") from None
     request_id = secrets.token_hex(8)
-    _write_whole(root / REQUEST_FILE, {"id": request_id, "servers": int(servers), "drain": [int(i) for i in drain]})
+    request = {
+        "id": request_id,
+        "servers": int(servers),
+        "drain": [int(i) for i in drain],
+        "code": None if code is None else [int(x) for x in code],
+    }
+    _write_whole(root / REQUEST_FILE, request)
     try:
         os.kill(pid, signal.SIGUSR1)
     except ProcessLookupError:

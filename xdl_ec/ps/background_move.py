@@ -2,7 +2,8 @@
 (issue #38), as a virtual machine migrates live: copy everything once, then only what changed since, and switch.
 
 The stripes rotate over the server count, so a resize re-forms them on fresh servers (:mod:`xdl_ec.ps.resize`).
-The fresh servers start ahead with their own parity (the resize's strategy, attached to them alone); then:
+The fresh servers start ahead with their own parity (the resize's strategy, attached to them alone: its stripes of
+the code the resize asks, or the old one's); then:
 
 1. **Pre-copy.** At step boundaries a bounded number of slot records (:attr:`Resizer.precopy_rows` per boundary,
    or large reads while ``precopy_share`` of the median step's seconds per boundary lasts, on average: a read's
@@ -121,10 +122,13 @@ class BackgroundMove:
         on_phase: Any = None,
         old_ids: Optional[Sequence[int]] = None,
         drain: Sequence[int] = (),
+        code: Optional[Tuple[int, int]] = None,
     ) -> None:
         """``old_ids``: the old servers' stable ids (None: 0..n-1), ``drain`` those that leave: a row's move
-        counts in ``rows_moved`` when its owner's id changes or its old server is drained."""
+        counts in ``rows_moved`` when its owner's id changes or its old server is drained. ``code``: the (k, r)
+        the fresh stripes take (None: the current strategy's)."""
         self.servers = servers
+        self.code = code
         self.ids = list(ids)
         self.old_ids = list(range(len(trainer.scheduler.servers))) if old_ids is None else list(old_ids)
         self.drain = set(int(i) for i in drain)
@@ -149,7 +153,7 @@ class BackgroundMove:
         """Fresh servers with their own stripes (the resize's strategy, attached to them alone), nothing read."""
         scheduler = trainer.scheduler
         self.fresh = list(ready) if ready is not None else scheduler.start_servers(range(self.servers), self.placement)
-        self.strategy = trainer.strategy.successor()
+        self.strategy = trainer.strategy.successor(self.code)
         try:
             self.strategy.attach(_FreshView(trainer, self.fresh))
         except (RoleLost, TimeoutError) as err:

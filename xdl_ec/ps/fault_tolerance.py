@@ -113,8 +113,9 @@ class FaultTolerance:
     def retire(self) -> None:
         """A resize has read every row of this strategy's servers and replaces them: stop its threads."""
 
-    def successor(self) -> "FaultTolerance":
-        """The strategy of the resized cluster (attached to it by the caller)."""
+    def successor(self, code: Optional[Tuple[int, int]] = None) -> "FaultTolerance":
+        """The strategy of the resized cluster (attached to it by the caller); ``code``: its stripes' (k, r) when
+        the resize asks another (None: this one's)."""
         raise NotImplementedError(f"{type(self).__name__} does not re-form on a resize")
 
     def parity_bytes(self) -> int:

@@ -1,5 +1,5 @@
 """Resizing a running cluster's parameter servers (issue #38): ``job.resize(servers=N)`` from another thread, and
-``--resize-at STEP:N`` (repeatable, like ``--fail-at``) for tests and benchmarks.
+``--resize-at STEP:N[:drain=I[,J]][:code=K,R]`` (repeatable, like ``--fail-at``) for tests and benchmarks.
 
 Routing makes a resize cheap: a key's server is its virtual bucket's rendezvous owner among the server ids
 (``RouteTable``, docs/design/elastic.md), and going from n to m servers without a drain keeps the ids dense
@@ -22,7 +22,7 @@ its new one after; the step after the boundary is the first on the new layout (`
   from its old server to its new one with its optimizer state (loaded there before it is erased here), and emptied
   servers stop last. Only the moving rows cross.
 - Under ``--ft ec`` the stripes rotate over the server count, so another count is other stripes for every block:
-  the stripes are re-formed (k, r kept) on m fresh servers under the strategy's successor, and the copy is spread
+  the stripes are re-formed on m fresh servers under the strategy's successor, and the copy is spread
   over step boundaries while training goes on (:mod:`xdl_ec.ps.background_move`): the boundaries copy a bounded
   number of slot records (:attr:`Resizer.precopy_share` of the median step on average, or
   :attr:`Resizer.precopy_rows` each) onto the fresh layout, and once every slot was read, one final boundary
@@ -32,9 +32,16 @@ its new one after; the step after the boundary is the first on the new layout (`
   server lost is no loss (every row is still on the old servers): the move starts over on new fresh servers. This
   is the default (``precopy_share`` 0.1); ``precopy_share = 0`` moves in one pause as under ``none`` (every row
   read, loaded and made durable at the boundary). ``rows_moved`` still counts the rows whose owner changed.
+- The code: k, r are kept unless the resize asks another (``job.resize(servers=N, code=(K, R))``,
+  ``--resize-at STEP:N:code=K,R``; ``--ft ec`` only, by ``--code``'s rule): the successor's stripes are then formed
+  with (K, R) on the fresh servers (placed by the rule for it), so the old stripes protect every row with the old
+  code until the new ones are durable; after the switch the strategy is the new code's (later resizes, losses and
+  rebuilds use it). No parity survives a code change (other k: other stripes; other r: other holders), hence fresh
+  servers; a new code at the current count is a resize too (the stripes re-formed in place, the routes unchanged).
 
-What a resize refuses, changing nothing (:class:`ResizeError`): a count below 1 or below the stripes' k + r, the
-current count without a drain, a drained id that is not live, a resize while another is asked or under way, a
+What a resize refuses, changing nothing (:class:`ResizeError`): a count below 1 or below the stripes' k + r (the new
+code's, when one is asked), the current count and code without a drain, a code without ``--ft ec`` or against
+``--code``'s rule, a drained id that is not live, a resize while another is asked or under way, a
 cluster whose workers cache rows, tables with admit / evict rules (each server keeps an even share of a table's row
 cap), a count the failure domain's alive nodes cannot hold, and ``--ft ckpt`` / ``cpr`` (their checkpoints are per
 server). Under a failure domain (``ec`` on several Ray nodes) the fresh servers are placed by the rule for the new
@@ -54,6 +61,7 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from xdl_ec import _core
+from xdl_ec.settings.stripe_code import parse_code
 
 from .api import ServerAPI
 from .backend import RoleLost
@@ -64,7 +72,9 @@ from .remote import Remote
 
 __all__ = ["ResizeAt", "ResizeError", "Resizer", "parse_resize"]
 
-_RESIZE = re.compile(r"\s*(\d+)\s*:\s*(\d+)\s*(?::\s*drain\s*=\s*(\d+(?:\s*,\s*\d+)*)\s*)?")
+_HEAD = re.compile(r"\s*(\d+)\s*:\s*(\d+)\s*")
+_DRAIN = re.compile(r"\s*drain\s*=\s*(\d+(?:\s*,\s*\d+)*)\s*")
+_CODE = re.compile(r"\s*code\s*=(.*)")
 
 
 class ResizeError(ValueError):
@@ -78,24 +88,47 @@ class ResizeAt:
     step: int
     servers: int
     drain: Tuple[int, ...] = ()  # server ids removed (a spot reclaim with notice), see :func:`plan_ids`
+    code: Optional[Tuple[int, int]] = None  # the (k, r) the re-formed stripes take (``--ft ec``); None keeps it
 
     def __str__(self) -> str:
         tail = f":drain={','.join(str(i) for i in self.drain)}" if self.drain else ""
+        if self.code is not None:
+            tail += f":code={self.code[0]},{self.code[1]}"
         return f"{self.step}:{self.servers}{tail}"
 
 
 def parse_resize(text: str, flag: str = "--resize-at") -> ResizeAt:
-    """``STEP:N`` or ``STEP:N:drain=I[,J...]`` -> :class:`ResizeAt`; ValueError names ``flag`` and what was wrong."""
+    """``STEP:N[:drain=I[,J...]][:code=K,R]`` -> :class:`ResizeAt`; ValueError names ``flag`` and what was wrong.
+    ``code`` follows the rule of a job's ``--code`` (:func:`~xdl_ec.settings.stripe_code.parse_code`)."""
     if not isinstance(text, str):
         raise TypeError(f"{flag}: expected a string STEP:SERVERS, got {type(text).__name__}")
-    m = _RESIZE.fullmatch(text)
-    if m is None:
-        raise ValueError(
-            f"{flag}: expected STEP:SERVERS or STEP:SERVERS:drain=ID[,ID...] with non-negative integers, e.g. 10:3 "
-            f"or 10:3:drain=1, got {text!r}"
-        )
-    step, servers = int(m.group(1)), int(m.group(2))
-    drain = tuple(int(i) for i in m.group(3).split(",")) if m.group(3) else ()
+    usage = (
+        f"{flag}: expected STEP:SERVERS[:drain=ID[,ID...]][:code=K,R] with non-negative integers, e.g. 10:3, "
+        f"10:3:drain=1 or 10:5:code=3,2, got {text!r}"
+    )
+    parts = text.split(":")
+    head = _HEAD.fullmatch(":".join(parts[:2]))
+    if head is None:
+        raise ValueError(usage)
+    step, servers = int(head.group(1)), int(head.group(2))
+    drain: Tuple[int, ...] = ()
+    code: Optional[Tuple[int, int]] = None
+    given: List[str] = []
+    for part in parts[2:]:
+        name = part.split("=", 1)[0].strip()
+        if name in given:
+            raise ValueError(f"{flag}: {name}= is given twice in {text!r}; give it once")
+        given.append(name)
+        drained, coded = _DRAIN.fullmatch(part), _CODE.fullmatch(part)
+        if drained is not None:
+            drain = tuple(int(i) for i in drained.group(1).split(","))
+        elif coded is not None:
+            try:
+                code = parse_code(coded.group(1).strip())
+            except ValueError as err:
+                raise ValueError(f"{flag}: {err} in {text!r} (code=K,R, as --code)") from None
+        else:
+            raise ValueError(usage)
     if len(set(drain)) != len(drain):
         raise ValueError(f"{flag}: a server id is drained twice in {text!r}; name each once")
     if step < 2:
@@ -105,7 +138,7 @@ def parse_resize(text: str, flag: str = "--resize-at") -> ResizeAt:
         )
     if servers < 1:
         raise ValueError(f"{flag}: SERVERS must be >= 1, got {text!r}")
-    return ResizeAt(step, servers, drain)
+    return ResizeAt(step, servers, drain, code)
 
 
 def check_schedule(schedule: Sequence[ResizeAt], flag: str = "--resize-at") -> List[ResizeAt]:
@@ -159,24 +192,40 @@ def plan_ids(ids: Sequence[int], servers: int, drain: Sequence[int] = ()) -> Tup
     return kept, after
 
 
-def check_target(trainer: Any, servers: int, drain: Any = None) -> None:
-    """ResizeError when ``trainer``'s cluster cannot be resized to ``servers`` with the ``drain`` ids removed (see
-    the module docstring)."""
+def code_after(trainer: Any, code: Any) -> Optional[Tuple[int, int]]:
+    """The stripes' (k, r) after a resize of ``trainer``'s cluster asked with ``code`` (None: the current one,
+    kept); ResizeError when the run keeps no stripes (``--ft`` other than ec) or ``code`` breaks ``--code``'s rule."""
+    current = trainer.strategy.stripe_code
+    if code is None:
+        return None if current is None else (int(current[0]), int(current[1]))
+    if current is None:
+        ft = getattr(trainer.strategy, "name", "none")
+        raise ResizeError(f"code: a code needs --ft ec (this run has --ft {ft}: no stripes); nothing was changed")
+    try:
+        return parse_code(code)
+    except (TypeError, ValueError) as err:
+        raise ResizeError(f"{err}; nothing was changed") from None
+
+
+def check_target(trainer: Any, servers: int, drain: Any = None, code: Any = None) -> Optional[Tuple[int, int]]:
+    """ResizeError when ``trainer``'s cluster cannot be resized to ``servers`` with the ``drain`` ids removed and
+    its stripes re-formed with ``code`` (None: kept; see the module docstring); else the code after."""
     drained = drain_ids(drain)
     if isinstance(servers, bool) or not isinstance(servers, (int, np.integer)):
         raise ResizeError(f"servers: expected an int, got {type(servers).__name__}")
     current = len(trainer.scheduler.servers)
     if servers < 1:
         raise ResizeError(f"servers: a cluster needs at least 1 server, got {servers}")
-    code = trainer.strategy.stripe_code
-    if code is not None and servers < sum(code):
-        k, r = code
+    new_code = code_after(trainer, code)
+    if new_code is not None and servers < sum(new_code):
+        k, r = new_code
         raise ResizeError(
             f"servers: the code k={k}, r={r} needs at least k + r = {k + r} servers, got {servers}; keep at least "
             f"{k + r}"
         )
-    if servers == current and not drained:
-        raise ResizeError(f"servers: the cluster has {current} servers already")
+    if servers == current and not drained and new_code == code_after(trainer, None):
+        kept = "" if new_code is None else f" with the code k={new_code[0]}, r={new_code[1]}"
+        raise ResizeError(f"servers: the cluster has {current} servers already{kept}")
     plan_ids(server_ids_of(trainer.scheduler), int(servers), drained)
     ft = getattr(trainer.strategy, "name", "none")
     if ft not in ("none", "ec"):
@@ -191,6 +240,7 @@ def check_target(trainer: Any, servers: int, drain: Any = None) -> None:
         )
     if trainer.scheduler.placement is not None and not trainer.strategy.reforms_on_resize:
         raise ResizeError("resize: the servers are placed by a failure domain but form no stripes to re-form")
+    return new_code
 
 
 def _row_bytes(rows: Dict[str, np.ndarray]) -> int:
@@ -213,11 +263,20 @@ class StartedServers:
     seconds to start: not in the pause): for a count of ``before`` servers, the new ones (indices before..servers-1)
     or, for a strategy that re-forms, ``servers`` fresh ones with their placement. :meth:`take` waits for them."""
 
-    def __init__(self, trainer: Any, servers: int, background: bool, drain: Sequence[int] = ()) -> None:
+    def __init__(
+        self,
+        trainer: Any,
+        servers: int,
+        background: bool,
+        drain: Sequence[int] = (),
+        code: Optional[Tuple[int, int]] = None,
+    ) -> None:
         self.before = len(trainer.scheduler.servers)
         self.ids = server_ids_of(trainer.scheduler)  # the cluster they were started for
+        self.code_before = trainer.strategy.stripe_code  # ... and the code it had (the placement's, code None)
         self.servers = servers
         self.drain = tuple(drain)
+        self.code = code  # the re-formed stripes' (None: kept)
         self.handles: Optional[List[Any]] = None
         self.placement: Any = None
         self.error: Optional[BaseException] = None
@@ -233,7 +292,7 @@ class StartedServers:
         try:
             scheduler = trainer.scheduler
             if trainer.strategy.reforms_on_resize:
-                self.placement = _placement_of(trainer, self.servers)
+                self.placement = _placement_of(trainer, self.servers, self.code)
                 self.handles = scheduler.start_servers(range(self.servers), self.placement)
             else:
                 kept, _ = plan_ids(self.ids, self.servers, self.drain)
@@ -246,7 +305,11 @@ class StartedServers:
         caller starts them at the boundary; any started here are stopped)."""
         if self._thread is not None:
             self._thread.join()
-        fits = self.error is None and self.ids == server_ids_of(trainer.scheduler)
+        fits = (
+            self.error is None
+            and self.ids == server_ids_of(trainer.scheduler)
+            and self.code_before == trainer.strategy.stripe_code
+        )
         if not fits:
             self.drop(trainer)
             return None
@@ -267,6 +330,7 @@ def resize_servers(
     on_phase: Any = None,
     started: Optional[StartedServers] = None,
     drain: Sequence[int] = (),
+    code: Optional[Tuple[int, int]] = None,
 ) -> Dict[str, Any]:
     """Resizes ``trainer``'s cluster to ``servers`` at this step boundary (see the module docstring); returns the
     resize's record: step (the first on the new count), servers before and after, rows held, ``rows_moved`` (rows
@@ -278,15 +342,17 @@ def resize_servers(
     hook called at the move's phases ("export": before the old servers are read, "load": after a table's rows are
     loaded onto the fresh servers). ``drain``: server ids that leave (their rows move to their new owners first);
     the record then gives ``drained`` and the ids after (``server_ids``), and ``ideal_fraction`` is the share of
-    the route table's buckets whose owner changes."""
+    the route table's buckets whose owner changes. ``code``: the (k, r) the re-formed stripes take (None: kept;
+    the record names ``code_before`` and ``code`` under stripes)."""
     try:
-        check_target(trainer, servers, drain)
+        check_target(trainer, servers, drain, code)
     except ResizeError:
         if started is not None:
             started.drop(trainer)
         raise
     if trainer.strategy.reforms_on_resize:
-        _placement_of(trainer, servers)  # nodes too few for the new count: refused before anything moves
+        _placement_of(trainer, servers, code)  # nodes too few for the new count: refused before anything moves
+    code_before = trainer.strategy.stripe_code
     start = time.perf_counter()
     before = len(trainer.scheduler.servers)
     ids_before = server_ids_of(trainer.scheduler)
@@ -297,9 +363,17 @@ def resize_servers(
     ready = started.take(trainer) if started is not None else None
     if trainer.strategy.reforms_on_resize:
         ids_after = sorted(ids_after)  # all servers are fresh: in id order, dense again once the holes are filled
-        placement = ready.placement if ready is not None else _placement_of(trainer, servers)
+        placement = ready.placement if ready is not None else _placement_of(trainer, servers, code)
         held, moved, copied, copied_bytes, restarts = _move_onto_fresh_servers(
-            trainer, servers, live, on_phase, placement, None if ready is None else ready.handles, ids_after, drain
+            trainer,
+            servers,
+            live,
+            on_phase,
+            placement,
+            None if ready is None else ready.handles,
+            ids_after,
+            drain,
+            code,
         )
     else:
         held, moved, copied, copied_bytes = _move_changed_rows(
@@ -322,7 +396,15 @@ def resize_servers(
         "bytes_copied": copied_bytes,
         "restarts": restarts,
         "seconds": time.perf_counter() - start,
+        **_code_fields(code_before, trainer.strategy.stripe_code),
     }
+
+
+def _code_fields(before: Optional[Tuple[int, int]], after: Optional[Tuple[int, int]]) -> Dict[str, Any]:
+    """A record's ``code_before`` and ``code`` ([k, r]) under stripes, nothing without them."""
+    if before is None or after is None:
+        return {}
+    return {"code_before": [int(x) for x in before], "code": [int(x) for x in after]}
 
 
 def _move_changed_rows(
@@ -371,13 +453,15 @@ def _move_changed_rows(
 FRESH_ATTEMPTS = 3  # times a re-forming move starts over on fresh servers when one of them dies mid-move
 
 
-def _placement_of(trainer: Any, servers: int) -> Any:
-    """The failure-domain placement of ``servers`` re-formed servers (None where Ray places them): the alive nodes
-    must hold them with at most r members of a stripe on a node, else ResizeError."""
+def _placement_of(trainer: Any, servers: int, code: Optional[Tuple[int, int]] = None) -> Any:
+    """The failure-domain placement of ``servers`` re-formed servers with stripes of ``code`` (None: the current
+    one) (None where Ray places them): the alive nodes must hold them with at most r members of a stripe on a
+    node, else ResizeError."""
     if trainer.scheduler.placement is None:
         return None
+    stripes = trainer.strategy.stripe_code if code is None else code
     try:
-        return plan_placement(trainer.backend, trainer.cluster.failure_domain, servers, trainer.strategy.stripe_code)
+        return plan_placement(trainer.backend, trainer.cluster.failure_domain, servers, stripes)
     except ValueError as err:
         raise ResizeError(f"resize to {servers} servers: {err}") from err
 
@@ -391,6 +475,7 @@ def _move_onto_fresh_servers(
     ready: Optional[List[Any]] = None,
     ids_after: Optional[List[int]] = None,
     drain: Sequence[int] = (),
+    code: Optional[Tuple[int, int]] = None,
 ) -> tuple:
     """A strategy whose redundancy depends on the count (``ec``'s stripes rotate over the servers) re-forms it on
     ``servers`` fresh servers. Every row is read from the old servers while their strategy still protects them (a
@@ -399,7 +484,8 @@ def _move_onto_fresh_servers(
     loaded into its owner there (reaching the new parity as a push does) and made parity-durable, and only then do
     the old servers stop. A fresh server lost before that is no loss: every row is still in hand and on the old
     servers, so the move starts over on new fresh servers. ``ids_after``: the fresh servers' stable ids (None:
-    0..servers-1), a drain's hole kept; a row of a ``drain`` id counts as moved even when a new server takes its id."""
+    0..servers-1), a drain's hole kept; a row of a ``drain`` id counts as moved even when a new server takes its id.
+    ``code``: the successor's (k, r), its stripes formed with it (None: the old strategy's)."""
     scheduler = trainer.scheduler
     ids = list(range(servers)) if ids_after is None else list(ids_after)
     old_ids = server_ids_of(scheduler)
@@ -420,7 +506,7 @@ def _move_onto_fresh_servers(
         try:
             trainer.client.set_servers(fresh, 0, ids)
             _wait(trainer, [trainer.worker(i).set_servers(fresh, 0, ids) for i in live])
-            trainer.strategy = old_strategy.successor()
+            trainer.strategy = old_strategy.successor(code)
             trainer.strategy.attach(trainer.view)
             held = moved = copied_bytes = 0
             for table, parts in exports.items():
@@ -473,10 +559,11 @@ class _Moving:
         on_phase: Any,
         schedule: bool = False,
         request: Optional["_Request"] = None,
+        code: Optional[Tuple[int, int]] = None,
     ) -> None:
         try:
-            check_target(trainer, servers, drain)
-            placement = _placement_of(trainer, servers)  # nodes too few for the new count: refused here
+            check_target(trainer, servers, drain, code)
+            placement = _placement_of(trainer, servers, code)  # nodes too few for the new count: refused here
         except ResizeError:
             if started is not None:
                 started.drop(trainer)
@@ -484,6 +571,7 @@ class _Moving:
         self.schedule, self.request = schedule, request
         self.servers, self.drain = servers, tuple(drain)
         self.before = len(trainer.scheduler.servers)
+        self.code_before = trainer.strategy.stripe_code
         self.ids_before = server_ids_of(trainer.scheduler)
         kept, ids_after = plan_ids(self.ids_before, servers, self.drain)
         self.kept = kept
@@ -500,6 +588,7 @@ class _Moving:
             on_phase,
             self.ids_before,
             self.drain,
+            code,
         )
 
     def finish(self, trainer: Any) -> Optional[Dict[str, Any]]:
@@ -538,6 +627,7 @@ class _Moving:
             "rows_final": figures["rows_final"],
             "shards_copied_whole": figures["shards_copied_whole"],
             "final_pause_s": pause,
+            **_code_fields(self.code_before, trainer.strategy.stripe_code),
         }
 
 
@@ -554,9 +644,10 @@ def _ideal_fraction(ids_before: List[int], kept: List[int], ids_after: List[int]
 class _Request:
     """A resize asked by :meth:`Resizer.request`, answered by the training thread at a boundary."""
 
-    def __init__(self, servers: int, drain: Tuple[int, ...] = ()) -> None:
+    def __init__(self, servers: int, drain: Tuple[int, ...] = (), code: Optional[Tuple[int, int]] = None) -> None:
         self.servers = servers
         self.drain = drain
+        self.code = code  # the re-formed stripes' (k, r), None: kept
         self.done = threading.Event()
         self.started = False  # the training thread took it (set under the Resizer's lock)
         self.servers_started: Optional[StartedServers] = None  # started by the asker, ahead of the boundary
@@ -612,22 +703,31 @@ class Resizer:
             text = f"--resize-at {r}"
             if total_steps is not None and r.step > total_steps:
                 raise ValueError(f"{text}: the run has only {total_steps} steps; pick a step in 2..{total_steps}")
-            if code is not None and r.servers < sum(code):
-                raise ValueError(f"{text}: the code k={code[0]}, r={code[1]} needs at least {sum(code)} servers")
-            if r.servers == count and not r.drain:
-                raise ValueError(f"{text}: the cluster has {count} servers then already")
+            if r.code is not None and code is None:
+                raise ValueError(f"{text}: a code needs --ft ec (code=K,R re-forms the stripes; this run has none)")
+            new_code = code if r.code is None else r.code
+            if new_code is not None and r.servers < sum(new_code):
+                raise ValueError(
+                    f"{text}: the code k={new_code[0]}, r={new_code[1]} needs at least {sum(new_code)} servers"
+                )
+            if r.servers == count and not r.drain and new_code == code:
+                same = "" if code is None else f" with the code k={code[0]}, r={code[1]}"
+                raise ValueError(f"{text}: the cluster has {count} servers then already{same}")
             try:
                 kept, after = plan_ids(ids, r.servers, r.drain)
             except ResizeError as err:
                 raise ValueError(f"{text}: {err}") from None
             ids = [ids[p] for p in kept] + after[len(kept) :]
-            count = r.servers
+            count, code = r.servers, new_code
 
-    def request(self, servers: int, drain: Any = None, timeout: Optional[float] = None) -> Dict[str, Any]:
+    def request(
+        self, servers: int, drain: Any = None, timeout: Optional[float] = None, code: Any = None
+    ) -> Dict[str, Any]:
         """Resizes the running cluster to ``servers`` at its next step boundary, first removing the servers of id
-        ``drain`` (an id or a list), and returns the resize's record (waits for it; ``timeout`` seconds at most,
-        None: as long as it takes). ResizeError, changing nothing, when the resize is impossible (a drained id not
-        live, too few servers left), another is under way, or the run ended first."""
+        ``drain`` (an id or a list), its stripes re-formed with ``code`` ((k, r) or "k,r"; None: kept; ``--ft
+        ec`` only), and returns the resize's record (waits for it; ``timeout`` seconds at most, None: as long as
+        it takes). ResizeError, changing nothing, when the resize is impossible (a drained id not live, too few
+        servers left for the code), another is under way, or the run ended first."""
         with self._lock:
             if self._trainer is None or self._closed:
                 raise ResizeError("resize: no cluster run is training (resize while job.fit(cluster=...) runs)")
@@ -635,10 +735,10 @@ class Resizer:
                 raise ResizeError(
                     f"resize: a resize to {self._request.servers} servers is under way; wait for it to finish"
                 )
-            check_target(self._trainer, servers, drain)
-            request = self._request = _Request(int(servers), drain_ids(drain))
+            new_code = check_target(self._trainer, servers, drain, code)
+            request = self._request = _Request(int(servers), drain_ids(drain), None if code is None else new_code)
         # its servers start here, while training goes on (the boundary only moves rows)
-        request.servers_started = StartedServers(self._trainer, int(servers), False, request.drain)
+        request.servers_started = StartedServers(self._trainer, int(servers), False, request.drain, request.code)
         request.ready.set()
         if not request.done.wait(timeout):
             with self._lock:
@@ -687,16 +787,19 @@ class Resizer:
             due = self._schedule[0]
             if self._background(trainer):
                 started, self._next = self._next, None
-                self._move = _Moving(trainer, due.servers, started, due.drain, self.on_phase, schedule=True)
+                self._move = _Moving(
+                    trainer, due.servers, started, due.drain, self.on_phase, schedule=True, code=due.code
+                )
                 self._advance(trainer)
                 if self._move is not None:
                     return
                 continue
-            self.records.append(resize_servers(trainer, due.servers, self.on_phase, self._next, due.drain))
+            self.records.append(resize_servers(trainer, due.servers, self.on_phase, self._next, due.drain, due.code))
             self._schedule.pop(0)
             self._next = None
         if self._schedule and self._next is None:  # the next one's servers start now, while training goes on
-            self._next = StartedServers(trainer, self._schedule[0].servers, True, self._schedule[0].drain)
+            due = self._schedule[0]
+            self._next = StartedServers(trainer, due.servers, True, due.drain, due.code)
         with self._lock:
             request = self._request
             if request is None or not request.ready.is_set():
@@ -705,12 +808,18 @@ class Resizer:
         try:
             if self._background(trainer):
                 self._move = _Moving(
-                    trainer, request.servers, request.servers_started, request.drain, self.on_phase, request=request
+                    trainer,
+                    request.servers,
+                    request.servers_started,
+                    request.drain,
+                    self.on_phase,
+                    request=request,
+                    code=request.code,
                 )
                 self._advance(trainer)
                 return
             request.record = resize_servers(
-                trainer, request.servers, self.on_phase, request.servers_started, request.drain
+                trainer, request.servers, self.on_phase, request.servers_started, request.drain, request.code
             )
             self.records.append(request.record)
         except RoleLost:  # recovered at this boundary by the strategy, then the resize is tried again (or goes on)
