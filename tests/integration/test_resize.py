@@ -186,13 +186,21 @@ def test_a_resize_with_a_new_code_re_forms_the_stripes_and_later_kills_are_rebui
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """4 servers of code 2,1 resized to 5 with code 3,2 at step 8 (rows over several boundaries): the run ends at
-    the never-resized twin's model, the stripes scrub clean under the new code, and two servers killed at once after
-    the switch (the old r was 1) are rebuilt by it."""
+    the never-resized twin's model, the stripes scrub clean under the new code, two servers killed at once after
+    the switch (the old r was 1) are rebuilt by it, and a later resize (to 6) keeps it."""
     monkeypatch.setattr(Resizer, "precopy_rows", 256)
-    cluster = xdl_ec.Cluster(servers=4, ft="ec", code=(2, 1), resize_at=["8:5:code=3,2"], fail_at=["22:1", "22:3"])
+    cluster = xdl_ec.Cluster(
+        servers=4, ft="ec", code=(2, 1), resize_at=["8:5:code=3,2", "24:6"], fail_at=["22:1", "22:3"]
+    )
     report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
     assert report["model_digest"] == never_resized_ec()["model_digest"] == never_resized()["model_digest"]
-    (r,) = report["resizes"]
+    r, later = report["resizes"]
+    assert (later["servers_before"], later["servers_after"], later["code_before"], later["code"]) == (
+        5,
+        6,
+        [3, 2],
+        [3, 2],
+    )
     assert (r["servers_before"], r["servers_after"], r["code_before"], r["code"]) == (4, 5, [2, 1], [3, 2]), r
     assert r["started_step"] == 8 and r["precopy_boundaries"] >= 2 and r["step"] < 22, r
     assert r["rows_copied"] >= r["rows"] > 0 and r["restarts"] == 0, r
