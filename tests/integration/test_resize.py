@@ -539,8 +539,10 @@ def test_a_resize_that_cannot_be_done_is_an_error_that_changes_nothing() -> None
 
 
 def test_xdl_ec_resize_takes_a_code_by_the_rule_of_code(capsys: pytest.CaptureFixture) -> None:
-    from xdl_ec.cli import build_parser
+    from xdl_ec.cli import _code_change, build_parser
 
+    assert _code_change({"code_before": [2, 1], "code": [3, 2]}) == " (code 2,1 -> 3,2)"  # the printed line's tail
+    assert _code_change({"code_before": [2, 1], "code": [2, 1]}) == _code_change({}) == ""
     args = build_parser().parse_args(["resize", "--run", "d", "5", "--code", "3,2", "--drain", "1"])
     assert (args.servers, args.code, args.drain) == (5, (3, 2), [1])
     assert build_parser().parse_args(["resize", "--run", "d", "5"]).code is None
