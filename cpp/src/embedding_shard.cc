@@ -16,6 +16,7 @@
 
 #include "xdl_ec/key_index.h"
 #include "xdl_ec/mapped_buffer.h"
+#include "xdl_ec/task_pool.h"
 
 namespace xdl_ec {
 namespace {
@@ -376,6 +377,60 @@ struct EmbeddingShard::Impl {
     return true;
   }
 
+  // Push's steps split over a pool's parts (a table without row rules, one step per key, no block under
+  // restore): the lookups over the parts; the inserts and the delta entries here, in order of first
+  // appearance as the one-thread pass makes them; each part then steps its rows and closes their
+  // entries (rows and entries are disjoint); the dirty marks last, here.
+  void PushSplit(const int64_t* unique_keys, const float* sums, size_t m, int64_t step, DeltaBatch* deltas,
+                 TaskPool& pool, size_t parts) {
+    std::vector<uint32_t> slots(m);
+    std::vector<size_t> entry(deltas ? m : 0);
+    std::vector<uint8_t> inserted(m, 0);
+    pool.ForEachPart(parts, [&](size_t p) {
+      const size_t lo = TaskPool::PartBegin(m, parts, p), hi = TaskPool::PartBegin(m, parts, p + 1);
+      Resolve(unique_keys + lo, hi - lo, 0, sizeof(int64_t), [&](size_t j, uint32_t slot) {
+        slots[lo + j] = slot;
+        return true;
+      });
+    });
+    for (size_t u = 0; u < m; ++u) {
+      if (slots[u] == KeyIndex::kNone) {
+        slots[u] = AllocateSlot();
+        if (deltas) entry[u] = DeltaBegin(deltas, slots[u]);  // from the all-zero free record
+        WriteNew(slots[u], unique_keys[u], nullptr, nullptr);
+        inserted[u] = 1;
+      } else if (deltas) {
+        entry[u] = DeltaReserve(deltas, slots[u]);
+      }
+    }
+    const size_t dim = static_cast<size_t>(config.dim);
+    pool.ForEachPart(parts, [&](size_t p) {
+      const size_t lo = TaskPool::PartBegin(m, parts, p), hi = TaskPool::PartBegin(m, parts, p + 1);
+      constexpr size_t kChunk = 16, kAhead = 8;
+      float* values[kChunk];
+      float* states[kChunk];
+      for (size_t first = lo; first < hi; first += kChunk) {
+        const size_t rows = std::min(kChunk, hi - first);
+        for (size_t r = 0; r < rows; ++r) {
+          const size_t u = first + r;
+          if (u + kAhead < hi) PrefetchRecord(slots[u + kAhead], 0, record_bytes);
+          if (deltas && !inserted[u]) DeltaCopy(deltas, entry[u], slots[u]);
+          uint8_t* rec = Record(slots[u]);
+          values[r] = Value(rec);
+          states[r] = State(rec);
+        }
+        optimizer->ApplyRows(values, states, sums + first * dim, rows, config.dim, step);
+        for (size_t r = 0; r < rows; ++r) {
+          Tick(slots[first + r]);
+          if (deltas) DeltaEnd(deltas, entry[first + r], slots[first + r]);
+        }
+      }
+    });
+    if (track_dirty) {
+      for (size_t u = 0; u < m; ++u) MarkDirty(slots[u]);
+    }
+  }
+
   // A zeroed block carved from the current slab; a new slab (a quarter of what is held, 2 MiB to
   // 64 MiB, whole huge pages) when it is full. Untouched slab pages cost no memory.
   uint8_t* AllocateBlock() {
@@ -507,10 +562,21 @@ struct EmbeddingShard::Impl {
 
   // Writes a new live record into a free (all-zero) slot and indexes it. values/state null: initial.
   void WriteNew(uint32_t slot, int64_t key, const float* values, const float* state) {
+    WriteNewKey(slot, key);
+    WriteNewRow(slot, key, values, state);
+  }
+  // WriteNew's two halves: the key, flags and index entry (what other keys' inserts depend on), then the
+  // row and optimizer state (a split pull writes these over its parts).
+  void WriteNewKey(uint32_t slot, int64_t key) {
     MarkDirty(slot);
     uint8_t* r = Record(slot);
     std::memcpy(r + RecordLayout::kKeyOffset, &key, sizeof(key));
     RecordLayout::SetFlags(r, RecordLayout::LiveFlags(RecordLayout::kInitialClock));
+    if (policy_on) SetWord<uint32_t>(r, RecordLayout::kAdmittedOffset, 1);
+    index.Insert(key, slot);
+  }
+  void WriteNewRow(uint32_t slot, int64_t key, const float* values, const float* state) const {
+    uint8_t* r = Record(slot);
     if (values) {
       std::memcpy(Value(r), values, sizeof(float) * config.dim);
     } else {
@@ -521,8 +587,6 @@ struct EmbeddingShard::Impl {
     } else {
       optimizer->InitState(State(r), config.dim);
     }
-    if (policy_on) SetWord<uint32_t>(r, RecordLayout::kAdmittedOffset, 1);
-    index.Insert(key, slot);
   }
 
   // Writes a pending id (row_policy.h) into a free (all-zero) slot and indexes it: key, live flags at
@@ -801,27 +865,41 @@ void EmbeddingShard::PullTo(const int64_t* keys, size_t n, float* out, DeltaSink
   RequirePointer(out, n, "Pull", "out");
   Impl& s = *impl_;
   const size_t dim = static_cast<size_t>(s.config.dim);
+  TaskPool& pool = TaskPool::Shared();
+  const size_t parts = pool.PartsFor(n, s.config.split_min_keys);
   {
     // Fast path: every key present, shared lock, nothing changes.
     std::shared_lock<std::shared_mutex> lock(s.mutex);
     if (!s.Restoring()) {
       const bool inserts = s.PullInserts();
-      uint64_t zeros = 0;  // keys without a row (row_policy.h)
-      const bool all = s.Resolve(
-          keys, n, 0, s.read_bytes,
-          [&](size_t i, uint32_t slot) {
-            if (slot == KeyIndex::kNone) {
-              if (inserts) return false;
-              std::memset(out + i * dim, 0, sizeof(float) * dim);
-              ++zeros;
+      std::atomic<bool> absent{false};     // a key to insert: the batch goes to the exclusive path
+      std::atomic<uint64_t> zeros_all{0};  // keys without a row (row_policy.h)
+      pool.ForEachPart(parts, [&](size_t p) {
+        const size_t lo = TaskPool::PartBegin(n, parts, p), hi = TaskPool::PartBegin(n, parts, p + 1);
+        uint64_t zeros = 0;
+        s.Resolve(
+            keys + lo, hi - lo, 0, s.read_bytes,
+            [&](size_t j, uint32_t slot) {
+              const size_t i = lo + j;
+              if (slot == KeyIndex::kNone) {
+                if (inserts) {
+                  absent.store(true, std::memory_order_relaxed);
+                  return false;
+                }
+                std::memset(out + i * dim, 0, sizeof(float) * dim);
+                ++zeros;
+                return true;
+              }
+              if (parts > 1 && absent.load(std::memory_order_relaxed)) return false;  // another part's key
+              if (s.admission && !s.Admitted(s.Record(slot))) ++zeros;  // pending: its value bytes are zero
+              s.CopyValue(slot, out + i * dim);
               return true;
-            }
-            if (s.admission && !s.Admitted(s.Record(slot))) ++zeros;  // pending: its value bytes are zero
-            s.CopyValue(slot, out + i * dim);
-            return true;
-          },
-          s.admission);
-      if (all) {
+            },
+            s.admission);
+        if (zeros) zeros_all.fetch_add(zeros, std::memory_order_relaxed);
+      });
+      if (!absent.load(std::memory_order_relaxed)) {
+        const uint64_t zeros = zeros_all.load(std::memory_order_relaxed);
         if (zeros) s.not_admitted.fetch_add(zeros, std::memory_order_relaxed);
         return;
       }
@@ -839,24 +917,79 @@ void EmbeddingShard::PullTo(const int64_t* keys, size_t n, float* out, DeltaSink
   s.DeltaStart(deltas, 0);
   s.PrepareBlocks(keys, n, /*may_insert=*/true);
   uint64_t zeros = 0;
-  s.Resolve(
-      keys, n, 0, s.read_bytes,
-      [&](size_t i, uint32_t slot) {
-        if (slot == KeyIndex::kNone) {
-          if (!s.PullInserts()) {
-            std::memset(out + i * dim, 0, sizeof(float) * dim);
-            ++zeros;
-            return true;
-          }
-          slot = s.Insert(keys[i], deltas);
-          if (s.policy_on) s.admitted.fetch_add(1, std::memory_order_relaxed);
-        } else if (s.admission && !s.Admitted(s.Record(slot))) {
-          ++zeros;
-        }
-        s.CopyValue(slot, out + i * dim);
+  if (parts > 1 && !s.Restoring()) {
+    // Split: the lookups over the parts, the inserts here in order of first appearance (what the one
+    // pass below does), then the copies over the parts.
+    std::vector<uint32_t> slots(n);
+    pool.ForEachPart(parts, [&](size_t p) {
+      const size_t lo = TaskPool::PartBegin(n, parts, p), hi = TaskPool::PartBegin(n, parts, p + 1);
+      s.Resolve(keys + lo, hi - lo, 0, sizeof(int64_t), [&](size_t j, uint32_t slot) {
+        slots[lo + j] = slot;
         return true;
-      },
-      s.admission);
+      });
+    });
+    std::vector<size_t> fresh, fresh_entry;  // positions whose new row is still to write, their delta entries
+    for (size_t i = 0; i < n; ++i) {
+      if (slots[i] != KeyIndex::kNone) continue;
+      uint32_t slot = s.Lookup(keys[i]);  // a repeat of a key inserted a few lines up
+      if (slot == KeyIndex::kNone && s.PullInserts()) {
+        slot = s.AllocateSlot();
+        fresh_entry.push_back(s.DeltaBegin(deltas, slot));
+        s.WriteNewKey(slot, keys[i]);
+        fresh.push_back(i);
+        if (s.policy_on) s.admitted.fetch_add(1, std::memory_order_relaxed);
+      }
+      slots[i] = slot;
+    }
+    const size_t fresh_parts = pool.PartsFor(fresh.size(), 2 * TaskPool::kPartsPerThread);
+    pool.ForEachPart(fresh_parts, [&](size_t p) {
+      const size_t lo = TaskPool::PartBegin(fresh.size(), fresh_parts, p);
+      const size_t hi = TaskPool::PartBegin(fresh.size(), fresh_parts, p + 1);
+      for (size_t f = lo; f < hi; ++f) {
+        const size_t i = fresh[f];
+        s.WriteNewRow(slots[i], keys[i], nullptr, nullptr);
+        s.DeltaEnd(deltas, fresh_entry[f], slots[i]);
+      }
+    });
+    std::atomic<uint64_t> zeros_all{0};
+    pool.ForEachPart(parts, [&](size_t p) {
+      const size_t lo = TaskPool::PartBegin(n, parts, p), hi = TaskPool::PartBegin(n, parts, p + 1);
+      constexpr size_t kAhead = 8;
+      uint64_t part_zeros = 0;
+      for (size_t i = lo; i < hi; ++i) {
+        if (i + kAhead < hi && slots[i + kAhead] != KeyIndex::kNone)
+          s.PrefetchRecord(slots[i + kAhead], 0, s.read_bytes);
+        if (slots[i] == KeyIndex::kNone) {
+          std::memset(out + i * dim, 0, sizeof(float) * dim);
+          ++part_zeros;
+          continue;
+        }
+        if (s.admission && !s.Admitted(s.Record(slots[i]))) ++part_zeros;
+        s.CopyValue(slots[i], out + i * dim);
+      }
+      if (part_zeros) zeros_all.fetch_add(part_zeros, std::memory_order_relaxed);
+    });
+    zeros = zeros_all.load(std::memory_order_relaxed);
+  } else {
+    s.Resolve(
+        keys, n, 0, s.read_bytes,
+        [&](size_t i, uint32_t slot) {
+          if (slot == KeyIndex::kNone) {
+            if (!s.PullInserts()) {
+              std::memset(out + i * dim, 0, sizeof(float) * dim);
+              ++zeros;
+              return true;
+            }
+            slot = s.Insert(keys[i], deltas);
+            if (s.policy_on) s.admitted.fetch_add(1, std::memory_order_relaxed);
+          } else if (s.admission && !s.Admitted(s.Record(slot))) {
+            ++zeros;
+          }
+          s.CopyValue(slot, out + i * dim);
+          return true;
+        },
+        s.admission);
+  }
   if (zeros) s.not_admitted.fetch_add(zeros, std::memory_order_relaxed);
   if (sink) sink->Record(std::move(batch));
 }
@@ -1114,6 +1247,13 @@ void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, i
   if (pass) s.EnsureAllBlocks();  // the pass reads every block: fault them in before any byte changes
   s.BeginSketch();
   s.DeltaStart(deltas, m);
+  TaskPool& pool = TaskPool::Shared();
+  const size_t parts = pool.PartsFor(m, s.config.split_min_keys);
+  if (parts > 1 && !s.policy_on && counts.empty() && !s.Restoring()) {
+    s.PushSplit(unique_keys.data(), sums.get(), m, step, deltas, pool, parts);
+    if (sink) sink->Record(std::move(batch));
+    return;
+  }
   // One pass: each unique key's record (prefetched whole by Resolve) is inserted if missing, in order
   // of first appearance, then stepped in chunks of kChunk rows while still in cache; a chunk lets
   // step-wide constants (Adam's bias correction) be computed once per chunk, not per row.

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -12,8 +14,13 @@
 #include <thread>
 #include <vector>
 
+#include "xdl_ec/task_pool.h"
+
 namespace xdl_ec {
 namespace {
+
+// Four threads' worth of parts whatever the machine, set before the process's pool is made (the split tests).
+const int kPoolThreads = setenv("XDL_EC_CORE_THREADS", "4", 1);
 
 ShardConfig Config(OptimizerKind kind = OptimizerKind::kAdagrad, int dim = 4, uint32_t block_slots = 8) {
   ShardConfig c;
@@ -817,6 +824,94 @@ TEST(EmbeddingShard, TakeDirtyReturnsTheRowsChangedSinceTheLastTake) {
   EXPECT_TRUE(shard.TakeDirty().keys.empty());  // an erased row is not reported
   shard.TrackDirty(false);
   EXPECT_FALSE(shard.tracking_dirty());
+}
+
+}  // namespace
+}  // namespace xdl_ec
+
+namespace xdl_ec {
+namespace {
+
+// Large pulls and pushes are split over TaskPool::Shared()'s threads; with split_min_keys = 1 every call of
+// more than one key is. The split calls must give the bytes the one-thread pass gives: rows read, deltas
+// (slots and XOR bytes, in order), records, dirty rows and counters.
+struct SplitTwins {
+  explicit SplitTwins(ShardConfig config) : split(WithSplit(config, 1)), whole(WithSplit(config, SIZE_MAX)) {
+    split.TrackDirty(true);
+    whole.TrackDirty(true);
+  }
+  static ShardConfig WithSplit(ShardConfig config, size_t min_keys) {
+    config.split_min_keys = min_keys;
+    return config;
+  }
+  void Pull(const std::vector<int64_t>& keys) {
+    DeltaBatch ds, dw;
+    std::vector<float> rs(keys.size() * split.dim()), rw(rs.size());
+    split.Pull(keys.data(), keys.size(), rs.data(), &ds);
+    whole.Pull(keys.data(), keys.size(), rw.data(), &dw);
+    ASSERT_EQ(0, std::memcmp(rs.data(), rw.data(), rs.size() * sizeof(float)));
+    ExpectSameDeltas(ds, dw);
+  }
+  void Push(const std::vector<int64_t>& keys, const std::vector<float>& grads, int64_t step) {
+    DeltaBatch ds, dw;
+    split.Push(keys.data(), grads.data(), keys.size(), step, &ds);
+    whole.Push(keys.data(), grads.data(), keys.size(), step, &dw);
+    ExpectSameDeltas(ds, dw);
+  }
+  static void ExpectSameDeltas(const DeltaBatch& a, const DeltaBatch& b) {
+    EXPECT_EQ(a.slots, b.slots);
+    EXPECT_EQ(a.xor_bytes, b.xor_bytes);
+  }
+  void ExpectSameState() {
+    EXPECT_EQ(AllBlocks(split), AllBlocks(whole));
+    const EmbeddingShard::Rows ds = split.TakeDirty(), dw = whole.TakeDirty();
+    EXPECT_EQ(ds.keys, dw.keys);
+    EXPECT_EQ(ds.values, dw.values);
+    const auto ps = split.policy_stats(), pw = whole.policy_stats();
+    EXPECT_EQ(ps.counters.not_admitted_lookups, pw.counters.not_admitted_lookups);
+    EXPECT_EQ(ps.counters.admitted, pw.counters.admitted);
+    EXPECT_EQ(ps.rows, pw.rows);
+  }
+  EmbeddingShard split, whole;
+};
+
+void RunSplitTwins(ShardConfig config) {
+  SplitTwins twins(config);
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<int64_t> id(0, 3000);  // repeats across and within batches, new ids each time
+  std::normal_distribution<float> grad(0.0f, 0.1f);
+  const size_t dim = static_cast<size_t>(config.dim);
+  for (int step = 1; step <= 12; ++step) {
+    std::vector<int64_t> keys(static_cast<size_t>(200 + 150 * step));
+    for (int64_t& k : keys) k = id(rng);
+    twins.Pull(keys);
+    std::vector<int64_t> pushed(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(keys.size() / 2));
+    for (int j = 0; j < 20; ++j) pushed.push_back(5000 + step * 100 + j);  // pushed before any pull
+    std::vector<float> grads(pushed.size() * dim);
+    for (float& g : grads) g = grad(rng);
+    twins.Push(pushed, grads, step);
+    twins.Pull(pushed);  // every key present: the shared-lock path
+    ASSERT_NO_FATAL_FAILURE(twins.ExpectSameState());
+  }
+  EXPECT_GT(twins.split.size(), 1000u);
+}
+
+TEST(EmbeddingShardSplit, PullsAndPushesSplitOverThreadsGiveTheOneThreadBytes) {
+  ASSERT_GT(TaskPool::Shared().threads(), 0u) << "XDL_EC_CORE_THREADS is set below (4): the pool must have threads";
+  RunSplitTwins(Config(OptimizerKind::kAdagrad, 5, 64));
+  RunSplitTwins(Config(OptimizerKind::kAdam, 3, 16));
+  ShardConfig normal = Config(OptimizerKind::kFtrl, 4, 32);
+  normal.initializer.kind = InitializerKind::kTruncatedNormal;
+  RunSplitTwins(normal);
+}
+
+TEST(EmbeddingShardSplit, TablesWithRowRulesGiveTheOneThreadBytes) {
+  ShardConfig admit = Config(OptimizerKind::kAdagrad, 4, 64);
+  admit.row_policy.admit_min_count = 2;  // pulls read zeros for pending ids and insert nothing
+  RunSplitTwins(admit);
+  ShardConfig capped = Config(OptimizerKind::kAdagrad, 4, 64);
+  capped.row_policy.max_rows = 2048;  // pulls stop inserting once full
+  RunSplitTwins(capped);
 }
 
 }  // namespace

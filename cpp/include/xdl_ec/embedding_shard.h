@@ -35,6 +35,9 @@ struct ShardConfig {
   uint64_t seed = 0;
   uint32_t block_slots = 1024;  // records per block: the stripe unit of parity
   RowPolicyConfig row_policy;   // admission / eviction (row_policy.h); the default has no rules
+  // A pull or push of at least this many keys splits its lookups, copies and optimizer steps over
+  // TaskPool::Shared()'s threads (results and deltas are the same bytes either way); SIZE_MAX: never.
+  size_t split_min_keys = 2048;
 
   void Validate() const;  // throws std::invalid_argument naming the bad field
 };
