@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -917,12 +918,16 @@ void EmbeddingShard::PullTo(const int64_t* keys, size_t n, float* out, DeltaSink
   s.DeltaStart(deltas, 0);
   s.PrepareBlocks(keys, n, /*may_insert=*/true);
   uint64_t zeros = 0;
-  if (parts > 1 && !s.Restoring()) {
+  // Splitting here takes three hand-offs to the pool (lookups, new rows, copies) around the serial
+  // inserts, worth it for larger batches only.
+  const size_t min_keys = s.config.split_min_keys;
+  const size_t split_parts = pool.PartsFor(n, min_keys > SIZE_MAX / 4 ? SIZE_MAX : 4 * min_keys);
+  if (split_parts > 1 && !s.Restoring()) {
     // Split: the lookups over the parts, the inserts here in order of first appearance (what the one
     // pass below does), then the copies over the parts.
     std::vector<uint32_t> slots(n);
-    pool.ForEachPart(parts, [&](size_t p) {
-      const size_t lo = TaskPool::PartBegin(n, parts, p), hi = TaskPool::PartBegin(n, parts, p + 1);
+    pool.ForEachPart(split_parts, [&](size_t p) {
+      const size_t lo = TaskPool::PartBegin(n, split_parts, p), hi = TaskPool::PartBegin(n, split_parts, p + 1);
       s.Resolve(keys + lo, hi - lo, 0, sizeof(int64_t), [&](size_t j, uint32_t slot) {
         slots[lo + j] = slot;
         return true;
@@ -952,8 +957,8 @@ void EmbeddingShard::PullTo(const int64_t* keys, size_t n, float* out, DeltaSink
       }
     });
     std::atomic<uint64_t> zeros_all{0};
-    pool.ForEachPart(parts, [&](size_t p) {
-      const size_t lo = TaskPool::PartBegin(n, parts, p), hi = TaskPool::PartBegin(n, parts, p + 1);
+    pool.ForEachPart(split_parts, [&](size_t p) {
+      const size_t lo = TaskPool::PartBegin(n, split_parts, p), hi = TaskPool::PartBegin(n, split_parts, p + 1);
       constexpr size_t kAhead = 8;
       uint64_t part_zeros = 0;
       for (size_t i = lo; i < hi; ++i) {
