@@ -64,7 +64,7 @@ bool TaskPool::Claim(uint64_t generation, size_t* index) {
   }
 }
 
-void TaskPool::Finish(std::exception_ptr error) {
+void TaskPool::Finish(const std::exception_ptr& error) {
   if (error) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!error_) error_ = error;

@@ -64,7 +64,7 @@ class TaskPool {
   void Loop();
   void Work(uint64_t generation);
   bool Claim(uint64_t generation, size_t* index);
-  void Finish(std::exception_ptr error);
+  void Finish(const std::exception_ptr& error);
 
   std::vector<std::thread> threads_;
   std::mutex mutex_;
