@@ -10,6 +10,7 @@
 #include <limits>
 #include <mutex>
 #include <new>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -1187,12 +1188,19 @@ void EmbeddingShard::PushTo(const int64_t* keys, const float* grads, size_t n, i
   std::unique_ptr<float[]> sums;
   std::vector<uint32_t> counts;  // with repeats: optimizer steps per unique key
   {
-    BatchDedup dedup(n);
     std::vector<uint32_t> position(n);
-    for (size_t i = 0; i < n; ++i) {
-      const int64_t u = dedup.FindOrAdd(unique_keys.data(), keys[i], static_cast<int64_t>(unique_keys.size()));
-      if (static_cast<size_t>(u) == unique_keys.size()) unique_keys.push_back(keys[i]);
-      position[i] = static_cast<uint32_t>(u);
+    bool ascending = true;  // a worker's batch keys come sorted and unique: nothing to find
+    for (size_t i = 1; i < n && ascending; ++i) ascending = keys[i] > keys[i - 1];
+    if (ascending) {
+      unique_keys.assign(keys, keys + n);
+      std::iota(position.begin(), position.end(), 0u);
+    } else {
+      BatchDedup dedup(n);
+      for (size_t i = 0; i < n; ++i) {
+        const int64_t u = dedup.FindOrAdd(unique_keys.data(), keys[i], static_cast<int64_t>(unique_keys.size()));
+        if (static_cast<size_t>(u) == unique_keys.size()) unique_keys.push_back(keys[i]);
+        position[i] = static_cast<uint32_t>(u);
+      }
     }
     sums.reset(new float[unique_keys.size() * dim]);
     uint32_t non_finite = 0;

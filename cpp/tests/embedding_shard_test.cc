@@ -916,3 +916,40 @@ TEST(EmbeddingShardSplit, TablesWithRowRulesGiveTheOneThreadBytes) {
 
 }  // namespace
 }  // namespace xdl_ec
+
+namespace xdl_ec {
+namespace {
+
+// Keys pushed in ascending order skip the duplicate search (a worker's batch keys come sorted and unique); the
+// bytes must be those of the same push in any other order.
+TEST(EmbeddingShard, AnAscendingPushStepsAsTheSamePushInAnotherOrder) {
+  for (bool with_repeats : {false, true}) {
+    EmbeddingShard sorted(Config(OptimizerKind::kAdam, 3, 16)), shuffled(Config(OptimizerKind::kAdam, 3, 16));
+    std::vector<int64_t> keys(300);
+    for (size_t i = 0; i < keys.size(); ++i) keys[i] = static_cast<int64_t>(i * 7) - 900;  // ascending, unique
+    Pull(sorted, keys);
+    Pull(shuffled, keys);
+    std::vector<float> grads(keys.size() * 3);
+    std::vector<uint32_t> repeats(keys.size());
+    for (size_t i = 0; i < grads.size(); ++i) grads[i] = i % 5 == 0 ? -0.0f : 0.01f * static_cast<float>(i % 17);
+    for (size_t i = 0; i < repeats.size(); ++i) repeats[i] = 1 + static_cast<uint32_t>(i % 3);
+    std::vector<size_t> order(keys.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(3));
+    std::vector<int64_t> keys2;
+    std::vector<float> grads2;
+    std::vector<uint32_t> repeats2;
+    for (size_t i : order) {
+      keys2.push_back(keys[i]);
+      grads2.insert(grads2.end(), grads.begin() + static_cast<std::ptrdiff_t>(3 * i),
+                    grads.begin() + static_cast<std::ptrdiff_t>(3 * i + 3));
+      repeats2.push_back(repeats[i]);
+    }
+    sorted.Push(keys.data(), grads.data(), keys.size(), 1, nullptr, with_repeats ? repeats.data() : nullptr);
+    shuffled.Push(keys2.data(), grads2.data(), keys2.size(), 1, nullptr, with_repeats ? repeats2.data() : nullptr);
+    EXPECT_EQ(AllBlocks(sorted), AllBlocks(shuffled)) << (with_repeats ? "with repeats" : "");
+  }
+}
+
+}  // namespace
+}  // namespace xdl_ec
