@@ -322,6 +322,31 @@ class CachedClient:
         self._writebacks.clear()
         return dropped
 
+    def set_servers(
+        self,
+        handles: Sequence[Any],
+        kept: Optional[int] = None,
+        server_ids: Optional[Sequence[int]] = None,
+        origin: Optional[Sequence[int]] = None,
+    ) -> None:
+        """Follows a resized cluster (:meth:`PSClient.set_servers`, same arguments). Called at the resize's boundary,
+        after the driver's quiesce wrote every cached gradient back and the pulls in flight settled; every cache is
+        then emptied: a line's clock and epoch are its old server's, which may no longer hold the row (a row copied
+        onto fresh servers keeps its clock, one moved by a load does not), so the next pulls fill them from the new
+        layout. ValueError, changing nothing, when a pull is in flight or a gradient pending."""
+        if self.in_flight:
+            raise ValueError("set_servers: a cached pull is still in flight; settle the worker's pulls first")
+        pending = self.pending_updates()
+        if pending:
+            raise ValueError(
+                f"set_servers: {pending} cached gradients are not written back; flush with write_back first"
+            )
+        self.client.set_servers(handles, kept, server_ids, origin)
+        for cache in self.caches.values():
+            cache.clear()
+        self._epochs = [0] * self.client.num_servers
+        self._held = {t: {} for t in self.settings}
+
     def note_held(self, server: int, parts: Sequence[tuple], answers: Sequence[tuple]) -> None:
         """The rows of each table ``server`` holds, from its answer to a cached pull."""
         for (table, *_), answer in zip(parts, answers):

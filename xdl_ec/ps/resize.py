@@ -41,9 +41,8 @@ its new one after; the step after the boundary is the first on the new layout (`
 
 What a resize refuses, changing nothing (:class:`ResizeError`): a count below 1 or below the stripes' k + r (the new
 code's, when one is asked), the current count and code without a drain, a code without ``--ft ec`` or against
-``--code``'s rule, a drained id that is not live, a resize while another is asked or under way, a
-cluster whose workers cache rows, tables with admit / evict rules (each server keeps an even share of a table's row
-cap), a count the failure domain's alive nodes cannot hold, and ``--ft ckpt`` / ``cpr`` (their checkpoints are per
+``--code``'s rule, a drained id that is not live, a resize while another is asked or under way, tables with
+admit / evict rules (each server keeps an even share of a table's row cap), a count the failure domain's alive nodes cannot hold, and ``--ft ckpt`` / ``cpr`` (their checkpoints are per
 server). Under a failure domain (``ec`` on several Ray nodes) the fresh servers are placed by the rule for the new
 count.
 """
@@ -230,8 +229,6 @@ def check_target(trainer: Any, servers: int, drain: Any = None, code: Any = None
     ft = getattr(trainer.strategy, "name", "none")
     if ft not in ("none", "ec"):
         raise ResizeError(f"resize: not supported with --ft {ft} yet (--ft none or ec); nothing was changed")
-    if trainer.caches:
-        raise ResizeError("resize: the workers cache rows (--cache); a resize cannot move cached rows yet")
     bounded = [t.name for t in trainer.job.tables if t.bounded]
     if bounded:
         raise ResizeError(

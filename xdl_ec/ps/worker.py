@@ -536,11 +536,10 @@ class Worker(LinkHost):
     ) -> None:
         """Points this worker at a resized cluster's servers (``handles``: servers 0..len-1, the first ``kept`` or
         those ``origin`` names the same as before, ``server_ids`` their stable ids, see PSClient.set_servers);
-        called with nothing in flight (after :meth:`flush` and :meth:`settle_pulls`)."""
+        called with nothing in flight (after :meth:`flush` and :meth:`settle_pulls`); a worker's caches start empty on
+        the new layout (:meth:`CachedClient.set_servers`)."""
         if self._unacked:
             raise ValueError("set_servers: pushes are still unacknowledged; flush first")
-        if isinstance(self.client, CachedClient):
-            raise ValueError("set_servers: a worker with an embedding cache cannot follow a resize")
         old = list(self.client.servers)
         new: List[Handle] = []
         for i, handle in enumerate(handles):  # a kept server keeps its link
