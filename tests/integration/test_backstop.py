@@ -185,3 +185,38 @@ def test_the_driver_killed_on_ray_resumes_from_the_backstop(tmp_path: Path) -> N
     assert main([*common, "--report", str(reference_path)]) == 0
     assert resumed["resumed_from"]["step"] >= 3 and resumed["steps"] == 40
     assert resumed["model_digest"] == json.loads(reference_path.read_text())["model_digest"]
+
+
+def test_more_than_r_servers_lost_mid_resize_fall_back_to_the_backstop(
+    tmp_path: Path, failure_free_digest: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #38: during a resize's background move, more than r losses fall back to the backstop as they do
+    without one: the run stops naming its newest save, and resuming it (at the count the resize asked) ends at the
+    failure-free model."""
+    from xdl_ec.ps.resize import Resizer
+
+    killed: list = []
+
+    def kill_two(name: str, trainer: object, move: object) -> None:
+        if name == "precopy" and not killed:
+            killed.append(trainer.step)  # type: ignore[attr-defined]
+            for index in (0, 1):  # r + 1 = 2 old servers at once, mid-move
+                trainer.scheduler.kill("server", index)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(Resizer, "on_phase", staticmethod(kill_two))
+    monkeypatch.setattr(Resizer, "precopy_rows", 96)
+    doomed = xdl_ec.Cluster(**EC, resize_at=["8:4"])
+    with pytest.raises(Unrecoverable, match=rf"resume from the backstop: .*--resume {tmp_path}"):
+        job().fit(steps=STEPS, deterministic=True, seed=SEED, cluster=doomed, save_dir=tmp_path, backstop_every="3")
+    assert killed, "the move never reached a pre-copy boundary"
+    report = job().fit(
+        steps=STEPS,
+        deterministic=True,
+        seed=SEED,
+        cluster=xdl_ec.Cluster(servers=4, ft="ec", code=(2, 1)),
+        resume=tmp_path,
+        save_dir=tmp_path,
+        backstop_every="3",
+    )
+    assert report["resumed_from"]["step"] in (6, 9)
+    assert report["model_digest"] == failure_free_digest
