@@ -1,6 +1,6 @@
 #include "xdl_ec/task_pool.h"
 
-#include <unistd.h>
+#include <pthread.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -26,15 +26,28 @@ size_t ThreadsWanted() {
 
 }  // namespace
 
+namespace {
+
+// The process's pool, made on first use. A forked child has none of the parent's threads: its copy is dropped
+// (leaked) at the fork and the child makes its own. Leaked at exit too: joining could wait on a thread the
+// runtime already stopped.
+std::atomic<TaskPool*> g_shared{nullptr};
+
+void DropInChild() { g_shared.store(nullptr, std::memory_order_release); }
+
+}  // namespace
+
 TaskPool& TaskPool::Shared() {
-  // Leaked on purpose: joining at exit could wait on a thread the runtime already stopped.
+  TaskPool* pool = g_shared.load(std::memory_order_acquire);  // every pull and push asks: no lock, no syscall
+  if (pool != nullptr) return *pool;
   static std::mutex made;
-  static TaskPool* pool = nullptr;
-  static pid_t owner = 0;
   std::lock_guard<std::mutex> lock(made);
-  if (pool == nullptr || owner != getpid()) {  // a forked child has none of the parent's threads
+  static const int registered = pthread_atfork(nullptr, nullptr, DropInChild);
+  (void)registered;
+  pool = g_shared.load(std::memory_order_acquire);
+  if (pool == nullptr) {
     pool = new TaskPool(ThreadsWanted());
-    owner = getpid();
+    g_shared.store(pool, std::memory_order_release);
   }
   return *pool;
 }

@@ -1,6 +1,8 @@
 #include "xdl_ec/task_pool.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <stdexcept>
@@ -74,6 +76,25 @@ TEST(TaskPool, PartsCoverTheItemsContiguouslyInNearEqualSizes) {
   EXPECT_EQ(two.PartsFor(9, 10), 1u);        // below the minimum
   EXPECT_EQ(two.PartsFor(100000, 10), 3 * TaskPool::kPartsPerThread);
   EXPECT_EQ(two.PartsFor(5, 1), 5u);  // never more parts than items
+}
+
+TEST(TaskPool, AForkedChildMakesItsOwnPool) {
+  TaskPool& parent = TaskPool::Shared();
+  std::atomic<int> warm{0};
+  parent.Run(8, [&](size_t) { warm.fetch_add(1); });  // the parent's threads exist and have run
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(20);  // a child waiting on the parent's threads (which it does not have) would hang: fail instead
+    TaskPool& child = TaskPool::Shared();
+    std::atomic<int> ran{0};
+    child.Run(16, [&](size_t) { ran.fetch_add(1); });
+    _exit(ran.load() == 16 && &child != &parent ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  EXPECT_EQ(warm.load(), 8);
 }
 
 }  // namespace

@@ -7,8 +7,6 @@
 // never depends on how the parts were spread (each part writes only its own outputs).
 #pragma once
 
-#include <sys/types.h>
-
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -27,7 +25,7 @@ class TaskPool {
  public:
   // The process's pool: hardware_concurrency() - 1 threads (none on one core), or XDL_EC_CORE_THREADS - 1
   // when that is set (1: no threads, every run on its caller). Made again in a forked child, whose copy
-  // of the parent's threads does not exist.
+  // of the parent's threads does not exist (pthread_atfork).
   static TaskPool& Shared();
 
   explicit TaskPool(size_t threads);  // threads beside the callers; 0 runs every part on its caller
