@@ -42,9 +42,9 @@ its new one after; the step after the boundary is the first on the new layout (`
 What a resize refuses, changing nothing (:class:`ResizeError`): a count below 1 or below the stripes' k + r (the new
 code's, when one is asked), the current count and code without a drain, a code without ``--ft ec`` or against
 ``--code``'s rule, a drained id that is not live, a resize while another is asked or under way, tables with
-admit / evict rules (each server keeps an even share of a table's row cap), a count the failure domain's alive nodes cannot hold, and ``--ft ckpt`` / ``cpr`` (their checkpoints are per
-server). Under a failure domain (``ec`` on several Ray nodes) the fresh servers are placed by the rule for the new
-count.
+admit / evict rules (each server keeps an even share of a table's row cap), a count the failure domain's alive
+nodes cannot hold, and ``--ft ckpt`` / ``cpr`` (their checkpoints are per server). Under a failure domain (``ec`` on
+several Ray nodes) the fresh servers are placed by the rule for the new count.
 """
 
 from __future__ import annotations
