@@ -8,7 +8,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['AccessCounter', 'BatchRefused', 'DeltaForwarder', 'EmbeddingShard', 'ErasureCode', 'HolderClosed', 'InitializerConfig', 'InitializerKind', 'LinkClosed', 'LinkOversized', 'LinkRejected', 'LinkSession', 'LinkTimeout', 'OptimizerConfig', 'OptimizerKind', 'ParityHolder', 'ParityReceiveLoop', 'ParitySendLoop', 'RecordLayout', 'Recovery', 'RouteTable', 'RowCache', 'RowPolicyConfig', 'Scrubber', 'ServerLock', 'ShardConfig', 'ShardServer', 'StripeLayout', 'bucket_of', 'epoch_after_evictions', 'initialize_row', 'is_push_pull_answer', 'is_push_pull_request', 'parse_batches', 'parse_push_pull_answer', 'parse_push_pull_request', 'push_pull_request', 'register_shard', 'registered_shard', 'serialize_batches', 'server_of', 'sorted_unique', 'unregister_shard']
+__all__: list[str] = ['AccessCounter', 'BatchRefused', 'DeltaForwarder', 'EmbeddingShard', 'ErasureCode', 'HolderClosed', 'InitializerConfig', 'InitializerKind', 'LinkClosed', 'LinkOversized', 'LinkRejected', 'LinkSession', 'LinkTimeout', 'OptimizerConfig', 'OptimizerKind', 'ParityHolder', 'ParityReceiveLoop', 'ParitySendLoop', 'RecordLayout', 'Recovery', 'RouteTable', 'RowCache', 'RowPolicyConfig', 'Scrubber', 'ServerLock', 'ShardConfig', 'ShardServer', 'StripeLayout', 'bucket_of', 'epoch_after_evictions', 'initialize_row', 'is_push_pull_answer', 'is_push_pull_request', 'parse_batches', 'parse_delimited_fields', 'parse_push_pull_answer', 'parse_push_pull_request', 'push_pull_request', 'register_shard', 'registered_shard', 'serialize_batches', 'server_of', 'sorted_unique', 'unregister_shard']
 class ErasureCode:
     """
     Systematic MDS erasure code over GF(2^8) on ISA-L (k data, r parity fragments).
@@ -981,6 +981,10 @@ def is_push_pull_request(head: typing_extensions.Buffer) -> bool:
 def parse_batches(bytes: typing.Any) -> list:
     """
     serialize_batches bytes -> [(seq, {table: update bytes}, {worker: seq}, first_seq), ...]
+    """
+def parse_delimited_fields(text: bytes, rows: typing.SupportsInt | typing.SupportsIndex, columns: collections.abc.Sequence[tuple[str, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex]], sep: str = '\t') -> typing.Any:
+    """
+    int64[rows, len(columns)] of ``text`` (bytes): exactly ``rows`` rows ended by newlines (carriage returns before a row's end dropped), fields separated by ``sep``, column j read as ``columns[j]`` = (kind, max_digits, empty): 'bit' (exactly 0 or 1), 'decimal' (an optional sign and 1..max_digits digits, <= 18) or 'hex' (1..max_digits hex digits, <= 16, as uint64 bits), an empty field giving ``empty``. None when any row or field is out of form (parse those lines one by one to say why). The GIL is released.
     """
 def parse_push_pull_answer(head: typing_extensions.Buffer, buffers: typing.SupportsInt | typing.SupportsIndex) -> tuple[bool, int, int, int, int, bool, int, bool, list[int], typing.Any]:
     """

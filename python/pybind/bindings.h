@@ -5,17 +5,18 @@
 
 namespace xdl_ec::python {
 
-void BindShard(pybind11::module_& m);           // bind_shard.cc: EmbeddingShard, optimizer/initializer configs
-void BindCodec(pybind11::module_& m);           // bind_codec.cc: ErasureCode
-void BindLayout(pybind11::module_& m);          // bind_layout.cc: StripeLayout, server_of
-void BindFt(pybind11::module_& m);              // bind_ft.cc: AccessCounter (checkpoint / CPR bookkeeping)
-void BindRecovery(pybind11::module_& m);        // bind_recovery.cc: Recovery and Scrubber over fragment readers
-void BindParityHolder(pybind11::module_& m);    // bind_parity_holder.cc: ParityHolder, forwarded-batch wire form
-void BindDeltaForwarder(pybind11::module_& m);  // bind_delta_forwarder.cc: a data server's parity forwarding
-void BindRowCache(pybind11::module_& m);        // bind_row_cache.cc: RowCache, a worker's cache of hot rows
-void BindLinkSession(pybind11::module_& m);     // bind_link_session.cc: LinkSession, a direct link's messages
-void BindShardServer(pybind11::module_& m);     // bind_shard_server.cc: ShardServer, push_pull's wire form
-void BindParityLink(pybind11::module_& m);      // bind_parity_link.cc: the parity links' send and receive loops
-void BindSortedUnique(pybind11::module_& m);    // bind_sorted_unique.cc: sorted_unique, a batch's unique keys
+void BindShard(pybind11::module_& m);            // bind_shard.cc: EmbeddingShard, optimizer/initializer configs
+void BindCodec(pybind11::module_& m);            // bind_codec.cc: ErasureCode
+void BindLayout(pybind11::module_& m);           // bind_layout.cc: StripeLayout, server_of
+void BindFt(pybind11::module_& m);               // bind_ft.cc: AccessCounter (checkpoint / CPR bookkeeping)
+void BindRecovery(pybind11::module_& m);         // bind_recovery.cc: Recovery and Scrubber over fragment readers
+void BindParityHolder(pybind11::module_& m);     // bind_parity_holder.cc: ParityHolder, forwarded-batch wire form
+void BindDeltaForwarder(pybind11::module_& m);   // bind_delta_forwarder.cc: a data server's parity forwarding
+void BindRowCache(pybind11::module_& m);         // bind_row_cache.cc: RowCache, a worker's cache of hot rows
+void BindLinkSession(pybind11::module_& m);      // bind_link_session.cc: LinkSession, a direct link's messages
+void BindShardServer(pybind11::module_& m);      // bind_shard_server.cc: ShardServer, push_pull's wire form
+void BindParityLink(pybind11::module_& m);       // bind_parity_link.cc: the parity links' send and receive loops
+void BindSortedUnique(pybind11::module_& m);     // bind_sorted_unique.cc: sorted_unique, a batch's unique keys
+void BindDelimitedFields(pybind11::module_& m);  // bind_delimited_fields.cc: a TSV chunk's integer fields
 
 }  // namespace xdl_ec::python

@@ -19,4 +19,5 @@ PYBIND11_MODULE(_core, m) {
   xdl_ec::python::BindShardServer(m);
   xdl_ec::python::BindParityLink(m);
   xdl_ec::python::BindSortedUnique(m);
+  xdl_ec::python::BindDelimitedFields(m);
 }

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Iterator, Literal, NamedTuple, Optional
 
 import numpy as np
 
+from xdl_ec import _core
 from xdl_ec.settings import checks
 
 from .schema import (
@@ -238,59 +239,26 @@ class _RowBuffer:
         )
 
 
-_HEX_NIBBLE = np.full(256, 255, dtype=np.uint8)
-for _i, _c in enumerate(b"0123456789abcdef"):
-    _HEX_NIBBLE[_c] = _i
-for _i, _c in enumerate(b"ABCDEF"):
-    _HEX_NIBBLE[_c] = 10 + _i
+# The native parse's columns (xdl_ec._core.parse_delimited_fields): the label, the integers (optionally signed,
+# up to MAX_INT_DIGITS digits: exact as float64, as the line path's int()), the categoricals (1 to 8 hex digits).
+_COLUMNS = [("bit", 1, 0)] + [("decimal", MAX_INT_DIGITS, 0)] * NUM_DENSE + [("hex", 8, EMPTY_VALUE)] * NUM_SPARSE
 
 
 def parse_lines_fast(lines: list[str]) -> Optional[Rows]:
-    """Vectorised parse of well-formed lines; None when any line is not (the caller then goes line by line, which
-    also finds the reason). Accepts exactly what :func:`_diagnose` accepts and gives the same values."""
-    n = len(lines)
-    stripped = [line.rstrip("\r\n") for line in lines]
-    if any(line.count("\t") != NUM_FIELDS - 1 for line in stripped):
-        return None
+    """Native parse of well-formed lines (with or without their newlines); None when any line is not (the caller then goes line by line, which also
+    finds the reason). Accepts exactly what :func:`_diagnose` accepts (but integers past MAX_INT_DIGITS digits)
+    and gives the same values."""
+    # a file's lines end in newlines (but perhaps the last), a stream's come stripped of them
+    joined = "".join(lines) if lines and lines[0].endswith("\n") else "\n".join(lines)
     try:
-        buffer = "\t".join(stripped).encode("ascii")
+        buffer = joined.encode("ascii")
     except UnicodeEncodeError:
         return None
-    data = np.frombuffer(buffer + bytes(8), dtype=np.uint8)  # padding: fixed-width reads past the end
-    tabs = np.flatnonzero(data[: len(buffer)] == ord("\t"))
-    starts = np.concatenate([[0], tabs + 1]).reshape(n, NUM_FIELDS)
-    lengths = np.concatenate([tabs, [len(buffer)]]).reshape(n, NUM_FIELDS) - starts
-    # Labels: exactly "0" or "1".
-    label_chars = data[starts[:, 0]]
-    if not (np.all(lengths[:, 0] == 1) and np.all((label_chars == ord("0")) | (label_chars == ord("1")))):
+    values = _core.parse_delimited_fields(buffer, len(lines), _COLUMNS)
+    if values is None:
         return None
-    # Integers: optional sign, then 1 to MAX_INT_DIGITS digits (exact in int64, as the line path's int()).
-    # Position by position over [n, 13] arrays: fields are short, rows many.
-    int_starts, int_lengths = starts[:, 1 : 1 + NUM_DENSE], lengths[:, 1 : 1 + NUM_DENSE]
-    first = data[int_starts]
-    negative = (first == ord("-")) & (int_lengths > 0)
-    signed = negative | ((first == ord("+")) & (int_lengths > 0))
-    digit_count = int_lengths - signed
-    if np.any(signed & (digit_count == 0)) or np.any(digit_count > MAX_INT_DIGITS):
-        return None
-    magnitude = np.zeros(int_lengths.shape, dtype=np.int64)
-    for position in range(int(digit_count.max(initial=0))):
-        inside = position < digit_count
-        digit = data[int_starts + signed + np.where(inside, position, 0)].astype(np.int64) - ord("0")
-        if np.any(inside & ((digit < 0) | (digit > 9))):
-            return None
-        magnitude = np.where(inside, magnitude * 10 + digit, magnitude)
-    raw_dense = np.where(negative, -magnitude, magnitude).astype(np.float64)
-    # Categoricals: exactly 8 hex digits, or empty (other lengths, valid or not, go the line-by-line way).
-    cat_starts, cat_lengths = starts[:, 1 + NUM_DENSE :], lengths[:, 1 + NUM_DENSE :]
-    full = cat_lengths == 8
-    if not np.all(full | (cat_lengths == 0)):
-        return None
-    values = np.zeros(cat_lengths.shape, dtype=np.uint64)
-    for position in range(8):
-        nibble = _HEX_NIBBLE[data[cat_starts + position]]  # reads past an empty field are masked below
-        if np.any(full & (nibble == 255)):
-            return None
-        values = (values << np.uint64(4)) | nibble.astype(np.uint64)
-    values[~full] = EMPTY_VALUE
-    return Rows((label_chars == ord("1")).astype(np.float32), raw_dense, values)
+    return Rows(
+        values[:, 0].astype(np.float32),
+        values[:, 1 : 1 + NUM_DENSE].astype(np.float64),
+        values[:, 1 + NUM_DENSE :].view(np.uint64),
+    )

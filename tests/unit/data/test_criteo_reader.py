@@ -172,6 +172,26 @@ def test_vectorised_and_line_by_line_paths_agree(tmp_path: Path) -> None:
     np.testing.assert_array_equal(batch.sparse, categorical_keys(wanted.values))
 
 
+def test_the_native_path_takes_every_well_formed_line_with_or_without_newlines(tmp_path: Path) -> None:
+    """Short hex values, signs, empties, CRLF endings, a last line without its newline, and a stream's stripped lines
+    (xdl_ec.data.file_stream): the native parse takes them all and gives the line-by-line path's values."""
+    rng = np.random.default_rng(11)
+    lines = [random_line(rng) for _ in range(400)]
+    reader = CriteoReader(write(tmp_path, [make_line()]), eval_fraction=0.0)
+    wanted = reader._parse_lines_checked([line + "\n" for line in lines], 1)
+    for given in (
+        [line + "\n" for line in lines],
+        [line + "\r\n" for line in lines],
+        [line + "\n" for line in lines[:-1]] + [lines[-1]],
+        lines,
+    ):
+        fast = parse_lines_fast(given)
+        assert fast is not None
+        for got, want in zip(fast, wanted):
+            np.testing.assert_array_equal(got, want)
+            assert got.dtype == want.dtype
+
+
 def test_vectorised_path_declines_every_bad_kind() -> None:
     for bad in [
         *BAD_LINES.values(),
