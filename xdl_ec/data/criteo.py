@@ -245,9 +245,9 @@ _COLUMNS = [("bit", 1, 0)] + [("decimal", MAX_INT_DIGITS, 0)] * NUM_DENSE + [("h
 
 
 def parse_lines_fast(lines: list[str]) -> Optional[Rows]:
-    """Native parse of well-formed lines (with or without their newlines); None when any line is not (the caller then goes line by line, which also
-    finds the reason). Accepts exactly what :func:`_diagnose` accepts (but integers past MAX_INT_DIGITS digits)
-    and gives the same values."""
+    """Native parse of well-formed lines (with or without their newlines); None when any line is not (the caller
+    then goes line by line, which also finds the reason). Accepts exactly what :func:`_diagnose` accepts (but
+    integers past MAX_INT_DIGITS digits) and gives the same values."""
     # a file's lines end in newlines (but perhaps the last), a stream's come stripped of them
     joined = "".join(lines) if lines and lines[0].endswith("\n") else "\n".join(lines)
     try:
