@@ -236,3 +236,20 @@ def test_real_sample_split_and_click_rate() -> None:
     labels = np.concatenate([b.label for b in reader.batches(4096, "all")])
     assert labels.size == 9999 and math.isclose(labels.mean(), 0.218, abs_tol=0.001)
     assert reader.bad_lines == 0
+
+
+@pytest.mark.parametrize("text", [b"", b"a", b"a\n", b"a\nb", b"\n\n", b"a\r\nb\r", b"x\n" * 70000 + b"y"])
+@pytest.mark.parametrize("gz", [False, True])
+def test_lines_are_counted_on_the_bytes_as_they_are_read(tmp_path: Path, text: bytes, gz: bool) -> None:
+    from xdl_ec.data.criteo import _count_lines, _read_lines
+
+    path = tmp_path / ("f.gz" if gz else "f.tsv")
+    path.write_bytes(gzip.compress(text) if gz else text)
+    assert _count_lines(path) == sum(1 for _ in _read_lines(path))
+
+
+def test_a_corrupt_gzip_file_is_named_when_its_lines_are_counted(tmp_path: Path) -> None:
+    path = tmp_path / "broken.tsv.gz"
+    path.write_bytes(gzip.compress(("\n".join(make_line() for _ in range(50)) + "\n").encode())[:-30])
+    with pytest.raises(OSError, match="broken.tsv.gz: cannot read the file"):
+        _ = CriteoReader(path).num_lines
