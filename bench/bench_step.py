@@ -1,7 +1,8 @@
 """Benchmark (#37): the built-in DLRM job's step through the job API, the step before #37 against the default, in
 one build, interleaved. Not a test.
 
-    PYTHONPATH=build/stage python3 -P bench/bench_step.py [--rounds 3] [--steps 150] [--batches 2048,256] [--ray]
+    PYTHONPATH=build/stage python3 -P bench/bench_step.py [--rounds 3] [--steps 150] [--batches 2048,256] [--split]
+        [--cluster] [--ray]
 
 Every turn is a fresh process (TF's op pools are sized once per process): the built-in job on its synthetic
 Criteo-shaped data (``TrainConfig(synthetic=True)``: Zipf 1.1, 26 categorical ids, 13 dense, dim 16, DLRM),
@@ -15,6 +16,9 @@ turn each per round, in a rotating order:
   build's default runs two inter-op threads there, see ``xdl_ec.tf.determinism``). The fast mode's default is the
   serial step's (a push thread and a shorter GIL hand-over were tried and dropped: see
   docs/results/step-2026-11-28.md), so ``default`` is one more A/A arm until the step changes again;
+- with ``--split`` the arms are instead ``one thread`` and ``one thread'`` (``XDL_EC_CORE_THREADS=1``: a shard's
+  pulls and pushes on the calling thread, as before the core's ``TaskPool``; the two give the A/A floor),
+  ``default`` (split over the cores), and both again with ``deterministic=True``;
 - with ``--cluster``: the same job on ``Cluster(servers=2)`` (servers in this process's threads; its step was
   already pipelined: ``combine_calls``), and with ``--ray`` on Ray (2 servers): samples/s per core busy
   (``stages.cores_busy``; on Ray the driver's process only, so there it reads as samples/s alone).
@@ -31,7 +35,7 @@ import os
 import statistics
 import subprocess
 import sys
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -61,22 +65,34 @@ def child(spec: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
-ARMS = {
-    # name: (XDL_EC_SERIAL_STEP, deterministic, cluster)
-    "serial": ("1", False, None),
-    "serial'": ("1", False, None),
-    "default": ("0", False, None),
-    "serial det": ("1", True, None),
-    "default det": ("0", True, None),
+Arm = Tuple[str, bool, Optional[str], str]
+ARMS: Dict[str, Arm] = {
+    # name: (XDL_EC_SERIAL_STEP, deterministic, cluster, XDL_EC_CORE_THREADS: "" = the core's default)
+    "serial": ("1", False, None, ""),
+    "serial'": ("1", False, None, ""),
+    "default": ("0", False, None, ""),
+    "serial det": ("1", True, None, ""),
+    "default det": ("0", True, None, ""),
 }
-CLUSTER_ARMS = {"servers": ("0", False, "local")}
-RAY_ARMS = {"ray": ("0", False, "ray")}
+# --split: the shard's pulls and pushes split over the core's threads (the default) against one thread
+SPLIT_ARMS: Dict[str, Arm] = {
+    "one thread": ("0", False, None, "1"),
+    "one thread'": ("0", False, None, "1"),
+    "default": ("0", False, None, ""),
+    "one thread det": ("0", True, None, "1"),
+    "default det": ("0", True, None, ""),
+}
+CLUSTER_ARMS: Dict[str, Arm] = {"servers": ("0", False, "local", "")}
+RAY_ARMS: Dict[str, Arm] = {"ray": ("0", False, "ray", "")}
 
 
 def turn(arm: tuple, batch: int, steps: int) -> Dict[str, Any]:
-    serial, deterministic, cluster = arm
+    serial, deterministic, cluster, core_threads = arm
     spec = {"batch": batch, "steps": steps, "deterministic": deterministic, "cluster": cluster}
     env = {**os.environ, "XDL_EC_SERIAL_STEP": serial, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env.pop("XDL_EC_CORE_THREADS", None)
+    if core_threads:
+        env["XDL_EC_CORE_THREADS"] = core_threads
     out = subprocess.run(
         [sys.executable, "-P", os.path.abspath(__file__), "--child", json.dumps(spec)],
         env=env,
@@ -137,7 +153,8 @@ def table(batch: int, results: Dict[str, List[Dict[str, Any]]], base: str) -> Li
     if digests:
         lines += ["", "deterministic digests: " + "; ".join(f"{n}: {sorted(d)}" for n, d in digests.items())]
     if "default det" in results:
-        for a, b in (("serial det", "default det"), ("default", "default det")):
+        det_base = "serial det" if "serial det" in results else "one thread det"
+        for a, b in ((det_base, "default det"), ("default", "default det")):
             lines.append(f"{b} vs {a} (samples/s): " + spread(ratios(results, a, b, "samples_per_sec")))
     return lines
 
@@ -147,6 +164,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=150)
     p.add_argument("--batches", default="2048,256")
+    p.add_argument("--split", action="store_true", help="the core's split pulls and pushes against one thread")
     p.add_argument("--cluster", action="store_true", help="also 2 servers in this process")
     p.add_argument("--ray", action="store_true", help="also 2 servers on Ray")
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -156,14 +174,14 @@ def main() -> None:
         return
     lines = [f"load average at start: {os.getloadavg()}", ""]
     for batch in (int(b) for b in args.batches.split(",")):
-        arms = dict(ARMS)
+        arms = dict(SPLIT_ARMS if args.split else ARMS)
         if args.cluster:
             arms.update(CLUSTER_ARMS)
         if args.ray:
             arms.update(RAY_ARMS)
         steps = args.steps if batch >= 1024 else args.steps * 4
         results = run(batch, arms, args.rounds, steps)
-        lines += table(batch, results, "serial") + [""]
+        lines += table(batch, results, "one thread" if args.split else "serial") + [""]
     lines.append(f"load average at end: {os.getloadavg()}")
     print("\n".join(lines))
 
