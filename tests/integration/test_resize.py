@@ -328,46 +328,53 @@ def test_under_ec_the_rows_move_over_several_boundaries_and_the_final_pause_copi
     assert one["step"] == 6 and one["rows_copied"] == one["rows"] and "precopy_boundaries" not in one
 
 
-@pytest.mark.parametrize("budget", [1e-3, 5e-5], ids=["reads-fit", "below-a-read"])
+@pytest.mark.parametrize("budget", [1e-3, 5e-5], ids=["rounds-fit", "below-a-round"])
 def test_under_ec_the_pre_copy_keeps_to_its_budget_in_seconds_on_average(
     monkeypatch: pytest.MonkeyPatch, budget: float
 ) -> None:
     """A budget in seconds per boundary is kept on average (here on a clock only the reads advance, by a fixed part
-    per read and a part per slot): a boundary with credit makes large reads while the next is predicted to fit (at
-    least one), a boundary in debt reads nothing, so the move is never more than one read past its budget and
-    leaves at most one read's worth of it unused; with a budget below one read's cost, reads come every few
-    boundaries. Either way the move ends, exact."""
-    fixed, per_slot, chunk = 1e-4, 1e-5, 64
-    read_cost = fixed + per_slot * chunk  # the dearest read
+    per round of reads and a part per slot): a round reads every unfinished shard at once; a boundary with credit
+    makes one round (and more while the next is predicted to fit), a boundary in debt reads nothing, so the move
+    is never more than one round past its budget, and the final boundary comes only once the debt is paid off.
+    After two rounds of two sizes the rounds are sized by the fitted cost: large enough that the fixed part is at
+    most ROUND_FIXED_SHARE of a round (fewer, larger rounds than CHUNK_SLOTS), at most MAX_ROUND_BUDGETS budgets.
+    Either way the move ends, exact."""
+    fixed, per_slot, chunk = 4e-4, 1e-5, 16
     monkeypatch.setattr(background_move, "CHUNK_SLOTS", chunk)  # the example's shards hold a few hundred rows
+    monkeypatch.setattr(background_move, "MAX_ROUND_BUDGETS", 40)
+    amortized = fixed * (1 - background_move.ROUND_FIXED_SHARE) / (background_move.ROUND_FIXED_SHARE * per_slot)
     now = [0.0]
     monkeypatch.setattr(background_move.BackgroundMove, "clock", staticmethod(lambda: now[0]))
-    wait_old = background_move._wait_old
+    read_old = background_move._read_old
     spent: list = []
-    asks: list = []
+    rounds: list = []  # per boundary: per round, (the shards read, the slots asked, the shards unfinished before)
     in_precopy = False
+    moves: list = []
+    open_at: list = []  # per boundary: the shards not read to their end when it began
 
-    def read_on_the_clock(trainer: object, position: int, method: str, *args: object) -> object:
-        out = wait_old(trainer, position, method, *args)
-        if method == "slot_rows" and isinstance(args[1], tuple):  # a read of a range of slots
-            start, ask = args[1]
-            now[0] += fixed + per_slot * max(0, min(ask, int(out["end"]) - start))
-            if in_precopy:
-                asks[-1].append(ask)
+    def read_on_the_clock(trainer: object, reads: list) -> list:
+        out = read_old(trainer, reads)
+        # the slots a round reads as the move counts them (within each shard's end, at least 1 a read)
+        now[0] += fixed + per_slot * sum(max(1, min(s[1], int(o["end"]) - s[0])) for (_, _, s), o in zip(reads, out))
+        if in_precopy:
+            move = moves[-1]
+            unfinished = sum(not c.done for c in move._copied.values())
+            rounds[-1].append((len(reads), sum(s[1] for _, _, s in reads), unfinished))
         return out
 
     def on_phase(name: str, trainer: object, move: object) -> None:
         nonlocal in_precopy
         in_precopy = name == "precopy"
         if name == "precopy":
+            moves.append(move)
+            open_at.append(sum(not c.done for c in move._copied.values()))
             spent.append(-now[0])
-            asks.append([])
+            rounds.append([])
         elif name == "precopied":
             spent[-1] += now[0]
 
-    monkeypatch.setattr(background_move, "_wait_old", read_on_the_clock)
+    monkeypatch.setattr(background_move, "_read_old", read_on_the_clock)
     monkeypatch.setattr(Resizer, "on_phase", staticmethod(on_phase))
-    monkeypatch.setattr(Resizer, "precopy_share", 0.2)
     monkeypatch.setattr(Resizer, "_budget", lambda self, move: {"seconds": budget})
     cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["6:4"])
     report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
@@ -376,16 +383,25 @@ def test_under_ec_the_pre_copy_keeps_to_its_budget_in_seconds_on_average(
     (r,) = report["resizes"]
     assert r["precopy_boundaries"] == len(spent) >= 4 and r["step"] == r["started_step"] + len(spent), r
     assert r["rows_final"] < r["rows"] and r["restarts"] == 0, r
-    assert all(a == chunk for reads in asks for a in reads), asks  # large reads only
+    flat = [x for boundary in rounds for x in boundary]
+    assert all(shards == unfinished for shards, _, unfinished in flat), rounds  # every unfinished shard at once
+    # two sizes (split evenly over the shards, rounded up), then by the fit
+    assert all(0 <= asked - size < shards for (shards, asked, _), size in zip(flat, (chunk, 4 * chunk))), rounds
+    if budget > fixed:
+        assert any(asked >= amortized for _, asked, _ in flat[2:]), (rounds, amortized)  # large rounds once fitted
+    most = 40 * budget + fixed  # MAX_ROUND_BUDGETS budgets at the mean cost per slot, plus one fixed part
     credit = 0.0
-    for reads, seconds in zip(asks, spent):
+    for reads, seconds, unread in zip(rounds, spent, open_at):
         credit += budget
-        assert bool(reads) == (credit > 0), (asks, spent)  # a boundary reads exactly when it has credit
+        # a boundary reads exactly when it has credit and a shard is left to read (in debt, or paying the debt off
+        # once every shard was read, it reads nothing)
+        assert bool(reads) == (credit > 0 and unread > 0), (rounds, spent, open_at)
         credit -= seconds
-        assert credit > -read_cost - 1e-12, (asks, spent)  # never more than one read past the budget
-    assert credit < budget + read_cost, (asks, spent)  # nor a budget left unused while a read fitted
+        assert credit > -most - 1e-12, (rounds, spent)  # never more than one round past the budget
+    if r["step"] <= STEPS:  # not ended by the run's last boundary: the final came once the debt was paid off
+        assert credit >= 0, (rounds, spent)
     if budget < fixed:
-        assert sum(map(bool, asks)) < len(asks) / 4, asks  # a read every few boundaries
+        assert sum(map(bool, rounds)) < len(rounds) / 4, rounds  # a round every few boundaries
 
 
 def test_resize_from_another_thread_while_training() -> None:

@@ -6,19 +6,20 @@ The fresh servers start ahead with their own parity (the resize's strategy, atta
 the code the resize asks, or the old one's); then:
 
 1. **Pre-copy.** At step boundaries a bounded number of slot records (:attr:`Resizer.precopy_rows` per boundary,
-   or large reads while ``precopy_share`` of the median step's seconds per boundary lasts, on average: a read's
-   cost is learnt, :class:`~xdl_ec.ps.read_cost.ReadCost`) is read from the old servers, a table's shard at a time
-   in slot order, and loaded into each row's owner on the fresh layout (reaching the fresh parity as a push
-   does), while training goes on on the old servers. Each copied row's slot and clock are kept: a row stays in its
-   slot until erased, and its clock changes with every mutation (``record_layout.h``), so no change tracking is
-   needed and nothing else that tracks changes (a backstop's increments, serving deltas: the shards' dirty sets)
-   is disturbed.
-2. **Final boundary** (every slot read once, or the run's last boundary): quiesce, read the slots past where the
-   pre-copy reached (rows inserted since), ask the old servers the clocks of every copied key and copy again the
-   rows whose clock changed (erase those gone: a row a recovery rolled back), make the fresh parity durable,
-   switch the workers and driver to the fresh servers and stop the old ones. This pause is the rows changed since
-   their copy plus one clock lookup per row, not the table's copy. A shard whose row count does not add up (a row
-   inserted into a slot freed before) is copied whole there, exact either way.
+   or rounds while ``precopy_share`` of the median step's seconds per boundary lasts, on average: a round reads
+   every unfinished shard at once and is sized by its learnt cost, :class:`~xdl_ec.ps.read_cost.ReadCost`) is
+   read from the old servers in slot order, and loaded into each row's owner on the fresh layout (reaching the
+   fresh parity as a push does), while training goes on on the old servers. Each copied row's slot and clock are
+   kept: a row stays in its slot until erased, and its clock changes with every mutation (``record_layout.h``),
+   so no change tracking is needed and nothing else that tracks changes (a backstop's increments, serving deltas:
+   the shards' dirty sets) is disturbed.
+2. **Final boundary** (every slot read once and the budget's debt paid off, or the run's last boundary): quiesce,
+   read the slots past where the pre-copy reached (rows inserted since), ask the old servers the clocks of every
+   copied key and copy again the rows whose clock changed (erase those gone: a row a recovery rolled back), make
+   the fresh parity durable, switch the workers and driver to the fresh servers and stop the old ones. This pause
+   is the rows changed since their copy plus one clock lookup per row, not the table's copy (but on a job whose
+   steps touch a large share of the rows, most of them: see docs/results/resize-2026-11-28.md). A shard whose row
+   count does not add up (a row inserted into a slot freed before) is copied whole there, exact either way.
 
 Failures: an old server lost during the move is rebuilt by the old stripes like any loss (its rows keep their
 slots and clocks: the copies stay valid) and the move goes on; a fresh server lost is no loss (every row is still
@@ -40,11 +41,13 @@ from .fault_tolerance import Unrecoverable
 from .read_cost import ReadCost
 from .remote import Remote
 
-__all__ = ["BackgroundMove", "FreshLost"]
+__all__ = ["BackgroundMove", "FreshLost", "plan_round"]
 
 CALL_SECONDS = 120.0  # a fresh server's answer; longer is taken for a loss
 FRESH_ATTEMPTS = 3  # times the move starts over on new fresh servers before the resize fails
-CHUNK_SLOTS = 8192  # the slots a read of a budget in seconds asks a shard for (few, large reads: see precopy)
+CHUNK_SLOTS = 8192  # the first round's slots (then sized by the fitted cost: see precopy)
+ROUND_FIXED_SHARE = 0.2  # a round is at least large enough that its fixed part (a round of calls) is this share
+MAX_ROUND_BUDGETS = 256  # a round costs at most this many boundaries' budgets (then paid off before the next)
 
 
 class FreshLost(RuntimeError):
@@ -185,63 +188,45 @@ class BackgroundMove:
     # ---- copying ----------------------------------------------------------------------------------------------
     @property
     def precopied(self) -> bool:
-        """Every slot of every old shard was read once (the final boundary may come)."""
-        return all(c.done for c in self._copied.values())
+        """Every slot of every old shard was read once and the budget's debt paid off (the final boundary may
+        come: a move's last round is paid for by the boundaries of the move, not by the steps after it)."""
+        return not self._unfinished() and self.credit >= 0
+
+    def _unfinished(self) -> int:
+        return sum(not c.done for c in self._copied.values())
 
     def precopy(self, trainer: Any, rows: Optional[int] = None, seconds: Optional[float] = None) -> int:
         """One pre-copy boundary: slot records read from the old servers and loaded onto the fresh layout, at most
-        ``rows`` of them, or reads of CHUNK_SLOTS slots while the move's budget in seconds lasts (``seconds`` more
-        at each boundary, :attr:`credit`); returns the slots read. A budget in seconds is kept on average: a
-        boundary with credit makes one read whatever it costs and more while :attr:`read_cost` predicts the next
-        fits, and a boundary in debt (a read cost more than the credit) reads nothing. Reads are large because a
-        read's cost is mostly fixed: in one process the calls hand the interpreter lock to the worker preparing
-        its next batch and wait for it back (on the bench job a read of ~900 slots cost ~2.7 us a slot, one of
-        8192 ~0.8 us). A fresh server lost: the pre-copy starts over on new ones; an old server lost: RoleLost
-        (its strategy rebuilds it at this boundary; the move goes on after)."""
+        ``rows`` of them (a shard after another), or rounds of reads while the move's budget in seconds lasts
+        (``seconds`` more at each boundary, :attr:`credit`); returns the slots read. A budget in seconds is kept
+        on average: a boundary with credit makes one round whatever it costs and more while :attr:`read_cost`
+        predicts the next fits, and a boundary in debt (a round cost more than the credit) reads nothing. A round
+        reads every unfinished shard at once (one call per old server and table) and loads what it read in one
+        call per fresh server and table, so its fixed part is one round of calls, not one per shard (on Ray
+        ~13 actor calls, 40-70 ms on the bench job); it is sized by the fitted cost (:meth:`_round_slots`): what
+        the credit left pays for, but large enough that the fixed part is at most ROUND_FIXED_SHARE of it, and
+        at most MAX_ROUND_BUDGETS boundaries' budgets (its debt is paid off before the final boundary,
+        :attr:`precopied`). A fresh server lost: the pre-copy starts over on new ones; an old server lost:
+        RoleLost (its strategy rebuilds it at this boundary; the move goes on after)."""
         start = self.clock()
         _phase(self.on_phase, "precopy", trainer, self)
-        budget = None if rows is None else max(1, int(rows))
         if seconds is not None:
             self.credit += seconds
-        loaded = slots_read = reads = 0
+        loaded = slots_read = 0
         try:
-            for (table, p), copied in self._copied.items():
-                if copied.done:
-                    continue
-                if budget is not None:
-                    if budget <= 0:
+            if rows is not None:
+                loaded, slots_read = self._precopy_rows(trainer, max(1, int(rows)))
+            else:
+                rounds = 0
+                while self._unfinished():
+                    left = self.credit - (self.clock() - start)
+                    slots = self._round_slots(left, seconds or 0.0)
+                    if left <= 0 or (rounds and self.read_cost.seconds(slots) > left):
                         break
-                    ask = budget
-                elif not self._fits(copied, self.credit - (self.clock() - start), first=not reads):
-                    break
-                else:
-                    ask = CHUNK_SLOTS
-                began = self.clock()
-                part = _wait_old(trainer, p, "slot_rows", table, (copied.next_slot, ask))
-                end = int(part["end"])
-                read = max(0, min(ask, end - copied.next_slot))
-                reads += 1
-                slots_read += max(read, 1)
-                if budget is not None:
-                    budget -= max(read, 1)
-                live = np.asarray(part["slots"])
-                copied.end = end
-                if live.size < read or read == 0:
-                    # a free slot: the high-water mark (no row is erased under ec, so slots fill in order); rows
-                    # inserted from now on come after it, and the final boundary reads on from there
-                    copied.next_slot = int(live[-1]) + 1 if live.size else copied.next_slot
-                    copied.reached_end = True
-                else:
-                    copied.next_slot += read
-                    # read up to the shard's end: rows inserted from now on come after it (saves a read of none)
-                    copied.reached_end = copied.next_slot >= end
-                owner = self._owners(part["keys"])
-                loaded += self._load(trainer, table, part, owner)
-                copied.keys.append(part["keys"])
-                copied.slots.append(part["slots"])
-                copied.clocks.append(part["clocks"])
-                copied.moved.append(self._moves(part["keys"], p, owner))
-                self.read_cost.add(read, self.clock() - began)
+                    began = self.clock()
+                    n, read = self._round(trainer, plan_round(self._copied, slots))
+                    self.read_cost.add(read, self.clock() - began)
+                    loaded, slots_read, rounds = loaded + n, slots_read + read, rounds + 1
         except FreshLost as err:
             self._start_over(trainer, err)
             return 0
@@ -254,15 +239,65 @@ class BackgroundMove:
         _phase(self.on_phase, "precopied", trainer, self)
         return slots_read
 
-    def _fits(self, copied: _Copied, left: float, first: bool) -> bool:
-        """Whether a read of ``copied``'s shard comes now, ``left`` seconds of credit left: a boundary's ``first``
-        read whenever there is credit, a later one when its predicted seconds fit."""
-        if first:
-            return left > 0
-        if not self.read_cost.known:
-            return False
-        rest = CHUNK_SLOTS if copied.end is None else max(1, min(CHUNK_SLOTS, copied.end - copied.next_slot))
-        return self.read_cost.seconds(rest) <= left
+    def _precopy_rows(self, trainer: Any, budget: int) -> Tuple[int, int]:
+        """At most ``budget`` slots read, a shard after another: (rows loaded, slots read)."""
+        loaded = slots_read = 0
+        for (table, p), copied in self._copied.items():
+            if copied.done:
+                continue
+            if budget <= 0:
+                break
+            n, read = self._round(trainer, [(table, p, budget)])
+            budget -= read
+            loaded, slots_read = loaded + n, slots_read + read
+        return loaded, slots_read
+
+    def _round_slots(self, left: float, budget: float) -> int:
+        """The slots of the next round, ``left`` seconds of credit left of ``budget`` per boundary: CHUNK_SLOTS,
+        then 4 x CHUNK_SLOTS (two sizes, so the fit sees a fixed part), then sized by the fitted cost
+        (:meth:`ReadCost.slots_for`: what the credit pays for, at least enough that the fixed part is at most
+        ROUND_FIXED_SHARE, at most MAX_ROUND_BUDGETS boundaries' budgets)."""
+        if self.read_cost.reads < 2:
+            return CHUNK_SLOTS * (1 + 3 * self.read_cost.reads)
+        return self.read_cost.slots_for(left, MAX_ROUND_BUDGETS * budget, ROUND_FIXED_SHARE, CHUNK_SLOTS)
+
+    def _round(self, trainer: Any, plan: List[Tuple[str, int, int]]) -> Tuple[int, int]:
+        """Reads ``plan``'s (table, position, slots) from the old servers at once and loads the rows onto the fresh
+        layout, waiting for both: (rows loaded, slots read)."""
+        parts = _read_old(trainer, [(p, table, (self._copied[(table, p)].next_slot, ask)) for table, p, ask in plan])
+        slots_read = 0
+        by_table: Dict[str, List[Tuple[Dict[str, Any], np.ndarray]]] = {}
+        for (table, p, ask), part in zip(plan, parts):
+            copied = self._copied[(table, p)]
+            end = int(part["end"])
+            read = max(0, min(ask, end - copied.next_slot))
+            slots_read += max(read, 1)
+            live = np.asarray(part["slots"])
+            copied.end = end
+            if live.size < read or read == 0:
+                # a free slot: the high-water mark (no row is erased under ec, so slots fill in order); rows
+                # inserted from now on come after it, and the final boundary reads on from there
+                copied.next_slot = int(live[-1]) + 1 if live.size else copied.next_slot
+                copied.reached_end = True
+            else:
+                copied.next_slot += read
+                # read up to the shard's end: rows inserted from now on come after it (saves a read of none)
+                copied.reached_end = copied.next_slot >= end
+            owner = self._owners(part["keys"])
+            by_table.setdefault(table, []).append((part, owner))
+            copied.keys.append(part["keys"])
+            copied.slots.append(part["slots"])
+            copied.clocks.append(part["clocks"])
+            copied.moved.append(self._moves(part["keys"], p, owner))
+        loaded = 0
+        loads = []
+        for table, got in by_table.items():
+            rows = {f: np.concatenate([np.asarray(part[f]) for part, _ in got]) for f in ("keys", "values", "state")}
+            owner = np.concatenate([o for _, o in got])
+            loaded += int(rows["keys"].size)
+            loads.extend(self._load_calls(table, rows, owner))
+        self._fresh_wait(trainer, loads)
+        return loaded, slots_read
 
     def _owners(self, keys: np.ndarray) -> np.ndarray:
         """Each key's owner as a position among the fresh servers."""
@@ -274,6 +309,14 @@ class BackgroundMove:
         keys = np.asarray(rows["keys"], dtype=np.int64)
         if not keys.size:
             return 0
+        self._fresh_wait(trainer, self._load_calls(table, rows, owner))
+        return int(keys.size)
+
+    def _load_calls(self, table: str, rows: Dict[str, Any], owner: Optional[np.ndarray] = None) -> List[Any]:
+        """The fresh servers' load_rows calls of ``rows`` (one per owner), not waited for."""
+        keys = np.asarray(rows["keys"], dtype=np.int64)
+        if not keys.size:
+            return []
         owner = self._owners(keys) if owner is None else owner
         loads = []
         for dest in np.unique(owner):
@@ -281,8 +324,7 @@ class BackgroundMove:
             part = {f: np.ascontiguousarray(np.asarray(rows[f])[mine]) for f in ("keys", "values", "state")}
             self.bytes_copied += int(sum(part[f].nbytes for f in part))
             loads.append(Remote(self.fresh[int(dest)], ServerAPI).load_rows(table, part))
-        self._fresh_wait(trainer, loads)
-        return int(keys.size)
+        return loads
 
     def _moves(self, keys: np.ndarray, position: int, owner: Optional[np.ndarray] = None) -> np.ndarray:
         """Per key of the old server at ``position``: whether its owner's id changes (every key of a drained one);
@@ -380,6 +422,37 @@ def _wait_trainer(trainer: Any, futures: List[Any]) -> List[Any]:
     if lost:
         raise lost[0]
     return answers
+
+
+def plan_round(copied: Dict[Tuple[str, int], "_Copied"], slots: int) -> List[Tuple[str, int, int]]:
+    """The reads of a round of ``slots`` slots: (table, position, slots) per unfinished shard of ``copied``, in
+    its order, ``slots`` split evenly over them (a shard whose end is known asks at most what it has left, at
+    least 1, and what it leaves goes to the others)."""
+    todo = [(key, c) for key, c in copied.items() if not c.done]
+    asks = {key: 0 for key, _ in todo}
+    left, open_ = int(slots), list(todo)
+    while open_ and left > 0:
+        share = max(1, -(-left // len(open_)))
+        still, capped = [], False
+        for key, c in open_:
+            rest = None if c.end is None else max(1, c.end - c.next_slot - asks[key])
+            take = share if rest is None else min(share, rest)
+            asks[key] += take
+            left -= take
+            capped = capped or take < share
+            if rest is None or take < rest:
+                still.append((key, c))
+        if not capped:
+            break
+        open_ = still
+    return [(table, p, max(1, asks[(table, p)])) for (table, p), _ in todo]
+
+
+def _read_old(trainer: Any, reads: Sequence[Tuple[int, str, Any]]) -> List[Dict[str, Any]]:
+    """slot_rows of each (position, table, slots) of the old servers, asked at once; a loss is confirmed by the
+    scheduler and raised (its strategy recovers it)."""
+    servers = trainer.scheduler.servers
+    return _wait_trainer(trainer, [Remote(servers[p], ServerAPI).slot_rows(table, slots) for p, table, slots in reads])
 
 
 def _wait_old(trainer: Any, position: int, method: str, *args: Any) -> Any:

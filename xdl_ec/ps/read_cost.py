@@ -1,10 +1,12 @@
-"""ReadCost: what one read of a resize's background copy costs, so that a boundary knows whether another fits.
+"""ReadCost: what one read of a resize's background copy costs, so that a boundary knows how large a read to make
+and whether another fits.
 
-A pre-copy read (:mod:`xdl_ec.ps.background_move`) reads a range of one old shard's slots and loads the rows it
-finds onto the fresh layout; its seconds are a fixed part per read (the calls to one old and up to every fresh
-server) plus a part per slot. Fitted over the move's reads so far, the model predicts the next read's seconds
-(``seconds``): a boundary with credit left goes on reading only while the next read is predicted to fit, so the
-move keeps to its budget on average and a boundary runs past it by at most one read.
+A pre-copy read (:mod:`xdl_ec.ps.background_move`: a round, ranges of every unfinished old shard's slots) loads
+the rows it finds onto the fresh layout; its seconds are a fixed part per read (a round of calls to the old and
+fresh servers) plus a part per slot. Fitted over the move's reads so far, the model sizes the next read
+(``slots_for``: what the credit left pays for, but large enough that the fixed part is a small share of it) and
+predicts its seconds (``seconds``): a boundary with credit left goes on reading only while the next read is
+predicted to fit, so the move keeps to its budget on average and a boundary runs past it by at most one read.
 """
 
 from __future__ import annotations
@@ -60,6 +62,26 @@ class ReadCost:
                 return 0.0, self._xy / self._xx
         # one size seen (or a fit that makes no sense): the mean per slot, the fixed part in it
         return 0.0, (mean_y / mean_x if mean_x > 0 else 0.0)
+
+    def mean_per_slot(self) -> float:
+        """The reads' seconds per slot, weighted as in the fit (their fixed parts spread over their slots: an upper
+        bound of a slot's cost in reads of their size or larger); 0 before a read of a slot."""
+        return self._y / self._x if self._x > 0 else 0.0
+
+    def slots_for(self, seconds: float, most: float, fixed_share: float, least: int) -> int:
+        """The slots of a read that fits in ``seconds`` by the fit, but at least enough that the fixed part is at
+        most ``fixed_share`` of its seconds (few, large reads), at most what ``most`` seconds pay for at
+        :meth:`mean_per_slot` (so a fit thrown by noise, a fixed part too large or a cost per slot too small,
+        cannot ask a read of far more than ``most`` seconds), and at least ``least``."""
+        if not (0 < fixed_share < 1):
+            raise ValueError(f"ReadCost.slots_for: fixed_share must be in (0, 1), got {fixed_share}")
+        fixed, per_slot = self.fit()
+        mean = self.mean_per_slot()
+        if per_slot <= 0 or mean <= 0:
+            return int(least)
+        amortized = fixed * (1.0 - fixed_share) / (fixed_share * per_slot)
+        within = (seconds - fixed) / per_slot
+        return int(max(least, min(max(amortized, within), most / mean)))
 
     def seconds(self, slots: int) -> float:
         """The predicted seconds of a read of ``slots`` slots."""

@@ -68,3 +68,39 @@ def test_bad_input_is_refused() -> None:
     with pytest.raises(ValueError, match="slots >= 0 and finite seconds"):
         c.add(10, float("nan"))
     assert not c.known  # nothing was counted
+
+
+def fitted() -> ReadCost:
+    c = ReadCost()
+    for slots in (1024, 4096):
+        c.add(slots, cost(slots))
+    return c
+
+
+def test_a_read_is_sized_to_the_seconds_left_by_the_fit() -> None:
+    c = fitted()
+    n = c.slots_for(0.01, most=1.0, fixed_share=0.2, least=16)
+    assert n == pytest.approx((0.01 - FIXED) / PER_SLOT, abs=1) and c.seconds(n) == pytest.approx(0.01, rel=1e-4)
+
+
+def test_a_read_is_large_enough_that_its_fixed_part_is_at_most_the_share() -> None:
+    c = fitted()
+    n = c.slots_for(0.0, most=1.0, fixed_share=0.2, least=16)  # no credit left: the smallest worthwhile read
+    assert n == pytest.approx(FIXED * 0.8 / (0.2 * PER_SLOT), abs=1)
+    assert FIXED / c.seconds(n) == pytest.approx(0.2, rel=1e-3)
+
+
+def test_a_read_is_capped_by_the_most_seconds_at_the_mean_cost_per_slot_and_floored_by_least() -> None:
+    c = fitted()
+    mean = c.mean_per_slot()
+    assert mean == pytest.approx((cost(1024) + cost(4096)) / 5120, rel=1e-2)  # the reads weighted as they fade
+    assert mean > PER_SLOT  # the fixed parts spread over the slots: an upper bound
+    n = c.slots_for(1.0, most=4e-3, fixed_share=0.2, least=16)
+    assert n == int(4e-3 / mean) and c.seconds(n) <= 4e-3
+    assert c.slots_for(0.0, most=1e-6, fixed_share=0.2, least=16) == 16
+    assert ReadCost().slots_for(1.0, most=1.0, fixed_share=0.2, least=16) == 16  # nothing timed yet
+
+
+def test_a_fixed_share_outside_0_1_is_refused() -> None:
+    with pytest.raises(ValueError, match="fixed_share must be in"):
+        fitted().slots_for(0.01, most=1.0, fixed_share=1.0, least=16)
