@@ -73,7 +73,6 @@ class TaskPool {
   // step, so a thread late for one run never takes a part of the next with the old run's function.
   std::atomic<uint64_t> next_{0};
   uint32_t generation_ = 0;  // under mutex_; never 0 once a run started (0 is what the threads start having seen)
-  std::atomic<uint32_t> published_{0};  // generation_, for the threads' short spin between runs
   std::atomic<size_t> parts_{0};
   std::atomic<const std::function<void(size_t)>*> part_{nullptr};
   std::atomic<size_t> unfinished_{0};
