@@ -595,7 +595,7 @@ def test_routing_after_a_drain_is_the_route_table_of_the_ids_left() -> None:
 def test_on_ray_a_run_resized_up_and_down_ends_at_the_never_resized_model(monkeypatch: pytest.MonkeyPatch) -> None:
     """New servers are Ray actors (placed by Ray: a failure-domain placement is refused), the old ones' processes
     are killed once empty (none, here server 0 drained at step 20) or once the re-formed stripes are durable (ec,
-    the rows moved over several boundaries)."""
+    the rows moved over several boundaries, then the code changed at the same count)."""
     pytest.importorskip("ray")
     import ray
 
@@ -609,11 +609,14 @@ def test_on_ray_a_run_resized_up_and_down_ends_at_the_never_resized_model(monkey
         assert report["model_digest"] == never_resized()["model_digest"]
         assert [(r["servers_after"], r["server_ids"]) for r in report["resizes"]] == [(3, [0, 1, 2]), (2, [1, 2])]
         monkeypatch.setattr(Resizer, "precopy_rows", 128)
-        coded = xdl_ec.Cluster(servers=3, backend="ray", ft="ec", code=(2, 1), resize_at=["10:4", "20:3"])
+        # the second resize changes the code at the same count: the stripes re-formed with 3,1 on fresh actors
+        coded = xdl_ec.Cluster(servers=3, backend="ray", ft="ec", code=(2, 1), resize_at=["10:4", "20:4:code=3,1"])
         report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=coded)
         assert report["model_digest"] == never_resized()["model_digest"]
-        assert report["scrub"]["inconsistent"] == [] and [r["servers_after"] for r in report["resizes"]] == [4, 3]
+        assert report["scrub"]["inconsistent"] == [] and [r["servers_after"] for r in report["resizes"]] == [4, 4]
         assert report["resizes"][0]["precopy_boundaries"] >= 2, report["resizes"][0]
+        assert (report["resizes"][1]["code_before"], report["resizes"][1]["code"]) == ([2, 1], [3, 1])
+        assert report["code"] == {"k": 3, "r": 1}
     finally:
         if started:
             ray.shutdown()
