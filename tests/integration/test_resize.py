@@ -1,6 +1,7 @@
 """Elastic servers (issue #38): a run whose servers are resized while it trains (``--resize-at STEP:N``,
 ``job.resize`` from another thread) ends at the never-resized run's model_digest (one worker, deterministic), moves
-only the rows whose route changed, and a resize that cannot be done is a clear error that changes nothing."""
+only the rows whose route changed, worker caches follow it, and a resize that cannot be done is a clear error that
+changes nothing."""
 
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import xdl_ec  # noqa: E402
 from support.examples import load_example  # noqa: E402
 from xdl_ec import _core  # noqa: E402
-from xdl_ec.ps import background_move  # noqa: E402
+from xdl_ec.ps import LocalBackend, ParameterServer, PSClient, background_move  # noqa: E402
 from xdl_ec.ps import resize as resize_module  # noqa: E402
+from xdl_ec.ps.cached_client import CachedClient  # noqa: E402
 from xdl_ec.ps.resize import ResizeError, Resizer, parse_resize  # noqa: E402
 
 example = load_example("user_item_tags")
@@ -131,6 +133,26 @@ def test_a_drain_under_ec_ends_at_the_never_resized_model_and_scrubs_clean() -> 
         assert r["rows_copied"] >= r["rows"] and abs(r["moved_fraction"] - r["ideal_fraction"]) < 0.1, r
 
 
+def kill_once_at(monkeypatch: pytest.MonkeyPatch, phase: str, which: str, fresh: int) -> list:
+    """Makes a move kill one server at its ``phase`` ("precopy": the pre-copy's second boundary): old server 1
+    (``which`` "old") or fresh server ``fresh``; returns the list the phase is appended to when it does."""
+    killed: list = []
+    boundaries: list = []
+
+    def kill_once(name: str, trainer: object, move: object) -> None:
+        if name == "precopy":
+            boundaries.append(name)
+        if name == phase and not killed and (phase != "precopy" or len(boundaries) == 2):
+            killed.append(name)
+            if which == "old":
+                trainer.scheduler.kill("server", 1)  # type: ignore[attr-defined]
+            else:
+                trainer.backend.kill(move.fresh[fresh])  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(Resizer, "on_phase", staticmethod(kill_once))
+    return killed
+
+
 @pytest.mark.parametrize(
     "phase, which",
     [("precopy", "old"), ("precopy", "fresh"), ("export", "old"), ("load", "fresh")],
@@ -145,20 +167,7 @@ def test_a_server_killed_mid_move_under_ec_is_rebuilt_exactly_and_the_resize_com
     server dies at the final boundary right before its rows are read (rebuilt, the final boundary comes again);
     load: a fresh server dies after the last rows reached the new layout, before its parity is durable (started
     over)."""
-    killed: list = []
-    boundaries: list = []
-
-    def kill_once(name: str, trainer: object, move: object) -> None:
-        if name == "precopy":
-            boundaries.append(name)
-        if name == phase and not killed and (phase != "precopy" or len(boundaries) == 2):
-            killed.append(name)
-            if which == "old":
-                trainer.scheduler.kill("server", 1)  # type: ignore[attr-defined]
-            else:
-                trainer.backend.kill(move.fresh[2])  # type: ignore[attr-defined]
-
-    monkeypatch.setattr(Resizer, "on_phase", staticmethod(kill_once))
+    killed = kill_once_at(monkeypatch, phase, which, fresh=2)
     monkeypatch.setattr(Resizer, "precopy_rows", 96)
     cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["8:4", "20:3"])
     report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
@@ -274,20 +283,7 @@ def test_a_server_killed_during_a_code_changing_move_is_rebuilt_and_the_resize_c
     """3 servers of code 2,1 resized to 5 with code 2,2: old server 1 dies at the pre-copy's second boundary (the
     old code rebuilds it and the move goes on), or fresh server 4 dies once the last rows reached the new layout,
     before its parity is durable (the move starts over on new fresh servers, with the new code again)."""
-    killed: list = []
-    boundaries: list = []
-
-    def kill_once(name: str, trainer: object, move: object) -> None:
-        if name == "precopy":
-            boundaries.append(name)
-        if name == phase and not killed and (phase != "precopy" or len(boundaries) == 2):
-            killed.append(name)
-            if which == "old":
-                trainer.scheduler.kill("server", 1)  # type: ignore[attr-defined]
-            else:
-                trainer.backend.kill(move.fresh[4])  # type: ignore[attr-defined]
-
-    monkeypatch.setattr(Resizer, "on_phase", staticmethod(kill_once))
+    killed = kill_once_at(monkeypatch, phase, which, fresh=4)
     monkeypatch.setattr(Resizer, "precopy_rows", 96)
     cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["8:5:code=2,2"])
     report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
@@ -402,6 +398,73 @@ def test_under_ec_the_pre_copy_keeps_to_its_budget_in_seconds_on_average(
         assert credit >= 0, (rounds, spent)
     if budget < fixed:
         assert sum(map(bool, rounds)) < len(rounds) / 4, rounds  # a round every few boundaries
+
+
+def test_a_cached_run_resized_up_and_down_ends_at_the_never_resized_model() -> None:
+    """Worker caches follow a resize ("a worker's cache and in-flight pushes stay coherent"): the driver's quiesce at
+    the boundary writes every cached gradient back to the old layout before the rows move, and each worker's caches
+    start empty on the new one (a line's clock and epoch were its old server's). Staleness 0 stays exact."""
+    cache = xdl_ec.Cache(rows=40, staleness=0)
+    cluster = xdl_ec.Cluster(servers=2, cache=cache, resize_at=["10:3", "20:5", "25:2"])
+    report = job().fit(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
+    assert report["model_digest"] == never_resized()["model_digest"]
+    assert [(r["servers_before"], r["servers_after"]) for r in report["resizes"]] == [(2, 3), (3, 5), (5, 2)]
+    assert sum(s["hits"] for s in report["cache"].values()) > 0  # the caches were used, and refilled after
+
+
+def test_a_cached_run_moved_in_the_background_under_ec_ends_at_the_never_resized_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Resizer, "precopy_share", 0.2)
+    cache = xdl_ec.Cache(rows=40, staleness=0)
+    cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), cache=cache, resize_at=["8:5", "20:4"])
+    report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
+    assert report["model_digest"] == never_resized()["model_digest"]
+    assert [(r["servers_before"], r["servers_after"]) for r in report["resizes"]] == [(3, 5), (5, 4)]
+    assert report["scrub"]["inconsistent"] == []
+
+
+def test_a_resize_writes_held_gradients_back_before_the_rows_move() -> None:
+    """Staleness 10^6: nothing comes due during the run, so every cached row's gradients are held until a
+    quiesce; the resize's writes them back (none lost, the run trains on) and the caches fill again after it."""
+    hold = xdl_ec.Cache(rows=5000, staleness=10**6)
+    cluster = xdl_ec.Cluster(servers=2, cache=hold, resize_at=["12:3"])
+    report = job().fit(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
+    assert report["steps"] == STEPS and np.isfinite(report["final_loss"])
+    assert [(r["servers_before"], r["servers_after"]) for r in report["resizes"]] == [(2, 3)]
+    stats = report["cache"]
+    assert sum(s["write_backs"] for s in stats.values()) > 0
+    assert report.get("lost_updates", 0) == 0
+
+
+CACHE_SPEC = xdl_ec.Table(
+    "t", 4, xdl_ec.optim.Adagrad(learning_rate=0.1), xdl_ec.init.RandomUniform(-0.05, 0.05), seed=7
+)
+
+
+def test_a_cached_client_follows_a_resize_only_with_nothing_pending_and_starts_empty() -> None:
+    backend = LocalBackend()
+    servers = [backend.start("server", i, ParameterServer, i, (CACHE_SPEC,)) for i in range(3)]
+    try:
+        client = CachedClient(PSClient(servers[:2]), {"t": xdl_ec.Cache(rows=100, staleness=3)}, {"t": 4})
+        keys = [11, 12, 13, 14]
+        client.pull({"t": (keys, 4)})
+        client.push({"t": (keys, np.ones((4, 4), np.float32))}, 1)  # held: S = 3
+        assert client.pending_updates() == 4
+        with pytest.raises(ValueError, match="not written back"):
+            client.set_servers(servers)
+        assert client.num_servers == 2 and len(client.caches["t"]) == 4  # nothing changed
+        for future in client.write_back(1):
+            future.result()
+        assert client.pending_updates() == 0
+        client.set_servers(servers)
+        assert client.num_servers == 3 and len(client.caches["t"]) == 0
+        rows = client.pull({"t": (keys, 4)})["t"]  # filled again from the three servers
+        np.testing.assert_array_equal(rows, PSClient(servers).find({"t": (keys, 4)})["t"][0])
+        assert len(client.caches["t"]) == 4
+    finally:
+        for handle in servers:
+            handle.drop()
 
 
 def test_resize_from_another_thread_while_training() -> None:
