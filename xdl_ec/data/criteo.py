@@ -19,7 +19,7 @@ import os
 import re
 import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Literal, NamedTuple, Optional
+from typing import TYPE_CHECKING, BinaryIO, Iterator, Literal, NamedTuple, Optional, cast
 
 import numpy as np
 
@@ -77,13 +77,17 @@ def _diagnose(fields: list[str]) -> str:
     return ""
 
 
+def open_bytes(path: Path) -> BinaryIO:
+    """A plain or gzip file (told by its magic bytes) opened for reading its bytes."""
+    with open(path, "rb") as probe:
+        gzipped = probe.read(2) == b"\x1f\x8b"
+    return cast(BinaryIO, gzip.open(path, "rb")) if gzipped else open(path, "rb")
+
+
 def _read_lines(path: Path) -> Iterator[str]:
     """The lines of a plain or gzip file (by its magic bytes); a corrupt or truncated file raises OSError naming it."""
     try:
-        with open(path, "rb") as probe:
-            gzipped = probe.read(2) == b"\x1f\x8b"
-        raw = gzip.open(path, "rb") if gzipped else open(path, "rb")
-        with io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="\n") as f:
+        with io.TextIOWrapper(open_bytes(path), encoding="utf-8", errors="replace", newline="\n") as f:
             yield from f
     except (OSError, EOFError, zlib.error) as err:
         raise OSError(f"{path}: cannot read the file: {err}") from err
@@ -92,9 +96,7 @@ def _read_lines(path: Path) -> Iterator[str]:
 def _count_lines(path: Path) -> int:
     """How many lines :func:`_read_lines` yields, counted on the bytes (a last line without its newline counts)."""
     try:
-        with open(path, "rb") as probe:
-            gzipped = probe.read(2) == b"\x1f\x8b"
-        with gzip.open(path, "rb") if gzipped else open(path, "rb") as f:
+        with open_bytes(path) as f:
             lines, last = 0, b"\n"
             while block := f.read(1 << 20):
                 lines += block.count(b"\n")

@@ -20,7 +20,6 @@ past them.
 from __future__ import annotations
 
 import fnmatch
-import gzip
 import os
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ import numpy as np
 
 from xdl_ec.settings import checks
 
-from .criteo import ON_BAD_LINE, BadLineError, Rows, _diagnose, parse_lines_fast
+from .criteo import ON_BAD_LINE, BadLineError, Rows, _diagnose, open_bytes, parse_lines_fast
 from .schema import EMPTY_VALUE, NUM_DENSE, NUM_SPARSE, Batch, categorical_keys, dense_transform
 
 DEFAULT_POLL_SECONDS = 0.5
@@ -126,9 +125,7 @@ class FileStream:
     def _open(self, name: str) -> BinaryIO:
         path = self.directory / name
         try:
-            with open(path, "rb") as probe:
-                gzipped = probe.read(2) == b"\x1f\x8b"
-            return gzip.open(path, "rb") if gzipped else open(path, "rb")  # type: ignore[return-value]
+            return open_bytes(path)
         except FileNotFoundError:
             raise StreamError(
                 f"{path}: removed before it was read; files renamed into the stream directory must stay until read"
