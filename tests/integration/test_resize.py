@@ -24,6 +24,7 @@ from xdl_ec import _core  # noqa: E402
 from xdl_ec.ps import LocalBackend, ParameterServer, PSClient, background_move  # noqa: E402
 from xdl_ec.ps import resize as resize_module  # noqa: E402
 from xdl_ec.ps.cached_client import CachedClient  # noqa: E402
+from xdl_ec.ps.client import owner_positions  # noqa: E402
 from xdl_ec.ps.resize import ResizeError, Resizer, parse_resize  # noqa: E402
 
 example = load_example("user_item_tags")
@@ -341,18 +342,20 @@ def test_under_ec_the_pre_copy_keeps_to_its_budget_in_seconds_on_average(
     amortized = fixed * (1 - background_move.ROUND_FIXED_SHARE) / (background_move.ROUND_FIXED_SHARE * per_slot)
     now = [0.0]
     monkeypatch.setattr(background_move.BackgroundMove, "clock", staticmethod(lambda: now[0]))
-    read_old = background_move._read_old
+    forward_old = background_move._forward_old
     spent: list = []
     rounds: list = []  # per boundary: per round, (the shards read, the slots asked, the shards unfinished before)
     in_precopy = False
     moves: list = []
     open_at: list = []  # per boundary: the shards not read to their end when it began
 
-    def read_on_the_clock(trainer: object, reads: list) -> list:
-        out = read_old(trainer, reads)
-        # the slots a round reads as the move counts them (within each shard's end, at least 1 a read)
-        now[0] += fixed + per_slot * sum(max(1, min(s[1], int(o["end"]) - s[0])) for (_, _, s), o in zip(reads, out))
-        if in_precopy:
+    def read_on_the_clock(trainer: object, reads: list, fresh: list, ids: list) -> list:
+        out = forward_old(trainer, reads, fresh, ids)
+        if in_precopy:  # (the final boundary's sends are not on the budget)
+            # the slots a round reads as the move counts them (within each shard's end, at least 1 a read)
+            now[0] += fixed + per_slot * sum(
+                max(1, min(s[1], int(o["end"]) - s[0])) for (_, _, s), o in zip(reads, out)
+            )
             move = moves[-1]
             unfinished = sum(not c.done for c in move._copied.values())
             rounds[-1].append((len(reads), sum(s[1] for _, _, s in reads), unfinished))
@@ -369,7 +372,7 @@ def test_under_ec_the_pre_copy_keeps_to_its_budget_in_seconds_on_average(
         elif name == "precopied":
             spent[-1] += now[0]
 
-    monkeypatch.setattr(background_move, "_read_old", read_on_the_clock)
+    monkeypatch.setattr(background_move, "_forward_old", read_on_the_clock)
     monkeypatch.setattr(Resizer, "on_phase", staticmethod(on_phase))
     monkeypatch.setattr(Resizer, "_budget", lambda self, move: {"seconds": budget})
     cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["6:4"])
@@ -465,6 +468,87 @@ def test_a_cached_client_follows_a_resize_only_with_nothing_pending_and_starts_e
     finally:
         for handle in servers:
             handle.drop()
+
+
+def test_an_old_server_forwards_its_slots_to_their_owners_among_the_fresh_servers() -> None:
+    """forward_slots (the background move's copy, sent by the old server itself): each live row of the slots read
+    lands on its owner among the fresh servers (the client's routing over their ids), bytes for bytes; the answer
+    carries keys, slots, clocks, owners and the shard's end but no rows; a fresh server lost is answered as
+    ``lost``, not raised as the old server's own loss."""
+    backend = LocalBackend()
+    old = [backend.start("server", i, ParameterServer, i, (CACHE_SPEC,)) for i in range(2)]
+    fresh = [backend.start("server", i, ParameterServer, i, (CACHE_SPEC,)) for i in range(3)]
+    ids = [0, 2, 5]  # stable ids with holes: routed by the ids, not the positions
+    try:
+        keys = np.arange(1, 400, dtype=np.int64) * 7919
+        PSClient(old).pull({"t": (keys, 4)})  # inserted on the old servers
+        server = old[1].local_object()
+        whole = server.export("t")
+        (answer,) = old[1].call("forward_slots", [("t", (0, 1 << 62))], fresh, ids, 30.0).result()
+        assert "values" not in answer and "state" not in answer
+        np.testing.assert_array_equal(np.sort(answer["keys"]), np.sort(whole["keys"]))
+        np.testing.assert_array_equal(answer["owner"], owner_positions(answer["keys"], ids))
+        np.testing.assert_array_equal(answer["clocks"], server.clocks("t", answer["keys"]))
+        assert int(answer["end"]) >= int(answer["slots"][-1]) + 1 and answer["bytes"] > 0
+        by_key = {int(k): i for i, k in enumerate(whole["keys"])}
+        for position, handle in enumerate(fresh):
+            got = handle.local_object().export("t")
+            mine = np.sort(answer["keys"][answer["owner"] == position])
+            np.testing.assert_array_equal(np.sort(got["keys"]), mine)
+            at = [by_key[int(k)] for k in got["keys"]]
+            np.testing.assert_array_equal(got["values"], whole["values"][at])
+            np.testing.assert_array_equal(got["state"], whole["state"][at])
+        # slots given as a list: only those
+        some = np.asarray(answer["slots"][::5])
+        (part,) = old[1].call("forward_slots", [("t", some)], fresh, ids, 30.0).result()
+        np.testing.assert_array_equal(part["slots"], some)
+        fresh[1].drop()
+        (lost,) = old[1].call("forward_slots", [("t", (0, 1 << 62))], fresh, ids, 30.0).result()
+        assert set(lost) == {"lost"} and "server 1 was lost" in lost["lost"], lost
+        assert old[1].alive and server.size("t") == whole["keys"].size  # the old server serves on, unchanged
+    finally:
+        for handle in old + fresh:
+            handle.drop()
+
+
+def test_a_pre_copy_round_is_one_call_per_old_server_and_no_row_passes_the_driver(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In the background move the driver asks each old server one forward_slots per round (every table it holds
+    in that one call) and loads nothing itself: the rows go from old server to fresh owner. Exact all the same."""
+    from xdl_ec.ps.backend import LocalHandle
+
+    calls: list = []  # per pre-copy round: the driver's calls to servers, (server handle, method)
+    driver: list = []
+    call, round_ = LocalHandle.call, background_move.BackgroundMove._round
+
+    def counted(self: LocalHandle, method: str, *args: object) -> object:
+        if driver and threading.current_thread() is driver[0] and self.role == "server":
+            calls[-1].append((id(self), method))
+        return call(self, method, *args)
+
+    def counted_round(self: object, trainer: object, plan: list) -> tuple:
+        driver[:] = [threading.current_thread()]
+        calls.append([])
+        try:
+            return round_(self, trainer, plan)
+        finally:
+            driver.clear()
+
+    monkeypatch.setattr(LocalHandle, "call", counted)
+    monkeypatch.setattr(background_move.BackgroundMove, "_round", counted_round)
+    cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["6:4"])
+    report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
+    assert report["model_digest"] == never_resized()["model_digest"]
+    assert report["scrub"]["inconsistent"] == []
+    (r,) = report["resizes"]
+    assert r["restarts"] == 0 and r["rows_precopied"] > 0 and r["bytes_copied"] > 0, r
+    assert calls, calls
+    for round_calls in calls:
+        assert {method for _, method in round_calls} == {"forward_slots"}, round_calls
+        servers = [handle for handle, _ in round_calls]
+        assert len(set(servers)) == len(servers) <= 3, round_calls  # one call per old server
+    assert max(map(len, calls)) == 3, calls  # a round over every old server's shard at once
 
 
 def test_resize_from_another_thread_while_training() -> None:

@@ -9,17 +9,20 @@ the code the resize asks, or the old one's); then:
    or rounds while ``precopy_share`` of the median step's seconds per boundary lasts, on average: a round reads
    every unfinished shard at once and is sized by its learnt cost, :class:`~xdl_ec.ps.read_cost.ReadCost`) is
    read from the old servers in slot order, and loaded into each row's owner on the fresh layout (reaching the
-   fresh parity as a push does), while training goes on on the old servers. Each copied row's slot and clock are
+   fresh parity as a push does), while training goes on on the old servers. An old server sends its rows to the
+   fresh owners itself (``forward_slots``: one call per old server a round, the rows never pass through the
+   driver, which keeps only each row's key, slot and clock). Each copied row's slot and clock are
    kept: a row stays in its slot until erased, and its clock changes with every mutation (``record_layout.h``),
    so no change tracking is needed and nothing else that tracks changes (a backstop's increments, serving deltas:
    the shards' dirty sets) is disturbed.
 2. **Final boundary** (every slot read once and the budget's debt paid off, or the run's last boundary): quiesce,
-   read the slots past where the pre-copy reached (rows inserted since), ask the old servers the clocks of every
-   copied key and copy again the rows whose clock changed (erase those gone: a row a recovery rolled back), make
-   the fresh parity durable, switch the workers and driver to the fresh servers and stop the old ones. This pause
-   is the rows changed since their copy plus one clock lookup per row, not the table's copy (but on a job whose
-   steps touch a large share of the rows, most of them: see docs/results/resize-2026-11-28.md). A shard whose row
-   count does not add up (a row inserted into a slot freed before) is copied whole there, exact either way.
+   ask the old servers the clocks of every copied key, then have them send the slots past where the pre-copy
+   reached (rows inserted since) and again the rows whose clock changed (one call per old server; erase those
+   gone: a row a recovery rolled back), make the fresh parity durable, switch the workers and driver to the fresh
+   servers and stop the old ones. This pause is the rows changed since their copy plus one clock lookup per row,
+   not the table's copy (but on a job whose steps touch a large share of the rows, most of them: see
+   docs/results/resize-2026-11-28.md). A shard whose row count does not add up (a row inserted into a slot freed
+   before) is copied whole there through the driver, exact either way.
 
 Failures: an old server lost during the move is rebuilt by the old stripes like any loss (its rows keep their
 slots and clocks: the copies stay valid) and the move goes on; a fresh server lost is no loss (every row is still
@@ -201,9 +204,8 @@ class BackgroundMove:
         (``seconds`` more at each boundary, :attr:`credit`); returns the slots read. A budget in seconds is kept
         on average: a boundary with credit makes one round whatever it costs and more while :attr:`read_cost`
         predicts the next fits, and a boundary in debt (a round cost more than the credit) reads nothing. A round
-        reads every unfinished shard at once (one call per old server and table) and loads what it read in one
-        call per fresh server and table, so its fixed part is one round of calls, not one per shard (on Ray
-        ~13 actor calls, 40-70 ms on the bench job); it is sized by the fitted cost (:meth:`_round_slots`): what
+        reads every unfinished shard at once, one call per old server, which sends the rows to their fresh
+        owners itself (:meth:`_round`), so its fixed part is one round of calls, not one per shard; it is sized by the fitted cost (:meth:`_round_slots`): what
         the credit left pays for, but large enough that the fixed part is at most ROUND_FIXED_SHARE of it, and
         at most MAX_ROUND_BUDGETS boundaries' budgets (its debt is paid off before the final boundary,
         :attr:`precopied`). A fresh server lost: the pre-copy starts over on new ones; an old server lost:
@@ -262,11 +264,12 @@ class BackgroundMove:
         return self.read_cost.slots_for(left, MAX_ROUND_BUDGETS * budget, ROUND_FIXED_SHARE, CHUNK_SLOTS)
 
     def _round(self, trainer: Any, plan: List[Tuple[str, int, int]]) -> Tuple[int, int]:
-        """Reads ``plan``'s (table, position, slots) from the old servers at once and loads the rows onto the fresh
-        layout, waiting for both: (rows loaded, slots read)."""
-        parts = _read_old(trainer, [(p, table, (self._copied[(table, p)].next_slot, ask)) for table, p, ask in plan])
-        slots_read = 0
-        by_table: Dict[str, List[Tuple[Dict[str, Any], np.ndarray]]] = {}
+        """Has the old servers send ``plan``'s (table, position, slots) to the fresh layout themselves, one call per
+        old server (:meth:`ParameterServer.forward_slots`: the rows go from old server to fresh owner, not through
+        the driver), and waits: (rows loaded, slots read)."""
+        reads = [(p, table, (self._copied[(table, p)].next_slot, ask)) for table, p, ask in plan]
+        parts = _forward_old(trainer, reads, self.fresh, self.ids)
+        slots_read = loaded = 0
         for (table, p, ask), part in zip(plan, parts):
             copied = self._copied[(table, p)]
             end = int(part["end"])
@@ -283,48 +286,33 @@ class BackgroundMove:
                 copied.next_slot += read
                 # read up to the shard's end: rows inserted from now on come after it (saves a read of none)
                 copied.reached_end = copied.next_slot >= end
-            owner = self._owners(part["keys"])
-            by_table.setdefault(table, []).append((part, owner))
+            loaded += int(np.asarray(part["keys"]).size)
+            self.bytes_copied += int(part["bytes"])
             copied.keys.append(part["keys"])
             copied.slots.append(part["slots"])
             copied.clocks.append(part["clocks"])
-            copied.moved.append(self._moves(part["keys"], p, owner))
-        loaded = 0
-        loads = []
-        for table, got in by_table.items():
-            rows = {f: np.concatenate([np.asarray(part[f]) for part, _ in got]) for f in ("keys", "values", "state")}
-            owner = np.concatenate([o for _, o in got])
-            loaded += int(rows["keys"].size)
-            loads.extend(self._load_calls(table, rows, owner))
-        self._fresh_wait(trainer, loads)
+            copied.moved.append(self._moves(part["keys"], p, np.asarray(part["owner"], np.int64)))
         return loaded, slots_read
 
     def _owners(self, keys: np.ndarray) -> np.ndarray:
         """Each key's owner as a position among the fresh servers."""
         return np.asarray(owner_positions(np.asarray(keys, dtype=np.int64), self.ids), dtype=np.int64)
 
-    def _load(self, trainer: Any, table: str, rows: Dict[str, Any], owner: Optional[np.ndarray] = None) -> int:
-        """Loads ``rows`` into their owners among the fresh servers (``owner``: their positions, if known);
-        returns how many."""
+    def _load(self, trainer: Any, table: str, rows: Dict[str, Any]) -> int:
+        """Loads ``rows`` (read through the driver: a shard copied whole) into their owners among the fresh
+        servers, one call per owner; returns how many."""
         keys = np.asarray(rows["keys"], dtype=np.int64)
         if not keys.size:
             return 0
-        self._fresh_wait(trainer, self._load_calls(table, rows, owner))
-        return int(keys.size)
-
-    def _load_calls(self, table: str, rows: Dict[str, Any], owner: Optional[np.ndarray] = None) -> List[Any]:
-        """The fresh servers' load_rows calls of ``rows`` (one per owner), not waited for."""
-        keys = np.asarray(rows["keys"], dtype=np.int64)
-        if not keys.size:
-            return []
-        owner = self._owners(keys) if owner is None else owner
+        owner = self._owners(keys)
         loads = []
         for dest in np.unique(owner):
             mine = owner == dest
             part = {f: np.ascontiguousarray(np.asarray(rows[f])[mine]) for f in ("keys", "values", "state")}
             self.bytes_copied += int(sum(part[f].nbytes for f in part))
             loads.append(Remote(self.fresh[int(dest)], ServerAPI).load_rows(table, part))
-        return loads
+        self._fresh_wait(trainer, loads)
+        return int(keys.size)
 
     def _moves(self, keys: np.ndarray, position: int, owner: Optional[np.ndarray] = None) -> np.ndarray:
         """Per key of the old server at ``position``: whether its owner's id changes (every key of a drained one);
@@ -354,18 +342,36 @@ class BackgroundMove:
         _phase(self.on_phase, "export", trainer, self)
         recopied = final = whole = held = moved = 0
         try:
-            for (table, p), copied in self._copied.items():
-                # rows inserted since the pre-copy passed: in the slots past where it reached
-                tail = _wait_old(trainer, p, "slot_rows", table, (copied.next_slot, 1 << 62))
-                keys, slots, clocks, moves = copied.joined()
-                now = _wait_old(trainer, p, "clocks", table, keys) if keys.size else np.zeros(0, np.int32)
-                now = np.asarray(now, dtype=np.int32)
+            shards = list(self._copied.items())
+            joined = [copied.joined() for _, copied in shards]
+            # every copied row's clock now and every shard's row count, asked of every old server at once
+            asked = []
+            for ((table, p), _), (keys, _, _, _) in zip(shards, joined):
+                asked.append(_old(trainer, p).size(table))
+                asked.append(_old(trainer, p).clocks(table, keys) if keys.size else None)
+            answers = _wait_trainer(trainer, [f for f in asked if f is not None])
+            it = iter(answers)
+            counts, nows = [], []
+            for i in range(len(shards)):
+                counts.append(int(next(it)))
+                nows.append(np.asarray(next(it), np.int32) if asked[2 * i + 1] is not None else np.zeros(0, np.int32))
+            # the rows inserted since the pre-copy passed (the slots past where it reached) and those changed since
+            # their copy, sent by the old servers themselves: one call per old server
+            reads: List[Tuple[int, str, Any]] = []
+            for ((table, p), copied), (_, slots, clocks, _), now in zip(shards, joined, nows):
+                changed = (now != clocks) & (now >= 0)
+                reads.append((p, table, (copied.next_slot, 1 << 62)))
+                reads.append((p, table, slots[changed]))
+            sent = _forward_old(trainer, reads, self.fresh, self.ids)
+            for i, (((table, p), _), (keys, _, clocks, moves)) in enumerate(zip(shards, joined)):
+                now, count, tail, again = nows[i], counts[i], sent[2 * i], sent[2 * i + 1]
+                self.bytes_copied += int(tail["bytes"]) + int(again["bytes"])
                 gone = now < 0  # a row a recovery rolled back (inserted after the stripes' durable point)
                 changed = (now != clocks) & ~gone
-                count = int(_wait_old(trainer, p, "size", table))
-                exact = count == int(np.count_nonzero(~gone)) + int(tail["keys"].size)
-                again = _wait_old(trainer, p, "slot_rows", table, slots[changed]) if exact and changed.any() else None
-                if not exact or (again is not None and not np.array_equal(again["keys"], keys[changed])):
+                tail_keys, again_keys = np.asarray(tail["keys"]), np.asarray(again["keys"])
+                final += int(tail_keys.size) + int(again_keys.size)
+                exact = count == int(np.count_nonzero(~gone)) + int(tail_keys.size)
+                if not exact or not np.array_equal(again_keys, keys[changed]):
                     # a row inserted into a slot freed before the copy passed it (or a slot that holds another
                     # row now): this shard is copied whole here, exact either way
                     rows = _wait_old(trainer, p, "export", table)
@@ -375,14 +381,11 @@ class BackgroundMove:
                     moved += int(np.count_nonzero(self._moves(rows["keys"], p)))
                     whole += 1
                     continue
-                final += self._load(trainer, table, tail)
-                if again is not None:
-                    n = self._load(trainer, table, again)
-                    recopied += n
-                    final += n
+                recopied += int(again_keys.size)
                 self._erase(trainer, table, keys[gone])
                 held += count
-                moved += int(np.count_nonzero(moves[~gone])) + int(np.count_nonzero(self._moves(tail["keys"], p)))
+                moved += int(np.count_nonzero(moves[~gone]))
+                moved += int(np.count_nonzero(self._moves(tail_keys, p, np.asarray(tail["owner"], np.int64))))
             _phase(self.on_phase, "load", trainer, self)
             try:
                 self.strategy.drain()  # every row durable on the new layout: the old servers may go
@@ -448,11 +451,31 @@ def plan_round(copied: Dict[Tuple[str, int], "_Copied"], slots: int) -> List[Tup
     return [(table, p, max(1, asks[(table, p)])) for (table, p), _ in todo]
 
 
-def _read_old(trainer: Any, reads: Sequence[Tuple[int, str, Any]]) -> List[Dict[str, Any]]:
-    """slot_rows of each (position, table, slots) of the old servers, asked at once; a loss is confirmed by the
-    scheduler and raised (its strategy recovers it)."""
+def _forward_old(trainer: Any, reads: Sequence[Tuple[int, str, Any]], fresh: List[Any], ids: List[int]) -> List[Any]:
+    """Each (position, table, slots) of ``reads`` sent by that old server to its rows' owners among ``fresh`` (of
+    ids ``ids``), one forward_slots call per old server, asked at once: per read, what forward_slots answers. A
+    fresh server lost: FreshLost; an old server's loss is confirmed by the scheduler and raised (its strategy
+    recovers it)."""
     servers = trainer.scheduler.servers
-    return _wait_trainer(trainer, [Remote(servers[p], ServerAPI).slot_rows(table, slots) for p, table, slots in reads])
+    by_server: Dict[int, List[int]] = {}
+    for i, (p, _, _) in enumerate(reads):
+        by_server.setdefault(p, []).append(i)
+    calls = [
+        Remote(servers[p], ServerAPI).forward_slots([reads[i][1:] for i in mine], fresh, ids, CALL_SECONDS)
+        for p, mine in by_server.items()
+    ]
+    out: List[Any] = [None] * len(reads)
+    for mine, answer in zip(by_server.values(), _wait_trainer(trainer, calls)):
+        if answer and "lost" in answer[0]:
+            raise FreshLost(f"a fresh server was lost mid-move: {answer[0]['lost']}")
+        for i, part in zip(mine, answer):
+            out[i] = part
+    return out
+
+
+def _old(trainer: Any, position: int) -> Remote:
+    """The old server at ``position`` (the cluster's now: a rebuilt one's replacement)."""
+    return Remote(trainer.scheduler.servers[position], ServerAPI)
 
 
 def _wait_old(trainer: Any, position: int, method: str, *args: Any) -> Any:

@@ -41,9 +41,11 @@ from xdl_ec.sparse.table import MAX_REPEATS, EmbeddingTable, as_cells, as_keys, 
 from xdl_ec.sparse.table_config import Table
 
 from .agent import ServerAgent
-from .api import PushAck, PushPart
-from .backend import ServerLost, in_ray_actor
+from .api import PushAck, PushPart, ServerAPI
+from .backend import CallTimeout, RoleLost, ServerLost, in_ray_actor
+from .client import owner_positions
 from .direct import LinkHost
+from .remote import Remote
 
 # a worker's part of a sync step, buffered: (keys, grads, seq, repeats, ttl_before)
 _SyncPart = Tuple[np.ndarray, np.ndarray, int, Optional[np.ndarray], int]
@@ -496,6 +498,35 @@ class ParameterServer(LinkHost):
             out: Dict[str, Any] = t.slot_rows(slots)
             out["end"] = t.slot_end
             return out
+
+    def forward_slots(
+        self, reads: Sequence[Tuple[str, Any]], fresh: Sequence[Any], ids: Sequence[int], timeout: float
+    ) -> List[Dict[str, Any]]:
+        """A resize's copy sent by this server itself (:mod:`xdl_ec.ps.background_move`): the live rows of each
+        (table, slots) of ``reads`` (as :meth:`slot_rows`) loaded into their owners among the fresh servers
+        ``fresh`` (handles, of stable ids ``ids``; routed as the client routes), so the rows do not pass through
+        the driver. Answers per read what the driver keeps (keys, slots, clocks, end, owner: each row's position
+        among ``fresh``, bytes: those sent), or, when a fresh server was lost or did not answer within
+        ``timeout`` seconds, ``[{"lost": why}]`` (the move starts over; this server's own loss is its Lost)."""
+        if len(fresh) != len(ids):
+            raise ValueError(f"forward_slots: {len(fresh)} fresh servers but {len(ids)} ids; give one id per server")
+        parts = [self.slot_rows(table, slots) for table, slots in reads]  # each under the lock, then released
+        loads = []
+        for (table, _), part in zip(reads, parts):
+            owner = np.asarray(owner_positions(part["keys"], ids), np.int32)
+            part["owner"], part["bytes"] = owner, 0
+            for dest in np.unique(owner):
+                mine = owner == dest
+                rows = {f: np.ascontiguousarray(part[f][mine]) for f in ("keys", "values", "state")}
+                part["bytes"] += sum(v.nbytes for v in rows.values())
+                loads.append(Remote(fresh[int(dest)], ServerAPI).load_rows(table, rows))
+            del part["values"], part["state"]  # the driver keeps only what tells a row's copy from a change
+        try:
+            for load in loads:
+                load.result(timeout)
+        except (RoleLost, CallTimeout) as err:
+            return [{"lost": f"{type(err).__name__}: {err}"}]
+        return parts
 
     def size(self, table: str) -> int:
         return len(self.table(table))
