@@ -551,6 +551,35 @@ def test_a_pre_copy_round_is_one_call_per_old_server_and_no_row_passes_the_drive
     assert max(map(len, calls)) == 3, calls  # a round over every old server's shard at once
 
 
+def test_a_resize_due_during_another_move_starts_its_servers_beside_the_steps_then_moves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A scheduled resize that came due while another move was under way had no servers started ahead: they start
+    at the boundary that ends that move, in the background (the boundary does not wait for them), and its move
+    begins at a later boundary, once they answer; a resize due at the run's last boundary still waits for its
+    servers there. Exact either way."""
+    monkeypatch.setattr(Resizer, "precopy_rows", 64)
+    starts: list = []
+    start = resize_module.StartedServers.__init__
+
+    def noted(self: object, trainer: object, servers: int, background: bool, *args: object) -> None:
+        starts.append((int(trainer.step), servers, background))  # type: ignore[attr-defined]
+        start(self, trainer, servers, background, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(resize_module.StartedServers, "__init__", noted)
+    cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["6:4", "7:3", f"{STEPS}:4"])
+    report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
+    assert report["model_digest"] == never_resized()["model_digest"]
+    assert report["scrub"]["inconsistent"] == []
+    first, second, third = report["resizes"]
+    assert (first["servers_after"], second["servers_after"], third["servers_after"]) == (4, 3, 4)
+    # the second's servers started at the boundary that ended the first move (step first["step"] - 1), beside
+    # the steps; its move began at a later boundary
+    assert (first["step"] - 1, 3, True) in starts, starts
+    assert second["started_step"] > first["step"], (first, second)
+    assert third["step"] == STEPS + 1 and third["restarts"] == 0, third  # the last boundary: ended there
+
+
 def test_resize_from_another_thread_while_training() -> None:
     j = job()
     done: dict = {}

@@ -297,6 +297,11 @@ class StartedServers:
         except BaseException as err:  # noqa: BLE001 - the boundary starts them itself instead
             self.error = err
 
+    @property
+    def ready(self) -> bool:
+        """Whether the start is over (:meth:`take` would not wait)."""
+        return self._thread is None or not self._thread.is_alive()
+
     def take(self, trainer: Any) -> Optional["StartedServers"]:
         """Waits for the start; self when every server answered for this cluster's count now, else None (the
         caller starts them at the boundary; any started here are stopped)."""
@@ -784,6 +789,15 @@ class Resizer:
             # popped once done: a server lost during it is recovered at this boundary and the resize tried again
             due = self._schedule[0]
             if self._background(trainer):
+                last = trainer.total_steps is not None and trainer.step >= trainer.total_steps
+                if not last and (self._next is None or not self._next.ready):
+                    # its fresh servers are still starting, or were not started ahead (it came due during another
+                    # move): they start while training goes on, and the move begins at the first boundary after
+                    # they answer (on Ray starting them takes seconds, a pause the boundary would else make; the
+                    # run's last boundary waits for them)
+                    if self._next is None:
+                        self._next = StartedServers(trainer, due.servers, True, due.drain, due.code)
+                    return
                 started, self._next = self._next, None
                 self._move = _Moving(
                     trainer, due.servers, started, due.drain, self.on_phase, schedule=True, code=due.code
