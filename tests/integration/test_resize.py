@@ -580,6 +580,44 @@ def test_a_resize_due_during_another_move_starts_its_servers_beside_the_steps_th
     assert third["step"] == STEPS + 1 and third["restarts"] == 0, third  # the last boundary: ended there
 
 
+def test_a_move_started_over_starts_its_new_fresh_servers_beside_the_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh server lost mid-move: the new fresh servers start in a thread, not at the boundary, and the
+    boundaries until they answer read nothing (here the start is held for three boundaries); then the pre-copy
+    starts over on them and the move completes at the never-resized model."""
+    monkeypatch.setattr(Resizer, "precopy_rows", 96)
+    go = threading.Event()
+    run = background_move._FreshStart.run
+
+    def held(self: background_move._FreshStart) -> None:
+        assert go.wait(60)
+        run(self)
+
+    monkeypatch.setattr(background_move._FreshStart, "run", held)
+    seen: list = []  # per pre-copy boundary: [servers starting, rows pre-copied before(, after)]
+
+    def on_phase(name: str, trainer: object, move: object) -> None:
+        if name == "precopy":
+            seen.append([move._starting is not None, move.rows_precopied])  # type: ignore[attr-defined]
+            if len(seen) == 2:  # found at the first boundary that sends one of its rows
+                trainer.backend.kill(move.fresh[2])  # type: ignore[attr-defined]
+            if sum(starting for starting, *_ in seen) == 4:
+                go.set()
+        elif name == "precopied":
+            seen[-1].append(move.rows_precopied)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(Resizer, "on_phase", staticmethod(on_phase))
+    cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["8:4"])
+    report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
+    assert report["model_digest"] == never_resized()["model_digest"]
+    assert report["scrub"]["inconsistent"] == []
+    (r,) = report["resizes"]
+    assert r["restarts"] == 1 and report["failures"] == [], r
+    (lost,) = [i for i, b in enumerate(seen) if len(b) == 2]  # the boundary that found the loss (started over)
+    # the next three waited for the new servers, reading nothing; once they answered the pre-copy went on
+    assert all(b[0] and b[1] == b[2] for b in seen[lost + 1 : lost + 4]), seen
+    assert any(b[2] > b[1] for b in seen[lost + 4 :]), seen
+
+
 def test_resize_from_another_thread_while_training() -> None:
     j = job()
     done: dict = {}

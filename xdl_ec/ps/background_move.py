@@ -26,11 +26,13 @@ the code the resize asks, or the old one's); then:
 
 Failures: an old server lost during the move is rebuilt by the old stripes like any loss (its rows keep their
 slots and clocks: the copies stay valid) and the move goes on; a fresh server lost is no loss (every row is still
-on the old servers): the fresh servers are replaced by new ones and the pre-copy starts over (``restarts``).
+on the old servers): the fresh servers are replaced by new ones, started beside the steps, and the pre-copy
+starts over once they answer (``restarts``).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -152,19 +154,43 @@ class BackgroundMove:
         self._tables = [t.name for t in trainer.job.tables]
         self.fresh: List[Any] = []
         self.strategy: Any = None
+        self._starting: Optional[_FreshStart] = None  # fresh servers starting in a thread (a move started over)
         self._begin(trainer, ready)
 
     # ---- the fresh servers ----------------------------------------------------------------------------------
     def _begin(self, trainer: Any, ready: Optional[List[Any]]) -> None:
-        """Fresh servers with their own stripes (the resize's strategy, attached to them alone), nothing read."""
-        scheduler = trainer.scheduler
-        self.fresh = list(ready) if ready is not None else scheduler.start_servers(range(self.servers), self.placement)
+        """Fresh servers with their own stripes (the resize's strategy, attached to them alone), nothing read;
+        ``ready`` None: they start in a thread while training goes on (on Ray that takes seconds) and get their
+        stripes at the first boundary after (:meth:`_fresh_formed`)."""
+        self._copied = {(t, p): _Copied() for t in self._tables for p in range(len(self._old))}
+        self.fresh, self.strategy = [], None
+        if ready is None:
+            self._starting = _FreshStart(trainer.scheduler, self.servers, self.placement)
+        else:
+            self._form(trainer, list(ready))
+
+    def _form(self, trainer: Any, handles: List[Any]) -> None:
+        self.fresh = handles
         self.strategy = trainer.strategy.successor(self.code)
         try:
             self.strategy.attach(_FreshView(trainer, self.fresh))
         except (RoleLost, TimeoutError) as err:
             raise FreshLost(f"a fresh server was lost while its stripes formed: {err}") from err
-        self._copied = {(t, p): _Copied() for t in self._tables for p in range(len(self._old))}
+
+    def _fresh_formed(self, trainer: Any, wait: bool) -> bool:
+        """Whether the fresh servers are up with their stripes; a start under way is waited for when ``wait``
+        (else False while it runs). A start that failed: FreshLost."""
+        start = self._starting
+        if start is None:
+            return True
+        if not wait and start.is_alive():
+            return False
+        start.join()
+        self._starting = None
+        if start.error is not None:
+            raise FreshLost(f"fresh servers did not start: {start.error}") from start.error
+        self._form(trainer, start.handles)
+        return True
 
     def _start_over(self, trainer: Any, err: BaseException) -> None:
         """A fresh server was lost: new fresh servers, the pre-copy from the start (the old servers hold every row)."""
@@ -176,6 +202,9 @@ class BackgroundMove:
 
     def drop(self, trainer: Any) -> None:
         """Stops the fresh servers (a move started over or withdrawn; the old servers are untouched)."""
+        if self._starting is not None:
+            self._starting.join()
+            self.fresh, self._starting = self._starting.handles, None
         if self.strategy is not None and getattr(self.strategy, "background", None) is not None:
             self.strategy.background.stop()
         for handle in self.fresh:
@@ -205,20 +234,24 @@ class BackgroundMove:
         on average: a boundary with credit makes one round whatever it costs and more while :attr:`read_cost`
         predicts the next fits, and a boundary in debt (a round cost more than the credit) reads nothing. A round
         reads every unfinished shard at once, one call per old server, which sends the rows to their fresh
-        owners itself (:meth:`_round`), so its fixed part is one round of calls, not one per shard; it is sized by the fitted cost (:meth:`_round_slots`): what
-        the credit left pays for, but large enough that the fixed part is at most ROUND_FIXED_SHARE of it, and
-        at most MAX_ROUND_BUDGETS boundaries' budgets (its debt is paid off before the final boundary,
-        :attr:`precopied`). A fresh server lost: the pre-copy starts over on new ones; an old server lost:
+        owners itself (:meth:`_round`), so its fixed part is one round of calls, not one per shard; it is sized
+        by the fitted cost (:meth:`_round_slots`): what the credit left pays for, but large enough that the fixed
+        part is at most ROUND_FIXED_SHARE of it, and at most MAX_ROUND_BUDGETS boundaries' budgets (its debt is
+        paid off before the final boundary, :attr:`precopied`). A fresh server lost: the pre-copy starts over on
+        new ones, started beside the steps (boundaries read nothing until they answer); an old server lost:
         RoleLost (its strategy rebuilds it at this boundary; the move goes on after)."""
         start = self.clock()
         _phase(self.on_phase, "precopy", trainer, self)
-        if seconds is not None:
-            self.credit += seconds
         loaded = slots_read = 0
         try:
-            if rows is not None:
+            formed = self._fresh_formed(trainer, wait=False)
+            if not formed:
+                seconds = None  # the fresh servers are starting: nothing to read into, no credit kept
+            elif seconds is not None:
+                self.credit += seconds
+            if formed and rows is not None:
                 loaded, slots_read = self._precopy_rows(trainer, max(1, int(rows)))
-            else:
+            elif formed:
                 rounds = 0
                 while self._unfinished():
                     left = self.credit - (self.clock() - start)
@@ -342,6 +375,7 @@ class BackgroundMove:
         _phase(self.on_phase, "export", trainer, self)
         recopied = final = whole = held = moved = 0
         try:
+            self._fresh_formed(trainer, wait=True)  # (the run's last boundary while fresh servers start)
             shards = list(self._copied.items())
             joined = [copied.joined() for _, copied in shards]
             # every copied row's clock now and every shard's row count, asked of every old server at once
@@ -418,6 +452,23 @@ class BackgroundMove:
         trainer.strategy = self.strategy
         for handle in old:
             trainer.backend.kill(handle)
+
+
+class _FreshStart(threading.Thread):
+    """Fresh servers of a move started over, started beside the steps: ``handles`` once done, or ``error``."""
+
+    def __init__(self, scheduler: Any, servers: int, placement: Any) -> None:
+        super().__init__(name="xdl-ec-move-start", daemon=True)
+        self._scheduler, self._servers, self._placement = scheduler, servers, placement
+        self.handles: List[Any] = []
+        self.error: Optional[BaseException] = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.handles = self._scheduler.start_servers(range(self._servers), self._placement)
+        except BaseException as err:  # noqa: BLE001 - the move's next boundary raises it as FreshLost
+            self.error = err
 
 
 def _wait_trainer(trainer: Any, futures: List[Any]) -> List[Any]:
