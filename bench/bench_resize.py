@@ -19,8 +19,10 @@ each boundary while training goes on, then a final pause. Per resize: the pre-co
 (rows held x bytes per row), rows whose route changed against the ideal |m - n| / max(m, n), rows copied against
 the minimum (the moved rows), rows copied again at the final boundary; samples/s over the steps that hold the move
 (from the boundary that starts it through the one that ends it, at least ``--window`` steps) against the
-``--window`` steps before it, and the same ratio of the never-resized twin over the same steps. Every resized run
-must end at its twin's model_digest (asserted). Prints a markdown table.
+``--window`` steps before it (a resize whose servers were still starting when it could begin, the 8 -> 4 after a
+long 5 -> 8 move: from the end of the previous resize's final boundary, where they began starting beside the steps,
+against the window before the previous move began), and the same ratio of the never-resized twin over the same
+steps. Every resized run must end at its twin's model_digest (asserted). Prints a markdown table.
 """
 
 from __future__ import annotations
@@ -107,14 +109,24 @@ def step_seconds(timeline: List[List[float]], first: int, last: int) -> float:
     return statistics.median(by_step[s] - by_step[s - 1] for s in range(first + 1, last + 1))
 
 
-def summarize(resized: Dict[str, Any], twin: Dict[str, Any], window: int) -> List[Dict[str, Any]]:
+def summarize(resized: Dict[str, Any], twin: Dict[str, Any], window: int, due: List[int]) -> List[Dict[str, Any]]:
+    """Per resize of ``resized`` (scheduled at the steps ``due``), its figures against ``twin``."""
     out = []
-    for r in resized.get("resizes", []):
+    previous: Optional[Dict[str, Any]] = None  # the previous resize's record
+    for r, due_step in zip(resized.get("resizes", []), due):
         end = r["step"] - 1  # the boundary after this step ends the move (switches to the new layout)
         begin = r.get("started_step", r["step"]) - 1  # the boundary after this step starts it
+        before_end = begin
+        if previous is not None and begin > max(due_step, previous["step"]) - 1:
+            # its servers were still starting when it could begin: they start at the previous resize's final
+            # boundary, beside the steps. Counted from the end of that boundary (their start included), against
+            # the window before the previous move began (steady training, no move's boundaries in it)
+            begin = previous["step"]
+            before_end = previous.get("started_step", previous["step"]) - 1
+        previous = r
         last = max(int(row[0]) for row in resized["timeline"])
         held = (begin, min(last, max(end + 1, begin + window)))  # the steps that hold the move, >= a window of them
-        before = (begin - window, begin)
+        before = (before_end - window, before_end)
         row_bytes = r["bytes_copied"] / max(r["rows_copied"], 1)
         table_gb = r["rows"] * row_bytes / 1e9
         pause = r.get("final_pause_s", r["seconds"])
@@ -189,7 +201,7 @@ def main(argv: Optional[List[str]] = None) -> None:
             assert resized["model_digest"] == twin["model_digest"], (label, round_)
             if kill:
                 assert resized["killed"] == ["fresh", "old"], resized["killed"]
-            rows.extend(summarize(resized, twin, args.window))
+            rows.extend(summarize(resized, twin, args.window, [args.steps // 3, 2 * (args.steps // 3)]))
             for r in resized.get("resizes", []):  # what each move did, as it happened
                 print(label, {k: r.get(k) for k in ("servers_after", "started_step", "step", "precopy_boundaries")})
         results[label] = rows
