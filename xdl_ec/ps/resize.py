@@ -269,6 +269,7 @@ class StartedServers:
         code: Optional[Tuple[int, int]] = None,
     ) -> None:
         self.before = len(trainer.scheduler.servers)
+        self.step = int(trainer.step)  # the boundary they started at
         self.ids = server_ids_of(trainer.scheduler)  # the cluster they were started for
         self.code_before = trainer.strategy.stripe_code  # ... and the code it had (the placement's, code None)
         self.servers = servers
@@ -790,11 +791,12 @@ class Resizer:
             due = self._schedule[0]
             if self._background(trainer):
                 last = trainer.total_steps is not None and trainer.step >= trainer.total_steps
-                if not last and (self._next is None or not self._next.ready):
-                    # its fresh servers are still starting, or were not started ahead (it came due during another
-                    # move): they start while training goes on, and the move begins at the first boundary after
-                    # they answer (on Ray starting them takes seconds, a pause the boundary would else make; the
-                    # run's last boundary waits for them)
+                late = self._next is None or self._next.step >= due.step - 1
+                if late and not last and (self._next is None or not self._next.ready):
+                    # its fresh servers were not started ahead (it came due during another move): they start now
+                    # while training goes on, and the move begins at the first boundary after they answer (on Ray
+                    # starting them takes seconds, a pause the boundary would else make). Servers started ahead
+                    # are waited for (the move begins at the step asked), and so are any at the run's last boundary
                     if self._next is None:
                         self._next = StartedServers(trainer, due.servers, True, due.drain, due.code)
                     return
