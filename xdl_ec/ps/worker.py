@@ -49,7 +49,7 @@ from xdl_ec.model.input_stream import InputStream
 from xdl_ec.model.job_spec import JobSpec
 from xdl_ec.model.model_step import ModelStep
 from xdl_ec.sparse.cache_config import Cache
-from xdl_ec.tf.determinism import configure_determinism
+from xdl_ec.tf.determinism import configure_determinism, size_op_pools
 
 from .backend import Handle, RoleLost
 from .cached_client import CachedClient
@@ -168,6 +168,8 @@ class Worker(LinkHost):
             heads=job.heads,
         )
         self._current: Optional[FeatureBatch] = self._stream.next()
+        if self._current is not None:  # TF's pools are sized by the step (before the model's first op, if it can)
+            size_op_pools(settings.deterministic, len(self._current))
         self._pending: Any = None  # the prefetched rows of _current's fresh keys
         self._step: Optional[ModelStep] = None
         self.dense: Optional[DenseModel] = None
