@@ -379,16 +379,17 @@ class BackgroundMove:
             shards = list(self._copied.items())
             joined = [copied.joined() for _, copied in shards]
             # every copied row's clock now and every shard's row count, asked of every old server at once
-            asked = []
-            for ((table, p), _), (keys, _, _, _) in zip(shards, joined):
-                asked.append(_old(trainer, p).size(table))
-                asked.append(_old(trainer, p).clocks(table, keys) if keys.size else None)
-            answers = _wait_trainer(trainer, [f for f in asked if f is not None])
-            it = iter(answers)
-            counts, nows = [], []
-            for i in range(len(shards)):
-                counts.append(int(next(it)))
-                nows.append(np.asarray(next(it), np.int32) if asked[2 * i + 1] is not None else np.zeros(0, np.int32))
+            sizes = [_old(trainer, p).size(table) for (table, p), _ in shards]
+            asked = [
+                (i, _old(trainer, p).clocks(table, keys))
+                for i, (((table, p), _), (keys, *_)) in enumerate(zip(shards, joined))
+                if keys.size
+            ]
+            answers = _wait_trainer(trainer, sizes + [f for _, f in asked])
+            counts = [int(n) for n in answers[: len(shards)]]
+            nows = [np.zeros(0, np.int32)] * len(shards)
+            for (i, _), now in zip(asked, answers[len(shards) :]):
+                nows[i] = np.asarray(now, np.int32)
             # the rows inserted since the pre-copy passed (the slots past where it reached) and those changed since
             # their copy, sent by the old servers themselves: one call per old server
             reads: List[Tuple[int, str, Any]] = []
