@@ -2,7 +2,7 @@
 one build, interleaved. Not a test.
 
     PYTHONPATH=build/stage python3 -P bench/bench_step.py [--rounds 3] [--steps 150] [--batches 2048,256] [--split]
-        [--cluster] [--ray]
+        [--pools] [--cluster] [--ray]
 
 Every turn is a fresh process (TF's op pools are sized once per process): the built-in job on its synthetic
 Criteo-shaped data (``TrainConfig(synthetic=True)``: Zipf 1.1, 26 categorical ids, 13 dense, dim 16, DLRM),
@@ -19,6 +19,10 @@ turn each per round, in a rotating order:
 - with ``--split`` the arms are instead ``one thread`` and ``one thread'`` (``XDL_EC_CORE_THREADS=1``: a shard's
   pulls and pushes on the calling thread, as before the core's ``TaskPool``; the two give the A/A floor),
   ``default`` (split over the cores), and both again with ``deterministic=True``;
+- with ``--pools`` the arms are instead ``thread per core`` and ``thread per core'`` (TF's intra-op pool as TF
+  sizes it, a thread per core, through ``TF_NUM_INTRAOP_THREADS``; the two give the A/A floor) and ``default`` (the
+  pool sized by the step: ``xdl_ec.tf.determinism.op_threads``, the cores beside the step's thread below 2048
+  samples);
 - with ``--cluster``: the same job on ``Cluster(servers=2)`` (servers in this process's threads; its step was
   already pipelined: ``combine_calls``), and with ``--ray`` on Ray (2 servers): samples/s per core busy
   (``stages.cores_busy``; on Ray the driver's process only, so there it reads as samples/s alone).
@@ -65,34 +69,42 @@ def child(spec: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
-Arm = Tuple[str, bool, Optional[str], str]
+Arm = Tuple[str, bool, Optional[str], str, str]
 ARMS: Dict[str, Arm] = {
-    # name: (XDL_EC_SERIAL_STEP, deterministic, cluster, XDL_EC_CORE_THREADS: "" = the core's default)
-    "serial": ("1", False, None, ""),
-    "serial'": ("1", False, None, ""),
-    "default": ("0", False, None, ""),
-    "serial det": ("1", True, None, ""),
-    "default det": ("0", True, None, ""),
+    # name: (XDL_EC_SERIAL_STEP, deterministic, cluster, XDL_EC_CORE_THREADS, TF_NUM_INTRAOP_THREADS: "" = default)
+    "serial": ("1", False, None, "", ""),
+    "serial'": ("1", False, None, "", ""),
+    "default": ("0", False, None, "", ""),
+    "serial det": ("1", True, None, "", ""),
+    "default det": ("0", True, None, "", ""),
 }
 # --split: the shard's pulls and pushes split over the core's threads (the default) against one thread
 SPLIT_ARMS: Dict[str, Arm] = {
-    "one thread": ("0", False, None, "1"),
-    "one thread'": ("0", False, None, "1"),
-    "default": ("0", False, None, ""),
-    "one thread det": ("0", True, None, "1"),
-    "default det": ("0", True, None, ""),
+    "one thread": ("0", False, None, "1", ""),
+    "one thread'": ("0", False, None, "1", ""),
+    "default": ("0", False, None, "", ""),
+    "one thread det": ("0", True, None, "1", ""),
+    "default det": ("0", True, None, "", ""),
 }
-CLUSTER_ARMS: Dict[str, Arm] = {"servers": ("0", False, "local", "")}
-RAY_ARMS: Dict[str, Arm] = {"ray": ("0", False, "ray", "")}
+# --pools: TF's intra-op pool sized by the step (the default) against TF's own sizing, a thread per core
+_CORES = str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+POOL_ARMS: Dict[str, Arm] = {
+    "thread per core": ("0", False, None, "", _CORES),
+    "thread per core'": ("0", False, None, "", _CORES),
+    "default": ("0", False, None, "", ""),
+}
+CLUSTER_ARMS: Dict[str, Arm] = {"servers": ("0", False, "local", "", "")}
+RAY_ARMS: Dict[str, Arm] = {"ray": ("0", False, "ray", "", "")}
 
 
 def turn(arm: tuple, batch: int, steps: int) -> Dict[str, Any]:
-    serial, deterministic, cluster, core_threads = arm
+    serial, deterministic, cluster, core_threads, tf_intra = arm
     spec = {"batch": batch, "steps": steps, "deterministic": deterministic, "cluster": cluster}
     env = {**os.environ, "XDL_EC_SERIAL_STEP": serial, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    env.pop("XDL_EC_CORE_THREADS", None)
-    if core_threads:
-        env["XDL_EC_CORE_THREADS"] = core_threads
+    for name, value in (("XDL_EC_CORE_THREADS", core_threads), ("TF_NUM_INTRAOP_THREADS", tf_intra)):
+        env.pop(name, None)
+        if value:
+            env[name] = value
     out = subprocess.run(
         [sys.executable, "-P", os.path.abspath(__file__), "--child", json.dumps(spec)],
         env=env,
@@ -165,6 +177,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=150)
     p.add_argument("--batches", default="2048,256")
     p.add_argument("--split", action="store_true", help="the core's split pulls and pushes against one thread")
+    p.add_argument("--pools", action="store_true", help="TF intra-op pool by the step vs a thread per core")
     p.add_argument("--cluster", action="store_true", help="also 2 servers in this process")
     p.add_argument("--ray", action="store_true", help="also 2 servers on Ray")
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -174,14 +187,15 @@ def main() -> None:
         return
     lines = [f"load average at start: {os.getloadavg()}", ""]
     for batch in (int(b) for b in args.batches.split(",")):
-        arms = dict(SPLIT_ARMS if args.split else ARMS)
+        arms = dict(SPLIT_ARMS if args.split else POOL_ARMS if args.pools else ARMS)
         if args.cluster:
             arms.update(CLUSTER_ARMS)
         if args.ray:
             arms.update(RAY_ARMS)
         steps = args.steps if batch >= 1024 else args.steps * 4
         results = run(batch, arms, args.rounds, steps)
-        lines += table(batch, results, "one thread" if args.split else "serial") + [""]
+        base = "one thread" if args.split else "thread per core" if args.pools else "serial"
+        lines += table(batch, results, base) + [""]
     lines.append(f"load average at end: {os.getloadavg()}")
     print("\n".join(lines))
 
