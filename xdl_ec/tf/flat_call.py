@@ -48,10 +48,12 @@ class FlatCall:
         return [self._eager(a, device, d) for a, d in zip(arrays, self._dtypes)]
 
     def __call__(self, arrays: Sequence[np.ndarray]) -> Any:
-        # an array of another dtype or rank goes the public way, whose signature check refuses it (the flat form
-        # checks neither: it would cast)
-        flat = self._flat is not None and all(
-            type(a) is np.ndarray and a.dtype == d and a.ndim == r for a, (d, r) in zip(arrays, self._kinds)
+        # another count of arrays, or an array of another dtype or rank, goes the public way, whose signature check
+        # refuses it (the flat form checks none of them: it would cast)
+        flat = (
+            self._flat is not None
+            and len(arrays) == len(self._kinds)
+            and all(type(a) is np.ndarray and a.dtype == d and a.ndim == r for a, (d, r) in zip(arrays, self._kinds))
         )
         if flat:
             # captured_inputs asked each call: a variable captured lazily is resolved when the call is made

@@ -52,6 +52,13 @@ def test_flat_call_refuses_another_dtype_as_the_public_call_does(x: np.ndarray, 
     np.testing.assert_array_equal(weight.numpy(), [[1.0], [2.0]])  # nothing ran
 
 
+def test_flat_call_refuses_another_count_of_arrays() -> None:
+    concrete, weight = _concrete()
+    with pytest.raises(TypeError):
+        FlatCall(concrete)([np.ones((2, 2), np.float32)])
+    np.testing.assert_array_equal(weight.numpy(), [[1.0], [2.0]])
+
+
 def test_flat_call_leaves_another_rank_to_the_public_call() -> None:
     concrete, _ = _concrete()
     call = FlatCall(concrete)
