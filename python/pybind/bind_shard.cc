@@ -6,9 +6,11 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,17 @@ using Keys = py::array_t<int64_t, py::array::c_style>;
 using Floats = py::array_t<float, py::array::c_style>;
 using Slots = py::array_t<uint32_t, py::array::c_style>;
 using Bytes = py::array_t<uint8_t, py::array::c_style>;
+
+// Rows handed to TensorFlow: at 64 bytes (TF's alignment) an eager tensor wraps the array's buffer instead of
+// copying it (~0.3 ms a step of 2,048 samples, 15k rows).
+constexpr size_t kRowAlignment = 64;
+
+Floats AlignedRows(size_t n, size_t dim) {
+  const size_t bytes = std::max<size_t>(n * dim * sizeof(float), 1);
+  void* data = ::operator new(bytes, std::align_val_t(kRowAlignment));
+  py::capsule owner(data, [](void* p) { ::operator delete(p, std::align_val_t(kRowAlignment)); });
+  return Floats({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(dim)}, static_cast<float*>(data), owner);
+}
 
 std::string Shape(const py::array& a) {
   std::string s = "(";
@@ -86,7 +99,7 @@ py::object Pull(EmbeddingShard& shard, const Keys& keys, bool return_deltas,
   RequireKeys(keys, "pull");
   CheckForward("pull", return_deltas, forwarder);
   const size_t n = static_cast<size_t>(keys.shape(0));
-  Floats out({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(shard.dim())});
+  Floats out = AlignedRows(n, shard.dim());
   if (forwarder) {
     DeltaForwarder::Mutation sink(*forwarder, table, pushes);
     py::gil_scoped_release release;

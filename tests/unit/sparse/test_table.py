@@ -31,6 +31,18 @@ def snapshot(t: xdl_ec.EmbeddingTable):
 # ---- rows -------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("n", [0, 1, 3, 2763])
+def test_pulled_rows_are_aligned_for_tensorflow_and_the_callers_own(n: int) -> None:
+    t = table(dim=16)
+    rows = t.pull(np.arange(n, dtype=np.int64))
+    assert rows.shape == (n, 16) and rows.flags.c_contiguous and rows.flags.writeable
+    assert rows.ctypes.data % 64 == 0  # TF's alignment: an eager tensor wraps the buffer instead of copying it
+    if n:
+        before = t.pull(np.arange(n, dtype=np.int64))
+        rows[:] = 7.0  # the caller's copy: the table is not changed through it
+        np.testing.assert_array_equal(t.pull(np.arange(n, dtype=np.int64)), before)
+
+
 def test_pull_inserts_rows_that_depend_on_seed_and_key_only() -> None:
     keys = np.array([3, -9, 1 << 62, 0, 77], dtype=np.int64)
     a = table(block_slots=2, seed=5)
