@@ -41,6 +41,8 @@ import subprocess
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
+from xdl_ec.tf.determinism import usable_cores
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -87,7 +89,7 @@ SPLIT_ARMS: Dict[str, Arm] = {
     "default det": ("0", True, None, "", ""),
 }
 # --pools: TF's intra-op pool sized by the step (the default) against TF's own sizing, a thread per core
-_CORES = str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+_CORES = str(usable_cores())
 POOL_ARMS: Dict[str, Arm] = {
     "thread per core": ("0", False, None, "", _CORES),
     "thread per core'": ("0", False, None, "", _CORES),
