@@ -40,7 +40,7 @@ import numpy as np
 
 from .api import ServerAPI
 from .backend import RoleLost
-from .client import owner_positions
+from .client import owner_positions, rows_by_owner
 from .cluster_view import ClusterView
 from .fault_tolerance import Unrecoverable
 from .read_cost import ReadCost
@@ -339,11 +339,9 @@ class BackgroundMove:
             return 0
         owner = self._owners(keys)
         loads = []
-        for dest in np.unique(owner):
-            mine = owner == dest
-            part = {f: np.ascontiguousarray(np.asarray(rows[f])[mine]) for f in ("keys", "values", "state")}
+        for dest, part in rows_by_owner(rows, owner):
             self.bytes_copied += int(sum(part[f].nbytes for f in part))
-            loads.append(Remote(self.fresh[int(dest)], ServerAPI).load_rows(table, part))
+            loads.append(Remote(self.fresh[dest], ServerAPI).load_rows(table, part))
         self._fresh_wait(trainer, loads)
         return int(keys.size)
 

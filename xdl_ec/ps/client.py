@@ -54,6 +54,15 @@ def owner_positions(keys: np.ndarray, server_ids: Sequence[int]) -> np.ndarray:
     return position[table.servers_of(np.ascontiguousarray(keys, dtype=np.int64))]
 
 
+def rows_by_owner(rows: Mapping[str, Any], owner: np.ndarray) -> List[Tuple[int, Dict[str, np.ndarray]]]:
+    """Slot records ``rows`` ({"keys", "values", "state"}: row-aligned arrays) split by ``owner`` (each row's owner
+    position): [(position, its rows)], positions ascending, each part contiguous (a load_rows call's)."""
+    return [
+        (int(dest), {f: np.ascontiguousarray(np.asarray(rows[f])[owner == dest]) for f in ("keys", "values", "state")})
+        for dest in np.unique(owner)
+    ]
+
+
 @dataclasses.dataclass
 class LoggedPush:
     table: str

@@ -43,7 +43,7 @@ from xdl_ec.sparse.table_config import Table
 from .agent import ServerAgent
 from .api import PushAck, PushPart, ServerAPI
 from .backend import CallTimeout, RoleLost, ServerLost, in_ray_actor
-from .client import owner_positions
+from .client import owner_positions, rows_by_owner
 from .direct import LinkHost
 from .remote import Remote
 
@@ -515,11 +515,9 @@ class ParameterServer(LinkHost):
         for (table, _), part in zip(reads, parts):
             owner = np.asarray(owner_positions(part["keys"], ids), np.int32)
             part["owner"], part["bytes"] = owner, 0
-            for dest in np.unique(owner):
-                mine = owner == dest
-                rows = {f: np.ascontiguousarray(part[f][mine]) for f in ("keys", "values", "state")}
+            for dest, rows in rows_by_owner(part, owner):
                 part["bytes"] += sum(v.nbytes for v in rows.values())
-                loads.append(Remote(fresh[int(dest)], ServerAPI).load_rows(table, rows))
+                loads.append(Remote(fresh[dest], ServerAPI).load_rows(table, rows))
             del part["values"], part["state"]  # the driver keeps only what tells a row's copy from a change
         try:
             for load in loads:
