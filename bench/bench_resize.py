@@ -1,7 +1,7 @@
 """Benchmark: resizing a running cluster's servers (issue #38), 5 -> 8 -> 4 during one run. Not a test.
 
     PYTHONPATH=build/stage python3 -P bench/bench_resize.py [--rounds 3] [--steps 480] [--rows 400000]
-                                                            [--batch 1024] [--window 30] [--backend local|ray]
+                                                            [--batch 1024] [--window 150] [--backend local|ray]
                                                             [--precopy-share X] [--runs none,ec,ec-kill]
 
 The built-in job on synthetic Criteo-shaped data (one sync worker, --deterministic) trains ``--steps`` steps on 5
@@ -22,7 +22,9 @@ the minimum (the moved rows), rows copied again at the final boundary; samples/s
 ``--window`` steps before it (a resize whose servers were still starting when it could begin, the 8 -> 4 after a
 long 5 -> 8 move: from the end of the previous resize's final boundary, where they began starting beside the steps,
 against the window before the previous move began), and the same ratio of the never-resized twin over the same
-steps. Every resized run must end at its twin's model_digest (asserted). Prints a markdown table.
+steps, and the quotient of the two (the move's cost with the steps' own pace between the windows taken out: the
+table grows, the data loops); medians over the rounds, the quotient with its range. Every resized run must end at
+its twin's model_digest (asserted). Prints a markdown table.
 """
 
 from __future__ import annotations
@@ -123,10 +125,17 @@ def summarize(resized: Dict[str, Any], twin: Dict[str, Any], window: int, due: L
             # the window before the previous move began (steady training, no move's boundaries in it)
             begin = previous["step"]
             before_end = previous.get("started_step", previous["step"]) - 1
+        elif previous is not None and before_end - previous["step"] < window // 3:
+            # the previous move ended just before: too few steps since its switch to measure, so the window before
+            # it began
+            before_end = previous.get("started_step", previous["step"]) - 1
+        start = before_end - window
+        if previous is not None and previous["step"] < before_end:
+            start = max(start, previous["step"])  # the steps since the previous switch, not its final pause
+        before = (start, before_end)
         previous = r
         last = max(int(row[0]) for row in resized["timeline"])
         held = (begin, min(last, max(end + 1, begin + window)))  # the steps that hold the move, >= a window of them
-        before = (before_end - window, before_end)
         row_bytes = r["bytes_copied"] / max(r["rows_copied"], 1)
         table_gb = r["rows"] * row_bytes / 1e9
         pause = r.get("final_pause_s", r["seconds"])
@@ -158,7 +167,12 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--rows", type=int, default=400_000, help="synthetic rows in the data")
     p.add_argument("--cardinality", type=int, default=1_000_000, help="synthetic ids per column at most")
     p.add_argument("--batch", type=int, default=1024)
-    p.add_argument("--window", type=int, default=30)
+    p.add_argument(
+        "--window",
+        type=int,
+        default=150,
+        help="steps before a move its samples/s are measured against (a few seconds: shorter windows swing by 20%%)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", choices=("local", "ray"), default="local")
     p.add_argument(
@@ -212,18 +226,20 @@ def main(argv: Optional[List[str]] = None) -> None:
     print(
         "| ft | resize | pre-copy boundaries | final pause s | final pause in steps | move s at boundaries | s per GB "
         "of table | rows | moved / ideal | copied / minimum | recopied / rows | restarts | samples/s during the move / "
-        "before | never-resized twin |"
+        "before | never-resized twin | move / twin [range] |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for label, rows in results.items():
         for resize in ("5 -> 8", "8 -> 4"):
             mine = [r for r in rows if r["resize"] == resize]
             med = {k: statistics.median(r[k] for r in mine) for k in mine[0] if k != "resize"}
+            against = [r["speed"] / r["twin_speed"] for r in mine]
             print(
                 f"| {label} | {resize} | {med['boundaries']:.0f} | {med['pause']:.3f} | {med['pause_steps']:.1f} "
                 f"| {med['seconds']:.3f} | {med['s_per_gb']:.1f} | {med['rows']:,.0f} "
                 f"| {med['moved']:.3f} / {med['ideal']:.3f} | {med['copied_vs_min']:.2f} | {med['recopied']:.3f} | "
-                f"{sum(r['restarts'] for r in mine)} | {med['speed']:.2f} | {med['twin_speed']:.2f} |"
+                f"{sum(r['restarts'] for r in mine)} | {med['speed']:.2f} | {med['twin_speed']:.2f} | "
+                f"{statistics.median(against):.2f} [{min(against):.2f}, {max(against):.2f}] |"
             )
 
 

@@ -349,8 +349,8 @@ def test_under_ec_the_pre_copy_keeps_to_its_budget_in_seconds_on_average(
     moves: list = []
     open_at: list = []  # per boundary: the shards not read to their end when it began
 
-    def read_on_the_clock(trainer: object, reads: list, fresh: list, ids: list) -> list:
-        out = forward_old(trainer, reads, fresh, ids)
+    def read_on_the_clock(trainer: object, reads: list, targets: object) -> list:
+        out = forward_old(trainer, reads, targets)
         if in_precopy:  # (the final boundary's sends are not on the budget)
             # the slots a round reads as the move counts them (within each shard's end, at least 1 a read)
             now[0] += fixed + per_slot * sum(
@@ -389,8 +389,12 @@ def test_under_ec_the_pre_copy_keeps_to_its_budget_in_seconds_on_average(
     if budget > fixed:
         assert any(asked >= amortized for _, asked, _ in flat[2:]), (rounds, amortized)  # large rounds once fitted
     most = 40 * budget + fixed  # MAX_ROUND_BUDGETS budgets at the mean cost per slot, plus one fixed part
+    # the boundaries before the old servers answered forward_to (their links opening beside the steps) read
+    # nothing and keep no credit
+    told = next(i for i, reads in enumerate(rounds) if reads)
+    assert spent[:told] == [0.0] * told, (rounds, spent)
     credit = 0.0
-    for reads, seconds, unread in zip(rounds, spent, open_at):
+    for reads, seconds, unread in zip(rounds[told:], spent[told:], open_at[told:]):
         credit += budget
         # a boundary reads exactly when it has credit and a shard is left to read (in debt, or paying the debt off
         # once every shard was read, it reads nothing)
@@ -484,7 +488,10 @@ def test_an_old_server_forwards_its_slots_to_their_owners_among_the_fresh_server
         PSClient(old).pull({"t": (keys, 4)})  # inserted on the old servers
         server = old[1].local_object()
         whole = server.export("t")
-        (answer,) = old[1].call("forward_slots", [("t", (0, 1 << 62))], fresh, ids, 30.0).result()
+        with pytest.raises(RuntimeError, match="was given no fresh servers; call forward_to"):
+            old[1].call("forward_slots", [("t", (0, 1 << 62))], 30.0).result()
+        old[1].call("forward_to", fresh, ids).result()
+        (answer,) = old[1].call("forward_slots", [("t", (0, 1 << 62))], 30.0).result()
         assert "values" not in answer and "state" not in answer
         np.testing.assert_array_equal(np.sort(answer["keys"]), np.sort(whole["keys"]))
         np.testing.assert_array_equal(answer["owner"], owner_positions(answer["keys"], ids))
@@ -500,14 +507,44 @@ def test_an_old_server_forwards_its_slots_to_their_owners_among_the_fresh_server
             np.testing.assert_array_equal(got["state"], whole["state"][at])
         # slots given as a list: only those
         some = np.asarray(answer["slots"][::5])
-        (part,) = old[1].call("forward_slots", [("t", some)], fresh, ids, 30.0).result()
+        (part,) = old[1].call("forward_slots", [("t", some)], 30.0).result()
         np.testing.assert_array_equal(part["slots"], some)
         fresh[1].drop()
-        (lost,) = old[1].call("forward_slots", [("t", (0, 1 << 62))], fresh, ids, 30.0).result()
+        (lost,) = old[1].call("forward_slots", [("t", (0, 1 << 62))], 30.0).result()
         assert set(lost) == {"lost"} and "server 1 was lost" in lost["lost"], lost
         assert old[1].alive and server.size("t") == whole["keys"].size  # the old server serves on, unchanged
     finally:
         for handle in old + fresh:
+            handle.drop()
+
+
+def test_an_old_server_that_serves_links_forwards_over_links_of_its_own() -> None:
+    """On Ray a server serves direct links (the run's secret): its forward_slots then loads the fresh servers over
+    links it opens to them with that secret (one ``sendmsg`` a load, not a Ray call), and the rows land as over
+    the backend; forward_to closes the links to the fresh servers it replaces."""
+    from xdl_ec.net.job_secret import JobSecret
+
+    secret = JobSecret.generate()
+    backend = LocalBackend()
+    old = backend.start("server", 0, ParameterServer, 0, (CACHE_SPEC,))
+    fresh = [backend.start("server", i, ParameterServer, i, (CACHE_SPEC,)) for i in range(2)]
+    try:
+        keys = np.arange(1, 300, dtype=np.int64) * 104729
+        PSClient([old]).pull({"t": (keys, 4)})
+        server = old.local_object()
+        server.open_links(secret)  # as the workers' and the driver's links have it open on Ray
+        old.call("forward_to", fresh, [0, 1]).result()
+        (answer,) = old.call("forward_slots", [("t", (0, 1 << 62))], 30.0).result()
+        served = [h.local_object()._link_server for h in fresh]
+        assert all(link is not None and link.calls >= 1 for link in served), served  # loads came over links
+        got = np.concatenate([h.local_object().export("t")["keys"] for h in fresh])
+        np.testing.assert_array_equal(np.sort(got), np.sort(keys))
+        np.testing.assert_array_equal(np.sort(answer["keys"]), np.sort(keys))
+        links = [h.link for h in server._forward._handles]
+        old.call("forward_to", fresh[:1], [0]).result()  # another move's fresh servers: the earlier links close
+        assert all(link._conn is None for link in links)
+    finally:
+        for handle in [old, *fresh]:
             handle.drop()
 
 
@@ -522,9 +559,13 @@ def test_a_pre_copy_round_is_one_call_per_old_server_and_no_row_passes_the_drive
     driver: list = []
     call, round_ = LocalHandle.call, background_move.BackgroundMove._round
 
+    told: list = []  # the old servers told the fresh ones (forward_to, when the fresh stripes formed)
+
     def counted(self: LocalHandle, method: str, *args: object) -> object:
         if driver and threading.current_thread() is driver[0] and self.role == "server":
             calls[-1].append((id(self), method))
+        if method == "forward_to":
+            told.append(id(self))
         return call(self, method, *args)
 
     def counted_round(self: object, trainer: object, plan: list) -> tuple:
@@ -549,6 +590,7 @@ def test_a_pre_copy_round_is_one_call_per_old_server_and_no_row_passes_the_drive
         servers = [handle for handle, _ in round_calls]
         assert len(set(servers)) == len(servers) <= 3, round_calls  # one call per old server
     assert max(map(len, calls)) == 3, calls  # a round over every old server's shard at once
+    assert sorted(told) == sorted(set(told)) and len(told) == 3, told  # each old server told the fresh ones once
 
 
 def test_a_resize_due_during_another_move_starts_its_servers_beside_the_steps_then_moves(

@@ -153,6 +153,7 @@ class BackgroundMove:
         self._old = list(trainer.scheduler.servers)
         self._tables = [t.name for t in trainer.job.tables]
         self.fresh: List[Any] = []
+        self.targets = _Targets([], [])  # the fresh servers as the old ones were told them
         self.strategy: Any = None
         self._starting: Optional[_FreshStart] = None  # fresh servers starting in a thread (a move started over)
         self._begin(trainer, ready)
@@ -170,12 +171,16 @@ class BackgroundMove:
             self._form(trainer, list(ready))
 
     def _form(self, trainer: Any, handles: List[Any]) -> None:
+        """The fresh servers' stripes formed; the old servers told them (their links open beside the next steps:
+        boundaries read nothing until they answer)."""
         self.fresh = handles
         self.strategy = trainer.strategy.successor(self.code)
         try:
             self.strategy.attach(_FreshView(trainer, self.fresh))
         except (RoleLost, TimeoutError) as err:
             raise FreshLost(f"a fresh server was lost while its stripes formed: {err}") from err
+        self.targets = _Targets(handles, self.ids)
+        self.targets.announce(trainer)
 
     def _fresh_formed(self, trainer: Any, wait: bool) -> bool:
         """Whether the fresh servers are up with their stripes; a start under way is waited for when ``wait``
@@ -244,9 +249,9 @@ class BackgroundMove:
         _phase(self.on_phase, "precopy", trainer, self)
         loaded = slots_read = 0
         try:
-            formed = self._fresh_formed(trainer, wait=False)
+            formed = self._fresh_formed(trainer, wait=False) and self.targets.announced
             if not formed:
-                seconds = None  # the fresh servers are starting: nothing to read into, no credit kept
+                seconds = None  # the fresh servers are starting (or being told): nothing to read into, no credit kept
             elif seconds is not None:
                 self.credit += seconds
             if formed and rows is not None:
@@ -301,7 +306,7 @@ class BackgroundMove:
         old server (:meth:`ParameterServer.forward_slots`: the rows go from old server to fresh owner, not through
         the driver), and waits: (rows loaded, slots read)."""
         reads = [(p, table, (self._copied[(table, p)].next_slot, ask)) for table, p, ask in plan]
-        parts = _forward_old(trainer, reads, self.fresh, self.ids)
+        parts = _forward_old(trainer, reads, self.targets)
         slots_read = loaded = 0
         for (table, p, ask), part in zip(plan, parts):
             copied = self._copied[(table, p)]
@@ -395,7 +400,7 @@ class BackgroundMove:
                 changed = (now != clocks) & (now >= 0)
                 reads.append((p, table, (copied.next_slot, 1 << 62)))
                 reads.append((p, table, slots[changed]))
-            sent = _forward_old(trainer, reads, self.fresh, self.ids)
+            sent = _forward_old(trainer, reads, self.targets)
             for i, (((table, p), _), (keys, _, clocks, moves)) in enumerate(zip(shards, joined)):
                 now, count, tail, again = nows[i], counts[i], sent[2 * i], sent[2 * i + 1]
                 self.bytes_copied += int(tail["bytes"]) + int(again["bytes"])
@@ -501,18 +506,53 @@ def plan_round(copied: Dict[Tuple[str, int], "_Copied"], slots: int) -> List[Tup
     return [(table, p, max(1, asks[(table, p)])) for (table, p), _ in todo]
 
 
-def _forward_old(trainer: Any, reads: Sequence[Tuple[int, str, Any]], fresh: List[Any], ids: List[int]) -> List[Any]:
-    """Each (position, table, slots) of ``reads`` sent by that old server to its rows' owners among ``fresh`` (of
-    ids ``ids``), one forward_slots call per old server, asked at once: per read, what forward_slots answers. A
-    fresh server lost: FreshLost; an old server's loss is confirmed by the scheduler and raised (its strategy
-    recovers it)."""
-    servers = trainer.scheduler.servers
+class _Targets:
+    """The fresh servers (handles, stable ids) the old servers forward to: each old server process is told them
+    once (``forward_to``, which opens its links to them) before its first forward; a rebuilt one's replacement
+    anew. :meth:`announce` tells them all without waiting, so the links open beside the steps."""
+
+    def __init__(self, fresh: List[Any], ids: List[int]) -> None:
+        self.fresh, self.ids = fresh, ids
+        self._told: Dict[int, Any] = {}  # old position -> the handle told
+        self._telling: Dict[int, Tuple[Any, Any]] = {}  # old position -> (handle, its forward_to in flight)
+
+    def announce(self, trainer: Any) -> None:
+        for p, handle in enumerate(trainer.scheduler.servers):
+            self._telling[p] = (handle, Remote(handle, ServerAPI).forward_to(self.fresh, self.ids))
+
+    @property
+    def announced(self) -> bool:
+        """Whether every forward_to sent by :meth:`announce` was answered (a failed one too: :meth:`tell` says)."""
+        return all(future.done() for _, future in self._telling.values())
+
+    def tell(self, trainer: Any, positions: Sequence[int]) -> None:
+        servers = trainer.scheduler.servers
+        telling, self._telling = self._telling, {}
+        due: Dict[int, Any] = {}
+        for p in positions:
+            if self._told.get(p) is servers[p]:
+                continue
+            handle, future = telling.get(p, (None, None))
+            due[p] = future if handle is servers[p] else Remote(servers[p], ServerAPI).forward_to(self.fresh, self.ids)
+        _wait_trainer(trainer, list(due.values()))
+        for p in due:
+            self._told[p] = servers[p]
+
+
+def _forward_old(trainer: Any, reads: Sequence[Tuple[int, str, Any]], targets: _Targets) -> List[Any]:
+    """Each (position, table, slots) of ``reads`` sent by that old server to its rows' owners among ``targets``, one
+    forward_slots call per old server, asked at once (on Ray over the driver's links beside the steps'): per read,
+    what forward_slots answers. A fresh server lost: FreshLost; an old server's loss is confirmed by the scheduler
+    and raised (its strategy recovers it)."""
     by_server: Dict[int, List[int]] = {}
     for i, (p, _, _) in enumerate(reads):
         by_server.setdefault(p, []).append(i)
+    targets.tell(trainer, list(by_server))
+    beside = trainer.link_secret is not None  # else the call's own thread (one process: beside runs in the caller's)
+    old = [trainer.server_beside(p) if beside else trainer.scheduler.servers[p] for p in by_server]
     calls = [
-        Remote(servers[p], ServerAPI).forward_slots([reads[i][1:] for i in mine], fresh, ids, CALL_SECONDS)
-        for p, mine in by_server.items()
+        Remote(handle, ServerAPI, beside=beside).forward_slots([reads[i][1:] for i in mine], CALL_SECONDS)
+        for handle, mine in zip(old, by_server.values())
     ]
     out: List[Any] = [None] * len(reads)
     for mine, answer in zip(by_server.values(), _wait_trainer(trainer, calls)):

@@ -11,7 +11,8 @@ What goes over a link (:data:`LINK_METHODS`): a server's ``pull``, ``push``, ``p
 and ``ping`` (a link's empty call; liveness probes go through Ray). A :class:`LinkedHandle` wraps a role's Ray
 handle: those methods go over its link, everything else (pings, recovery, saves, stats) to Ray as before. The
 driver's :class:`BesideLinkedHandle` of a server sends the ec rebuild's agent calls (:data:`BESIDE_METHODS`:
-fragment reads, block writes) over a link of their own, beside the steps'. Calls on one link are answered in order,
+fragment reads, block writes) and a resize's copy (``forward_slots``, and the old server's ``load_rows`` into a fresh
+one) over a link of their own, beside the steps'. Calls on one link are answered in order,
 one at a time, by the role's serving thread for that connection; the role object guards itself against its other
 callers (a server's lock; a worker's, see :class:`~xdl_ec.ps.worker.Worker`).
 
@@ -89,8 +90,12 @@ LINK_METHODS: Dict[str, FrozenSet[str]] = {
 }
 # the calls "beside" a role's others that a BesideLinkedHandle sends over a link of their own (its own connection,
 # so its own serving thread: they never queue behind the steps' calls): a server's agent calls (the ec rebuild's
-# fragment reads and block writes, which take their own locks)
-BESIDE_METHODS: Dict[str, FrozenSet[str]] = {"server": frozenset({"agent_call"}), "worker": frozenset()}
+# fragment reads and block writes, which take their own locks) and a resize's copy (the driver's forward_slots to
+# an old server, the old server's load_rows to a fresh one)
+BESIDE_METHODS: Dict[str, FrozenSet[str]] = {
+    "server": frozenset({"agent_call", "forward_slots", "load_rows"}),
+    "worker": frozenset(),
+}
 SERVED_METHODS = {role: LINK_METHODS[role] | BESIDE_METHODS[role] for role in LINK_METHODS}
 MAX_PAYLOAD_BYTES = 1 << 30  # largest message a link takes (a batch's keys and rows are a few MB)
 # MAC_HMAC, MAC_GMAC, MAC_OFFERED (link_handshake): the messages' MACs, computed by the native LinkSession, which

@@ -44,7 +44,7 @@ from .agent import ServerAgent
 from .api import PushAck, PushPart, ServerAPI
 from .backend import CallTimeout, RoleLost, ServerLost, in_ray_actor
 from .client import owner_positions, rows_by_owner
-from .direct import LinkHost
+from .direct import BesideLinkedHandle, LinkHost
 from .remote import Remote
 
 # a worker's part of a sync step, buffered: (keys, grads, seq, repeats, ttl_before)
@@ -70,6 +70,7 @@ class ParameterServer(LinkHost):
         self.agent: ServerAgent = ServerAgent()
         self._has_agent = False
         self._crash_requested = False
+        self._forward: Optional[_ForwardTargets] = None  # a resize's fresh servers (forward_to)
         # Caching workers keep rows with their clocks; rows changed other than by a pull or push (a load, a
         # rollback, a fresh server) could repeat a clock with other bytes, so such a change starts a new epoch
         # and copies from an older one are not trusted (see pull_stale).
@@ -499,25 +500,44 @@ class ParameterServer(LinkHost):
             out["end"] = t.slot_end
             return out
 
-    def forward_slots(
-        self, reads: Sequence[Tuple[str, Any]], fresh: Sequence[Any], ids: Sequence[int], timeout: float
-    ) -> List[Dict[str, Any]]:
-        """A resize's copy sent by this server itself (:mod:`xdl_ec.ps.background_move`): the live rows of each
-        (table, slots) of ``reads`` (as :meth:`slot_rows`) loaded into their owners among the fresh servers
-        ``fresh`` (handles, of stable ids ``ids``; routed as the client routes), so the rows do not pass through
-        the driver. Answers per read what the driver keeps (keys, slots, clocks, end, owner: each row's position
-        among ``fresh``, bytes: those sent), or, when a fresh server was lost or did not answer within
-        ``timeout`` seconds, ``[{"lost": why}]`` (the move starts over; this server's own loss is its Lost)."""
+    def forward_to(self, fresh: Sequence[Any], ids: Sequence[int]) -> None:
+        """The fresh servers of a resize (handles, of stable ids ``ids``) that :meth:`forward_slots` sends rows to
+        from now on. Over direct links of their own when this server serves links (on Ray: the run's secret proves
+        this server to them, and a load is one ``sendmsg`` instead of a Ray call, whose rows of over 100 KB would
+        cross the object store); the links to earlier ones are closed."""
         if len(fresh) != len(ids):
-            raise ValueError(f"forward_slots: {len(fresh)} fresh servers but {len(ids)} ids; give one id per server")
+            raise ValueError(f"forward_to: {len(fresh)} fresh servers but {len(ids)} ids; give one id per server")
+        targets = _ForwardTargets(fresh, ids, self.index)
+        server = self._link_server
+        if server is not None:
+            targets.open(server.secret)  # the links' handshakes now, not in the first forward's round
+        with self.lock:
+            earlier, self._forward = self._forward, targets
+        if earlier is not None:
+            earlier.close()
+
+    def forward_slots(self, reads: Sequence[Tuple[str, Any]], timeout: float) -> List[Dict[str, Any]]:
+        """A resize's copy sent by this server itself (:mod:`xdl_ec.ps.background_move`): the live rows of each
+        (table, slots) of ``reads`` (as :meth:`slot_rows`) loaded into their owners among the fresh servers given
+        by :meth:`forward_to` (routed as the client routes), so the rows do not pass through the driver. Answers
+        per read what the driver keeps (keys, slots, clocks, end, owner: each row's position among the fresh
+        servers, bytes: those sent), or, when a fresh server was lost or did not answer within ``timeout``
+        seconds, ``[{"lost": why}]`` (the move starts over; this server's own loss is its Lost)."""
+        targets = self._forward
+        if targets is None:
+            raise RuntimeError(
+                f"forward_slots: server {self.index} was given no fresh servers; call forward_to(fresh, ids) first"
+            )
+        link = self._link_server
+        secret = None if link is None else link.secret
         parts = [self.slot_rows(table, slots) for table, slots in reads]  # each under the lock, then released
         loads = []
         for (table, _), part in zip(reads, parts):
-            owner = np.asarray(owner_positions(part["keys"], ids), np.int32)
+            owner = np.asarray(owner_positions(part["keys"], targets.ids), np.int32)
             part["owner"], part["bytes"] = owner, 0
             for dest, rows in rows_by_owner(part, owner):
                 part["bytes"] += sum(v.nbytes for v in rows.values())
-                loads.append(Remote(fresh[dest], ServerAPI).load_rows(table, rows))
+                loads.append(targets.server(dest, secret).load_rows(table, rows))
             del part["values"], part["state"]  # the driver keeps only what tells a row's copy from a change
         try:
             for load in loads:
@@ -550,6 +570,9 @@ class ParameterServer(LinkHost):
     def close(self) -> None:
         """Releases the agent and the shards (unregisters them from the process registry). Idempotent."""
         self.close_links()
+        forward, self._forward = self._forward, None
+        if forward is not None:
+            forward.close()
         with self.lock:
             self.agent.close()
             self.core.set_native(False, None)
@@ -558,6 +581,35 @@ class ParameterServer(LinkHost):
                 t.close()
             self._tables.clear()
             self._pending.clear()
+
+
+class _ForwardTargets:
+    """A resize's fresh servers as an old server sends to them: over direct links of their own, proven with the
+    secret this server's own links serve (given at the first send: the driver's forward_slots reaches this server
+    over a link, so it serves them by then), or, without one (one process), their handles as given."""
+
+    def __init__(self, fresh: Sequence[Any], ids: Sequence[int], caller: int) -> None:
+        self.ids = [int(i) for i in ids]
+        self._fresh, self._caller = list(fresh), caller
+        self._handles: Optional[List[Any]] = None
+
+    def open(self, secret: Any) -> None:
+        """Links to every fresh server proven with ``secret``, connected now (a ping each, answered in order with
+        the loads after it; a fresh server that cannot be reached fails its first load instead)."""
+        self._handles = [BesideLinkedHandle(h, secret, self._caller) for h in self._fresh]
+        for handle in self._handles:
+            handle.link.call("ping")
+
+    def server(self, position: int, secret: Any) -> Remote:
+        if self._handles is None:
+            self._handles = [h if secret is None else BesideLinkedHandle(h, secret, self._caller) for h in self._fresh]
+        handle = self._handles[position]
+        return Remote(handle, ServerAPI, beside=isinstance(handle, BesideLinkedHandle))
+
+    def close(self) -> None:
+        for handle in self._handles or ():
+            if isinstance(handle, BesideLinkedHandle):
+                handle.close()
 
 
 def _merge_repeats(
