@@ -85,7 +85,7 @@ def run(args: argparse.Namespace, ft: str, resize: bool, kill: bool) -> Dict[str
                 killed.append("old")
                 trainer.scheduler.kill("server", 2)
             return
-        if phase != "precopy":
+        if phase != "precopy" or not move.fresh:  # (its fresh servers form beside the steps first)
             return
         seen[servers] = seen.get(servers, 0) + 1
         if servers == 5 and seen[servers] == 2 and "fresh" not in killed:

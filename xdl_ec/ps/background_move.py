@@ -160,31 +160,18 @@ class BackgroundMove:
 
     # ---- the fresh servers ----------------------------------------------------------------------------------
     def _begin(self, trainer: Any, ready: Optional[List[Any]]) -> None:
-        """Fresh servers with their own stripes (the resize's strategy, attached to them alone), nothing read;
-        ``ready`` None: they start in a thread while training goes on (on Ray that takes seconds) and get their
-        stripes at the first boundary after (:meth:`_fresh_formed`)."""
+        """Fresh servers with their own stripes (the resize's strategy, attached to them alone), nothing read. They
+        start (``ready`` None; on Ray that takes seconds) and their stripes form in a thread while training goes on;
+        boundaries read nothing until that is done and the old servers were told them (:meth:`_fresh_formed`)."""
         self._copied = {(t, p): _Copied() for t in self._tables for p in range(len(self._old))}
-        self.fresh, self.strategy = [], None
-        if ready is None:
-            self._starting = _FreshStart(trainer.scheduler, self.servers, self.placement)
-        else:
-            self._form(trainer, list(ready))
-
-    def _form(self, trainer: Any, handles: List[Any]) -> None:
-        """The fresh servers' stripes formed; the old servers told them (their links open beside the next steps:
-        boundaries read nothing until they answer)."""
-        self.fresh = handles
+        self.fresh, self.targets = [], _Targets([], [])
         self.strategy = trainer.strategy.successor(self.code)
-        try:
-            self.strategy.attach(_FreshView(trainer, self.fresh))
-        except (RoleLost, TimeoutError) as err:
-            raise FreshLost(f"a fresh server was lost while its stripes formed: {err}") from err
-        self.targets = _Targets(handles, self.ids)
-        self.targets.announce(trainer)
+        self._starting = _FreshStart(trainer, self.servers, self.placement, ready, self.strategy)
 
     def _fresh_formed(self, trainer: Any, wait: bool) -> bool:
         """Whether the fresh servers are up with their stripes; a start under way is waited for when ``wait``
-        (else False while it runs). A start that failed: FreshLost."""
+        (else False while it runs). Once they are, the old servers are told them (their links to them open beside
+        the next steps). A start that failed, or a fresh server lost while the stripes formed: FreshLost."""
         start = self._starting
         if start is None:
             return True
@@ -192,9 +179,14 @@ class BackgroundMove:
             return False
         start.join()
         self._starting = None
+        self.fresh = start.handles
         if start.error is not None:
-            raise FreshLost(f"fresh servers did not start: {start.error}") from start.error
-        self._form(trainer, start.handles)
+            if start.forming and not isinstance(start.error, (RoleLost, TimeoutError)):
+                raise start.error  # not a loss: the strategy refused these servers
+            what = "was lost while its stripes formed" if start.forming else "did not start"
+            raise FreshLost(f"a fresh server {what}: {start.error}") from start.error
+        self.targets = _Targets(self.fresh, self.ids)
+        self.targets.announce(trainer)
         return True
 
     def _start_over(self, trainer: Any, err: BaseException) -> None:
@@ -210,7 +202,7 @@ class BackgroundMove:
         if self._starting is not None:
             self._starting.join()
             self.fresh, self._starting = self._starting.handles, None
-        if self.strategy is not None and getattr(self.strategy, "background", None) is not None:
+        if getattr(self.strategy, "background", None) is not None:
             self.strategy.background.stop()
         for handle in self.fresh:
             trainer.backend.kill(handle)
@@ -265,6 +257,7 @@ class BackgroundMove:
                         break
                     began = self.clock()
                     n, read = self._round(trainer, plan_round(self._copied, slots))
+                    self._durable()  # the fresh parity's work in the round, on its budget (not beside the steps)
                     self.read_cost.add(read, self.clock() - began)
                     loaded, slots_read, rounds = loaded + n, slots_read + read, rounds + 1
         except FreshLost as err:
@@ -331,6 +324,13 @@ class BackgroundMove:
             copied.clocks.append(part["clocks"])
             copied.moved.append(self._moves(part["keys"], p, np.asarray(part["owner"], np.int64)))
         return loaded, slots_read
+
+    def _durable(self) -> None:
+        """Waits until the fresh parity holds every row loaded so far."""
+        try:
+            self.strategy.drain()
+        except (RoleLost, TimeoutError, Unrecoverable) as err:
+            raise FreshLost(f"a fresh server was lost before its parity was durable: {err}") from err
 
     def _owners(self, keys: np.ndarray) -> np.ndarray:
         """Each key's owner as a position among the fresh servers."""
@@ -425,10 +425,7 @@ class BackgroundMove:
                 moved += int(np.count_nonzero(moves[~gone]))
                 moved += int(np.count_nonzero(self._moves(tail_keys, p, np.asarray(tail["owner"], np.int64))))
             _phase(self.on_phase, "load", trainer, self)
-            try:
-                self.strategy.drain()  # every row durable on the new layout: the old servers may go
-            except (RoleLost, TimeoutError, Unrecoverable) as err:
-                raise FreshLost(f"a fresh server was lost before its parity was durable: {err}") from err
+            self._durable()  # every row durable on the new layout: the old servers may go
         except FreshLost as err:
             self._start_over(trainer, err)
             return None
@@ -458,20 +455,41 @@ class BackgroundMove:
             trainer.backend.kill(handle)
 
 
-class _FreshStart(threading.Thread):
-    """Fresh servers of a move started over, started beside the steps: ``handles`` once done, or ``error``."""
+class _FreshStart:
+    """A move's fresh servers made ready: started (unless ``ready`` holds them) and ``strategy`` attached to them
+    alone (their stripes formed). In a thread beside the steps when they must start (on Ray seconds) or on Ray
+    (the stripes' ~0.1 s of calls, not in a boundary); given servers in one process form at once (a few ms, and a
+    boundary count that does not depend on a thread's timing). ``handles`` once done, or ``error`` (``forming``:
+    raised while the stripes formed)."""
 
-    def __init__(self, scheduler: Any, servers: int, placement: Any) -> None:
-        super().__init__(name="xdl-ec-move-start", daemon=True)
-        self._scheduler, self._servers, self._placement = scheduler, servers, placement
-        self.handles: List[Any] = []
+    def __init__(
+        self, trainer: Any, servers: int, placement: Any, ready: Optional[Sequence[Any]], strategy: Any
+    ) -> None:
+        self._trainer, self._servers, self._placement, self._strategy = trainer, servers, placement, strategy
+        self.handles: List[Any] = list(ready or ())
+        self.forming = False
         self.error: Optional[BaseException] = None
-        self.start()
+        self._thread: Optional[threading.Thread] = None
+        if ready is not None and trainer.link_secret is None:
+            self.run()
+        else:
+            self._thread = threading.Thread(target=self.run, name="xdl-ec-move-start", daemon=True)
+            self._thread.start()
+
+    def is_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
 
     def run(self) -> None:
         try:
-            self.handles = self._scheduler.start_servers(range(self._servers), self._placement)
-        except BaseException as err:  # noqa: BLE001 - the move's next boundary raises it as FreshLost
+            if not self.handles:
+                self.handles = self._trainer.scheduler.start_servers(range(self._servers), self._placement)
+            self.forming = True
+            self._strategy.attach(_FreshView(self._trainer, self.handles))
+        except BaseException as err:  # noqa: BLE001 - the move's next boundary raises it (a loss as FreshLost)
             self.error = err
 
 
@@ -548,11 +566,8 @@ def _forward_old(trainer: Any, reads: Sequence[Tuple[int, str, Any]], targets: _
     for i, (p, _, _) in enumerate(reads):
         by_server.setdefault(p, []).append(i)
     targets.tell(trainer, list(by_server))
-    beside = trainer.link_secret is not None  # else the call's own thread (one process: beside runs in the caller's)
-    old = [trainer.server_beside(p) if beside else trainer.scheduler.servers[p] for p in by_server]
     calls = [
-        Remote(handle, ServerAPI, beside=beside).forward_slots([reads[i][1:] for i in mine], CALL_SECONDS)
-        for handle, mine in zip(old, by_server.values())
+        _old(trainer, p).forward_slots([reads[i][1:] for i in mine], CALL_SECONDS) for p, mine in by_server.items()
     ]
     out: List[Any] = [None] * len(reads)
     for mine, answer in zip(by_server.values(), _wait_trainer(trainer, calls)):
@@ -564,8 +579,12 @@ def _forward_old(trainer: Any, reads: Sequence[Tuple[int, str, Any]], targets: _
 
 
 def _old(trainer: Any, position: int) -> Remote:
-    """The old server at ``position`` (the cluster's now: a rebuilt one's replacement)."""
-    return Remote(trainer.scheduler.servers[position], ServerAPI)
+    """The old server at ``position`` (the cluster's now: a rebuilt one's replacement), for the copy's calls: on Ray
+    over the driver's link beside the steps' (a call's arrays sent from their memory, not through the object store),
+    in one process on the server's own thread (a call beside would run in the driver's)."""
+    if trainer.link_secret is None:
+        return Remote(trainer.scheduler.servers[position], ServerAPI)
+    return Remote(trainer.server_beside(position), ServerAPI, beside=True)
 
 
 def _wait_old(trainer: Any, position: int, method: str, *args: Any) -> Any:

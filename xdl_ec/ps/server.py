@@ -208,7 +208,8 @@ class ParameterServer(LinkHost):
     def clocks(self, table: str, keys: Any) -> np.ndarray:
         """The row clocks of ``keys`` in ``table`` (int32; -1 where missing): one more per push that changed the
         row, restored with the row by a rebuild."""
-        return self.table(table).shard.clocks(as_keys(keys))
+        with self.lock:  # (a resize's calls come beside the steps', over a link of their own)
+            return self.table(table).shard.clocks(as_keys(keys))
 
     def find(self, requests: Sequence[Tuple[str, Any]]) -> List[Tuple[np.ndarray, np.ndarray]]:
         """(rows, found) of each (table, keys) request without inserting (evaluation): missing rows are zeros."""
