@@ -2,16 +2,21 @@
 (issue #38), as a virtual machine migrates live: copy everything once, then only what changed since, and switch.
 
 The stripes rotate over the server count, so a resize re-forms them on fresh servers (:mod:`xdl_ec.ps.resize`).
-The fresh servers start ahead with their own parity (the resize's strategy, attached to them alone: its stripes of
-the code the resize asks, or the old one's); then:
+The fresh servers start ahead and get their own parity beside the steps (the resize's strategy, attached to them
+alone: its stripes of the code the resize asks, or the old one's); the old servers are told them
+(``forward_to``), which opens their links to them; then:
 
 1. **Pre-copy.** At step boundaries a bounded number of slot records (:attr:`Resizer.precopy_rows` per boundary,
    or rounds while ``precopy_share`` of the median step's seconds per boundary lasts, on average: a round reads
    every unfinished shard at once and is sized by its learnt cost, :class:`~xdl_ec.ps.read_cost.ReadCost`) is
    read from the old servers in slot order, and loaded into each row's owner on the fresh layout (reaching the
-   fresh parity as a push does), while training goes on on the old servers. An old server sends its rows to the
-   fresh owners itself (``forward_slots``: one call per old server a round, the rows never pass through the
-   driver, which keeps only each row's key, slot and clock). Each copied row's slot and clock are
+   fresh parity as a push does; a round waits until that parity holds them, so the parity's work is on the
+   round's budget, not beside the steps), while training goes on on the old servers. An old server sends its rows
+   to the fresh owners itself (``forward_slots``: one call per old server a round, the rows never pass through the
+   driver, which keeps only each row's key, slot and clock). On Ray every call of the copy goes over a direct
+   link (:mod:`xdl_ec.ps.direct`: the driver's beside the steps' to the old servers, an old server's own to each
+   fresh one), not through Ray and its object store: a round's fixed part fell from ~69 to ~15-28 ms and a slot
+   from ~0.8 to ~0.5-0.6 us on the bench job. Each copied row's slot and clock are
    kept: a row stays in its slot until erased, and its clock changes with every mutation (``record_layout.h``),
    so no change tracking is needed and nothing else that tracks changes (a backstop's increments, serving deltas:
    the shards' dirty sets) is disturbed.
@@ -51,6 +56,7 @@ __all__ = ["BackgroundMove", "FreshLost", "plan_round"]
 CALL_SECONDS = 120.0  # a fresh server's answer; longer is taken for a loss
 FRESH_ATTEMPTS = 3  # times the move starts over on new fresh servers before the resize fails
 CHUNK_SLOTS = 8192  # the first round's slots (then sized by the fitted cost: see precopy)
+SAMPLE_EVERY = 64  # the copied keys whose clocks predict the final pause (one in this many)
 ROUND_FIXED_SHARE = 0.2  # a round is at least large enough that its fixed part (a round of calls) is this share
 MAX_ROUND_BUDGETS = 256  # a round costs at most this many boundaries' budgets (then paid off before the next)
 
@@ -165,6 +171,7 @@ class BackgroundMove:
         boundaries read nothing until that is done and the old servers were told them (:meth:`_fresh_formed`)."""
         self._copied = {(t, p): _Copied() for t in self._tables for p in range(len(self._old))}
         self.fresh, self.targets = [], _Targets([], [])
+        self.final_reserve: Optional[float] = None  # the final pause's predicted seconds, saved up before it
         self.strategy = trainer.strategy.successor(self.code)
         self._starting = _FreshStart(trainer, self.servers, self.placement, ready, self.strategy)
 
@@ -217,9 +224,28 @@ class BackgroundMove:
     # ---- copying ----------------------------------------------------------------------------------------------
     @property
     def precopied(self) -> bool:
-        """Every slot of every old shard was read once and the budget's debt paid off (the final boundary may
-        come: a move's last round is paid for by the boundaries of the move, not by the steps after it)."""
-        return not self._unfinished() and self.credit >= 0
+        """Every slot of every old shard was read once and the budget's debt paid off, with the final pause's
+        predicted seconds saved up (:attr:`final_reserve`): the final boundary may come. A move's last round and
+        its final pause are paid for by the boundaries of the move, not by the steps after it, so the move as a
+        whole keeps to its share."""
+        return not self._unfinished() and self.credit >= (self.final_reserve or 0.0)
+
+    def _reserve_final(self, trainer: Any) -> None:
+        """Once every slot was read (a budget in seconds): the final pause's seconds predicted by the read cost for
+        the rows it would copy again, estimated from a sample of the copied keys (every SAMPLE_EVERY-th key of
+        each shard) whose clock changed since its copy. On a job whose steps touch few of the rows the reserve is
+        small; where they touch most (a small table, a data set read again and again) it is about the pre-copy's
+        own cost, and the boundaries save it up before the pause."""
+        asks, sampled, rows = [], [], 0
+        for (table, p), copied in self._copied.items():
+            keys, _, clocks, _ = copied.joined()
+            asks.append((p, table, keys[::SAMPLE_EVERY]))
+            sampled.append(clocks[::SAMPLE_EVERY])
+            rows += keys.size
+        answers = _ask_clocks(trainer, asks)
+        seen = sum(c.size for c in sampled)
+        changed = sum(int(np.count_nonzero(np.asarray(now) != c)) for (_, now), c in zip(answers, sampled))
+        self.final_reserve = self.read_cost.seconds(rows * changed // seen) if seen and changed else 0.0
 
     def _unfinished(self) -> int:
         return sum(not c.done for c in self._copied.values())
@@ -260,6 +286,8 @@ class BackgroundMove:
                     self._durable()  # the fresh parity's work in the round, on its budget (not beside the steps)
                     self.read_cost.add(read, self.clock() - began)
                     loaded, slots_read, rounds = loaded + n, slots_read + read, rounds + 1
+                if seconds is not None and not self._unfinished() and self.final_reserve is None:
+                    self._reserve_final(trainer)
         except FreshLost as err:
             self._start_over(trainer, err)
             return 0
@@ -381,18 +409,10 @@ class BackgroundMove:
             self._fresh_formed(trainer, wait=True)  # (the run's last boundary while fresh servers start)
             shards = list(self._copied.items())
             joined = [copied.joined() for _, copied in shards]
-            # every copied row's clock now and every shard's row count, asked of every old server at once
-            sizes = [_old(trainer, p).size(table) for (table, p), _ in shards]
-            asked = [
-                (i, _old(trainer, p).clocks(table, keys))
-                for i, (((table, p), _), (keys, *_)) in enumerate(zip(shards, joined))
-                if keys.size
-            ]
-            answers = _wait_trainer(trainer, sizes + [f for _, f in asked])
-            counts = [int(n) for n in answers[: len(shards)]]
-            nows = [np.zeros(0, np.int32)] * len(shards)
-            for (i, _), now in zip(asked, answers[len(shards) :]):
-                nows[i] = np.asarray(now, np.int32)
+            # every copied row's clock now and every shard's row count: one call per old server
+            answers = _ask_clocks(trainer, [(p, table, keys) for ((table, p), _), (keys, *_) in zip(shards, joined)])
+            counts = [int(n) for n, _ in answers]
+            nows = [np.asarray(now, np.int32) for _, now in answers]
             # the rows inserted since the pre-copy passed (the slots past where it reached) and those changed since
             # their copy, sent by the old servers themselves: one call per old server
             reads: List[Tuple[int, str, Any]] = []
@@ -573,6 +593,20 @@ def _forward_old(trainer: Any, reads: Sequence[Tuple[int, str, Any]], targets: _
     for mine, answer in zip(by_server.values(), _wait_trainer(trainer, calls)):
         if answer and "lost" in answer[0]:
             raise FreshLost(f"a fresh server was lost mid-move: {answer[0]['lost']}")
+        for i, part in zip(mine, answer):
+            out[i] = part
+    return out
+
+
+def _ask_clocks(trainer: Any, asks: Sequence[Tuple[int, str, np.ndarray]]) -> List[Tuple[int, np.ndarray]]:
+    """Per (position, table, keys) of ``asks``: that old server's row count of the table and the keys' clocks, one
+    clocks_many call per old server, asked at once."""
+    by_server: Dict[int, List[int]] = {}
+    for i, (p, _, _) in enumerate(asks):
+        by_server.setdefault(p, []).append(i)
+    calls = [_old(trainer, p).clocks_many([asks[i][1:] for i in mine]) for p, mine in by_server.items()]
+    out: List[Any] = [None] * len(asks)
+    for mine, answer in zip(by_server.values(), _wait_trainer(trainer, calls)):
         for i, part in zip(mine, answer):
             out[i] = part
     return out

@@ -11,7 +11,7 @@ What goes over a link (:data:`LINK_METHODS`): a server's ``pull``, ``push``, ``p
 and ``ping`` (a link's empty call; liveness probes go through Ray). A :class:`LinkedHandle` wraps a role's Ray
 handle: those methods go over its link, everything else (pings, recovery, saves, stats) to Ray as before. The
 driver's :class:`BesideLinkedHandle` of a server sends the ec rebuild's agent calls (:data:`BESIDE_METHODS`:
-fragment reads, block writes) and a resize's copy (``forward_slots``, ``clocks``, ``size``, and the old server's
+fragment reads, block writes) and a resize's copy (``forward_slots``, ``clocks_many``, and the old server's
 ``load_rows`` into a fresh one) over a link of their own, beside the steps'. Calls on one link are answered in order,
 one at a time, by the role's serving thread for that connection; the role object guards itself against its other
 callers (a server's lock; a worker's, see :class:`~xdl_ec.ps.worker.Worker`).
@@ -90,10 +90,10 @@ LINK_METHODS: Dict[str, FrozenSet[str]] = {
 }
 # the calls "beside" a role's others that a BesideLinkedHandle sends over a link of their own (its own connection,
 # so its own serving thread: they never queue behind the steps' calls): a server's agent calls (the ec rebuild's
-# fragment reads and block writes, which take their own locks) and a resize's copy (the driver's forward_slots,
-# clocks and size to an old server, the old server's load_rows to a fresh one)
+# fragment reads and block writes, which take their own locks) and a resize's copy (the driver's forward_slots and
+# clocks_many to an old server, the old server's load_rows to a fresh one)
 BESIDE_METHODS: Dict[str, FrozenSet[str]] = {
-    "server": frozenset({"agent_call", "forward_slots", "clocks", "size", "load_rows"}),
+    "server": frozenset({"agent_call", "forward_slots", "clocks_many", "load_rows"}),
     "worker": frozenset(),
 }
 SERVED_METHODS = {role: LINK_METHODS[role] | BESIDE_METHODS[role] for role in LINK_METHODS}

@@ -211,6 +211,12 @@ class ParameterServer(LinkHost):
         with self.lock:  # (a resize's calls come beside the steps', over a link of their own)
             return self.table(table).shard.clocks(as_keys(keys))
 
+    def clocks_many(self, asks: Sequence[Tuple[str, Any]]) -> List[Tuple[int, np.ndarray]]:
+        """Per (table, keys) of ``asks``: the table's row count and the keys' clocks (as :meth:`clocks`), read at
+        once: a resize's move asks every table of a server in one call."""
+        with self.lock:
+            return [(len(self.table(table)), self.clocks(table, keys)) for table, keys in asks]
+
     def find(self, requests: Sequence[Tuple[str, Any]]) -> List[Tuple[np.ndarray, np.ndarray]]:
         """(rows, found) of each (table, keys) request without inserting (evaluation): missing rows are zeros."""
         out = []
