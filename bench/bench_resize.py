@@ -23,8 +23,10 @@ the minimum (the moved rows), rows copied again at the final boundary; samples/s
 long 5 -> 8 move: from the end of the previous resize's final boundary, where they began starting beside the steps,
 against the window before the previous move began), and the same ratio of the never-resized twin over the same
 steps, and the quotient of the two (the move's cost with the steps' own pace between the windows taken out: the
-table grows, the data loops); medians over the rounds, the quotient with its range. Every resized run must end at
-its twin's model_digest (asserted). Prints a markdown table.
+table grows, the data loops); medians over the rounds, the quotient with its range. Last, the move's seconds at
+boundaries as a share of the wall time of the steps that hold it (the run's own accounting: the steps do not slow
+beside the boundaries, so samples/s during the move is about 1 minus it, without the windows' drift). Every
+resized run must end at its twin's model_digest (asserted). Prints a markdown table.
 """
 
 from __future__ import annotations
@@ -105,6 +107,13 @@ def run(args: argparse.Namespace, ft: str, resize: bool, kill: bool) -> Dict[str
     return report
 
 
+def wall(timeline: List[List[float]], first: int, last: int) -> float:
+    """Seconds from the end of step ``first`` to the end of step ``last``."""
+    by_step = {int(row[0]): row[1] for row in timeline}
+    last = min(last, max(by_step))  # (a move ended by the run's last boundary)
+    return by_step[last] - by_step[first] if last > first else 0.0
+
+
 def step_seconds(timeline: List[List[float]], first: int, last: int) -> float:
     """The median seconds of steps first+1..last."""
     by_step = {int(row[0]): row[1] for row in timeline}
@@ -155,6 +164,9 @@ def summarize(resized: Dict[str, Any], twin: Dict[str, Any], window: int, due: L
                 "pause_steps": pause / step_seconds(resized["timeline"], *before),
                 "speed": rate(resized["timeline"], *held) / rate(resized["timeline"], *before),
                 "twin_speed": rate(twin["timeline"], *held) / rate(twin["timeline"], *before),
+                # the move's seconds at boundaries against the wall time of the steps that hold it: its cost as the
+                # run itself accounts it, free of the machine's drift between windows
+                "boundary_share": r["seconds"] / (wall(resized["timeline"], begin, end + 1) or float("nan")),
             }
         )
     return out
@@ -226,9 +238,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     print(
         "| ft | resize | pre-copy boundaries | final pause s | final pause in steps | move s at boundaries | s per GB "
         "of table | rows | moved / ideal | copied / minimum | recopied / rows | restarts | samples/s during the move / "
-        "before | never-resized twin | move / twin [range] |"
+        "before | never-resized twin | move / twin [range] | boundaries' share of the move's wall |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for label, rows in results.items():
         for resize in ("5 -> 8", "8 -> 4"):
             mine = [r for r in rows if r["resize"] == resize]
@@ -239,7 +251,8 @@ def main(argv: Optional[List[str]] = None) -> None:
                 f"| {med['seconds']:.3f} | {med['s_per_gb']:.1f} | {med['rows']:,.0f} "
                 f"| {med['moved']:.3f} / {med['ideal']:.3f} | {med['copied_vs_min']:.2f} | {med['recopied']:.3f} | "
                 f"{sum(r['restarts'] for r in mine)} | {med['speed']:.2f} | {med['twin_speed']:.2f} | "
-                f"{statistics.median(against):.2f} [{min(against):.2f}, {max(against):.2f}] |"
+                f"{statistics.median(against):.2f} [{min(against):.2f}, {max(against):.2f}] | "
+                f"{med['boundary_share']:.3f} |"
             )
 
 

@@ -56,7 +56,6 @@ __all__ = ["BackgroundMove", "FreshLost", "plan_round"]
 CALL_SECONDS = 120.0  # a fresh server's answer; longer is taken for a loss
 FRESH_ATTEMPTS = 3  # times the move starts over on new fresh servers before the resize fails
 CHUNK_SLOTS = 8192  # the first round's slots (then sized by the fitted cost: see precopy)
-SAMPLE_EVERY = 64  # the copied keys whose clocks predict the final pause (one in this many)
 ROUND_FIXED_SHARE = 0.2  # a round is at least large enough that its fixed part (a round of calls) is this share
 MAX_ROUND_BUDGETS = 256  # a round costs at most this many boundaries' budgets (then paid off before the next)
 
@@ -161,7 +160,7 @@ class BackgroundMove:
         self.fresh: List[Any] = []
         self.targets = _Targets([], [])  # the fresh servers as the old ones were told them
         self.strategy: Any = None
-        self._starting: Optional[_FreshStart] = None  # fresh servers starting in a thread (a move started over)
+        self._starting: Optional[_FreshStart] = None  # the fresh servers until they are ready (_fresh_formed)
         self._begin(trainer, ready)
 
     # ---- the fresh servers ----------------------------------------------------------------------------------
@@ -171,7 +170,6 @@ class BackgroundMove:
         boundaries read nothing until that is done and the old servers were told them (:meth:`_fresh_formed`)."""
         self._copied = {(t, p): _Copied() for t in self._tables for p in range(len(self._old))}
         self.fresh, self.targets = [], _Targets([], [])
-        self.final_reserve: Optional[float] = None  # the final pause's predicted seconds, saved up before it
         self.strategy = trainer.strategy.successor(self.code)
         self._starting = _FreshStart(trainer, self.servers, self.placement, ready, self.strategy)
 
@@ -224,28 +222,9 @@ class BackgroundMove:
     # ---- copying ----------------------------------------------------------------------------------------------
     @property
     def precopied(self) -> bool:
-        """Every slot of every old shard was read once and the budget's debt paid off, with the final pause's
-        predicted seconds saved up (:attr:`final_reserve`): the final boundary may come. A move's last round and
-        its final pause are paid for by the boundaries of the move, not by the steps after it, so the move as a
-        whole keeps to its share."""
-        return not self._unfinished() and self.credit >= (self.final_reserve or 0.0)
-
-    def _reserve_final(self, trainer: Any) -> None:
-        """Once every slot was read (a budget in seconds): the final pause's seconds predicted by the read cost for
-        the rows it would copy again, estimated from a sample of the copied keys (every SAMPLE_EVERY-th key of
-        each shard) whose clock changed since its copy. On a job whose steps touch few of the rows the reserve is
-        small; where they touch most (a small table, a data set read again and again) it is about the pre-copy's
-        own cost, and the boundaries save it up before the pause."""
-        asks, sampled, rows = [], [], 0
-        for (table, p), copied in self._copied.items():
-            keys, _, clocks, _ = copied.joined()
-            asks.append((p, table, keys[::SAMPLE_EVERY]))
-            sampled.append(clocks[::SAMPLE_EVERY])
-            rows += keys.size
-        answers = _ask_clocks(trainer, asks)
-        seen = sum(c.size for c in sampled)
-        changed = sum(int(np.count_nonzero(np.asarray(now) != c)) for (_, now), c in zip(answers, sampled))
-        self.final_reserve = self.read_cost.seconds(rows * changed // seen) if seen and changed else 0.0
+        """Every slot of every old shard was read once and the budget's debt paid off (the final boundary may
+        come: a move's last round is paid for by the boundaries of the move, not by the steps after it)."""
+        return not self._unfinished() and self.credit >= 0
 
     def _unfinished(self) -> int:
         return sum(not c.done for c in self._copied.values())
@@ -286,8 +265,6 @@ class BackgroundMove:
                     self._durable()  # the fresh parity's work in the round, on its budget (not beside the steps)
                     self.read_cost.add(read, self.clock() - began)
                     loaded, slots_read, rounds = loaded + n, slots_read + read, rounds + 1
-                if seconds is not None and not self._unfinished() and self.final_reserve is None:
-                    self._reserve_final(trainer)
         except FreshLost as err:
             self._start_over(trainer, err)
             return 0
