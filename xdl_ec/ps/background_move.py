@@ -191,7 +191,10 @@ class BackgroundMove:
             what = "was lost while its stripes formed" if start.forming else "did not start"
             raise FreshLost(f"a fresh server {what}: {start.error}") from start.error
         self.targets = _Targets(self.fresh, self.ids)
-        self.targets.announce(trainer)
+        if trainer.link_secret is None:  # one process: no link to open, told now (boundaries not timing-dependent)
+            self.targets.tell(trainer, range(len(trainer.scheduler.servers)))
+        else:
+            self.targets.announce(trainer)
         return True
 
     def _start_over(self, trainer: Any, err: BaseException) -> None:
