@@ -91,9 +91,9 @@ LINK_METHODS: Dict[str, FrozenSet[str]] = {
 # the calls "beside" a role's others that a BesideLinkedHandle sends over a link of their own (its own connection,
 # so its own serving thread: they never queue behind the steps' calls): a server's agent calls (the ec rebuild's
 # fragment reads and block writes, which take their own locks) and a resize's copy (the driver's forward_slots and
-# clocks_many to an old server, the old server's load_rows to a fresh one)
+# clocks_many to an old server, the old server's load_rows to a fresh one, and the ping that opens that link)
 BESIDE_METHODS: Dict[str, FrozenSet[str]] = {
-    "server": frozenset({"agent_call", "forward_slots", "clocks_many", "load_rows"}),
+    "server": frozenset({"agent_call", "forward_slots", "clocks_many", "load_rows", "ping"}),
     "worker": frozenset(),
 }
 SERVED_METHODS = {role: LINK_METHODS[role] | BESIDE_METHODS[role] for role in LINK_METHODS}

@@ -604,8 +604,8 @@ class _ForwardTargets:
         """Links to every fresh server proven with ``secret``, connected now (a ping each, answered in order with
         the loads after it; a fresh server that cannot be reached fails its first load instead)."""
         self._handles = [BesideLinkedHandle(h, secret, self._caller) for h in self._fresh]
-        for handle in self._handles:
-            handle.link.call("ping")
+        for position in range(len(self._handles)):
+            self.server(position, secret).ping()
 
     def server(self, position: int, secret: Any) -> Remote:
         if self._handles is None:
