@@ -562,31 +562,37 @@ def _forward_old(trainer: Any, reads: Sequence[Tuple[int, str, Any]], targets: _
     forward_slots call per old server, asked at once (on Ray over the driver's links beside the steps'): per read,
     what forward_slots answers. A fresh server lost: FreshLost; an old server's loss is confirmed by the scheduler
     and raised (its strategy recovers it)."""
-    by_server: Dict[int, List[int]] = {}
-    for i, (p, _, _) in enumerate(reads):
-        by_server.setdefault(p, []).append(i)
-    targets.tell(trainer, list(by_server))
-    calls = [
-        _old(trainer, p).forward_slots([reads[i][1:] for i in mine], CALL_SECONDS) for p, mine in by_server.items()
-    ]
-    out: List[Any] = [None] * len(reads)
-    for mine, answer in zip(by_server.values(), _wait_trainer(trainer, calls)):
+    targets.tell(trainer, sorted({p for p, _, _ in reads}))
+
+    def lost(answer: List[Any]) -> None:
         if answer and "lost" in answer[0]:
             raise FreshLost(f"a fresh server was lost mid-move: {answer[0]['lost']}")
-        for i, part in zip(mine, answer):
-            out[i] = part
-    return out
+
+    return _per_old_server(trainer, reads, lambda old, mine: old.forward_slots(mine, CALL_SECONDS), lost)
 
 
 def _ask_clocks(trainer: Any, asks: Sequence[Tuple[int, str, np.ndarray]]) -> List[Tuple[int, np.ndarray]]:
     """Per (position, table, keys) of ``asks``: that old server's row count of the table and the keys' clocks, one
     clocks_many call per old server, asked at once."""
+    return _per_old_server(trainer, asks, lambda old, mine: old.clocks_many(mine))
+
+
+def _per_old_server(
+    trainer: Any,
+    items: Sequence[Tuple[Any, ...]],
+    ask: Callable[[Remote, List[Tuple[Any, ...]]], Any],
+    check: Callable[[List[Any]], None] = lambda answer: None,
+) -> List[Any]:
+    """Each (position, *rest) of ``items`` asked of the old server at ``position``, one call per server
+    (``ask(server, [rest, ...])``, answering a part per rest), all at once; each answer ``check``-ed before it is
+    split: per item, its part."""
     by_server: Dict[int, List[int]] = {}
-    for i, (p, _, _) in enumerate(asks):
-        by_server.setdefault(p, []).append(i)
-    calls = [_old(trainer, p).clocks_many([asks[i][1:] for i in mine]) for p, mine in by_server.items()]
-    out: List[Any] = [None] * len(asks)
+    for i, item in enumerate(items):
+        by_server.setdefault(item[0], []).append(i)
+    calls = [ask(_old(trainer, p), [items[i][1:] for i in mine]) for p, mine in by_server.items()]
+    out: List[Any] = [None] * len(items)
     for mine, answer in zip(by_server.values(), _wait_trainer(trainer, calls)):
+        check(answer)
         for i, part in zip(mine, answer):
             out[i] = part
     return out

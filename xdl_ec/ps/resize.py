@@ -672,7 +672,7 @@ class Resizer:
     # the median step's seconds its copy may take, on average (BackgroundMove.precopy), or a fixed number of slot
     # records per boundary (precopy_rows, when set); 0 and None: the whole move in one pause. 0.1: on the bench
     # job in one process training keeps >= 0.8 of its samples/s from the move's first boundary through its final
-    # pause, on Ray 0.73-0.85 (docs/results/resize-2026-11-28.md); a larger share ends the move in fewer steps but
+    # pause, on Ray 0.72-0.90 (docs/results/resize-2026-11-28.md); a larger share ends the move in fewer steps but
     # with a larger loss.
     precopy_share: float = 0.1
     precopy_rows: Optional[int] = None

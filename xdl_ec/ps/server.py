@@ -603,8 +603,7 @@ class _ForwardTargets:
     def open(self, secret: Any) -> None:
         """Links to every fresh server proven with ``secret``, connected now (a ping each, answered in order with
         the loads after it; a fresh server that cannot be reached fails its first load instead)."""
-        self._handles = [BesideLinkedHandle(h, secret, self._caller) for h in self._fresh]
-        for position in range(len(self._handles)):
+        for position in range(len(self._fresh)):
             self.server(position, secret).ping()
 
     def server(self, position: int, secret: Any) -> Remote:
