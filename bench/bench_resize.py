@@ -1,6 +1,6 @@
 """Benchmark: resizing a running cluster's servers (issue #38), 5 -> 8 -> 4 during one run. Not a test.
 
-    PYTHONPATH=build/stage python3 -P bench/bench_resize.py [--rounds 3] [--steps 480] [--rows 400000]
+    PYTHONPATH=build/stage python3 -P bench/bench_resize.py [--rounds 3] [--steps 7200] [--rows 400000]
                                                             [--batch 1024] [--window 150] [--backend local|ray]
                                                             [--precopy-share X] [--runs none,ec,ec-kill]
 
@@ -175,7 +175,7 @@ def summarize(resized: Dict[str, Any], twin: Dict[str, Any], window: int, due: L
 def main(argv: Optional[List[str]] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--steps", type=int, default=480)
+    p.add_argument("--steps", type=int, default=7200)
     p.add_argument("--rows", type=int, default=400_000, help="synthetic rows in the data")
     p.add_argument("--cardinality", type=int, default=1_000_000, help="synthetic ids per column at most")
     p.add_argument("--batch", type=int, default=1024)

@@ -372,7 +372,17 @@ def test_under_ec_the_pre_copy_keeps_to_its_budget_in_seconds_on_average(
         elif name == "precopied":
             spent[-1] += now[0]
 
+    ask_clocks = background_move._ask_clocks
+    asked_on_the_clock: list = []
+
+    def ask_on_the_clock(trainer: object, asks: list) -> list:
+        if in_precopy:  # (a pre-copy boundary asking the final pause's prediction)
+            now[0] += 2 * budget
+            asked_on_the_clock.append(len(spent))
+        return ask_clocks(trainer, asks)
+
     monkeypatch.setattr(background_move, "_forward_old", read_on_the_clock)
+    monkeypatch.setattr(background_move, "_ask_clocks", ask_on_the_clock)
     monkeypatch.setattr(Resizer, "on_phase", staticmethod(on_phase))
     monkeypatch.setattr(Resizer, "_budget", lambda self, move: {"seconds": budget})
     cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["6:4"])
@@ -402,7 +412,13 @@ def test_under_ec_the_pre_copy_keeps_to_its_budget_in_seconds_on_average(
         credit -= seconds
         assert credit > -most - 1e-12, (rounds, spent)  # never more than one round past the budget
     if r["step"] <= STEPS:  # not ended by the run's last boundary: the final came once the debt was paid off
-        assert credit >= 0, (rounds, spent)
+        # and the final pause's predicted seconds were saved up (the steps change rows: some are copied again)
+        assert r["rows_recopied"] > 0 and r["final_pause_predicted_s"] > 0, r
+        assert credit >= r["final_pause_predicted_s"] - 1e-12, (rounds, spent, r)
+    # asking the prediction costs two boundaries' budgets here: it is asked again only once the credit pays for
+    # that too, never at every boundary (where the asking alone would keep the credit from ever reaching it)
+    assert asked_on_the_clock or budget < fixed, r  # (below a round the run ends before every slot was read)
+    assert all(b - a >= 2 for a, b in zip(asked_on_the_clock, asked_on_the_clock[1:])), asked_on_the_clock
     if budget < fixed:
         assert sum(map(bool, rounds)) < len(rounds) / 4, rounds  # a round every few boundaries
 

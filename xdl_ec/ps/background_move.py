@@ -56,6 +56,7 @@ __all__ = ["BackgroundMove", "FreshLost", "plan_round"]
 CALL_SECONDS = 120.0  # a fresh server's answer; longer is taken for a loss
 FRESH_ATTEMPTS = 3  # times the move starts over on new fresh servers before the resize fails
 CHUNK_SLOTS = 8192  # the first round's slots (then sized by the fitted cost: see precopy)
+SAMPLE_EVERY = 64  # the copied keys whose clocks predict the final pause (one in this many)
 ROUND_FIXED_SHARE = 0.2  # a round is at least large enough that its fixed part (a round of calls) is this share
 MAX_ROUND_BUDGETS = 256  # a round costs at most this many boundaries' budgets (then paid off before the next)
 
@@ -116,7 +117,10 @@ class _Copied:
         def cat(parts: List[np.ndarray], dtype: Any) -> np.ndarray:
             return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
 
-        return cat(self.keys, np.int64), cat(self.slots, np.int64), cat(self.clocks, np.int32), cat(self.moved, bool)
+        joined = cat(self.keys, np.int64), cat(self.slots, np.int64), cat(self.clocks, np.int32), cat(self.moved, bool)
+        if self.reached_end:  # nothing is added after the end was reached: kept joined (asked again at each reserve)
+            self.keys, self.slots, self.clocks, self.moved = ([part] for part in joined)
+        return joined
 
 
 class BackgroundMove:
@@ -170,6 +174,11 @@ class BackgroundMove:
         boundaries read nothing until that is done and the old servers were told them (:meth:`_fresh_formed`)."""
         self._copied = {(t, p): _Copied() for t in self._tables for p in range(len(self._old))}
         self.fresh, self.targets = [], _Targets([], [])
+        self.final_reserve: Optional[float] = None  # the final pause's predicted seconds, saved up before it
+        self._reserve_asked = 0.0  # the seconds the last prediction took (the credit pays for the next one too)
+        self._reserve_at: Optional[int] = None  # the boundary (count) that made it
+        self._by_seconds = False  # whether the budget is in seconds (then the final pause is saved up)
+        self._copy_seconds = self._copy_slots = 0.0  # the pre-copy's rounds: seconds and slots read, summed
         self.strategy = trainer.strategy.successor(self.code)
         self._starting = _FreshStart(trainer, self.servers, self.placement, ready, self.strategy)
 
@@ -225,9 +234,46 @@ class BackgroundMove:
     # ---- copying ----------------------------------------------------------------------------------------------
     @property
     def precopied(self) -> bool:
-        """Every slot of every old shard was read once and the budget's debt paid off (the final boundary may
-        come: a move's last round is paid for by the boundaries of the move, not by the steps after it)."""
-        return not self._unfinished() and self.credit >= 0
+        """Every slot of every old shard was read once and the budget's debt paid off, with the final pause's
+        predicted seconds saved up (:attr:`final_reserve`): the final boundary may come. A move's last round and
+        its final pause are paid for by the boundaries of the move, not by the steps after it, so the move as a
+        whole, pause included, keeps to its share of the steps' time."""
+        if self._unfinished() or self.credit < self._saved_up():
+            return False
+        return not self._by_seconds or self._reserve_at == self.boundaries  # (a prediction the last boundary made)
+
+    def _saved_up(self) -> float:
+        """The credit the final boundary waits for: the debt paid off and the predicted pause saved up."""
+        return max(0.0, self.final_reserve or 0.0)
+
+    def _reserve_final(self, trainer: Any) -> None:
+        """The final pause's seconds predicted for the rows it would copy now: those whose clock changed since their
+        copy (estimated from every SAMPLE_EVERY-th copied key's clock) and those inserted since the pre-copy passed
+        (the old servers' row counts tell), at the pre-copy's own seconds per slot read (its rounds, their parity's
+        drain included), plus a round's fixed part. Asked again each time the credit reaches it (and pays for
+        asking), as rows keep changing while it is saved up; it grows to one more copy of the table at most. A job
+        whose steps touch few rows saves up little; one that rewrites most of them about the pre-copy's own cost
+        again, and its move takes that much longer rather than a larger share of the steps."""
+        began = self.clock()
+        asks, sampled, copied_rows = [], [], []
+        for (table, p), copied in self._copied.items():
+            keys, _, clocks, _ = copied.joined()
+            asks.append((p, table, keys[::SAMPLE_EVERY]))
+            sampled.append(clocks[::SAMPLE_EVERY])
+            copied_rows.append(keys.size)
+        rows = 0.0
+        for (count, now), clocks, n in zip(_ask_clocks(trainer, asks), sampled, copied_rows):
+            now = np.asarray(now, np.int32)
+            changed, gone = (
+                (np.count_nonzero((now != clocks) & (now >= 0)) / now.size, np.count_nonzero(now < 0) / now.size)
+                if now.size
+                else (0.0, 0.0)
+            )
+            rows += changed * n + max(0.0, int(count) - n * (1.0 - gone))  # changed, and inserted since
+        per_slot = self._copy_seconds / self._copy_slots if self._copy_slots else 0.0
+        self.final_reserve = self.read_cost.fit()[0] + per_slot * rows if rows >= 1 else 0.0
+        self._reserve_asked = self.clock() - began
+        self._reserve_at = self.boundaries + 1  # (counted at the end of this boundary)
 
     def _unfinished(self) -> int:
         return sum(not c.done for c in self._copied.values())
@@ -254,6 +300,7 @@ class BackgroundMove:
                 seconds = None  # the fresh servers are starting (or being told): nothing to read into, no credit kept
             elif seconds is not None:
                 self.credit += seconds
+                self._by_seconds = True
             if formed and rows is not None:
                 loaded, slots_read = self._precopy_rows(trainer, max(1, int(rows)))
             elif formed:
@@ -266,8 +313,13 @@ class BackgroundMove:
                     began = self.clock()
                     n, read = self._round(trainer, plan_round(self._copied, slots))
                     self._durable()  # the fresh parity's work in the round, on its budget (not beside the steps)
-                    self.read_cost.add(read, self.clock() - began)
+                    took = self.clock() - began
+                    self.read_cost.add(read, took)
+                    self._copy_seconds, self._copy_slots = self._copy_seconds + took, self._copy_slots + read
                     loaded, slots_read, rounds = loaded + n, slots_read + read, rounds + 1
+                left = self.credit - (self.clock() - start)
+                if seconds is not None and not self._unfinished() and left >= self._saved_up() + self._reserve_asked:
+                    self._reserve_final(trainer)  # (on this boundary's clock)
         except FreshLost as err:
             self._start_over(trainer, err)
             return 0

@@ -630,6 +630,7 @@ class _Moving:
             "rows_final": figures["rows_final"],
             "shards_copied_whole": figures["shards_copied_whole"],
             "final_pause_s": pause,
+            "final_pause_predicted_s": float(move.final_reserve or 0.0),
             **_code_fields(self.code_before, trainer.strategy.stripe_code),
         }
 
