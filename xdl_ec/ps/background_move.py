@@ -20,7 +20,9 @@ alone: its stripes of the code the resize asks, or the old one's); the old serve
    kept: a row stays in its slot until erased, and its clock changes with every mutation (``record_layout.h``),
    so no change tracking is needed and nothing else that tracks changes (a backstop's increments, serving deltas:
    the shards' dirty sets) is disturbed.
-2. **Final boundary** (every slot read once and the budget's debt paid off, or the run's last boundary): quiesce,
+2. **Final boundary** (every slot read once, the budget's debt paid off and the final pause's predicted seconds
+   saved up, or the run's last boundary: the pause is on the move's budget too, so the move as a whole keeps to
+   its share of the steps, and takes longer where the steps change most rows; see :meth:`_reserve_final`): quiesce,
    ask the old servers the clocks of every copied key, then have them send the slots past where the pre-copy
    reached (rows inserted since) and again the rows whose clock changed (one call per old server; erase those
    gone: a row a recovery rolled back), make the fresh parity durable, switch the workers and driver to the fresh

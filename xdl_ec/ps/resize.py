@@ -25,9 +25,9 @@ its new one after; the step after the boundary is the first on the new layout (`
   the stripes are re-formed on m fresh servers under the strategy's successor, and the copy is spread
   over step boundaries while training goes on (:mod:`xdl_ec.ps.background_move`): the boundaries copy a bounded
   number of slot records (:attr:`Resizer.precopy_share` of the median step on average, or
-  :attr:`Resizer.precopy_rows` each) onto the fresh layout, and once every slot was read, one final boundary
-  copies the rows changed or inserted since their copy (their clocks tell), makes the new parity durable and
-  switches; only then do the old servers stop. STEP is then the first step of the move; the record's ``step`` the
+  :attr:`Resizer.precopy_rows` each) onto the fresh layout, and once every slot was read and the final pause's
+  predicted seconds were saved up (the share holds for the whole move), one final boundary copies the rows changed
+  or inserted since their copy (their clocks tell), makes the new parity durable and switches; only then do the old servers stop. STEP is then the first step of the move; the record's ``step`` the
   first on the new layout. An old server lost meanwhile is rebuilt by the old stripes and the move goes on; a fresh
   server lost is no loss (every row is still on the old servers): the move starts over on new fresh servers. This
   is the default (``precopy_share`` 0.1); ``precopy_share = 0`` moves in one pause as under ``none`` (every row
@@ -670,11 +670,10 @@ class Resizer:
     # the class, as a staticmethod: the job builds its Resizer inside fit)
     on_phase: Any = None
     # The background move's budget per step boundary (``--ft ec``; set on the class like on_phase): the share of
-    # the median step's seconds its copy may take, on average (BackgroundMove.precopy), or a fixed number of slot
-    # records per boundary (precopy_rows, when set); 0 and None: the whole move in one pause. 0.1: on the bench
-    # job in one process training keeps >= 0.8 of its samples/s from the move's first boundary through its final
-    # pause, on Ray 0.72-0.90 (docs/results/resize-2026-11-28.md); a larger share ends the move in fewer steps but
-    # with a larger loss.
+    # the median step's seconds its copy may take, on average, its final pause included (BackgroundMove.precopy),
+    # or a fixed number of slot records per boundary (precopy_rows, when set); 0 and None: the whole move in one
+    # pause. 0.1: training keeps ~0.9 of its samples/s from the move's first boundary through its final pause
+    # (docs/results/resize-2026-11-29.md); a larger share ends the move in fewer steps but with a larger loss.
     precopy_share: float = 0.1
     precopy_rows: Optional[int] = None
 
