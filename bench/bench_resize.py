@@ -16,7 +16,8 @@ Under ``none`` a resize is one pause at a step boundary; under ``ec`` the rows m
 (:mod:`xdl_ec.ps.background_move`, ``--precopy-share`` of the median step per boundary): a bounded pre-copy at
 each boundary while training goes on, then a final pause. Per resize: the pre-copy's boundaries, the final pause
 (seconds, and in steps of the median step before the move), all the move's seconds at boundaries per GB of table
-(rows held x bytes per row), rows whose route changed against the ideal |m - n| / max(m, n), rows copied against
+(rows held x bytes per row) and the seconds from its first boundary through its switch per GB (the time to
+complete it, steps included), rows whose route changed against the ideal |m - n| / max(m, n), rows copied against
 the minimum (the moved rows), rows copied again at the final boundary; samples/s over the steps that hold the move
 (from the boundary that starts it through the one that ends it, at least ``--window`` steps) against the
 ``--window`` steps before it (a resize whose servers were still starting when it could begin, the 8 -> 4 after a
@@ -155,6 +156,8 @@ def summarize(resized: Dict[str, Any], twin: Dict[str, Any], window: int, due: L
                 "pause": pause,
                 "seconds": r["seconds"],
                 "s_per_gb": r["seconds"] / table_gb if table_gb else float("nan"),
+                # seconds to complete it: from the boundary that starts it through its switch, steps included
+                "wall_per_gb": wall(resized["timeline"], begin, end + 1) / table_gb if table_gb else float("nan"),
                 "rows": r["rows"],
                 "moved": r["moved_fraction"],
                 "ideal": r["ideal_fraction"],
@@ -237,10 +240,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     )
     print(
         "| ft | resize | pre-copy boundaries | final pause s | final pause in steps | move s at boundaries | s per GB "
-        "of table | rows | moved / ideal | copied / minimum | recopied / rows | restarts | samples/s during the move / "
-        "before | never-resized twin | move / twin [range] | boundaries' share of the move's wall |"
+        "of table | wall s per GB | rows | moved / ideal | copied / minimum | recopied / rows | restarts | samples/s "
+        "during the move / before | never-resized twin | move / twin [range] | boundaries' share of the move's wall |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- " * 17 + "|")
     for label, rows in results.items():
         for resize in ("5 -> 8", "8 -> 4"):
             mine = [r for r in rows if r["resize"] == resize]
@@ -248,7 +251,7 @@ def main(argv: Optional[List[str]] = None) -> None:
             against = [r["speed"] / r["twin_speed"] for r in mine]
             print(
                 f"| {label} | {resize} | {med['boundaries']:.0f} | {med['pause']:.3f} | {med['pause_steps']:.1f} "
-                f"| {med['seconds']:.3f} | {med['s_per_gb']:.1f} | {med['rows']:,.0f} "
+                f"| {med['seconds']:.3f} | {med['s_per_gb']:.1f} | {med['wall_per_gb']:.0f} | {med['rows']:,.0f} "
                 f"| {med['moved']:.3f} / {med['ideal']:.3f} | {med['copied_vs_min']:.2f} | {med['recopied']:.3f} | "
                 f"{sum(r['restarts'] for r in mine)} | {med['speed']:.2f} | {med['twin_speed']:.2f} | "
                 f"{statistics.median(against):.2f} [{min(against):.2f}, {max(against):.2f}] | "
