@@ -21,17 +21,18 @@ its new one after; the step after the boundary is the first on the new layout (`
 - Without stripes (``--ft none``) the servers keep their shards: new ones start, each row whose route changed goes
   from its old server to its new one with its optimizer state (loaded there before it is erased here), and emptied
   servers stop last. Only the moving rows cross.
-- Under ``--ft ec`` the stripes rotate over the server count, so another count is other stripes for every block:
-  the stripes are re-formed on m fresh servers under the strategy's successor, and the copy is spread
-  over step boundaries while training goes on (:mod:`xdl_ec.ps.background_move`): the boundaries copy a bounded
-  number of slot records (:attr:`Resizer.precopy_share` of the median step on average, or
-  :attr:`Resizer.precopy_rows` each) onto the fresh layout, and once every slot was read and the final pause's
-  predicted seconds were saved up (the share holds for the whole move), one final boundary copies the rows changed
-  or inserted since their copy (their clocks tell), makes the new parity durable and switches; only then do the old servers stop. STEP is then the first step of the move; the record's ``step`` the
-  first on the new layout. An old server lost meanwhile is rebuilt by the old stripes and the move goes on; a fresh
-  server lost is no loss (every row is still on the old servers): the move starts over on new fresh servers. This
-  is the default (``precopy_share`` 0.1); ``precopy_share = 0`` moves in one pause as under ``none`` (every row
-  read, loaded and made durable at the boundary). ``rows_moved`` still counts the rows whose owner changed.
+- Under ``--ft ec`` the stripes rotate over the server count, so another count is other stripes for every block: the
+  stripes are re-formed on m fresh servers under the strategy's successor, and the copy is spread over step boundaries
+  while training goes on (:mod:`xdl_ec.ps.background_move`): the boundaries copy a bounded number of slot records
+  (:attr:`Resizer.precopy_share` of the median step on average, or :attr:`Resizer.precopy_rows` each) onto the fresh
+  layout, and once every slot was read and the final pause's predicted seconds were saved up (the share holds for the
+  whole move), one final boundary copies the rows changed or inserted since their copy (their clocks tell), makes the
+  new parity durable and switches; only then do the old servers stop. STEP is then the first step of the move; the
+  record's ``step`` the first on the new layout. An old server lost meanwhile is rebuilt by the old stripes and the
+  move goes on; a fresh server lost is no loss (every row is still on the old servers): the move starts over on new
+  fresh servers. This is the default (``precopy_share`` 0.1); ``precopy_share = 0`` moves in one pause as under
+  ``none`` (every row read, loaded and made durable at the boundary). ``rows_moved`` still counts the rows whose owner
+  changed.
 - The code: k, r are kept unless the resize asks another (``job.resize(servers=N, code=(K, R))``,
   ``--resize-at STEP:N:code=K,R``; ``--ft ec`` only, by ``--code``'s rule): the successor's stripes are then formed
   with (K, R) on the fresh servers (placed by the rule for it), so the old stripes protect every row with the old
