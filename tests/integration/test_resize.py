@@ -339,6 +339,7 @@ def test_under_ec_the_pre_copy_keeps_to_its_budget_in_seconds_on_average(
     fixed, per_slot, chunk = 4e-4, 1e-5, 16
     monkeypatch.setattr(background_move, "CHUNK_SLOTS", chunk)  # the example's shards hold a few hundred rows
     monkeypatch.setattr(background_move, "MAX_ROUND_BUDGETS", 40)
+    monkeypatch.setattr(background_move, "SAMPLE_MOST", 3)
     amortized = fixed * (1 - background_move.ROUND_FIXED_SHARE) / (background_move.ROUND_FIXED_SHARE * per_slot)
     now = [0.0]
     monkeypatch.setattr(background_move.BackgroundMove, "clock", staticmethod(lambda: now[0]))
@@ -379,6 +380,7 @@ def test_under_ec_the_pre_copy_keeps_to_its_budget_in_seconds_on_average(
         if in_precopy:  # (a pre-copy boundary asking the final pause's prediction)
             now[0] += 2 * budget
             asked_on_the_clock.append(len(spent))
+            assert all(len(keys) <= 3 for _, _, keys in asks), asks  # a sample: SAMPLE_MOST keys a shard at most
         return ask_clocks(trainer, asks)
 
     monkeypatch.setattr(background_move, "_forward_old", read_on_the_clock)

@@ -58,7 +58,8 @@ __all__ = ["BackgroundMove", "FreshLost", "plan_round"]
 CALL_SECONDS = 120.0  # a fresh server's answer; longer is taken for a loss
 FRESH_ATTEMPTS = 3  # times the move starts over on new fresh servers before the resize fails
 CHUNK_SLOTS = 8192  # the first round's slots (then sized by the fitted cost: see precopy)
-SAMPLE_EVERY = 64  # the copied keys whose clocks predict the final pause (one in this many)
+SAMPLE_EVERY = 64  # the copied keys whose clocks predict the final pause (one in this many,
+SAMPLE_MOST = 16384  # and at most this many a shard: a share within ~1% either way, whatever the table's size)
 ROUND_FIXED_SHARE = 0.2  # a round is at least large enough that its fixed part (a round of calls) is this share
 MAX_ROUND_BUDGETS = 256  # a round costs at most this many boundaries' budgets (then paid off before the next)
 
@@ -250,18 +251,20 @@ class BackgroundMove:
 
     def _reserve_final(self, trainer: Any) -> None:
         """The final pause's seconds predicted for the rows it would copy now: those whose clock changed since their
-        copy (estimated from every SAMPLE_EVERY-th copied key's clock) and those inserted since the pre-copy passed
-        (the old servers' row counts tell), at the pre-copy's own seconds per slot read (its rounds, their parity's
-        drain included), plus a round's fixed part. Asked again each time the credit reaches it (and pays for
-        asking), as rows keep changing while it is saved up; it grows to one more copy of the table at most. A job
-        whose steps touch few rows saves up little; one that rewrites most of them about the pre-copy's own cost
-        again, and its move takes that much longer rather than a larger share of the steps."""
+        copy (estimated from every SAMPLE_EVERY-th copied key's clock, SAMPLE_MOST a shard at most) and those
+        inserted since the pre-copy passed (the old servers' row counts tell), at the pre-copy's own seconds per slot
+        read (its rounds, their parity's drain included), plus a round's fixed part. Asked again each time the
+        credit reaches it (and pays for asking), as rows keep changing while it is saved up; it grows to one more
+        copy of the table at most. A job whose steps touch few rows saves up little; one that rewrites most of them
+        about the pre-copy's own cost again, and its move takes that much longer rather than a larger share of the
+        steps."""
         began = self.clock()
         asks, sampled, copied_rows = [], [], []
         for (table, p), copied in self._copied.items():
             keys, _, clocks, _ = copied.joined()
-            asks.append((p, table, keys[::SAMPLE_EVERY]))
-            sampled.append(clocks[::SAMPLE_EVERY])
+            every = max(SAMPLE_EVERY, -(-keys.size // SAMPLE_MOST))
+            asks.append((p, table, keys[::every]))
+            sampled.append(clocks[::every])
             copied_rows.append(keys.size)
         rows = 0.0
         for (count, now), clocks, n in zip(_ask_clocks(trainer, asks), sampled, copied_rows):
