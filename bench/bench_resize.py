@@ -2,32 +2,32 @@
 
     PYTHONPATH=build/stage python3 -P bench/bench_resize.py [--rounds 3] [--steps 7200] [--rows 400000]
                                                             [--batch 1024] [--window 150] [--backend local|ray]
-                                                            [--precopy-share X] [--runs none,ec,ec-kill]
+                                                            [--resize-share X] [--runs none,ec,ec-kill]
 
 The built-in job on synthetic Criteo-shaped data (one sync worker, --deterministic) trains ``--steps`` steps on 5
 servers, resized to 8 at step steps/3 and to 4 at 2*steps/3 (``--resize-at``), under ``--ft none`` and under
 ``--ft ec`` (code 2+1, so 4 servers still hold a stripe); the ec runs are repeated with a server killed mid-move
 (5 -> 8: fresh server 6 at the pre-copy's second boundary; 8 -> 4: old server 2 at the pre-copy's second boundary;
-in a one-pause move, ``--precopy-share 0``: right after a table's rows reached the new layout, right before the rows
+in a one-pause move, ``--resize-share 0``: right after a table's rows reached the new layout, right before the rows
 are read). Each resized run alternates with the same run never resized (``--rounds`` pairs, the order flipping every
 round), so machine drift hits both sides alike.
 
 Under ``none`` a resize is one pause at a step boundary; under ``ec`` the rows move in the background
-(:mod:`xdl_ec.ps.background_move`, ``--precopy-share`` of the median step per boundary): a bounded pre-copy at
-each boundary while training goes on, then a final pause. Per resize: the pre-copy's boundaries, the final pause
-(seconds, and in steps of the median step before the move), all the move's seconds at boundaries per GB of table
-(rows held x bytes per row) and the seconds from its first boundary through its switch per GB (the time to
-complete it, steps included), rows whose route changed against the ideal |m - n| / max(m, n), rows copied against
-the minimum (the moved rows), rows copied again at the final boundary; samples/s over the steps that hold the move
-(from the boundary that starts it through the one that ends it, at least ``--window`` steps) against the
-``--window`` steps before it (a resize whose servers were still starting when it could begin, the 8 -> 4 after a
-long 5 -> 8 move: from the end of the previous resize's final boundary, where they began starting beside the steps,
-against the window before the previous move began), and the same ratio of the never-resized twin over the same
-steps, and the quotient of the two (the move's cost with the steps' own pace between the windows taken out: the
-table grows, the data loops); medians over the rounds, the quotient with its range. Last, the move's seconds at
-boundaries as a share of the wall time of the steps that hold it (the run's own accounting: the steps do not slow
-beside the boundaries, so samples/s during the move is about 1 minus it, without the windows' drift). Every
-resized run must end at its twin's model_digest (asserted). Prints a markdown table.
+(:mod:`xdl_ec.ps.background_move`, ``--resize-share`` of the steps' time, the final pause included): a bounded pre-copy
+at each boundary while training goes on, then a final pause. Per resize: the pre-copy's boundaries, the final pause
+(seconds, and in steps of the median step before the move), all the move's seconds at boundaries per GB of table (rows
+held x bytes per row) and the seconds from its first boundary through its switch per GB (the time to complete it, steps
+included), rows whose route changed against the ideal |m - n| / max(m, n), rows copied against the minimum (the moved
+rows), rows copied again at the final boundary; samples/s over the steps that hold the move (from the boundary that
+starts it through the one that ends it, at least ``--window`` steps) against the ``--window`` steps before it (a resize
+whose servers were still starting when it could begin, the 8 -> 4 after a long 5 -> 8 move: from the end of the
+previous resize's final boundary, where they began starting beside the steps, against the window before the previous
+move began), and the same ratio of the never-resized twin over the same steps, and the quotient of the two (the move's
+cost with the steps' own pace between the windows taken out: the table grows, the data loops); medians over the rounds,
+the quotient with its range. Last, the move's seconds at boundaries as a share of the wall time of the steps that hold
+it (the run's own accounting: the steps do not slow beside the boundaries, so samples/s during the move is about 1
+minus it, without the windows' drift). Every resized run must end at its twin's model_digest (asserted). Prints a
+markdown table.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace, ft: str, resize: bool, kill: bool) -> Dict[str
         deterministic=True,
         progress=False,
     )
-    extra: Dict[str, Any] = {"ft": ft, "code": (2, 1)} if ft == "ec" else {}
+    extra: Dict[str, Any] = {"ft": ft, "code": (2, 1), "resize_share": args.resize_share} if ft == "ec" else {}
     cluster = Cluster(
         servers=5,
         backend=args.backend,
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace, ft: str, resize: bool, kill: bool) -> Dict[str
 
     def kill_mid_move(phase: str, trainer: Any, move: Any) -> None:
         # a background move: at the pre-copy's second boundary 5 -> 8 a fresh server (the move starts over), 8 -> 4
-        # an old one (rebuilt by the old stripes, the move goes on); a one-pause move (--precopy-share 0): 5 -> 8 a
+        # an old one (rebuilt by the old stripes, the move goes on); a one-pause move (--resize-share 0): 5 -> 8 a
         # fresh server once a table's rows reached the new layout, 8 -> 4 an old one before its rows are read
         servers = len(trainer.scheduler.servers)
         if move is None:
@@ -191,11 +191,11 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", choices=("local", "ray"), default="local")
     p.add_argument(
-        "--precopy-share",
+        "--resize-share",
         type=float,
         default=None,
-        help="Resizer.precopy_share under ec: the share of the median step a move's boundary may take (0: one "
-        f"pause); default {Resizer.precopy_share:g}",
+        help="Cluster(resize_share=...) under ec: the share of the steps' time a move may take, its final pause "
+        f"included (0: one pause); default {Resizer.precopy_share:g}",
     )
     p.add_argument(
         "--runs",
@@ -207,10 +207,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     unknown = sorted(set(runs) - {"none", "ec", "ec-kill"})
     if unknown or not runs:
         p.error(f"--runs: expected some of none, ec, ec-kill, got {args.runs!r}")
-    if args.precopy_share is not None:
-        if not 0.0 <= args.precopy_share < 1.0:
-            p.error(f"--precopy-share: expected a share in [0, 1), got {args.precopy_share}")
-        Resizer.precopy_share = args.precopy_share
+    if args.resize_share is not None and not 0.0 <= args.resize_share < 1.0:
+        p.error(f"--resize-share: expected a share in [0, 1), got {args.resize_share}")
     if args.backend == "ray":
         from xdl_ec.ps.backend import connect_ray
 
@@ -236,7 +234,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         results[label] = rows
     print(
         f"steps {args.steps}, batch {args.batch}, window {args.window} steps, {args.rounds} rounds, {args.backend}, "
-        f"precopy_share {Resizer.precopy_share:g}"
+        f"resize_share {Resizer.precopy_share if args.resize_share is None else args.resize_share:g}"
     )
     print(
         "| ft | resize | pre-copy boundaries | final pause s | final pause in steps | move s at boundaries | s per GB "

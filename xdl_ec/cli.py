@@ -339,6 +339,14 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
         "stripes with that code, at a new count or the same one (e.g. 10:5:code=3,2)",
     )
     ft.add_argument(
+        "--resize-share",
+        type=_resize_share,
+        metavar="S",
+        help="ec: the share of the steps' time a resize's background move may take, its final pause included, in "
+        "[0, 1) (default 0.1: training keeps ~0.9 of its samples/s meanwhile; larger: shorter moves; 0: the whole "
+        "move in one pause at its boundary)",
+    )
+    ft.add_argument(
         "--run-dir",
         metavar="DIR",
         help="where 'xdl-ec resize --run DIR N' reaches this run: its pid file and resize requests (SIGUSR1)",
@@ -428,6 +436,7 @@ def _code(text: str) -> tuple[int, int]:
 _open_fraction = _number(float, lambda v: 0.0 < v < 1.0, "a number in (0, 1)")
 _share = _number(float, lambda v: 0.0 < v <= 1.0, "a number in (0, 1] (e.g. 0.05)")
 _keeps = _number(float, lambda v: 0.0 <= v < 1.0, "a number in [0, 1) (e.g. 0.95)")
+_resize_share = _number(float, lambda v: 0.0 <= v < 1.0, "a number in [0, 1) (e.g. 0.1; 0: one pause)")
 
 # the built-in job's table rules, which also apply to a --script job: the rules of its tables that declare none
 TABLE_RULE_FLAGS = (
@@ -478,6 +487,7 @@ FT_FLAGS = (
     "failure_domain",
     "rebuild_share",
     "rebuild_keeps",
+    "resize_share",
     "urgent_rebuild",
     "ckpt_interval",
     "ckpt_dir",
@@ -578,6 +588,7 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
                 cache=cache,
                 failure_domain=args.failure_domain,
                 resize_at=args.resize_at or (),
+                resize_share=args.resize_share,
             )
         except (TypeError, ValueError) as err:
             raise UsageError(_flag_names(str(err))) from None

@@ -262,11 +262,10 @@ def test_a_new_code_at_the_same_count_re_forms_the_stripes_in_place() -> None:
     assert report["scrub"]["inconsistent"] == []
 
 
-def test_a_new_code_in_one_pause_re_forms_the_stripes_at_the_boundary(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the pre-copy off (precopy_share 0) a code-changing resize is one pause at its boundary: every row read,
-    loaded onto the fresh servers under the new code and made durable there."""
-    monkeypatch.setattr(Resizer, "precopy_share", 0.0)
-    cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["6:4:code=2,2"])
+def test_a_new_code_in_one_pause_re_forms_the_stripes_at_the_boundary() -> None:
+    """With the pre-copy off (``Cluster(resize_share=0)``, ``--resize-share 0``) a code-changing resize is one pause
+    at its boundary: every row read, loaded onto the fresh servers under the new code and made durable there."""
+    cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["6:4:code=2,2"], resize_share=0)
     report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
     assert report["model_digest"] == never_resized()["model_digest"]
     (r,) = report["resizes"]
@@ -831,6 +830,26 @@ def test_a_resize_that_cannot_be_done_is_an_error_that_changes_nothing() -> None
     assert seen["servers"] == 2 and seen["busy"] == 2  # the refused asks changed nothing
     assert seen["first"]["servers_after"] == 3 and len(report["servers"]) == 3
     assert report["model_digest"] == never_resized()["model_digest"]
+
+
+def test_a_resize_share_is_checked_and_taken_by_the_run(capsys: pytest.CaptureFixture) -> None:
+    """``resize_share`` / ``--resize-share``: the share of the steps' time a background move may take (ft="ec"), in
+    [0, 1); anything else is a clear error before a server starts, and the run's Resizer takes it (not the class)."""
+    for bad, message in [(1.0, r"resize_share: must be a finite number in \[0.0, 1.0\), got 1.0"), (-0.1, "got -0.1")]:
+        with pytest.raises(ValueError, match=message):
+            xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_share=bad)
+    with pytest.raises(ValueError, match="resize_share: only used with ft='ec'"):
+        xdl_ec.Cluster(servers=3, resize_share=0.2)
+    assert xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_share=0.25).resize_share == 0.25
+    shared = Resizer(share=0.25)
+    assert shared.precopy_share == 0.25 and Resizer().precopy_share == Resizer.precopy_share == 0.1
+    from xdl_ec.cli import main
+
+    assert main(["train", "--synthetic", "--steps", "5", "--servers", "3", "--resize-share", "0.2"]) == 2
+    assert "--resize-share: only used with --ft ec" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--synthetic", "--servers", "3", "--ft", "ec", "--code", "2,1", "--resize-share", "1"])
+    assert exit_.value.code == 2 and "a number in [0, 1)" in capsys.readouterr().err
 
 
 def test_xdl_ec_resize_takes_a_code_by_the_rule_of_code(capsys: pytest.CaptureFixture) -> None:

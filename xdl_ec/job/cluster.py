@@ -7,7 +7,8 @@
 ``cache``: the workers' embedding caches (an :class:`~xdl_ec.sparse.cache_config.Cache` for every table, or a dict
 of table name -> Cache).
 ``resize_at``: "STEP:N" strings, resize the servers to N at the boundary before step STEP (``--resize-at``, see
-:mod:`xdl_ec.ps.resize`).
+:mod:`xdl_ec.ps.resize`); ``resize_share`` (ft="ec"): the share of the steps' time a resize's background move may
+take, its final pause included, in [0, 1) (default 0.1; 0: the whole move in one pause at its boundary).
 ``failure_domain`` (ft="ec" on Ray): "node" keeps at most r members of any stripe on one Ray node, "none" lets Ray
 place the servers; default "node" when the Ray cluster has several alive nodes (see :mod:`xdl_ec.ps.placement`).
 """
@@ -33,6 +34,7 @@ _ONLY = {
     "rebuild": "ec",
     "urgent_rebuild": "ec",
     "failure_domain": "ec",
+    "resize_share": "ec",
     "ckpt_interval": "ckpt",
     "cpr_pls": "cpr",
     "cpr_interval": "cpr",
@@ -65,6 +67,7 @@ class Cluster:
     cache: Optional[Union[Cache, Mapping[str, Cache]]] = None
     failure_domain: Optional[str] = None
     resize_at: Sequence[str] = ()
+    resize_share: Optional[float] = None
 
     def __post_init__(self) -> None:
         if isinstance(self.cache, Mapping):  # kept as sorted pairs: a Cluster stays hashable
@@ -88,6 +91,10 @@ class Cluster:
             raise ValueError(f"ckpt_dir: only used with ft='ckpt' or 'cpr' (this cluster has ft={self.ft!r})")
         if self.code is not None:
             object.__setattr__(self, "code", parse_code(self.code))
+        if self.resize_share is not None:
+            object.__setattr__(
+                self, "resize_share", checks.number("resize_share", self.resize_share, 0.0, 1.0, high_open=True)
+            )
         self.strategy_config(0)
         self.failure_schedule(0)
         if self.ft == "ec":

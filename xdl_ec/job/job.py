@@ -429,7 +429,7 @@ class Job:
     @staticmethod
     def _resizer_of(trainer: PSTrainer, cluster: Cluster, steps: Optional[int]) -> Resizer:
         """The hook that resizes ``trainer``'s servers: ``cluster.resize_at``'s schedule and :meth:`resize`'s asks."""
-        resizer = Resizer(cluster.resize_schedule())
+        resizer = Resizer(cluster.resize_schedule(), share=cluster.resize_share)
         try:
             resizer.validate(cluster.servers, trainer.strategy.stripe_code, steps)
         except ValueError:

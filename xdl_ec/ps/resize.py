@@ -670,7 +670,8 @@ class Resizer:
     # BackgroundMove; move: the BackgroundMove, None in a one-pause move), e.g. to kill a server mid-move (set on
     # the class, as a staticmethod: the job builds its Resizer inside fit)
     on_phase: Any = None
-    # The background move's budget per step boundary (``--ft ec``; set on the class like on_phase): the share of
+    # The background move's budget per step boundary (``--ft ec``; a run's Cluster(resize_share=...) or
+    # --resize-share, else set on the class like on_phase): the share of
     # the median step's seconds its copy may take, on average, its final pause included (BackgroundMove.precopy),
     # or a fixed number of slot records per boundary (precopy_rows, when set); 0 and None: the whole move in one
     # pause. 0.1: training keeps ~0.9 of its samples/s from the move's first boundary through its final pause
@@ -678,8 +679,11 @@ class Resizer:
     precopy_share: float = 0.1
     precopy_rows: Optional[int] = None
 
-    def __init__(self, schedule: Sequence[ResizeAt] = ()) -> None:
+    def __init__(self, schedule: Sequence[ResizeAt] = (), share: Optional[float] = None) -> None:
+        """``share``: this run's :attr:`precopy_share` (None: the class's)."""
         self._schedule = check_schedule(schedule)
+        if share is not None:
+            self.precopy_share = float(share)
         self._lock = threading.Lock()
         self._request: Optional[_Request] = None
         self._trainer: Any = None
