@@ -146,6 +146,7 @@ def summarize(resized: Dict[str, Any], twin: Dict[str, Any], window: int, due: L
         previous = r
         last = max(int(row[0]) for row in resized["timeline"])
         held = (begin, min(last, max(end + 1, begin + window)))  # the steps that hold the move, >= a window of them
+        move_wall = wall(resized["timeline"], begin, end + 1)  # from the boundary that starts it through its switch
         row_bytes = r["bytes_copied"] / max(r["rows_copied"], 1)
         table_gb = r["rows"] * row_bytes / 1e9
         pause = r.get("final_pause_s", r["seconds"])
@@ -156,8 +157,7 @@ def summarize(resized: Dict[str, Any], twin: Dict[str, Any], window: int, due: L
                 "pause": pause,
                 "seconds": r["seconds"],
                 "s_per_gb": r["seconds"] / table_gb if table_gb else float("nan"),
-                # seconds to complete it: from the boundary that starts it through its switch, steps included
-                "wall_per_gb": wall(resized["timeline"], begin, end + 1) / table_gb if table_gb else float("nan"),
+                "wall_per_gb": move_wall / table_gb if table_gb else float("nan"),  # its time to complete
                 "rows": r["rows"],
                 "moved": r["moved_fraction"],
                 "ideal": r["ideal_fraction"],
@@ -169,7 +169,7 @@ def summarize(resized: Dict[str, Any], twin: Dict[str, Any], window: int, due: L
                 "twin_speed": rate(twin["timeline"], *held) / rate(twin["timeline"], *before),
                 # the move's seconds at boundaries against the wall time of the steps that hold it: its cost as the
                 # run itself accounts it, free of the machine's drift between windows
-                "boundary_share": r["seconds"] / (wall(resized["timeline"], begin, end + 1) or float("nan")),
+                "boundary_share": r["seconds"] / (move_wall or float("nan")),
             }
         )
     return out

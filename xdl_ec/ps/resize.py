@@ -671,11 +671,11 @@ class Resizer:
     # the class, as a staticmethod: the job builds its Resizer inside fit)
     on_phase: Any = None
     # The background move's budget per step boundary (``--ft ec``; a run's Cluster(resize_share=...) or
-    # --resize-share, else set on the class like on_phase): the share of
-    # the median step's seconds its copy may take, on average, its final pause included (BackgroundMove.precopy),
-    # or a fixed number of slot records per boundary (precopy_rows, when set); 0 and None: the whole move in one
-    # pause. 0.1: training keeps ~0.9 of its samples/s from the move's first boundary through its final pause
-    # (docs/results/resize-2026-11-29.md); a larger share ends the move in fewer steps but with a larger loss.
+    # --resize-share, else set on the class like on_phase): the share of the median step's seconds its copy may
+    # take, on average, its final pause included (BackgroundMove.precopy), or a fixed number of slot records per
+    # boundary (precopy_rows, when set); 0 and None: the whole move in one pause. 0.1: training keeps ~0.9 of its
+    # samples/s from the move's first boundary through its final pause (docs/results/resize-2026-11-29.md); a larger
+    # share ends the move in fewer steps but with a larger loss.
     precopy_share: float = 0.1
     precopy_rows: Optional[int] = None
 
