@@ -488,7 +488,7 @@ def test_recovery_fragments_are_fetched_again_until_the_parity_caught_up_with_th
     """The key-index fetch of a recovery (all fragments at once, with versions): while a survivor's data (delta
     seq 5) is ahead of the parity read (applied 4), the fetch is repeated, the survivor's links flushed once, and
     the decode runs on the consistent fragments only."""
-    from xdl_ec.ft.parity_agent import consistent_decode
+    from xdl_ec.ft.consistent_decode import consistent_decode
 
     class Answered:
         def __init__(self, value: Any) -> None:
@@ -546,7 +546,7 @@ def test_holder_rollback_then_recovery_rebuilds_the_lost_shard_as_of_w() -> None
     C++ Recovery over the survivors rebuilds server 0's blocks exactly as they were after its 5th batch."""
     from support.parity_reference import route
     from xdl_ec import _core
-    from xdl_ec.ft.parity_agent import holders_of
+    from xdl_ec.ft.delta_forwarding import holders_of
 
     n, k, r = 3, 2, 1
     shards = _shards(n)

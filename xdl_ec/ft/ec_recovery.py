@@ -14,11 +14,12 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from xdl_ec import _core
+from xdl_ec.ft.consistent_decode import consistent_decode, stripe_reads
+from xdl_ec.ft.delta_forwarding import holders_of
+from xdl_ec.ft.parity_agent import ParityAgent, parity_agent_for
 from xdl_ec.ps.backend import KILL_SECONDS, CallTimeout, KillTimeout, WorkerLost
 from xdl_ec.ps.fault_tolerance import Unrecoverable
 from xdl_ec.ps.remote import Remote
-
-from .parity_agent import ParityAgent, consistent_decode, holders_of, parity_agent_for, stripe_reads
 
 CALL_TIMEOUT = 120.0  # seconds one call of the recovery may take
 DRAIN_WAIT = 1.0  # seconds a server waits for its parity links in one drain call before answering "still pending"

@@ -8,9 +8,8 @@ import dataclasses
 from typing import Any, List
 
 from xdl_ec import _core
-
-from .ec_recovery import CALL_TIMEOUT
-from .parity_agent import fragment_readers
+from xdl_ec.ft.consistent_decode import fragment_readers
+from xdl_ec.ft.ec_recovery import CALL_TIMEOUT
 
 
 @dataclasses.dataclass(frozen=True)
