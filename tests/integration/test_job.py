@@ -113,16 +113,16 @@ def test_an_access_decodes_the_missing_blocks_it_touches_together(monkeypatch: p
     which are decoded in one round of reads (not one fault each); the run ends at the failure-free model."""
     import dataclasses
 
-    from xdl_ec.ft.parity_agent import ParityAgent
+    from xdl_ec.ft.shard_restore import ShardRestore
 
     decoded: list = []
-    own_blocks = ParityAgent._decode_own_blocks
+    own_blocks = ShardRestore.decode_own_blocks
 
     def record(self, table, blocks, servers, down):  # noqa: ANN001, ANN202
         decoded.append(len(blocks))
         return own_blocks(self, table, blocks, servers, down)
 
-    monkeypatch.setattr(ParityAgent, "_decode_own_blocks", record)
+    monkeypatch.setattr(ShardRestore, "decode_own_blocks", record)
     base = job()
     tables = {t.name: dataclasses.replace(t, block_slots=8) for t in base.tables}
     small = xdl_ec.Job(
