@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from xdl_ec import cli
+from xdl_ec.cli import signals, train_report
 from xdl_ec.job.stop_request import RunStopped
 
 
@@ -31,19 +32,19 @@ def test_argument_errors_are_the_error_and_one_line_pointing_at_help(capsys: pyt
 
 def test_a_resumed_run_pairs_this_runs_samples_with_this_runs_steps(tmp_path: Path) -> None:
     report = {"steps": 200, "resumed_from": {"directory": str(tmp_path / "s-50"), "step": 50, "samples": 12800}}
-    assert cli._steps_text(report) == "150 steps this run (steps 51-200)"
-    assert cli._steps_text({"steps": 200}) == "200 steps"
+    assert train_report.steps_text(report) == "150 steps this run (steps 51-200)"
+    assert train_report.steps_text({"steps": 200}) == "200 steps"
     assert (
-        cli._steps_text({"steps": 50, "resumed_from": report["resumed_from"]})
+        train_report.steps_text({"steps": 50, "resumed_from": report["resumed_from"]})
         == "0 steps this run (the save was at step 50 already)"
     )
     assert (
-        cli._saves_text(report) == f"resumed the save of step 50 in {tmp_path / 's-50'}; this run is not saved "
+        train_report.saves_text(report) == f"resumed the save of step 50 in {tmp_path / 's-50'}; this run is not saved "
         f"(add --save-dir DIR)"
     )
     saves = {"directory": str(tmp_path), "last_step": 1200}
-    assert cli._saves_text({"saves": saves}) == f"saves go to {tmp_path} (newest: step 1,200)"
-    assert cli._saves_text({"steps": 3}) is None
+    assert train_report.saves_text({"saves": saves}) == f"saves go to {tmp_path} (newest: step 1,200)"
+    assert train_report.saves_text({"steps": 3}) is None
 
 
 def args_of(**given: object) -> argparse.Namespace:
@@ -52,16 +53,16 @@ def args_of(**given: object) -> argparse.Namespace:
 
 def test_a_stop_without_a_save_says_how_to_get_one(tmp_path: Path) -> None:
     argv = ["train", "--synthetic", "--steps", "200"]
-    assert cli.stop_message("train", argv, args_of(), RunStopped(signal.SIGINT, 57)) == [
+    assert signals.stop_message("train", argv, args_of(), RunStopped(signal.SIGINT, 57)) == [
         "xdl-ec train: interrupted (SIGINT), stopped at step 57; nothing saved: run with --save-dir DIR to be able "
         "to resume"
     ]
-    assert cli.stop_message(
-        "train", argv, args_of(save_dir=str(tmp_path / "none")), cli.Interrupted(signal.SIGTERM)
+    assert signals.stop_message(
+        "train", argv, args_of(save_dir=str(tmp_path / "none")), signals.Interrupted(signal.SIGTERM)
     ) == [f"xdl-ec train: interrupted (SIGTERM); nothing saved yet in {tmp_path / 'none'}"]
-    assert cli.stop_message("verify", argv, args_of(), KeyboardInterrupt()) == ["xdl-ec verify: interrupted (SIGINT)"]
+    assert signals.stop_message("verify", argv, args_of(), KeyboardInterrupt()) == ["xdl-ec verify: interrupted (SIGINT)"]
 
 
 def test_the_resume_command_replaces_an_earlier_resume() -> None:
     argv = ["train", "--resume", "old", "--steps", "9", "--resume=older", "--save-dir", "new"]
-    assert cli._without_flag(argv, "--resume") == ["train", "--steps", "9", "--save-dir", "new"]
+    assert signals.without_flag(argv, "--resume") == ["train", "--steps", "9", "--save-dir", "new"]

@@ -14,6 +14,7 @@ seconds), has no hold-out (progressive validation measures it), and each worker'
 
 from __future__ import annotations
 
+import argparse
 import collections
 import dataclasses
 import math
@@ -27,6 +28,8 @@ from xdl_ec.job.job import Job
 from xdl_ec.model.dense_model import DENSE_OPTIMIZERS
 from xdl_ec.model.feature import Feature
 from xdl_ec.settings import checks
+from xdl_ec.settings.flag import flag
+from xdl_ec.settings.flag_types import fraction, non_negative_int, positive_float, positive_int
 from xdl_ec.sparse import init, optim
 from xdl_ec.sparse.row_rules import COUNTERS, DEFAULT_EVERY_STEPS, rules_of
 from xdl_ec.sparse.table_config import Table
@@ -36,48 +39,214 @@ FEATURE_NAME = "categorical"
 MODELS = ("dlrm", "mlp")
 
 
+def layer_sizes(text: str) -> tuple[int, ...]:
+    """--bottom-mlp, --top-mlp and --hidden's text: comma-separated positive sizes ("" for none)."""
+    if text.strip() == "":
+        return ()
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated positive integers like 64,32, got {text!r}"
+        ) from None
+    if any(s < 1 for s in sizes):
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers like 64,32, got {text!r}")
+    return sizes
+
+
+def _field(default: Any, name: str, help: str, part: str = "built-in", **options: Any) -> Any:
+    """A TrainConfig field and its ``xdl-ec train`` flag: ``part`` "built-in" (the built-in job's only), "run"
+    (any job's run) or "bounded" (the table rules, also for a --script job's tables that declare none)."""
+    return dataclasses.field(default=default, metadata=flag(name, help, part=part, **options))
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    """Everything that defines the built-in job (the CLI flags of ``xdl-ec train``), checked on creation.
+    """Everything that defines the built-in job, checked on creation; each field beside its ``xdl-ec train`` flag.
 
     ``steps`` (batches of the run, split over the workers) takes precedence over ``epochs`` when given (the data
     are cycled as often as needed). The defaults train a sensible DLRM on the Criteo sample (see the README).
     """
 
-    data: Optional[str] = None
-    synthetic: bool = False
-    stream: Optional[str] = None  # a directory of Criteo TSV files read as they appear (xdl_ec.data.stream)
+    data: Optional[str] = _field(
+        None, "--data", "[built-in] raw Criteo TSV file, plain or .gz", metavar="PATH", one_of="source"
+    )
+    synthetic: bool = _field(
+        False, "--synthetic", "[built-in] seeded synthetic Criteo-shaped data", action="store_true", one_of="source"
+    )
+    # a directory of Criteo TSV files read as they appear (xdl_ec.data.stream)
+    stream: Optional[str] = _field(
+        None,
+        "--stream",
+        "[built-in] train on the Criteo TSV files (plain or .gz) of DIR in name order as they appear, endlessly; a "
+        "file counts once renamed in (names starting with '.' or ending in .tmp are ignored); saves keep the stream "
+        "position (file, offset)",
+        metavar="DIR",
+        one_of="source",
+    )
     stream_pattern: str = "*"
-    stream_idle_exit: Optional[float] = None  # seconds without a new file that end the stream (None: never)
+    # seconds without a new file that end the stream (None: never)
+    stream_idle_exit: Optional[float] = _field(
+        None,
+        "--stream-idle-exit",
+        "[built-in] with --stream: end when no new file came for this many seconds of waiting (default: wait "
+        "forever; SIGINT/SIGTERM stop cleanly)",
+        type=positive_float,
+        metavar="SECONDS",
+    )
     stream_poll: float = DEFAULT_POLL_SECONDS
-    synthetic_rows: int = 60_000
-    synthetic_max_cardinality: Optional[int] = 100_000
-    synthetic_zipf: float = 1.1
-    model: str = "dlrm"
-    emb_dim: int = 16
-    bottom_mlp: Sequence[int] = (64,)
-    top_mlp: Sequence[int] = (64, 32)
-    hidden: Sequence[int] = (128, 64)
-    optimizer: str = "adagrad"
-    lr: float = 0.02
-    dense_optimizer: str = "adam"
-    dense_lr: float = 0.001
-    batch_size: int = 128
-    steps: Optional[int] = None
-    epochs: int = 3
-    eval_fraction: float = 0.1
-    seed: int = 0
-    deterministic: bool = False
-    on_bad_line: str = "error"
+    synthetic_rows: int = _field(
+        60_000,
+        "--synthetic-rows",
+        "[built-in] rows of synthetic data, eval split included (default {default})",
+        type=positive_int,
+    )
+    synthetic_max_cardinality: Optional[int] = _field(
+        100_000,
+        "--synthetic-max-cardinality",
+        "[built-in] cap on each synthetic column's cardinality (default {default})",
+        type=positive_int,
+    )
+    synthetic_zipf: float = _field(
+        1.1,
+        "--synthetic-zipf",
+        "[built-in] Zipf exponent of the synthetic ids' skew (default {default})",
+        type=positive_float,
+        metavar="S",
+    )
+    model: str = _field("dlrm", "--model", "[built-in] model body (default {default})", choices=MODELS)
+    emb_dim: int = _field(16, "--emb-dim", "[built-in] embedding dimension (default {default})", type=positive_int)
+    bottom_mlp: Sequence[int] = _field(
+        (64,),
+        "--bottom-mlp",
+        "[built-in] DLRM bottom MLP hidden sizes; its output layer has emb-dim units (default {default})",
+        type=layer_sizes,
+        metavar="N,N",
+    )
+    top_mlp: Sequence[int] = _field(
+        (64, 32),
+        "--top-mlp",
+        "[built-in] DLRM top MLP hidden sizes before the logit (default {default})",
+        type=layer_sizes,
+        metavar="N,N",
+    )
+    hidden: Sequence[int] = _field(
+        (128, 64),
+        "--hidden",
+        "[built-in] Embedding&MLP hidden sizes (default {default})",
+        type=layer_sizes,
+        metavar="N,N",
+    )
+    optimizer: str = _field(
+        "adagrad",
+        "--optimizer",
+        "[built-in] sparse optimizer of the embedding table: sgd, momentum, adagrad, adam, ftrl (default {default})",
+    )
+    lr: float = _field(0.02, "--lr", "[built-in] sparse learning rate (default {default})", type=positive_float)
+    dense_optimizer: str = _field(
+        "adam",
+        "--dense-optimizer",
+        "[built-in] Keras optimizer of the dense model (default {default})",
+        choices=DENSE_OPTIMIZERS,
+    )
+    dense_lr: float = _field(
+        0.001, "--dense-lr", "[built-in] dense learning rate (default {default})", type=positive_float
+    )
+    batch_size: int = _field(128, "--batch-size", "[built-in] default {default}", type=positive_int)
+    steps: Optional[int] = _field(
+        None,
+        "--steps",
+        "built-in: batches of the run, split over the workers (cycling the data as needed); --script: at most this "
+        "many steps, each one batch on every worker",
+        part="run",
+        type=positive_int,
+        one_of="length",
+    )
+    epochs: int = _field(
+        3,
+        "--epochs",
+        "[built-in] passes over the train split (default {default})",
+        type=positive_int,
+        one_of="length",
+    )
+    eval_fraction: float = _field(
+        0.1,
+        "--eval-fraction",
+        "[built-in] held-out fraction: the last rows in file order (default {default})",
+        type=fraction,
+    )
+    seed: int = _field(0, "--seed", "default {default}", part="run", type=non_negative_int)
+    deterministic: bool = _field(
+        False,
+        "--deterministic",
+        "deterministic TF ops, one thread per op (ops side by side on two): same seed, same model_digest (except "
+        "with --evict-ttl-seconds, whose passes follow wall time)",
+        part="run",
+        action="store_true",
+    )
+    on_bad_line: str = _field(
+        "error",
+        "--on-bad-line",
+        "[built-in] malformed lines: stop with file:line and the reason, or skip and count them",
+        choices=("error", "skip"),
+    )
     progress: bool = True
     # bounded table (xdl_ec.sparse.row_rules): None leaves the table unbounded, as before
-    admit_min_count: Optional[int] = None
+    admit_min_count: Optional[int] = _field(
+        None,
+        "--admit-min-count",
+        "an id gets a row on its N-th occurrence (pushes); until then it reads zeros and its gradients are dropped "
+        "(default: at once)",
+        part="bounded",
+        type=positive_int,
+        metavar="N",
+    )
     # "sketch": a count-min sketch per server instead of a record per pending id, halved every evict_every_steps
-    admit_counter: str = "exact"
-    evict_ttl_steps: Optional[int] = None
-    evict_ttl_seconds: Optional[float] = None  # instead of evict_ttl_steps: seconds of training wall time
-    max_rows: Optional[int] = None
-    evict_every_steps: int = DEFAULT_EVERY_STEPS
+    admit_counter: str = _field(
+        "exact",
+        "--admit-counter",
+        "how --admit-min-count counts the ids without a row: exact (a record per id; the default) or sketch (a "
+        "count-min sketch per server: no record per id, may admit an id early; halved every --evict-every-steps)",
+        part="bounded",
+        choices=COUNTERS,
+    )
+    evict_ttl_steps: Optional[int] = _field(
+        None,
+        "--evict-ttl-steps",
+        "evict rows not updated for more than N steps (default: never)",
+        part="bounded",
+        type=positive_int,
+        metavar="N",
+    )
+    # instead of evict_ttl_steps: seconds of training wall time
+    evict_ttl_seconds: Optional[float] = _field(
+        None,
+        "--evict-ttl-seconds",
+        "instead of --evict-ttl-steps: evict rows not updated for more than S seconds of training wall time (the "
+        "driver's step start times; the steps before a --resume count as started with the first step after it). "
+        "Wall time varies from run to run, so even --deterministic runs may evict other rows (a recovered run still "
+        "evicts what its failure-free run with the same step times would)",
+        part="bounded",
+        type=positive_float,
+        metavar="S",
+    )
+    max_rows: Optional[int] = _field(
+        None,
+        "--max-rows",
+        "at most N rows, summed over the servers (each keeps N / servers, at least one 1024-row block); the least "
+        "used go first (default: no cap)",
+        part="bounded",
+        type=positive_int,
+        metavar="N",
+    )
+    evict_every_steps: int = _field(
+        DEFAULT_EVERY_STEPS,
+        "--evict-every-steps",
+        "eviction passes run after the pushes of every K-th step (default {default})",
+        part="bounded",
+        type=positive_int,
+        metavar="K",
+    )
 
     def __post_init__(self) -> None:
         if (self.data is not None) + bool(self.synthetic) + (self.stream is not None) != 1:

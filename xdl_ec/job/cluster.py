@@ -25,6 +25,8 @@ from xdl_ec.ps.backend import DEFAULT_TIMEOUT
 from xdl_ec.ps.resize import ResizeAt, check_schedule, parse_resize
 from xdl_ec.ps.training import ClusterConfig
 from xdl_ec.settings import checks
+from xdl_ec.settings.flag import flag, flags_from
+from xdl_ec.settings.flag_types import number, open_fraction, positive_float, positive_int, stripe_code
 from xdl_ec.sparse.cache_config import Cache, caches_for
 
 _ONLY = {
@@ -42,32 +44,167 @@ _ONLY = {
 }
 
 
+_share = number(float, lambda v: 0.0 < v <= 1.0, "a number in (0, 1] (e.g. 0.05)")
+_keeps = number(float, lambda v: 0.0 <= v < 1.0, "a number in [0, 1) (e.g. 0.95)")
+_resize_share = number(float, lambda v: 0.0 <= v < 1.0, "a number in [0, 1) (e.g. 0.1; 0: one pause)")
+
+
+def _field(default: Any, name: str, help: str, part: str = "ft", **options: Any) -> Any:
+    """A Cluster field and its ``xdl-ec train`` flag (in the fault tolerance part unless said)."""
+    return dataclasses.field(default=default, metadata=flag(name, help, part=part, **options))
+
+
 @dataclasses.dataclass(frozen=True)
 class Cluster:
-    servers: int = 1
-    workers: int = 1
-    backend: str = "local"
-    address: Optional[str] = None
-    mode: str = "sync"
-    ft: str = "none"
-    code: Optional[Union[str, Tuple[int, int]]] = None
-    rebuild_share: Optional[float] = None
-    rebuild_keeps: Optional[float] = None
+    """Where and how a job trains on parameter servers (see the module's docstring); each field beside its flag."""
+
+    servers: int = _field(
+        1, "--servers", "train with N parameter servers (keys sharded by hash)", "servers", type=positive_int
+    )
+    workers: int = _field(1, "--workers", "workers (default {default}; needs --servers)", "servers", type=positive_int)
+    backend: str = _field(
+        "local",
+        "--backend",
+        "where servers and workers run: local = objects in this process (default), ray = Ray actors",
+        "servers",
+        choices=("local", "ray"),
+    )
+    address: Optional[str] = _field(
+        None,
+        "--address",
+        "an existing Ray cluster (with --backend ray; default: start a local Ray)",
+        "servers",
+        metavar="RAY_ADDRESS",
+    )
+    cache: Optional[Union[Cache, Mapping[str, Cache]]] = dataclasses.field(
+        default=None, metadata=flags_from(Cache, "servers")
+    )
+    mode: str = _field(
+        "sync",
+        "--mode",
+        "sync: all workers finish step t before t+1 (default); async: no barrier",
+        "servers",
+        choices=("sync", "async"),
+    )
+    ft: str = _field(
+        "none",
+        "--ft",
+        "none: a lost server stops the run (default); ckpt: periodic checkpoints, every server rolls back; cpr: only "
+        "the lost server reloads its checkpoint; ec: erasure-coded servers",
+        choices=STRATEGIES,
+    )
+    code: Optional[Union[str, Tuple[int, int]]] = _field(
+        None, "--code", "ec: K data servers per stripe, R parity (default 4,1)", type=stripe_code, metavar="K,R"
+    )
+    failure_domain: Optional[str] = _field(
+        None,
+        "--failure-domain",
+        "ec on Ray: node = at most R servers of any stripe on one Ray node, so losing a node is recovered exactly "
+        "(default when the Ray cluster has several nodes); none = Ray places them",
+        choices=("node", "none"),
+    )
+    rebuild_share: Optional[float] = _field(
+        None,
+        "--rebuild-share",
+        "ec: share of wall time a rebuild may take until it is done, in (0, 1] (default 0.05; training goes on "
+        "meanwhile)",
+        type=_share,
+        metavar="S",
+    )
+    rebuild_keeps: Optional[float] = _field(
+        None,
+        "--rebuild-keeps",
+        "ec: a background rebuild takes more than --rebuild-share while training keeps this share of its samples/s "
+        "before the failure, in [0, 1) (default 0.95; 0: exactly --rebuild-share)",
+        type=_keeps,
+        metavar="F",
+    )
     rebuild: Optional[str] = None
-    urgent_rebuild: Optional[str] = None
-    ckpt_interval: Optional[str] = None
-    ckpt_dir: Optional[str] = None
-    cpr_pls: Optional[float] = None
-    cpr_interval: Optional[int] = None
-    cpr_mode: Optional[str] = None
-    mtbf: Optional[float] = None
-    fail_at: Sequence[str] = ()
-    fail_worker_at: Sequence[str] = ()
+    urgent_rebuild: Optional[str] = _field(
+        None,
+        "--urgent-rebuild",
+        "ec: a rebuild while one more loss would be fatal (R servers down): flat-out (default: the shortest time "
+        "without redundancy, training slows meanwhile) or paced like any other (--rebuild-share, --rebuild-keeps: "
+        "training keeps its speed, the window is longer)",
+        choices=("flat-out", "paced"),
+    )
+    ckpt_interval: Optional[str] = _field(
+        None,
+        "--ckpt-interval",
+        "ckpt: every N steps, every N seconds ('30s') or auto = Young's formula from the measured save cost and "
+        "--mtbf (default auto)",
+        metavar="N|Ns|auto",
+        labels=("ckpt interval",),
+    )
+    ckpt_dir: Optional[str] = _field(
+        None, "--ckpt-dir", "ckpt/cpr: checkpoint directory (default: a temporary one)", metavar="DIR"
+    )
+    cpr_pls: Optional[float] = _field(
+        None,
+        "--cpr-pls",
+        "cpr: target portion of lost samples; interval = 2 * servers * MTBF * P (default 0.02)",
+        type=open_fraction,
+        metavar="P",
+        labels=("pls",),
+    )
+    cpr_interval: Optional[int] = _field(
+        None,
+        "--cpr-interval",
+        "cpr: checkpoint every STEPS steps instead of the --cpr-pls interval",
+        type=positive_int,
+        metavar="STEPS",
+        labels=("interval_steps",),
+    )
+    cpr_mode: Optional[str] = _field(
+        None,
+        "--cpr-mode",
+        "cpr: rows saved between full saves: most frequently used or sub-sampled used (default mfu)",
+        choices=("mfu", "ssu"),
+        labels=("cpr mode",),
+    )
+    fail_at: Sequence[str] = _field(
+        (),
+        "--fail-at",
+        "kill server SERVER (default 0) right before step STEP (repeatable)",
+        action="append",
+        metavar="STEP[:SERVER]",
+    )
+    fail_worker_at: Sequence[str] = _field(
+        (),
+        "--fail-worker-at",
+        "kill worker WORKER (default 0) right before step STEP (repeatable)",
+        action="append",
+        metavar="STEP[:WORKER]",
+    )
+    mtbf: Optional[float] = _field(
+        None,
+        "--mtbf",
+        "kill a random server (seeded by --seed) every SECONDS of training on average",
+        type=positive_float,
+        metavar="SECONDS",
+    )
+    resize_at: Sequence[str] = _field(
+        (),
+        "--resize-at",
+        "resize the servers to SERVERS at the step boundary before step STEP, moving only the rows whose route "
+        "changes; the model stays the never-resized run's (repeatable; --ft none or ec). ':drain=ID' first removes "
+        "the server of that id (e.g. a spot reclaim): only its rows move, it stops last, and a later grow gives its "
+        "id back (e.g. 10:3:drain=1 on 4 servers, then 20:4); ':code=K,R' (--ft ec) re-forms the stripes with that "
+        "code, at a new count or the same one (e.g. 10:5:code=3,2)",
+        "resize",
+        action="append",
+        metavar="STEP:SERVERS[:drain=ID[,ID]][:code=K,R]",
+    )
+    resize_share: Optional[float] = _field(
+        None,
+        "--resize-share",
+        "ec: the share of the steps' time a resize's background move may take, its final pause included, in [0, 1) "
+        "(default 0.1: training keeps ~0.9 of its samples/s meanwhile; larger: shorter moves; 0: the whole move in "
+        "one pause at its boundary)",
+        type=_resize_share,
+        metavar="S",
+    )
     call_timeout: float = DEFAULT_TIMEOUT
-    cache: Optional[Union[Cache, Mapping[str, Cache]]] = None
-    failure_domain: Optional[str] = None
-    resize_at: Sequence[str] = ()
-    resize_share: Optional[float] = None
 
     def __post_init__(self) -> None:
         if isinstance(self.cache, Mapping):  # kept as sorted pairs: a Cluster stays hashable

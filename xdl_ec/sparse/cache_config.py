@@ -23,18 +23,51 @@ import re
 from typing import Any, Optional, Union
 
 from xdl_ec.settings import checks
+from xdl_ec.settings.flag import flag
+from xdl_ec.settings.flag_types import non_negative_int
 
 POLICIES = ("lru", "lfu")
 _SHARE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)%")
+
+
+def rows_or_share(text: str) -> Union[int, str]:
+    """--cache-rows' text: digits are a row count, anything else a share ``"P%"`` (checked by :class:`Cache`)."""
+    return int(text) if text.isdigit() else text
 
 
 @dataclasses.dataclass(frozen=True)
 class Cache:
     """A worker cache of one table: ``rows`` (int or ``"P%"``), ``staleness`` (int >= 0), ``policy``."""
 
-    rows: Union[int, str]
-    staleness: int = 0
-    policy: str = "lfu"
+    rows: Union[int, str] = dataclasses.field(
+        metadata=flag(
+            "--cache-rows",
+            "a worker cache of every table (HET): N rows or P%% of the table's rows (needs --servers)",
+            type=rows_or_share,
+            metavar="N|P%",
+            labels=("cache rows",),
+        )
+    )
+    staleness: int = dataclasses.field(
+        default=0,
+        metadata=flag(
+            "--staleness",
+            "cache: read a cached row while at most S versions behind, write back after S local updates (default "
+            "{default}: exact, the same model as without a cache)",
+            type=non_negative_int,
+            metavar="S",
+            labels=("staleness",),
+        ),
+    )
+    policy: str = dataclasses.field(
+        default="lfu",
+        metadata=flag(
+            "--cache-policy",
+            "cache eviction (default {default})",
+            choices=tuple(sorted(POLICIES)),
+            labels=("cache policy",),
+        ),
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.rows, str):
