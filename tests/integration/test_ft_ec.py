@@ -101,7 +101,6 @@ def test_two_servers_killed_at_once_with_r2(failure_free: Any) -> None:
 
 
 def test_server_killed_while_a_rebuild_is_running(failure_free: Any) -> None:
-    strategy = ErasureCoded(2, 2, rebuild_stripes_per_step=1)
     killed: List[int] = []
 
     def kill_another(stripe: int) -> None:  # a survivor dies after the first decoded stripe of the rebuild
@@ -109,7 +108,7 @@ def test_server_killed_while_a_rebuild_is_running(failure_free: Any) -> None:
             killed.append(3)
             strategy.view.kill("server", 3)
 
-    strategy.on_rebuild_stripe = kill_another
+    strategy = ErasureCoded(2, 2, rebuild_stripes_per_step=1, on_rebuild_stripe=kill_another)
     report = run(4, strategy, [Kill(4, "server", 1)])
     assert killed == [3]
     assert sorted(f["index"] for f in report["failures"]) == [1, 3]
@@ -123,7 +122,7 @@ class CrashBeforeForwarding(ErasureCoded):
 
     def after_step(self, step: int) -> None:
         if step == 2:
-            self._drain(list(range(self.n)))
+            self.drain()
             self.arm_crash_after_apply(2)
 
 
@@ -146,7 +145,6 @@ def test_more_than_r_losses_is_unrecoverable_naming_the_servers() -> None:
 
 def test_a_second_loss_before_an_r1_rebuild_completes_is_unrecoverable() -> None:
     """r=1: a survivor dies while server 1's replacement still misses blocks: both stripes' members are gone."""
-    strategy = ErasureCoded(2, 1, rebuild_stripes_per_step=1)
     killed: List[int] = []
 
     def kill_another(stripe: int) -> None:
@@ -154,7 +152,7 @@ def test_a_second_loss_before_an_r1_rebuild_completes_is_unrecoverable() -> None
             killed.append(2)
             strategy.view.kill("server", 2)
 
-    strategy.on_rebuild_stripe = kill_another
+    strategy = ErasureCoded(2, 1, rebuild_stripes_per_step=1, on_rebuild_stripe=kill_another)
     with pytest.raises(Unrecoverable, match=r"unrecoverable: lost servers \[1, 2\]"):
         run(3, strategy, [Kill(2, "server", 1)])
 
@@ -173,11 +171,12 @@ def test_scrub_is_clean_after_recovery_and_catches_a_flipped_bit() -> None:
         assert strategy.verify() == []
         table = trainer.job.tables[0].name
         server = 1
-        block = strategy._call(server, "read_parity", table, 0, 0, strategy._geometry(table)[1])
+        coordinator = strategy.coordinator
+        block = coordinator.call(server, "read_parity", table, 0, 0, coordinator.geometry(table)[1])
         assert block.any(), "parity block 0 of server 1 should hold data after training"
         flipped = block.copy()
         flipped[123] ^= 0x10
-        strategy._call(server, "write_parity", table, 0, flipped)
+        coordinator.call(server, "write_parity", table, 0, flipped)
         bad = strategy.verify()
         assert [(m.table, m.server, m.block) for m in bad] == [(table, server, 0)]
     finally:
@@ -246,7 +245,6 @@ def test_rate_limited_rebuild_spans_several_steps_and_stays_exact() -> None:
     """``rebuild_share``: each boundary earns share / (1 - share) of a mean step; a stripe made to cost a whole
     mean step (the hook sleeps that long) overruns the credit, so no boundary rebuilds more than one stripe and
     the rebuild spreads over several steps while training goes on; the model still equals the failure-free one."""
-    strategy = ErasureCoded(2, 1, rebuild_share=0.5, rebuild="boundary")
     steps_of_stripes: List[int] = []
 
     def slow_stripe(stripe: int) -> None:
@@ -254,7 +252,7 @@ def test_rate_limited_rebuild_spans_several_steps_and_stays_exact() -> None:
         seconds = list(strategy.pacer.step_seconds)
         time.sleep(sum(seconds) / len(seconds) if seconds else 0.01)
 
-    strategy.on_rebuild_stripe = slow_stripe
+    strategy = ErasureCoded(2, 1, rebuild_share=0.5, rebuild="boundary", on_rebuild_stripe=slow_stripe)
     trainer = make_trainer(
         small_config(steps=14),
         ClusterConfig(servers=3, workers=1),
@@ -457,7 +455,7 @@ def test_worker_lost_with_a_server_holding_its_non_durable_push_is_unrecoverable
 class CrashBeforeForwardingAfterStep1(ErasureCoded):
     def after_step(self, step: int) -> None:
         if step == 1:
-            self._drain(list(range(self.n)))  # as CrashBeforeForwarding: step 1 durable, step 2's push the window
+            self.drain()  # as CrashBeforeForwarding: step 1 durable, step 2's push the window
             self.arm_crash_after_apply(2)
 
 
@@ -475,7 +473,7 @@ class DurableAtStep3(ErasureCoded):
     def after_step(self, step: int) -> None:
         super().after_step(step)
         if step == 3:
-            self._drain(list(range(self.n)))
+            self.drain()
 
 
 def test_worker_and_server_lost_together_after_their_pushes_are_durable_is_exact(failure_free: Any) -> None:

@@ -22,8 +22,8 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-from .ec_recovery import REBUILD_BATCH, RecoveryTimeout
-from .rebuild_governor import RebuildGovernor
+from xdl_ec.ft.ec_recovery import REBUILD_BATCH, RecoveryTimeout
+from xdl_ec.ft.rebuild_governor import RebuildGovernor
 
 STOP_TIMEOUT = 30.0  # seconds a stop waits for the stripe being rebuilt (each wait inside it is bounded too)
 IDLE_CORES = 1.0  # CPU training left unused (in cores) over the last batch that lets the rebuild run without pausing

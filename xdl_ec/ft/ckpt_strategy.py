@@ -26,11 +26,10 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from xdl_ec.ft.shard_saver import ShardSaver
 from xdl_ec.keep.checkpoint import CheckpointStore
 from xdl_ec.ps.fault_tolerance import FailureRecord, FaultTolerance, Resume, Unrecoverable
 from xdl_ec.settings.interval import IntervalPolicy, parse_interval
-
-from .shard_saver import ShardSaver
 
 __all__ = ["Checkpointing"]
 

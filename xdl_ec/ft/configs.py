@@ -6,11 +6,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Tuple, Union
 
+from xdl_ec.ft.rebuild_governor import DEFAULT_REBUILD_KEEPS
 from xdl_ec.settings import checks
 from xdl_ec.settings.interval import IntervalPolicy, parse_interval
 from xdl_ec.settings.stripe_code import parse_code
-
-from .rebuild_governor import DEFAULT_REBUILD_KEEPS
 
 STRATEGIES = ("none", "ckpt", "cpr", "ec")
 CPR_MODES = ("mfu", "ssu")

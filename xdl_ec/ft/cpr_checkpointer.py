@@ -16,11 +16,10 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Mapping, Optional, Union
 
+from xdl_ec.ft.partial_restore import CheckpointChain, RestoreResult, restore_server
+from xdl_ec.ft.row_selection import AccessCounter, MfuSelector, SsuSelector
 from xdl_ec.keep.checkpoint import ShardCheckpoint, Table
 from xdl_ec.settings import checks
-
-from .partial_restore import CheckpointChain, RestoreResult, restore_server
-from .row_selection import AccessCounter, MfuSelector, SsuSelector
 
 __all__ = ["CprCheckpointer", "MODES"]
 

@@ -42,12 +42,11 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from xdl_ec.ft.cpr_checkpointer import MODES, CprCheckpointer
+from xdl_ec.ft.row_selection import AccessCounter
 from xdl_ec.ps.agent import ServerAgent
 from xdl_ec.ps.fault_tolerance import FailureRecord, FaultTolerance, Resume
 from xdl_ec.settings.interval import IntervalPolicy, cpr_interval
-
-from .cpr_checkpointer import MODES, CprCheckpointer
-from .row_selection import AccessCounter
 
 __all__ = ["CprAgent", "PartialRecovery"]
 

@@ -25,18 +25,17 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from xdl_ec.ft.background_rebuild import BackgroundRebuild
+from xdl_ec.ft.configs import REBUILD_MODES, URGENT_REBUILDS, parse_code
+from xdl_ec.ft.ec_recovery import CALL_TIMEOUT, REBUILD_BATCH, EcRecovery, RecoveryTimeout
+from xdl_ec.ft.ec_scrub import StripeMismatch, scrub
+from xdl_ec.ft.parity_agent import parity_agent_for
+from xdl_ec.ft.rebuild_governor import DEFAULT_REBUILD_KEEPS, RebuildGovernor
+from xdl_ec.ft.rebuild_pacer import BoundaryPacer
 from xdl_ec.net.job_secret import JobSecret
 from xdl_ec.ps.backend import RoleLost
 from xdl_ec.ps.fault_tolerance import FailureRecord, FaultTolerance, Resume, Unrecoverable
 from xdl_ec.settings import checks
-
-from .background_rebuild import BackgroundRebuild
-from .configs import REBUILD_MODES, URGENT_REBUILDS, parse_code
-from .ec_recovery import CALL_TIMEOUT, REBUILD_BATCH, EcRecovery, RecoveryTimeout
-from .ec_scrub import StripeMismatch, scrub
-from .parity_agent import parity_agent_for
-from .rebuild_governor import DEFAULT_REBUILD_KEEPS, RebuildGovernor
-from .rebuild_pacer import BoundaryPacer
 
 __all__ = [
     "CALL_TIMEOUT",
@@ -66,6 +65,8 @@ class ErasureCoded(FaultTolerance):
         rebuild: str = "background",
         rebuild_keeps: float = DEFAULT_REBUILD_KEEPS,
         urgent_rebuild: str = "flat-out",
+        *,
+        on_rebuild_stripe: Optional[Callable[[int], None]] = None,
     ) -> None:
         """``rebuild``: "background" rebuilds lost stripes in a thread beside the steps, flat out while the
         machine has an idle core or one more loss would be fatal (``urgent_rebuild`` "flat-out"; "paced": paced
@@ -73,7 +74,8 @@ class ErasureCoded(FaultTolerance):
         time and more while training keeps ``rebuild_keeps`` of its samples/s before the failure (0: exactly
         ``rebuild_share``; :mod:`xdl_ec.ft.rebuild_governor`); "boundary" rebuilds them at step boundaries,
         ``rebuild_share`` of wall time (md RAID-style). Given ``rebuild_stripes_per_step`` (boundary mode): that
-        many stripes per boundary (0: the whole rebuild inside the recovery)."""
+        many stripes per boundary (0: the whole rebuild inside the recovery). ``on_rebuild_stripe(stripe)``, when
+        given, is called after each stripe is rebuilt (where a test kills a survivor mid-rebuild or slows one)."""
         super().__init__()
         self.k, self.r = parse_code((k, r))
         self.rebuild_share = checks.number("rebuild_share", rebuild_share, 0.0, 1.0, low_open=True)
@@ -93,7 +95,9 @@ class ErasureCoded(FaultTolerance):
         self.scrub_result: Optional[List[StripeMismatch]] = None
         self.n = 0
         self.secret: Optional[JobSecret] = None
-        self.on_rebuild_stripe: Optional[Callable[[int], None]] = None  # test hook: called after each stripe
+        if on_rebuild_stripe is not None and not callable(on_rebuild_stripe):
+            raise TypeError(f"on_rebuild_stripe: expected a callable or None, got {type(on_rebuild_stripe).__name__}")
+        self.on_rebuild_stripe = on_rebuild_stripe
         self.coordinator = EcRecovery(self)
         self.pacer = BoundaryPacer(self.coordinator, self.rebuild_share, rebuild_stripes_per_step)
         self.background: Optional[BackgroundRebuild] = None
@@ -359,9 +363,9 @@ class ErasureCoded(FaultTolerance):
             self.rebuild_mode,
             self.rebuild_keeps,
             self.urgent_rebuild,
+            on_rebuild_stripe=self.on_rebuild_stripe,
         )
         nxt.scrub = self.scrub
-        nxt.on_rebuild_stripe = self.on_rebuild_stripe
         nxt.failures = self.failures
         nxt.checkpoint_seconds = self.checkpoint_seconds
         return nxt
@@ -398,9 +402,3 @@ class ErasureCoded(FaultTolerance):
 
     def _wait(self, futures: List[Any]) -> List[Any]:
         return self.coordinator.wait(futures)
-
-    def _call(self, server: int, method: str, *args: Any) -> Any:
-        return self.coordinator.call(server, method, *args)
-
-    def _geometry(self, table: str) -> Tuple[int, int]:
-        return self.coordinator.geometry(table)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+from xdl_ec.ft.ckpt_strategy import Checkpointing
+from xdl_ec.ft.configs import CkptConfig, CprConfig, EcConfig, StrategyConfig
+from xdl_ec.ft.cpr_strategy import PartialRecovery
+from xdl_ec.ft.ec_strategy import ErasureCoded
 from xdl_ec.ps.fault_tolerance import FaultTolerance, NoFaultTolerance
-
-from .ckpt_strategy import Checkpointing
-from .configs import CkptConfig, CprConfig, EcConfig, StrategyConfig
-from .cpr_strategy import PartialRecovery
-from .ec_strategy import ErasureCoded
 
 
 def make_strategy(config: StrategyConfig) -> FaultTolerance:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, List, Optional
 
-from .failure_schedule import FailureSchedule
+from xdl_ec.ft.failure_schedule import FailureSchedule
 
 
 class FailureInjector:

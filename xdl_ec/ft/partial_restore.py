@@ -31,10 +31,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from xdl_ec.ft.row_selection import AccessCounter
 from xdl_ec.keep.checkpoint import ShardCheckpoint, Table, UpdateCounts, fresh_table
 from xdl_ec.settings import checks
-
-from .row_selection import AccessCounter
 
 __all__ = ["CheckpointChain", "RestoreResult", "restore_server"]
 
