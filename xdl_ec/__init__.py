@@ -2,56 +2,89 @@
 
 The package's rooms, lowest first (each imports only rooms below it; docs/design/layers.md): settings, sparse, net,
 data, tf, models, model, keep, ps, ft, job, builtin, xdl, benchmark; the root holds the public names, the CLI and
-the public namespaces ``xdl_ec.optim``, ``xdl_ec.init`` and ``xdl_ec.keras``.
+the public namespaces ``xdl_ec.optim``, ``xdl_ec.init``, ``xdl_ec.keras`` and ``xdl_ec.codec``.
+
+Every import of a module below the root runs this file first, so it imports no room: a public name is loaded from
+the module it lives in on first use (:func:`__getattr__`). XDL's names live in ``xdl_ec.xdl`` (``import xdl_ec.xdl
+as xdl``); their old spelling at the root still works, with a DeprecationWarning naming the new one.
 """
 
-from typing import NoReturn
+from __future__ import annotations
 
-from .tf.startup_log import quiet_tensorflow_startup
+import importlib
+import importlib.util
+import warnings
+from typing import TYPE_CHECKING, Any, List
+
+from xdl_ec.tf.startup_log import quiet_tensorflow_startup
 
 quiet_tensorflow_startup()  # before anything here imports TensorFlow (TF_CPP_MIN_LOG_LEVEL, its first import's lines)
 
-from . import init, optim
-from .job.cluster import Cluster
-from .job.job import Job
-from .job.loading import load
-from .job.trained_model import TrainedModel
-from .keep.saved_run import SaveMismatch
-from .model.dense_model import ModelError
-from .model.feature import Feature
-from .model.feature_batch import InputError
-from .model.side_input import Input
-from .sparse import codec
-from .sparse.cache_config import Cache
-from .sparse.row_rules import Admit, Evict
-from .sparse.table import EmbeddingTable
-from .sparse.table_config import Table
-
-# XDL-shaped API: xdl_ec.embedding, the optimizers and initializers by XDL's names, and what a script ported from
-# XDL needs to run as a job (xdl_job, layers, losses, tf_wrapper); TF is imported on first embedding() or xdl_job().
-from .xdl.api import (
-    SGD,
-    Adagrad,
-    Adam,
-    Constant,
-    Ftrl,
-    Momentum,
-    Ones,
-    RandomUniform,
-    SparseTensor,
-    TruncatedNormal,
-    VarType,
-    Zeros,
-    embedding,
-    layers,
-    losses,
-    missing,
-    set_sparse_optimizer,
-    tf_wrapper,
-    xdl_job,
-)
+if TYPE_CHECKING:  # what type checkers and IDEs see of the names loaded on first use below
+    from xdl_ec import codec, init, optim, xdl
+    from xdl_ec import keras as keras  # public, kept out of __all__ (below)
+    from xdl_ec.job.cluster import Cluster
+    from xdl_ec.job.job import Job
+    from xdl_ec.job.loading import load
+    from xdl_ec.job.trained_model import TrainedModel
+    from xdl_ec.keep.saved_run import SaveMismatch
+    from xdl_ec.model.dense_model import ModelError
+    from xdl_ec.model.feature import Feature
+    from xdl_ec.model.feature_batch import InputError
+    from xdl_ec.model.side_input import Input
+    from xdl_ec.sparse.cache_config import Cache
+    from xdl_ec.sparse.row_rules import Admit, Evict
+    from xdl_ec.sparse.table import EmbeddingTable
+    from xdl_ec.sparse.table_config import Table
 
 __version__ = "0.1.0"
+
+#: the public names and the module each lives in (a module's own name: the module itself)
+PUBLIC = {
+    "Admit": "xdl_ec.sparse.row_rules",
+    "Cache": "xdl_ec.sparse.cache_config",
+    "Cluster": "xdl_ec.job.cluster",
+    "EmbeddingTable": "xdl_ec.sparse.table",
+    "Evict": "xdl_ec.sparse.row_rules",
+    "Feature": "xdl_ec.model.feature",
+    "Input": "xdl_ec.model.side_input",
+    "InputError": "xdl_ec.model.feature_batch",
+    "Job": "xdl_ec.job.job",
+    "ModelError": "xdl_ec.model.dense_model",
+    "SaveMismatch": "xdl_ec.keep.saved_run",
+    "Table": "xdl_ec.sparse.table_config",
+    "TrainedModel": "xdl_ec.job.trained_model",
+    "load": "xdl_ec.job.loading",
+    "codec": "xdl_ec.codec",
+    "init": "xdl_ec.init",
+    "keras": "xdl_ec.keras",
+    "optim": "xdl_ec.optim",
+    "xdl": "xdl_ec.xdl",
+}
+
+#: XDL's names once spelled at the root (``xdl_ec.embedding``), now ``xdl_ec.xdl.<name>``
+XDL_NAMES = frozenset(
+    (
+        "SGD",
+        "Adagrad",
+        "Adam",
+        "Constant",
+        "Ftrl",
+        "Momentum",
+        "Ones",
+        "RandomUniform",
+        "SparseTensor",
+        "TruncatedNormal",
+        "VarType",
+        "Zeros",
+        "embedding",
+        "layers",
+        "losses",
+        "set_sparse_optimizer",
+        "tf_wrapper",
+        "xdl_job",
+    )
+)
 
 
 def save(job: Job, directory: str, keep: int = 2) -> str:
@@ -59,15 +92,41 @@ def save(job: Job, directory: str, keep: int = 2) -> str:
     return job.save(directory, keep)
 
 
-def __getattr__(name: str) -> NoReturn:
-    """XDL names the port has no counterpart for: an error that says what to do instead."""
-    raise missing(name)
+def __getattr__(name: str) -> Any:
+    """A public name, loaded from its module on first use; XDL's old root spelling, with a DeprecationWarning; a
+    module of the package by its name; else an error (for XDL's names not ported: what to do instead)."""
+    if name in PUBLIC:
+        module = importlib.import_module(PUBLIC[name])
+        value = module if module.__name__ == f"{__name__}.{name}" else getattr(module, name)
+        globals()[name] = value  # loaded once: later lookups do not come here
+        return value
+    if name in XDL_NAMES:
+        warnings.warn(
+            f"xdl_ec.{name} is deprecated: use xdl_ec.xdl.{name} (import xdl_ec.xdl as xdl)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module("xdl_ec.xdl"), name)
+    if name.startswith("_"):  # dunder probes (copy, pickle, pytest) and private names: no error text to build
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if importlib.util.find_spec(f"{__name__}.{name}") is not None:  # `xdl_ec.sparse`, as an eager root once gave
+        return importlib.import_module(f"{__name__}.{name}")
+    from xdl_ec.xdl.api import missing
+
+    raise missing(name, __name__)
 
 
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | set(PUBLIC))
+
+
+# xdl_ec.keras is public but not here: `from xdl_ec import *` would import TensorFlow for it
 __all__ = [
+    "Admit",
     "Cache",
     "Cluster",
     "EmbeddingTable",
+    "Evict",
     "Feature",
     "Input",
     "InputError",
@@ -77,28 +136,9 @@ __all__ = [
     "Table",
     "TrainedModel",
     "codec",
-    "embedding",
     "init",
     "load",
     "optim",
     "save",
-    # the XDL port's names (xdl_ec.xdl)
-    "SGD",
-    "Adagrad",
-    "Adam",
-    "Constant",
-    "Ftrl",
-    "Momentum",
-    "Ones",
-    "RandomUniform",
-    "SparseTensor",
-    "TruncatedNormal",
-    "VarType",
-    "Zeros",
-    "layers",
-    "losses",
-    "set_sparse_optimizer",
-    "tf_wrapper",
-    "xdl_job",
+    "xdl",
 ]
-__all__ += ["Admit", "Evict"]  # bounded tables (xdl_ec.sparse.row_rules)

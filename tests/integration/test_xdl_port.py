@@ -94,7 +94,7 @@ def write(tmp_path: Path, body: str) -> str:
     path = tmp_path / "ported.py"
     path.write_text(
         f"import sys\nsys.path.insert(0, {str(EXAMPLES)!r})\n"
-        "import tensorflow as tf\nimport xdl_ec as xdl\nfrom xdl_deepctr import SyntheticLog\n"
+        "import tensorflow as tf\nimport xdl_ec.xdl as xdl\nfrom xdl_deepctr import SyntheticLog\n"
         "LOG = SyntheticLog(batches=4, eval_batches=1)\n" + body
     )
     return str(path)
@@ -117,13 +117,13 @@ JOB = (
     [
         (
             "reader = xdl.DataReader('r1', paths=['./data.txt'])\n",
-            "importing it raised AttributeError: xdl_ec.DataReader: XDL's DataReader is not ported; write "
+            "importing it raised AttributeError: xdl_ec.xdl.DataReader: XDL's DataReader is not ported; write "
             "reader(worker, "
             "num_workers)",
         ),
         (
             "def job():\n    return xdl.TrainSession(hooks=[])\n",
-            "job() raised AttributeError: xdl_ec.TrainSession: XDL's TrainSession is not ported; the job runs the "
+            "job() raised AttributeError: xdl_ec.xdl.TrainSession: XDL's TrainSession is not ported; the job runs the "
             "training "
             "loop",
         ),
@@ -138,7 +138,8 @@ JOB = (
         (
             TRAIN.format(lookup=LOOKUP, model="y = tf.keras.layers.Dense(1)(tf.concat([emb, batch['deep0']], 1))")
             + JOB,
-            "job() raised XdlPortError: the model function created a variable ('kernel') outside xdl_ec.layers.dense",
+            "job() raised XdlPortError: the model function created a variable ('kernel') outside "
+            "xdl_ec.xdl.layers.dense",
         ),
         (
             TRAIN.format(lookup=LOOKUP.replace("batch['sparse0']", "batch['sparse0'] % 100"), model=MODEL) + JOB,

@@ -1,5 +1,12 @@
-"""XDL-shaped API for scripts ported from Alibaba's XDL: ``xdl_ec.embedding``, XDL's optimizer and initializer
-names, layers, losses, ``tf_wrapper`` and ``xdl_job`` (see :mod:`xdl_ec.xdl.api`)."""
+"""XDL-shaped API for scripts ported from Alibaba's XDL (``import xdl_ec.xdl as xdl``): ``xdl.embedding``, XDL's
+optimizer and initializer names, layers, losses, ``tf_wrapper`` and ``xdl_job`` (see :mod:`xdl_ec.xdl.api`)."""
 
-from .api import *  # noqa: F401,F403 - the port's names, listed in api.__all__
-from .api import __all__, missing  # noqa: F401
+from typing import NoReturn
+
+from xdl_ec.xdl.api import *  # noqa: F401,F403 - the port's names, listed in api.__all__
+from xdl_ec.xdl.api import __all__, missing  # noqa: F401 - __all__: this package's names are api's
+
+
+def __getattr__(name: str) -> NoReturn:
+    """XDL names the port has no counterpart for: an error that says what to do instead."""
+    raise missing(name)

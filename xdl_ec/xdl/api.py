@@ -16,7 +16,7 @@ features (each ``embedding`` call reads one batch entry), then runs inside the j
 ``embedding`` returns the job's embedded tensor of that entry (see :mod:`xdl_ec.xdl.xdl_model`). What a port of an
 XDL script changes:
 
-1. ``import xdl`` -> ``import xdl_ec as xdl``: ``xdl.embedding``, ``xdl.TruncatedNormal`` (``Zeros``, ``Ones``,
+1. ``import xdl`` -> ``import xdl_ec.xdl as xdl``: ``xdl.embedding``, ``xdl.TruncatedNormal`` (``Zeros``, ``Ones``,
    ``Constant``, ``RandomUniform``), ``xdl.VarType``, ``xdl.SGD`` (...), ``xdl.SparseTensor`` and
    ``@xdl.tf_wrapper(is_training=...)`` keep their spelling.
 2. The TF 1 names TF 2 dropped: ``tf.layers.dense`` -> ``xdl.layers.dense`` and ``tf.layers.batch_normalization``
@@ -166,7 +166,7 @@ def _no_seed(owner: str, seed: Any) -> None:
     if seed is not None:
         raise ValueError(
             f"{owner}: seed={seed!r}: a row's initial value is drawn from (table seed, id), so seed "
-            f"the table instead: xdl_ec.embedding(..., seed=N)"
+            f"the table instead: xdl_ec.xdl.embedding(..., seed=N)"
         )
 
 
@@ -242,7 +242,7 @@ def get_table(name: str) -> Any:
     """The EmbeddingTable :func:`embedding` created under ``name`` (KeyError naming it if none)."""
     with _lock:
         if name not in _entries:
-            raise KeyError(f"no table named {name!r} was created by xdl_ec.embedding; known: {sorted(_entries)}")
+            raise KeyError(f"no table named {name!r} was created by xdl_ec.xdl.embedding; known: {sorted(_entries)}")
         return _entries[name].table
 
 
@@ -450,7 +450,7 @@ def _dense(
     uniform and ``bias_initializer`` None: zeros, TF 1's defaults."""
     from . import xdl_model
 
-    model_pass = xdl_model.active("xdl_ec.layers.dense")
+    model_pass = xdl_model.active("xdl_ec.xdl.layers.dense")
     unsupported = {
         "kernel_regularizer": kernel_regularizer,
         "bias_regularizer": bias_regularizer,
@@ -462,12 +462,12 @@ def _dense(
     given = sorted(k for k, v in unsupported.items() if v is not None)
     if given or trainable is not True:
         raise xdl_model.XdlPortError(
-            f"xdl_ec.layers.dense: {', '.join(given + ([] if trainable is True else ['trainable=False']))} not "
+            f"xdl_ec.xdl.layers.dense: {', '.join(given + ([] if trainable is True else ['trainable=False']))} not "
             f"supported: the job's loss has no regularization terms, every dense weight is trained, and layers are "
             f"shared by call order, not by name (reuse)"
         )
     if isinstance(units, bool) or not isinstance(units, numbers.Integral) or units < 1:
-        raise ValueError(f"xdl_ec.layers.dense: units must be a positive int, got {units!r}")
+        raise ValueError(f"xdl_ec.xdl.layers.dense: units must be a positive int, got {units!r}")
     return model_pass.dense(inputs, int(units), activation, use_bias, kernel_initializer, bias_initializer, name)
 
 
@@ -504,7 +504,7 @@ def _batch_normalization(
     moving ones. ``training=False`` (TF 1's default): the moving ones everywhere, which then never move."""
     from . import xdl_model
 
-    model_pass = xdl_model.active("xdl_ec.layers.batch_normalization")
+    model_pass = xdl_model.active("xdl_ec.xdl.layers.batch_normalization")
     unsupported = {
         "beta_regularizer": beta_regularizer,
         "gamma_regularizer": gamma_regularizer,
@@ -522,16 +522,16 @@ def _batch_normalization(
     )
     if given:
         raise xdl_model.XdlPortError(
-            f"xdl_ec.layers.batch_normalization: {', '.join(given)} not supported: the job's loss has no "
+            f"xdl_ec.xdl.layers.batch_normalization: {', '.join(given)} not supported: the job's loss has no "
             f"regularization terms, gamma and beta are trained, and layers are shared by call order, not by name"
         )
     if not isinstance(training, bool):
         raise xdl_model.XdlPortError(
-            f"xdl_ec.layers.batch_normalization: training must be a Python bool, got {type(training).__name__}: the "
-            f"job's training step is the training mode, its evaluation and serving the inference mode"
+            f"xdl_ec.xdl.layers.batch_normalization: training must be a Python bool, got {type(training).__name__}: "
+            f"the job's training step is the training mode, its evaluation and serving the inference mode"
         )
     if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
-        raise ValueError(f"xdl_ec.layers.batch_normalization: axis must be an int, got {axis!r}")
+        raise ValueError(f"xdl_ec.xdl.layers.batch_normalization: axis must be an int, got {axis!r}")
     settings = {
         "axis": int(axis),
         "momentum": float(momentum),
@@ -562,23 +562,23 @@ def _sigmoid_cross_entropy(
     this loss of them. Return its result unchanged (first, if the function returns several values)."""
     from . import xdl_model
 
-    model_pass = xdl_model.active("xdl_ec.losses.sigmoid_cross_entropy")
+    model_pass = xdl_model.active("xdl_ec.xdl.losses.sigmoid_cross_entropy")
     if (
         not (isinstance(weights, numbers.Real) and weights == 1.0)
         or label_smoothing != 0
         or reduction not in (None, "weighted_sum_by_nonzero_weights", "weighted_mean")
     ):
         raise xdl_model.XdlPortError(
-            f"xdl_ec.losses.sigmoid_cross_entropy: weights={weights!r}, label_smoothing={label_smoothing!r}, "
+            f"xdl_ec.xdl.losses.sigmoid_cross_entropy: weights={weights!r}, label_smoothing={label_smoothing!r}, "
             f"reduction={reduction!r}: only the defaults (the mean over the batch) are supported"
         )
     return model_pass.sigmoid_cross_entropy(multi_class_labels, logits)
 
 
-#: ``tf.layers.dense`` -> ``xdl_ec.layers.dense``, ``tf.layers.batch_normalization`` ->
-#: ``xdl_ec.layers.batch_normalization`` (TF 2 has no ``tf.layers``; Keras 3 no TF-1 layers)
+#: ``tf.layers.dense`` -> ``xdl_ec.xdl.layers.dense``, ``tf.layers.batch_normalization`` ->
+#: ``xdl_ec.xdl.layers.batch_normalization`` (TF 2 has no ``tf.layers``; Keras 3 no TF-1 layers)
 layers = types.SimpleNamespace(dense=_dense, batch_normalization=_batch_normalization)
-#: ``tf.losses.sigmoid_cross_entropy`` -> ``xdl_ec.losses.sigmoid_cross_entropy``
+#: ``tf.losses.sigmoid_cross_entropy`` -> ``xdl_ec.xdl.losses.sigmoid_cross_entropy``
 losses = types.SimpleNamespace(sigmoid_cross_entropy=_sigmoid_cross_entropy)
 
 
@@ -711,11 +711,12 @@ def xdl_job(
 
 # ---- XDL names not ported ----------------------------------------------------------------------------------
 _READER = (
-    "write reader(worker, num_workers) yielding dict batches with the same entry names and pass it to xdl_ec.xdl_job"
+    "write reader(worker, num_workers) yielding dict batches with the same entry names and pass it to "
+    "xdl_ec.xdl.xdl_job"
 )
 _LOOP = (
-    "the job runs the training loop: return xdl_ec.xdl_job(train, reader, optimizer) from the script's job() and "
-    "run `xdl-ec train --script FILE.py` (or job().fit(steps=...)); its report has the loss and samples/s"
+    "the job runs the training loop: return xdl_ec.xdl.xdl_job(train, reader, optimizer) from the script's job() "
+    "and run `xdl-ec train --script FILE.py` (or job().fit(steps=...)); its report has the loss and samples/s"
 )
 _NOT_PORTED = {
     **dict.fromkeys(("DataReader", "DataIO", "DataSharding", "SwiftSharding", "features", "parsers", "fs"), _READER),
@@ -746,7 +747,7 @@ _NOT_PORTED = {
     ),
     **dict.fromkeys(
         ("auc", "batch_auc", "gauc", "batch_gauc"),
-        "pass eval_reader= to xdl_ec.xdl_job: the run's report then has the hold-out AUC and log loss",
+        "pass eval_reader= to xdl_ec.xdl.xdl_job: the run's report then has the hold-out AUC and log loss",
     ),
     **dict.fromkeys(
         ("current_env", "get_task_index", "get_task_num"),
@@ -775,8 +776,8 @@ _NOT_PORTED = {
 }
 
 
-def missing(name: str) -> AttributeError:
-    """The error for ``xdl_ec.<name>`` that does not exist: for XDL's names not ported, what to do instead."""
+def missing(name: str, module: str = "xdl_ec.xdl") -> AttributeError:
+    """The error for ``<module>.<name>`` that does not exist: for XDL's names not ported, what to do instead."""
     if name in _NOT_PORTED:
-        return AttributeError(f"xdl_ec.{name}: XDL's {name} is not ported; {_NOT_PORTED[name]}")
-    return AttributeError(f"module 'xdl_ec' has no attribute {name!r}")
+        return AttributeError(f"{module}.{name}: XDL's {name} is not ported; {_NOT_PORTED[name]}")
+    return AttributeError(f"module {module!r} has no attribute {name!r}")

@@ -1,22 +1,22 @@
 """XdlModel: the model function of a script ported from XDL, run as a job's Keras model, and the layout that maps
 the script's batches onto the job's.
 
-An XDL script builds its model in one function of the reader's batch: ``xdl_ec.embedding(name, batch[feature],
+An XDL script builds its model in one function of the reader's batch: ``xdl_ec.xdl.embedding(name, batch[feature],
 ...)`` per sparse feature, dense layers over the embeddings and the dense inputs, and the loss. :func:`trace` runs
 that function once on (zeros shaped like) the reader's first batch to find its tables and features and returns
 the :class:`Layout`; :class:`XdlModel` runs the same function inside the job's model, where
 
-- ``batch[feature]`` of a sparse feature stands for its ids (:class:`SparseIds`) and ``xdl_ec.embedding`` of it
+- ``batch[feature]`` of a sparse feature stands for its ids (:class:`SparseIds`) and ``xdl_ec.xdl.embedding`` of it
   returns the job's embedded tensor of that feature (the rows were pulled before the model ran); XDL's segments of
   several per example (``SparseTensor``, one segment per id of a history) become a fixed-width feature whose rows
   are summed per segment here (see :func:`classify`);
-- ``xdl_ec.layers.dense`` and ``xdl_ec.layers.batch_normalization`` create their Keras layer when the model is
+- ``xdl_ec.xdl.layers.dense`` and ``xdl_ec.xdl.layers.batch_normalization`` create their Keras layer when the model is
   built and reuse it, by call order, on every later call, so the layers keep their variables; a batch
   normalization's moving mean and variance are the model's non-trainable variables, moved by the training call;
 - ``tf.compat.v1.get_variable`` (XDL's Dice and PReLU slopes) makes a trainable variable of the model, by its full
   variable-scope name, when the model is built, and returns that same variable to every later call that names it;
 - ``batch['label']`` stands for the labels (:class:`Labels`): the only thing to do with them is
-  ``xdl_ec.losses.sigmoid_cross_entropy(labels, logits)``, which marks the logits the model returns (the job
+  ``xdl_ec.xdl.losses.sigmoid_cross_entropy(labels, logits)``, which marks the logits the model returns (the job
   computes that same loss, the mean sigmoid cross-entropy, from them).
 
 The job calls its model in two modes: its training step (``training=True``) runs the model function, XDL's
@@ -104,22 +104,22 @@ class SparseIds(StandIn):
         self.what = f"batch[{key!r}] (a sparse feature's ids)"
         self.use = (
             "the job looks a feature's ids up before the model runs, so pass the entry as is to "
-            "xdl_ec.embedding; transform ids in the reader instead"
+            "xdl_ec.xdl.embedding; transform ids in the reader instead"
         )
 
 
 class Labels(StandIn):
     what = "batch['label']"
     use = (
-        "the job feeds the labels to its loss itself; pass them as is to xdl_ec.losses.sigmoid_cross_entropy "
+        "the job feeds the labels to its loss itself; pass them as is to xdl_ec.xdl.losses.sigmoid_cross_entropy "
         "(the only loss the port supports)"
     )
 
 
 class Loss(StandIn):
-    """The result of ``xdl_ec.losses.sigmoid_cross_entropy``: what the model function returns (first)."""
+    """The result of ``xdl_ec.xdl.losses.sigmoid_cross_entropy``: what the model function returns (first)."""
 
-    what = "the loss of xdl_ec.losses.sigmoid_cross_entropy"
+    what = "the loss of xdl_ec.xdl.losses.sigmoid_cross_entropy"
     use = (
         "the job computes the mean sigmoid cross-entropy of its logits itself, so the model function must "
         "return that loss unchanged (first, if it returns several values); extra loss terms are not supported"
@@ -139,7 +139,7 @@ class XdlBatch(dict):
 # ---- what the trace found -----------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class EmbeddingSpec:
-    """One ``xdl_ec.embedding`` call as the model function made it (initializer and optimizer resolved)."""
+    """One ``xdl_ec.xdl.embedding`` call as the model function made it (initializer and optimizer resolved)."""
 
     table: str
     dim: int
@@ -184,7 +184,7 @@ class SparseEntry:
         return (self.lookup.dim,)
 
     def as_read(self, embedded: Any) -> Any:
-        """What ``xdl_ec.embedding`` returns of the job's embedded tensor: of segments, each segment's rows
+        """What ``xdl_ec.xdl.embedding`` returns of the job's embedded tensor: of segments, each segment's rows
         combined ([B * segments, dim], XDL's), else the tensor itself."""
         if self.kind != SEGMENTS:
             return embedded
@@ -199,7 +199,7 @@ class SparseEntry:
         return rows
 
     def traced(self) -> Any:
-        """Zeros shaped like what ``xdl_ec.embedding`` returns for one example (the trace's batch)."""
+        """Zeros shaped like what ``xdl_ec.xdl.embedding`` returns for one example (the trace's batch)."""
         if self.kind == SEGMENTS:
             return tf.zeros((self.segments, self.lookup.dim))
         return tf.zeros((1, *self.embedded_shape()))
@@ -356,7 +356,7 @@ def classify(key: str, value: Any, size: int) -> Tuple[str, int, int]:
     if isinstance(value, tf.SparseTensor):
         raise XdlPortError(
             f"batch[{key!r}]: a tf.SparseTensor; give variable-length ids as a (values, row_splits) "
-            f"pair of numpy arrays, a tf.RaggedTensor or XDL's xdl_ec.SparseTensor(ids, values, "
+            f"pair of numpy arrays, a tf.RaggedTensor or XDL's xdl_ec.xdl.SparseTensor(ids, values, "
             f"segments)"
         )
     if isinstance(value, tf.RaggedTensor):
@@ -398,7 +398,7 @@ def active(caller: str) -> "ModelPass":
     model_pass = _active.get()
     if model_pass is None:
         raise XdlPortError(
-            f"{caller}: only inside the model function of xdl_ec.xdl_job (it stands for a part of the "
+            f"{caller}: only inside the model function of xdl_ec.xdl.xdl_job (it stands for a part of the "
             f"job's Keras model); in your own Keras model use tf.keras layers"
         )
     return model_pass
@@ -457,14 +457,14 @@ class ModelPass:
         if self.loss is None or (self.graph == TRAIN and first is not self.loss):
             got = f"; it returned {type(first).__name__}" if self.graph == TRAIN else ""
             raise XdlPortError(
-                f"the {self.graph_name} must return the loss of xdl_ec.losses.sigmoid_cross_entropy("
+                f"the {self.graph_name} must return the loss of xdl_ec.xdl.losses.sigmoid_cross_entropy("
                 f"batch['label'], logits) (first, if it returns several values){got}: the job "
                 f"computes that loss from the logits it marks"
             )
         if self.next_layer != len(self.parts.layers):
             raise XdlPortError(
                 f"the {self.graph_name} used {self.next_layer} layers, the model function's first "
-                f"call {len(self.parts.layers)}: it must make the same xdl_ec.layers calls on every "
+                f"call {len(self.parts.layers)}: it must make the same xdl_ec.xdl.layers calls on every "
                 f"call"
             )
         if self.layout is not None and len(self.lookups) != len(self.layout.sparse):
@@ -483,7 +483,7 @@ class ModelPass:
         if not self._making:
             raise XdlPortError(
                 f"the model function created a variable ({kwargs.get('name')!r}) outside "
-                f"xdl_ec.layers.dense, xdl_ec.layers.batch_normalization and "
+                f"xdl_ec.xdl.layers.dense, xdl_ec.xdl.layers.batch_normalization and "
                 f"tf.compat.v1.get_variable: a Keras layer or tf.Variable made inside it is made anew "
                 f"on every call and never trained; use those (tf.layers' renames)"
             )
@@ -516,7 +516,7 @@ class ModelPass:
             raise XdlPortError(
                 f"{where}: {', '.join(given + ([] if trainable is not False else ['trainable=False']))}"
                 f" not supported: the job's loss has no regularization terms, and its dense variables "
-                f"are whole and all trained (statistics: xdl_ec.layers.batch_normalization)"
+                f"are whole and all trained (statistics: xdl_ec.xdl.layers.batch_normalization)"
             )
         dtype = tf.as_dtype(dtype or tf.float32)
         if not dtype.is_floating:
@@ -565,7 +565,7 @@ class ModelPass:
         return variable.value
 
     def embedding(self, sparse_input: Any, spec: EmbeddingSpec) -> Any:
-        where = f"xdl_ec.embedding({spec.table!r})"
+        where = f"xdl_ec.xdl.embedding({spec.table!r})"
         if not isinstance(sparse_input, SparseIds):
             raise XdlPortError(
                 f"{where}: sparse_input must be a sparse entry of the batch as read (batch['name']), "
@@ -627,13 +627,13 @@ class ModelPass:
         if self.next_layer >= count:
             raise XdlPortError(
                 f"{what}: the {self.graph_name} makes more layers than the model function's first "
-                f"call made ({count}): it must make the same xdl_ec.layers calls every time"
+                f"call made ({count}): it must make the same xdl_ec.xdl.layers calls every time"
             )
         made = self.parts.calls[self.next_layer]
         if made != call:
             raise XdlPortError(
                 f"layer call {self.next_layer + 1}: {what}{call[1:]} differs from the first call's "
-                f"{made[0]}{made[1:]}: the {self.graph_name} must make the same xdl_ec.layers calls, "
+                f"{made[0]}{made[1:]}: the {self.graph_name} must make the same xdl_ec.xdl.layers calls, "
                 f"in the same order, every time"
             )
         layer = self.parts.layers[self.next_layer]
@@ -650,7 +650,7 @@ class ModelPass:
         bias_initializer: Any,
         name: Optional[str],
     ) -> Any:
-        call = ("xdl_ec.layers.dense", units, keras.activations.get(activation), use_bias, name)
+        call = ("xdl_ec.xdl.layers.dense", units, keras.activations.get(activation), use_bias, name)
         return self.layer(
             call[0],
             call,
@@ -676,13 +676,13 @@ class ModelPass:
         """TF 1's batch normalization: on the batch's statistics, moving their averages, when ``training`` and
         in the job's training call; else on the moving averages (in evaluation and serving always: a prediction
         must not depend on the rest of its batch)."""
-        call = ("xdl_ec.layers.batch_normalization", *sorted(settings.items()), name)
+        call = ("xdl_ec.xdl.layers.batch_normalization", *sorted(settings.items()), name)
         made = {
             key: value if value is not None else default
             for (key, value), default in zip(initializers.items(), ("zeros", "ones", "zeros", "ones"))
         }
         return self.layer(
-            "xdl_ec.layers.batch_normalization",
+            "xdl_ec.xdl.layers.batch_normalization",
             call,
             lambda: keras.layers.BatchNormalization(**settings, **made, name=name),
             inputs,
@@ -692,14 +692,14 @@ class ModelPass:
     def sigmoid_cross_entropy(self, labels: Any, logits: Any) -> Loss:
         if not isinstance(labels, Labels):
             raise XdlPortError(
-                f"xdl_ec.losses.sigmoid_cross_entropy: labels must be batch['label'] as read, got "
+                f"xdl_ec.xdl.losses.sigmoid_cross_entropy: labels must be batch['label'] as read, got "
                 f"{type(labels).__name__}: the job feeds the labels to the loss itself"
             )
         if self.loss is not None:
-            raise XdlPortError("xdl_ec.losses.sigmoid_cross_entropy: called twice; the job trains one loss")
+            raise XdlPortError("xdl_ec.xdl.losses.sigmoid_cross_entropy: called twice; the job trains one loss")
         shape = tuple(logits.shape)
         if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] != 1):
-            raise XdlPortError(f"xdl_ec.losses.sigmoid_cross_entropy: logits must be [B, 1] or [B], got {shape}")
+            raise XdlPortError(f"xdl_ec.xdl.losses.sigmoid_cross_entropy: logits must be [B, 1] or [B], got {shape}")
         self.loss = Loss(logits)
         return self.loss
 
@@ -709,7 +709,7 @@ class ModelPass:
             raise XdlPortError(
                 f"{function}: a tf_wrapper(is_training=False) function (XDL's eval graph, which "
                 f"computes no gradients) ran in the model function the job trains; give the function "
-                f"that builds the eval graph as xdl_ec.xdl_job(..., test=...): the job evaluates, "
+                f"that builds the eval graph as xdl_ec.xdl.xdl_job(..., test=...): the job evaluates, "
                 f"predicts and exports with it, over the same variables"
             )
 
@@ -737,7 +737,7 @@ def trace(
     unread = [key for key, (kind, _, _) in kinds.items() if kind != "dense" and key not in probe.lookups]
     if unread:
         raise XdlPortError(
-            f"batch entries {unread} hold integer ids that no xdl_ec.embedding reads: drop them from "
+            f"batch entries {unread} hold integer ids that no xdl_ec.xdl.embedding reads: drop them from "
             f"the reader, or give dense values as floats"
         )
     if test is not None:
@@ -747,7 +747,7 @@ def trace(
             raise XdlPortError(
                 f"the test function looks up {dict(check.lookups)}, the model function "
                 f"{dict(probe.lookups)}: both graphs read the same entries with the same "
-                f"xdl_ec.embedding calls"
+                f"xdl_ec.xdl.embedding calls"
             )
     sparse = tuple(
         SparseEntry(key, kinds[key][0], kinds[key][1], spec, kinds[key][2]) for key, spec in probe.lookups.items()

@@ -1,5 +1,5 @@
-"""The XDL port's adapter (xdl_ec.xdl_job, xdl_ec.xdl.xdl_model): what the trace finds in a model function, the Keras
-model that runs it again (layers reused by call order), the batches it maps, and every unsupported use refused
+"""The XDL port's adapter (xdl_ec.xdl.xdl_job, xdl_ec.xdl.xdl_model): what the trace finds in a model function, the
+Keras model that runs it again (layers reused by call order), the batches it maps, and every unsupported use refused
 with a message that says what to do."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 import xdl_ec  # noqa: E402
-import xdl_ec as xdl  # noqa: E402 - the spelling of a ported script
+import xdl_ec.xdl as xdl  # noqa: E402 - the spelling of a ported script
 from xdl_ec.model.feature_batch import InputError  # noqa: E402
 from xdl_ec.sparse import init, optim  # noqa: E402
 from xdl_ec.xdl.api import dense_optimizer_config  # noqa: E402
@@ -183,21 +183,22 @@ def _model(b, hidden=None):  # noqa: ANN001, ANN202
     [
         (
             lambda b: xdl.losses.sigmoid_cross_entropy(b["label"], tf.keras.layers.Dense(1)(_model(b))),
-            r"created a variable \('kernel'\) outside xdl_ec.layers.dense",
+            r"created a variable \('kernel'\) outside xdl_ec.xdl.layers.dense",
         ),
         (
             lambda b: xdl.losses.sigmoid_cross_entropy(b["label"], xdl.layers.dense(_model(b), 1)) * 2.0,
-            r"the loss of xdl_ec.losses.sigmoid_cross_entropy cannot be used as a tensor .* extra loss terms",
+            r"the loss of xdl_ec.xdl.losses.sigmoid_cross_entropy cannot be used as a tensor .* extra loss terms",
         ),
         (
             lambda b: tf.reduce_mean(xdl.layers.dense(_model(b), 1)),
-            r"must return the loss of xdl_ec.losses.sigmoid_cross_entropy\(batch\['label'\], logits\)",
+            r"must return the loss of xdl_ec.xdl.losses.sigmoid_cross_entropy\(batch\['label'\], logits\)",
         ),
         (
             lambda b: xdl.losses.sigmoid_cross_entropy(
                 b["label"], xdl.layers.dense(tf.concat([_model(b), b["label"]], 1), 1)
             ),
-            r"batch\['label'\] cannot be used as a tensor .* pass them as is to xdl_ec.losses.sigmoid_cross_entropy",
+            r"batch\['label'\] cannot be used as a tensor .* pass them as is to "
+            r"xdl_ec.xdl.losses.sigmoid_cross_entropy",
         ),
         (
             lambda b: xdl.losses.sigmoid_cross_entropy(b["label"], xdl.layers.dense(_model(b), 1), weights=2.0),
@@ -211,7 +212,7 @@ def _model(b, hidden=None):  # noqa: ANN001, ANN202
             lambda b: xdl.losses.sigmoid_cross_entropy(
                 b["label"], xdl.layers.dense(_model(b), 1, kernel_regularizer=tf.keras.regularizers.L2(0.1))
             ),
-            r"xdl_ec.layers.dense: kernel_regularizer not supported",
+            r"xdl_ec.xdl.layers.dense: kernel_regularizer not supported",
         ),
         (
             lambda b: xdl.losses.sigmoid_cross_entropy(
@@ -232,7 +233,7 @@ def _model(b, hidden=None):  # noqa: ANN001, ANN202
             lambda b: xdl.losses.sigmoid_cross_entropy(
                 b["label"], xdl.layers.dense(xdl.embedding("ads", b["ad"], "zeros", 4, 50), 1)
             ),
-            r"batch entries \['clicked'\] hold integer ids that no xdl_ec.embedding reads",
+            r"batch entries \['clicked'\] hold integer ids that no xdl_ec.xdl.embedding reads",
         ),
         (
             lambda b: xdl.losses.sigmoid_cross_entropy(b["label"], xdl.layers.dense(_model(b)[:, :1] + b["nope"], 1)),
@@ -250,7 +251,11 @@ def test_unsupported_uses_in_the_model_function_are_refused_at_the_trace(body, m
     [
         ("more", r"the model function makes more layers than the model function's first call made \(2\)"),
         ("fewer", r"the model function used 1 layers, the model function's first call 2"),
-        ("wider", r"layer call 1: xdl_ec.layers.dense\(3, .*\) differs from the first call's xdl_ec.layers.dense\(2, "),
+        (
+            "wider",
+            r"layer call 1: xdl_ec.xdl.layers.dense\(3, .*\) differs from the first call's "
+            r"xdl_ec.xdl.layers.dense\(2, ",
+        ),
         ("lookups", r"looked up \['ad'\], on its first call \['ad', 'clicked'\]: it must make the same lookups"),
     ],
 )
@@ -282,10 +287,10 @@ def test_a_model_function_that_changes_between_calls_is_refused(change: str, mes
         (
             lambda: xdl.layers.dense(tf.zeros((1, 2)), 1),
             XdlPortError,
-            r"xdl_ec.layers.dense: only inside the model function of xdl_ec.xdl_job",
+            r"xdl_ec.xdl.layers.dense: only inside the model function of xdl_ec.xdl.xdl_job",
         ),
         (lambda: xdl.tf_wrapper(init_grad=1.0), ValueError, r"is_training=True, init_grad=1.0 not supported"),
-        (lambda: xdl.TruncatedNormal(stddev=0.1, seed=7), ValueError, r"seed the table instead: xdl_ec.embedding"),
+        (lambda: xdl.TruncatedNormal(stddev=0.1, seed=7), ValueError, r"seed the table instead: xdl_ec.xdl.embedding"),
         (
             lambda: xdl.embedding("t", tf.constant([[1]], tf.int64), "zeros", 4, 10, cbf=3),
             ValueError,

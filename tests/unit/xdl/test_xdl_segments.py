@@ -1,7 +1,7 @@
-"""XDL's segments in the port: xdl_ec.SparseTensor(ids, values, segments) (or a (values, row_splits) pair) with
+"""XDL's segments in the port: xdl_ec.xdl.SparseTensor(ids, values, segments) (or a (values, row_splits) pair) with
 one segment per example is a variable-length feature; with k segments per example of n ids each (XDL's per-id
 segments of a padded history: n = 1) a fixed-width feature whose rows the model combines per segment, so
-xdl_ec.embedding returns [B * k, dim] as in XDL. Checked against numpy, against the same model written with
+xdl_ec.xdl.embedding returns [B * k, dim] as in XDL. Checked against numpy, against the same model written with
 fixed ids, and bad segments are refused naming the batch and entry."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-import xdl_ec as xdl  # noqa: E402 - the spelling of a ported script
+import xdl_ec.xdl as xdl  # noqa: E402 - the spelling of a ported script
 from xdl_ec.model.feature_batch import InputError  # noqa: E402
 from xdl_ec.sparse import init  # noqa: E402
 from xdl_ec.xdl import api  # noqa: E402

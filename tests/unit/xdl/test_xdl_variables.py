@@ -1,5 +1,5 @@
 """The XDL port's dense state beyond tf.layers.dense: tf.compat.v1.get_variable inside the model function (XDL's
-Dice and PReLU slopes), xdl_ec.layers.batch_normalization with its moving statistics, and the test graph
+Dice and PReLU slopes), xdl_ec.xdl.layers.batch_normalization with its moving statistics, and the test graph
 (tf_wrapper(is_training=False), xdl_job's test=) over the same variables. Each is a small ported script that
 trains as a job; bad uses are refused with a message that says what to do."""
 
@@ -10,7 +10,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-import xdl_ec as xdl  # noqa: E402 - the spelling of a ported script
+import xdl_ec.xdl as xdl  # noqa: E402 - the spelling of a ported script
 from xdl_ec.xdl.xdl_model import XdlModel, XdlPortError  # noqa: E402
 
 B, DIM, DEEP = 8, 4, 3
@@ -252,7 +252,8 @@ def _model(b):  # noqa: ANN001, ANN202
         (
             with_prelu,
             lambda b: xdl.losses.sigmoid_cross_entropy(b["label"], xdl.layers.dense(_model(b), 2)),
-            r"layer call 1: xdl_ec.layers.dense\(2, .*\) differs from the first call's xdl_ec.layers.dense\(5, ",
+            r"layer call 1: xdl_ec.xdl.layers.dense\(2, .*\) differs from the first call's "
+            r"xdl_ec.xdl.layers.dense\(5, ",
         ),
         (
             lambda b: xdl.losses.sigmoid_cross_entropy(b["label"], xdl.layers.dense(_model(b), 1)),
@@ -268,7 +269,7 @@ def _model(b):  # noqa: ANN001, ANN202
             r"tf_test_model: a tf_wrapper\(is_training=False\) function \(XDL's eval graph, which computes no "
             r"gradients\) ran "
             r"in the model function the job trains; give the function that builds the eval graph as "
-            r"xdl_ec.xdl_job\(..., test=...\)",
+            r"xdl_ec.xdl.xdl_job\(..., test=...\)",
         ),
         (
             lambda b: xdl.losses.sigmoid_cross_entropy(
@@ -289,7 +290,8 @@ def _model(b):  # noqa: ANN001, ANN202
                 b["label"], tf.keras.layers.BatchNormalization()(_model(b))[:, :1]
             ),
             None,
-            r"created a variable \('gamma'\) outside xdl_ec.layers.dense, xdl_ec.layers.batch_normalization and "
+            r"created a variable \('gamma'\) outside xdl_ec.xdl.layers.dense, xdl_ec.xdl.layers.batch_normalization "
+            r"and "
             r"tf.compat.v1.get_variable",
         ),
     ],
