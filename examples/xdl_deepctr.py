@@ -1,7 +1,7 @@
 """XDL's deepctr example (xdl/examples/deepctr/deepctr.py in alibaba/x-deeplearning), ported to xdl-ec.
 
-The model code is XDL's with renames only (see xdl_ec.xdl for the list): ``import xdl`` -> ``import xdl_ec as
-xdl``, ``tf.layers.dense`` -> ``xdl.layers.dense``, ``tf.losses.sigmoid_cross_entropy`` ->
+The model code is XDL's with renames only (see xdl_ec.xdl for the list): ``import xdl`` -> ``import xdl_ec.xdl
+as xdl``, ``tf.layers.dense`` -> ``xdl.layers.dense``, ``tf.losses.sigmoid_cross_entropy`` ->
 ``xdl.losses.sigmoid_cross_entropy``, ``tf.truncated_normal_initializer`` ->
 ``tf.compat.v1.truncated_normal_initializer``. XDL's DataReader of data.txt becomes ``SyntheticLog.reader``, a
 seeded synthetic log with the same entries (``sparse0``, ``sparse1``, ``deep0``, ``label``); ``train()`` takes
@@ -29,7 +29,8 @@ from typing import Any, Dict, Iterator
 import numpy as np
 import tensorflow as tf
 
-import xdl_ec as xdl
+import xdl_ec
+import xdl_ec.xdl as xdl
 
 FEATURE_DIM, EMB_DIM, DENSE, MAX_LIST = 1024, 8, 16, 5
 KERNEL_STDDEV = 0.05
@@ -112,12 +113,12 @@ def model(deep, embeddings, labels):  # noqa: ANN001, ANN201 - XDL's model, rena
     return loss
 
 
-def make_job(log: SyntheticLog = SyntheticLog()) -> xdl.Job:
+def make_job(log: SyntheticLog = SyntheticLog()) -> xdl_ec.Job:
     """XDL's ``xdl.SGD(0.5).optimize()`` (here Adam) and TrainSession loop: the job that runs them."""
     return xdl.xdl_job(train, log.reader, xdl.Adam(0.01), eval_reader=log.holdout)
 
 
-def job() -> xdl.Job:
+def job() -> xdl_ec.Job:
     """What ``xdl-ec train --script`` calls."""
     return make_job()
 

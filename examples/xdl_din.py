@@ -9,13 +9,14 @@ slopes made by ``tf.compat.v1.get_variable`` in an AUTO_REUSE scope) give the lo
 twice, ``@xdl.tf_wrapper(is_training=True)`` for training and ``@xdl.tf_wrapper(is_training=False)`` for
 testing, over the same variables.
 
-The renames: ``import xdl`` -> ``import xdl_ec as xdl``; ``tf.layers.batch_normalization`` / ``tf.layers.dense`` ->
-``xdl.layers.batch_normalization`` / ``xdl.layers.dense``; ``tf.variable_scope``, ``tf.get_variable``,
-``tf.AUTO_REUSE``, ``tf.constant_initializer`` -> their ``tf.compat.v1`` names. What changes beyond renames: the
-reader (XDL's ``py_func`` sample IO) is ``reader(worker, num_workers)`` yielding dict batches of the same data, its
-history padded to a fixed length T (XDL pads each batch to its own longest); XDL's two-way softmax head is one logit
-with ``xdl.losses.sigmoid_cross_entropy``; the loop is :func:`job`, whose ``test=`` is XDL's test graph. The
-synthetic log plants DIN's signal: a user clicks a candidate of a category in their history far more often.
+The renames: ``import xdl`` -> ``import xdl_ec.xdl as xdl``; ``tf.layers.batch_normalization`` /
+``tf.layers.dense`` -> ``xdl.layers.batch_normalization`` / ``xdl.layers.dense``; ``tf.variable_scope``,
+``tf.get_variable``, ``tf.AUTO_REUSE``, ``tf.constant_initializer`` -> their ``tf.compat.v1`` names. What changes
+beyond renames: the reader (XDL's ``py_func`` sample IO) is ``reader(worker, num_workers)`` yielding dict batches
+of the same data, its history padded to a fixed length T (XDL pads each batch to its own longest); XDL's two-way
+softmax head is one logit with ``xdl.losses.sigmoid_cross_entropy``; the loop is :func:`job`, whose ``test=`` is
+XDL's test graph. The synthetic log plants DIN's signal: a user clicks a candidate of a category in their history
+far more often.
 
 Run it:
     xdl-ec train --script examples/xdl_din.py                                   # in this process
@@ -30,7 +31,8 @@ from typing import Any, Dict, Iterator
 import numpy as np
 import tensorflow as tf
 
-import xdl_ec as xdl
+import xdl_ec
+import xdl_ec.xdl as xdl
 
 N_UID, N_MID, N_CAT, EMBEDDING_DIM, T = 500, 2000, 40, 8, 6
 
@@ -154,12 +156,12 @@ def test(batch):  # noqa: ANN001, ANN201 - XDL's build_final_net(is_train=False)
     return tf_test_model(*xdl_embedding(batch), batch["mask"], batch["label"])
 
 
-def make_job(log: SyntheticLog = SyntheticLog()) -> xdl.Job:
+def make_job(log: SyntheticLog = SyntheticLog()) -> xdl_ec.Job:
     """XDL's optimizer and TrainSession loop (Adam for a short run), with the test graph for evaluation."""
     return xdl.xdl_job(train, log.reader, xdl.Adam(0.005), eval_reader=log.holdout, test=test)
 
 
-def job() -> xdl.Job:
+def job() -> xdl_ec.Job:
     """What ``xdl-ec train --script`` calls."""
     return make_job()
 
