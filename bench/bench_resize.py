@@ -41,7 +41,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job  # noqa: E402
 from xdl_ec.job.cluster import Cluster  # noqa: E402
-from xdl_ec.ps.resize import Resizer  # noqa: E402
+from xdl_ec.ps.move_hooks import MoveHooks  # noqa: E402
+from xdl_ec.ps.resize import RESIZE_SHARE  # noqa: E402
 
 
 def rate(timeline: List[List[float]], first: int, last: int) -> float:
@@ -99,11 +100,10 @@ def run(args: argparse.Namespace, ft: str, resize: bool, kill: bool) -> Dict[str
             trainer.scheduler.kill("server", 2)
 
     seen: Dict[int, int] = {}
-    Resizer.on_phase = staticmethod(kill_mid_move) if kill else None
-    try:
-        report = criteo_job(config).fit(steps=args.steps, cluster=cluster, deterministic=True, seed=args.seed)
-    finally:
-        Resizer.on_phase = None
+    job = criteo_job(config)
+    if kill:
+        job.move_hooks = MoveHooks(kill_mid_move)
+    report = job.fit(steps=args.steps, cluster=cluster, deterministic=True, seed=args.seed)
     report["killed"] = killed
     return report
 
@@ -195,7 +195,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         type=float,
         default=None,
         help="Cluster(resize_share=...) under ec: the share of the steps' time a move may take, its final pause "
-        f"included (0: one pause); default {Resizer.precopy_share:g}",
+        f"included (0: one pause); default {RESIZE_SHARE:g}",
     )
     p.add_argument(
         "--runs",
@@ -234,7 +234,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         results[label] = rows
     print(
         f"steps {args.steps}, batch {args.batch}, window {args.window} steps, {args.rounds} rounds, {args.backend}, "
-        f"resize_share {Resizer.precopy_share if args.resize_share is None else args.resize_share:g}"
+        f"resize_share {RESIZE_SHARE if args.resize_share is None else args.resize_share:g}"
     )
     print(
         "| ft | resize | pre-copy boundaries | final pause s | final pause in steps | move s at boundaries | s per GB "

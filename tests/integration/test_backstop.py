@@ -188,12 +188,12 @@ def test_the_driver_killed_on_ray_resumes_from_the_backstop(tmp_path: Path) -> N
 
 
 def test_more_than_r_servers_lost_mid_resize_fall_back_to_the_backstop(
-    tmp_path: Path, failure_free_digest: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, failure_free_digest: str
 ) -> None:
     """Issue #38: during a resize's background move, more than r losses fall back to the backstop as they do
     without one: the run stops naming its newest save, and resuming it (at the count the resize asked) ends at the
     failure-free model."""
-    from xdl_ec.ps.resize import Resizer
+    from xdl_ec.ps.move_hooks import MoveHooks
 
     killed: list = []
 
@@ -203,11 +203,11 @@ def test_more_than_r_servers_lost_mid_resize_fall_back_to_the_backstop(
             for index in (0, 1):  # r + 1 = 2 old servers at once, mid-move
                 trainer.scheduler.kill("server", index)  # type: ignore[attr-defined]
 
-    monkeypatch.setattr(Resizer, "on_phase", staticmethod(kill_two))
-    monkeypatch.setattr(Resizer, "precopy_rows", 96)
     doomed = xdl_ec.Cluster(**EC, resize_at=["8:4"])
+    observed = job()
+    observed.move_hooks = MoveHooks(kill_two, rows=96)
     with pytest.raises(Unrecoverable, match=rf"resume from the backstop: .*--resume {tmp_path}"):
-        job().fit(steps=STEPS, deterministic=True, seed=SEED, cluster=doomed, save_dir=tmp_path, backstop_every="3")
+        observed.fit(steps=STEPS, deterministic=True, seed=SEED, cluster=doomed, save_dir=tmp_path, backstop_every="3")
     assert killed, "the move never reached a pre-copy boundary"
     report = job().fit(
         steps=STEPS,

@@ -25,6 +25,7 @@ from xdl_ec.ps import LocalBackend, ParameterServer, PSClient, background_move  
 from xdl_ec.ps import resize as resize_module  # noqa: E402
 from xdl_ec.ps.cached_client import CachedClient  # noqa: E402
 from xdl_ec.ps.client import owner_positions  # noqa: E402
+from xdl_ec.ps.move_hooks import NO_HOOKS, MoveHooks  # noqa: E402
 from xdl_ec.ps.resize import ResizeError, Resizer, parse_resize  # noqa: E402
 
 example = load_example("user_item_tags")
@@ -33,8 +34,11 @@ STEPS, SEED = 30, 5
 _RUNS: dict = {}
 
 
-def job() -> xdl_ec.Job:
-    return example.make_job(LOG)
+def job(hooks: MoveHooks = NO_HOOKS) -> xdl_ec.Job:
+    """The example's job; ``hooks``: an observer of its resizes' moves and their fixed pace."""
+    made = example.make_job(LOG)
+    made.move_hooks = hooks
+    return made
 
 
 def never_resized() -> dict:
@@ -62,11 +66,9 @@ def test_a_run_resized_up_and_down_ends_at_the_never_resized_model() -> None:
         assert r["rows_copied"] == r["rows_moved"]  # without stripes only the moving rows cross
 
 
-def test_a_run_resized_up_and_down_under_ec_ends_at_the_never_resized_model_and_scrubs_clean(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(Resizer, "precopy_share", 0.2)  # a larger share than the default: fewer boundaries
-    cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["8:5", "16:4", "24:3"])
+def test_a_run_resized_up_and_down_under_ec_ends_at_the_never_resized_model_and_scrubs_clean() -> None:
+    # a larger share than the default: fewer boundaries
+    cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["8:5", "16:4", "24:3"], resize_share=0.2)
     report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
     assert report["model_digest"] == never_resized()["model_digest"]
     assert [(r["servers_before"], r["servers_after"]) for r in report["resizes"]] == [(3, 5), (5, 4), (4, 3)]
@@ -134,9 +136,10 @@ def test_a_drain_under_ec_ends_at_the_never_resized_model_and_scrubs_clean() -> 
         assert r["rows_copied"] >= r["rows"] and abs(r["moved_fraction"] - r["ideal_fraction"]) < 0.1, r
 
 
-def kill_once_at(monkeypatch: pytest.MonkeyPatch, phase: str, which: str, fresh: int) -> list:
-    """Makes a move kill one server at its ``phase`` ("precopy": the pre-copy's second boundary): old server 1
-    (``which`` "old") or fresh server ``fresh``; returns the list the phase is appended to when it does."""
+def kill_once_at(phase: str, which: str, fresh: int) -> tuple:
+    """A move's observer that kills one server at its ``phase`` ("precopy": the pre-copy's second boundary): old
+    server 1 (``which`` "old") or fresh server ``fresh``; returns (the list the phase is appended to when it does,
+    the observer)."""
     killed: list = []
     boundaries: list = []
 
@@ -150,8 +153,7 @@ def kill_once_at(monkeypatch: pytest.MonkeyPatch, phase: str, which: str, fresh:
             else:
                 trainer.backend.kill(move.fresh[fresh])  # type: ignore[attr-defined]
 
-    monkeypatch.setattr(Resizer, "on_phase", staticmethod(kill_once))
-    return killed
+    return killed, kill_once
 
 
 @pytest.mark.parametrize(
@@ -159,19 +161,16 @@ def kill_once_at(monkeypatch: pytest.MonkeyPatch, phase: str, which: str, fresh:
     [("precopy", "old"), ("precopy", "fresh"), ("export", "old"), ("load", "fresh")],
     ids=["old-mid-precopy", "fresh-mid-precopy", "old-at-the-switch", "fresh-at-the-switch"],
 )
-def test_a_server_killed_mid_move_under_ec_is_rebuilt_exactly_and_the_resize_completes(
-    monkeypatch: pytest.MonkeyPatch, phase: str, which: str
-) -> None:
+def test_a_server_killed_mid_move_under_ec_is_rebuilt_exactly_and_the_resize_completes(phase: str, which: str) -> None:
     """The background move (a few slots per boundary, so the pre-copy spans boundaries). precopy: at its second
     boundary, old server 1 dies (the old stripes rebuild it; the rows copied before keep their slots and clocks and
     the move goes on) or fresh server 2 dies (no loss: the move starts over on new fresh servers). export: an old
     server dies at the final boundary right before its rows are read (rebuilt, the final boundary comes again);
     load: a fresh server dies after the last rows reached the new layout, before its parity is durable (started
     over)."""
-    killed = kill_once_at(monkeypatch, phase, which, fresh=2)
-    monkeypatch.setattr(Resizer, "precopy_rows", 96)
+    killed, observer = kill_once_at(phase, which, fresh=2)
     cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["8:4", "20:3"])
-    report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
+    report = job(MoveHooks(observer, rows=96)).verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
     assert killed == [phase]
     assert report["model_digest"] == never_resized()["model_digest"]
     assert [(r["servers_before"], r["servers_after"]) for r in report["resizes"]] == [(3, 4), (4, 3)]
@@ -192,17 +191,14 @@ def never_resized_ec() -> dict:
     return _RUNS["ec"]
 
 
-def test_a_resize_with_a_new_code_re_forms_the_stripes_and_later_kills_are_rebuilt_by_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_resize_with_a_new_code_re_forms_the_stripes_and_later_kills_are_rebuilt_by_it() -> None:
     """4 servers of code 2,1 resized to 5 with code 3,2 at step 8 (rows over several boundaries): the run ends at
     the never-resized twin's model, the stripes scrub clean under the new code, two servers killed at once after
     the switch (the old r was 1) are rebuilt by it, and a later resize (to 6) keeps it."""
-    monkeypatch.setattr(Resizer, "precopy_rows", 256)
     cluster = xdl_ec.Cluster(
         servers=4, ft="ec", code=(2, 1), resize_at=["8:5:code=3,2", "24:6"], fail_at=["22:1", "22:3"]
     )
-    report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
+    report = job(MoveHooks(rows=256)).verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
     assert report["model_digest"] == never_resized_ec()["model_digest"] == never_resized()["model_digest"]
     r, later = report["resizes"]
     assert (later["servers_before"], later["servers_after"], later["code_before"], later["code"]) == (
@@ -278,15 +274,14 @@ def test_a_new_code_in_one_pause_re_forms_the_stripes_at_the_boundary() -> None:
     "phase, which", [("precopy", "old"), ("load", "fresh")], ids=["old-mid-precopy", "fresh-at-the-switch"]
 )
 def test_a_server_killed_during_a_code_changing_move_is_rebuilt_and_the_resize_completes(
-    monkeypatch: pytest.MonkeyPatch, phase: str, which: str
+    phase: str, which: str
 ) -> None:
     """3 servers of code 2,1 resized to 5 with code 2,2: old server 1 dies at the pre-copy's second boundary (the
     old code rebuilds it and the move goes on), or fresh server 4 dies once the last rows reached the new layout,
     before its parity is durable (the move starts over on new fresh servers, with the new code again)."""
-    killed = kill_once_at(monkeypatch, phase, which, fresh=4)
-    monkeypatch.setattr(Resizer, "precopy_rows", 96)
+    killed, observer = kill_once_at(phase, which, fresh=4)
     cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["8:5:code=2,2"])
-    report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
+    report = job(MoveHooks(observer, rows=96)).verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
     assert killed == [phase]
     assert report["model_digest"] == never_resized()["model_digest"]
     (r,) = report["resizes"]
@@ -298,15 +293,12 @@ def test_a_server_killed_during_a_code_changing_move_is_rebuilt_and_the_resize_c
         assert r["restarts"] == 1 and report["failures"] == []
 
 
-def test_under_ec_the_rows_move_over_several_boundaries_and_the_final_pause_copies_only_what_changed(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_under_ec_the_rows_move_over_several_boundaries_and_the_final_pause_copies_only_what_changed() -> None:
     """--ft ec: the pre-copy reads a bounded number of slots per step boundary while training goes on; the final
     boundary copies the rows changed or inserted since their copy, not the table (with the pre-copy off,
-    precopy_share 0, the whole table is copied in the one pause); the model is the never-resized run's."""
-    monkeypatch.setattr(Resizer, "precopy_rows", 128)
+    resize_share 0, the whole table is copied in the one pause); the model is the never-resized run's."""
     cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["6:4"])
-    report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
+    report = job(MoveHooks(rows=128)).verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
     assert report["model_digest"] == never_resized()["model_digest"]
     assert report["scrub"]["inconsistent"] == []
     (r,) = report["resizes"]
@@ -316,9 +308,8 @@ def test_under_ec_the_rows_move_over_several_boundaries_and_the_final_pause_copi
     assert r["rows_copied"] == r["rows_precopied"] + r["rows_final"] and r["shards_copied_whole"] == 0, r
     assert r["final_pause_s"] <= r["seconds"] and r["restarts"] == 0
 
-    monkeypatch.setattr(Resizer, "precopy_rows", None)
-    monkeypatch.setattr(Resizer, "precopy_share", 0.0)  # one pause: every row copied at the boundary
-    report = job().fit(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
+    one_pause = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["6:4"], resize_share=0.0)
+    report = job().fit(steps=STEPS, deterministic=True, seed=SEED, cluster=one_pause)  # every row at the boundary
     assert report["model_digest"] == never_resized()["model_digest"]
     (one,) = report["resizes"]
     assert one["step"] == 6 and one["rows_copied"] == one["rows"] and "precopy_boundaries" not in one
@@ -341,7 +332,6 @@ def test_under_ec_the_pre_copy_keeps_to_its_budget_in_seconds_on_average(
     monkeypatch.setattr(background_move, "SAMPLE_MOST", 3)
     amortized = fixed * (1 - background_move.ROUND_FIXED_SHARE) / (background_move.ROUND_FIXED_SHARE * per_slot)
     now = [0.0]
-    monkeypatch.setattr(background_move.BackgroundMove, "clock", staticmethod(lambda: now[0]))
     forward_old = background_move._forward_old
     spent: list = []
     rounds: list = []  # per boundary: per round, (the shards read, the slots asked, the shards unfinished before)
@@ -384,10 +374,10 @@ def test_under_ec_the_pre_copy_keeps_to_its_budget_in_seconds_on_average(
 
     monkeypatch.setattr(background_move, "_forward_old", read_on_the_clock)
     monkeypatch.setattr(background_move, "_ask_clocks", ask_on_the_clock)
-    monkeypatch.setattr(Resizer, "on_phase", staticmethod(on_phase))
-    monkeypatch.setattr(Resizer, "_budget", lambda self, move: {"seconds": budget})
     cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["6:4"])
-    report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
+    report = job(MoveHooks(on_phase, seconds=budget, clock=lambda: now[0])).verify(
+        steps=STEPS, deterministic=True, seed=SEED, cluster=cluster
+    )
     assert report["model_digest"] == never_resized()["model_digest"]
     assert report["scrub"]["inconsistent"] == []
     (r,) = report["resizes"]
@@ -436,12 +426,9 @@ def test_a_cached_run_resized_up_and_down_ends_at_the_never_resized_model() -> N
     assert sum(s["hits"] for s in report["cache"].values()) > 0  # the caches were used, and refilled after
 
 
-def test_a_cached_run_moved_in_the_background_under_ec_ends_at_the_never_resized_model(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(Resizer, "precopy_share", 0.2)
+def test_a_cached_run_moved_in_the_background_under_ec_ends_at_the_never_resized_model() -> None:
     cache = xdl_ec.Cache(rows=40, staleness=0)
-    cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), cache=cache, resize_at=["8:5", "20:4"])
+    cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), cache=cache, resize_at=["8:5", "20:4"], resize_share=0.2)
     report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
     assert report["model_digest"] == never_resized()["model_digest"]
     assert [(r["servers_before"], r["servers_after"]) for r in report["resizes"]] == [(3, 5), (5, 4)]
@@ -617,7 +604,6 @@ def test_a_resize_due_during_another_move_starts_its_servers_beside_the_steps_th
     at the boundary that ends that move, in the background (the boundary does not wait for them), and its move
     begins at a later boundary, once they answer; a resize due at the run's last boundary still waits for its
     servers there. Exact either way."""
-    monkeypatch.setattr(Resizer, "precopy_rows", 64)
     starts: list = []
     start = resize_module.StartedServers.__init__
 
@@ -627,7 +613,7 @@ def test_a_resize_due_during_another_move_starts_its_servers_beside_the_steps_th
 
     monkeypatch.setattr(resize_module.StartedServers, "__init__", noted)
     cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["6:4", "7:3", f"{STEPS}:4"])
-    report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
+    report = job(MoveHooks(rows=64)).verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
     assert report["model_digest"] == never_resized()["model_digest"]
     assert report["scrub"]["inconsistent"] == []
     first, second, third = report["resizes"]
@@ -643,7 +629,6 @@ def test_a_move_started_over_starts_its_new_fresh_servers_beside_the_steps(monke
     """A fresh server lost mid-move: the new fresh servers start in a thread, not at the boundary, and the
     boundaries until they answer read nothing (here the start is held for three boundaries); then the pre-copy
     starts over on them and the move completes at the never-resized model."""
-    monkeypatch.setattr(Resizer, "precopy_rows", 96)
     go = threading.Event()
     run = background_move._FreshStart.run
 
@@ -668,9 +653,8 @@ def test_a_move_started_over_starts_its_new_fresh_servers_beside_the_steps(monke
         elif name == "precopied":
             seen[-1].append(move.rows_precopied)  # type: ignore[attr-defined]
 
-    monkeypatch.setattr(Resizer, "on_phase", staticmethod(on_phase))
     cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["8:4"])
-    report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
+    report = job(MoveHooks(on_phase, rows=96)).verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
     assert report["model_digest"] == never_resized()["model_digest"]
     assert report["scrub"]["inconsistent"] == []
     (r,) = report["resizes"]
@@ -710,11 +694,10 @@ def test_resize_from_another_thread_while_training() -> None:
     assert report["model_digest"] == never_resized()["model_digest"]
 
 
-def test_resize_from_another_thread_under_ec_moves_in_the_background(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_resize_from_another_thread_under_ec_moves_in_the_background() -> None:
     """job.resize under --ft ec answers once the background move switched: its pre-copy spans boundaries while
     training goes on, and the model is the never-resized run's."""
-    monkeypatch.setattr(Resizer, "precopy_rows", 64)
-    j = job()
+    j = job(MoveHooks(rows=64))
     done: dict = {}
 
     def ask() -> None:
@@ -834,15 +817,16 @@ def test_a_resize_that_cannot_be_done_is_an_error_that_changes_nothing() -> None
 
 def test_a_resize_share_is_checked_and_taken_by_the_run(capsys: pytest.CaptureFixture) -> None:
     """``resize_share`` / ``--resize-share``: the share of the steps' time a background move may take (ft="ec"), in
-    [0, 1); anything else is a clear error before a server starts, and the run's Resizer takes it (not the class)."""
+    [0, 1); anything else is a clear error before a server starts, and the run's Resizer takes it."""
     for bad, message in [(1.0, r"resize_share: must be a finite number in \[0.0, 1.0\), got 1.0"), (-0.1, "got -0.1")]:
         with pytest.raises(ValueError, match=message):
             xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_share=bad)
     with pytest.raises(ValueError, match="resize_share: only used with ft='ec'"):
         xdl_ec.Cluster(servers=3, resize_share=0.2)
     assert xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_share=0.25).resize_share == 0.25
-    shared = Resizer(share=0.25)
-    assert shared.precopy_share == 0.25 and Resizer().precopy_share == Resizer.precopy_share == 0.1
+    assert (
+        Resizer(resize_share=0.25).resize_share == 0.25 and Resizer().resize_share == resize_module.RESIZE_SHARE == 0.1
+    )
     from xdl_ec.cli import main
 
     assert main(["train", "--synthetic", "--steps", "5", "--servers", "3", "--resize-share", "0.2"]) == 2
@@ -853,7 +837,8 @@ def test_a_resize_share_is_checked_and_taken_by_the_run(capsys: pytest.CaptureFi
 
 
 def test_xdl_ec_resize_takes_a_code_by_the_rule_of_code(capsys: pytest.CaptureFixture) -> None:
-    from xdl_ec.cli import _code_change, build_parser
+    from xdl_ec.cli import build_parser
+    from xdl_ec.cli.train_report import code_change as _code_change
 
     assert _code_change({"code_before": [2, 1], "code": [3, 2]}) == " (code 2,1 -> 3,2)"  # the printed line's tail
     assert _code_change({"code_before": [2, 1], "code": [2, 1]}) == _code_change({}) == ""
@@ -890,7 +875,7 @@ def test_routing_after_a_drain_is_the_route_table_of_the_ids_left() -> None:
 
 
 @pytest.mark.ray
-def test_on_ray_a_run_resized_up_and_down_ends_at_the_never_resized_model(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_on_ray_a_run_resized_up_and_down_ends_at_the_never_resized_model() -> None:
     """New servers are Ray actors (placed by Ray: a failure-domain placement is refused), the old ones' processes
     are killed once empty (none, here server 0 drained at step 20) or once the re-formed stripes are durable (ec,
     the rows moved over several boundaries, then the code changed at the same count)."""
@@ -906,10 +891,9 @@ def test_on_ray_a_run_resized_up_and_down_ends_at_the_never_resized_model(monkey
         report = job().fit(steps=STEPS, deterministic=True, seed=SEED, cluster=plain)
         assert report["model_digest"] == never_resized()["model_digest"]
         assert [(r["servers_after"], r["server_ids"]) for r in report["resizes"]] == [(3, [0, 1, 2]), (2, [1, 2])]
-        monkeypatch.setattr(Resizer, "precopy_rows", 128)
         # the second resize changes the code at the same count: the stripes re-formed with 3,1 on fresh actors
         coded = xdl_ec.Cluster(servers=3, backend="ray", ft="ec", code=(2, 1), resize_at=["10:4", "20:4:code=3,1"])
-        report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=coded)
+        report = job(MoveHooks(rows=128)).verify(steps=STEPS, deterministic=True, seed=SEED, cluster=coded)
         assert report["model_digest"] == never_resized()["model_digest"]
         assert report["scrub"]["inconsistent"] == [] and [r["servers_after"] for r in report["resizes"]] == [4, 4]
         assert report["resizes"][0]["precopy_boundaries"] >= 2, report["resizes"][0]

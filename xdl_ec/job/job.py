@@ -33,6 +33,7 @@ from xdl_ec.model.job_spec import JobSpec
 from xdl_ec.model.side_input import Input
 from xdl_ec.ps.backend import RoleLost
 from xdl_ec.ps.fault_tolerance import Unrecoverable
+from xdl_ec.ps.move_hooks import MoveHooks
 from xdl_ec.ps.resize import ResizeError, Resizer
 from xdl_ec.ps.training import PSTrainer
 from xdl_ec.ps.worker import RunSettings
@@ -90,6 +91,8 @@ class Job:
         self.source: Optional[Dict[str, Any]] = None  # where the job comes from (see xdl_ec.job.job_source), for saves
         self._finished: Optional[_FinishedRun] = None  # the last fit's end, for save()
         self._resizer: Optional[Resizer] = None  # the running cluster fit's, for resize()
+        # a test's or benchmark's observer of this job's resizes and their fixed pace (xdl_ec.ps.move_hooks)
+        self.move_hooks = MoveHooks()
 
     @property
     def tables(self) -> Sequence[Table]:
@@ -370,7 +373,7 @@ class Job:
             progress,
             cluster.caches(self.spec.tables),
         )
-        resizer = self._resizer = self._resizer_of(trainer, cluster, steps)
+        resizer = self._resizer = self._resizer_of(trainer, cluster, steps, self.move_hooks)
         try:
             self._begin(trainer, saved, saver, log, exporter)
             try:
@@ -427,9 +430,9 @@ class Job:
         )
 
     @staticmethod
-    def _resizer_of(trainer: PSTrainer, cluster: Cluster, steps: Optional[int]) -> Resizer:
+    def _resizer_of(trainer: PSTrainer, cluster: Cluster, steps: Optional[int], hooks: MoveHooks) -> Resizer:
         """The hook that resizes ``trainer``'s servers: ``cluster.resize_at``'s schedule and :meth:`resize`'s asks."""
-        resizer = Resizer(cluster.resize_schedule(), share=cluster.resize_share)
+        resizer = Resizer(cluster.resize_schedule(), cluster.resize_share, hooks)
         try:
             resizer.validate(cluster.servers, trainer.strategy.stripe_code, steps)
         except ValueError:

@@ -1,40 +1,13 @@
-"""BackgroundMove: a resize under ``--ft ec`` whose copy is spread over step boundaries while training goes on
-(issue #38), as a virtual machine migrates live: copy everything once, then only what changed since, and switch.
+"""BackgroundMove: a resize under ``--ft ec`` whose copy is spread over step boundaries while training goes on, as
+a virtual machine migrates live: every row copied once onto fresh servers (their stripes formed beside the steps),
+then, at a final boundary, only the rows changed or inserted since their copy (their clocks tell), and the switch.
 
-The stripes rotate over the server count, so a resize re-forms them on fresh servers (:mod:`xdl_ec.ps.resize`).
-The fresh servers start ahead and get their own parity beside the steps (the resize's strategy, attached to them
-alone: its stripes of the code the resize asks, or the old one's); the old servers are told them
-(``forward_to``), which opens their links to them; then:
-
-1. **Pre-copy.** At step boundaries a bounded number of slot records (:attr:`Resizer.precopy_rows` per boundary,
-   or rounds while ``precopy_share`` of the median step's seconds per boundary lasts, on average: a round reads
-   every unfinished shard at once and is sized by its learnt cost, :class:`~xdl_ec.ps.read_cost.ReadCost`) is
-   read from the old servers in slot order, and loaded into each row's owner on the fresh layout (reaching the
-   fresh parity as a push does; a round waits until that parity holds them, so the parity's work is on the
-   round's budget, not beside the steps), while training goes on on the old servers. An old server sends its rows
-   to the fresh owners itself (``forward_slots``: one call per old server a round, the rows never pass through the
-   driver, which keeps only each row's key, slot and clock). On Ray every call of the copy goes over a direct
-   link (:mod:`xdl_ec.ps.direct`: the driver's beside the steps' to the old servers, an old server's own to each
-   fresh one), not through Ray and its object store: a round's fixed part fell from ~69 to ~15-28 ms and a slot
-   from ~0.8 to ~0.5-0.6 us on the bench job. Each copied row's slot and clock are
-   kept: a row stays in its slot until erased, and its clock changes with every mutation (``record_layout.h``),
-   so no change tracking is needed and nothing else that tracks changes (a backstop's increments, serving deltas:
-   the shards' dirty sets) is disturbed.
-2. **Final boundary** (every slot read once, the budget's debt paid off and the final pause's predicted seconds
-   saved up, or the run's last boundary: the pause is on the move's budget too, so the move as a whole keeps to
-   its share of the steps, and takes longer where the steps change most rows; see :meth:`_reserve_final`): quiesce,
-   ask the old servers the clocks of every copied key, then have them send the slots past where the pre-copy
-   reached (rows inserted since) and again the rows whose clock changed (one call per old server; erase those
-   gone: a row a recovery rolled back), make the fresh parity durable, switch the workers and driver to the fresh
-   servers and stop the old ones. This pause is the rows changed since their copy plus one clock lookup per row,
-   not the table's copy (but on a job whose steps touch a large share of the rows, most of them: see
-   docs/results/resize-2026-11-28.md). A shard whose row count does not add up (a row inserted into a slot freed
-   before) is copied whole there through the driver, exact either way.
-
-Failures: an old server lost during the move is rebuilt by the old stripes like any loss (its rows keep their
-slots and clocks: the copies stay valid) and the move goes on; a fresh server lost is no loss (every row is still
-on the old servers): the fresh servers are replaced by new ones, started beside the steps, and the pre-copy
-starts over once they answer (``restarts``).
+Another server count is other stripes for every row, so every row must be copied; copying them at one boundary
+would stop training for the table's copy. Each boundary's part keeps to the :class:`~xdl_ec.ps.resize.Resizer`'s
+budget (the final pause included), and the old servers send their rows to the fresh owners themselves
+(``forward_slots``), so the rows do not pass through the driver. An old server lost meanwhile is rebuilt by the old
+stripes and the move goes on; a fresh one lost starts the move over on new fresh servers. The design:
+docs/design/elastic.md ("Resizing a running cluster"); its measurements: docs/results/resize-2026-11-29.md.
 """
 
 from __future__ import annotations
@@ -45,13 +18,15 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .api import ServerAPI
-from .backend import RoleLost
-from .client import owner_positions, rows_by_owner
-from .cluster_view import ClusterView
-from .fault_tolerance import Unrecoverable
-from .read_cost import ReadCost
-from .remote import Remote
+from xdl_ec.ps.api import ServerAPI
+from xdl_ec.ps.backend import RoleLost
+from xdl_ec.ps.client import owner_positions, rows_by_owner
+from xdl_ec.ps.cluster_view import ClusterView
+from xdl_ec.ps.fault_tolerance import Unrecoverable
+from xdl_ec.ps.move_hooks import NO_HOOKS, MoveHooks
+from xdl_ec.ps.read_cost import ReadCost
+from xdl_ec.ps.remote import Remote
+from xdl_ec.ps.resize_trainer import ResizeTrainer
 
 __all__ = ["BackgroundMove", "FreshLost", "plan_round"]
 
@@ -72,7 +47,7 @@ class _FreshView(ClusterView):
     """The resize's strategy's view while the fresh servers are not the cluster's yet: only them, no workers (the
     workers' push logs serve the old servers until the switch)."""
 
-    def __init__(self, trainer: Any, handles: Sequence[Any]) -> None:
+    def __init__(self, trainer: ResizeTrainer, handles: Sequence[Any]) -> None:
         super().__init__(trainer)
         self._handles = list(handles)
 
@@ -130,16 +105,14 @@ class BackgroundMove:
     """One re-forming resize in progress (see the module docstring): ``servers`` fresh servers of stable ids
     ``ids`` (in order), started ahead (``ready``) or here on ``placement``'s nodes."""
 
-    clock: Callable[[], float] = staticmethod(time.perf_counter)  # what a budget in seconds is counted by (tests)
-
     def __init__(
         self,
-        trainer: Any,
+        trainer: ResizeTrainer,
         servers: int,
         ids: Sequence[int],
         placement: Any,
         ready: Optional[List[Any]],
-        on_phase: Any = None,
+        hooks: MoveHooks = NO_HOOKS,
         old_ids: Optional[Sequence[int]] = None,
         drain: Sequence[int] = (),
         code: Optional[Tuple[int, int]] = None,
@@ -153,7 +126,8 @@ class BackgroundMove:
         self.old_ids = list(range(len(trainer.scheduler.servers))) if old_ids is None else list(old_ids)
         self.drain = set(int(i) for i in drain)
         self.placement = placement
-        self.on_phase = on_phase
+        self.hooks = hooks
+        self.clock = hooks.clock  # what a budget in seconds is counted by
         self.restarts = 0
         self.boundaries = 0  # pre-copy boundaries that copied rows
         self.rows_precopied = 0  # rows loaded by the pre-copy (over every attempt)
@@ -171,7 +145,7 @@ class BackgroundMove:
         self._begin(trainer, ready)
 
     # ---- the fresh servers ----------------------------------------------------------------------------------
-    def _begin(self, trainer: Any, ready: Optional[List[Any]]) -> None:
+    def _begin(self, trainer: ResizeTrainer, ready: Optional[List[Any]]) -> None:
         """Fresh servers with their own stripes (the resize's strategy, attached to them alone), nothing read. They
         start (``ready`` None; on Ray that takes seconds) and their stripes form in a thread while training goes on;
         boundaries read nothing until that is done and the old servers were told them (:meth:`_fresh_formed`)."""
@@ -185,7 +159,7 @@ class BackgroundMove:
         self.strategy = trainer.strategy.successor(self.code)
         self._starting = _FreshStart(trainer, self.servers, self.placement, ready, self.strategy)
 
-    def _fresh_formed(self, trainer: Any, wait: bool) -> bool:
+    def _fresh_formed(self, trainer: ResizeTrainer, wait: bool) -> bool:
         """Whether the fresh servers are up with their stripes; a start under way is waited for when ``wait``
         (else False while it runs). Once they are, the old servers are told them (their links to them open beside
         the next steps). A start that failed, or a fresh server lost while the stripes formed: FreshLost."""
@@ -209,7 +183,7 @@ class BackgroundMove:
             self.targets.announce(trainer)
         return True
 
-    def _start_over(self, trainer: Any, err: BaseException) -> None:
+    def _start_over(self, trainer: ResizeTrainer, err: BaseException) -> None:
         """A fresh server was lost: new fresh servers, the pre-copy from the start (the old servers hold every row)."""
         self.restarts += 1
         self.drop(trainer)
@@ -217,7 +191,7 @@ class BackgroundMove:
             raise RuntimeError(f"resize: fresh servers were lost {self.restarts} times; the last: {err}") from err
         self._begin(trainer, None)
 
-    def drop(self, trainer: Any) -> None:
+    def drop(self, trainer: ResizeTrainer) -> None:
         """Stops the fresh servers (a move started over or withdrawn; the old servers are untouched)."""
         if self._starting is not None:
             self._starting.join()
@@ -228,7 +202,7 @@ class BackgroundMove:
             trainer.backend.kill(handle)
         self.fresh = []
 
-    def _fresh_wait(self, trainer: Any, futures: List[Any]) -> List[Any]:
+    def _fresh_wait(self, trainer: ResizeTrainer, futures: List[Any]) -> List[Any]:
         try:
             return [f.result(CALL_SECONDS) for f in futures]
         except (RoleLost, TimeoutError) as err:
@@ -249,7 +223,7 @@ class BackgroundMove:
         """The credit the final boundary waits for: the debt paid off and the predicted pause saved up."""
         return max(0.0, self.final_reserve or 0.0)
 
-    def _reserve_final(self, trainer: Any) -> None:
+    def _reserve_final(self, trainer: ResizeTrainer) -> None:
         """The final pause's seconds predicted for the rows it would copy now: those whose clock changed since their
         copy (estimated from every SAMPLE_EVERY-th copied key's clock, SAMPLE_MOST a shard at most) and those
         inserted since the pre-copy passed (the old servers' row counts tell), at the pre-copy's own seconds per slot
@@ -283,7 +257,7 @@ class BackgroundMove:
     def _unfinished(self) -> int:
         return sum(not c.done for c in self._copied.values())
 
-    def precopy(self, trainer: Any, rows: Optional[int] = None, seconds: Optional[float] = None) -> int:
+    def precopy(self, trainer: ResizeTrainer, rows: Optional[int] = None, seconds: Optional[float] = None) -> int:
         """One pre-copy boundary: slot records read from the old servers and loaded onto the fresh layout, at most
         ``rows`` of them (a shard after another), or rounds of reads while the move's budget in seconds lasts
         (``seconds`` more at each boundary, :attr:`credit`); returns the slots read. A budget in seconds is kept
@@ -297,7 +271,7 @@ class BackgroundMove:
         new ones, started beside the steps (boundaries read nothing until they answer); an old server lost:
         RoleLost (its strategy rebuilds it at this boundary; the move goes on after)."""
         start = self.clock()
-        _phase(self.on_phase, "precopy", trainer, self)
+        self.hooks.phase("precopy", trainer, self)
         loaded = slots_read = 0
         try:
             formed = self._fresh_formed(trainer, wait=False) and self.targets.announced
@@ -334,10 +308,10 @@ class BackgroundMove:
         self.precopy_seconds += seconds_taken
         self.boundaries += 1
         self.rows_precopied += loaded
-        _phase(self.on_phase, "precopied", trainer, self)
+        self.hooks.phase("precopied", trainer, self)
         return slots_read
 
-    def _precopy_rows(self, trainer: Any, budget: int) -> Tuple[int, int]:
+    def _precopy_rows(self, trainer: ResizeTrainer, budget: int) -> Tuple[int, int]:
         """At most ``budget`` slots read, a shard after another: (rows loaded, slots read)."""
         loaded = slots_read = 0
         for (table, p), copied in self._copied.items():
@@ -359,7 +333,7 @@ class BackgroundMove:
             return CHUNK_SLOTS * (1 + 3 * self.read_cost.reads)
         return self.read_cost.slots_for(left, MAX_ROUND_BUDGETS * budget, ROUND_FIXED_SHARE, CHUNK_SLOTS)
 
-    def _round(self, trainer: Any, plan: List[Tuple[str, int, int]]) -> Tuple[int, int]:
+    def _round(self, trainer: ResizeTrainer, plan: List[Tuple[str, int, int]]) -> Tuple[int, int]:
         """Has the old servers send ``plan``'s (table, position, slots) to the fresh layout themselves, one call per
         old server (:meth:`ParameterServer.forward_slots`: the rows go from old server to fresh owner, not through
         the driver), and waits: (rows loaded, slots read)."""
@@ -401,7 +375,7 @@ class BackgroundMove:
         """Each key's owner as a position among the fresh servers."""
         return np.asarray(owner_positions(np.asarray(keys, dtype=np.int64), self.ids), dtype=np.int64)
 
-    def _load(self, trainer: Any, table: str, rows: Dict[str, Any]) -> int:
+    def _load(self, trainer: ResizeTrainer, table: str, rows: Dict[str, Any]) -> int:
         """Loads ``rows`` (read through the driver: a shard copied whole) into their owners among the fresh
         servers, one call per owner; returns how many."""
         keys = np.asarray(rows["keys"], dtype=np.int64)
@@ -423,7 +397,7 @@ class BackgroundMove:
             return np.ones(keys.size, bool)
         return np.asarray(self.ids)[self._owners(keys) if owner is None else owner] != self.old_ids[position]
 
-    def _erase(self, trainer: Any, table: str, keys: np.ndarray) -> None:
+    def _erase(self, trainer: ResizeTrainer, table: str, keys: np.ndarray) -> None:
         if not keys.size:
             return
         owner = np.asarray(owner_positions(keys, self.ids))
@@ -433,14 +407,14 @@ class BackgroundMove:
         )
 
     # ---- the final boundary ---------------------------------------------------------------------------------
-    def finish(self, trainer: Any, live: List[int]) -> Optional[Dict[str, Any]]:
+    def finish(self, trainer: ResizeTrainer, live: List[int]) -> Optional[Dict[str, Any]]:
         """The final boundary (the caller quiesced and settled the workers' pulls): the rest copied, parity
         durable, the switch. Returns the figures (rows_recopied, rows_final, final_pause_s, ...) or None when a
         fresh server was lost here (the pre-copy starts over on new ones; the old servers serve on)."""
         start = time.perf_counter()
         old_strategy = trainer.strategy
         old_strategy.finish_rebuild()  # no shard under restore: every clock and slot read is whole
-        _phase(self.on_phase, "export", trainer, self)
+        self.hooks.phase("export", trainer, self)
         recopied = final = whole = held = moved = 0
         try:
             self._fresh_formed(trainer, wait=True)  # (the run's last boundary while fresh servers start)
@@ -481,7 +455,7 @@ class BackgroundMove:
                 held += count
                 moved += int(np.count_nonzero(moves[~gone]))
                 moved += int(np.count_nonzero(self._moves(tail_keys, p, np.asarray(tail["owner"], np.int64))))
-            _phase(self.on_phase, "load", trainer, self)
+            self.hooks.phase("load", trainer, self)
             self._durable()  # every row durable on the new layout: the old servers may go
         except FreshLost as err:
             self._start_over(trainer, err)
@@ -496,7 +470,7 @@ class BackgroundMove:
             "final_pause_s": time.perf_counter() - start,
         }
 
-    def _switch(self, trainer: Any, live: List[int]) -> None:
+    def _switch(self, trainer: ResizeTrainer, live: List[int]) -> None:
         """The fresh servers become the cluster under the resize's strategy; the old ones stop."""
         scheduler = trainer.scheduler
         trainer.strategy.retire()
@@ -520,7 +494,7 @@ class _FreshStart:
     raised while the stripes formed)."""
 
     def __init__(
-        self, trainer: Any, servers: int, placement: Any, ready: Optional[Sequence[Any]], strategy: Any
+        self, trainer: ResizeTrainer, servers: int, placement: Any, ready: Optional[Sequence[Any]], strategy: Any
     ) -> None:
         self._trainer, self._servers, self._placement, self._strategy = trainer, servers, placement, strategy
         self.handles: List[Any] = list(ready or ())
@@ -550,7 +524,7 @@ class _FreshStart:
             self.error = err
 
 
-def _wait_trainer(trainer: Any, futures: List[Any]) -> List[Any]:
+def _wait_trainer(trainer: ResizeTrainer, futures: List[Any]) -> List[Any]:
     answers, lost = trainer.drain(futures)
     if lost:
         raise lost[0]
@@ -591,7 +565,7 @@ class _Targets:
         self._told: Dict[int, Any] = {}  # old position -> the handle told
         self._telling: Dict[int, Tuple[Any, Any]] = {}  # old position -> (handle, its forward_to in flight)
 
-    def announce(self, trainer: Any) -> None:
+    def announce(self, trainer: ResizeTrainer) -> None:
         for p, handle in enumerate(trainer.scheduler.servers):
             self._telling[p] = (handle, Remote(handle, ServerAPI).forward_to(self.fresh, self.ids))
 
@@ -600,7 +574,7 @@ class _Targets:
         """Whether every forward_to sent by :meth:`announce` was answered (a failed one too: :meth:`tell` says)."""
         return all(future.done() for _, future in self._telling.values())
 
-    def tell(self, trainer: Any, positions: Sequence[int]) -> None:
+    def tell(self, trainer: ResizeTrainer, positions: Sequence[int]) -> None:
         servers = trainer.scheduler.servers
         telling, self._telling = self._telling, {}
         due: Dict[int, Any] = {}
@@ -614,7 +588,7 @@ class _Targets:
             self._told[p] = servers[p]
 
 
-def _forward_old(trainer: Any, reads: Sequence[Tuple[int, str, Any]], targets: _Targets) -> List[Any]:
+def _forward_old(trainer: ResizeTrainer, reads: Sequence[Tuple[int, str, Any]], targets: _Targets) -> List[Any]:
     """Each (position, table, slots) of ``reads`` sent by that old server to its rows' owners among ``targets``, one
     forward_slots call per old server, asked at once (on Ray over the driver's links beside the steps'): per read,
     what forward_slots answers. A fresh server lost: FreshLost; an old server's loss is confirmed by the scheduler
@@ -628,14 +602,14 @@ def _forward_old(trainer: Any, reads: Sequence[Tuple[int, str, Any]], targets: _
     return _per_old_server(trainer, reads, lambda old, mine: old.forward_slots(mine, CALL_SECONDS), lost)
 
 
-def _ask_clocks(trainer: Any, asks: Sequence[Tuple[int, str, np.ndarray]]) -> List[Tuple[int, np.ndarray]]:
+def _ask_clocks(trainer: ResizeTrainer, asks: Sequence[Tuple[int, str, np.ndarray]]) -> List[Tuple[int, np.ndarray]]:
     """Per (position, table, keys) of ``asks``: that old server's row count of the table and the keys' clocks, one
     clocks_many call per old server, asked at once."""
     return _per_old_server(trainer, asks, lambda old, mine: old.clocks_many(mine))
 
 
 def _per_old_server(
-    trainer: Any,
+    trainer: ResizeTrainer,
     items: Sequence[Tuple[Any, ...]],
     ask: Callable[[Remote, List[Tuple[Any, ...]]], Any],
     check: Callable[[List[Any]], None] = lambda answer: None,
@@ -655,7 +629,7 @@ def _per_old_server(
     return out
 
 
-def _old(trainer: Any, position: int) -> Remote:
+def _old(trainer: ResizeTrainer, position: int) -> Remote:
     """The old server at ``position`` (the cluster's now: a rebuilt one's replacement), for the copy's calls: on Ray
     over the driver's link beside the steps' (a call's arrays sent from their memory, not through the object store),
     in one process on the server's own thread (a call beside would run in the driver's)."""
@@ -664,13 +638,8 @@ def _old(trainer: Any, position: int) -> Remote:
     return Remote(trainer.server_beside(position), ServerAPI, beside=True)
 
 
-def _wait_old(trainer: Any, position: int, method: str, *args: Any) -> Any:
+def _wait_old(trainer: ResizeTrainer, position: int, method: str, *args: Any) -> Any:
     """A call of the old server at ``position`` (the cluster's now: a rebuilt one's replacement); a loss is
     confirmed by the scheduler and raised (its strategy recovers it)."""
     handle = trainer.scheduler.servers[position]
     return _wait_trainer(trainer, [getattr(Remote(handle, ServerAPI), method)(*args)])[0]
-
-
-def _phase(on_phase: Any, name: str, trainer: Any, move: Any) -> None:
-    if on_phase is not None:
-        on_phase(name, trainer, move)

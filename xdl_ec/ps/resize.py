@@ -1,51 +1,12 @@
-"""Resizing a running cluster's parameter servers (issue #38): ``job.resize(servers=N)`` from another thread, and
-``--resize-at STEP:N[:drain=I[,J]][:code=K,R]`` (repeatable, like ``--fail-at``) for tests and benchmarks.
+"""Resizing a running cluster's parameter servers: ``job.resize(servers=N)`` from another thread, and
+``--resize-at STEP:N[:drain=I[,J]][:code=K,R]`` (repeatable, like ``--fail-at``).
 
-Routing makes a resize cheap: a key's server is its virtual bucket's rendezvous owner among the server ids
-(``RouteTable``, docs/design/elastic.md), and going from n to m servers without a drain keeps the ids dense
-(``0..m-1``), so only the rows whose bucket's owner changed have to move: ~|m - n| / max(m, n) of them. The resized
-cluster then routes exactly as a run started with m servers, and the model is the one of the run that was never
-resized (the digest is over rows wherever they live).
-
-A drain (``drain=i``, ``--resize-at STEP:N:drain=I``: a spot machine reclaimed with notice) removes the server of
-stable id i first: the ids left keep a hole and route by the ``RouteTable`` of those ids (the workers' PSClient
-too), so only i's buckets move, spread over the others; a later grow gives new servers the smallest free ids, i
-first (:func:`plan_ids`), which restores the table. i stops last, once every row it held is at its new owner
-(under ``ec``: durable on the re-formed stripes).
-
-The handoff is freeze-copy-switch at a step boundary (:class:`Resizer` is a trainer hook): with no push or pull in
-flight (the driver quiesces, every worker settles its prefetch) the rows move, and only then do the workers and the
-driver route by the new count. A row is served by exactly one owner at any time: its old one before the switch,
-its new one after; the step after the boundary is the first on the new layout (``--resize-at STEP:N``: STEP).
-
-- Without stripes (``--ft none``) the servers keep their shards: new ones start, each row whose route changed goes
-  from its old server to its new one with its optimizer state (loaded there before it is erased here), and emptied
-  servers stop last. Only the moving rows cross.
-- Under ``--ft ec`` the stripes rotate over the server count, so another count is other stripes for every block: the
-  stripes are re-formed on m fresh servers under the strategy's successor, and the copy is spread over step boundaries
-  while training goes on (:mod:`xdl_ec.ps.background_move`): the boundaries copy a bounded number of slot records
-  (:attr:`Resizer.precopy_share` of the median step on average, or :attr:`Resizer.precopy_rows` each) onto the fresh
-  layout, and once every slot was read and the final pause's predicted seconds were saved up (the share holds for the
-  whole move), one final boundary copies the rows changed or inserted since their copy (their clocks tell), makes the
-  new parity durable and switches; only then do the old servers stop. STEP is then the first step of the move; the
-  record's ``step`` the first on the new layout. An old server lost meanwhile is rebuilt by the old stripes and the
-  move goes on; a fresh server lost is no loss (every row is still on the old servers): the move starts over on new
-  fresh servers. This is the default (``precopy_share`` 0.1); ``precopy_share = 0`` moves in one pause as under
-  ``none`` (every row read, loaded and made durable at the boundary). ``rows_moved`` still counts the rows whose owner
-  changed.
-- The code: k, r are kept unless the resize asks another (``job.resize(servers=N, code=(K, R))``,
-  ``--resize-at STEP:N:code=K,R``; ``--ft ec`` only, by ``--code``'s rule): the successor's stripes are then formed
-  with (K, R) on the fresh servers (placed by the rule for it), so the old stripes protect every row with the old
-  code until the new ones are durable; after the switch the strategy is the new code's (later resizes, losses and
-  rebuilds use it). No parity survives a code change (other k: other stripes; other r: other holders), hence fresh
-  servers; a new code at the current count is a resize too (the stripes re-formed in place, the routes unchanged).
-
-What a resize refuses, changing nothing (:class:`ResizeError`): a count below 1 or below the stripes' k + r (the new
-code's, when one is asked), the current count and code without a drain, a code without ``--ft ec`` or against
-``--code``'s rule, a drained id that is not live, a resize while another is asked or under way, tables with
-admit / evict rules (each server keeps an even share of a table's row cap), a count the failure domain's alive
-nodes cannot hold, and ``--ft ckpt`` / ``cpr`` (their checkpoints are per server). Under a failure domain (``ec`` on
-several Ray nodes) the fresh servers are placed by the rule for the new count.
+:class:`Resizer` is a trainer hook: at a step boundary with nothing in flight, the rows whose owner changes move
+(``--ft none``: between the servers that keep their shards; ``--ft ec``: every row onto fresh servers whose stripes
+are re-formed, spread over boundaries by :mod:`xdl_ec.ps.background_move`), and only then do the workers and the
+driver route by the new layout. A row has one owner at any time, so the model is the one of the run never resized.
+A resize that cannot be done as asked is a :class:`ResizeError` that changes nothing. Routing, drains, code
+changes, failures mid-move and what is refused: docs/design/elastic.md.
 """
 
 from __future__ import annotations
@@ -56,19 +17,20 @@ import re
 import statistics
 import threading
 import time
-from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
 from xdl_ec import _core
+from xdl_ec.ps.api import ServerAPI
+from xdl_ec.ps.backend import RoleLost
+from xdl_ec.ps.background_move import BackgroundMove
+from xdl_ec.ps.client import owner_positions
+from xdl_ec.ps.move_hooks import NO_HOOKS, MoveHooks
+from xdl_ec.ps.placement import plan_placement
+from xdl_ec.ps.remote import Remote
+from xdl_ec.ps.resize_trainer import ReformingStrategy, ResizeTrainer
 from xdl_ec.settings.stripe_code import parse_code
-
-from .api import ServerAPI
-from .backend import RoleLost
-from .background_move import BackgroundMove
-from .client import owner_positions
-from .placement import plan_placement
-from .remote import Remote
 
 __all__ = ["ResizeAt", "ResizeError", "Resizer", "parse_resize"]
 
@@ -192,7 +154,7 @@ def plan_ids(ids: Sequence[int], servers: int, drain: Sequence[int] = ()) -> Tup
     return kept, after
 
 
-def code_after(trainer: Any, code: Any) -> Optional[Tuple[int, int]]:
+def code_after(trainer: ResizeTrainer, code: Any) -> Optional[Tuple[int, int]]:
     """The stripes' (k, r) after a resize of ``trainer``'s cluster asked with ``code`` (None: the current one,
     kept); ResizeError when the run keeps no stripes (``--ft`` other than ec) or ``code`` breaks ``--code``'s rule."""
     current = trainer.strategy.stripe_code
@@ -207,7 +169,9 @@ def code_after(trainer: Any, code: Any) -> Optional[Tuple[int, int]]:
         raise ResizeError(f"{err}; nothing was changed") from None
 
 
-def check_target(trainer: Any, servers: int, drain: Any = None, code: Any = None) -> Optional[Tuple[int, int]]:
+def check_target(
+    trainer: ResizeTrainer, servers: int, drain: Any = None, code: Any = None
+) -> Optional[Tuple[int, int]]:
     """ResizeError when ``trainer``'s cluster cannot be resized to ``servers`` with the ``drain`` ids removed and
     its stripes re-formed with ``code`` (None: kept; see the module docstring); else the code after."""
     drained = drain_ids(drain)
@@ -249,7 +213,7 @@ def _rows_of(rows: Dict[str, np.ndarray], mine: np.ndarray) -> Dict[str, np.ndar
     return {f: np.ascontiguousarray(np.asarray(rows[f])[mine]) for f in ("keys", "values", "state")}
 
 
-def _wait(trainer: Any, futures: List[Any]) -> List[Any]:
+def _wait(trainer: ResizeTrainer, futures: List[Any]) -> List[Any]:
     answers, lost = trainer.drain(futures)
     if lost:
         raise lost[0]
@@ -263,7 +227,7 @@ class StartedServers:
 
     def __init__(
         self,
-        trainer: Any,
+        trainer: ResizeTrainer,
         servers: int,
         background: bool,
         drain: Sequence[int] = (),
@@ -287,7 +251,7 @@ class StartedServers:
         else:
             self._start(trainer)
 
-    def _start(self, trainer: Any) -> None:
+    def _start(self, trainer: ResizeTrainer) -> None:
         try:
             scheduler = trainer.scheduler
             if trainer.strategy.reforms_on_resize:
@@ -304,7 +268,7 @@ class StartedServers:
         """Whether the start is over (:meth:`take` would not wait)."""
         return self._thread is None or not self._thread.is_alive()
 
-    def take(self, trainer: Any) -> Optional["StartedServers"]:
+    def take(self, trainer: ResizeTrainer) -> Optional["StartedServers"]:
         """Waits for the start; self when every server answered for this cluster's count now, else None (the
         caller starts them at the boundary; any started here are stopped)."""
         if self._thread is not None:
@@ -319,7 +283,7 @@ class StartedServers:
             return None
         return self
 
-    def drop(self, trainer: Any) -> None:
+    def drop(self, trainer: ResizeTrainer) -> None:
         """Stops servers started but not used (a refused or withdrawn resize)."""
         if self._thread is not None:
             self._thread.join()
@@ -329,9 +293,9 @@ class StartedServers:
 
 
 def resize_servers(
-    trainer: Any,
+    trainer: ResizeTrainer,
     servers: int,
-    on_phase: Any = None,
+    hooks: MoveHooks = NO_HOOKS,
     started: Optional[StartedServers] = None,
     drain: Sequence[int] = (),
     code: Optional[Tuple[int, int]] = None,
@@ -342,8 +306,8 @@ def resize_servers(
     |m - n| / max(m, n) (what a perfectly balanced placement must move), ``rows_copied`` and ``bytes_copied``
     (what crossed between servers: the moved rows, or every row when the stripes are re-formed on fresh servers),
     ``restarts`` (re-forming moves started over after a fresh server was lost) and seconds (the pause). ``started``:
-    the servers started ahead (:class:`StartedServers`), else they start here. ``on_phase(name, trainer)``: a test
-    hook called at the move's phases ("export": before the old servers are read, "load": after a table's rows are
+    the servers started ahead (:class:`StartedServers`), else they start here. ``hooks``: a test's or benchmark's
+    observer, told the move's phases ("export": before the old servers are read, "load": after a table's rows are
     loaded onto the fresh servers). ``drain``: server ids that leave (their rows move to their new owners first);
     the record then gives ``drained`` and the ids after (``server_ids``), and ``ideal_fraction`` is the share of
     the route table's buckets whose owner changes. ``code``: the (k, r) the re-formed stripes take (None: kept;
@@ -372,7 +336,7 @@ def resize_servers(
             trainer,
             servers,
             live,
-            on_phase,
+            hooks,
             placement,
             None if ready is None else ready.handles,
             ids_after,
@@ -412,7 +376,7 @@ def _code_fields(before: Optional[Tuple[int, int]], after: Optional[Tuple[int, i
 
 
 def _move_changed_rows(
-    trainer: Any, kept: List[int], ids_after: List[int], live: List[int], ready: Optional[List[Any]] = None
+    trainer: ResizeTrainer, kept: List[int], ids_after: List[int], live: List[int], ready: Optional[List[Any]] = None
 ) -> tuple:
     """The servers keep their shards: the cluster becomes the ``kept`` positions (in order) then new servers, with
     stable ids ``ids_after``; each row whose owner changed goes from its old server to its new one (loaded there
@@ -457,7 +421,7 @@ def _move_changed_rows(
 FRESH_ATTEMPTS = 3  # times a re-forming move starts over on fresh servers when one of them dies mid-move
 
 
-def _placement_of(trainer: Any, servers: int, code: Optional[Tuple[int, int]] = None) -> Any:
+def _placement_of(trainer: ResizeTrainer, servers: int, code: Optional[Tuple[int, int]] = None) -> Any:
     """The failure-domain placement of ``servers`` re-formed servers with stripes of ``code`` (None: the current
     one) (None where Ray places them): the alive nodes must hold them with at most r members of a stripe on a
     node, else ResizeError."""
@@ -471,10 +435,10 @@ def _placement_of(trainer: Any, servers: int, code: Optional[Tuple[int, int]] = 
 
 
 def _move_onto_fresh_servers(
-    trainer: Any,
+    trainer: ResizeTrainer,
     servers: int,
     live: List[int],
-    on_phase: Any = None,
+    hooks: MoveHooks = NO_HOOKS,
     placement: Any = None,
     ready: Optional[List[Any]] = None,
     ids_after: Optional[List[int]] = None,
@@ -495,7 +459,7 @@ def _move_onto_fresh_servers(
     old_ids = server_ids_of(scheduler)
     old_strategy = trainer.strategy
     old_strategy.finish_rebuild()  # no shard under restore: every export is whole
-    _phase(on_phase, "export", trainer)
+    hooks.phase("export", trainer, None)
     exports = {
         t.name: _wait(trainer, [Remote(h, ServerAPI).export(t.name) for h in scheduler.servers])
         for t in trainer.job.tables
@@ -528,8 +492,8 @@ def _move_onto_fresh_servers(
                         copied_bytes += _row_bytes(part)
                         loads.append(Remote(fresh[int(dest)], ServerAPI).load_rows(table, part))
                 _wait(trainer, loads)
-                _phase(on_phase, "load", trainer)
-            trainer.strategy.drain()  # every row durable on the new layout: the old servers may go
+                hooks.phase("load", trainer, None)
+            cast(ReformingStrategy, trainer.strategy).drain()  # every row durable on the new layout: the old may go
             break
         except RoleLost as err:
             if err.role != "server" or restarts + 1 >= FRESH_ATTEMPTS:
@@ -542,11 +506,9 @@ def _move_onto_fresh_servers(
     return held, moved, held, copied_bytes, restarts
 
 
-def _phase(on_phase: Any, name: str, trainer: Any) -> None:
-    if on_phase is not None:
-        on_phase(name, trainer, None)
-
-
+# the default share of the steps' time a background move may take (docs/results/resize-2026-11-29.md: training
+# keeps ~0.9 of its samples/s through the move; a larger share ends it in fewer steps at a larger loss)
+RESIZE_SHARE = 0.1
 FIRST_PRECOPY_ROWS = 4096  # the first pre-copy boundary's slots, before a row's copy has been timed
 
 
@@ -556,11 +518,11 @@ class _Moving:
 
     def __init__(
         self,
-        trainer: Any,
+        trainer: ResizeTrainer,
         servers: int,
         started: Optional[StartedServers],
         drain: Sequence[int],
-        on_phase: Any,
+        hooks: MoveHooks,
         schedule: bool = False,
         request: Optional["_Request"] = None,
         code: Optional[Tuple[int, int]] = None,
@@ -589,13 +551,13 @@ class _Moving:
             self.ids_after,
             placement,
             None if ready is None else ready.handles,
-            on_phase,
+            hooks,
             self.ids_before,
             self.drain,
             code,
         )
 
-    def finish(self, trainer: Any) -> Optional[Dict[str, Any]]:
+    def finish(self, trainer: ResizeTrainer) -> Optional[Dict[str, Any]]:
         """The final boundary: quiesce, the rest copied, the switch; the record (None: a fresh server was lost
         here and the pre-copy starts over)."""
         start = time.perf_counter()
@@ -666,27 +628,19 @@ class Resizer:
     :meth:`request` asks from another thread. One resize at a time: a request while another is asked or under way
     is a :class:`ResizeError`."""
 
-    # test and benchmark hook: on_phase(name, trainer, move) at the move's phases (see resize_servers and
-    # BackgroundMove; move: the BackgroundMove, None in a one-pause move), e.g. to kill a server mid-move (set on
-    # the class, as a staticmethod: the job builds its Resizer inside fit)
-    on_phase: Any = None
-    # The background move's budget per step boundary (``--ft ec``; a run's Cluster(resize_share=...) or
-    # --resize-share, else set on the class like on_phase): the share of the median step's seconds its copy may
-    # take, on average, its final pause included (BackgroundMove.precopy), or a fixed number of slot records per
-    # boundary (precopy_rows, when set); 0 and None: the whole move in one pause. 0.1: training keeps ~0.9 of its
-    # samples/s from the move's first boundary through its final pause (docs/results/resize-2026-11-29.md); a larger
-    # share ends the move in fewer steps but with a larger loss.
-    precopy_share: float = 0.1
-    precopy_rows: Optional[int] = None
-
-    def __init__(self, schedule: Sequence[ResizeAt] = (), share: Optional[float] = None) -> None:
-        """``share``: this run's :attr:`precopy_share` (None: the class's)."""
+    def __init__(
+        self, schedule: Sequence[ResizeAt] = (), resize_share: Optional[float] = None, hooks: MoveHooks = NO_HOOKS
+    ) -> None:
+        """``resize_share``: the run's (``Cluster(resize_share=...)``, ``--resize-share``; None: the default
+        :data:`RESIZE_SHARE`): the share of the median step's seconds a background move (``--ft ec``) may take
+        per boundary on average, its final pause included; 0: the whole move in one pause. ``hooks``: a test's or
+        benchmark's observer of the moves and fixed budget per boundary (:class:`~xdl_ec.ps.move_hooks.MoveHooks`)."""
         self._schedule = check_schedule(schedule)
-        if share is not None:
-            self.precopy_share = float(share)
+        self.resize_share = RESIZE_SHARE if resize_share is None else float(resize_share)
+        self.hooks = hooks
         self._lock = threading.Lock()
         self._request: Optional[_Request] = None
-        self._trainer: Any = None
+        self._trainer: Optional[ResizeTrainer] = None
         self._closed = False
         self._next: Optional[StartedServers] = None  # the next scheduled resize's servers, starting ahead
         self._move: Optional[_Moving] = None  # a background move under way
@@ -694,7 +648,7 @@ class Resizer:
         self._boundary_end: Optional[float] = None
         self.records: List[Dict[str, Any]] = []
 
-    def attach(self, trainer: Any) -> None:
+    def attach(self, trainer: ResizeTrainer) -> None:
         """The run whose servers this resizes (before its first step)."""
         self._trainer = trainer
 
@@ -771,7 +725,7 @@ class Resizer:
             or bool(self._schedule and self._schedule[0].step <= step + 1)
         )
 
-    def after_step(self, trainer: Any) -> None:
+    def after_step(self, trainer: ResizeTrainer) -> None:
         """A step boundary with nothing in flight: a background move's next part, the resizes due before the next
         step."""
         now = time.perf_counter()
@@ -782,11 +736,13 @@ class Resizer:
         finally:
             self._boundary_end = time.perf_counter()
 
-    def _background(self, trainer: Any) -> bool:
+    def _background(self, trainer: ResizeTrainer) -> bool:
         """Whether this cluster's resizes move in the background (a re-forming strategy and a budget)."""
-        return bool(trainer.strategy.reforms_on_resize and (self.precopy_share > 0 or self.precopy_rows))
+        return bool(
+            trainer.strategy.reforms_on_resize and (self.resize_share > 0 or self.hooks.rows or self.hooks.seconds)
+        )
 
-    def _at_boundary(self, trainer: Any) -> None:
+    def _at_boundary(self, trainer: ResizeTrainer) -> None:
         if self._move is not None:
             self._advance(trainer)
             if self._move is not None:
@@ -806,14 +762,12 @@ class Resizer:
                         self._next = StartedServers(trainer, due.servers, True, due.drain, due.code)
                     return
                 started, self._next = self._next, None
-                self._move = _Moving(
-                    trainer, due.servers, started, due.drain, self.on_phase, schedule=True, code=due.code
-                )
+                self._move = _Moving(trainer, due.servers, started, due.drain, self.hooks, schedule=True, code=due.code)
                 self._advance(trainer)
                 if self._move is not None:
                     return
                 continue
-            self.records.append(resize_servers(trainer, due.servers, self.on_phase, self._next, due.drain, due.code))
+            self.records.append(resize_servers(trainer, due.servers, self.hooks, self._next, due.drain, due.code))
             self._schedule.pop(0)
             self._next = None
         if self._schedule and self._next is None:  # the next one's servers start now, while training goes on
@@ -831,14 +785,14 @@ class Resizer:
                     request.servers,
                     request.servers_started,
                     request.drain,
-                    self.on_phase,
+                    self.hooks,
                     request=request,
                     code=request.code,
                 )
                 self._advance(trainer)
                 return
             request.record = resize_servers(
-                trainer, request.servers, self.on_phase, request.servers_started, request.drain, request.code
+                trainer, request.servers, self.hooks, request.servers_started, request.drain, request.code
             )
             self.records.append(request.record)
         except RoleLost:  # recovered at this boundary by the strategy, then the resize is tried again (or goes on)
@@ -857,15 +811,17 @@ class Resizer:
                 request.done.set()
 
     def _budget(self, move: BackgroundMove) -> Dict[str, Any]:
-        """What the pre-copy may do at this boundary: ``precopy_rows`` slot records, or ``precopy_share`` of the
-        median step's seconds (the first boundary, before a step was timed: FIRST_PRECOPY_ROWS records)."""
-        if self.precopy_rows:
-            return {"rows": int(self.precopy_rows)}
+        """What the pre-copy may do at this boundary: the hooks' fixed rows or seconds, else ``resize_share`` of
+        the median step's seconds (the first boundary, before a step was timed: FIRST_PRECOPY_ROWS records)."""
+        if self.hooks.rows is not None:
+            return {"rows": self.hooks.rows}
+        if self.hooks.seconds is not None:
+            return {"seconds": self.hooks.seconds}
         if not self._step_seconds:
             return {"rows": FIRST_PRECOPY_ROWS}
-        return {"seconds": self.precopy_share * statistics.median(self._step_seconds)}
+        return {"seconds": self.resize_share * statistics.median(self._step_seconds)}
 
-    def _advance(self, trainer: Any) -> None:
+    def _advance(self, trainer: ResizeTrainer) -> None:
         """The move's part at this boundary: a pre-copy's share, or the final boundary (every slot read once, or
         the run's last boundary); a finished move's record is kept and answered."""
         moving = self._move
