@@ -544,7 +544,7 @@ def test_an_old_server_that_serves_links_forwards_over_links_of_its_own() -> Non
         got = np.concatenate([h.local_object().export("t")["keys"] for h in fresh])
         np.testing.assert_array_equal(np.sort(got), np.sort(keys))
         np.testing.assert_array_equal(np.sort(answer["keys"]), np.sort(keys))
-        links = [h.link for h in server._forward._handles]
+        links = [h.link for h in server.forwarder.targets._handles]
         old.call("forward_to", fresh[:1], [0]).result()  # another move's fresh servers: the earlier links close
         assert all(link._conn is None for link in links)
     finally:

@@ -33,9 +33,13 @@ import numpy as np
 class AgentHost(Protocol):
     """The part of a parameter server its agent may use."""
 
-    index: int
-    lock: Any  # reentrant, used as threading.RLock (``with host.lock:``)
     crash_requested: bool
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def lock(self) -> Any: ...  # reentrant, used as threading.RLock (``with host.lock:``)
 
     def table(self, name: str) -> Any: ...
 
