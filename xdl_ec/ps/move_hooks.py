@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Callable, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol
 
+from xdl_ec.ps.resize_trainer import ResizeTrainer
 from xdl_ec.settings import checks
-
-if TYPE_CHECKING:  # (the move imports this module: its type only for the observer's signature)
-    from xdl_ec.ps.background_move import BackgroundMove
-    from xdl_ec.ps.resize_trainer import ResizeTrainer
 
 # a move's phases, in order: "precopy" / "precopied" (a background move's pre-copy boundary begins / ends),
 # "export" (the final boundary, before the old servers are read), "load" (a table's rows are on the fresh layout)
@@ -23,10 +20,11 @@ PHASES = ("precopy", "precopied", "export", "load")
 
 
 class MoveObserver(Protocol):
-    """Called at each phase of a resize's move (:data:`PHASES`) with the run and the move (None: a move in one
-    pause, :func:`~xdl_ec.ps.resize.resize_servers`); it may kill servers there (a test's failure mid-move)."""
+    """Called at each phase of a resize's move (:data:`PHASES`) with the run and the move (the
+    :class:`~xdl_ec.ps.background_move.BackgroundMove`, not imported here: it imports this module; None: a move in
+    one pause, :func:`~xdl_ec.ps.resize.resize_servers`); it may kill servers there (a test's failure mid-move)."""
 
-    def __call__(self, phase: str, trainer: "ResizeTrainer", move: Optional["BackgroundMove"]) -> None: ...
+    def __call__(self, phase: str, trainer: ResizeTrainer, move: Any) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +48,7 @@ class MoveHooks:
         if self.observer is not None and not callable(self.observer):
             raise TypeError(f"observer: expected a callable (phase, trainer, move), got {type(self.observer).__name__}")
 
-    def phase(self, name: str, trainer: "ResizeTrainer", move: Optional["BackgroundMove"]) -> None:
+    def phase(self, name: str, trainer: ResizeTrainer, move: Any) -> None:
         """Tells the observer, if any, that a move reached phase ``name``."""
         if self.observer is not None:
             self.observer(name, trainer, move)
