@@ -60,7 +60,9 @@ def test_a_stop_without_a_save_says_how_to_get_one(tmp_path: Path) -> None:
     assert signals.stop_message(
         "train", argv, args_of(save_dir=str(tmp_path / "none")), signals.Interrupted(signal.SIGTERM)
     ) == [f"xdl-ec train: interrupted (SIGTERM); nothing saved yet in {tmp_path / 'none'}"]
-    assert signals.stop_message("verify", argv, args_of(), KeyboardInterrupt()) == ["xdl-ec verify: interrupted (SIGINT)"]
+    assert signals.stop_message("verify", argv, args_of(), KeyboardInterrupt()) == [
+        "xdl-ec verify: interrupted (SIGINT)"
+    ]
 
 
 def test_the_resume_command_replaces_an_earlier_resume() -> None:
