@@ -1,47 +1,18 @@
 """Parity batches between server processes: :class:`RemoteHolderLink` (sender side) and :class:`ParityReceiver`
 (holder side), over one plain TCP connection per (sender, holder) pair, open only to members of the job.
 
-The C++ :class:`~xdl_ec._core.DeltaForwarder` serves holders in its own process from its own thread; a holder in
-another process (a Ray actor) is served by a RemoteHolderLink: a thread that takes the holder's queued batches (in
-seq order, serialised), sends them and acknowledges how far the holder applied, so the forwarder can advance its
-durable watermark. Both ends' loops are native (:class:`xdl_ec._core.ParitySendLoop`,
-:class:`xdl_ec._core.ParityReceiveLoop`, ``cpp/src/parity_*_loop.cc``), run by a Python thread with the GIL
-released: Python starts and stops them, connects (Ray tells where) and answers their rare hooks. A holder that fails
-counts as down until the forwarder is given its replacement (``set_holder``). One thread per holder, so a holder
-slow to answer never holds back the others.
+A holder in the sender's own process is served by the C++ DeltaForwarder's thread; one in another process (a Ray
+actor) by a RemoteHolderLink: a thread per holder (a slow holder never holds back the others) that sends the
+holder's queued batches in seq order and acknowledges how far the holder applied, so the forwarder can advance its
+durable watermark. Both ends' loops are native (``cpp/src/parity_*_loop.cc``), run with the GIL released; Python
+starts and stops them, connects and answers their rare hooks. Ray is asked once per link for the receiver's address
+(``parity_address``); when that address cannot be reached the link sends through Ray calls (``apply_parity``).
 
-Why not a Ray actor call per send: with batches over Ray's 100 KB inline limit every call goes through the object
-store, ~2.8 ms of CPU over sender, holder and raylet per call (~1.2 ms under it), and there are k + r - 1 links per
-server; that was most of what ``--ft ec`` cost on Ray. The connection costs a send and a receive per batch on each
-side, in the native loops. Ray is used once per link, to ask the holder's server for its receiver's address
-(its agent's ``parity_address``, through :class:`~xdl_ec.ps.remote.Remote`), so a link follows its holder wherever
-Ray placed it; when that address cannot be connected to (a firewall between nodes), the link falls back to Ray calls
-(``apply_parity``).
-
-Membership. A receiver listens on the node's address, so anyone on the network can connect: every connection
-opens with the links' one handshake (:mod:`xdl_ec.net.link_handshake`, purpose ``parity``, the sender as the caller
-and the holder as the index asked for), a mutual challenge-response under the job's
-:class:`~xdl_ec.net.job_secret.JobSecret` K; the receiver checks that it is that holder and protects that sender
-(else closes). A peer that fails it gets nothing back but the challenge and a closed connection (no seq, no error
-text), and the receiver logs one warning naming it; a receiver that fails its proof is sent no batch.
-
-Both then frame and MAC their messages under the connection's session key as a direct link does
-(:mod:`xdl_ec.ps.direct`: the native :class:`xdl_ec._core.LinkSession`, the link as the caller, AES-GMAC for bodies
-of 16 KiB and more, HMAC-SHA256 below), so a replayed, reordered or altered message fails and the header is checked
-before anything is allocated for the body. A request is one message: its first part ``<iiq`` (holder, sender,
-durable) and one buffer, the ``serialize_batches`` bytes (at most ``max_payload`` bytes, default
-:data:`MAX_PAYLOAD_BYTES`), which the holder applies in place; the answer is one message ``<bq`` (status 0 ok / 1
-refused, applied seq) + a UTF-8 error of at most 64 KiB. Framing, MACs and socket I/O of a message are one native
-call with the GIL released, with a deadline of :data:`CALL_TIMEOUT` on each side (a holder that stops reading fails
-its link, never hangs it). Done in Python (SHA-256 of each payload on both sides, a copy and a fresh buffer per
-receive) they were ~40% of what ``--ft ec`` added to a server's CPU on Ray. The header's sender must be the one the
-handshake proved. The holder (C++ ParityHolder) then checks every batch against the stripe layout, so even a member
-cannot write outside its own stripes. A refused batch changes nothing, is answered with its error and logged as a
-warning. There is no encryption: deltas cross the network in the clear (run on a trusted network).
-
-A connection that breaks, or a holder that refuses a batch, makes the link fail: the forwarder marks the holder
-down, exactly as a failed call did (the protocol in :mod:`xdl_ec.ft.ec_strategy` is unchanged: batches in seq
-order, acked only once applied).
+Every connection opens with the links' handshake under the job's JobSecret (:mod:`xdl_ec.net.link_handshake`,
+purpose ``parity``) and MACs every message under its session key; the holder checks every batch against the stripe
+layout. A broken connection or a refused batch makes the link fail and the forwarder marks the holder down. Why a
+connection rather than a Ray call per send, the wire format and what membership protects: "Parity links between
+processes" in docs/design/ec-protocol.md.
 """
 
 from __future__ import annotations
@@ -50,7 +21,7 @@ import logging
 import socket
 import struct
 import threading
-from typing import Any, Callable, Optional, Protocol, Tuple
+from typing import Callable, Optional, Protocol, Tuple
 
 import numpy as np
 
@@ -61,6 +32,7 @@ from xdl_ec.net.link_handshake import MAC_GMAC, Hello, LinkRefused
 from xdl_ec.net.link_listener import LinkListener, PeerRefused
 from xdl_ec.net.link_socket import LinkBroken, connect, node_host
 from xdl_ec.ps.backend import RoleLost
+from xdl_ec.ps.handle import Handle
 from xdl_ec.ps.remote import Remote
 
 CALL_TIMEOUT = 60.0  # seconds a holder may take to apply a batch before it counts as down
@@ -96,7 +68,7 @@ class ParityReceiver(LinkListener):
 
     def __init__(
         self,
-        holder: Any,
+        holder: _core.ParityHolder,
         secret: JobSecret,
         refuse: Callable[[], bool] = lambda: False,
         host: Optional[str] = None,
@@ -120,7 +92,7 @@ class ParityReceiver(LinkListener):
     def _describe(self) -> str:
         return f"parity receiver of server {self.holder.index}"
 
-    def _authenticate(self, conn: socket.socket, peer: str) -> Tuple[Any, int]:
+    def _authenticate(self, conn: socket.socket, peer: str) -> Tuple[_core.LinkSession, int]:
         """The links' handshake (:mod:`xdl_ec.net.link_handshake`) for a parity link of this job's layout to this
         holder; _Refused for a peer that fails it."""
 
@@ -154,7 +126,7 @@ class ParityReceiver(LinkListener):
     def bytes_received(self) -> int:
         return int(self._loop.bytes_received)
 
-    def _converse(self, conn: socket.socket, peer: str, authenticated: Tuple[Any, int]) -> None:
+    def _converse(self, conn: socket.socket, peer: str, authenticated: Tuple[_core.LinkSession, int]) -> None:
         """The connection's requests, served by the native loop (``cpp/src/parity_receive_loop.cc``) with the GIL
         released until the connection ends."""
         session, sender = authenticated
@@ -184,9 +156,9 @@ class RemoteHolderLink:
 
     def __init__(
         self,
-        forwarder: Any,
+        forwarder: _core.DeltaForwarder,
         holder: int,
-        handle: Any,
+        handle: Handle,
         link: int,
         secret: JobSecret,
         on_delivery: Optional[Callable[[], None]] = None,
@@ -195,7 +167,9 @@ class RemoteHolderLink:
             raise TypeError(f"RemoteHolderLink: secret must be the job's JobSecret, got {type(secret).__name__}")
         self.forwarder, self.holder, self.handle, self.link = forwarder, holder, handle, link
         self._secret = secret
-        self._session: Any = None  # the connection's LinkSession, which the loop uses (kept alive here)
+        self._session: Optional[_core.LinkSession] = (
+            None  # the connection's LinkSession, which the loop uses (kept alive here)
+        )
         self._on_delivery = on_delivery
         self.transport = "tcp"  # "ray (why)": the holder's receiver was unreachable, Ray calls carry the batches
         self._loop = _core.ParitySendLoop(forwarder, holder, link, SEND_INTERVAL, POLL_SECONDS, CALL_TIMEOUT)
@@ -213,7 +187,7 @@ class RemoteHolderLink:
     def bytes_sent(self) -> int:
         return int(self._loop.bytes_sent)
 
-    def _connect(self) -> Optional[Tuple[Any, int]]:
+    def _connect(self) -> Optional[Tuple[_core.LinkSession, int]]:
         """The loop's connection to the holder's receiver: (session, fd), the fd then the loop's; None when the
         holder's server answers but its receiver cannot be reached (e.g. a firewall between nodes): the link then
         sends through Ray calls (:meth:`_call`), slower but never wrong."""
