@@ -20,9 +20,9 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
-from xdl_ec.ft.ec_recovery import REBUILD_BATCH, RecoveryTimeout
+from xdl_ec.ft.ec_recovery import REBUILD_BATCH, EcRecovery, RecoveryTimeout
 from xdl_ec.ft.rebuild_governor import RebuildGovernor
 
 STOP_TIMEOUT = 30.0  # seconds a stop waits for the stripe being rebuilt (each wait inside it is bounded too)
@@ -47,7 +47,11 @@ class BackgroundRebuild:
     (then it never pauses)."""
 
     def __init__(
-        self, coordinator: Any, share: float, urgent: Callable[[], bool], governor: Optional[RebuildGovernor] = None
+        self,
+        coordinator: EcRecovery,
+        share: float,
+        urgent: Callable[[], bool],
+        governor: Optional[RebuildGovernor] = None,
     ) -> None:
         self.coordinator = coordinator
         self.share = share

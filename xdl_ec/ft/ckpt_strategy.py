@@ -24,12 +24,15 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Optional
 
 from xdl_ec.ft.shard_saver import ShardSaver
 from xdl_ec.keep.checkpoint import CheckpointStore
 from xdl_ec.ps.fault_tolerance import FailureRecord, FaultTolerance, Resume, Unrecoverable
 from xdl_ec.settings.interval import IntervalPolicy, parse_interval
+
+if TYPE_CHECKING:
+    from xdl_ec.ps.cluster_view import ClusterView
 
 __all__ = ["Checkpointing"]
 
@@ -62,7 +65,7 @@ class Checkpointing(FaultTolerance):
         self.checkpoint_bytes = 0
         self.last_step: Optional[int] = None
 
-    def attach(self, view: Any) -> None:
+    def attach(self, view: ClusterView) -> None:
         super().attach(view)
         self._attach_savers(range(view.num_servers))
         if self._directory is None:
@@ -70,7 +73,7 @@ class Checkpointing(FaultTolerance):
         self.store = CheckpointStore(self._directory, keep=self.keep)
         self.save(0)
 
-    def _attach_savers(self, servers: Any) -> None:
+    def _attach_savers(self, servers: Iterable[int]) -> None:
         _, lost = self.view.wait([self.view.server(i).attach_agent(ShardSaver) for i in servers])
         if lost:
             raise lost[0]

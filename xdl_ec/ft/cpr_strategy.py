@@ -40,13 +40,19 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional
+
+import numpy as np
 
 from xdl_ec.ft.cpr_checkpointer import MODES, CprCheckpointer
 from xdl_ec.ft.row_selection import AccessCounter
-from xdl_ec.ps.agent import ServerAgent
+from xdl_ec.ps.agent import AgentHost, ServerAgent
 from xdl_ec.ps.fault_tolerance import FailureRecord, FaultTolerance, Resume
 from xdl_ec.settings.interval import IntervalPolicy, cpr_interval
+from xdl_ec.sparse.table import EmbeddingTable
+
+if TYPE_CHECKING:
+    from xdl_ec.ps.cluster_view import ClusterView
 
 __all__ = ["CprAgent", "PartialRecovery"]
 
@@ -55,7 +61,7 @@ class CprAgent(ServerAgent):
     """One server's CPR state (its agent), living in the server's process: counts every row a push updates, saves
     and restores the server's shards."""
 
-    def __init__(self, host: Any, root: str, mode: str, fraction: float, full_every: int, seed: int) -> None:
+    def __init__(self, host: AgentHost, root: str, mode: str, fraction: float, full_every: int, seed: int) -> None:
         self.root, self.mode, self.fraction, self.full_every, self.seed = root, mode, fraction, full_every, seed
         self._checkpointer: Optional[CprCheckpointer] = None
         self._ledger: Dict[str, AccessCounter] = {}
@@ -69,30 +75,30 @@ class CprAgent(ServerAgent):
 
     def push(
         self,
-        host: Any,
-        table: Any,
-        keys: Any,
-        grads: Any,
+        host: AgentHost,
+        table: EmbeddingTable,
+        keys: np.ndarray,
+        grads: np.ndarray,
         step: int,
-        pushes: Any,
-        repeats: Any = None,
+        pushes: Mapping[int, int],
+        repeats: Optional[np.ndarray] = None,
         ttl_before: int = 0,
     ) -> None:
         table.push(keys, grads, step=step, repeats=repeats, ttl_before=ttl_before)
         self._count(table.name, keys, step)
 
-    def _count(self, table: str, keys: Any, step: int) -> None:
+    def _count(self, table: str, keys: np.ndarray, step: int) -> None:
         counter = self._ledger.get(table)
         if counter is None:
             counter = self._ledger[table] = AccessCounter()
         counter.add(keys)
         self._ckpt().record(table, keys, step)  # SSU samples by batch: one global step = one batch here
 
-    def save(self, server: Any, step: int) -> Dict[str, Any]:
+    def save(self, server: AgentHost, step: int) -> Dict[str, Any]:
         with server.lock:
             return self._save(server, step)
 
-    def _save(self, server: Any, step: int) -> Dict[str, Any]:
+    def _save(self, server: AgentHost, step: int) -> Dict[str, Any]:
         tables = server.tables()
         for name in tables:
             self._ledger.setdefault(name, AccessCounter())
@@ -101,16 +107,16 @@ class CprAgent(ServerAgent):
         saved = ckpt.save(step, tables)
         return {"step": step, "full": full, "bytes": saved.nbytes(), "rows": sum(saved.rows(n) for n in saved.tables)}
 
-    def updates(self, server: Any) -> int:
+    def updates(self, server: AgentHost) -> int:
         """Row updates applied so far (the ledger's total)."""
         return sum(c.total() for c in self._ledger.values())
 
-    def restore(self, server: Any) -> Dict[str, Any]:
+    def restore(self, server: AgentHost) -> Dict[str, Any]:
         """Reloads this (fresh) server's tables from its chain; the ledger restarts at the saved counts."""
         with server.lock:
             return self._restore(server)
 
-    def _restore(self, server: Any) -> Dict[str, Any]:
+    def _restore(self, server: AgentHost) -> Dict[str, Any]:
         tables = server.tables()
         for name in tables:
             self._ledger.setdefault(name, AccessCounter())
@@ -123,7 +129,7 @@ class CprAgent(ServerAgent):
             "checkpoints": [str(p) for p in result.checkpoints],
         }
 
-    def stats(self, server: Any) -> Dict[str, Any]:
+    def stats(self, server: AgentHost) -> Dict[str, Any]:
         return self._ckpt().stats()
 
 
@@ -196,7 +202,7 @@ class PartialRecovery(FaultTolerance):
             CprAgent, str(Path(directory) / f"server-{index:04d}"), self.mode, self.fraction, self.full_every, self.seed
         )
 
-    def attach(self, view: Any) -> None:
+    def attach(self, view: ClusterView) -> None:
         super().attach(view)
         if self._directory is None:
             self._directory = tempfile.mkdtemp(prefix="xdl-ec-cpr-")

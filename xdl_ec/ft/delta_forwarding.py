@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Dict, List, Mapping, Sequence, Tuple, TypedDict, cast
 
 from xdl_ec import _core
 from xdl_ec.ft.holder_links import HolderLinks
@@ -20,6 +20,18 @@ from xdl_ec.ps.handle import Handle
 # drain re-checks the forwarder this often when nothing signals it (in-process holders are served by the C++
 # thread, which does not); the remote links wake it at once after each delivery
 DRAIN_POLL_SECONDS = 0.001
+
+
+class ForwardingProgress(TypedDict):
+    """How far a data server's parity has caught up (the C++ ``DeltaForwarder.progress()`` plus its errors)."""
+
+    seq: int  # the last delta seq recorded
+    live_applied: int  # the least seq every live holder applied
+    pending: bool  # something queued or in flight for a live holder
+    worker_seqs: Dict[int, int]  # {worker: push seq} the state at ``seq`` includes
+    down: List[int]  # holders counted as down (until replaced)
+    coalesced: int  # mutations merged into an earlier one of their seq range
+    errors: List[str]  # delivery errors, oldest first
 
 
 def holders_of(index: int, n: int, k: int, r: int) -> List[int]:
@@ -64,13 +76,13 @@ class DeltaForwarding:
         self.forwarder.flush()
         self.links.flush()
 
-    def progress(self) -> Dict[str, Any]:
+    def progress(self) -> ForwardingProgress:
         """The forwarder's progress (seq, live_applied, pending, worker_seqs, down, coalesced) and its delivery
         errors, after a :meth:`flush` (its caller waits for parity to catch up)."""
         self.flush()
-        return {**self.forwarder.progress(), "errors": list(self.forwarder.errors)}
+        return self._with_errors(self.forwarder.progress())
 
-    def drain(self, timeout: float) -> Dict[str, Any]:
+    def drain(self, timeout: float) -> ForwardingProgress:
         """:meth:`progress` once nothing is queued or in flight for a live holder, waiting here up to ``timeout``
         seconds (then ``pending`` is still True: ask again). The links are flushed, and again after each delivery
         while more is queued (a batch recorded while a send was in flight would else wait out the link's send
@@ -87,7 +99,10 @@ class DeltaForwarding:
                 if not progress["pending"] or remaining <= 0:
                     break
                 self._delivered.wait(min(remaining, DRAIN_POLL_SECONDS))
-        return {**progress, "errors": list(self.forwarder.errors)}
+        return self._with_errors(progress)
+
+    def _with_errors(self, progress: dict) -> ForwardingProgress:
+        return cast(ForwardingProgress, {**progress, "errors": list(self.forwarder.errors)})
 
     def _notify_delivery(self) -> None:
         with self._delivered:

@@ -11,15 +11,20 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple, TypeVar
 
 from xdl_ec import _core
-from xdl_ec.ft.consistent_decode import consistent_decode, stripe_reads
-from xdl_ec.ft.delta_forwarding import holders_of
+from xdl_ec.ft.consistent_decode import Fragment, FragmentRead, consistent_decode, stripe_reads
+from xdl_ec.ft.delta_forwarding import ForwardingProgress, holders_of
 from xdl_ec.ft.parity_agent import ParityAgent, parity_agent_for
+from xdl_ec.net.job_secret import JobSecret
 from xdl_ec.ps.backend import KILL_SECONDS, CallTimeout, KillTimeout, WorkerLost
 from xdl_ec.ps.fault_tolerance import Unrecoverable
+from xdl_ec.ps.handle import Handle
 from xdl_ec.ps.remote import Remote
+
+if TYPE_CHECKING:
+    from xdl_ec.ps.cluster_view import ClusterView
 
 CALL_TIMEOUT = 120.0  # seconds one call of the recovery may take
 DRAIN_WAIT = 1.0  # seconds a server waits for its parity links in one drain call before answering "still pending"
@@ -27,6 +32,23 @@ DRAIN_TIMEOUT = 120.0  # seconds survivors may take to have every pending delta 
 SETTLE_ATTEMPTS = 5  # rollbacks of a lost server's stream before its holders must have stopped moving
 STRIPE_TIMEOUT = 120.0  # seconds one batch of stripes may take to be decoded and written consistently
 REBUILD_BATCH = 8  # stripes a background rebuild decodes per round of reads (one call per server, not per stripe)
+
+
+Decoded = TypeVar("Decoded")
+
+
+class StripedStrategy(Protocol):
+    """What a recovery reads of its strategy (:class:`~xdl_ec.ft.ec_strategy.ErasureCoded`): the code, the
+    cluster it protects, the job's secret and the per-stripe hook."""
+
+    n: int
+    k: int
+    r: int
+    secret: Optional[JobSecret]
+    on_rebuild_stripe: Optional[Callable[[int], None]]
+
+    @property
+    def view(self) -> ClusterView: ...
 
 
 class RecoveryTimeout(Unrecoverable):
@@ -38,20 +60,20 @@ class EcRecovery:
     (k, r, n, the cluster view, the job's secret). Holds the rebuild in progress: the stripes still to rebuild
     (``plan``), the replacements not complete (``rebuilding``) and their restore extents."""
 
-    def __init__(self, strategy: Any) -> None:
+    def __init__(self, strategy: StripedStrategy) -> None:
         self.strategy = strategy
         self.plan: List[Tuple[str, int]] = []  # (table, stripe) still to rebuild, in order
         self.rebuilding: List[int] = []  # replacements whose rebuild is not complete
         self.extent: Dict[str, Dict[int, int]] = {}  # table -> server -> data blocks (restore extent)
-        self.layout: Any = None  # the StripeLayout, once a recovery ran
+        self.layout: Optional[_core.StripeLayout] = None  # once a recovery ran
         self.stripe_seconds = 0.0  # what the last stripe took
         self._geometries: Dict[str, Tuple[int, int]] = {}
-        self._recoveries: Dict[str, Any] = {}
+        self._recoveries: Dict[str, _core.Recovery] = {}
         self._plan_lock = threading.Lock()  # plan is read by the driver while a background thread pops it
 
     # ---- calls -----------------------------------------------------------------------------------------
     @property
-    def view(self) -> Any:
+    def view(self) -> ClusterView:
         return self.strategy.view
 
     def agent(self, server: int) -> Remote:
@@ -89,14 +111,16 @@ class EcRecovery:
             self._geometries[table] = (int(probe.block_slots), int(probe.record_bytes))
         return self._geometries[table]
 
-    def recovery(self, table: str) -> Any:
+    def recovery(self, table: str) -> _core.Recovery:
         """The C++ Recovery of ``table``'s geometry (kept: it caches decode tables per erasure pattern)."""
         if table not in self._recoveries:
             s = self.strategy
             self._recoveries[table] = _core.Recovery(s.n, s.k, s.r, *self.geometry(table))
         return self._recoveries[table]
 
-    def stripes(self, table: str, survivors: Sequence[int], extents: Optional[Dict[int, Any]] = None) -> int:
+    def stripes(
+        self, table: str, survivors: Sequence[int], extents: Optional[Dict[int, Tuple[int, int]]] = None
+    ) -> int:
         """Stripes covering every block any survivor holds (data or parity) of ``table``: whole cycles;
         ``extents``: the survivors' (data blocks, parity blocks) when already read."""
         k, r, n = self.strategy.k, self.strategy.r, self.n
@@ -110,12 +134,12 @@ class EcRecovery:
     def decode(
         self,
         what: str,
-        servers: Sequence[Any],
+        servers: Sequence[Handle],
         table: str,
-        decode: Any,
+        decode: Callable[[FragmentRead, FragmentRead], Decoded],
         timeout: float,
-        reads: Optional[Sequence[Tuple[str, int, int, int, int]]] = None,
-    ) -> Any:
+        reads: Optional[Sequence[Fragment]] = None,
+    ) -> Tuple[Decoded, Dict[int, int]]:
         """``consistent_decode`` (I7) whose deadline running out is a RecoveryTimeout naming ``what`` it decoded."""
         try:
             return consistent_decode(servers, table, self.geometry(table)[0], decode, timeout, reads)
@@ -125,7 +149,7 @@ class EcRecovery:
             raise RecoveryTimeout(f"recovery: {what} of table {table!r}: {err}") from err
 
     # ---- (a) drain -------------------------------------------------------------------------------------
-    def drain(self, survivors: Sequence[int], timeout: float = DRAIN_TIMEOUT) -> Dict[int, Dict[str, Any]]:
+    def drain(self, survivors: Sequence[int], timeout: float = DRAIN_TIMEOUT) -> Dict[int, ForwardingProgress]:
         """Waits until every survivor's forwarder has nothing queued or in flight; returns their progress. Each
         survivor waits for its own links (``ParityAgent.drain``, woken by their deliveries), so this is usually
         one round of calls; a survivor still pending after DRAIN_WAIT seconds is asked again, until ``timeout``."""
@@ -175,7 +199,7 @@ class EcRecovery:
                 ) from None
 
     def roll_back(
-        self, lost: Sequence[int], survivors: Sequence[int], progress: Dict[int, Dict[str, Any]]
+        self, lost: Sequence[int], survivors: Sequence[int], progress: Dict[int, ForwardingProgress]
     ) -> Tuple[Dict[int, int], Dict[int, Dict[int, int]], List[Tuple[int, int]]]:
         """(b), I4: every surviving holder of p's stripes rolls p's stream back to W_p = the least seq of p any of
         them applied. Returns (seq: W_p for lost p and the current seq of each survivor, worker seqs S_p and the
@@ -337,6 +361,8 @@ class EcRecovery:
         servers = self.view.beside_handles()  # the reads go beside the steps' calls (on Ray over links of their own)
         lost = list(self.rebuilding)
         layout = self.layout
+        if layout is None:
+            raise RuntimeError("rebuild_stripes: no recovery planned a rebuild (replace() sets the layout)")
         recovery = self.recovery(table)
         extent = self.extent[table]
         # a lost data block a degraded read restored already needs no decode (training touches hot blocks first)
@@ -363,18 +389,20 @@ class EcRecovery:
         record_bytes = self.geometry(table)[1]
         while todo:
             order = list(todo)
+
+            def decode_order(d: FragmentRead, p: FragmentRead, wanted: Dict[int, List[int]] = todo) -> List[Any]:
+                return [recovery.decode_stripe(stripe, blocks, lost, d, p) for stripe, blocks in wanted.items()]
+
             decoded, versions = self.decode(
                 f"stripes {order[0]}..{order[-1]}",
                 servers,
                 table,
-                lambda d, p, order=order: [
-                    recovery.decode_stripe(stripe, todo[stripe], lost, d, p)  # noqa: B023
-                    for stripe in order
-                ],  # called before the loop moves on
+                decode_order,
                 max(deadline - time.monotonic(), 1.0),
                 stripe_reads(recovery, order, lost, record_bytes),
             )
-            writes = []  # (stripe, parity holder or None, the write's future), all sent before any is awaited
+            # (stripe, parity holder or None, the write's future), all sent before any is awaited
+            writes: List[Tuple[int, Optional[int], Any]] = []
             expected: Dict[int, Dict[int, int]] = {}
             for stripe, blocks in zip(order, decoded):
                 members = [layout.data_member(stripe, j) for j in range(k)]

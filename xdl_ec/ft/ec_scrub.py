@@ -5,11 +5,11 @@ the fragment readers. The caller has completed any rebuild and drained the parit
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, List
+from typing import List
 
 from xdl_ec import _core
 from xdl_ec.ft.consistent_decode import fragment_readers
-from xdl_ec.ft.ec_recovery import CALL_TIMEOUT
+from xdl_ec.ft.ec_recovery import CALL_TIMEOUT, EcRecovery
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,7 +23,7 @@ class StripeMismatch:
     block: int
 
 
-def scrub(coordinator: Any) -> List[StripeMismatch]:
+def scrub(coordinator: EcRecovery) -> List[StripeMismatch]:
     """The stored parity blocks that disagree with their stripes' data (empty: all consistent), over the servers
     of ``coordinator`` (a :class:`~xdl_ec.ft.ec_recovery.EcRecovery`)."""
     strategy = coordinator.strategy

@@ -23,10 +23,11 @@ import dataclasses
 import logging
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from xdl_ec.ft.background_rebuild import BackgroundRebuild
 from xdl_ec.ft.configs import REBUILD_MODES, URGENT_REBUILDS, parse_code
+from xdl_ec.ft.delta_forwarding import ForwardingProgress
 from xdl_ec.ft.ec_recovery import CALL_TIMEOUT, REBUILD_BATCH, EcRecovery, RecoveryTimeout
 from xdl_ec.ft.ec_scrub import StripeMismatch, scrub
 from xdl_ec.ft.parity_agent import parity_agent_for
@@ -36,6 +37,9 @@ from xdl_ec.net.job_secret import JobSecret
 from xdl_ec.ps.backend import RoleLost
 from xdl_ec.ps.fault_tolerance import FailureRecord, FaultTolerance, Resume, Unrecoverable
 from xdl_ec.settings import checks
+
+if TYPE_CHECKING:
+    from xdl_ec.ps.cluster_view import ClusterView
 
 __all__ = [
     "CALL_TIMEOUT",
@@ -113,7 +117,7 @@ class ErasureCoded(FaultTolerance):
         self._rebuild_start: Optional[Tuple[float, int]] = None
 
     # ---- the seam --------------------------------------------------------------------------------------
-    def attach(self, view: Any) -> None:
+    def attach(self, view: ClusterView) -> None:
         super().attach(view)
         servers = view.server_handles()
         self.n = len(servers)
@@ -397,7 +401,7 @@ class ErasureCoded(FaultTolerance):
         self._drain(list(range(self.n)))
         return scrub(self.coordinator)
 
-    def _drain(self, survivors: List[int]) -> Dict[int, Dict[str, Any]]:
+    def _drain(self, survivors: List[int]) -> Dict[int, ForwardingProgress]:
         return self.coordinator.drain(survivors)
 
     def _wait(self, futures: List[Any]) -> List[Any]:

@@ -8,12 +8,18 @@ failed step either never reached the dead role or is retried whole.
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from xdl_ec.ft.failure_schedule import FailureSchedule
 
+if TYPE_CHECKING:
+    from xdl_ec.ps.cluster_view import ClusterView
+
 
 class FailureInjector:
+    """The kills of ``schedule``, made at the step boundaries they are due (and when each was made, for the
+    detection time of the failure it causes)."""
+
     def __init__(self, schedule: FailureSchedule) -> None:
         if not isinstance(schedule, FailureSchedule):
             raise TypeError(f"schedule: expected a FailureSchedule, got {type(schedule).__name__}")
@@ -27,7 +33,7 @@ class FailureInjector:
         """A new fit call: its report lists the kills made during it."""
         self._injected = []
 
-    def before_step(self, view: Any, step: int, elapsed: float) -> None:
+    def before_step(self, view: ClusterView, step: int, elapsed: float) -> None:
         if self.schedule.empty:
             return
         kills = self.schedule.due(step, elapsed)

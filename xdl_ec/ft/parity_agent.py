@@ -16,13 +16,13 @@ from __future__ import annotations
 import os
 import resource
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from xdl_ec import _core
 from xdl_ec.ft.consistent_decode import VersionedFragment
-from xdl_ec.ft.delta_forwarding import DeltaForwarding
+from xdl_ec.ft.delta_forwarding import DeltaForwarding, ForwardingProgress
 from xdl_ec.ft.fragment_reads import FragmentReads
 from xdl_ec.ft.held_parity import HeldParity
 from xdl_ec.ft.injected_crash import InjectedCrash
@@ -161,7 +161,7 @@ class ParityAgent(ServerAgent):
     def durable(self, worker: int) -> int:
         return self.forwarding.durable(worker)
 
-    def native_path(self) -> Tuple[bool, Any]:
+    def native_path(self) -> Tuple[bool, Optional[_core.DeltaForwarder]]:
         """The core applies plain steps itself, recording into this forwarder; not while a crash is armed or
         taken (push's own path). Shards under restore: the core declines those steps itself (their blocks are
         restored here first, ShardRestore.restore_touched)."""
@@ -190,11 +190,11 @@ class ParityAgent(ServerAgent):
         """Parity catches up now (DeltaForwarding.flush)."""
         self.forwarding.flush()
 
-    def progress(self, server: AgentHost) -> Dict[str, Any]:
+    def progress(self, server: AgentHost) -> ForwardingProgress:
         """The forwarder's progress and delivery errors, after a flush (DeltaForwarding.progress)."""
         return self.forwarding.progress()
 
-    def drain(self, server: AgentHost, timeout: float = 1.0) -> Dict[str, Any]:
+    def drain(self, server: AgentHost, timeout: float = 1.0) -> ForwardingProgress:
         """The progress once nothing is queued or in flight for a live holder, waiting up to ``timeout`` seconds
         (DeltaForwarding.drain)."""
         return self.forwarding.drain(timeout)

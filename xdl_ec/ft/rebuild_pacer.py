@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import Any, Deque, Optional
+from typing import Deque, Optional
+
+from xdl_ec.ft.ec_recovery import EcRecovery
 
 STEP_WINDOW = 8  # recent step boundaries whose mean paces the rebuild
 CREDIT_CAP_STEPS = 1.0  # unspent rebuild credit is capped at one mean step (no burst after idle boundaries)
@@ -24,7 +26,7 @@ class BoundaryPacer:
     """Spends step boundaries on ``coordinator``'s rebuild (a :class:`~xdl_ec.ft.ec_recovery.EcRecovery`):
     ``stripes_per_step`` stripes per boundary when given, else ``share`` of wall time (see the module docstring)."""
 
-    def __init__(self, coordinator: Any, share: float, stripes_per_step: Optional[int] = None) -> None:
+    def __init__(self, coordinator: EcRecovery, share: float, stripes_per_step: Optional[int] = None) -> None:
         self.coordinator = coordinator
         self.share = share
         self.stripes_per_step = stripes_per_step

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Dict, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from xdl_ec import _core
 from xdl_ec.settings import checks
@@ -53,13 +54,13 @@ def _key_hash_int(key: int, seed: int) -> int:
     return z ^ (z >> 31)
 
 
-def _check_fraction(name: str, value: Any) -> float:
+def _check_fraction(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 < float(value) <= 1.0:
         raise ValueError(f"{name} must be a number in (0, 1], got {value!r}")
     return float(value)
 
 
-def _check_seed(seed: Any) -> int:
+def _check_seed(seed: object) -> int:
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= int(seed) < 2**64:
         raise ValueError(f"seed must be an int in [0, 2**64), got {seed!r}")
     return int(seed)
@@ -75,11 +76,11 @@ class AccessCounter:
     def __init__(self) -> None:
         self._native = _core.AccessCounter()
 
-    def add(self, keys: Any, *, once: bool = True) -> None:
+    def add(self, keys: ArrayLike, *, once: bool = True) -> None:
         """Counts ``keys``; ``once`` counts each distinct key once per call (one push = one update per row)."""
         self._native.add(as_keys(keys), bool(once))
 
-    def get(self, keys: Any) -> np.ndarray:
+    def get(self, keys: ArrayLike) -> np.ndarray:
         """int64 counts of ``keys`` (0 for keys never counted)."""
         return self._native.get(as_keys(keys))
 
@@ -91,7 +92,7 @@ class AccessCounter:
         """Sum of all counts."""
         return int(self._native.total())
 
-    def set(self, keys: Any, counts: Any) -> None:
+    def set(self, keys: ArrayLike, counts: ArrayLike) -> None:
         """Sets the counts of unique ``keys`` (0 forgets a key); bad input raises and changes nothing."""
         keys = as_keys(keys)
         counts = np.asarray(counts)
@@ -101,7 +102,7 @@ class AccessCounter:
             raise ValueError(f"counts must have shape (len(keys),) = {keys.shape}, got {counts.shape}")
         self._native.set(keys, np.ascontiguousarray(counts, dtype=np.int64))
 
-    def discard(self, keys: Any) -> int:
+    def discard(self, keys: ArrayLike) -> int:
         """Forgets ``keys`` (their counts restart from 0); returns how many were counted."""
         return int(self._native.discard(as_keys(keys)))
 
@@ -128,7 +129,7 @@ class MfuSelector:
         self.seed = _check_seed(seed)
         self._counters: Dict[str, AccessCounter] = {}
 
-    def record(self, table: str, keys: Any, batch: Optional[int] = None) -> None:
+    def record(self, table: str, keys: ArrayLike, batch: Optional[int] = None) -> None:
         """Counts one update of each distinct key (``batch`` is unused: the interface matches SSU's)."""
         self._counters.setdefault(table, AccessCounter()).add(keys)
 
@@ -150,7 +151,7 @@ class MfuSelector:
         order = np.lexsort((key_hash(keys, self.seed), -counts))  # last key is primary: count descending
         return np.sort(keys[order[:budget]])
 
-    def mark_saved(self, table: str, keys: Any = None) -> None:
+    def mark_saved(self, table: str, keys: Optional[ArrayLike] = None) -> None:
         """The rows' counts restart from zero (all rows when ``keys`` is None: after a full save)."""
         counter = self.counter(table)
         if keys is None:
@@ -178,7 +179,7 @@ class SsuSelector:
             return True
         return _key_hash_int(int(batch), self.seed) < int(self.fraction * 2.0**64)
 
-    def record(self, table: str, keys: Any, batch: Optional[int] = None) -> None:
+    def record(self, table: str, keys: ArrayLike, batch: Optional[int] = None) -> None:
         """Remembers ``keys`` when batch ``batch`` is sampled (``batch`` is required)."""
         if batch is None:
             raise ValueError("batch is required for SSU: the global batch index decides the sample")
@@ -190,7 +191,7 @@ class SsuSelector:
         counter = self._touched.get(table)
         return counter.items()[0] if counter is not None else np.empty(0, dtype=np.int64)
 
-    def mark_saved(self, table: str, keys: Any = None) -> None:
+    def mark_saved(self, table: str, keys: Optional[ArrayLike] = None) -> None:
         """Forgets saved rows (all of the table's when ``keys`` is None)."""
         counter = self._touched.get(table)
         if counter is None:

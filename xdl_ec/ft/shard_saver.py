@@ -3,23 +3,23 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from xdl_ec.keep.checkpoint import ShardCheckpoint
-from xdl_ec.ps.agent import ServerAgent
+from xdl_ec.ps.agent import AgentHost, ServerAgent
 
 
 class ShardSaver(ServerAgent):
-    def __init__(self, host: Any) -> None:
+    """The shard checkpoints of the server ``host``."""
+
+    def __init__(self, host: AgentHost) -> None:
         self.host = host
 
-    def save(self, host: Any, directory: str, step: int) -> int:
+    def save(self, host: AgentHost, directory: str, step: int) -> int:
         """Writes every table to ``directory`` (not atomic by itself: the job checkpoint's commit publishes it);
         returns the bytes written."""
         with host.lock:
             return ShardCheckpoint.write(directory, host.tables(), step=step, atomic=False).nbytes()
 
-    def load(self, host: Any, directory: str) -> int:
+    def load(self, host: AgentHost, directory: str) -> int:
         """Replaces every table by the ShardCheckpoint in ``directory`` (verified before anything changes);
         returns the rows loaded."""
         with host.lock:
