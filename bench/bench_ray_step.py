@@ -115,8 +115,8 @@ class Side:
             process_cpu_seconds(self.pids),
             t.samples,
             t.step,
-            dict(t.loop_seconds),
-            t.dense_bytes,
+            dict(t.loop.loop_seconds),
+            t.loop.dense_bytes,
             worker,
         )
 

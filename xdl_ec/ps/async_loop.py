@@ -6,40 +6,43 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from .backend import RoleLost, wait_first
-from .direct import LinkFuture, wait_first_linked
+from xdl_ec.ps.backend import RoleLost, wait_first
+from xdl_ec.ps.direct import LinkFuture, wait_first_linked
+from xdl_ec.ps.progress import Progress
+from xdl_ec.ps.training_loop import TrainingLoop
+from xdl_ec.ps.worker import StepResult
 
 
-def run_async(trainer: Any, bar: Any, stop: Optional[int]) -> None:
+def run_async(loop: TrainingLoop, bar: Progress, stop: Optional[int]) -> None:
     """Trains until step ``stop`` (None: until every worker's input is exhausted)."""
-    t = trainer
-    workers = len(t.workers)
+    state, cluster, dense = loop.state, loop.cluster, loop.dense
+    workers = len(cluster.workers)
     in_flight: Dict[Any, int] = {}
     step_of: Dict[Any, int] = {}  # the step number each call in flight trains
     retry: List[int] = []  # numbers of failed steps: a retried batch keeps its optimizer step, as in sync mode
 
     def can_dispatch(i: int) -> bool:
-        if i in in_flight.values() or not t.has_next[i]:
+        if i in in_flight.values() or not state.has_next[i]:
             return False
-        return bool(retry) or stop is None or t.step < stop
+        return bool(retry) or stop is None or state.step < stop
 
     def dispatch(i: int) -> None:
         if retry:
             step = retry.pop(0)
         else:
-            t.before_step(t.step + 1)
-            t.step += 1
-            step = t.step
+            loop.before_step(state.step + 1)
+            state.step += 1
+            step = state.step
         more = stop is None or step < stop
-        future = t.worker(i).train_step(step, t._dense.for_step(), 1, more, t.ttl_before(step))
+        future = cluster.worker(i).train_step(step, dense.for_step(), 1, more, loop.ttl_before(step))
         in_flight[future], step_of[future] = i, step
 
-    def apply(i: int, result: Any) -> None:
-        t.check_finite(result)
-        t._dense.answered([result.dense_grads])
-        t.losses.append(result.loss)
-        t.note_result(i, result)
-        t.tick(bar)
+    def apply(i: int, result: StepResult) -> None:
+        state.check_finite(result)
+        dense.answered([result.dense_grads])
+        state.losses.append(result.loss)
+        state.note_result(i, result)
+        loop.tick(bar)
 
     for i in range(workers):
         if can_dispatch(i):
@@ -47,7 +50,7 @@ def run_async(trainer: Any, bar: Any, stop: Optional[int]) -> None:
     while in_flight:
         futures = list(in_flight)
         waiter = wait_first_linked if isinstance(futures[0], LinkFuture) else wait_first
-        done = waiter(futures, t.cluster.call_timeout)
+        done = waiter(futures, cluster.config.call_timeout)
         if not done:  # nobody answered in time: let the scheduler judge the oldest call
             done = [next(iter(in_flight))]
         lost: List[RoleLost] = []
@@ -55,19 +58,19 @@ def run_async(trainer: Any, bar: Any, stop: Optional[int]) -> None:
             i = in_flight.pop(future)
             step = step_of.pop(future)
             try:
-                result = t.result(future)
+                result = cluster.result(future)
             except RoleLost as err:
                 lost.append(err)
                 retry.append(step)
                 continue
             if result is None:  # its input ended: the step number is not used
-                t.has_next[i] = False
+                state.has_next[i] = False
                 continue
             apply(i, result)
         if lost:  # drain the other steps in flight (applying those that succeeded), then recover
             futures = list(in_flight.items())
             in_flight.clear()
-            results, more = t.drain([f for f, _ in futures])
+            results, more = cluster.drain([f for f, _ in futures])
             for (future, i), result in zip(futures, results):
                 step = step_of.pop(future)
                 if result is not None:
@@ -75,12 +78,12 @@ def run_async(trainer: Any, bar: Any, stop: Optional[int]) -> None:
                 else:
                     retry.append(step)
             retry.sort()
-            if t.recover(lost + more, t.step):
+            if loop.recovery.recover(lost + more, state.step):
                 retry.clear()  # rolled back: the steps after the checkpoint are numbered again
         elif not in_flight:
-            if t.at_boundary(lambda: t.after_step(t.step)):  # a boundary with no push in flight
+            if loop.boundary():  # a boundary with no push in flight
                 retry.clear()  # rolled back: the steps after the checkpoint are numbered again
-        elif t.wants_boundary(t.step):
+        elif loop.wants_boundary(state.step):
             continue  # hold new steps until the ones in flight are done: the strategy gets its boundary
         for i in range(workers):
             if can_dispatch(i):

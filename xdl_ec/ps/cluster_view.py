@@ -12,134 +12,152 @@ from typing import Any, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
+from xdl_ec.ps.api import ServerAPI, WorkerAPI
+from xdl_ec.ps.backend import Handle, RoleLost
+from xdl_ec.ps.dense_sync import DriverDense
+from xdl_ec.ps.recovery_coordinator import RecoveryCoordinator
+from xdl_ec.ps.remote import Remote
+from xdl_ec.ps.run_persistence import RunPersistence
+from xdl_ec.ps.running_cluster import RunningCluster
+from xdl_ec.ps.training_state import TrainingState
 from xdl_ec.sparse.table_config import Table
-
-from .api import ServerAPI, WorkerAPI
-from .backend import Handle, RoleLost
-from .remote import Remote
 
 
 class ClusterView:
-    """A strategy's window on ``trainer`` (a :class:`~xdl_ec.ps.training.PSTrainer`)."""
+    """A strategy's window on a driver's run: its ``cluster`` at ``state``, with its ``persistence`` (reader
+    positions, dense state), ``recovery`` (replacing a server) and ``dense`` model."""
 
-    def __init__(self, trainer: Any) -> None:
-        self._t = trainer
+    def __init__(
+        self,
+        cluster: RunningCluster,
+        state: TrainingState,
+        persistence: RunPersistence,
+        recovery: RecoveryCoordinator,
+        dense: DriverDense,
+    ) -> None:
+        self._cluster, self._state, self._persistence = cluster, state, persistence
+        self._recovery, self._dense = recovery, dense
+
+    def sources(self) -> Tuple[RunningCluster, TrainingState, RunPersistence, RecoveryCoordinator, DriverDense]:
+        """The driver's parts this view reads (the arguments of another view of the same run)."""
+        return self._cluster, self._state, self._persistence, self._recovery, self._dense
 
     # ---- who is there -----------------------------------------------------------------------------------
     @property
     def num_servers(self) -> int:
-        return len(self._t.scheduler.servers)
+        return len(self._cluster.scheduler.servers)
 
     @property
     def num_workers(self) -> int:
-        return len(self._t.workers)
+        return len(self._cluster.workers)
 
     @property
     def backend(self) -> str:
-        return self._t.cluster.backend
+        return self._cluster.config.backend
 
     @property
     def mode(self) -> str:
-        return self._t.cluster.mode
+        return self._cluster.config.mode
 
     @property
     def tables(self) -> Tuple[Table, ...]:
-        return self._t.job.tables
+        return self._cluster.job.tables
 
     def server_handles(self) -> List[Handle]:
         """The current server handles, index i = server i (to hand to servers that reach each other)."""
-        return list(self._t.scheduler.servers)
+        return list(self._cluster.scheduler.servers)
 
     def server(self, index: int) -> Remote:
-        return Remote(self._t.scheduler.servers[index], ServerAPI)
+        return Remote(self._cluster.scheduler.servers[index], ServerAPI)
 
     def servers(self) -> List[Remote]:
-        return [Remote(h, ServerAPI) for h in self._t.scheduler.servers]
+        return [Remote(h, ServerAPI) for h in self._cluster.scheduler.servers]
 
     def beside_handles(self) -> List[Handle]:
         """The current server handles for calls beside the servers' others (``Handle.call_beside``: on Ray over
-        direct links of their own, see :meth:`~xdl_ec.ps.training.PSTrainer.server_beside`)."""
-        return [self._t.server_beside(i) for i in range(self.num_servers)]
+        direct links of their own, see :meth:`~xdl_ec.ps.running_cluster.RunningCluster.server_beside`)."""
+        return [self._cluster.server_beside(i) for i in range(self.num_servers)]
 
     def agent(self, index: int, api: type, beside: bool = False) -> Remote:
         """Server ``index``'s agent, by the methods of ``api`` (its class); ``beside``: its calls beside the
         server's others."""
-        handle = self._t.server_beside(index) if beside else self._t.scheduler.servers[index]
+        handle = self._cluster.server_beside(index) if beside else self._cluster.scheduler.servers[index]
         return Remote(handle, api, agent=True, beside=beside)
 
     def workers(self) -> List[Remote]:
         """The live workers (a dead one is restarted by the driver after the recovery)."""
-        return [Remote(w, WorkerAPI) for w in self._t.live_workers() if w is not None]
+        return [Remote(w, WorkerAPI) for w in self._cluster.live_workers() if w is not None]
 
     def dead(self) -> Set[Tuple[str, int]]:
-        return set(self._t.scheduler.dead)
+        return set(self._cluster.scheduler.dead)
 
     def dead_servers(self) -> List[int]:
-        return sorted(index for role, index in self._t.scheduler.dead if role == "server")
+        return sorted(index for role, index in self._cluster.scheduler.dead if role == "server")
 
     # ---- where training is ------------------------------------------------------------------------------
     @property
     def step(self) -> int:
-        return self._t.step
+        return self._state.step
 
     @property
     def samples(self) -> int:
-        return self._t.samples
+        return self._state.samples
 
     @property
     def finished(self) -> bool:
         """True once every worker's input is exhausted: the run has no step left."""
-        return not any(self._t.has_next)
+        return self._state.finished
 
     @property
     def total_steps(self) -> Optional[int]:
-        return self._t.total_steps
+        return self._state.total_steps
 
     def reader_position(self) -> dict:
         """Where every worker's input is: {"step", "worker_batches", "worker_samples"} (JSON)."""
-        return self._t.reader_position()
+        return self._persistence.reader_position()
 
     def samples_since(self, worker_batches: Sequence[int]) -> int:
-        return self._t.samples_since(worker_batches)
+        return self._state.samples_since(worker_batches)
 
     def push_seqs(self) -> Tuple[list, list]:
         """(each worker's last push seqs as of its last answered step, those of restarted workers' predecessors)."""
-        return list(self._t.push_seqs), list(self._t.unlogged_push_seqs)
+        return list(self._state.push_seqs), list(self._state.unlogged_push_seqs)
 
     def dense_state(self) -> Tuple[List[np.ndarray], List[np.ndarray]]:
-        return self._t.dense_state()
+        return self._persistence.dense_state()
 
     def dense_variables(self) -> Tuple[list, list]:
         """The authoritative dense weights (trainable, then non-trainable such as BatchNorm statistics) and optimizer
         variables (TF variables, for checkpoint writers)."""
-        return self._t.dense.variables, self._t.dense.optimizer.variables
+        dense = self._dense.take()
+        return dense.variables, dense.optimizer.variables
 
     # ---- what a strategy may do -------------------------------------------------------------------------
     def load_dense_state(self, weights: Sequence[np.ndarray], optimizer_variables: Sequence[np.ndarray]) -> None:
-        self._t.dense.load_state(weights, optimizer_variables)
+        self._dense.take().load_state(weights, optimizer_variables)
 
     def replace_server(self, index: int) -> Handle:
         """A fresh, empty server ``index`` in place of a dead one, known to the workers and the driver."""
-        return self._t.replace_server(index)
+        return self._recovery.replace_server(index)
 
     def server_alive(self, index: int, timeout: float) -> bool:
         """Whether server ``index`` (its current handle) still answers a ping within ``timeout``."""
-        return self._t.backend.alive(self._t.scheduler.servers[index], timeout)
+        return self._cluster.backend.alive(self._cluster.scheduler.servers[index], timeout)
 
     def kill(self, role: str, index: int) -> None:
         """Kills a server or worker for real (failure injection: its Ray process, or its object here)."""
-        self._t.scheduler.kill(role, index)
+        self._cluster.scheduler.kill(role, index)
 
     def replenish_spares(self) -> None:
-        self._t.scheduler.replenish_spares()
+        self._cluster.scheduler.replenish_spares()
 
     def quiesce(self) -> None:
         """Waits until every push sent so far is applied (and the strategy's own calls settled)."""
-        self._t.quiesce()
+        self._cluster.quiesce()
 
     def wait(self, futures: Sequence[Any]) -> Tuple[List[Any], List[RoleLost]]:
         """Waits for every future: (results or None per future, confirmed RoleLost errors)."""
-        return self._t.drain(futures)
+        return self._cluster.drain(futures)
 
     def confirm_failure(self, error: Any) -> Optional[RoleLost]:
-        return self._t.scheduler.confirm_failure(error)
+        return self._cluster.scheduler.confirm_failure(error)
