@@ -23,18 +23,16 @@ import sys
 import time
 from typing import Any, Dict, List
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-
 
 def child(heads: int, batches: int, batch_size: int) -> None:
     """Trains the job once in this process and prints its steady samples/s as JSON."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # example_jobs, beside this file (python -P too)
     import numpy as np
     import tensorflow as tf
+    from example_jobs import load_example
 
     import xdl_ec
-    from support.examples import load_example
 
     example = load_example("user_item_tags")
     log = example.ClickLog(batch_size=batch_size, batches=batches, eval_batches=0)

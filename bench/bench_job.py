@@ -20,10 +20,11 @@ import time
 from typing import Any, Dict, List
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # example_jobs, beside this file (python -P too)
+
+from example_jobs import load_example  # noqa: E402
 
 import xdl_ec  # noqa: E402
-from support.examples import load_example  # noqa: E402
 
 example = load_example("user_item_tags")
 BUCKETS = 1 << 16

@@ -19,8 +19,6 @@ import tempfile
 import time
 from typing import Any, Dict, List
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-
 
 def window_costs(batch_size: int) -> Dict[str, float]:
     import numpy as np
@@ -81,8 +79,8 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=10.0, help="TensorBoard write interval, seconds")
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
-    from support.examples import load_example
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # example_jobs, beside this file (python -P too)
+    from example_jobs import load_example
 
     example = load_example("user_item_tags")
     costs = window_costs(args.batch_size)
