@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Protocol
 
+from xdl_ec.ps.cluster_view import ClusterView
+
 
 class FaultInjector(Protocol):
     def validate(self, num_servers: int, num_workers: int, total_steps: Optional[int]) -> None: ...
 
-    def before_step(self, view: Any, step: int, elapsed: float) -> None: ...
+    def before_step(self, view: ClusterView, step: int, elapsed: float) -> None: ...
 
     def detect_seconds(self, role: str, index: int) -> float: ...
 

@@ -1,7 +1,8 @@
 """FaultTolerance: the one seam through which a strategy (``--ft none|ckpt|cpr|ec``) meets the training driver.
 
-The driver (:class:`xdl_ec.ps.training.PSTrainer`) owns the step loop; a strategy owns what happens around it, and
-sees the cluster only through a :class:`~xdl_ec.ps.cluster_view.ClusterView`. Every hook is declared here, with
+The driver (:class:`xdl_ec.ps.training.PSTrainer`, its :class:`~xdl_ec.ps.training_loop.TrainingLoop` and
+:class:`~xdl_ec.ps.recovery_coordinator.RecoveryCoordinator`) owns the step loop; a strategy owns what happens around
+it, and sees the cluster only through a :class:`~xdl_ec.ps.cluster_view.ClusterView`. Every hook is declared here, with
 its default:
 
 - ``attach(view)`` once the cluster is up and before the first step (e.g. ``ec`` gives every server its parity
@@ -70,7 +71,8 @@ class FaultTolerance:
     def __init__(self) -> None:
         self.failures: List[FailureRecord] = []
         self.checkpoint_seconds = 0.0
-        self.view: Any = None  # the ClusterView, from attach on
+        # the ClusterView, from attach on (typed in the strategies: the view's parts import this module)
+        self.view: Any = None
 
     def attach(self, view: Any) -> None:
         self.view = view

@@ -10,15 +10,21 @@ readers) or goes on at the failed step.
 from __future__ import annotations
 
 import time
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Protocol
 
 from xdl_ec.ps.backend import RoleLost
 from xdl_ec.ps.dense_sync import DriverDense
-from xdl_ec.ps.fault_injector import FaultInjector
 from xdl_ec.ps.fault_tolerance import FailureRecord, NoFaultTolerance, Resume
 from xdl_ec.ps.handle import Handle
 from xdl_ec.ps.running_cluster import START_TIMEOUT, RunningCluster
 from xdl_ec.ps.training_state import TrainingState
+
+
+class KillClock(Protocol):
+    """What a recovery asks of the run's failure injector (:class:`~xdl_ec.ps.fault_injector.FaultInjector`):
+    seconds since it killed (role, index), 0.0 when it did not."""
+
+    def detect_seconds(self, role: str, index: int) -> float: ...
 
 
 class RecoveryCoordinator:
@@ -30,7 +36,7 @@ class RecoveryCoordinator:
         cluster: RunningCluster,
         state: TrainingState,
         dense: DriverDense,
-        injector: Optional[FaultInjector] = None,
+        injector: Optional[KillClock] = None,
     ) -> None:
         self.cluster, self.state, self.dense, self.injector = cluster, state, dense, injector
 
