@@ -1,39 +1,14 @@
-"""Dense (MLP) parameters in a parameter-server run.
+"""Dense (MLP) parameters in a parameter-server run: the driver holds the authoritative replica.
 
-Mechanism (a choice between XDL, which keeps dense parameters on the servers, and ECRec, which replicates them on
-workers with their optimizer state): the AUTHORITATIVE replica, weights and optimizer state, lives with the
-driver (the scheduler's process) as a :class:`~xdl_ec.model.dense_model.DenseModel`; every worker holds a copy. With
-several workers a step call carries the current weights to the worker and its answer carries the worker's dense
-gradients back, so the dense traffic rides on the step's own round trip (no extra RPC) and no parameter server
-becomes a hot spot for the ~10^4-10^5 dense floats that every sample touches.
-
-- Several workers, sync mode: the driver averages the W workers' gradients in worker order
-  (:func:`average_gradients`, deterministic) and applies them once: every worker then trains step t+1 on the same
-  weights.
-- Several workers, async mode: the driver applies each worker's gradients as they arrive; a worker's next step gets
-  the weights of that moment (staleness of at most its own step).
-
-Survival (several workers): the dense state is held by the driver, not by any server or worker, so losing any one
-of those loses nothing dense; a restarted worker simply receives the current weights with its next step.
-
-One worker (sync or async: its steps come one after another either way): the worker applies its dense gradients
-itself, inside its step's TF call, as the one-process run does, and the step call carries no weights; its answer
-still carries the gradients, which the driver LOGS without applying them (:class:`DriverDense`). The driver's model
-plus that log is exactly the worker's model, so losing the worker loses nothing dense: the driver applies the log
-to its copy (the same ``optimizer.apply`` on the same gradients, bit for bit) and the restarted worker gets that
-state whole (:class:`~xdl_ec.ps.worker.DenseState`) with its first step. Every ``LOG_STEPS`` steps (sooner when the
-log reaches ``LOG_BYTES``), and whenever the driver's dense state is read (a save, a checkpoint, the digest, an
-evaluation), the driver brings its copy up to date by asking the worker for its state (one call), checked by the
-optimizer's iteration count (the driver's plus the log's length; on a mismatch, or when the worker cannot answer,
-the log is applied here instead). Whoever takes the driver's model to change it (a rollback, a resume) makes the
-worker get it whole with its next step.
-What this saves per step: the weights sent out, the worker's ``set_weights``, the driver's ``optimizer.apply``.
-Exactness: the worker's in-step ``optimizer.apply`` is the single-process trainer's (the same ModelStep), and the
-driver's replay of its log is :meth:`DenseModel.apply` on the same gradients in the same order, the arithmetic the
-model_digest tests check bit for bit (one worker on either backend ends at the one-process run's digest; a worker
-killed twice under ``ec``, once with a log of 3 steps, ends at the failure-free digest). Why not less often than
-every step: a step's sparse push reaches the servers with it, so a dense update the driver has not got when the
-worker dies would leave the tables one step ahead of the dense model, with nothing to bring them back together.
+The weights and their optimizer state live with the driver (a :class:`~xdl_ec.model.dense_model.DenseModel`), not
+on a server or a worker, so losing any server or worker loses nothing dense. With several workers a step call
+carries the weights out and its answer the worker's gradients back, on the step's own round trip (no extra call):
+sync mode averages them in worker order (:func:`average_gradients`, deterministic) and applies them once, async
+mode applies each worker's as they arrive. A cluster's only worker applies its own updates inside its step's TF
+call, as the one-process run does, and the driver logs its gradients (:class:`DriverDense`): the driver's model plus
+the log is the worker's model, bit for bit, so a lost worker's successor gets that state whole. The design, its
+exactness and why the log is never skipped: docs/design/how-it-works.md ("A cluster's step") and
+docs/design/ray-step.md.
 """
 
 from __future__ import annotations
@@ -41,6 +16,9 @@ from __future__ import annotations
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
+
+from xdl_ec.model.dense_model import DenseModel
+from xdl_ec.ps.worker import DenseState
 
 LOG_STEPS = 64  # a worker applying its own dense updates hands the driver its state at least this often,
 LOG_BYTES = 256 << 20  # and once the gradients logged since take this much memory (a large dense model)
@@ -83,7 +61,7 @@ class DriverDense:
 
     def __init__(
         self,
-        model: Any,
+        model: DenseModel,
         worker_applies: bool,
         fetch: Callable[[], Optional[Tuple[List[np.ndarray], List[np.ndarray], int]]],
     ) -> None:
@@ -103,8 +81,6 @@ class DriverDense:
             return self.model.weights()
         if self.worker_current:
             return None
-        from .worker import DenseState
-
         self.sync(ask_worker=False)
         self.worker_current = True  # a step that fails before loading it loses its worker (restarted: stale again)
         weights, optimizer = self.model.state()
@@ -139,12 +115,12 @@ class DriverDense:
                 self.worker_current = False
         self.log, self._log_bytes = [], 0
 
-    def current(self) -> Any:
+    def current(self) -> DenseModel:
         """The model, up to date, for a caller that only reads it."""
         self.sync()
         return self.model
 
-    def take(self) -> Any:
+    def take(self) -> DenseModel:
         """The model, up to date, for a caller that may change it: the worker gets it whole with its next step."""
         self.sync()
         self.worker_current = not self.worker_applies
