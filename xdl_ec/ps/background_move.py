@@ -48,7 +48,7 @@ class _FreshView(ClusterView):
     workers' push logs serve the old servers until the switch)."""
 
     def __init__(self, trainer: ResizeTrainer, handles: Sequence[Any]) -> None:
-        super().__init__(trainer)
+        super().__init__(*trainer.view.sources())
         self._handles = list(handles)
 
     @property
