@@ -124,8 +124,8 @@ _NUMPY_GLOBALS = {
 # the xdl_ec types a linked call carries or answers (exception classes are allowed from xdl_ec and builtins)
 _XDL_GLOBALS = {
     ("xdl_ec.ps.api", "PushAck"),
-    ("xdl_ec.ps.worker", "StepResult"),
-    ("xdl_ec.ps.worker", "DenseState"),
+    ("xdl_ec.ps.step_result", "StepResult"),
+    ("xdl_ec.ps.dense_state", "DenseState"),
     ("xdl_ec.ps.direct", "_array"),
 }
 _ARRAY_KINDS = frozenset("biufc?")  # the dtypes (numbers and bools) an array crosses a link as raw bytes in
