@@ -30,8 +30,7 @@ from typing import Dict, List, Optional
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from support.overlapping_failures import SCENARIOS, Outcome, random_scenario, run_scenario  # noqa: E402
+from xdl_ec.benchmark.failure_scenarios import SCENARIOS, Outcome, random_scenario, run_scenario  # noqa: E402
 
 
 def _spinners(count: int) -> List[subprocess.Popen]:

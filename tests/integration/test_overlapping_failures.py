@@ -15,7 +15,14 @@ from typing import Any, Dict, List, Tuple
 import pytest
 
 from support.interrupt import interrupt_when_recovering
-from support.overlapping_failures import SCENARIOS, Scenario, random_scenario, run_scenario
+from xdl_ec.benchmark.failure_scenarios import (
+    SCENARIOS,
+    Scenario,
+    config,
+    random_scenario,
+    reference_digest,
+    run_scenario,
+)
 from xdl_ec.ft.ec_recovery import EcRecovery
 
 CI_RANDOM_SEEDS = range(4)
@@ -129,7 +136,6 @@ def test_default_rebuild_runs_beside_training_and_reports_time_to_full_redundanc
     was complete."""
     from support.ft_runs import make_trainer
     from support.ft_runs import run as run_trainer
-    from support.overlapping_failures import config, reference_digest
     from xdl_ec.ft.ec_strategy import ErasureCoded
     from xdl_ec.ft.failure_schedule import FailureSchedule, Kill
     from xdl_ec.ps import ClusterConfig

@@ -1,25 +1,19 @@
-"""Overlapping server failures under ``--ft ec``: named scenarios and seeded random ones, each run to
-its end and judged against the failure-free run. Shared by tests/integration/test_overlapping_failures.py and
-bench/stress_ft_ec.py (which repeats them under load with a watchdog)."""
+"""Overlapping server failures under ``--ft ec``: named scenarios and seeded random ones, each trained to its end
+through the job API and judged against the failure-free run of the same configuration. Shared by
+``tests/integration/test_overlapping_failures.py`` (a bounded set) and ``bench/stress_ft_ec.py`` (many runs under
+load with a watchdog), so the two judge runs the same way."""
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import random
 from typing import Any, Dict, Optional, Tuple
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job
+from xdl_ec.job.cluster import Cluster
+from xdl_ec.ps.fault_tolerance import Unrecoverable
 
-from support.ft_runs import make_trainer  # noqa: E402
-from support.ft_runs import run as run_trainer
-from xdl_ec.builtin.criteo_job import TrainConfig  # noqa: E402
-from xdl_ec.ft.ec_strategy import ErasureCoded  # noqa: E402
-from xdl_ec.ft.failure_schedule import FailureSchedule, Kill  # noqa: E402
-from xdl_ec.ps import (
-    ClusterConfig,  # noqa: E402
-    Unrecoverable,  # noqa: E402
-)
+EXPECTATIONS = ("exact", "unrecoverable", "either")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +31,24 @@ class Scenario:
     expect: str = "exact"
     rebuild_share: float = 0.05
     workers: int = 1
+
+    def __post_init__(self) -> None:
+        if self.expect not in EXPECTATIONS:
+            raise ValueError(f"scenario {self.name}: expect must be one of {EXPECTATIONS}, not {self.expect!r}")
+
+    def cluster(self, backend: str = "local", failures: bool = True) -> Cluster:
+        """The scenario's cluster: under ec with its kills, or (``failures=False``) its failure-free twin."""
+        if not failures:
+            return Cluster(servers=self.servers, workers=self.workers, backend=backend)
+        return Cluster(
+            servers=self.servers,
+            workers=self.workers,
+            backend=backend,
+            ft="ec",
+            code=(self.k, self.r),
+            rebuild_share=self.rebuild_share,
+            fail_at=[f"{step}:{server}" for step, server in self.kills],
+        )
 
 
 SCENARIOS: Dict[str, Scenario] = {
@@ -85,13 +97,14 @@ def random_scenario(seed: int) -> Scenario:
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    """``kind``: exact | unrecoverable | wrong-digest | unexpected-unrecoverable | not-unrecoverable | error."""
+    """``kind``: exact | unrecoverable | wrong-digest | unexpected-unrecoverable | not-unrecoverable."""
 
     kind: str
     detail: str = ""
 
 
 def config(steps: int, data: Optional[str] = None) -> TrainConfig:
+    """The scenarios' small deterministic built-in job (synthetic unless ``data`` names Criteo rows)."""
     base: Dict[str, Any] = dict(
         batch_size=128, steps=steps, deterministic=True, progress=False, seed=7, emb_dim=8, optimizer="adam"
     )
@@ -102,33 +115,32 @@ def config(steps: int, data: Optional[str] = None) -> TrainConfig:
     return TrainConfig(**base)
 
 
+def _fit(scenario: Scenario, data: Optional[str], backend: str, failures: bool) -> Dict[str, Any]:
+    train = config(scenario.steps, data)
+    return criteo_job(train).fit(
+        steps=scenario.steps,
+        cluster=scenario.cluster(backend, failures),
+        deterministic=train.deterministic,
+        seed=train.seed,
+    )
+
+
 _REFERENCES: Dict[Tuple, str] = {}
 
 
 def reference_digest(scenario: Scenario, data: Optional[str] = None, backend: str = "local") -> str:
     """The failure-free model_digest of the scenario's configuration (trained once per process)."""
-    key = (scenario.servers, scenario.workers, scenario.steps, data)
+    key = (scenario.servers, scenario.workers, scenario.steps, data, backend)
     if key not in _REFERENCES:
-        trainer = make_trainer(
-            config(scenario.steps, data),
-            ClusterConfig(servers=scenario.servers, workers=scenario.workers, backend=backend),
-        )
-        _REFERENCES[key] = run_trainer(trainer)["model_digest"]
+        _REFERENCES[key] = _fit(scenario, data, backend, failures=False)["model_digest"]
     return _REFERENCES[key]
 
 
 def run_scenario(scenario: Scenario, data: Optional[str] = None, backend: str = "local") -> Outcome:
     """Runs ``scenario`` to its end and judges it (see :class:`Outcome`)."""
     expected = reference_digest(scenario, data, backend)
-    strategy = ErasureCoded(scenario.k, scenario.r, rebuild_share=scenario.rebuild_share)
-    trainer = make_trainer(
-        config(scenario.steps, data),
-        ClusterConfig(servers=scenario.servers, workers=scenario.workers, backend=backend),
-        strategy=strategy,
-        failures=FailureSchedule([Kill(step, "server", s) for step, s in scenario.kills]),
-    )
     try:
-        report = run_trainer(trainer)
+        report = _fit(scenario, data, backend, failures=True)
     except Unrecoverable as err:
         if scenario.expect == "exact":
             return Outcome("unexpected-unrecoverable", str(err))
