@@ -63,7 +63,7 @@ class ParityAgent(ServerAgent):
         self.held = HeldParity(index, n, k, r, self.tables, secret)
         self.forwarding = DeltaForwarding(index, n, k, r, self.tables, seq, worker_seqs or {}, secret)
         self.fragments = FragmentReads(self.tables, self.forwarding, self.held)
-        self.restore = ShardRestore(index, n, k, r, self.tables)
+        self.shard_restore = ShardRestore(index, n, k, r, self.tables)
         self.crash = InjectedCrash()
 
     @property
@@ -91,8 +91,8 @@ class ParityAgent(ServerAgent):
         """Applies a push to ``table``'s shard and records its deltas; ``pushes`` {worker: seq} it applies."""
         if self.crash.active and self._push_crashing(server, table, keys, grads, step, repeats, ttl_before):
             return
-        if self.restore.active:
-            self.restore.restore_touched(table, keys)
+        if self.shard_restore.active:
+            self.shard_restore.restore_touched(table, keys)
         # the core takes {worker: seq} as ints (numpy ints included) and raises on anything else
         table.shard.push(
             keys,
@@ -136,8 +136,8 @@ class ParityAgent(ServerAgent):
         """Rows of ``keys``; rows it inserts are a mutation too."""
         if self.crash.taken:
             return table.shard.pull(keys)
-        if self.restore.active:
-            self.restore.restore_touched(table, keys)
+        if self.shard_restore.active:
+            self.shard_restore.restore_touched(table, keys)
         return table.shard.pull(keys, forwarder=self.forwarder, table=table.name)
 
     def pull_stale(
@@ -146,7 +146,7 @@ class ParityAgent(ServerAgent):
         """A caching worker's pull; rows it inserts are a mutation too."""
         if self.crash.taken:
             return table.shard.pull_stale(keys, known, staleness)
-        self.restore.restore_touched(table, keys)
+        self.shard_restore.restore_touched(table, keys)
         return table.shard.pull_stale(keys, known, staleness, forwarder=self.forwarder, table=table.name)
 
     def load_rows(
@@ -274,7 +274,7 @@ class ParityAgent(ServerAgent):
         unavailable: Sequence[int],
     ) -> int:
         """Installs the recovered key index of ``table`` (ShardRestore.begin); returns the blocks to restore."""
-        return self.restore.begin(server.table(table).shard, table, keys, slots, high_water, servers, unavailable)
+        return self.shard_restore.begin(server.table(table).shard, table, keys, slots, high_water, servers, unavailable)
 
     def restore_block(self, server: AgentHost, table: str, block: int, data: np.ndarray) -> bool:
         return bool(server.table(table).shard.restore_block(block, data))
@@ -287,7 +287,7 @@ class ParityAgent(ServerAgent):
     def stats(self, server: AgentHost) -> Dict[str, int]:
         return {
             "parity_bytes": int(self.holder.bytes),
-            "degraded_reads": self.restore.degraded_reads,
+            "degraded_reads": self.shard_restore.degraded_reads,
             **self.forwarding.stats(),
         }
 
