@@ -1,0 +1,76 @@
+// Where one shard's records live: a slot array of fixed-size records (record_layout.h) cut into blocks of
+// `block_slots` records, the unit of parity striping and of recovery. A placed block never moves (parity
+// over its bytes stays valid while the array grows), is carved zeroed from large huge-page slabs, and may
+// have no bytes: a block past the array, one a restore has not filled yet (EmbeddingShard::BeginRestore),
+// or one given back to the kernel whole (Release: an eviction pass emptied it; it reads zeros until reused).
+//
+// What a record means, which slots are free and how keys find them is the shard's: this class holds the
+// bytes and their extent only, behind a narrow interface (a record's bytes, growth, blocks), so a lower
+// tier can go below it without the shard's operations changing. Not thread safe: the shard's lock guards
+// it. The accessors are inline because the pull and push loops call Record once per row.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "xdl_ec/mapped_buffer.h"
+
+namespace xdl_ec {
+
+class SlotStore {
+ public:
+  SlotStore(size_t record_bytes, uint32_t block_slots);
+
+  size_t record_bytes() const { return record_bytes_; }
+  uint32_t block_slots() const { return block_slots_; }
+  size_t block_bytes() const { return block_bytes_; }
+  size_t high_water() const { return high_water_; }  // slots ever used: the array's length
+  size_t num_blocks() const { return (high_water_ + block_slots_ - 1) / block_slots_; }
+
+  // Slot -> (block, index within the block): a shift and a mask when block_slots is a power of two
+  // (the default), since a 64-bit division per access is a visible share of a cached row read.
+  size_t BlockOf(size_t slot) const { return block_shift_ >= 0 ? slot >> block_shift_ : slot / block_slots_; }
+  size_t WithinBlock(size_t slot) const { return block_shift_ >= 0 ? slot & (block_slots_ - 1) : slot % block_slots_; }
+
+  // The record bytes of `slot`, whose block has bytes.
+  uint8_t* Record(size_t slot) const { return blocks_[BlockOf(slot)] + WithinBlock(slot) * record_bytes_; }
+  // Block b's bytes, or null when it has none.
+  uint8_t* Block(size_t b) const { return b < blocks_.size() ? blocks_[b] : nullptr; }
+
+  // ---- growth ------------------------------------------------------------------------------------
+  // Block b's bytes (b below num_blocks()), placed zeroed first when it has none.
+  uint8_t* Place(size_t b);
+  // Appends one slot to the array, placing its block when it has none; returns the slot.
+  size_t Grow();
+  // Makes the array `high_water` slots long with no block placed (a restore fills them); forgets the
+  // blocks held before (their slab bytes are not reused).
+  void Reset(size_t high_water);
+
+  // ---- blocks given back ----------------------------------------------------------------------------
+  bool released(size_t b) const { return released_count_ != 0 && b < released_.size() && released_[b]; }
+  // Block b holds no live record: its pages go back to the kernel (the bytes stay zero). A block without
+  // bytes, or within one page (nothing to give back), stays as it is.
+  void Release(size_t b);
+  // A slot of block b is taken again: the block counts as held (its pages come back as they are touched).
+  void Reuse(size_t b);
+
+  size_t bytes() const;  // bytes of the placed blocks, released ones excepted
+
+ private:
+  uint8_t* AllocateBlock();
+
+  size_t record_bytes_;
+  uint32_t block_slots_;
+  size_t block_bytes_;
+  int block_shift_ = -1;  // log2(block_slots) when it is a power of two
+  size_t high_water_ = 0;
+  std::vector<uint8_t*> blocks_;     // blocks_[b] holds slots [b * block_slots, (b + 1) * block_slots)
+  std::vector<MappedBuffer> slabs_;  // where blocks live: large huge-page mappings, never moved
+  size_t slab_used_ = 0;             // bytes of slabs_.back() handed out
+  size_t slab_total_ = 0;            // bytes of all slabs
+  std::vector<uint8_t> released_;    // per block: given back by Release until Reuse
+  size_t released_count_ = 0;
+};
+
+}  // namespace xdl_ec
