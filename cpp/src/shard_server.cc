@@ -127,7 +127,7 @@ bool ShardServer::Serve(const PushPullRequest& request, PushPullAnswer* answer) 
       if (forwarder_) {
         const WorkerSeqs pushes{{worker, part.seq}};
         DeltaForwarder::Mutation sink(*forwarder_, part.table, pushes);
-        shard.Push(part.keys, part.grads, part.n, request.step, sink, part.repeats);
+        shard.Push(part.keys, part.grads, part.n, request.step, &sink, part.repeats);
       } else {
         shard.Push(part.keys, part.grads, part.n, request.step, nullptr, part.repeats);
       }
@@ -153,7 +153,7 @@ bool ShardServer::Serve(const PushPullRequest& request, PushPullAnswer* answer) 
       if (forwarder_) {
         const WorkerSeqs no_pushes;  // the Mutation refers to it: it must outlive the sink
         DeltaForwarder::Mutation sink(*forwarder_, pull.table, no_pushes);
-        shard.Pull(pull.keys, pull.n, rows.data.get(), sink);
+        shard.Pull(pull.keys, pull.n, rows.data.get(), &sink);
       } else {
         shard.Pull(pull.keys, pull.n, rows.data.get(), nullptr);
       }
@@ -191,7 +191,7 @@ bool ShardServer::Serve(const PushPullRequest& request, PushPullAnswer* answer) 
         const WorkerSeqs no_pushes;  // the Mutation refers to it: it must outlive the sink
         DeltaForwarder::Mutation sink(*forwarder_, pull.table, no_pushes);
         sent = shard.PullStale(pull.keys, pull.n, known, pull.staleness, out.rows.data.get(), out.clocks.get(),
-                               out.sent_mask.get(), sink);
+                               out.sent_mask.get(), &sink);
       } else {
         sent = shard.PullStale(pull.keys, pull.n, known, pull.staleness, out.rows.data.get(), out.clocks.get(),
                                out.sent_mask.get(), nullptr);

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "xdl_ec/delta_batch_sink.h"
 #include "xdl_ec/embedding_shard.h"
 #include "xdl_ec/erasure_code.h"
 #include "xdl_ec/parity_holder.h"
@@ -62,7 +63,7 @@ struct Cluster {
     for (auto& g : grads) g = grad(rng);
     const WorkerSeqs pushes{{worker, seq}};
     DeltaForwarder::Mutation sink(*forwarders[s], "t", pushes);  // as the server's push path does
-    shards[s]->Push(keys.data(), grads.data(), keys.size(), step, sink);
+    shards[s]->Push(keys.data(), grads.data(), keys.size(), step, &sink);
   }
 
   void Drain() {
@@ -324,13 +325,13 @@ TEST(DeltaForwarder, AShardRecordsIntoItsMutationSinkOnlyWhatChangedIt) {
   std::vector<float> rows(keys.size() * 4), grads(keys.size() * 4, 0.5f);
   const WorkerSeqs none;
   DeltaForwarder::Mutation pull(f, "t", none);
-  shard.Pull(keys.data(), keys.size(), rows.data(), pull);  // inserts three rows: one mutation
+  shard.Pull(keys.data(), keys.size(), rows.data(), &pull);  // inserts three rows: one mutation
   EXPECT_EQ(1, f.seq());
-  shard.Pull(keys.data(), keys.size(), rows.data(), pull);  // all present: nothing changed, nothing recorded
+  shard.Pull(keys.data(), keys.size(), rows.data(), &pull);  // all present: nothing changed, nothing recorded
   EXPECT_EQ(1, f.seq());
   const WorkerSeqs pushes{{4, 7}};
   DeltaForwarder::Mutation push(f, "t", pushes);
-  shard.Push(keys.data(), grads.data(), keys.size(), 1, push);
+  shard.Push(keys.data(), grads.data(), keys.size(), 1, &push);
   EXPECT_EQ(2, f.seq());
   c.Drain();
   EXPECT_EQ(7, f.DurableSeq(4));
@@ -340,7 +341,7 @@ TEST(DeltaForwarder, AShardRecordsIntoItsMutationSinkOnlyWhatChangedIt) {
   ShardConfig wide = Config();
   wide.dim = 8;
   EmbeddingShard other(wide);
-  EXPECT_THROW(other.Push(keys.data(), std::vector<float>(keys.size() * 8, 0.5f).data(), keys.size(), 1, push),
+  EXPECT_THROW(other.Push(keys.data(), std::vector<float>(keys.size() * 8, 0.5f).data(), keys.size(), 1, &push),
                std::invalid_argument);
   EXPECT_EQ(0u, other.size());
   EXPECT_EQ(0u, other.num_blocks());
@@ -460,7 +461,7 @@ TEST(DeltaForwarder, ConcurrentSendersToSharedHolders) {
         for (auto& x : keys) x = key(rng);
         for (auto& g : grads) g = grad(rng);
         DeltaBatch deltas;
-        c.shards[s]->Push(keys.data(), grads.data(), keys.size(), step, &deltas);
+        c.shards[s]->Push(keys.data(), grads.data(), keys.size(), step, DeltaBatchSink(&deltas).sink());
         c.forwarders[s]->Record("t", deltas, {{0, step}});
       }
     });

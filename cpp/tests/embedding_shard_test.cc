@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "xdl_ec/delta_batch_sink.h"
 #include "xdl_ec/task_pool.h"
 
 namespace xdl_ec {
@@ -40,7 +41,7 @@ std::vector<uint8_t> AllBlocks(const EmbeddingShard& shard) {
 
 std::vector<float> Pull(EmbeddingShard& shard, const std::vector<int64_t>& keys, DeltaBatch* deltas = nullptr) {
   std::vector<float> out(keys.size() * shard.dim());
-  shard.Pull(keys.data(), keys.size(), out.data(), deltas);
+  shard.Pull(keys.data(), keys.size(), out.data(), DeltaBatchSink(deltas).sink());
   return out;
 }
 
@@ -209,12 +210,12 @@ TEST(EmbeddingShard, DeltasAreOldXorNew) {
   EXPECT_EQ(shard_image(), image);
   std::vector<int64_t> push_keys = {2, 7, 2, 5};
   std::vector<float> grads(16, 0.25f);
-  shard.Push(push_keys.data(), grads.data(), 4, 3, &deltas);
+  shard.Push(push_keys.data(), grads.data(), 4, 3, DeltaBatchSink(&deltas).sink());
   EXPECT_EQ(deltas.size(), 3u);  // 2, 7 (new), 5: each slot once
   apply(deltas);
   EXPECT_EQ(shard_image(), image);
   std::vector<int64_t> erase_keys = {1, 7, 100};
-  EXPECT_EQ(shard.Erase(erase_keys.data(), 3, &deltas), 2u);
+  EXPECT_EQ(shard.Erase(erase_keys.data(), 3, DeltaBatchSink(&deltas).sink()), 2u);
   EXPECT_EQ(deltas.size(), 2u);
   apply(deltas);
   EXPECT_EQ(shard_image(), image);
@@ -366,7 +367,7 @@ PullStaleResult PullStale(EmbeddingShard& shard, const std::vector<int64_t>& key
   r.clocks.assign(keys.size(), -7);
   r.sent.assign(keys.size(), 7);
   r.sent_count = shard.PullStale(keys.data(), keys.size(), known.data(), staleness, r.rows.data(), r.clocks.data(),
-                                 r.sent.data(), deltas);
+                                 r.sent.data(), DeltaBatchSink(deltas).sink());
   r.rows.resize(r.sent_count * shard.dim());
   return r;
 }
@@ -421,7 +422,7 @@ TEST(EmbeddingShardClocks, PushDeltasCarryTheClock) {
   DeltaBatch deltas;
   const int64_t key = 5;
   const float zero[] = {0.0f, 0.0f};  // SGD with a zero gradient leaves the value: only the clock moves
-  shard.Push(&key, zero, 1, 1, &deltas);
+  shard.Push(&key, zero, 1, 1, DeltaBatchSink(&deltas).sink());
   ASSERT_EQ(deltas.size(), 1u);
   const uint8_t* d = deltas.delta(0);
   uint32_t flags_xor;
@@ -515,7 +516,7 @@ TEST(EmbeddingShardClocks, PullStaleReportsItsInsertsToASink) {
   std::vector<int32_t> known(3, -1), clocks(3);
   std::vector<float> rows(3 * 4);
   std::vector<uint8_t> sent(3);
-  EXPECT_EQ(shard.PullStale(keys.data(), 3, known.data(), 0, rows.data(), clocks.data(), sent.data(), sink), 3u);
+  EXPECT_EQ(shard.PullStale(keys.data(), 3, known.data(), 0, rows.data(), clocks.data(), sent.data(), &sink), 3u);
   ASSERT_EQ(sink.recorded.size(), 1u);
   EXPECT_EQ(sink.recorded[0].slots, (std::vector<uint32_t>{0, 1, 2}));
   // The deltas rebuild the shard's bytes from the zero image (clocks included).
@@ -527,10 +528,10 @@ TEST(EmbeddingShardClocks, PullStaleReportsItsInsertsToASink) {
   EXPECT_EQ(image, AllBlocks(shard));
   // All present: nothing changes, nothing is reported (as a pull of present keys).
   known = clocks;
-  EXPECT_EQ(shard.PullStale(keys.data(), 3, known.data(), 0, rows.data(), clocks.data(), sent.data(), sink), 0u);
+  EXPECT_EQ(shard.PullStale(keys.data(), 3, known.data(), 0, rows.data(), clocks.data(), sent.data(), &sink), 0u);
   EXPECT_EQ(sink.begins, 1);
   EXPECT_EQ(sent, (std::vector<uint8_t>{0, 0, 0}));
-  EXPECT_THROW(shard.PullStale(keys.data(), 3, nullptr, 0, rows.data(), clocks.data(), sent.data(), sink),
+  EXPECT_THROW(shard.PullStale(keys.data(), 3, nullptr, 0, rows.data(), clocks.data(), sent.data(), &sink),
                std::invalid_argument);
 }
 
@@ -847,15 +848,15 @@ struct SplitTwins {
   void Pull(const std::vector<int64_t>& keys) {
     DeltaBatch ds, dw;
     std::vector<float> rs(keys.size() * split.dim()), rw(rs.size());
-    split.Pull(keys.data(), keys.size(), rs.data(), &ds);
-    whole.Pull(keys.data(), keys.size(), rw.data(), &dw);
+    split.Pull(keys.data(), keys.size(), rs.data(), DeltaBatchSink(&ds).sink());
+    whole.Pull(keys.data(), keys.size(), rw.data(), DeltaBatchSink(&dw).sink());
     ASSERT_EQ(0, std::memcmp(rs.data(), rw.data(), rs.size() * sizeof(float)));
     ExpectSameDeltas(ds, dw);
   }
   void Push(const std::vector<int64_t>& keys, const std::vector<float>& grads, int64_t step) {
     DeltaBatch ds, dw;
-    split.Push(keys.data(), grads.data(), keys.size(), step, &ds);
-    whole.Push(keys.data(), grads.data(), keys.size(), step, &dw);
+    split.Push(keys.data(), grads.data(), keys.size(), step, DeltaBatchSink(&ds).sink());
+    whole.Push(keys.data(), grads.data(), keys.size(), step, DeltaBatchSink(&dw).sink());
     ExpectSameDeltas(ds, dw);
   }
   static void ExpectSameDeltas(const DeltaBatch& a, const DeltaBatch& b) {

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "xdl_ec/delta_batch_sink.h"
 #include "xdl_ec/embedding_shard.h"
 #include "xdl_ec/erasure_code.h"
 #include "xdl_ec/parity_router.h"
@@ -196,7 +197,7 @@ inline void ParityGroup::Pull(int server, const int64_t* keys, size_t count, flo
   CheckServer(server, "Pull");
   Mutate(server, [&](EmbeddingShard& shard, bool) {
     thread_local DeltaBatch deltas;
-    shard.Pull(keys, count, out, &deltas);
+    shard.Pull(keys, count, out, DeltaBatchSink(&deltas).sink());
     if (deltas.size() > 0) ApplyRouted(server, deltas);
   });
 }
@@ -210,7 +211,7 @@ inline void ParityGroup::Push(int server, const int64_t* keys, const float* grad
   CheckServer(server, "Push");
   Mutate(server, [&](EmbeddingShard& shard, bool) {
     thread_local DeltaBatch deltas;
-    shard.Push(keys, grads, count, step, &deltas);
+    shard.Push(keys, grads, count, step, DeltaBatchSink(&deltas).sink());
     if (deltas.size() > 0) ApplyRouted(server, deltas);
   });
 }
@@ -219,7 +220,7 @@ inline size_t ParityGroup::Erase(int server, const int64_t* keys, size_t count) 
   CheckServer(server, "Erase");
   return Mutate(server, [&](EmbeddingShard& shard, bool) {
     thread_local DeltaBatch deltas;
-    const size_t erased = shard.Erase(keys, count, &deltas);
+    const size_t erased = shard.Erase(keys, count, DeltaBatchSink(&deltas).sink());
     if (deltas.size() > 0) ApplyRouted(server, deltas);
     return erased;
   });
@@ -229,7 +230,7 @@ inline void ParityGroup::Load(int server, const int64_t* keys, const float* valu
   CheckServer(server, "Load");
   Mutate(server, [&](EmbeddingShard& shard, bool) {
     thread_local DeltaBatch deltas;
-    shard.Load(keys, values, state, count, &deltas);
+    shard.Load(keys, values, state, count, DeltaBatchSink(&deltas).sink());
     if (deltas.size() > 0) ApplyRouted(server, deltas);
   });
 }

@@ -44,7 +44,7 @@ struct Sender {
     ++seq;
     const WorkerSeqs pushes{{0, seq}};  // the Mutation keeps a reference
     DeltaForwarder::Mutation sink(forwarder, "t", pushes);
-    shard.Push(k.data(), g.data(), k.size(), seq, sink);
+    shard.Push(k.data(), g.data(), k.size(), seq, &sink);
     forwarder.Flush();
     DeltaForwarder::Delivery d;
     if (!forwarder.Take(kHolder, link, 5000, &d)) throw std::runtime_error("nothing to take");

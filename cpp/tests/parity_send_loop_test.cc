@@ -68,7 +68,7 @@ struct Server {
     for (auto [s, f] : {std::pair<EmbeddingShard*, DeltaForwarder*>{&shard, forwarder.get()}, {&twin_shard, &twin}}) {
       const WorkerSeqs pushes{{0, seq}};  // the Mutation keeps a reference
       DeltaForwarder::Mutation sink(*f, "t", pushes);
-      s->Push(k.data(), g.data(), k.size(), seq, sink);
+      s->Push(k.data(), g.data(), k.size(), seq, &sink);
     }
   }
   std::vector<uint8_t> Block(ParityHolder& holder, size_t c) const {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "xdl_ec/delta_batch_sink.h"
 #include "xdl_ec/embedding_shard.h"
 
 namespace xdl_ec {
@@ -40,14 +41,14 @@ RowPolicyConfig Admit(int64_t n) {
 
 std::vector<float> Pull(EmbeddingShard& shard, const std::vector<int64_t>& keys, DeltaBatch* deltas = nullptr) {
   std::vector<float> out(keys.size() * shard.dim(), -1.0f);
-  shard.Pull(keys.data(), keys.size(), out.data(), deltas);
+  shard.Pull(keys.data(), keys.size(), out.data(), DeltaBatchSink(deltas).sink());
   return out;
 }
 
 void Push(EmbeddingShard& shard, const std::vector<int64_t>& keys, int64_t step, DeltaBatch* deltas = nullptr,
           float g = 0.5f) {
   std::vector<float> grads(keys.size() * shard.dim(), g);
-  shard.Push(keys.data(), grads.data(), keys.size(), step, deltas);
+  shard.Push(keys.data(), grads.data(), keys.size(), step, DeltaBatchSink(deltas).sink());
 }
 
 std::vector<uint8_t> AllBlocks(const EmbeddingShard& shard) {
@@ -138,7 +139,7 @@ TEST(RowPolicy, TablesWithoutRulesKeepTheirLayout) {
   // Without rules a pass frees nothing and reports nothing.
   Push(plain, {1, 2, 3}, 1);
   DeltaBatch d;
-  EXPECT_EQ(plain.Evict(1000, &d).counts.total(), 0u);
+  EXPECT_EQ(plain.Evict(1000, DeltaBatchSink(&d).sink()).counts.total(), 0u);
   EXPECT_EQ(d.size(), 0u);
   EXPECT_EQ(plain.size(), 3u);
   EXPECT_THROW(plain.Evict(0), std::invalid_argument);
@@ -261,8 +262,8 @@ TEST(RowPolicy, ABlockAPassEmptiesWholeIsGivenBackAndReused) {
     Push(reference, one_of_second, step);
   }
   // At step 4 every key of block 0 is past its TTL, block 1 keeps one row: block 0 alone is given back.
-  shard.Push(one_of_second.data(), std::vector<float>(16, 0.5f).data(), 1, 5, &deltas);
-  const auto e = shard.Evict(5, &deltas);
+  shard.Push(one_of_second.data(), std::vector<float>(16, 0.5f).data(), 1, 5, DeltaBatchSink(&deltas).sink());
+  const auto e = shard.Evict(5, DeltaBatchSink(&deltas).sink());
   EXPECT_EQ(e.counts.ttl, size_t{2 * slots - 1});
   EXPECT_EQ(shard.memory().slot_bytes, shard.block_bytes());
   EXPECT_EQ(shard.memory().live_rows, 1u);
@@ -417,10 +418,10 @@ TEST(RowPolicy, DeltasKeepParityExactAndARestoredShardDecidesTheSame) {
     if (m) m->Apply(d);
     std::vector<float> grads(batch.size() * 4);
     for (float& x : grads) x = static_cast<float>(static_cast<int64_t>(g() % 200) - 100) / 100.0f;
-    s.Push(batch.data(), grads.data(), batch.size(), step, &d);
+    s.Push(batch.data(), grads.data(), batch.size(), step, DeltaBatchSink(&d).sink());
     if (m) m->Apply(d);
     if (step % 4 == 0) {
-      s.Evict(step, &d);
+      s.Evict(step, DeltaBatchSink(&d).sink());
       if (m) m->Apply(d);
     }
   };
@@ -663,7 +664,7 @@ TEST(RowPolicy, AStagedLoadWritesTheWordsAndPendingIdsInItsOwnDeltas) {
                        pending_last.data(), 1);
   Mirror mirror;
   DeltaBatch d;
-  shard.Load(keys.data(), values.data(), nullptr, 2, &d);
+  shard.Load(keys.data(), values.data(), nullptr, 2, DeltaBatchSink(&d).sink());
   EXPECT_EQ(d.size(), 3u);
   mirror.Apply(d);
   EXPECT_TRUE(mirror.Matches(shard));
@@ -693,7 +694,7 @@ TEST(RowPolicy, EvictedSlotsAreZeroAndReusedLowestFirst) {
   Push(shard, {1, 2, 3, 4}, 1);
   Push(shard, {2, 4}, 3);
   DeltaBatch d;
-  auto e = shard.Evict(3, &d);
+  auto e = shard.Evict(3, DeltaBatchSink(&d).sink());
   EXPECT_EQ(e.keys, (std::vector<int64_t>{1, 3}));
   EXPECT_EQ(d.slots, (std::vector<uint32_t>{0, 2}));
   EXPECT_EQ(shard.memory().free_slots, 2u);
@@ -718,16 +719,17 @@ TEST(RowPolicy, APushsTtlBeforeFreesTheRowsLastUpdatedBeforeIt) {
   }
   std::vector<float> g(shard.dim(), 0.5f);
   const int64_t five = 5;
-  shard.Push(&five, g.data(), 1, 5, &d, nullptr, 5);  // step 5 runs no pass: the cutoff is ignored
+  shard.Push(&five, g.data(), 1, 5, DeltaBatchSink(&d).sink(), nullptr,
+             5);  // step 5 runs no pass: the cutoff is ignored
   mirror.Apply(d);
   EXPECT_EQ(shard.size(), 5u);
   const int64_t seven = 7;
-  ExpectInvalid([&] { shard.Push(&seven, g.data(), 1, 8, &d, nullptr, 9); }, "ttl_before");
-  ExpectInvalid([&] { shard.Push(&seven, g.data(), 1, 8, &d, nullptr, -1); }, "ttl_before");
+  ExpectInvalid([&] { shard.Push(&seven, g.data(), 1, 8, DeltaBatchSink(&d).sink(), nullptr, 9); }, "ttl_before");
+  ExpectInvalid([&] { shard.Push(&seven, g.data(), 1, 8, DeltaBatchSink(&d).sink(), nullptr, -1); }, "ttl_before");
   EXPECT_EQ(shard.size(), 5u);
   EXPECT_TRUE(mirror.Matches(shard));
   // Step 8 with cutoff 3: keys 1, 2 and the never-pushed 100 go; 3 (step 3), 5 and the pushed 7 stay.
-  shard.Push(&seven, g.data(), 1, 8, &d, nullptr, 3);
+  shard.Push(&seven, g.data(), 1, 8, DeltaBatchSink(&d).sink(), nullptr, 3);
   mirror.Apply(d);
   EXPECT_TRUE(mirror.Matches(shard));
   EXPECT_EQ(Sorted(shard.Export().keys), (std::vector<int64_t>{3, 5, 7}));

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "parity_group.h"
+#include "xdl_ec/delta_batch_sink.h"
 #include "xdl_ec/embedding_shard.h"
 #include "xdl_ec/key_router.h"
 #include "xdl_ec/row_policy.h"
@@ -45,7 +46,7 @@ ShardConfig Config(RowPolicyConfig rules, uint32_t block_slots = 8, int dim = 4,
 
 void Push(EmbeddingShard& shard, const std::vector<int64_t>& keys, int64_t step, DeltaBatch* deltas = nullptr) {
   std::vector<float> grads(keys.size() * shard.dim(), 0.25f);
-  shard.Push(keys.data(), grads.data(), keys.size(), step, deltas);
+  shard.Push(keys.data(), grads.data(), keys.size(), step, DeltaBatchSink(deltas).sink());
 }
 
 std::vector<uint8_t> AllBlocks(const EmbeddingShard& shard) {
@@ -286,11 +287,11 @@ TEST(SketchCounter, DeltasCarryTheCellsAndARestoredShardDecidesTheSame) {
     std::vector<int64_t> batch;
     for (int i = 0; i < 14; ++i) batch.push_back(static_cast<int64_t>(g() % 50));
     std::vector<float> out(batch.size() * 4);
-    s.Pull(batch.data(), batch.size(), out.data(), &d);
+    s.Pull(batch.data(), batch.size(), out.data(), DeltaBatchSink(&d).sink());
     if (m) m->Apply(d);
     std::vector<float> grads(batch.size() * 4);
     for (float& x : grads) x = static_cast<float>(static_cast<int64_t>(g() % 200) - 100) / 100.0f;
-    s.Push(batch.data(), grads.data(), batch.size(), step, &d);
+    s.Push(batch.data(), grads.data(), batch.size(), step, DeltaBatchSink(&d).sink());
     if (m) m->Apply(d);
   };
   std::mt19937_64 rng(5);
@@ -379,7 +380,7 @@ TEST(SketchCounter, SavedCellsResumeTheSameDecisionsAndAddUpAcrossShards) {
   Mirror mirror;
   DeltaBatch d;
   staged.StageSketch(cells.data(), cells.size());
-  staged.Load(rows.keys.data(), rows.values.data(), rows.state.data(), rows.keys.size(), &d);
+  staged.Load(rows.keys.data(), rows.values.data(), rows.state.data(), rows.keys.size(), DeltaBatchSink(&d).sink());
   mirror.Apply(d);
   EXPECT_TRUE(mirror.Matches(staged));
   EXPECT_EQ(staged.ExportSketch(), cells);

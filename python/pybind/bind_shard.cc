@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "xdl_ec/delta_batch_sink.h"
 #include "xdl_ec/delta_forwarder.h"
 #include "xdl_ec/embedding_shard.h"
 #include "xdl_ec/shard_registry.h"
@@ -69,9 +70,11 @@ py::array_t<T> ToNumpy(std::vector<T>&& v, std::vector<py::ssize_t> shape) {
   return py::array_t<T>(shape, owned->data(), base);
 }
 
-py::tuple DeltasToNumpy(DeltaBatch&& d) {
+// return_deltas: (slots uint32[m], old XOR new uint8[m, record bytes]); a call that reported none gives
+// m = 0 rows of the shard's record size.
+py::tuple DeltasToNumpy(const EmbeddingShard& shard, DeltaBatch&& d) {
   const py::ssize_t m = static_cast<py::ssize_t>(d.slots.size());
-  const py::ssize_t rb = static_cast<py::ssize_t>(d.record_bytes);
+  const py::ssize_t rb = static_cast<py::ssize_t>(shard.layout().bytes());
   return py::make_tuple(ToNumpy(std::move(d.slots), {m}), ToNumpy(std::move(d.xor_bytes), {m, rb}));
 }
 
@@ -103,16 +106,16 @@ py::object Pull(EmbeddingShard& shard, const Keys& keys, bool return_deltas,
   if (forwarder) {
     DeltaForwarder::Mutation sink(*forwarder, table, pushes);
     py::gil_scoped_release release;
-    shard.Pull(keys.data(), n, out.mutable_data(), sink);
+    shard.Pull(keys.data(), n, out.mutable_data(), &sink);
     return std::move(out);
   }
   DeltaBatch deltas;
   {
     py::gil_scoped_release release;
-    shard.Pull(keys.data(), n, out.mutable_data(), return_deltas ? &deltas : nullptr);
+    shard.Pull(keys.data(), n, out.mutable_data(), DeltaBatchSink(return_deltas ? &deltas : nullptr).sink());
   }
   if (!return_deltas) return std::move(out);
-  return py::make_tuple(out, DeltasToNumpy(std::move(deltas)));
+  return py::make_tuple(out, DeltasToNumpy(shard, std::move(deltas)));
 }
 
 py::array_t<int32_t> Clocks(const EmbeddingShard& shard, const Keys& keys) {
@@ -155,7 +158,7 @@ py::tuple PullStale(EmbeddingShard& shard, const Keys& keys, const py::object& k
     DeltaForwarder::Mutation sink(*forwarder, table, no_pushes);
     py::gil_scoped_release release;
     m = shard.PullStale(keys.data(), n, known32.data(), static_cast<uint32_t>(staleness), rows.mutable_data(),
-                        clocks.mutable_data(), sent_bytes, sink);
+                        clocks.mutable_data(), sent_bytes, &sink);
   } else {
     py::gil_scoped_release release;
     m = shard.PullStale(keys.data(), n, known32.data(), static_cast<uint32_t>(staleness), rows.mutable_data(),
@@ -197,16 +200,17 @@ py::object Push(EmbeddingShard& shard, const Keys& keys, const Floats& grads, in
   if (forwarder) {
     DeltaForwarder::Mutation sink(*forwarder, table, pushes);
     py::gil_scoped_release release;
-    shard.Push(keys.data(), grads.data(), n, step, sink, reps, ttl_before);
+    shard.Push(keys.data(), grads.data(), n, step, &sink, reps, ttl_before);
     return py::none();
   }
   DeltaBatch deltas;
   {
     py::gil_scoped_release release;
-    shard.Push(keys.data(), grads.data(), n, step, return_deltas ? &deltas : nullptr, reps, ttl_before);
+    shard.Push(keys.data(), grads.data(), n, step, DeltaBatchSink(return_deltas ? &deltas : nullptr).sink(), reps,
+               ttl_before);
   }
   if (!return_deltas) return py::none();
-  return DeltasToNumpy(std::move(deltas));
+  return DeltasToNumpy(shard, std::move(deltas));
 }
 
 py::object Erase(EmbeddingShard& shard, const Keys& keys, bool return_deltas) {
@@ -215,10 +219,11 @@ py::object Erase(EmbeddingShard& shard, const Keys& keys, bool return_deltas) {
   size_t erased;
   {
     py::gil_scoped_release release;
-    erased = shard.Erase(keys.data(), static_cast<size_t>(keys.shape(0)), return_deltas ? &deltas : nullptr);
+    erased = shard.Erase(keys.data(), static_cast<size_t>(keys.shape(0)),
+                         DeltaBatchSink(return_deltas ? &deltas : nullptr).sink());
   }
   if (!return_deltas) return py::int_(erased);
-  return py::make_tuple(erased, DeltasToNumpy(std::move(deltas)));
+  return py::make_tuple(erased, DeltasToNumpy(shard, std::move(deltas)));
 }
 
 py::tuple Export(const EmbeddingShard& shard, bool with_words) {
@@ -250,10 +255,10 @@ py::object Evict(EmbeddingShard& shard, int64_t now_step, bool return_deltas,
     const WorkerSeqs no_pushes;  // the Mutation refers to it: it must outlive the sink
     DeltaForwarder::Mutation sink(*forwarder, table, no_pushes);
     py::gil_scoped_release release;
-    e = shard.Evict(now_step, sink);
+    e = shard.Evict(now_step, &sink);
   } else {
     py::gil_scoped_release release;
-    e = shard.Evict(now_step, return_deltas ? &deltas : nullptr);
+    e = shard.Evict(now_step, DeltaBatchSink(return_deltas ? &deltas : nullptr).sink());
   }
   py::dict out;
   out["ttl"] = e.counts.ttl;
@@ -262,7 +267,7 @@ py::object Evict(EmbeddingShard& shard, int64_t now_step, bool return_deltas,
   const py::ssize_t m = static_cast<py::ssize_t>(e.keys.size());
   out["keys"] = ToNumpy(std::move(e.keys), {m});
   if (!return_deltas) return std::move(out);
-  return py::make_tuple(out, DeltasToNumpy(std::move(deltas)));
+  return py::make_tuple(out, DeltasToNumpy(shard, std::move(deltas)));
 }
 
 py::dict PolicyStatsDict(const EmbeddingShard& shard) {
@@ -294,10 +299,11 @@ py::object LoadPolicyWords(EmbeddingShard& shard, const Keys& keys, const Slots&
   DeltaBatch deltas;
   {
     py::gil_scoped_release release;
-    shard.LoadPolicyWords(keys.data(), uses.data(), last_step.data(), n, return_deltas ? &deltas : nullptr);
+    shard.LoadPolicyWords(keys.data(), uses.data(), last_step.data(), n,
+                          DeltaBatchSink(return_deltas ? &deltas : nullptr).sink());
   }
   if (!return_deltas) return py::none();
-  return DeltasToNumpy(std::move(deltas));
+  return DeltasToNumpy(shard, std::move(deltas));
 }
 
 py::tuple TakeDirty(EmbeddingShard& shard) {
@@ -322,16 +328,17 @@ py::object Load(EmbeddingShard& shard, const Keys& keys, const Floats& values, c
     const WorkerSeqs no_pushes;  // the Mutation refers to it: it must outlive the sink
     DeltaForwarder::Mutation sink(*forwarder, table, no_pushes);
     py::gil_scoped_release release;
-    shard.Load(keys.data(), values.data(), state ? state->data() : nullptr, n, sink);
+    shard.Load(keys.data(), values.data(), state ? state->data() : nullptr, n, &sink);
     return py::none();
   }
   DeltaBatch deltas;
   {
     py::gil_scoped_release release;
-    shard.Load(keys.data(), values.data(), state ? state->data() : nullptr, n, return_deltas ? &deltas : nullptr);
+    shard.Load(keys.data(), values.data(), state ? state->data() : nullptr, n,
+               DeltaBatchSink(return_deltas ? &deltas : nullptr).sink());
   }
   if (!return_deltas) return py::none();
-  return DeltasToNumpy(std::move(deltas));
+  return DeltasToNumpy(shard, std::move(deltas));
 }
 
 py::tuple ExportPending(const EmbeddingShard& shard) {
@@ -384,10 +391,11 @@ py::object LoadSketch(EmbeddingShard& shard, const Cells& cells, bool return_del
   DeltaBatch deltas;
   {
     py::gil_scoped_release release;
-    shard.LoadSketch(cells.data(), static_cast<size_t>(cells.shape(0)), return_deltas ? &deltas : nullptr);
+    shard.LoadSketch(cells.data(), static_cast<size_t>(cells.shape(0)),
+                     DeltaBatchSink(return_deltas ? &deltas : nullptr).sink());
   }
   if (!return_deltas) return py::none();
-  return DeltasToNumpy(std::move(deltas));
+  return DeltasToNumpy(shard, std::move(deltas));
 }
 
 void StageSketch(EmbeddingShard& shard, const Cells& cells) {

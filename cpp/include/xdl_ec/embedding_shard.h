@@ -1,6 +1,6 @@
 // One shard of one embedding table: int64 keys mapped to rows that live in stable slots.
 //
-// Storage is a slot array cut into fixed blocks of `block_slots` records (see record_layout.h); a
+// Storage is a slot array cut into fixed blocks of `block_slots` records (a SlotStore, slot_store.h); a
 // key index (open addressing) maps key -> slot beside it. A slot never moves while its key lives,
 // so parity over the block bytes stays valid across inserts elsewhere; freed slots are reused, the
 // lowest free slot first, so what a shard does next is a function of its bytes alone (a restored
@@ -10,6 +10,12 @@
 // Thread safety: every public method is safe to call from several threads; each batch call is
 // atomic with respect to the others (a reader/writer lock), so concurrent calls give the result
 // of some serial order.
+//
+// Deltas: every operation that may change bytes takes its deltas one way, a DeltaSink* (delta_sink.h; null:
+// none, at no cost), into which it records, under the write lock, old XOR new of each slot it touched (each
+// slot once); a pull of keys that all exist records nothing. On the training path the sink is
+// DeltaForwarder::Mutation (parity maintenance); DeltaBatchSink (delta_batch_sink.h) hands them to a caller.
+// The operations are implemented one file each (cpp/src/embedding_shard_impl.h lists them).
 #pragma once
 
 #include <cstddef>
@@ -19,7 +25,6 @@
 #include <shared_mutex>
 #include <vector>
 
-#include "xdl_ec/delta_batch.h"
 #include "xdl_ec/delta_sink.h"
 #include "xdl_ec/initializer.h"
 #include "xdl_ec/optimizer.h"
@@ -69,13 +74,11 @@ class EmbeddingShard {
 
   // ---- training path --------------------------------------------------------------------------
   // Writes the rows of keys[0..n) to out[n * dim]. Missing keys are inserted with their initial row
-  // (and initial optimizer state); those inserts are reported in `deltas` when given.
-  void Pull(const int64_t* keys, size_t n, float* out, DeltaBatch* deltas = nullptr);
+  // (and initial optimizer state). A pull that takes the write lock (a key missing, or blocks under restore)
+  // reports its inserts to `sink`; a pull of keys that all exist reports nothing.
+  void Pull(const int64_t* keys, size_t n, float* out, DeltaSink* sink = nullptr);
   // Looks up without inserting: rows of missing keys are left untouched and found[i] = 0.
   void Find(const int64_t* keys, size_t n, float* out, uint8_t* found) const;
-  // When `deltas` is given, every mutating call clears it, then records old XOR new of each slot it
-  // touched (each slot once). Pull and Push keep deltas == nullptr at zero cost.
-  //
   // Sums the gradients of duplicate keys, then applies one optimizer step per unique key (inserting
   // missing keys first, as a pull would); each step adds one to the row's clock (an inserted row: the
   // initial clock, then one). Validates everything first (finite gradients, step >= 1) and throws
@@ -91,15 +94,10 @@ class EmbeddingShard {
   // every record whose last_step is below it (reason ttl), the cutoff of an Evict(ttl_seconds) that the driver
   // works out from its steps' start times and sends with the push, so a replay decides the same; 0: none. A
   // push that runs no pass ignores it.
+  //
+  // Every push reports to `sink` (its deltas, possibly none).
   static constexpr uint32_t kMaxRepeats = 1u << 16;
-  void Push(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaBatch* deltas = nullptr,
-            const uint32_t* repeats = nullptr, int64_t ttl_before = 0);
-  // The same, reporting to `sink` (delta_sink.h) under the shard's write lock: every push (its deltas,
-  // possibly none), and a pull that takes the write lock (a key missing, or blocks under restore) its
-  // inserts; a pull of keys that all exist reports nothing.
-  // This is how a mutation reaches parity maintenance (DeltaForwarder::Mutation) on the training path.
-  void Pull(const int64_t* keys, size_t n, float* out, DeltaSink& sink);
-  void Push(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaSink& sink,
+  void Push(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaSink* sink = nullptr,
             const uint32_t* repeats = nullptr, int64_t ttl_before = 0);
   // ---- row clocks, for workers' caches (record_layout.h) ------------------------------------------
   // clocks[i] = the clock of keys[i], or -1 when the key is missing (nothing is inserted).
@@ -110,15 +108,13 @@ class EmbeddingShard {
   // versions behind (RecordLayout::ClockBehind). The rows of sent keys are written compactly, in the
   // order of `keys`, to rows[j * dim] for the j-th sent key (room for n rows); sent[i] tells which,
   // and clocks[i] is every key's clock after the call. Returns the number of rows sent. Repeated keys
-  // are answered per occurrence. Locks and reports to `deltas` / `sink` exactly as Pull does.
+  // are answered per occurrence. Locks and reports to `sink` exactly as Pull does.
   size_t PullStale(const int64_t* keys, size_t n, const int32_t* known, uint32_t staleness, float* rows,
-                   int32_t* clocks, uint8_t* sent, DeltaBatch* deltas = nullptr);
-  size_t PullStale(const int64_t* keys, size_t n, const int32_t* known, uint32_t staleness, float* rows,
-                   int32_t* clocks, uint8_t* sent, DeltaSink& sink);
+                   int32_t* clocks, uint8_t* sent, DeltaSink* sink = nullptr);
 
   // Frees the slots of keys that exist; returns how many were erased. A key inserted again starts
   // over at the initial clock (see record_layout.h on ABA).
-  size_t Erase(const int64_t* keys, size_t n, DeltaBatch* deltas = nullptr);
+  size_t Erase(const int64_t* keys, size_t n, DeltaSink* sink = nullptr);
 
   size_t size() const;  // live records: rows, and pending ids of a table with admission (row_policy.h)
   ShardMemoryStats memory() const;
@@ -129,15 +125,14 @@ class EmbeddingShard {
   // ids as not found, Export and TakeDirty leave them out and carry each row's uses and last_step.
   //
   // One eviction pass at `now_step` (>= 1): frees the records the rules select, each as Erase does
-  // (reported to `deltas` / `sink` as deltas to the zero record, in slot order), and returns how many
+  // (reported to `sink` as deltas to the zero record, in slot order), and returns how many
   // went for which reason, and their keys in slot order. A table without rules frees nothing. Under
   // restore every block is faulted in first.
   struct Eviction {
     EvictionResult counts;
     std::vector<int64_t> keys;
   };
-  Eviction Evict(int64_t now_step, DeltaBatch* deltas = nullptr);
-  Eviction Evict(int64_t now_step, DeltaSink& sink);
+  Eviction Evict(int64_t now_step, DeltaSink* sink = nullptr);
   // The counters of row_policy.h plus, counted now, rows and pending ids.
   struct PolicyStats {
     RowPolicyStats counters;
@@ -171,22 +166,20 @@ class EmbeddingShard {
   // finite); state == nullptr gives the loaded rows fresh optimizer state. In a table with row rules a
   // loaded key becomes a row (admitted); a new one starts with uses 0 and last_step 0, an overwritten
   // one keeps its words (LoadPolicyWords sets them); Load does not apply max_rows (the next pass does).
-  void Load(const int64_t* keys, const float* values, const float* state, size_t n, DeltaBatch* deltas = nullptr);
-  // The same, reporting the loaded slots to `sink` under the write lock: a resumed run's rows reach parity
-  // maintenance as any other mutation does.
-  void Load(const int64_t* keys, const float* values, const float* state, size_t n, DeltaSink& sink);
+  // The loaded slots go to `sink`: a resumed run's rows reach parity maintenance as any other mutation does.
+  void Load(const int64_t* keys, const float* values, const float* state, size_t n, DeltaSink* sink = nullptr);
   // Tables with row rules: sets the uses and last_step of rows that exist (a save's words after its Load);
   // validates first (every key a row, unique, last_step >= 0) and throws std::invalid_argument changing
   // nothing otherwise. Each changed row ticks its clock.
   void LoadPolicyWords(const int64_t* keys, const uint32_t* uses, const int64_t* last_step, size_t n,
-                       DeltaBatch* deltas = nullptr);
+                       DeltaSink* sink = nullptr);
   // Tables with admission: the pending ids (row_policy.h) as keys, uses and last_step (values, state empty), in
   // slot order; LoadPending puts a save's pending ids back (after its Load): every key absent and unique, uses in
   // [1, admit_min_count), last_step >= 0, validated first (std::invalid_argument, nothing changed). Like Load it
   // does not apply max_rows.
   Rows ExportPending() const;
   void LoadPending(const int64_t* keys, const uint32_t* uses, const int64_t* last_step, size_t n,
-                   DeltaBatch* deltas = nullptr);
+                   DeltaSink* sink = nullptr);
   // For a load whose deltas go where the caller cannot reach (a resume through a server's fault-tolerance agent):
   // stages the words (uses, last_step) of rows the next Load writes, and pending ids it then inserts, all within
   // that Load's own deltas. Validated as LoadPolicyWords / LoadPending (the rows need not exist yet); the next
@@ -203,7 +196,7 @@ class EmbeddingShard {
   // estimated count (the minimum of its cells), for tests and tools.
   size_t sketch_slots() const;
   std::vector<uint16_t> ExportSketch() const;
-  void LoadSketch(const uint16_t* cells, size_t n, DeltaBatch* deltas = nullptr);
+  void LoadSketch(const uint16_t* cells, size_t n, DeltaSink* sink = nullptr);
   void StageSketch(const uint16_t* cells, size_t n);
   void SketchEstimate(const int64_t* keys, size_t n, uint32_t* out) const;
 
@@ -232,16 +225,9 @@ class EmbeddingShard {
   // are skipped (an insert's slot is faulted in as usual).
   std::vector<size_t> MissingBlocksOf(const int64_t* keys, size_t n) const;
 
- private:
-  void PullTo(const int64_t* keys, size_t n, float* out, DeltaSink* sink);
-  size_t PullStaleTo(const int64_t* keys, size_t n, const int32_t* known, uint32_t staleness, float* rows,
-                     int32_t* clocks, uint8_t* sent, DeltaSink* sink);
-  Eviction EvictTo(int64_t now_step, DeltaSink* sink);
-  void LoadTo(const int64_t* keys, const float* values, const float* state, size_t n, DeltaSink* sink);
-  void PushTo(const int64_t* keys, const float* grads, size_t n, int64_t step, DeltaSink* sink, const uint32_t* repeats,
-              int64_t ttl_before);
+  struct Impl;  // the state, private to the operations' files (cpp/src/embedding_shard_impl.h)
 
-  struct Impl;
+ private:
   std::unique_ptr<Impl> impl_;
 };
 
