@@ -1,10 +1,9 @@
 """Direct links: the step's data path on Ray over one TCP connection per (caller, role) pair, served by a thread in
 the role's process; Ray keeps placement, liveness and control (every other call).
 
-Why: a Ray actor call costs ~0.6 ms of latency and, on a busy 2-core host, 1-2 ms of CPU over caller, callee and
-their gRPC threads (arguments over 100 KB go through the object store); a step made up to 16 of them (a prefetch
-pull, a pull and a push per server, the driver's step call), which was most of a small step's time. Over a link a
-call is one ``sendmsg`` and one read on each side, with the GIL released around both.
+Why: a Ray actor call's latency and CPU (caller, callee and their gRPC threads; the object store for large
+arguments) were most of a small step's time, and a step made many of them. Over a link a call is one ``sendmsg``
+and one read on each side, with the GIL released around both (figures: docs/design/ray-step.md).
 
 What goes over a link (:data:`LINK_METHODS`): a server's ``pull``, ``push``, ``pull_stale``, ``push_pull`` and
 ``push_pull_stale`` (from its workers), a worker's ``train_step``, ``flush`` and ``dense_state`` (from the driver),
@@ -16,40 +15,14 @@ fragment reads, block writes) and a resize's copy (``forward_slots``, ``clocks_m
 one at a time, by the role's serving thread for that connection; the role object guards itself against its other
 callers (a server's lock; a worker's, see :class:`~xdl_ec.ps.worker.Worker`).
 
-Messages: ``pickle`` protocol 5 with out-of-band buffers, so numpy arrays are sent from and received into their own
-memory (one ``sendmsg`` gathers header, pickle and every array; the receiver reads the message into one aligned
-buffer of its own, which the unpickled arrays then use: no copy beyond the kernel's). Framing, MACs and the socket
-I/O of a message are one call into the native :class:`xdl_ec._core.LinkSession` (``cpp/src/link_session.cc``),
-with the GIL released: in Python they were most of a small step's cost on Ray, on every request and answer. A
-request is ``(method, args)``, an answer ``(True, value)`` or ``(False, error)``; the error is raised in the caller
-as Ray raises an actor's error's cause.
-Unpickling allows only plain data, numpy arrays and scalars, the few xdl_ec types a call carries and exception
-classes (:class:`_Unpickler`), and only after the message's MAC checked.
-A worker's ``push_pull`` and ``push_pull_stale`` travel in a native form instead (:func:`encode_call`, defined in
-``cpp/include/xdl_ec/push_pull_message.h``) when its arguments are in the wire's types: a server's serving thread
-receives, applies and answers those in its core (``ParameterServer.serve_link``, :class:`xdl_ec._core.ShardServer`'s
-loop, ``cpp/src/step_link_loop.cc``) with the GIL released and no Python run, and hands every other message to
-Python: other calls, and the requests the core declines unchanged (sync steps, bad input, an agent with hooks of its
-own), which Python serves as any call, with its errors. Under load a request's Python cost several times its warm
-price (a server's thread wakes with cold caches between requests); it was most of what a small step cost on Ray
-beyond one process.
-
-Membership: the driver makes a :class:`~xdl_ec.net.job_secret.JobSecret` K per run and gives it to its workers
-(actor arguments); a caller asks the role, through Ray, to open its links with K (``open_links(K)`` answers the
-address; a role keeps the first K it was given and refuses another), then opens its connection with the links'
-one handshake (:mod:`xdl_ec.net.link_handshake`, purpose ``step``: the caller's role, index and id in its hello;
-the role checks it is that role and index, so a stale address reaching another role is refused), which proves
-both ends members and gives the connection its session key S and MAC.
-
-Both then MAC under S with a counter per direction (a replayed, reordered or altered message fails): header
-``<QIQ`` (pickle bytes, buffer count, body bytes) + ``MAC(S, dir | "H" | counter | header)``, checked before
-anything is allocated (at most ``MAX_PAYLOAD_BYTES``), then the body (the buffers' lengths, the pickle, each buffer
-64-byte aligned) and ``MAC(S, dir | "P" | counter | header | body)``; ``dir`` is ``C`` from the caller, ``R`` from
-the role; MAC is HMAC-SHA256, or for a body of 16 KiB and more and M = GMAC, AES-256-GCM over no plaintext with
-header and body as associated data under ``HMAC(S, "xdl-ec direct gmac key")`` and the nonce (dir, kind, counter),
-~10x cheaper per byte. A peer that breaks the protocol is closed without an answer, and the role logs one warning
-naming it. No encryption (as Ray's own traffic): a trusted network.
-
+A request is ``(method, args)``, an answer ``(True, value)`` or ``(False, error)``; the error is raised in the
+caller as Ray raises an actor's error's cause. Messages are pickles (protocol 5, arrays out of band) framed and
+MACed by the native :class:`xdl_ec._core.LinkSession`, unpickled only after the MAC checked and only into plain
+data, numpy, a few xdl_ec types and exception classes (:class:`_Unpickler`); a worker's ``push_pull`` travels in a
+native form (:func:`encode_call`) that a server's core serves without Python. Membership is the links' one
+handshake (:mod:`xdl_ec.net.link_handshake`, purpose ``step``) under the run's
+:class:`~xdl_ec.net.job_secret.JobSecret`. The messages, the native path, membership and the frames' MACs in full:
+docs/design/ray-step.md, "Direct links: messages, membership, frames".
 
 Failures: a role whose process dies closes its connections, so a call in flight fails at once with the role's
 Lost error (``ServerLost``, ``WorkerLost``: "its direct link broke"); a role that stops answering fails a call
