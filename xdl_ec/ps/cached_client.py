@@ -10,8 +10,7 @@ The worker's own gradients of a cached row are summed on the worker until S of t
 back as one push of their sum with its count c, which the server applies as c optimizer steps of the mean gradient
 sum / c (``EmbeddingTable.push(repeats=)``): the moves the c steps of the uncached run would make, had the gradient
 been the same each step. With SGD that is exactly one step on the sum; with Adagrad, Adam or FTRL one step on the
-sum would move a row about c times less (measured on Zipf 1.1 data at 10% and S = 10: AUC -0.0045 against no
-cache with one step, -0.0017 with c steps, the same seed; -0.0032 to -0.0041 with c steps over three seeds). A
+sum would move a row about c times less (the AUC both cost: docs/results/worker-cache-2026-11-25.md). A
 line evicted or flushed with pending gradient is written back with the next push (or at :meth:`flush`), with its
 count. ``staleness=0`` is exact: every changed row is fetched again and every gradient pushed at once, so the model
 equals the run without a cache.

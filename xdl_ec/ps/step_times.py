@@ -14,7 +14,7 @@ push and the parity path carry the decision; a server applies it as ``EmbeddingS
 - A resumed run does not know the times of the steps before the resume: they count as started when the first step
   after it did (a row last updated before the resume lives S seconds of this run).
 - Ages are wall time, so two runs (``--deterministic`` ones too) may evict different rows.
-- The record holds 8 bytes per step of this process's run (8 MB per million steps).
+- The record holds 8 bytes per step of this process's run.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@
   push that changed the row) behind the server's, and holds its own gradients of a cached row until S of them
   accumulated, then writes back their sum, applied by the server as ONE optimizer step (see
   :mod:`xdl_ec.ps.cached_client`). ``staleness=0`` is exact: the run's model equals the run without a cache.
-- ``policy``: which line to evict when full: least frequently used (the default: ``bench/bench_cache.py`` measured
-  49% less traffic than no cache against LRU's 43% at 10% of the rows, S = 10, Zipf 1.1) or least recently used.
+- ``policy``: which line to evict when full: least frequently used (the default: it saved more traffic than LRU
+  in ``bench/bench_cache.py``, docs/results/worker-cache-2026-11-25.md) or least recently used.
 
 ``Cluster(cache=Cache(...))`` gives every table of the job that cache; ``cache={"users": Cache(...)}`` only the
 named tables (the others have none).

@@ -7,11 +7,10 @@ op is still computed whole by one thread, so the values, and the digests, do not
 Otherwise the same two inter-op threads, and an intra-op pool sized by the step, once the worker has its first
 batch (:func:`size_op_pools`): a step of fewer than :data:`LARGE_STEP_SAMPLES` samples gets the cores that remain
 beside the step's own thread (its input thread, pulls and pushes and the core's task pool run there), ``cores - 1``
-and at least one; a larger step gets TF's default, a thread per core. On this 2-core machine
-(docs/results/step-2026-11-28.md) TF's default split a small step's kernels over both cores, which then waited for
-each other while the step's other work waited for a core: one intra-op thread took ~0.8x the CPU per sample and
-gave ~1.16x the samples/s at batch 256 (1.0-1.3x at 512 and 1024), but ~0.9x at 2048, where the kernels are large
-enough to split. TF's own ``TF_NUM_INTRAOP_THREADS`` / ``TF_NUM_INTEROP_THREADS``, when set, are kept.
+and at least one; a larger step gets TF's default, a thread per core. Why: TF's default splits a small step's
+kernels over every core, which then wait for each other while the step's other work waits for a core; a large
+step's kernels are worth splitting (the figures: docs/results/step-2026-11-28.md). TF's own
+``TF_NUM_INTRAOP_THREADS`` / ``TF_NUM_INTEROP_THREADS``, when set, are kept.
 
 ``XDL_EC_SERIAL_STEP=1`` keeps the deterministic pools as they were before #37 (one thread each): the A side of
 ``bench/bench_step.py``.

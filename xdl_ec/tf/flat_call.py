@@ -1,8 +1,8 @@
 """FlatCall: a traced TF function called with numpy arrays, without tf.function's per-call work.
 
 A ``ConcreteFunction`` called as ``f(*tensors)`` binds its arguments to the structured signature, checks and casts
-each against its ``TensorSpec`` and flattens the result again: ~0.2 ms of Python per call on this 2-core machine, as
-much as the pull of a batch of 256 and ~6% of its whole step. A step calls the same function with arrays of the
+each against its ``TensorSpec`` and flattens the result again: as much Python per call as a small batch's pull
+(docs/results/step-2026-11-28.md). A step calls the same function with arrays of the
 same dtypes and ranks every time, already checked by :class:`~xdl_ec.model.model_step.ModelStep`, so FlatCall makes
 eager tensors straight from the arrays and calls the function's flat form (``_call_flat``, what ``__call__`` ends
 in). That form is TensorFlow's private API: where this TF release has no such method, or its first call fails,
