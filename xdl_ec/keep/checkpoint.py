@@ -9,46 +9,12 @@ Two levels:
   ShardCheckpoint per server plus the dense parameters, the dense optimizer state, the reader position and the
   step, committed together.
 
-On-disk format (version 1)::
-
-    <root>/                                CheckpointStore root
-      ckpt-000007-step-000000001200/       a committed job checkpoint: 7th save, taken after step 1200
-        MANIFEST.json                      kind "job": step, reader_position, extra, files{}, servers{}
-        dense/weight-0000.npy ...          dense parameters, in the order given (model.weights)
-        dense/optimizer-0000.npy ...       dense optimizer variables, in the order given
-        server-0000/                       one ShardCheckpoint per server (below)
-      .tmp-ckpt-000008-<random>/           a save in progress: never read, removed by the next save
-
-    <shard checkpoint dir>/
-      MANIFEST.json                        kind "shard": step, partial, tables{name: config, rows, files}
-      table-0000.keys.npy                  int64[n]                   keys, in the shard's slot order
-      table-0000.values.npy                float32[n, dim]
-      table-0000.state.npy                 float32[n, state_floats]   optimizer state (absent floats: 0 columns)
-      table-0000.updates.npy               int64[n] (optional)        the row's update count when saved (CPR)
-
-Every ``.npy`` file is a plain NumPy array file (format 1.0, little-endian, no pickled objects). Every
-``MANIFEST.json`` lists each file with its byte size and sha256, and carries ``checksum``, the sha256 of its own
-canonical JSON (sorted keys, no ``checksum`` field), so a damaged manifest is caught even when it still parses.
-The job manifest lists each server's manifest with its sha256, so one top-level checksum covers everything.
-
-Atomicity: a checkpoint is written into a hidden temporary directory next to its final place; every file and the
-directory are fsync'ed, then one ``rename`` publishes it and the parent directory is fsync'ed. A crash (or an
-exception) before the rename leaves only a ``.tmp-`` directory, which readers ignore: the previous checkpoint stays
-the latest. Sequence numbers (not steps) name job checkpoints, so a job that rolled back can save the same step
-again without overwriting the checkpoint it may still need.
-
-Consistency: every table of a server is exported at the moment :meth:`ShardCheckpoint.write` reaches it, so the
-caller saves at a quiescent point (between steps, no push in flight), which makes every table, every server and the
-dense state belong to the same step.
-
-Loading verifies everything (manifest checksum, file sizes, sha256, array headers, dtypes, shapes, the target
-table's dim / state_floats / optimizer) before it creates anything, then loads the rows into FRESH shards that
-the caller swaps in: a bad checkpoint raises ValueError naming the file and changes no state.
-
-Restored records are byte-identical by key (keys, values, optimizer state) but for their row clocks (a restored row
-starts at clock 1: the server starts a new epoch for workers' caches, see :mod:`xdl_ec.ps.cached_client`); slots are
-reassigned lowest-first in the saved slot order, so a shard without freed slots also gets its original slot
-layout back.
+The contract: a checkpoint is published by one ``rename`` after every file is fsync'ed, so a crash leaves the
+previous one the latest; every file is listed with its size and sha256 in a self-checksummed manifest; loading
+verifies everything before it creates anything and raises ValueError naming the file, changing no state. The
+caller saves at a quiescent point (between steps, no push in flight), so every table, server and the dense state
+belong to one step. The on-disk format (version 1), atomicity, loading and what a restored record keeps:
+docs/design/checkpoints.md.
 """
 
 from __future__ import annotations
