@@ -13,51 +13,8 @@ As a job (one process, parameter servers, Ray, any fault tolerance): ``xdl_job(t
 an XDL script's model into an :class:`xdl_ec.Job`. ``train(batch)`` is the script's model code from
 ``batch = reader.read()`` to the loss; it is traced once on the reader's first batch to find its tables and
 features (each ``embedding`` call reads one batch entry), then runs inside the job's Keras model, where
-``embedding`` returns the job's embedded tensor of that entry (see :mod:`xdl_ec.xdl.xdl_model`). What a port of an
-XDL script changes:
-
-1. ``import xdl`` -> ``import xdl_ec.xdl as xdl``: ``xdl.embedding``, ``xdl.TruncatedNormal`` (``Zeros``, ``Ones``,
-   ``Constant``, ``RandomUniform``), ``xdl.VarType``, ``xdl.SGD`` (...), ``xdl.SparseTensor`` and
-   ``@xdl.tf_wrapper(is_training=...)`` keep their spelling.
-2. The TF 1 names TF 2 dropped: ``tf.layers.dense`` -> ``xdl.layers.dense`` and ``tf.layers.batch_normalization``
-   -> ``xdl.layers.batch_normalization`` (layers are created on the first call and reused, by call order, on every
-   later one; a batch normalization's moving mean and variance are the model's non-trainable state, moved by the
-   job's training steps when its ``training=True``), ``tf.losses.sigmoid_cross_entropy`` ->
-   ``xdl.losses.sigmoid_cross_entropy`` (it marks the logits; the job trains the same loss, the mean sigmoid
-   cross-entropy); ``tf.get_variable``, ``tf.variable_scope``, ``tf.AUTO_REUSE`` and the initializers ->
-   their ``tf.compat.v1`` names (``tf.compat.v1.get_variable`` in the model function makes a trainable variable
-   of the model once, by its full scope name, with the initializer given, and every later call that names it
-   gets that variable: XDL's Dice and PReLU slopes).
-3. ``xdl.DataReader`` and its feature declarations -> ``reader(worker, num_workers)``: yields dict batches with
-   the same entry names (``label`` [B] or [B, 1]; sparse entries as integer ids [B], [B, n], a
-   ``(values, row_splits)`` pair or XDL's ``xdl.SparseTensor(ids, values, segments)``; dense entries as float
-   [B, D]), worker ``i`` of ``W`` its share. Segments are one per example, or k per example of n ids each (XDL's
-   per-id segments of a history padded to k: ``embedding`` then returns one combined row per segment,
-   [B * k, dim], for the model to reshape); k and n stay those of the first batch.
-4. The loop: ``train()`` takes the batch as its argument and returns the loss; ``xdl.SGD(0.5).optimize()`` and
-   the ``TrainSession`` loop become ``def job(): return xdl.xdl_job(train, reader, xdl.SGD(0.5))``, which
-   ``xdl-ec train --script FILE.py`` (or ``job().fit(...)``) runs. The optimizer trains the tables (those whose
-   ``embedding`` call names none) and the dense layers (as the Keras optimizer of the same name and settings).
-   XDL's test graph (the model built under ``@xdl.tf_wrapper(is_training=False)``) is ``xdl_job(...,
-   test=test)``: the job evaluates, predicts and exports with it, over the training graph's layers and variables.
-
-Not supported, each with an error saying what to do instead: ``DataReader``, ``TrainSession`` and its hooks,
-``Saver`` / ``CheckpointHook`` (fault tolerance is the Cluster's ``ft=``), ``auc`` (the report's AUC comes from
-``eval_reader``), ``merged_embedding``, ``mxnet_wrapper``, ``Estimator``, ``RMSProp``, the initializers other than the
-five above (see :func:`missing`); ``embedding``'s ``combiner='tile'``, feature admission
-(``feature_add_probability``, ``cbf``), ``statis_list``, ``save=False`` (``vtype`` defaults to ``'hash'``, not
-XDL's ``'index'``: ids in range train alike, only unchecked); weighted ids (``SparseTensor`` values other than
-ones); ``tf_wrapper``'s ``init_grad``; in the model function: variables made other than by ``layers.dense``,
-``layers.batch_normalization`` and ``tf.compat.v1.get_variable`` (e.g. ``tf.keras.layers.Dense(..)(x)``),
-``get_variable(trainable=False)``, regularizers, constraints and partitioners, layers shared by name
-(``reuse=``), a batch normalization's ``training`` as a tensor, any loss but ``losses.sigmoid_cross_entropy`` at
-its defaults, ids transformed after ``reader`` or labels used other than in that loss, one batch entry looked up in
-two tables, an ``is_training=False`` function in the graph the job trains, a test graph whose lookups, layer calls
-or variable names differ from the training graph's, and a different sequence of lookups or layers from one call to
-the next (the model function runs in graph mode: no data-dependent Python control flow). Where XDL's differs: a
-name given to ``get_variable`` twice is one variable whatever the scope's ``reuse`` (XDL's ``AUTO_REUSE``), and
-evaluation and serving normalize by the moving statistics even where the script passes ``training=True`` to its
-test graph's batch normalization (a prediction must not depend on the rest of its batch).
+``embedding`` returns the job's embedded tensor of that entry (see :mod:`xdl_ec.xdl.xdl_model`). How a script
+ports, point by point, and what does not port (each an error saying what to do instead): docs/porting-xdl.md.
 
 TensorFlow is imported only when ``embedding`` (or ``xdl_job``) is first called, so ``import xdl_ec`` stays light.
 """
