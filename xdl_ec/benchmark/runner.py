@@ -4,27 +4,11 @@ every fault-tolerance strategy, each through the same code path (a :class:`Workl
 :class:`~xdl_ec.ft.failure_schedule.FailureSchedule`, trained by
 :func:`train_once` on :class:`xdl_ec.ps.PSTrainer`).
 
-The failure schedule. ``none`` runs first without failures: it is the reference. Failure times are then drawn the
-way ``--mtbf`` draws them (exponential gaps of mean ``mtbf`` seconds of training wall time and uniform victims, both
-from ``numpy.random.default_rng(seed)``), counted from the end of the reference's first step (tf.function tracing),
-and mapped onto steps with the reference's timeline: a failure at time t kills its server right before the step
-after the one running at t. Every other strategy gets exactly these (step, server) kills, so all strategies see the
-same failures at the same points of training whatever their speed. Without ``--mtbf`` the MTBF is a third of the
-reference's training time after its first step (about three failures a run). Kills are at least ``min_gap`` steps
-apart, and a kill never lands inside a rebuild: ``ec`` rebuilds at a limited share of wall time (``--rebuild-share``)
-over many steps (on Ray, or for a large shard, more than ``min_gap``), so when a kill is due while ``ec`` still
-rebuilds an earlier failure, the rest of that rebuild runs first, at that boundary
-(:class:`~xdl_ec.benchmark.after_rebuild_schedule.AfterRebuildSchedule`; the row's ``kills_after_rebuild`` lists
-those steps). Every strategy thus gets the same kills at the same steps, and ``ec`` with r = 1 is measured
-recovering from each of them; a second loss during a rebuild (which r = 1 cannot decode, reported as
-"unrecoverable" by ``xdl-ec train``) is not part of the bench.
-
-Measures (per strategy; :func:`summarize`): samples/s in normal operation (steps that overlap no failure's
-detection and rebuild, first step excluded), failure-related overhead (training time after the first step over the
-reference's, minus one), detect/rebuild seconds per failure, samples/s during rebuild, lost samples, held-out log
-loss and AUC, parity or checkpoint bytes, peak resident memory of this process during the run (``VmHWM`` after
-resetting it through ``/proc/self/clear_refs``; with ``--backend ray`` the servers' own processes are not in it),
-and whether the final model equals the reference's bit for bit (runs are ``--deterministic``).
+Every strategy gets the same (step, server) kills, drawn from the failure-free ``none`` reference's timeline as
+``--mtbf`` draws them, and a kill never lands inside an ``ec`` rebuild
+(:class:`~xdl_ec.benchmark.after_rebuild_schedule.AfterRebuildSchedule`), so strategies are compared on the same
+failures at the same points of training; :func:`summarize` measures each run. The schedule's rules and the
+measures in full: docs/design/bench.md.
 
 A strategy missing from this build, or a run that fails, gets a row saying so, never numbers.
 """
