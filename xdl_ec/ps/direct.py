@@ -584,7 +584,7 @@ class BesideLinkedHandle(_OverLink):
     """``handle`` (a server's Ray handle) whose calls beside its others (:data:`BESIDE_METHODS`, the ec rebuild's)
     go over a direct link of their own: a connection served by its own thread, as Ray's ``beside`` concurrency group
     is, at a link's cost (one ``sendmsg`` and one read a side, blocks received in place) instead of a Ray call's
-    (~1-2 ms of CPU over both processes on a busy host, and the object store for blocks over 100 KB). Every other
+    (its CPU over both processes, docs/design/ray-step.md, and the object store for blocks over 100 KB). Every other
     call goes to ``handle``."""
 
     def __init__(self, handle: Handle, secret: Any, caller: int = -1) -> None:
