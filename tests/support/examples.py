@@ -6,7 +6,7 @@ import importlib.util
 import sys
 from types import ModuleType
 
-from .paths import REPO_ROOT
+from support.paths import REPO_ROOT
 
 EXAMPLES = REPO_ROOT / "examples"
 

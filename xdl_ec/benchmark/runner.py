@@ -279,7 +279,7 @@ def run_variant(
     """Trains ``variant`` with the kills: ``{"label", "ft", "status": "ok", "report", "peak_rss_bytes", ...}``, or
     status ``unavailable`` (the strategy is not in this build) or ``failed`` (the run raised) with the error.
     ``rebuild_share``: ec's rebuild rate limit (None: the strategy's default)."""
-    from .after_rebuild_schedule import AfterRebuildSchedule
+    from xdl_ec.benchmark.after_rebuild_schedule import AfterRebuildSchedule
 
     row: Dict[str, Any] = {"label": variant.label, "ft": variant.ft, "options": dict(variant.options)}
     try:
@@ -390,7 +390,7 @@ def run_bench(config: BenchConfig, log: Callable[[str], None] = print) -> Dict[s
     ValueError names a bad config field (nothing is run or written then)."""
     from tqdm import tqdm
 
-    from . import plots, table
+    from xdl_ec.benchmark import plots, table
 
     config.validate()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -24,9 +24,7 @@ from typing import TYPE_CHECKING, BinaryIO, Iterator, Literal, NamedTuple, Optio
 import numpy as np
 
 from xdl_ec import _core
-from xdl_ec.settings import checks
-
-from .schema import (
+from xdl_ec.data.schema import (
     EMPTY_VALUE,
     NUM_DENSE,
     NUM_FIELDS,
@@ -36,6 +34,7 @@ from .schema import (
     dense_transform,
     tf_signature,
 )
+from xdl_ec.settings import checks
 
 if TYPE_CHECKING:  # TensorFlow is only imported by dataset()
     import tensorflow as tf

@@ -27,10 +27,9 @@ from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Set, Tuple
 
 import numpy as np
 
+from xdl_ec.data.criteo import ON_BAD_LINE, BadLineError, Rows, _diagnose, open_bytes, parse_lines_fast
+from xdl_ec.data.schema import EMPTY_VALUE, NUM_DENSE, NUM_SPARSE, Batch, categorical_keys, dense_transform
 from xdl_ec.settings import checks
-
-from .criteo import ON_BAD_LINE, BadLineError, Rows, _diagnose, open_bytes, parse_lines_fast
-from .schema import EMPTY_VALUE, NUM_DENSE, NUM_SPARSE, Batch, categorical_keys, dense_transform
 
 DEFAULT_POLL_SECONDS = 0.5
 Position = Dict[str, Any]

@@ -7,11 +7,10 @@ import math
 import os
 from typing import Iterator
 
+from xdl_ec.data.criteo import CriteoReader
+from xdl_ec.data.schema import Batch
+from xdl_ec.data.synthetic import SyntheticCriteo
 from xdl_ec.settings import checks
-
-from .criteo import CriteoReader
-from .schema import Batch
-from .synthetic import SyntheticCriteo
 
 
 class TrainingData:

@@ -18,10 +18,9 @@ from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
+from xdl_ec.data.schema import NUM_DENSE, NUM_SPARSE, Batch, categorical_keys, dense_transform, tf_signature
 from xdl_ec.settings import checks
 from xdl_ec.sparse.hashing import fmix64
-
-from .schema import NUM_DENSE, NUM_SPARSE, Batch, categorical_keys, dense_transform, tf_signature
 
 if TYPE_CHECKING:
     import tensorflow as tf

@@ -33,12 +33,11 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
+from xdl_ec.job import serving_delta
+from xdl_ec.job.serving_export import write_saved_model
 from xdl_ec.keep.change_feed import ChangeFeed
 from xdl_ec.model.job_spec import JobSpec
 from xdl_ec.settings.interval import parse_interval
-
-from . import serving_delta
-from .serving_export import write_saved_model
 
 WRITE_TIMEOUT = 600.0  # seconds a cut waits for the previous delta's write
 

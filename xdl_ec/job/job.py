@@ -25,6 +25,13 @@ import numpy as np
 from xdl_ec.ft.configs import EcConfig
 from xdl_ec.ft.factory import make_strategy
 from xdl_ec.ft.failure_injector import FailureInjector
+from xdl_ec.job.cluster import Cluster
+from xdl_ec.job.export_schedule import ExportSchedule
+from xdl_ec.job.local_run import LocalRun
+from xdl_ec.job.local_tables import LocalTables
+from xdl_ec.job.stop_request import STOP_REQUEST, StopAtBoundary
+from xdl_ec.job.tensorboard_log import TensorBoardLog
+from xdl_ec.job.trained_model import TrainedModel
 from xdl_ec.keep.backstop import Backstop
 from xdl_ec.keep.run_saver import RunSaver
 from xdl_ec.keep.saved_run import SavedRun, SaveMismatch
@@ -40,14 +47,6 @@ from xdl_ec.ps.worker import RunSettings
 from xdl_ec.settings import checks
 from xdl_ec.sparse.table_config import Table
 from xdl_ec.tf.determinism import configure_determinism
-
-from .cluster import Cluster
-from .export_schedule import ExportSchedule
-from .local_run import LocalRun
-from .local_tables import LocalTables
-from .stop_request import STOP_REQUEST, StopAtBoundary
-from .tensorboard_log import TensorBoardLog
-from .trained_model import TrainedModel
 
 PathLike = Union[str, os.PathLike]
 

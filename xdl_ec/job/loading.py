@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 from typing import Any, Union
 
+from xdl_ec.job.job_source import job_of
+from xdl_ec.job.local_tables import LocalTables
+from xdl_ec.job.trained_model import TrainedModel
 from xdl_ec.keep.saved_run import SavedRun
 from xdl_ec.model.dense_model import DenseModel
 from xdl_ec.model.job_spec import JobSpec
-
-from .job_source import job_of
-from .local_tables import LocalTables
-from .trained_model import TrainedModel
 
 
 def load(directory: Union[str, os.PathLike], job: Any = None) -> TrainedModel:

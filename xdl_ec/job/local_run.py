@@ -16,6 +16,8 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
+from xdl_ec.job.local_tables import LocalTables
+from xdl_ec.job.trained_model import TrainedModel
 from xdl_ec.keep.checkpoint import PendingCheckpoint
 from xdl_ec.keep.saved_run import SavedRun
 from xdl_ec.model.digest import model_digest
@@ -26,9 +28,6 @@ from xdl_ec.ps.step_stages import StageClock
 from xdl_ec.ps.step_times import StepTimes
 from xdl_ec.ps.worker import RunSettings, Worker
 from xdl_ec.settings import checks
-
-from .local_tables import LocalTables
-from .trained_model import TrainedModel
 
 LAST_LOSSES = 50  # final_loss: mean training loss over this many last steps
 

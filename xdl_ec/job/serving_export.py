@@ -47,12 +47,11 @@ from typing import Any, Dict, List, Optional, Protocol, Tuple, Union
 
 import numpy as np
 
+from xdl_ec.job import serving_delta
 from xdl_ec.model.dense_model import model_arguments, signature_extras
 from xdl_ec.model.feature import Feature
 from xdl_ec.model.feature_batch import RAGGED, SEQUENCE, SINGLE
 from xdl_ec.model.job_spec import JobSpec
-
-from . import serving_delta
 
 SIGNATURE = "serving_default"
 OUTPUT = "probability"

@@ -11,14 +11,13 @@ from typing import Any, Dict, Iterable, List, Optional, Union
 
 import numpy as np
 
+from xdl_ec.job.local_tables import LocalTables
+from xdl_ec.job.serving_export import export_saved_model
 from xdl_ec.model.dense_model import DenseModel, signature_extras
 from xdl_ec.model.evaluation import evaluate_batches, found_rows
 from xdl_ec.model.feature_batch import FeatureBatch
 from xdl_ec.model.job_spec import JobSpec
 from xdl_ec.model.model_step import ModelStep
-
-from .local_tables import LocalTables
-from .serving_export import export_saved_model
 
 
 class TrainedModel:

@@ -30,13 +30,12 @@ from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
+from xdl_ec.keep.change_feed import ChangeFeed
+from xdl_ec.keep.checkpoint import CheckpointStore, JobCheckpoint, ShardCheckpoint
+from xdl_ec.keep.run_saver import RunSaver
 from xdl_ec.model.job_spec import JobSpec
 from xdl_ec.settings import checks
 from xdl_ec.sparse.table import EmbeddingTable
-
-from .change_feed import ChangeFeed
-from .checkpoint import CheckpointStore, JobCheckpoint, ShardCheckpoint
-from .run_saver import RunSaver
 
 WRITE_TIMEOUT = 600.0  # seconds a cut waits for the previous write
 STOPPED = "STOPPED.json"  # beside the saves: how far a run that could not recover got

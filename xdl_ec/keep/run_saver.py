@@ -17,11 +17,10 @@ import os
 import time
 from typing import Any, Dict, Optional, Protocol, Union
 
+from xdl_ec.keep.checkpoint import CheckpointStore, JobCheckpoint, PendingCheckpoint
+from xdl_ec.keep.saved_run import SAVE_FORMAT
 from xdl_ec.model.job_spec import JobSpec
 from xdl_ec.settings.interval import IntervalPolicy, parse_interval
-
-from .checkpoint import CheckpointStore, JobCheckpoint, PendingCheckpoint
-from .saved_run import SAVE_FORMAT
 
 
 class SaveableRun(Protocol):

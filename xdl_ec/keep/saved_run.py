@@ -23,9 +23,8 @@ from typing import Any, Dict, Iterator, List, Optional, Union
 
 import numpy as np
 
+from xdl_ec.keep.checkpoint import CheckpointStore, JobCheckpoint
 from xdl_ec.model.job_spec import JobSpec
-
-from .checkpoint import CheckpointStore, JobCheckpoint
 
 SAVE_FORMAT = "xdl-ec-save"
 

@@ -11,8 +11,8 @@ from typing import Any, Callable, Dict, Iterable, List, Tuple
 
 import numpy as np
 
-from .feature_batch import FeatureBatch
-from .metrics import holdout_metrics
+from xdl_ec.model.feature_batch import FeatureBatch
+from xdl_ec.model.metrics import holdout_metrics
 
 FindRows = Callable[[Dict[str, np.ndarray]], Dict[str, Tuple[np.ndarray, np.ndarray]]]
 

@@ -18,9 +18,8 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, cast
 import numpy as np
 
 from xdl_ec import _core
-
-from .feature import Feature
-from .side_input import Input
+from xdl_ec.model.feature import Feature
+from xdl_ec.model.side_input import Input
 
 SINGLE, FIXED, RAGGED, SEQUENCE = "single", "fixed", "ragged", "sequence"
 

@@ -23,11 +23,10 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import numpy as np
 
 from xdl_ec.data.prefetcher import Prefetcher
+from xdl_ec.model.feature import Feature
+from xdl_ec.model.feature_batch import FeatureBatch, InputError
+from xdl_ec.model.side_input import Input
 from xdl_ec.settings import checks
-
-from .feature import Feature
-from .feature_batch import FeatureBatch, InputError
-from .side_input import Input
 
 PREFETCH_DEPTH = 2
 

@@ -11,14 +11,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
+from xdl_ec.model.dense_model import DENSE_OPTIMIZERS
+from xdl_ec.model.feature import Feature
+from xdl_ec.model.model_step import LOSSES
+from xdl_ec.model.side_input import Input
 from xdl_ec.settings import checks
 from xdl_ec.sparse.row_rules import Admit, Evict
 from xdl_ec.sparse.table_config import Table
-
-from .dense_model import DENSE_OPTIMIZERS
-from .feature import Feature
-from .model_step import LOSSES
-from .side_input import Input
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,11 +16,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from xdl_ec.model.dense_model import ModelError, check_logits, model_arguments, signature_extras
+from xdl_ec.model.feature import Feature
+from xdl_ec.model.feature_batch import FIXED, RAGGED, SEQUENCE, SINGLE, FeatureBatch
 from xdl_ec.tf.flat_call import FlatCall, as_array
-
-from .dense_model import ModelError, check_logits, model_arguments, signature_extras
-from .feature import Feature
-from .feature_batch import FIXED, RAGGED, SEQUENCE, SINGLE, FeatureBatch
 
 LOSSES = ("binary_crossentropy",)
 Loss = Union[str, Dict[str, str], Callable[[Any, Any], Any]]

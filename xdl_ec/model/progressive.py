@@ -13,9 +13,8 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from xdl_ec.model.metrics import auc, log_loss
 from xdl_ec.settings import checks
-
-from .metrics import auc, log_loss
 
 DEFAULT_WINDOW = 100_000
 

@@ -12,9 +12,8 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from xdl_ec.model.feature import RESERVED
 from xdl_ec.settings import checks
-
-from .feature import RESERVED
 
 DTYPES = ("int32", "int64", "float32", "float64", "bool")
 

@@ -8,8 +8,8 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from .dlrm import DLRM
-from .mlp import EmbeddingMLP
+from xdl_ec.models.dlrm import DLRM
+from xdl_ec.models.mlp import EmbeddingMLP
 
 MODELS = ("dlrm", "mlp")
 

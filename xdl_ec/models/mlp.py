@@ -6,7 +6,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import tensorflow as tf
 
-from .dlrm import _check_sizes
+from xdl_ec.models.dlrm import _check_sizes
 
 
 class EmbeddingMLP(tf.keras.Model):

@@ -32,10 +32,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Tuple
 
 from xdl_ec import _core
-
-from .job_secret import JobSecret
-from .link_listener import PeerRefused
-from .link_socket import LinkBroken, recv_exactly
+from xdl_ec.net.job_secret import JobSecret
+from xdl_ec.net.link_listener import PeerRefused
+from xdl_ec.net.link_socket import LinkBroken, recv_exactly
 
 MAGIC = b"XDLK"
 # The handshake's version: 1 is the first form shared by both purposes (the step's links spoke XDL1 before, the

@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any, Deque, List, Tuple
 
-from .link_socket import tune
+from xdl_ec.net.link_socket import tune
 
 # Connections still in their handshake at once; more are closed at once (each holds a thread until it ends).
 MAX_PENDING_HANDSHAKES = 16

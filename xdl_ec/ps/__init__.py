@@ -14,16 +14,16 @@ Nothing here imports TensorFlow or Ray at import time, and nothing here knows a 
 this package, never the reverse).
 """
 
-from .agent import ServerAgent
-from .backend import CallTimeout, LocalBackend, RayBackend, RoleLost, ServerLost, WorkerLost, make_backend
-from .client import PSClient, route
-from .cluster_view import ClusterView
-from .fault_tolerance import FailureRecord, FaultTolerance, NoFaultTolerance, Resume, Unrecoverable
-from .remote import Remote
-from .scheduler import Scheduler
-from .server import ParameterServer, PushAck
-from .training import ClusterConfig, PSTrainer
-from .worker import RunSettings, Worker
+from xdl_ec.ps.agent import ServerAgent
+from xdl_ec.ps.backend import CallTimeout, LocalBackend, RayBackend, RoleLost, ServerLost, WorkerLost, make_backend
+from xdl_ec.ps.client import PSClient, route
+from xdl_ec.ps.cluster_view import ClusterView
+from xdl_ec.ps.fault_tolerance import FailureRecord, FaultTolerance, NoFaultTolerance, Resume, Unrecoverable
+from xdl_ec.ps.remote import Remote
+from xdl_ec.ps.scheduler import Scheduler
+from xdl_ec.ps.server import ParameterServer, PushAck
+from xdl_ec.ps.training import ClusterConfig, PSTrainer
+from xdl_ec.ps.worker import RunSettings, Worker
 
 __all__ = [
     "CallTimeout",

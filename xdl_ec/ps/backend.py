@@ -24,9 +24,9 @@ import time
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Type
 
-from .api import RoleAPI
-from .handle import Handle
-from .remote import Remote
+from xdl_ec.ps.api import RoleAPI
+from xdl_ec.ps.handle import Handle
+from xdl_ec.ps.remote import Remote
 
 DEFAULT_TIMEOUT = 300.0  # seconds a call may take before it counts as hung (a step is far shorter)
 KILL_SECONDS = 30.0  # a killed actor that still answers after this long is an error

@@ -29,10 +29,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from xdl_ec import _core
+from xdl_ec.ps.client import PSClient, route
 from xdl_ec.sparse.cache_config import Cache
 from xdl_ec.sparse.table import as_keys
-
-from .client import PSClient, route
 
 _CLOCK_MOD = 1 << 31
 

@@ -19,11 +19,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from xdl_ec import _core
+from xdl_ec.ps.api import ServerAPI
+from xdl_ec.ps.backend import DEFAULT_TIMEOUT, Handle, ServerLost
+from xdl_ec.ps.remote import Remote
 from xdl_ec.sparse.table import as_keys, as_repeats
-
-from .api import ServerAPI
-from .backend import DEFAULT_TIMEOUT, Handle, ServerLost
-from .remote import Remote
 
 _TABLES: Dict[Tuple[int, ...], Any] = {}  # RouteTable per id set of a drained cluster (128 KiB each, few per run)
 

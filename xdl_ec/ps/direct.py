@@ -53,9 +53,8 @@ from xdl_ec.net.link_handshake import MAC_OFFERED, Hello
 from xdl_ec.net.link_handshake import LinkRefused as LinkRefused
 from xdl_ec.net.link_listener import LinkListener, PeerRefused
 from xdl_ec.net.link_socket import CONNECT_SECONDS, LinkBroken, connect, node_host
-
-from .api import PushAck
-from .backend import CallTimeout, Handle, RoleLost, lost_error
+from xdl_ec.ps.api import PushAck
+from xdl_ec.ps.backend import CallTimeout, Handle, RoleLost, lost_error
 
 LINK_METHODS: Dict[str, FrozenSet[str]] = {
     "server": frozenset({"ping", "pull", "push", "pull_stale", "push_pull", "push_pull_stale"}),
@@ -432,7 +431,7 @@ class Link:
         return lost_error(self.handle.role, self.handle.index, why)
 
     def _connect(self) -> socket.socket:
-        from .remote import Remote
+        from xdl_ec.ps.remote import Remote
 
         host, port = Remote(self.handle, LinkAPI).open_links(self.secret).result(CONNECT_SECONDS)
         conn = connect(host, port, CONNECT_SECONDS)

@@ -13,7 +13,7 @@ import functools
 import inspect
 from typing import Any, Callable, FrozenSet
 
-from .handle import Handle
+from xdl_ec.ps.handle import Handle
 
 
 @functools.lru_cache(maxsize=None)  # a Remote is made per call in places: inspecting the class each time showed up

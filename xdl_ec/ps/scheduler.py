@@ -15,14 +15,13 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
+from xdl_ec.ps.api import ServerAPI
+from xdl_ec.ps.backend import CallTimeout, Handle, RoleLost, lost_error
+from xdl_ec.ps.placement import Placement
+from xdl_ec.ps.remote import Remote
+from xdl_ec.ps.server import ParameterServer
 from xdl_ec.settings import checks
 from xdl_ec.sparse.table_config import Table
-
-from .api import ServerAPI
-from .backend import CallTimeout, Handle, RoleLost, lost_error
-from .placement import Placement
-from .remote import Remote
-from .server import ParameterServer
 
 PROBE_TIMEOUT = 5.0  # seconds a live role takes at most to answer a ping between two calls
 

@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from . import checks
+from xdl_ec.settings import checks
 
 __all__ = ["young_interval", "cpr_interval", "expected_pls", "IntervalPolicy", "parse_interval"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Tuple
 
-from . import checks
+from xdl_ec.settings import checks
 
 MAX_R = 4
 MAX_K_PLUS_R = 32

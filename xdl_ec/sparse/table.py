@@ -14,10 +14,9 @@ import numpy as np
 
 from xdl_ec import _core
 from xdl_ec.settings import checks
-
-from . import init, optim
-from .row_rules import Admit, Evict
-from .table_config import Table
+from xdl_ec.sparse import init, optim
+from xdl_ec.sparse.row_rules import Admit, Evict
+from xdl_ec.sparse.table_config import Table
 
 __all__ = ["EmbeddingTable", "as_keys", "as_rows"]
 

@@ -10,9 +10,8 @@ from typing import Any, Optional, Union, cast
 
 from xdl_ec import _core
 from xdl_ec.settings import checks
-
-from . import init, optim
-from .row_rules import Admit, Evict, row_policy_config
+from xdl_ec.sparse import init, optim
+from xdl_ec.sparse.row_rules import Admit, Evict, row_policy_config
 
 MAX_DIM = 1 << 16
 MAX_BLOCK_SLOTS = 1 << 24

@@ -9,9 +9,8 @@ import keras
 import tensorflow as tf
 
 from xdl_ec.sparse.table import EmbeddingTable
-
-from . import tf_ops
-from .table_trackable import ENTRIES, TableTrackable
+from xdl_ec.tf import tf_ops
+from xdl_ec.tf.table_trackable import ENTRIES, TableTrackable
 
 __all__ = ["SparseEmbedding"]
 

@@ -35,8 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 from xdl_ec.sparse.table import EmbeddingTable
-
-from . import tf_ops
+from xdl_ec.tf import tf_ops
 
 __all__ = ["FORMAT", "ENTRIES", "TableTrackable"]
 

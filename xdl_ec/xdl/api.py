@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Un
 
 from xdl_ec.sparse import init as _init
 from xdl_ec.sparse import optim as _optim
-
-from .sparse_tensor import SparseTensor, segment_lengths
+from xdl_ec.xdl.sparse_tensor import SparseTensor, segment_lengths
 
 if TYPE_CHECKING:
     from xdl_ec.job.job import Job
@@ -344,8 +343,7 @@ def embedding(
     import tensorflow as tf
 
     from xdl_ec.tf import tf_ops
-
-    from . import xdl_model
+    from xdl_ec.xdl import xdl_model
 
     combiner = tf_ops.normalize_combiner(combiner)
     model_pass = xdl_model.current()
@@ -405,7 +403,7 @@ def _dense(
     """TF 1's ``tf.layers.dense`` in the model function of :func:`xdl_job`: a Keras Dense layer made on the
     model's first call and reused, by call order, on every later call. ``kernel_initializer`` None: Glorot
     uniform and ``bias_initializer`` None: zeros, TF 1's defaults."""
-    from . import xdl_model
+    from xdl_ec.xdl import xdl_model
 
     model_pass = xdl_model.active("xdl_ec.xdl.layers.dense")
     unsupported = {
@@ -459,7 +457,7 @@ def _batch_normalization(
     ``training=True`` the job's training step normalizes with the batch's statistics and moves the moving mean and
     variance (the model's non-trainable variables); evaluation, prediction and the exported model always use the
     moving ones. ``training=False`` (TF 1's default): the moving ones everywhere, which then never move."""
-    from . import xdl_model
+    from xdl_ec.xdl import xdl_model
 
     model_pass = xdl_model.active("xdl_ec.xdl.layers.batch_normalization")
     unsupported = {
@@ -517,7 +515,7 @@ def _sigmoid_cross_entropy(
     """TF 1's ``tf.losses.sigmoid_cross_entropy(labels, logits)`` in the model function of :func:`xdl_job`,
     at its defaults (the mean over the batch): it marks ``logits`` as the model's output, and the job trains
     this loss of them. Return its result unchanged (first, if the function returns several values)."""
-    from . import xdl_model
+    from xdl_ec.xdl import xdl_model
 
     model_pass = xdl_model.active("xdl_ec.xdl.losses.sigmoid_cross_entropy")
     if (
@@ -559,7 +557,7 @@ def tf_wrapper(
 
         @functools.wraps(function)  # its name and module: it pickles by name as the module's attribute
         def eval_graph(*args: Any, **kwargs: Any) -> Any:
-            from . import xdl_model
+            from xdl_ec.xdl import xdl_model
 
             model_pass = xdl_model.current()
             if model_pass is not None:
@@ -636,8 +634,7 @@ def xdl_job(
     from xdl_ec.job.job import Job
     from xdl_ec.model.feature import Feature
     from xdl_ec.sparse.table_config import Table
-
-    from . import xdl_model
+    from xdl_ec.xdl import xdl_model
 
     for arg, value in (("train", train), ("reader", reader)):
         if not callable(value):

@@ -40,8 +40,7 @@ import tensorflow as tf
 
 from xdl_ec.model.dense_model import ModelError
 from xdl_ec.model.feature_batch import InputError
-
-from .sparse_tensor import SparseTensor, segment_lengths
+from xdl_ec.xdl.sparse_tensor import SparseTensor, segment_lengths
 
 SINGLE, FIXED, RAGGED, SEGMENTS = "single", "fixed", "ragged", "segments"
 TRAIN, TEST = "train", "test"  # the model function's graph, the script's is_training=False graph
