@@ -198,6 +198,14 @@ class RunningCluster:
         if settle:
             self.strategy.settle()
 
+    def check_servers(self) -> None:
+        """Raises the loss of a server that no longer answers a ping. A server no step calls (its shards hold no id
+        the steps read: a table with fewer ids than servers) is otherwise found dead only by the reads after
+        training, where no recovery runs; checked at a fit's last boundary, its loss is recovered like any other."""
+        lost = self.scheduler.probe_servers()
+        if lost:
+            raise lost[0]
+
     def only_worker_dense_state(self) -> Optional[tuple]:
         """The only worker's dense state (weights, optimizer variables, iterations), None when it cannot answer."""
         if ("worker", 0) in self.scheduler.dead:
