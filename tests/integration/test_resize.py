@@ -66,6 +66,16 @@ def test_a_run_resized_up_and_down_ends_at_the_never_resized_model() -> None:
         assert r["rows_copied"] == r["rows_moved"]  # without stripes only the moving rows cross
 
 
+def test_a_kill_of_a_server_the_schedule_brings_is_made_once_it_is_there() -> None:
+    """--resize-at 6:4 on 3 servers, --fail-at 12:3: server 3 exists from the resize on, so the kill is accepted and
+    made (under ec, rebuilt); the model is the never-resized run's."""
+    cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["6:4"], fail_at=["12:3"], resize_share=0)
+    report = job().fit(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
+    assert report["model_digest"] == never_resized()["model_digest"]
+    assert [(k["step"], k["index"]) for k in report["injected"]] == [(12, 3)]
+    assert [f["index"] for f in report["failures"]] == [3]
+
+
 def test_a_run_resized_up_and_down_under_ec_ends_at_the_never_resized_model_and_scrubs_clean() -> None:
     # a larger share than the default: fewer boundaries
     cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["8:5", "16:4", "24:3"], resize_share=0.2)

@@ -36,7 +36,7 @@ class FailureInjector:
     def before_step(self, view: ClusterView, step: int, elapsed: float) -> None:
         if self.schedule.empty:
             return
-        kills = self.schedule.due(step, elapsed)
+        kills = self.schedule.due(step, elapsed, view.num_servers)
         if kills:
             view.quiesce()
             for k in kills:

@@ -62,8 +62,17 @@ class FailureSchedule:
     """The run's injected failures: explicit kills at steps, plus seeded random server kills every ``mtbf``
     seconds on average. :meth:`due` pops what must be killed before a step."""
 
-    def __init__(self, kills: Iterable[Kill] = (), mtbf: Optional[float] = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        kills: Iterable[Kill] = (),
+        mtbf: Optional[float] = None,
+        seed: int = 0,
+        resizes: Sequence[Tuple[int, int]] = (),
+    ) -> None:
         self._kills: List[Kill] = sorted(kills, key=lambda k: (k.step, k.role, k.index))
+        # (step, servers) of the run's planned resizes, by step: a kill names a server of the count in force at
+        # its step, not only of the count the run starts with
+        self.resizes: Tuple[Tuple[int, int], ...] = tuple(sorted((int(s), int(n)) for s, n in resizes))
         for k in self._kills:
             if not isinstance(k, Kill):
                 raise TypeError(f"kills: expected Kill objects, got {type(k).__name__}")
@@ -86,11 +95,22 @@ class FailureSchedule:
         fail_worker_at: Sequence[str] = (),
         mtbf: Optional[float] = None,
         seed: int = 0,
+        resizes: Sequence[Tuple[int, int]] = (),
     ) -> "FailureSchedule":
-        """From the CLI flags (each list: repeated ``STEP[:INDEX]`` strings)."""
+        """From the CLI flags (each list: repeated ``STEP[:INDEX]`` strings); ``resizes``: the (step, servers) of
+        ``--resize-at``."""
         kills = [parse_kill(t, "server", "--fail-at") for t in fail_at or ()]
         kills += [parse_kill(t, "worker", "--fail-worker-at") for t in fail_worker_at or ()]
-        return cls(kills, mtbf, seed)
+        return cls(kills, mtbf, seed, resizes)
+
+    def servers_at(self, step: int, num_servers: int) -> int:
+        """The servers the run plans to have at ``step``: ``num_servers``, or the last planned resize's count
+        at or before it."""
+        count = num_servers
+        for at, servers in self.resizes:
+            if at <= step:
+                count = servers
+        return count
 
     @property
     def empty(self) -> bool:
@@ -104,12 +124,13 @@ class FailureSchedule:
     def validate(self, num_servers: int, num_workers: int, total_steps: Optional[int] = None) -> None:
         """Checks every kill names an existing role (and a step the run reaches); ValueError names the flag."""
         for k in self._kills:
-            count = num_servers if k.role == "server" else num_workers
+            count = self.servers_at(k.step, num_servers) if k.role == "server" else num_workers
             flag = "--fail-at" if k.role == "server" else "--fail-worker-at"
             if k.index >= count:
+                where = f" at step {k.step}" if self.resizes and k.role == "server" else ""
                 raise ValueError(
-                    f"{flag} {k.step}:{k.index}: there is no {k.role} {k.index} (the run has {count} "
-                    f"{k.role}s, indices 0..{count - 1})"
+                    f"{flag} {k.step}:{k.index}: there is no {k.role} {k.index}{where} (the run has {count} "
+                    f"{k.role}s there, indices 0..{count - 1})"
                 )
             if total_steps is not None and k.step > total_steps:
                 raise ValueError(
@@ -117,15 +138,21 @@ class FailureSchedule:
                 )
         self._num_servers = num_servers
 
-    def due(self, step: int, elapsed: float) -> List[Kill]:
+    def due(self, step: int, elapsed: float, num_servers: Optional[int] = None) -> List[Kill]:
         """The kills to perform right before ``step``, ``elapsed`` seconds into training (removed from the
-        schedule): every explicit kill of a step <= ``step``, plus at most one MTBF failure whose time has come."""
-        out = [k for k in self._kills if k.step <= step]
-        self._kills = self._kills[len(out) :]
+        schedule): every explicit kill of a step <= ``step``, plus at most one MTBF failure whose time has come.
+        ``num_servers``: the servers the run has now; a kill of a server a resize has not brought yet (an ec move
+        still copying) waits until the server is there."""
+        servers = self._num_servers if num_servers is None else num_servers
+        out: List[Kill] = []
+        kept: List[Kill] = []
+        for k in self._kills:
+            (out if k.step <= step and (k.role != "server" or k.index < servers) else kept).append(k)
+        self._kills = kept
         for k in out:
             self.fired.append((k, None))
         if self._next_time is not None and self.mtbf is not None and elapsed >= self._next_time:
-            victim = Kill(step, "server", int(self._rng.integers(self._num_servers)))
+            victim = Kill(step, "server", int(self._rng.integers(servers)))
             self.fired.append((victim, self._next_time))
             out.append(victim)
             self._next_time += float(self._rng.exponential(self.mtbf))

@@ -290,4 +290,5 @@ class Cluster:
         return check_schedule([parse_resize(text) for text in self.resize_at])
 
     def failure_schedule(self, seed: int) -> FailureSchedule:
-        return FailureSchedule.from_flags(self.fail_at, self.fail_worker_at, self.mtbf, seed)
+        resizes = [(r.step, r.servers) for r in self.resize_schedule()]
+        return FailureSchedule.from_flags(self.fail_at, self.fail_worker_at, self.mtbf, seed, resizes)

@@ -10,6 +10,7 @@ import pytest
 
 from support.paths import REPO_ROOT  # noqa: E402
 from xdl_ec.ft.failure_schedule import FailureSchedule, Kill, parse_kill
+from xdl_ec.job.cluster import Cluster
 
 
 def test_parse_kill_step_and_index() -> None:
@@ -50,6 +51,29 @@ def test_validate_names_missing_roles_and_unreached_steps() -> None:
         FailureSchedule.from_flags([], ["1:1"]).validate(3, 1, 10)
     with pytest.raises(ValueError, match="--fail-at 11:0: the run has only 10 steps"):
         FailureSchedule.from_flags(["11"]).validate(3, 1, 10)
+
+
+def test_a_kill_names_a_server_of_the_count_planned_at_its_step() -> None:
+    """With --resize-at 80:5 on 3 servers, server 4 exists from step 80 on: a kill of it at 120 is accepted, at 50
+    refused naming the step; at run time it waits until the server is there (an ec move may still be copying)."""
+    schedule = FailureSchedule.from_flags(["120:4", "130:1"], resizes=[(80, 5)])
+    schedule.validate(num_servers=3, num_workers=1, total_steps=200)
+    assert schedule.servers_at(79, 3) == 3 and schedule.servers_at(80, 3) == 5
+    assert schedule.due(125, 0.0, num_servers=3) == []  # the move has not switched yet
+    assert schedule.due(131, 0.0, num_servers=3) == [Kill(130, "server", 1)]
+    assert schedule.due(140, 0.0, num_servers=5) == [Kill(120, "server", 4)]
+    with pytest.raises(ValueError, match=r"--fail-at 50:4: there is no server 4 at step 50 \(the run has 3 servers"):
+        FailureSchedule.from_flags(["50:4"], resizes=[(80, 5)]).validate(3, 1, 200)
+    with pytest.raises(ValueError, match=r"--fail-at 90:3: there is no server 3 at step 90 \(the run has 2 servers"):
+        FailureSchedule.from_flags(["90:3"], resizes=[(20, 5), (60, 2)]).validate(3, 1, 200)
+
+
+def test_the_cluster_checks_kills_against_its_resize_schedule() -> None:
+    accepted = Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["80:5"], fail_at=["120:4"])
+    accepted.failure_schedule(0).validate(3, 1, 160)
+    refused = Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["80:5"], fail_at=["50:4"])
+    with pytest.raises(ValueError, match="there is no server 4 at step 50"):
+        refused.failure_schedule(0).validate(3, 1, 160)
 
 
 @pytest.mark.parametrize("mtbf", [0, -1.0, float("inf"), float("nan"), True])
