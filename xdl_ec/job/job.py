@@ -239,25 +239,29 @@ class Job:
                 keep=keep,
                 source=self.source,
             )
-        settings = RunSettings(seed=seed, deterministic=deterministic)
-        configure_determinism(seed, deterministic)
-        if (export_every is None) != (export_dir is None):
-            raise ValueError(
-                "export_every / export_dir: give both (how often to export, e.g. '60s' or '500' steps, and the "
-                "directory the base and its deltas go to) or neither"
-            )
-        exporter = None if export_dir is None else ExportSchedule(export_dir, str(export_every), self.spec)
-        log = None if logdir is None else TensorBoardLog(logdir)
-        if exporter is not None:
-            exporter.log = log
-        self._close_model()
-        try:
-            if cluster is None:
-                return self._fit_here(steps, settings, progress, saved, saver, log, exporter)
-            return self._fit_on(cluster, steps, settings, progress, scrub, saved, saver, log, exporter)
+        try:  # the saver holds its save dir from here: released however the fit ends
+            settings = RunSettings(seed=seed, deterministic=deterministic)
+            configure_determinism(seed, deterministic)
+            if (export_every is None) != (export_dir is None):
+                raise ValueError(
+                    "export_every / export_dir: give both (how often to export, e.g. '60s' or '500' steps, and the "
+                    "directory the base and its deltas go to) or neither"
+                )
+            exporter = None if export_dir is None else ExportSchedule(export_dir, str(export_every), self.spec)
+            log = None if logdir is None else TensorBoardLog(logdir)
+            if exporter is not None:
+                exporter.log = log
+            self._close_model()
+            try:
+                if cluster is None:
+                    return self._fit_here(steps, settings, progress, saved, saver, log, exporter)
+                return self._fit_on(cluster, steps, settings, progress, scrub, saved, saver, log, exporter)
+            finally:
+                if log is not None:
+                    log.close()
         finally:
-            if log is not None:
-                log.close()
+            if saver is not None:
+                saver.close()
 
     @staticmethod
     def _steps_left(steps: Optional[int], saved: Optional[SavedRun]) -> Optional[int]:
@@ -489,7 +493,10 @@ class Job:
             keep=keep,
             source=self.source,
         )
-        return str(saver.save(run).directory)
+        try:
+            return str(saver.save(run).directory)
+        finally:
+            saver.close()
 
     def _evaluate(self, model: TrainedModel) -> Dict[str, Any]:
         if self.spec.eval_fn is None:

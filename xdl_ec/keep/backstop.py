@@ -184,3 +184,5 @@ class Backstop(RunSaver):
     def close(self) -> None:
         for table in self._templates.values():
             table.close()
+        self._templates.clear()
+        super().close()

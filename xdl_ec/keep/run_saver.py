@@ -18,6 +18,7 @@ import time
 from typing import Any, Dict, Optional, Protocol, Union
 
 from xdl_ec.keep.checkpoint import CheckpointStore, JobCheckpoint, PendingCheckpoint
+from xdl_ec.keep.save_dir_lock import SaveDirLock
 from xdl_ec.keep.saved_run import SAVE_FORMAT
 from xdl_ec.model.job_spec import JobSpec
 from xdl_ec.settings.interval import IntervalPolicy, parse_interval
@@ -53,6 +54,7 @@ class RunSaver:
         keep: int = 2,
         source: Optional[Dict[str, Any]] = None,
     ) -> None:
+        self.lock = SaveDirLock(directory)  # before anything is written or rotated: a live run holds it
         self.store = CheckpointStore(directory, keep=keep)
         self.policy: Optional[IntervalPolicy] = None
         if every is not None:
@@ -120,6 +122,10 @@ class RunSaver:
             "signature": run.signature,
             **more,
         }
+
+    def close(self) -> None:
+        """The run is over: its save directory is free for the next run (idempotent)."""
+        self.lock.release()
 
     def report(self) -> Dict[str, Any]:
         return {
