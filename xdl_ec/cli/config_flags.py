@@ -47,8 +47,12 @@ class FlagSection:
 
 
 def given(args: argparse.Namespace, flags: Sequence[FieldFlag]) -> List[str]:
-    """The names of ``flags`` given a value (a zero counts as not given, as an unset flag)."""
-    return [f.flag.name for f in flags if getattr(args, f.dest, None) not in (None, False)]
+    """The names of ``flags`` given a value (an unset flag reads None, or False for a switch; a given 0 counts)."""
+    return [f.flag.name for f in flags if _given(getattr(args, f.dest, None))]
+
+
+def _given(value: Any) -> bool:
+    return value is not None and value is not False  # by identity: 0 == False, and --staleness 0 is a value
 
 
 def values(args: argparse.Namespace, flags: Sequence[FieldFlag]) -> Dict[str, Any]:

@@ -50,8 +50,11 @@ def test_per_table_caches() -> None:
 
 
 def test_cli_cache_flags(capsys: pytest.CaptureFixture) -> None:
-    assert main(["train", "--synthetic", "--steps", "2", "--staleness", "3"]) == 2
-    assert "needs --servers" in capsys.readouterr().err
+    for staleness in ("3", "0"):  # a given 0 is a value, refused like any other without --servers
+        assert main(["train", "--synthetic", "--steps", "2", "--staleness", staleness]) == 2
+        assert "--staleness: needs --servers" in capsys.readouterr().err
+    assert main(["train", "--synthetic", "--steps", "2", "--resize-share", "0"]) == 2
+    assert "--resize-share: needs --servers" in capsys.readouterr().err
     assert main(["train", "--synthetic", "--steps", "2", "--servers", "2", "--staleness", "3"]) == 2
     assert "--staleness: set the worker cache, which needs --cache-rows" in capsys.readouterr().err
     assert main(["train", "--synthetic", "--steps", "2", "--servers", "2", "--cache-rows", "0"]) == 2
