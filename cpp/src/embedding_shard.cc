@@ -24,6 +24,13 @@ void ShardConfig::Validate() const {
     throw std::invalid_argument("ShardConfig: block_slots must be in [1, " + std::to_string(kMaxBlockSlots) +
                                 "], got " + std::to_string(block_slots));
   }
+  if (memory_budget != 0 && spill_dir.empty()) {
+    throw std::invalid_argument("ShardConfig: memory_budget " + std::to_string(memory_budget) +
+                                " needs a spill_dir (where the rows beyond it live)");
+  }
+  if (memory_budget == 0 && !spill_dir.empty()) {
+    throw std::invalid_argument("ShardConfig: spill_dir '" + spill_dir + "' needs a memory_budget (> 0)");
+  }
   optimizer.Validate();
   initializer.Validate();
   row_policy.Validate(block_slots);
@@ -51,7 +58,8 @@ EmbeddingShard::Impl::Impl(const ShardConfig& c)
       record_bytes(layout.bytes()),
       value_end(layout.state_offset()),
       read_bytes(value_end),
-      store(record_bytes, config.block_slots) {
+      store(config.memory_budget ? SlotStore(record_bytes, config.block_slots, config.memory_budget, config.spill_dir)
+                                 : SlotStore(record_bytes, config.block_slots)) {
   policy_on = config.row_policy.active();
   min_count = config.row_policy.admit_min_count;
   policy_offset = layout.policy_offset();
@@ -89,6 +97,7 @@ ShardMemoryStats EmbeddingShard::memory() const {
   Impl& s = *impl_;
   std::shared_lock<std::shared_mutex> lock(s.mutex);
   ShardMemoryStats m;
+  m.spill = s.store.spill_stats();
   m.live_rows = s.index.size();
   m.slots = s.store.high_water();
   m.record_bytes = s.record_bytes;

@@ -248,6 +248,7 @@ struct EmbeddingShard::Impl {
   int64_t KeyAt(uint32_t slot) const {
     const size_t b = store.BlockOf(slot);
     if (BlockMissing(b)) return restore_keys[slot];
+    if (store.tiered()) return store.KeyOf(slot);  // no file read to confirm a candidate
     int64_t key;
     std::memcpy(&key, Record(slot), sizeof(key));
     return key;
@@ -274,7 +275,8 @@ struct EmbeddingShard::Impl {
     constexpr size_t kIndexAhead = 16, kRecordAhead = 8, kRing = 16;
     static_assert(kRing > kRecordAhead, "the ring must hold the keys in flight");
     uint32_t ring[kRing];
-    const bool prefetch_records = !Restoring();  // missing blocks have no bytes to prefetch
+    // Missing blocks have no bytes to prefetch; a tiered store's rows were fetched (or are not yet).
+    const bool prefetch_records = !Restoring() && !store.tiered();
     for (size_t i = 0; i < std::min(n, kIndexAhead); ++i) index.Prefetch(keys[i]);
     for (size_t i = 0; i < n + kRecordAhead; ++i) {
       if (i < n) {
@@ -331,6 +333,16 @@ struct EmbeddingShard::Impl {
     deltas->xor_bytes.reserve(expected * record_bytes);
   }
 
+  // ---- the tier's fetch step (slot_store.h), tiered stores only, exclusive lock held ----------------
+  // What the budget covers beside the rows: the key index and the free-slot list.
+  size_t OtherBytes() const { return index.bytes() + free_slots.capacity() * sizeof(uint32_t); }
+  // The rows of keys[0..n) that exist made resident together, before an operation touches any.
+  void FetchKeys(const int64_t* keys, size_t n) const;
+  // A scan in slot order: the block starting at `slot` read in whole (the scan's earlier blocks may go).
+  void ScanAt(size_t slot) const {
+    if (store.tiered() && store.WithinBlock(slot) == 0) store.FetchRange(slot, store.block_slots(), OtherBytes());
+  }
+
   // ---- restore (shard_restore.cc) ------------------------------------------------------------------
   // Checks that restored block bytes agree with the index given to BeginRestore: live slots carry
   // their key and the live bit (any clock), free slots are all zero. Returns the first bad slot or -1.
@@ -338,9 +350,10 @@ struct EmbeddingShard::Impl {
   void MarkRestored(size_t b);
   // Exclusive lock held: installs block b through the fault handler when it is still missing.
   void EnsureBlock(size_t b);
-  // Exclusive lock held, restoring: faults in every block a mutation of `keys` may touch, so that
-  // a failing handler throws before any byte changes.
+  // Exclusive lock held, before an operation on `keys` changes any byte: restoring, faults in every block
+  // it may touch (FaultBlocks), so that a failing handler throws first; tiered, its fetch step (FetchKeys).
   void PrepareBlocks(const int64_t* keys, size_t n, bool may_insert);
+  void FaultBlocks(const int64_t* keys, size_t n, bool may_insert);
   void EnsureAllBlocks() {
     for (size_t b = 0; Restoring() && b < missing.size(); ++b) EnsureBlock(b);
   }
@@ -401,6 +414,23 @@ struct EmbeddingShard::Impl {
   void EnsureSketch();
   // Before a mutation that may change cells: their blocks at hand, and no touch left over from a call that threw.
   void BeginSketch();
+};
+
+// A reader's hold on the shard's lock: shared, but exclusive over a tiered store, whose fetch step moves
+// the frames other readers would be reading.
+class ReadLock {
+ public:
+  explicit ReadLock(const EmbeddingShard::Impl& s) {
+    if (s.store.tiered()) {
+      exclusive_ = std::unique_lock<std::shared_mutex>(s.mutex);
+    } else {
+      shared_ = std::shared_lock<std::shared_mutex>(s.mutex);
+    }
+  }
+
+ private:
+  std::shared_lock<std::shared_mutex> shared_;
+  std::unique_lock<std::shared_mutex> exclusive_;
 };
 
 }  // namespace xdl_ec

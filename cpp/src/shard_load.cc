@@ -16,10 +16,16 @@ EmbeddingShard::Rows EmbeddingShard::Export() const {
   Impl& s = *impl_;
   std::unique_lock<std::shared_mutex> exclusive(s.mutex, std::defer_lock);
   std::shared_lock<std::shared_mutex> shared(s.mutex, std::defer_lock);
-  shared.lock();
-  if (s.Restoring()) {
-    shared.unlock();
+  if (s.store.tiered()) {  // a tiered scan moves frames: exclusive (ReadLock)
     exclusive.lock();
+  } else {
+    shared.lock();
+  }
+  if (s.Restoring()) {
+    if (shared.owns_lock()) {
+      shared.unlock();
+      exclusive.lock();
+    }
     s.EnsureAllBlocks();
   }
   Rows rows;
@@ -28,6 +34,7 @@ EmbeddingShard::Rows EmbeddingShard::Export() const {
   rows.values.reserve(live * dim);
   rows.state.reserve(live * sf);
   for (size_t slot = 0; slot < s.store.high_water(); ++slot) {
+    s.ScanAt(slot);
     uint8_t* r = s.Record(slot);
     if (!RecordLayout::IsLive(RecordLayout::Flags(r)) || !s.Admitted(r)) continue;
     s.AppendRow(r, &rows);
@@ -54,6 +61,7 @@ EmbeddingShard::Rows EmbeddingShard::TakeDirty() {
   if (!s.track_dirty) throw std::logic_error("TakeDirty: dirty tracking is off (TrackDirty(true) first)");
   if (s.Restoring()) s.EnsureAllBlocks();
   std::sort(s.dirty_slots.begin(), s.dirty_slots.end());  // slot order, as Export
+  if (s.store.tiered()) s.store.Fetch(s.dirty_slots.data(), s.dirty_slots.size(), s.OtherBytes());
   Rows rows;
   for (const uint32_t slot : s.dirty_slots) {
     s.dirty[slot] = 0;

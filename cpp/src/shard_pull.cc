@@ -134,8 +134,11 @@ uint64_t ResolveInserting(Impl& s, const int64_t* keys, size_t n, DeltaBatch* de
 template <typename Run>
 void ReadPass(Impl& s, const int64_t* keys, size_t n, Run run) {
   {
-    std::shared_lock<std::shared_mutex> lock(s.mutex);
-    if (!s.Restoring()) return run();
+    ReadLock lock(s);
+    if (!s.Restoring()) {
+      s.FetchKeys(keys, n);
+      return run();
+    }
   }
   std::unique_lock<std::shared_mutex> lock(s.mutex);
   s.PrepareBlocks(keys, n, /*may_insert=*/false);
@@ -216,7 +219,8 @@ void EmbeddingShard::Pull(const int64_t* keys, size_t n, float* out, DeltaSink* 
   TaskPool& pool = TaskPool::Shared();
   {
     // Fast path: every key present, shared lock, nothing changes.
-    std::shared_lock<std::shared_mutex> lock(s.mutex);
+    ReadLock lock(s);
+    if (!s.Restoring()) s.FetchKeys(keys, n);
     if (!s.Restoring() && PullShared(s, keys, n, out, pool, pool.PartsFor(n, s.config.split_min_keys))) return;
   }
   // Some key is missing (or a block is under restore): redo the whole batch exclusively, so the
@@ -281,7 +285,8 @@ size_t EmbeddingShard::PullStale(const int64_t* keys, size_t n, const int32_t* k
   StaleAnswers answers(s, known, staleness, rows, clocks, sent);
   {
     // Fast path, as Pull's: every key present, shared lock, nothing changes.
-    std::shared_lock<std::shared_mutex> lock(s.mutex);
+    ReadLock lock(s);
+    if (!s.Restoring()) s.FetchKeys(keys, n);
     if (!s.Restoring() && PullStaleShared(s, keys, n, &answers)) return answers.rows_sent();
   }
   // Some key is missing (or a block is under restore): redo the whole batch exclusively, as Pull does.

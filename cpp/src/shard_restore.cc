@@ -47,7 +47,9 @@ void EmbeddingShard::Impl::MarkRestored(size_t b) {
 
 void EmbeddingShard::Impl::EnsureBlock(size_t b) {
   if (!BlockMissing(b)) return;
-  uint8_t* out = store.Place(b);
+  std::vector<uint8_t> scratch;  // a tiered store takes the block once it is checked
+  if (store.tiered()) scratch.assign(store.block_bytes(), 0);
+  uint8_t* out = store.tiered() ? scratch.data() : store.Place(b);
   try {
     handler(b, out);
   } catch (...) {
@@ -60,10 +62,16 @@ void EmbeddingShard::Impl::EnsureBlock(size_t b) {
     throw std::runtime_error("EmbeddingShard: block fault handler returned bytes for block " + Str(b) +
                              " that disagree with the restored key index at slot " + std::to_string(bad));
   }
+  if (store.tiered()) store.WriteBlock(b, out);
   MarkRestored(b);
 }
 
 void EmbeddingShard::Impl::PrepareBlocks(const int64_t* keys, size_t n, bool may_insert) {
+  FaultBlocks(keys, n, may_insert);
+  FetchKeys(keys, n);  // after the faults: their blocks are what the fetch reads
+}
+
+void EmbeddingShard::Impl::FaultBlocks(const int64_t* keys, size_t n, bool may_insert) {
   if (!Restoring()) return;
   const uint32_t block_slots = store.block_slots();
   size_t misses = 0;
@@ -118,45 +126,29 @@ void EmbeddingShard::ReadBlock(size_t b, uint8_t* out) const {
   RequirePointer(out, 1, "ReadBlock", "out");
   Impl& s = *impl_;
   {
-    std::shared_lock<std::shared_mutex> lock(s.mutex);
+    ReadLock lock(s);
     if (b >= s.NumBlocks()) {
       std::memset(out, 0, s.store.block_bytes());
       return;
     }
     if (!s.BlockMissing(b)) {
-      std::memcpy(out, s.store.Block(b), s.store.block_bytes());
+      s.store.ReadSlots(b * s.store.block_slots(), s.store.block_slots(), out);
       return;
     }
   }
   std::unique_lock<std::shared_mutex> lock(s.mutex);
   s.EnsureBlock(b);
-  std::memcpy(out, s.store.Block(b), s.store.block_bytes());
+  s.store.ReadSlots(b * s.store.block_slots(), s.store.block_slots(), out);
 }
 
 void EmbeddingShard::ReadSlots(size_t slot, size_t count, uint8_t* out) const {
   RequirePointer(out, count, "ReadSlots", "out");
   Impl& s = *impl_;
-  const size_t block_slots = s.store.block_slots(), record_bytes = s.record_bytes;
-  auto run = [&]() {
-    const size_t nb = s.NumBlocks();
-    size_t done = 0;
-    while (done < count) {
-      const size_t at = slot + done;
-      const size_t b = at / block_slots, within = at % block_slots;
-      const size_t take = std::min(count - done, block_slots - within);
-      uint8_t* dst = out + done * record_bytes;
-      const uint8_t* block = b < nb ? s.store.Block(b) : nullptr;
-      if (block) {
-        std::memcpy(dst, block + within * record_bytes, take * record_bytes);
-      } else {
-        std::memset(dst, 0, take * record_bytes);
-      }
-      done += take;
-    }
-  };
+  const size_t block_slots = s.store.block_slots();
+  auto run = [&]() { s.store.ReadSlots(slot, count, out); };
   if (slot + count < slot) throw std::out_of_range("ReadSlots: slot + count overflows");
   {
-    std::shared_lock<std::shared_mutex> lock(s.mutex);
+    ReadLock lock(s);
     if (!s.Restoring()) return run();
   }
   std::unique_lock<std::shared_mutex> lock(s.mutex);
@@ -264,7 +256,7 @@ bool EmbeddingShard::RestoreBlock(size_t b, const uint8_t* bytes) {
     throw std::invalid_argument("RestoreBlock: bytes of block " + Str(b) +
                                 " disagree with the restored key index at slot " + std::to_string(bad));
   }
-  std::memcpy(s.store.Place(b), bytes, s.store.block_bytes());
+  s.store.WriteBlock(b, bytes);
   s.MarkRestored(b);
   return true;
 }

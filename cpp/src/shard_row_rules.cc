@@ -43,9 +43,10 @@ std::vector<uint32_t> EmbeddingShard::Impl::SelectVictims(int64_t now_step, int6
   live_in_block->assign(NumBlocks(), 0);  // to find the blocks the pass empties whole
   // Walked block by block (the scan is a share of a pass step); a released block is all free and not read
   // (reading would map its pages again).
+  std::vector<uint8_t> scratch;  // a tiered store's block, read whole
   for (size_t b = 0, nb = NumBlocks(); b < nb; ++b) {
     if (store.released(b)) continue;
-    const uint8_t* r = store.Block(b);
+    const uint8_t* r = store.BlockForRead(b, &scratch);
     const size_t end = std::min<size_t>(high_water, (b + 1) * block_slots);
     for (size_t slot = b * block_slots; slot < end; ++slot, r += record_bytes) {
       if (!RecordLayout::IsLive(RecordLayout::Flags(r))) continue;
@@ -98,6 +99,7 @@ EmbeddingShard::Eviction EmbeddingShard::Impl::EvictPass(int64_t now_step, Delta
   EnsureAllBlocks();
   std::vector<uint32_t> live_in_block;
   const std::vector<uint32_t> victims = SelectVictims(now_step, ttl_before, &out.counts, &live_in_block);
+  if (store.tiered()) store.Fetch(victims.data(), victims.size(), OtherBytes());  // their reads together
   out.keys.reserve(victims.size());
   // merge: a slot the same batch touched already keeps its one entry, its delta taken on to the zero record.
   std::unordered_map<uint32_t, size_t> entry;
@@ -176,12 +178,13 @@ EmbeddingShard::PolicyStats EmbeddingShard::policy_stats() const {
   out.counters.evicted_ttl = s.evicted_ttl.load(std::memory_order_relaxed);
   out.counters.evicted_l2 = s.evicted_l2.load(std::memory_order_relaxed);
   out.counters.evicted_cap = s.evicted_cap.load(std::memory_order_relaxed);
-  std::shared_lock<std::shared_mutex> lock(s.mutex);
+  ReadLock lock(s);
   if (!s.policy_on || s.Restoring()) {  // under restore the words are not all here: count records as rows
     out.rows = s.index.size();
     return out;
   }
   for (size_t slot = 0; slot < s.store.high_water(); ++slot) {
+    s.ScanAt(slot);
     const uint8_t* r = s.Record(slot);
     if (!RecordLayout::IsLive(RecordLayout::Flags(r))) continue;
     if (s.Admitted(r)) {
@@ -242,6 +245,7 @@ EmbeddingShard::Rows EmbeddingShard::ExportPending() const {
   Rows rows;
   if (!s.policy_on) return rows;
   for (size_t slot = 0; slot < s.store.high_water(); ++slot) {
+    s.ScanAt(slot);
     const uint8_t* r = s.Record(slot);
     if (!RecordLayout::IsLive(RecordLayout::Flags(r)) || s.Admitted(r)) continue;
     int64_t key;

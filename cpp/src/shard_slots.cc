@@ -23,6 +23,15 @@ void EmbeddingShard::Impl::ResolveParts(const int64_t* keys, size_t n, TaskPool&
   });
 }
 
+void EmbeddingShard::Impl::FetchKeys(const int64_t* keys, size_t n) const {
+  if (!store.tiered()) return;
+  TaskPool& pool = TaskPool::Shared();
+  std::vector<uint32_t> slots(n + sketch_slots);
+  ResolveParts(keys, n, pool, pool.PartsFor(n, config.split_min_keys), slots.data());
+  for (size_t i = 0; i < sketch_slots; ++i) slots[n + i] = static_cast<uint32_t>(i);  // a push counts in them
+  store.Fetch(slots.data(), slots.size(), OtherBytes());
+}
+
 uint32_t EmbeddingShard::Impl::AllocateSlot() {
   if (!free_slots.empty()) {
     const uint32_t slot = free_slots.front();

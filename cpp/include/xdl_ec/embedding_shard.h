@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <shared_mutex>
+#include <string>
 #include <vector>
 
 #include "xdl_ec/delta_sink.h"
@@ -30,6 +31,7 @@
 #include "xdl_ec/optimizer.h"
 #include "xdl_ec/record_layout.h"
 #include "xdl_ec/row_policy.h"
+#include "xdl_ec/spill_tier.h"
 
 namespace xdl_ec {
 
@@ -43,11 +45,17 @@ struct ShardConfig {
   // A pull or push of at least this many keys splits its lookups, copies and optimizer steps over
   // TaskPool::Shared()'s threads (results and deltas are the same bytes either way); SIZE_MAX: never.
   size_t split_min_keys = 2048;
+  // The disk tier (spill_tier.h): with a budget (bytes, > 0) the records live in a file under spill_dir and
+  // at most about memory_budget bytes of rows, key index and slot lists stay in RAM; 0: all in RAM. The
+  // bytes, and so every result, are the same either way.
+  size_t memory_budget = 0;
+  std::string spill_dir;
 
   void Validate() const;  // throws std::invalid_argument naming the bad field
 };
 
 struct ShardMemoryStats {
+  SpillStats spill;  // the disk tier's counts (all zero without one)
   size_t live_rows = 0;
   size_t slots = 0;            // slot array length (high-water mark), live or free
   size_t record_bytes = 0;     // bytes of one record

@@ -8,19 +8,29 @@
 // bytes and their extent only, behind a narrow interface (a record's bytes, growth, blocks), so a lower
 // tier can go below it without the shard's operations changing. Not thread safe: the shard's lock guards
 // it. The accessors are inline because the pull and push loops call Record once per row.
+//
+// With a memory budget the records live in a SpillTier (spill_tier.h) instead of blocks: Record gives a
+// resident frame, an operation's fetch step (Fetch) makes its batch resident first, and whole blocks are
+// read and written through ReadBlock / WriteBlock (what parity and recovery use either way).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "xdl_ec/mapped_buffer.h"
+#include "xdl_ec/spill_tier.h"
 
 namespace xdl_ec {
 
 class SlotStore {
  public:
   SlotStore(size_t record_bytes, uint32_t block_slots);
+  // Tiered: records in a spill file under `spill_dir`, at most about `memory_budget` bytes of them in RAM
+  // (SpillTier's checks: a budget below its minimum, a dir missing or not writable, throw).
+  SlotStore(size_t record_bytes, uint32_t block_slots, size_t memory_budget, const std::string& spill_dir);
 
   size_t record_bytes() const { return record_bytes_; }
   uint32_t block_slots() const { return block_slots_; }
@@ -33,10 +43,33 @@ class SlotStore {
   size_t BlockOf(size_t slot) const { return block_shift_ >= 0 ? slot >> block_shift_ : slot / block_slots_; }
   size_t WithinBlock(size_t slot) const { return block_shift_ >= 0 ? slot & (block_slots_ - 1) : slot % block_slots_; }
 
-  // The record bytes of `slot`, whose block has bytes.
-  uint8_t* Record(size_t slot) const { return blocks_[BlockOf(slot)] + WithinBlock(slot) * record_bytes_; }
-  // Block b's bytes, or null when it has none.
+  // The record bytes of `slot`, whose block has bytes (tiered: its frame, read in when it has none).
+  uint8_t* Record(size_t slot) const {
+    if (__builtin_expect(tier_ != nullptr, 0)) return tier_->Frame(slot);
+    return blocks_[BlockOf(slot)] + WithinBlock(slot) * record_bytes_;
+  }
+  // Block b's bytes, or null when it has none; untiered only (a tiered store has no block in RAM).
   uint8_t* Block(size_t b) const { return b < blocks_.size() ? blocks_[b] : nullptr; }
+
+  // ---- the tier ----------------------------------------------------------------------------------
+  bool tiered() const { return tier_ != nullptr; }
+  // Tiered: the key bytes of `slot` without reading the file (SpillTier::KeyOf).
+  int64_t KeyOf(size_t slot) const { return tier_->KeyOf(slot); }
+  // Tiered: the fetch step (SpillTier::Fetch, FetchRange); `other_bytes`: the rest of the budget's charge.
+  void Fetch(const uint32_t* slots, size_t n, size_t other_bytes) const { tier_->Fetch(slots, n, other_bytes); }
+  void FetchRange(size_t first, size_t count, size_t other_bytes) const {
+    tier_->FetchRange(first, count, other_bytes);
+  }
+  SpillStats spill_stats() const { return tier_ ? tier_->stats() : SpillStats{}; }
+
+  // ---- whole blocks and runs of records, tiered or not -----------------------------------------------
+  // Copies records [slot, slot + count) to out; slots without bytes (past the end, a block not placed)
+  // read as zeros.
+  void ReadSlots(size_t slot, size_t count, uint8_t* out) const;
+  // Block b (below num_blocks()) becomes `bytes` (block_bytes() of them; past the end: dropped).
+  void WriteBlock(size_t b, const uint8_t* bytes);
+  // Block b's bytes for reading: its own when untiered (null when it has none), else read into `scratch`.
+  const uint8_t* BlockForRead(size_t b, std::vector<uint8_t>* scratch) const;
 
   // ---- growth ------------------------------------------------------------------------------------
   // Block b's bytes (b below num_blocks()), placed zeroed first when it has none.
@@ -48,6 +81,7 @@ class SlotStore {
   void Reset(size_t high_water);
 
   // ---- blocks given back ----------------------------------------------------------------------------
+  // (A tiered store gives nothing back: its free records are zeros in the file, frames for others.)
   bool released(size_t b) const { return released_count_ != 0 && b < released_.size() && released_[b]; }
   // Block b holds no live record: its pages go back to the kernel (the bytes stay zero). A block without
   // bytes, or within one page (nothing to give back), stays as it is.
@@ -55,7 +89,7 @@ class SlotStore {
   // A slot of block b is taken again: the block counts as held (its pages come back as they are touched).
   void Reuse(size_t b);
 
-  size_t bytes() const;  // bytes of the placed blocks, released ones excepted
+  size_t bytes() const;  // bytes of the placed blocks, released ones excepted (tiered: of the frames)
 
  private:
   uint8_t* AllocateBlock();
@@ -71,6 +105,7 @@ class SlotStore {
   size_t slab_total_ = 0;            // bytes of all slabs
   std::vector<uint8_t> released_;    // per block: given back by Release until Reuse
   size_t released_count_ = 0;
+  std::unique_ptr<SpillTier> tier_;  // set: the records live in the tier, blocks_ stays empty
 };
 
 }  // namespace xdl_ec

@@ -1,0 +1,130 @@
+// The disk tier below a SlotStore (slot_store.h): every record lives in a spill file at slot * record_bytes,
+// and RAM holds a bounded set of record frames, the rows used lately. Rows, not pages: Zipf ids scatter the
+// hot rows over all slots, so caching the pages they sit on would spend the budget on their cold neighbours.
+//
+// Frames move only in Fetch (an operation's fetch step, before it holds any record pointer): the batch's
+// misses are read together, sorted into runs of adjacent slots, one preadv per run, the runs split over the
+// core's TaskPool threads; room is made first by CLOCK (a referenced bit per frame, the hand skipping the
+// batch's own frames), the dirty victims written back the same way. Frame() on a row the fetch step did not
+// cover (a row an operation reaches by its rules, a scan) reads it alone and only adds a frame: nothing is
+// evicted while an operation may hold a pointer, so a batch larger than the budget overshoots it until the
+// next fetch step. The owner serialises Fetch against every other call (the shard's write lock); Frame may
+// run on several of an operation's threads at once.
+//
+// The file is unlinked as soon as it is made: it goes with the process however the process ends. A write
+// that fails (ENOSPC, a size limit) throws naming the directory before any frame is given up, so the bytes
+// stay those of the last completed operation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace xdl_ec {
+
+struct SpillStats {
+  size_t budget_bytes = 0;
+  size_t rows_in_memory = 0;  // frames held
+  size_t rows_on_disk = 0;    // slots without a frame
+  size_t disk_bytes = 0;      // bytes the spill file takes on its filesystem
+  uint64_t disk_read_bytes = 0;
+  uint64_t disk_write_bytes = 0;
+  uint64_t hits = 0;    // a fetch step's rows found in a frame
+  uint64_t misses = 0;  // ... and read from the file (a Frame() fault counts here too)
+};
+
+class SpillTier {
+ public:
+  // The fewest frames a tier holds whatever its budget: a batch's working set must fit somewhere.
+  static constexpr size_t kMinFrames = 64;
+  // Bytes RAM holds per slot beside its frame (where its frame is; its key while on disk).
+  static constexpr size_t kSlotOverhead = sizeof(uint32_t) + sizeof(int64_t);
+  static size_t MinimumBudget(size_t record_bytes) { return kMinFrames * (record_bytes + kFrameHeader); }
+
+  // Makes the spill file under `dir`. Throws std::invalid_argument when the budget is below MinimumBudget
+  // (naming it), std::runtime_error naming `dir` when it is missing or not writable.
+  SpillTier(size_t record_bytes, size_t budget_bytes, const std::string& dir);
+  ~SpillTier();
+  SpillTier(const SpillTier&) = delete;
+  SpillTier& operator=(const SpillTier&) = delete;
+
+  size_t slots() const { return frame_of_.size(); }
+
+  // The resident bytes of `slot`, read in alone when it has no frame; marks the frame dirty.
+  uint8_t* Frame(size_t slot) {
+    const uint32_t f = __atomic_load_n(&frame_of_[slot], __ATOMIC_ACQUIRE);
+    uint8_t* frame = f != kNone ? FrameAt(f) : Fault(slot);
+    __atomic_store_n(frame + kDirtyAt, uint8_t{1}, __ATOMIC_RELAXED);
+    return frame + kFrameHeader;
+  }
+  // The key bytes of `slot` (its first 8), from its frame or, on disk, the copy kept in RAM: a key index
+  // confirms candidates without reading the file.
+  int64_t KeyOf(size_t slot) const {
+    const uint32_t f = __atomic_load_n(&frame_of_[slot], __ATOMIC_ACQUIRE);
+    if (f == kNone) return disk_keys_[slot];
+    int64_t key;
+    std::memcpy(&key, FrameAt(f) + kFrameHeader, sizeof(key));
+    return key;
+  }
+
+  // The fetch step: every slot of slots[0..n) (kNone entries skipped, repeats allowed) resident on return.
+  // `other_bytes`: what else the budget covers (the key index, the slot lists), taken from it first.
+  void Fetch(const uint32_t* slots, size_t n, size_t other_bytes);
+  // Fetch of [first, first + count) (clipped to slots()): a scan's next block.
+  void FetchRange(size_t first, size_t count, size_t other_bytes);
+
+  // One more slot, all zero (past the file's end, which reads zeros), resident.
+  size_t Append();
+  // `slots` slots, all zero, none resident (a restore writes them).
+  void Reset(size_t slots);
+  // Records [slot, slot + count) (within slots()) to / from a caller's bytes, frames and file alike.
+  void Read(size_t slot, size_t count, uint8_t* out);
+  void Write(size_t slot, size_t count, const uint8_t* bytes);
+
+  size_t frame_bytes() const { return held_ * record_bytes_; }
+  SpillStats stats() const;
+
+ private:
+  static constexpr uint32_t kNone = 0xFFFFFFFFu;
+  // A frame: [slot (8) | dirty (1) | referenced (1) | pad (2) | fetch epoch (4)] then the record.
+  static constexpr size_t kFrameHeader = 16;
+  static constexpr size_t kDirtyAt = 8, kReferencedAt = 9, kEpochAt = 12;
+  static constexpr size_t kChunkFrames = 16384;  // frames are carved in chunks that never move
+  static constexpr size_t kMaxChunks = size_t{1} << 14;
+
+  uint8_t* FrameAt(uint32_t f) const { return chunks_[f / kChunkFrames].get() + (f % kChunkFrames) * stride_; }
+  size_t SlotOfFrame(uint32_t f) const;
+  uint8_t* Fault(size_t slot);
+  uint32_t NewFrame();  // a free frame, or one more carved
+  size_t Capacity(size_t other_bytes) const;
+  // Frees frames not fetched in this epoch until `need` more fit under the capacity (dirty ones written
+  // back first, all or nothing).
+  void MakeRoom(size_t need, size_t capacity);
+  // The records of frames[i] from / to the file at sorted_slots[i], in runs of adjacent slots over the pool.
+  void Transfer(const std::vector<uint32_t>& sorted_slots, const std::vector<uint32_t>& frames, bool write);
+  [[noreturn]] void Fail(const char* what, size_t slot, int err) const;
+
+  const size_t record_bytes_;
+  const size_t budget_bytes_;
+  const std::string dir_;
+  const size_t stride_;  // header + record, rounded to 8
+  int fd_ = -1;
+
+  std::vector<uint32_t> frame_of_;  // per slot: its frame, or kNone
+  std::vector<int64_t> disk_keys_;  // per slot: the key bytes the file holds for it
+  std::unique_ptr<std::unique_ptr<uint8_t[]>[]> chunks_;
+  size_t num_chunks_ = 0;
+  size_t carved_ = 0;           // frames carved from chunks
+  std::vector<uint32_t> free_;  // carved frames holding no slot
+  size_t held_ = 0;             // frames holding a slot
+  size_t hand_ = 0;             // CLOCK's hand over carved frames
+  uint32_t epoch_ = 1;          // a Fetch's number: frames stamped with it are the batch's own
+  std::mutex fault_mutex_;      // Frame() faults from an operation's threads
+  uint64_t read_bytes_ = 0, write_bytes_ = 0, hits_ = 0, misses_ = 0;
+};
+
+}  // namespace xdl_ec
