@@ -21,11 +21,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import xdl_ec  # noqa: E402
 from support.examples import load_example  # noqa: E402
 from xdl_ec import _core  # noqa: E402
-from xdl_ec.ps import LocalBackend, ParameterServer, PSClient, background_move  # noqa: E402
+from xdl_ec.ps import LocalBackend, ParameterServer, PSClient, move_budget, pause_prediction  # noqa: E402
 from xdl_ec.ps import resize as resize_module  # noqa: E402
 from xdl_ec.ps.cached_client import CachedClient  # noqa: E402
 from xdl_ec.ps.client import owner_positions  # noqa: E402
+from xdl_ec.ps.copy_rounds import CopyRounds  # noqa: E402
+from xdl_ec.ps.fresh_start import FreshStart  # noqa: E402
 from xdl_ec.ps.move_hooks import NO_HOOKS, MoveHooks  # noqa: E402
+from xdl_ec.ps.old_servers import OldServers  # noqa: E402
 from xdl_ec.ps.resize import ResizeError, Resizer, parse_resize  # noqa: E402
 
 example = load_example("user_item_tags")
@@ -337,27 +340,27 @@ def test_under_ec_the_pre_copy_keeps_to_its_budget_in_seconds_on_average(
     most ROUND_FIXED_SHARE of a round (fewer, larger rounds than CHUNK_SLOTS), at most MAX_ROUND_BUDGETS budgets.
     Either way the move ends, exact."""
     fixed, per_slot, chunk = 4e-4, 1e-5, 16
-    monkeypatch.setattr(background_move, "CHUNK_SLOTS", chunk)  # the example's shards hold a few hundred rows
-    monkeypatch.setattr(background_move, "MAX_ROUND_BUDGETS", 40)
-    monkeypatch.setattr(background_move, "SAMPLE_MOST", 3)
-    amortized = fixed * (1 - background_move.ROUND_FIXED_SHARE) / (background_move.ROUND_FIXED_SHARE * per_slot)
+    monkeypatch.setattr(move_budget, "CHUNK_SLOTS", chunk)  # the example's shards hold a few hundred rows
+    monkeypatch.setattr(move_budget, "MAX_ROUND_BUDGETS", 40)
+    monkeypatch.setattr(pause_prediction, "SAMPLE_MOST", 3)
+    amortized = fixed * (1 - move_budget.ROUND_FIXED_SHARE) / (move_budget.ROUND_FIXED_SHARE * per_slot)
     now = [0.0]
-    forward_old = background_move._forward_old
+    forward_old = OldServers.forward
     spent: list = []
     rounds: list = []  # per boundary: per round, (the shards read, the slots asked, the shards unfinished before)
     in_precopy = False
     moves: list = []
     open_at: list = []  # per boundary: the shards not read to their end when it began
 
-    def read_on_the_clock(trainer: object, reads: list, targets: object) -> list:
-        out = forward_old(trainer, reads, targets)
+    def read_on_the_clock(self: OldServers, reads: list, targets: object) -> list:
+        out = forward_old(self, reads, targets)  # type: ignore[arg-type]
         if in_precopy:  # (the final boundary's sends are not on the budget)
             # the slots a round reads as the move counts them (within each shard's end, at least 1 a read)
             now[0] += fixed + per_slot * sum(
                 max(1, min(s[1], int(o["end"]) - s[0])) for (_, _, s), o in zip(reads, out)
             )
             move = moves[-1]
-            unfinished = sum(not c.done for c in move._copied.values())
+            unfinished = sum(not c.done for c in move.shards.values())
             rounds[-1].append((len(reads), sum(s[1] for _, _, s in reads), unfinished))
         return out
 
@@ -366,24 +369,24 @@ def test_under_ec_the_pre_copy_keeps_to_its_budget_in_seconds_on_average(
         in_precopy = name == "precopy"
         if name == "precopy":
             moves.append(move)
-            open_at.append(sum(not c.done for c in move._copied.values()))
+            open_at.append(sum(not c.done for c in move.shards.values()))
             spent.append(-now[0])
             rounds.append([])
         elif name == "precopied":
             spent[-1] += now[0]
 
-    ask_clocks = background_move._ask_clocks
+    ask_clocks = OldServers.clocks
     asked_on_the_clock: list = []
 
-    def ask_on_the_clock(trainer: object, asks: list) -> list:
+    def ask_on_the_clock(self: OldServers, asks: list) -> list:
         if in_precopy:  # (a pre-copy boundary asking the final pause's prediction)
             now[0] += 2 * budget
             asked_on_the_clock.append(len(spent))
             assert all(len(keys) <= 3 for _, _, keys in asks), asks  # a sample: SAMPLE_MOST keys a shard at most
-        return ask_clocks(trainer, asks)
+        return ask_clocks(self, asks)
 
-    monkeypatch.setattr(background_move, "_forward_old", read_on_the_clock)
-    monkeypatch.setattr(background_move, "_ask_clocks", ask_on_the_clock)
+    monkeypatch.setattr(OldServers, "forward", read_on_the_clock)
+    monkeypatch.setattr(OldServers, "clocks", ask_on_the_clock)
     cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["6:4"])
     report = job(MoveHooks(on_phase, seconds=budget, clock=lambda: now[0])).verify(
         steps=STEPS, deterministic=True, seed=SEED, cluster=cluster
@@ -571,7 +574,7 @@ def test_a_pre_copy_round_is_one_call_per_old_server_and_no_row_passes_the_drive
 
     calls: list = []  # per pre-copy round: the driver's calls to servers, (server handle, method)
     driver: list = []
-    call, round_ = LocalHandle.call, background_move.BackgroundMove._round
+    call, round_ = LocalHandle.call, CopyRounds.round
 
     told: list = []  # the old servers told the fresh ones (forward_to, when the fresh stripes formed)
 
@@ -582,16 +585,16 @@ def test_a_pre_copy_round_is_one_call_per_old_server_and_no_row_passes_the_drive
             told.append(id(self))
         return call(self, method, *args)
 
-    def counted_round(self: object, trainer: object, plan: list) -> tuple:
+    def counted_round(self: CopyRounds, targets: object, plan: list) -> tuple:
         driver[:] = [threading.current_thread()]
         calls.append([])
         try:
-            return round_(self, trainer, plan)
+            return round_(self, targets, plan)  # type: ignore[arg-type]
         finally:
             driver.clear()
 
     monkeypatch.setattr(LocalHandle, "call", counted)
-    monkeypatch.setattr(background_move.BackgroundMove, "_round", counted_round)
+    monkeypatch.setattr(CopyRounds, "round", counted_round)
     cluster = xdl_ec.Cluster(servers=3, ft="ec", code=(2, 1), resize_at=["6:4"])
     report = job().verify(steps=STEPS, deterministic=True, seed=SEED, cluster=cluster)
     assert report["model_digest"] == never_resized()["model_digest"]
@@ -640,21 +643,21 @@ def test_a_move_started_over_starts_its_new_fresh_servers_beside_the_steps(monke
     boundaries until they answer read nothing (here the start is held for three boundaries); then the pre-copy
     starts over on them and the move completes at the never-resized model."""
     go = threading.Event()
-    run = background_move._FreshStart.run
+    run = FreshStart.run
 
-    def held(self: background_move._FreshStart) -> None:
+    def held(self: FreshStart) -> None:
         if self._thread is not None:  # a start beside the steps (the first fresh servers, given, form at once)
             assert go.wait(60)
         run(self)
 
-    monkeypatch.setattr(background_move._FreshStart, "run", held)
+    monkeypatch.setattr(FreshStart, "run", held)
     seen: list = []  # per pre-copy boundary: [servers starting, rows pre-copied before(, after)]
 
     killed: list = []
 
     def on_phase(name: str, trainer: object, move: object) -> None:
         if name == "precopy":
-            seen.append([move._starting is not None, move.rows_precopied])  # type: ignore[attr-defined]
+            seen.append([move.side.starting, move.rows_precopied])  # type: ignore[attr-defined]
             if not killed and move.rows_precopied:  # type: ignore[attr-defined]  # found when it sends rows again
                 killed.append(len(seen) - 1)
                 trainer.backend.kill(move.fresh[2])  # type: ignore[attr-defined]

@@ -61,3 +61,12 @@ class ResizeTrainer(Protocol):
     def server_beside(self, index: int) -> Handle: ...
 
     def drain(self, futures: Sequence[Any]) -> Tuple[List[Any], List[BaseException]]: ...
+
+
+def wait_answers(trainer: ResizeTrainer, futures: Sequence[Any]) -> List[Any]:
+    """The answers of ``futures`` (calls of the run's roles), in order; the first loss among them is raised (a
+    server's is confirmed by the scheduler, and its strategy recovers it at the boundary)."""
+    answers, lost = trainer.drain(futures)
+    if lost:
+        raise lost[0]
+    return answers

@@ -1,21 +1,21 @@
-"""plan_round (xdl_ec.ps.background_move): a pre-copy round's reads, one per unfinished shard, its slots split
+"""plan_round (xdl_ec.ps.copy_rounds): a pre-copy round's reads, one per unfinished shard, its slots split
 evenly, a shard whose end is known asking at most what it has left and the others taking the rest."""
 
 from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
 
-from xdl_ec.ps.background_move import _Copied, plan_round
+from xdl_ec.ps.copy_rounds import CopiedShard, plan_round
 
 
-def shard(next_slot: int = 0, end: Optional[int] = None, done: bool = False) -> _Copied:
-    c = _Copied()
+def shard(next_slot: int = 0, end: Optional[int] = None, done: bool = False) -> CopiedShard:
+    c = CopiedShard()
     c.next_slot, c.end, c.reached_end = next_slot, end, done
     return c
 
 
 def test_shards_not_read_yet_share_the_round_evenly_in_order() -> None:
-    copied: Dict[Tuple[str, int], _Copied] = {("t", p): shard() for p in range(3)}
+    copied: Dict[Tuple[str, int], CopiedShard] = {("t", p): shard() for p in range(3)}
     assert plan_round(copied, 10) == [("t", 0, 4), ("t", 1, 4), ("t", 2, 4)]
 
 
