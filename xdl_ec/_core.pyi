@@ -504,6 +504,7 @@ class ShardConfig:
     initializer: InitializerConfig
     optimizer: OptimizerConfig
     row_policy: RowPolicyConfig
+    spill_dir: str
     def __init__(self) -> None:
         ...
     def validate(self) -> None:
@@ -519,6 +520,14 @@ class ShardConfig:
         ...
     @dim.setter
     def dim(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def memory_budget(self) -> int:
+        """
+        bytes of rows, key index and slot lists kept in RAM (0: all); the rest in spill_dir
+        """
+    @memory_budget.setter
+    def memory_budget(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def seed(self) -> int:

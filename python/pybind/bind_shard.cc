@@ -87,6 +87,16 @@ py::dict MemoryDict(const ShardMemoryStats& m) {
   d["index_bytes"] = m.index_bytes;
   d["free_slots"] = m.free_slots;
   d["free_list_bytes"] = m.free_list_bytes;
+  // The disk tier's counts (zeros without one): rows in frames and in the file, the file's size, its I/O, and
+  // the fetch steps' rows found in a frame (hits) or read (misses).
+  d["spill_budget_bytes"] = m.spill.budget_bytes;
+  d["rows_in_memory"] = m.spill.rows_in_memory;
+  d["rows_on_disk"] = m.spill.rows_on_disk;
+  d["disk_bytes"] = m.spill.disk_bytes;
+  d["disk_read_bytes"] = m.spill.disk_read_bytes;
+  d["disk_write_bytes"] = m.spill.disk_write_bytes;
+  d["memory_hits"] = m.spill.hits;
+  d["memory_misses"] = m.spill.misses;
   return d;
 }
 
@@ -557,6 +567,9 @@ void BindShard(py::module_& m) {
       .def_readwrite("seed", &ShardConfig::seed)
       .def_readwrite("block_slots", &ShardConfig::block_slots)
       .def_readwrite("row_policy", &ShardConfig::row_policy)
+      .def_readwrite("memory_budget", &ShardConfig::memory_budget,
+                     "bytes of rows, key index and slot lists kept in RAM (0: all); the rest in spill_dir")
+      .def_readwrite("spill_dir", &ShardConfig::spill_dir)
       .def("validate", &ShardConfig::Validate);
 
   py::class_<RecordLayout>(m, "RecordLayout", "Byte layout of a slot record: key | flags | value | state")

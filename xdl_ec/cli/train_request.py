@@ -21,6 +21,7 @@ from xdl_ec.job.job import Job
 from xdl_ec.job.job_source import builtin_source, load_script_job
 from xdl_ec.settings.flag import field_flags
 from xdl_ec.sparse.cache_config import Cache
+from xdl_ec.sparse.memory_budget import MemoryBudget
 
 # Where `xdl-ec train` without --data looks for the Criteo sample, in order: $XDL_EC_CRITEO_SAMPLE, ../shared/data
 # and shared/data below the working directory, and ../shared/data beside a source checkout of the package.
@@ -33,7 +34,11 @@ TABLE_RULE_FLAGS = field_flags(TrainConfig, ["bounded"])
 CLUSTER_FLAGS = field_flags(Cluster)
 CACHE_FLAGS = [f for f in CLUSTER_FLAGS if f.config is Cache]
 # the flags that need --servers, by why: where and how the job runs, and fault tolerance
-PLACEMENT_FLAGS = [f for f in field_flags(Cluster, ["servers", "resize"]) if f.field != "servers"]
+# a memory budget applies to one process as well as to servers
+PLACEMENT_FLAGS = [
+    f for f in field_flags(Cluster, ["servers", "resize"]) if f.field not in ("servers", "memory_budget", "spill_dir")
+]
+MEMORY_FLAGS = [f for f in field_flags(Cluster, ["servers"]) if f.field in ("memory_budget", "spill_dir")]
 FT_FLAGS = field_flags(Cluster, ["ft"])
 
 
@@ -89,6 +94,13 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
     saving.check(args.servers)
     run = {**{f.field: f.default for f in RUN_FLAGS}, **values(args, RUN_FLAGS)}
     fit_options = {**saving.fit_arguments(), **outputs.fit_arguments()}
+    if cluster is None:  # --memory-budget, --spill-dir in this process: fit's (a Cluster has them otherwise)
+        memory = values(args, MEMORY_FLAGS)
+        try:
+            MemoryBudget.of(memory.get("memory_budget"), memory.get("spill_dir"))
+        except ValueError as err:
+            raise UsageError(flag_names(str(err), MEMORY_FLAGS)) from None
+        fit_options.update(memory)
     if args.evict_ttl_steps is not None and args.evict_ttl_seconds is not None:
         raise UsageError(
             "--evict-ttl-steps, --evict-ttl-seconds: give one of them (a row ages by steps or by seconds of "

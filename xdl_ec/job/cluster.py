@@ -9,6 +9,9 @@ of table name -> Cache).
 ``resize_at``: "STEP:N" strings, resize the servers to N at the boundary before step STEP (``--resize-at``, see
 :mod:`xdl_ec.ps.resize`); ``resize_share`` (ft="ec"): the share of the steps' time a resize's background move may
 take, its final pause included, in [0, 1) (default 0.1; 0: the whole move in one pause at its boundary).
+``memory_budget`` (bytes or "4G") with ``spill_dir``: each server keeps at most that much of its tables in RAM and
+the rest of their rows in files under ``spill_dir``, the model the same bit for bit (see
+:mod:`xdl_ec.sparse.memory_budget`).
 ``failure_domain`` (ft="ec" on Ray): "node" keeps at most r members of any stripe on one Ray node, "none" lets Ray
 place the servers; default "node" when the Ray cluster has several alive nodes (see :mod:`xdl_ec.ps.placement`).
 """
@@ -28,6 +31,7 @@ from xdl_ec.settings import checks
 from xdl_ec.settings.flag import flag, flags_from
 from xdl_ec.settings.flag_types import number, open_fraction, positive_float, positive_int, stripe_code
 from xdl_ec.sparse.cache_config import Cache, caches_for
+from xdl_ec.sparse.memory_budget import MemoryBudget, parse_size
 
 _ONLY = {
     "code": "ec",
@@ -47,6 +51,7 @@ _ONLY = {
 _share = number(float, lambda v: 0.0 < v <= 1.0, "a number in (0, 1] (e.g. 0.05)")
 _keeps = number(float, lambda v: 0.0 <= v < 1.0, "a number in [0, 1) (e.g. 0.95)")
 _resize_share = number(float, lambda v: 0.0 <= v < 1.0, "a number in [0, 1) (e.g. 0.1; 0: one pause)")
+_size = number(parse_size, lambda v: v >= 1, "a size like 4G, 512M or 1000000 (bytes)")
 
 
 def _field(default: Any, name: str, help: str, part: str = "ft", **options: Any) -> Any:
@@ -78,6 +83,22 @@ class Cluster:
     )
     cache: Optional[Union[Cache, Mapping[str, Cache]]] = dataclasses.field(
         default=None, metadata=flags_from(Cache, "servers")
+    )
+    memory_budget: Optional[Union[int, str]] = _field(
+        None,
+        "--memory-budget",
+        "RAM each server (without --servers: this process) may hold of its tables' rows, optimizer state and key "
+        "index, e.g. 4G; the rest of the rows live in --spill-dir, the model the same bit for bit",
+        "servers",
+        type=_size,
+        metavar="SIZE",
+    )
+    spill_dir: Optional[str] = _field(
+        None,
+        "--spill-dir",
+        "with --memory-budget: the directory the rows beyond the budget live in (files removed when the run ends)",
+        "servers",
+        metavar="DIR",
     )
     mode: str = _field(
         "sync",
@@ -256,6 +277,7 @@ class Cluster:
             mode=self.mode,
             call_timeout=self.call_timeout,
             failure_domain=self.failure_domain,
+            memory=MemoryBudget.of(self.memory_budget, self.spill_dir),
         )
 
     def strategy_config(self, seed: int) -> StrategyConfig:

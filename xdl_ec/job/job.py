@@ -45,6 +45,7 @@ from xdl_ec.ps.resize import ResizeError, Resizer
 from xdl_ec.ps.training import PSTrainer
 from xdl_ec.ps.worker import RunSettings
 from xdl_ec.settings import checks
+from xdl_ec.sparse.memory_budget import MemoryBudget
 from xdl_ec.sparse.table_config import Table
 from xdl_ec.tf.determinism import configure_determinism
 
@@ -116,6 +117,8 @@ class Job:
         logdir: Optional[PathLike] = None,
         export_every: Optional[str] = None,
         export_dir: Optional[PathLike] = None,
+        memory_budget: Optional[Union[int, str]] = None,
+        spill_dir: Optional[PathLike] = None,
     ) -> Dict[str, Any]:
         """Trains a fresh model for at most ``steps`` steps (a step trains one batch on every worker; None: until
         the input is exhausted), in this process or on ``cluster``; returns the run report (the same as
@@ -133,7 +136,10 @@ class Job:
         :mod:`xdl_ec.job.tensorboard_log`). ``export_every`` (``"500"`` steps or ``"60s"``) with ``export_dir``: fresh
         serving, a SavedModel ``export_dir/base`` when the fit begins, then deltas ``export_dir/delta-NNNNNN`` that
         plain TensorFlow applies to the served model without a reload (see :mod:`xdl_ec.job.export_schedule`); the
-        report's ``exports`` gives their freshness and size."""
+        report's ``exports`` gives their freshness and size. ``memory_budget`` (bytes or ``"4G"``) with ``spill_dir``
+        (in this process; a cluster takes them as ``Cluster(memory_budget=, spill_dir=)``): the tables keep at most
+        that much in RAM and the rest of their rows on disk there, the model the same bit for bit (see
+        :mod:`xdl_ec.sparse.memory_budget`); the report then has each table's tier counts and ``memory``."""
         return self._run(
             steps,
             cluster,
@@ -149,6 +155,7 @@ class Job:
             logdir,
             export_every,
             export_dir,
+            memory=MemoryBudget.of(memory_budget, None if spill_dir is None else str(spill_dir)),
         )
 
     def verify(
@@ -181,9 +188,15 @@ class Job:
         logdir: Optional[PathLike] = None,
         export_every: Optional[str] = None,
         export_dir: Optional[PathLike] = None,
+        memory: Optional[MemoryBudget] = None,
     ) -> Dict[str, Any]:
         if steps is not None:
             checks.positive_int("steps", steps)
+        if memory is not None and cluster is not None:
+            raise ValueError(
+                "memory_budget / spill_dir: fit's are for a run in this process; a cluster's servers take them as "
+                "Cluster(memory_budget=..., spill_dir=...)"
+            )
         checks.non_negative_int("seed", seed)
         checks.instance("deterministic", deterministic, bool)
         if cluster is not None:
@@ -254,7 +267,7 @@ class Job:
             self._close_model()
             try:
                 if cluster is None:
-                    return self._fit_here(steps, settings, progress, saved, saver, log, exporter)
+                    return self._fit_here(steps, settings, progress, saved, saver, log, exporter, memory)
                 return self._fit_on(cluster, steps, settings, progress, scrub, saved, saver, log, exporter)
             finally:
                 if log is not None:
@@ -290,8 +303,9 @@ class Job:
         saver: Optional[RunSaver],
         log: Optional[TensorBoardLog] = None,
         exporter: Optional[ExportSchedule] = None,
+        memory: Optional[MemoryBudget] = None,
     ) -> Dict[str, Any]:
-        run = LocalRun(self.spec, settings, progress)
+        run = LocalRun(self.spec, settings, progress, memory)
         try:
             self._begin(run, saved, saver, log, exporter)
             report = run.fit(self._steps_left(steps, saved))

@@ -28,6 +28,7 @@ from xdl_ec.ps.step_stages import StageClock
 from xdl_ec.ps.step_times import StepTimes
 from xdl_ec.ps.worker import RunSettings, Worker
 from xdl_ec.settings import checks
+from xdl_ec.sparse.memory_budget import MemoryBudget, tier_reports
 
 LAST_LOSSES = 50  # final_loss: mean training loss over this many last steps
 
@@ -35,9 +36,15 @@ LAST_LOSSES = 50  # final_loss: mean training loss over this many last steps
 class LocalRun:
     """Trains ``job`` here; :meth:`fit` trains, :meth:`trained` is the model to predict and evaluate with."""
 
-    def __init__(self, job: JobSpec, settings: RunSettings = RunSettings(), progress: bool = False) -> None:
-        self.job, self.settings, self.progress = job, settings, progress
-        self.tables = LocalTables(job.tables)
+    def __init__(
+        self,
+        job: JobSpec,
+        settings: RunSettings = RunSettings(),
+        progress: bool = False,
+        memory: Optional[MemoryBudget] = None,
+    ) -> None:
+        self.job, self.settings, self.progress, self.memory = job, settings, progress, memory
+        self.tables = LocalTables(job.tables, memory)
         # pulls here are synchronous: nothing to prefetch; the model here is the authoritative one
         self.worker = Worker(0, 1, job, settings, [], prefetch_across_steps=False, client=self.tables, apply_dense=True)
         if self.worker.dense is None:
@@ -160,6 +167,12 @@ class LocalRun:
         bounded = {name: t.bounded_report() for name, t in self.tables.tables.items() if t.config.bounded}
         if bounded:  # tables with admit / evict rules (xdl_ec.sparse.row_rules)
             report["tables"] = bounded
+        if self.memory is not None:  # the disk tier's counts beside them, and this process's memory
+            tiers = tier_reports([{name: t.tier_counts() for name, t in self.tables.tables.items()}])
+            tables = report.setdefault("tables", {})
+            for name, entry in tiers.items():
+                tables.setdefault(name, {}).update(entry)
+            report["memory"] = self.memory.report()
         return report
 
     def close(self) -> None:

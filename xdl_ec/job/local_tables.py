@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from xdl_ec.sparse.memory_budget import MemoryBudget
 from xdl_ec.sparse.table import EmbeddingTable
 from xdl_ec.sparse.table_config import Table
 
@@ -31,8 +32,14 @@ class LocalTables:
     timeout = None
     num_servers = 1
 
-    def __init__(self, tables: Sequence[Table]) -> None:
-        self.tables: Dict[str, EmbeddingTable] = {t.name: EmbeddingTable.from_config(t) for t in tables}
+    def __init__(self, tables: Sequence[Table], memory: Optional[MemoryBudget] = None) -> None:
+        """``memory``: the process's budget shared over the tables, the rest of their rows on disk."""
+        shares = {} if memory is None else memory.shares(tables)
+        spill_dir = None if memory is None else memory.spill_dir
+        self.tables: Dict[str, EmbeddingTable] = {
+            t.name: EmbeddingTable.from_config(t, memory_budget=shares.get(t.name, 0), spill_dir=spill_dir)
+            for t in tables
+        }
         self.bytes_pulled = self.bytes_requested = self.bytes_pushed = 0
 
     def pull_async(self, requests: Mapping[str, Tuple[Any, int]]) -> _Done:

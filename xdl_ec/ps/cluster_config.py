@@ -9,6 +9,7 @@ from typing import Optional
 from xdl_ec.ps.backend import DEFAULT_TIMEOUT
 from xdl_ec.ps.placement import check_failure_domain
 from xdl_ec.settings import checks
+from xdl_ec.sparse.memory_budget import MemoryBudget
 
 MODES = ("sync", "async")
 BACKENDS = ("local", "ray")
@@ -18,7 +19,7 @@ BACKENDS = ("local", "ray")
 class ClusterConfig:
     """Where a job runs: servers, workers, backend (+ Ray address), mode, call timeout, failure domain ("node",
     "none", None: "node" for erasure-coded servers on a Ray cluster of several nodes; see
-    :mod:`xdl_ec.ps.placement`). Checked on creation."""
+    :mod:`xdl_ec.ps.placement`), each server's memory budget (None: all rows in RAM). Checked on creation."""
 
     servers: int = 1
     workers: int = 1
@@ -27,6 +28,7 @@ class ClusterConfig:
     mode: str = "sync"
     call_timeout: float = DEFAULT_TIMEOUT
     failure_domain: Optional[str] = None
+    memory: Optional[MemoryBudget] = None  # every server's RAM budget, the rest of its rows on disk
 
     def __post_init__(self) -> None:
         checks.positive_int("servers", self.servers)

@@ -19,6 +19,7 @@ from xdl_ec.ps.cached_client import merged_cache_stats
 from xdl_ec.ps.dense_sync import DriverDense
 from xdl_ec.ps.running_cluster import RunningCluster
 from xdl_ec.ps.training_state import TrainingState
+from xdl_ec.sparse.memory_budget import tier_reports
 from xdl_ec.sparse.row_rules import merged_reports
 
 # each server's stats the report keeps
@@ -79,12 +80,16 @@ class RunReport:
         cached = [w["cache"] for w in workers if "cache" in w]
         caching = {"cache": merged_cache_stats(cached)} if cached else {}
         tables = [s["tables"] for s in servers if "tables" in s]
+        merged = merged_reports(tables) if tables else {}
+        tiers = [s["tier"] for s in servers if "tier" in s]
+        for name, entry in tier_reports(tiers).items():  # budgeted servers: the disk tier's counts beside
+            merged.setdefault(name, {}).update(entry)
         return {
             **caching,
             "embedding_rows": sum(sum(s["rows"].values()) for s in servers),
-            **({"tables": merged_reports(tables)} if tables else {}),
+            **({"tables": merged} if merged else {}),
             "cluster": {**dataclasses.asdict(cluster.config), "map": cluster.scheduler.cluster_map()},
-            "servers": [{k: s[k] for k in SERVER_FIELDS} for s in servers],
+            "servers": [{k: s[k] for k in SERVER_FIELDS + (("memory",) if "memory" in s else ())} for s in servers],
             "workers": workers,
             **self.bytes_per_sample(workers),
         }

@@ -65,7 +65,12 @@ class RunningCluster:
         spares = 1 if self.config.backend == "ray" and not isinstance(strategy, NoFaultTolerance) else 0
         placement = plan_placement(self.backend, self.config.failure_domain, self.config.servers, strategy.stripe_code)
         self.scheduler = Scheduler(
-            self.backend, self.config.servers, self.job.tables, spares=spares, placement=placement
+            self.backend,
+            self.config.servers,
+            self.job.tables,
+            spares=spares,
+            placement=placement,
+            memory=self.config.memory,
         )
         job = self.job
         self.backend.share_code([job.model_fn, job.input_fn, job.loss, job.eval_fn])

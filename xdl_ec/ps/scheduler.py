@@ -21,6 +21,7 @@ from xdl_ec.ps.placement import Placement
 from xdl_ec.ps.remote import Remote
 from xdl_ec.ps.server import ParameterServer
 from xdl_ec.settings import checks
+from xdl_ec.sparse.memory_budget import MemoryBudget
 from xdl_ec.sparse.table_config import Table
 
 PROBE_TIMEOUT = 5.0  # seconds a live role takes at most to answer a ping between two calls
@@ -39,6 +40,7 @@ class Scheduler:
         tables: Sequence[Table],
         spares: int = 0,
         placement: Optional[Placement] = None,
+        memory: Optional[MemoryBudget] = None,
     ) -> None:
         checks.positive_int("num_servers", num_servers)
         checks.non_negative_int("spares", spares)
@@ -46,6 +48,7 @@ class Scheduler:
             raise ValueError(f"placement: places {len(placement.nodes)} servers, the cluster has {num_servers}")
         self.backend = backend
         self.placement = placement
+        self.memory = memory  # every server's RAM budget (None: all in RAM)
         self.tables: Tuple[Table, ...] = tuple(tables)
         self._server_count = num_servers  # each server keeps its even share of a table's Evict(max_rows)
         self.version = 0
@@ -72,9 +75,10 @@ class Scheduler:
             self._start_spare()
 
     def _start_server(self, index: int, node: Optional[str]) -> Handle:
+        args = (index, self.tables, self._server_count, self.memory)
         if node is None:  # a backend without nodes is called as it always was
-            return self.backend.start("server", index, ParameterServer, index, self.tables, self._server_count)
-        return self.backend.start("server", index, ParameterServer, index, self.tables, self._server_count, node=node)
+            return self.backend.start("server", index, ParameterServer, *args)
+        return self.backend.start("server", index, ParameterServer, *args, node=node)
 
     def _start_spare(self) -> None:
         """Starts an idle server; not waited for (it starts while training goes on)."""

@@ -29,6 +29,7 @@ from xdl_ec.ps.server_admin import ServerAdmin
 from xdl_ec.ps.server_data_path import ServerDataPath
 from xdl_ec.ps.server_shards import ServerShards
 from xdl_ec.settings import checks
+from xdl_ec.sparse.memory_budget import MemoryBudget
 from xdl_ec.sparse.table import EmbeddingTable
 from xdl_ec.sparse.table_config import Table
 
@@ -37,13 +38,15 @@ __all__ = ["ParameterServer", "PushAck"]
 
 class ParameterServer(LinkHost):
     """Server ``index`` of a cluster of ``servers``: one shard per table of ``tables`` (the keys the router assigns
-    it)."""
+    it); ``memory``: its RAM budget for them, the rest of their rows on disk (:mod:`xdl_ec.sparse.memory_budget`)."""
 
     link_role = "server"
 
-    def __init__(self, index: int, tables: Sequence[Table] = (), servers: int = 1) -> None:
+    def __init__(
+        self, index: int, tables: Sequence[Table] = (), servers: int = 1, memory: Optional[MemoryBudget] = None
+    ) -> None:
         index = checks.non_negative_int("index", index)
-        self.shards = ServerShards(index, checks.positive_int("servers", servers))
+        self.shards = ServerShards(index, checks.positive_int("servers", servers), memory, len(tables))
         self.hosted = HostedAgent(self.shards)
         self.data_path = ServerDataPath(self, self.shards, self.hosted)
         self.admin = ServerAdmin(self, self.shards, self.hosted)

@@ -125,4 +125,7 @@ class ServerAdmin:
         bounded = {name: t.bounded_report() for name, t in tables.items() if t.config.bounded}
         if bounded:  # tables with admit / evict rules: their part of the report's "tables"
             out["tables"] = bounded
+        if shards.memory is not None:  # the disk tier's counts (xdl_ec.sparse.memory_budget) and the process's memory
+            out["tier"] = {name: t.tier_counts() for name, t in tables.items()}
+            out["memory"] = shards.memory.report()
         return out

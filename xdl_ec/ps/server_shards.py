@@ -9,22 +9,25 @@ The shards, each worker's last push seq and the lock live in the native :class:`
 from __future__ import annotations
 
 import secrets
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from xdl_ec import _core
 from xdl_ec.ps.sync_steps import SyncSteps
 from xdl_ec.settings import checks
+from xdl_ec.sparse.memory_budget import MemoryBudget
 from xdl_ec.sparse.table import EmbeddingTable
 from xdl_ec.sparse.table_config import Table
 
 
 class ServerShards:
     """The shards of server ``index`` of a cluster of ``servers`` (a table's Evict(max_rows) is shared evenly over
-    them)."""
+    them). ``memory``: the server's budget, shared evenly over ``tables`` shards (the rest of their rows on disk)."""
 
-    def __init__(self, index: int, servers: int) -> None:
+    def __init__(self, index: int, servers: int, memory: Optional[MemoryBudget] = None, tables: int = 1) -> None:
         self.index = index
         self.servers = servers
+        self.memory = memory
+        self._table_budget = 0 if memory is None else memory.share(tables)
         self._tables: Dict[str, EmbeddingTable] = {}
         self.core = _core.ShardServer(index)
         self.lock = self.core.lock  # reentrant, as threading.RLock
@@ -54,7 +57,12 @@ class ServerShards:
         with self.lock:
             if table.name in self._tables:
                 raise ValueError(f"table {table.name!r} already exists on server {self.index}")
-            self._tables[table.name] = EmbeddingTable.from_config(table, self.servers)
+            self._tables[table.name] = EmbeddingTable.from_config(
+                table,
+                self.servers,
+                memory_budget=self._table_budget,
+                spill_dir=None if self.memory is None else self.memory.spill_dir,
+            )
             self.core.set_table(table.name, self._tables[table.name].shard)
 
     def get(self, name: str) -> EmbeddingTable:

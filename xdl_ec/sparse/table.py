@@ -15,6 +15,7 @@ import numpy as np
 from xdl_ec import _core
 from xdl_ec.settings import checks
 from xdl_ec.sparse import init, optim
+from xdl_ec.sparse.memory_budget import TIER_COUNTS
 from xdl_ec.sparse.row_rules import Admit, Evict
 from xdl_ec.sparse.table_config import Table
 
@@ -117,6 +118,8 @@ class EmbeddingTable:
         admit: Optional[Admit] = None,
         evict: Optional[Evict] = None,
         servers: int = 1,
+        memory_budget: int = 0,
+        spill_dir: Optional[str] = None,
     ) -> None:
         self._config = Table(
             name,
@@ -134,6 +137,9 @@ class EmbeddingTable:
         self._initializer = cast(init.Initializer, self._config.initializer)
         self._servers = checks.positive_int("servers", servers)
         config = self._config.shard_config(servers)  # servers: the even share of an Evict's max_rows
+        if memory_budget:  # the disk tier (xdl_ec.sparse.memory_budget): rows beyond the budget in spill_dir
+            config.memory_budget = checks.positive_int("memory_budget", memory_budget)
+            config.spill_dir = checks.non_empty_str("spill_dir", spill_dir)
         self._shard = _core.EmbeddingShard(config)
         self._step = 0
         self._step_lock = threading.Lock()
@@ -141,8 +147,11 @@ class EmbeddingTable:
         self._unregister = weakref.finalize(self, _core.unregister_shard, self._handle)
 
     @classmethod
-    def from_config(cls, table: Table, servers: int = 1) -> "EmbeddingTable":
-        """An empty table built as ``table`` describes (as one of ``servers`` shards of it)."""
+    def from_config(
+        cls, table: Table, servers: int = 1, memory_budget: int = 0, spill_dir: Optional[str] = None
+    ) -> "EmbeddingTable":
+        """An empty table built as ``table`` describes (as one of ``servers`` shards of it), with at most
+        ``memory_budget`` bytes in RAM and the rest of its rows under ``spill_dir`` when the budget is not 0."""
         return cls(
             table.name,
             table.dim,
@@ -153,6 +162,8 @@ class EmbeddingTable:
             admit=table.admit,
             evict=table.evict,
             servers=servers,
+            memory_budget=memory_budget,
+            spill_dir=spill_dir,
         )
 
     # ---- properties ----------------------------------------------------------------------------
@@ -271,6 +282,18 @@ class EmbeddingTable:
             "evicted": {"ttl": int(p["evicted_ttl"]), "l2": int(p["evicted_l2"]), "cap": int(p["evicted_cap"])},
             "bytes": int(m["slot_bytes"] + m["index_bytes"] + m["free_list_bytes"]),
         }
+
+    def tier_counts(self) -> Dict[str, int]:
+        """The disk tier's counts of a budgeted table (:mod:`xdl_ec.sparse.memory_budget`): rows in RAM and on
+        disk, the spill file's bytes, the bytes read and written, and the rows the operations' fetch steps found in
+        RAM (memory_hits) or read (memory_misses). Counts of this shard since it was made."""
+        m = self._shard.memory()
+        return {key: int(m[key]) for key in TIER_COUNTS}
+
+    @property
+    def tiered(self) -> bool:
+        """Whether this table has a memory budget (rows beyond it on disk)."""
+        return bool(self._shard.config.memory_budget)
 
     # ---- export / import -----------------------------------------------------------------------
     def export(self, with_words: bool = False) -> Dict[str, np.ndarray]:
