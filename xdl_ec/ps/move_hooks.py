@@ -22,7 +22,8 @@ PHASES = ("precopy", "precopied", "export", "load")
 class MoveObserver(Protocol):
     """Called at each phase of a resize's move (:data:`PHASES`) with the run and the move (the
     :class:`~xdl_ec.ps.background_move.BackgroundMove`, not imported here: it imports this module; None: a move in
-    one pause, :func:`~xdl_ec.ps.resize.resize_servers`); it may kill servers there (a test's failure mid-move)."""
+    one pause, :func:`~xdl_ec.ps.one_pause_resize.resize_servers`); it may kill servers there (a test's failure
+    mid-move)."""
 
     def __call__(self, phase: str, trainer: ResizeTrainer, move: Any) -> None: ...
 
