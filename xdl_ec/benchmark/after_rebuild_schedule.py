@@ -9,7 +9,7 @@ boundary, inside the measured rebuild window), then lands at its step like for e
 
 from __future__ import annotations
 
-from typing import Any, List, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from xdl_ec.ft.failure_schedule import FailureSchedule, Kill
 
@@ -24,8 +24,8 @@ class AfterRebuildSchedule(FailureSchedule):
         self.strategy = strategy
         self.waited: List[int] = []
 
-    def due(self, step: int, elapsed: float) -> List[Kill]:
-        out = super().due(step, elapsed)
+    def due(self, step: int, elapsed: float, num_servers: Optional[int] = None) -> List[Kill]:
+        out = super().due(step, elapsed, num_servers)
         if out and getattr(self.strategy, "rebuilding", False):
             self.strategy.finish_rebuild()
             self.waited.append(step)
