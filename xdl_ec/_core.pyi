@@ -8,7 +8,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['AccessCounter', 'BatchRefused', 'DeltaForwarder', 'EmbeddingShard', 'ErasureCode', 'HolderClosed', 'InitializerConfig', 'InitializerKind', 'LinkClosed', 'LinkOversized', 'LinkRejected', 'LinkSession', 'LinkTimeout', 'OptimizerConfig', 'OptimizerKind', 'ParityHolder', 'ParityReceiveLoop', 'ParitySendLoop', 'RecordLayout', 'Recovery', 'RouteTable', 'RowCache', 'RowPolicyConfig', 'Scrubber', 'ServerLock', 'ShardConfig', 'ShardServer', 'StripeLayout', 'bucket_of', 'epoch_after_evictions', 'initialize_row', 'is_push_pull_answer', 'is_push_pull_request', 'parse_batches', 'parse_delimited_fields', 'parse_push_pull_answer', 'parse_push_pull_request', 'push_pull_request', 'register_shard', 'registered_shard', 'serialize_batches', 'server_of', 'sorted_unique', 'unregister_shard']
+__all__: list[str] = ['AccessCounter', 'BatchRefused', 'DeltaForwarder', 'EmbeddingShard', 'ErasureCode', 'HolderClosed', 'InitializerConfig', 'InitializerKind', 'LinkClosed', 'LinkOversized', 'LinkRejected', 'LinkSession', 'LinkTimeout', 'OptimizerConfig', 'OptimizerKind', 'ParityHolder', 'ParityReceiveLoop', 'ParitySendLoop', 'RecordLayout', 'Recovery', 'RouteTable', 'RowCache', 'RowPolicyConfig', 'Scrubber', 'ServerLock', 'ShardConfig', 'ShardGroup', 'ShardServer', 'StripeLayout', 'bucket_of', 'epoch_after_evictions', 'group_fresh', 'group_sorted_unique', 'initialize_row', 'is_push_pull_answer', 'is_push_pull_request', 'parse_batches', 'parse_delimited_fields', 'parse_push_pull_answer', 'parse_push_pull_request', 'push_pull_request', 'register_shard', 'registered_shard', 'serialize_batches', 'server_of', 'sorted_unique', 'unregister_shard']
 class ErasureCode:
     """
     Systematic MDS erasure code over GF(2^8) on ISA-L (k data, r parity fragments).
@@ -971,6 +971,25 @@ class ParitySendLoop:
     @property
     def sends(self) -> int:
         ...
+class ShardGroup:
+    """
+    One pull and one push over the shards of several tables of one dim (a table group)
+    """
+    def __init__(self, shards: collections.abc.Sequence[EmbeddingShard]) -> None:
+        ...
+    def __len__(self) -> int:
+        ...
+    def pull(self, keys: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64]) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        Rows float32[len(keys), dim] of every table's keys: table t's are keys[offsets[t]:offsets[t + 1]] (missing keys inserted with their initial rows, as EmbeddingShard.pull does).
+        """
+    def push(self, keys: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], grads: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], step: typing.SupportsInt | typing.SupportsIndex, ttl_before: typing.Annotated[numpy.typing.ArrayLike, numpy.int64] | None = None) -> None:
+        """
+        Each table's part of keys and grads pushed at `step` with its own optimizer (ttl_before: int64[tables] eviction cutoffs, or None); every part is checked before any is applied.
+        """
+    @property
+    def dim(self) -> int:
+        ...
 def bucket_of(keys: typing.Annotated[numpy.typing.ArrayLike, numpy.int64]) -> numpy.typing.NDArray[numpy.int32]:
     """
     Each key's virtual bucket (RouteTable::BucketOf): int32[len(keys)] in [0, RouteTable.buckets)
@@ -978,6 +997,14 @@ def bucket_of(keys: typing.Annotated[numpy.typing.ArrayLike, numpy.int64]) -> nu
 def epoch_after_evictions(epoch: typing.SupportsInt | typing.SupportsIndex, generations: typing.SupportsInt | typing.SupportsIndex) -> int:
     """
     A server's epoch moved on by its tables' eviction generations (row_policy.h); unchanged at 0
+    """
+def group_fresh(keys: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], before: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], before_offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64]) -> numpy.typing.NDArray[numpy.bool]:
+    """
+    bool[len(keys)]: whether each key is absent from the previous batch's part of the same table.
+    """
+def group_sorted_unique(keys: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], part_offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], part_table: typing.Annotated[numpy.typing.ArrayLike, numpy.int32], tables: typing.SupportsInt | typing.SupportsIndex) -> tuple:
+    """
+    (unique int64, offsets int64[tables + 1], inverse int32[len(keys)]) of 1-D ids whose part i (keys[part_offsets[i]:part_offsets[i + 1]]) belongs to table part_table[i]: each table's distinct keys ascending, tables in order; inverse indexes the whole.
     """
 def initialize_row(config: InitializerConfig, seed: typing.SupportsInt | typing.SupportsIndex, key: typing.SupportsInt | typing.SupportsIndex, dim: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.float32]:
     """

@@ -1,6 +1,7 @@
 // Each part of the core binds itself in its own file; module.cc only composes them.
 #pragma once
 
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 namespace xdl_ec::python {
@@ -18,5 +19,9 @@ void BindShardServer(pybind11::module_& m);      // bind_shard_server.cc: ShardS
 void BindParityLink(pybind11::module_& m);       // bind_parity_link.cc: the parity links' send and receive loops
 void BindSortedUnique(pybind11::module_& m);     // bind_sorted_unique.cc: sorted_unique, a batch's unique keys
 void BindDelimitedFields(pybind11::module_& m);  // bind_delimited_fields.cc: a TSV chunk's integer fields
+void BindShardGroup(pybind11::module_& m);       // bind_shard_group.cc: ShardGroup, a table group's keys
+
+// float32[n, dim] rows aligned at 64 bytes, so that TensorFlow wraps them without a copy (bind_shard.cc).
+pybind11::array_t<float, pybind11::array::c_style> AlignedRows(size_t n, size_t dim);
 
 }  // namespace xdl_ec::python

@@ -20,4 +20,5 @@ PYBIND11_MODULE(_core, m) {
   xdl_ec::python::BindParityLink(m);
   xdl_ec::python::BindSortedUnique(m);
   xdl_ec::python::BindDelimitedFields(m);
+  xdl_ec::python::BindShardGroup(m);
 }

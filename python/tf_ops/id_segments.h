@@ -88,6 +88,14 @@ class IdSegments {
     return true;
   }
 
+  // Dense ids [batch, width] known to be valid (a table group's feature, laid out by the group's op).
+  static IdSegments Dense(int64_t batch, int64_t width) {
+    IdSegments segments;
+    segments.batch_ = batch;
+    segments.width_ = width;
+    return segments;
+  }
+
   int64_t batch() const { return batch_; }
   int64_t width() const { return width_; }  // n of dense ids
   bool ragged() const { return ragged_; }
