@@ -67,6 +67,7 @@ class Job:
         eval_fn: Optional[Callable[[], Iterable[Any]]] = None,
         inputs: Sequence[Input] = (),
         loss_weights: Optional[Dict[str, float]] = None,
+        table_groups: bool = True,
     ) -> None:
         """``dense_optimizer``: the dense model's Keras optimizer (a name or a Keras config dict) at
         ``dense_learning_rate``; ``eval_fn()``: hold-out batches that :meth:`fit` evaluates on at the end.
@@ -74,7 +75,9 @@ class Job:
         Several heads: batches carry ``"labels": {head: float [B]}``, the model returns {head: logits}, and ``loss``
         is {head: "binary_crossentropy"} (weighted by ``loss_weights``, 1.0 each by default) or a callable
         ``loss(labels: dict, logits: dict)``. ``inputs``: side inputs (:class:`xdl_ec.Input`) the model receives as
-        ``model(embedded, {"dense": dense, name: tensor, ...})``."""
+        ``model(embedded, {"dense": dense, name: tensor, ...})``. ``table_groups=False``: every table steps on its
+        own (one pull, push and TF op each) instead of in groups per dim (:mod:`xdl_ec.model.table_groups`); the
+        trained model is the same bit for bit, only slower with many tables."""
         self.spec = JobSpec(
             tuple(tables),
             tuple(features),
@@ -86,6 +89,7 @@ class Job:
             eval_fn,
             tuple(inputs),
             loss_weights,
+            bool(table_groups),
         )
         self.model: Optional[TrainedModel] = None  # the model of the last fit
         self.source: Optional[Dict[str, Any]] = None  # where the job comes from (see xdl_ec.job.job_source), for saves

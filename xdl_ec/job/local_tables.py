@@ -1,6 +1,8 @@
 """LocalTables: a job's tables in this process, behind the same pull/push calls a worker makes to parameter
 servers (:class:`~xdl_ec.ps.client.PSClient`), so one worker trains in one process with the same code and the
-same arithmetic as on a cluster (``model_digest`` equal to a one-worker cluster run's)."""
+same arithmetic as on a cluster (``model_digest`` equal to a one-worker cluster run's). A table group's entry
+(:class:`~xdl_ec.model.table_groups.GroupKeys`) is pulled and pushed by ONE native call over its tables' shards
+(``_core.ShardGroup``), each table applying its own part with its own optimizer and rules."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from xdl_ec import _core
+from xdl_ec.model.table_groups import GroupKeys, TableGroup
 from xdl_ec.sparse.memory_budget import MemoryBudget
 from xdl_ec.sparse.table import EmbeddingTable
 from xdl_ec.sparse.table_config import Table
@@ -31,6 +35,7 @@ class LocalTables:
 
     timeout = None
     num_servers = 1
+    steps_groups = True
 
     def __init__(self, tables: Sequence[Table], memory: Optional[MemoryBudget] = None) -> None:
         """``memory``: the process's budget shared over the tables, the rest of their rows on disk."""
@@ -41,15 +46,34 @@ class LocalTables:
             for t in tables
         }
         self.bytes_pulled = self.bytes_requested = self.bytes_pushed = 0
+        self._groups: Dict[TableGroup, Any] = {}  # each group's _core.ShardGroup, made at its first call
+
+    def _group(self, group: TableGroup) -> Any:
+        shards = self._groups.get(group)
+        if shards is None:
+            shards = self._groups[group] = _core.ShardGroup([self.tables[t].shard for t in group.tables])
+        return shards
 
     def pull_async(self, requests: Mapping[str, Tuple[Any, int]]) -> _Done:
         return _Done(self.pull(requests))
 
     def pull(self, requests: Mapping[str, Tuple[Any, int]]) -> Dict[str, np.ndarray]:
-        return {t: self.tables[t].pull(keys) for t, (keys, _) in requests.items()}
+        return {
+            t: self._group(keys.group).pull(keys.keys, keys.offsets)
+            if isinstance(keys, GroupKeys)
+            else self.tables[t].pull(keys)
+            for t, (keys, _) in requests.items()
+        }
 
-    def find_rows(self, keys: Mapping[str, np.ndarray]) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
-        return {t: self.tables[t].find(k) for t, k in keys.items()}
+    def find_rows(self, keys: Mapping[str, Any]) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
+        out = {}
+        for t, k in keys.items():
+            if isinstance(k, GroupKeys):  # evaluation, off the step's path: table by table
+                parts = [self.tables[table].find(part) for table, part in k.table_keys().items()]
+                out[t] = (np.concatenate([rows for rows, _ in parts]), np.concatenate([found for _, found in parts]))
+            else:
+                out[t] = self.tables[t].find(k)
+        return out
 
     def push_async(
         self,
@@ -70,7 +94,12 @@ class LocalTables:
     ) -> List[Any]:
         cutoffs = ttl_before or {}
         for t, (keys, table_grads) in grads.items():
-            self.tables[t].push(keys, table_grads, step=step, ttl_before=cutoffs.get(t, 0))
+            if isinstance(keys, GroupKeys):
+                group = keys.group
+                ttl = np.array([cutoffs.get(name, 0) for name in group.tables], dtype=np.int64) if cutoffs else None
+                self._group(group).push(keys.keys, table_grads, keys.offsets, step, ttl)
+            else:
+                self.tables[t].push(keys, table_grads, step=step, ttl_before=cutoffs.get(t, 0))
         return []
 
     def note_acks(self, futures: Any, acks: Any) -> None:

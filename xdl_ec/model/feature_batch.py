@@ -20,6 +20,7 @@ import numpy as np
 from xdl_ec import _core
 from xdl_ec.model.feature import Feature
 from xdl_ec.model.side_input import Input
+from xdl_ec.model.table_groups import GroupKeys, TableGroup, plan_groups
 
 SINGLE, FIXED, RAGGED, SEQUENCE = "single", "fixed", "ragged", "sequence"
 
@@ -50,9 +51,11 @@ class FeatureIds:
 @dataclasses.dataclass
 class FeatureBatch:
     """A checked batch: ``label`` float32 [B] (None when the batch has ``labels``), ``labels`` {head: float32 [B]}
-    or None, ``dense`` float32 [B, D] or None, ``keys`` {table: unique int64 keys, ascending}, ``ids`` {feature:
-    FeatureIds}, ``inputs`` {side input: array}; ``fresh`` {table: bool mask of keys the previous batch of the same
-    stream did not touch} (set by the stream that prepared it)."""
+    or None, ``dense`` float32 [B, D] or None, ``keys`` {table: unique int64 keys, ascending; a table group's name:
+    its GroupKeys}, ``ids`` {feature: FeatureIds}, ``inputs`` {side input: array}; ``fresh`` {table or group: bool
+    mask of keys the previous batch of the same stream did not touch} (set by the stream that prepared it);
+    ``groups`` (:mod:`~xdl_ec.model.table_groups`) and ``group_inverse`` {group: int32, every feature's rows in the
+    group's keys, one feature after another}."""
 
     label: Optional[np.ndarray]
     dense: Optional[np.ndarray]
@@ -64,6 +67,9 @@ class FeatureBatch:
     input_specs: Tuple[Tuple[str, str, Tuple[Optional[int], ...]], ...] = ()  # (name, dtype, declared shape)
     heads: Optional[Tuple[str, ...]] = None  # the heads (sorted) of a model of several; None for one
     size: int = -1
+    groups: Tuple[TableGroup, ...] = ()
+    group_inverse: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    _signature: Optional[Tuple[Any, ...]] = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.size < 0:
@@ -82,12 +88,19 @@ class FeatureBatch:
 
     def signature(self) -> Tuple[Any, ...]:
         """What fixes the shapes of a traced step: dense width and each feature's kind and width, then (only when
-        the batch has them) its heads and its side inputs' dtypes and ranks."""
+        the batch has them) its heads and its side inputs' dtypes and ranks, then (only when it has them) its table
+        groups. Computed once (a step checks it more than once, and it walks every feature)."""
+        if self._signature is None:
+            self._signature = self._make_signature()
+        return self._signature
+
+    def _make_signature(self) -> Tuple[Any, ...]:
         dense = None if self.dense is None else int(self.dense.shape[1])
         features = tuple((name, f.kind, f.width) for name, f in sorted(self.ids.items()))
-        if self.heads is None and not self.input_specs:
+        if self.heads is None and not self.input_specs and not self.groups:
             return (dense, features)
-        return (dense, features, (self.heads, tuple(sorted(self.input_specs))))
+        extras = (self.heads, tuple(sorted(self.input_specs)))
+        return (dense, features, extras, self.groups) if self.groups else (dense, features, extras)
 
     @classmethod
     def prepare(
@@ -98,10 +111,12 @@ class FeatureBatch:
         inputs: Sequence[Input] = (),
         heads: Optional[Sequence[str]] = None,
         labelled: bool = True,
+        grouped: bool = False,
     ) -> "FeatureBatch":
         """Checks ``batch`` against ``features`` and side ``inputs`` and computes its keys; ``heads``: the labels a
         batch must carry (the job's loss names them); ``labelled=False`` (prediction): labels are not read, and
-        ``heads`` are the model's; ``where`` ("worker 0, step 12") starts every error message."""
+        ``heads`` are the model's; ``grouped``: the tables that qualify go in table groups (one unique pass each);
+        ``where`` ("worker 0, step 12") starts every error message."""
         if not isinstance(batch, Mapping):
             raise InputError(
                 f"{where}: a batch must be a dict of feature name -> ids plus 'label' (and optional "
@@ -152,8 +167,35 @@ class FeatureBatch:
                 positions[f.name] = mask
                 values = values[mask]  # only the ids within each length are looked up
             parts.setdefault(f.table.name, []).append((f.name, f.keys(values).reshape(-1)))
-        keys: Dict[str, np.ndarray] = {}
+        keys: Dict[str, Any] = {}
         ids: Dict[str, FeatureIds] = {}
+        groups: Tuple[TableGroup, ...] = ()
+        group_inverse: Dict[str, np.ndarray] = {}
+        if grouped:
+            # a feature's width where a group can take it (one id, or fixed [B, n]), else None
+            kinds = {
+                name: (kind, 1 if kind == SINGLE else shape[1] if kind == FIXED and len(shape) == 2 else None)
+                for name, (kind, shape, _) in shapes.items()
+            }
+            groups = plan_groups(features, kinds, list(parts))
+            for group in groups:
+                members = [parts.pop(t)[0][1] for t in group.tables]  # one feature per grouped table
+                bounds = np.zeros(len(members) + 1, dtype=np.int64)
+                np.cumsum([k.size for k in members], out=bounds[1:])
+                unique, offsets, inverse = _core.group_sorted_unique(
+                    np.concatenate(members).astype(np.int64, copy=False),
+                    bounds,
+                    np.arange(len(members), dtype=np.int32),
+                    len(members),
+                )
+                keys[group.name] = GroupKeys(unique, offsets, group)
+                group_inverse[group.name] = inverse
+                for name, start, end in zip(group.features, bounds[:-1], bounds[1:]):
+                    kind, shape, _ = shapes[name]
+                    ids[name] = FeatureIds(
+                        kind,
+                        inverse[start:end].reshape(size, 1) if kind == SINGLE else inverse[start:end].reshape(shape),
+                    )
         for table, table_parts in parts.items():
             flat = table_parts[0][1] if len(table_parts) == 1 else np.concatenate([k for _, k in table_parts])
             # numpy.unique's result (sorted keys, their inverse) by a radix sort: numpy's was most of the input's time
@@ -185,6 +227,8 @@ class FeatureBatch:
             input_specs=tuple((i.name, i.dtype, i.shape) for i in inputs),
             heads=heads,
             size=int(size),
+            groups=groups,
+            group_inverse=group_inverse,
         )
 
 

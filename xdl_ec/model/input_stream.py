@@ -22,10 +22,12 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
+from xdl_ec import _core
 from xdl_ec.data.prefetcher import Prefetcher
 from xdl_ec.model.feature import Feature
 from xdl_ec.model.feature_batch import FeatureBatch, InputError
 from xdl_ec.model.side_input import Input
+from xdl_ec.model.table_groups import GroupKeys
 from xdl_ec.settings import checks
 
 PREFETCH_DEPTH = 2
@@ -47,13 +49,14 @@ class InputStream:
         track_fresh: bool = True,
         inputs: Sequence[Input] = (),
         heads: Optional[Sequence[str]] = None,
+        grouped: bool = False,
     ) -> None:
         """``track_fresh``: mark each batch's keys the previous batch did not touch (FeatureBatch.fresh), for a
-        worker that prefetches them."""
+        worker that prefetches them; ``grouped``: batches in table groups (FeatureBatch.prepare)."""
         self._input_fn, self.worker, self.num_workers = input_fn, worker, num_workers
         self.track_fresh = track_fresh
         self.features = list(features)
-        self.inputs, self.heads = list(inputs), heads
+        self.inputs, self.heads, self.grouped = list(inputs), heads, grouped
         self.position = 0  # batches handed out so far
         self._prefetch: Optional[Prefetcher] = None
         self._source: Any = None
@@ -84,7 +87,7 @@ class InputStream:
         for batch in _guarded(itertools.islice(iterator, 0 if state is not None else skip, None), self.worker, skip):
             ordinal += 1
             where = f"worker {self.worker}, step {ordinal}"
-            prepared = FeatureBatch.prepare(batch, self.features, where, self.inputs, self.heads)
+            prepared = FeatureBatch.prepare(batch, self.features, where, self.inputs, self.heads, grouped=self.grouped)
             kept = (prepared.heads, {name: a.dtype.name for name, a in prepared.inputs.items()})
             if first is None:
                 first = kept
@@ -95,11 +98,12 @@ class InputStream:
                 )
             for table, keys in prepared.keys.items() if self.track_fresh else ():
                 before = previous.get(table)
-                prepared.fresh[table] = (
-                    np.ones(keys.size, dtype=bool)
-                    if before is None
-                    else np.isin(keys, before, assume_unique=True, invert=True)
-                )
+                if before is None:
+                    prepared.fresh[table] = np.ones(keys.size, dtype=bool)
+                elif isinstance(keys, GroupKeys):  # per table of the group, in one native pass
+                    prepared.fresh[table] = _core.group_fresh(keys.keys, keys.offsets, before.keys, before.offsets)
+                else:
+                    prepared.fresh[table] = np.isin(keys, before, assume_unique=True, invert=True)
             previous = prepared.keys
             self.input_seconds += time.perf_counter() - began
             yield prepared

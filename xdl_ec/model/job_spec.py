@@ -39,6 +39,7 @@ class JobSpec:
     eval_fn: Optional[Callable[[], Any]] = None
     inputs: Tuple[Input, ...] = ()
     loss_weights: Optional[Dict[str, float]] = None
+    table_groups: bool = True  # the tables of one dim that qualify step together (xdl_ec.model.table_groups)
 
     def __post_init__(self) -> None:
         tables, features = tuple(self.tables), tuple(self.features)

@@ -1,9 +1,10 @@
 """ModelStep: the TensorFlow side of one training step (and of prediction) of a job, over rows fed by the caller.
 
 The caller (a worker, or the one-process runner) pulls the rows of each table's unique keys of a
-:class:`~xdl_ec.model.feature_batch.FeatureBatch`; the step gathers every feature's rows from them with
-``xdl_ec.tf.tf_ops.gather`` (pooled by the feature's combiner), runs ``model(embedded, dense)``, and returns the loss,
-the dense gradients and, per table, the gradient of its rows [U, dim]: summed per unique key by the same C++ code
+:class:`~xdl_ec.model.feature_batch.FeatureBatch` (of each table group's, :mod:`~xdl_ec.model.table_groups`); the
+step gathers every feature's rows from them with ``xdl_ec.tf.tf_ops.gather`` (pooled by the feature's combiner; the
+features of a group with ONE ``group_gather`` op), runs ``model(embedded, dense)``, and returns the loss, the dense
+gradients and, per table or group, the gradient of its rows [U, dim]: summed per unique key by the same C++ code
 as the single-process lookup's gradient, so pushing it applies one optimizer step per key.
 
 Traced once per batch signature (dense width, each feature's kind and width); batch size and unique-key counts
@@ -16,7 +17,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from xdl_ec.model.dense_model import ModelError, check_logits, model_arguments, signature_extras
+from xdl_ec.model.dense_model import (
+    ModelError,
+    check_logits,
+    model_arguments,
+    signature_extras,
+    signature_groups,
+)
 from xdl_ec.model.feature import Feature
 from xdl_ec.model.feature_batch import FIXED, RAGGED, SEQUENCE, SINGLE, FeatureBatch
 from xdl_ec.tf.flat_call import FlatCall, as_array
@@ -75,9 +82,15 @@ class ModelStep:
         optimizer, return the gradients it applied as well (a cluster's only worker: the driver logs them)."""
         import tensorflow as tf
 
-        self.model, self.features, self.table_names = model, list(features), list(table_names)
-        self.signature = signature
+        groups = signature_groups(signature)
+        grouped = {t for g in groups for t in g.tables}
+        self.model, self.signature, self.groups = model, signature, groups
+        # the rows the step takes: each ungrouped table's, then each group's (a group's name stands for its tables)
+        self.table_names = [t for t in table_names if t not in grouped] + [g.name for g in groups]
+        self.features = list(features)
+        self._single_features = [f for f in features if f.table.name not in grouped]  # each its own gather
         dims = {f.table.name: f.table.dim for f in features}
+        dims.update((g.name, g.dim) for g in groups)
         kinds = {name: (kind, width) for name, kind, width in signature[1]}
         dense_width = signature[0]
         heads, side = signature_extras(signature)
@@ -86,7 +99,8 @@ class ModelStep:
         statistics = list(statistics)
 
         specs: List[Any] = [tf.TensorSpec([None, dims[t]], tf.float32) for t in self.table_names]
-        for f in self.features:
+        specs += [tf.TensorSpec([None], tf.int32) for _ in groups]  # each group's inverse, features one after another
+        for f in self._single_features:
             kind, width = kinds[f.name]
             if kind == RAGGED:
                 specs += [tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int64)]
@@ -106,8 +120,14 @@ class ModelStep:
 
             rows = dict(zip(self.table_names, args[:n_tables]))
             rest = list(args[n_tables:])
+            gathered: Dict[str, Any] = {}
+            for g in groups:
+                gathered.update(zip(g.features, tf_ops.group_gather(rows[g.name], rest.pop(0), g.widths, g.modes)))
             embedded = {}
-            for f in self.features:
+            for f in self.features:  # in declared order, as a model iterating `embedded` expects
+                if f.name in gathered:
+                    embedded[f.name] = gathered[f.name]
+                    continue
                 kind, width = kinds[f.name]
                 inverse = rest.pop(0)
                 splits = rest.pop(0) if kind == RAGGED else None
@@ -192,7 +212,8 @@ class ModelStep:
                 f"{self.signature}; every batch must give each feature the same kind and width"
             )
         args: List[Any] = [rows[t] for t in self.table_names]
-        for f in self.features:
+        args += [batch.group_inverse[g.name] for g in self.groups]
+        for f in self._single_features:
             ids = batch.ids[f.name]
             args.append(ids.inverse)
             if ids.kind == RAGGED:
@@ -208,7 +229,8 @@ class ModelStep:
     def train(
         self, batch: FeatureBatch, rows: Dict[str, np.ndarray]
     ) -> Tuple[float, List[np.ndarray], Dict[str, np.ndarray]]:
-        """(loss, dense gradients, {table: row gradients [U, dim]}) of one step on ``rows`` {table: [U, dim]}."""
+        """(loss, dense gradients, {table or group: row gradients [U, dim]}) of one step on ``rows`` {table or
+        group: [U, dim]}."""
         return self.train_scored(batch, rows)[:3]
 
     def train_scored(

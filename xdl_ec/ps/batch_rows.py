@@ -7,11 +7,12 @@ applying the push first). The rest is pulled when the step begins, after the pre
 
 from __future__ import annotations
 
-from typing import Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
 from xdl_ec.model.feature_batch import FeatureBatch
+from xdl_ec.model.table_groups import GroupKeys
 from xdl_ec.ps.step_client import RowsInFlight, StepClient
 
 
@@ -34,6 +35,11 @@ class NoRows:
 Prefetch = Union[RowsInFlight, AllRows]  # rows of a batch pulled during the previous step
 
 
+def _part(keys: Any, mask: np.ndarray) -> Any:
+    """The keys of a table, or of a group with its tables' offsets, where ``mask`` holds."""
+    return keys.select(mask) if isinstance(keys, GroupKeys) else keys[mask]
+
+
 class BatchRows:
     """The rows of the batches of a worker pulling through ``client`` (``dims``: {table: row width}), and what the
     previous step prefetched of the current batch's."""
@@ -42,9 +48,12 @@ class BatchRows:
         self._client, self._dims = client, dict(dims)
         self._prefetched: Optional[Prefetch] = None  # of the current batch (None: pull them all)
 
-    def requests(self, batch: FeatureBatch) -> Dict[str, Tuple[np.ndarray, int]]:
-        """The pull of every key of ``batch``: {table: (unique keys, dim)}."""
-        return {t: (keys, self._dims[t]) for t, keys in batch.keys.items()}
+    def requests(self, batch: FeatureBatch) -> Dict[str, Tuple[Any, int]]:
+        """The pull of every key of ``batch``: {table or group: (unique keys, dim)}."""
+        return {t: (keys, self._dim(t, keys)) for t, keys in batch.keys.items()}
+
+    def _dim(self, entry: str, keys: Any) -> int:
+        return keys.group.dim if isinstance(keys, GroupKeys) else self._dims[entry]
 
     def of(self, batch: FeatureBatch) -> Dict[str, np.ndarray]:
         """{table: rows [U, dim]} of ``batch`` (the current one): the prefetched part and the rest pulled now."""
@@ -53,13 +62,17 @@ class BatchRows:
             return self._client.pull(self.requests(batch))
         if isinstance(prefetched, AllRows):  # every key's rows, pulled with the previous step's push
             return prefetched.rows.result()
-        stale = {t: (keys[~batch.fresh[t]], self._dims[t]) for t, keys in batch.keys.items() if (~batch.fresh[t]).any()}
+        stale = {
+            t: (_part(keys, ~batch.fresh[t]), self._dim(t, keys))
+            for t, keys in batch.keys.items()
+            if (~batch.fresh[t]).any()
+        }
         later = self._client.pull_async(stale) if stale else None
         fresh_rows = prefetched.result()
         later_rows = later.result() if later is not None else {}
         rows = {}
         for t, keys in batch.keys.items():
-            table_rows = np.empty((keys.size, self._dims[t]), dtype=np.float32)
+            table_rows = np.empty((keys.size, self._dim(t, keys)), dtype=np.float32)
             if batch.fresh[t].any():
                 table_rows[batch.fresh[t]] = fresh_rows[t]
             if t in later_rows:
@@ -70,7 +83,11 @@ class BatchRows:
     def prefetch_fresh(self, batch: FeatureBatch) -> RowsInFlight:
         """Starts pulling the rows of ``batch``'s keys its predecessor does not touch (the next batch's, while the
         current one trains)."""
-        fresh = {t: (keys[batch.fresh[t]], self._dims[t]) for t, keys in batch.keys.items() if batch.fresh[t].any()}
+        fresh = {
+            t: (_part(keys, batch.fresh[t]), self._dim(t, keys))
+            for t, keys in batch.keys.items()
+            if batch.fresh[t].any()
+        }
         return self._client.pull_async(fresh) if fresh else NoRows()
 
     def expect(self, prefetched: Optional[Prefetch]) -> None:

@@ -29,6 +29,11 @@ class StepClient(Protocol):
     def timeout(self) -> Optional[float]: ...
 
     @property
+    def steps_groups(self) -> bool:
+        """Whether it pulls and pushes a table group's entry (:class:`~xdl_ec.model.table_groups.GroupKeys`)."""
+        ...
+
+    @property
     def num_servers(self) -> int: ...
 
     @property

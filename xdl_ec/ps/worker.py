@@ -103,7 +103,13 @@ class Worker(LinkHost):
         self.client: StepClient = client
         combine_calls = combine_calls and prefetch_across_steps and type(client) in (PSClient, CachedClient)
         # one worker combining calls pulls every key of a batch with the push before it: no fresh keys to know
-        worker_input = WorkerInput(job, index, count, prefetch_across_steps and not (combine_calls and count == 1))
+        worker_input = WorkerInput(
+            job,
+            index,
+            count,
+            prefetch_across_steps and not (combine_calls and count == 1),
+            grouped=job.table_groups and client.steps_groups,
+        )
         if worker_input.current is not None:  # TF's pools are sized by the step (before the model's first op)
             size_op_pools(settings.deterministic, len(worker_input.current))
         model = WorkerModel(job, index, settings.seed, apply_dense, report_dense)

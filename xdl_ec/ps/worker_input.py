@@ -16,11 +16,19 @@ from xdl_ec.model.job_spec import JobSpec
 
 class WorkerInput:
     """Worker ``index`` of ``count``'s batches of ``job``; ``track_fresh``: mark the keys each batch's predecessor
-    did not touch (the part of its rows a pull during the previous step may fetch)."""
+    did not touch (the part of its rows a pull during the previous step may fetch); ``grouped``: batches in table
+    groups (:mod:`xdl_ec.model.table_groups`), for a client that steps them."""
 
-    def __init__(self, job: JobSpec, index: int, count: int, track_fresh: bool) -> None:
+    def __init__(self, job: JobSpec, index: int, count: int, track_fresh: bool, grouped: bool = False) -> None:
         self._stream = InputStream(
-            job.input_fn, index, count, job.features, track_fresh=track_fresh, inputs=job.inputs, heads=job.heads
+            job.input_fn,
+            index,
+            count,
+            job.features,
+            track_fresh=track_fresh,
+            inputs=job.inputs,
+            heads=job.heads,
+            grouped=grouped,
         )
         # the batch the next step trains (None: the input is exhausted); the step reads its successor early
         self.current: Optional[FeatureBatch] = self._stream.next()

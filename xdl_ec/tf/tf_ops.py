@@ -26,11 +26,19 @@ from __future__ import annotations
 
 import numbers
 import os
-from typing import Any, Optional, Union
+from typing import Any, List, Optional, Sequence, Union
 
 import tensorflow as tf
 
-__all__ = ["COMBINERS", "TFVersionMismatchError", "check_tf_version", "gather", "lookup", "normalize_combiner"]
+__all__ = [
+    "COMBINERS",
+    "TFVersionMismatchError",
+    "check_tf_version",
+    "gather",
+    "group_gather",
+    "lookup",
+    "normalize_combiner",
+]
 
 COMBINERS = ("none", "sum", "mean", "sqrtn")
 
@@ -228,3 +236,41 @@ def _gather_gradient(op: tf.Operation, grad: Any) -> list:
         grad=grad, rows=rows, inverse=inverse, row_splits=row_splits, combiner=op.get_attr("combiner")
     )
     return [row_grads, None, None]
+
+
+GROUP_MODES = ("single", *COMBINERS)
+
+
+def group_gather(
+    rows: Any, inverse: Any, widths: Sequence[int], modes: Sequence[str], name: Optional[str] = None
+) -> List[tf.Tensor]:
+    """:func:`gather` of every feature of a table group in ONE op (:mod:`xdl_ec.model.table_groups`): ``rows`` [U,
+    dim] are the group's rows, ``inverse`` int32 the features' row indices one feature after another (feature i's
+    [batch, widths[i]] row-major); feature i gives [batch, dim] for mode "single" or a pooling combiner, [batch,
+    widths[i], dim] for "none". Differentiable with respect to ``rows`` by ONE scatter whose sums are
+    :func:`gather`'s, feature by feature, bit for bit (a table of the group serves one feature)."""
+    widths, modes = [int(w) for w in widths], list(modes)
+    if not widths or len(widths) != len(modes) or any(m not in GROUP_MODES for m in modes) or min(widths) < 1:
+        raise ValueError(
+            f"group_gather: one width >= 1 and one mode of {GROUP_MODES} per feature, got widths {widths} and "
+            f"modes {modes}"
+        )
+    rows = tf.convert_to_tensor(rows, tf.float32)
+    inverse = tf.convert_to_tensor(inverse)
+    if inverse.dtype != tf.int32:
+        raise TypeError(f"inverse must be int32 row indices, got dtype {inverse.dtype.name}")
+    with tf.name_scope(name or "xdl_ec_group_gather"):
+        return list(_ops.xdl_ec_group_gather(rows=rows, inverse=inverse, N=len(widths), widths=widths, modes=modes))
+
+
+@tf.RegisterGradient("XdlEcGroupGather")
+def _group_gather_gradient(op: tf.Operation, *grads: Any) -> list:
+    rows, inverse = op.inputs
+    # a feature the loss does not reach has no gradient: zeros of its output's shape
+    dense = [
+        tf.zeros_like(out) if g is None else tf.convert_to_tensor(g, tf.float32) for g, out in zip(grads, op.outputs)
+    ]
+    row_grads = _ops.xdl_ec_group_gather_gradient(
+        grads=dense, rows=rows, inverse=inverse, widths=op.get_attr("widths"), modes=op.get_attr("modes")
+    )
+    return [row_grads, None]
