@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run with pytho
 import tensorflow as tf  # noqa: E402
 from hyperparameters import DENSE_LR, EMB_DIM, ROW_INIT
 from peer_harness import parse_args, run_peer, stepper  # noqa: E402
-from shared_batches import NUM_DENSE, NUM_SPARSE, SharedBatches  # noqa: E402
+from shared_batches import NUM_DENSE, SharedBatches  # noqa: E402
 from tf_dlrm import DLRMBody  # noqa: E402
 
 
@@ -27,11 +27,12 @@ def main() -> int:
     args = parse_args(__doc__.split("\n\n")[0])
     data = SharedBatches(args.data)
     tf.keras.utils.set_random_seed(0)
+    fields = len(data.widths)  # one vector per field (a multi-hot field's pooled)
     body = DLRMBody(EMB_DIM)
-    body(tf.zeros([1, NUM_SPARSE, EMB_DIM]), tf.zeros([1, NUM_DENSE]))
+    body(tf.zeros([1, fields, EMB_DIM]), tf.zeros([1, NUM_DENSE]))
     adam = tf.keras.optimizers.Adam(DENSE_LR)
     adam.build(body.trainable_variables)
-    vectors = tf.Variable(tf.random.uniform([args.batch_size, NUM_SPARSE, EMB_DIM], -ROW_INIT, ROW_INIT))
+    vectors = tf.Variable(tf.random.uniform([args.batch_size, fields, EMB_DIM], -ROW_INIT, ROW_INIT))
     spec = (tf.TensorSpec([None, NUM_DENSE], tf.float32), tf.TensorSpec([None], tf.float32))
 
     @tf.function(input_signature=spec)
@@ -50,7 +51,7 @@ def main() -> int:
 
     @tf.function(input_signature=spec[:1])
     def predict(dense: tf.Tensor) -> tf.Tensor:
-        return tf.sigmoid(body(tf.zeros([tf.shape(dense)[0], NUM_SPARSE, EMB_DIM]), dense))
+        return tf.sigmoid(body(tf.zeros([tf.shape(dense)[0], fields, EMB_DIM]), dense))
 
     run_peer(
         "TF DLRM body alone (ceiling)",

@@ -14,5 +14,6 @@ ADAGRAD_EPSILON = 1e-7  # added to sqrt(accumulator)
 DENSE_LR = 0.001  # Adam on the DLRM body (Keras defaults otherwise: betas 0.9 / 0.999, epsilon 1e-7)
 ROW_INIT = 0.05  # rows start uniform in [-ROW_INIT, ROW_INIT)
 SHARED_ROWS = 1 << 20  # a fixed-size shared table (Keras, TorchRec) indexes the salted keys mod this
+FIELD_ROWS_CAP = 1 << 18  # a fixed-size per-field table of `wide` (Keras, TorchRec): min(vocabulary, this) rows
 BOTTOM_MLP = (64,)
 TOP_MLP = (64, 32)

@@ -3,7 +3,8 @@
 densifies the update over the whole table, see bench/keras_peer.py), the DLRM body of tf_dlrm.py, Adam on it.
 
 Tables: ``criteo-shaped`` / ``criteo-sample`` one shared table of 2^20 rows indexed by ``key mod 2^20``;
-``fields-100k`` one table of 100k rows per field.
+``fields-100k`` one table of 100k rows per field; ``wide`` one table per field of its vocabulary's rows capped at
+2^18 (ids mod the rows; its multi-hot fields summed).
 
     python3 bench/peers/peer_keras.py --data FILE.npz --batch-size 2048 --steps 300
 """
@@ -16,9 +17,18 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run with python -P: the harness beside it
 import tensorflow as tf  # noqa: E402
-from hyperparameters import ADAGRAD_EPSILON, ADAGRAD_START, DENSE_LR, EMB_DIM, ROW_INIT, SHARED_ROWS, SPARSE_LR
+from hyperparameters import (
+    ADAGRAD_EPSILON,
+    ADAGRAD_START,
+    DENSE_LR,
+    EMB_DIM,
+    FIELD_ROWS_CAP,
+    ROW_INIT,
+    SHARED_ROWS,
+    SPARSE_LR,
+)
 from peer_harness import parse_args, run_peer, stepper  # noqa: E402
-from shared_batches import FIELD_IDS, NUM_DENSE, NUM_SPARSE, SharedBatches  # noqa: E402
+from shared_batches import NUM_DENSE, SharedBatches, field_rows  # noqa: E402
 from tf_dlrm import DLRMBody  # noqa: E402
 
 
@@ -26,8 +36,9 @@ def main() -> int:
     args = parse_args(__doc__.split("\n\n")[0])
     data = SharedBatches(args.data)
     tf.keras.utils.set_random_seed(0)
-    per_field = data.workload == "fields-100k"
-    sizes = [FIELD_IDS] * NUM_SPARSE if per_field else [SHARED_ROWS]
+    per_field, widths = data.per_field, data.widths
+    starts = [sum(widths[:i]) for i in range(len(widths))]
+    sizes = field_rows(data.workload, FIELD_ROWS_CAP) if per_field else [SHARED_ROWS]
     init = tf.keras.initializers.RandomUniform(-ROW_INIT, ROW_INIT)
     tables = []
     for i, rows in enumerate(sizes):
@@ -36,13 +47,17 @@ def main() -> int:
         tables.append(layer.embeddings.value)  # the layer's tf.Variable
     accumulators = [tf.Variable(tf.fill([rows, EMB_DIM], ADAGRAD_START), trainable=False) for rows in sizes]
     body = DLRMBody(EMB_DIM)
-    body(tf.zeros([1, NUM_SPARSE, EMB_DIM]), tf.zeros([1, NUM_DENSE]))
+    body(tf.zeros([1, len(widths), EMB_DIM]), tf.zeros([1, NUM_DENSE]))
     adam = tf.keras.optimizers.Adam(DENSE_LR)
     adam.build(body.trainable_variables)
 
     def lookup(sparse: tf.Tensor) -> tf.Tensor:
         if per_field:
-            return tf.stack([tf.nn.embedding_lookup(t, sparse[:, i]) for i, t in enumerate(tables)], axis=1)
+            vectors = []
+            for table, rows, start, width in zip(tables, sizes, starts, widths):
+                ids = tf.math.floormod(sparse[:, start : start + width], rows)
+                vectors.append(tf.reduce_sum(tf.nn.embedding_lookup(table, ids), axis=1))
+            return tf.stack(vectors, axis=1)
         return tf.nn.embedding_lookup(tables[0], tf.math.floormod(sparse, SHARED_ROWS))
 
     def sparse_adagrad(table: tf.Variable, accumulator: tf.Variable, grad: tf.IndexedSlices) -> None:
@@ -59,7 +74,7 @@ def main() -> int:
 
     spec = (
         tf.TensorSpec([None, NUM_DENSE], tf.float32),
-        tf.TensorSpec([None, NUM_SPARSE], tf.int64),
+        tf.TensorSpec([None, sum(widths)], tf.int64),
         tf.TensorSpec([None], tf.float32),
     )
 
@@ -85,7 +100,7 @@ def main() -> int:
         args,
         stepper(lambda d, s, y: step(d, s, y).numpy(), data.train_batches(args.batch_size, args.steps)),
         lambda d, s: predict(d, s).numpy(),
-        {"version": f"TF {tf.__version__}", "tables": f"{len(sizes)} x {sizes[0]:,} rows"},
+        {"version": f"TF {tf.__version__}", "tables": f"{len(sizes)} tables, {sum(sizes):,} rows"},
     )
     return 0
 

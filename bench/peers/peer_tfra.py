@@ -18,9 +18,18 @@ os.environ["TF_USE_LEGACY_KERAS"] = "1"  # TFRA 0.8's layers and optimizer wrapp
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run with python -P: the harness beside it
 import tensorflow as tf  # noqa: E402
 import tensorflow_recommenders_addons as tfra  # noqa: E402
-from hyperparameters import ADAGRAD_EPSILON, ADAGRAD_START, DENSE_LR, EMB_DIM, ROW_INIT, SHARED_ROWS, SPARSE_LR
+from hyperparameters import (
+    ADAGRAD_EPSILON,
+    ADAGRAD_START,
+    DENSE_LR,
+    EMB_DIM,
+    FIELD_ROWS_CAP,
+    ROW_INIT,
+    SHARED_ROWS,
+    SPARSE_LR,
+)
 from peer_harness import parse_args, run_peer, stepper  # noqa: E402
-from shared_batches import FIELD_IDS, NUM_DENSE, NUM_SPARSE, SharedBatches  # noqa: E402
+from shared_batches import NUM_DENSE, SharedBatches, field_rows  # noqa: E402
 from tensorflow_recommenders_addons import dynamic_embedding as de  # noqa: E402
 from tf_dlrm import DLRMBody  # noqa: E402
 
@@ -29,17 +38,19 @@ def main() -> int:
     args = parse_args(__doc__.split("\n\n")[0])
     data = SharedBatches(args.data)
     tf.keras.utils.set_random_seed(0)
-    per_field = data.workload == "fields-100k"
+    per_field, widths = data.per_field, data.widths
+    starts = [sum(widths[:i]) for i in range(len(widths))]
     # TF's own initializer, not a Keras one: an unseeded tf-keras initializer is stateless and would give every
     # batch's new rows the same values (it warns so); this one draws fresh values at each call
     init = tf.random_uniform_initializer(-ROW_INIT, ROW_INIT)
-    count, capacity = (NUM_SPARSE, FIELD_IDS) if per_field else (1, SHARED_ROWS)
+    capacities = field_rows(data.workload, FIELD_ROWS_CAP) if per_field else [SHARED_ROWS]
+    count = len(capacities)
     tables = [
         de.keras.layers.Embedding(EMB_DIM, initializer=init, name=f"table_{i}", init_capacity=capacity)
-        for i in range(count)
+        for i, capacity in enumerate(capacities)
     ]
     body = DLRMBody(EMB_DIM)
-    body(tf.zeros([1, NUM_SPARSE, EMB_DIM]), tf.zeros([1, NUM_DENSE]))
+    body(tf.zeros([1, len(widths), EMB_DIM]), tf.zeros([1, NUM_DENSE]))
     adam = tf.keras.optimizers.Adam(DENSE_LR)
     adagrad = de.DynamicEmbeddingOptimizer(
         tf.keras.optimizers.Adagrad(SPARSE_LR, initial_accumulator_value=ADAGRAD_START, epsilon=ADAGRAD_EPSILON)
@@ -47,12 +58,18 @@ def main() -> int:
 
     def lookup(sparse: tf.Tensor) -> tf.Tensor:
         if per_field:
-            return tf.stack([t(sparse[:, i]) for i, t in enumerate(tables)], axis=1)
+            return tf.stack(
+                [
+                    t(sparse[:, s]) if w == 1 else tf.reduce_sum(t(sparse[:, s : s + w]), axis=1)
+                    for t, s, w in zip(tables, starts, widths)
+                ],
+                axis=1,
+            )
         return tables[0](sparse)
 
     spec = (
         tf.TensorSpec([None, NUM_DENSE], tf.float32),
-        tf.TensorSpec([None, NUM_SPARSE], tf.int64),
+        tf.TensorSpec([None, sum(widths)], tf.int64),
         tf.TensorSpec([None], tf.float32),
     )
 

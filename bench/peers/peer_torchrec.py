@@ -30,17 +30,25 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torchrec  # noqa: E402
-from hyperparameters import ADAGRAD_EPSILON, BOTTOM_MLP, DENSE_LR, EMB_DIM, ROW_INIT, SHARED_ROWS, SPARSE_LR, TOP_MLP
+from hyperparameters import (
+    ADAGRAD_EPSILON,
+    BOTTOM_MLP,
+    DENSE_LR,
+    EMB_DIM,
+    FIELD_ROWS_CAP,
+    ROW_INIT,
+    SHARED_ROWS,
+    SPARSE_LR,
+    TOP_MLP,
+)
 from peer_harness import parse_args, run_peer, stepper  # noqa: E402
-from shared_batches import FIELD_IDS, NUM_DENSE, NUM_SPARSE, SharedBatches  # noqa: E402
+from shared_batches import NUM_DENSE, SharedBatches, field_rows  # noqa: E402
 from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor  # noqa: E402
 from torchrec.distributed.model_parallel import DistributedModelParallel  # noqa: E402
 from torchrec.models.dlrm import DLRM  # noqa: E402
 from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward  # noqa: E402
 from torchrec.optim.keyed import KeyedOptimizerWrapper  # noqa: E402
 from torchrec.optim.optimizers import in_backward_optimizer_filter  # noqa: E402
-
-FEATURES = [f"C{i + 1}" for i in range(NUM_SPARSE)]
 
 
 def _free_port() -> int:
@@ -56,7 +64,10 @@ def main() -> int:
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
     dist.init_process_group("gloo", rank=0, world_size=1)
-    per_field = data.workload == "fields-100k"
+    per_field, widths = data.per_field, data.widths
+    feature_names = [f"C{i + 1}" for i in range(len(widths))]
+    starts = np.concatenate([[0], np.cumsum(widths)])
+    sizes = field_rows(data.workload, FIELD_ROWS_CAP)
 
     def rows_init(weight: torch.Tensor) -> torch.Tensor:
         return torch.nn.init.uniform_(weight, -ROW_INIT, ROW_INIT)
@@ -64,9 +75,9 @@ def main() -> int:
     if per_field:
         tables = [
             EmbeddingBagConfig(
-                name=f"t_{f}", embedding_dim=EMB_DIM, num_embeddings=FIELD_IDS, feature_names=[f], init_fn=rows_init
+                name=f"t_{f}", embedding_dim=EMB_DIM, num_embeddings=rows, feature_names=[f], init_fn=rows_init
             )
-            for f in FEATURES
+            for f, rows in zip(feature_names, sizes)
         ]
     else:
         tables = [
@@ -74,7 +85,7 @@ def main() -> int:
                 name="t_shared",
                 embedding_dim=EMB_DIM,
                 num_embeddings=SHARED_ROWS,
-                feature_names=FEATURES,
+                feature_names=feature_names,
                 init_fn=rows_init,
             )
         ]
@@ -101,12 +112,14 @@ def main() -> int:
     loss_fn = torch.nn.BCEWithLogitsLoss()
 
     def features(sparse: np.ndarray) -> KeyedJaggedTensor:
-        ids = torch.from_numpy(np.ascontiguousarray(sparse.T)).reshape(-1)  # feature-major, one id per bag
         if not per_field:
-            ids = torch.remainder(ids, SHARED_ROWS)
-        return KeyedJaggedTensor.from_lengths_sync(
-            keys=FEATURES, values=ids, lengths=torch.ones(ids.numel(), dtype=torch.int32)
-        )
+            ids = torch.remainder(torch.from_numpy(np.ascontiguousarray(sparse.T)).reshape(-1), SHARED_ROWS)
+            lengths = torch.ones(ids.numel(), dtype=torch.int32)  # feature-major, one id per bag
+        else:  # feature-major, a field's ids of one example in one bag (mod its table's rows)
+            parts = [sparse[:, starts[i] : starts[i + 1]].reshape(-1) % rows for i, rows in enumerate(sizes)]
+            ids = torch.from_numpy(np.concatenate(parts))
+            lengths = torch.from_numpy(np.repeat(np.asarray(widths, dtype=np.int32), sparse.shape[0]))
+        return KeyedJaggedTensor.from_lengths_sync(keys=feature_names, values=ids, lengths=lengths)
 
     def step(dense: np.ndarray, sparse: np.ndarray, label: np.ndarray) -> float:
         logits = dmp(torch.from_numpy(dense), features(sparse)).squeeze(1)
@@ -130,7 +143,7 @@ def main() -> int:
             {
                 "version": f"torchrec {torchrec.__version__}, torch {torch.__version__}, "
                 f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}",
-                "tables": f"{len(tables)} x {tables[0].num_embeddings:,} rows",
+                "tables": f"{len(tables)} tables, {sum(t.num_embeddings for t in tables):,} rows",
             },
         )
     finally:

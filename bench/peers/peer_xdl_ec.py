@@ -3,11 +3,14 @@
 first ``--skip`` steps stay out of the timing).
 
 Jobs: ``criteo-shaped`` / ``criteo-sample`` as the built-in job declares them (one table, the 26 salted keys as one
-shared-ids feature [B, 26]); ``fields-100k`` as a user would write it: one table and one feature per field. Both
+shared-ids feature [B, 26]); ``fields-100k`` and ``wide`` as a user would write them: one table and one feature per
+field (``wide``'s multi-hot fields [B, 4] pooled by sum). All
 with hyperparameters.py's set-up: Adagrad(0.02) from an accumulator of 0 on rows starting uniform in [-0.05, 0.05),
 xdl_ec.models.DLRM(16, (64,), (64, 32)), Adam(0.001).
 
     PYTHONPATH=build/lead/stage python3 -P bench/peers/peer_xdl_ec.py --data FILE.npz --batch-size 2048 --steps 300
+
+XDL_EC_TABLE_GROUPS=0 runs the job with ``table_groups=False`` (every table on its own: the A/B of issue #49).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from hyperparameters import (
     TOP_MLP,
 )
 from peer_harness import num_steps, parse_args, run_peer  # noqa: E402
-from shared_batches import NUM_SPARSE, SharedBatches  # noqa: E402
+from shared_batches import SharedBatches  # noqa: E402
 
 import xdl_ec  # noqa: E402
 from xdl_ec.job.local_run import LocalRun  # noqa: E402
@@ -39,11 +42,12 @@ from xdl_ec.models import DLRM  # noqa: E402
 from xdl_ec.ps.worker import RunSettings  # noqa: E402
 from xdl_ec.tf.determinism import configure_determinism  # noqa: E402
 
-FIELDS = [f"C{i + 1}" for i in range(NUM_SPARSE)]
-
 
 def make_job(data: SharedBatches, batch_size: int, steps: int) -> xdl_ec.Job:
-    per_field = data.workload == "fields-100k"
+    per_field = data.per_field
+    widths = data.widths
+    fields = [f"C{i + 1}" for i in range(len(widths))]
+    starts = np.concatenate([[0], np.cumsum(widths)])
 
     def table(name: str) -> xdl_ec.Table:
         return xdl_ec.Table(
@@ -55,15 +59,19 @@ def make_job(data: SharedBatches, batch_size: int, steps: int) -> xdl_ec.Job:
         )
 
     if per_field:
-        tables = [table(f) for f in FIELDS]
-        features = [xdl_ec.Feature(f, t) for f, t in zip(FIELDS, tables)]
+        tables = [table(f) for f in fields]
+        features = [xdl_ec.Feature(f, t, combiner="sum" if w > 1 else None) for f, t, w in zip(fields, tables, widths)]
     else:
         tables = [table("criteo_categorical")]
         features = [xdl_ec.Feature("categorical", tables[0], shared_ids=True)]
 
     def as_batch(dense: np.ndarray, sparse: np.ndarray, label: np.ndarray) -> Dict[str, Any]:
         if per_field:
-            return {"label": label, "dense": dense, **{f: sparse[:, i] for i, f in enumerate(FIELDS)}}
+            columns = {
+                f: sparse[:, starts[i]] if w == 1 else sparse[:, starts[i] : starts[i + 1]]
+                for i, (f, w) in enumerate(zip(fields, widths))
+            }
+            return {"label": label, "dense": dense, **columns}
         return {"label": label, "dense": dense, "categorical": sparse}
 
     def train_input(worker: int, num_workers: int) -> Iterator[Dict[str, Any]]:
@@ -75,6 +83,7 @@ def make_job(data: SharedBatches, batch_size: int, steps: int) -> xdl_ec.Job:
         model_fn=lambda: DLRM(EMB_DIM, bottom_mlp=BOTTOM_MLP, top_mlp=TOP_MLP, name="dlrm"),
         input_fn=train_input,
         dense_learning_rate=DENSE_LR,
+        table_groups=os.environ.get("XDL_EC_TABLE_GROUPS", "1") != "0",
     )
     job.as_batch = as_batch  # type: ignore[attr-defined]
     return job
@@ -112,9 +121,11 @@ def main() -> int:
     configure_determinism(0, False)
     run = LocalRun(job.spec, RunSettings(seed=0, deterministic=False))
 
+    details: Dict[str, Any] = {"version": version()}
+
     def train(n: int) -> List[float]:
         before = len(run.losses)
-        run.fit(n)
+        details["stages"] = run.fit(n)["stages"]  # the last call's: the timed steps' input, pull, TF, push seconds
         return list(run.losses[before:])
 
     def predict(dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
@@ -123,7 +134,7 @@ def main() -> int:
 
     trained = _Trained(run)
     try:
-        run_peer("xdl-ec", data, args, train, predict, {"version": version()})
+        run_peer("xdl-ec", data, args, train, predict, details)
     finally:
         run.close()
     return 0

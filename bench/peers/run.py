@@ -55,9 +55,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated subset of {','.join(SYSTEMS)}")
     parser.add_argument(
         "--workload",
-        choices=("criteo-shaped", "fields-100k"),
+        choices=("criteo-shaped", "fields-100k", "wide"),
         default="criteo-shaped",
-        help="criteo-shaped: the built-in synthetic data and job; fields-100k: 26 fields of 100k ids, one table each",
+        help="criteo-shaped: the built-in synthetic data and job; fields-100k: 26 fields of 100k ids, one table each; "
+        "wide: 100 fields of 10 to 10M ids (a few multi-hot), one table each",
     )
     parser.add_argument("--criteo", default=DEFAULT_CRITEO, help="Criteo TSV for the one-epoch run ('' to skip)")
     parser.add_argument("--env-root", default=os.path.expanduser("~/.cache/xdl-ec-peers"), help="peers' venvs")

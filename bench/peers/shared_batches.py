@@ -8,10 +8,14 @@ Workloads (``WORKLOADS``):
 - ``fields-100k``: 26 fields of 100k ids each (ids 0..99,999 per field, Zipf 1.1), 13 dense counts, labels from a
   hidden model (per-id weights drawn from the seed, the first 8 fields carrying most of the signal), generated here
   with numpy alone, as a user would write it; one table per field.
+- ``wide``: 100 fields over 100 tables (issue #49), vocabularies log-spaced from 10 to 10M ids, ids Zipf 1.1 per
+  field; fields 3, 23, 43, 63, 83 are multi-hot (4 ids per example, pooled by sum), the rest one id; 13 dense counts,
+  labels from a hidden model over the first 256 ids of each field (the tail carries no signal). Generated with numpy.
 - ``criteo-sample``: a real Criteo TSV file (one epoch of its train split, its last 10% held out) read by xdl-ec's
   reader (keys salted as in ``criteo-shaped``).
 
-File layout: ``train_dense`` float32 [N, 13], ``train_sparse`` int64 [N, 26], ``train_label`` float32 [N], the
+File layout: ``train_dense`` float32 [N, 13], ``train_sparse`` int64 [N, C] (C = 26 but for ``wide``, whose
+columns are its fields' ids in order, ``widths[f]`` columns for field f), ``train_label`` float32 [N], the
 same three ``eval_*`` arrays, and ``meta`` (a JSON string: workload, rows, seed, source). Reading needs numpy only,
 so the peers' own environments (another TF, torch) read the same file.
 """
@@ -22,18 +26,32 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-WORKLOADS = ("criteo-shaped", "fields-100k", "criteo-sample")
+WORKLOADS = ("criteo-shaped", "fields-100k", "wide", "criteo-sample")
 NUM_DENSE, NUM_SPARSE = 13, 26
 EVAL_ROWS = 1 << 16  # hold-out rows of the synthetic workloads
 CHUNK = 4096  # rows drawn per generator call: the rows do not depend on the batch size a peer trains with
 FIELD_IDS = 100_000
 ZIPF = 1.1
 
+WIDE_FIELDS = 100
+WIDE_VOCABULARIES = [int(v) for v in np.geomspace(10, 10_000_000, WIDE_FIELDS).round()]
+WIDE_MULTI_HOT = {3: 4, 23: 4, 43: 4, 63: 4, 83: 4}  # field -> ids per example
+WIDE_WIDTHS = [WIDE_MULTI_HOT.get(f, 1) for f in range(WIDE_FIELDS)]
+WIDE_SIGNAL_IDS = 256  # the ids of each field that carry label signal
+
 Arrays = Tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _zipf_ids(rng: np.random.Generator, shape: Tuple[int, ...], vocabulary: Any) -> np.ndarray:
+    """Bounded Zipf ranks in [0, vocabulary): P(k) ~ (k + 1)^-s, by inverting the continuous power law's CDF
+    (``vocabulary`` broadcasts against ``shape``)."""
+    a = 1.0 - ZIPF
+    x = (rng.random(shape) * ((vocabulary + 1.0) ** a - 1.0) + 1.0) ** (1.0 / a)
+    return np.minimum(np.floor(x) - 1.0, np.asarray(vocabulary) - 1).clip(0).astype(np.int64)
 
 
 def _criteo_shaped(rows: int, split: str, seed: int) -> Arrays:
@@ -54,10 +72,7 @@ def _fields_100k(rows: int, split: str, seed: int) -> Arrays:
     dense_parts, sparse_parts, label_parts = [], [], []
     for chunk in range(-(-rows // CHUNK)):
         rng = np.random.default_rng([seed, 0 if split == "train" else 1, chunk])
-        # bounded Zipf ranks in [0, FIELD_IDS): P(k) ~ (k + 1)^-s, by inverting the continuous power law's CDF
-        a = 1.0 - ZIPF
-        x = (rng.random((CHUNK, NUM_SPARSE)) * ((FIELD_IDS + 1.0) ** a - 1.0) + 1.0) ** (1.0 / a)
-        ids = np.minimum(np.floor(x) - 1.0, FIELD_IDS - 1).clip(0).astype(np.int64)
+        ids = _zipf_ids(rng, (CHUNK, NUM_SPARSE), FIELD_IDS)
         dense = np.log1p(np.floor(rng.exponential(np.expm1(dense_scale), (CHUNK, NUM_DENSE)))).astype(np.float32)
         logit = -1.6 + id_weight[fields, ids].sum(axis=1) + (dense - dense_scale) @ dense_weight
         label = (rng.random(CHUNK) < 1.0 / (1.0 + np.exp(-logit))).astype(np.float32)
@@ -69,6 +84,44 @@ def _fields_100k(rows: int, split: str, seed: int) -> Arrays:
         np.concatenate(sparse_parts)[:rows],
         np.concatenate(label_parts)[:rows],
     )
+
+
+def _wide(rows: int, split: str, seed: int) -> Arrays:
+    hidden = np.random.default_rng([seed, 0x1D0])
+    id_weight = hidden.normal(0.0, 0.5, (WIDE_FIELDS, WIDE_SIGNAL_IDS)) / np.sqrt(WIDE_FIELDS / NUM_SPARSE)
+    dense_weight = hidden.normal(0.0, 0.3, NUM_DENSE)
+    dense_scale = hidden.uniform(0.5, 3.0, NUM_DENSE)
+    columns = np.repeat(np.arange(WIDE_FIELDS), WIDE_WIDTHS)  # the field of each column
+    vocabulary = np.asarray(WIDE_VOCABULARIES, dtype=np.float64)[columns]
+    scale = 1.0 / np.asarray(WIDE_WIDTHS, dtype=np.float64)[columns]  # a multi-hot field's ids share its weight
+    dense_parts, sparse_parts, label_parts = [], [], []
+    for chunk in range(-(-rows // CHUNK)):
+        rng = np.random.default_rng([seed, 0 if split == "train" else 1, chunk, 0x1D0])
+        ids = _zipf_ids(rng, (CHUNK, columns.size), vocabulary)
+        dense = np.log1p(np.floor(rng.exponential(np.expm1(dense_scale), (CHUNK, NUM_DENSE)))).astype(np.float32)
+        signal = ids < WIDE_SIGNAL_IDS
+        weights = np.where(signal, id_weight[columns, np.minimum(ids, WIDE_SIGNAL_IDS - 1)], 0.0) * scale
+        logit = -1.6 + weights.sum(axis=1) + (dense - dense_scale) @ dense_weight
+        label = (rng.random(CHUNK) < 1.0 / (1.0 + np.exp(-logit))).astype(np.float32)
+        dense_parts.append(dense)
+        sparse_parts.append(ids)
+        label_parts.append(label)
+    return (
+        np.concatenate(dense_parts)[:rows],
+        np.concatenate(sparse_parts)[:rows],
+        np.concatenate(label_parts)[:rows],
+    )
+
+
+def field_widths(workload: str) -> List[int]:
+    """Columns of ``train_sparse`` per field, in order (one per field but for ``wide``'s multi-hot fields)."""
+    return list(WIDE_WIDTHS) if workload == "wide" else [1] * NUM_SPARSE
+
+
+def field_rows(workload: str, cap: int) -> List[int]:
+    """Rows of a fixed-size per-field table (Keras, TorchRec): ``fields-100k``'s 100k ids, ``wide``'s vocabulary
+    capped at ``cap`` (ids taken mod the rows)."""
+    return [min(v, cap) for v in WIDE_VOCABULARIES] if workload == "wide" else [FIELD_IDS] * NUM_SPARSE
 
 
 def _criteo_file(path: str) -> Tuple[Arrays, Arrays]:
@@ -104,9 +157,11 @@ def write_batches(
         for name, rows in (("train_rows", train_rows), ("eval_rows", eval_rows)):
             if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
                 raise ValueError(f"{name}: must be a positive integer, got {rows!r}")
-        draw = _criteo_shaped if workload == "criteo-shaped" else _fields_100k
+        draw = {"criteo-shaped": _criteo_shaped, "fields-100k": _fields_100k, "wide": _wide}[workload]
         train, held_out = draw(train_rows, "train", seed), draw(eval_rows, "eval", seed)
         meta = {"workload": workload, "seed": seed, "zipf": ZIPF, "ids_per_field": FIELD_IDS}
+        if workload == "wide":
+            meta.update(ids_per_field=WIDE_VOCABULARIES, widths=WIDE_WIDTHS)
     meta.update(train_rows=int(train[2].shape[0]), eval_rows=int(held_out[2].shape[0]))
     arrays = {
         f"{split}_{k}": a
@@ -131,6 +186,16 @@ class SharedBatches:
     @property
     def workload(self) -> str:
         return str(self.meta["workload"])
+
+    @property
+    def widths(self) -> List[int]:
+        """Columns of ``train_sparse`` per field."""
+        return field_widths(self.workload)
+
+    @property
+    def per_field(self) -> bool:
+        """One table per field (``fields-100k``, ``wide``), not one shared table."""
+        return self.workload in ("fields-100k", "wide")
 
     def train_batches(self, batch_size: int, steps: Optional[int] = None) -> Iterator[Arrays]:
         """``steps`` batches (None: one epoch, the last batch possibly short) in file order, cycling if needed."""
