@@ -33,9 +33,10 @@ sys.path.insert(0, HERE)
 
 from peer_table import CEILING, format_table, goal_line, summarise  # noqa: E402
 
-SYSTEMS = ("xdl-ec", "keras", "tfra", "torchrec", "tf-body")
+SYSTEMS = ("xdl-ec", "xdl-ec-ungrouped", "keras", "tfra", "torchrec", "tf-body")
 SCRIPTS = {
     "xdl-ec": "peer_xdl_ec.py",
+    "xdl-ec-ungrouped": "peer_xdl_ec.py",  # the same job with table_groups=False: issue #49's A/B
     "keras": "peer_keras.py",
     "tfra": "peer_tfra.py",
     "torchrec": "peer_torchrec.py",
@@ -86,7 +87,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 
 
 def python_of(system: str, args: argparse.Namespace) -> str:
-    if system == "xdl-ec":
+    if system.startswith("xdl-ec"):
         return args.xdl_ec_python
     if system in ("keras", "tf-body"):
         return args.keras_python
@@ -123,8 +124,10 @@ def shared_file(args: argparse.Namespace, workload: str, train_rows: int = 0, cr
 def _env(system: str, args: argparse.Namespace) -> Dict[str, str]:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
     env.pop("PYTHONPATH", None)
-    if system == "xdl-ec":
+    if system.startswith("xdl-ec"):
         env["PYTHONPATH"] = args.xdl_ec_pythonpath
+    if system == "xdl-ec-ungrouped":
+        env["XDL_EC_TABLE_GROUPS"] = "0"
     return env
 
 
@@ -152,6 +155,7 @@ def run_one(
 
 LABELS = {
     "xdl-ec": "xdl-ec job API, one process",
+    "xdl-ec-ungrouped": "xdl-ec job API, one process, table_groups=False",
     "keras": "plain Keras",
     "tfra": "TFRA dynamic_embedding",
     "torchrec": "TorchRec DLRM (EBC, fbgemm CPU)",
