@@ -143,11 +143,12 @@ class FailureSchedule:
         schedule): every explicit kill of a step <= ``step``, plus at most one MTBF failure whose time has come.
         ``num_servers``: the servers the run has now; a kill of a server a resize has not brought yet (an ec move
         still copying) waits until the server is there."""
-        servers = self._num_servers if num_servers is None else num_servers
         out: List[Kill] = []
         kept: List[Kill] = []
         for k in self._kills:
-            (out if k.step <= step and (k.role != "server" or k.index < servers) else kept).append(k)
+            there = num_servers is None or k.role != "server" or k.index < num_servers
+            (out if k.step <= step and there else kept).append(k)
+        servers = self._num_servers if num_servers is None else num_servers
         self._kills = kept
         for k in out:
             self.fired.append((k, None))
