@@ -28,6 +28,12 @@ def print_report(report: Dict[str, Any], model: Optional[str]) -> None:
             f"{report['ft']}: {failure['role']} {failure['index']} lost at step {failure['step']}, recovered in "
             f"{failure['rebuild_seconds']:.2f} s ({failure['lost_samples']:,} samples lost or re-trained)"
         )
+        if failure.get("vulnerable_seconds"):  # ec: the window in which one more loss was fatal
+            print(
+                f"{report['ft']}: one more server loss was fatal for {failure['vulnerable_seconds']:.2f} s (bound "
+                f"{report['rebuild_within']:g} s {'kept' if failure['vulnerable_within_bound'] else 'missed'}; "
+                f"training held {failure['training_held_seconds']:.2f} s)"
+            )
     if report.get("lost_updates"):
         print(f"{report['ft']}: {report['lost_updates']:,} row updates lost")
     for resize in report.get("resizes", []):

@@ -12,7 +12,10 @@ loss ends the job, so the rebuild runs flat out whenever that is so (``urgent()`
 worth of CPU that training left unused (``/proc/stat``'s idle time over the last batch, plus the CPU the rebuild's
 own thread took in it: idle time alone never shows the core the rebuild itself keeps busy); otherwise it works
 ``duty`` of its wall time (sleeping ``(1 - duty) / duty`` times what the last batch took): ``share``, or with a
-:class:`~xdl_ec.ft.rebuild_governor.RebuildGovernor` at least ``share`` and more while training keeps its speed.
+:class:`~xdl_ec.ft.rebuild_governor.RebuildGovernor` at least ``share`` and more while training keeps its speed,
+and with a :class:`~xdl_ec.ft.rebuild_deadline.RebuildDeadline` at least what keeps the vulnerable window's bound
+at its measured progress (each batch's seconds reported to it). When even flat out it would miss, the driver holds
+the steps in :meth:`BackgroundRebuild.hold` until the thread is done.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import time
 from typing import Callable, Optional
 
 from xdl_ec.ft.ec_recovery import REBUILD_BATCH, EcRecovery, RecoveryTimeout
+from xdl_ec.ft.rebuild_deadline import RebuildDeadline
 from xdl_ec.ft.rebuild_governor import RebuildGovernor
 
 STOP_TIMEOUT = 30.0  # seconds a stop waits for the stripe being rebuilt (each wait inside it is bounded too)
@@ -43,8 +47,8 @@ def _cpu_ticks() -> Optional[tuple]:
 class BackgroundRebuild:
     """Rebuilds ``coordinator``'s plan (a :class:`~xdl_ec.ft.ec_recovery.EcRecovery`) in a thread;
     ``share``: the share of its wall time it keeps to on a busy machine (``governor``: at least that, see
-    :class:`~xdl_ec.ft.rebuild_governor.RebuildGovernor`); ``urgent()``: True when one more loss would be fatal
-    (then it never pauses)."""
+    :class:`~xdl_ec.ft.rebuild_governor.RebuildGovernor`; ``deadline``: at least what keeps the vulnerable window's
+    bound); ``urgent()``: True when one more loss would be fatal (then it never pauses)."""
 
     def __init__(
         self,
@@ -52,11 +56,13 @@ class BackgroundRebuild:
         share: float,
         urgent: Callable[[], bool],
         governor: Optional[RebuildGovernor] = None,
+        deadline: Optional[RebuildDeadline] = None,
     ) -> None:
         self.coordinator = coordinator
         self.share = share
         self.urgent = urgent
         self.governor = governor
+        self.deadline = deadline
         self.finished_at: Optional[float] = None  # perf_counter when the plan became empty
         self.stripes = 0  # stripes rebuilt by the thread
         self.paused_seconds = 0.0  # time it left to training
@@ -97,6 +103,15 @@ class BackgroundRebuild:
         err, self._error = self._error, None
         return err
 
+    def hold(self) -> float:
+        """Waits (on the caller's thread: the driver, whose steps then wait too) until the thread has ended, i.e.
+        the plan is done or an error stopped it; returns the seconds waited. Each stripe's waits are bounded, so
+        this is too."""
+        thread, start = self._thread, time.perf_counter()
+        while thread is not None and thread.is_alive():
+            thread.join(PAUSE_SLICE)  # in slices: the driver stays interruptible
+        return time.perf_counter() - start
+
     def _run(self) -> None:
         coordinator = self.coordinator
         # batches pay off where a call costs a round trip (Ray); in one process a stripe at a time interleaves
@@ -106,6 +121,7 @@ class BackgroundRebuild:
             if ray:
                 # remote links batch their sends (parity_link): every survivor's parity delivered once first
                 coordinator.drain([s for s in range(coordinator.n) if s not in coordinator.rebuilding])
+            resumed = time.perf_counter()  # the end of the last pause: progress is measured from there
             while not self._stop.is_set():
                 before, own = _cpu_ticks(), time.thread_time()
                 start = time.perf_counter()
@@ -113,8 +129,14 @@ class BackgroundRebuild:
                 if not done:
                     break
                 self.stripes += done
-                took = time.perf_counter() - start
+                end = time.perf_counter()
+                took = end - start
+                if self.deadline is not None:
+                    # wall time, the thread's waits for the GIL and a core between batches included: the rate the
+                    # window actually closes at on this machine now
+                    self.deadline.progress(done, end - resumed)
                 self._wait(took, self._pause(took, before, time.thread_time() - own))
+                resumed = time.perf_counter()
             if not coordinator.plan:
                 self.finished_at = time.perf_counter()
         except BaseException as err:  # noqa: BLE001 - handed to the driver (after_step, recover, finish)
@@ -130,7 +152,10 @@ class BackgroundRebuild:
     @property
     def duty(self) -> float:
         """The share of its wall time the rebuild works while it would slow training."""
-        return self.share if self.governor is None else max(self.share, self.governor.duty)
+        duty = self.share if self.governor is None else max(self.share, self.governor.duty)
+        if self.deadline is not None:
+            duty = max(duty, min(1.0, self.deadline.duty(len(self.coordinator.plan))))
+        return duty
 
     def _wait(self, took: float, pause: float) -> None:
         """Sleeps ``pause`` seconds, cut short when the duty rises meanwhile (re-read every PAUSE_SLICE)."""

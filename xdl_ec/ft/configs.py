@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Tuple, Union
 
+from xdl_ec.ft.rebuild_deadline import DEFAULT_REBUILD_WITHIN
 from xdl_ec.ft.rebuild_governor import DEFAULT_REBUILD_KEEPS
 from xdl_ec.settings import checks
 from xdl_ec.settings.interval import IntervalPolicy, parse_interval
@@ -27,6 +28,9 @@ class EcConfig:
     ``urgent_rebuild``: a background rebuild while one more loss would be fatal (r servers down) runs "flat-out"
     (the shortest window without redundancy; training slows meanwhile) or "paced" like any other (training keeps
     its speed; the window is longer);
+    ``rebuild_within``: the bound in seconds on the window in which one more loss is fatal, from the loss to full
+    redundancy (the rebuild works more, and holds training's steps, as its measured progress demands;
+    :mod:`xdl_ec.ft.rebuild_deadline`);
     ``scrub``: re-encode every stripe when the run reports (``xdl-ec verify``)."""
 
     code: Tuple[int, int] = (4, 1)
@@ -35,10 +39,12 @@ class EcConfig:
     rebuild: str = "background"
     rebuild_keeps: float = DEFAULT_REBUILD_KEEPS
     urgent_rebuild: str = "flat-out"
+    rebuild_within: float = DEFAULT_REBUILD_WITHIN
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "code", parse_code(self.code))
         checks.one_of("urgent_rebuild", self.urgent_rebuild, URGENT_REBUILDS)
+        checks.positive_number("rebuild_within", self.rebuild_within)
         checks.number("rebuild_keeps", self.rebuild_keeps, 0.0, 1.0, high_open=True)
         checks.one_of("rebuild", self.rebuild, REBUILD_MODES)
         checks.number("rebuild_share", self.rebuild_share, 0.0, 1.0, low_open=True)

@@ -31,6 +31,7 @@ from xdl_ec.ft.delta_forwarding import ForwardingProgress
 from xdl_ec.ft.ec_recovery import CALL_TIMEOUT, REBUILD_BATCH, EcRecovery, RecoveryTimeout
 from xdl_ec.ft.ec_scrub import StripeMismatch, scrub
 from xdl_ec.ft.parity_agent import parity_agent_for
+from xdl_ec.ft.rebuild_deadline import DEFAULT_REBUILD_WITHIN, RebuildDeadline
 from xdl_ec.ft.rebuild_governor import DEFAULT_REBUILD_KEEPS, RebuildGovernor
 from xdl_ec.ft.rebuild_pacer import BoundaryPacer
 from xdl_ec.net.job_secret import JobSecret
@@ -45,6 +46,7 @@ __all__ = [
     "CALL_TIMEOUT",
     "DEFAULT_REBUILD_KEEPS",
     "DEFAULT_REBUILD_SHARE",
+    "DEFAULT_REBUILD_WITHIN",
     "ErasureCoded",
     "RecoveryTimeout",
     "StripeMismatch",
@@ -69,6 +71,7 @@ class ErasureCoded(FaultTolerance):
         rebuild: str = "background",
         rebuild_keeps: float = DEFAULT_REBUILD_KEEPS,
         urgent_rebuild: str = "flat-out",
+        rebuild_within: float = DEFAULT_REBUILD_WITHIN,
         *,
         on_rebuild_stripe: Optional[Callable[[int], None]] = None,
     ) -> None:
@@ -78,8 +81,12 @@ class ErasureCoded(FaultTolerance):
         time and more while training keeps ``rebuild_keeps`` of its samples/s before the failure (0: exactly
         ``rebuild_share``; :mod:`xdl_ec.ft.rebuild_governor`); "boundary" rebuilds them at step boundaries,
         ``rebuild_share`` of wall time (md RAID-style). Given ``rebuild_stripes_per_step`` (boundary mode): that
-        many stripes per boundary (0: the whole rebuild inside the recovery). ``on_rebuild_stripe(stripe)``, when
-        given, is called after each stripe is rebuilt (where a test kills a survivor mid-rebuild or slows one)."""
+        many stripes per boundary (0: the whole rebuild inside the recovery). ``rebuild_within``: the bound in
+        seconds on the window in which one more loss is fatal, from the loss to full redundancy: the rebuild works
+        more as its measured progress demands and holds training's steps when it must
+        (:mod:`xdl_ec.ft.rebuild_deadline`; not with ``rebuild_stripes_per_step``, a fixed count). Each failure
+        reports ``vulnerable_seconds`` and whether the bound held. ``on_rebuild_stripe(stripe)``, when given, is
+        called after each stripe is rebuilt (where a test kills a survivor mid-rebuild or slows one)."""
         super().__init__()
         self.k, self.r = parse_code((k, r))
         self.rebuild_share = checks.number("rebuild_share", rebuild_share, 0.0, 1.0, low_open=True)
@@ -93,6 +100,7 @@ class ErasureCoded(FaultTolerance):
         if rebuild not in REBUILD_MODES:
             raise ValueError(f"rebuild: must be one of {REBUILD_MODES}, got {rebuild!r}")
         self.urgent_rebuild = checks.one_of("urgent_rebuild", urgent_rebuild, URGENT_REBUILDS)
+        self.deadline = RebuildDeadline(rebuild_within)
         self.rebuild_stripes_per_step = rebuild_stripes_per_step
         self.rebuild_mode = "boundary" if rebuild_stripes_per_step is not None else rebuild
         self.scrub = False  # verify every stripe when the report is made (xdl-ec verify)
@@ -109,12 +117,15 @@ class ErasureCoded(FaultTolerance):
         if self.rebuild_mode == "background":
             self.governor = RebuildGovernor(self.rebuild_share, self.rebuild_keeps)
             self.background = BackgroundRebuild(
-                self.coordinator, self.rebuild_share, self._rebuild_is_urgent, self.governor
+                self.coordinator, self.rebuild_share, self._rebuild_is_urgent, self.governor, self.deadline
             )
         self._closed_stats: Optional[Dict[str, int]] = None
         self._open_records: List[FailureRecord] = []
         self._record_start: Dict[int, float] = {}  # id(record) -> perf_counter of the recovery that opened it
         self._rebuild_start: Optional[Tuple[float, int]] = None
+        self._window_opened_by: List[FailureRecord] = []  # the losses that left one more loss fatal
+        self._held_seconds = 0.0  # training's steps held for the window's bound during this rebuild
+        self._boundary_at: Optional[float] = None  # perf_counter of the last step boundary or recovery
 
     # ---- the seam --------------------------------------------------------------------------------------
     def attach(self, view: ClusterView) -> None:
@@ -146,8 +157,12 @@ class ErasureCoded(FaultTolerance):
     def after_step(self, step: int) -> None:
         """Background mode: hands a failure the rebuild thread met to the recovery, and closes a rebuild the
         thread completed. Boundary mode: rebuilds this boundary's share of the stripes still missing."""
+        self._refine_window()
         if self.background is not None and self.governor is not None:  # background mode has both
             self.governor.step(time.perf_counter(), self.view.samples)
+            if self.background.running and self._must_hold():
+                self._held_seconds += self.background.hold()
+            self._boundary_at = time.perf_counter()
             err = self.background.take_error()
             if err is not None:
                 self._rebuild_failed(err)
@@ -156,7 +171,11 @@ class ErasureCoded(FaultTolerance):
             return
         self.pacer.step_boundary()
         try:
+            if self.rebuild_stripes_per_step is None:  # a share of wall time: at least what keeps the bound
+                self.pacer.share = min(1.0, max(self.rebuild_share, self.deadline.duty(len(self.coordinator.plan))))
+            remaining, start = len(self.coordinator.plan), time.perf_counter()
             self.pacer.rebuild()
+            self.deadline.progress(remaining - len(self.coordinator.plan), time.perf_counter() - start)
             if self.coordinator.rebuilding and not self.coordinator.plan:
                 self._complete_rebuild()
         except RoleLost as err:  # a server died while a rebuild was running: confirm, then start over with it
@@ -166,8 +185,16 @@ class ErasureCoded(FaultTolerance):
 
     def wants_boundary(self, step: int) -> bool:
         """Async mode: whether the driver should let the steps in flight finish so that :meth:`after_step` can
-        rebuild (boundary mode only: the background rebuild needs no boundary)."""
-        return self.background is None and self.pacer.wants_boundary()
+        rebuild (boundary mode), or hold the steps for the window's bound (background mode)."""
+        if self.background is not None:
+            return self.background.running and self._must_hold()
+        return self.pacer.wants_boundary()
+
+    def _must_hold(self) -> bool:
+        """Whether the steps must wait for the background rebuild to keep the window's bound; the last step's
+        length is the margin: not holding now lets one more step run beside the rebuild."""
+        step = 0.0 if self._boundary_at is None else time.perf_counter() - self._boundary_at
+        return self.deadline.must_hold(len(self.coordinator.plan), step)
 
     @property
     def stripe_code(self) -> Tuple[int, int]:
@@ -243,23 +270,39 @@ class ErasureCoded(FaultTolerance):
         known = {r.index for r in self._open_records}
         # the step that failed: sync mode numbers a step once it succeeded, async mode when it is dispatched
         failed_step = view.step + (0 if view.mode == "async" else 1)
+        new_records = []
         for p in pending:
             if p not in known:
                 record = FailureRecord(step=failed_step, role="server", index=p)
                 self.failures.append(record)
                 self._open_records.append(record)
                 self._record_start[id(record)] = start
+                new_records.append(record)
         self._rebuild_start = (start, view.samples) if self._rebuild_start is None else self._rebuild_start
+        if self._one_more_loss_is_fatal() and not self.deadline.is_open:
+            self.deadline.open(start)
+            self._window_opened_by = new_records
         self.pacer.restart()
+        self._boundary_at = time.perf_counter()  # the recovery's pause is no step
         if self.rebuild_stripes_per_step == 0:
             self.finish_rebuild()
         elif self.background is not None and self.governor is not None:
             self.governor.start()
             self.background.start()
 
+    def _refine_window(self) -> None:
+        """The vulnerable window began at the loss that opened it, its detection included (known once the
+        driver has filled in the records' ``detect_seconds``, after the recovery)."""
+        if self.deadline.is_open:
+            for record in self._window_opened_by:
+                opened = self._record_start.get(id(record))
+                if opened is not None:
+                    self.deadline.starts_at(opened - record.detect_seconds)
+
     def _complete_rebuild(self, finished_at: Optional[float] = None) -> None:
         """Every replacement is whole again: the failure records get their figures (rebuild seconds and samples/s
         from the first recovery; seconds to full redundancy from each loss, its detection included)."""
+        self._refine_window()
         now = time.perf_counter()
         end = finished_at if finished_at is not None else now
         start, samples = self._rebuild_start or (end, 0)
@@ -270,11 +313,21 @@ class ErasureCoded(FaultTolerance):
             record.samples_per_sec_during_rebuild = trained / seconds if trained and seconds > 0 else None
             opened = self._record_start.pop(id(record), start)
             record.seconds_to_full_redundancy = end - opened + record.detect_seconds
+            record.training_held_seconds = self._held_seconds
+            if self.deadline.is_open and self.deadline.since is not None:
+                lost_at = opened - record.detect_seconds
+                record.vulnerable_seconds = end - max(self.deadline.since, lost_at)
+                record.vulnerable_within_bound = record.vulnerable_seconds <= self.deadline.within
+            else:
+                record.vulnerable_seconds = 0.0  # one more loss was never fatal meanwhile (r > 1)
+        held = self._held_seconds
         self._open_records, self._rebuild_start = [], None
+        self._window_opened_by, self._held_seconds = [], 0.0
+        self.deadline.close()
         self.coordinator.rebuilding = []
         if self.governor is not None:
             self.governor.stop()
-        log.info("ec: full redundancy again after %.3f s", seconds)
+        log.info("ec: full redundancy again after %.3f s (held training %.3f s)", seconds, held)
         self.view.replenish_spares()  # the spare used, started now that no rebuild shares the CPU
 
     # ---- report ----------------------------------------------------------------------------------------
@@ -332,6 +385,7 @@ class ErasureCoded(FaultTolerance):
             out["scrub"] = {"inconsistent": [dataclasses.asdict(m) for m in self.scrub_result]}
         out["code"] = {"k": self.k, "r": self.r}
         out["rebuild"] = self.rebuild_mode
+        out["rebuild_within"] = self.deadline.within
         out["degraded_reads"] = stats.get("degraded_reads", 0)
         out["parity_forwarded_bytes"] = stats.get("forwarded_bytes", 0)
         # mutations whose deltas were merged into an earlier one of their seq range (hot rows sent once per range)
@@ -367,6 +421,7 @@ class ErasureCoded(FaultTolerance):
             self.rebuild_mode,
             self.rebuild_keeps,
             self.urgent_rebuild,
+            self.deadline.within,
             on_rebuild_stripe=self.on_rebuild_stripe,
         )
         nxt.scrub = self.scrub

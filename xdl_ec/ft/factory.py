@@ -20,6 +20,7 @@ def make_strategy(config: StrategyConfig) -> FaultTolerance:
             rebuild=config.rebuild,
             rebuild_keeps=config.rebuild_keeps,
             urgent_rebuild=config.urgent_rebuild,
+            rebuild_within=config.rebuild_within,
         )
         strategy.scrub = config.scrub
         return strategy

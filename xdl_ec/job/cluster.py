@@ -23,6 +23,7 @@ from typing import Any, Mapping, Optional, Sequence, Tuple, Union, cast
 
 from xdl_ec.ft.configs import STRATEGIES, CkptConfig, CprConfig, EcConfig, StrategyConfig, parse_code
 from xdl_ec.ft.failure_schedule import FailureSchedule
+from xdl_ec.ft.rebuild_deadline import DEFAULT_REBUILD_WITHIN
 from xdl_ec.ft.rebuild_governor import DEFAULT_REBUILD_KEEPS
 from xdl_ec.ps.backend import DEFAULT_TIMEOUT
 from xdl_ec.ps.resize import ResizeAt, check_schedule, parse_resize
@@ -39,6 +40,7 @@ _ONLY = {
     "rebuild_keeps": "ec",
     "rebuild": "ec",
     "urgent_rebuild": "ec",
+    "rebuild_within": "ec",
     "failure_domain": "ec",
     "resize_share": "ec",
     "ckpt_interval": "ckpt",
@@ -148,6 +150,15 @@ class Cluster:
         "without redundancy, training slows meanwhile) or paced like any other (--rebuild-share, --rebuild-keeps: "
         "training keeps its speed, the window is longer)",
         choices=("flat-out", "paced"),
+    )
+    rebuild_within: Optional[float] = _field(
+        None,
+        "--rebuild-within",
+        "ec: bound in seconds on the window in which one more server loss is fatal, from the loss to full "
+        "redundancy (default 10): the rebuild works more, and holds training's steps when it must, as its measured "
+        "progress demands; each failure reports vulnerable_seconds",
+        type=positive_float,
+        metavar="S",
     )
     ckpt_interval: Optional[str] = _field(
         None,
@@ -289,6 +300,7 @@ class Cluster:
                 rebuild_keeps=DEFAULT_REBUILD_KEEPS if self.rebuild_keeps is None else self.rebuild_keeps,
                 rebuild=self.rebuild or "background",
                 urgent_rebuild="flat-out" if self.urgent_rebuild is None else self.urgent_rebuild,
+                rebuild_within=DEFAULT_REBUILD_WITHIN if self.rebuild_within is None else self.rebuild_within,
             )
         if self.ft == "ckpt":
             return CkptConfig(interval=self.ckpt_interval or "auto", directory=self.ckpt_dir, mtbf=self.mtbf)
