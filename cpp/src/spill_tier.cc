@@ -15,7 +15,6 @@
 namespace xdl_ec {
 namespace {
 
-constexpr uint64_t kFreeFrame = ~uint64_t{0};  // a frame's slot word when it holds none
 constexpr size_t kIovMax = IOV_MAX;
 constexpr size_t kRunsPerPart = 16;  // runs of I/O a pool part takes at least
 
@@ -86,10 +85,36 @@ void SpillTier::Fail(const char* what, size_t slot, int err) const {
                            " failed: " + std::strerror(err) + Hint(err));
 }
 
-size_t SpillTier::SlotOfFrame(uint32_t f) const {
-  uint64_t slot;
-  std::memcpy(&slot, FrameAt(f), sizeof(slot));
-  return slot == kFreeFrame ? SIZE_MAX : static_cast<size_t>(slot);
+uint32_t SpillTier::Word(uint32_t f, size_t at) const {
+  uint32_t v;
+  std::memcpy(&v, FrameAt(f) + at, sizeof(v));
+  return v;
+}
+
+void SpillTier::SetWord(uint32_t f, size_t at, uint32_t v) { std::memcpy(FrameAt(f) + at, &v, sizeof(v)); }
+
+void SpillTier::Hold(uint32_t f, size_t slot) {
+  uint8_t* frame = FrameAt(f);
+  SetWord(f, kSlotAt, static_cast<uint32_t>(slot));
+  SetWord(f, kRingAt, static_cast<uint32_t>(ring_.size()));
+  frame[kDirtyAt] = 0;
+  frame[kReferencedAt] = 1;
+  SetWord(f, kEpochAt, epoch_);
+  ring_.push_back(f);
+  ++held_;
+  __atomic_store_n(&frame_of_[slot], f, __ATOMIC_RELEASE);
+}
+
+void SpillTier::Drop(uint32_t f) {
+  const size_t slot = Word(f, kSlotAt);
+  std::memcpy(&disk_keys_[slot], FrameAt(f) + kFrameHeader, sizeof(int64_t));  // what the file holds now
+  frame_of_[slot] = kNone;
+  const uint32_t at = Word(f, kRingAt), last = ring_.back();
+  ring_[at] = last;
+  SetWord(last, kRingAt, at);
+  ring_.pop_back();
+  free_.push_back(f);
+  --held_;
 }
 
 uint32_t SpillTier::NewFrame() {
@@ -161,41 +186,32 @@ uint8_t* SpillTier::Fault(size_t slot) {
     free_.push_back(f);
     throw;
   }
-  uint8_t* frame = FrameAt(f);
-  const uint64_t s = slot;
-  std::memcpy(frame, &s, sizeof(s));
-  frame[kDirtyAt] = 0;
-  frame[kReferencedAt] = 1;
-  std::memcpy(frame + kEpochAt, &epoch_, sizeof(epoch_));
-  ++held_;
+  Hold(f, slot);
   ++misses_;
-  __atomic_store_n(&frame_of_[slot], f, __ATOMIC_RELEASE);
-  return frame;
+  return FrameAt(f);
 }
 
 void SpillTier::MakeRoom(size_t need, size_t capacity) {
-  if (held_ + need <= capacity || carved_ == 0) return;
-  size_t excess = held_ + need - capacity;
+  if (held_ + need <= capacity || ring_.empty()) return;
+  const size_t excess = held_ + need - capacity;
   std::vector<uint32_t> victims;
-  for (size_t step = 0; step < 2 * carved_ && victims.size() < excess; ++step) {
-    const uint32_t f = static_cast<uint32_t>(hand_);
-    hand_ = hand_ + 1 == carved_ ? 0 : hand_ + 1;
+  // CLOCK over the held frames only (the ring), so a sweep costs the frames held, not every frame ever carved.
+  for (size_t step = 0; step < 2 * ring_.size() && victims.size() < excess; ++step) {
+    if (hand_ >= ring_.size()) hand_ = 0;
+    const uint32_t f = ring_[hand_++];
     uint8_t* frame = FrameAt(f);
-    if (SlotOfFrame(f) == SIZE_MAX) continue;
-    uint32_t epoch;
-    std::memcpy(&epoch, frame + kEpochAt, sizeof(epoch));
-    if (epoch == epoch_) continue;  // the batch's own
+    if (Word(f, kEpochAt) == epoch_) continue;  // the batch's own
     if (frame[kReferencedAt]) {
       frame[kReferencedAt] = 0;
       continue;
     }
-    std::memcpy(frame + kEpochAt, &epoch_, sizeof(epoch_));  // picked once: the hand may pass it again
+    SetWord(f, kEpochAt, epoch_);  // picked once: the hand may pass it again
     victims.push_back(f);
   }
   // Dirty victims go back to the file in slot order, all before any frame is given up.
   std::vector<std::pair<uint32_t, uint32_t>> dirty;
   for (const uint32_t f : victims) {
-    if (FrameAt(f)[kDirtyAt]) dirty.emplace_back(static_cast<uint32_t>(SlotOfFrame(f)), f);
+    if (FrameAt(f)[kDirtyAt]) dirty.emplace_back(Word(f, kSlotAt), f);
   }
   std::sort(dirty.begin(), dirty.end());
   std::vector<uint32_t> slots(dirty.size()), frames(dirty.size());
@@ -204,15 +220,7 @@ void SpillTier::MakeRoom(size_t need, size_t capacity) {
     frames[i] = dirty[i].second;
   }
   Transfer(slots, frames, /*write=*/true);
-  for (const uint32_t f : victims) {
-    uint8_t* frame = FrameAt(f);
-    const size_t slot = SlotOfFrame(f);
-    std::memcpy(&disk_keys_[slot], frame + kFrameHeader, sizeof(int64_t));
-    frame_of_[slot] = kNone;
-    std::memcpy(frame, &kFreeFrame, sizeof(kFreeFrame));
-    free_.push_back(f);
-    --held_;
-  }
+  for (const uint32_t f : victims) Drop(f);
 }
 
 void SpillTier::Fetch(const uint32_t* slots, size_t n, size_t other_bytes) {
@@ -226,11 +234,11 @@ void SpillTier::Fetch(const uint32_t* slots, size_t n, size_t other_bytes) {
       miss.push_back(slot);
       continue;
     }
-    uint8_t* frame = FrameAt(f);
-    frame[kReferencedAt] = 1;
-    std::memcpy(frame + kEpochAt, &epoch_, sizeof(epoch_));
+    FrameAt(f)[kReferencedAt] = 1;
+    SetWord(f, kEpochAt, epoch_);
     ++hits_;
   }
+  misses_ += miss.size();  // per row asked for, as hits are (a row asked twice is read once)
   std::sort(miss.begin(), miss.end());
   miss.erase(std::unique(miss.begin(), miss.end()), miss.end());
   MakeRoom(miss.size(), Capacity(other_bytes));
@@ -242,17 +250,7 @@ void SpillTier::Fetch(const uint32_t* slots, size_t n, size_t other_bytes) {
     free_.insert(free_.end(), frames.begin(), frames.end());
     throw;
   }
-  for (size_t i = 0; i < miss.size(); ++i) {
-    uint8_t* frame = FrameAt(frames[i]);
-    const uint64_t s = miss[i];
-    std::memcpy(frame, &s, sizeof(s));
-    frame[kDirtyAt] = 0;
-    frame[kReferencedAt] = 1;
-    std::memcpy(frame + kEpochAt, &epoch_, sizeof(epoch_));
-    frame_of_[miss[i]] = frames[i];
-  }
-  held_ += miss.size();
-  misses_ += miss.size();
+  for (size_t i = 0; i < miss.size(); ++i) Hold(frames[i], miss[i]);
 }
 
 void SpillTier::FetchRange(size_t first, size_t count, size_t other_bytes) {
@@ -266,25 +264,19 @@ size_t SpillTier::Append() {
   const size_t slot = frame_of_.size();
   if (slot >= kNone) throw std::length_error("SpillTier: more than 2^32 - 1 slots");
   const uint32_t f = NewFrame();
-  uint8_t* frame = FrameAt(f);
-  std::memset(frame, 0, stride_);
-  const uint64_t s = slot;
-  std::memcpy(frame, &s, sizeof(s));
-  frame[kReferencedAt] = 1;
-  std::memcpy(frame + kEpochAt, &epoch_, sizeof(epoch_));
-  frame_of_.push_back(f);
+  std::memset(FrameAt(f), 0, stride_);  // past the file's end: zeros, which the file reads too
+  frame_of_.push_back(kNone);
   disk_keys_.push_back(0);
-  ++held_;
+  Hold(f, slot);
   return slot;
 }
 
 void SpillTier::Reset(size_t slots) {
   if (ftruncate(fd_, 0) != 0) Fail("truncate", 0, errno);
   free_.clear();
-  for (size_t f = 0; f < carved_; ++f) {
-    std::memcpy(FrameAt(static_cast<uint32_t>(f)), &kFreeFrame, sizeof(kFreeFrame));
-    free_.push_back(static_cast<uint32_t>(carved_ - 1 - f));
-  }
+  for (size_t f = carved_; f > 0; --f) free_.push_back(static_cast<uint32_t>(f - 1));
+  ring_.clear();
+  hand_ = 0;
   held_ = 0;
   frame_of_.assign(slots, kNone);
   disk_keys_.assign(slots, 0);

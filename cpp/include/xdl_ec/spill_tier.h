@@ -33,7 +33,7 @@ struct SpillStats {
   size_t disk_bytes = 0;      // bytes the spill file takes on its filesystem
   uint64_t disk_read_bytes = 0;
   uint64_t disk_write_bytes = 0;
-  uint64_t hits = 0;    // a fetch step's rows found in a frame
+  uint64_t hits = 0;    // rows a fetch step asked for (each time asked) found in a frame
   uint64_t misses = 0;  // ... and read from the file (a Frame() fault counts here too)
 };
 
@@ -90,14 +90,20 @@ class SpillTier {
 
  private:
   static constexpr uint32_t kNone = 0xFFFFFFFFu;
-  // A frame: [slot (8) | dirty (1) | referenced (1) | pad (2) | fetch epoch (4)] then the record.
+  // A held frame: [slot (4) | its place in ring_ (4) | dirty (1) | referenced (1) | pad (2) | fetch epoch (4)]
+  // then the record.
   static constexpr size_t kFrameHeader = 16;
-  static constexpr size_t kDirtyAt = 8, kReferencedAt = 9, kEpochAt = 12;
+  static constexpr size_t kSlotAt = 0, kRingAt = 4, kDirtyAt = 8, kReferencedAt = 9, kEpochAt = 12;
   static constexpr size_t kChunkFrames = 16384;  // frames are carved in chunks that never move
   static constexpr size_t kMaxChunks = size_t{1} << 14;
 
   uint8_t* FrameAt(uint32_t f) const { return chunks_[f / kChunkFrames].get() + (f % kChunkFrames) * stride_; }
-  size_t SlotOfFrame(uint32_t f) const;
+  uint32_t Word(uint32_t f, size_t at) const;
+  void SetWord(uint32_t f, size_t at, uint32_t v);
+  // Frame f starts holding `slot` (its record already there): referenced, in the ring, found by Frame().
+  void Hold(uint32_t f, size_t slot);
+  // Frame f (written back first when dirty) gives its slot up and goes to the free list.
+  void Drop(uint32_t f);
   uint8_t* Fault(size_t slot);
   uint32_t NewFrame();  // a free frame, or one more carved
   size_t Capacity(size_t other_bytes) const;
@@ -121,7 +127,8 @@ class SpillTier {
   size_t carved_ = 0;           // frames carved from chunks
   std::vector<uint32_t> free_;  // carved frames holding no slot
   size_t held_ = 0;             // frames holding a slot
-  size_t hand_ = 0;             // CLOCK's hand over carved frames
+  std::vector<uint32_t> ring_;  // the frames holding a slot, in no order: CLOCK's circle
+  size_t hand_ = 0;             // CLOCK's hand: a place in ring_
   uint32_t epoch_ = 1;          // a Fetch's number: frames stamped with it are the batch's own
   std::mutex fault_mutex_;      // Frame() faults from an operation's threads
   uint64_t read_bytes_ = 0, write_bytes_ = 0, hits_ = 0, misses_ = 0;
