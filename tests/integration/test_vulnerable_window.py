@@ -84,6 +84,7 @@ def test_a_far_bound_holds_nothing_and_reports_the_window(failure_free: Any) -> 
     # r = 1: the whole time to full redundancy was a window in which one more loss was fatal
     assert failure["vulnerable_seconds"] == pytest.approx(failure["seconds_to_full_redundancy"])
     assert failure["vulnerable_within_bound"] is True
+    assert 0.0 < failure["recovery_pause_seconds"] < failure["rebuild_seconds"]  # the pause, then the stripes
     assert report["model_digest"] == failure_free(3, 1, steps=STEPS)["model_digest"]
 
 

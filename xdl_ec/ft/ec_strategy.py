@@ -267,13 +267,16 @@ class ErasureCoded(FaultTolerance):
                 if err.role != "server" or view.confirm_failure(err) is None:
                     raise
                 coordinator.rebuilding = pending
+        paused = time.perf_counter() - start  # (a)-(d): training waited for them
+        for record in self._open_records:
+            record.recovery_pause_seconds += paused
         known = {r.index for r in self._open_records}
         # the step that failed: sync mode numbers a step once it succeeded, async mode when it is dispatched
         failed_step = view.step + (0 if view.mode == "async" else 1)
         new_records = []
         for p in pending:
             if p not in known:
-                record = FailureRecord(step=failed_step, role="server", index=p)
+                record = FailureRecord(step=failed_step, role="server", index=p, recovery_pause_seconds=paused)
                 self.failures.append(record)
                 self._open_records.append(record)
                 self._record_start[id(record)] = start

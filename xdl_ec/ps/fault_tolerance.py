@@ -59,10 +59,12 @@ class FailureRecord:
     seconds_to_full_redundancy: Optional[float] = None  # from the loss to every stripe redundant again (ec)
     lost_updates: int = 0  # a lost worker's cached gradients that no server had seen (worker caches)
     # ec: of the seconds to full redundancy, those in which one more loss was fatal (r servers down), whether that
-    # window kept --rebuild-within, and the seconds training's steps were held to keep it
+    # window kept --rebuild-within, the seconds training's steps were held to keep it, and the recovery's pause
+    # before the rebuild (drain, rollback, key index, replay: no pacing shortens it)
     vulnerable_seconds: Optional[float] = None
     vulnerable_within_bound: Optional[bool] = None
     training_held_seconds: float = 0.0
+    recovery_pause_seconds: float = 0.0
 
     def to_json(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
