@@ -113,21 +113,8 @@ def test_rebuild_within_flag_and_keyword(capsys: pytest.CaptureFixture) -> None:
     from xdl_ec.cli import main
     from xdl_ec.job.cluster import Cluster
 
-    flags = [
-        "train",
-        "--synthetic",
-        "--synthetic-rows",
-        "3000",
-        "--steps",
-        "4",
-        "--batch-size",
-        "64",
-        "--emb-dim",
-        "8",
-        "--no-progress",
-        "--servers",
-        "3",
-    ]
+    flags = "train --synthetic --synthetic-rows 3000 --steps 4 --batch-size 64 --emb-dim 8 --no-progress".split()
+    flags += ["--servers", "3"]
     for bad in ("0", "-1", "inf", "x"):
         with pytest.raises(SystemExit) as exited:
             main([*flags, "--ft", "ec", "--code", "2,1", f"--rebuild-within={bad}"])
