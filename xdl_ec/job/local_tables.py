@@ -65,15 +65,8 @@ class LocalTables:
             for t, (keys, _) in requests.items()
         }
 
-    def find_rows(self, keys: Mapping[str, Any]) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
-        out = {}
-        for t, k in keys.items():
-            if isinstance(k, GroupKeys):  # evaluation, off the step's path: table by table
-                parts = [self.tables[table].find(part) for table, part in k.table_keys().items()]
-                out[t] = (np.concatenate([rows for rows, _ in parts]), np.concatenate([found for _, found in parts]))
-            else:
-                out[t] = self.tables[t].find(k)
-        return out
+    def find_rows(self, keys: Mapping[str, np.ndarray]) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
+        return {t: self.tables[t].find(k) for t, k in keys.items()}  # evaluation's batches are never grouped
 
     def push_async(
         self,

@@ -13,7 +13,7 @@ import numpy as np
 
 from xdl_ec.job.local_tables import LocalTables
 from xdl_ec.job.serving_export import export_saved_model
-from xdl_ec.model.dense_model import DenseModel, signature_extras, signature_groups
+from xdl_ec.model.dense_model import DenseModel, signature_extras
 from xdl_ec.model.evaluation import evaluate_batches, found_rows
 from xdl_ec.model.feature_batch import FeatureBatch
 from xdl_ec.model.job_spec import JobSpec
@@ -31,20 +31,13 @@ class TrainedModel:
         """Probabilities [B] of one dict batch shaped like the job's input (its labels, if any, are not read), or
         {head: probabilities [B]} for a model of several heads."""
         prepared = FeatureBatch.prepare(
-            batch,
-            self.job.features,
-            "predict",
-            self.job.inputs,
-            signature_extras(self.signature)[0],
-            labelled=False,
-            grouped=bool(signature_groups(self.signature)),
+            batch, self.job.features, "predict", self.job.inputs, signature_extras(self.signature)[0], labelled=False
         )
         return self._step.predict(prepared, found_rows(prepared, self.tables.find_rows))
 
     def evaluate(self, batches: Iterable[Any]) -> Dict[str, Any]:
         """``eval_samples``, ``auc`` and ``logloss`` over ``batches``."""
-        grouped = bool(signature_groups(self.signature))
-        return evaluate_batches(batches, self.job, self.tables.find_rows, self._step.predict, grouped)
+        return evaluate_batches(batches, self.job, self.tables.find_rows, self._step.predict)
 
     def export(self, directory: Union[str, os.PathLike], drop_rows_below_count: Optional[int] = None) -> str:
         """A TensorFlow SavedModel of this model for serving without xdl-ec (see :mod:`xdl_ec.job.serving_export`);

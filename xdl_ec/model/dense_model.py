@@ -57,11 +57,6 @@ def signature_extras(signature: Tuple[Any, ...]) -> Tuple[Optional[Tuple[str, ..
     return signature[2] if len(signature) > 2 else (None, ())
 
 
-def signature_groups(signature: Tuple[Any, ...]) -> Tuple[Any, ...]:
-    """The table groups (:class:`~xdl_ec.model.table_groups.TableGroup`) of a batch signature, () for none."""
-    return signature[3] if len(signature) > 3 else ()
-
-
 def model_arguments(embedded: Dict[str, Any], dense: Any, inputs: Mapping[str, Any], has_inputs: bool) -> Any:
     """The model's second argument: ``dense`` alone, or ``{"dense": dense, input: tensor}`` for a job with side
     inputs."""

@@ -24,23 +24,16 @@ def found_rows(batch: FeatureBatch, find_rows: FindRows) -> Dict[str, np.ndarray
 
 
 def evaluate_batches(
-    batches: Iterable[Any],
-    job: Any,
-    find_rows: FindRows,
-    predict: Callable[[FeatureBatch, Dict[str, np.ndarray]], Any],
-    grouped: bool = False,
+    batches: Iterable[Any], job: Any, find_rows: FindRows, predict: Callable[[FeatureBatch, Dict[str, np.ndarray]], Any]
 ) -> Dict[str, Any]:
     """``eval_samples``, ``auc`` and ``logloss`` of ``predict`` over ``batches`` of ``job`` (a JobSpec; rows read by
-    ``find_rows`` {table: keys} -> {table: (rows, found)}); ``grouped``: batches in table groups, as the step that
-    ``predict`` runs was traced for. A model of several heads adds ``heads``: {head: {"auc",
+    ``find_rows`` {table: keys} -> {table: (rows, found)}). A model of several heads adds ``heads``: {head: {"auc",
     "logloss"}}, and its ``auc`` and ``logloss`` are its first head's (by name)."""
     labels: Dict[Any, List[np.ndarray]] = {}
     probs: Dict[Any, List[np.ndarray]] = {}
     heads = None
     for n, batch in enumerate(batches, 1):
-        prepared = FeatureBatch.prepare(
-            batch, job.features, f"evaluation batch {n}", job.inputs, job.heads, grouped=grouped
-        )
+        prepared = FeatureBatch.prepare(batch, job.features, f"evaluation batch {n}", job.inputs, job.heads)
         out = predict(prepared, found_rows(prepared, find_rows))
         heads = prepared.heads
         if heads is None:

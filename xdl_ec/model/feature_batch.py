@@ -88,8 +88,9 @@ class FeatureBatch:
 
     def signature(self) -> Tuple[Any, ...]:
         """What fixes the shapes of a traced step: dense width and each feature's kind and width, then (only when
-        the batch has them) its heads and its side inputs' dtypes and ranks, then (only when it has them) its table
-        groups. Computed once (a step checks it more than once, and it walks every feature)."""
+        the batch has them) its heads and its side inputs' dtypes and ranks (table groups follow from the features'
+        kinds: :func:`~xdl_ec.model.table_groups.plan_groups`). Computed once (a step checks it more than once, and
+        it walks every feature)."""
         if self._signature is None:
             self._signature = self._make_signature()
         return self._signature
@@ -97,10 +98,9 @@ class FeatureBatch:
     def _make_signature(self) -> Tuple[Any, ...]:
         dense = None if self.dense is None else int(self.dense.shape[1])
         features = tuple((name, f.kind, f.width) for name, f in sorted(self.ids.items()))
-        if self.heads is None and not self.input_specs and not self.groups:
+        if self.heads is None and not self.input_specs:
             return (dense, features)
-        extras = (self.heads, tuple(sorted(self.input_specs)))
-        return (dense, features, extras, self.groups) if self.groups else (dense, features, extras)
+        return (dense, features, (self.heads, tuple(sorted(self.input_specs))))
 
     @classmethod
     def prepare(

@@ -17,15 +17,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from xdl_ec.model.dense_model import (
-    ModelError,
-    check_logits,
-    model_arguments,
-    signature_extras,
-    signature_groups,
-)
+from xdl_ec.model.dense_model import ModelError, check_logits, model_arguments, signature_extras
 from xdl_ec.model.feature import Feature
 from xdl_ec.model.feature_batch import FIXED, RAGGED, SEQUENCE, SINGLE, FeatureBatch
+from xdl_ec.model.table_groups import plan_groups
 from xdl_ec.tf.flat_call import FlatCall, as_array
 
 LOSSES = ("binary_crossentropy",)
@@ -76,22 +71,26 @@ class ModelStep:
         return_dense: bool = False,
         loss_weights: Optional[Dict[str, float]] = None,
         statistics: Sequence[Any] = (),
+        grouped: bool = False,
     ) -> None:
         """``optimizer``: the model's dense optimizer, to apply the dense gradients inside the step itself (one
         TF call per step); None returns them (a worker sends them to the driver). ``return_dense``: with an
-        optimizer, return the gradients it applied as well (a cluster's only worker: the driver logs them)."""
+        optimizer, return the gradients it applied as well (a cluster's only worker: the driver logs them).
+        ``grouped``: the step takes batches in table groups (FeatureBatch.prepare(grouped=True)), the groups
+        planned from the signature's kinds as the batches plan them."""
         import tensorflow as tf
 
-        groups = signature_groups(signature)
-        grouped = {t for g in groups for t in g.tables}
+        kinds = {name: (kind, width) for name, kind, width in signature[1]}
+        eligible = {n: (k, w if k in (SINGLE, FIXED) and isinstance(w, int) else None) for n, (k, w) in kinds.items()}
+        groups = plan_groups(features, eligible, table_names) if grouped else ()
+        in_groups = {t for g in groups for t in g.tables}
         self.model, self.signature, self.groups = model, signature, groups
         # the rows the step takes: each ungrouped table's, then each group's (a group's name stands for its tables)
-        self.table_names = [t for t in table_names if t not in grouped] + [g.name for g in groups]
+        self.table_names = [t for t in table_names if t not in in_groups] + [g.name for g in groups]
         self.features = list(features)
-        self._single_features = [f for f in features if f.table.name not in grouped]  # each its own gather
+        self._single_features = [f for f in features if f.table.name not in in_groups]  # each its own gather
         dims = {f.table.name: f.table.dim for f in features}
         dims.update((g.name, g.dim) for g in groups)
-        kinds = {name: (kind, width) for name, kind, width in signature[1]}
         dense_width = signature[0]
         heads, side = signature_extras(signature)
         self.heads = heads
@@ -189,10 +188,16 @@ class ModelStep:
 
     @classmethod
     def of(
-        cls, job: Any, dense: Any, signature: Tuple[Any, ...], apply: bool = False, return_dense: bool = False
+        cls,
+        job: Any,
+        dense: Any,
+        signature: Tuple[Any, ...],
+        apply: bool = False,
+        return_dense: bool = False,
+        grouped: bool = False,
     ) -> "ModelStep":
         """The step of ``job`` (a JobSpec) over ``dense`` (its DenseModel); ``apply``: apply the dense gradients
-        with the model's optimizer inside the step."""
+        with the model's optimizer inside the step; ``grouped``: over batches in table groups."""
         return cls(
             dense.model,
             job.features,
@@ -203,6 +208,7 @@ class ModelStep:
             return_dense=return_dense,
             loss_weights=job.loss_weights,
             statistics=dense.statistics,
+            grouped=grouped,
         )
 
     def _inputs(self, batch: FeatureBatch, rows: Dict[str, np.ndarray]) -> List[Any]:
@@ -210,6 +216,12 @@ class ModelStep:
             raise ModelError(
                 f"batch: its features' shapes {batch.signature()} differ from the first batch's "
                 f"{self.signature}; every batch must give each feature the same kind and width"
+            )
+        if tuple(batch.groups) != self.groups:
+            raise ModelError(
+                f"batch: its table groups {[g.tables for g in batch.groups]} differ from the step's "
+                f"{[g.tables for g in self.groups]}; prepare it as the step's batches are (FeatureBatch.prepare, "
+                f"grouped)"
             )
         args: List[Any] = [rows[t] for t in self.table_names]
         args += [batch.group_inverse[g.name] for g in self.groups]

@@ -17,8 +17,7 @@ rows, gradients) under the group's :attr:`TableGroup.name`.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Dict, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -28,11 +27,11 @@ SINGLE, FIXED = "single", "fixed"  # FeatureIds kinds a group takes (feature_bat
 GROUP_PREFIX = "\x00group:d"  # a group's entry name: no table name starts so (checked at planning)
 
 
-@dataclasses.dataclass(frozen=True)
-class TableGroup:
+class TableGroup(NamedTuple):
     """The tables of one dim that go through one unique, pull, push and TF op per step: ``tables`` (job order),
     ``features`` (the one feature of each, same order), their ``widths`` (ids per example) and ``modes``
-    ("single", or the feature's combiner: "none", "sum", "mean", "sqrtn")."""
+    ("single", or the feature's combiner: "none", "sum", "mean", "sqrtn"). A tuple: part of a batch's signature,
+    which a save writes as JSON and reads back as plain tuples (equal to these)."""
 
     name: str
     dim: int
@@ -62,11 +61,6 @@ class GroupKeys:
         """The keys where ``mask`` (bool [size]) holds, with their tables' offsets."""
         kept = np.concatenate([[0], np.cumsum(mask, dtype=np.int64)])[self.offsets]
         return GroupKeys(self.keys[mask], kept, self.group)
-
-    def table_keys(self) -> Dict[str, np.ndarray]:
-        """{table: its unique keys}: per table, off the step's path (exports, evaluation, tests)."""
-        o = self.offsets
-        return {t: self.keys[o[i] : o[i + 1]] for i, t in enumerate(self.group.tables)}
 
 
 def plan_groups(

@@ -12,7 +12,6 @@ from typing import Any, Dict, Iterable, List, Sequence
 
 import numpy as np
 
-from xdl_ec.model.dense_model import signature_groups
 from xdl_ec.model.digest import model_digest
 from xdl_ec.model.evaluation import evaluate_batches
 from xdl_ec.model.model_step import ModelStep
@@ -54,8 +53,7 @@ class RunReport:
         """AUC, log loss and sample count of ``batches`` (dict batches as input_fn yields); no row is inserted,
         ids never trained read a zero row."""
         self.dense.current()
-        grouped = bool(signature_groups(self.predict.signature))
-        return evaluate_batches(batches, self.cluster.job, self.find_rows, self.predict.predict, grouped)
+        return evaluate_batches(batches, self.cluster.job, self.find_rows, self.predict.predict)
 
     def digest(self) -> str:
         """``model_digest`` of every table (in the job's order) and the dense state (see :mod:`xdl_ec.model.digest`)."""

@@ -44,7 +44,14 @@ class WorkerModel:
             job.combiners(),
             self._seed,
         )
-        self._step = ModelStep.of(job, self.dense, signature, apply=self._apply_dense, return_dense=self._report_dense)
+        self._step = ModelStep.of(
+            job,
+            self.dense,
+            signature,
+            apply=self._apply_dense,
+            return_dense=self._report_dense,
+            grouped=bool(batch.groups),  # as the worker's input prepares its batches
+        )
 
     @property
     def built_dense(self) -> DenseModel:
