@@ -89,7 +89,8 @@ bool BatchOf(OpKernelContext* ctx, const char* op, const std::vector<GroupFeatur
   int64_t per_example = 0;
   for (const GroupFeature& f : features) per_example += f.width;
   const int64_t n = inverse.NumElements();
-  if (inverse.dims() != 1 || n % per_example != 0) {
+  // per_example >= 1 (ReadFeatures refuses no features and widths below 1); checked again for the reader
+  if (per_example < 1 || inverse.dims() != 1 || n % per_example != 0) {
     ctx->CtxFailure(InvalidArgument(op, ": inverse must be int32[batch * ", per_example, "] (the features' ids one ",
                                     "after another), got shape ", inverse.shape().DebugString()));
     return false;
