@@ -127,10 +127,11 @@ class FailureSchedule:
             count = self.servers_at(k.step, num_servers) if k.role == "server" else num_workers
             flag = "--fail-at" if k.role == "server" else "--fail-worker-at"
             if k.index >= count:
-                where = f" at step {k.step}" if self.resizes and k.role == "server" else ""
+                planned = bool(self.resizes) and k.role == "server"  # the count depends on the step
+                where, there = (f" at step {k.step}", " there") if planned else ("", "")
                 raise ValueError(
                     f"{flag} {k.step}:{k.index}: there is no {k.role} {k.index}{where} (the run has {count} "
-                    f"{k.role}s there, indices 0..{count - 1})"
+                    f"{k.role}s{there}, indices 0..{count - 1})"
                 )
             if total_steps is not None and k.step > total_steps:
                 raise ValueError(
