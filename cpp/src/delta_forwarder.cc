@@ -6,14 +6,8 @@
 #include <set>
 #include <stdexcept>
 
-#ifdef __linux__
-#include <sched.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
-
 #include "xdl_ec/stripe_layout.h"
+#include "xdl_ec/thread_priority.h"
 
 namespace xdl_ec {
 
@@ -24,7 +18,6 @@ namespace {
 // allocate (and page-fault in) a fresh buffer.
 constexpr size_t kSpares = 24;
 constexpr size_t kSpareBytes = size_t{32} << 20;
-constexpr int kNice = 19;
 // While more mutations than this are not yet applied by the in-process holders (the thread fell behind, e.g.
 // on a machine with no idle core), Record routes and delivers them itself, at the caller's priority, and waits
 // (at most kMaxLagWait) only for work another thread has under way: a bound on memory and on the non-durable
@@ -231,7 +224,25 @@ void DeltaForwarder::Flush() {
   // idle time, and on a busy machine a drain waiting for it would wait for the other processes.
   std::unique_lock<std::mutex> lock(mu_);
   FlushLocked(lock);
+  // What the thread has already taken (a range it routes, a delivery it runs) the caller cannot do for it: lift
+  // the thread to the normal policy until it next has nothing to do, or the caller waits for the other
+  // processes' idle time (measured: a recovery's drain waited 7 s beside two busy loops on 2 cores).
+  if (routing_ > 0 || delivering_ > 0) LiftLocked();
   work_.notify_all();
+}
+
+void DeltaForwarder::LiftLocked() {
+  if (lifted_ || thread_tid_ == 0) return;
+  if (LiftToNormal(thread_tid_)) {
+    lifted_ = true;
+    ++lifts_;
+  }
+}
+
+void DeltaForwarder::LowerLocked() {
+  if (!lifted_) return;
+  lifted_ = false;
+  LowerToIdle(thread_tid_);  // back to the idle time
 }
 
 bool DeltaForwarder::FlushLocked(std::unique_lock<std::mutex>& lock) {
@@ -350,23 +361,21 @@ void DeltaForwarder::FailLocked(Link& link, int holder, const std::string& error
 }
 
 void DeltaForwarder::Run() {
-#ifdef __linux__
   // Background work in the cores' idle time (as RocksDB lowers its compaction threads), never taking turns
   // with the training step; Record does the work itself when this thread lags. SCHED_IDLE, not only nice 19:
   // under EEVDF (Linux 6.6+) a waking step thread need not preempt a running nice-19 task before its slice
   // ends (RUN_TO_PARITY), while an idle-policy task is preempted at once; in bench_ft_ec's one-process runs
   // ec's overhead fell from about +1.7% to about +0.1%. Nice 19 stays where SCHED_IDLE is refused.
-  const auto tid = static_cast<pid_t>(syscall(SYS_gettid));
-  setpriority(PRIO_PROCESS, static_cast<id_t>(tid), kNice);
-  sched_param idle{};
-  sched_setscheduler(tid, SCHED_IDLE, &idle);
-#endif
+  const int tid = CurrentThreadId();
+  LowerToIdle(tid);
   std::unique_lock<std::mutex> lock(mu_);
+  thread_tid_ = tid;
   while (true) {
     if (RoutesNowLocked()) RouteLocked(lock);
     if (closed_) return;
     if (DeliverLocked(lock)) continue;
     if (RoutesNowLocked()) continue;  // more arrived while routing: route them
+    LowerLocked();                    // nothing taken is left: a Flush's lift ends here
     if (!recorded_.empty() && routing_ == 0 && ServesLocalLocked()) {
       work_.wait_until(lock, recorded_.front().at + kMaxDelay);
     } else {
@@ -458,6 +467,7 @@ DeltaForwarder::Progress DeltaForwarder::progress() const {
   if (p.live_applied == std::numeric_limits<int64_t>::max()) p.live_applied = seq_;
   p.worker_seqs = *worker_seqs_;
   p.lag_waits = lag_waits_;
+  p.lifts = lifts_;
   p.lag_catchups = lag_catchups_;
   p.coalesced = coalesced_;
   return p;

@@ -415,6 +415,58 @@ TEST(DeltaForwarder, ALaggingThreadsWorkIsDoneByRecordItself) {
   }
   sched_setaffinity(0, sizeof(saved), &saved);
 }
+
+TEST(DeltaForwarder, AFlushLiftsTheThreadOutOfTheIdleTimeWhileItHoldsWorkTheCallerWaitsFor) {
+  // The priority inversion a recovery's drain met beside another job: the idle-policy thread took a range to
+  // route, a normal-priority process took the core, and the drain waited for the idle time. A Flush that finds
+  // work taken lifts the thread until it has nothing taken, then the thread lowers itself again.
+  cpu_set_t saved, one;
+  ASSERT_EQ(0, sched_getaffinity(0, sizeof(saved), &saved));
+  CPU_ZERO(&one);
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &saved)) {
+      CPU_SET(cpu, &one);
+      break;
+    }
+  ASSERT_EQ(0, sched_setaffinity(0, sizeof(one), &one));  // threads made from now on inherit it
+  {
+    Cluster c(3, 2, 1);
+    DeltaForwarder& f = *c.forwarders[0];
+    std::vector<int64_t> keys(1 << 18);
+    std::vector<float> grads(keys.size() * 4, 0.25f);
+    int64_t next_key = 0;
+    for (int attempt = 1; attempt <= 10 && f.progress().lifts == 0; ++attempt) {
+      for (auto& key : keys) key = next_key++;  // new rows: a large range for the thread to route
+      const WorkerSeqs pushes{{0, attempt}};
+      DeltaForwarder::Mutation sink(f, "t", pushes);
+      c.shards[0]->Push(keys.data(), grads.data(), keys.size(), attempt, &sink);
+      // The thread routes a lone mutation once it waited 20 ms (kMaxDelay): wake while it works, then keep the
+      // one core busy at normal priority, as another job would, and wait for parity.
+      std::this_thread::sleep_for(std::chrono::milliseconds(21 + attempt % 5));
+      std::atomic<bool> spin{true};
+      std::thread spinner([&] {
+        while (spin.load(std::memory_order_relaxed)) {
+        }
+      });
+      c.Drain();
+      spin = false;
+      spinner.join();
+    }
+    EXPECT_GT(f.progress().lifts, 0u);
+    c.Drain();
+    c.ExpectConsistent();
+    // Once it had nothing taken, the lifted thread went back to the idle time (every forwarder's thread is idle).
+    const std::pair<int, int> idle{19, SCHED_IDLE};
+    int lowered = 0;
+    for (int attempt = 0; attempt < 200 && lowered < 3; ++attempt) {
+      const auto threads = ThreadPriorities();
+      lowered = static_cast<int>(std::count(threads.begin(), threads.end(), idle));
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_EQ(3, lowered);
+  }
+  sched_setaffinity(0, sizeof(saved), &saved);
+}
 #endif
 
 TEST(DeltaForwarder, AHolderServedRemotelyNeverHoldsRecordBack) {

@@ -81,11 +81,12 @@ void BindDeltaForwarder(py::module_& m) {
             out["lag_waits"] = p.lag_waits;
             out["lag_catchups"] = p.lag_catchups;
             out["coalesced"] = p.coalesced;
+            out["lifts"] = p.lifts;
             return out;
           },
           "seq, the least seq the live holders applied, whether anything is queued or in flight, worker "
           "seqs, holders down, records that waited for the in-process delivery to catch up, mutations coalesced "
-          "into an earlier one's seq range")
+          "into an earlier one's seq range, flushes that lifted the thread out of the idle time")
       .def_property_readonly("seq", &DeltaForwarder::seq)
       .def_property_readonly("bytes_sent", &DeltaForwarder::bytes_sent)
       .def_property_readonly("errors", &DeltaForwarder::errors)

@@ -58,6 +58,7 @@ class DeltaForwarder {
     uint64_t lag_waits = 0;     // Records that found the in-process delivery lagging (backpressure)
     uint64_t lag_catchups = 0;  // of those, the ones that routed or delivered the backlog themselves
     uint64_t coalesced = 0;     // mutations whose deltas were merged into an earlier one's (same seq range)
+    uint64_t lifts = 0;         // Flushes that lifted the thread out of the idle policy (it held work they wait for)
   };
   // What Take hands to a remote transport: the batches to send, the durable watermark to send with
   // them, and the link generation to quote in Ack / Fail.
@@ -135,8 +136,9 @@ class DeltaForwarder {
 
   // Someone waits for parity to catch up (a drain, a decode): what is recorded is routed now instead of
   // waiting for a fuller range, and delivered to in-process holders on the calling thread (at its priority)
-  // unless a delivery to them is already running. (Remote links still send on their own schedule; their
-  // transport flushes.)
+  // unless a delivery to them is already running. When the thread has work under way that the caller cannot
+  // take over, the thread runs under the normal policy until it next has nothing to do (as InheritingMutex lifts
+  // an idle owner). (Remote links still send on their own schedule; their transport flushes.)
   void Flush();
 
   void DropPending();  // failure injection: every batch not yet delivered is lost, and nothing more goes out
@@ -177,6 +179,8 @@ class DeltaForwarder {
   bool RoutesNowLocked() const;    // the thread should route what is recorded now
   size_t LagLocked() const;        // mutations this thread has still to route or deliver in-process
   void FailLocked(Link& link, int holder, const std::string& error, bool lost);
+  void LiftLocked();   // the thread to SCHED_OTHER (Flush waits for what it took)
+  void LowerLocked();  // back to SCHED_IDLE once lifted (the thread, when it has nothing taken)
   int64_t DurableLocked() const;
   void AdvanceDurableLocked();
   Link& LinkLocked(int holder, const char* what);
@@ -206,6 +210,9 @@ class DeltaForwarder {
   uint64_t bytes_sent_ = 0;
   std::vector<std::string> errors_;
   bool closed_ = false;
+  int thread_tid_ = 0;   // the thread's kernel id, once it runs (Linux)
+  bool lifted_ = false;  // a Flush lifted the thread out of the idle policy
+  uint64_t lifts_ = 0;
   std::thread thread_;
 };
 

@@ -6,7 +6,7 @@
 // cores, and the normal thread waits on it: priority inversion (measured: a rebuild's parity writes waited 90 ms
 // each on a 2-core machine while training ran, 40x the rebuild's own work). Linux's priority-inheritance futexes
 // lift only real-time priorities, so this does it by hand: a thread about to block looks up the owner, and if it
-// runs under SCHED_IDLE, moves it to SCHED_OTHER (its nice value unchanged); the owner moves itself back at its
+// runs under SCHED_IDLE, moves it to SCHED_OTHER at nice 0 (thread_priority.h); the owner moves itself back at its
 // next unlock of this mutex. Uncontended, lock() and unlock() cost a try_lock and two atomic stores. Elsewhere
 // than Linux it is a plain mutex.
 #pragma once
