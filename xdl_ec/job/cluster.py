@@ -2,8 +2,9 @@
 
 ``Cluster(servers=N, workers=W, backend="local"|"ray", address=None, mode="sync"|"async", ft="none"|"ckpt"|"cpr"|
 "ec", code=(k, r), ...)``; the strategy's own keywords (``rebuild_share``, ``rebuild_keeps``, ``rebuild``,
-``ckpt_interval``, ``ckpt_dir``, ``cpr_pls``, ``cpr_interval``, ``cpr_mode``, ``mtbf``) and failure injection
-(``fail_at``, ``fail_worker_at``: "STEP[:INDEX]" strings, ``mtbf`` seconds) are those of ``xdl-ec train``'s flags.
+``rebuild_within``: the bound in seconds on ec's vulnerable window, ``ckpt_interval``, ``ckpt_dir``, ``cpr_pls``,
+``cpr_interval``, ``cpr_mode``, ``mtbf``) and failure injection (``fail_at``, ``fail_worker_at``: "STEP[:INDEX]"
+strings, ``mtbf`` seconds) are those of ``xdl-ec train``'s flags.
 ``cache``: the workers' embedding caches (an :class:`~xdl_ec.sparse.cache_config.Cache` for every table, or a dict
 of table name -> Cache).
 ``resize_at``: "STEP:N" strings, resize the servers to N at the boundary before step STEP (``--resize-at``, see
