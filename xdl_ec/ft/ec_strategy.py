@@ -323,6 +323,11 @@ class ErasureCoded(FaultTolerance):
                 record.vulnerable_within_bound = record.vulnerable_seconds <= self.deadline.within
             else:
                 record.vulnerable_seconds = 0.0  # one more loss was never fatal meanwhile (r > 1)
+            log.warning(
+                "ec: server %d recovered in %.3f s (full redundancy again, from its loss)",
+                record.index,
+                record.seconds_to_full_redundancy,
+            )
         held = self._held_seconds
         self._open_records, self._rebuild_start = [], None
         self._window_opened_by, self._held_seconds = [], 0.0

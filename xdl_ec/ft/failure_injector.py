@@ -7,6 +7,7 @@ failed step either never reached the dead role or is retried whole.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
@@ -14,6 +15,8 @@ from xdl_ec.ft.failure_schedule import FailureSchedule
 
 if TYPE_CHECKING:
     from xdl_ec.ps.cluster_view import ClusterView
+
+log = logging.getLogger(__name__)
 
 
 class FailureInjector:
@@ -42,6 +45,7 @@ class FailureInjector:
             for k in kills:
                 killed_at = time.perf_counter()  # detection is timed from the kill, which waits for the death
                 view.kill(k.role, k.index)
+                log.warning("injected failure: %s %d killed before step %d", k.role, k.index, step)
                 self._injected.append({"step": step, "role": k.role, "index": k.index, "time": killed_at})
 
     def detect_seconds(self, role: str, index: int) -> float:

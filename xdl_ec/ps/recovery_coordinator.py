@@ -9,6 +9,7 @@ readers) or goes on at the failed step.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Callable, List, Optional, Protocol
 
@@ -18,6 +19,8 @@ from xdl_ec.ps.fault_tolerance import FailureRecord, NoFaultTolerance, Resume
 from xdl_ec.ps.handle import Handle
 from xdl_ec.ps.running_cluster import START_TIMEOUT, RunningCluster
 from xdl_ec.ps.training_state import TrainingState
+
+log = logging.getLogger(__name__)
 
 
 class KillClock(Protocol):
@@ -83,6 +86,9 @@ class RecoveryCoordinator:
                     )
                 )
                 state.pending_updates[err.index] = 0
+                log.warning(
+                    "worker %d recovered in %.3f s (restarted)", err.index, strategy.failures[-1].rebuild_seconds
+                )
                 continue
             before = len(strategy.failures)
             resume = strategy.recover(err)

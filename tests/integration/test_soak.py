@@ -1,0 +1,31 @@
+"""The soak (issue #51): SIGKILLs on servers, workers and the driver of an ec run with a backstop, restarts of the
+driver with --resume, then the failure-free twin: the same model, nothing hung, nothing left running."""
+
+from __future__ import annotations
+
+import pytest
+
+from xdl_ec.benchmark.soak import Soak, SoakPlan
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["local", pytest.param("ray", marks=pytest.mark.ray)])
+def test_a_three_minute_soak_kills_every_role_and_ends_at_the_twins_model(tmp_path, backend):
+    # a kill every 4 s on average: over ~3 minutes each role is hit several times (seed 2 hits all three)
+    result = Soak(SoakPlan(minutes=1.0, backend=backend, seed=2, kill_every=4.0, leak_grace=90.0), str(tmp_path)).run()
+    kills = result["kills"]
+    assert isinstance(kills, dict)
+    assert kills["server"] > 0 and kills["worker"] > 0 and kills["driver"] > 0, result
+    assert result["digest_equal"] is True, result
+    assert result["lost_samples"] == 0, result
+    assert result["hung"] == 0, result
+    assert result["leaked_processes"] == 0, result
+
+
+def test_a_soak_plan_refuses_what_it_cannot_run():
+    with pytest.raises(ValueError, match="minutes"):
+        SoakPlan(minutes=0)
+    with pytest.raises(ValueError, match="backend"):
+        SoakPlan(minutes=1, backend="k8s")
+    with pytest.raises(ValueError, match="kill_every"):
+        SoakPlan(minutes=1, kill_every=-1)

@@ -1,0 +1,312 @@
+"""Soak: a run trained under ``ec`` with a backstop while SIGKILLs hit servers, workers and the driver at a seeded
+rate, then checked against its failure-free twin (issue #51's ``bench/soak.py``).
+
+The driver is a real ``xdl-ec train`` process. Its servers and workers are killed for real by the run's own
+failure injection (``--mtbf`` for servers, ``--fail-worker-at`` at seeded steps for workers: the local backend's
+roles live in the driver's process, where only the run can reach them); the driver itself is SIGKILLed from outside
+and started again with the same command plus ``--resume`` of its save dir, as an orchestrator would. The three
+roles share the rate: one kill every ``kill_every`` seconds on average, a third of them each. Every process the soak
+starts carries a marker in its environment, so what outlives its run (a dead driver's Ray processes) is found and
+counted as leaked once ``leak_grace`` seconds have passed, then killed.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import os
+import queue
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+MARKER = "XDL_EC_SOAK_ID"
+_STEP = re.compile(r"^step (\d+)/(\d+)")
+_DIGEST = re.compile(r"^model_digest ([0-9a-f]{64})")
+_INJECTED = re.compile(r"injected failure: (server|worker) \d+ killed")
+_RECOVERED = re.compile(r"(server|worker) \d+ recovered in ([0-9.]+) s")
+
+
+@dataclasses.dataclass(frozen=True)
+class SoakPlan:
+    """What to soak: ``minutes`` of training (the failure-free twin's length), on ``backend``, kills seeded by
+    ``seed`` every ``kill_every`` seconds on average over the three roles."""
+
+    minutes: float
+    backend: str = "local"
+    seed: int = 0
+    kill_every: float = 20.0
+    servers: int = 3
+    code: Tuple[int, int] = (2, 1)
+    batch_size: int = 256
+    backstop_every: str = "5s"
+    hang_after: float = 300.0  # seconds without a line of output: the run counts as hung and is killed
+    leak_grace: float = 60.0  # seconds a dead run's processes may take to end before they count as leaked
+
+    def __post_init__(self) -> None:
+        if not self.minutes > 0:
+            raise ValueError(f"minutes: expected a positive number, got {self.minutes!r}")
+        if self.backend not in ("local", "ray"):
+            raise ValueError(f"backend: expected 'local' or 'ray', got {self.backend!r}")
+        if not self.kill_every > 0:
+            raise ValueError(f"kill_every: expected a positive number of seconds, got {self.kill_every!r}")
+
+
+@dataclasses.dataclass
+class _Segment:
+    """One driver process of the soak: what it printed that the soak counts."""
+
+    started: float
+    first_step_at: Optional[float] = None
+    last_step: int = 0
+    digest: Optional[str] = None
+    injected: Dict[str, int] = dataclasses.field(default_factory=lambda: {"server": 0, "worker": 0})
+    recovered: Dict[str, List[float]] = dataclasses.field(default_factory=lambda: {"server": [], "worker": []})
+    returncode: Optional[int] = None
+    hung: bool = False
+    tail: Deque[str] = dataclasses.field(default_factory=lambda: collections.deque(maxlen=20))
+
+
+class Soak:
+    """Runs a :class:`SoakPlan` in ``workdir`` (a fresh temporary directory when None) and returns its result
+    (:meth:`run`): ``{"kills": {"server", "worker", "driver"}, "digest_equal", "lost_samples", "hung",
+    "leaked_processes", "recovery_s": {role: [median, max]}}`` plus what it was measured on."""
+
+    def __init__(self, plan: SoakPlan, workdir: Optional[str] = None, log: Callable[[str], None] = print) -> None:
+        self.plan = plan
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="xdl-ec-soak-"))
+        self.log = log
+        self.marker = uuid.uuid4().hex
+        self._rng = np.random.default_rng(plan.seed)
+
+    # ---- the runs ---------------------------------------------------------------------------------------
+    def _command(self, steps: int, save_dir: Path, kills: Sequence[int], resume: bool, faults: bool) -> List[str]:
+        """The driver's command; its report goes to ``save_dir``'s sibling ``<name>.json``."""
+        plan = self.plan
+        k, r = plan.code
+        command = [sys.executable, "-P", "-m", "xdl_ec", "train", "--synthetic", "--deterministic"]
+        command += ["--seed", str(plan.seed), "--steps", str(steps), "--batch-size", str(plan.batch_size)]
+        command += ["--servers", str(plan.servers), "--backend", plan.backend, "--ft", "ec", "--code", f"{k},{r}"]
+        command += ["--save-dir", str(save_dir), "--backstop-every", plan.backstop_every]
+        command += ["--report", str(save_dir.with_suffix(".json"))]
+        if faults:
+            command += ["--mtbf", f"{3 * plan.kill_every:g}"]
+            command += [arg for step in kills for arg in ("--fail-worker-at", f"{step}:0")]
+        if resume:
+            command += ["--resume", str(save_dir)]
+        return command
+
+    def _segment(self, command: List[str], kill_after: Optional[float]) -> _Segment:
+        """Runs one driver process; SIGKILLs it ``kill_after`` seconds after its first step (None: never)."""
+        env = dict(os.environ, **{MARKER: self.marker, "TF_CPP_MIN_LOG_LEVEL": "2"})
+        process = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        )
+        segment = _Segment(started=time.monotonic())
+        lines: "queue.Queue[Optional[str]]" = queue.Queue()
+
+        def read() -> None:
+            assert process.stdout is not None
+            for line in process.stdout:
+                lines.put(line)
+            lines.put(None)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        last_output = time.monotonic()
+        while True:
+            deadline = None
+            if kill_after is not None and segment.first_step_at is not None:
+                deadline = segment.first_step_at + kill_after
+            try:
+                line = lines.get(timeout=0.2)
+            except queue.Empty:
+                if process.poll() is not None:  # ended; its children (Ray's) may still hold the pipe open
+                    time.sleep(0.5)
+                    while not lines.empty():
+                        rest = lines.get_nowait()
+                        if rest is not None:
+                            self._read_line(rest.rstrip("\n"), segment)
+                    segment.returncode = process.returncode
+                    return segment
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    process.send_signal(signal.SIGKILL)  # the driver alone, as a crash would
+                    process.wait()
+                    segment.returncode = -9
+                    return segment
+                if now - last_output > self.plan.hang_after:
+                    segment.hung = True
+                    process.send_signal(signal.SIGKILL)
+                    process.wait()
+                    return segment
+                continue
+            if line is None:
+                segment.returncode = process.wait()
+                return segment
+            last_output = time.monotonic()
+            self._read_line(line.rstrip("\n"), segment)
+
+    @staticmethod
+    def _read_line(line: str, segment: _Segment) -> None:
+        segment.tail.append(line)
+        step = _STEP.match(line)
+        if step:
+            segment.last_step = int(step.group(1))
+            if segment.first_step_at is None:
+                segment.first_step_at = time.monotonic()
+        injected = _INJECTED.search(line)
+        if injected:
+            segment.injected[injected.group(1)] += 1
+        recovered = _RECOVERED.search(line)
+        if recovered:
+            segment.recovered[recovered.group(1)].append(float(recovered.group(2)))
+        digest = _DIGEST.match(line)
+        if digest:
+            segment.digest = digest.group(1)
+
+    def _steps_for(self, minutes: float) -> int:
+        """Steps the failure-free run trains in about ``minutes``, from a short calibration run."""
+        calibration = self._segment(
+            self._command(40, self.workdir / "calibration", (), resume=False, faults=False), kill_after=None
+        )
+        if calibration.returncode != 0 or calibration.first_step_at is None:
+            raise RuntimeError(
+                f"the calibration run failed (exit {calibration.returncode}, hung: {calibration.hung}); its last "
+                "lines:\n" + "\n".join(calibration.tail)
+            )
+        seconds = max(time.monotonic() - calibration.first_step_at, 1e-3)
+        return max(40, int(40 * minutes * 60 / seconds))
+
+    def run(self) -> Dict[str, object]:
+        plan = self.plan
+        steps = self._steps_for(plan.minutes)
+        self.log(
+            f"soak: {steps} steps of batch {plan.batch_size} on {plan.backend}, a kill every ~{plan.kill_every:g} s"
+        )
+        started = time.monotonic()
+        twin = self._segment(self._command(steps, self.workdir / "twin", (), resume=False, faults=False), None)
+        twin_seconds = time.monotonic() - started
+        steps_per_second = steps / max(twin_seconds, 1e-3)
+        # worker kills at seeded steps, a third of the rate (the driver's and the servers' are the other two)
+        gaps = self._rng.exponential(3 * plan.kill_every * steps_per_second, size=4 * steps)
+        worker_kills = sorted({int(s) for s in np.cumsum(gaps) if 2 <= s < steps})
+        save_dir = self.workdir / "soak"
+        segments: List[_Segment] = []
+        driver_recovery: List[float] = []
+        killed_at: Optional[float] = None
+        while True:
+            done = self._resumed_step(save_dir) if segments else 0
+            resume = done > 0  # as an orchestrator's script: --resume once a save was committed, else start over
+            kills = [s for s in worker_kills if s > done]  # a kill of a step the saves passed already happened
+            kill_after = float(self._rng.exponential(3 * plan.kill_every))
+            segment = self._segment(self._command(steps, save_dir, kills, resume, faults=True), kill_after)
+            segments.append(segment)
+            if killed_at is not None and segment.first_step_at is not None:
+                driver_recovery.append(segment.first_step_at - killed_at)
+            if segment.returncode == -9 and not segment.hung:
+                killed_at = time.monotonic()
+                self.log(f"soak: driver killed after step {segment.last_step}; restarting it with --resume")
+                continue
+            if segment.hung:
+                killed_at = time.monotonic()
+                self.log(f"soak: no output for {plan.hang_after:g} s after step {segment.last_step}: hung, restarted")
+                continue
+            break
+        final = segments[-1]
+        if final.returncode != 0:
+            self.log(f"soak: the run ended with exit {final.returncode}:\n" + "\n".join(final.tail))
+        leaked = self._leaked()
+        recovery = {
+            "server": [s for seg in segments for s in seg.recovered["server"]],
+            "worker": [s for seg in segments for s in seg.recovered["worker"]],
+            "driver": driver_recovery,
+        }
+        return {
+            "kills": {
+                "server": sum(s.injected["server"] for s in segments),
+                "worker": sum(s.injected["worker"] for s in segments),
+                "driver": sum(1 for s in segments if s.returncode == -9 and not s.hung),
+            },
+            "digest_equal": final.returncode == 0 and final.digest is not None and final.digest == twin.digest,
+            "lost_samples": self._lost_samples(save_dir, final),
+            "hung": sum(1 for s in segments if s.hung),
+            "leaked_processes": leaked,
+            "recovery_s": {role: _median_max(values) for role, values in recovery.items()},
+            "steps": steps,
+            "twin_seconds": round(twin_seconds, 1),
+            "soak_seconds": round(time.monotonic() - started - twin_seconds, 1),
+            "exit": final.returncode,
+            "backend": plan.backend,
+            "seed": plan.seed,
+        }
+
+    @staticmethod
+    def _lost_samples(save_dir: Path, final: _Segment) -> Optional[int]:
+        """Samples the finished run reports lost to its in-run recoveries (None when it did not finish). A driver's
+        restart loses none it does not show: its model would then differ from the twin's (``digest_equal``)."""
+        report = save_dir.with_suffix(".json")
+        if final.returncode != 0 or not report.exists():
+            return None
+        return int(json.loads(report.read_text()).get("lost_samples", 0))
+
+    @staticmethod
+    def _resumed_step(save_dir: Path) -> int:
+        from xdl_ec.keep.saved_run import SavedRun
+
+        try:
+            return SavedRun.open(save_dir).step
+        except (FileNotFoundError, ValueError):
+            return 0  # killed before its first save: it starts over
+
+    def _leaked(self) -> int:
+        """Processes still carrying this soak's marker ``leak_grace`` seconds after its last run ended (then
+        killed)."""
+        deadline = time.monotonic() + self.plan.leak_grace
+        while True:
+            alive = _marked_processes(self.marker)
+            if not alive or time.monotonic() >= deadline:
+                break
+            time.sleep(1.0)
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return len(alive)
+
+
+def _marked_processes(marker: str) -> List[int]:
+    """Pids of this machine's processes whose environment holds ``MARKER=marker``."""
+    needle = f"{MARKER}={marker}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue  # gone, or not ours to read
+    return found
+
+
+def _median_max(values: List[float]) -> List[Optional[float]]:
+    if not values:
+        return [None, None]
+    return [round(statistics.median(values), 3), round(max(values), 3)]
+
+
+def write_result(result: Dict[str, object], path: str) -> None:
+    Path(path).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
