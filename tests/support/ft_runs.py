@@ -13,6 +13,7 @@ from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job  # noqa: E402
 from xdl_ec.ft.failure_injector import FailureInjector  # noqa: E402
 from xdl_ec.ft.failure_schedule import FailureSchedule, Kill  # noqa: E402
 from xdl_ec.ps import ClusterConfig, PSTrainer, RunSettings  # noqa: E402
+from xdl_ec.sparse.memory_budget import MemoryBudget  # noqa: E402
 
 
 def small_config(**overrides: Any) -> TrainConfig:
@@ -65,9 +66,12 @@ def reference(servers: int, workers: int, **overrides: Any) -> Dict[str, Any]:
     )
 
 
-def ray_ec_kill_run(config: TrainConfig) -> Tuple[Dict[str, Any], str, List[Any]]:
-    """``config`` on 3 Ray servers under ec (2, 1) with server 1 killed before step 4 (Ray started here unless it
-    runs): the report, the model digest and the scrub's inconsistent stripes."""
+def ray_ec_kill_run(
+    config: TrainConfig, memory: Optional[MemoryBudget] = None
+) -> Tuple[Dict[str, Any], str, List[Any]]:
+    """``config`` on 3 Ray servers (each with ``memory``, None: no budget) under ec (2, 1) with server 1 killed
+    before step 4 (Ray started here unless it runs): the report (with the servers' disk tier at the end as "tier"),
+    the model digest and the scrub's inconsistent stripes."""
     import ray
 
     from xdl_ec.ft.ec_strategy import ErasureCoded
@@ -80,12 +84,12 @@ def ray_ec_kill_run(config: TrainConfig) -> Tuple[Dict[str, Any], str, List[Any]
         strategy = ErasureCoded(2, 1)
         trainer = make_trainer(
             config,
-            ClusterConfig(servers=3, workers=1, backend="ray"),
+            ClusterConfig(servers=3, workers=1, backend="ray", memory=memory),
             strategy=strategy,
             failures=FailureSchedule([Kill(4, "server", 1)]),
         )
         try:
-            return trainer.fit(), trainer.digest(), strategy.verify()
+            return {**trainer.fit(), "tier": trainer.tier_report()}, trainer.digest(), strategy.verify()
         finally:
             trainer.close()
     finally:

@@ -167,13 +167,21 @@ class LocalRun:
         bounded = {name: t.bounded_report() for name, t in self.tables.tables.items() if t.config.bounded}
         if bounded:  # tables with admit / evict rules (xdl_ec.sparse.row_rules)
             report["tables"] = bounded
-        if self.memory is not None:  # the disk tier's counts beside them, and this process's memory
-            tiers = tier_reports([{name: t.tier_counts() for name, t in self.tables.tables.items()}])
+        tiers = self.tier_report()
+        if tiers is not None:  # the disk tier's counts beside them, and this process's memory
             tables = report.setdefault("tables", {})
-            for name, entry in tiers.items():
+            for name, entry in tiers["tables"].items():
                 tables.setdefault(name, {}).update(entry)
-            report["memory"] = self.memory.report()
+            report["memory"] = tiers["memory"][""]
         return report
+
+    def tier_report(self) -> Optional[Dict[str, Any]]:
+        """A budgeted run's disk tier now: {"tables": {table: its tier counts}, "memory": {"": {"budget_bytes",
+        "peak_rss_bytes"}}} (one process: no server name); None without a memory budget."""
+        if self.memory is None:
+            return None
+        tiers = tier_reports([{name: t.tier_counts() for name, t in self.tables.tables.items()}])
+        return {"tables": tiers, "memory": {"": self.memory.report()}}
 
     def close(self) -> None:
         self.worker.close()

@@ -6,7 +6,10 @@ A run hook: at step boundaries, once ``every`` seconds have passed since its las
 ``progressive/<head>/auc`` ...), ``rows/<table>`` (rows held per table) and ``saves``; on servers also
 ``bytes_per_sample/pulled`` and ``/pushed`` (embedding bytes the workers moved per sample since the start),
 ``failures`` (failures so far) and under ``--ft ec`` ``parity/lag_deltas`` (deltas recorded that some live parity
-holder has not applied: how far parity trails the shards); each failure, once its rebuild is complete, as
+holder has not applied: how far parity trails the shards); with a memory budget ``tier/<table>/rows_in_memory``,
+``rows_on_disk``, ``disk_bytes``, ``disk_read_bytes``, ``disk_write_bytes`` and ``memory_hit_rate`` (the report's
+counts of the disk tier) and ``memory/budget_bytes`` and ``memory/peak_rss_bytes`` (per server process on servers:
+``memory/server-<index>/...``); each failure, once its rebuild is complete, as
 ``failure/seconds_to_full_redundancy`` at the step it failed. At the end of the fit the same once more, with
 ``failures`` counting the kills injected into the run. Writing by time, not every step, keeps its cost a fraction of
 a percent (the window's exact AUC takes tens of milliseconds over 100k samples; the cluster figures one round of
@@ -85,6 +88,7 @@ class TensorBoardLog:
             scalars["saves"] = sum(savers)
         strategy = getattr(run, "strategy", None)
         scalars.update(self._cluster_scalars(run, strategy))
+        scalars.update(self._tier_scalars(run))
         scalars.update(extra or {})
         failures = getattr(strategy, "failures", None) or []
         with self._writer.as_default():
@@ -107,6 +111,22 @@ class TensorBoardLog:
             scalars["failures"] = len(strategy.failures)
         if hasattr(strategy, "parity_lag"):
             scalars["parity/lag_deltas"] = strategy.parity_lag()
+        return scalars
+
+    @staticmethod
+    def _tier_scalars(run: Any) -> Dict[str, float]:
+        """What a run with a memory budget adds: per table its disk tier's counts (summed over the servers) as
+        ``tier/<table>/<count>``, and the memory of each process as ``memory/budget_bytes`` and
+        ``memory/peak_rss_bytes`` (on servers ``memory/server-<index>/...``)."""
+        tiers = run.tier_report() if hasattr(run, "tier_report") else None
+        if tiers is None:
+            return {}
+        scalars: Dict[str, float] = {}
+        for table, counts in tiers["tables"].items():
+            scalars.update({f"tier/{table}/{name}": float(value) for name, value in counts.items()})
+        for process, memory in tiers["memory"].items():
+            prefix = f"memory/{process}/" if process else "memory/"
+            scalars.update({prefix + name: float(value) for name, value in memory.items()})
         return scalars
 
     def _write_failures(self, failures: Iterable[Dict[str, Any]]) -> None:

@@ -248,11 +248,15 @@ def _config_record(shard: "_core.EmbeddingShard") -> Dict[str, Any]:
 
 
 def fresh_table(template: Table) -> Table:
-    """An empty table configured like ``template`` (same kind of object), for a restore to load into."""
+    """An empty table configured like ``template`` (same kind of object), for a restore to load into: with its
+    memory budget and spill dir too, so a restore into a budgeted server keeps its rows beyond the budget on disk."""
     if isinstance(template, EmbeddingTable):  # its rules and server share too (a bounded table)
-        return EmbeddingTable.from_config(template.config, template.servers)
+        config = template.shard.config
+        return EmbeddingTable.from_config(
+            template.config, template.servers, memory_budget=config.memory_budget, spill_dir=config.spill_dir
+        )
     if isinstance(template, _core.EmbeddingShard):
-        return _core.EmbeddingShard(template.config)
+        return _core.EmbeddingShard(template.config)  # the shard's config holds its budget and spill dir
     raise TypeError(
         f"a restore template must be an EmbeddingTable or an xdl_ec._core.EmbeddingShard, got {type(template).__name__}"
     )

@@ -8,7 +8,7 @@ caches, the tables' row rules, and the embedding bytes moved per sample trained 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Iterable, List, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
@@ -72,6 +72,22 @@ class RunReport:
             "bytes_pushed_per_sample": sum(w["bytes_pushed"] for w in workers) / samples,
         }
 
+    def tier_report(self) -> Optional[Dict[str, Any]]:
+        """Budgeted servers' disk tier now (asks every server): {"tables": {table: its tier counts summed over the
+        servers}, "memory": {"server-<index>": {"budget_bytes", "peak_rss_bytes"}}}; None without a memory budget
+        (and no call made)."""
+        if self.cluster.config.memory is None:
+            return None
+        return self.tiers_of(self.cluster.scheduler.server_stats())
+
+    @staticmethod
+    def tiers_of(servers: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+        """:meth:`tier_report` of the servers' ``stats`` (empty parts when none is budgeted)."""
+        return {
+            "tables": tier_reports([s["tier"] for s in servers if "tier" in s]),
+            "memory": {f"server-{s['index']}": s["memory"] for s in servers if "memory" in s},
+        }
+
     def report(self) -> Dict[str, Any]:
         """The cluster's part of a report: per-server and per-worker stats, bytes moved per sample."""
         cluster = self.cluster
@@ -81,8 +97,7 @@ class RunReport:
         caching = {"cache": merged_cache_stats(cached)} if cached else {}
         tables = [s["tables"] for s in servers if "tables" in s]
         merged = merged_reports(tables) if tables else {}
-        tiers = [s["tier"] for s in servers if "tier" in s]
-        for name, entry in tier_reports(tiers).items():  # budgeted servers: the disk tier's counts beside
+        for name, entry in self.tiers_of(servers)["tables"].items():  # budgeted servers: the tier's counts beside
             merged.setdefault(name, {}).update(entry)
         return {
             **caching,

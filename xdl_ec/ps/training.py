@@ -238,6 +238,10 @@ class PSTrainer:
     def report(self) -> Dict[str, Any]:
         return self.reporter.report()
 
+    def tier_report(self) -> Optional[Dict[str, Any]]:
+        """The budgeted servers' disk tier now (:meth:`RunReport.tier_report`); None without a budget."""
+        return self.reporter.tier_report()
+
     def close(self) -> None:
         """Shuts the cluster down; the dense model stays usable (``job.fit``'s model)."""
         self._dense.sync(ask_worker=False)

@@ -410,3 +410,22 @@ def test_bad_arguments(tmp_path: Path) -> None:
         CheckpointStore(tmp_path, keep=0)
     with pytest.raises(ValueError, match="step: must be an int >= 0"):
         store.begin(-1)
+
+
+def test_a_restore_into_a_budgeted_table_keeps_its_budget_and_spill_dir(tmp_path: Path) -> None:
+    """A restore builds fresh tables like its templates: a budgeted template's (memory budget, spill dir) too, so
+    a restored server keeps its rows beyond the budget on disk (issue #48)."""
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    source = trained_table()
+    ShardCheckpoint.write(tmp_path / "ck", {"t": source})
+    config = source.config
+    template = xdl_ec.EmbeddingTable.from_config(config, memory_budget=64 << 10, spill_dir=str(spill))
+    restored = ShardCheckpoint.open(tmp_path / "ck").restore({"t": template})["t"]
+    assert restored.tiered and restored.shard.config.memory_budget == 64 << 10
+    assert restored.shard.config.spill_dir == str(spill)
+    assert by_key(restored.export()) == by_key(source.export())
+    bare = ShardCheckpoint.open(tmp_path / "ck").restore({"t": template.shard})["t"]
+    assert bare.config.memory_budget == 64 << 10 and bare.config.spill_dir == str(spill)
+    plain = ShardCheckpoint.open(tmp_path / "ck").restore({"t": source})["t"]
+    assert not plain.tiered
