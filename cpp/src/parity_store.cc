@@ -112,6 +112,15 @@ size_t ParityStore::TierBaseLocked(size_t c) {
 
 size_t ParityStore::TierOtherBytesLocked() const { return tier_base_.capacity() * sizeof(size_t); }
 
+void ParityStore::TrimLocked() {
+  try {
+    tier_->Fetch(nullptr, 0, TierOtherBytesLocked());
+  } catch (const std::runtime_error&) {
+    // A full disk: the frames stay (the tier gives none up before its write-backs succeed), so no byte is lost;
+    // the next fetch step meets the same error before it changes anything, and fails its call there.
+  }
+}
+
 void ParityStore::CheckEntry(const ParityUpdate::Entry& en, size_t e, size_t rb) const {
   const int k = code_->k(), r = code_->r();
   if (tier_ && (rb != tier_record_bytes_ || en.offset % rb != 0))
@@ -143,9 +152,10 @@ void ParityStore::ApplyEntries(size_t count, size_t rb, EntryAt entry_at, DeltaA
   // the records a few entries ahead prefetched, so the cache misses overlap instead of queueing.
   thread_local std::vector<uint8_t*> targets;
   targets.resize(count);
+  bool appended = false;  // tiered: new blocks' records appended resident, a block's worth each
   if (tier_) {
     // The fetch step: every target already on disk read in together (the only call that may fail, so a
-    // full disk changes nothing), then new blocks appended as resident zeros; no frame moves until the next.
+    // full disk changes nothing), then new blocks appended as resident zeros; no frame moves until the apply is done.
     thread_local std::vector<uint32_t> slots;
     slots.clear();
     for (size_t e = 0; e < count; ++e) {
@@ -154,10 +164,12 @@ void ParityStore::ApplyEntries(size_t count, size_t rb, EntryAt entry_at, DeltaA
         slots.push_back(static_cast<uint32_t>(tier_base_[en.parity_block] + en.offset / rb));
     }
     tier_->Fetch(slots.data(), slots.size(), TierOtherBytesLocked());
+    const size_t allocated = allocated_;
     for (size_t e = 0; e < count; ++e) {
       const ParityUpdate::Entry& en = entry_at(e);
       targets[e] = tier_->Frame(TierBaseLocked(en.parity_block) + en.offset / rb);
     }
+    appended = allocated_ != allocated;
   } else {
     for (size_t e = 0; e < count; ++e) {
       const ParityUpdate::Entry& en = entry_at(e);
@@ -184,6 +196,9 @@ void ParityStore::ApplyEntries(size_t count, size_t rb, EntryAt entry_at, DeltaA
   }
   delta_bytes_received_ += count * rb;
   updates_received_ += count;
+  // New blocks came in whole and resident: back to the budget now rather than at the next Apply, which may
+  // not come for a while (the end of a run, a sender's pause).
+  if (appended) TrimLocked();
 }
 
 void ParityStore::Apply(const ParityUpdate& update) {
@@ -256,8 +271,8 @@ void ParityStore::WriteBlock(size_t c, const uint8_t* bytes) {
   }
   tier_->Write(TierBaseLocked(c), block_bytes_ / tier_record_bytes_, bytes);
   // A new block's records were appended resident: a rebuild writing every block would hold them all until
-  // the next Apply, so the tier is trimmed to its budget now (the frames are clean: nothing is written).
-  tier_->Fetch(nullptr, 0, TierOtherBytesLocked());
+  // the next Apply, so the tier is trimmed to its budget now.
+  TrimLocked();
 }
 
 bool ParityStore::HasBlock(size_t c) const {

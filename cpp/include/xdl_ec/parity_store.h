@@ -78,6 +78,7 @@ class ParityStore {
   bool AllocatedLocked(size_t c) const;
   size_t TierBaseLocked(size_t c);      // tiered: the block's first slot, appended (zero) on first use
   size_t TierOtherBytesLocked() const;  // what the budget covers beside the tier's frames
+  void TrimLocked();  // the tier back within its budget (no pointer into it held; a full disk leaves it over)
   void ReadBlockLocked(size_t c, uint8_t* out) const;
   void CheckEntry(const ParityUpdate::Entry& entry, size_t e, size_t record_bytes) const;
   template <typename EntryAt, typename DeltaAt>
