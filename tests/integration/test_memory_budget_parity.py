@@ -12,7 +12,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, List
 
 import pytest
 
@@ -135,9 +135,10 @@ def test_servers_whose_spill_dir_fills_stop_with_a_clear_error_and_resume_from_t
     assert report["model_digest"] == plain_digest
 
 
-def test_a_full_spill_dir_is_a_clear_error_before_training(small_fs: Path, capsys: Any) -> None:
+@pytest.mark.parametrize("servers", [[], ["--servers", "3", "--ft", "ec", "--code", "2,1"]])
+def test_a_full_spill_dir_is_a_clear_error_before_training(small_fs: Path, servers: List[str], capsys: Any) -> None:
     (small_fs / "filler").write_bytes(b"\0" * (2900 << 10))  # leaves ~100 KiB
-    code = main([*TRAIN, "--steps", "2", "--memory-budget", "256K", "--spill-dir", str(small_fs)])
+    code = main([*TRAIN, *servers, "--steps", "2", "--memory-budget", "256K", "--spill-dir", str(small_fs)])
     err = capsys.readouterr().err
     assert code == 2, err
     assert str(small_fs) in err and "full" in err
