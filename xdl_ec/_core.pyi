@@ -100,9 +100,9 @@ class ParityHolder:
     """
     A server's parity blocks per table and, per sender, its applied seq, stamp and undo log
     """
-    def __init__(self, index: typing.SupportsInt | typing.SupportsIndex, n: typing.SupportsInt | typing.SupportsIndex, k: typing.SupportsInt | typing.SupportsIndex, r: typing.SupportsInt | typing.SupportsIndex, tables: collections.abc.Mapping[str, typing.SupportsInt | typing.SupportsIndex]) -> None:
+    def __init__(self, index: typing.SupportsInt | typing.SupportsIndex, n: typing.SupportsInt | typing.SupportsIndex, k: typing.SupportsInt | typing.SupportsIndex, r: typing.SupportsInt | typing.SupportsIndex, tables: collections.abc.Mapping[str, typing.SupportsInt | typing.SupportsIndex], spill: collections.abc.Mapping[str, tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex]] = {}, spill_dir: str = '') -> None:
         """
-        Server index of n under a (k, r) code; tables: {name: bytes of one parity block (block_slots * record_bytes)}
+        Server index of n under a (k, r) code; tables: {name: bytes of one parity block (block_slots * record_bytes)}; spill: {name: (record_bytes, budget_bytes)} of the tables whose parity keeps at most budget_bytes in RAM and the rest in a file under spill_dir
         """
     def applied(self, sender: typing.SupportsInt | typing.SupportsIndex) -> int:
         ...
@@ -141,6 +141,10 @@ class ParityHolder:
     def set_extent(self, table: str, parity_blocks: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
         The table's extent in this holder's parity blocks as measured elsewhere (a replacement holder, before its senders' batches arrive); never shrinks
+        """
+    def spill_stats(self) -> dict:
+        """
+        {table: the parity tier's counts (as a shard's memory stats name them)} of the tiered tables
         """
     def worker_seqs(self, sender: typing.SupportsInt | typing.SupportsIndex) -> dict[int, int]:
         """

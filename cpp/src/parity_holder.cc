@@ -13,7 +13,8 @@ HolderClosed::HolderClosed(int index)
                          " is closed: its server is gone (the replacement's holder takes its place)"),
       index_(index) {}
 
-ParityHolder::ParityHolder(int index, int n, int k, int r, const std::map<std::string, size_t>& tables)
+ParityHolder::ParityHolder(int index, int n, int k, int r, const std::map<std::string, size_t>& tables,
+                           const std::map<std::string, ParitySpill>& spills)
     : index_(index), layout_(n, k, r) {  // the layout throws invalid_argument for a bad n, k or r
   if (index < 0 || index >= n)
     throw std::invalid_argument("ParityHolder: index must be a server index in [0, n=" + std::to_string(n) + "), got " +
@@ -23,8 +24,13 @@ ParityHolder::ParityHolder(int index, int n, int k, int r, const std::map<std::s
     if (name.empty()) throw std::invalid_argument("ParityHolder: tables: a table name is empty");
     if (block_bytes == 0)
       throw std::invalid_argument("ParityHolder: tables: block bytes of table '" + name + "' must be >= 1, got 0");
-    stores_.emplace(name, std::make_unique<ParityStore>(code_, block_bytes));
+    const auto spill = spills.find(name);
+    stores_.emplace(
+        name, std::make_unique<ParityStore>(code_, block_bytes, spill == spills.end() ? ParitySpill{} : spill->second));
   }
+  for (const auto& [name, spill] : spills)
+    if (tables.count(name) == 0)
+      throw std::invalid_argument("ParityHolder: spills: table '" + name + "' is not one of the tables");
 }
 
 bool ParityHolder::Protects(int sender) const {
@@ -328,6 +334,13 @@ size_t ParityHolder::Bytes() const {
   size_t total = 0;
   for (const auto& [name, store] : stores_) total += store->bytes();
   return total;
+}
+
+std::map<std::string, SpillStats> ParityHolder::SpillStatsAll() const {
+  std::map<std::string, SpillStats> out;
+  for (const auto& [name, store] : stores_)
+    if (store->tiered()) out.emplace(name, store->spill_stats());
+  return out;
 }
 
 void ParityHolder::Close() {

@@ -46,10 +46,17 @@ bool HaveAvx2() {
 }
 }  // namespace
 
-ParityStore::ParityStore(std::shared_ptr<const ErasureCode> code, size_t block_bytes)
+ParityStore::ParityStore(std::shared_ptr<const ErasureCode> code, size_t block_bytes, const ParitySpill& spill)
     : code_(std::move(code)), block_bytes_(block_bytes) {
   if (!code_) throw std::invalid_argument("ParityStore: code must not be null");
   if (block_bytes == 0) throw std::invalid_argument("ParityStore: block_bytes must be >= 1, got 0");
+  if (spill.budget_bytes > 0) {
+    if (spill.record_bytes == 0 || block_bytes % spill.record_bytes != 0)
+      throw std::invalid_argument("ParityStore: a tiered store's record_bytes (" + std::to_string(spill.record_bytes) +
+                                  ") must divide block_bytes (" + std::to_string(block_bytes) + ")");
+    tier_ = std::make_unique<SpillTier>(spill.record_bytes, spill.budget_bytes, spill.dir);
+    tier_record_bytes_ = spill.record_bytes;
+  }
   const int k = code_->k(), r = code_->r();
   coefficient_is_one_.resize(static_cast<size_t>(k) * r);
   for (int i = 0; i < r; ++i)
@@ -87,8 +94,40 @@ uint8_t* ParityStore::BlockLocked(size_t c) {
   return blocks_[c];
 }
 
+bool ParityStore::AllocatedLocked(size_t c) const {
+  if (tier_) return c < tier_base_.size() && tier_base_[c] != kNoBase;
+  return c < blocks_.size() && blocks_[c] != nullptr;
+}
+
+size_t ParityStore::TierBaseLocked(size_t c) {
+  if (c >= tier_base_.size()) tier_base_.resize(c + 1, kNoBase);
+  if (tier_base_[c] == kNoBase) {
+    const size_t records = block_bytes_ / tier_record_bytes_;
+    tier_base_[c] = tier_->slots();
+    for (size_t x = 0; x < records; ++x) tier_->Append();  // zeros, resident until the next fetch step
+    ++allocated_;
+  }
+  return tier_base_[c];
+}
+
+size_t ParityStore::TierOtherBytesLocked() const { return tier_base_.capacity() * sizeof(size_t); }
+
+void ParityStore::TrimLocked() {
+  try {
+    tier_->Fetch(nullptr, 0, TierOtherBytesLocked());
+  } catch (const std::runtime_error&) {
+    // A full disk: the frames stay (the tier gives none up before its write-backs succeed), so no byte is lost;
+    // the next fetch step meets the same error before it changes anything, and fails its call there.
+  }
+}
+
 void ParityStore::CheckEntry(const ParityUpdate::Entry& en, size_t e, size_t rb) const {
   const int k = code_->k(), r = code_->r();
+  if (tier_ && (rb != tier_record_bytes_ || en.offset % rb != 0))
+    throw std::invalid_argument("ParityStore::Apply: entry " + std::to_string(e) + " covers bytes [" +
+                                std::to_string(en.offset) + ", " + std::to_string(en.offset + rb) +
+                                "), not one whole record of this tiered store's " + std::to_string(tier_record_bytes_) +
+                                "-byte records");
   if (en.parity_member >= r || en.data_member >= k)
     throw std::invalid_argument("ParityStore::Apply: entry " + std::to_string(e) + " has parity_member=" +
                                 std::to_string(en.parity_member) + ", data_member=" + std::to_string(en.data_member) +
@@ -113,9 +152,29 @@ void ParityStore::ApplyEntries(size_t count, size_t rb, EntryAt entry_at, DeltaA
   // the records a few entries ahead prefetched, so the cache misses overlap instead of queueing.
   thread_local std::vector<uint8_t*> targets;
   targets.resize(count);
-  for (size_t e = 0; e < count; ++e) {
-    const ParityUpdate::Entry& en = entry_at(e);
-    targets[e] = BlockLocked(en.parity_block) + en.offset;
+  bool appended = false;  // tiered: new blocks' records appended resident, a block's worth each
+  if (tier_) {
+    // The fetch step: every target already on disk read in together (the only call that may fail, so a
+    // full disk changes nothing), then new blocks appended as resident zeros; no frame moves until the apply is done.
+    thread_local std::vector<uint32_t> slots;
+    slots.clear();
+    for (size_t e = 0; e < count; ++e) {
+      const ParityUpdate::Entry& en = entry_at(e);
+      if (AllocatedLocked(en.parity_block))
+        slots.push_back(static_cast<uint32_t>(tier_base_[en.parity_block] + en.offset / rb));
+    }
+    tier_->Fetch(slots.data(), slots.size(), TierOtherBytesLocked());
+    const size_t allocated = allocated_;
+    for (size_t e = 0; e < count; ++e) {
+      const ParityUpdate::Entry& en = entry_at(e);
+      targets[e] = tier_->Frame(TierBaseLocked(en.parity_block) + en.offset / rb);
+    }
+    appended = allocated_ != allocated;
+  } else {
+    for (size_t e = 0; e < count; ++e) {
+      const ParityUpdate::Entry& en = entry_at(e);
+      targets[e] = BlockLocked(en.parity_block) + en.offset;
+    }
   }
   constexpr size_t kAhead = 8;
   auto prefetch = [rb](const uint8_t* record) {
@@ -137,6 +196,9 @@ void ParityStore::ApplyEntries(size_t count, size_t rb, EntryAt entry_at, DeltaA
   }
   delta_bytes_received_ += count * rb;
   updates_received_ += count;
+  // New blocks came in whole and resident: back to the budget now rather than at the next Apply, which may
+  // not come for a while (the end of a run, a sender's pause).
+  if (appended) TrimLocked();
 }
 
 void ParityStore::Apply(const ParityUpdate& update) {
@@ -163,13 +225,19 @@ void ParityStore::Apply(const ParityDeltaRef* refs, size_t count, size_t record_
       [refs](size_t e) { return refs[e].delta; });
 }
 
+void ParityStore::ReadBlockLocked(size_t c, uint8_t* out) const {
+  if (!AllocatedLocked(c)) {
+    std::memset(out, 0, block_bytes_);
+  } else if (tier_) {
+    tier_->Read(tier_base_[c], block_bytes_ / tier_record_bytes_, out);  // frames and file, no frame moved
+  } else {
+    std::memcpy(out, blocks_[c], block_bytes_);
+  }
+}
+
 void ParityStore::ReadBlock(size_t c, uint8_t* out) const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (c < blocks_.size() && blocks_[c]) {
-    std::memcpy(out, blocks_[c], block_bytes_);
-  } else {
-    std::memset(out, 0, block_bytes_);
-  }
+  ReadBlockLocked(c, out);
 }
 
 void ParityStore::ReadColumns(size_t c, size_t record_bytes, size_t offset, size_t width, uint8_t* out) const {
@@ -179,29 +247,49 @@ void ParityStore::ReadColumns(size_t c, size_t record_bytes, size_t offset, size
                                 "-byte records do not fit blocks of " + std::to_string(block_bytes_) + " bytes");
   const size_t records = block_bytes_ / record_bytes;
   std::lock_guard<std::mutex> lock(mu_);
-  if (c >= blocks_.size() || !blocks_[c]) {
+  if (!AllocatedLocked(c)) {
     std::memset(out, 0, records * width);
     return;
   }
-  const uint8_t* src = blocks_[c] + offset;
+  thread_local std::vector<uint8_t> block;
+  const uint8_t* src = nullptr;
+  if (tier_) {
+    block.resize(block_bytes_);
+    ReadBlockLocked(c, block.data());
+    src = block.data() + offset;
+  } else {
+    src = blocks_[c] + offset;
+  }
   for (size_t x = 0; x < records; ++x) std::memcpy(out + x * width, src + x * record_bytes, width);
 }
 
 void ParityStore::WriteBlock(size_t c, const uint8_t* bytes) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::memcpy(BlockLocked(c), bytes, block_bytes_);
+  if (!tier_) {
+    std::memcpy(BlockLocked(c), bytes, block_bytes_);
+    return;
+  }
+  tier_->Write(TierBaseLocked(c), block_bytes_ / tier_record_bytes_, bytes);
+  // A new block's records were appended resident: a rebuild writing every block would hold them all until
+  // the next Apply, so the tier is trimmed to its budget now.
+  TrimLocked();
 }
 
 bool ParityStore::HasBlock(size_t c) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return c < blocks_.size() && blocks_[c];
+  return AllocatedLocked(c);
 }
 
 size_t ParityStore::num_blocks() const {
   std::lock_guard<std::mutex> lock(mu_);
-  size_t n = blocks_.size();
-  while (n > 0 && !blocks_[n - 1]) --n;
+  size_t n = tier_ ? tier_base_.size() : blocks_.size();
+  while (n > 0 && !AllocatedLocked(n - 1)) --n;
   return n;
+}
+
+SpillStats ParityStore::spill_stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return tier_ ? tier_->stats() : SpillStats{};
 }
 
 size_t ParityStore::allocated_blocks() const {

@@ -134,12 +134,17 @@ void BindParityHolder(py::module_& m) {
 
   py::class_<ParityHolder, std::shared_ptr<ParityHolder>>(
       m, "ParityHolder", "A server's parity blocks per table and, per sender, its applied seq, stamp and undo log")
-      .def(py::init([](int index, int n, int k, int r, const std::map<std::string, size_t>& tables) {
-             return std::make_shared<ParityHolder>(index, n, k, r, tables);
+      .def(py::init([](int index, int n, int k, int r, const std::map<std::string, size_t>& tables,
+                       const std::map<std::string, std::pair<size_t, size_t>>& spill, const std::string& spill_dir) {
+             std::map<std::string, ParitySpill> spills;
+             for (const auto& [name, tier] : spill) spills[name] = ParitySpill{tier.first, tier.second, spill_dir};
+             return std::make_shared<ParityHolder>(index, n, k, r, tables, spills);
            }),
            py::arg("index"), py::arg("n"), py::arg("k"), py::arg("r"), py::arg("tables"),
+           py::arg("spill") = std::map<std::string, std::pair<size_t, size_t>>{}, py::arg("spill_dir") = "",
            "Server index of n under a (k, r) code; tables: {name: bytes of one parity block (block_slots * "
-           "record_bytes)}")
+           "record_bytes)}; spill: {name: (record_bytes, budget_bytes)} of the tables whose parity keeps at most "
+           "budget_bytes in RAM and the rest in a file under spill_dir")
       .def_property_readonly("index", &ParityHolder::index)
       .def_property_readonly("n", [](const ParityHolder& holder) { return holder.layout().n(); })
       .def("protects", &ParityHolder::Protects, py::arg("sender"),
@@ -204,6 +209,24 @@ void BindParityHolder(py::module_& m) {
       .def("num_blocks", &ParityHolder::NumBlocks, py::arg("table"))
       .def("block_bytes", &ParityHolder::block_bytes, py::arg("table"))
       .def_property_readonly("bytes", &ParityHolder::Bytes, "parity bytes allocated over all tables")
+      .def(
+          "spill_stats",
+          [](const ParityHolder& holder) {
+            py::dict out;
+            for (const auto& [name, st] : holder.SpillStatsAll()) {
+              py::dict d;
+              d["rows_in_memory"] = st.rows_in_memory;
+              d["rows_on_disk"] = st.rows_on_disk;
+              d["disk_bytes"] = st.disk_bytes;
+              d["disk_read_bytes"] = st.disk_read_bytes;
+              d["disk_write_bytes"] = st.disk_write_bytes;
+              d["memory_hits"] = st.hits;
+              d["memory_misses"] = st.misses;
+              out[py::str(name)] = d;
+            }
+            return out;
+          },
+          "{table: the parity tier's counts (as a shard's memory stats name them)} of the tiered tables")
       .def("close", &ParityHolder::Close, "The server died: every later apply raises HolderClosed")
       .def_property_readonly("closed", &ParityHolder::closed);
 

@@ -67,6 +67,7 @@ def train_and_report(args: argparse.Namespace, verify: bool) -> Tuple[int, Optio
     request = train_request(args)
     from xdl_ec.model.input_stream import InputFnError
     from xdl_ec.ps import CallTimeout, RoleLost, Unrecoverable
+    from xdl_ec.sparse.disk_tier_full import DiskTierFull
 
     control = None
     if getattr(args, "run_dir", None) is not None:
@@ -87,7 +88,7 @@ def train_and_report(args: argparse.Namespace, verify: bool) -> Tuple[int, Optio
             report = request.job.fit(**request.fit_arguments())
     # a role died and the strategy could not bring it back, or a role is stuck: the run failed (before the OSError
     # clause: a CallTimeout is a TimeoutError)
-    except (RoleLost, Unrecoverable, CallTimeout) as err:
+    except (RoleLost, Unrecoverable, CallTimeout, DiskTierFull) as err:
         print(f"xdl-ec {args.command}: error: {err}; training stopped", file=sys.stderr)
         return EXIT_FAILURE, None
     # A bad line (BadLineError is a ValueError), an unreadable file, a data set too small to split, divergence,

@@ -38,6 +38,7 @@ from xdl_ec.net.job_secret import JobSecret
 from xdl_ec.ps.backend import RoleLost
 from xdl_ec.ps.fault_tolerance import FailureRecord, FaultTolerance, Resume, Unrecoverable
 from xdl_ec.settings import checks
+from xdl_ec.sparse.memory_budget import TIER_COUNTS, tier_reports
 
 if TYPE_CHECKING:
     from xdl_ec.ps.cluster_view import ClusterView
@@ -398,6 +399,9 @@ class ErasureCoded(FaultTolerance):
         out["parity_forwarded_bytes"] = stats.get("forwarded_bytes", 0)
         # mutations whose deltas were merged into an earlier one of their seq range (hot rows sent once per range)
         out["parity_coalesced_mutations"] = stats.get("coalesced", 0)
+        if stats.get("parity_tiered"):  # budgeted servers: their held parity's disk tier, summed over them
+            counts = {key: stats[f"parity_{key}"] for key in TIER_COUNTS}
+            out["parity_tier"] = tier_reports([{"parity": counts}])["parity"]
         return out
 
     # ---- a resize (xdl_ec.ps.resize) ------------------------------------------------------------------------

@@ -13,18 +13,38 @@ import numpy as np
 from xdl_ec import _core
 from xdl_ec.ft.parity_link import ParityReceiver
 from xdl_ec.net.job_secret import JobSecret
+from xdl_ec.sparse.memory_budget import TIER_COUNTS, MemoryBudget
 
 
 class HeldParity:
     """Holder ``index`` of ``n`` under a (k, r) code of the tables ``tables`` {name: (block_slots, record_bytes)};
-    ``secret``: the job's JobSecret, which its receiver's peers must prove they hold."""
+    ``secret``: the job's JobSecret, which its receiver's peers must prove they hold; ``memory``: the server's
+    budget, whose parity share (:meth:`MemoryBudget.parity_share`) each table's parity keeps in RAM, the rest of
+    its records in a file under the spill dir (None, or a budget without parity: all in RAM)."""
 
     def __init__(
-        self, index: int, n: int, k: int, r: int, tables: Mapping[str, Tuple[int, int]], secret: JobSecret
+        self,
+        index: int,
+        n: int,
+        k: int,
+        r: int,
+        tables: Mapping[str, Tuple[int, int]],
+        secret: JobSecret,
+        memory: Optional[MemoryBudget] = None,
     ) -> None:
         self.index = index
         self._record_bytes = {name: rb for name, (_, rb) in tables.items()}
-        self.holder = _core.ParityHolder(index, n, k, r, {name: bs * rb for name, (bs, rb) in tables.items()})
+        share = 0 if memory is None else memory.parity_share(len(tables))
+        spill = {name: (rb, share) for name, rb in self._record_bytes.items()} if share else {}
+        self.holder = _core.ParityHolder(
+            index,
+            n,
+            k,
+            r,
+            {name: bs * rb for name, (bs, rb) in tables.items()},
+            spill=spill,
+            spill_dir=memory.spill_dir if spill and memory is not None else "",
+        )
         self._secret = secret
         self._receiver: Optional[ParityReceiver] = None  # made when a remote sender first asks for it
         self._receiver_lock = threading.Lock()
@@ -44,6 +64,14 @@ class HeldParity:
         """The receiver's newest warnings (peers refused, batches refused), oldest first; [] without a receiver."""
         with self._receiver_lock:
             return list(self._receiver.events) if self._receiver is not None else []
+
+    def tier_counts(self) -> Dict[str, int]:
+        """The parity tier's counts summed over the tables, as ``parity_<count>`` (TIER_COUNTS; zeros untiered),
+        with ``parity_tiered``: how many tables' parity is tiered."""
+        per_table = self.holder.spill_stats()
+        out = {f"parity_{key}": sum(int(c[key]) for c in per_table.values()) for key in TIER_COUNTS}
+        out["parity_tiered"] = len(per_table)
+        return out
 
     def apply(self, sender: int, batches: np.ndarray, durable: int) -> int:
         """A remote sender's serialised batches; returns how far its stream is applied."""

@@ -31,13 +31,16 @@ from xdl_ec.net.job_secret import JobSecret
 from xdl_ec.ps.agent import AgentHost, ServerAgent
 from xdl_ec.ps.backend import in_ray_actor
 from xdl_ec.ps.handle import Handle
+from xdl_ec.sparse.memory_budget import MemoryBudget
 from xdl_ec.sparse.table import EmbeddingTable
 
 
 class ParityAgent(ServerAgent):
     """Server ``index`` of ``n`` under a (k, r) code; ``tables`` {name: (block_slots, record_bytes)}; its delta
     stream continues after ``seq``, whose state included the pushes ``worker_seqs`` {worker: seq}. ``secret``: the
-    job's JobSecret, which its parity links and receiver prove membership with (see xdl_ec.ft.parity_link)."""
+    job's JobSecret, which its parity links and receiver prove membership with (see xdl_ec.ft.parity_link).
+    ``memory``: the server's budget, whose parity share keeps the held parity's hot records in RAM and the rest
+    under its spill dir (None: all in RAM)."""
 
     logs_pushes = True  # a push is safe only once its deltas reached the parity holders
 
@@ -52,6 +55,7 @@ class ParityAgent(ServerAgent):
         worker_seqs: Optional[Mapping[int, int]] = None,
         *,
         secret: JobSecret,
+        memory: Optional[MemoryBudget] = None,
     ) -> None:
         if not isinstance(secret, JobSecret):
             raise TypeError(
@@ -60,7 +64,7 @@ class ParityAgent(ServerAgent):
             )
         self.index, self.n, self.k, self.r = index, n, k, r
         self.tables = {name: (int(bs), int(rb)) for name, (bs, rb) in tables.items()}
-        self.held = HeldParity(index, n, k, r, self.tables, secret)
+        self.held = HeldParity(index, n, k, r, self.tables, secret, memory)
         self.forwarding = DeltaForwarding(index, n, k, r, self.tables, seq, worker_seqs or {}, secret)
         self.fragments = FragmentReads(self.tables, self.forwarding, self.held)
         self.shard_restore = ShardRestore(index, n, k, r, self.tables)
@@ -287,6 +291,7 @@ class ParityAgent(ServerAgent):
     def stats(self, server: AgentHost) -> Dict[str, int]:
         return {
             "parity_bytes": int(self.holder.bytes),
+            **self.held.tier_counts(),
             "degraded_reads": self.shard_restore.degraded_reads,
             **self.forwarding.stats(),
         }
@@ -313,4 +318,14 @@ def parity_agent_for(
     tables = {name: (t.shard.block_slots, t.record_bytes) for name, t in server.tables().items()}
     if worker_seqs:
         server.note_push_seqs(worker_seqs)
-    return ParityAgent(server.index, n, k, r, tables, seq, worker_seqs, secret=secret)  # type: ignore[arg-type]
+    return ParityAgent(
+        server.index,
+        n,
+        k,
+        r,
+        tables,
+        seq,
+        worker_seqs,
+        secret=secret,  # type: ignore[arg-type]
+        memory=server.memory,
+    )

@@ -45,6 +45,7 @@ from xdl_ec.ps.resize import ResizeError, Resizer
 from xdl_ec.ps.training import PSTrainer
 from xdl_ec.ps.worker import RunSettings
 from xdl_ec.settings import checks
+from xdl_ec.sparse.disk_tier_full import DiskTierFull, spill_dir_of
 from xdl_ec.sparse.memory_budget import MemoryBudget
 from xdl_ec.sparse.table_config import Table
 from xdl_ec.tf.determinism import configure_determinism
@@ -312,7 +313,10 @@ class Job:
         run = LocalRun(self.spec, settings, progress, memory)
         try:
             self._begin(run, saved, saver, log, exporter)
-            report = run.fit(self._steps_left(steps, saved))
+            try:
+                report = run.fit(self._steps_left(steps, saved))
+            except DiskTierFull as full:
+                raise self._stopped_on_full_disk(full, saver, run) from full
             self._save_end(saver, run)
             if exporter is not None:
                 exporter.finish(run)
@@ -355,6 +359,13 @@ class Job:
             log.start(run)
             run.hooks.append(log)
         run.hooks.append(StopAtBoundary(STOP_REQUEST, lambda: self._save_end(saver, run)))
+
+    def _stopped_on_full_disk(self, full: DiskTierFull, saver: Optional[RunSaver], run: Any) -> DiskTierFull:
+        """A run stopped by its spill dir's disk: saved when it stopped at a boundary and has a save dir."""
+        if not full.at_boundary or saver is None:
+            return full
+        self._save_end(saver, run)
+        return full.with_save(None if saver.last is None else str(saver.last.directory))
 
     @staticmethod
     def _save_end(saver: Optional[RunSaver], run: Any) -> None:
@@ -404,6 +415,12 @@ class Job:
                     saver.note_stop(trainer.step, trainer.samples, str(err))
                     raise self._backstop_error(err, saver) from err
                 raise
+            except RuntimeError as err:  # a server's disk tier could not write: its part of the step is not applied
+                spill_dir = spill_dir_of(err)
+                if spill_dir is None:
+                    raise
+                cause = str(err).splitlines()[-1]
+                raise DiskTierFull(spill_dir, cause, trainer.step, at_boundary=False) from err
             self._save_end(saver, trainer)
             if exporter is not None:
                 exporter.finish(trainer)

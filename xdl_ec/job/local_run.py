@@ -6,6 +6,9 @@ run with ``deterministic=True`` ends at this run's ``model_digest``.
 
 The input thread prepares the next batches (reading, checks, unique ids) while a step trains. The report's
 ``stages`` says where the step's time went (:mod:`xdl_ec.ps.step_stages`).
+
+A budgeted run whose spill dir fills finishes the step on its reserve's room and stops at the boundary after it
+with :class:`~xdl_ec.sparse.disk_tier_full.DiskTierFull` (the job saves there when it has a save dir).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from xdl_ec.ps.step_stages import StageClock
 from xdl_ec.ps.step_times import StepTimes
 from xdl_ec.ps.worker import RunSettings, Worker
 from xdl_ec.settings import checks
+from xdl_ec.sparse.disk_tier_full import DiskTierFull, spill_dir_of
 from xdl_ec.sparse.memory_budget import MemoryBudget, tier_reports
 
 LAST_LOSSES = 50  # final_loss: mean training loss over this many last steps
@@ -71,7 +75,13 @@ class LocalRun:
         try:
             while stop is None or self.step < stop:
                 more = stop is None or self.step + 1 < stop
-                result = self.worker.train_step(self.step + 1, None, 1, more, self.step_times.start(self.step + 1))
+                try:
+                    result = self.worker.train_step(self.step + 1, None, 1, more, self.step_times.start(self.step + 1))
+                except RuntimeError as err:  # a disk-tier write failed even on the reserve's room: no boundary
+                    spill_dir = spill_dir_of(err)
+                    if spill_dir is None:
+                        raise
+                    raise DiskTierFull(spill_dir, str(err), self.step, at_boundary=False) from err
                 if result is None:
                     break
                 if not math.isfinite(result.loss):
@@ -89,6 +99,8 @@ class LocalRun:
                     first_end, first_samples = now, samples
                 timeline.append([self.step, now - start, samples, result.loss])
                 bar.update(samples, result.loss)
+                if self.tables.disk_full is not None:  # the step finished on the reserve's room: stop here
+                    raise DiskTierFull(*self.tables.disk_full, self.step, at_boundary=True)
                 for hook in self.hooks:
                     hook.after_step(self)
                 if not result.has_next:

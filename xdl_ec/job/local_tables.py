@@ -2,19 +2,30 @@
 servers (:class:`~xdl_ec.ps.client.PSClient`), so one worker trains in one process with the same code and the
 same arithmetic as on a cluster (``model_digest`` equal to a one-worker cluster run's). A table group's entry
 (:class:`~xdl_ec.model.table_groups.GroupKeys`) is pulled and pushed by ONE native call over its tables' shards
-(``_core.ShardGroup``), each table applying its own part with its own optimizer and rules."""
+(``_core.ShardGroup``), each table applying its own part with its own optimizer and rules.
+
+With a memory budget the tables hold a :class:`~xdl_ec.sparse.disk_reserve.DiskReserve` in the spill dir: a table
+call whose disk-tier write fails (a full disk; the call changed nothing) gives the reserve up and runs again on its
+room, and :attr:`LocalTables.disk_full` tells the run to stop at the boundary after the step (see
+:mod:`xdl_ec.sparse.disk_tier_full`). A group's call is not run again: its tables apply one after another, so a
+failure may follow a part already applied."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from functools import partial
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 
 from xdl_ec import _core
 from xdl_ec.model.table_groups import GroupKeys, TableGroup
+from xdl_ec.sparse.disk_reserve import RESERVE_SLACK, DiskReserve
+from xdl_ec.sparse.disk_tier_full import spill_dir_of
 from xdl_ec.sparse.memory_budget import MemoryBudget
 from xdl_ec.sparse.table import EmbeddingTable
 from xdl_ec.sparse.table_config import Table
+
+T = TypeVar("T")
 
 
 class _Done:
@@ -47,6 +58,30 @@ class LocalTables:
         }
         self.bytes_pulled = self.bytes_requested = self.bytes_pushed = 0
         self._groups: Dict[TableGroup, Any] = {}  # each group's _core.ShardGroup, made at its first call
+        self.reserve: Optional[DiskReserve] = None
+        if memory is not None:
+            try:
+                self.reserve = DiskReserve(memory.spill_dir, memory.budget_bytes + RESERVE_SLACK)
+            except BaseException:
+                self.close()
+                raise
+        # (spill dir, the core's message) of the first failed disk-tier write: the run stops after this step
+        self.disk_full: Optional[Tuple[str, str]] = None
+
+    def _tiered(self, call: Callable[[], T], again: bool = True) -> T:
+        """``call()``; after a failed disk-tier write (which changed nothing), once more on the reserve's room when
+        ``again`` and the reserve is still held (noting :attr:`disk_full` either way)."""
+        try:
+            return call()
+        except RuntimeError as err:
+            spill_dir = spill_dir_of(err)
+            if spill_dir is None:
+                raise
+            if self.disk_full is None:
+                self.disk_full = (spill_dir, str(err))
+            if not again or self.reserve is None or not self.reserve.release():
+                raise
+        return call()
 
     def _group(self, group: TableGroup) -> Any:
         shards = self._groups.get(group)
@@ -59,9 +94,9 @@ class LocalTables:
 
     def pull(self, requests: Mapping[str, Tuple[Any, int]]) -> Dict[str, np.ndarray]:
         return {
-            t: self._group(keys.group).pull(keys.keys, keys.offsets)
+            t: self._tiered(partial(self._group(keys.group).pull, keys.keys, keys.offsets), again=False)
             if isinstance(keys, GroupKeys)
-            else self.tables[t].pull(keys)
+            else self._tiered(partial(self.tables[t].pull, keys))
             for t, (keys, _) in requests.items()
         }
 
@@ -90,9 +125,10 @@ class LocalTables:
             if isinstance(keys, GroupKeys):
                 group = keys.group
                 ttl = np.array([cutoffs.get(name, 0) for name in group.tables], dtype=np.int64) if cutoffs else None
-                self._group(group).push(keys.keys, table_grads, keys.offsets, step, ttl)
+                self._tiered(partial(self._group(group).push, keys.keys, table_grads, keys.offsets, step, ttl), False)
             else:
-                self.tables[t].push(keys, table_grads, step=step, ttl_before=cutoffs.get(t, 0))
+                push = partial(self.tables[t].push, keys, table_grads, step=step, ttl_before=cutoffs.get(t, 0))
+                self._tiered(push)
         return []
 
     def note_acks(self, futures: Any, acks: Any) -> None:
@@ -108,3 +144,5 @@ class LocalTables:
     def close(self) -> None:
         for t in self.tables.values():
             t.close()
+        if self.reserve is not None:
+            self.reserve.close()

@@ -41,6 +41,9 @@ class AgentHost(Protocol):
     @property
     def lock(self) -> Any: ...  # reentrant, used as threading.RLock (``with host.lock:``)
 
+    @property
+    def memory(self) -> Any: ...  # the server's MemoryBudget (xdl_ec.sparse.memory_budget), None: all in RAM
+
     def table(self, name: str) -> Any: ...
 
     def tables(self) -> Dict[str, Any]: ...

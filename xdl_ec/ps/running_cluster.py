@@ -70,7 +70,8 @@ class RunningCluster:
             self.job.tables,
             spares=spares,
             placement=placement,
-            memory=self.config.memory,
+            # a server of a striped strategy holds parity too, in the same budget
+            memory=None if self.config.memory is None else self.config.memory.holding_parity(strategy.stripe_code),
         )
         job = self.job
         self.backend.share_code([job.model_fn, job.input_fn, job.loss, job.eval_fn])

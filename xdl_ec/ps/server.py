@@ -79,6 +79,11 @@ class ParameterServer(LinkHost):
         return self.shards.epoch
 
     @property
+    def memory(self) -> Optional[MemoryBudget]:
+        """This server's RAM budget (None: all in RAM); a parity holder's stores take their share of it."""
+        return self.shards.memory
+
+    @property
     def agent(self) -> ServerAgent:
         return self.hosted.agent
 

@@ -14,6 +14,7 @@ from typing import Any, Dict, Optional
 from xdl_ec import _core
 from xdl_ec.ps.sync_steps import SyncSteps
 from xdl_ec.settings import checks
+from xdl_ec.sparse.disk_reserve import RESERVE_SLACK, DiskReserve
 from xdl_ec.sparse.memory_budget import MemoryBudget
 from xdl_ec.sparse.table import EmbeddingTable
 from xdl_ec.sparse.table_config import Table
@@ -21,13 +22,16 @@ from xdl_ec.sparse.table_config import Table
 
 class ServerShards:
     """The shards of server ``index`` of a cluster of ``servers`` (a table's Evict(max_rows) is shared evenly over
-    them). ``memory``: the server's budget, shared evenly over ``tables`` shards (the rest of their rows on disk)."""
+    them). ``memory``: the server's budget, shared evenly over ``tables`` shards (the rest of their rows on disk),
+    and the room it holds in the spill dir to stop cleanly if the disk fills (a full dir is an error here, before
+    training: :class:`~xdl_ec.sparse.disk_reserve.DiskReserve`)."""
 
     def __init__(self, index: int, servers: int, memory: Optional[MemoryBudget] = None, tables: int = 1) -> None:
         self.index = index
         self.servers = servers
         self.memory = memory
         self._table_budget = 0 if memory is None else memory.share(tables)
+        self.reserve = None if memory is None else DiskReserve(memory.spill_dir, memory.budget_bytes + RESERVE_SLACK)
         self._tables: Dict[str, EmbeddingTable] = {}
         self.core = _core.ShardServer(index)
         self.lock = self.core.lock  # reentrant, as threading.RLock
@@ -117,3 +121,5 @@ class ServerShards:
             t.close()
         self._tables.clear()
         self.sync.clear()
+        if self.reserve is not None:
+            self.reserve.close()

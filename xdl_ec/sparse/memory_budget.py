@@ -4,8 +4,10 @@ The core's disk tier (``cpp/include/xdl_ec/spill_tier.h``) sits below each shard
 keeps its hot rows in RAM and the rest in a file under ``spill_dir``, with the same bytes, so every result (and
 ``model_digest``) is the unbudgeted run's. The budget is per process (a server, or the one process of
 ``job.fit``), shared evenly over its tables' shards; each share covers the rows with their optimizer state, the
-key index and the slot lists. The spill files are unlinked as soon as they are made, so they go with their process
-however it ends."""
+key index and the slot lists. A server of ``--ft ec`` also holds parity, r/k of the data it covers, in the same
+tier (``cpp/include/xdl_ec/parity_store.h``): its budget is then split k : r between its shards and the parity
+stores it holds (one per table), the split of the bytes each holds. The spill files are unlinked as soon as they
+are made, so they go with their process however it ends."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import os
 import re
 import resource
 import sys
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
@@ -45,10 +47,13 @@ def check_spill_dir(spill_dir: str) -> str:
 @dataclasses.dataclass(frozen=True)
 class MemoryBudget:
     """``budget_bytes`` of RAM for one process's tables (an int, or a size text like ``"4G"``), the rest of their
-    rows in files under ``spill_dir``. Checked when made: a positive size and an existing writable directory."""
+    rows in files under ``spill_dir``. Checked when made: a positive size and an existing writable directory.
+    ``parity_code``: the (k, r) of the erasure code whose parity the process holds beside its shards (None: none),
+    set by :meth:`holding_parity`."""
 
     budget_bytes: int
     spill_dir: str
+    parity_code: Optional[Tuple[int, int]] = None
 
     def __post_init__(self) -> None:
         size = parse_size(self.budget_bytes) if isinstance(self.budget_bytes, str) else self.budget_bytes
@@ -69,9 +74,30 @@ class MemoryBudget:
             )
         return MemoryBudget(memory_budget, spill_dir)
 
+    def holding_parity(self, code: Optional[Tuple[int, int]]) -> "MemoryBudget":
+        """This budget for a server that also holds the parity of a (k, r) ``code`` (None: no parity, this one)."""
+        if code is None:
+            return self
+        k, r = int(code[0]), int(code[1])
+        if k < 1 or r < 1:
+            raise ValueError(f"memory budget: parity code must be (k, r) with k, r >= 1, got {code!r}")
+        return dataclasses.replace(self, parity_code=(k, r))
+
     def share(self, tables: int) -> int:
-        """One shard's budget when this process holds ``tables`` shards: an even share."""
-        return self.budget_bytes // max(1, tables)
+        """One shard's budget when this process holds ``tables`` shards: an even share of the shards' part (all of
+        it, or k / (k + r) when the process holds parity too)."""
+        if self.parity_code is None:
+            return self.budget_bytes // max(1, tables)
+        k, r = self.parity_code
+        return self.budget_bytes * k // ((k + r) * max(1, tables))
+
+    def parity_share(self, tables: int) -> int:
+        """One table's parity store's budget when this process holds the parity of ``tables`` tables: an even
+        share of r / (k + r) of the budget (0 when it holds no parity)."""
+        if self.parity_code is None:
+            return 0
+        k, r = self.parity_code
+        return self.budget_bytes * r // ((k + r) * max(1, tables))
 
     def shares(self, tables: Sequence[Any]) -> Dict[str, int]:
         """{table name: its shard's budget} over ``tables`` (anything with a ``name``), evenly."""

@@ -65,8 +65,10 @@ class ParityHolder {
  public:
   // Server `index` of `n` under a (k, r) code; `tables`: table name -> bytes of one parity block of it
   // (block_slots * record_bytes). Throws std::invalid_argument for a bad layout or code, an index outside
-  // [0, n), an empty name or a zero block size.
-  ParityHolder(int index, int n, int k, int r, const std::map<std::string, size_t>& tables);
+  // [0, n), an empty name or a zero block size. `spills`: the disk tier of a table's parity (ParitySpill;
+  // tables absent keep theirs in RAM); a name not in `tables` is an error, as is a bad tier (see ParityStore).
+  ParityHolder(int index, int n, int k, int r, const std::map<std::string, size_t>& tables,
+               const std::map<std::string, ParitySpill>& spills = {});
   ParityHolder(const ParityHolder&) = delete;
   ParityHolder& operator=(const ParityHolder&) = delete;
 
@@ -114,8 +116,9 @@ class ParityHolder {
   void WriteBlock(const std::string& table, size_t c, const uint8_t* bytes);
 
   size_t block_bytes(const std::string& table) const;
-  size_t NumBlocks(const std::string& table) const;  // one past the highest allocated parity block
-  size_t Bytes() const;                              // parity bytes allocated over all tables
+  size_t NumBlocks(const std::string& table) const;         // one past the highest allocated parity block
+  size_t Bytes() const;                                     // parity bytes allocated over all tables
+  std::map<std::string, SpillStats> SpillStatsAll() const;  // per tiered table, its parity tier's counts
 
   // The server died: every later Apply throws HolderClosed (reads still work: they are only reached
   // through the server, which is gone).

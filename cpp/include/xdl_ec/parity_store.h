@@ -3,6 +3,13 @@
 // arrives: a free record is all-zero bytes, so the parity of never-written data is zero and a
 // missing block reads as zeros.
 //
+// A tiered store (ParitySpill with a budget) keeps its records in a spill file under the spill dir and a
+// bounded set of them in RAM (SpillTier, spill_tier.h, with the table's record size): a holder's parity is
+// r/k of the data it covers, so a server whose shards are budgeted would otherwise hold its parity whole.
+// Block c's records are the tier's slots [base(c), base(c) + block_bytes / record_bytes), allocated in the
+// order blocks are first written. Apply's targets are fetched together before the read-modify-write; a
+// failed write-back (a full disk) throws naming the spill dir with no byte changed.
+//
 // Thread safety: every method may be called from several threads (one mutex); Apply of different
 // batches commutes (XOR), so concurrent senders need no ordering among themselves.
 #pragma once
@@ -11,18 +18,29 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "xdl_ec/erasure_code.h"
 #include "xdl_ec/mapped_buffer.h"
 #include "xdl_ec/parity_update.h"
+#include "xdl_ec/spill_tier.h"
 
 namespace xdl_ec {
 
+// The disk tier of a ParityStore: budget_bytes == 0 keeps every block in RAM.
+struct ParitySpill {
+  size_t record_bytes = 0;  // the table's record size: the unit parity is applied in
+  size_t budget_bytes = 0;  // RAM for this store's records and its block map
+  std::string dir;          // where the spill file is made
+};
+
 class ParityStore {
  public:
-  // Throws std::invalid_argument for a null code or block_bytes == 0.
-  ParityStore(std::shared_ptr<const ErasureCode> code, size_t block_bytes);
+  // Throws std::invalid_argument for a null code or block_bytes == 0; with a budget, also for record_bytes
+  // not dividing block_bytes or a budget below SpillTier::MinimumBudget (naming it), and std::runtime_error
+  // naming the dir when it is missing, not writable or full.
+  ParityStore(std::shared_ptr<const ErasureCode> code, size_t block_bytes, const ParitySpill& spill = {});
   ParityStore(const ParityStore&) = delete;
   ParityStore& operator=(const ParityStore&) = delete;
 
@@ -30,8 +48,9 @@ class ParityStore {
   const ErasureCode& code() const { return *code_; }
 
   // parity_block[c][offset .. offset + record_bytes) ^= g(i, j) * delta for every entry. Validates the
-  // whole batch first (members within the code, records within a block, sizes consistent) and throws
-  // std::invalid_argument without changing any byte if anything is wrong.
+  // whole batch first (members within the code, records within a block, sizes consistent; a tiered store
+  // takes whole records of its record size) and throws std::invalid_argument without changing any byte if
+  // anything is wrong; std::runtime_error naming the spill dir when the tier cannot write (nothing changed).
   void Apply(const ParityUpdate& update);
   // The same for entries whose deltas stay in the sender's buffer (ParityRouter::RouteRefs), record_bytes
   // each: the in-process path, with no copy into a ParityUpdate. Same checks, same all-or-nothing.
@@ -50,9 +69,17 @@ class ParityStore {
   size_t bytes() const;                   // allocated_blocks() * block_bytes()
   uint64_t delta_bytes_received() const;  // sum of applied deltas' bytes, for balance and stats
   uint64_t updates_received() const;      // entries applied
+  bool tiered() const { return tier_ != nullptr; }
+  SpillStats spill_stats() const;  // the tier's counts (all zero when untiered)
 
  private:
+  static constexpr size_t kNoBase = SIZE_MAX;
   uint8_t* BlockLocked(size_t c);  // allocates zeroed on first use
+  bool AllocatedLocked(size_t c) const;
+  size_t TierBaseLocked(size_t c);      // tiered: the block's first slot, appended (zero) on first use
+  size_t TierOtherBytesLocked() const;  // what the budget covers beside the tier's frames
+  void TrimLocked();  // the tier back within its budget (no pointer into it held; a full disk leaves it over)
+  void ReadBlockLocked(size_t c, uint8_t* out) const;
   void CheckEntry(const ParityUpdate::Entry& entry, size_t e, size_t record_bytes) const;
   template <typename EntryAt, typename DeltaAt>
   void ApplyEntries(size_t count, size_t record_bytes, EntryAt entry_at, DeltaAt delta_at);
@@ -69,6 +96,9 @@ class ParityStore {
   std::vector<MappedBuffer> slabs_;
   size_t slab_used_ = 0, slab_total_ = 0;
   size_t allocated_ = 0;
+  std::unique_ptr<SpillTier> tier_;  // null: untiered
+  size_t tier_record_bytes_ = 0;
+  std::vector<size_t> tier_base_;  // tiered: per block, its first slot, or kNoBase (never written)
   uint64_t delta_bytes_received_ = 0;
   uint64_t updates_received_ = 0;
 };
