@@ -265,3 +265,28 @@ def test_each_saved_model_serves_the_predictions_from_plain_tensorflow(tmp_path:
         served = np.load(tmp_path / f"{name}.npy")
         assert served.shape == want.shape, name
         np.testing.assert_allclose(served, want, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("name", ["mnist", "dien"])
+def test_on_ray_with_ec_and_a_killed_server_the_script_ends_at_the_one_process_model(name: str) -> None:
+    """On Ray actors: a model without tables, and DIEN's (its example module travels with the job)."""
+    pytest.importorskip("ray")
+    import ray
+
+    from xdl_ec.ps.backend import connect_ray
+
+    started = not ray.is_initialized()
+    if started:
+        connect_ray()
+    try:
+        report = JOBS[name]().fit(
+            cluster=xdl_ec.Cluster(servers=3, backend="ray", ft="ec", code=(2, 1), fail_at=["4:1"]),
+            deterministic=True,
+            seed=3,
+        )
+    finally:
+        if started:
+            ray.shutdown()
+    assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 1)]
+    assert report["model_digest"] == run(name)[0]["model_digest"]

@@ -635,13 +635,14 @@ def xdl_job(
 ) -> "Job":
     """The :class:`xdl_ec.Job` of a ported XDL script (see the module docstring).
 
-    ``train(batch)``: the script's model code from ``batch = reader.read()`` to the loss. ``reader(worker,
+    ``train(batch)``: the script's model code from ``batch = reader.read()`` to the loss it computes from the batch,
+    returned first (then any other outputs; see :mod:`xdl_ec.xdl.xdl_model`). ``reader(worker,
     num_workers)``: the script's batches (a seeded, re-callable input: the first batch of ``reader(0, 1)`` is
     read here to trace ``train``). ``optimizer``: XDL's optimizer for every variable: the tables whose
     ``embedding`` call names no optimizer, and the dense layers (as :func:`dense_optimizer_config`).
     ``eval_reader()``: hold-out batches like the reader's; the run's report then has their AUC. ``test(batch)``:
-    the script's eval graph (XDL's ``tf_wrapper(is_training=False)`` model, which marks its logits with
-    ``losses.sigmoid_cross_entropy`` too and may return anything first): the same lookups, the same layer calls in
+    the script's eval graph (XDL's ``tf_wrapper(is_training=False)`` model, which returns its predictions first,
+    or marks its logits with ``losses.sigmoid_cross_entropy`` as ``train`` does): the same lookups, layer calls in
     the same order and ``get_variable`` names the training graph made, which the job evaluates, predicts and
     exports with; None: ``train`` itself, every batch normalization on its moving statistics.
 

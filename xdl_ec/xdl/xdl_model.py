@@ -30,8 +30,8 @@ The job calls its model in two modes: its training step (``training=True``) runs
 ``test`` function if the script has one (XDL's ``is_training=False`` graph) or else the model function again, over
 the same layers and variables, with every batch normalization on its moving statistics.
 
-The stand-ins refuse to become tensors, so a model function that does anything else with raw ids or labels gets
-an :class:`XdlPortError` saying why, instead of a silently different model.
+The stand-ins for ids refuse to become tensors, so a model function that does anything else with raw ids gets an
+:class:`XdlPortError` saying why, instead of a silently different model.
 """
 
 from __future__ import annotations
