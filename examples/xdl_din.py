@@ -13,8 +13,9 @@ The renames: ``import xdl`` -> ``import xdl_ec.xdl as xdl``; ``tf.layers.batch_n
 ``tf.layers.dense`` -> ``xdl.layers.batch_normalization`` / ``xdl.layers.dense``; ``tf.variable_scope``,
 ``tf.get_variable``, ``tf.AUTO_REUSE``, ``tf.constant_initializer`` -> their ``tf.compat.v1`` names. What changes
 beyond renames: the reader (XDL's ``py_func`` sample IO) is ``reader(worker, num_workers)`` yielding dict batches
-of the same data, its history padded to a fixed length T (XDL pads each batch to its own longest); XDL's two-way
-softmax head is one logit with ``xdl.losses.sigmoid_cross_entropy``; the loop is :func:`job`, whose ``test=`` is
+of the same data, its history padded to a fixed length T (XDL pads each batch to its own longest); the two-way
+softmax head is one logit with ``xdl.losses.sigmoid_cross_entropy`` here (XDL's own softmax over [B, 2] and its
+hand-written loss port as written too: examples/xdl_dien.py); the loop is :func:`job`, whose ``test=`` is
 XDL's test graph. The synthetic log plants DIN's signal: a user clicks a candidate of a category in their history
 far more often.
 

@@ -178,7 +178,10 @@ def test_an_input_fn_raising_mid_run_is_named() -> None:
         xdl_ec.Job(job().tables, job().features, example.make_model, input_fn).fit(deterministic=True)
 
 
-@pytest.mark.parametrize("output,message", [("many", r"logits \[B\] or \[B, 1\]"), ("none", "Keras model")])
+@pytest.mark.parametrize(
+    "output,message",
+    [("many", r"its labels are \[B\], the model's labels \[B, 3\] \(3 classes\)"), ("none", "Keras model")],
+)
 def test_a_model_that_breaks_the_contract_is_named(output: str, message: str) -> None:
     import tensorflow as tf
 

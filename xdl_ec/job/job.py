@@ -16,6 +16,7 @@ fresh model; the trained one stays with the job for :meth:`Job.evaluate` and :me
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import time
 from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Tuple, Union
@@ -51,6 +52,7 @@ from xdl_ec.sparse.table_config import Table
 from xdl_ec.tf.determinism import configure_determinism
 
 PathLike = Union[str, os.PathLike]
+logger = logging.getLogger(__name__)
 
 
 class Job:
@@ -206,6 +208,14 @@ class Job:
         checks.instance("deterministic", deterministic, bool)
         if cluster is not None:
             checks.instance("cluster", cluster, Cluster)
+            if not self.spec.tables:  # a dense-only model (XDL's mnist): runs alike, with nothing on the servers
+                logger.warning(
+                    "the job has no tables: its %d servers hold no rows, so ft=%r has nothing to keep and a lost "
+                    "server nothing to rebuild (it is noticed when the run next meets it); the dense model is the "
+                    "driver's, as always",
+                    cluster.servers,
+                    cluster.ft,
+                )
         workers = 1 if cluster is None else cluster.workers
         saved = None
         if resume is not None:  # checked whole before anything starts

@@ -16,6 +16,7 @@ from typing import Any, Dict, Optional
 
 from xdl_ec.job.job import Job
 from xdl_ec.sparse.row_rules import rules_of
+from xdl_ec.xdl.user_frame import users_line
 
 #: the built-in job's factory (``xdl-ec train`` without --script), called with its saved description
 BUILTIN_FACTORY = "xdl_ec.builtin.criteo_job:job_from_description"
@@ -58,10 +59,12 @@ def load_script_job(path: str, table_rules: Optional[Dict[str, Any]] = None) -> 
     try:
         job = make()
     except Exception as err:  # noqa: BLE001
-        where = traceback.extract_tb(err.__traceback__)[-1]
-        raise ScriptError(
-            f"--script {path}: job() raised {type(err).__name__}: {err} (at {where.filename}:{where.lineno})"
-        ) from None
+        # the line of the user's code it came from (the script's, or a module of theirs), else the innermost
+        frames = traceback.extract_tb(err.__traceback__)
+        where = users_line(frames) or f"{frames[-1].filename}:{frames[-1].lineno}"
+        said = str(err)
+        at = "" if said.startswith(where) else f" (at {where})"  # an XdlPortError starts with it already
+        raise ScriptError(f"--script {path}: job() raised {type(err).__name__}: {said}{at}") from None
     if not isinstance(job, Job):
         raise ScriptError(f"--script {path}: job() must return an xdl_ec.Job, got {type(job).__name__}")
     if table_rules:

@@ -72,6 +72,7 @@ class LocalRun:
         clock = StageClock([self.worker.stats()])
         start = time.perf_counter()
         first_end, first_samples, samples = None, 0, 0
+        outputs: list = []  # a LossModel's extra outputs (an accuracy, an auxiliary loss), per step
         try:
             while stop is None or self.step < stop:
                 more = stop is None or self.step + 1 < stop
@@ -90,6 +91,8 @@ class LocalRun:
                     )
                 self.step += 1
                 self.losses.append(result.loss)
+                if self.worker.built_step.outputs:
+                    outputs.append(self.worker.built_step.outputs)
                 samples += result.samples
                 self.samples += result.samples
                 if result.labels is not None and result.probabilities is not None:
@@ -112,7 +115,9 @@ class LocalRun:
         steady = (
             (samples - first_samples) / (end - first_end) if first_end is not None and samples > first_samples else None
         )
+        last = outputs[-LAST_LOSSES:]
         return {
+            **({"outputs": {k: float(np.mean([o[k] for o in last])) for k in last[0]}} if last else {}),
             "samples": samples,
             "steps": self.step,
             "train_seconds": seconds,

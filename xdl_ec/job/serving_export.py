@@ -2,7 +2,8 @@
 
 ``export_saved_model(model, directory)`` writes a SavedModel whose ``serving_default`` signature takes the batch
 the job's input yields, without the label, and returns ``{"probability": float32 [B]}`` equal to
-``model.predict(batch)`` (to float rounding), or for a model of several heads {head: float32 [B]}. Its inputs, one
+``model.predict(batch)`` (to float rounding; float32 [B, C] for a model of C classes, or a model computing its own
+loss whose probabilities are [B, C]), or for a model of several heads {head: float32 [B]}. Its inputs, one
 per feature named after it:
 
 - single-valued ids: ``<name>`` int64 [B];
@@ -52,6 +53,7 @@ from xdl_ec.model.dense_model import model_arguments, signature_extras
 from xdl_ec.model.feature import Feature
 from xdl_ec.model.feature_batch import RAGGED, SEQUENCE, SINGLE
 from xdl_ec.model.job_spec import JobSpec
+from xdl_ec.model.model_step import probabilities_of
 
 SIGNATURE = "serving_default"
 OUTPUT = "probability"
@@ -136,7 +138,9 @@ def write_saved_model(
         tf.saved_model.save(module, str(saved), signatures={SIGNATURE: serve})
         extra = saved / "assets.extra"
         extra.mkdir()
-        described = _describe(job, signature, names, exports)
+        width = serve.structured_outputs[OUTPUT].shape if OUTPUT in serve.structured_outputs else None
+        output = "float32 [B]" if width is None or width.rank == 1 else f"float32 [B, {width[1]}]"
+        described = _describe(job, signature, names, exports, output)
         described.update({"base_id": base_id, "step": step, "dense_weights": len(module.dense_variables)})
         (extra / "serving.json").write_text(json.dumps(described, indent=2))
         _check_destination(out)  # again: it may have appeared while the model was written
@@ -213,6 +217,7 @@ def _serving_module(
     import tensorflow as tf
 
     dense_model = dense.model
+    computes_loss, classes = dense.computes_loss, dense.classes
     dense_width = signature[0]
     heads, side = signature_extras(signature)
     kinds = {name: (kind, width) for name, kind, width in signature[1]}
@@ -298,7 +303,7 @@ def _serving_module(
         with tf.control_dependencies(checks):
             logits = dense_model(embedded, model_arguments(embedded, dense, extra, bool(side)), training=False)
         if heads is None:
-            return {OUTPUT: tf.sigmoid(tf.reshape(logits, [-1]))}
+            return {OUTPUT: probabilities_of(logits, computes_loss, classes)}
         return {head: tf.sigmoid(tf.reshape(logits[head], [-1])) for head in heads}
 
     specs = {}
@@ -464,7 +469,11 @@ def _same_batch(size: Any, batch: Any, name: str, checks: List[Any]) -> Tuple[An
 
 
 def _describe(
-    job: JobSpec, signature: Tuple[Any, ...], names: Dict[str, List[str]], exports: Dict[str, Dict[str, np.ndarray]]
+    job: JobSpec,
+    signature: Tuple[Any, ...],
+    names: Dict[str, List[str]],
+    exports: Dict[str, Dict[str, np.ndarray]],
+    output: str = "float32 [B]",
 ) -> Dict[str, Any]:
     """What ``assets.extra/serving.json`` holds: the signature's inputs and output, the features and tables."""
     kinds = {name: (kind, width) for name, kind, width in signature[1]}
@@ -483,7 +492,7 @@ def _describe(
     heads, side = signature_extras(signature)
     for name, dtype, shape in side:
         inputs[name] = f"{dtype} [{', '.join(['B'] + ['?' if d is None else str(d) for d in shape])}]"
-    outputs = {OUTPUT: "float32 [B]"} if heads is None else {head: "float32 [B]" for head in heads}
+    outputs = {OUTPUT: output} if heads is None else {head: "float32 [B]" for head in heads}
     return {
         "signature": SIGNATURE,
         "inputs": inputs,

@@ -3,7 +3,10 @@
 A job's model is called as ``model(embedded, dense)``: ``embedded`` maps each feature's name to its rows ([B, dim],
 [B, n, dim] for fixed multi-hot ids without a combiner, [B, T, dim] and a bool mask [B, T] under ``NAME_mask`` for
 a sequence) and ``dense`` is float32 [B, D] or None; a job with side inputs passes ``{"dense": dense, name: input}``
-instead. It returns logits [B] (or [B, 1]), or for several heads a dict {head: logits}. Keras builds a model's
+instead. It returns logits [B] (or [B, 1]), logits [B, C] of C classes (trained with softmax against labels [B, C]),
+or for several heads a dict {head: logits}. A model that computes its own loss (``computes_loss``, see
+:mod:`xdl_ec.model.loss_model`) returns its probabilities instead, and ``(loss, probabilities, outputs)`` when called
+with ``labels=``. Keras builds a model's
 weights on its first call, so :class:`DenseModel` calls it once on zeros shaped like the job's batches, with Keras'
 seed set just before ``model_fn()`` runs: every process that builds the same job with the same seed gets the same
 initial weights, whatever it did before.
@@ -109,7 +112,13 @@ class DenseModel:
                 f"example: { {k: tuple(v.shape[1:]) for k, v in embedded.items()} }, dense width "
                 f"{dense_width}" + (f", side inputs {[s[0] for s in side]}" if side else "")
             ) from err
+        self.computes_loss = bool(getattr(model, "computes_loss", False))
         check_logits(out, heads, 1)
+        # C > 1 classes: labels [B, C]; a model computing its own loss says what labels it reads
+        width = int(out.shape[1]) if heads is None and len(out.shape) == 2 else 1
+        self.classes: Optional[int] = getattr(model, "label_classes", None) if self.computes_loss else None
+        if not self.computes_loss and width > 1:
+            self.classes = width
         self._trainable = list(model.trainable_variables)
         self._statistics = list(model.non_trainable_weights)  # BatchNormalization's moving mean and variance, ...
         if isinstance(optimizer, str):
@@ -169,20 +178,22 @@ class DenseModel:
 
 
 def check_logits_shape(shape: Tuple[Any, ...], batch: Optional[int], head: Optional[str] = None) -> None:
-    """Raises ModelError unless ``shape`` is logits [B] or [B, 1]."""
+    """Raises ModelError unless ``shape`` is logits [B] or [B, 1], or (one head) [B, C] of C classes."""
     ok = (
         len(shape) in (1, 2)
-        and (len(shape) == 1 or shape[1] == 1)
+        and (len(shape) == 1 or shape[1] == 1 or (head is None and shape[1] is not None))
         and (batch is None or shape[0] is None or shape[0] == batch)
     )
     if not ok:
         which = "the model must return logits" if head is None else f"the model's head {head!r} must be logits"
-        multi = len(shape) == 2 and shape[1] not in (None, 1)
+        multi = len(shape) == 2 and shape[1] not in (None, 1) and head is not None
         raise ModelError(
-            f"{which} [B] or [B, 1] (B = {batch}), got shape {shape}"
+            f"{which} [B] or [B, 1] (B = {batch})"
+            + (", or [B, C] of C classes" if head is None else "")
+            + f", got shape {shape}"
             + (
-                "; each head is one binary logit: a multi-class head [B, C] is not supported, return C binary heads "
-                "{name: logits} with labels {name: 0/1} instead"
+                "; a head of several is one binary logit: a [B, C] head of C classes is the job's one 'label' "
+                "[B, C] (a model of one head)"
                 if multi
                 else ""
             )

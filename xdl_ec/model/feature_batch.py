@@ -1,11 +1,12 @@
 """FeatureBatch: one input batch checked against a job's features and reduced to what a training step needs
 from the tables: for every table the batch's unique keys, for every feature where each of its ids' rows is.
 
-What a batch is (the job API's contract): a mapping with ``"label"`` float [B] (or, for a model of several heads,
-``"labels"``: {head: float [B]}), an optional ``"dense"`` float [B, D], one entry per declared feature (integer ids
-[B], [B, n] or [B, T, n]; variable-length ids as a ``tf.RaggedTensor`` [B, (n)] or a ``(values, row_splits)`` pair
-of numpy arrays; a sequence feature's ``(ids [B, T], lengths [B])`` or ragged ids) and one per declared side input
-(:class:`~xdl_ec.model.side_input.Input`). Tensors (e.g. the elements of a ``tf.data.Dataset``) are read as numpy.
+What a batch is (the job API's contract): a mapping with ``"label"`` float [B] (or [B, C] of C classes, or, for a model
+of several heads, ``"labels"``: {head: float [B]}), an optional ``"dense"`` float [B, D], one entry per declared feature
+(integer ids [B], [B, n] or [B, T, n]; variable-length ids as a ``tf.RaggedTensor`` [B, (n)] or a ``(values,
+row_splits)`` pair of numpy arrays; a sequence feature's ``(ids [B, T], lengths [B])`` or ragged ids) and one per
+declared side input (:class:`~xdl_ec.model.side_input.Input`). Tensors (e.g. the elements of a ``tf.data.Dataset``) are
+read as numpy.
 Anything else is an :class:`InputError` naming the entry, the worker and the step, raised before any of the
 batch's rows are pulled or pushed.
 """
@@ -264,7 +265,7 @@ def _labels_of(
             )
         if "label" not in batch:
             raise InputError(f"{where}: the batch lacks 'label' (float [B]), or 'labels' ({{head: float [B]}})")
-        return _label_array(batch["label"], "'label'", None, where), None
+        return _label_array(batch["label"], "'label'", None, where, classes=True), None
     given = batch["labels"]
     if not isinstance(given, Mapping) or not given:
         raise InputError(f"{where}: 'labels' must be a non-empty dict {{head: float [B]}}, got {type(given).__name__}")
@@ -284,12 +285,15 @@ def _labels_of(
     return None, out
 
 
-def _label_array(value: Any, name: str, size: Optional[int], where: str) -> np.ndarray:
+def _label_array(value: Any, name: str, size: Optional[int], where: str, classes: bool = False) -> np.ndarray:
+    """Labels [B] (from [B] or [B, 1]); ``classes``: also [B, C] of C > 1 classes (a model of one head)."""
     label = _numpy(value)
     if label.ndim == 2 and label.shape[1] == 1:
         label = label[:, 0]
-    if label.ndim != 1 or label.dtype.kind not in "fiub" or label.shape[0] == 0:
-        raise InputError(f"{where}: {name} must be a non-empty float array [B], got {label.dtype} {label.shape}")
+    multi = classes and label.ndim == 2 and label.shape[1] > 1
+    if (label.ndim != 1 and not multi) or label.dtype.kind not in "fiub" or label.shape[0] == 0:
+        shapes = "[B] or [B, C] of C classes" if classes else "[B]"
+        raise InputError(f"{where}: {name} must be a non-empty float array {shapes}, got {label.dtype} {label.shape}")
     if size is not None and label.shape[0] != size:
         raise InputError(f"{where}: {name} has {label.shape[0]} labels where the other heads have {size}")
     return np.ascontiguousarray(label, dtype=np.float32)

@@ -46,20 +46,16 @@ class JobSpec:
         object.__setattr__(self, "tables", tables)
         object.__setattr__(self, "features", features)
         object.__setattr__(self, "inputs", tuple(self.inputs))
-        if not tables:
-            raise ValueError(
-                "tables: a job needs at least one Table: xdl-ec trains models with embedding tables "
-                "on its servers; a dense-only model trains as it is with Keras' model.fit (or give it "
-                "one Feature, e.g. an id per example)"
-            )
         names: Dict[str, Table] = {}
         for t in tables:
             checks.instance("tables[...]", t, Table)
             if t.name in names:
                 raise ValueError(f"tables: two tables are named {t.name!r}; table names must be unique")
             names[t.name] = t
-        if not features:
-            raise ValueError("features: a job needs at least one Feature")
+        if tables and not features:
+            raise ValueError("features: a job with tables needs at least one Feature (its ids are a table's keys)")
+        if features and not tables:
+            raise ValueError("tables: the features look ids up in tables; give the job their tables")
         seen = set()
         for f in features:
             checks.instance("features[...]", f, Feature)

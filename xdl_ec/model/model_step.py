@@ -23,23 +23,37 @@ from xdl_ec.model.feature_batch import FIXED, RAGGED, SEQUENCE, SINGLE, FeatureB
 from xdl_ec.model.table_groups import plan_groups
 from xdl_ec.tf.flat_call import FlatCall, as_array
 
-LOSSES = ("binary_crossentropy",)
+LOSSES = ("binary_crossentropy", "categorical_crossentropy")
 Loss = Union[str, Dict[str, str], Callable[[Any, Any], Any]]
 
 
-def loss_function(loss: Loss, heads: Optional[Sequence[str]], weights: Optional[Dict[str, float]]) -> Callable:
+def loss_function(
+    loss: Loss, heads: Optional[Sequence[str]], weights: Optional[Dict[str, float]], classes: Optional[int] = None
+) -> Callable:
     """``loss(labels, logits)`` as a TF function of the step's labels and logits (tensors [B], or dicts of them for
-    a model of several heads): the mean binary cross-entropy, its weighted sum over heads, or the user's own."""
+    a model of several heads): the mean binary cross-entropy, its weighted sum over heads, or the user's own. A model
+    of ``classes`` C (logits and labels [B, C]) trains the mean softmax cross-entropy under either name: one
+    binary logit per class would be a different model."""
     import tensorflow as tf
 
     def binary(labels: Any, logits: Any) -> Any:
         return tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
+
+    def categorical(labels: Any, logits: Any) -> Any:
+        return tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=labels, logits=logits))
 
     if callable(loss) and not isinstance(loss, (str, dict)):
         return loss
     if isinstance(loss, str):
         if loss not in LOSSES:
             raise ValueError(f"loss: must be one of {LOSSES} or a callable loss(labels, logits), got {loss!r}")
+        if classes is not None:
+            return categorical
+        if loss == "categorical_crossentropy":
+            raise ValueError(
+                "loss: 'categorical_crossentropy' is the loss of a model of C classes (logits [B, C], labels "
+                "[B, C]); this model returns one logit per example: use 'binary_crossentropy'"
+            )
         if heads is None:
             return binary
         # one loss named for a model of several heads: each head's, summed
@@ -72,12 +86,15 @@ class ModelStep:
         loss_weights: Optional[Dict[str, float]] = None,
         statistics: Sequence[Any] = (),
         grouped: bool = False,
+        classes: Optional[int] = None,
     ) -> None:
         """``optimizer``: the model's dense optimizer, to apply the dense gradients inside the step itself (one
         TF call per step); None returns them (a worker sends them to the driver). ``return_dense``: with an
         optimizer, return the gradients it applied as well (a cluster's only worker: the driver logs them).
         ``grouped``: the step takes batches in table groups (FeatureBatch.prepare(grouped=True)), the groups
-        planned from the signature's kinds as the batches plan them."""
+        planned from the signature's kinds as the batches plan them. ``classes``: C of a model of C classes
+        (labels [B, C]), None for labels [B]. A model that computes its own loss (``computes_loss``, see
+        :mod:`xdl_ec.model.loss_model`) is called with the labels and its loss is the step's; ``loss`` is unused."""
         import tensorflow as tf
 
         kinds = {name: (kind, width) for name, kind, width in signature[1]}
@@ -93,8 +110,11 @@ class ModelStep:
         dims.update((g.name, g.dim) for g in groups)
         dense_width = signature[0]
         heads, side = signature_extras(signature)
-        self.heads = heads
-        loss_fn = loss_function(loss, heads, loss_weights)
+        self.heads, self.classes = heads, classes
+        computes_loss = bool(getattr(model, "computes_loss", False))
+        loss_fn = loss_function(loss, heads, loss_weights, classes)
+        self.output_names: List[str] = []  # a LossModel's extra outputs, named when the step is traced
+        self.outputs: Dict[str, float] = {}  # their values at the last training step
         statistics = list(statistics)
 
         specs: List[Any] = [tf.TensorSpec([None, dims[t]], tf.float32) for t in self.table_names]
@@ -111,10 +131,11 @@ class ModelStep:
             specs.append(tf.TensorSpec([None, dense_width], tf.float32))
         for _, dtype, shape in side:
             specs.append(tf.TensorSpec([None, *shape], dtype))
-        label_specs = [tf.TensorSpec([None], tf.float32) for _ in (heads or (None,))]
+        label_shape = [None] if classes is None else [None, classes]
+        label_specs = [tf.TensorSpec(label_shape, tf.float32) for _ in (heads or (None,))]
         n_tables, n_labels = len(self.table_names), len(label_specs)
 
-        def forward(args: Sequence[Any], training: bool) -> Any:
+        def forward(args: Sequence[Any], training: bool, labels: Any = None) -> Any:
             from xdl_ec.tf import tf_ops
 
             rows = dict(zip(self.table_names, args[:n_tables]))
@@ -150,36 +171,58 @@ class ModelStep:
                     embedded[f.name] = tf_ops.gather(table_rows, inverse, f.combiner, row_splits=splits)
             dense = rest.pop(0) if dense_width is not None else None
             inputs = {name: rest.pop(0) for name, _, _ in side}
-            logits = model(embedded, model_arguments(embedded, dense, inputs, bool(side)), training=training)
+            arguments = model_arguments(embedded, dense, inputs, bool(side))
+            if labels is not None:  # a LossModel's training call: (loss, probabilities, outputs)
+                return model(embedded, arguments, training=training, labels=labels)
+            logits = model(embedded, arguments, training=training)
             check_logits(logits, heads, None)
             if heads is None:
-                return logits[:, 0] if logits.shape.rank == 2 else logits
+                return logits[:, 0] if logits.shape.rank == 2 and classes is None and not computes_loss else logits
             return {h: logits[h][:, 0] if logits[h].shape.rank == 2 else logits[h] for h in heads}
 
         def train(*args):  # noqa: ANN002, ANN202 - traced by tf.function
             inputs, labels = args[: len(args) - n_labels], args[len(args) - n_labels :]
             labels = labels[0] if heads is None else dict(zip(heads, labels))
             table_rows = inputs[:n_tables]
+            extras: List[Any] = []
             with tf.GradientTape() as tape:
                 tape.watch(table_rows)
-                logits = forward(inputs, True)
-                value = loss_fn(labels, logits)
+                if computes_loss:
+                    value, found, outputs = forward(inputs, True, labels)
+                    probs = [] if found is None else [probabilities_of(found, computes_loss, classes)]
+                    self.output_names[:] = sorted(outputs)
+                    extras = [tf.cast(tf.reshape(outputs[k], []), tf.float32) for k in self.output_names]
+                else:
+                    logits = forward(inputs, True)
+                    value = loss_fn(labels, logits)
+                    # the probabilities this forward pass gave before the update: progressive validation's scores
+                    probs = (
+                        [probabilities_of(logits, False, classes)]
+                        if heads is None
+                        else [tf.sigmoid(logits[h]) for h in heads]
+                    )
             variables = model.trainable_variables
-            grads = tape.gradient(value, [*variables, *table_rows], unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            # a variable that feeds no loss gets a zero gradient (as in XDL's TF backend); made here, as TF's
+            # unconnected_gradients=ZERO fails on a Keras variable (its dtype is a string)
+            found_grads = tape.gradient(value, [*variables, *table_rows])
+            zeros = [tf.zeros(v.shape, tf.as_dtype(v.dtype)) for v in variables] + [
+                tf.zeros_like(t) for t in table_rows
+            ]
+            grads = [zero if g is None else g for g, zero in zip(found_grads, zeros)]
             dense_grads, row_grads = grads[: len(variables)], grads[len(variables) :]
-            # the probabilities this forward pass gave before the update: progressive validation's scores
-            probs = [tf.sigmoid(logits)] if heads is None else [tf.sigmoid(logits[h]) for h in heads]
             if optimizer is not None:
                 optimizer.apply(dense_grads, variables)
                 if not return_dense:
-                    return value, [], row_grads, probs
+                    return value, [], row_grads, probs, extras
             # the dense update: gradients, then the statistics as the step left them
             dense_update = [*dense_grads, *[tf.identity(tf.convert_to_tensor(v)) for v in statistics]]
-            return value, dense_update, row_grads, probs
+            return value, dense_update, row_grads, probs, extras
 
         def predict(*args):  # noqa: ANN002, ANN202
             logits = forward(args, False)
-            return tf.sigmoid(logits) if heads is None else {h: tf.sigmoid(logits[h]) for h in heads}
+            if heads is None:
+                return probabilities_of(logits, computes_loss, classes)
+            return {h: tf.sigmoid(logits[h]) for h in heads}
 
         # concrete functions called in their flat form (xdl_ec.tf.flat_call): tf.function's per-call signature
         # binding was ~1 ms a step on this 2-core machine, a third of a small step; the concrete function's ~0.2 ms
@@ -209,6 +252,7 @@ class ModelStep:
             loss_weights=job.loss_weights,
             statistics=dense.statistics,
             grouped=grouped,
+            classes=dense.classes,
         )
 
     def _inputs(self, batch: FeatureBatch, rows: Dict[str, np.ndarray]) -> List[Any]:
@@ -236,7 +280,15 @@ class ModelStep:
         return args
 
     def _labels(self, batch: FeatureBatch) -> List[np.ndarray]:
-        return [batch.labels_of(h) for h in (self.heads or (None,))]
+        labels = [batch.labels_of(h) for h in (self.heads or (None,))]
+        width = None if labels[0].ndim == 1 else int(labels[0].shape[1])
+        if width != self.classes:
+            model = "labels [B]" if self.classes is None else f"labels [B, {self.classes}] ({self.classes} classes)"
+            raise ModelError(
+                f"batch: its labels are {'[B]' if width is None else f'[B, {width}]'}, the model's {model}: give "
+                f"every batch the labels the model was built for"
+            )
+        return labels
 
     def train(
         self, batch: FeatureBatch, rows: Dict[str, np.ndarray]
@@ -247,20 +299,37 @@ class ModelStep:
 
     def train_scored(
         self, batch: FeatureBatch, rows: Dict[str, np.ndarray]
-    ) -> Tuple[float, List[np.ndarray], Dict[str, np.ndarray], List[np.ndarray]]:
-        """:meth:`train`'s figures plus the probabilities [B] its forward pass gave before the update, one array
-        per head (:attr:`heads` order; one for a single-head model): progressive validation's scores."""
-        value, dense_grads, row_grads, probs = self._train([*self._inputs(batch, rows), *self._labels(batch)])
+    ) -> Tuple[float, List[np.ndarray], Dict[str, np.ndarray], Optional[List[np.ndarray]]]:
+        """:meth:`train`'s figures plus the probabilities [B] ([B, C] of C classes) its forward pass gave before
+        the update, one array per head (:attr:`heads` order; one for a single-head model): progressive
+        validation's scores; None from a LossModel whose training graph computes none. A LossModel's extra
+        outputs are :attr:`outputs` after the call."""
+        value, dense_grads, row_grads, probs, extras = self._train([*self._inputs(batch, rows), *self._labels(batch)])
+        self.outputs = {name: float(as_array(v)) for name, v in zip(self.output_names, extras)}
         return (
             float(value),
             [as_array(g) for g in dense_grads],
             {t: as_array(g) for t, g in zip(self.table_names, row_grads)},
-            [as_array(p) for p in probs],
+            [as_array(p) for p in probs] if len(probs) else None,
         )
 
     def predict(self, batch: FeatureBatch, rows: Dict[str, np.ndarray]) -> Union[np.ndarray, Dict[str, np.ndarray]]:
-        """Probabilities [B], or {head: probabilities [B]} for a model of several heads."""
+        """Probabilities [B] ([B, C] of C classes), or {head: probabilities [B]} for a model of several heads."""
         out = self._predict(self._inputs(batch, rows))
         if self.heads is None:
             return np.asarray(out)
         return {h: np.asarray(out[h]) for h in self.heads}
+
+
+def probabilities_of(out: Any, computes_loss: bool, classes: Optional[int]) -> Any:
+    """The probabilities of one head's model output: a LossModel's own ([B, 1] as [B]; clipped to [0, 1]: XDL's
+    scripts add an epsilon to a softmax), softmax of logits [B, C] of C classes, else sigmoid of logits [B]."""
+    import tensorflow as tf
+
+    if computes_loss:
+        if out.shape.rank == 2 and out.shape[1] == 1:
+            out = out[:, 0]
+        return tf.clip_by_value(tf.cast(out, tf.float32), 0.0, 1.0)
+    if classes is not None:
+        return tf.nn.softmax(out)
+    return tf.sigmoid(tf.reshape(out, [-1]))

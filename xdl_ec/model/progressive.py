@@ -13,7 +13,7 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from xdl_ec.model.metrics import auc, log_loss
+from xdl_ec.model.metrics import auc, class_metrics, log_loss, one_hot
 from xdl_ec.settings import checks
 
 DEFAULT_WINDOW = 100_000
@@ -76,7 +76,14 @@ class ProgressiveWindow:
 
 
 def _figures(labels: np.ndarray, probs: np.ndarray) -> Dict[str, Optional[float]]:
+    if probs.ndim == 2 and labels.ndim == 1:  # class ids beside probabilities [B, C]
+        try:
+            labels = one_hot(labels, probs.shape[1])
+        except ValueError:
+            return {"auc": None, "logloss": None}
     if not np.all((labels == 0) | (labels == 1)) or not np.all(np.isfinite(probs)):
         return {"auc": None, "logloss": None}
+    if labels.ndim == 2:  # C classes: one-vs-rest AUC, categorical log loss, accuracy
+        return class_metrics(labels, np.clip(probs, 0.0, 1.0))
     a = auc(labels, probs)
     return {"auc": None if math.isnan(a) else a, "logloss": log_loss(labels, probs)}

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Un
 
 from xdl_ec.sparse import init as _init
 from xdl_ec.sparse import optim as _optim
+from xdl_ec.xdl.scaling_initializers import ShapeScaled, UniformUnitScaling, VarianceScaling
 from xdl_ec.xdl.sparse_tensor import SparseTensor, segment_lengths
 
 if TYPE_CHECKING:
@@ -54,6 +55,8 @@ __all__ = [
     "Constant",
     "RandomUniform",
     "TruncatedNormal",
+    "VarianceScaling",
+    "UniformUnitScaling",
     "SparseTensor",
     "layers",
     "losses",
@@ -340,6 +343,8 @@ def embedding(
     if vtype not in VTYPES:
         raise ValueError(f"vtype must be one of {VTYPES}, got {vtype!r}")
     _check_xdl_options(name, combiner, xdl_options)
+    if isinstance(initializer, ShapeScaled):  # scaled by the table's shape, known now
+        initializer = initializer.rows(feature_dim, emb_dim)
     import tensorflow as tf
 
     from xdl_ec.tf import tf_ops
@@ -401,8 +406,9 @@ def _dense(
     reuse: Any = None,
 ) -> Any:
     """TF 1's ``tf.layers.dense`` in the model function of :func:`xdl_job`: a Keras Dense layer made on the
-    model's first call and reused, by call order, on every later call. ``kernel_initializer`` None: Glorot
-    uniform and ``bias_initializer`` None: zeros, TF 1's defaults."""
+    model's first call and reused, by call order, on every later call; with ``reuse`` True or AUTO_REUSE (or its
+    variable scope's), a layer of the same ``name`` in the same scope is that layer. ``kernel_initializer`` None:
+    Glorot uniform and ``bias_initializer`` None: zeros, TF 1's defaults."""
     from xdl_ec.xdl import xdl_model
 
     model_pass = xdl_model.active("xdl_ec.xdl.layers.dense")
@@ -412,18 +418,17 @@ def _dense(
         "activity_regularizer": activity_regularizer,
         "kernel_constraint": kernel_constraint,
         "bias_constraint": bias_constraint,
-        "reuse": reuse,
     }
     given = sorted(k for k, v in unsupported.items() if v is not None)
     if given or trainable is not True:
         raise xdl_model.XdlPortError(
             f"xdl_ec.xdl.layers.dense: {', '.join(given + ([] if trainable is True else ['trainable=False']))} not "
-            f"supported: the job's loss has no regularization terms, every dense weight is trained, and layers are "
-            f"shared by call order, not by name (reuse)"
+            f"supported: the model function adds regularization terms to its loss itself, and every dense weight is "
+            f"trained"
         )
     if isinstance(units, bool) or not isinstance(units, numbers.Integral) or units < 1:
         raise ValueError(f"xdl_ec.xdl.layers.dense: units must be a positive int, got {units!r}")
-    return model_pass.dense(inputs, int(units), activation, use_bias, kernel_initializer, bias_initializer, name)
+    return model_pass.dense(inputs, int(units), activation, use_bias, kernel_initializer, bias_initializer, name, reuse)
 
 
 def _batch_normalization(
@@ -465,7 +470,6 @@ def _batch_normalization(
         "gamma_regularizer": gamma_regularizer,
         "beta_constraint": beta_constraint,
         "gamma_constraint": gamma_constraint,
-        "reuse": reuse,
         "renorm_clipping": renorm_clipping,
         "virtual_batch_size": virtual_batch_size,
         "adjustment": adjustment,
@@ -477,8 +481,8 @@ def _batch_normalization(
     )
     if given:
         raise xdl_model.XdlPortError(
-            f"xdl_ec.xdl.layers.batch_normalization: {', '.join(given)} not supported: the job's loss has no "
-            f"regularization terms, gamma and beta are trained, and layers are shared by call order, not by name"
+            f"xdl_ec.xdl.layers.batch_normalization: {', '.join(given)} not supported: the model function adds "
+            f"regularization terms to its loss itself, and gamma and beta are trained"
         )
     if not isinstance(training, bool):
         raise xdl_model.XdlPortError(
@@ -500,7 +504,7 @@ def _batch_normalization(
         "moving_mean_initializer": moving_mean_initializer,
         "moving_variance_initializer": moving_variance_initializer,
     }
-    return model_pass.batch_normalization(inputs, training, settings, initializers, name)
+    return model_pass.batch_normalization(inputs, training, settings, initializers, name, reuse)
 
 
 def _sigmoid_cross_entropy(
@@ -513,8 +517,9 @@ def _sigmoid_cross_entropy(
     reduction: Any = None,
 ) -> Any:
     """TF 1's ``tf.losses.sigmoid_cross_entropy(labels, logits)`` in the model function of :func:`xdl_job`,
-    at its defaults (the mean over the batch): it marks ``logits`` as the model's output, and the job trains
-    this loss of them. Return its result unchanged (first, if the function returns several values)."""
+    at its defaults: the mean sigmoid cross entropy, a tensor to add other terms to. Returned unchanged as the
+    function's loss (first, if it returns several values), with ``batch['label']`` as the labels, the job computes
+    the same loss from the logits itself and predicts their sigmoid."""
     from xdl_ec.xdl import xdl_model
 
     model_pass = xdl_model.active("xdl_ec.xdl.losses.sigmoid_cross_entropy")
@@ -533,8 +538,21 @@ def _sigmoid_cross_entropy(
 #: ``tf.layers.dense`` -> ``xdl_ec.xdl.layers.dense``, ``tf.layers.batch_normalization`` ->
 #: ``xdl_ec.xdl.layers.batch_normalization`` (TF 2 has no ``tf.layers``; Keras 3 no TF-1 layers)
 layers = types.SimpleNamespace(dense=_dense, batch_normalization=_batch_normalization)
-#: ``tf.losses.sigmoid_cross_entropy`` -> ``xdl_ec.xdl.losses.sigmoid_cross_entropy``
-losses = types.SimpleNamespace(sigmoid_cross_entropy=_sigmoid_cross_entropy)
+
+
+def _get_regularization_loss() -> Any:
+    """TF 1's ``tf.losses.get_regularization_loss()`` in the model function of :func:`xdl_job`: the sum of its
+    ``tf.compat.v1.get_variable`` regularizers' terms (TF 2 keeps no graph collections to read them from)."""
+    from xdl_ec.xdl import xdl_model
+
+    return xdl_model.regularization_loss()
+
+
+#: ``tf.losses.sigmoid_cross_entropy`` -> ``xdl_ec.xdl.losses.sigmoid_cross_entropy``,
+#: ``tf.losses.get_regularization_loss`` -> ``xdl_ec.xdl.losses.get_regularization_loss``
+losses = types.SimpleNamespace(
+    sigmoid_cross_entropy=_sigmoid_cross_entropy, get_regularization_loss=_get_regularization_loss
+)
 
 
 def tf_wrapper(
@@ -617,13 +635,14 @@ def xdl_job(
 ) -> "Job":
     """The :class:`xdl_ec.Job` of a ported XDL script (see the module docstring).
 
-    ``train(batch)``: the script's model code from ``batch = reader.read()`` to the loss. ``reader(worker,
+    ``train(batch)``: the script's model code from ``batch = reader.read()`` to the loss it computes from the batch,
+    returned first (then any other outputs; see :mod:`xdl_ec.xdl.xdl_model`). ``reader(worker,
     num_workers)``: the script's batches (a seeded, re-callable input: the first batch of ``reader(0, 1)`` is
     read here to trace ``train``). ``optimizer``: XDL's optimizer for every variable: the tables whose
     ``embedding`` call names no optimizer, and the dense layers (as :func:`dense_optimizer_config`).
     ``eval_reader()``: hold-out batches like the reader's; the run's report then has their AUC. ``test(batch)``:
-    the script's eval graph (XDL's ``tf_wrapper(is_training=False)`` model, which marks its logits with
-    ``losses.sigmoid_cross_entropy`` too and may return anything first): the same lookups, the same layer calls in
+    the script's eval graph (XDL's ``tf_wrapper(is_training=False)`` model, which returns its predictions first,
+    or marks its logits with ``losses.sigmoid_cross_entropy`` as ``train`` does): the same lookups, layer calls in
     the same order and ``get_variable`` names the training graph made, which the job evaluates, predicts and
     exports with; None: ``train`` itself, every batch normalization on its moving statistics.
 
@@ -708,8 +727,9 @@ _NOT_PORTED = {
         "the workers are the Cluster's: reader(worker, num_workers) is told which share to read",
     ),
     **dict.fromkeys(
-        ("RandomNormal", "Normal", "UniformUnitScaling", "VarianceScaling", "Orthogonal", "Identity"),
-        "the row initializers are Zeros, Ones, Constant, RandomUniform and TruncatedNormal",
+        ("RandomNormal", "Normal", "Orthogonal", "Identity"),
+        "the row initializers are Zeros, Ones, Constant, RandomUniform, TruncatedNormal, VarianceScaling (its "
+        "'normal' being TF 1's truncated one) and UniformUnitScaling",
     ),
     "RMSProp": "the optimizers are SGD, Momentum, Adagrad, Adam and Ftrl",
     **dict.fromkeys(

@@ -15,17 +15,23 @@ the :class:`Layout`; :class:`XdlModel` runs the same function inside the job's m
   normalization's moving mean and variance are the model's non-trainable variables, moved by the training call;
 - ``tf.compat.v1.get_variable`` (XDL's Dice and PReLU slopes) makes a trainable variable of the model, by its full
   variable-scope name, when the model is built, and returns that same variable to every later call that names it;
-- ``batch['label']`` stands for the labels (:class:`Labels`): the only thing to do with them is
-  ``xdl_ec.xdl.losses.sigmoid_cross_entropy(labels, logits)``, which marks the logits the model returns (the job
-  computes that same loss, the mean sigmoid cross-entropy, from them).
+- ``batch['label']`` is the labels tensor, shaped as the reader's ([B], [B, 1] or [B, C]; zeros where the job
+  predicts without labels), and the model function returns the loss it computed from it (first; then any extra
+  outputs: an accuracy, its predictions). Where that loss is ``xdl_ec.xdl.losses.sigmoid_cross_entropy(
+  batch['label'], logits)`` unchanged, the model returns those logits and the job computes the same loss from them
+  (as before this module computed losses); any other loss (a hand-written cross entropy, a softmax over [B, 2],
+  auxiliary terms) makes the model a :class:`~xdl_ec.model.loss_model.LossModel`: the job trains the loss the
+  function returns, and its predictions are the marked logits' sigmoid, else the first output of rank >= 1 (the
+  test function's, else the model function's after the loss), taken as probabilities where ``tf.sigmoid`` or
+  ``tf.nn.softmax`` made them and as logits otherwise.
 
 The job calls its model in two modes: its training step (``training=True``) runs the model function, XDL's
 ``tf_wrapper(is_training=True)`` graph; evaluation, prediction and the exported model (``training=False``) run the
 ``test`` function if the script has one (XDL's ``is_training=False`` graph) or else the model function again, over
 the same layers and variables, with every batch normalization on its moving statistics.
 
-The stand-ins refuse to become tensors, so a model function that does anything else with raw ids or labels gets
-an :class:`XdlPortError` saying why, instead of a silently different model.
+The stand-ins for ids refuse to become tensors, so a model function that does anything else with raw ids gets an
+:class:`XdlPortError` saying why, instead of a silently different model.
 """
 
 from __future__ import annotations
@@ -40,14 +46,23 @@ import tensorflow as tf
 
 from xdl_ec.model.dense_model import ModelError
 from xdl_ec.model.feature_batch import InputError
+from xdl_ec.model.loss_model import LossModel
 from xdl_ec.xdl.sparse_tensor import SparseTensor, segment_lengths
+from xdl_ec.xdl.user_frame import calling_line
 
 SINGLE, FIXED, RAGGED, SEGMENTS = "single", "fixed", "ragged", "segments"
 TRAIN, TEST = "train", "test"  # the model function's graph, the script's is_training=False graph
 
 
 class XdlPortError(ModelError):
-    """A ported XDL script does something the port does not support (the message says what to do instead)."""
+    """A ported XDL script does something the port does not support (the message says what to do instead). The
+    message starts with the line of the user's script that did it (the innermost frame outside xdl_ec, TensorFlow
+    and Keras), where there is one."""
+
+    def __init__(self, message: str) -> None:
+        line = calling_line()
+        rewrapped = "\n" in message  # Keras re-raises an error of a call as its type with its own message around it
+        super().__init__(message if line is None or rewrapped else f"{line}: {message}")
 
 
 # ---- stand-ins for what the model function may only pass on -----------------------------------------------
@@ -105,27 +120,6 @@ class SparseIds(StandIn):
             "the job looks a feature's ids up before the model runs, so pass the entry as is to "
             "xdl_ec.xdl.embedding; transform ids in the reader instead"
         )
-
-
-class Labels(StandIn):
-    what = "batch['label']"
-    use = (
-        "the job feeds the labels to its loss itself; pass them as is to xdl_ec.xdl.losses.sigmoid_cross_entropy "
-        "(the only loss the port supports)"
-    )
-
-
-class Loss(StandIn):
-    """The result of ``xdl_ec.xdl.losses.sigmoid_cross_entropy``: what the model function returns (first)."""
-
-    what = "the loss of xdl_ec.xdl.losses.sigmoid_cross_entropy"
-    use = (
-        "the job computes the mean sigmoid cross-entropy of its logits itself, so the model function must "
-        "return that loss unchanged (first, if it returns several values); extra loss terms are not supported"
-    )
-
-    def __init__(self, logits: Any) -> None:
-        self.logits = logits
 
 
 class XdlBatch(dict):
@@ -214,15 +208,23 @@ class Layout:
     sparse: Tuple[SparseEntry, ...]
     dense: Tuple[Tuple[str, int], ...]
     test: Optional[Callable[[Mapping[str, Any]], Any]] = None
+    label_shape: Tuple[int, ...] = ()  # one example's label as the reader gives it: (), (1,) or (C,)
+    own_loss: bool = False  # the model function computes the loss the job trains (see the module docstring)
+
+    @property
+    def label_classes(self) -> Optional[int]:
+        """C of labels [B, C] (C > 1), else None: the job's labels are [B]."""
+        return self.label_shape[0] if self.label_shape and self.label_shape[0] > 1 else None
 
     @property
     def keys(self) -> List[str]:
         return ["label", *(e.key for e in self.sparse), *(k for k, _ in self.dense)]
 
-    def model_batch(self, dense: Any) -> XdlBatch:
-        """The batch the model function reads inside the job's model (``dense`` as the job's: [B, D] or None);
-        its sparse entries stand for the features whose embedded tensors the model was called with."""
-        batch = XdlBatch(label=Labels())
+    def model_batch(self, dense: Any, labels: Any) -> XdlBatch:
+        """The batch the model function reads inside the job's model (``dense`` as the job's: [B, D] or None;
+        ``labels`` the job's, [B] or [B, C]); its sparse entries stand for the features whose embedded tensors the
+        model was called with."""
+        batch = XdlBatch(label=tf.reshape(tf.cast(labels, tf.float32), [-1, *self.label_shape]))
         for entry in self.sparse:
             batch[entry.key] = SparseIds(entry.key, entry.kind, entry.width)
         start = 0
@@ -410,7 +412,9 @@ class ModelParts:
 
     def __init__(self, owner: Any, layers: List[Any]) -> None:
         self.owner, self.layers = owner, layers
-        self.calls: List[Tuple[Any, ...]] = []
+        self.calls: List[Tuple[Any, ...]] = []  # per layer call, in call order: what it asked for
+        self.order: List[int] = []  # per layer call: the index in ``layers`` of the layer it ran
+        self.named: Dict[str, int] = {}  # a named layer's full scope name -> its index in ``layers``
         self.variables: Dict[str, Any] = {}
 
 
@@ -433,12 +437,13 @@ class ModelPass:
         self.training, self.graph = training, graph
         self.lookups: Dict[str, EmbeddingSpec] = {}  # batch key -> lookup, in call order
         self.next_layer = 0
-        self.loss: Optional[Loss] = None
+        self.marked: List[Tuple[Any, Any, Any]] = []  # (loss, logits, labels) of each sigmoid_cross_entropy
+        self.regularization: List[Any] = []  # the terms of get_variable's regularizers, in call order
         self._making = False
 
-    def run(self, function: Callable[[Mapping[str, Any]], Any], batch: XdlBatch) -> Any:
-        """The logits of ``function(batch)``; of the model function (TRAIN), its (first) result must be this
-        pass's Loss; a TEST graph returns what it likes (XDL's return their predictions first)."""
+    def run(self, function: Callable[[Mapping[str, Any]], Any], batch: XdlBatch) -> "PassOutput":
+        """What ``function(batch)`` returned: of the model function (TRAIN), its loss first, a float scalar; a
+        TEST graph returns what it likes (XDL's return their predictions first)."""
         token = _active.set(self)
         try:
             # the getter sees every tf.compat.v1.get_variable; re-entering the current scope object restores its
@@ -452,18 +457,18 @@ class ModelPass:
                 out = function(batch)
         finally:
             _active.reset(token)
-        first = out[0] if isinstance(out, (tuple, list)) and out else out
-        if self.loss is None or (self.graph == TRAIN and first is not self.loss):
-            got = f"; it returned {type(first).__name__}" if self.graph == TRAIN else ""
+        flat = _flatten(out, self.graph_name)
+        first = flat[0][1]
+        if self.graph == TRAIN and not (tf.is_tensor(first) and first.shape.rank == 0 and first.dtype.is_floating):
             raise XdlPortError(
-                f"the {self.graph_name} must return the loss of xdl_ec.xdl.losses.sigmoid_cross_entropy("
-                f"batch['label'], logits) (first, if it returns several values){got}: the job "
-                f"computes that loss from the logits it marks"
+                f"the {self.graph_name} must return the loss it computed from the batch first (a float scalar "
+                f"tensor, e.g. tf.reduce_mean of a cross entropy), then any other outputs; it returned "
+                f"{_described(first)} first"
             )
-        if self.next_layer != len(self.parts.layers):
+        if self.next_layer != len(self.parts.order):
             raise XdlPortError(
-                f"the {self.graph_name} used {self.next_layer} layers, the model function's first "
-                f"call {len(self.parts.layers)}: it must make the same xdl_ec.xdl.layers calls on every "
+                f"the {self.graph_name} made {self.next_layer} layer calls, the model function's first "
+                f"call {len(self.parts.order)}: it must make the same xdl_ec.xdl.layers calls on every "
                 f"call"
             )
         if self.layout is not None and len(self.lookups) != len(self.layout.sparse):
@@ -472,7 +477,16 @@ class ModelPass:
                 f"{sorted(e.key for e in self.layout.sparse)}: it must make the same lookups on every "
                 f"call"
             )
-        return self.loss.logits
+        logits = self.marked[0][1] if len(self.marked) == 1 else None
+        # the job computes the loss itself when it is one sigmoid cross entropy of the batch's labels, unchanged
+        job_loss = (
+            logits is not None
+            and self.marked[0][0] is first
+            and self.marked[0][2] is batch["label"]
+            and len(logits.shape) in (1, 2)
+            and (len(logits.shape) == 1 or logits.shape[1] == 1)
+        )
+        return PassOutput(first, flat[1:], logits, job_loss, self.graph)
 
     @property
     def graph_name(self) -> str:
@@ -504,19 +518,23 @@ class ModelPass:
     ) -> Any:
         """tf.compat.v1.get_variable's custom getter: the model's variable ``name`` (its full scope name), made
         when the model is built. ``reuse`` is XDL's AUTO_REUSE whatever the scope says: a name is one variable,
-        in every call and in both graphs. ``ignored``: placement and collections, which mean nothing here."""
+        in every call and in both graphs. ``ignored``: placement and collections, which mean nothing here. A
+        ``regularizer``'s term is kept for ``xdl_ec.xdl.losses.get_regularization_loss()`` (TF 1's collection), which
+        the function adds to its loss if it means to, as in TF 1."""
         where = f"tf.compat.v1.get_variable({name!r})"
-        given = sorted(
-            k
-            for k, v in (("regularizer", regularizer), ("partitioner", partitioner), ("constraint", constraint))
-            if v is not None
-        )
+        given = sorted(k for k, v in (("partitioner", partitioner), ("constraint", constraint)) if v is not None)
         if given or trainable is False:
             raise XdlPortError(
                 f"{where}: {', '.join(given + ([] if trainable is not False else ['trainable=False']))}"
-                f" not supported: the job's loss has no regularization terms, and its dense variables "
-                f"are whole and all trained (statistics: xdl_ec.xdl.layers.batch_normalization)"
+                f" not supported: the job's dense variables are whole and all trained (statistics: "
+                f"xdl_ec.xdl.layers.batch_normalization)"
             )
+        value = self._variable(where, name, shape, dtype, initializer)
+        if regularizer is not None:
+            self.regularization.append(regularizer(value))
+        return value
+
+    def _variable(self, where: str, name: str, shape: Any, dtype: Any, initializer: Any) -> Any:
         dtype = tf.as_dtype(dtype or tf.float32)
         if not dtype.is_floating:
             raise XdlPortError(f"{where}: dtype {dtype.name}: a trained variable is a float")
@@ -608,24 +626,43 @@ class ModelPass:
         self.lookups[key] = spec
         return SparseEntry(key, ids.kind, ids.width, spec, ids.segments).traced()
 
-    def layer(self, what: str, call: Tuple[Any, ...], make: Callable[[], Any], inputs: Any, **options: Any) -> Any:
+    def layer(
+        self,
+        what: str,
+        call: Tuple[Any, ...],
+        make: Callable[[], Any],
+        inputs: Any,
+        name: Optional[str] = None,
+        reuse: Any = None,
+        **options: Any,
+    ) -> Any:
         """The output of the model function's next layer call (``what``, asking for ``call``) on ``inputs``: the
-        layer ``make()`` makes when the model is built, else the one its first call made at this place."""
+        layer ``make()`` makes when the model is built, else the one its first call made at this place. A named
+        layer whose ``reuse`` (or its variable scope's) is True or AUTO_REUSE is the layer of that full scope name
+        if one was made (TF 1's layers sharing variables by name: DIEN's auxiliary net on clicks and non-clicks)."""
         if self.create:
-            self._making = True
-            try:
-                layer = make()
-                out = layer(inputs, **options)
-            finally:
-                self._making = False
-            self.parts.layers.append(layer)
+            index = self._named_layer(what, name, reuse)
+            if index is None:
+                self._making = True
+                try:
+                    layer = make()
+                    out = layer(inputs, **options)
+                finally:
+                    self._making = False
+                index = len(self.parts.layers)
+                self.parts.layers.append(layer)
+                if name is not None:
+                    self.parts.named[self._full_name(name)] = index
+            else:
+                out = self.parts.layers[index](inputs, **options)
             self.parts.calls.append(call)
+            self.parts.order.append(index)
             self.next_layer += 1
             return out
-        count = len(self.parts.layers)
+        count = len(self.parts.order)
         if self.next_layer >= count:
             raise XdlPortError(
-                f"{what}: the {self.graph_name} makes more layers than the model function's first "
+                f"{what}: the {self.graph_name} makes more layer calls than the model function's first "
                 f"call made ({count}): it must make the same xdl_ec.xdl.layers calls every time"
             )
         made = self.parts.calls[self.next_layer]
@@ -635,9 +672,31 @@ class ModelPass:
                 f"{made[0]}{made[1:]}: the {self.graph_name} must make the same xdl_ec.xdl.layers calls, "
                 f"in the same order, every time"
             )
-        layer = self.parts.layers[self.next_layer]
+        layer = self.parts.layers[self.parts.order[self.next_layer]]
         self.next_layer += 1
         return layer(inputs, **options)
+
+    @staticmethod
+    def _full_name(name: str) -> str:
+        scope = tf.compat.v1.get_variable_scope().name
+        return f"{scope}/{name}" if scope else name
+
+    def _named_layer(self, what: str, name: Optional[str], reuse: Any) -> Optional[int]:
+        """The index of the layer a call named ``name`` reuses, None for a new layer."""
+        scope_reuse = tf.compat.v1.get_variable_scope().reuse
+        sharing = reuse is True or reuse is tf.compat.v1.AUTO_REUSE or scope_reuse in (True, tf.compat.v1.AUTO_REUSE)
+        if name is None:
+            if reuse is True:
+                raise XdlPortError(f"{what}: reuse=True needs the layer's name: layers are shared by name")
+            return None
+        full = self._full_name(name)
+        found = self.parts.named.get(full) if sharing else None
+        if found is None and (reuse is True or (reuse is None and scope_reuse is True)):
+            raise XdlPortError(
+                f"{what}: reuse=True but no layer named {full!r} was made before it (made: "
+                f"{sorted(self.parts.named)}): make it first, or pass reuse=tf.compat.v1.AUTO_REUSE"
+            )
+        return found
 
     def dense(
         self,
@@ -648,6 +707,7 @@ class ModelPass:
         kernel_initializer: Any,
         bias_initializer: Any,
         name: Optional[str],
+        reuse: Any = None,
     ) -> Any:
         call = ("xdl_ec.xdl.layers.dense", units, keras.activations.get(activation), use_bias, name)
         return self.layer(
@@ -662,6 +722,8 @@ class ModelPass:
                 name=name,
             ),
             inputs,
+            name,
+            reuse,
         )
 
     def batch_normalization(
@@ -671,6 +733,7 @@ class ModelPass:
         settings: Mapping[str, Any],
         initializers: Mapping[str, Any],
         name: Optional[str],
+        reuse: Any = None,
     ) -> Any:
         """TF 1's batch normalization: on the batch's statistics, moving their averages, when ``training`` and
         in the job's training call; else on the moving averages (in evaluation and serving always: a prediction
@@ -685,22 +748,29 @@ class ModelPass:
             call,
             lambda: keras.layers.BatchNormalization(**settings, **made, name=name),
             inputs,
+            name,
+            reuse,
             training=bool(training) and self.training,
         )
 
-    def sigmoid_cross_entropy(self, labels: Any, logits: Any) -> Loss:
-        if not isinstance(labels, Labels):
+    def sigmoid_cross_entropy(self, labels: Any, logits: Any) -> Any:
+        """TF 1's mean sigmoid cross entropy, remembered: returned unchanged as the model function's loss, the job
+        computes it from the logits itself (see :meth:`run`)."""
+        logits, given = tf.convert_to_tensor(logits), labels
+        labels = tf.convert_to_tensor(labels)
+        per_example = [shape.shape[1:].num_elements() for shape in (labels, logits)]
+        if None not in per_example and max(per_example[0] or 1, 1) != max(per_example[1] or 1, 1):
             raise XdlPortError(
-                f"xdl_ec.xdl.losses.sigmoid_cross_entropy: labels must be batch['label'] as read, got "
-                f"{type(labels).__name__}: the job feeds the labels to the loss itself"
+                f"xdl_ec.xdl.losses.sigmoid_cross_entropy: labels {labels.shape.as_list()} and logits "
+                f"{logits.shape.as_list()} differ in shape: TF 1's sigmoid cross entropy takes one logit per label"
             )
-        if self.loss is not None:
-            raise XdlPortError("xdl_ec.xdl.losses.sigmoid_cross_entropy: called twice; the job trains one loss")
-        shape = tuple(logits.shape)
-        if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] != 1):
-            raise XdlPortError(f"xdl_ec.xdl.losses.sigmoid_cross_entropy: logits must be [B, 1] or [B], got {shape}")
-        self.loss = Loss(logits)
-        return self.loss
+        loss = tf.reduce_mean(
+            tf.nn.sigmoid_cross_entropy_with_logits(
+                labels=tf.reshape(tf.cast(labels, logits.dtype), tf.shape(logits)), logits=logits
+            )
+        )
+        self.marked.append((loss, logits, given))
+        return loss
 
     def enter_test_graph(self, function: str) -> None:
         """A tf_wrapper(is_training=False) function is called: only in the test function."""
@@ -714,6 +784,103 @@ class ModelPass:
 
 
 # ---- the trace and the model -----------------------------------------------------------------------------
+@dataclasses.dataclass
+class PassOutput:
+    """What one run of a model function returned: ``first`` (the model function's loss; the test function's
+    first output), the other ``outputs`` named (a dict's keys, else ``output<i>`` by position), the ``logits`` of
+    its one sigmoid cross entropy (None without exactly one), and whether the job computes its loss from them."""
+
+    first: Any
+    outputs: List[Tuple[str, Any]]
+    logits: Any
+    job_loss: bool
+    graph: str
+
+    def predictions(self) -> Any:
+        """The probabilities it predicts, None if none: the marked logits' sigmoid, else its first output of rank
+        1 or 2 (a test function's first output counts), as probabilities if tf.sigmoid / tf.nn.softmax made
+        them, else as logits (a sigmoid of [B] or [B, 1], a softmax of [B, C])."""
+        if self.logits is not None:
+            return tf.sigmoid(self.logits)
+        candidates = ([self.first] if self.graph == TEST else []) + [value for _, value in self.outputs]
+        for value in candidates:
+            if tf.is_tensor(value) and value.dtype.is_floating and value.shape.rank in (1, 2):
+                if _squashed(value) is False:
+                    return tf.sigmoid(value) if value.shape.rank == 1 or value.shape[1] == 1 else tf.nn.softmax(value)
+                return value
+        return None
+
+    def scalars(self) -> Dict[str, Any]:
+        """The extra outputs that are scalars (an accuracy, an auxiliary loss): what the report shows."""
+        return {name: v for name, v in self.outputs if tf.is_tensor(v) and v.shape.rank == 0}
+
+
+# ops a probability passes through on its way out of a model function (XDL's DIN adds an epsilon to its softmax)
+_PASS_THROUGH = (
+    "Identity",
+    "AddV2",
+    "Add",
+    "Reshape",
+    "Squeeze",
+    "ExpandDims",
+    "StridedSlice",
+    "ClipByValue",
+    "Maximum",
+    "Minimum",
+    "Cast",
+    "ConcatV2",
+    "Pack",
+)
+
+
+def _squashed(value: Any) -> Optional[bool]:
+    """Whether tf.sigmoid or tf.nn.softmax made ``value`` (a few pass-through ops back); None when executing
+    eagerly (no graph to read: a Keras build, where only shapes matter)."""
+    if tf.executing_eagerly() or not hasattr(value, "op"):
+        return None
+    frontier = [value.op]
+    for _ in range(4):
+        following: List[Any] = []
+        for op in frontier:
+            if op.type in ("Sigmoid", "Softmax"):
+                return True
+            if op.type in _PASS_THROUGH:
+                following.extend(t.op for t in op.inputs)
+        frontier = following
+    return False
+
+
+def _described(value: Any) -> str:
+    if tf.is_tensor(value):
+        return f"a {value.dtype.name} tensor of shape {value.shape.as_list() if value.shape.rank is not None else '?'}"
+    return f"a {type(value).__name__}"
+
+
+def _flatten(out: Any, graph_name: str) -> List[Tuple[str, Any]]:
+    """``out`` as [(name, value)]: its first value, then the rest with tuples and lists flattened (XDL's
+    ``return loss, [accuracy, aux_loss]``), dicts' values by key, others ``output<i>`` by position."""
+    if isinstance(out, (tuple, list)):
+        if not out:
+            raise XdlPortError(f"the {graph_name} returned an empty {type(out).__name__}: return the loss first")
+        items: List[Tuple[str, Any]] = [("loss", out[0])]
+        rest: List[Any] = list(out[1:])
+    else:
+        items, rest = [("loss", out)], []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, Mapping):
+            items.extend((str(k), v) for k, v in value.items())
+        elif isinstance(value, (tuple, list)):
+            for inner in value:
+                walk(inner)
+        else:
+            items.append((f"output{len(items)}", value))
+
+    for value in rest:
+        walk(value)
+    return items
+
+
 def trace(
     function: Callable[[Mapping[str, Any]], Any],
     first_batch: Any,
@@ -726,66 +893,96 @@ def trace(
     if "label" not in first_batch:
         raise InputError(f"the reader's first batch has no 'label' entry (entries: {sorted(first_batch)})")
     size = _label_count(first_batch["label"], "the reader's first batch")
+    label_shape = tuple(int(d) for d in _numpy(first_batch["label"]).shape[1:])
     kinds = {key: classify(key, value, size) for key, value in first_batch.items() if key != "label"}
-    batch = XdlBatch(label=Labels())
+    batch = XdlBatch(label=tf.zeros((1, *label_shape)))
     for key, (kind, width, segments) in kinds.items():
         batch[key] = tf.zeros((1, width)) if kind == "dense" else SparseIds(key, kind, width, segments)
     parts = ModelParts(keras.layers.Layer(name="xdl_trace"), [])
     probe = ModelPass(None, None, parts, create=True)
-    probe.run(function, batch)
+    found = probe.run(function, batch)
     unread = [key for key, (kind, _, _) in kinds.items() if kind != "dense" and key not in probe.lookups]
     if unread:
         raise XdlPortError(
             f"batch entries {unread} hold integer ids that no xdl_ec.xdl.embedding reads: drop them from "
             f"the reader, or give dense values as floats"
         )
+    evaluated = found
     if test is not None:
         check = ModelPass(None, None, parts, create=False, graph=TEST)
-        check.run(test, batch)
+        evaluated = check.run(test, batch)
         if check.lookups != probe.lookups:
             raise XdlPortError(
                 f"the test function looks up {dict(check.lookups)}, the model function "
                 f"{dict(probe.lookups)}: both graphs read the same entries with the same "
                 f"xdl_ec.xdl.embedding calls"
             )
+        if found.job_loss and evaluated.logits is None:
+            raise XdlPortError(
+                "the test function (is_training=False) must mark its logits with xdl_ec.xdl.losses."
+                "sigmoid_cross_entropy(batch['label'], logits) as the model function does: the job predicts "
+                "with them"
+            )
+    if not found.job_loss and evaluated.predictions() is None:
+        raise XdlPortError(
+            f"the {'test function' if test is not None else 'model function'} returns no predictions (a float "
+            f"tensor [B], [B, 1] or [B, C]) and marks no logits with xdl_ec.xdl.losses.sigmoid_cross_entropy: the "
+            f"job evaluates, predicts and serves them; return them (the test function first, as XDL's do; the "
+            f"model function after its loss)"
+        )
     sparse = tuple(
         SparseEntry(key, kinds[key][0], kinds[key][1], spec, kinds[key][2]) for key, spec in probe.lookups.items()
     )
     dense = tuple((key, width) for key, (kind, width, _) in kinds.items() if kind == "dense")
-    return Layout(function, sparse, dense, test)
+    return Layout(function, sparse, dense, test, label_shape, not found.job_loss)
 
 
-class XdlModel(keras.Model):
-    """The job's model of a ported XDL model function: ``model(embedded, dense, training)`` runs the function
-    (``training`` False: the test function if there is one) and returns the logits its loss was computed from.
+class XdlModel(LossModel):
+    """The job's model of a ported XDL model function: ``model(embedded, dense, training, labels)`` runs the
+    function (``training`` False: the test function if there is one). Where the job computes the loss (the
+    function's loss is one sigmoid cross entropy of the labels), it returns the logits that loss was computed
+    from; else it is a LossModel (:mod:`xdl_ec.model.loss_model`): the function's loss, its predictions and its
+    scalar outputs with ``labels``, its predictions without.
     Its layers and variables are made here, by running the function once on zeros (Keras takes no new layers once
     a model is built); the test function runs once too, so that what it cannot reuse is refused here."""
 
     def __init__(self, layout: Layout) -> None:
         super().__init__(name="xdl_model")
         self._layout = layout
+        self.computes_loss = layout.own_loss
+        self.label_classes = layout.label_classes
         self.made_layers: List[Any] = []
         self._parts = ModelParts(self, self.made_layers)  # the tracked list Keras put in its place
         embedded = {e.key: tf.zeros((1, *e.embedded_shape())) for e in layout.sparse}
         width = sum(w for _, w in layout.dense)
         dense = tf.zeros((1, width)) if layout.dense else None
-        self._run(embedded, dense, training=False, create=True)  # inference mode: the moving averages stay put
+        self._run(embedded, dense, None, training=False, create=True)  # inference mode: the moving averages stay
         if layout.test is not None:
-            self._run(embedded, dense, training=False)
+            self._run(embedded, dense, None, training=False)
 
-    def _run(self, embedded: Mapping[str, Any], dense: Any, training: bool, create: bool = False) -> Any:
+    def _run(
+        self, embedded: Mapping[str, Any], dense: Any, labels: Any, training: bool, create: bool = False
+    ) -> PassOutput:
         test = not training and not create and self._layout.test is not None
         model_pass = ModelPass(self._layout, embedded, self._parts, create, training, TEST if test else TRAIN)
         function = self._layout.test if test and self._layout.test is not None else self._layout.function
-        return model_pass.run(function, self._layout.model_batch(dense))
+        if labels is None:  # prediction: the function still reads labels; zeros stand for them
+            size = tf.shape(next(iter(embedded.values())) if embedded else dense)[0]
+            labels = tf.zeros(tf.concat([[size], tf.constant(self._layout.label_shape[:1], tf.int32)], 0))
+        return model_pass.run(function, self._layout.model_batch(dense, labels))
 
-    def call(self, embedded: Mapping[str, Any], dense: Any = None, training: Any = False) -> Any:
+    def call(self, embedded: Mapping[str, Any], dense: Any = None, training: Any = False, labels: Any = None) -> Any:
         if training is not None and not isinstance(training, (bool, np.bool_)):
             raise XdlPortError(
                 f"XdlModel: training must be a Python bool (the job's training call or not), got "
                 f"{type(training).__name__}"
             )
-        return self._run(embedded, dense, training=bool(training))
+        found = self._run(embedded, dense, labels, training=bool(training))
+        if not self._layout.own_loss:
+            return found.logits
+        if labels is not None:
+            return found.first, found.predictions(), found.scalars()
+        return found.predictions()
 
 
 # ---- the job's factories -----------------------------------------------------------------------------------
@@ -838,3 +1035,10 @@ def first_batch(reader: Callable[[int, int], Any]) -> Any:
         return next(iter(reader(0, 1)))
     except StopIteration:
         raise InputError("reader(0, 1) yielded no batch: the model function is traced on the first one") from None
+
+
+def regularization_loss() -> Any:
+    """TF 1's ``tf.losses.get_regularization_loss()`` in the running model function: the sum of the terms of its
+    ``get_variable`` regularizers so far (0.0 without any)."""
+    model_pass = active("xdl_ec.xdl.losses.get_regularization_loss")
+    return tf.add_n(model_pass.regularization) if model_pass.regularization else tf.constant(0.0)

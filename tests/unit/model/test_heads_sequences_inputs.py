@@ -175,7 +175,7 @@ def test_heads_the_model_and_the_batches_disagree_on_are_a_model_error() -> None
         DenseModel(job.model_fn, "sgd", 0.1, one.signature(), job.dims(), job.combiners(), 0)
 
 
-def test_a_multi_class_head_and_a_dense_only_job_say_what_is_supported() -> None:
+def test_a_multi_class_head_wants_labels_of_its_classes_and_features_want_tables() -> None:
     class Softmax(tf.keras.Model):
         def __init__(self) -> None:
             super().__init__()
@@ -185,10 +185,14 @@ def test_a_multi_class_head_and_a_dense_only_job_say_what_is_supported() -> None
             return self.out(embedded["item"])
 
     prepared = FeatureBatch.prepare({"label": np.ones(2, np.float32), "item": np.array([1, 2])}, [ITEM], "w")
-    with pytest.raises(ModelError, match=r"a multi-class head \[B, C\] is not supported, return C binary heads"):
-        DenseModel(Softmax, "sgd", 0.1, prepared.signature(), {"item": 4}, {"item": None}, 0)
-    with pytest.raises(ValueError, match="dense-only model trains as it is with Keras"):
-        JobSpec((), (), Softmax, lambda w, n: iter(()))
+    dense = DenseModel(Softmax, "sgd", 0.1, prepared.signature(), {"item": 4}, {"item": None}, 0)
+    assert dense.classes == 3  # logits [B, 3]: trained with softmax against labels [B, 3]
+    job = JobSpec((ITEMS,), (ITEM,), Softmax, lambda w, n: iter(()))
+    step = ModelStep.of(job, dense, prepared.signature())
+    with pytest.raises(ModelError, match=r"its labels are \[B\], the model's labels \[B, 3\] \(3 classes\)"):
+        step.train(prepared, {"items": np.zeros((2, 4), np.float32)})
+    with pytest.raises(ValueError, match="the features look ids up in tables; give the job their tables"):
+        JobSpec((), (ITEM,), Softmax, lambda w, n: iter(()))
     with pytest.raises(ValueError, match="loss_weights: weights the heads of a loss given as a dict"):
         JobSpec((ITEMS,), (ITEM,), Softmax, lambda w, n: iter(()), loss_weights={"click": 1.0})
     with pytest.raises(ValueError, match="a sequence keeps one row per position"):
