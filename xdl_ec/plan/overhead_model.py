@@ -1,0 +1,55 @@
+"""StrategyCost: one fault-tolerance strategy's overhead as a line in the failure rate, fitted to measured runs.
+
+A run of ``T`` failure-free seconds that meets ``n`` failures takes ``T * (1 + steady) + n * per_failure``
+seconds, so its overhead over the failure-free run is ``steady + per_failure * n / T``: the steady cost (parity
+deltas, checkpoint writes) plus the seconds each failure costs (detection, rebuild or rollback and replay) times
+the failure rate. The bench's MTBF sweep measures (rate, overhead) points; :meth:`StrategyCost.fit` is the least
+squares line through them, and the planner and the fleet extrapolation evaluate it at other rates."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, Mapping, Sequence, Tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class StrategyCost:
+    """``steady``: overhead with no failures (a fraction of the failure-free time); ``seconds_per_failure``: time one
+    failure adds; ``points``: how many runs the fit saw."""
+
+    steady: float
+    seconds_per_failure: float
+    points: int = 0
+
+    @classmethod
+    def fit(cls, points: Sequence[Tuple[float, float]]) -> "StrategyCost":
+        """Least squares over (failures per second of failure-free training, overhead) points; with one distinct
+        rate the line is flat through their mean (no cost per failure can be told apart from the steady cost).
+        A negative slope (noise larger than the failures' cost) is clamped to 0 and the steady cost refitted."""
+        if not points:
+            raise ValueError("strategy cost: no measured points to fit (run the sweep with at least one MTBF)")
+        n = len(points)
+        mean_x = sum(x for x, _ in points) / n
+        mean_y = sum(y for _, y in points) / n
+        sxx = sum((x - mean_x) ** 2 for x, _ in points)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx if sxx > 0 else 0.0
+        slope = max(slope, 0.0)
+        return cls(steady=mean_y - slope * mean_x, seconds_per_failure=slope, points=n)
+
+    def overhead(self, failures_per_hour: float) -> float:
+        """The predicted overhead at ``failures_per_hour`` failures per hour of training."""
+        if failures_per_hour < 0:
+            raise ValueError(f"failures per hour: must be >= 0, got {failures_per_hour}")
+        return self.steady + self.seconds_per_failure * failures_per_hour / 3600.0
+
+    def scaled(self, steady_factor: float, failure_factor: float) -> "StrategyCost":
+        """The same strategy on a job whose steady cost is ``steady_factor`` times and whose failures cost
+        ``failure_factor`` times the measured job's."""
+        return StrategyCost(self.steady * steady_factor, self.seconds_per_failure * failure_factor, self.points)
+
+    def to_json(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "StrategyCost":
+        return cls(float(data["steady"]), float(data["seconds_per_failure"]), int(data.get("points", 0)))
