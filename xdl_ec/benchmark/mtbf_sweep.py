@@ -77,6 +77,7 @@ def _run_record(
         "auc_delta": auc - ref_auc if auc is not None and ref_auc is not None else None,
         "model_equal": s["same_model_as_reference"],
         "rebuild_seconds_mean": s["rebuild_seconds_mean"],
+        "save_seconds": (row["report"].get("checkpoint") or {}).get("save_seconds"),
         "samples_per_sec_normal": s["samples_per_sec_normal"],
         "peak_rss_bytes": s["peak_rss_bytes"],
     }

@@ -37,6 +37,16 @@ def table_bytes_per_server(workload: Any, report: Mapping[str, Any]) -> float:
     return float(max(per_server, default=0))
 
 
+def young_save_seconds(label: str, runs: Sequence[Mapping[str, Any]]) -> float:
+    """Mean seconds of one checkpoint save of ``label``'s runs when it checkpoints at Young's interval (ckpt's
+    ``auto``), else 0."""
+    variant = next(v for v in MATRIX if v.label == label)
+    if variant.ft != "ckpt" or variant.options.get("ckpt_interval") != "auto":
+        return 0.0
+    saves = [r["save_seconds"] for r in runs if r["strategy"] == label and r.get("save_seconds")]
+    return statistics.fmean(saves) if saves else 0.0
+
+
 def sweep_constants(
     config: BenchConfig,
     workload: Any,
@@ -60,7 +70,7 @@ def sweep_constants(
             if r["strategy"] == label and r["status"] == "ok" and r["overhead"] is not None
         ]
         if points:
-            chosen[ft], costs[ft] = label, StrategyCost.fit(points)
+            chosen[ft], costs[ft] = label, StrategyCost.fit(points, young_save_seconds(label, runs))
     rates = [normal_samples_per_sec(r["report"]) for r in references]
     rebuilds: List[float] = [
         r["rebuild_seconds_mean"]

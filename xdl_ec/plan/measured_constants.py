@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Any, Dict, Mapping, Union
 
@@ -21,14 +22,21 @@ STRATEGIES = ("ec", "ckpt", "cpr")
 
 @dataclasses.dataclass(frozen=True)
 class RowMemory:
-    """What a row costs beyond its record, measured on a filled table: ``index_bytes_per_row`` (the key index),
-    ``rss_per_held_byte`` (resident bytes per byte the shard says it holds: allocator slack and slot capacity), and
-    ``tier_ram_bytes_per_row`` (resident bytes per row of a table whose records all sit in the disk tier: its key
-    index and the tier's per-slot words)."""
+    """What a row costs beyond its record, measured on a filled table. The key index is a power-of-two table that
+    doubles when full: it holds at most ``index_rows_per_byte`` rows per byte, so ``rows`` need the next power
+    of two above ``rows / index_rows_per_byte`` bytes (:meth:`index_bytes`). ``rss_per_held_byte``: resident
+    bytes per byte the shard says it holds (allocator slack); ``tier_slot_bytes``: the disk tier's words per slot
+    in RAM (where its frame is, its key while on disk)."""
 
-    index_bytes_per_row: float
+    index_rows_per_byte: float
     rss_per_held_byte: float
-    tier_ram_bytes_per_row: float
+    tier_slot_bytes: int
+
+    def index_bytes(self, rows: int) -> int:
+        """Bytes of the key index of a shard of ``rows`` rows."""
+        if rows <= 0:
+            return 0
+        return 1 << max(0, math.ceil(math.log2(rows / self.index_rows_per_byte)))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -62,13 +62,13 @@ def in_memory(
     without ec)."""
     header = sum(n * (layouts[t].header_bytes + layouts[t].value_bytes) for t, n in rows.items())
     state = sum(n * layouts[t].state_bytes for t, n in rows.items())
-    index = sum(n * row_memory.index_bytes_per_row for n in rows.values())
+    index = sum(row_memory.index_bytes(n) for n in rows.values())
     held = header + state + index
     parity = math.ceil(parity_share * (header + state))
     return ServerMemory(
         rows=header,
         optimizer_state=state,
-        key_index=math.ceil(index),
+        key_index=index,
         parity=parity,
         disk_tier=0,
         slack=max(0, math.ceil(held * (row_memory.rss_per_held_byte - 1.0))),
@@ -86,9 +86,8 @@ def with_disk_tier(
     (key index, the tier's slot words, parity) plus frames filling the rest, up to every record; None when the
     fixed part alone does not fit."""
     whole = in_memory(rows, layouts, row_memory, parity_share)
-    count = sum(rows.values())
-    index = math.ceil(count * row_memory.index_bytes_per_row)
-    slot_words = math.ceil(count * max(0.0, row_memory.tier_ram_bytes_per_row - row_memory.index_bytes_per_row))
+    index = whole.key_index
+    slot_words = sum(rows.values()) * row_memory.tier_slot_bytes
     fixed = index + slot_words + whole.parity
     if fixed > memory_bytes:
         return None

@@ -16,7 +16,7 @@ from xdl_ec.plan.row_layout import RowLayout
 from xdl_ec.plan.units import duration_seconds, size_bytes
 
 GIB = 1 << 30
-ROW = RowMemory(index_bytes_per_row=16.0, rss_per_held_byte=1.0, tier_ram_bytes_per_row=28.0)
+ROW = RowMemory(index_rows_per_byte=0.75 / 8, rss_per_held_byte=1.0, tier_slot_bytes=12)  # 8 B buckets, 3/4 full
 
 
 def constants(**costs: StrategyCost) -> MeasuredConstants:
@@ -63,18 +63,24 @@ def test_memory_breakdown_rounds_rows_up() -> None:
     m = in_memory(rows, layout, ROW, parity_share=0.5)
     assert (m.rows, m.optimizer_state, m.key_index, m.slack) == (4 * 76, 4 * 64, 64, 0)
     assert m.parity == math.ceil(0.5 * 4 * 140) and m.total == 304 + 256 + 64 + 280
-    slack = in_memory(rows, layout, RowMemory(16.0, 1.25, 28.0), 0.0)
+    slack = in_memory(rows, layout, RowMemory(0.75 / 8, 1.25, 12), 0.0)
     assert slack.slack == math.ceil((304 + 256 + 64) * 0.25)
+
+
+def test_index_doubles_when_full() -> None:
+    assert ROW.index_bytes(0) == 0 and ROW.index_bytes(1) == 16  # 1 / (3/32) = 10.7 -> 16 B
+    assert ROW.index_bytes(49_152) == 524_288 and ROW.index_bytes(49_153) == 1_048_576  # 3/4 of 65,536 buckets
 
 
 def test_disk_tier_keeps_index_and_slot_words_in_ram() -> None:
     layout = {"t": RowLayout.of(16, "adagrad")}
-    m = with_disk_tier({"t": 1000}, layout, ROW, 0.0, memory_bytes=16_000 + 12_000 + 14_000)
+    ram = 16_384 + 12_000 + 14_000  # the index of 1,000 rows, 12 B per slot, a tenth of the records
+    m = with_disk_tier({"t": 1000}, layout, ROW, 0.0, memory_bytes=ram)
     assert m is not None and m.tiered
-    assert (m.key_index, m.disk_tier, m.disk_bytes) == (16_000, 12_000, 140_000)
-    assert m.rows + m.optimizer_state <= 14_000 and m.total <= 42_000  # frames fill the rest, a tenth here
-    assert with_disk_tier({"t": 1000}, layout, ROW, 0.0, memory_bytes=27_999) is None  # fixed part alone too big
-    assert fits(m, 42_000, 140_000)[0] and not fits(m, 42_000, 139_999)[0] and not fits(m, 42_000, None)[0]
+    assert (m.key_index, m.disk_tier, m.disk_bytes) == (16_384, 12_000, 140_000)
+    assert m.rows + m.optimizer_state <= 14_000 and m.total <= ram  # frames fill the rest
+    assert with_disk_tier({"t": 1000}, layout, ROW, 0.0, memory_bytes=28_383) is None  # fixed part alone too big
+    assert fits(m, ram, 140_000)[0] and not fits(m, ram, 139_999)[0] and not fits(m, ram, None)[0]
 
 
 def test_code_choice() -> None:
@@ -96,15 +102,25 @@ def test_strategy_cost_fit_and_scaling() -> None:
         StrategyCost.fit([])
 
 
+def test_young_term_of_a_checkpointing_strategy() -> None:
+    young = StrategyCost(0.0, 0.0, save_seconds=2.0)
+    assert young.overhead(3600.0) == pytest.approx(2.0)  # sqrt(2 * 2 s * 1 failure/s)
+    assert young.overhead(36.0) == pytest.approx(0.2)  # a hundredth of the rate: a tenth of the overhead
+    points = [(x, 0.01 + math.sqrt(2 * 0.5 * x) + 3.0 * x) for x in (0.001, 0.01, 0.05)]
+    fitted = StrategyCost.fit(points, save_seconds=0.5)
+    assert (fitted.steady, fitted.seconds_per_failure) == (pytest.approx(0.01), pytest.approx(3.0))
+    assert fitted.scaled(1.0, 4.0).save_seconds == 2.0
+
+
 def test_plan_servers_memory_and_overhead() -> None:
     layout = {"t": RowLayout.of(16, "adagrad")}
-    rows = 1_000_000  # 140 B records + 16 B index: 156 MB in all
+    rows = 1_000_000  # 140 B records; the index of 250,000 rows is 4 MiB
     request = PlanRequest({"t": rows}, layout, memory_per_server=50_000_000, mtbf_s=36_000.0)
     plan = JobPlan(request, constants())
     ckpt, ec = plan.plans["ckpt"], plan.plans["ec"]
-    assert ckpt.servers == 4  # 156 MB / 4 = 39 MB fits, / 3 = 52 MB does not
+    assert ckpt.servers == 4  # 35 MB + 4 MiB fits, 3 servers: 46.7 MB + 4 MiB does not
     assert ckpt.memory.parity == 0 and ckpt.memory.total <= 50_000_000
-    # ec: parity r / k of the records; 4 servers -> k=3, r=1: 39 MB + 11.7 MB > 50 MB; 5 -> k=4: 31.2 + 7 MB
+    # ec: parity r / k of the records; 4 servers -> k=3, r=1: 39.2 MB + 11.7 MB > 50 MB; 5 -> k=4: 32.2 + 7 MB
     assert (ec.servers, ec.code) == (5, (4, 1))
     assert ec.memory.parity == math.ceil(0.25 * 200_000 * 140)
     # overhead: steady + seconds per failure * servers / MTBF, the failure cost scaled by bytes per server
@@ -132,7 +148,7 @@ def test_disk_tier_only_when_ram_cannot_fit() -> None:
         {"t": 1_000_000}, layout, memory_per_server=10_000_000, mtbf_s=1e6, max_servers=10, disk_per_server=GIB
     )
     ckpt = JobPlan(request, constants()).plans["ckpt"]
-    assert ckpt.memory.tiered and ckpt.servers == 3  # 28 B/row fixed: 333,334 rows need 9.3 MB of RAM
+    assert ckpt.memory.tiered and ckpt.servers == 3  # 333,334 rows: 4 MiB of index + 4 MB of slot words
     assert ckpt.memory.disk_bytes == 333_334 * 140
     roomy = PlanRequest({"t": 1_000}, layout, memory_per_server=GIB, mtbf_s=1e6, disk_per_server=GIB)
     assert not JobPlan(roomy, constants()).plans["ckpt"].memory.tiered
