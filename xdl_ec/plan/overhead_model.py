@@ -31,8 +31,8 @@ class StrategyCost:
     def fit(cls, points: Sequence[Tuple[float, float]], save_seconds: float = 0.0) -> "StrategyCost":
         """Least squares over (failures per second of failure-free training, overhead) points, less the Young
         term of ``save_seconds``; with one distinct rate the line is flat through their mean (no cost per failure
-        can be told apart from the steady cost). A negative slope (noise larger than the failures' cost) is
-        clamped to 0 and the steady cost refitted."""
+        can be told apart from the steady cost). Neither cost can be negative: a negative slope (noise larger
+        than the failures' cost) is clamped to 0, and a negative steady cost gives the line through the origin."""
         if not points:
             raise ValueError("strategy cost: no measured points to fit (run the sweep with at least one MTBF)")
         points = [(x, y - math.sqrt(2.0 * save_seconds * x)) for x, y in points]
@@ -42,7 +42,12 @@ class StrategyCost:
         sxx = sum((x - mean_x) ** 2 for x, _ in points)
         slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx if sxx > 0 else 0.0
         slope = max(slope, 0.0)
-        return cls(steady=mean_y - slope * mean_x, seconds_per_failure=slope, save_seconds=save_seconds, points=n)
+        steady = mean_y - slope * mean_x
+        if steady < 0:  # neither cost can be negative: the line through the origin, as least squares gives it
+            sxy0 = sum(x * y for x, y in points)
+            sxx0 = sum(x * x for x, _ in points)
+            steady, slope = 0.0, max(0.0, sxy0 / sxx0) if sxx0 > 0 else 0.0
+        return cls(steady=steady, seconds_per_failure=slope, save_seconds=save_seconds, points=n)
 
     def overhead(self, failures_per_hour: float) -> float:
         """The predicted overhead at ``failures_per_hour`` failures per hour of training."""

@@ -97,6 +97,9 @@ def test_strategy_cost_fit_and_scaling() -> None:
     assert cost.overhead(36.0) == pytest.approx(0.1 + 10.0 * 36 / 3600)
     assert StrategyCost.fit([(0.01, 0.2), (0.01, 0.4)]).seconds_per_failure == 0.0  # one rate: flat
     assert StrategyCost.fit([(0.0, 0.3), (0.01, 0.1)]).seconds_per_failure == 0.0  # noise: no negative cost
+    through_origin = StrategyCost.fit([(0.01, -0.1), (0.02, 0.1)])  # the line crosses below 0 at no failures
+    assert through_origin.steady == 0.0
+    assert through_origin.seconds_per_failure == pytest.approx((0.01 * -0.1 + 0.02 * 0.1) / (0.01**2 + 0.02**2))
     assert cost.scaled(2.0, 3.0).overhead(36.0) == pytest.approx(0.2 + 30.0 * 36 / 3600)
     with pytest.raises(ValueError, match="no measured points"):
         StrategyCost.fit([])
