@@ -12,8 +12,8 @@ How it decides (each rule says why):
   at most :data:`K_MAX` (parity costs r / k of the rows; a decode reads k fragments).
 - **Overhead**: each strategy's fitted line (:class:`~xdl_ec.plan.overhead_model.StrategyCost`) at servers / MTBF
   failures per hour, its steady cost scaled by the job's samples/s over the measured job's (the per-sample work
-  is the same), its cost per failure by the job's bytes per server over the measured job's (a rebuild, a restore
-  and a replay move a server's bytes).
+  is the same), the bytes-moving part of its cost per failure by the job's bytes per server over the measured
+  job's (:func:`strategy_cost`).
 - **Recommendation**: the exact strategy (ec or ckpt: the model is the failure-free one) of least predicted
   overhead; cpr is priced beside them but loses updates at each failure (the sweep reports its AUC delta)."""
 
@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from xdl_ec.plan.measured_constants import STRATEGIES, MeasuredConstants
 from xdl_ec.plan.memory_model import ServerMemory, fits, in_memory, rows_per_server, with_disk_tier
+from xdl_ec.plan.overhead_model import StrategyCost
 from xdl_ec.plan.row_layout import RowLayout
 
 K_MAX = 8
@@ -99,6 +100,22 @@ def code_for(servers: int, mtbf_s: float, rebuild_s: float) -> Optional[Tuple[in
     return min(servers - r, K_MAX), r
 
 
+def strategy_cost(
+    constants: MeasuredConstants, strategy: str, bytes_factor: float, samples_per_sec: Optional[float]
+) -> StrategyCost:
+    """``strategy``'s measured cost line moved to a job with ``bytes_factor`` times the measured job's bytes per
+    server and ``samples_per_sec`` (None: the measured job's rate): the steady cost scales with the rate; for ec
+    only the rebuild's part of a failure's cost scales with the bytes (detection and the recovery's pause do not),
+    for ckpt and cpr the whole of it and the saves (a restore and a save move a server's bytes)."""
+    measured = constants.costs[strategy]
+    steady = 1.0 if samples_per_sec is None else samples_per_sec / constants.samples_per_sec
+    if strategy != "ec":
+        return measured.scaled(steady, bytes_factor)
+    rebuild = min(constants.rebuild_seconds, measured.seconds_per_failure)
+    per_failure = measured.seconds_per_failure - rebuild + rebuild * bytes_factor
+    return StrategyCost(measured.steady * steady, per_failure, 0.0, measured.points)
+
+
 class JobPlan:
     """The plan of a :class:`PlanRequest` under ``constants``: :meth:`strategy` sizes and prices one strategy,
     :meth:`to_json` is ``xdl-ec plan --json``'s object. ValueError naming what to change when nothing fits."""
@@ -152,8 +169,7 @@ class JobPlan:
             )
         servers, code, memory = found
         rate = servers * 3600.0 / req.mtbf_s
-        steady = 1.0 if req.samples_per_sec is None else req.samples_per_sec / self.constants.samples_per_sec
-        cost = self.constants.costs[strategy].scaled(steady, self._bytes_factor(memory))
+        cost = strategy_cost(self.constants, strategy, self._bytes_factor(memory), req.samples_per_sec)
         return StrategyPlan(strategy, servers, code, memory, rate, cost.overhead(rate))
 
     def why(self) -> str:

@@ -31,7 +31,7 @@ def constants(**costs: StrategyCost) -> MeasuredConstants:
         labels={"ec": "ec-2+1", "ckpt": "ckpt", "cpr": "cpr-mfu"},
         samples_per_sec=10_000.0,
         bytes_per_server=1e6,
-        rebuild_seconds=0.0,
+        rebuild_seconds=0.05,
         row_memory=ROW,
         provenance={"command": "xdl-ec bench --sweep-mtbf 1 (test)"},
     )
@@ -126,10 +126,11 @@ def test_plan_servers_memory_and_overhead() -> None:
     # ec: parity r / k of the records; 4 servers -> k=3, r=1: 39.2 MB + 11.7 MB > 50 MB; 5 -> k=4: 32.2 + 7 MB
     assert (ec.servers, ec.code) == (5, (4, 1))
     assert ec.memory.parity == math.ceil(0.25 * 200_000 * 140)
-    # overhead: steady + seconds per failure * servers / MTBF, the failure cost scaled by bytes per server
+    # overhead: steady + seconds per failure * servers / MTBF
     records = 200_000 * 140
     assert ec.failures_per_hour == pytest.approx(5 * 3600 / 36_000)
-    assert ec.overhead == pytest.approx(0.05 + 2.0 * records / 1e6 * 0.5 / 3600)
+    # ec: only the rebuild's part of a failure (0.05 s of the 2.0) scales with the bytes
+    assert ec.overhead == pytest.approx(0.05 + (1.95 + 0.05 * records / 1e6) * 0.5 / 3600)
     assert plan.recommended == "ec"  # ckpt: 60 s per failure at 28x the bytes
     out = plan.to_json()
     assert out["servers"] == 5 and out["code"] == {"k": 4, "r": 1}
