@@ -64,6 +64,8 @@ def table_rows(values: List[str], names: Optional[List[str]]) -> Dict[str, int]:
             raise UsageError(f"--rows: with --script give TABLE=N for each table ({', '.join(names)}), got {value!r}")
         if name not in names:
             raise UsageError(f"--rows: the script has no table {name!r}; its tables: {', '.join(names)}")
+        if name in out:
+            raise UsageError(f"--rows: table {name!r} given twice; give each table's rows once")
         out[name] = _count(count, f"--rows {name}")
     missing = [n for n in names if n not in out]
     if missing:

@@ -95,6 +95,27 @@ def test_script_tables(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert ckpt["rows"] == wide * (12 + 4 * 32) + narrow * (12 + 4 * 8)
     assert main(["plan", "--script", str(script), "--rows", "wide=5", "--memory-per-server", "1G", "--mtbf", "1h"]) == 2
     assert "missing: narrow" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "plan",
+                "--script",
+                str(script),
+                "--rows",
+                "wide=5",
+                "--rows",
+                "wide=6",
+                "--rows",
+                "narrow=1",
+                "--memory-per-server",
+                "1G",
+                "--mtbf",
+                "1h",
+            ]
+        )
+        == 2
+    )
+    assert "'wide' given twice" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
