@@ -28,6 +28,7 @@ ROOMS = [
     "job",
     "builtin",
     "xdl",
+    "plan",
     "benchmark",
     "cli",
     "xdl_ec",

@@ -25,14 +25,14 @@ def run_overlap(config: Any, runs: int, log: Callable[[str], None] = print) -> D
     """Runs every variant of ``config`` (a :class:`~xdl_ec.benchmark.runner.BenchConfig`; its preset is forced to
     quick) ``runs`` times under overlapping kills; writes overlap.json into ``config.out`` and returns the results:
     per variant the runs survived, those ending at the failure-free model, and ec's seconds to full redundancy."""
-    from xdl_ec.benchmark.runner import MATRIX, REFERENCE, _quiet_tensorflow, failure_steps, strategy_for, train_once
+    from xdl_ec.benchmark.runner import MATRIX, REFERENCE, failure_steps, quiet_tensorflow, strategy_for, train_once
     from xdl_ec.ft.failure_schedule import FailureSchedule, Kill
 
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
         raise ValueError(f"overlap: the number of runs must be a positive integer, got {runs!r}")
     config = dataclasses.replace(config, quick=True)
     config.validate()
-    _quiet_tensorflow()
+    quiet_tensorflow()
     workload, cluster = config.workload(), config.cluster_config()
     reference = train_once(workload, cluster)
     timeline = reference["timeline"]

@@ -145,3 +145,43 @@ def plot_losses(results: Mapping[str, Any], path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return Path(path)
+
+
+def plot_mtbf(results: Mapping[str, Any], path: Path) -> Path:
+    """Writes the sweep's chart to ``path``: overhead against injected failures per hour (3600 / MTBF, log x), a
+    line per strategy with its 95% interval as error bars (the A/A line is the noise floor)."""
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    labels = list(dict.fromkeys(e["strategy"] for e in results["sweep"]))
+    for i, label in enumerate(labels):
+        points = sorted(
+            (3600.0 / e["mtbf_s"], e["overhead"], e["overhead_ci"])
+            for e in results["sweep"]
+            if e["strategy"] == label and e["overhead"] is not None
+        )
+        if not points:
+            continue
+        xs = [p[0] for p in points]
+        ys = [100 * p[1] for p in points]
+        err = [[100 * (p[1] - p[2][0]) for p in points], [100 * (p[2][1] - p[1]) for p in points]]
+        aa = label.startswith("none")
+        ax.errorbar(
+            xs,
+            ys,
+            yerr=err,
+            marker="o",
+            capsize=3,
+            color="0.5" if aa else _color(i),
+            ls="--" if aa else "-",
+            label=label + (" (noise floor)" if aa else ""),
+        )
+    ax.set_xscale("log")
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xlabel("failures per hour of training (3600 / MTBF s, log scale)")
+    ax.set_ylabel("overhead vs the failure-free run (%)")
+    ax.set_title(f"Overhead against failure rate ({results['rounds']} rounds, mean and 95% interval)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)

@@ -82,6 +82,8 @@ class BenchConfig:
     variants: Optional[Sequence[str]] = None
     rebuild_share: Optional[float] = None  # ec rows: share of wall time a rebuild may take (None: the default)
     job: Any = None  # an xdl_ec.Job to bench instead of the built-in model (``xdl-ec bench --script``)
+    sweep_mtbf: Optional[Sequence[float]] = None  # MTBFs in seconds: the sweep (xdl_ec.benchmark.mtbf_sweep)
+    rounds: int = 3  # the sweep's rounds per MTBF and strategy
 
     @property
     def preset(self) -> Preset:
@@ -100,6 +102,22 @@ class BenchConfig:
             or self.mtbf <= 0
         ):
             raise ValueError(f"mtbf: must be a positive number of seconds, got {self.mtbf!r}")
+        if self.sweep_mtbf is not None:
+            if self.mtbf is not None:
+                raise ValueError("mtbf: a sweep draws its kills at each --sweep-mtbf value; drop --mtbf")
+            bad = [
+                m
+                for m in self.sweep_mtbf
+                if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or m <= 0
+            ]
+            if bad or not self.sweep_mtbf:
+                raise ValueError(
+                    f"sweep_mtbf: give positive numbers of seconds like 10,30,120, got {list(self.sweep_mtbf)!r}"
+                )
+            if len(set(self.sweep_mtbf)) != len(self.sweep_mtbf):
+                raise ValueError(f"sweep_mtbf: each MTBF once, got {list(self.sweep_mtbf)!r}")
+        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 1:
+            raise ValueError(f"rounds: must be a positive integer, got {self.rounds!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed: must be a non-negative integer, got {self.seed!r}")
         out = Path(self.out)
@@ -399,7 +417,7 @@ def run_bench(config: BenchConfig, log: Callable[[str], None] = print) -> Dict[s
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     rows: List[Dict[str, Any]] = []
-    _quiet_tensorflow()
+    quiet_tensorflow()
     bar = tqdm(total=len(variants) + 1, unit="run", disable=not config.progress, dynamic_ncols=True)
     try:
         # A short unreported run first: the first run in a process pays one-time costs (imports, allocator
@@ -464,7 +482,7 @@ def run_bench(config: BenchConfig, log: Callable[[str], None] = print) -> Dict[s
     return results
 
 
-def _quiet_tensorflow() -> None:
+def quiet_tensorflow() -> None:
     """Every run builds and traces a fresh model: TF's retracing warnings say nothing about the bench."""
     import tensorflow as tf
 

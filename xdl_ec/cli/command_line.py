@@ -10,6 +10,7 @@ from typing import Callable, Optional, Sequence
 from xdl_ec.cli.bench import add_bench_parser
 from xdl_ec.cli.export import add_export_parser
 from xdl_ec.cli.parser import EXIT_USAGE, OneLineErrorParser, UsageError
+from xdl_ec.cli.plan import add_plan_parser
 from xdl_ec.cli.resize import add_resize_parser
 from xdl_ec.cli.signals import StopOnSignals, stop_message
 from xdl_ec.cli.train import add_train_parser
@@ -27,6 +28,7 @@ def build_parser() -> OneLineErrorParser:
     add_verify_parser(subparsers)
     add_export_parser(subparsers)
     add_resize_parser(subparsers)
+    add_plan_parser(subparsers)
     return parser
 
 
