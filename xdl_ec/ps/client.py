@@ -71,10 +71,8 @@ def rows_by_owner(rows: Mapping[str, Any], owner: np.ndarray) -> List[Tuple[int,
 def _group_parts(keys: GroupKeys, bounds: np.ndarray, server_keys: np.ndarray) -> List[Tuple[str, np.ndarray]]:
     """A server's share of a group's keys (``server_keys``, each table's from ``bounds[i]`` to ``bounds[i + 1]``) as
     (table, keys) parts on the wire, group order, tables with keys there only."""
-    tables = keys.group.tables
-    return [
-        (tables[i], server_keys[bounds[i] : bounds[i + 1]]) for i in range(len(tables)) if bounds[i + 1] > bounds[i]
-    ]
+    tables, ends = keys.group.tables, bounds.tolist()
+    return [(tables[i], server_keys[ends[i] : ends[i + 1]]) for i in range(len(tables)) if ends[i + 1] > ends[i]]
 
 
 @dataclasses.dataclass
@@ -415,8 +413,9 @@ class PSClient:
             if not positions.size and participants == 1:
                 continue
             server_grads = grads[positions]
+            ends = bounds.tolist()  # slices by Python ints: numpy's scalars cost a few us each, per table
             for i, table in enumerate(group.tables):
-                start, end = bounds[i], bounds[i + 1]
+                start, end = ends[i], ends[i + 1]
                 if end > start or participants > 1:
                     per_server[server].append(
                         LoggedPush(
