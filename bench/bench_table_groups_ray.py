@@ -16,8 +16,10 @@ round:
 
 Printed per way: median ms per step, samples/s, the median over rounds of the per-round ratio of samples/s to the
 reference (and its range), and CPU per sample: the way's own processes (one process: this one; Ray: this driver,
-its actors, and the raylet and GCS of the Ray started here) over its turns. Figures go to
-docs/results/table-groups-ray-2026-12-07.md with the load (``uptime``) they were measured under.
+its actors, and the raylet and GCS of the Ray started here) over its turns. Then, per cluster way, where its step's
+time went (ms per step over the timed turns): the worker's phases inside ``train_step`` (bench_ray_step.py's) and
+the driver's call minus the worker's time in it (transport, queueing, process switching) and its dense work.
+Figures go to docs/results/table-groups-ray-2026-12-07.md with the load (``uptime``) they were measured under.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ sys.path[:0] = [BENCH, PEERS]  # run with python -P: bench_ray_step and the peer
 # Ray's actors import the peers' job module (its input and model functions travel by reference)
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH", ""), PEERS) if p)
 
-from bench_ray_step import _ray_pids  # noqa: E402
+from bench_ray_step import LOOP_PARTS, WORKER_PHASES, _ray_pids  # noqa: E402
 from peer_xdl_ec import make_job  # noqa: E402
 from shared_batches import SharedBatches  # noqa: E402
 
@@ -83,18 +85,31 @@ class Way:
                 self.others = [p for p in _ray_pids(self.run) if p != os.getpid()]
         self.wall: List[float] = []
         self.cpu: List[float] = []
+        self.phases: Dict[str, float] = {}  # a cluster's seconds per phase over the timed turns
 
     def _cpu(self) -> float:
         # this process's by process_time (its threads that ended count too), the others' by their threads' schedstat
         return time.process_time() + process_cpu_seconds(self.others)
 
+    def _clock(self) -> Dict[str, float]:
+        """A cluster's worker phases and driver loop parts so far (seconds); nothing for one process."""
+        if not isinstance(self.run, PSTrainer):
+            return {}
+        stats = self.run.result(self.run.worker(0).stats())
+        out = {k: stats[f"{k}_seconds"] for k in (*WORKER_PHASES, "in_step")}
+        out.update(self.run.loop.loop_seconds)
+        return out
+
     def turn(self, steps: int, record: bool = True) -> None:
+        before = self._clock()
         cpu, wall = self._cpu(), time.perf_counter()
         self.run.fit(steps)
         wall, cpu = time.perf_counter() - wall, self._cpu() - cpu
         if record:
             self.wall.append(wall)
             self.cpu.append(cpu)
+            for k, seconds in self._clock().items():
+                self.phases[k] = self.phases.get(k, 0.0) + seconds - before[k]
 
     def close(self) -> None:
         self.run.close()
@@ -128,6 +143,13 @@ def _compare(args: argparse.Namespace, batch: int, data: SharedBatches) -> None:
             f"({min(ratios):.2f}-{max(ratios):.2f}) {sum(way.cpu) / (samples * len(way.cpu)) * 1e6:14.1f}",
             flush=True,
         )
+    for way in ways.values():
+        if way.phases:
+            per_step = {k: v / (args.chunk * args.rounds) * 1e3 for k, v in way.phases.items()}
+            parts = [f"{k} {per_step[k]:.2f}" for k in (*WORKER_PHASES, "in_step")]
+            parts.append(f"call overhead {per_step['call'] - per_step['in_step']:.2f}")
+            parts += [f"driver {k} {per_step[k]:.2f}" for k in LOOP_PARTS if k != "call"]
+            print(f"{way.name:>18} ms/step: " + ", ".join(parts))
 
 
 def main() -> int:
