@@ -1,7 +1,7 @@
 """Table groups (issue #49) on parameter servers and on Ray: a worker's group entry goes to each server in the step's
 one request as one part per table (each with its own push seq), so a grouped run on servers ends at the model of
 the same job stepping table by table in one process, bit for bit: under --ft none, ec with a kill, two sync
-workers, and on Ray (whose servers serve those requests natively)."""
+workers, and on Ray without and with a kill under ec (its servers serve those requests natively)."""
 
 from __future__ import annotations
 
@@ -184,9 +184,16 @@ def test_on_servers_grouped_ends_at_the_ungrouped_model(cluster: Dict[str, Any],
 
 
 @pytest.mark.ray
-def test_on_ray_grouped_ends_at_the_ungrouped_model_served_natively(one_process_ungrouped: Any) -> None:
-    cluster = xdl_ec.Cluster(servers=2, backend="ray")
-    report = _job(True).fit(cluster=cluster, deterministic=True, seed=3)
+@pytest.mark.parametrize(
+    "cluster",
+    [{"servers": 2}, {"servers": 3, "ft": "ec", "code": (2, 1), "fail_at": ["8:1"]}],
+    ids=["none", "ec-kill"],
+)
+def test_on_ray_grouped_ends_at_the_ungrouped_model_served_natively(
+    cluster: Dict[str, Any], one_process_ungrouped: Any
+) -> None:
+    report = _job(True).fit(cluster=xdl_ec.Cluster(backend="ray", **cluster), deterministic=True, seed=3)
     assert report["model_digest"] == one_process_ungrouped["model_digest"]
+    assert bool(report.get("failures")) == ("fail_at" in cluster)
     # the one worker's combined steps carried the groups' parts in the native wire form
     assert sum(s["native_requests"] for s in report["servers"]) > 0, report["servers"]
