@@ -1,7 +1,7 @@
 """Table groups (issue #49) on parameter servers and on Ray: a worker's group entry goes to each server in the step's
 one request as one part per table (each with its own push seq), so a grouped run on servers ends at the model of
-the same job stepping table by table in one process, bit for bit: under --ft none, ec with a kill, two sync
-workers, and on Ray without and with a kill under ec (its servers serve those requests natively)."""
+the same job stepping table by table in one process, bit for bit: under --ft none, ec and ckpt with a kill,
+two sync workers, and on Ray without and with a kill under ec (its servers serve those requests natively)."""
 
 from __future__ import annotations
 
@@ -169,9 +169,10 @@ def test_a_group_travels_as_its_tables_parts_one_request_per_server() -> None:
     [
         {"servers": 3},
         {"servers": 3, "ft": "ec", "code": (2, 1), "fail_at": ["8:1"]},
+        {"servers": 3, "ft": "ckpt", "ckpt_interval": "4", "fail_at": ["7:1"]},
         {"servers": 2, "workers": 2},
     ],
-    ids=["none", "ec-kill", "two-sync-workers"],
+    ids=["none", "ec-kill", "ckpt-kill", "two-sync-workers"],
 )
 def test_on_servers_grouped_ends_at_the_ungrouped_model(cluster: Dict[str, Any], one_process_ungrouped: Any) -> None:
     report = _job(True).fit(cluster=xdl_ec.Cluster(**cluster), deterministic=True, seed=3)
