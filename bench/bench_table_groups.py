@@ -1,14 +1,16 @@
 """Benchmark: what a step costs per table, with table groups and without (issue #49). Not a test.
 
     PYTHONPATH=build/stage python3 -P bench/bench_table_groups.py [--tables 25 50 100 200] [--batch 256]
-                                                                  [--rounds 10] [--chunk 20] [--aa]
+                                                                  [--rounds 10] [--chunk 20] [--aa] [--servers 2]
 
 For each table count N: a job of N tables of dim 16 (Adagrad), one feature of one id per example each (Zipf 1.1 over
 100k ids), a linear model over their rows (so the model's own work is small and the tables' cost shows), trained in
 one process ways that live side by side: grouped (the default), ungrouped (``table_groups=False``), the same N
 features over ONE table (the same ids moved, salted per feature; such a table sums every feature's gradient of its
 rows densely, so it is no floor) and, with ``--aa``, a second grouped copy (the A/A: its spread against the first is
-the method's noise floor). They train the same batches in turns of ``--chunk`` steps, ``--rounds`` turns each after a
+the method's noise floor) and, with ``--servers S``, the grouped and ungrouped job on S parameter servers and one
+worker of the one-process backend (servers as threads of this process: the client's and servers' Python per table
+shows). They train the same batches in turns of ``--chunk`` steps, ``--rounds`` turns each after a
 first turn that traces TF, the order rotating every round, so turns a fraction of a second apart see the same machine
 (a shared VM swings by +-10-50% between whole runs). Per N: median ms per step of each way and the median over rounds
 of the per-round ratio ungrouped / grouped (and A/A / grouped); then the cost per added table, the least-squares slope
@@ -32,6 +34,7 @@ import tensorflow as tf  # noqa: E402
 
 import xdl_ec  # noqa: E402
 from xdl_ec.job.local_run import LocalRun  # noqa: E402
+from xdl_ec.ps import ClusterConfig, PSTrainer  # noqa: E402
 from xdl_ec.ps.worker import RunSettings  # noqa: E402
 from xdl_ec.tf.determinism import configure_determinism  # noqa: E402
 
@@ -91,10 +94,14 @@ def _measure(tables: int, args: argparse.Namespace) -> Dict[str, Any]:
     ways = {"grouped": (True, False), "ungrouped": (False, False), "one_table": (True, True)}
     if args.aa:
         ways["aa"] = (True, False)
-    runs = {
-        name: LocalRun(_job(tables, batches, g, one).spec, RunSettings(seed=0, deterministic=False))
-        for name, (g, one) in ways.items()
+    settings = RunSettings(seed=0, deterministic=False)
+    runs: Dict[str, Any] = {
+        name: LocalRun(_job(tables, batches, g, one).spec, settings) for name, (g, one) in ways.items()
     }
+    if args.servers:
+        cluster = ClusterConfig(servers=args.servers, workers=1)
+        for name, grouped in (("servers", True), ("servers_ungrouped", False)):
+            runs[name] = PSTrainer(_job(tables, batches, grouped).spec, cluster, settings)
     wall: Dict[str, List[float]] = {name: [] for name in runs}
     cpu: Dict[str, List[float]] = {name: [] for name in runs}
     try:
@@ -115,6 +122,9 @@ def _measure(tables: int, args: argparse.Namespace) -> Dict[str, Any]:
         out[f"{name}_ms"] = statistics.median(wall[name])
         out[f"{name}_cpu_ms"] = statistics.median(cpu[name])
     out["ungrouped_over_grouped"] = statistics.median(u / g for u, g in zip(wall["ungrouped"], wall["grouped"]))
+    if args.servers:
+        pairs = zip(wall["servers_ungrouped"], wall["servers"])
+        out["servers_ungrouped_over_grouped"] = statistics.median(u / g for u, g in pairs)
     if args.aa:
         ratios = [a / g for a, g in zip(wall["aa"], wall["grouped"])]
         out["aa_over_grouped"] = statistics.median(ratios)
@@ -133,6 +143,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--chunk", type=int, default=20, help="steps per turn")
     parser.add_argument("--aa", action="store_true", help="also a second grouped run: the A/A noise floor")
+    parser.add_argument("--servers", type=int, default=0, help="also the job on this many servers (0: not)")
     args = parser.parse_args()
     configure_determinism(0, False)
     print(f"load before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; batch {args.batch}", flush=True)
@@ -148,9 +159,16 @@ def main() -> None:
             f"({r['one_table_cpu_ms']:6.2f} CPU)",
             flush=True,
         )
+        if args.servers:
+            print(
+                f"      on {args.servers} servers: grouped {r['servers_ms']:7.2f} ms/step ({r['servers_cpu_ms']:6.2f} "
+                f"CPU), ungrouped {r['servers_ungrouped_ms']:7.2f} ({r['servers_ungrouped_cpu_ms']:6.2f} CPU): "
+                f"ungrouped/grouped {r['servers_ungrouped_over_grouped']:.3f}",
+                flush=True,
+            )
     if len(results) > 1:
         counts = [r["tables"] for r in results]
-        for name in ("grouped", "ungrouped"):
+        for name in ("grouped", "ungrouped") + (("servers", "servers_ungrouped") if args.servers else ()):
             wall = _slope(counts, [r[f"{name}_ms"] for r in results]) * 1e3
             cpu = _slope(counts, [r[f"{name}_cpu_ms"] for r in results]) * 1e3
             print(f"cost per added table, {name}: {wall:.1f} us/step wall, {cpu:.1f} us/step CPU")

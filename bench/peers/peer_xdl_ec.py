@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Optional
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run with python -P: the harness beside it
@@ -43,7 +43,8 @@ from xdl_ec.ps.worker import RunSettings  # noqa: E402
 from xdl_ec.tf.determinism import configure_determinism  # noqa: E402
 
 
-def make_job(data: SharedBatches, batch_size: int, steps: int) -> xdl_ec.Job:
+def make_job(data: SharedBatches, batch_size: int, steps: int, grouped: Optional[bool] = None) -> xdl_ec.Job:
+    """The workload's job over ``steps`` batches; ``grouped`` None: table groups unless XDL_EC_TABLE_GROUPS=0."""
     per_field = data.per_field
     widths = data.widths
     fields = [f"C{i + 1}" for i in range(len(widths))]
@@ -83,7 +84,7 @@ def make_job(data: SharedBatches, batch_size: int, steps: int) -> xdl_ec.Job:
         model_fn=lambda: DLRM(EMB_DIM, bottom_mlp=BOTTOM_MLP, top_mlp=TOP_MLP, name="dlrm"),
         input_fn=train_input,
         dense_learning_rate=DENSE_LR,
-        table_groups=os.environ.get("XDL_EC_TABLE_GROUPS", "1") != "0",
+        table_groups=os.environ.get("XDL_EC_TABLE_GROUPS", "1") != "0" if grouped is None else grouped,
     )
     job.as_batch = as_batch  # type: ignore[attr-defined]
     return job

@@ -378,7 +378,10 @@ def connect_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -
         kwargs["num_cpus"] = num_cpus if num_cpus is not None else os.cpu_count()
         # Ray prestarts a task worker per CPU for the first driver; every role here is an actor with a process
         # of its own, so those idle workers only cost CPU (measured ~1% of a Ray step's on 2 cores)
-        kwargs["_system_config"] = {"prestart_worker_first_driver": False}
+        # and Ray starts its workers at nice 15 (worker_niceness), under which the roles, the job's own training
+        # process included, got a fraction of the CPU one process at nice 0 gets on a busy machine: a Ray worker's TF
+        # step ran 2x one process's beside other load (docs/results/table-groups-ray-2026-12-07.md)
+        kwargs["_system_config"] = {"prestart_worker_first_driver": False, "worker_niceness": 0}
     previous = signal.getsignal(signal.SIGTERM)
     ray.init(address=address, runtime_env=ray_runtime_env(), **kwargs)
     # ray.init puts its own SIGTERM handler in (exit status 1, no clean stop): a handler the caller installed (xdl-ec

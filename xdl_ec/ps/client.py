@@ -9,6 +9,11 @@ that order), when nothing may come between them (one worker, or async mode).
 
 Every table's part of a push carries a per-server sequence number (1, 2, ...). With a push log (``--ft ec``)
 every part is kept until its server reports it durable (``PushAck.durable``), to be replayed to a rebuilt server.
+
+A table group's entry (:class:`~xdl_ec.model.table_groups.GroupKeys`, issue #49) is routed by one pass over all its
+keys and travels in the same one request per server, as one part per table of the group (so every table's part keeps
+its own seq, push log entry and server-side checks: the ft protocols see what they see ungrouped); its rows come
+back as one array in the group's key order.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from xdl_ec import _core
+from xdl_ec.model.table_groups import GroupKeys
 from xdl_ec.ps.api import ServerAPI
 from xdl_ec.ps.backend import DEFAULT_TIMEOUT, Handle, ServerLost
 from xdl_ec.ps.remote import Remote
@@ -62,6 +68,13 @@ def rows_by_owner(rows: Mapping[str, Any], owner: np.ndarray) -> List[Tuple[int,
     ]
 
 
+def _group_parts(keys: GroupKeys, bounds: np.ndarray, server_keys: np.ndarray) -> List[Tuple[str, np.ndarray]]:
+    """A server's share of a group's keys (``server_keys``, each table's from ``bounds[i]`` to ``bounds[i + 1]``) as
+    (table, keys) parts on the wire, group order, tables with keys there only."""
+    tables, ends = keys.group.tables, bounds.tolist()
+    return [(tables[i], server_keys[ends[i] : ends[i + 1]]) for i in range(len(tables)) if ends[i + 1] > ends[i]]
+
+
 @dataclasses.dataclass
 class LoggedPush:
     table: str
@@ -80,12 +93,18 @@ class LoggedPush:
         return head if self.repeats is None else head + (self.repeats,)
 
 
+# a server's share of one entry of a pull: (table or group, positions in its keys, its parts on the wire: (table,
+# keys) each, whose rows concatenated are those positions' rows)
+_Share = Tuple[str, np.ndarray, List[Tuple[str, np.ndarray]]]
+
+
 class PendingRows:
-    """Rows of a pull in flight: ``result()`` waits for every server's answer and reassembles them per table."""
+    """Rows of a pull in flight: ``result()`` waits for every server's answer and reassembles them per table (or
+    group: ``calls`` give per server (the entry, positions, how many answered parts make its rows))."""
 
     def __init__(
         self,
-        calls: List[Tuple[Any, List[Tuple[str, np.ndarray]]]],
+        calls: List[Tuple[Any, List[Tuple[str, np.ndarray, int]]]],
         sizes: Mapping[str, Tuple[int, int]],
         timeout: Optional[float],
     ) -> None:
@@ -93,12 +112,14 @@ class PendingRows:
         self._rows: Optional[Dict[str, np.ndarray]] = None
 
     def result(self) -> Dict[str, np.ndarray]:
-        """{table: rows float32 [len(keys), dim]} in the order of the keys asked for."""
+        """{table or group: rows float32 [len(keys), dim]} in the order of the keys asked for."""
         if self._rows is None:
             rows = {t: np.empty(shape, dtype=np.float32) for t, shape in self._sizes.items()}
-            for future, parts in self._calls:
-                for (table, positions), part in zip(parts, future.result(self._timeout)):
-                    rows[table][positions] = part
+            for future, shares in self._calls:
+                answers = iter(future.result(self._timeout))
+                for entry, positions, count in shares:
+                    part = next(answers) if count == 1 else np.concatenate([next(answers) for _ in range(count)])
+                    rows[entry][positions] = part
             self._rows = rows
         return self._rows
 
@@ -133,9 +154,7 @@ class PSClient:
     ``bytes_pushed`` (keys and gradients sent), ``bytes_requested`` (keys sent in pulls).
     """
 
-    # a table group's entry (xdl_ec.model.table_groups) is not carried to the servers yet: its workers step every
-    # table on its own (issue #49's servers' part)
-    steps_groups = False
+    steps_groups = True  # a table group's entry goes out as its tables' parts (see the module docstring)
 
     def __init__(
         self,
@@ -166,29 +185,45 @@ class PSClient:
     def server(self, index: int) -> Remote:
         return Remote(self.servers[index], ServerAPI)
 
-    def _route_pull(self, requests: Mapping[str, Tuple[Any, int]]) -> tuple:
-        """({table: (rows, dim)}, per server its [(table, positions, keys)]) of a pull of {table: (keys, dim)}."""
-        per_server: List[List[Tuple[str, np.ndarray, np.ndarray]]] = [[] for _ in self.servers]
+    def _route_pull(self, requests: Mapping[str, Tuple[Any, int]]) -> Tuple[Dict[str, Tuple[int, int]], List[list]]:
+        """({table or group: (rows, dim)}, per server its shares) of a pull of {table or group: (keys, dim)}."""
+        per_server: List[List[_Share]] = [[] for _ in self.servers]
         sizes = {}
-        for table, (keys, dim) in requests.items():
+        for entry, (keys, dim) in requests.items():
+            if isinstance(keys, GroupKeys):
+                sizes[entry] = (keys.size, dim)
+                self.bytes_pulled += keys.size * dim * 4
+                for server, (positions, bounds, server_keys) in enumerate(self._route_group(keys)):
+                    if positions.size:
+                        per_server[server].append((entry, positions, _group_parts(keys, bounds, server_keys)))
+                continue
             keys = as_keys(keys)
-            sizes[table] = (keys.size, dim)
+            sizes[entry] = (keys.size, dim)
             self.bytes_pulled += keys.size * dim * 4
             for server, positions in enumerate(route(keys, self.num_servers, self.server_ids)):
                 if positions.size:
-                    per_server[server].append((table, positions, keys[positions]))
-        for parts in per_server:
-            self.bytes_requested += sum(k.nbytes for _, _, k in parts)
+                    per_server[server].append((entry, positions, [(entry, keys[positions])]))
+        for shares in per_server:
+            self.bytes_requested += sum(k.nbytes for _, _, parts in shares for _, k in parts)
         return sizes, per_server
+
+    def _route_group(self, keys: GroupKeys) -> List[Tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per server, a group's keys it owns: (their positions in ``keys``, ascending; where each table's part of
+        them starts and ends; the keys), by ONE route over the group's keys (a key's owner is its table's)."""
+        out = []
+        for positions in route(keys.keys, self.num_servers, self.server_ids):
+            # positions are ascending and every table's keys a contiguous run of the group's: one search splits them
+            out.append((positions, np.searchsorted(positions, keys.offsets), keys.keys[positions]))
+        return out
 
     def pull_async(self, requests: Mapping[str, Tuple[Any, int]]) -> PendingRows:
         """Starts pulling {table: (keys, dim)} (inserting missing rows on their servers); returns at once."""
         sizes, per_server = self._route_pull(requests)
         calls = []
-        for server, parts in enumerate(per_server):
-            if parts:
-                future = self.server(server).pull([(t, k) for t, _, k in parts])
-                calls.append((future, [(t, p) for t, p, _ in parts]))
+        for server, shares in enumerate(per_server):
+            if shares:
+                future = self.server(server).pull([part for _, _, parts in shares for part in parts])
+                calls.append((future, [(e, p, len(parts)) for e, p, parts in shares]))
         return PendingRows(calls, sizes, self.timeout)
 
     def push_pull_async(
@@ -222,7 +257,7 @@ class PSClient:
             push, pull, cached = wire[server], pulls[server], stale[server]
             if not push and not pull and not cached:
                 continue
-            plain = [(t, k) for t, _, k in pull]
+            plain = [part for _, _, parts in pull for part in parts]
             if cached:
                 future = self.server(server).push_pull_stale(push, step, self.worker, 1, plain, *cached)
                 stale_answers[server] = Ack(future, 2, server)
@@ -233,7 +268,7 @@ class PSClient:
                 if self.push_log is not None:
                     self._unread.append((server, acks[-1]))
             if pull:
-                calls.append((Ack(future, 1, server), [(t, p) for t, p, _ in pull]))
+                calls.append((Ack(future, 1, server), [(e, p, len(parts)) for e, p, parts in pull]))
         return acks, PendingRows(calls, sizes, self.timeout), stale_answers
 
     def pull(self, requests: Mapping[str, Tuple[Any, int]]) -> Dict[str, np.ndarray]:
@@ -314,6 +349,9 @@ class PSClient:
         cutoffs = ttl_before or {}
         per_server: List[List[LoggedPush]] = [[] for _ in self.servers]
         for table, (keys, table_grads, *rest) in grads.items():
+            if isinstance(keys, GroupKeys):
+                self._group_push(keys, table_grads, rest, step, participants, cutoffs, per_server)
+                continue
             keys = as_keys(keys)
             table_grads = np.ascontiguousarray(table_grads, dtype=np.float32)
             if table_grads.ndim != 2 or table_grads.shape[0] != keys.size:
@@ -349,6 +387,47 @@ class PSClient:
                 )
             out.append(wire)
         return out
+
+    def _group_push(
+        self,
+        keys: GroupKeys,
+        grads: Any,
+        rest: Sequence[Any],
+        step: int,
+        participants: int,
+        cutoffs: Mapping[str, int],
+        per_server: List[List[LoggedPush]],
+    ) -> None:
+        """Adds a group's push (``grads`` [len(keys), dim]) to ``per_server``: one part per table and server, each
+        the part the table's own push would send (its keys in the same order, its gradients, its cutoff)."""
+        group = keys.group
+        if rest:
+            raise ValueError(f"grads of table group {group.tables}: a group's push carries no repeats (no caches)")
+        grads = np.ascontiguousarray(grads, dtype=np.float32)
+        if grads.shape != (keys.size, group.dim):
+            raise ValueError(
+                f"grads of table group {group.tables}: must be [len(keys), dim] = [{keys.size}, {group.dim}], "
+                f"got {grads.shape}"
+            )
+        for server, (positions, bounds, server_keys) in enumerate(self._route_group(keys)):
+            if not positions.size and participants == 1:
+                continue
+            server_grads = grads[positions]
+            ends = bounds.tolist()  # slices by Python ints: numpy's scalars cost a few us each, per table
+            for i, table in enumerate(group.tables):
+                start, end = ends[i], ends[i + 1]
+                if end > start or participants > 1:
+                    per_server[server].append(
+                        LoggedPush(
+                            table,
+                            server_keys[start:end],
+                            server_grads[start:end],
+                            step,
+                            participants,
+                            None,
+                            int(cutoffs.get(table, 0)),
+                        )
+                    )
 
     def set_servers(
         self,

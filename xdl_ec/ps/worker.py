@@ -108,7 +108,8 @@ class Worker(LinkHost):
             index,
             count,
             prefetch_across_steps and not (combine_calls and count == 1),
-            grouped=job.table_groups and client.steps_groups,
+            # a caching client keeps a cache per table: its tables step one by one
+            grouped=job.table_groups and client.steps_groups and not isinstance(client, CachedClient),
         )
         if worker_input.current is not None:  # TF's pools are sized by the step (before the model's first op)
             size_op_pools(settings.deterministic, len(worker_input.current))
