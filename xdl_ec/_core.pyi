@@ -198,7 +198,7 @@ class DeltaForwarder:
         """
     def progress(self) -> dict:
         """
-        seq, the least seq the live holders applied, whether anything is queued or in flight, worker seqs, holders down, records that waited for the in-process delivery to catch up, mutations coalesced into an earlier one's seq range
+        seq, the least seq the live holders applied, whether anything is queued or in flight, worker seqs, holders down, records that waited for the in-process delivery to catch up, mutations coalesced into an earlier one's seq range, flushes that lifted the thread out of the idle time
         """
     def set_holder(self, holder: typing.SupportsInt | typing.SupportsIndex, local: ParityHolder) -> int:
         """
