@@ -382,19 +382,32 @@ TEST(DeltaForwarder, ItsThreadRunsInTheIdleTime) {
   EXPECT_GT(std::count(threads.begin(), threads.end(), std::make_pair(0, int{SCHED_OTHER})), 0);
 }
 
+// Pins the calling thread (and the threads it makes meanwhile) to its first allowed CPU, for as long as it lives.
+struct OneCpu {
+  OneCpu() {
+    ok = sched_getaffinity(0, sizeof(saved), &saved) == 0;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    for (int cpu = 0; ok && cpu < CPU_SETSIZE; ++cpu)
+      if (CPU_ISSET(cpu, &saved)) {
+        CPU_SET(cpu, &one);
+        break;
+      }
+    ok = ok && sched_setaffinity(0, sizeof(one), &one) == 0;
+  }
+  ~OneCpu() { sched_setaffinity(0, sizeof(saved), &saved); }
+  OneCpu(const OneCpu&) = delete;
+  OneCpu& operator=(const OneCpu&) = delete;
+  cpu_set_t saved{};
+  bool ok = false;
+};
+
 TEST(DeltaForwarder, ALaggingThreadsWorkIsDoneByRecordItself) {
   // On one CPU beside a spinning thread of normal priority, the forwarder's idle-policy thread gets little
   // time: past the lag bound Record routes and delivers on the caller's thread instead of waiting for it
   // (waiting, these pushes took 60x longer: a few ms of the thread's turn per wait).
-  cpu_set_t saved, one;
-  ASSERT_EQ(0, sched_getaffinity(0, sizeof(saved), &saved));
-  CPU_ZERO(&one);
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-    if (CPU_ISSET(cpu, &saved)) {
-      CPU_SET(cpu, &one);
-      break;
-    }
-  ASSERT_EQ(0, sched_setaffinity(0, sizeof(one), &one));  // threads made from now on inherit it
+  const OneCpu pinned;  // threads made from now on inherit it
+  ASSERT_TRUE(pinned.ok);
   std::atomic<bool> spin{true};
   std::thread spinner([&] {
     while (spin.load(std::memory_order_relaxed)) {
@@ -413,22 +426,14 @@ TEST(DeltaForwarder, ALaggingThreadsWorkIsDoneByRecordItself) {
     EXPECT_EQ(3000, c.holders[2]->Applied(0));
     c.ExpectConsistent();
   }
-  sched_setaffinity(0, sizeof(saved), &saved);
 }
 
 TEST(DeltaForwarder, AFlushLiftsTheThreadOutOfTheIdleTimeWhileItHoldsWorkTheCallerWaitsFor) {
   // The priority inversion a recovery's drain met beside another job: the idle-policy thread took a range to
   // route, a normal-priority process took the core, and the drain waited for the idle time. A Flush that finds
   // work taken lifts the thread until it has nothing taken, then the thread lowers itself again.
-  cpu_set_t saved, one;
-  ASSERT_EQ(0, sched_getaffinity(0, sizeof(saved), &saved));
-  CPU_ZERO(&one);
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-    if (CPU_ISSET(cpu, &saved)) {
-      CPU_SET(cpu, &one);
-      break;
-    }
-  ASSERT_EQ(0, sched_setaffinity(0, sizeof(one), &one));  // threads made from now on inherit it
+  const OneCpu pinned;  // threads made from now on inherit it
+  ASSERT_TRUE(pinned.ok);
   {
     Cluster c(3, 2, 1);
     DeltaForwarder& f = *c.forwarders[0];
@@ -465,7 +470,6 @@ TEST(DeltaForwarder, AFlushLiftsTheThreadOutOfTheIdleTimeWhileItHoldsWorkTheCall
     }
     EXPECT_EQ(3, lowered);
   }
-  sched_setaffinity(0, sizeof(saved), &saved);
 }
 #endif
 
