@@ -68,34 +68,21 @@ void SpillTier::Fail(const char* what, size_t slot, int err) const {
                            " failed: " + std::strerror(err) + Hint(err));
 }
 
-uint32_t SpillTier::Word(uint32_t f, size_t at) const {
-  uint32_t v;
-  std::memcpy(&v, FrameAt(f) + at, sizeof(v));
-  return v;
-}
-
-void SpillTier::SetWord(uint32_t f, size_t at, uint32_t v) { std::memcpy(FrameAt(f) + at, &v, sizeof(v)); }
-
 void SpillTier::Hold(uint32_t f, size_t slot) {
   uint8_t* frame = FrameAt(f);
-  SetWord(f, kSlotAt, static_cast<uint32_t>(slot));
-  SetWord(f, kRingAt, static_cast<uint32_t>(ring_.size()));
   frame[kDirtyAt] = 0;
-  frame[kReferencedAt] = 1;
-  SetWord(f, kEpochAt, epoch_);
-  ring_.push_back(f);
+  held_slot_[f] = static_cast<uint32_t>(slot);
+  referenced_[f] = 1;
+  fetched_in_[f] = epoch_;
   ++held_;
   __atomic_store_n(&frame_of_[slot], f, __ATOMIC_RELEASE);
 }
 
 void SpillTier::Drop(uint32_t f) {
-  const size_t slot = Word(f, kSlotAt);
+  const size_t slot = held_slot_[f];
   std::memcpy(&disk_keys_[slot], FrameAt(f) + kFrameHeader, sizeof(int64_t));  // what the file holds now
   frame_of_[slot] = kNone;
-  const uint32_t at = Word(f, kRingAt), last = ring_.back();
-  ring_[at] = last;
-  SetWord(last, kRingAt, at);
-  ring_.pop_back();
+  held_slot_[f] = kNone;
   free_.push_back(f);
   --held_;
 }
@@ -110,12 +97,15 @@ uint32_t SpillTier::NewFrame() {
     if (num_chunks_ == kMaxChunks) throw std::length_error("SpillTier: more frames than " + std::to_string(carved_));
     chunks_[num_chunks_++].reset(new uint8_t[kChunkFrames * stride_]);
   }
+  held_slot_.push_back(kNone);
+  referenced_.push_back(0);
+  fetched_in_.push_back(0);
   return static_cast<uint32_t>(carved_++);
 }
 
 size_t SpillTier::Capacity(size_t other_bytes) const {
   const size_t fixed = other_bytes + slots() * kSlotOverhead;
-  const size_t room = budget_bytes_ > fixed ? (budget_bytes_ - fixed) / stride_ : 0;
+  const size_t room = budget_bytes_ > fixed ? (budget_bytes_ - fixed) / (stride_ + kFrameWords) : 0;
   return std::max(room, kMinFrames);
 }
 
@@ -192,26 +182,27 @@ uint8_t* SpillTier::Fault(size_t slot) {
 }
 
 void SpillTier::MakeRoom(size_t need, size_t capacity) {
-  if (held_ + need <= capacity || ring_.empty()) return;
+  if (held_ + need <= capacity || held_ == 0) return;
   const size_t excess = held_ + need - capacity;
   std::vector<uint32_t> victims;
-  // CLOCK over the held frames only (the ring), so a sweep costs the frames held, not every frame ever carved.
-  for (size_t step = 0; step < 2 * ring_.size() && victims.size() < excess; ++step) {
-    if (hand_ >= ring_.size()) hand_ = 0;
-    const uint32_t f = ring_[hand_++];
-    uint8_t* frame = FrameAt(f);
-    if (Word(f, kEpochAt) == epoch_) continue;  // the batch's own
-    if (frame[kReferencedAt]) {
-      frame[kReferencedAt] = 0;
+  // CLOCK in place: the hand walks the frames in their order (a freed frame takes the next miss where it is),
+  // reading only the dense per-frame words, not the frames (a sweep over frame headers missed the cache on
+  // every step).
+  for (size_t step = 0; step < 2 * carved_ && victims.size() < excess; ++step) {
+    if (hand_ >= carved_) hand_ = 0;
+    const uint32_t f = static_cast<uint32_t>(hand_++);
+    if (held_slot_[f] == kNone || fetched_in_[f] == epoch_) continue;  // free, or the batch's own
+    if (referenced_[f]) {
+      referenced_[f] = 0;
       continue;
     }
-    SetWord(f, kEpochAt, epoch_);  // picked once: the hand may pass it again
+    fetched_in_[f] = epoch_;  // picked once: the hand may pass it again
     victims.push_back(f);
   }
   // Dirty victims go back to the file in slot order, all before any frame is given up.
   std::vector<std::pair<uint32_t, uint32_t>> dirty;
   for (const uint32_t f : victims) {
-    if (FrameAt(f)[kDirtyAt]) dirty.emplace_back(Word(f, kSlotAt), f);
+    if (FrameAt(f)[kDirtyAt]) dirty.emplace_back(held_slot_[f], f);
   }
   std::sort(dirty.begin(), dirty.end());
   std::vector<uint32_t> slots(dirty.size()), frames(dirty.size());
@@ -244,9 +235,9 @@ void SpillTier::Fetch(const uint32_t* slots, size_t n, size_t other_bytes, uint8
       continue;
     }
     uint8_t* frame = FrameAt(f);
-    frame[kReferencedAt] = 1;
+    referenced_[f] = 1;
     frame[kDirtyAt] |= dirty;
-    std::memcpy(frame + kEpochAt, &epoch_, sizeof(epoch_));
+    fetched_in_[f] = epoch_;
     if (records) records[i] = frame + kFrameHeader;
     ++hits_;
   }
@@ -297,7 +288,7 @@ void SpillTier::Reset(size_t slots) {
   if (ftruncate(fd_, 0) != 0) Fail("truncate", 0, errno);
   free_.clear();
   for (size_t f = carved_; f > 0; --f) free_.push_back(static_cast<uint32_t>(f - 1));
-  ring_.clear();
+  held_slot_.assign(carved_, kNone);
   hand_ = 0;
   held_ = 0;
   frame_of_.assign(slots, kNone);

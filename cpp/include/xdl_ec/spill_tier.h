@@ -110,16 +110,16 @@ class SpillTier {
 
  private:
   static constexpr uint32_t kNone = 0xFFFFFFFFu;
-  // A held frame: [slot (4) | its place in ring_ (4) | dirty (1) | referenced (1) | pad (2) | fetch epoch (4)]
-  // then the record.
+  // A held frame: [pad (8) | dirty (1) | pad (7)] then the record (the dirty byte shares the key's cache line,
+  // which a hit has just read).
   static constexpr size_t kFrameHeader = 16;
-  static constexpr size_t kSlotAt = 0, kRingAt = 4, kDirtyAt = 8, kReferencedAt = 9, kEpochAt = 12;
+  static constexpr size_t kDirtyAt = 8;
+  // RAM per frame beside its bytes: held_slot_, referenced_, fetched_in_.
+  static constexpr size_t kFrameWords = sizeof(uint32_t) + sizeof(uint8_t) + sizeof(uint32_t);
   static constexpr size_t kChunkFrames = 16384;  // frames are carved in chunks that never move
   static constexpr size_t kMaxChunks = size_t{1} << 14;
 
   uint8_t* FrameAt(uint32_t f) const { return chunks_[f / kChunkFrames].get() + (f % kChunkFrames) * stride_; }
-  uint32_t Word(uint32_t f, size_t at) const;
-  void SetWord(uint32_t f, size_t at, uint32_t v);
   // Frame f starts holding `slot` (its record already there): referenced, in the ring, found by Frame().
   void Hold(uint32_t f, size_t slot);
   // Frame f (written back first when dirty) gives its slot up and goes to the free list.
@@ -157,10 +157,14 @@ class SpillTier {
   size_t carved_ = 0;           // frames carved from chunks
   std::vector<uint32_t> free_;  // carved frames holding no slot
   size_t held_ = 0;             // frames holding a slot
-  std::vector<uint32_t> ring_;  // the frames holding a slot, in no order: CLOCK's circle
-  size_t hand_ = 0;             // CLOCK's hand: a place in ring_
-  uint32_t epoch_ = 1;          // a Fetch's number: frames stamped with it are the batch's own
-  std::mutex fault_mutex_;      // Frame() faults from an operation's threads
+  // Per carved frame, dense, so CLOCK's sweep reads a few bytes per frame and no frame: the slot it holds
+  // (kNone: free), its referenced bit, the last fetch step that asked for it.
+  std::vector<uint32_t> held_slot_;
+  std::vector<uint8_t> referenced_;
+  std::vector<uint32_t> fetched_in_;
+  size_t hand_ = 0;         // CLOCK's hand: a frame
+  uint32_t epoch_ = 1;      // a Fetch's number: frames stamped with it are the batch's own
+  std::mutex fault_mutex_;  // Frame() faults from an operation's threads
   uint64_t read_bytes_ = 0, write_bytes_ = 0, hits_ = 0, misses_ = 0;
 };
 
