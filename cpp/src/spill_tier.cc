@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <stdexcept>
-#include <utility>
 
 #include "xdl_ec/task_pool.h"
 
@@ -241,8 +240,13 @@ void SpillTier::Fetch(const uint32_t* slots, size_t n, size_t other_bytes, uint8
     if (records) records[i] = frame + kFrameHeader;
     ++hits_;
   }
-  misses_ += miss.size();  // per row asked for, as hits are (a row asked twice is read once)
-  std::vector<uint32_t> unique = records ? miss : std::move(miss);
+  misses_ += miss.size();        // per row asked for, as hits are (a row asked twice is read once)
+  std::vector<uint32_t> unique;  // miss itself is kept only to hand the records back
+  if (records) {
+    unique = miss;
+  } else {
+    unique.swap(miss);
+  }
   std::sort(unique.begin(), unique.end());
   unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
   MakeRoom(unique.size(), Capacity(other_bytes));
