@@ -105,6 +105,14 @@ class SinkBatch {
   DeltaBatch batch_;
 };
 
+// A tiered shard's fetch step handed to its operation: per key its slot (kNone: absent) and resident record
+// (null: absent), valid until the next fetch step (frames move only there).
+struct FetchedRows {
+  std::vector<uint32_t> slots;
+  std::vector<uint8_t*> records;
+  bool empty() const { return slots.empty(); }
+};
+
 struct EmbeddingShard::Impl {
   ShardConfig config;
   std::unique_ptr<Optimizer> optimizer;
@@ -275,8 +283,11 @@ struct EmbeddingShard::Impl {
     constexpr size_t kIndexAhead = 16, kRecordAhead = 8, kRing = 16;
     static_assert(kRing > kRecordAhead, "the ring must hold the keys in flight");
     uint32_t ring[kRing];
-    // Missing blocks have no bytes to prefetch; a tiered store's rows were fetched (or are not yet).
+    // Missing blocks have no bytes to prefetch. A tiered store's rows may be on disk: what is prefetched is
+    // what KeyAt reads, in two stages (the slot's frame word, then kKeyAhead keys later the key's bytes).
     const bool prefetch_records = !Restoring() && !store.tiered();
+    const bool prefetch_tier = !Restoring() && store.tiered();
+    constexpr size_t kKeyAhead = kRecordAhead / 2;
     for (size_t i = 0; i < std::min(n, kIndexAhead); ++i) index.Prefetch(keys[i]);
     for (size_t i = 0; i < n + kRecordAhead; ++i) {
       if (i < n) {
@@ -286,7 +297,12 @@ struct EmbeddingShard::Impl {
         if (candidate != KeyIndex::kNone && prefetch_records) {
           PrefetchRecord(candidate, from, len);
           if (with_admitted) __builtin_prefetch(Record(candidate) + admitted_at);
+        } else if (candidate != KeyIndex::kNone && prefetch_tier) {
+          store.PrefetchSlot(candidate);
         }
+      }
+      if (prefetch_tier && i >= kKeyAhead && i - kKeyAhead < n && ring[(i - kKeyAhead) % kRing] != KeyIndex::kNone) {
+        store.PrefetchKey(ring[(i - kKeyAhead) % kRing]);
       }
       if (i >= kRecordAhead) {
         const size_t j = i - kRecordAhead;
@@ -307,8 +323,11 @@ struct EmbeddingShard::Impl {
     return deltas->slots.size() - 1;
   }
   void DeltaEnd(DeltaBatch* deltas, size_t d, uint32_t slot) const {
+    if (deltas) DeltaEnd(deltas, d, Record(slot));
+  }
+  // ... of the record at r (an operation holding its records).
+  void DeltaEnd(DeltaBatch* deltas, size_t d, const uint8_t* r) const {
     if (!deltas) return;
-    const uint8_t* r = Record(slot);
     uint8_t* x = deltas->xor_bytes.data() + d * record_bytes;
     // A local bound: byte stores may alias the member, which kept this loop scalar (half a push).
     const size_t bytes = record_bytes;
@@ -322,8 +341,9 @@ struct EmbeddingShard::Impl {
     deltas->xor_bytes.resize(deltas->xor_bytes.size() + record_bytes);
     return deltas->slots.size() - 1;
   }
-  void DeltaCopy(DeltaBatch* deltas, size_t d, uint32_t slot) const {
-    std::memcpy(deltas->xor_bytes.data() + d * record_bytes, Record(slot), record_bytes);
+  void DeltaCopy(DeltaBatch* deltas, size_t d, uint32_t slot) const { DeltaCopy(deltas, d, Record(slot)); }
+  void DeltaCopy(DeltaBatch* deltas, size_t d, const uint8_t* r) const {
+    std::memcpy(deltas->xor_bytes.data() + d * record_bytes, r, record_bytes);
   }
   void DeltaStart(DeltaBatch* deltas, size_t expected) const {
     if (!deltas) return;
@@ -336,8 +356,10 @@ struct EmbeddingShard::Impl {
   // ---- the tier's fetch step (slot_store.h), tiered stores only, exclusive lock held ----------------
   // What the budget covers beside the rows: the key index and the free-slot list.
   size_t OtherBytes() const { return index.bytes() + free_slots.capacity() * sizeof(uint32_t); }
-  // The rows of keys[0..n) that exist made resident together, before an operation touches any.
-  void FetchKeys(const int64_t* keys, size_t n) const;
+  // The rows of keys[0..n) that exist made resident together, before an operation touches any. With
+  // `fetched`, its slots and resident records are handed back (an untiered store leaves it empty), so the
+  // operation does not resolve the keys a second time; `for_write`: the operation writes those records.
+  void FetchKeys(const int64_t* keys, size_t n, FetchedRows* fetched = nullptr, bool for_write = false) const;
   // A scan in slot order: the block starting at `slot` read in whole (the scan's earlier blocks may go).
   void ScanAt(size_t slot) const {
     if (store.tiered() && store.WithinBlock(slot) == 0) store.FetchRange(slot, store.block_slots(), OtherBytes());
@@ -352,7 +374,8 @@ struct EmbeddingShard::Impl {
   void EnsureBlock(size_t b);
   // Exclusive lock held, before an operation on `keys` changes any byte: restoring, faults in every block
   // it may touch (FaultBlocks), so that a failing handler throws first; tiered, its fetch step (FetchKeys).
-  void PrepareBlocks(const int64_t* keys, size_t n, bool may_insert);
+  void PrepareBlocks(const int64_t* keys, size_t n, bool may_insert, FetchedRows* fetched = nullptr,
+                     bool for_write = false);
   void FaultBlocks(const int64_t* keys, size_t n, bool may_insert);
   void EnsureAllBlocks() {
     for (size_t b = 0; Restoring() && b < missing.size(); ++b) EnsureBlock(b);

@@ -1,6 +1,7 @@
 // EmbeddingShard's reads of rows: Pull (inserting missing keys), PullStale (leaving out rows a worker's cache
 // holds fresh enough), Find and Clocks (inserting nothing). A pull whose keys all exist runs under the shared
 // lock and changes nothing; one with a key to insert (or blocks under restore) is redone under the write lock.
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -45,6 +46,41 @@ bool PullShared(Impl& s, const int64_t* keys, size_t n, float* out, TaskPool& po
     if (zeros) zeros_all.fetch_add(zeros, std::memory_order_relaxed);
   });
   if (absent.load(std::memory_order_relaxed)) return false;
+  const uint64_t zeros = zeros_all.load(std::memory_order_relaxed);
+  if (zeros) s.not_admitted.fetch_add(zeros, std::memory_order_relaxed);
+  return true;
+}
+
+// Pull's pass over a tiered shard's fetched rows (FetchKeys), over `parts` of the pool: the fetch step resolved
+// the keys and holds their records, so this only copies; false (nothing counted) when a key is missing and the
+// table inserts it.
+bool PullFetched(Impl& s, const FetchedRows& fetched, size_t n, float* out, TaskPool& pool, size_t parts) {
+  const size_t dim = static_cast<size_t>(s.config.dim);
+  const bool inserts = s.PullInserts();
+  if (inserts && std::find(fetched.slots.begin(), fetched.slots.end(), KeyIndex::kNone) != fetched.slots.end()) {
+    return false;
+  }
+  std::atomic<uint64_t> zeros_all{0};  // keys without a row (row_policy.h)
+  pool.ForEachPart(parts, [&](size_t p) {
+    const size_t lo = TaskPool::PartBegin(n, parts, p), hi = TaskPool::PartBegin(n, parts, p + 1);
+    constexpr size_t kAhead = 8;
+    uint64_t zeros = 0;
+    for (size_t i = lo; i < hi; ++i) {
+      if (i + kAhead < hi && fetched.records[i + kAhead]) {
+        __builtin_prefetch(fetched.records[i + kAhead] + RecordLayout::kValueOffset);
+        __builtin_prefetch(fetched.records[i + kAhead] + s.value_end - 1);
+      }
+      const uint8_t* r = fetched.records[i];
+      if (!r) {
+        std::memset(out + i * dim, 0, sizeof(float) * dim);
+        ++zeros;
+        continue;
+      }
+      if (s.admission && !s.Admitted(r)) ++zeros;  // pending: its value bytes are zero
+      std::memcpy(out + i * dim, r + RecordLayout::kValueOffset, sizeof(float) * dim);
+    }
+    if (zeros) zeros_all.fetch_add(zeros, std::memory_order_relaxed);
+  });
   const uint64_t zeros = zeros_all.load(std::memory_order_relaxed);
   if (zeros) s.not_admitted.fetch_add(zeros, std::memory_order_relaxed);
   return true;
@@ -220,8 +256,14 @@ void EmbeddingShard::Pull(const int64_t* keys, size_t n, float* out, DeltaSink* 
   {
     // Fast path: every key present, shared lock, nothing changes.
     ReadLock lock(s);
-    if (!s.Restoring()) s.FetchKeys(keys, n);
-    if (!s.Restoring() && PullShared(s, keys, n, out, pool, pool.PartsFor(n, s.config.split_min_keys))) return;
+    const size_t parts = pool.PartsFor(n, s.config.split_min_keys);
+    if (!s.Restoring() && s.store.tiered()) {
+      FetchedRows fetched;
+      s.FetchKeys(keys, n, &fetched);
+      if (PullFetched(s, fetched, n, out, pool, parts)) return;
+    } else if (!s.Restoring() && PullShared(s, keys, n, out, pool, parts)) {
+      return;
+    }
   }
   // Some key is missing (or a block is under restore): redo the whole batch exclusively, so the
   // pull is atomic and its inserts happen in the order of first appearance.

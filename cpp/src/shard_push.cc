@@ -133,17 +133,27 @@ SummedGradients SumGradients(const int64_t* keys, const float* grads, size_t n, 
 // restore): the lookups over the parts; the inserts and the delta entries here, in order of first
 // appearance as the one-thread pass makes them; each part then steps its rows and closes their
 // entries (rows and entries are disjoint); the dirty marks last, here.
+// A tiered shard's fetch step (`fetched`, not empty) gave the keys' slots and records: they are not resolved
+// again, and the rows are reached through its records (an inserted key's record is looked up once).
 void PushSplit(Impl& s, const int64_t* unique_keys, const float* sums, size_t m, int64_t step, DeltaBatch* deltas,
-               TaskPool& pool, size_t parts) {
-  std::vector<uint32_t> slots(m);
+               TaskPool& pool, size_t parts, FetchedRows* fetched) {
+  std::vector<uint32_t> resolved;
   std::vector<size_t> entry(deltas ? m : 0);
   std::vector<uint8_t> inserted(m, 0);
-  s.ResolveParts(unique_keys, m, pool, parts, slots.data());
+  uint8_t** records = fetched->empty() ? nullptr : fetched->records.data();
+  if (records) {
+    resolved.swap(fetched->slots);
+  } else {
+    resolved.resize(m);
+    s.ResolveParts(unique_keys, m, pool, parts, resolved.data());
+  }
+  uint32_t* slots = resolved.data();
   for (size_t u = 0; u < m; ++u) {
     if (slots[u] == KeyIndex::kNone) {
       slots[u] = s.AllocateSlot();
       if (deltas) entry[u] = s.DeltaBegin(deltas, slots[u]);  // from the all-zero free record
       s.WriteNew(slots[u], unique_keys[u], nullptr, nullptr);
+      if (records) records[u] = s.Record(slots[u]);
       inserted[u] = 1;
     } else if (deltas) {
       entry[u] = s.DeltaReserve(deltas, slots[u]);
@@ -155,20 +165,29 @@ void PushSplit(Impl& s, const int64_t* unique_keys, const float* sums, size_t m,
     constexpr size_t kChunk = 16, kAhead = 8;
     float* values[kChunk];
     float* states[kChunk];
+    uint8_t* recs[kChunk];
     for (size_t first = lo; first < hi; first += kChunk) {
       const size_t rows = std::min(kChunk, hi - first);
       for (size_t r = 0; r < rows; ++r) {
         const size_t u = first + r;
-        if (u + kAhead < hi) s.PrefetchRecord(slots[u + kAhead], 0, s.record_bytes);
-        if (deltas && !inserted[u]) s.DeltaCopy(deltas, entry[u], slots[u]);
-        uint8_t* rec = s.Record(slots[u]);
+        if (u + kAhead < hi) {
+          if (records) {
+            for (size_t o = 0; o < s.record_bytes; o += 64) __builtin_prefetch(records[u + kAhead] + o);
+            __builtin_prefetch(records[u + kAhead] + s.record_bytes - 1);
+          } else {
+            s.PrefetchRecord(slots[u + kAhead], 0, s.record_bytes);
+          }
+        }
+        uint8_t* rec = records ? records[u] : s.Record(slots[u]);
+        if (deltas && !inserted[u]) s.DeltaCopy(deltas, entry[u], rec);
+        recs[r] = rec;
         values[r] = s.Value(rec);
         states[r] = s.State(rec);
       }
       s.optimizer->ApplyRows(values, states, sums + first * dim, rows, s.config.dim, step);
       for (size_t r = 0; r < rows; ++r) {
-        s.Tick(slots[first + r]);
-        if (deltas) s.DeltaEnd(deltas, entry[first + r], slots[first + r]);
+        RecordLayout::SetFlags(recs[r], RecordLayout::Ticked(RecordLayout::Flags(recs[r])));  // Tick
+        if (deltas) s.DeltaEnd(deltas, entry[first + r], recs[r]);
       }
     }
   });
@@ -400,7 +419,8 @@ void EmbeddingShard::Push(const int64_t* keys, const float* grads, size_t n, int
   std::unique_lock<std::shared_mutex> lock(s.mutex);
   SinkBatch batch(sink, s.record_bytes);
   DeltaBatch* deltas = batch.deltas();
-  s.PrepareBlocks(g.unique_keys.data(), m, /*may_insert=*/true);
+  FetchedRows fetched;  // a tiered shard's slots and records of the unique keys
+  s.PrepareBlocks(g.unique_keys.data(), m, /*may_insert=*/true, &fetched, /*for_write=*/true);
   const int64_t every = s.config.row_policy.evict_every_steps;
   const bool pass = s.policy_on && every > 0 && step % every == 0;
   if (pass) s.EnsureAllBlocks();  // the pass reads every block: fault them in before any byte changes
@@ -409,7 +429,7 @@ void EmbeddingShard::Push(const int64_t* keys, const float* grads, size_t n, int
   TaskPool& pool = TaskPool::Shared();
   const size_t parts = pool.PartsFor(m, s.config.split_min_keys);
   if (parts > 1 && !s.policy_on && g.counts.empty() && !s.Restoring()) {
-    PushSplit(s, g.unique_keys.data(), g.sums.get(), m, step, deltas, pool, parts);
+    PushSplit(s, g.unique_keys.data(), g.sums.get(), m, step, deltas, pool, parts, &fetched);
     batch.Record();
     return;
   }

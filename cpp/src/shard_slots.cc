@@ -23,13 +23,19 @@ void EmbeddingShard::Impl::ResolveParts(const int64_t* keys, size_t n, TaskPool&
   });
 }
 
-void EmbeddingShard::Impl::FetchKeys(const int64_t* keys, size_t n) const {
+void EmbeddingShard::Impl::FetchKeys(const int64_t* keys, size_t n, FetchedRows* fetched, bool for_write) const {
   if (!store.tiered()) return;
   TaskPool& pool = TaskPool::Shared();
-  std::vector<uint32_t> slots(n + sketch_slots);
-  ResolveParts(keys, n, pool, pool.PartsFor(n, config.split_min_keys), slots.data());
+  FetchedRows local;
+  FetchedRows& rows = fetched ? *fetched : local;
+  rows.slots.resize(n + sketch_slots);
+  rows.records.resize(n + sketch_slots);
+  uint32_t* slots = rows.slots.data();
+  ResolveParts(keys, n, pool, pool.PartsFor(n, config.split_min_keys), slots);
   for (size_t i = 0; i < sketch_slots; ++i) slots[n + i] = static_cast<uint32_t>(i);  // a push counts in them
-  store.Fetch(slots.data(), slots.size(), OtherBytes());
+  store.Fetch(slots, n + sketch_slots, OtherBytes(), rows.records.data(), for_write);
+  rows.slots.resize(n);  // the sketch's slots are the operation's to reach by Record
+  rows.records.resize(n);
 }
 
 uint32_t EmbeddingShard::Impl::AllocateSlot() {

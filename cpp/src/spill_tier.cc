@@ -1,13 +1,12 @@
 #include "xdl_ec/spill_tier.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
 #include <stdexcept>
 
 #include "xdl_ec/task_pool.h"
@@ -15,8 +14,7 @@
 namespace xdl_ec {
 namespace {
 
-constexpr size_t kIovMax = IOV_MAX;
-constexpr size_t kRunsPerPart = 16;  // runs of I/O a pool part takes at least
+constexpr size_t kRowsPerPart = 256;  // rows a pool part copies at least
 
 std::string Hint(int err) {
   if (err == ENOSPC || err == EFBIG || err == EDQUOT) {
@@ -26,23 +24,6 @@ std::string Hint(int err) {
   if (err == ENOTDIR) return " (it is not a directory: pass a directory)";
   if (err == EACCES || err == EROFS || err == EPERM) return " (it is not writable: pass a writable spill dir)";
   return "";
-}
-
-// One run of adjacent slots: [slot, slot + count), frames[at .. at + count).
-struct Run {
-  size_t slot, count, at;
-};
-
-std::vector<Run> RunsOf(const std::vector<uint32_t>& sorted_slots) {
-  std::vector<Run> runs;
-  for (size_t i = 0; i < sorted_slots.size(); ++i) {
-    if (!runs.empty() && runs.back().slot + runs.back().count == sorted_slots[i] && runs.back().count < kIovMax) {
-      ++runs.back().count;
-    } else {
-      runs.push_back({sorted_slots[i], 1, i});
-    }
-  }
-  return runs;
 }
 
 }  // namespace
@@ -77,6 +58,7 @@ SpillTier::SpillTier(size_t record_bytes, size_t budget_bytes, const std::string
 }
 
 SpillTier::~SpillTier() {
+  if (map_) munmap(map_, map_length_);
   if (fd_ >= 0) close(fd_);
 }
 
@@ -85,34 +67,21 @@ void SpillTier::Fail(const char* what, size_t slot, int err) const {
                            " failed: " + std::strerror(err) + Hint(err));
 }
 
-uint32_t SpillTier::Word(uint32_t f, size_t at) const {
-  uint32_t v;
-  std::memcpy(&v, FrameAt(f) + at, sizeof(v));
-  return v;
-}
-
-void SpillTier::SetWord(uint32_t f, size_t at, uint32_t v) { std::memcpy(FrameAt(f) + at, &v, sizeof(v)); }
-
 void SpillTier::Hold(uint32_t f, size_t slot) {
   uint8_t* frame = FrameAt(f);
-  SetWord(f, kSlotAt, static_cast<uint32_t>(slot));
-  SetWord(f, kRingAt, static_cast<uint32_t>(ring_.size()));
   frame[kDirtyAt] = 0;
-  frame[kReferencedAt] = 1;
-  SetWord(f, kEpochAt, epoch_);
-  ring_.push_back(f);
+  held_slot_[f] = static_cast<uint32_t>(slot);
+  referenced_[f] = 1;
+  fetched_in_[f] = epoch_;
   ++held_;
   __atomic_store_n(&frame_of_[slot], f, __ATOMIC_RELEASE);
 }
 
 void SpillTier::Drop(uint32_t f) {
-  const size_t slot = Word(f, kSlotAt);
+  const size_t slot = held_slot_[f];
   std::memcpy(&disk_keys_[slot], FrameAt(f) + kFrameHeader, sizeof(int64_t));  // what the file holds now
   frame_of_[slot] = kNone;
-  const uint32_t at = Word(f, kRingAt), last = ring_.back();
-  ring_[at] = last;
-  SetWord(last, kRingAt, at);
-  ring_.pop_back();
+  held_slot_[f] = kNone;
   free_.push_back(f);
   --held_;
 }
@@ -127,52 +96,72 @@ uint32_t SpillTier::NewFrame() {
     if (num_chunks_ == kMaxChunks) throw std::length_error("SpillTier: more frames than " + std::to_string(carved_));
     chunks_[num_chunks_++].reset(new uint8_t[kChunkFrames * stride_]);
   }
+  held_slot_.push_back(kNone);
+  referenced_.push_back(0);
+  fetched_in_.push_back(0);
   return static_cast<uint32_t>(carved_++);
 }
 
 size_t SpillTier::Capacity(size_t other_bytes) const {
   const size_t fixed = other_bytes + slots() * kSlotOverhead;
-  const size_t room = budget_bytes_ > fixed ? (budget_bytes_ - fixed) / stride_ : 0;
+  const size_t room = budget_bytes_ > fixed ? (budget_bytes_ - fixed) / (stride_ + kFrameWords) : 0;
   return std::max(room, kMinFrames);
 }
 
-// Runs of adjacent slots, one preadv / pwritev each, split over the pool's threads; a read past the file's end
-// reads zeros.
+// Copies between frames and the file's mapping, split over the pool's threads (a row not in the page cache
+// is a major fault: several are waited for at once). Within the file as covered (Cover); a slot past it reads
+// zeros, as a read past the file's end does.
 void SpillTier::Transfer(const std::vector<uint32_t>& sorted_slots, const std::vector<uint32_t>& frames, bool write) {
-  const std::vector<Run> runs = RunsOf(sorted_slots);
   TaskPool& pool = TaskPool::Shared();
-  const size_t parts = pool.PartsFor(runs.size(), kRunsPerPart);
+  const size_t n = sorted_slots.size();
+  const size_t parts = pool.PartsFor(n, kRowsPerPart);
   pool.ForEachPart(parts, [&](size_t p) {
-    std::vector<iovec> iov;
-    const size_t end = TaskPool::PartBegin(runs.size(), parts, p + 1);
-    for (size_t r = TaskPool::PartBegin(runs.size(), parts, p); r < end; ++r) {
-      const Run& run = runs[r];
-      iov.clear();
-      for (size_t i = 0; i < run.count; ++i) iov.push_back({FrameAt(frames[run.at + i]) + kFrameHeader, record_bytes_});
-      const size_t want = run.count * record_bytes_;
-      size_t done = 0;
-      while (done < want) {  // a short transfer (the file's end, a signal): the rest is asked again
-        const size_t first = done / record_bytes_, within = done % record_bytes_;
-        iovec* at = iov.data() + first;
-        const iovec whole = *at;
-        at->iov_base = static_cast<uint8_t*>(at->iov_base) + within;
-        at->iov_len -= within;
-        const int count = static_cast<int>(run.count - first);
-        const auto offset = static_cast<off_t>(run.slot * record_bytes_ + done);
-        const ssize_t n = write ? pwritev(fd_, at, count, offset) : preadv(fd_, at, count, offset);
-        *at = whole;
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 || (n == 0 && write)) Fail(write ? "write" : "read", run.slot + first, n < 0 ? errno : ENOSPC);
-        if (n == 0) break;  // read past the end: zeros
-        done += static_cast<size_t>(n);
-      }
-      for (size_t i = done / record_bytes_; i < run.count; ++i) {
-        const size_t from = i == done / record_bytes_ ? done % record_bytes_ : 0;
-        std::memset(FrameAt(frames[run.at + i]) + kFrameHeader + from, 0, record_bytes_ - from);
+    const size_t end = TaskPool::PartBegin(n, parts, p + 1);
+    for (size_t i = TaskPool::PartBegin(n, parts, p); i < end; ++i) {
+      uint8_t* frame = FrameAt(frames[i]) + kFrameHeader;
+      const size_t at = size_t{sorted_slots[i]} * record_bytes_;
+      if (write) {
+        std::memcpy(map_ + at, frame, record_bytes_);  // within the file: Cover ran before any write-back
+      } else if (at + record_bytes_ <= map_bytes_) {
+        std::memcpy(frame, map_ + at, record_bytes_);
+      } else {
+        std::memset(frame, 0, record_bytes_);  // never written back: zeros
       }
     }
   });
-  (write ? write_bytes_ : read_bytes_) += sorted_slots.size() * record_bytes_;
+  (write ? write_bytes_ : read_bytes_) += n * record_bytes_;
+  mapped_bytes_ += n * record_bytes_;
+}
+
+// The file's blocks allocated (so a write through the mapping never meets a full disk: that is this call's
+// error, named, before any byte moves) and mapped over `slots` records, grown by a quarter at a time.
+void SpillTier::Cover(size_t slots) {
+  const size_t need = slots * record_bytes_;
+  if (need <= map_bytes_) return;
+  const size_t slack = std::max(map_bytes_ / 4, kCoverStep);
+  size_t target = need + slack;
+  int err = posix_fallocate(fd_, static_cast<off_t>(map_bytes_), static_cast<off_t>(target - map_bytes_));
+  if (err != 0) {  // the slack may be what does not fit: the need alone
+    target = need;
+    err = posix_fallocate(fd_, static_cast<off_t>(map_bytes_), static_cast<off_t>(target - map_bytes_));
+  }
+  if (err != 0) Fail("allocation", map_bytes_ / record_bytes_, err);
+  const size_t length = (target + kPage - 1) / kPage * kPage;
+  void* map = map_ ? mremap(map_, map_length_, length, MREMAP_MAYMOVE)
+                   : mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+  if (map == MAP_FAILED) Fail("mapping", map_bytes_ / record_bytes_, errno);
+  map_ = static_cast<uint8_t*>(map);
+  map_length_ = length;
+  map_bytes_ = target;
+}
+
+// The mapping's pages leave this process's resident set once it has copied about a budget's worth through
+// them (the page cache keeps them, dirty ones included): the file's pages count as the process's RSS while
+// mapped, and the budget is what RAM the tier holds.
+void SpillTier::Unmap() {
+  if (mapped_bytes_ < budget_bytes_ || !map_) return;
+  madvise(map_, map_length_, MADV_DONTNEED);
+  mapped_bytes_ = 0;
 }
 
 uint8_t* SpillTier::Fault(size_t slot) {
@@ -192,26 +181,27 @@ uint8_t* SpillTier::Fault(size_t slot) {
 }
 
 void SpillTier::MakeRoom(size_t need, size_t capacity) {
-  if (held_ + need <= capacity || ring_.empty()) return;
+  if (held_ + need <= capacity || held_ == 0) return;
   const size_t excess = held_ + need - capacity;
   std::vector<uint32_t> victims;
-  // CLOCK over the held frames only (the ring), so a sweep costs the frames held, not every frame ever carved.
-  for (size_t step = 0; step < 2 * ring_.size() && victims.size() < excess; ++step) {
-    if (hand_ >= ring_.size()) hand_ = 0;
-    const uint32_t f = ring_[hand_++];
-    uint8_t* frame = FrameAt(f);
-    if (Word(f, kEpochAt) == epoch_) continue;  // the batch's own
-    if (frame[kReferencedAt]) {
-      frame[kReferencedAt] = 0;
+  // CLOCK in place: the hand walks the frames in their order (a freed frame takes the next miss where it is),
+  // reading only the dense per-frame words, not the frames (a sweep over frame headers missed the cache on
+  // every step).
+  for (size_t step = 0; step < 2 * carved_ && victims.size() < excess; ++step) {
+    if (hand_ >= carved_) hand_ = 0;
+    const uint32_t f = static_cast<uint32_t>(hand_++);
+    if (held_slot_[f] == kNone || fetched_in_[f] == epoch_) continue;  // free, or the batch's own
+    if (referenced_[f]) {
+      referenced_[f] = 0;
       continue;
     }
-    SetWord(f, kEpochAt, epoch_);  // picked once: the hand may pass it again
+    fetched_in_[f] = epoch_;  // picked once: the hand may pass it again
     victims.push_back(f);
   }
   // Dirty victims go back to the file in slot order, all before any frame is given up.
   std::vector<std::pair<uint32_t, uint32_t>> dirty;
   for (const uint32_t f : victims) {
-    if (FrameAt(f)[kDirtyAt]) dirty.emplace_back(Word(f, kSlotAt), f);
+    if (FrameAt(f)[kDirtyAt]) dirty.emplace_back(held_slot_[f], f);
   }
   std::sort(dirty.begin(), dirty.end());
   std::vector<uint32_t> slots(dirty.size()), frames(dirty.size());
@@ -223,34 +213,58 @@ void SpillTier::MakeRoom(size_t need, size_t capacity) {
   for (const uint32_t f : victims) Drop(f);
 }
 
-void SpillTier::Fetch(const uint32_t* slots, size_t n, size_t other_bytes) {
+void SpillTier::Fetch(const uint32_t* slots, size_t n, size_t other_bytes, uint8_t** records, bool for_write) {
+  Cover(this->slots());           // every slot a victim may be written back to, before anything changes
   if (++epoch_ == 0) epoch_ = 1;  // 0 is no fetch's
-  std::vector<uint32_t> miss;
+  const uint8_t dirty = for_write ? 1 : 0;
+  std::vector<uint32_t> miss, miss_at;                // the slots to read, and (with records) where they were asked
+  constexpr size_t kWordAhead = 16, kFrameAhead = 8;  // a hit is two dependent misses: overlapped
   for (size_t i = 0; i < n; ++i) {
+    if (i + kWordAhead < n && slots[i + kWordAhead] != kNone) PrefetchSlot(slots[i + kWordAhead]);
+    if (i + kFrameAhead < n && slots[i + kFrameAhead] != kNone) PrefetchKey(slots[i + kFrameAhead]);
     const uint32_t slot = slots[i];
-    if (slot == kNone) continue;
+    if (slot == kNone) {
+      if (records) records[i] = nullptr;
+      continue;
+    }
     const uint32_t f = frame_of_[slot];
     if (f == kNone) {
       miss.push_back(slot);
+      if (records) miss_at.push_back(static_cast<uint32_t>(i));
       continue;
     }
-    FrameAt(f)[kReferencedAt] = 1;
-    SetWord(f, kEpochAt, epoch_);
+    uint8_t* frame = FrameAt(f);
+    referenced_[f] = 1;
+    frame[kDirtyAt] |= dirty;
+    fetched_in_[f] = epoch_;
+    if (records) records[i] = frame + kFrameHeader;
     ++hits_;
   }
-  misses_ += miss.size();  // per row asked for, as hits are (a row asked twice is read once)
-  std::sort(miss.begin(), miss.end());
-  miss.erase(std::unique(miss.begin(), miss.end()), miss.end());
-  MakeRoom(miss.size(), Capacity(other_bytes));
-  std::vector<uint32_t> frames(miss.size());
-  for (size_t i = 0; i < miss.size(); ++i) frames[i] = NewFrame();
+  misses_ += miss.size();        // per row asked for, as hits are (a row asked twice is read once)
+  std::vector<uint32_t> unique;  // miss itself is kept only to hand the records back
+  if (records) {
+    unique = miss;
+  } else {
+    unique.swap(miss);
+  }
+  std::sort(unique.begin(), unique.end());
+  unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+  MakeRoom(unique.size(), Capacity(other_bytes));
+  std::vector<uint32_t> frames(unique.size());
+  for (size_t i = 0; i < unique.size(); ++i) frames[i] = NewFrame();
   try {
-    Transfer(miss, frames, /*write=*/false);
+    Transfer(unique, frames, /*write=*/false);
   } catch (...) {
     free_.insert(free_.end(), frames.begin(), frames.end());
     throw;
   }
-  for (size_t i = 0; i < miss.size(); ++i) Hold(frames[i], miss[i]);
+  for (size_t i = 0; i < unique.size(); ++i) {
+    Hold(frames[i], unique[i]);
+    FrameAt(frames[i])[kDirtyAt] = dirty;
+  }
+  Unmap();
+  if (!records) return;
+  for (size_t m = 0; m < miss.size(); ++m) records[miss_at[m]] = FrameAt(frame_of_[miss[m]]) + kFrameHeader;
 }
 
 void SpillTier::FetchRange(size_t first, size_t count, size_t other_bytes) {
@@ -272,10 +286,13 @@ size_t SpillTier::Append() {
 }
 
 void SpillTier::Reset(size_t slots) {
+  if (map_) munmap(map_, map_length_);
+  map_ = nullptr;
+  map_length_ = map_bytes_ = mapped_bytes_ = 0;
   if (ftruncate(fd_, 0) != 0) Fail("truncate", 0, errno);
   free_.clear();
   for (size_t f = carved_; f > 0; --f) free_.push_back(static_cast<uint32_t>(f - 1));
-  ring_.clear();
+  held_slot_.assign(carved_, kNone);
   hand_ = 0;
   held_ = 0;
   frame_of_.assign(slots, kNone);
@@ -301,6 +318,7 @@ void SpillTier::Read(size_t slot, size_t count, uint8_t* out) {
 }
 
 void SpillTier::Write(size_t slot, size_t count, const uint8_t* bytes) {
+  Cover(slot + count);  // the file never grows but under the mapping (a read past it reads zeros)
   const size_t want = count * record_bytes_;
   size_t put = 0;
   while (put < want) {

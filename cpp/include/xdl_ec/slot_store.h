@@ -57,6 +57,13 @@ class SlotStore {
   int64_t KeyOf(size_t slot) const { return tier_->KeyOf(slot); }
   // Tiered: the fetch step (SpillTier::Fetch, FetchRange); `other_bytes`: the rest of the budget's charge.
   void Fetch(const uint32_t* slots, size_t n, size_t other_bytes) const { tier_->Fetch(slots, n, other_bytes); }
+  // ... handing back each slot's resident record (SpillTier::Fetch with records), dirty when `for_write`.
+  void Fetch(const uint32_t* slots, size_t n, size_t other_bytes, uint8_t** records, bool for_write) const {
+    tier_->Fetch(slots, n, other_bytes, records, for_write);
+  }
+  // Tiered: prefetch hints for resolving a key at `slot` (SpillTier::PrefetchSlot, PrefetchKey).
+  void PrefetchSlot(size_t slot) const { tier_->PrefetchSlot(slot); }
+  void PrefetchKey(size_t slot) const { tier_->PrefetchKey(slot); }
   void FetchRange(size_t first, size_t count, size_t other_bytes) const {
     tier_->FetchRange(first, count, other_bytes);
   }
