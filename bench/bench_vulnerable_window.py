@@ -39,7 +39,7 @@ FAR = 1e6  # seconds: the unbounded arms' bound, which no rebuild comes near
 ARMS = ("bounded", "unbounded", "unbounded-aa")
 
 
-def _one_run(args: argparse.Namespace, within: float) -> Dict[str, Any]:
+def one_run(args: argparse.Namespace, within: float) -> Dict[str, Any]:
     config = TrainConfig(
         synthetic=True,
         steps=args.steps,
@@ -105,7 +105,7 @@ def main() -> None:
         for round_ in range(args.rounds):
             order = ARMS[round_ % 3 :] + ARMS[: round_ % 3]
             for arm in order:
-                result = _one_run(args, args.within if arm == "bounded" else FAR)
+                result = one_run(args, args.within if arm == "bounded" else FAR)
                 results[arm].append(result)
                 print(f"round {round_} {arm}: {result}", flush=True)
     finally:
