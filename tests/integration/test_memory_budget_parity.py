@@ -89,8 +89,8 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
 
 @pytest.fixture
 def small_fs_for_servers(tmp_path: Path) -> Iterator[Path]:
-    """A 5 MiB tmpfs: room for three servers' reserves, not for their spill files to the end of the run."""
-    yield from _mount(tmp_path, "5m")
+    """A 7 MiB tmpfs: room for three servers' reserves, not for their spill files to the end of the run."""
+    yield from _mount(tmp_path, "7m")
 
 
 def test_a_spill_dir_that_fills_stops_at_a_boundary_and_resume_trains_the_same_model(
