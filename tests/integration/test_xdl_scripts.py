@@ -187,6 +187,8 @@ def test_the_script_trains_to_one_digest_in_one_process_and_with_a_server_killed
     killed, _ = run(name, killed=True)
     assert [(f["role"], f["index"]) for f in killed["failures"]] == [("server", 1)]
     assert killed["model_digest"] == here["model_digest"] and killed["logloss"] == here["logloss"]
+    # the model's extra outputs come back from the servers' workers too, the same as in one process
+    assert killed.get("outputs") == pytest.approx(here.get("outputs"), rel=1e-6)
     assert here["steps"] == STEPS and np.isfinite(here["final_loss"])
 
 

@@ -26,6 +26,7 @@ from xdl_ec.keep.saved_run import SavedRun
 from xdl_ec.model.digest import model_digest
 from xdl_ec.model.job_spec import JobSpec
 from xdl_ec.model.progressive import ProgressiveWindow
+from xdl_ec.model.step_outputs import StepOutputs
 from xdl_ec.ps.progress import Progress
 from xdl_ec.ps.step_stages import StageClock
 from xdl_ec.ps.step_times import StepTimes
@@ -72,7 +73,7 @@ class LocalRun:
         clock = StageClock([self.worker.stats()])
         start = time.perf_counter()
         first_end, first_samples, samples = None, 0, 0
-        outputs: list = []  # a LossModel's extra outputs (an accuracy, an auxiliary loss), per step
+        outputs = StepOutputs()  # the model's extra outputs (an accuracy, an auxiliary loss)
         try:
             while stop is None or self.step < stop:
                 more = stop is None or self.step + 1 < stop
@@ -91,8 +92,7 @@ class LocalRun:
                     )
                 self.step += 1
                 self.losses.append(result.loss)
-                if self.worker.built_step.outputs:
-                    outputs.append(self.worker.built_step.outputs)
+                outputs.add(result.outputs or {})
                 samples += result.samples
                 self.samples += result.samples
                 if result.labels is not None and result.probabilities is not None:
@@ -101,7 +101,7 @@ class LocalRun:
                 if first_end is None:
                     first_end, first_samples = now, samples
                 timeline.append([self.step, now - start, samples, result.loss])
-                bar.update(samples, result.loss)
+                bar.update(samples, result.loss, result.outputs)
                 if self.tables.disk_full is not None:  # the step finished on the reserve's room: stop here
                     raise DiskTierFull(*self.tables.disk_full, self.step, at_boundary=True)
                 for hook in self.hooks:
@@ -115,9 +115,8 @@ class LocalRun:
         steady = (
             (samples - first_samples) / (end - first_end) if first_end is not None and samples > first_samples else None
         )
-        last = outputs[-LAST_LOSSES:]
         return {
-            **({"outputs": {k: float(np.mean([o[k] for o in last])) for k in last[0]}} if last else {}),
+            **outputs.report(),
             "samples": samples,
             "steps": self.step,
             "train_seconds": seconds,

@@ -1,14 +1,15 @@
 """A run's progress on stderr: tqdm's bar on a terminal; anywhere else (a log file, a pipe, CI) a bar's carriage
 returns leave blank lines and lines of spaces, so a plain line is printed instead after the first step and then every
-``every`` seconds: ``step 120/400: 15,300 samples/s, loss 0.4812, progressive AUC 0.7712`` (samples/s and mean loss
-since the line before; the AUC of the last samples scored before training on them, computed only when a line is
-printed, or every ``every`` seconds on the bar)."""
+``every`` seconds: ``step 120/400: 15,300 samples/s, loss 0.4812, accuracy 0.8120, progressive AUC 0.7712``
+(samples/s, mean loss and the means of the model's extra outputs since the line before; the AUC of the last
+samples scored before training on them, computed only when a line is printed, or every ``every`` seconds on the
+bar)."""
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable, List, Optional, TextIO
+from typing import Any, Callable, Dict, List, Mapping, Optional, TextIO
 
 PLAIN_EVERY_SECONDS = 30.0
 
@@ -44,9 +45,11 @@ class Progress:
         self._line_time = clock()
         self._line_samples = 0
         self._losses: List[float] = []
+        self._outputs: Dict[str, List[float]] = {}
 
-    def update(self, samples: int, loss: Optional[float]) -> None:
-        """One more step; ``samples``: trained by this fit so far, ``loss``: the step's."""
+    def update(self, samples: int, loss: Optional[float], outputs: Optional[Mapping[str, float]] = None) -> None:
+        """One more step; ``samples``: trained by this fit so far, ``loss``: the step's, ``outputs``: the model's
+        extra scalar outputs at it (an accuracy), shown after the loss."""
         self.step += 1
         if self._bar is not None:
             self._bar.update(1)
@@ -59,6 +62,8 @@ class Progress:
             return
         if loss is not None:
             self._losses.append(float(loss))
+        for name, value in (outputs or {}).items():
+            self._outputs.setdefault(name, []).append(float(value))
         now = self.clock()
         if self.step > 1 and now - self._line_time < self.every:
             return
@@ -68,11 +73,12 @@ class Progress:
             parts.append(f"{(samples - self._line_samples) / (now - self._line_time):,.0f} samples/s")
         if self._losses:
             parts.append(f"loss {sum(self._losses) / len(self._losses):.4f}")
+        parts += [f"{name} {sum(values) / len(values):.4f}" for name, values in self._outputs.items()]
         value = None if self.auc is None else self.auc()
         if value is not None:
             parts.append(f"progressive AUC {value:.4f}")
         print(f"step {self.step:,}{of}: {', '.join(parts)}", file=self.stream, flush=True)
-        self._line_time, self._line_samples, self._losses = now, samples, []
+        self._line_time, self._line_samples, self._losses, self._outputs = now, samples, [], {}
 
     def close(self) -> None:
         if self._bar is not None:

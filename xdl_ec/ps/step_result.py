@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -25,3 +25,5 @@ class StepResult:
     labels: Optional[List[np.ndarray]] = None
     probabilities: Optional[List[np.ndarray]] = None
     heads: Optional[Tuple[str, ...]] = None
+    # the model's extra scalar outputs at this step (an accuracy, an auxiliary loss), by name
+    outputs: Optional[Dict[str, float]] = None

@@ -105,7 +105,7 @@ class TrainingLoop:
             self._first_step_end, self._first_samples = now, state.samples
         # (step, seconds since this fit began, samples so far, step loss): throughput and loss over time
         self.timeline.append([state.step, now - self._fit_start, state.samples - self._fit_samples, state.losses[-1]])
-        bar.update(state.samples - self._fit_samples, state.losses[-1])
+        bar.update(state.samples - self._fit_samples, state.losses[-1], state.outputs.latest)
 
     # ---- a fit ------------------------------------------------------------------------------------------
     def fit(self, steps: Optional[int] = None) -> Dict[str, Any]:
@@ -154,6 +154,7 @@ class TrainingLoop:
             "final_loss": float(np.mean(state.losses[-LAST_LOSSES:])) if state.losses else None,
             "timeline": self.timeline,
             "progressive": state.progressive.report(),
+            **state.outputs.report(),
             "injected": [{**k, "seconds": k["time"] - start} for k in injected],
             "stages": clock.stages(cluster.worker_stats(skip_lost=True)),
             **cluster.strategy.report(),

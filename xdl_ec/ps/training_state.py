@@ -11,6 +11,7 @@ import math
 from typing import Any, List, Optional, Sequence
 
 from xdl_ec.model.progressive import ProgressiveWindow
+from xdl_ec.model.step_outputs import StepOutputs
 from xdl_ec.ps.step_times import StepTimes
 from xdl_ec.ps.worker import StepResult
 from xdl_ec.sparse.table_config import Table
@@ -34,6 +35,7 @@ class TrainingState:
         self.push_seqs: List[Optional[List[int]]] = [None] * workers
         self.unlogged_push_seqs: List[Optional[List[int]]] = [None] * workers  # of restarted predecessors
         self.losses: List[float] = []
+        self.outputs = StepOutputs()  # the model's extra outputs, per worker answer
         # progressive validation over the steps this process drove (re-trained ones after a rollback included)
         self.progressive = ProgressiveWindow()
         self.step_times = StepTimes(tables)  # the wall time of Evict(ttl_seconds) passes
@@ -61,6 +63,8 @@ class TrainingState:
         self.samples += result.samples
         if result.labels is not None and result.probabilities is not None:
             self.progressive.add(result.labels, result.probabilities, result.heads)
+        if result.outputs:
+            self.outputs.add(result.outputs)
 
     def samples_since(self, position: Any) -> int:
         """Samples trained after the reader position ``position`` ({"worker_samples": [...]}, or that list: what a

@@ -156,6 +156,7 @@ class TrainingStep:
             labels=[batch.labels_of(h) for h in (heads or (None,))],
             probabilities=probs,
             heads=None if heads is None else tuple(heads),
+            outputs=dict(step_model.outputs) or None,
         )
         return result, {t: (batch.keys[t], g) for t, g in row_grads.items()}
 

@@ -29,6 +29,21 @@ def test_plain_lines_when_the_stream_is_not_a_terminal() -> None:
     assert stream.getvalue().splitlines() == ["step 1/6: loss 0.7000", "step 4/6: 25 samples/s, loss 0.5000"]
 
 
+def test_the_models_extra_outputs_follow_the_loss_as_means_since_the_line_before() -> None:
+    stream, clock = io.StringIO(), Clock()
+    progress = Progress(3, True, stream=stream, every=10.0, clock=clock)
+    for step, accuracy in enumerate([0.5, 0.6, 0.8], 1):
+        clock.now = 10.0 * step
+        progress.update(100 * step, 0.5, {"accuracy": accuracy})
+    progress.close()
+    # step 2 is 10 s after step 1's line: its mean is its own; step 3's likewise
+    assert stream.getvalue().splitlines() == [
+        "step 1/3: loss 0.5000, accuracy 0.5000",
+        "step 2/3: 10 samples/s, loss 0.5000, accuracy 0.6000",
+        "step 3/3: 10 samples/s, loss 0.5000, accuracy 0.8000",
+    ]
+
+
 def test_without_a_total_and_disabled() -> None:
     stream, clock = io.StringIO(), Clock()
     progress = Progress(None, True, stream=stream, every=0.0, clock=clock)
