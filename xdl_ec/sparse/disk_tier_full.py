@@ -14,7 +14,9 @@ import re
 from typing import Optional
 
 # the core's SpillTier::Fail (a server's call may carry it inside its own message)
-_SPILL_ERROR = re.compile(r"spill dir '(?P<dir>[^']*)': (?:write|read|truncate|allocation|mapping) of slot \d+ failed: ")
+_SPILL_ERROR = re.compile(
+    r"spill dir '(?P<dir>[^']*)': (?:write|read|truncate|allocation|mapping) of slot \d+ failed: "
+)
 
 
 def spill_dir_of(err: BaseException) -> Optional[str]:
