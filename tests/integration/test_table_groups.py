@@ -114,7 +114,7 @@ def test_on_servers_grouped_and_ungrouped_end_at_the_same_model(ft: str) -> None
 
 @pytest.mark.parametrize("resume_on", ["one-process", "servers"])
 def test_a_grouped_runs_save_resumes_in_one_process_and_on_servers(tmp_path: Any, resume_on: str) -> None:
-    # the saved signature carries no groups: a worker on servers (table by table) resumes a grouped run's save
+    # the saved signature carries no groups: a worker on servers resumes a grouped run's save
     _job(True).fit(steps=10, deterministic=True, seed=3, save_dir=tmp_path)
     cluster = xdl_ec.Cluster(servers=2) if resume_on == "servers" else None
     resumed = _job(True).fit(deterministic=True, seed=3, resume=tmp_path, cluster=cluster)
