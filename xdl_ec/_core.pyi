@@ -288,8 +288,11 @@ class InitializerKind:
       UNIFORM
     
       TRUNCATED_NORMAL
+    
+      NORMAL
     """
     CONSTANT: typing.ClassVar[InitializerKind]
+    NORMAL: typing.ClassVar[InitializerKind]
     TRUNCATED_NORMAL: typing.ClassVar[InitializerKind]
     UNIFORM: typing.ClassVar[InitializerKind]
     ZEROS: typing.ClassVar[InitializerKind]

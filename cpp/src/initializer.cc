@@ -100,6 +100,7 @@ void InitializerConfig::Validate() const {
               "minval must be < maxval, got minval=" + std::to_string(minval) + " maxval=" + std::to_string(maxval));
       return;
     case InitializerKind::kTruncatedNormal:
+    case InitializerKind::kNormal:
       Require(std::isfinite(mean), "mean must be finite, got " + std::to_string(mean));
       Require(std::isfinite(stddev) && stddev > 0.0f, "stddev must be finite and > 0, got " + std::to_string(stddev));
       return;
@@ -129,6 +130,15 @@ void InitializeRow(const InitializerConfig& config, uint64_t seed, int64_t key, 
       const double mean = config.mean, stddev = config.stddev;
       for (int i = 0; i < dim; ++i) {
         const double p = kPhiMinus2 + (kPhiPlus2 - kPhiMinus2) * Unit(SplitMix64(row ^ static_cast<uint64_t>(i)));
+        out[i] = static_cast<float>(mean + stddev * NormalQuantile(p));
+      }
+      return;
+    }
+    case InitializerKind::kNormal: {
+      const double mean = config.mean, stddev = config.stddev;
+      for (int i = 0; i < dim; ++i) {
+        // the middle of the draw's 2^-53 cell: p in (0, 1), so the quantile is finite
+        const double p = Unit(SplitMix64(row ^ static_cast<uint64_t>(i))) + 0x1.0p-54;
         out[i] = static_cast<float>(mean + stddev * NormalQuantile(p));
       }
       return;

@@ -59,6 +59,32 @@ TEST(Initializer, TruncatedNormalStatistics) {
   EXPECT_NEAR(below_half / n, (0.308537539 - 0.022750132) / 0.954499736, 0.005);
 }
 
+TEST(Initializer, NormalStatisticsAreTheUntruncatedOnes) {
+  InitializerConfig c = Kind(InitializerKind::kNormal);
+  c.mean = -1.0f;
+  c.stddev = 2.0f;
+  double sum = 0, sum2 = 0;
+  size_t within_one = 0, beyond_two = 0;
+  const int rows = 20000, dim = 8;
+  std::vector<float> row(dim);
+  for (int k = 0; k < rows; ++k) {
+    InitializeRow(c, 4, k, row.data(), dim);
+    for (float v : row) {
+      ASSERT_TRUE(std::isfinite(v));
+      const double z = (v + 1.0) / 2.0;
+      sum += v;
+      sum2 += (v + 1.0) * (v + 1.0);
+      within_one += std::fabs(z) <= 1.0;
+      beyond_two += std::fabs(z) > 2.0;
+    }
+  }
+  const double n = rows * dim;
+  EXPECT_NEAR(sum / n, -1.0, 0.02);
+  EXPECT_NEAR(std::sqrt(sum2 / n), 2.0, 0.02);
+  EXPECT_NEAR(within_one / n, 0.682689492, 0.005);
+  EXPECT_NEAR(beyond_two / n, 1.0 - 0.954499736, 0.003);  // the tails a truncated normal cuts off
+}
+
 TEST(Initializer, UniformZerosConstant) {
   InitializerConfig u = Kind(InitializerKind::kUniform);
   u.minval = 2.0f;

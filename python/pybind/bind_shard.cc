@@ -499,7 +499,8 @@ void BindShard(py::module_& m) {
       .value("ZEROS", InitializerKind::kZeros)
       .value("CONSTANT", InitializerKind::kConstant)
       .value("UNIFORM", InitializerKind::kUniform)
-      .value("TRUNCATED_NORMAL", InitializerKind::kTruncatedNormal);
+      .value("TRUNCATED_NORMAL", InitializerKind::kTruncatedNormal)
+      .value("NORMAL", InitializerKind::kNormal);
 
   py::class_<RowPolicyConfig>(m, "RowPolicyConfig", "Admission and eviction rules of a table (see row_policy.h)")
       .def(py::init<>())

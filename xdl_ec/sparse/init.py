@@ -14,7 +14,7 @@ from xdl_ec import _core
 from xdl_ec.settings.checks import real
 from xdl_ec.settings.hyperparameter import HyperParameters
 
-__all__ = ["Initializer", "Zeros", "Constant", "RandomUniform", "TruncatedNormal", "get", "NAMES"]
+__all__ = ["Initializer", "Zeros", "Constant", "RandomUniform", "TruncatedNormal", "RandomNormal", "get", "NAMES"]
 
 
 class Initializer(HyperParameters):
@@ -76,17 +76,36 @@ class TruncatedNormal(Initializer):
         object.__setattr__(self, "stddev", stddev)
 
 
+@dataclasses.dataclass(frozen=True)
+class RandomNormal(Initializer):
+    """Normal(mean, stddev), untruncated, as TensorFlow's random normal (XDL's ``RandomNormal``)."""
+
+    mean: float = 0.0
+    stddev: float = 0.05
+    kind = _core.InitializerKind.NORMAL
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mean", real("RandomNormal", "mean", self.mean))
+        stddev = real("RandomNormal", "stddev", self.stddev)
+        if stddev <= 0.0:
+            raise ValueError(f"RandomNormal: stddev must be > 0, got {stddev}")
+        object.__setattr__(self, "stddev", stddev)
+
+
 NAMES = {
     "zeros": Zeros,
     "constant": Constant,
     "uniform": RandomUniform,
     "random_uniform": RandomUniform,
     "truncated_normal": TruncatedNormal,
+    "normal": RandomNormal,
+    "random_normal": RandomNormal,
 }
 
 
 def get(identifier: Union[str, Initializer], **kwargs: Any) -> Initializer:
-    """An initialiser from a name ('zeros', 'constant', 'uniform' / 'random_uniform', 'truncated_normal')
+    """An initialiser from a name ('zeros', 'constant', 'uniform' / 'random_uniform', 'truncated_normal',
+    'normal' / 'random_normal')
     and keyword settings, or an Initializer instance as is."""
     if isinstance(identifier, Initializer):
         if kwargs:

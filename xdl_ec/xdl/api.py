@@ -55,6 +55,7 @@ __all__ = [
     "Constant",
     "RandomUniform",
     "TruncatedNormal",
+    "RandomNormal",
     "VarianceScaling",
     "UniformUnitScaling",
     "SparseTensor",
@@ -152,6 +153,16 @@ def RandomUniform(
     """XDL's ``RandomUniform(minval=0.0, maxval=None)`` (``maxval`` None: 1.0, as in TensorFlow)."""
     _no_seed("RandomUniform", seed)
     return _init.RandomUniform(minval, 1.0 if maxval is None else maxval)
+
+
+def RandomNormal(
+    mean: float = 0.0,
+    stddev: float = 1.0,  # noqa: N802
+    seed: Optional[int] = None,
+) -> _init.RandomNormal:
+    """XDL's ``RandomNormal(mean=0.0, stddev=1.0)``."""
+    _no_seed("RandomNormal", seed)
+    return _init.RandomNormal(mean, stddev)
 
 
 def TruncatedNormal(
@@ -727,9 +738,9 @@ _NOT_PORTED = {
         "the workers are the Cluster's: reader(worker, num_workers) is told which share to read",
     ),
     **dict.fromkeys(
-        ("RandomNormal", "Normal", "Orthogonal", "Identity"),
-        "the row initializers are Zeros, Ones, Constant, RandomUniform, TruncatedNormal, VarianceScaling (its "
-        "'normal' being TF 1's truncated one) and UniformUnitScaling",
+        ("Normal", "Orthogonal", "Identity"),
+        "the row initializers are Zeros, Ones, Constant, RandomUniform, TruncatedNormal, RandomNormal, "
+        "VarianceScaling (its 'normal' being TF 1's truncated one) and UniformUnitScaling",
     ),
     "RMSProp": "the optimizers are SGD, Momentum, Adagrad, Adam and Ftrl",
     **dict.fromkeys(

@@ -4,7 +4,8 @@ them into the row initializer they stand for (:meth:`ShapeScaled.rows`).
 
 TF 1's arithmetic: VarianceScaling's n is fan_in (feature_dim), fan_out (emb_dim) or their mean; its
 "normal" (TF 1's name for the truncated normal) and "truncated_normal" draw a truncated normal of stddev
-sqrt(scale / n) / 0.87962566103423978 (the truncation's own shrinkage undone), "uniform" a uniform in
+sqrt(scale / n) / 0.87962566103423978 (the truncation's own shrinkage undone), "untruncated_normal" a normal of
+stddev sqrt(scale / n), "uniform" a uniform in
 [-sqrt(3 scale / n), sqrt(3 scale / n)]. UniformUnitScaling(factor) is a uniform in [-m, m], m = factor * sqrt(3 /
 feature_dim). A row's values are drawn by the table's own initializer from (table seed, id): ``seed`` has no meaning.
 """
@@ -19,7 +20,7 @@ from typing import Optional
 from xdl_ec.sparse import init as _init
 
 MODES = ("fan_in", "fan_out", "fan_avg")
-DISTRIBUTIONS = ("normal", "truncated_normal", "uniform")
+DISTRIBUTIONS = ("normal", "truncated_normal", "untruncated_normal", "uniform")
 TRUNCATION = 0.87962566103423978  # the stddev of a unit normal truncated at 2 stddev
 
 
@@ -54,10 +55,7 @@ class VarianceScaling(ShapeScaled):
         if self.mode not in MODES:
             raise ValueError(f"VarianceScaling: mode must be one of {MODES}, got {self.mode!r}")
         if self.distribution not in DISTRIBUTIONS:
-            raise ValueError(
-                f"VarianceScaling: distribution must be one of {DISTRIBUTIONS}, got {self.distribution!r} (an "
-                f"untruncated normal is not among the tables' row initializers: use 'truncated_normal')"
-            )
+            raise ValueError(f"VarianceScaling: distribution must be one of {DISTRIBUTIONS}, got {self.distribution!r}")
         _seedless("VarianceScaling", self.seed)
 
     def rows(self, feature_dim: int, emb_dim: int) -> _init.Initializer:
@@ -65,6 +63,8 @@ class VarianceScaling(ShapeScaled):
         if self.distribution == "uniform":
             limit = math.sqrt(3.0 * self.scale / n)
             return _init.RandomUniform(-limit, limit)
+        if self.distribution == "untruncated_normal":
+            return _init.RandomNormal(0.0, math.sqrt(self.scale / n))
         return _init.TruncatedNormal(0.0, math.sqrt(self.scale / n) / TRUNCATION)
 
 

@@ -7,14 +7,14 @@
 
 namespace xdl_ec {
 
-enum class InitializerKind { kZeros, kConstant, kUniform, kTruncatedNormal };
+enum class InitializerKind { kZeros, kConstant, kUniform, kTruncatedNormal, kNormal };
 
 struct InitializerConfig {
   InitializerKind kind = InitializerKind::kTruncatedNormal;
   float value = 0.0f;                     // kConstant
   float minval = -0.05f, maxval = 0.05f;  // kUniform: [minval, maxval)
   float mean = 0.0f, stddev = 0.05f;      // kTruncatedNormal: limited to 2 stddev, as TF does (by
-                                          // inversion of the normal CDF, no redraws)
+                                          // inversion of the normal CDF, no redraws); kNormal: untruncated
 
   // Throws std::invalid_argument naming the bad field (e.g. stddev <= 0, minval >= maxval).
   void Validate() const;
