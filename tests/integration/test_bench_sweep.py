@@ -21,7 +21,7 @@ KEYS = {"mtbf_s", "strategy", "overhead", "overhead_ci", "lost_samples", "auc_de
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("sweep")
-    flags = ["--quick", "--sweep-mtbf", "0.4", "--rounds", "1", "--out", str(out), "--no-progress"]
+    flags = ["--quick", "--sweep-mtbf", "0.02", "--rounds", "1", "--out", str(out), "--no-progress"]
     assert main(["bench", *flags, "--only", "ckpt", "--only", "cpr-mfu", "--only", "ec-2+1"]) == 0
     return out
 
@@ -32,13 +32,13 @@ def test_sweep_entries(sweep: Path) -> None:
     assert set(entries) == {"ckpt", "cpr-mfu", "ec-2+1", "none (A/A)"}
     for label, e in entries.items():
         assert KEYS <= set(e), label
-        assert e["mtbf_s"] == 0.4 and e["rounds"] == 1, label
+        assert e["mtbf_s"] == 0.02 and e["rounds"] == 1, label
         assert e["overhead_ci"][0] <= e["overhead"] <= e["overhead_ci"][1], label
     assert entries["ec-2+1"]["model_equal"] and entries["ec-2+1"]["lost_samples"] == 0
     assert entries["ckpt"]["model_equal"]
     assert entries["none (A/A)"]["model_equal"] and entries["none (A/A)"]["failures"] == 0
     kills = {r["failures"] for r in results["runs"] if r["strategy"] != "none (A/A)"}
-    assert kills and min(kills) > 0, "the quick preset at 0.4 s must inject failures"
+    assert kills and min(kills) > 0, "the quick preset at 0.02 s must inject failures"
     assert (sweep / "mtbf.png").read_bytes().startswith(PNG_MAGIC)
     assert "## Fleet" in (sweep / "results.md").read_text()
 
@@ -57,7 +57,7 @@ def test_fleet_extrapolation_is_labelled(sweep: Path) -> None:
 def test_constants_feed_the_planner(sweep: Path, capsys: pytest.CaptureFixture) -> None:
     path = sweep / "plan-constants.json"
     constants = MeasuredConstants.load(path)
-    assert "--sweep-mtbf 0.4 --rounds 1" in constants.provenance["command"]
+    assert "--sweep-mtbf 0.02 --rounds 1" in constants.provenance["command"]
     assert constants.labels == {"ckpt": "ckpt", "cpr": "cpr-mfu", "ec": "ec-2+1"}
     capsys.readouterr()
     flags = ["--rows", "1000000", "--memory-per-server", "1G", "--mtbf", "14h", "--constants", str(path), "--json"]
