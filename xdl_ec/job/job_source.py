@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from xdl_ec.job.job import Job
-from xdl_ec.sparse.row_rules import rules_of
 from xdl_ec.job.user_frame import users_line
+from xdl_ec.sparse.row_rules import rules_of
 
 #: the built-in job's factory (``xdl-ec train`` without --script), called with its saved description
 BUILTIN_FACTORY = "xdl_ec.builtin.criteo_job:job_from_description"

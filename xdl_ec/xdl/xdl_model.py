@@ -44,11 +44,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from xdl_ec.job.user_frame import calling_line
 from xdl_ec.model.dense_model import ModelError
 from xdl_ec.model.feature_batch import InputError
 from xdl_ec.model.loss_model import LossModel
 from xdl_ec.xdl.sparse_tensor import SparseTensor, segment_lengths
-from xdl_ec.job.user_frame import calling_line
 
 SINGLE, FIXED, RAGGED, SEGMENTS = "single", "fixed", "ragged", "segments"
 TRAIN, TEST = "train", "test"  # the model function's graph, the script's is_training=False graph
