@@ -61,35 +61,33 @@ class RandomUniform(Initializer):
 
 
 @dataclasses.dataclass(frozen=True)
-class TruncatedNormal(Initializer):
-    """Normal(mean, stddev) redrawn beyond 2 stddev, as TensorFlow's truncated normal."""
+class _Normal(Initializer):
+    """A normal's settings, checked alike by each kind of normal (the messages name the kind)."""
 
     mean: float = 0.0
     stddev: float = 0.05
-    kind = _core.InitializerKind.TRUNCATED_NORMAL
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "mean", real("TruncatedNormal", "mean", self.mean))
-        stddev = real("TruncatedNormal", "stddev", self.stddev)
+        name = type(self).__name__
+        object.__setattr__(self, "mean", real(name, "mean", self.mean))
+        stddev = real(name, "stddev", self.stddev)
         if stddev <= 0.0:
-            raise ValueError(f"TruncatedNormal: stddev must be > 0, got {stddev}")
+            raise ValueError(f"{name}: stddev must be > 0, got {stddev}")
         object.__setattr__(self, "stddev", stddev)
 
 
 @dataclasses.dataclass(frozen=True)
-class RandomNormal(Initializer):
+class TruncatedNormal(_Normal):
+    """Normal(mean, stddev) redrawn beyond 2 stddev, as TensorFlow's truncated normal."""
+
+    kind = _core.InitializerKind.TRUNCATED_NORMAL
+
+
+@dataclasses.dataclass(frozen=True)
+class RandomNormal(_Normal):
     """Normal(mean, stddev), untruncated, as TensorFlow's random normal (XDL's ``RandomNormal``)."""
 
-    mean: float = 0.0
-    stddev: float = 0.05
     kind = _core.InitializerKind.NORMAL
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "mean", real("RandomNormal", "mean", self.mean))
-        stddev = real("RandomNormal", "stddev", self.stddev)
-        if stddev <= 0.0:
-            raise ValueError(f"RandomNormal: stddev must be > 0, got {stddev}")
-        object.__setattr__(self, "stddev", stddev)
 
 
 NAMES = {
