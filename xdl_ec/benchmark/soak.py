@@ -141,15 +141,11 @@ class Soak:
                     segment.returncode = process.returncode
                     return segment
                 now = time.monotonic()
-                if deadline is not None and now >= deadline:
+                killed = deadline is not None and now >= deadline
+                segment.hung = not killed and now - last_output > self.plan.hang_after
+                if killed or segment.hung:
                     process.send_signal(signal.SIGKILL)  # the driver alone, as a crash would
-                    process.wait()
-                    segment.returncode = -9
-                    return segment
-                if now - last_output > self.plan.hang_after:
-                    segment.hung = True
-                    process.send_signal(signal.SIGKILL)
-                    process.wait()
+                    segment.returncode = process.wait()
                     return segment
                 continue
             if line is None:
@@ -215,15 +211,11 @@ class Soak:
             segments.append(segment)
             if killed_at is not None and segment.first_step_at is not None:
                 driver_recovery.append(segment.first_step_at - killed_at)
-            if segment.returncode == -9 and not segment.hung:
-                killed_at = time.monotonic()
-                self.log(f"soak: driver killed after step {segment.last_step}; restarting it with --resume")
-                continue
-            if segment.hung:
-                killed_at = time.monotonic()
-                self.log(f"soak: no output for {plan.hang_after:g} s after step {segment.last_step}: hung, restarted")
-                continue
-            break
+            if segment.returncode != -9:
+                break
+            killed_at = time.monotonic()  # by the soak: at its time, or hung
+            why = f"no output for {plan.hang_after:g} s: hung" if segment.hung else "driver killed"
+            self.log(f"soak: {why} after step {segment.last_step}; restarting it with --resume")
         final = segments[-1]
         if final.returncode != 0:
             self.log(f"soak: the run ended with exit {final.returncode}:\n" + "\n".join(final.tail))
