@@ -26,7 +26,7 @@ from xdl_ec.keep.saved_run import SavedRun
 from xdl_ec.model.digest import model_digest
 from xdl_ec.model.job_spec import JobSpec
 from xdl_ec.model.progressive import ProgressiveWindow
-from xdl_ec.model.step_outputs import StepOutputs
+from xdl_ec.model.step_outputs import LAST_STEPS, StepOutputs
 from xdl_ec.ps.progress import Progress
 from xdl_ec.ps.step_stages import StageClock
 from xdl_ec.ps.step_times import StepTimes
@@ -34,8 +34,6 @@ from xdl_ec.ps.worker import RunSettings, Worker
 from xdl_ec.settings import checks
 from xdl_ec.sparse.disk_tier_full import DiskTierFull, spill_dir_of
 from xdl_ec.sparse.memory_budget import MemoryBudget, tier_reports
-
-LAST_LOSSES = 50  # final_loss: mean training loss over this many last steps
 
 
 class LocalRun:
@@ -122,7 +120,7 @@ class LocalRun:
             "train_seconds": seconds,
             "samples_per_sec": samples / seconds if seconds > 0 else 0.0,
             "steady_samples_per_sec": steady,
-            "final_loss": float(np.mean(self.losses[-LAST_LOSSES:])) if self.losses else None,
+            "final_loss": float(np.mean(self.losses[-LAST_STEPS:])) if self.losses else None,
             "timeline": timeline,
             "progressive": self.progressive.report(),
             "stages": clock.stages([self.worker.stats()]),

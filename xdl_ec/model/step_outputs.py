@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections
 from typing import Deque, Dict, Mapping, Optional
 
-LAST_STEPS = 50  # the report's means cover this many last steps (as final_loss does)
+LAST_STEPS = 50  # a report's final_loss and outputs are means over this many last steps
 
 
 class StepOutputs:

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
+from xdl_ec.model.step_outputs import LAST_STEPS
 from xdl_ec.ps.cluster_view import ClusterView
 from xdl_ec.ps.dense_sync import DriverDense
 from xdl_ec.ps.fault_injector import FaultInjector
@@ -24,8 +25,6 @@ from xdl_ec.ps.step_hook import StepHook
 from xdl_ec.ps.step_stages import StageClock
 from xdl_ec.ps.training_state import TrainingState
 from xdl_ec.settings import checks
-
-LAST_LOSSES = 50  # final_loss: mean training loss over this many last steps
 
 # a step loop: trains until step ``stop`` (None: until every worker's input is exhausted), updating the bar
 Steps = Callable[["TrainingLoop", Progress, Optional[int]], None]
@@ -151,7 +150,7 @@ class TrainingLoop:
             "train_seconds": seconds,
             "samples_per_sec": samples / seconds if seconds > 0 else 0.0,
             "steady_samples_per_sec": steady,
-            "final_loss": float(np.mean(state.losses[-LAST_LOSSES:])) if state.losses else None,
+            "final_loss": float(np.mean(state.losses[-LAST_STEPS:])) if state.losses else None,
             "timeline": self.timeline,
             "progressive": state.progressive.report(),
             **state.outputs.report(),
