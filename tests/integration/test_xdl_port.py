@@ -15,6 +15,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import xdl_ec  # noqa: E402
 from support.examples import EXAMPLES, load_example  # noqa: E402
+from support.ray_session import ray_session  # noqa: E402
 from xdl_ec.cli import main  # noqa: E402
 
 example = load_example("xdl_deepctr")
@@ -192,21 +193,11 @@ def test_the_same_scaffold_trains_when_supported(tmp_path: Path) -> None:
 def test_the_port_on_ray_with_ec_and_a_killed_server_ends_at_the_failure_free_model() -> None:
     """On Ray actors, the script's module travels with the job (it is not importable there)."""
     pytest.importorskip("ray")
-    import ray
-
-    from xdl_ec.ps.backend import connect_ray
-
-    started = not ray.is_initialized()
-    if started:
-        connect_ray()
-    try:
+    with ray_session():
         report = example.make_job(LOG).fit(
             cluster=xdl_ec.Cluster(servers=3, backend="ray", ft="ec", code=(2, 1), fail_at=["6:1"]),
             deterministic=True,
             seed=3,
         )
-    finally:
-        if started:
-            ray.shutdown()
     assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 1)]
     assert report["model_digest"] == run()["model_digest"]

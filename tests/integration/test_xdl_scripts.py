@@ -23,6 +23,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import xdl_ec  # noqa: E402
 import xdl_ec.xdl as xdl  # noqa: E402
 from support.examples import load_example  # noqa: E402
+from support.ray_session import ray_session  # noqa: E402
 from support.serving import PLAIN_TF  # noqa: E402
 
 tf = pytest.importorskip("tensorflow")
@@ -274,21 +275,11 @@ def test_each_saved_model_serves_the_predictions_from_plain_tensorflow(tmp_path:
 def test_on_ray_with_ec_and_a_killed_server_the_script_ends_at_the_one_process_model(name: str) -> None:
     """On Ray actors: a model without tables, and DIEN's (its example module travels with the job)."""
     pytest.importorskip("ray")
-    import ray
-
-    from xdl_ec.ps.backend import connect_ray
-
-    started = not ray.is_initialized()
-    if started:
-        connect_ray()
-    try:
+    with ray_session():
         report = JOBS[name]().fit(
             cluster=xdl_ec.Cluster(servers=3, backend="ray", ft="ec", code=(2, 1), fail_at=["4:1"]),
             deterministic=True,
             seed=3,
         )
-    finally:
-        if started:
-            ray.shutdown()
     assert [(f["role"], f["index"]) for f in report["failures"]] == [("server", 1)]
     assert report["model_digest"] == run(name)[0]["model_digest"]
