@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Un
 
 from xdl_ec.sparse import init as _init
 from xdl_ec.sparse import optim as _optim
+from xdl_ec.xdl.matrix_initializers import Identity, MatrixInitializer, Orthogonal
 from xdl_ec.xdl.scaling_initializers import ShapeScaled, UniformUnitScaling, VarianceScaling
 from xdl_ec.xdl.sparse_tensor import SparseTensor, segment_lengths
 
@@ -58,6 +59,8 @@ __all__ = [
     "RandomNormal",
     "VarianceScaling",
     "UniformUnitScaling",
+    "Orthogonal",
+    "Identity",
     "SparseTensor",
     "layers",
     "losses",
@@ -354,6 +357,10 @@ def embedding(
     if vtype not in VTYPES:
         raise ValueError(f"vtype must be one of {VTYPES}, got {vtype!r}")
     _check_xdl_options(name, combiner, xdl_options)
+    if isinstance(initializer, MatrixInitializer):
+        from xdl_ec.xdl.xdl_model import XdlPortError  # its message starts with the script's line
+
+        raise XdlPortError(f"embedding {name!r}: {initializer.for_a_table}")
     if isinstance(initializer, ShapeScaled):  # scaled by the table's shape, known now
         initializer = initializer.rows(feature_dim, emb_dim)
     import tensorflow as tf
@@ -737,11 +744,8 @@ _NOT_PORTED = {
         ("current_env", "get_task_index", "get_task_num"),
         "the workers are the Cluster's: reader(worker, num_workers) is told which share to read",
     ),
-    **dict.fromkeys(
-        ("Normal", "Orthogonal", "Identity"),
-        "the row initializers are Zeros, Ones, Constant, RandomUniform, TruncatedNormal, RandomNormal, "
-        "VarianceScaling (its 'normal' being TF 1's truncated one) and UniformUnitScaling",
-    ),
+    "Normal": "the row initializers are Zeros, Ones, Constant, RandomUniform, TruncatedNormal, RandomNormal, "
+    "VarianceScaling (its 'normal' being TF 1's truncated one) and UniformUnitScaling",
     "RMSProp": "the optimizers are SGD, Momentum, Adagrad, Adam and Ftrl",
     **dict.fromkeys(
         (
