@@ -53,6 +53,6 @@ def test_random_normal_rows_are_untruncated_and_depend_on_seed_and_id_only() -> 
     np.testing.assert_array_equal(again.pull(np.array([3, 19999], dtype=np.int64)), rows[[3, 19999]])
 
 
-def test_the_initializers_xdl_had_for_dense_weights_only_say_what_ports_instead() -> None:
+def test_xdls_normal_initializer_says_what_ports_instead() -> None:
     with pytest.raises(AttributeError, match="RandomNormal, VarianceScaling .*and UniformUnitScaling"):
-        xdl.Orthogonal  # noqa: B018
+        xdl.Normal  # noqa: B018
