@@ -20,13 +20,20 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+tf = pytest.importorskip("tensorflow")
+
+# XDL's DIEN utils.py imports its cells' base as written (TF 2.21 still has it); _Linear left with tf.contrib
+from tensorflow.python.ops import array_ops, init_ops, math_ops  # noqa: E402
+from tensorflow.python.ops import variable_scope as vs  # noqa: E402
+from tensorflow.python.ops.rnn_cell_impl import RNNCell  # noqa: E402
+
 import xdl_ec  # noqa: E402
 import xdl_ec.xdl as xdl  # noqa: E402
 from support.examples import load_example  # noqa: E402
 from support.ray_session import ray_session  # noqa: E402
 from support.serving import PLAIN_TF  # noqa: E402
-
-tf = pytest.importorskip("tensorflow")
+from support.xdl_dien_rnn import dynamic_rnn  # noqa: E402 - XDL's DIEN rnn.py, after the renames
+from xdl_ec.xdl.rnn import Linear as _Linear  # noqa: E402 - XDL: tensorflow.contrib's core_rnn_cell._Linear
 
 B, STEPS, N_USER, N_ITEM, N_CAT, DIM, T = 32, 8, 60, 80, 6, 4, 3
 CATEGORY = np.random.default_rng(0).integers(0, N_CAT, N_ITEM)  # every item's category
@@ -157,6 +164,124 @@ def estimator_job() -> xdl_ec.Job:
     return xdl.xdl_job(estimator_model, reader, xdl.SGD(0.5), eval_reader=lambda: reader(2, 4))
 
 
+# ---- DIEN on TF 1's own cells: XDL's utils.py VecAttGRUCell (on TF's RNNCell), tf.compat.v1's GRUCell, its rnn.py --
+class VecAttGRUCell(RNNCell):
+    """XDL's DIEN utils.py VecAttGRUCell as written (its ``_Linear``: ``from xdl_ec.xdl.rnn import Linear``): a GRU
+    whose update gate is scaled by the step's attention score."""
+
+    def __init__(self, num_units, activation=None, reuse=None, kernel_initializer=None, bias_initializer=None):  # noqa: ANN001
+        super(VecAttGRUCell, self).__init__(_reuse=reuse)  # noqa: UP008 - as XDL wrote it
+        self._num_units = num_units
+        self._activation = activation or math_ops.tanh
+        self._kernel_initializer = kernel_initializer
+        self._bias_initializer = bias_initializer
+        self._gate_linear = None
+        self._candidate_linear = None
+
+    @property
+    def state_size(self):  # noqa: ANN201
+        return self._num_units
+
+    @property
+    def output_size(self):  # noqa: ANN201
+        return self._num_units
+
+    def __call__(self, inputs, state, att_score):  # noqa: ANN001, ANN204
+        return self.call(inputs, state, att_score)
+
+    def call(self, inputs, state, att_score=None):  # noqa: ANN001, ANN201
+        """Gated recurrent unit (GRU) with nunits cells."""
+        if self._gate_linear is None:
+            bias_ones = self._bias_initializer
+            if self._bias_initializer is None:
+                bias_ones = init_ops.constant_initializer(1.0, dtype=inputs.dtype)
+            with vs.variable_scope("gates"):  # Reset gate and update gate.
+                self._gate_linear = _Linear(
+                    [inputs, state],
+                    2 * self._num_units,
+                    True,
+                    bias_initializer=bias_ones,
+                    kernel_initializer=self._kernel_initializer,
+                )
+
+        value = math_ops.sigmoid(self._gate_linear([inputs, state]))
+        r, u = array_ops.split(value=value, num_or_size_splits=2, axis=1)
+
+        r_state = r * state
+        if self._candidate_linear is None:
+            with vs.variable_scope("candidate"):
+                self._candidate_linear = _Linear(
+                    [inputs, r_state],
+                    self._num_units,
+                    True,
+                    bias_initializer=self._bias_initializer,
+                    kernel_initializer=self._kernel_initializer,
+                )
+        c = self._activation(self._candidate_linear([inputs, r_state]))
+        u = (1.0 - att_score) * u
+        new_h = u * state + (1 - u) * c
+        return new_h, new_h
+
+
+def auxiliary_net(in_: Any) -> Any:
+    with tf.compat.v1.variable_scope("aux", reuse=tf.compat.v1.AUTO_REUSE):
+        dnn1 = tf.nn.sigmoid(xdl.layers.dense(in_, 4, name="f1gru", reuse=tf.compat.v1.AUTO_REUSE))
+        return tf.nn.softmax(xdl.layers.dense(dnn1, 2, name="f2gru", reuse=tf.compat.v1.AUTO_REUSE)) + 0.00000001
+
+
+@xdl.tf_wrapper(is_training=True)
+def dien_tf1_model(batch: Any) -> Any:
+    init = xdl.TruncatedNormal(stddev=0.1)
+    mid = xdl.embedding("mid_embedding", batch["item"], init, DIM, N_ITEM)
+    his = xdl.embedding("mid_embedding", batch["history"], init, DIM, N_ITEM, None)
+    noclk = xdl.embedding("mid_embedding", batch["noclk"], init, DIM, N_ITEM, None)
+    mask, target = batch["mask"], batch["label"]
+    seq_len = tf.reduce_sum(mask, 1)
+    kernel_init = tf.compat.v1.truncated_normal_initializer(stddev=0.36)
+    with tf.compat.v1.variable_scope("tf_model", reuse=tf.compat.v1.AUTO_REUSE):
+        rnn_outputs, _ = dynamic_rnn(
+            tf.compat.v1.nn.rnn_cell.GRUCell(DIM, kernel_initializer=kernel_init),
+            inputs=his,
+            sequence_length=seq_len,
+            dtype=tf.float32,
+            scope="gru1",
+        )
+        click = auxiliary_net(tf.concat([rnn_outputs[:, :-1, :], his[:, 1:, :]], -1))[:, :, 0]
+        noclick = auxiliary_net(tf.concat([rnn_outputs[:, :-1, :], noclk[:, 1:, :]], -1))[:, :, 0]
+        aux_loss = tf.reduce_mean((-tf.math.log(click) - tf.math.log(1.0 - noclick)) * mask[:, 1:])
+        query = tf.tile(mid[:, None, :], [1, T, 1])
+        scores = tf.squeeze(
+            xdl.layers.dense(tf.concat([query, rnn_outputs, query * rnn_outputs], -1), 1, name="att"), -1
+        )
+        alphas = tf.nn.softmax(tf.where(mask > 0, scores, tf.ones_like(scores) * (-(2.0**32) + 1)))
+        _, final_state2 = dynamic_rnn(
+            VecAttGRUCell(DIM, kernel_initializer=kernel_init),
+            inputs=rnn_outputs,
+            att_scores=tf.expand_dims(alphas, -1),
+            sequence_length=seq_len,
+            dtype=tf.float32,
+            scope="gru2",
+        )
+        inp = tf.concat([mid, final_state2, tf.reduce_sum(his * mask[:, :, None], 1)], 1)
+        y_hat = tf.nn.softmax(xdl.layers.dense(xdl.layers.dense(inp, 8, tf.nn.sigmoid, name="f1"), 2, name="f2")) + 1e-8
+        loss = -tf.reduce_mean(tf.math.log(y_hat) * target) + aux_loss
+        accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.round(y_hat), target), tf.float32))
+    return loss, accuracy, aux_loss, y_hat
+
+
+def dien_tf1_job() -> xdl_ec.Job:
+    def reader(worker: int, workers: int) -> Iterator[Dict[str, Any]]:
+        for step in range(worker, STEPS, workers):
+            rng = np.random.default_rng([7, step])
+            b = ctr_batch(rng, True)
+            lengths = rng.integers(2, T + 1, B)  # histories of 2..T clicks, padded
+            mask = (np.arange(T)[None, :] < lengths[:, None]).astype(np.float32)
+            noclk = rng.integers(0, N_ITEM, (B, T))
+            yield {"label": b["label"], "item": b["item"], "history": b["history"], "noclk": noclk, "mask": mask}
+
+    return xdl.xdl_job(dien_tf1_model, reader, xdl.Adam(0.01), eval_reader=lambda: reader(3, 4))
+
+
 # ---- DIEN with its auxiliary loss and mnist without tables: the examples, small -----------------------------------
 dien = load_example("xdl_dien")
 mnist = load_example("xdl_mnist")
@@ -170,7 +295,14 @@ def mnist_job() -> xdl_ec.Job:
     return mnist.make_job(mnist.SyntheticDigits(batch_size=B, batches=STEPS, eval_batches=2))
 
 
-JOBS = {"din": din_job, "gwen": gwen_job, "estimator": estimator_job, "dien": dien_job, "mnist": mnist_job}
+JOBS = {
+    "din": din_job,
+    "gwen": gwen_job,
+    "estimator": estimator_job,
+    "dien": dien_job,
+    "dien_tf1": dien_tf1_job,
+    "mnist": mnist_job,
+}
 _RUNS: Dict[Tuple[str, bool], Tuple[Dict[str, Any], xdl_ec.Job]] = {}
 
 
@@ -237,6 +369,19 @@ def test_dien_trains_its_auxiliary_loss_through_layers_shared_by_name() -> None:
     assert sum(p.startswith("f1gru/") for p in paths) == 2 and sum(p.startswith("bn1gru/") for p in paths) == 4
     assert "xdl_model/tf_model__gru2__gru_cell__gates__kernel" in paths
     # XDL's outputs after the loss: its accuracy and its auxiliary loss, which is part of the loss trained
+    assert 0.0 <= report["outputs"]["output1"] <= 1.0 and 0.0 < report["outputs"]["output2"] < report["final_loss"]
+
+
+def test_dien_on_tf1s_own_cells_trains_its_gru_and_augru_through_xdls_rnn_py() -> None:
+    report, job = run("dien_tf1")
+    weights = {v.path: v.numpy() for v in job.model.dense.model.weights}
+    # TF's GRUCell makes its variables in its own scope (gru_cell), XDL's AUGRU in the rnn's (its _Linear's); each
+    # bias left its initial value (gates 1.0, candidate 0.0): the gradient reached both cells through the while loops
+    for cell in ("tf_model__gru1__gru_cell__", "tf_model__gru2__"):
+        assert {f"xdl_model/{cell}{part}" for part in ("gates__kernel", "candidate__kernel")} <= set(weights)
+        assert np.all(weights[f"xdl_model/{cell}gates__bias"] != 1.0), cell
+        assert np.all(weights[f"xdl_model/{cell}candidate__bias"] != 0.0), cell
+    # XDL's outputs after the loss: its accuracy and its auxiliary loss, part of the loss trained
     assert 0.0 <= report["outputs"]["output1"] <= 1.0 and 0.0 < report["outputs"]["output2"] < report["final_loss"]
 
 

@@ -1,13 +1,16 @@
-"""TF 1's GRU cell and ``dynamic_rnn`` for ported XDL scripts (DIEN's interest extractor and evolution layers).
+"""TF 1's GRU cell and ``dynamic_rnn`` for ported XDL scripts (DIEN's interest extractor and evolution layers),
+unrolled in Python, and TF 1's ``_Linear`` for a script's own cells.
 
-TF 2 with Keras 3 has no ``tf.compat.v1.nn.rnn_cell`` (it needs the separate tf_keras package), so a script's
-``GRUCell`` -> ``xdl.rnn.GRUCell``, XDL's own ``rnn.dynamic_rnn`` (TF's with ``att_scores``) -> ``xdl.rnn.dynamic_rnn``
+A ported script may keep TensorFlow's own TF 1 cells (``tf.compat.v1.nn.rnn_cell.GRUCell``, its ``RNNCell`` to
+subclass, ``tf.compat.v1.nn.dynamic_rnn`` or XDL's own rnn.py: see :mod:`xdl_ec.xdl.tf1_rnn_cells`) or use these:
+``GRUCell`` -> ``xdl.rnn.GRUCell``, XDL's ``rnn.dynamic_rnn`` (TF's with ``att_scores``) -> ``xdl.rnn.dynamic_rnn``
 and DIEN's ``VecAttGRUCell`` (the AUGRU of its utils.py) -> ``xdl.rnn.VecAttGRUCell``. The arithmetic is TF 1's
 GRUCell's; its variables are ``tf.compat.v1.get_variable``'s, by TF 1's names (``<scope>/gru_cell/gates/kernel``,
 ``.../gates/bias``, ``.../candidate/kernel``, ``.../candidate/bias``), so in a model function they are the model's,
 made once and shared by name. ``dynamic_rnn`` unrolls over the batch's time steps (fixed per model: a padded
 history), with TF 1's ``sequence_length`` semantics: past an example's length its outputs are zeros and its state
-is carried unchanged.
+is carried unchanged. :class:`Linear` is TF 1's ``_Linear`` (from ``tensorflow.contrib``, gone in TF 2), which
+DIEN's utils.py builds its cells' gates with.
 """
 
 from __future__ import annotations
@@ -15,6 +18,55 @@ from __future__ import annotations
 from typing import Any, Optional, Tuple
 
 import tensorflow as tf
+
+
+class Linear:
+    """TF 1's ``_Linear`` (``tensorflow.contrib.rnn.python.ops.core_rnn_cell._Linear``, which XDL's DIEN cells build
+    their gates with; TF 2 has none): ``Linear(args, output_size, build_bias, bias_initializer=None,
+    kernel_initializer=None)`` makes ``kernel`` [sum of the args' depths, output_size] and ``bias`` [output_size]
+    (zeros by default) by ``tf.compat.v1.get_variable`` in the current variable scope; ``linear(args)`` is
+    ``concat(args, 1) @ kernel + bias``. ``args``: a [B, depth] tensor or a list of them, depths known."""
+
+    def __init__(
+        self,
+        args: Any,
+        output_size: int,
+        build_bias: bool,
+        bias_initializer: Any = None,
+        kernel_initializer: Any = None,
+    ) -> None:
+        self._is_sequence = isinstance(args, (list, tuple))
+        flat = list(args) if self._is_sequence else [args]
+        if not flat:
+            raise ValueError("Linear: `args` must be specified (a [B, depth] tensor or a list of them)")
+        depth = 0
+        for arg in flat:
+            shape = arg.shape
+            if shape.rank != 2 or shape[1] is None:
+                raise ValueError(
+                    f"Linear: each arg must be [B, depth] with its depth known, got shapes {[a.shape for a in flat]}"
+                )
+            depth += int(shape[1])
+        dtype = flat[0].dtype
+        self._build_bias = build_bias
+        self._weights = tf.compat.v1.get_variable(
+            "kernel", [depth, output_size], dtype=dtype, initializer=kernel_initializer
+        )
+        self._biases = (
+            tf.compat.v1.get_variable(
+                "bias",
+                [output_size],
+                dtype=dtype,
+                initializer=bias_initializer or tf.compat.v1.constant_initializer(0.0),
+            )
+            if build_bias
+            else None
+        )
+
+    def __call__(self, args: Any) -> Any:
+        flat = list(args) if self._is_sequence else [args]
+        res = tf.matmul(flat[0] if len(flat) == 1 else tf.concat(flat, 1), self._weights)
+        return tf.nn.bias_add(res, self._biases) if self._build_bias else res
 
 
 class GRUArithmetic:

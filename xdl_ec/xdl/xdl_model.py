@@ -49,6 +49,7 @@ from xdl_ec.model.dense_model import ModelError
 from xdl_ec.model.feature_batch import InputError
 from xdl_ec.model.loss_model import LossModel
 from xdl_ec.xdl.sparse_tensor import SparseTensor, segment_lengths
+from xdl_ec.xdl.tf1_rnn_cells import restore_tf1_rnn_cells
 
 SINGLE, FIXED, RAGGED, SEGMENTS = "single", "fixed", "ragged", "segments"
 TRAIN, TEST = "train", "test"  # the model function's graph, the script's is_training=False graph
@@ -444,6 +445,7 @@ class ModelPass:
     def run(self, function: Callable[[Mapping[str, Any]], Any], batch: XdlBatch) -> "PassOutput":
         """What ``function(batch)`` returned: of the model function (TRAIN), its loss first, a float scalar; a
         TEST graph returns what it likes (XDL's return their predictions first)."""
+        restore_tf1_rnn_cells()  # the function may name tf.compat.v1.nn.rnn_cell's cells (XDL's GRUCell)
         token = _active.set(self)
         try:
             # the getter sees every tf.compat.v1.get_variable; re-entering the current scope object restores its
