@@ -65,9 +65,9 @@ class Orthogonal(MatrixInitializer):
             raise ValueError(f"xdl.Orthogonal: gain must be a finite number, got {gain!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
             raise ValueError(f"xdl.Orthogonal: seed must be an int or None, got {seed!r}")
-        self.shape = tuple(int(d) for d in dims)
-        self.gain = float(gain)
-        self.seed = None if seed is None else int(seed)
+        self.shape: Tuple[int, ...] = tuple(int(d) for d in dims)
+        self.gain: float = float(gain)
+        self.seed: Optional[int] = None if seed is None else int(seed)
 
     def __call__(self, shape: Any, dtype: Any = None, **kwargs: Any) -> Any:
         import tensorflow as tf
@@ -99,7 +99,7 @@ class Identity(MatrixInitializer):
             raise ValueError(f"xdl.Identity: value must be an array of numbers, got {type(value).__name__}") from None
         if not np.all(np.isfinite(array)):
             raise ValueError("xdl.Identity: value holds NaN or infinity")
-        self.value = array
+        self.value: np.ndarray = array
 
     def __call__(self, shape: Any, dtype: Any = None, **kwargs: Any) -> Any:
         import tensorflow as tf
