@@ -2,9 +2,11 @@
 test and mnist in xdl/examples), written here small, after docs/porting-xdl.md's renames only: each model function
 computes its loss from the labels in the batch (DIN's hand-written cross entropy over a two-way softmax and labels
 [B, 2], GwEN's tf.compat.v1.losses.softmax_cross_entropy, the estimator test's sigmoid cross entropy with a bias that
-feeds no loss and a regularizer, mnist's sparse softmax over 10 classes without a table) and returns it with its
-other outputs. Each trains, to one digest in one process and on three erasure-coded servers with one killed, and its
-SavedModel serves, in an interpreter with TensorFlow alone, what the trained model predicts."""
+feeds no loss and a regularizer, mnist's sparse softmax over 10 classes without a table, DIEN's auxiliary loss on TF
+1's own cells through XDL's rnn.py) and returns it with its other outputs. Each trains, to one digest in one process
+and on three erasure-coded servers with one killed, and its SavedModel serves, in an interpreter with TensorFlow
+alone, what the trained model predicts. examples/xdl_dien.py (DIEN on xdl.rnn) gets its killed server on Ray only:
+in one process its cluster run is the file's costliest, and DIEN's in-process kill is the TF 1 port's."""
 
 from __future__ import annotations
 
@@ -314,7 +316,7 @@ def run(name: str, killed: bool = False) -> Tuple[Dict[str, Any], xdl_ec.Job]:
     return _RUNS[name, killed]
 
 
-@pytest.mark.parametrize("name", sorted(JOBS))
+@pytest.mark.parametrize("name", sorted(set(JOBS) - {"dien"}))
 def test_the_script_trains_to_one_digest_in_one_process_and_with_a_server_killed(name: str) -> None:
     here, _ = run(name)
     killed, _ = run(name, killed=True)
