@@ -12,9 +12,10 @@ the model returns it with its accuracy and auxiliary loss (``@xdl.tf_wrapper(is_
 The renames (docs/porting-xdl.md): ``import xdl`` -> ``import xdl_ec.xdl as xdl``; ``tf.layers.*`` ->
 ``xdl.layers.*``; ``tf.variable_scope``, ``tf.get_variable``, ``tf.AUTO_REUSE`` and the initializers -> their
 ``tf.compat.v1`` names; ``tf.log`` -> ``tf.math.log``; ``GRUCell``, XDL's ``rnn.dynamic_rnn`` and ``VecAttGRUCell``
--> ``xdl.rnn``'s. Beyond renames: the reader (XDL's sample IO) is ``reader(worker, num_workers)`` yielding dict
-batches, histories padded to a fixed T under a float mask; the loop is :func:`job`. The synthetic log plants DIEN's
-signal: a user clicks a candidate of the category of their latest clicks far more often.
+-> ``xdl.rnn``'s (XDL's own cells and rnn.py also run, on ``tf.compat.v1.nn.rnn_cell``: docs/porting-xdl.md, "TF 1's
+RNN cells"). Beyond renames: the reader (XDL's sample IO) is ``reader(worker, num_workers)`` yielding dict batches,
+histories padded to a fixed T under a float mask; the loop is :func:`job`. The synthetic log plants DIEN's signal: a
+user clicks a candidate of the category of their latest clicks far more often.
 
 Run it:
     xdl-ec train --script examples/xdl_dien.py                                  # in this process
