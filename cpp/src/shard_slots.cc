@@ -26,7 +26,8 @@ void EmbeddingShard::Impl::ResolveParts(const int64_t* keys, size_t n, TaskPool&
 
 // The keys resolved over the pool's parts, each hit marked the batch's own where its key was confirmed (its
 // frame just read), the rows on disk gathered per part and read in together afterwards.
-void EmbeddingShard::Impl::FetchKeys(const int64_t* keys, size_t n, FetchedRows* fetched, bool for_write) const {
+void EmbeddingShard::Impl::FetchKeys(const int64_t* keys, size_t n, FetchedRows* fetched, bool for_write,
+                                     float* hit_values) const {
   if (!store.tiered()) return;
   TaskPool& pool = TaskPool::Shared();
   FetchedRows local;
@@ -35,6 +36,7 @@ void EmbeddingShard::Impl::FetchKeys(const int64_t* keys, size_t n, FetchedRows*
   rows.records.resize(n);
   uint32_t* slots = rows.slots.data();
   uint8_t** records = rows.records.data();
+  const size_t dim = static_cast<size_t>(config.dim), value_bytes = sizeof(float) * dim;
   store.BeginFetch();
   const size_t parts = pool.PartsFor(n, config.split_min_keys);
   std::vector<std::vector<uint32_t>> on_disk(parts);  // per part: positions whose row is on disk
@@ -48,6 +50,7 @@ void EmbeddingShard::Impl::FetchKeys(const int64_t* keys, size_t n, FetchedRows*
       records[i] = slot == KeyIndex::kNone ? nullptr : store.Touch(slot, for_write);
       if (records[i]) {
         ++part_hits;
+        if (hit_values) std::memcpy(hit_values + i * dim, records[i] + RecordLayout::kValueOffset, value_bytes);
       } else if (slot != KeyIndex::kNone) {
         on_disk[p].push_back(static_cast<uint32_t>(i));
       }
@@ -68,9 +71,12 @@ void EmbeddingShard::Impl::FetchKeys(const int64_t* keys, size_t n, FetchedRows*
     }
   }
   store.FetchMissing(std::move(missing), hit_count, OtherBytes(), for_write);
+  rows.read_in.clear();
   for (const std::vector<uint32_t>& part : on_disk) {
     for (const uint32_t i : part) records[i] = store.Resident(slots[i]);
+    rows.read_in.insert(rows.read_in.end(), part.begin(), part.end());
   }
+  rows.hits_copied = hit_values != nullptr;
 }
 
 uint32_t EmbeddingShard::Impl::AllocateSlot() {
