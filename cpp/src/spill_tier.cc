@@ -93,7 +93,10 @@ uint32_t SpillTier::NewFrame() {
     return f;
   }
   if (carved_ == num_chunks_ << chunk_shift_) {
-    if (num_chunks_ == kMaxChunks) throw std::length_error("SpillTier: more frames than " + std::to_string(carved_));
+    // a frame number must stay below kNone (kept as frame + 1 per slot)
+    if (num_chunks_ == kMaxChunks || ((num_chunks_ + 1) << chunk_shift_) > kNone) {
+      throw std::length_error("SpillTier: more frames than " + std::to_string(carved_));
+    }
     // whole huge pages: the tail of a partial one would stay in 4 KiB pages
     const size_t bytes = ((stride_ << chunk_shift_) + MappedBuffer::kHugePage - 1) & ~(MappedBuffer::kHugePage - 1);
     chunk_buffers_.emplace_back(bytes);
@@ -288,7 +291,7 @@ void SpillTier::ReserveSlots(size_t slots) {
 
 size_t SpillTier::Append() {
   const size_t slot = slots_;
-  if (slot >= kNone - 1) throw std::length_error("SpillTier: more than 2^32 - 2 slots");
+  if (slot >= kNone) throw std::length_error("SpillTier: more than 2^32 - 1 slots");
   ReserveSlots(slot + 1);
   const uint32_t f = NewFrame();
   std::memset(FrameAt(f), 0, stride_);  // past the file's end: zeros, which the file reads too

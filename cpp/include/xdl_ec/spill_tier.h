@@ -118,7 +118,7 @@ class SpillTier {
   }
 
   // Prefetch hints for a batch's key resolution, a few keys apart: the slot's frame word first, then, once
-  // it has arrived, the bytes KeyOf reads (its frame's first line, or its key kept while on disk).
+  // it has arrived, the bytes KeyOf reads (its frame's first line, or its record in the file's mapping).
   void PrefetchSlot(size_t slot) const { __builtin_prefetch(&frame_of_[slot]); }
   void PrefetchKey(size_t slot) const {
     const uint32_t f = FrameOf(slot);
@@ -137,7 +137,6 @@ class SpillTier {
   void Write(size_t slot, size_t count, const uint8_t* bytes);
 
   size_t frame_bytes() const { return held_ * record_bytes_; }
-  size_t slot_word_bytes() const { return slot_capacity_ * sizeof(uint32_t); }  // the per-slot frame numbers
   SpillStats stats() const;
 
  private:
