@@ -3,12 +3,12 @@ in the same run. Not a test.
 
     PYTHONPATH=build/tier/stage python3 -P bench/bench_tier.py [--rows 20000000] [--dim 16] [--budget-share 0.1]
                                                                [--batch 65536] [--steps 4] [--rounds 20]
-                                                               [--spill-dir DIR] [--aa]
+                                                               [--spill-dir DIR] [--aa] [--slot-bytes 4]
 
 Two tables of ``--rows`` rows at d ``--dim`` with Adagrad hold the same rows, loaded in bulk in a random slot order
 (so hot ids are scattered over the slots, as a table filled by training has them): "plain" without a budget, and
 "tiered" with a ``memory_budget`` of what a tiered table keeps in RAM whatever its budget (the key index, the free
-list, 12 bytes per slot: where its frame is, its key while on disk) plus ``--budget-share`` of the rows' records,
+list, 4 bytes per slot: where its frame is) plus ``--budget-share`` of the rows' records,
 the other rows in a spill file under ``--spill-dir``. Then turns of ``--steps`` steps, each a pull and a push
 (Adagrad) of ``--batch`` ids drawn Zipf(1.1) over all rows (truncated to the rows: numpy's unbounded ``zipf`` taken
 modulo the rows would spread a quarter of the draws uniformly over a table of 500k rows), one table at a time,
@@ -73,7 +73,7 @@ def fill(tables: List[EmbeddingTable], rows: int, dim: int, seed: int) -> None:
             t.load(keys, values, state)
 
 
-TIER_SLOT_BYTES = 12  # SpillTier::kSlotOverhead: a slot's frame number and its key while on disk
+TIER_SLOT_BYTES = 4  # SpillTier::kSlotOverhead: a slot's frame number
 
 
 def held_bytes(table: EmbeddingTable) -> int:
@@ -81,11 +81,11 @@ def held_bytes(table: EmbeddingTable) -> int:
     return int(m["live_rows"] * m["record_bytes"] + m["index_bytes"] + m["free_list_bytes"])
 
 
-def fixed_bytes(table: EmbeddingTable) -> int:
+def fixed_bytes(table: EmbeddingTable, slot_bytes: int = TIER_SLOT_BYTES) -> int:
     """What a tiered table holds in RAM whatever its budget: the key index, the free list, the tier's per-slot
-    words."""
+    words (``slot_bytes`` each)."""
     m = table.memory_stats()
-    return int(m["index_bytes"] + m["free_list_bytes"] + m["slots"] * TIER_SLOT_BYTES)
+    return int(m["index_bytes"] + m["free_list_bytes"] + m["slots"] * slot_bytes)
 
 
 def turn(table: EmbeddingTable, batches: List[Tuple[np.ndarray, np.ndarray]], step: int) -> Tuple[float, float]:
@@ -116,6 +116,12 @@ def main() -> None:
     parser.add_argument("--spill-dir", default=None)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--aa", action="store_true", help="no budget on either table: the noise floor")
+    parser.add_argument(
+        "--slot-bytes",
+        type=int,
+        default=TIER_SLOT_BYTES,
+        help="the tier's RAM per slot in the build measured (12 before 2026-12-07b), for the same frames' room",
+    )
     args = parser.parse_args()
 
     print(f"load average at start: {os.getloadavg()}", flush=True)
@@ -124,11 +130,12 @@ def main() -> None:
     t0 = time.perf_counter()
     fill([plain], args.rows, args.dim, args.seed)
     records = int(plain.memory_stats()["live_rows"] * plain.record_bytes)
-    budget = 0 if args.aa else fixed_bytes(plain) + int(records * args.budget_share)
+    fixed = fixed_bytes(plain, args.slot_bytes)
+    budget = 0 if args.aa else fixed + int(records * args.budget_share)
     print(
         f"plain: {args.rows} rows d{args.dim} adagrad, {held_bytes(plain) / 2**20:.0f} MiB held "
         f"({records / 2**20:.0f} MiB of records), filled in {time.perf_counter() - t0:.1f} s; tiered budget "
-        f"{budget / 2**20:.0f} MiB ({fixed_bytes(plain) / 2**20:.0f} MiB fixed + {args.budget_share:g} of the records; "
+        f"{budget / 2**20:.0f} MiB ({fixed / 2**20:.0f} MiB fixed + {args.budget_share:g} of the records; "
         f"0 with --aa) "
         f"in {spill_dir}",
         flush=True,

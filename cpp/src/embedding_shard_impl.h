@@ -110,6 +110,8 @@ class SinkBatch {
 struct FetchedRows {
   std::vector<uint32_t> slots;
   std::vector<uint8_t*> records;
+  std::vector<uint32_t> read_in;  // the positions whose rows the fetch step read from disk (the rest were hits)
+  bool hits_copied = false;       // the hits' values are already in the pull's output (FetchKeys' hit_values)
   bool empty() const { return slots.empty(); }
 };
 
@@ -359,7 +361,10 @@ struct EmbeddingShard::Impl {
   // The rows of keys[0..n) that exist made resident together, before an operation touches any. With
   // `fetched`, its slots and resident records are handed back (an untiered store leaves it empty), so the
   // operation does not resolve the keys a second time; `for_write`: the operation writes those records.
-  void FetchKeys(const int64_t* keys, size_t n, FetchedRows* fetched = nullptr, bool for_write = false) const;
+  // `hit_values` (with `fetched`, a pull's output): each hit's value is copied there as its key is confirmed,
+  // its frame in cache, and only the rows read in are left to copy (fetched->read_in).
+  void FetchKeys(const int64_t* keys, size_t n, FetchedRows* fetched = nullptr, bool for_write = false,
+                 float* hit_values = nullptr) const;
   // A scan in slot order: the block starting at `slot` read in whole (the scan's earlier blocks may go).
   void ScanAt(size_t slot) const {
     if (store.tiered() && store.WithinBlock(slot) == 0) store.FetchRange(slot, store.block_slots(), OtherBytes());

@@ -52,13 +52,19 @@ bool PullShared(Impl& s, const int64_t* keys, size_t n, float* out, TaskPool& po
 }
 
 // Pull's pass over a tiered shard's fetched rows (FetchKeys), over `parts` of the pool: the fetch step resolved
-// the keys and holds their records, so this only copies; false (nothing counted) when a key is missing and the
-// table inserts it.
+// the keys and holds their records (and, without row rules, copied the hits out), so this only copies; false
+// (nothing counted) when a key is missing and the table inserts it.
 bool PullFetched(Impl& s, const FetchedRows& fetched, size_t n, float* out, TaskPool& pool, size_t parts) {
   const size_t dim = static_cast<size_t>(s.config.dim);
   const bool inserts = s.PullInserts();
   if (inserts && std::find(fetched.slots.begin(), fetched.slots.end(), KeyIndex::kNone) != fetched.slots.end()) {
     return false;
+  }
+  if (fetched.hits_copied) {  // a table without row rules (every key present): the rows read in are left
+    for (const uint32_t i : fetched.read_in) {
+      std::memcpy(out + i * dim, fetched.records[i] + RecordLayout::kValueOffset, sizeof(float) * dim);
+    }
+    return true;
   }
   std::atomic<uint64_t> zeros_all{0};  // keys without a row (row_policy.h)
   pool.ForEachPart(parts, [&](size_t p) {
@@ -259,7 +265,8 @@ void EmbeddingShard::Pull(const int64_t* keys, size_t n, float* out, DeltaSink* 
     const size_t parts = pool.PartsFor(n, s.config.split_min_keys);
     if (!s.Restoring() && s.store.tiered()) {
       FetchedRows fetched;
-      s.FetchKeys(keys, n, &fetched);
+      // Without row rules every present key's value is its row: the hits are copied out as they are found.
+      s.FetchKeys(keys, n, &fetched, /*for_write=*/false, s.policy_on ? nullptr : out);
       if (PullFetched(s, fetched, n, out, pool, parts)) return;
     } else if (!s.Restoring() && PullShared(s, keys, n, out, pool, parts)) {
       return;

@@ -2,6 +2,7 @@
 // record (the lowest free one first, else the array grows), and what a new row, a pending id or an admitted
 // id writes into it (record_layout.h).
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <stdexcept>
@@ -23,19 +24,59 @@ void EmbeddingShard::Impl::ResolveParts(const int64_t* keys, size_t n, TaskPool&
   });
 }
 
-void EmbeddingShard::Impl::FetchKeys(const int64_t* keys, size_t n, FetchedRows* fetched, bool for_write) const {
+// The keys resolved over the pool's parts, each hit marked the batch's own where its key was confirmed (its
+// frame just read), the rows on disk gathered per part and read in together afterwards.
+void EmbeddingShard::Impl::FetchKeys(const int64_t* keys, size_t n, FetchedRows* fetched, bool for_write,
+                                     float* hit_values) const {
   if (!store.tiered()) return;
   TaskPool& pool = TaskPool::Shared();
   FetchedRows local;
   FetchedRows& rows = fetched ? *fetched : local;
-  rows.slots.resize(n + sketch_slots);
-  rows.records.resize(n + sketch_slots);
-  uint32_t* slots = rows.slots.data();
-  ResolveParts(keys, n, pool, pool.PartsFor(n, config.split_min_keys), slots);
-  for (size_t i = 0; i < sketch_slots; ++i) slots[n + i] = static_cast<uint32_t>(i);  // a push counts in them
-  store.Fetch(slots, n + sketch_slots, OtherBytes(), rows.records.data(), for_write);
-  rows.slots.resize(n);  // the sketch's slots are the operation's to reach by Record
+  rows.slots.resize(n);
   rows.records.resize(n);
+  uint32_t* slots = rows.slots.data();
+  uint8_t** records = rows.records.data();
+  const size_t dim = static_cast<size_t>(config.dim), value_bytes = sizeof(float) * dim;
+  store.BeginFetch();
+  const size_t parts = pool.PartsFor(n, config.split_min_keys);
+  std::vector<std::vector<uint32_t>> on_disk(parts);  // per part: positions whose row is on disk
+  std::atomic<size_t> hits{0};
+  pool.ForEachPart(parts, [&](size_t p) {
+    const size_t lo = TaskPool::PartBegin(n, parts, p), hi = TaskPool::PartBegin(n, parts, p + 1);
+    size_t part_hits = 0;
+    Resolve(keys + lo, hi - lo, 0, sizeof(int64_t), [&](size_t j, uint32_t slot) {
+      const size_t i = lo + j;
+      slots[i] = slot;
+      records[i] = slot == KeyIndex::kNone ? nullptr : store.Touch(slot, for_write);
+      if (records[i]) {
+        ++part_hits;
+        if (hit_values) std::memcpy(hit_values + i * dim, records[i] + RecordLayout::kValueOffset, value_bytes);
+      } else if (slot != KeyIndex::kNone) {
+        on_disk[p].push_back(static_cast<uint32_t>(i));
+      }
+      return true;
+    });
+    hits.fetch_add(part_hits, std::memory_order_relaxed);
+  });
+  std::vector<uint32_t> missing;
+  for (const std::vector<uint32_t>& part : on_disk) {
+    for (const uint32_t i : part) missing.push_back(slots[i]);
+  }
+  size_t hit_count = hits.load(std::memory_order_relaxed);
+  for (size_t slot = 0; slot < sketch_slots; ++slot) {  // a push counts in them: resident with the batch
+    if (store.Touch(slot, for_write)) {
+      ++hit_count;
+    } else {
+      missing.push_back(static_cast<uint32_t>(slot));
+    }
+  }
+  store.FetchMissing(std::move(missing), hit_count, OtherBytes(), for_write);
+  rows.read_in.clear();
+  for (const std::vector<uint32_t>& part : on_disk) {
+    for (const uint32_t i : part) records[i] = store.Resident(slots[i]);
+    rows.read_in.insert(rows.read_in.end(), part.begin(), part.end());
+  }
+  rows.hits_copied = hit_values != nullptr;
 }
 
 uint32_t EmbeddingShard::Impl::AllocateSlot() {

@@ -33,7 +33,9 @@ SpillTier::SpillTier(size_t record_bytes, size_t budget_bytes, const std::string
       budget_bytes_(budget_bytes),
       dir_(dir),
       stride_((kFrameHeader + record_bytes + 7) / 8 * 8),
-      chunks_(new std::unique_ptr<uint8_t[]>[kMaxChunks]) {
+      chunks_(new uint8_t*[kMaxChunks]) {
+  while ((size_t{1} << chunk_shift_) * stride_ < kChunkBytes) ++chunk_shift_;
+  chunk_mask_ = (size_t{1} << chunk_shift_) - 1;
   if (budget_bytes < MinimumBudget(record_bytes)) {
     throw std::invalid_argument("memory budget of " + std::to_string(budget_bytes) + " bytes is below the minimum of " +
                                 std::to_string(MinimumBudget(record_bytes)) + " bytes (" + std::to_string(kMinFrames) +
@@ -74,13 +76,11 @@ void SpillTier::Hold(uint32_t f, size_t slot) {
   referenced_[f] = 1;
   fetched_in_[f] = epoch_;
   ++held_;
-  __atomic_store_n(&frame_of_[slot], f, __ATOMIC_RELEASE);
+  SetFrameOf(slot, f);
 }
 
 void SpillTier::Drop(uint32_t f) {
-  const size_t slot = held_slot_[f];
-  std::memcpy(&disk_keys_[slot], FrameAt(f) + kFrameHeader, sizeof(int64_t));  // what the file holds now
-  frame_of_[slot] = kNone;
+  SetFrameOf(held_slot_[f], kNone);
   held_slot_[f] = kNone;
   free_.push_back(f);
   --held_;
@@ -92,9 +92,15 @@ uint32_t SpillTier::NewFrame() {
     free_.pop_back();
     return f;
   }
-  if (carved_ == num_chunks_ * kChunkFrames) {
-    if (num_chunks_ == kMaxChunks) throw std::length_error("SpillTier: more frames than " + std::to_string(carved_));
-    chunks_[num_chunks_++].reset(new uint8_t[kChunkFrames * stride_]);
+  if (carved_ == num_chunks_ << chunk_shift_) {
+    // a frame number must stay below kNone (kept as frame + 1 per slot)
+    if (num_chunks_ == kMaxChunks || ((num_chunks_ + 1) << chunk_shift_) > kNone) {
+      throw std::length_error("SpillTier: more frames than " + std::to_string(carved_));
+    }
+    // whole huge pages: the tail of a partial one would stay in 4 KiB pages
+    const size_t bytes = ((stride_ << chunk_shift_) + MappedBuffer::kHugePage - 1) & ~(MappedBuffer::kHugePage - 1);
+    chunk_buffers_.emplace_back(bytes);
+    chunks_[num_chunks_++] = chunk_buffers_.back().data();
   }
   held_slot_.push_back(kNone);
   referenced_.push_back(0);
@@ -166,7 +172,7 @@ void SpillTier::Unmap() {
 
 uint8_t* SpillTier::Fault(size_t slot) {
   std::lock_guard<std::mutex> lock(fault_mutex_);
-  uint32_t f = __atomic_load_n(&frame_of_[slot], __ATOMIC_ACQUIRE);
+  uint32_t f = FrameOf(slot);
   if (f != kNone) return FrameAt(f);
   f = NewFrame();
   try {
@@ -213,58 +219,57 @@ void SpillTier::MakeRoom(size_t need, size_t capacity) {
   for (const uint32_t f : victims) Drop(f);
 }
 
-void SpillTier::Fetch(const uint32_t* slots, size_t n, size_t other_bytes, uint8_t** records, bool for_write) {
-  Cover(this->slots());           // every slot a victim may be written back to, before anything changes
+void SpillTier::BeginFetch() {
+  Cover(slots());                 // every slot a victim may be written back to, before anything changes
   if (++epoch_ == 0) epoch_ = 1;  // 0 is no fetch's
-  const uint8_t dirty = for_write ? 1 : 0;
+}
+
+void SpillTier::Fetch(const uint32_t* slots, size_t n, size_t other_bytes, uint8_t** records, bool for_write) {
+  BeginFetch();
   std::vector<uint32_t> miss, miss_at;                // the slots to read, and (with records) where they were asked
   constexpr size_t kWordAhead = 16, kFrameAhead = 8;  // a hit is two dependent misses: overlapped
+  size_t hits = 0;
   for (size_t i = 0; i < n; ++i) {
     if (i + kWordAhead < n && slots[i + kWordAhead] != kNone) PrefetchSlot(slots[i + kWordAhead]);
     if (i + kFrameAhead < n && slots[i + kFrameAhead] != kNone) PrefetchKey(slots[i + kFrameAhead]);
     const uint32_t slot = slots[i];
-    if (slot == kNone) {
-      if (records) records[i] = nullptr;
-      continue;
-    }
-    const uint32_t f = frame_of_[slot];
-    if (f == kNone) {
+    uint8_t* record = slot == kNone ? nullptr : Touch(slot, for_write);
+    if (records) records[i] = record;
+    if (record) {
+      ++hits;
+    } else if (slot != kNone) {
       miss.push_back(slot);
       if (records) miss_at.push_back(static_cast<uint32_t>(i));
-      continue;
     }
-    uint8_t* frame = FrameAt(f);
-    referenced_[f] = 1;
-    frame[kDirtyAt] |= dirty;
-    fetched_in_[f] = epoch_;
-    if (records) records[i] = frame + kFrameHeader;
-    ++hits_;
   }
-  misses_ += miss.size();        // per row asked for, as hits are (a row asked twice is read once)
-  std::vector<uint32_t> unique;  // miss itself is kept only to hand the records back
   if (records) {
-    unique = miss;
+    FetchMissing(miss, hits, other_bytes, for_write);
+    for (size_t m = 0; m < miss.size(); ++m) records[miss_at[m]] = Resident(miss[m]);
   } else {
-    unique.swap(miss);
+    FetchMissing(std::move(miss), hits, other_bytes, for_write);
   }
-  std::sort(unique.begin(), unique.end());
-  unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
-  MakeRoom(unique.size(), Capacity(other_bytes));
-  std::vector<uint32_t> frames(unique.size());
-  for (size_t i = 0; i < unique.size(); ++i) frames[i] = NewFrame();
+}
+
+void SpillTier::FetchMissing(std::vector<uint32_t> slots, size_t hits, size_t other_bytes, bool for_write) {
+  hits_ += hits;
+  misses_ += slots.size();  // per row asked for, as hits are (a row asked twice is read once)
+  std::sort(slots.begin(), slots.end());
+  slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
+  MakeRoom(slots.size(), Capacity(other_bytes));
+  std::vector<uint32_t> frames(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) frames[i] = NewFrame();
   try {
-    Transfer(unique, frames, /*write=*/false);
+    Transfer(slots, frames, /*write=*/false);
   } catch (...) {
     free_.insert(free_.end(), frames.begin(), frames.end());
     throw;
   }
-  for (size_t i = 0; i < unique.size(); ++i) {
-    Hold(frames[i], unique[i]);
+  const uint8_t dirty = for_write ? 1 : 0;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    Hold(frames[i], slots[i]);
     FrameAt(frames[i])[kDirtyAt] = dirty;
   }
   Unmap();
-  if (!records) return;
-  for (size_t m = 0; m < miss.size(); ++m) records[miss_at[m]] = FrameAt(frame_of_[miss[m]]) + kFrameHeader;
 }
 
 void SpillTier::FetchRange(size_t first, size_t count, size_t other_bytes) {
@@ -274,13 +279,23 @@ void SpillTier::FetchRange(size_t first, size_t count, size_t other_bytes) {
   Fetch(range.data(), range.size(), other_bytes);
 }
 
+void SpillTier::ReserveSlots(size_t slots) {
+  if (slots <= slot_capacity_) return;
+  const size_t capacity = std::max({slots, 2 * slot_capacity_, size_t{1024}});
+  MappedBuffer words(capacity * sizeof(uint32_t));  // zeroed: on disk
+  if (slots_) std::memcpy(words.data(), frame_of_, slots_ * sizeof(uint32_t));
+  slot_words_ = std::move(words);
+  frame_of_ = reinterpret_cast<uint32_t*>(slot_words_.data());
+  slot_capacity_ = capacity;
+}
+
 size_t SpillTier::Append() {
-  const size_t slot = frame_of_.size();
+  const size_t slot = slots_;
   if (slot >= kNone) throw std::length_error("SpillTier: more than 2^32 - 1 slots");
+  ReserveSlots(slot + 1);
   const uint32_t f = NewFrame();
   std::memset(FrameAt(f), 0, stride_);  // past the file's end: zeros, which the file reads too
-  frame_of_.push_back(kNone);
-  disk_keys_.push_back(0);
+  ++slots_;
   Hold(f, slot);
   return slot;
 }
@@ -295,8 +310,11 @@ void SpillTier::Reset(size_t slots) {
   held_slot_.assign(carved_, kNone);
   hand_ = 0;
   held_ = 0;
-  frame_of_.assign(slots, kNone);
-  disk_keys_.assign(slots, 0);
+  slot_words_ = MappedBuffer();
+  frame_of_ = nullptr;
+  slots_ = slot_capacity_ = 0;
+  ReserveSlots(slots);
+  slots_ = slots;
 }
 
 void SpillTier::Read(size_t slot, size_t count, uint8_t* out) {
@@ -312,7 +330,7 @@ void SpillTier::Read(size_t slot, size_t count, uint8_t* out) {
   std::memset(out + got, 0, want - got);
   read_bytes_ += got;
   for (size_t i = 0; i < count; ++i) {  // resident records are newer than the file's
-    const uint32_t f = frame_of_[slot + i];
+    const uint32_t f = FrameOf(slot + i);
     if (f != kNone) std::memcpy(out + i * record_bytes_, FrameAt(f) + kFrameHeader, record_bytes_);
   }
 }
@@ -330,8 +348,7 @@ void SpillTier::Write(size_t slot, size_t count, const uint8_t* bytes) {
   write_bytes_ += want;
   for (size_t i = 0; i < count; ++i) {
     const uint8_t* record = bytes + i * record_bytes_;
-    std::memcpy(&disk_keys_[slot + i], record, sizeof(int64_t));
-    const uint32_t f = frame_of_[slot + i];
+    const uint32_t f = FrameOf(slot + i);
     if (f == kNone) continue;
     uint8_t* frame = FrameAt(f);
     std::memcpy(frame + kFrameHeader, record, record_bytes_);

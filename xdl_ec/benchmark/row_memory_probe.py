@@ -35,7 +35,7 @@ def _fill(table: EmbeddingTable, rows: int, seed: int) -> Tuple[int, float]:
     return resident_bytes() - before, fullest
 
 
-TIER_SLOT_BYTES = 12  # SpillTier::kSlotOverhead (cpp/include/xdl_ec/spill_tier.h): a slot's frame and its key
+TIER_SLOT_BYTES = 4  # SpillTier::kSlotOverhead (cpp/include/xdl_ec/spill_tier.h): a slot's frame number
 
 
 def measure_row_memory(rows: int = 400_000, dim: int = 16, optimizer: str = "adagrad", seed: int = 0) -> RowMemory:

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "xdl_ec/mapped_buffer.h"
@@ -61,6 +62,14 @@ class SlotStore {
   void Fetch(const uint32_t* slots, size_t n, size_t other_bytes, uint8_t** records, bool for_write) const {
     tier_->Fetch(slots, n, other_bytes, records, for_write);
   }
+  // Tiered: the fetch step in three calls, for an owner resolving its keys over several threads
+  // (SpillTier::BeginFetch, Touch, FetchMissing, Resident).
+  void BeginFetch() const { tier_->BeginFetch(); }
+  uint8_t* Touch(size_t slot, bool for_write) const { return tier_->Touch(slot, for_write); }
+  void FetchMissing(std::vector<uint32_t> slots, size_t hits, size_t other_bytes, bool for_write) const {
+    tier_->FetchMissing(std::move(slots), hits, other_bytes, for_write);
+  }
+  uint8_t* Resident(size_t slot) const { return tier_->Resident(slot); }
   // Tiered: prefetch hints for resolving a key at `slot` (SpillTier::PrefetchSlot, PrefetchKey).
   void PrefetchSlot(size_t slot) const { tier_->PrefetchSlot(slot); }
   void PrefetchKey(size_t slot) const { tier_->PrefetchKey(slot); }

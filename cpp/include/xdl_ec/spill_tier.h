@@ -5,7 +5,10 @@
 // Frames move only in Fetch (an operation's fetch step, before it holds any record pointer): the batch's
 // misses are read together, copied from the file's shared mapping over the core's TaskPool threads; room is
 // made first by CLOCK (a referenced bit per frame, the hand skipping the batch's own frames), the dirty
-// victims written back the same way. A mapping, not preadv / pwritev: rows are ~100-byte scattered pieces,
+// victims written back the same way. An owner resolving its keys over several threads runs the fetch step in
+// three calls instead (BeginFetch, Touch per row on any thread, FetchMissing): a hit is then marked where its
+// key was confirmed, with its frame still in cache, not in a second serial pass. A mapping, not preadv /
+// pwritev: rows are ~100-byte scattered pieces,
 // and a syscall per piece (ext4's buffered write path, the inode lock) cost more than the rest of the step
 // (docs/results/tier-speed-2026-12-07.md). Frame() on a row the fetch step did not cover (a row an operation
 // reaches by its rules, a scan) reads it alone and only adds a frame: nothing is evicted while an operation
@@ -18,6 +21,11 @@
 // throws naming the directory before any frame is given up (a write through a mapping onto an unallocated
 // block would be a SIGBUS instead), and the bytes stay those of the last completed operation. The mapping's
 // pages are dropped from the resident set after each budget's worth of copies (the page cache keeps them).
+//
+// RAM per slot beside the frames: its frame number only (4 bytes). A row on disk is confirmed by the key
+// bytes of its record in the file, read through the mapping (a tag match on disk is nearly always the row
+// the fetch step reads next anyway). The frames and the per-slot words are huge-page buffers, as the
+// untiered store's blocks are: a batch reaches them at random, and a 4 KiB page per access missed the TLB.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +35,8 @@
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "xdl_ec/mapped_buffer.h"
 
 namespace xdl_ec {
 
@@ -45,8 +55,8 @@ class SpillTier {
  public:
   // The fewest frames a tier holds whatever its budget: a batch's working set must fit somewhere.
   static constexpr size_t kMinFrames = 64;
-  // Bytes RAM holds per slot beside its frame (where its frame is; its key while on disk).
-  static constexpr size_t kSlotOverhead = sizeof(uint32_t) + sizeof(int64_t);
+  // Bytes RAM holds per slot beside its frame: where its frame is.
+  static constexpr size_t kSlotOverhead = sizeof(uint32_t);
   static size_t MinimumBudget(size_t record_bytes) { return kMinFrames * (record_bytes + kFrameHeader); }
 
   // Makes the spill file under `dir`. Throws std::invalid_argument when the budget is below MinimumBudget
@@ -56,22 +66,22 @@ class SpillTier {
   SpillTier(const SpillTier&) = delete;
   SpillTier& operator=(const SpillTier&) = delete;
 
-  size_t slots() const { return frame_of_.size(); }
+  size_t slots() const { return slots_; }
 
   // The resident bytes of `slot`, read in alone when it has no frame; marks the frame dirty.
   uint8_t* Frame(size_t slot) {
-    const uint32_t f = __atomic_load_n(&frame_of_[slot], __ATOMIC_ACQUIRE);
+    const uint32_t f = FrameOf(slot);
     uint8_t* frame = f != kNone ? FrameAt(f) : Fault(slot);
     __atomic_store_n(frame + kDirtyAt, uint8_t{1}, __ATOMIC_RELAXED);
     return frame + kFrameHeader;
   }
-  // The key bytes of `slot` (its first 8), from its frame or, on disk, the copy kept in RAM: a key index
-  // confirms candidates without reading the file.
+  // The key bytes of `slot` (its first 8), from its frame or, on disk, from the file's mapping (zeros past
+  // what the file holds, as a read there gives). Not while a fetch step moves frames.
   int64_t KeyOf(size_t slot) const {
-    const uint32_t f = __atomic_load_n(&frame_of_[slot], __ATOMIC_ACQUIRE);
-    if (f == kNone) return disk_keys_[slot];
-    int64_t key;
-    std::memcpy(&key, FrameAt(f) + kFrameHeader, sizeof(key));
+    const uint32_t f = FrameOf(slot);
+    const uint8_t* bytes = f != kNone ? FrameAt(f) + kFrameHeader : OnDisk(slot);
+    int64_t key = 0;
+    if (bytes) std::memcpy(&key, bytes, sizeof(key));
     return key;
   }
 
@@ -83,16 +93,37 @@ class SpillTier {
   // operation writing through these pointers does not pass through Frame()).
   void Fetch(const uint32_t* slots, size_t n, size_t other_bytes, uint8_t** records, bool for_write);
 
+  // The same fetch step in three calls. BeginFetch: the file covered (throws naming the dir when it is full,
+  // nothing changed) and a new batch begun. Touch(slot): a resident slot becomes the batch's own (referenced,
+  // never a victim of this step, dirty when `for_write`) and its record is returned; null when it is on
+  // disk. Touch may run on several threads at once (nothing else may). FetchMissing: the slots Touch found
+  // on disk (repeats allowed) read in together, room made first; `hits`: the Touch calls that found a frame
+  // (the stats count both per row asked). Then Resident gives their records.
+  void BeginFetch();
+  uint8_t* Touch(size_t slot, bool for_write) {
+    const uint32_t f = FrameOf(slot);
+    if (f == kNone) return nullptr;
+    uint8_t* frame = FrameAt(f);
+    // Relaxed atomic stores: two threads may touch one frame (a key repeated in a batch), storing the same.
+    __atomic_store_n(&referenced_[f], uint8_t{1}, __ATOMIC_RELAXED);
+    __atomic_store_n(&fetched_in_[f], epoch_, __ATOMIC_RELAXED);
+    if (for_write) __atomic_store_n(frame + kDirtyAt, uint8_t{1}, __ATOMIC_RELAXED);
+    return frame + kFrameHeader;
+  }
+  void FetchMissing(std::vector<uint32_t> slots, size_t hits, size_t other_bytes, bool for_write);
+  // The record of a resident slot (null on disk), marking nothing.
+  uint8_t* Resident(size_t slot) const {
+    const uint32_t f = FrameOf(slot);
+    return f == kNone ? nullptr : FrameAt(f) + kFrameHeader;
+  }
+
   // Prefetch hints for a batch's key resolution, a few keys apart: the slot's frame word first, then, once
-  // it has arrived, the bytes KeyOf reads (its frame's first line, or its key kept while on disk).
+  // it has arrived, the bytes KeyOf reads (its frame's first line, or its record in the file's mapping).
   void PrefetchSlot(size_t slot) const { __builtin_prefetch(&frame_of_[slot]); }
   void PrefetchKey(size_t slot) const {
-    const uint32_t f = __atomic_load_n(&frame_of_[slot], __ATOMIC_RELAXED);
-    if (f != kNone) {
-      __builtin_prefetch(FrameAt(f));
-    } else {
-      __builtin_prefetch(&disk_keys_[slot]);
-    }
+    const uint32_t f = FrameOf(slot);
+    const uint8_t* bytes = f != kNone ? FrameAt(f) : OnDisk(slot);
+    if (bytes) __builtin_prefetch(bytes);  // a prefetch of an unmapped page is dropped, never a fault
   }
   // Fetch of [first, first + count) (clipped to slots()): a scan's next block.
   void FetchRange(size_t first, size_t count, size_t other_bytes);
@@ -116,10 +147,20 @@ class SpillTier {
   static constexpr size_t kDirtyAt = 8;
   // RAM per frame beside its bytes: held_slot_, referenced_, fetched_in_.
   static constexpr size_t kFrameWords = sizeof(uint32_t) + sizeof(uint8_t) + sizeof(uint32_t);
-  static constexpr size_t kChunkFrames = 16384;  // frames are carved in chunks that never move
+  static constexpr size_t kChunkBytes = size_t{8} << 20;  // frames are carved in chunks of at least this, never moved
   static constexpr size_t kMaxChunks = size_t{1} << 14;
 
-  uint8_t* FrameAt(uint32_t f) const { return chunks_[f / kChunkFrames].get() + (f % kChunkFrames) * stride_; }
+  // frame_of_ holds frame + 1 (0: on disk), so a zeroed buffer is a run of slots on disk.
+  uint32_t FrameOf(size_t slot) const { return __atomic_load_n(&frame_of_[slot], __ATOMIC_ACQUIRE) - 1; }
+  void SetFrameOf(size_t slot, uint32_t f) { __atomic_store_n(&frame_of_[slot], f + 1, __ATOMIC_RELEASE); }
+  uint8_t* FrameAt(uint32_t f) const { return chunks_[f >> chunk_shift_] + (f & chunk_mask_) * stride_; }
+  // The record of `slot` in the file's mapping, or null past what is mapped.
+  const uint8_t* OnDisk(size_t slot) const {
+    const size_t at = slot * record_bytes_;
+    return at + record_bytes_ <= map_bytes_ ? map_ + at : nullptr;
+  }
+  // The per-slot words made room for `slots` (doubling; new ones on disk).
+  void ReserveSlots(size_t slots);
   // Frame f starts holding `slot` (its record already there): referenced, in the ring, found by Frame().
   void Hold(uint32_t f, size_t slot);
   // Frame f (written back first when dirty) gives its slot up and goes to the free list.
@@ -150,9 +191,14 @@ class SpillTier {
   size_t map_bytes_ = 0;     // the file's allocated length, all of it mapped
   size_t mapped_bytes_ = 0;  // copied through the mapping since its pages last left the resident set
 
-  std::vector<uint32_t> frame_of_;  // per slot: its frame, or kNone
-  std::vector<int64_t> disk_keys_;  // per slot: the key bytes the file holds for it
-  std::unique_ptr<std::unique_ptr<uint8_t[]>[]> chunks_;
+  MappedBuffer slot_words_;       // per slot: its frame + 1, or 0 on disk
+  uint32_t* frame_of_ = nullptr;  // slot_words_' words
+  size_t slots_ = 0;
+  size_t slot_capacity_ = 0;
+  size_t chunk_shift_ = 0;  // log2 of the frames per chunk
+  size_t chunk_mask_ = 0;
+  std::vector<MappedBuffer> chunk_buffers_;  // huge-page backed
+  std::unique_ptr<uint8_t*[]> chunks_;       // chunk_buffers_' data, read by FrameAt
   size_t num_chunks_ = 0;
   size_t carved_ = 0;           // frames carved from chunks
   std::vector<uint32_t> free_;  // carved frames holding no slot
