@@ -362,7 +362,7 @@ class PSClient:
         groups: List[List[tuple]] = [[] for _ in self.servers]  # per server (tables, offsets, keys, grads)
         for table, (keys, table_grads, *rest) in grads.items():
             if isinstance(keys, GroupKeys):
-                if participants == 1 and not any(cutoffs.get(t, 0) for t in keys.group.tables):
+                if participants == 1 and not (cutoffs and any(cutoffs.get(t, 0) for t in keys.group.tables)):
                     self._group_wire(keys, table_grads, rest, groups)
                 else:
                     self._group_push(keys, table_grads, rest, step, participants, cutoffs, per_server)
