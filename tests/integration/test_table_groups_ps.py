@@ -213,6 +213,8 @@ def test_on_servers_grouped_ends_at_the_ungrouped_model(cluster: Dict[str, Any],
         ungrouped = _job(False).fit(cluster=xdl_ec.Cluster(**cluster), deterministic=True, seed=3)
         assert report["model_digest"] == ungrouped["model_digest"]
     assert bool(report.get("failures")) == ("fail_at" in cluster)
+    if "ft" not in cluster and cluster.get("workers", 1) == 1:  # the servers' core served the steps (serve_call)
+        assert sum(s["native_requests"] for s in report["servers"]) > 0, report["servers"]
 
 
 @pytest.mark.ray
