@@ -911,6 +911,10 @@ class ShardServer:
         """
         Serves the push_pull requests arriving on socket fd over session (a LinkSession) until a message it does not serve arrives: returns (head, buffers, failure), that message as LinkSession.receive gives it and, when serving a request failed after changing state, the exception to answer it with (None otherwise: the message is for the caller to serve). Raises LinkSession.receive's errors
         """
+    def serve_call(self, parts: collections.abc.Sequence, step: typing.SupportsInt | typing.SupportsIndex, worker: typing.SupportsInt | typing.SupportsIndex, requests: collections.abc.Sequence) -> typing.Any:
+        """
+        A one-worker push_pull(parts, step, worker, 1, requests) served natively in this process: (ack as (server, worker, seq, step, applied, durable) or None, [rows]), or None when the core declines it (nothing changed: serve it in Python)
+        """
     def set_epoch(self, epoch: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
         The server's epoch, which a push_pull_stale's copies must come from to be trusted

@@ -9,7 +9,7 @@ namespace {
 constexpr char kRequestMagic[] = "XPP1";
 constexpr char kAnswerMagic[] = "XPA1";
 constexpr uint32_t kPartRepeats = 1;
-constexpr uint32_t kRequestStale = 1;
+constexpr uint32_t kRequestStale = 1, kRequestGroups = 2;
 constexpr uint32_t kAnswerAck = 1, kAnswerApplied = 2, kAnswerRows = 4, kAnswerStale = 8;
 
 template <typename T>
@@ -92,6 +92,43 @@ const int64_t* KeysOf(const MessagePart& buffer, const std::string& which, size_
   return Array<int64_t>(buffer, *n, "the keys of " + which);
 }
 
+// A group's offsets: tables + 1 int64s from 0 to n, non-decreasing.
+const int64_t* OffsetsOf(const MessagePart& buffer, size_t tables, const std::string& which) {
+  const int64_t* offsets = Array<int64_t>(buffer, tables + 1, "the offsets of " + which);
+  if (offsets[0] != 0) throw std::invalid_argument("push_pull request: the offsets of " + which + " do not start at 0");
+  for (size_t t = 0; t < tables; ++t) {
+    if (offsets[t + 1] < offsets[t]) {
+      throw std::invalid_argument("push_pull request: the offsets of " + which + " decrease at table " +
+                                  std::to_string(t + 1));
+    }
+  }
+  return offsets;
+}
+
+void CheckGroupEnd(const int64_t* offsets, size_t tables, size_t n, const std::string& which) {
+  if (static_cast<size_t>(offsets[tables]) != n) {
+    throw std::invalid_argument("push_pull request: the offsets of " + which + " end at " +
+                                std::to_string(offsets[tables]) + ", not at its " + std::to_string(n) + " keys");
+  }
+}
+
+void PutTables(std::string& out, const std::vector<std::string>& tables) {
+  if (tables.empty() || tables.size() > PushPullMessage::kMaxParts) {
+    throw std::invalid_argument("push_pull: a group of " + std::to_string(tables.size()) + " tables (1 to " +
+                                std::to_string(PushPullMessage::kMaxParts) + ")");
+  }
+  Put<uint32_t>(out, static_cast<uint32_t>(tables.size()));
+  for (const std::string& name : tables) PutName(out, name);
+}
+
+std::vector<std::string> TablesOf(Reader& reader) {
+  const uint32_t count = Count(reader, "tables in a group");
+  if (count == 0) reader.Fail("a group of no tables");
+  std::vector<std::string> tables(count);
+  for (std::string& name : tables) name = reader.Name();
+  return tables;
+}
+
 }  // namespace
 
 bool PushPullMessage::IsRequest(MessagePart head) {
@@ -112,15 +149,25 @@ std::string PushPullMessage::RequestHead(const PushPullRequest& request) {
   if (!request.stale_call && !request.stale.empty()) {
     throw std::invalid_argument("push_pull: stale pulls belong to a push_pull_stale call");
   }
+  if (request.group_parts.size() > kMaxParts || request.group_pulls.size() > kMaxParts) {
+    throw std::invalid_argument("push_pull: " + std::to_string(request.group_parts.size()) + " group parts and " +
+                                std::to_string(request.group_pulls.size()) + " group pulls, over " +
+                                std::to_string(kMaxParts) + " of one");
+  }
+  const bool groups = !request.group_parts.empty() || !request.group_pulls.empty();
   std::string out(kRequestMagic, kMagicBytes);
   Put<int64_t>(out, request.step);
   Put<int32_t>(out, request.worker);
   Put<int32_t>(out, request.participants);
   Put<uint32_t>(out, static_cast<uint32_t>(request.parts.size()));
   Put<uint32_t>(out, static_cast<uint32_t>(request.pulls.size()));
-  Put<uint32_t>(out, request.stale_call ? kRequestStale : 0);
+  Put<uint32_t>(out, (request.stale_call ? kRequestStale : 0) | (groups ? kRequestGroups : 0));
   Put<int64_t>(out, request.epoch);
   Put<uint32_t>(out, static_cast<uint32_t>(request.stale.size()));
+  if (groups) {
+    Put<uint32_t>(out, static_cast<uint32_t>(request.group_parts.size()));
+    Put<uint32_t>(out, static_cast<uint32_t>(request.group_pulls.size()));
+  }
   for (const PushPullPart& part : request.parts) {
     Put<int64_t>(out, part.seq);
     Put<uint32_t>(out, part.dim);
@@ -131,6 +178,15 @@ std::string PushPullMessage::RequestHead(const PushPullRequest& request) {
   for (const PushPullStalePull& pull : request.stale) {
     Put<uint32_t>(out, pull.staleness);
     PutName(out, pull.table);
+  }
+  for (const PushPullGroupPart& part : request.group_parts) {
+    Put<int64_t>(out, part.first_seq);
+    Put<uint32_t>(out, part.dim);
+    PutTables(out, part.tables);
+  }
+  for (const PushPullGroupPull& pull : request.group_pulls) {
+    Put<uint32_t>(out, pull.dim);
+    PutTables(out, pull.tables);
   }
   return out;
 }
@@ -145,11 +201,13 @@ PushPullRequest PushPullMessage::ParseRequest(MessagePart head, const std::vecto
   const uint32_t parts = Count(reader, "parts");
   const uint32_t pulls = Count(reader, "pulls");
   const uint32_t call = reader.Get<uint32_t>();
-  if (call & ~kRequestStale) reader.Fail("flags " + std::to_string(call));
+  if (call & ~(kRequestStale | kRequestGroups)) reader.Fail("flags " + std::to_string(call));
   request.stale_call = call & kRequestStale;
   request.epoch = reader.Get<int64_t>();
   const uint32_t stale = Count(reader, "stale pulls");
   if (stale != 0 && !request.stale_call) reader.Fail("stale pulls in a push_pull call");
+  const uint32_t group_parts = (call & kRequestGroups) ? Count(reader, "group parts") : 0;
+  const uint32_t group_pulls = (call & kRequestGroups) ? Count(reader, "group pulls") : 0;
   request.parts.resize(parts);
   std::vector<bool> repeats(parts);
   size_t arrays = 0;
@@ -170,8 +228,20 @@ PushPullRequest PushPullMessage::ParseRequest(MessagePart head, const std::vecto
     pull.staleness = reader.Get<uint32_t>();
     pull.table = reader.Name();
   }
+  request.group_parts.resize(group_parts);
+  for (PushPullGroupPart& part : request.group_parts) {
+    part.first_seq = reader.Get<int64_t>();
+    part.dim = reader.Get<uint32_t>();
+    part.tables = TablesOf(reader);
+  }
+  request.group_pulls.resize(group_pulls);
+  for (PushPullGroupPull& pull : request.group_pulls) {
+    pull.dim = reader.Get<uint32_t>();
+    pull.tables = TablesOf(reader);
+  }
   reader.End();
-  arrays += pulls + 2 * static_cast<size_t>(stale);
+  arrays += pulls + 2 * static_cast<size_t>(stale) + 3 * static_cast<size_t>(group_parts) +
+            2 * static_cast<size_t>(group_pulls);
   if (buffers.size() != arrays) {
     throw std::invalid_argument("push_pull request: " + std::to_string(buffers.size()) +
                                 " buffers where its head "
@@ -196,6 +266,24 @@ PushPullRequest PushPullMessage::ParseRequest(MessagePart head, const std::vecto
     const std::string which = "stale pull " + std::to_string(i) + " (table '" + pull.table + "')";
     pull.keys = KeysOf(buffers[b++], which, &pull.n);
     pull.known = Array<int32_t>(buffers[b++], pull.n, "the known clocks of " + which);
+  }
+  for (size_t i = 0; i < request.group_parts.size(); ++i) {
+    PushPullGroupPart& part = request.group_parts[i];
+    const std::string which = "group part " + std::to_string(i) + " (table '" + part.tables[0] + "' and " +
+                              std::to_string(part.tables.size() - 1) + " more)";
+    part.offsets = OffsetsOf(buffers[b++], part.tables.size(), which);
+    part.keys = KeysOf(buffers[b++], which, &part.n);
+    CheckGroupEnd(part.offsets, part.tables.size(), part.n, which);
+    if (part.dim == 0 && part.n != 0) throw std::invalid_argument("push_pull request: " + which + " has dim 0");
+    part.grads = Array<float>(buffers[b++], part.n * part.dim, "the grads of " + which);
+  }
+  for (size_t i = 0; i < request.group_pulls.size(); ++i) {
+    PushPullGroupPull& pull = request.group_pulls[i];
+    const std::string which = "group pull " + std::to_string(i) + " (table '" + pull.tables[0] + "' and " +
+                              std::to_string(pull.tables.size() - 1) + " more)";
+    pull.offsets = OffsetsOf(buffers[b++], pull.tables.size(), which);
+    pull.keys = KeysOf(buffers[b++], which, &pull.n);
+    CheckGroupEnd(pull.offsets, pull.tables.size(), pull.n, which);
   }
   return request;
 }

@@ -101,7 +101,57 @@ bool ShardServer::Acceptable(const PushPullRequest& request) const {
     const auto it = tables_.find(pull.table);
     if (it == tables_.end() || it->second->missing_blocks() != 0) return false;
   }
+  for (const PushPullGroupPart& part : request.group_parts) {
+    if (part.first_seq < 0 || !Finite(part.grads, part.n * part.dim)) return false;
+    for (const std::string& table : part.tables) {
+      const auto it = tables_.find(table);
+      if (it == tables_.end() || it->second->missing_blocks() != 0) return false;
+      if (part.dim != static_cast<uint32_t>(it->second->dim())) return false;
+    }
+  }
+  for (const PushPullGroupPull& pull : request.group_pulls) {
+    for (const std::string& table : pull.tables) {
+      const auto it = tables_.find(table);
+      if (it == tables_.end() || it->second->missing_blocks() != 0) return false;
+      if (pull.dim != static_cast<uint32_t>(it->second->dim())) return false;
+    }
+  }
   return true;
+}
+
+void ShardServer::ApplyPart(int32_t worker, const std::string& table, int64_t seq, const int64_t* keys, size_t n,
+                            const float* grads, uint32_t dim, const uint32_t* repeats, int64_t step) {
+  int64_t& applied = last_seq_[worker];    // made here only for a part applied below (seq 0 or past none)
+  if (seq != 0 && seq <= applied) return;  // a replayed part, applied already: exactly once
+  Counters& c = counters_;
+  ++c.pushes;
+  c.keys_pushed += n;
+  c.bytes_in += n * (sizeof(int64_t) + dim * sizeof(float)) + (repeats ? n * 4 : 0);
+  EmbeddingShard& shard = *tables_.at(table);
+  if (forwarder_) {
+    const WorkerSeqs pushes{{worker, seq}};
+    DeltaForwarder::Mutation sink(*forwarder_, table, pushes);
+    shard.Push(keys, grads, n, step, &sink, repeats);
+  } else {
+    shard.Push(keys, grads, n, step, nullptr, repeats);
+  }
+  ++c.steps_applied;
+  applied = std::max(applied, seq);
+}
+
+void ShardServer::PullInto(const std::string& table, const int64_t* keys, size_t n, float* out) {
+  EmbeddingShard& shard = *tables_.at(table);
+  if (forwarder_) {
+    const WorkerSeqs no_pushes;  // the Mutation refers to it: it must outlive the sink
+    DeltaForwarder::Mutation sink(*forwarder_, table, no_pushes);
+    shard.Pull(keys, n, out, &sink);
+  } else {
+    shard.Pull(keys, n, out, nullptr);
+  }
+  Counters& c = counters_;
+  c.keys_pulled += n;
+  c.bytes_in += n * sizeof(int64_t);
+  c.bytes_out += n * static_cast<size_t>(shard.dim()) * sizeof(float);
 }
 
 bool ShardServer::Serve(const PushPullRequest& request, PushPullAnswer* answer) {
@@ -113,53 +163,51 @@ bool ShardServer::Serve(const PushPullRequest& request, PushPullAnswer* answer) 
   answer->server = index_;
   answer->worker = request.worker;
   answer->step = request.step;
-  if (!request.parts.empty()) {
+  if (!request.parts.empty() || !request.group_parts.empty()) {
     const int32_t worker = request.worker;
     int64_t last = 0;
     for (const PushPullPart& part : request.parts) {
       last = std::max(last, part.seq);
-      int64_t& applied = last_seq_[worker];  // made here only for a part applied below (seq 0 or past none)
-      if (part.seq != 0 && part.seq <= applied) continue;  // a replayed part, applied already: exactly once
-      ++c.pushes;
-      c.keys_pushed += part.n;
-      c.bytes_in += part.n * (sizeof(int64_t) + part.dim * sizeof(float)) + (part.repeats ? part.n * 4 : 0);
-      EmbeddingShard& shard = *tables_.at(part.table);
-      if (forwarder_) {
-        const WorkerSeqs pushes{{worker, part.seq}};
-        DeltaForwarder::Mutation sink(*forwarder_, part.table, pushes);
-        shard.Push(part.keys, part.grads, part.n, request.step, &sink, part.repeats);
-      } else {
-        shard.Push(part.keys, part.grads, part.n, request.step, nullptr, part.repeats);
+      ApplyPart(worker, part.table, part.seq, part.keys, part.n, part.grads, part.dim, part.repeats, request.step);
+    }
+    for (const PushPullGroupPart& part : request.group_parts) {
+      for (size_t t = 0; t < part.tables.size(); ++t) {
+        const int64_t seq = part.first_seq == 0 ? 0 : part.first_seq + static_cast<int64_t>(t);
+        last = std::max(last, seq);
+        const auto begin = static_cast<size_t>(part.offsets[t]);
+        const size_t n = static_cast<size_t>(part.offsets[t + 1]) - begin;
+        ApplyPart(worker, part.tables[t], seq, part.keys + begin, n, part.grads + begin * part.dim, part.dim, nullptr,
+                  request.step);
       }
-      ++c.steps_applied;
-      applied = std::max(applied, part.seq);
     }
     answer->has_ack = true;
     answer->seq = last;
     answer->applied = true;
     answer->durable = forwarder_ ? forwarder_->DurableSeq(worker) : 0;
   }
-  if (!request.pulls.empty()) {
+  if (!request.pulls.empty() || !request.group_pulls.empty()) {
     answer->has_rows = true;
-    answer->rows.resize(request.pulls.size());
+    answer->rows.resize(request.pulls.size() + request.group_pulls.size());
     for (size_t i = 0; i < request.pulls.size(); ++i) {
       const PushPullPull& pull = request.pulls[i];
-      EmbeddingShard& shard = *tables_.at(pull.table);
-      const size_t floats = pull.n * static_cast<size_t>(shard.dim());
+      const auto dim = static_cast<uint32_t>(tables_.at(pull.table)->dim());
       PushPullAnswer::Rows& rows = answer->rows[i];
-      rows.data.reset(new float[std::max<size_t>(floats, 1)]);
-      rows.floats = floats;
-      rows.dim = static_cast<uint32_t>(shard.dim());
-      if (forwarder_) {
-        const WorkerSeqs no_pushes;  // the Mutation refers to it: it must outlive the sink
-        DeltaForwarder::Mutation sink(*forwarder_, pull.table, no_pushes);
-        shard.Pull(pull.keys, pull.n, rows.data.get(), &sink);
-      } else {
-        shard.Pull(pull.keys, pull.n, rows.data.get(), nullptr);
+      rows.floats = pull.n * dim;
+      rows.data.reset(new float[std::max<size_t>(rows.floats, 1)]);
+      rows.dim = dim;
+      PullInto(pull.table, pull.keys, pull.n, rows.data.get());
+    }
+    for (size_t i = 0; i < request.group_pulls.size(); ++i) {
+      const PushPullGroupPull& pull = request.group_pulls[i];
+      PushPullAnswer::Rows& rows = answer->rows[request.pulls.size() + i];
+      rows.floats = pull.n * pull.dim;
+      rows.data.reset(new float[std::max<size_t>(rows.floats, 1)]);
+      rows.dim = pull.dim;
+      for (size_t t = 0; t < pull.tables.size(); ++t) {
+        const auto begin = static_cast<size_t>(pull.offsets[t]);
+        const size_t n = static_cast<size_t>(pull.offsets[t + 1]) - begin;
+        if (n != 0) PullInto(pull.tables[t], pull.keys + begin, n, rows.data.get() + begin * pull.dim);
       }
-      c.keys_pulled += pull.n;
-      c.bytes_in += pull.n * sizeof(int64_t);
-      c.bytes_out += floats * sizeof(float);
     }
     ++c.pulls;
   }

@@ -147,6 +147,102 @@ TEST(PushPullMessage, MalformedRequestsAreRefusedWithTheirReason) {
   EXPECT_THROW(PushPullMessage::RequestHead(long_name), std::invalid_argument);
 }
 
+// Sample's request with a group part over tables "a" and "b" (offsets 0, 2, 3) and a group pull over "a" alone.
+struct GroupSample : Sample {
+  std::vector<int64_t> offsets{0, 2, 3};
+  std::vector<int64_t> pull_offsets{0, 2};
+
+  GroupSample() {
+    PushPullGroupPart part;
+    part.tables = {"a", "b"};
+    part.first_seq = 43;
+    part.dim = 2;
+    part.offsets = offsets.data();
+    part.keys = keys.data();
+    part.n = keys.size();
+    part.grads = grads.data();
+    request.group_parts.push_back(part);
+    PushPullGroupPull pull;
+    pull.tables = {"a"};
+    pull.dim = 2;
+    pull.offsets = pull_offsets.data();
+    pull.keys = pull_keys.data();
+    pull.n = pull_keys.size();
+    request.group_pulls.push_back(pull);
+    for (const MessagePart& b : {Part(offsets), Part(keys), Part(grads), Part(pull_offsets), Part(pull_keys)})
+      buffers.push_back(b);
+  }
+};
+
+TEST(PushPullMessage, GroupPartsAndPullsRoundTrip) {
+  GroupSample s;
+  const std::string head = PushPullMessage::RequestHead(s.request);
+  const PushPullRequest got = PushPullMessage::ParseRequest(Part(head), s.buffers);
+  ASSERT_EQ(got.parts.size(), 2u);  // the plain parts and pulls as before
+  ASSERT_EQ(got.pulls.size(), 1u);
+  ASSERT_EQ(got.group_parts.size(), 1u);
+  const PushPullGroupPart& part = got.group_parts[0];
+  EXPECT_EQ(part.tables, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(part.first_seq, 43);
+  EXPECT_EQ(part.dim, 2u);
+  EXPECT_EQ(part.n, 3u);
+  EXPECT_EQ(part.offsets, s.offsets.data());  // in place
+  EXPECT_EQ(part.keys, s.keys.data());
+  EXPECT_EQ(part.grads, s.grads.data());
+  ASSERT_EQ(got.group_pulls.size(), 1u);
+  EXPECT_EQ(got.group_pulls[0].tables, (std::vector<std::string>{"a"}));
+  EXPECT_EQ(got.group_pulls[0].dim, 2u);
+  EXPECT_EQ(got.group_pulls[0].n, 2u);
+  EXPECT_EQ(got.group_pulls[0].keys, s.pull_keys.data());
+  // a request without groups keeps its old head, byte for byte (no group counts)
+  Sample plain;
+  // + the group counts, the group part (first seq, dim, tables, two names of one byte), the pull (dim, tables, a name)
+  EXPECT_EQ(PushPullMessage::RequestHead(plain.request).size() + 8 + (8 + 4 + 4 + 5 + 5) + (4 + 4 + 5), head.size());
+}
+
+TEST(PushPullMessage, MalformedGroupsAreRefusedWithTheirReason) {
+  auto fails = [](GroupSample& s, const std::string& why) {
+    try {
+      const std::string head = PushPullMessage::RequestHead(s.request);
+      PushPullMessage::ParseRequest(Part(head), s.buffers);
+      ADD_FAILURE() << "parsed: " << why;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  {
+    GroupSample s;
+    s.offsets = {0, 3, 2};
+    fails(s, "the offsets of group part 0 (table 'a' and 1 more) decrease at table 2");
+  }
+  {
+    GroupSample s;
+    s.offsets = {0, 1, 2};
+    fails(s, "end at 2, not at its 3 keys");
+  }
+  {
+    GroupSample s;
+    s.offsets = {1, 2, 3};
+    fails(s, "do not start at 0");
+  }
+  {
+    GroupSample s;
+    s.pull_offsets = {0, 1, 2};  // a table more than the pull names
+    s.buffers[9] = Part(s.pull_offsets);
+    fails(s, "the offsets of group pull 0 (table 'a' and 0 more) has 24 bytes, not 16");
+  }
+  {
+    GroupSample s;
+    s.request.group_parts[0].tables.clear();
+    fails(s, "a group of 0 tables");
+  }
+  {
+    GroupSample s;
+    s.buffers.pop_back();
+    fails(s, "10 buffers where its head announces 11");
+  }
+}
+
 TEST(PushPullMessage, AnswerRoundTrips) {
   PushPullAnswer a;
   a.has_ack = true;

@@ -208,6 +208,164 @@ TEST_F(Served, StalePullsSendWhatTheCopiesLackAndEverythingFromAnotherEpoch) {
   EXPECT_EQ(answer.stale[0].sent, 3u);
 }
 
+// Two tables of dim 2 with their own optimizers and seeds, and a group part and pull over both.
+struct Grouped : ::testing::Test {
+  static ShardConfig Sgd() {
+    ShardConfig c = Config();
+    c.optimizer.kind = OptimizerKind::kSGD;
+    c.seed = 11;
+    return c;
+  }
+  std::shared_ptr<EmbeddingShard> a = std::make_shared<EmbeddingShard>(Config());
+  std::shared_ptr<EmbeddingShard> b = std::make_shared<EmbeddingShard>(Sgd());
+  std::shared_ptr<EmbeddingShard> twin_a = std::make_shared<EmbeddingShard>(Config());
+  std::shared_ptr<EmbeddingShard> twin_b = std::make_shared<EmbeddingShard>(Sgd());
+  ShardServer server{0};
+  ShardServer twin{0};                       // the same step as the tables' own parts and pulls
+  std::vector<int64_t> keys{1, 4, 9, 1, 2};  // a: 1, 4, 9; b: 1, 2 (the same key in two tables: two rows)
+  std::vector<float> grads{0.5f, -1, 2, 3, 0.25f, 1, -2, 0.5f, 1.5f, 1};
+  std::vector<int64_t> offsets{0, 3, 5};
+
+  void SetUp() override {
+    server.SetTable("a", a);
+    server.SetTable("b", b);
+    twin.SetTable("a", twin_a);
+    twin.SetTable("b", twin_b);
+    server.SetNative(true, nullptr);
+    twin.SetNative(true, nullptr);
+  }
+
+  PushPullRequest Group(int64_t first_seq, int64_t step) {
+    PushPullRequest r;
+    r.step = step;
+    r.worker = 1;
+    PushPullGroupPart part;
+    part.tables = {"a", "b"};
+    part.first_seq = first_seq;
+    part.dim = 2;
+    part.offsets = offsets.data();
+    part.keys = keys.data();
+    part.n = keys.size();
+    part.grads = grads.data();
+    r.group_parts.push_back(part);
+    PushPullGroupPull pull;
+    pull.tables = {"a", "b"};
+    pull.dim = 2;
+    pull.offsets = offsets.data();
+    pull.keys = keys.data();
+    pull.n = keys.size();
+    r.group_pulls.push_back(pull);
+    return r;
+  }
+
+  PushPullRequest Parts(int64_t first_seq, int64_t step) {
+    PushPullRequest r;
+    r.step = step;
+    r.worker = 1;
+    r.parts.push_back({"a", first_seq, keys.data(), 3, grads.data(), 2, nullptr});
+    r.parts.push_back({"b", first_seq + 1, keys.data() + 3, 2, grads.data() + 6, 2, nullptr});
+    r.pulls.push_back({"a", keys.data(), 3});
+    r.pulls.push_back({"b", keys.data() + 3, 2});
+    return r;
+  }
+};
+
+TEST_F(Grouped, AGroupPartIsEachTablesOwnPartAndAGroupPullOneArray) {
+  for (int64_t step = 1; step <= 3; ++step) {
+    PushPullAnswer got, expected;
+    ASSERT_TRUE(server.Serve(Group(2 * step - 1, step), &got));
+    ASSERT_TRUE(twin.Serve(Parts(2 * step - 1, step), &expected));
+    EXPECT_EQ(got.seq, 2 * step);  // the group's last table's seq
+    EXPECT_EQ(got.seq, expected.seq);
+    ASSERT_EQ(got.rows.size(), 1u);  // one array for the group
+    ASSERT_EQ(got.rows[0].floats, 10u);
+    EXPECT_EQ(got.rows[0].dim, 2u);
+    std::vector<float> concatenated(expected.rows[0].data.get(), expected.rows[0].data.get() + 6);
+    concatenated.insert(concatenated.end(), expected.rows[1].data.get(), expected.rows[1].data.get() + 4);
+    EXPECT_EQ(std::vector<float>(got.rows[0].data.get(), got.rows[0].data.get() + 10), concatenated);
+  }
+  EXPECT_EQ(Rows(*a, {1, 4, 9}), Rows(*twin_a, {1, 4, 9}));
+  EXPECT_EQ(Rows(*b, {1, 2}), Rows(*twin_b, {1, 2}));
+  EXPECT_NE(Rows(*a, {1}), Rows(*b, {1}));  // their own optimizers and seeds
+  EXPECT_EQ(server.LastSeq(1), 6);
+  const ShardServer::Counters c = server.counters(), e = twin.counters();
+  EXPECT_EQ(c.pushes, e.pushes);
+  EXPECT_EQ(c.keys_pushed, e.keys_pushed);
+  EXPECT_EQ(c.keys_pulled, e.keys_pulled);
+  EXPECT_EQ(c.bytes_in, e.bytes_in);
+  EXPECT_EQ(c.bytes_out, e.bytes_out);
+}
+
+TEST_F(Grouped, AReplayedGroupAppliesOnlyTheTablesNotAppliedYet) {
+  PushPullAnswer answer;
+  PushPullRequest only_a = Parts(1, 1);
+  only_a.parts.pop_back();  // table a's part (seq 1) arrived before, b's (seq 2) did not
+  only_a.pulls.clear();
+  ASSERT_TRUE(server.Serve(only_a, &answer));
+  ASSERT_TRUE(server.Serve(Group(1, 1), &answer));  // the group's replay: a skipped, b applied
+  ASSERT_TRUE(twin.Serve(Parts(1, 1), &answer));
+  EXPECT_EQ(Rows(*a, {1, 4, 9}), Rows(*twin_a, {1, 4, 9}));
+  EXPECT_EQ(Rows(*b, {1, 2}), Rows(*twin_b, {1, 2}));
+  EXPECT_EQ(server.counters().pushes, 2u);
+  EXPECT_EQ(server.LastSeq(1), 2);
+}
+
+TEST_F(Grouped, DeclinesAGroupTheGeneralPathServesAndChangesNothing) {
+  std::vector<std::pair<std::string, PushPullRequest>> cases;
+  PushPullRequest r = Group(1, 1);
+  r.group_parts[0].tables[1] = "u";
+  cases.emplace_back("unknown table in a part", r);
+  r = Group(1, 1);
+  r.group_pulls[0].tables[0] = "u";
+  cases.emplace_back("unknown table in a pull", r);
+  r = Group(1, 1);
+  r.group_parts[0].dim = 1;
+  r.group_parts[0].n = 10;
+  cases.emplace_back("another dim", r);
+  r = Group(1, 1);
+  r.group_pulls[0].dim = 1;
+  cases.emplace_back("another dim in a pull", r);
+  r = Group(-1, 1);
+  cases.emplace_back("negative seq", r);
+  std::vector<float> nan = grads;
+  nan[9] = std::numeric_limits<float>::quiet_NaN();
+  r = Group(1, 1);
+  r.group_parts[0].grads = nan.data();
+  cases.emplace_back("NaN in b's part", r);
+  for (const auto& [why, request] : cases) {
+    PushPullAnswer answer;
+    EXPECT_FALSE(server.Serve(request, &answer)) << why;
+  }
+  EXPECT_EQ(a->size() + b->size(), 0u);
+  EXPECT_EQ(server.counters().requests, 0u);
+}
+
+TEST(ShardServer, AGroupsMutationsReachTheForwarderWithEachTablesSeq) {
+  auto a = std::make_shared<EmbeddingShard>(Config());
+  auto b = std::make_shared<EmbeddingShard>(Config());
+  auto forwarder = std::make_shared<DeltaForwarder>(
+      0, 3, 2, 1,
+      std::vector<DeltaForwarder::Table>{{"a", a->block_slots(), a->layout().bytes()},
+                                         {"b", b->block_slots(), b->layout().bytes()}});
+  ShardServer server(0);
+  server.SetTable("a", a);
+  server.SetTable("b", b);
+  server.SetNative(true, forwarder);
+  std::vector<int64_t> keys{1, 2}, offsets{0, 1, 2};
+  std::vector<float> grads{1, 2, 3, 4};
+  PushPullRequest r;
+  r.step = 1;
+  r.worker = 4;
+  r.group_parts.push_back({{"a", "b"}, 7, 2, offsets.data(), keys.data(), keys.size(), grads.data()});
+  PushPullAnswer answer;
+  ASSERT_TRUE(server.Serve(r, &answer));
+  const DeltaForwarder::Progress p = forwarder->progress();
+  EXPECT_EQ(p.seq, 2);                // one mutation per table
+  EXPECT_EQ(p.worker_seqs.at(4), 8);  // b's seq: the group's first + 1
+  EXPECT_EQ(answer.seq, 8);
+  forwarder->Close();
+}
+
 TEST(ShardServer, SeqsOnlyRise) {
   ShardServer server(0);
   server.NoteSeq(1, 4);

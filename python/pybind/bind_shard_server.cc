@@ -90,80 +90,207 @@ py::tuple Serve(ShardServer& server, LinkSession& session, int fd, uint64_t max_
   return py::make_tuple(message[0], message[1], error);
 }
 
-// (head bytes, [arrays]) of a push_pull request, or None when its arguments are not already in the wire's
-// types (int64 keys, float32 (n, dim) grads, uint32 repeats, C-contiguous; int seqs, str tables): the caller
-// then sends it as a pickle, and the server's general path checks it.
-py::object RequestMessage(const py::sequence& parts, int64_t step, int32_t worker, int32_t participants,
-                          const py::sequence& requests, const std::optional<py::sequence>& stale, int64_t epoch) {
-  PushPullRequest request;
+// The table names of a group's part or pull (a tuple of str), or false.
+bool TablesOf(const py::handle& item, std::vector<std::string>* tables) {
+  if (!py::isinstance<py::tuple>(item)) return false;
+  for (const py::handle& name : py::reinterpret_borrow<py::tuple>(item)) {
+    if (!py::isinstance<py::str>(name)) return false;
+    tables->push_back(name.cast<std::string>());
+  }
+  return !tables->empty();
+}
+
+// A group's offsets (tables + 1 int64s rising from 0 to `n` keys), or null: ShardServer::Serve reads them as
+// they are (a parsed message's were checked by ParseRequest; these are checked here).
+const int64_t* GroupOffsets(const py::handle& item, size_t tables, size_t n) {
+  if (!py::isinstance<Keys>(item)) return nullptr;
+  const Keys offsets = py::reinterpret_borrow<Keys>(item);
+  if (offsets.ndim() != 1 || static_cast<size_t>(offsets.shape(0)) != tables + 1) return nullptr;
+  const int64_t* o = offsets.data();
+  if (o[0] != 0 || static_cast<size_t>(o[tables]) != n) return nullptr;
+  for (size_t t = 0; t < tables; ++t) {
+    if (o[t + 1] < o[t]) return nullptr;
+  }
+  return o;
+}
+
+// A group part (tables, offsets, keys, grads, first seq) of a push_pull's parts into `request` and `arrays`;
+// false when it is not in the wire's types.
+bool AddGroupPart(const py::tuple& part, PushPullRequest* request, py::list* arrays) {
+  PushPullGroupPart p;
+  if (part.size() != 5 || !TablesOf(part[0], &p.tables) || !py::isinstance<Keys>(part[2]) ||
+      !py::isinstance<Floats>(part[3]) || !py::isinstance<py::int_>(part[4])) {
+    return false;
+  }
+  const Keys keys = py::reinterpret_borrow<Keys>(part[2]);
+  const Floats grads = py::reinterpret_borrow<Floats>(part[3]);
+  if (keys.ndim() != 1 || grads.ndim() != 2 || grads.shape(0) != keys.shape(0)) return false;
+  p.first_seq = part[4].cast<int64_t>();
+  p.n = static_cast<size_t>(keys.shape(0));
+  p.dim = static_cast<uint32_t>(grads.shape(1));
+  p.offsets = GroupOffsets(part[1], p.tables.size(), p.n);
+  if (p.offsets == nullptr) return false;
+  p.keys = keys.data();
+  p.grads = grads.data();
+  arrays->append(part[1]);
+  arrays->append(keys);
+  arrays->append(grads);
+  request->group_parts.push_back(std::move(p));
+  return true;
+}
+
+// A group pull (tables, offsets, keys, dim) into `request` and `arrays`; false when not in the wire's types.
+bool AddGroupPull(const py::tuple& pull, PushPullRequest* request, py::list* arrays) {
+  PushPullGroupPull p;
+  if (pull.size() != 4 || !TablesOf(pull[0], &p.tables) || !py::isinstance<Keys>(pull[2]) ||
+      !py::isinstance<py::int_>(pull[3])) {
+    return false;
+  }
+  const Keys keys = py::reinterpret_borrow<Keys>(pull[2]);
+  const int64_t dim = pull[3].cast<int64_t>();
+  if (keys.ndim() != 1 || dim < 1 || dim > static_cast<int64_t>(UINT32_MAX)) return false;
+  p.n = static_cast<size_t>(keys.shape(0));
+  p.dim = static_cast<uint32_t>(dim);
+  p.offsets = GroupOffsets(pull[1], p.tables.size(), p.n);
+  if (p.offsets == nullptr) return false;
+  p.keys = keys.data();
+  arrays->append(pull[1]);
+  arrays->append(keys);
+  request->group_pulls.push_back(std::move(p));
+  return true;
+}
+
+// The request of push_pull's (or push_pull_stale's) arguments, its arrays pointing into theirs (alive while the
+// arguments are), and those arrays in the wire's order into *arrays; false when the arguments are not already in
+// the wire's types (int64 keys, float32 (n, dim) grads, uint32 repeats, C-contiguous; int seqs, str tables): the
+// caller then sends them as a pickle (or serves them in Python), and the server's general path checks them. A part
+// whose first item is a tuple of tables is a group part (tables, offsets, keys, grads, first seq), a pull's a group
+// pull (tables, offsets, keys, dim); the wire applies group parts after parts and answers group pulls after pulls,
+// so a plain part or pull after a group one is refused (the pickle keeps the caller's order).
+bool BuildRequest(const py::sequence& parts, int64_t step, int32_t worker, int32_t participants,
+                  const py::sequence& requests, const std::optional<py::sequence>& stale, int64_t epoch,
+                  PushPullRequest& request, py::list& arrays) {
   request.step = step;
   request.worker = worker;
   request.participants = participants;
   request.stale_call = stale.has_value();
   request.epoch = epoch;
-  py::list arrays;
+  py::list group_arrays, group_pull_arrays;
   for (const py::handle& item : parts) {
-    if (!py::isinstance<py::tuple>(item)) return py::none();
+    if (!py::isinstance<py::tuple>(item)) return false;
     const py::tuple part = py::reinterpret_borrow<py::tuple>(item);
-    if (part.size() != 4 && part.size() != 5) return py::none();
+    if (part.size() > 0 && py::isinstance<py::tuple>(part[0])) {
+      if (!AddGroupPart(part, &request, &group_arrays)) return false;
+      continue;
+    }
+    if (!request.group_parts.empty()) return false;  // a part after a group part: see above
+    if (part.size() != 4 && part.size() != 5) return false;
     const bool repeated = part.size() == 5 && !part[4].is_none();
     if (!py::isinstance<py::str>(part[0]) || !py::isinstance<py::int_>(part[3]) || !py::isinstance<Keys>(part[1]) ||
         !py::isinstance<Floats>(part[2]) || (repeated && !py::isinstance<Counts>(part[4]))) {
-      return py::none();
+      return false;
     }
     const Keys keys = py::reinterpret_borrow<Keys>(part[1]);
     const Floats grads = py::reinterpret_borrow<Floats>(part[2]);
-    if (keys.ndim() != 1 || grads.ndim() != 2 || grads.shape(0) != keys.shape(0)) return py::none();
+    if (keys.ndim() != 1 || grads.ndim() != 2 || grads.shape(0) != keys.shape(0)) return false;
     PushPullPart p;
     p.table = part[0].cast<std::string>();
     p.seq = part[3].cast<int64_t>();
     p.n = static_cast<size_t>(keys.shape(0));
     p.dim = static_cast<uint32_t>(grads.shape(1));
+    p.keys = keys.data();
+    p.grads = grads.data();
     arrays.append(keys);
     arrays.append(grads);
     if (repeated) {
       const Counts counts = py::reinterpret_borrow<Counts>(part[4]);
-      if (counts.ndim() != 1 || counts.shape(0) != keys.shape(0)) return py::none();
+      if (counts.ndim() != 1 || counts.shape(0) != keys.shape(0)) return false;
       p.repeats = counts.data();
       arrays.append(counts);
     }
     request.parts.push_back(std::move(p));
   }
   for (const py::handle& item : requests) {
-    if (!py::isinstance<py::tuple>(item)) return py::none();
+    if (!py::isinstance<py::tuple>(item)) return false;
     const py::tuple pull = py::reinterpret_borrow<py::tuple>(item);
-    if (pull.size() != 2 || !py::isinstance<py::str>(pull[0]) || !py::isinstance<Keys>(pull[1])) return py::none();
+    if (pull.size() > 0 && py::isinstance<py::tuple>(pull[0])) {
+      if (!AddGroupPull(pull, &request, &group_pull_arrays)) return false;
+      continue;
+    }
+    if (!request.group_pulls.empty()) return false;  // a pull after a group pull
+    if (pull.size() != 2 || !py::isinstance<py::str>(pull[0]) || !py::isinstance<Keys>(pull[1])) return false;
     const Keys keys = py::reinterpret_borrow<Keys>(pull[1]);
-    if (keys.ndim() != 1) return py::none();
-    request.pulls.push_back({pull[0].cast<std::string>(), nullptr, static_cast<size_t>(keys.shape(0))});
+    if (keys.ndim() != 1) return false;
+    request.pulls.push_back({pull[0].cast<std::string>(), keys.data(), static_cast<size_t>(keys.shape(0))});
     arrays.append(keys);
   }
   for (const py::handle& item : stale.value_or(py::list())) {  // (table, keys, known clocks, staleness)
-    if (!py::isinstance<py::tuple>(item)) return py::none();
+    if (!py::isinstance<py::tuple>(item)) return false;
     const py::tuple pull = py::reinterpret_borrow<py::tuple>(item);
     if (pull.size() != 4 || !py::isinstance<py::str>(pull[0]) || !py::isinstance<Keys>(pull[1]) ||
         !py::isinstance<Clocks>(pull[2]) || !py::isinstance<py::int_>(pull[3])) {
-      return py::none();
+      return false;
     }
     const Keys keys = py::reinterpret_borrow<Keys>(pull[1]);
     const Clocks known = py::reinterpret_borrow<Clocks>(pull[2]);
     const int64_t staleness = pull[3].cast<int64_t>();
     if (keys.ndim() != 1 || known.ndim() != 1 || known.shape(0) != keys.shape(0) || staleness < 0 ||
         staleness > static_cast<int64_t>(UINT32_MAX)) {
-      return py::none();
+      return false;
     }
-    request.stale.push_back({pull[0].cast<std::string>(), nullptr, static_cast<size_t>(keys.shape(0)), nullptr,
+    request.stale.push_back({pull[0].cast<std::string>(), keys.data(), static_cast<size_t>(keys.shape(0)), known.data(),
                              static_cast<uint32_t>(staleness)});
     arrays.append(keys);
     arrays.append(known);
   }
-  std::string head;
+  for (const py::handle& a : group_arrays) arrays.append(a);
+  for (const py::handle& a : group_pull_arrays) arrays.append(a);
+  return true;
+}
+
+// (head bytes, [arrays]) of a push_pull request, or None when BuildRequest refuses its arguments or they are over
+// the form's limits (parts, pulls, a name's bytes): the pickle carries them.
+py::object RequestMessage(const py::sequence& parts, int64_t step, int32_t worker, int32_t participants,
+                          const py::sequence& requests, const std::optional<py::sequence>& stale, int64_t epoch) {
+  PushPullRequest request;
+  py::list arrays;
+  if (!BuildRequest(parts, step, worker, participants, requests, stale, epoch, request, arrays)) return py::none();
   try {
-    head = PushPullMessage::RequestHead(request);
+    return py::make_tuple(py::bytes(PushPullMessage::RequestHead(request)), arrays);
   } catch (const std::invalid_argument&) {
-    return py::none();  // over the form's limits (parts, pulls, a name's bytes): the pickle carries it
+    return py::none();
   }
-  return py::make_tuple(py::bytes(head), arrays);
+}
+
+// A one-worker push_pull served by the core in this process (ShardServer::Serve, the GIL released), as a direct
+// link's loop serves it: (ack (server, worker, seq, step, applied, durable) or None, [rows per pull, then per group
+// pull]), or None when the arguments are not in the wire's types or the core declines them (nothing changed: the
+// caller's Python path serves them). The one-process backend's servers take their steps' requests here.
+py::object ServeCall(ShardServer& server, const py::sequence& parts, int64_t step, int32_t worker,
+                     const py::sequence& requests) {
+  PushPullRequest request;
+  py::list arrays;  // keeps nothing alive beyond the arguments: their arrays are the request's
+  if (!BuildRequest(parts, step, worker, 1, requests, std::nullopt, 0, request, arrays)) return py::none();
+  PushPullAnswer answer;
+  bool served;
+  {
+    py::gil_scoped_release release;
+    served = server.Serve(request, &answer);
+  }
+  if (!served) return py::none();
+  py::object ack = py::none();
+  if (answer.has_ack) {
+    ack = py::make_tuple(answer.server, answer.worker, answer.seq, answer.step, answer.applied, answer.durable);
+  }
+  py::list rows;
+  for (PushPullAnswer::Rows& r : answer.rows) {
+    const auto dim = static_cast<py::ssize_t>(r.dim);
+    const auto n = static_cast<py::ssize_t>(dim == 0 ? 0 : r.floats / r.dim);
+    float* data = r.data.release();
+    const py::capsule owner(data, [](void* p) { delete[] static_cast<float*>(p); });
+    rows.append(py::array_t<float>({n, dim}, data, owner));
+  }
+  return py::make_tuple(ack, rows);
 }
 
 // push_pull's arguments (parts, step, worker, participants, requests) from a request message, its arrays
@@ -194,12 +321,24 @@ py::tuple ParseRequest(const py::buffer& head, const std::vector<py::array>& buf
   py::list pulls;
   for (const PushPullPull& p : request.pulls)
     pulls.append(py::make_tuple(p.table, typed(b++, py::dtype::of<int64_t>())));
-  if (!request.stale_call) return py::make_tuple(push_parts, request.step, request.worker, request.participants, pulls);
   py::list stale;
   for (const PushPullStalePull& p : request.stale) {
     py::object keys = typed(b++, py::dtype::of<int64_t>());
     stale.append(py::make_tuple(p.table, keys, typed(b++, py::dtype::of<int32_t>()), p.staleness));
   }
+  // group parts and pulls after the plain ones, in the forms RequestMessage takes
+  for (const PushPullGroupPart& p : request.group_parts) {
+    py::object offsets = typed(b++, py::dtype::of<int64_t>());
+    py::object keys = typed(b++, py::dtype::of<int64_t>());
+    py::object grads = typed(b++, py::dtype::of<float>())
+                           .attr("reshape")(static_cast<py::ssize_t>(p.n), static_cast<py::ssize_t>(p.dim));
+    push_parts.append(py::make_tuple(py::tuple(py::cast(p.tables)), offsets, keys, grads, p.first_seq));
+  }
+  for (const PushPullGroupPull& p : request.group_pulls) {
+    py::object offsets = typed(b++, py::dtype::of<int64_t>());
+    pulls.append(py::make_tuple(py::tuple(py::cast(p.tables)), offsets, typed(b++, py::dtype::of<int64_t>()), p.dim));
+  }
+  if (!request.stale_call) return py::make_tuple(push_parts, request.step, request.worker, request.participants, pulls);
   return py::make_tuple(push_parts, request.step, request.worker, request.participants, pulls, stale, request.epoch);
 }
 
@@ -243,6 +382,10 @@ void BindShardServer(py::module_& m) {
       .def("set_epoch", Held(&ShardServer::SetEpoch), py::arg("epoch"),
            "The server's epoch, which a push_pull_stale's copies must come from to be trusted")
       .def("counters", [](const ShardServer& s) { return CountersDict(Held(&ShardServer::counters)(s)); })
+      .def("serve_call", &ServeCall, py::arg("parts"), py::arg("step"), py::arg("worker"), py::arg("requests"),
+           "A one-worker push_pull(parts, step, worker, 1, requests) served natively in this process: (ack as "
+           "(server, worker, seq, step, applied, durable) or None, [rows]), or None when the core declines it "
+           "(nothing changed: serve it in Python)")
       .def("serve", &Serve, py::arg("session"), py::arg("fd"), py::arg("max_payload"),
            "Serves the push_pull requests arriving on socket fd over session (a LinkSession) until a message it "
            "does not serve arrives: returns (head, buffers, failure), that message as LinkSession.receive gives "

@@ -1,5 +1,6 @@
 """Table groups (issue #49) on parameter servers and on Ray: a worker's group entry goes to each server in the step's
-one request as one part per table (each with its own push seq), so a grouped run on servers ends at the model of
+one request as ONE group part and ONE group pull (each table keeping its own push seq inside the part; a server's
+core serves it in one native call), so a grouped run on servers ends at the model of
 the same job stepping table by table in one process, bit for bit: under --ft none, ec and ckpt with a kill,
 two sync workers, and on Ray without and with a kill under ec (its servers serve those requests natively)."""
 
@@ -16,6 +17,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 import xdl_ec  # noqa: E402
+from xdl_ec import _core  # noqa: E402
 from xdl_ec.model.table_groups import GroupKeys, TableGroup  # noqa: E402
 from xdl_ec.ps import LocalBackend, ParameterServer, PSClient, Remote  # noqa: E402
 from xdl_ec.ps.api import ServerAPI  # noqa: E402
@@ -127,6 +129,35 @@ def _cluster(backend: LocalBackend) -> list:
     return [backend.start("server", i, ParameterServer, i, tuple(TABLES)) for i in range(3)]
 
 
+def test_a_group_goes_as_one_group_part_and_one_group_pull_per_server() -> None:
+    keys = _group_keys()
+    grads = np.random.default_rng(1).normal(size=(keys.size, 4)).astype(np.float32)
+    backend = LocalBackend()
+    try:
+        client = PSClient(_cluster(backend))
+        wire = client._push_wire({"g": (keys, grads)}, 1, 1)
+        _, pulls = client._route_pull({"g": (keys, 4)})
+        seqs = client.sent_seqs()
+        first = 1
+        for server in range(3):
+            [(tables, offsets, server_keys, server_grads, seq)] = wire[server]
+            [(_, positions, [(pull_tables, pull_offsets, pull_keys, dim)])] = pulls[server]
+            assert pull_tables == tables and dim == 4
+            np.testing.assert_array_equal(pull_offsets, offsets)
+            np.testing.assert_array_equal(pull_keys, server_keys)
+            np.testing.assert_array_equal(server_keys, keys.keys[positions])
+            np.testing.assert_array_equal(server_grads, grads[positions])
+            # every table with keys on this server (b has one key: on one server only), in group order, a seq each
+            ends = offsets.tolist()
+            assert [t for t in ("a", "b", "c") if t in tables] == list(tables)
+            assert all(e > s for s, e in zip(ends, ends[1:]))
+            assert seq == first and seqs[server] == len(tables)
+            assert _core.push_pull_request(wire[server], 1, 0, 1, [p for _, _, ps in pulls[server] for p in ps])
+        assert sum(len(w[0][0]) for w in wire) == 7  # a and c on every server, b on one
+    finally:
+        backend.shutdown()
+
+
 def test_a_group_travels_as_its_tables_parts_one_request_per_server() -> None:
     keys = _group_keys()
     per_table = {t: keys.keys[keys.offsets[i] : keys.offsets[i + 1]] for i, t in enumerate(keys.group.tables)}
@@ -182,6 +213,8 @@ def test_on_servers_grouped_ends_at_the_ungrouped_model(cluster: Dict[str, Any],
         ungrouped = _job(False).fit(cluster=xdl_ec.Cluster(**cluster), deterministic=True, seed=3)
         assert report["model_digest"] == ungrouped["model_digest"]
     assert bool(report.get("failures")) == ("fail_at" in cluster)
+    if "ft" not in cluster and cluster.get("workers", 1) == 1:  # the servers' core served the steps (serve_call)
+        assert sum(s["native_requests"] for s in report["servers"]) > 0, report["servers"]
 
 
 @pytest.mark.ray

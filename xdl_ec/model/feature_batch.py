@@ -14,7 +14,7 @@ batch's rows are pulled or pushed.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, cast
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from xdl_ec import _core
 from xdl_ec.model.feature import Feature
 from xdl_ec.model.side_input import Input
 from xdl_ec.model.table_groups import GroupKeys, TableGroup, plan_groups
+from xdl_ec.sparse.hashing import fmix64
 
 SINGLE, FIXED, RAGGED, SEQUENCE = "single", "fixed", "ragged", "sequence"
 
@@ -157,7 +158,7 @@ class FeatureBatch:
             dense = np.ascontiguousarray(dense, dtype=np.float32)
         side = {i.name: _side_input(batch[i.name], i, size, where) for i in inputs}
         # per table: the features' keys concatenated, then one unique over all of them
-        parts: Dict[str, list] = {}
+        raw: Dict[str, List[Tuple[Feature, np.ndarray]]] = {}  # per table, its features' ids
         shapes: Dict[str, Tuple[str, Tuple[int, ...], Optional[np.ndarray]]] = {}
         positions: Dict[str, np.ndarray] = {}  # a sequence's mask of positions within its lengths
         for f in features:
@@ -167,7 +168,7 @@ class FeatureBatch:
                 mask = cast(np.ndarray, splits)  # a sequence's "splits" are its mask [B, T]
                 positions[f.name] = mask
                 values = values[mask]  # only the ids within each length are looked up
-            parts.setdefault(f.table.name, []).append((f.name, f.keys(values).reshape(-1)))
+            raw.setdefault(f.table.name, []).append((f, values.reshape(-1)))  # salted below: a group in one pass
         keys: Dict[str, Any] = {}
         ids: Dict[str, FeatureIds] = {}
         groups: Tuple[TableGroup, ...] = ()
@@ -178,13 +179,13 @@ class FeatureBatch:
                 name: (kind, 1 if kind == SINGLE else shape[1] if kind == FIXED and len(shape) == 2 else None)
                 for name, (kind, shape, _) in shapes.items()
             }
-            groups = plan_groups(features, kinds, list(parts))
+            groups = plan_groups(features, kinds, list(raw))
             for group in groups:
-                members = [parts.pop(t)[0][1] for t in group.tables]  # one feature per grouped table
+                members = [raw.pop(t)[0] for t in group.tables]  # one feature per grouped table
                 bounds = np.zeros(len(members) + 1, dtype=np.int64)
-                np.cumsum([k.size for k in members], out=bounds[1:])
+                np.cumsum([ids.size for _, ids in members], out=bounds[1:])
                 unique, offsets, inverse = _core.group_sorted_unique(
-                    np.concatenate(members).astype(np.int64, copy=False),
+                    _group_keys(members, bounds),
                     bounds,
                     np.arange(len(members), dtype=np.int32),
                     len(members),
@@ -197,6 +198,7 @@ class FeatureBatch:
                         kind,
                         inverse[start:end].reshape(size, 1) if kind == SINGLE else inverse[start:end].reshape(shape),
                     )
+        parts = {t: [(f.name, f.keys(ids)) for f, ids in table_raw] for t, table_raw in raw.items()}
         for table, table_parts in parts.items():
             flat = table_parts[0][1] if len(table_parts) == 1 else np.concatenate([k for _, k in table_parts])
             # numpy.unique's result (sorted keys, their inverse) by a radix sort: numpy's was most of the input's time
@@ -231,6 +233,17 @@ class FeatureBatch:
             groups=groups,
             group_inverse=group_inverse,
         )
+
+
+def _group_keys(members: Sequence[Tuple[Feature, np.ndarray]], bounds: np.ndarray) -> np.ndarray:
+    """The table keys of a group's features' ids (``bounds``: where each feature's start and end), concatenated: what
+    each feature's :meth:`Feature.keys` gives, salted in ONE pass over them all (a wide model's group has hundreds of
+    features, and a salt pass per feature cost per feature what a step should cost per id)."""
+    if any(f.shared_ids for f, _ in members):  # unsalted features' keys are their ids: each feature on its own
+        return np.concatenate([f.keys(ids) for f, ids in members])
+    words = np.concatenate([ids.astype(np.int64, copy=False) for _, ids in members]).view(np.uint64)
+    salts = np.repeat(np.array([f.salt for f, _ in members], dtype=np.uint64), np.diff(bounds))
+    return fmix64(words ^ salts).view(np.int64)
 
 
 def _size_of(batch: Mapping[str, Any], features: Sequence[Feature], inputs: Sequence[Input], where: str) -> int:

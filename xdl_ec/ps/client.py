@@ -11,14 +11,18 @@ Every table's part of a push carries a per-server sequence number (1, 2, ...). W
 every part is kept until its server reports it durable (``PushAck.durable``), to be replayed to a rebuilt server.
 
 A table group's entry (:class:`~xdl_ec.model.table_groups.GroupKeys`, issue #49) is routed by one pass over all its
-keys and travels in the same one request per server, as one part per table of the group (so every table's part keeps
-its own seq, push log entry and server-side checks: the ft protocols see what they see ungrouped); its rows come
-back as one array in the group's key order.
+keys and travels in the same one request per server as ONE group part of the push and ONE group pull
+(:mod:`xdl_ec.ps.group_wire`): that server's share of the group's keys, cut per table by offsets, which its core
+serves in one native call. Every table of a group part keeps its own seq (the part's first seq + its position), push
+log entry and server-side checks, so the ft protocols see what they see ungrouped; the rows come back as one array
+in the group's key order. A sync push (several participants) and a push with an eviction cutoff go as the tables'
+own parts, as before.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -27,6 +31,7 @@ from xdl_ec import _core
 from xdl_ec.model.table_groups import GroupKeys
 from xdl_ec.ps.api import ServerAPI
 from xdl_ec.ps.backend import DEFAULT_TIMEOUT, Handle, ServerLost
+from xdl_ec.ps.group_wire import is_group
 from xdl_ec.ps.remote import Remote
 from xdl_ec.sparse.table import as_keys, as_repeats
 
@@ -68,11 +73,14 @@ def rows_by_owner(rows: Mapping[str, Any], owner: np.ndarray) -> List[Tuple[int,
     ]
 
 
-def _group_parts(keys: GroupKeys, bounds: np.ndarray, server_keys: np.ndarray) -> List[Tuple[str, np.ndarray]]:
-    """A server's share of a group's keys (``server_keys``, each table's from ``bounds[i]`` to ``bounds[i + 1]``) as
-    (table, keys) parts on the wire, group order, tables with keys there only."""
-    tables, ends = keys.group.tables, bounds.tolist()
-    return [(tables[i], server_keys[ends[i] : ends[i + 1]]) for i in range(len(tables)) if ends[i + 1] > ends[i]]
+def _held(tables: Sequence[str], bounds: np.ndarray) -> Tuple[Tuple[str, ...], np.ndarray]:
+    """The tables of a server's share of a group that have keys there (each table's from ``bounds[i]`` to
+    ``bounds[i + 1]``) and their offsets: what its group part or pull carries (a table with no keys there sends
+    nothing, as ungrouped)."""
+    held = np.diff(bounds) > 0
+    if held.all():
+        return tuple(tables), bounds
+    return tuple(itertools.compress(tables, held.tolist())), bounds[np.concatenate(([True], held))]
 
 
 @dataclasses.dataclass
@@ -93,9 +101,9 @@ class LoggedPush:
         return head if self.repeats is None else head + (self.repeats,)
 
 
-# a server's share of one entry of a pull: (table or group, positions in its keys, its parts on the wire: (table,
-# keys) each, whose rows concatenated are those positions' rows)
-_Share = Tuple[str, np.ndarray, List[Tuple[str, np.ndarray]]]
+# a server's share of one entry of a pull: (table or group, positions in its keys, its pulls on the wire: (table,
+# keys) or a group pull (tables, offsets, keys, dim), whose rows concatenated are those positions' rows)
+_Share = Tuple[str, np.ndarray, List[tuple]]
 
 
 class PendingRows:
@@ -154,7 +162,7 @@ class PSClient:
     ``bytes_pushed`` (keys and gradients sent), ``bytes_requested`` (keys sent in pulls).
     """
 
-    steps_groups = True  # a table group's entry goes out as its tables' parts (see the module docstring)
+    steps_groups = True  # a table group's entry goes out as one group part and pull per server (module docstring)
 
     def __init__(
         self,
@@ -195,7 +203,9 @@ class PSClient:
                 self.bytes_pulled += keys.size * dim * 4
                 for server, (positions, bounds, server_keys) in enumerate(self._route_group(keys)):
                     if positions.size:
-                        per_server[server].append((entry, positions, _group_parts(keys, bounds, server_keys)))
+                        tables, offsets = _held(keys.group.tables, bounds)
+                        per_server[server].append((entry, positions, [(tables, offsets, server_keys, dim)]))
+                        self.bytes_requested += server_keys.nbytes
                 continue
             keys = as_keys(keys)
             sizes[entry] = (keys.size, dim)
@@ -203,8 +213,9 @@ class PSClient:
             for server, positions in enumerate(route(keys, self.num_servers, self.server_ids)):
                 if positions.size:
                     per_server[server].append((entry, positions, [(entry, keys[positions])]))
-        for shares in per_server:
-            self.bytes_requested += sum(k.nbytes for _, _, parts in shares for _, k in parts)
+                    self.bytes_requested += positions.size * 8
+        for shares in per_server:  # the wire answers a group pull after the plain ones: it goes last
+            shares.sort(key=lambda share: is_group(share[2][0]))
         return sizes, per_server
 
     def _route_group(self, keys: GroupKeys) -> List[Tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -348,9 +359,13 @@ class PSClient:
         log)."""
         cutoffs = ttl_before or {}
         per_server: List[List[LoggedPush]] = [[] for _ in self.servers]
+        groups: List[List[tuple]] = [[] for _ in self.servers]  # per server (tables, offsets, keys, grads)
         for table, (keys, table_grads, *rest) in grads.items():
             if isinstance(keys, GroupKeys):
-                self._group_push(keys, table_grads, rest, step, participants, cutoffs, per_server)
+                if participants == 1 and not (cutoffs and any(cutoffs.get(t, 0) for t in keys.group.tables)):
+                    self._group_wire(keys, table_grads, rest, groups)
+                else:
+                    self._group_push(keys, table_grads, rest, step, participants, cutoffs, per_server)
                 continue
             keys = as_keys(keys)
             table_grads = np.ascontiguousarray(table_grads, dtype=np.float32)
@@ -385,8 +400,42 @@ class PSClient:
                 self.bytes_pushed += (
                     part.keys.nbytes + part.grads.nbytes + (0 if part.repeats is None else part.repeats.nbytes)
                 )
+            for tables, offsets, keys, group_grads in groups[server]:  # after the plain parts: the wire's order
+                first = self._seq[server] + 1
+                self._seq[server] += len(tables)
+                if self.push_log is not None:  # a table's entry, as its own part would be logged (replays)
+                    ends = offsets.tolist()
+                    for t, table in enumerate(tables):
+                        rows = slice(ends[t], ends[t + 1])
+                        self.push_log[server][first + t] = LoggedPush(table, keys[rows], group_grads[rows], step, 1)
+                wire.append((tables, offsets, keys, group_grads, first))
+                self.bytes_pushed += keys.nbytes + group_grads.nbytes
             out.append(wire)
         return out
+
+    def _group_wire(self, keys: GroupKeys, grads: Any, rest: Sequence[Any], groups: List[List[tuple]]) -> None:
+        """Adds a group's push (``grads`` [len(keys), dim], one participant) to ``groups``: per server ONE group
+        part (group_wire.py) of its share, its tables' keys in the order their own parts would carry them."""
+        group = keys.group
+        grads = self._group_grads(keys, grads, rest)
+        for server, (positions, bounds, server_keys) in enumerate(self._route_group(keys)):
+            if positions.size:
+                tables, offsets = _held(group.tables, bounds)
+                groups[server].append((tables, offsets, server_keys, grads[positions]))
+
+    @staticmethod
+    def _group_grads(keys: GroupKeys, grads: Any, rest: Sequence[Any]) -> np.ndarray:
+        """A group's push gradients as float32 [len(keys), dim] (ValueError otherwise, or with repeats)."""
+        group = keys.group
+        if rest:
+            raise ValueError(f"grads of table group {group.tables}: a group's push carries no repeats (no caches)")
+        grads = np.ascontiguousarray(grads, dtype=np.float32)
+        if grads.shape != (keys.size, group.dim):
+            raise ValueError(
+                f"grads of table group {group.tables}: must be [len(keys), dim] = [{keys.size}, {group.dim}], "
+                f"got {grads.shape}"
+            )
+        return grads
 
     def _group_push(
         self,
@@ -399,16 +448,10 @@ class PSClient:
         per_server: List[List[LoggedPush]],
     ) -> None:
         """Adds a group's push (``grads`` [len(keys), dim]) to ``per_server``: one part per table and server, each
-        the part the table's own push would send (its keys in the same order, its gradients, its cutoff)."""
+        the part the table's own push would send (its keys in the same order, its gradients, its cutoff): a sync
+        push (every server gets every table's part, empty ones too) or one with eviction cutoffs."""
         group = keys.group
-        if rest:
-            raise ValueError(f"grads of table group {group.tables}: a group's push carries no repeats (no caches)")
-        grads = np.ascontiguousarray(grads, dtype=np.float32)
-        if grads.shape != (keys.size, group.dim):
-            raise ValueError(
-                f"grads of table group {group.tables}: must be [len(keys), dim] = [{keys.size}, {group.dim}], "
-                f"got {grads.shape}"
-            )
+        grads = self._group_grads(keys, grads, rest)
         for server, (positions, bounds, server_keys) in enumerate(self._route_group(keys)):
             if not positions.size and participants == 1:
                 continue

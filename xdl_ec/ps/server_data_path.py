@@ -17,6 +17,7 @@ import numpy as np
 
 from xdl_ec.ps.agent import AgentHost
 from xdl_ec.ps.api import PushAck, PushPart
+from xdl_ec.ps.group_wire import is_group, split_group_part, split_group_pull
 from xdl_ec.ps.hosted_agent import HostedAgent
 from xdl_ec.ps.server_shards import ServerShards
 from xdl_ec.settings import checks
@@ -34,25 +35,41 @@ class ServerDataPath:
         self._host, self._shards, self._hosted = host, shards, hosted
 
     # ---- pulls ----------------------------------------------------------------------------------------
-    def pull(self, requests: Sequence[Tuple[str, Any]]) -> List[np.ndarray]:
-        """Rows float32[len(keys), dim] of each (table, keys) request, inserting missing keys with their initial
-        rows."""
+    def pull(self, requests: Sequence[Any]) -> List[np.ndarray]:
+        """Rows float32[len(keys), dim] of each (table, keys) request, or group pull (group_wire.py), inserting
+        missing keys with their initial rows."""
+        served = self._native((), 1, 0, 1, requests) if requests else None  # a pull: no step, no seq
+        if served is not None:
+            return served[1]
         self._shards.counters["requests"] += 1
         return self._pull(requests)
 
-    def _pull(self, requests: Sequence[Tuple[str, Any]]) -> List[np.ndarray]:
-        parts = [(self._host.table(name), as_keys(keys)) for name, keys in requests]
+    def _pull(self, requests: Sequence[Any]) -> List[np.ndarray]:
+        # per answer, its tables' pulls: one for a plain pull, a group pull's (group_wire.py) tables' in order
+        answers = [self._group_asks(r) if is_group(r) else [(self._host.table(r[0]), as_keys(r[1]))] for r in requests]
         out = []
         c = self._shards.counters
         with self._shards.lock:  # inserted rows are mutations too: the agent sees them in the shards' order
-            for table, keys in parts:
-                rows = self._hosted.agent.pull(self._host, table, keys)
-                out.append(rows)
-                c["keys_pulled"] += keys.size
-                c["bytes_in"] += keys.nbytes
-                c["bytes_out"] += rows.nbytes
+            for asks in answers:
+                parts = []
+                for table, keys in asks:
+                    rows = self._hosted.agent.pull(self._host, table, keys)
+                    parts.append(rows)
+                    c["keys_pulled"] += keys.size
+                    c["bytes_in"] += keys.nbytes
+                    c["bytes_out"] += rows.nbytes
+                out.append(parts[0] if len(parts) == 1 else np.concatenate(parts))
             c["pulls"] += 1
         return out
+
+    def _group_asks(self, request: Sequence[Any]) -> List[Tuple[EmbeddingTable, np.ndarray]]:
+        """A group pull's tables and keys, each table of the group's dim (ValueError otherwise)."""
+        pulls, dim = split_group_pull(request)
+        asks = [(self._host.table(name), keys) for name, keys in pulls]
+        for table, _ in asks:
+            if table.dim != dim:
+                raise ValueError(f"group pull: table {table.name!r} has dim {table.dim}, not the group's {dim}")
+        return asks
 
     def pull_stale(self, requests: Sequence[Tuple[str, Any, Any, int]], epoch: int) -> Tuple[int, List[tuple]]:
         """A caching worker's pull: for each (table, keys, known clocks (-1: not cached), staleness), the rows of
@@ -129,7 +146,11 @@ class ServerDataPath:
             participants = checks.positive_int("participants", participants)
         if participants > 1 and worker >= participants:
             raise ValueError(f"worker: {worker} is not below participants ({participants})")
-        checked = [self._checked(part, step, worker) for part in parts]
+        checked = [
+            self._checked(table_part, step, worker)
+            for part in parts
+            for table_part in (split_group_part(part) if is_group(part) else (part,))
+        ]
         last = 0
         applied = True
         shards = self._shards
@@ -195,11 +216,30 @@ class ServerDataPath:
         push of step t and its rows of step t + 1 in one request. A push that raises pulls nothing, and so does a
         server that dies right after answering the push (an injected crash): the caller gets the ack, and None
         for rows."""
+        served = self._native(parts, step, worker, participants, requests)
+        if served is not None:
+            return served
         self._shards.counters["requests"] += 1
         ack = self._push(parts, step, worker, participants) if parts else None
         if self._hosted.crash_requested:
             return ack, None
         return ack, (self._pull(requests) if requests else [])
+
+    def _native(
+        self, parts: Sequence[PushPart], step: Any, worker: Any, participants: Any, requests: Sequence[Any]
+    ) -> Optional[Tuple[Optional[PushAck], List[np.ndarray]]]:
+        """A one-worker step served by the server's core, as a direct link's loop serves it (a table group's part
+        and pull in one native call each; ShardServer.serve_call), or None when the core declines it (its agent's
+        hooks, a crash armed, arguments the Python path must judge): nothing changed, the caller serves it."""
+        if type(step) is not int or type(worker) is not int or participants != 1 or not 1 <= step < 1 << 62:
+            return None
+        if not 0 <= worker < 1 << 31:
+            return None
+        served = self._shards.core.serve_call(parts, step, worker, requests)
+        if served is None:
+            return None
+        ack, rows = served
+        return (None if ack is None else PushAck(*ack)), rows
 
     def push_pull_stale(
         self,

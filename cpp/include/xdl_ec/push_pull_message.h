@@ -6,13 +6,23 @@
 //
 // Request head, little-endian:
 //   "XPP1" | step i64 | worker i32 | participants i32 | parts u32 | pulls u32 | flags u32 | epoch i64 | stale u32
-//   flags: bit 0 a push_pull_stale call (then epoch: the server epoch the worker's copies came from)
+//   flags: bit 0 a push_pull_stale call (then epoch: the server epoch the worker's copies came from), bit 1 group
+//   parts and group pulls follow (then: group parts u32 | group pulls u32 after the stale pulls' count)
 //   per part: seq i64 | dim u32 | flags u32 (bit 0: repeats) | name bytes u32 | name
 //   per pull: name bytes u32 | name
 //   per stale pull: staleness u32 | name bytes u32 | name
+//   per group part: first seq i64 | dim u32 | tables u32 | per table: name bytes u32 | name
+//   per group pull: dim u32 | tables u32 | per table: name bytes u32 | name
 // Request buffers: per part its keys (int64[n]), grads (float32[n * dim]) and, when flagged, repeats
 // (uint32[n]); then per pull its keys (int64[n]); then per stale pull its keys (int64[n]) and the clocks of the
-// worker's copies (int32[n], -1: none).
+// worker's copies (int32[n], -1: none); then per group part its offsets (int64[tables + 1]), keys (int64[n]) and
+// grads (float32[n * dim]); then per group pull its offsets and keys.
+//
+// A group part (issue #49) is the push of several tables of one dim (a table group) in one array: table t's keys
+// are keys[offsets[t]..offsets[t + 1]) and its seq is first seq + t (first seq 0: every table's is 0, none), so each
+// table keeps the seq, the replay check and the forwarded mutations its own part would have; the server loops over the
+// tables natively. A group pull answers with ONE rows buffer (its tables' rows in its keys' order), after the plain
+// pulls' buffers.
 //
 // Answer head:
 //   "XPA1" | server i32 | worker i32 | seq i64 | step i64 | durable i64 | flags u32 | pulls u32 | epoch i64 |
@@ -62,6 +72,27 @@ struct PushPullStalePull {
   uint32_t staleness = 0;
 };
 
+// A table group's push: table t's keys are keys[offsets[t]..offsets[t + 1]), its seq first_seq + t (0 when
+// first_seq is 0).
+struct PushPullGroupPart {
+  std::vector<std::string> tables;
+  int64_t first_seq = 0;
+  uint32_t dim = 0;
+  const int64_t* offsets = nullptr;  // tables.size() + 1, from 0 to n, non-decreasing
+  const int64_t* keys = nullptr;
+  size_t n = 0;
+  const float* grads = nullptr;  // n * dim
+};
+
+// A table group's pull: its rows come back as one array, [n, dim], in the keys' order.
+struct PushPullGroupPull {
+  std::vector<std::string> tables;
+  uint32_t dim = 0;
+  const int64_t* offsets = nullptr;  // tables.size() + 1
+  const int64_t* keys = nullptr;
+  size_t n = 0;
+};
+
 // A request; the arrays point into the message it was parsed from (or the caller's arrays it is encoded from).
 struct PushPullRequest {
   int64_t step = 0;
@@ -72,6 +103,8 @@ struct PushPullRequest {
   bool stale_call = false;  // push_pull_stale: the answer carries `stale`'s answers and the server's epoch
   int64_t epoch = 0;
   std::vector<PushPullStalePull> stale;
+  std::vector<PushPullGroupPart> group_parts;  // applied after `parts` (their seqs follow theirs)
+  std::vector<PushPullGroupPull> group_pulls;  // answered after `pulls`
 };
 
 struct PushPullAnswer {
@@ -88,7 +121,7 @@ struct PushPullAnswer {
     size_t floats = 0;
     uint32_t dim = 0;
   };
-  std::vector<Rows> rows;  // per pull
+  std::vector<Rows> rows;  // per pull, then per group pull
   bool has_stale = false;  // answers a push_pull_stale call
   int64_t epoch = 0;       // the server's
   struct StaleRows {
@@ -112,7 +145,8 @@ class PushPullMessage {
  public:
   static constexpr size_t kMagicBytes = 4;
   static constexpr size_t kMaxNameBytes = 1024;
-  static constexpr size_t kMaxParts = 1024;  // per request, parts, pulls and stale pulls each
+  static constexpr size_t kMaxParts = 1024;  // per request, parts, pulls and stale pulls each (and group parts,
+                                             // group pulls, and the tables of each)
 
   // Whether a message's first part is a request (or an answer) head: its magic.
   static bool IsRequest(MessagePart head);

@@ -69,7 +69,9 @@ class ShardServer {
   // Serves `request` when it is a one-worker step (participants 1) whose every part and pull names a table
   // of this server, of its dim, with finite gradients, steps and seqs in range, repeats in [1, kMaxRepeats],
   // on shards not under restore, with the native path on: applies its parts in order (skipping a part whose
-  // seq this server applied already, as a replay), then pulls, then its stale pulls (a push_pull_stale call),
+  // seq this server applied already, as a replay), then its group parts table by table (each table as a part of
+  // its own, at its seq), then pulls, then group pulls (one rows array each), then its stale pulls (a
+  // push_pull_stale call),
   // and fills `answer` (its acks fields, durable from the forwarder, rows, stale answers and the epoch). Otherwise
   // returns false and changes nothing. Throws only what the shards or the forwarder throw (resources), as the general
   // path would.
@@ -79,6 +81,11 @@ class ShardServer {
 
  private:
   bool Acceptable(const PushPullRequest& request) const;  // under the lock
+  // Under the lock: one table's push (skipped when `seq` was applied: a replay), as a part of its own is applied.
+  void ApplyPart(int32_t worker, const std::string& table, int64_t seq, const int64_t* keys, size_t n,
+                 const float* grads, uint32_t dim, const uint32_t* repeats, int64_t step);
+  // Under the lock: the rows of one table's keys into out[n * dim].
+  void PullInto(const std::string& table, const int64_t* keys, size_t n, float* out);
 
   mutable std::recursive_mutex mutex_;
   int index_;

@@ -323,3 +323,136 @@ def test_a_caching_workers_steps_served_natively_answer_what_python_answers(pair
     stats, stats_py = linked.stats(), twin.stats()
     for counter in ("pulls", "keys_pulled", "bytes_in", "bytes_out"):
         assert stats[counter] == stats_py[counter], counter
+
+
+# ---- table groups (issue #49): a group's part and pull, one array each, served by one native call -------------
+PAIR = xdl_ec.Table("v", DIM, optim.SGD(learning_rate=0.1), init.RandomUniform(-0.1, 0.1), seed=29)
+
+
+def _group_steps(count: int) -> List[Tuple[Any, ...]]:
+    """push_pull arguments where tables t and v (one dim, their own optimizers and seeds) go as one group part and
+    one group pull, after table w's plain part and pull."""
+    rng = np.random.default_rng(5)
+    out = []
+    for step in range(1, count + 1):
+        t_keys, v_keys = np.unique(rng.integers(0, 40, 20)), np.unique(rng.integers(0, 40, 9))
+        keys = np.concatenate([t_keys, v_keys]).astype(np.int64)
+        offsets = np.array([0, t_keys.size, keys.size], np.int64)
+        grads = rng.standard_normal((keys.size, DIM)).astype(np.float32)
+        wide = rng.integers(0, 10, 6).astype(np.int64)
+        parts = [
+            ("w", wide, rng.standard_normal((wide.size, 2)).astype(np.float32), 3 * step - 2),
+            (("t", "v"), offsets, keys, grads, 3 * step - 1),
+        ]
+        pull_keys = np.concatenate([rng.integers(0, 60, 7), rng.integers(0, 60, 5)]).astype(np.int64)
+        pulls = [("w", wide), (("t", "v"), np.array([0, 7, 12], np.int64), pull_keys, DIM)]
+        out.append((parts, step, 0, 1, pulls))
+    return out
+
+
+def _as_tables(args: Tuple[Any, ...]) -> Tuple[Any, ...]:
+    """The same step as the tables' own parts and pulls (what a group stands for)."""
+    parts, step, worker, participants, pulls = args
+    (w, (tables, offsets, keys, grads, first)) = parts
+    own = [w] + [
+        (t, keys[offsets[i] : offsets[i + 1]], grads[offsets[i] : offsets[i + 1]], first + i)
+        for i, t in enumerate(tables)
+    ]
+    (wp, (_, pull_offsets, pull_keys, _)) = pulls
+    own_pulls = [wp] + [(t, pull_keys[pull_offsets[i] : pull_offsets[i + 1]]) for i, t in enumerate(tables)]
+    return own, step, worker, participants, own_pulls
+
+
+@pytest.fixture
+def trio() -> Iterator[Tuple[ParameterServer, ParameterServer, ParameterServer, Link]]:
+    """A linked server, its twin served in Python, and a third one stepping the tables' own parts."""
+    servers = [ParameterServer(0, (SPEC, WIDE, PAIR)) for _ in range(3)]
+    link = Link(_Handle(servers[0]), SECRET, caller=0)
+    yield servers[0], servers[1], servers[2], link
+    link.close()
+    for s in servers:
+        s.close()
+
+
+def _digest(server: ParameterServer) -> str:
+    h = hashlib.sha256()
+    for name in ("t", "v", "w"):
+        rows = server.export(name)
+        order = np.argsort(rows["keys"])
+        for field in ("keys", "values", "state"):
+            h.update(np.ascontiguousarray(rows[field][order]).tobytes())
+    return h.hexdigest()
+
+
+def test_a_group_part_and_pull_served_natively_are_the_tables_own(trio: Any) -> None:
+    linked, twin, own, link = trio
+    for args in _group_steps(5):
+        ack, rows = link.call("push_pull", *args).result(10)
+        ack_py, rows_py = twin.push_pull(*args)
+        ack_own, rows_own = own.push_pull(*_as_tables(args))
+        assert ack == ack_py == ack_own  # the last seq: the group's last table's
+        assert len(rows) == len(rows_py) == 2  # w's, and ONE array for the group
+        for got, want in zip(rows, rows_py):
+            np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(rows[1], np.concatenate(rows_own[1:]))
+    assert _digest(linked) == _digest(twin) == _digest(own)
+    assert linked.last_seq == twin.last_seq == own.last_seq == {0: 15}
+    native = linked.core.counters()
+    assert native["requests"] == 5 and native["pushes"] == 15  # every table's part, served natively
+    for counter in ("pushes", "keys_pushed", "keys_pulled", "bytes_in", "bytes_out"):
+        assert linked.stats()[counter] == own.stats()[counter], counter
+
+
+def test_a_replayed_group_applies_only_the_tables_not_applied_yet(trio: Any) -> None:
+    linked, _twin, own, link = trio
+    [args] = _group_steps(1)
+    own_parts, step, worker, participants, _ = _as_tables(args)
+    for server in (linked, own):  # w's and t's parts arrived before (seqs 1, 2), v's (3) did not
+        server.push(own_parts[:2], step, worker, participants)
+    link.call("push_pull", *args).result(10)
+    own.push_pull(*_as_tables(args))
+    assert _digest(linked) == _digest(own)
+    assert linked.core.counters()["pushes"] == 1  # v's part only
+
+
+@pytest.mark.parametrize("bad", ["offsets", "dim", "table", "nan"])
+def test_a_bad_group_is_declined_natively_and_refused_by_python_with_its_reason(trio: Any, bad: str) -> None:
+    linked, twin, _own, link = trio
+    [(parts, step, worker, participants, pulls)] = _group_steps(1)
+    tables, offsets, keys, grads, first = parts[1]
+    if bad == "offsets":
+        parts[1] = (tables, offsets[::-1].copy(), keys, grads, first)
+        message = "offsets must rise from 0"
+    elif bad == "dim":
+        parts[1] = (("t", "w"), offsets, keys, grads, first)
+        message = r"grads must have shape \(len\(keys\), dim\) = \(8, 2\)"
+    elif bad == "table":
+        parts[1] = (("t", "x"), offsets, keys, grads, first)
+        message = "'x'"
+    else:
+        grads[-1, 0] = np.inf
+        message = "NaN or Inf"
+    before = _digest(linked)
+    with pytest.raises(ValueError, match=message):
+        link.call("push_pull", parts, step, worker, participants, pulls).result(10)
+    with pytest.raises(ValueError, match=message):
+        twin.push_pull(parts, step, worker, participants, pulls)
+    assert _digest(linked) == before
+    assert linked.core.counters()["requests"] == 0
+
+
+def test_a_plain_part_after_a_group_part_is_pickled_keeping_its_order() -> None:
+    [(parts, step, worker, participants, pulls)] = _group_steps(1)
+    assert _core.push_pull_request(parts, step, worker, participants, pulls) is not None
+    assert _core.push_pull_request(parts[::-1], step, worker, participants, pulls) is None
+    assert _core.push_pull_request(parts, step, worker, participants, pulls[::-1]) is None
+    head, arrays = _core.push_pull_request(parts, step, worker, participants, pulls)
+    got = _core.parse_push_pull_request(
+        head, [np.frombuffer(np.ascontiguousarray(a).tobytes(), np.uint8) for a in arrays]
+    )
+    (w, group), (_, group_pull) = got[0], got[4]
+    assert w[0] == "w" and group[0] == ("t", "v") and group[4] == parts[1][4]
+    for mine, sent in zip(group[1:4], parts[1][1:4]):
+        np.testing.assert_array_equal(mine, sent)
+    assert group_pull[0] == ("t", "v") and group_pull[3] == DIM
+    np.testing.assert_array_equal(group_pull[2], pulls[1][2])
