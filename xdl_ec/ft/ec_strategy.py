@@ -158,11 +158,14 @@ class ErasureCoded(FaultTolerance):
     def reattach(self, view: ClusterView, link_secret: Any) -> None:
         """The servers of a run whose driver died keep their agents, stripes, parity and links (the secret is the
         run record's), and the workers their push logs: nothing is set up again. Every delta recorded so far is made
-        parity-durable before training goes on (the dead driver's last step may still be forwarding)."""
+        parity-durable before training goes on (the dead driver's last step may still be forwarding), on the servers
+        alive."""
         FaultTolerance.attach(self, view)
         self.n = len(view.server_handles())
         self.secret = link_secret
-        self.drain()
+        # a server lost meanwhile (the scheduler's probe marked it) is recovered at the first step that meets it
+        dead = view.dead()
+        self._drain([i for i in range(self.n) if ("server", i) not in dead])
 
     def recover(self, lost: BaseException) -> Resume:
         if getattr(lost, "role", "server") != "server":

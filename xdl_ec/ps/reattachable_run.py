@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 from xdl_ec.ps.api import RoleAPI
 from xdl_ec.ps.backend import CallTimeout, RoleLost, connect_ray, use_ray_token
 from xdl_ec.ps.remote import Remote
-from xdl_ec.ps.run_head import HEARTBEAT_FILE, read_head, start_head, stop_head
+from xdl_ec.ps.run_head import HEARTBEAT_FILE, process_alive, read_head, start_head, stop_head
 from xdl_ec.ps.run_heartbeat import RunHeartbeat, last_heartbeat
 from xdl_ec.ps.run_keeper import KEEPER_NAME, RunKeeper, RunRecord
 from xdl_ec.settings import checks
@@ -45,7 +45,7 @@ class ReattachableRun:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.namespace = namespace_of(self.directory)
         self.previous = last_heartbeat(self.directory)  # before this driver's heartbeat overwrites it
-        if self.previous is not None and _pid_alive(int(self.previous.get("pid", 0))):
+        if self.previous is not None and _other_live_process(int(self.previous.get("pid", 0))):
             raise ValueError(
                 f"--run-dir {self.directory}: a live driver (pid {self.previous.get('pid')}) runs this run; wait for "
                 "it to end or give another --run-dir"
@@ -151,13 +151,8 @@ class ReattachableRun:
     def _keeper(self) -> Any:
         import ray
 
-        return (
-            ray.remote(num_cpus=0, max_restarts=0)(RunKeeper)
-            .options(  # type: ignore[call-overload]
-                name=KEEPER_NAME, lifetime="detached", get_if_exists=True
-            )
-            .remote()
-        )
+        keeper = ray.remote(num_cpus=0, max_restarts=0)(RunKeeper)
+        return keeper.options(name=KEEPER_NAME, lifetime="detached", get_if_exists=True).remote()
 
     @staticmethod
     def _call(method: Any, *args: Any) -> Any:
@@ -180,16 +175,5 @@ def _answers(handle: Any) -> bool:
         return False
 
 
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0 or pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
+def _other_live_process(pid: int) -> bool:
+    return 0 < pid != os.getpid() and process_alive(pid)

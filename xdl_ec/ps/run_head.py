@@ -37,7 +37,7 @@ class RunHeadError(RuntimeError):
     """The run's Ray head could not be started or found."""
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -79,7 +79,7 @@ def read_head(directory: Path) -> Optional[Dict[str, Any]]:
         record = json.loads((directory / HEAD_FILE).read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(record, dict) or not _alive(int(record.get("supervisor", 0))):
+    if not isinstance(record, dict) or not process_alive(int(record.get("supervisor", 0))):
         return None
     return record
 
@@ -121,7 +121,7 @@ def stop_head(directory: Path, record: Dict[str, Any], timeout: float = 30.0) ->
     """Ends the run's head (a clean end): asks its supervisor, then kills its session itself if it has not."""
     (directory / STOP_FILE).touch()
     deadline = time.monotonic() + timeout
-    while _alive(int(record["supervisor"])) and time.monotonic() < deadline:
+    while process_alive(int(record["supervisor"])) and time.monotonic() < deadline:
         time.sleep(POLL_SECONDS)
     _kill_session(int(record["session"]))
     (directory / HEAD_FILE).unlink(missing_ok=True)

@@ -56,7 +56,8 @@ class StepAgreement:
         self.dense.model.load_state(weights, optimizer)
         self.dense.log.clear()
         self.dense.worker_current = True
-        cluster.answers([cluster.worker(0).flush(True)])  # the in-flight step's pushes applied
+        if not any(role == "server" for role, _ in cluster.scheduler.dead):  # else the recovery replays them
+            cluster.answers([cluster.worker(0).flush(True)])  # the in-flight step's pushes applied
         return step
 
     def base(self) -> Dict[str, Any]:

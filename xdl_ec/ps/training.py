@@ -114,6 +114,7 @@ class PSTrainer:
             if reattach is None:
                 strategy.attach(self.view)
             else:
+                self.roles.scheduler.probe_servers()  # a server lost meanwhile is marked, then recovered
                 self.reattached_step = self.agreement.agree(reattach)
                 strategy.reattach(self.view, reattach.strategy_secret)
         except BaseException:
