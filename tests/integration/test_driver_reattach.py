@@ -64,9 +64,28 @@ def _kill_driver_at(args: List[str], cwd: Path, env: Dict[str, str], run_dir: Pa
     return int(beat["step"])
 
 
-def _baseline(tmp_path: Path, env: Dict[str, str]) -> str:
+@pytest.fixture(scope="module")
+def expected(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The uninterrupted digest (one process holds the same cluster: the digest does not depend on the backend)."""
-    return str(_train([*RUN, *EC], tmp_path, env, tmp_path / "baseline.json")["model_digest"])
+    tmp = tmp_path_factory.mktemp("baseline")
+    return str(_train([*RUN, *EC], tmp, _env(uuid.uuid4().hex), tmp / "baseline.json")["model_digest"])
+
+
+def _kill_servers(marker: str, count: int) -> List[int]:
+    """SIGKILLs ``count`` of the run's server processes (Ray names them ``ray::ParameterServer``; the spare is one of
+    them); their pids."""
+    servers = []
+    for pid in sorted(_marked_processes(marker)):
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+        except OSError:
+            continue
+        if title.startswith(b"ray::ParameterServer"):
+            servers.append(pid)
+    assert len(servers) >= count, servers
+    for pid in servers[:count]:
+        os.kill(pid, signal.SIGKILL)
+    return servers[:count]
 
 
 def _wait_gone(marker: str, seconds: float) -> List[int]:
@@ -78,11 +97,10 @@ def _wait_gone(marker: str, seconds: float) -> List[int]:
     return left
 
 
-def test_driver_sigkilled_mid_step_reattaches_with_nothing_retrained(tmp_path: Path) -> None:
+def test_driver_sigkilled_mid_step_reattaches_with_nothing_retrained(tmp_path: Path, expected: str) -> None:
     pytest.importorskip("ray")
     marker = uuid.uuid4().hex
     env = _env(marker)
-    expected = _baseline(tmp_path, env)
     run_dir = tmp_path / "run"
     args = [*RUN, "--backend", "ray", *EC, "--run-dir", str(run_dir)]
     killed_at = _kill_driver_at(args, tmp_path, env, run_dir, 40)
@@ -101,11 +119,10 @@ def test_driver_sigkilled_mid_step_reattaches_with_nothing_retrained(tmp_path: P
     assert _wait_gone(marker, 30.0) == [], "processes of the ended run left"
 
 
-def test_grace_expired_resumes_from_the_backstop_and_leaves_nothing_running(tmp_path: Path) -> None:
+def test_grace_expired_resumes_from_the_backstop_and_leaves_nothing_running(tmp_path: Path, expected: str) -> None:
     pytest.importorskip("ray")
     marker = uuid.uuid4().hex
     env = _env(marker)
-    expected = _baseline(tmp_path, env)
     run_dir, saves = tmp_path / "run", tmp_path / "saves"
     grace = 4.0
     args = [*RUN, "--backend", "ray", *EC, "--run-dir", str(run_dir), "--reattach-within", str(grace)]
@@ -121,6 +138,40 @@ def test_grace_expired_resumes_from_the_backstop_and_leaves_nothing_running(tmp_
     assert reattach["dead_run_step"] == killed_at
     resumed = report["resumed_from"]["step"]
     assert resumed % 25 == 0 and 0 < resumed <= killed_at
+    assert reattach["steps_retrained"] == killed_at - resumed > 0
+    assert report["model_digest"] == expected
+    assert _wait_gone(marker, 30.0) == []
+
+
+def test_a_server_lost_with_the_driver_is_recovered_after_the_reattach(tmp_path: Path, expected: str) -> None:
+    pytest.importorskip("ray")
+    marker = uuid.uuid4().hex
+    env = _env(marker)
+    run_dir = tmp_path / "run"
+    args = [*RUN, "--backend", "ray", *EC, "--run-dir", str(run_dir)]
+    _kill_driver_at(args, tmp_path, env, run_dir, 40)
+    _kill_servers(marker, 1)  # r = 1: the code covers it
+    report = _train(args, tmp_path, env, tmp_path / "rerun.json")
+    assert report["reattach"]["reattached"] is True, report["reattach"]
+    assert report["reattach"]["steps_retrained"] == 0
+    assert report["model_digest"] == expected
+    assert _wait_gone(marker, 30.0) == []
+
+
+def test_more_servers_lost_with_the_driver_than_r_resume_from_the_backstop(tmp_path: Path, expected: str) -> None:
+    pytest.importorskip("ray")
+    marker = uuid.uuid4().hex
+    env = _env(marker)
+    run_dir, saves = tmp_path / "run", tmp_path / "saves"
+    args = [*RUN, "--backend", "ray", *EC, "--run-dir", str(run_dir)]
+    args += ["--save-dir", str(saves), "--backstop-every", "25"]
+    killed_at = _kill_driver_at(args, tmp_path, env, run_dir, 60)
+    _kill_servers(marker, 3)  # of 3 servers and a spare: at least 2 servers, more than r = 1
+    report = _train(args, tmp_path, env, tmp_path / "rerun.json")
+    reattach = report["reattach"]
+    assert reattach["reattached"] is False, reattach
+    assert "more than the 1 the code covers" in reattach["refused"]
+    resumed = report["resumed_from"]["step"]
     assert reattach["steps_retrained"] == killed_at - resumed > 0
     assert report["model_digest"] == expected
     assert _wait_gone(marker, 30.0) == []
