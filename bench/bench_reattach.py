@@ -31,11 +31,32 @@ from xdl_ec.ps import ClusterConfig, PSTrainer, RunSettings  # noqa: E402
 from xdl_ec.ps.reattachable_run import ReattachableRun  # noqa: E402
 
 
+class TimedHook:
+    """The run's own step hook, each call's seconds recorded (the work a reattachable run adds to a step's path,
+    measured directly: the interleaved ratio's noise floor on a shared machine is far above it)."""
+
+    def __init__(self, hook: ReattachableRun) -> None:
+        self.hook = hook
+        self.seconds: List[float] = []
+
+    def due(self, step: int) -> bool:
+        return self.hook.due(step)
+
+    def after_step(self, run: object) -> None:
+        start = time.perf_counter()
+        self.hook.after_step(run)
+        self.seconds.append(time.perf_counter() - start)
+
+
 def _turn(trainer: PSTrainer, steps: int) -> float:
     """Seconds per step of ``steps`` steps."""
+    before = trainer.step
     start = time.perf_counter()
     trainer.fit(steps)
-    return (time.perf_counter() - start) / steps
+    seconds = time.perf_counter() - start
+    if trainer.step - before != steps:
+        raise RuntimeError(f"a turn trained {trainer.step - before} steps of {steps}: the input ran out")
+    return seconds / steps
 
 
 def _bootstrap(ratios: List[float], seed: int = 7, draws: int = 2000) -> Tuple[float, float]:
@@ -70,7 +91,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     args = parser.parse_args()
     k, r = parse_code(args.code)
-    config = TrainConfig(synthetic=True, synthetic_rows=200_000, batch_size=args.batch, seed=1, deterministic=True)
+    turns = 4 * args.rounds + 4  # the warm-up, the A/B and A/A rounds, the median step's three
+    rows = int(1.25 * args.batch * args.chunk * turns)  # every turn trains whole (a hold-out share comes off)
+    config = TrainConfig(synthetic=True, synthetic_rows=rows, batch_size=args.batch, seed=1, deterministic=True)
     with tempfile.TemporaryDirectory(prefix="xdl-ec-bench-reattach-") as directory:
         t0 = time.perf_counter()
         run = ReattachableRun(directory, 60.0)
@@ -89,8 +112,10 @@ def main() -> None:
                 run.keep(trainer, shape)
                 keep_seconds = time.perf_counter() - t0
                 trainer.fit(args.chunk)  # TF traced, caches warm
-                ab = _rounds(trainer, run, args.rounds, args.chunk, aa=False)
-                aa = _rounds(trainer, run, args.rounds, args.chunk, aa=True)
+                timed = TimedHook(run)
+                ab = _rounds(trainer, timed, args.rounds, args.chunk, aa=False)
+                aa = _rounds(trainer, timed, args.rounds, args.chunk, aa=True)
+                step_seconds = statistics.median(_turn(trainer, args.chunk) for _ in range(3))
             finally:
                 trainer.close()
         finally:
@@ -98,6 +123,13 @@ def main() -> None:
     load = os.getloadavg()
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (cores {os.cpu_count()})")
     print(f"run head started and connected in {head_seconds:.1f} s; run record written in {1000 * keep_seconds:.1f} ms")
+    hook_us = 1e6 * statistics.median(timed.seconds)
+    print(
+        f"the run's step hook: median {hook_us:.1f} us per step (p90 "
+        f"{1e6 * sorted(timed.seconds)[int(0.9 * len(timed.seconds))]:.1f} us, {len(timed.seconds)} steps), "
+        f"{100 * hook_us / 1e6 / step_seconds:.3f}% of a median step ({1000 * step_seconds:.1f} ms); dense state sent "
+        "per step: 0 bytes (the worker holds it)"
+    )
     for name, ratios in (("with/without the run's step hook", ab), ("A/A (both without)", aa)):
         low, high = _bootstrap(ratios)
         median = statistics.median(ratios)
