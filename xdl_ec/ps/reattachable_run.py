@@ -90,7 +90,11 @@ class ReattachableRun:
             )
         dead_workers = [w.index for w in record.workers if not _answers(w)]
         dead_servers = [s.index for s in record.servers if not _answers(s)]
-        if dead_workers:
+        previous = self.previous or {}
+        if previous.get("recovering") or previous.get("rebuilding"):
+            # the roles are mid-recovery (replacements half restored, holders rolled back): not a boundary's state
+            self.refused = f"the driver died while recovering lost servers (after step {previous.get('step')})"
+        elif dead_workers:
             self.refused = f"worker(s) {dead_workers} died with the driver (the dense state with them)"
         elif len(dead_servers) > tolerated_losses:
             self.refused = f"servers {dead_servers} died meanwhile, more than the {tolerated_losses} the code covers"
@@ -122,6 +126,7 @@ class ReattachableRun:
         self._version = run.scheduler.version
         self._roles = self._identities(run)
         self.heartbeat.after_step(run)
+        run.recovery.on_recovery = self.heartbeat.recovery
 
     @staticmethod
     def _identities(run: Any) -> tuple:

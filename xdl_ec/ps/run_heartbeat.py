@@ -24,8 +24,8 @@ BEAT_SECONDS = 1.0
 
 
 def last_heartbeat(directory: Path) -> Optional[Dict[str, Any]]:
-    """The last record a driver wrote in ``directory`` ({"pid", "step", "samples", "grace", "time"}), None when
-    there is none."""
+    """The last record a driver wrote in ``directory`` ({"pid", "step", "samples", "grace", "recovering",
+    "rebuilding", "time"}), None when there is none."""
     try:
         text = (directory / HEARTBEAT_FILE).read_bytes().rstrip(b"\0 \n").decode()
         record = json.loads(text) if text else None
@@ -41,6 +41,10 @@ class RunHeartbeat:
     def __init__(self, directory: Path, grace: float) -> None:
         self.directory, self.grace = Path(directory), float(grace)
         self.step, self.samples = 0, 0
+        # the roles are not as a step boundary leaves them: a recovery runs, or a rebuild (replacements in restore
+        # mode); a driver that dies then leaves a run that is not reattached
+        self.recovering = False
+        self.rebuilding = False
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._fd: Optional[int] = None
@@ -57,6 +61,7 @@ class RunHeartbeat:
     def beat(self) -> None:
         """Writes the record now (the mtime moves: the supervisor sees the driver alive)."""
         record = {"pid": os.getpid(), "step": self.step, "samples": self.samples, "grace": self.grace}
+        record.update(recovering=self.recovering, rebuilding=self.rebuilding)
         record["time"] = time.time()
         data = json.dumps(record).encode().ljust(RECORD_BYTES, b" ")
         with self._lock:
@@ -73,6 +78,14 @@ class RunHeartbeat:
 
     def after_step(self, run: Any) -> None:
         self.step, self.samples = int(run.step), int(run.samples)
+        self.rebuilding = bool(run.strategy.rebuilding)
+        self.beat()
+
+    def recovery(self, running: bool) -> None:
+        """A recovery begins (True) or ends: written at once, before the recovery changes any role."""
+        self.recovering = running
+        if running:
+            self.rebuilding = True  # until a boundary finds the rebuild over
         self.beat()
 
     def stop(self) -> None:

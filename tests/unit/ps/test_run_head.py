@@ -23,13 +23,30 @@ def test_heartbeat_records_the_completed_step_and_the_grace(tmp_path: Path) -> N
         assert first is not None
         assert (first["pid"], first["step"], first["samples"], first["grace"]) == (os.getpid(), 3, 30, 7.5)
 
+        class Strategy:
+            rebuilding = False
+
         class Run:
-            step, samples = 12, 1536
+            step, samples, strategy = 12, 1536, Strategy()
 
         beat.after_step(Run())
         after = last_heartbeat(tmp_path)
         assert after is not None and (after["step"], after["samples"]) == (12, 1536)
         assert after["time"] >= first["time"]
+        assert (after["recovering"], after["rebuilding"]) == (False, False)
+        # a recovery is on disk before it changes any role, and its rebuild until a boundary finds it over
+        beat.recovery(True)
+        during = last_heartbeat(tmp_path)
+        assert during is not None and (during["recovering"], during["rebuilding"]) == (True, True)
+        beat.recovery(False)
+        Strategy.rebuilding = True
+        beat.after_step(Run())
+        rebuilding = last_heartbeat(tmp_path)
+        assert rebuilding is not None and (rebuilding["recovering"], rebuilding["rebuilding"]) == (False, True)
+        Strategy.rebuilding = False
+        beat.after_step(Run())
+        done = last_heartbeat(tmp_path)
+        assert done is not None and (done["recovering"], done["rebuilding"]) == (False, False)
     finally:
         beat.stop()
     assert last_heartbeat(tmp_path) is not None  # what a dead driver leaves: how far it got
