@@ -41,9 +41,12 @@ def _env(marker: str) -> Dict[str, str]:
     return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", MARKER: marker}
 
 
-def _kill_driver_at(args: List[str], cwd: Path, env: Dict[str, str], run_dir: Path, step: int) -> int:
+def _kill_driver_at(
+    args: List[str], cwd: Path, env: Dict[str, str], run_dir: Path, step: int, recovering: bool = False
+) -> int:
     """Starts ``xdl-ec train args`` and SIGKILLs it once its heartbeat says ``step`` steps are done (mid-run: the
-    driver is inside its next step, or about to send it); the step its heartbeat said last."""
+    driver is inside its next step, or about to send it), and with ``recovering`` once it also says a recovery or
+    its rebuild is under way; the step its heartbeat said last."""
     cmd = [sys.executable, "-P", "-m", "xdl_ec", "train", *args]
     driver = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 400
@@ -51,7 +54,8 @@ def _kill_driver_at(args: List[str], cwd: Path, env: Dict[str, str], run_dir: Pa
         while time.monotonic() < deadline:
             beat = last_heartbeat(run_dir)
             if beat is not None and int(beat["step"]) >= step:
-                break
+                if not recovering or beat["recovering"] or beat["rebuilding"]:
+                    break
             assert driver.poll() is None, driver.communicate()[1][-3000:]
             time.sleep(0.05)
         else:
@@ -173,5 +177,25 @@ def test_more_servers_lost_with_the_driver_than_r_resume_from_the_backstop(tmp_p
     assert "more than the 1 the code covers" in reattach["refused"]
     resumed = report["resumed_from"]["step"]
     assert reattach["steps_retrained"] == killed_at - resumed > 0
+    assert report["model_digest"] == expected
+    assert _wait_gone(marker, 30.0) == []
+
+
+def test_driver_killed_mid_recovery_resumes_from_the_backstop(tmp_path: Path, expected: str) -> None:
+    pytest.importorskip("ray")
+    marker = uuid.uuid4().hex
+    env = _env(marker)
+    run_dir, saves = tmp_path / "run", tmp_path / "saves"
+    args = [*RUN, "--backend", "ray", *EC, "--run-dir", str(run_dir)]
+    args += ["--save-dir", str(saves), "--backstop-every", "25", "--fail-at", "30:1"]
+    # a rebuild paced slow: the kill lands while replacements are still being restored
+    args += ["--urgent-rebuild", "paced", "--rebuild-share", "0.01", "--rebuild-keeps", "0", "--rebuild-within", "600"]
+    killed_at = _kill_driver_at(args, tmp_path, env, run_dir, 30, recovering=True)
+    report = _train(args, tmp_path, env, tmp_path / "rerun.json")
+    reattach = report["reattach"]
+    assert reattach["reattached"] is False, reattach
+    assert "recovered or rebuilt" in reattach["refused"]
+    resumed = report["resumed_from"]["step"]
+    assert reattach["steps_retrained"] == killed_at - resumed
     assert report["model_digest"] == expected
     assert _wait_gone(marker, 30.0) == []

@@ -93,7 +93,8 @@ class ReattachableRun:
         previous = self.previous or {}
         if previous.get("recovering") or previous.get("rebuilding"):
             # the roles are mid-recovery (replacements half restored, holders rolled back): not a boundary's state
-            self.refused = f"the driver died while recovering lost servers (after step {previous.get('step')})"
+            after = previous.get("step")
+            self.refused = f"the driver died while lost servers were recovered or rebuilt (after step {after})"
         elif dead_workers:
             self.refused = f"worker(s) {dead_workers} died with the driver (the dense state with them)"
         elif len(dead_servers) > tolerated_losses:
