@@ -66,8 +66,7 @@ class RunningCluster:
             self._adopt(adopted)
             return
         strategy = self.strategy
-        # a hot spare where starting a server is slow (a Ray process) and a strategy replaces lost servers
-        spares = 1 if self.config.backend == "ray" and not isinstance(strategy, NoFaultTolerance) else 0
+        spares = self._spares()
         placement = plan_placement(self.backend, self.config.failure_domain, self.config.servers, strategy.stripe_code)
         self.scheduler = Scheduler(
             self.backend,
@@ -83,14 +82,17 @@ class RunningCluster:
         self.workers = self.scheduler.start_workers(self.config.workers, self.worker_class, self.worker_args)
         self.client = PSClient(self.scheduler.servers, worker=self.config.workers, timeout=self.config.call_timeout)
 
+    def _spares(self) -> int:
+        """A hot spare where starting a server is slow (a Ray process) and a strategy replaces lost servers."""
+        return 1 if self.config.backend == "ray" and not isinstance(self.strategy, NoFaultTolerance) else 0
+
     def _adopt(self, record: RunRecord) -> None:
         self.link_secret = record.link_secret
-        spares = 1 if self.config.backend == "ray" and not isinstance(self.strategy, NoFaultTolerance) else 0
         self.scheduler = Scheduler(
             self.backend,
             self.config.servers,
             self.job.tables,
-            spares=spares,
+            spares=self._spares(),
             memory=None if self.config.memory is None else self.config.memory.holding_parity(self.strategy.stripe_code),
             adopted=(record.servers, record.spares),
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from xdl_ec.ps.dense_sync import DriverDense
+from xdl_ec.ps.fault_tolerance import Unrecoverable
 from xdl_ec.ps.run_keeper import RunRecord
 from xdl_ec.ps.running_cluster import RunningCluster
 from xdl_ec.ps.training_state import TrainingState
@@ -14,8 +15,15 @@ from xdl_ec.ps.training_state import TrainingState
 AGREE_TIMEOUT = 300.0  # a step in flight when the driver died ends first (it may be a slow one)
 
 
-class ReattachRefused(RuntimeError):
-    """The run's roles cannot be continued exactly (a worker's count or dense state that does not add up)."""
+class ReattachRefused(Unrecoverable):
+    """The run's roles cannot be continued exactly (a worker's count or dense state that does not add up): the run
+    stops, its head ends, and the same command run again resumes from the backstop."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(
+            f"cannot reattach to the run: {why}; run the same command again: it resumes from the newest save in "
+            "--save-dir (the backstop), or starts over without one"
+        )
 
 
 class StepAgreement:
