@@ -65,7 +65,7 @@ def _bootstrap(ratios: List[float], seed: int = 7, draws: int = 2000) -> Tuple[f
     return medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
 
 
-def _rounds(trainer: PSTrainer, hook: object, rounds: int, chunk: int, aa: bool) -> List[float]:
+def _rounds(trainer: PSTrainer, hook: TimedHook, rounds: int, chunk: int, aa: bool) -> List[float]:
     """Per round, (seconds per step with the hook) / (without); ``aa``: both turns without it."""
     ratios = []
     for i in range(rounds):
@@ -73,12 +73,12 @@ def _rounds(trainer: PSTrainer, hook: object, rounds: int, chunk: int, aa: bool)
         times = {}
         for with_hook in (with_first, not with_first):
             if with_hook and not aa:
-                trainer.hooks.append(hook)  # type: ignore[arg-type]
+                trainer.hooks.append(hook)
             try:
                 times[with_hook] = _turn(trainer, chunk)
             finally:
                 if hook in trainer.hooks:
-                    trainer.hooks.remove(hook)  # type: ignore[arg-type]
+                    trainer.hooks.remove(hook)
         ratios.append(times[True] / times[False])
     return ratios
 
