@@ -187,10 +187,11 @@ def test_driver_killed_mid_recovery_resumes_from_the_backstop(tmp_path: Path, ex
     env = _env(marker)
     run_dir, saves = tmp_path / "run", tmp_path / "saves"
     args = [*RUN, "--backend", "ray", *EC, "--run-dir", str(run_dir)]
-    args += ["--save-dir", str(saves), "--backstop-every", "25", "--fail-at", "30:1"]
+    # the loss well after the first backstop cut (25), whose write must be committed by then even under load
+    args += ["--save-dir", str(saves), "--backstop-every", "25", "--fail-at", "70:1"]
     # a rebuild paced slow: the kill lands while replacements are still being restored
     args += ["--urgent-rebuild", "paced", "--rebuild-share", "0.01", "--rebuild-keeps", "0", "--rebuild-within", "600"]
-    killed_at = _kill_driver_at(args, tmp_path, env, run_dir, 30, recovering=True)
+    killed_at = _kill_driver_at(args, tmp_path, env, run_dir, 70, recovering=True)
     report = _train(args, tmp_path, env, tmp_path / "rerun.json")
     reattach = report["reattach"]
     assert reattach["reattached"] is False, reattach
