@@ -4,10 +4,11 @@ and no longer (docs/design/reattach.md).
 The driver starts a supervisor (this file run as a script: standard library only, so it starts fast and needs
 nothing of the package) in a session of its own. The supervisor runs ``ray start --head --block`` on a free port,
 writes ``DIR/ray-head.json`` once the head answers, and watches the driver's heartbeat (``DIR/heartbeat.json``, its
-mtime; :mod:`xdl_ec.ps.run_heartbeat` writes it, with the grace): when no heartbeat came for the grace, or the head
-died, or ``DIR/ray-head.stop`` appears (a clean end), it SIGKILLs every process of its session - the head, the
-raylet, every actor (Ray's workers change their process group, not their session) - removes ``ray-head.json`` and
-exits. So nothing of a dead run outlives its grace.
+mtime; :mod:`xdl_ec.ps.run_heartbeat` writes it, with the grace and the driver's pid): when no heartbeat came for
+the grace and the driver's process is gone (a live driver is late, not dead: the supervisor runs on its machine),
+or the head died, or ``DIR/ray-head.stop`` appears (a clean end), it SIGKILLs every process of its session - the
+head, the raylet, every actor (Ray's workers change their process group, not their session) - removes
+``ray-head.json`` and exits. So nothing of a dead run outlives its grace.
 """
 
 from __future__ import annotations
@@ -146,19 +147,20 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _heartbeat_grace(directory: Path, grace: float) -> tuple:
-    """(mtime of the driver's last heartbeat or None, the grace it asks for)."""
+def _heartbeat(directory: Path, grace: float) -> tuple:
+    """(mtime of the driver's last heartbeat or None, the grace it asks for, the driver's pid or 0)."""
     path = directory / HEARTBEAT_FILE
     try:
         mtime = path.stat().st_mtime
     except OSError:
-        return None, grace
+        return None, grace, 0
+    pid = 0
     try:
         record = json.loads(path.read_text().strip("\0 \n") or "{}")
-        grace = float(record.get("grace", grace))
+        grace, pid = float(record.get("grace", grace)), int(record.get("pid", 0))
     except (OSError, ValueError):
         pass  # being rewritten: its mtime is what counts
-    return mtime, grace
+    return mtime, grace, pid
 
 
 def supervise(directory: Path, grace: float) -> int:
@@ -200,14 +202,16 @@ def supervise(directory: Path, grace: float) -> int:
     why = ""
     while not why:
         time.sleep(POLL_SECONDS)
-        beat, grace = _heartbeat_grace(directory, grace)
+        beat, grace, driver = _heartbeat(directory, grace)
         last = max(beat or 0.0, started)
         if head.poll() is not None:
             why = f"the head exited ({head.returncode})"
         elif (directory / STOP_FILE).exists():
             why = "the run ended"
-        elif time.time() - last > grace:
-            why = f"no driver heartbeat for {time.time() - last:.1f} s (grace {grace:g} s)"
+        elif time.time() - last > grace and not (driver and process_alive(driver)):
+            # a driver still running (this machine's: it started this supervisor) is late, not dead: a loaded
+            # machine can hold its heartbeat thread for seconds, and its run must not be ended under it
+            why = f"no driver heartbeat for {time.time() - last:.1f} s (grace {grace:g} s) and its driver is gone"
     print(f"{time.strftime('%H:%M:%S')} ending the run's Ray head: {why}", flush=True)
     (directory / HEAD_FILE).unlink(missing_ok=True)
     (directory / STOP_FILE).unlink(missing_ok=True)
