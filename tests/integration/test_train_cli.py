@@ -403,3 +403,17 @@ def test_sigterm_stops_at_a_step_boundary_saves_and_exits_143(tmp_path: Path) ->
         f"{saved.directory.resolve()}",
         f"resume with: xdl-ec {' '.join(args)} --resume saves",
     ]
+
+
+def test_reattach_flags_are_checked_before_anything_starts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["train", "--synthetic", "--steps", "2", "--no-progress"]
+    assert main([*base, "--servers", "3", "--reattach-within", "5"]) == 2
+    assert "--reattach-within" in capsys.readouterr().err
+    on_ray = [*base, "--servers", "3", "--backend", "ray", "--run-dir", str(tmp_path)]
+    assert main([*on_ray, "--reattach-within", "0"]) == 2
+    assert "must be > 0" in capsys.readouterr().err
+    # a reattachable run keeps its dense state in its one worker: several are refused before Ray starts
+    flags = [*base, "--servers", "3", "--workers", "2", "--backend", "ray", "--run-dir", str(tmp_path)]
+    assert main(flags) == 2
+    assert "one worker" in capsys.readouterr().err
+    assert not (tmp_path / "ray-head.json").exists()

@@ -45,7 +45,17 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
     ft.add_argument(
         "--run-dir",
         metavar="DIR",
-        help="where 'xdl-ec resize --run DIR N' reaches this run: its pid file and resize requests (SIGUSR1)",
+        help="where 'xdl-ec resize --run DIR N' reaches this run: its pid file and resize requests (SIGUSR1); "
+        "with --backend ray also the run's own Ray head, whose servers, parity and worker outlive a driver that "
+        "dies for --reattach-within seconds: the same command run again reattaches to them (nothing re-trained), "
+        "later it resumes from --save-dir's backstop",
+    )
+    ft.add_argument(
+        "--reattach-within",
+        metavar="S",
+        type=float,
+        help="with --backend ray --run-dir: seconds the run's roles wait for a driver that died (default 300); "
+        "past them the run's Ray head ends every process of the run",
     )
     FlagSection(p.add_argument_group("saving (any backend, any --ft)")).add(Saving)
     FlagSection(

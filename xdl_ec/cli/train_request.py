@@ -93,7 +93,7 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
         raise UsageError(f"{', '.join(lonely)}: needs --save-dir DIR, where the saves go")
     saving.check(args.servers)
     run = {**{f.field: f.default for f in RUN_FLAGS}, **values(args, RUN_FLAGS)}
-    fit_options = {**saving.fit_arguments(), **outputs.fit_arguments()}
+    fit_options = {**saving.fit_arguments(), **outputs.fit_arguments(), **_reattach_options(args, cluster)}
     if cluster is None:  # --memory-budget, --spill-dir in this process: fit's (a Cluster has them otherwise)
         memory = values(args, MEMORY_FLAGS)
         try:
@@ -170,6 +170,19 @@ def _cluster(args: argparse.Namespace) -> Optional[Cluster]:
         return Cluster(**own, cache=cache)
     except (TypeError, ValueError) as err:
         raise UsageError(flag_names(str(err), CLUSTER_FLAGS)) from None
+
+
+def _reattach_options(args: argparse.Namespace, cluster: Optional[Cluster]) -> Dict[str, Any]:
+    """fit's run_dir and reattach_within: a --run-dir on Ray is a reattachable run (docs/design/reattach.md)."""
+    on_ray = cluster is not None and cluster.backend == "ray" and args.run_dir is not None
+    if args.reattach_within is not None and not on_ray:
+        raise UsageError("--reattach-within: how long a run's roles wait for its driver; needs --backend ray --run-dir")
+    if not on_ray:
+        return {}
+    grace = 300.0 if args.reattach_within is None else args.reattach_within
+    if not grace > 0:
+        raise UsageError(f"--reattach-within: must be > 0 seconds, got {grace:g}")
+    return {"run_dir": args.run_dir, "reattach_within": grace}
 
 
 def _builtin_settings(args: argparse.Namespace, besides: tuple) -> Dict[str, Any]:

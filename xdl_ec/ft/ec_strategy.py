@@ -149,6 +149,24 @@ class ErasureCoded(FaultTolerance):
         self._wait([self.coordinator.agent(i).connect(servers) for i in range(self.n)])
         self._wait([w.enable_push_log() for w in view.workers()])
 
+    reattaches = True
+
+    @property
+    def link_secret(self) -> Any:
+        return self.secret
+
+    def reattach(self, view: ClusterView, link_secret: Any) -> None:
+        """The servers of a run whose driver died keep their agents, stripes, parity and links (the secret is the
+        run record's), and the workers their push logs: nothing is set up again. Every delta recorded so far is made
+        parity-durable before training goes on (the dead driver's last step may still be forwarding), on the servers
+        alive."""
+        FaultTolerance.attach(self, view)
+        self.n = len(view.server_handles())
+        self.secret = link_secret
+        # a server lost meanwhile (the scheduler's probe marked it) is recovered at the first step that meets it
+        dead = view.dead()
+        self._drain([i for i in range(self.n) if ("server", i) not in dead])
+
     def recover(self, lost: BaseException) -> Resume:
         if getattr(lost, "role", "server") != "server":
             raise Unrecoverable(f"{lost}: --ft ec protects servers; a lost worker is restarted by the driver") from lost

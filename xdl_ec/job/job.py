@@ -27,6 +27,7 @@ from xdl_ec.ft.configs import EcConfig
 from xdl_ec.ft.factory import make_strategy
 from xdl_ec.ft.failure_injector import FailureInjector
 from xdl_ec.job.cluster import Cluster
+from xdl_ec.job.driver_reattach import DriverReattach
 from xdl_ec.job.export_schedule import ExportSchedule
 from xdl_ec.job.local_run import LocalRun
 from xdl_ec.job.local_tables import LocalTables
@@ -42,6 +43,7 @@ from xdl_ec.model.side_input import Input
 from xdl_ec.ps.backend import RoleLost
 from xdl_ec.ps.fault_tolerance import Unrecoverable
 from xdl_ec.ps.move_hooks import MoveHooks
+from xdl_ec.ps.reattachable_run import DEFAULT_GRACE
 from xdl_ec.ps.resize import ResizeError, Resizer
 from xdl_ec.ps.training import PSTrainer
 from xdl_ec.ps.worker import RunSettings
@@ -126,6 +128,8 @@ class Job:
         export_dir: Optional[PathLike] = None,
         memory_budget: Optional[Union[int, str]] = None,
         spill_dir: Optional[PathLike] = None,
+        run_dir: Optional[PathLike] = None,
+        reattach_within: float = DEFAULT_GRACE,
     ) -> Dict[str, Any]:
         """Trains a fresh model for at most ``steps`` steps (a step trains one batch on every worker; None: until
         the input is exhausted), in this process or on ``cluster``; returns the run report (the same as
@@ -146,7 +150,37 @@ class Job:
         report's ``exports`` gives their freshness and size. ``memory_budget`` (bytes or ``"4G"``) with ``spill_dir``
         (in this process; a cluster takes them as ``Cluster(memory_budget=, spill_dir=)``): the tables keep at most
         that much in RAM and the rest of their rows on disk there, the model the same bit for bit (see
-        :mod:`xdl_ec.sparse.memory_budget`); the report then has each table's tier counts and ``memory``."""
+        :mod:`xdl_ec.sparse.memory_budget`); the report then has each table's tier counts and ``memory``.
+        ``run_dir`` (a cluster on Ray of one worker, ft "ec" or "none"): the servers, their parity and the worker
+        outlive this process for ``reattach_within`` seconds, and the same fit run again with the same ``run_dir``
+        reattaches to them, continuing with nothing re-trained; past that grace it resumes from the newest save in
+        ``save_dir`` (the backstop). The report's ``reattach`` says which (docs/design/reattach.md)."""
+        if run_dir is not None:
+            if cluster is None:
+                raise ValueError("run_dir: roles that outlive the driver need a cluster on Ray")
+            reattach = DriverReattach(run_dir, reattach_within, cluster, self.spec, seed, deterministic)
+            try:
+                resume = reattach.resume_from(resume, save_dir)
+                return self._run(
+                    steps,
+                    cluster,
+                    deterministic,
+                    seed,
+                    progress,
+                    False,
+                    resume,
+                    save_dir,
+                    save_every,
+                    keep,
+                    backstop_every,
+                    logdir,
+                    export_every,
+                    export_dir,
+                    memory=MemoryBudget.of(memory_budget, None if spill_dir is None else str(spill_dir)),
+                    reattach=reattach,
+                )
+            finally:
+                reattach.end()
         return self._run(
             steps,
             cluster,
@@ -196,6 +230,7 @@ class Job:
         export_every: Optional[str] = None,
         export_dir: Optional[PathLike] = None,
         memory: Optional[MemoryBudget] = None,
+        reattach: Optional[DriverReattach] = None,
     ) -> Dict[str, Any]:
         if steps is not None:
             checks.positive_int("steps", steps)
@@ -283,7 +318,7 @@ class Job:
             try:
                 if cluster is None:
                     return self._fit_here(steps, settings, progress, saved, saver, log, exporter, memory)
-                return self._fit_on(cluster, steps, settings, progress, scrub, saved, saver, log, exporter)
+                return self._fit_on(cluster, steps, settings, progress, scrub, saved, saver, log, exporter, reattach)
             finally:
                 if log is not None:
                     log.close()
@@ -400,26 +435,36 @@ class Job:
         saver: Optional[RunSaver],
         log: Optional[TensorBoardLog] = None,
         exporter: Optional[ExportSchedule] = None,
+        reattach: Optional[DriverReattach] = None,
     ) -> Dict[str, Any]:
         config = cluster.strategy_config(settings.seed)
         if scrub and isinstance(config, EcConfig):  # `verify` checks parity: an ec cluster's
             config = dataclasses.replace(config, scrub=True)
         schedule = cluster.failure_schedule(settings.seed)
         injector = None if schedule.empty else FailureInjector(schedule)
+        cluster_config = cluster.cluster_config()
+        if reattach is not None:
+            cluster_config = reattach.cluster_config(cluster_config)
         trainer = PSTrainer(
             self.spec,
-            cluster.cluster_config(),
+            cluster_config,
             settings,
             make_strategy(config),
             injector,
             progress,
             cluster.caches(self.spec.tables),
+            reattach=None if reattach is None else reattach.record,
         )
         resizer = self._resizer = self._resizer_of(trainer, cluster, steps, self.move_hooks)
         try:
             self._begin(trainer, saved, saver, log, exporter)
+            steps_left = self._steps_left(steps, saved)
+            if reattach is not None:
+                reattach.started(trainer)
+                if steps is not None and trainer.reattached_step is not None:
+                    steps_left = max(steps - trainer.reattached_step, 0)
             try:
-                report = trainer.fit(self._steps_left(steps, saved))
+                report = trainer.fit(steps_left)
             except (RoleLost, Unrecoverable) as err:
                 if isinstance(saver, Backstop):
                     saver.note_stop(trainer.step, trainer.samples, str(err))
@@ -445,6 +490,8 @@ class Job:
             if resizer.records:
                 report["resizes"] = resizer.report()
             self._resumed(report, saved, saver)
+            if reattach is not None:
+                report["reattach"] = reattach.report(trainer, saved)
             if log is not None:
                 log.finish(trainer, report)
             position, samples = trainer.reader_position(), trainer.samples

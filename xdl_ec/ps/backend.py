@@ -195,6 +195,10 @@ class LocalBackend:
         self._handles.append(handle)
         return handle
 
+    def adopt(self, handle: Any) -> Any:
+        """Roles of one process die with it: none is ever running to be taken over."""
+        raise ValueError("adopt: a role of the local backend cannot outlive its driver")
+
     def share_code(self, functions: List[Any]) -> None:
         """Roles run in this process: they find every function where the caller does."""
 
@@ -355,26 +359,35 @@ class RayHandle(Handle):
         return RayFuture(ref, self.role, self.index, method)
 
 
-def connect_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -> None:
+def use_ray_token() -> None:
+    """This process speaks Ray's token authentication (a Ray that xdl-ec starts requires it), unless the caller set
+    RAY_AUTH_MODE."""
+    if "RAY_AUTH_MODE" not in os.environ:
+        os.environ["RAY_AUTH_MODE"] = "token"
+        try:  # Ray read the mode when it was imported: have this process see token mode too, as Ray does
+            from ray._raylet import Config  # type: ignore[attr-defined]  # Ray's own, untyped
+
+            Config.initialize("")
+        except ImportError:  # a Ray without token authentication: nothing to refresh
+            pass
+
+
+def connect_ray(address: Optional[str] = None, num_cpus: Optional[int] = None, namespace: Optional[str] = None) -> None:
     """``ray.init`` as the Ray backend wants it (a local Ray of ``num_cpus``, default every core, when ``address``
     is None). A caller that connects first keeps Ray up across several clusters: a backend stops only the Ray it
-    started itself."""
+    started itself. ``namespace``: where this driver's named actors live (a reattachable run's, derived from its
+    run dir)."""
     import ray
 
     kwargs: Dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+    if namespace is not None:
+        kwargs["namespace"] = namespace
     if "RAY_LOGGER_LEVEL" not in os.environ:  # Ray's INFO lines (started, package pushed) unless the user asked
         kwargs["logging_level"] = "warning"
     if address is None:
         # A Ray xdl-ec starts requires Ray's token (Ray 2.52+ makes one for a local start, ~/.ray/auth_token),
         # unless the caller set RAY_AUTH_MODE: a user's cluster (address given) keeps the user's setting.
-        if "RAY_AUTH_MODE" not in os.environ:
-            os.environ["RAY_AUTH_MODE"] = "token"
-            try:  # Ray read the mode when it was imported: have this process see token mode too, as Ray does
-                from ray._raylet import Config  # type: ignore[attr-defined]  # Ray's own, untyped
-
-                Config.initialize("")
-            except ImportError:  # a Ray without token authentication: nothing to refresh
-                pass
+        use_ray_token()
         kwargs["num_cpus"] = num_cpus if num_cpus is not None else os.cpu_count()
         # Ray prestarts a task worker per CPU for the first driver; every role here is an actor with a process
         # of its own, so those idle workers only cost CPU (measured ~1% of a Ray step's on 2 cores)
@@ -430,9 +443,12 @@ class RayBackend:
 
     name = "ray"
 
-    def __init__(self, address: Optional[str] = None, num_cpus: Optional[int] = None) -> None:
+    def __init__(self, address: Optional[str] = None, num_cpus: Optional[int] = None, detached: bool = False) -> None:
+        """``detached``: roles outlive this driver's Ray job (a reattachable run's, docs/design/reattach.md: its run
+        head ends them once the grace has passed)."""
         import ray
 
+        self.detached = detached
         self._started_ray = False
         if not ray.is_initialized():
             connect_ray(address, num_cpus)
@@ -453,11 +469,18 @@ class RayBackend:
             max_task_retries=0,  # type: ignore[call-overload]
             concurrency_groups={BESIDE_GROUP: 1},
         )(cls)  # Ray's stubs lack concurrency_groups
+        if self.detached:
+            actor_cls = actor_cls.options(lifetime="detached")
         if node is not None:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             actor_cls = actor_cls.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
         handle = RayHandle(role, index, actor_cls.remote(*args), node)
+        self._handles.append(handle)
+        return handle
+
+    def adopt(self, handle: RayHandle) -> RayHandle:
+        """A role started by an earlier driver of this run (detached), now this backend's to call and to stop."""
         self._handles.append(handle)
         return handle
 
@@ -566,12 +589,13 @@ def wait_first(futures: List[Any], timeout: Optional[float] = DEFAULT_TIMEOUT) -
     return [f for f in futures if f.done()]
 
 
-def make_backend(name: str, address: Optional[str] = None) -> Any:
-    """``local`` or ``ray`` (``address``: an existing Ray cluster; None starts a local one)."""
+def make_backend(name: str, address: Optional[str] = None, detached: bool = False) -> Any:
+    """``local`` or ``ray`` (``address``: an existing Ray cluster; None starts a local one; ``detached``: roles
+    outlive the driver, see :class:`RayBackend`)."""
     if name == "local":
-        if address is not None:
-            raise ValueError("address: only the ray backend takes a Ray address")
+        if address is not None or detached:
+            raise ValueError("address, detached: only the ray backend takes a Ray address or outlives its driver")
         return LocalBackend()
     if name == "ray":
-        return RayBackend(address)
+        return RayBackend(address, detached=detached)
     raise ValueError(f"backend: must be 'local' or 'ray', got {name!r}")

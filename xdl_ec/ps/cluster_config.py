@@ -29,6 +29,7 @@ class ClusterConfig:
     call_timeout: float = DEFAULT_TIMEOUT
     failure_domain: Optional[str] = None
     memory: Optional[MemoryBudget] = None  # every server's RAM budget, the rest of its rows on disk
+    detached: bool = False  # roles outlive the driver (a reattachable run on Ray, docs/design/reattach.md)
 
     def __post_init__(self) -> None:
         checks.positive_int("servers", self.servers)
@@ -36,6 +37,8 @@ class ClusterConfig:
         checks.one_of("backend", self.backend, BACKENDS)
         if self.address is not None and self.backend != "ray":
             raise ValueError("address: a Ray address needs backend='ray'")
+        if self.detached and self.backend != "ray":
+            raise ValueError("detached: roles outlive the driver only on Ray (backend='ray')")
         checks.one_of("mode", self.mode, MODES)
         checks.positive_number("call_timeout", self.call_timeout)
         check_failure_domain(self.failure_domain, self.backend)

@@ -84,6 +84,20 @@ class FaultTolerance:
     def attach(self, view: Any) -> None:
         self.view = view
 
+    #: whether :meth:`reattach` can take over a run whose driver died (docs/design/reattach.md)
+    reattaches = False
+
+    @property
+    def link_secret(self) -> Any:
+        """The secret of the strategy's own links between servers (None: it has none), which a reattaching driver
+        gets back from the run record."""
+        return None
+
+    def reattach(self, view: Any, link_secret: Any) -> None:
+        """Takes over the servers of a run whose driver died, as they are (``link_secret``: this strategy's from the
+        run record), instead of :meth:`attach`'s setting them up."""
+        raise ValueError(f"--ft {self.name}: a driver of this strategy cannot reattach to a run (use --ft ec or none)")
+
     def after_step(self, step: int) -> None:
         """Called at step boundaries with no push in flight."""
 
@@ -153,6 +167,10 @@ class NoFaultTolerance(FaultTolerance):
     """``--ft none``: a dead role stops training with the driver's clear error."""
 
     name = "none"
+    reattaches = True
+
+    def reattach(self, view: Any, link_secret: Any) -> None:
+        self.attach(view)  # the servers hold nothing of a strategy
 
     def recover(self, lost: BaseException) -> Resume:
         raise Unrecoverable(f"{lost} (--ft none keeps no redundancy: use --ft ec, ckpt or cpr)") from lost

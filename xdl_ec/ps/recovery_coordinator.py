@@ -42,9 +42,21 @@ class RecoveryCoordinator:
         injector: Optional[KillClock] = None,
     ) -> None:
         self.cluster, self.state, self.dense, self.injector = cluster, state, dense, injector
+        # told True when a recovery begins and False when it ends (a reattachable run's heartbeat records it: a
+        # driver that dies mid-recovery leaves a run that is not reattached, docs/design/reattach.md)
+        self.on_recovery: Optional[Callable[[bool], None]] = None
 
     def recover(self, lost: List[RoleLost], step: int) -> bool:
         """Recovers every role of ``lost`` still dead; True when training was rolled back."""
+        if self.on_recovery is not None:
+            self.on_recovery(True)
+        try:
+            return self._recover(lost, step)
+        finally:
+            if self.on_recovery is not None:
+                self.on_recovery(False)
+
+    def _recover(self, lost: List[RoleLost], step: int) -> bool:
         cluster, state = self.cluster, self.state
         strategy = cluster.strategy
         seen = set()

@@ -22,6 +22,7 @@ from xdl_ec.ps.fault_tolerance import FaultTolerance, NoFaultTolerance
 from xdl_ec.ps.handle import Handle
 from xdl_ec.ps.placement import plan_placement
 from xdl_ec.ps.remote import Remote
+from xdl_ec.ps.run_keeper import RunRecord
 from xdl_ec.ps.scheduler import Scheduler
 from xdl_ec.ps.worker import RunSettings, Worker
 from xdl_ec.sparse.cache_config import Cache
@@ -46,7 +47,7 @@ class RunningCluster:
         self.job, self.config, self.settings, self.caches = job, config, settings, caches
         self.strategy = strategy
         self.worker_class = worker_class
-        self.backend = make_backend(config.backend, config.address)
+        self.backend = make_backend(config.backend, config.address, config.detached)
         self.link_secret = None
         if config.backend == "ray":
             from xdl_ec.net.job_secret import JobSecret
@@ -57,12 +58,15 @@ class RunningCluster:
         self._beside_lock = threading.Lock()  # the ec rebuild's thread asks for them beside the driver's
         self.workers: List[Handle] = []
 
-    def start(self) -> None:
+    def start(self, adopted: Optional[RunRecord] = None) -> None:
         """Starts the servers (placed first: a placement the nodes cannot satisfy is an error before any starts),
-        then the workers, and the driver's client."""
+        then the workers, and the driver's client. ``adopted``: the roles of a run this driver reattaches to
+        (docs/design/reattach.md), taken over instead of started."""
+        if adopted is not None:
+            self._adopt(adopted)
+            return
         strategy = self.strategy
-        # a hot spare where starting a server is slow (a Ray process) and a strategy replaces lost servers
-        spares = 1 if self.config.backend == "ray" and not isinstance(strategy, NoFaultTolerance) else 0
+        spares = self._spares()
         placement = plan_placement(self.backend, self.config.failure_domain, self.config.servers, strategy.stripe_code)
         self.scheduler = Scheduler(
             self.backend,
@@ -77,6 +81,39 @@ class RunningCluster:
         self.backend.share_code([job.model_fn, job.input_fn, job.loss, job.eval_fn])
         self.workers = self.scheduler.start_workers(self.config.workers, self.worker_class, self.worker_args)
         self.client = PSClient(self.scheduler.servers, worker=self.config.workers, timeout=self.config.call_timeout)
+
+    def _spares(self) -> int:
+        """A hot spare where starting a server is slow (a Ray process) and a strategy replaces lost servers."""
+        return 1 if self.config.backend == "ray" and not isinstance(self.strategy, NoFaultTolerance) else 0
+
+    def _adopt(self, record: RunRecord) -> None:
+        self.link_secret = record.link_secret
+        self.scheduler = Scheduler(
+            self.backend,
+            self.config.servers,
+            self.job.tables,
+            spares=self._spares(),
+            memory=None if self.config.memory is None else self.config.memory.holding_parity(self.strategy.stripe_code),
+            adopted=(record.servers, record.spares),
+        )
+        self.scheduler.server_ids = None if record.server_ids is None else list(record.server_ids)
+        self.backend.share_code([self.job.model_fn, self.job.input_fn, self.job.loss, self.job.eval_fn])
+        self.workers = self.scheduler.workers = [self.backend.adopt(w) for w in record.workers]
+        self.scheduler.version += 1
+        self.client = PSClient(self.scheduler.servers, worker=self.config.workers, timeout=self.config.call_timeout)
+
+    def record(self, base: Dict[str, Any], shape: Dict[str, Any]) -> RunRecord:
+        """This cluster's roles as a reattaching driver needs them (docs/design/reattach.md)."""
+        return RunRecord(
+            servers=list(self.scheduler.servers),
+            spares=self.scheduler.spares,
+            workers=list(self.workers),
+            server_ids=None if self.scheduler.server_ids is None else list(self.scheduler.server_ids),
+            link_secret=self.link_secret,
+            strategy_secret=self.strategy.link_secret,
+            shape=shape,
+            base=base,
+        )
 
     @property
     def worker_applies_dense(self) -> bool:

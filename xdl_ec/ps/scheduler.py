@@ -41,7 +41,10 @@ class Scheduler:
         spares: int = 0,
         placement: Optional[Placement] = None,
         memory: Optional[MemoryBudget] = None,
+        adopted: Optional[Tuple[Sequence[Handle], Sequence[Handle]]] = None,
     ) -> None:
+        """``adopted``: (servers, spares) already running (a reattached driver's, docs/design/reattach.md), taken
+        over instead of started."""
         checks.positive_int("num_servers", num_servers)
         checks.non_negative_int("spares", spares)
         if placement is not None and len(placement.nodes) != num_servers:
@@ -52,9 +55,14 @@ class Scheduler:
         self.tables: Tuple[Table, ...] = tuple(tables)
         self._server_count = num_servers  # each server keeps its even share of a table's Evict(max_rows)
         self.version = 0
-        self.servers: List[Handle] = [
-            self._start_server(i, None if placement is None else placement.node_of(i)) for i in range(num_servers)
-        ]
+        if adopted is not None:
+            if len(adopted[0]) != num_servers:
+                raise ValueError(f"adopted: {len(adopted[0])} servers running, the cluster has {num_servers}")
+            self.servers: List[Handle] = [backend.adopt(h) for h in adopted[0]]
+        else:
+            self.servers = [
+                self._start_server(i, None if placement is None else placement.node_of(i)) for i in range(num_servers)
+            ]
         self.workers: List[Handle] = []
         # each server's stable id, which routes keys to it (docs/design/elastic.md); None: 0..n-1. A drain leaves a
         # hole (xdl_ec.ps.resize), and the servers keep their ids when one is replaced after a loss
@@ -63,10 +71,19 @@ class Scheduler:
         self._spares: List[Handle] = []
         self._spare_count = spares
         self._next_spare = num_servers  # spares get indices past the servers' until they take a dead one's
-        for _ in range(spares):
+        if adopted is not None:
+            self._spares = [backend.adopt(h) for h in adopted[1]]
+            self._next_spare = max([num_servers, *(h.index + 1 for h in self._spares)])
+        for _ in range(spares - len(self._spares)):
             self._start_spare()
-        for server in self.servers + self._spares:  # a server that cannot start fails here, not in the first step
+        # a server that cannot start fails here, not in the first step (adopted ones are probed by the reattach)
+        for server in [] if adopted is not None else self.servers + self._spares:
             Remote(server, ServerAPI).ping().result(60.0)
+
+    @property
+    def spares(self) -> List[Handle]:
+        """The idle servers ready to take a dead one's place."""
+        return list(self._spares)
 
     def replenish_spares(self) -> None:
         """Starts spares up to the count asked for (call once a recovery is complete: a process starting while a

@@ -41,9 +41,11 @@ from xdl_ec.ps.fault_tolerance import FaultTolerance, NoFaultTolerance
 from xdl_ec.ps.handle import Handle
 from xdl_ec.ps.recovery_coordinator import RecoveryCoordinator
 from xdl_ec.ps.remote import Remote
+from xdl_ec.ps.run_keeper import RunRecord
 from xdl_ec.ps.run_persistence import RunPersistence
 from xdl_ec.ps.run_report import RunReport
 from xdl_ec.ps.running_cluster import RunningCluster
+from xdl_ec.ps.step_agreement import StepAgreement
 from xdl_ec.ps.step_hook import StepHook
 from xdl_ec.ps.sync_loop import run_sync
 from xdl_ec.ps.training_loop import TrainingLoop
@@ -68,8 +70,11 @@ class PSTrainer:
         injector: Optional[FaultInjector] = None,
         progress: bool = False,
         caches: Optional[Dict[str, Cache]] = None,
+        reattach: Optional[RunRecord] = None,
     ) -> None:
-        """``caches``: {table: Cache}, the workers' embedding caches (:mod:`xdl_ec.ps.cached_client`)."""
+        """``caches``: {table: Cache}, the workers' embedding caches (:mod:`xdl_ec.ps.cached_client`).
+        ``reattach``: the record of a run whose driver died, whose roles this driver takes over and continues at
+        the step it agrees on with them (docs/design/reattach.md; :attr:`reattached_step`)."""
         checks.instance("job", job, JobSpec)
         checks.instance("cluster", cluster, ClusterConfig)
         strategy = NoFaultTolerance() if strategy is None else strategy
@@ -82,8 +87,9 @@ class PSTrainer:
         self.job, self.settings, self.injector = job, settings, injector
         self.state = TrainingState(job.tables, cluster.workers)
         self.roles = RunningCluster(job, cluster, settings, strategy, caches)
+        self.reattached_step: Optional[int] = None
         try:
-            self.roles.start()
+            self.roles.start(reattach)
             self.signature = self._first_signature()
             model = DenseModel(
                 job.model_fn,
@@ -104,9 +110,16 @@ class PSTrainer:
             self.loop = TrainingLoop(
                 self.roles, self.state, self._dense, self.recovery, self.view, steps, self, injector, progress
             )
-            strategy.attach(self.view)
+            self.agreement = StepAgreement(self.roles, self.state, self._dense)
+            if reattach is None:
+                strategy.attach(self.view)
+            else:
+                self.roles.scheduler.probe_servers()  # a server lost meanwhile is marked, then recovered
+                self.reattached_step = self.agreement.agree(reattach)
+                strategy.reattach(self.view, reattach.strategy_secret)
         except BaseException:
-            self.roles.backend.shutdown()
+            if reattach is None:  # a reattach that failed leaves the run's roles to its caller's decision
+                self.roles.backend.shutdown()
             raise
         # the cluster's parts that the job layer, resizes and benchmarks reach (the same objects for the run)
         self.backend = self.roles.backend

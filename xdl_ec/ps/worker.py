@@ -38,6 +38,7 @@ from xdl_ec.ps.run_settings import RunSettings
 from xdl_ec.ps.step_client import StepClient
 from xdl_ec.ps.step_result import StepResult
 from xdl_ec.ps.step_stats import StepStats
+from xdl_ec.ps.trained_since import TrainedSince
 from xdl_ec.ps.training_step import TrainingStep
 from xdl_ec.ps.worker_input import WorkerInput
 from xdl_ec.ps.worker_model import WorkerModel
@@ -125,6 +126,7 @@ class Worker(LinkHost):
             StepStats(),
         )
         self.training_step = TrainingStep(index, count, self.parts, prefetch_across_steps, combine_calls)
+        self._trained = TrainedSince(self.parts.input.position)
 
     # ---- the model (local runs read it here) -----------------------------------------------------------------
     @property
@@ -177,7 +179,24 @@ class Worker(LinkHost):
         that stops early holds only rows it trained). ``ttl_before``: {table: cutoff} of the tables whose
         ``Evict(ttl_seconds)`` pass ends this step's push (the driver's :class:`~xdl_ec.ps.step_times.StepTimes`),
         sent with the push."""
-        return self.training_step.train(step, weights, participants, more, ttl_before)
+        result = self.training_step.train(step, weights, participants, more, ttl_before)
+        if result is not None:  # before answering: a driver that dies now finds the step here (progress)
+            self._trained.add(result)
+        return result
+
+    @_serialised
+    def progress(self) -> Dict[str, Any]:
+        """What this worker trained since its reader was last set (its start or a seek), for a reattaching driver
+        (docs/design/reattach.md): {"position", "since", "samples", "losses", "last" (the last StepResult),
+        "has_next"}. Serialised with :meth:`train_step`: a step in flight ends first."""
+        return {**self._trained.report(), "position": self.position, "has_next": self.parts.input.current is not None}
+
+    @_serialised
+    def mark_progress(self) -> int:
+        """Counts :meth:`progress` from here (a boundary the driver recorded, docs/design/reattach.md); returns
+        the reader position."""
+        self._trained = TrainedSince(self.parts.input.position)
+        return self.position
 
     @_serialised
     def load_dense(self, state: DenseState) -> None:
@@ -230,6 +249,7 @@ class Worker(LinkHost):
         parts.rows.drop()
         current = parts.input.seek(position, state)
         parts.model.build_for(current)
+        self._trained = TrainedSince(parts.input.position)
         return current is not None
 
     @_serialised
