@@ -12,8 +12,8 @@ rows times ``--rows-scale``) on a local-backend ec cluster of ``--servers`` serv
 per stripe and one parity), preloads every id's row (``xdl-ec train --synthetic-preload``'s path: chunks of keys, each
 server creating its rows through its agent's pull, parity following), then trains for ``--train-seconds``: a first
 part until half of the time, then server 1 is killed before the next step and the rest is trained while it is rebuilt
-(the report's ``seconds_to_full_redundancy``). The baseline runs have no budget, 20M rows (benchmark 1's size:
-``--rows-scale`` 20M / 187.8M, times this run's ``--rows-scale``) and no kill. The model digest is not taken (it
+(the report's ``seconds_to_full_redundancy``). The baseline runs have no budget, ``--baseline-rows`` rows (default
+benchmark 1's 20M: every table times 20M / 187.8M) and no kill. The model digest is not taken (it
 exports every row into the driver's RAM, which a table larger than RAM does not fit); exactness after a preload and
 a kill is the tests' (tests/integration/test_preload.py).
 
@@ -138,6 +138,7 @@ def child(args: argparse.Namespace) -> None:
             flush=True,
         )
         parts: List[Dict[str, Any]] = []
+        last: Dict[str, Any] = {}
 
         def train(seconds: float, label: str) -> None:
             """fit() in chunks of steps until ``seconds`` of training passed."""
@@ -145,6 +146,7 @@ def child(args: argparse.Namespace) -> None:
             chunk, failures = 5, {}
             while time.perf_counter() - began < seconds:
                 r = trainer.fit(chunk)
+                last.update(r)
                 samples += r["samples"]
                 steps += r["steps_this_fit"]
                 train_s += r["train_seconds"]
@@ -183,7 +185,7 @@ def child(args: argparse.Namespace) -> None:
         report = trainer.report()
         out["tables"] = report.get("tables")
         out["servers"] = report.get("servers")
-        out["parity"] = {k: v for k, v in report.items() if k.startswith("parity")}
+        out["parity"] = {k: v for k, v in last.items() if k.startswith("parity")}  # the strategy's, per fit
         out["load_end"] = load()
     finally:
         trainer.close()
@@ -263,8 +265,14 @@ def run(args: argparse.Namespace, label: str, scale: float, budget: Optional[str
         f"  {label}: peak RSS {out['peak_rss_bytes'] / 2**30:.2f} GiB (sampled: anonymous "
         f"{peak['RssAnon'] / 2**30:.2f}, file {peak['RssFile'] / 2**30:.2f}, shmem {peak['RssShmem'] / 2**30:.2f} GiB; "
         f"system used +{peak['mem'] / 2**30:.2f} GiB), "
-        f"disk +{peak['disk'] / 1e9:.1f} GB (tiers: rows {tier.get('disk_bytes', 0) / 1e9:.1f} GB, parity "
-        f"{parity.get('disk_bytes', 0) / 1e9:.1f} GB), {out['samples_per_sec']:,.0f} samples/s, load {load()}",
+        f"disk +{peak['disk'] / 1e9:.1f} GB of the (shared) filesystem"
+        + (
+            f" (the tiers' files: rows {tier.get('disk_bytes', 0) / 1e9:.2f} GB, parity "
+            f"{parity.get('disk_bytes', 0) / 1e9:.2f} GB), "
+            if budget
+            else ", "
+        )
+        + f"{out['samples_per_sec']:,.0f} samples/s, load {load()}",
         flush=True,
     )
     return out
@@ -283,6 +291,7 @@ def main() -> None:
     parser.add_argument("--memory-budget", default="2G", help="per server (the key index and slot words included)")
     parser.add_argument("--train-seconds", type=float, default=600.0)
     parser.add_argument("--baseline-seconds", type=float, default=120.0)
+    parser.add_argument("--baseline-rows", type=int, default=BASELINE_ROWS, help="the in-memory runs' rows")
     parser.add_argument("--batch", type=int, default=4096)
     parser.add_argument("--servers", type=int, default=5)
     parser.add_argument("--seed", type=int, default=1)
@@ -298,7 +307,7 @@ def main() -> None:
         return
     if not os.path.isdir(args.spill_dir):
         raise SystemExit(f"--spill-dir {args.spill_dir!r}: no such directory")
-    base_scale = BASELINE_ROWS / FULL_ROWS * args.rows_scale
+    base_scale = args.baseline_rows / FULL_ROWS
     if args.no_baseline:
         run(args, "S (scale, budgeted, a kill)", args.rows_scale, args.memory_budget, args.train_seconds, True)
         return
