@@ -221,8 +221,13 @@ class PSTrainer:
 
     def preload(self, table: str, chunks: Iterable[np.ndarray]) -> int:
         """Creates the rows of every key in ``chunks`` on the servers before the first step
-        (:func:`xdl_ec.ps.row_preload.preload_rows`); returns how many keys were sent."""
-        return preload_rows(self.roles, table, chunks)
+        (:func:`xdl_ec.ps.row_preload.preload_rows`); returns how many keys were sent. The strategy then takes the
+        preloaded rows as a resume's (``resumed``): no worker logs them for a replay, so ec waits until they are
+        parity-durable (a kill a few steps in could otherwise find some still on their way and rebuild the server
+        without them), ckpt and cpr take a fresh copy to roll back to."""
+        sent = preload_rows(self.roles, table, chunks)
+        self.strategy.resumed(self.state.step)
+        return sent
 
     # ---- evaluation and report --------------------------------------------------------------------------
     def evaluate(self, batches: Iterable[Any]) -> Dict[str, Any]:
