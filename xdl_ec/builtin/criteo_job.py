@@ -19,11 +19,14 @@ import collections
 import dataclasses
 import math
 import os
-from typing import Any, Dict, Iterator, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence
+
+import numpy as np
 
 from xdl_ec.data.file_stream import DEFAULT_POLL_SECONDS, FileStream
 from xdl_ec.data.schema import Batch
 from xdl_ec.data.source import TrainingData
+from xdl_ec.data.synthetic import CARDINALITY_SETS, SyntheticCriteo
 from xdl_ec.job.job import Job
 from xdl_ec.model.dense_model import DENSE_OPTIMIZERS
 from xdl_ec.model.feature import Feature
@@ -106,6 +109,31 @@ class TrainConfig:
         "--synthetic-max-cardinality",
         "[built-in] cap on each synthetic column's cardinality (default {default})",
         type=positive_int,
+    )
+    synthetic_tables: str = _field(
+        "kaggle",
+        "--synthetic-tables",
+        "[built-in] the synthetic columns' cardinalities: kaggle (Criteo Kaggle's, ~34M ids) or criteo-1tb (MLPerf "
+        "DLRM's Criteo 1TB tables capped at 40M rows each, ~188M ids; give --synthetic-max-cardinality 40000000 or "
+        "more to keep them whole) (default {default})",
+        choices=tuple(CARDINALITY_SETS),
+    )
+    synthetic_table_scale: float = _field(
+        1.0,
+        "--synthetic-table-scale",
+        "[built-in] every synthetic column's cardinality times F, in (0, 1] (rounded up; before "
+        "--synthetic-max-cardinality): the same shape at a fraction of its rows (default {default})",
+        type=positive_float,
+        metavar="F",
+    )
+    synthetic_preload: bool = _field(
+        False,
+        "--synthetic-preload",
+        "[built-in] before the first step, create the row of every id the synthetic data can draw (each column's "
+        "values below its cardinality) in bounded chunks, through the servers' own insert path (parity follows): "
+        "each row is its initializer's, the row training would have created on first use, so every step reads "
+        "what it reads without the preload (not on --resume: the save holds the rows)",
+        action="store_true",
     )
     synthetic_zipf: float = _field(
         1.1,
@@ -266,6 +294,10 @@ class TrainConfig:
             checks.positive_int("steps", self.steps)
         if self.synthetic_max_cardinality is not None:
             checks.positive_int("synthetic_max_cardinality", self.synthetic_max_cardinality)
+        checks.one_of("synthetic_tables", self.synthetic_tables, tuple(CARDINALITY_SETS))
+        checks.number("synthetic_table_scale", self.synthetic_table_scale, 0.0, 1.0, low_open=True)
+        if self.synthetic_preload and not self.synthetic:
+            raise ValueError("synthetic_preload: preloads the ids of synthetic data; it needs synthetic=True")
         for name in ("lr", "dense_lr", "synthetic_zipf"):
             checks.positive_number(name, getattr(self, name))
         checks.number("eval_fraction", self.eval_fraction, 0.0, 1.0, high_open=True)
@@ -300,6 +332,8 @@ def open_training_data(config: TrainConfig) -> TrainingData:
             seed=config.seed,
             max_cardinality=config.synthetic_max_cardinality,
             zipf_exponent=config.synthetic_zipf,
+            tables=config.synthetic_tables,
+            table_scale=config.synthetic_table_scale,
         )
     if config.data is None:
         raise ValueError("data: the built-in job reads a Criteo file (data=PATH) or synthetic rows (synthetic=True)")
@@ -441,6 +475,32 @@ class CriteoModel:
 
         c = self.config
         return build_model(c.model, c.emb_dim, bottom_mlp=c.bottom_mlp, top_mlp=c.top_mlp, hidden=c.hidden)
+
+
+PRELOAD_CHUNK = 1 << 18  # keys per preload chunk: ~40 MB of new d16 Adagrad rows over the servers at a time
+
+
+@dataclasses.dataclass(frozen=True)
+class SyntheticIds:
+    """Every id the built-in job's synthetic data can draw, in chunks (a preload's keys)."""
+
+    config: TrainConfig
+
+    def __call__(self) -> Iterator[np.ndarray]:
+        c = self.config
+        gen = SyntheticCriteo(
+            c.seed,
+            max_cardinality=c.synthetic_max_cardinality,
+            zipf_exponent=c.synthetic_zipf,
+            tables=c.synthetic_tables,
+            table_scale=c.synthetic_table_scale,
+        )
+        return gen.key_chunks(PRELOAD_CHUNK)
+
+
+def synthetic_preload(config: TrainConfig) -> Dict[str, Callable[[], Iterator[np.ndarray]]]:
+    """``Job.fit``'s ``preload`` of ``--synthetic-preload``: the built-in table's every synthetic id."""
+    return {TABLE_NAME: SyntheticIds(config)}
 
 
 def criteo_job(config: TrainConfig) -> Job:

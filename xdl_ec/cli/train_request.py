@@ -10,7 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job, num_train_batches, open_training_data
+from xdl_ec.builtin.criteo_job import (
+    TrainConfig,
+    criteo_job,
+    num_train_batches,
+    open_training_data,
+    synthetic_preload,
+)
 from xdl_ec.cli.config_flags import flag_names, given, values
 from xdl_ec.cli.parser import UsageError
 from xdl_ec.cli.run_outputs import RunOutputs
@@ -139,6 +145,8 @@ def train_request(args: argparse.Namespace) -> TrainRequest:
     _check_kills(cluster, steps)
     job = criteo_job(config)
     job.source = builtin_source(config)
+    if config.synthetic_preload:
+        fit_options["preload"] = synthetic_preload(config)
     return TrainRequest(
         job, cluster, steps, run["seed"], run["deterministic"], outputs.progress, config, training_data, fit_options
     )

@@ -46,6 +46,13 @@ def categorical_keys(values: np.ndarray) -> np.ndarray:
     return fmix64(values | _COLUMN_SALT).view(np.int64)
 
 
+def column_keys(column: int, values: np.ndarray) -> np.ndarray:
+    """Keys int64 [N] of one column's categorical values uint64 [N]: ``categorical_keys``' keys of that column."""
+    if not 0 <= column < NUM_SPARSE:
+        raise ValueError(f"column: must be in [0, {NUM_SPARSE}), got {column}")
+    return fmix64(np.asarray(values, dtype=np.uint64) | _COLUMN_SALT[column]).view(np.int64)
+
+
 def dense_transform(raw: np.ndarray) -> np.ndarray:
     """float32 log(1 + max(x, 0)) of raw integer features (computed in float64, rounded once)."""
     return np.log1p(np.maximum(np.asarray(raw, dtype=np.float64), 0.0)).astype(np.float32)

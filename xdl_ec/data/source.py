@@ -44,12 +44,21 @@ class TrainingData:
         seed: int = 0,
         max_cardinality: int | None = None,
         zipf_exponent: float = 1.1,
+        tables: str = "kaggle",
+        table_scale: float = 1.0,
     ) -> "TrainingData":
-        """``rows`` synthetic rows, of which the last ``floor(rows * eval_fraction)`` are held out."""
+        """``rows`` synthetic rows, of which the last ``floor(rows * eval_fraction)`` are held out; ``tables``,
+        ``table_scale``: the columns' cardinalities (:class:`SyntheticCriteo`)."""
         rows = checks.integer("rows", rows, 1)
         if not 0.0 <= eval_fraction < 1.0:
             raise ValueError(f"eval_fraction: must be in [0, 1), got {eval_fraction}")
-        gen = SyntheticCriteo(seed, max_cardinality=max_cardinality, zipf_exponent=zipf_exponent)
+        gen = SyntheticCriteo(
+            seed,
+            max_cardinality=max_cardinality,
+            zipf_exponent=zipf_exponent,
+            tables=tables,
+            table_scale=table_scale,
+        )
         return _SyntheticData(gen, rows, int(math.floor(rows * eval_fraction)))
 
 

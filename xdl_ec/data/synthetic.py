@@ -14,11 +14,20 @@ however large the cardinalities. Batch ``i`` of a split is generated from its ow
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
-from xdl_ec.data.schema import NUM_DENSE, NUM_SPARSE, Batch, categorical_keys, dense_transform, tf_signature
+from xdl_ec.data.schema import (
+    NUM_DENSE,
+    NUM_SPARSE,
+    Batch,
+    categorical_keys,
+    column_keys,
+    dense_transform,
+    tf_signature,
+)
 from xdl_ec.settings import checks
 from xdl_ec.sparse.hashing import fmix64
 
@@ -55,6 +64,40 @@ CRITEO_KAGGLE_CARDINALITIES = (
     142572,
 )
 
+# MLPerf DLRM's Criteo 1TB (Terabyte) tables, C1..C26, each capped at 40M rows (its --max-ind-range=40000000):
+# 187,767,399 rows in all.
+CRITEO_1TB_CARDINALITIES = (
+    39884406,
+    39043,
+    17289,
+    7420,
+    20263,
+    3,
+    7120,
+    1543,
+    63,
+    38532951,
+    2953546,
+    403346,
+    10,
+    2208,
+    11938,
+    155,
+    4,
+    976,
+    14,
+    39979771,
+    25641295,
+    39664984,
+    585935,
+    12972,
+    108,
+    36,
+)
+
+# --synthetic-tables: the column cardinalities by name
+CARDINALITY_SETS = {"kaggle": CRITEO_KAGGLE_CARDINALITIES, "criteo-1tb": CRITEO_1TB_CARDINALITIES}
+
 _SPLITS = {"train": 0, "eval": 1}
 
 
@@ -74,9 +117,13 @@ class SyntheticCriteo:
 
     Args:
       seed: selects the data and the hidden model.
-      max_cardinality: caps every column's cardinality (None: the full Criteo Kaggle ones).
+      max_cardinality: caps every column's cardinality (None: the full ones of ``tables``).
       zipf_exponent: skew of the categorical values (> 0; Criteo's is about 1.05-1.2).
       id_weight_scale: standard deviation of the hidden per-id weights.
+      tables: the column cardinalities, a name of ``CARDINALITY_SETS``: ``"kaggle"`` (Criteo Kaggle's) or
+        ``"criteo-1tb"`` (MLPerf DLRM's Criteo 1TB tables, each capped at 40M rows).
+      table_scale: every column's cardinality times this (rounded up, at least 1; before ``max_cardinality``):
+        a run of the same shape at a fraction of its rows.
     """
 
     def __init__(
@@ -86,6 +133,8 @@ class SyntheticCriteo:
         max_cardinality: int | None = None,
         zipf_exponent: float = 1.1,
         id_weight_scale: float = 0.5,
+        tables: str = "kaggle",
+        table_scale: float = 1.0,
     ) -> None:
         seed = checks.integer("seed", seed, 0)
         if max_cardinality is not None and (
@@ -98,8 +147,12 @@ class SyntheticCriteo:
             raise ValueError(f"zipf_exponent: must be a positive number, got {zipf_exponent!r}")
         if not np.isfinite(id_weight_scale) or id_weight_scale < 0:
             raise ValueError(f"id_weight_scale: must be a non-negative number, got {id_weight_scale!r}")
+        if tables not in CARDINALITY_SETS:
+            raise ValueError(f"tables: must be one of {sorted(CARDINALITY_SETS)}, got {tables!r}")
+        if not np.isfinite(table_scale) or not 0 < table_scale <= 1:
+            raise ValueError(f"table_scale: must be in (0, 1], got {table_scale!r}")
         self.seed = int(seed)
-        cards = np.array(CRITEO_KAGGLE_CARDINALITIES, dtype=np.int64)
+        cards = np.array([max(1, math.ceil(c * table_scale)) for c in CARDINALITY_SETS[tables]], dtype=np.int64)
         if max_cardinality is not None:
             cards = np.minimum(cards, int(max_cardinality))
         self.cardinalities = cards
@@ -120,6 +173,16 @@ class SyntheticCriteo:
         w = (u - 0.5) * (self.id_weight_scale * np.sqrt(12.0))
         w[:, 8:] *= 0.25
         return w
+
+    def key_chunks(self, chunk_rows: int) -> Iterator[np.ndarray]:
+        """Every key the data can draw (each column's ranks below its cardinality, the key of ``batch``'s
+        ``sparse``), column by column in rank order, in int64 chunks of at most ``chunk_rows``: the rows a
+        preload creates (``xdl-ec train --synthetic-preload``)."""
+        chunk_rows = checks.integer("chunk_rows", chunk_rows, 1)
+        for column, cardinality in enumerate(self.cardinalities.tolist()):
+            for start in range(0, cardinality, chunk_rows):
+                stop = min(start + chunk_rows, cardinality)
+                yield column_keys(column, np.arange(start, stop, dtype=np.uint64))
 
     def batch(self, index: int, batch_size: int, split: str = "train") -> Batch:
         """Batch number ``index`` of a split (deterministic in seed, split, batch_size and index)."""

@@ -19,7 +19,7 @@ import dataclasses
 import logging
 import os
 import time
-from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -130,6 +130,7 @@ class Job:
         spill_dir: Optional[PathLike] = None,
         run_dir: Optional[PathLike] = None,
         reattach_within: float = DEFAULT_GRACE,
+        preload: Optional[Mapping[str, Callable[[], Iterable[np.ndarray]]]] = None,
     ) -> Dict[str, Any]:
         """Trains a fresh model for at most ``steps`` steps (a step trains one batch on every worker; None: until
         the input is exhausted), in this process or on ``cluster``; returns the run report (the same as
@@ -154,7 +155,12 @@ class Job:
         ``run_dir`` (a cluster on Ray of one worker, ft "ec" or "none"): the servers, their parity and the worker
         outlive this process for ``reattach_within`` seconds, and the same fit run again with the same ``run_dir``
         reattaches to them, continuing with nothing re-trained; past that grace it resumes from the newest save in
-        ``save_dir`` (the backstop). The report's ``reattach`` says which (docs/design/reattach.md)."""
+        ``save_dir`` (the backstop). The report's ``reattach`` says which (docs/design/reattach.md).
+        ``preload`` ({table name: a callable returning that table's keys in int64 chunks}): before the first step of
+        a fresh run (not a resumed one: its save holds the rows), every key gets the row a step's first pull would
+        create (its initializer's), a chunk at a time, through the servers' own insert path (so parity and
+        checkpoints follow); every step then reads what it reads without the preload. The report's ``preload``
+        gives {table: {"rows", "seconds"}}."""
         if run_dir is not None:
             if cluster is None:
                 raise ValueError("run_dir: roles that outlive the driver need a cluster on Ray")
@@ -178,6 +184,7 @@ class Job:
                     export_dir,
                     memory=MemoryBudget.of(memory_budget, None if spill_dir is None else str(spill_dir)),
                     reattach=reattach,
+                    preload=preload,
                 )
             finally:
                 reattach.end()
@@ -197,6 +204,7 @@ class Job:
             export_every,
             export_dir,
             memory=MemoryBudget.of(memory_budget, None if spill_dir is None else str(spill_dir)),
+            preload=preload,
         )
 
     def verify(
@@ -231,6 +239,7 @@ class Job:
         export_dir: Optional[PathLike] = None,
         memory: Optional[MemoryBudget] = None,
         reattach: Optional[DriverReattach] = None,
+        preload: Optional[Mapping[str, Callable[[], Iterable[np.ndarray]]]] = None,
     ) -> Dict[str, Any]:
         if steps is not None:
             checks.positive_int("steps", steps)
@@ -251,6 +260,13 @@ class Job:
                     cluster.servers,
                     cluster.ft,
                 )
+        preload = dict(preload or {})
+        names = {t.name for t in self.spec.tables}
+        for name, keys in preload.items():
+            if name not in names:
+                raise ValueError(f"preload: the job has no table {name!r} (its tables: {sorted(names)})")
+            if not callable(keys):
+                raise TypeError(f"preload[{name!r}]: must be a callable returning the keys in chunks, got {keys!r}")
         workers = 1 if cluster is None else cluster.workers
         saved = None
         if resume is not None:  # checked whole before anything starts
@@ -317,8 +333,10 @@ class Job:
             self._close_model()
             try:
                 if cluster is None:
-                    return self._fit_here(steps, settings, progress, saved, saver, log, exporter, memory)
-                return self._fit_on(cluster, steps, settings, progress, scrub, saved, saver, log, exporter, reattach)
+                    return self._fit_here(steps, settings, progress, saved, saver, log, exporter, memory, preload)
+                return self._fit_on(
+                    cluster, steps, settings, progress, scrub, saved, saver, log, exporter, reattach, preload
+                )
             finally:
                 if log is not None:
                     log.close()
@@ -354,10 +372,11 @@ class Job:
         log: Optional[TensorBoardLog] = None,
         exporter: Optional[ExportSchedule] = None,
         memory: Optional[MemoryBudget] = None,
+        preload: Optional[Dict[str, Callable[[], Iterable[np.ndarray]]]] = None,
     ) -> Dict[str, Any]:
         run = LocalRun(self.spec, settings, progress, memory)
         try:
-            self._begin(run, saved, saver, log, exporter)
+            preloaded = self._begin(run, saved, saver, log, exporter, preload)
             try:
                 report = run.fit(self._steps_left(steps, saved))
             except DiskTierFull as full:
@@ -369,6 +388,8 @@ class Job:
             report.update(self._evaluate(run.trained()))
             report["model_digest"] = run.digest()
             report.update(run.report())
+            if preloaded:
+                report["preload"] = preloaded
             self._resumed(report, saved, saver)
             if log is not None:
                 log.finish(run, report)
@@ -389,11 +410,19 @@ class Job:
         saver: Optional[RunSaver],
         log: Optional[TensorBoardLog],
         exporter: Optional[ExportSchedule] = None,
-    ) -> None:
-        """Before a run's first step (in this process or on a cluster): the save it resumes, its saver and its
-        TensorBoard log as hooks, and the clean stop at a step boundary on SIGINT / SIGTERM."""
+        preload: Optional[Dict[str, Callable[[], Iterable[np.ndarray]]]] = None,
+    ) -> Dict[str, Any]:
+        """Before a run's first step (in this process or on a cluster): the save it resumes or else the preload
+        (returns {table: {"rows", "seconds"}} of it), its saver and its TensorBoard log as hooks, and the clean stop
+        at a step boundary on SIGINT / SIGTERM."""
+        preloaded: Dict[str, Any] = {}
         if saved is not None:
             run.restore(saved)
+        else:
+            for name, keys in (preload or {}).items():
+                start = time.perf_counter()
+                rows = run.preload(name, keys())
+                preloaded[name] = {"rows": rows, "seconds": time.perf_counter() - start}
         if saver is not None:
             saver.start(run.step)
             run.hooks.append(saver)
@@ -404,6 +433,7 @@ class Job:
             log.start(run)
             run.hooks.append(log)
         run.hooks.append(StopAtBoundary(STOP_REQUEST, lambda: self._save_end(saver, run)))
+        return preloaded
 
     def _stopped_on_full_disk(self, full: DiskTierFull, saver: Optional[RunSaver], run: Any) -> DiskTierFull:
         """A run stopped by its spill dir's disk: saved when it stopped at a boundary and has a save dir."""
@@ -436,6 +466,7 @@ class Job:
         log: Optional[TensorBoardLog] = None,
         exporter: Optional[ExportSchedule] = None,
         reattach: Optional[DriverReattach] = None,
+        preload: Optional[Dict[str, Callable[[], Iterable[np.ndarray]]]] = None,
     ) -> Dict[str, Any]:
         config = cluster.strategy_config(settings.seed)
         if scrub and isinstance(config, EcConfig):  # `verify` checks parity: an ec cluster's
@@ -457,7 +488,10 @@ class Job:
         )
         resizer = self._resizer = self._resizer_of(trainer, cluster, steps, self.move_hooks)
         try:
-            self._begin(trainer, saved, saver, log, exporter)
+            # a reattached run's rows are the servers' own: nothing to preload
+            preloaded = self._begin(
+                trainer, saved, saver, log, exporter, None if trainer.reattached_step is not None else preload
+            )
             steps_left = self._steps_left(steps, saved)
             if reattach is not None:
                 reattach.started(trainer)
@@ -487,6 +521,8 @@ class Job:
             exports = [trainer.scheduler.exports(t.name) for t in self.spec.tables]
             report["model_digest"] = trainer.digest_of(exports)
             report.update(trainer.report())
+            if preloaded:
+                report["preload"] = preloaded
             if resizer.records:
                 report["resizes"] = resizer.report()
             self._resumed(report, saved, saver)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterable, Optional
 
 import numpy as np
 
@@ -34,6 +34,7 @@ from xdl_ec.ps.worker import RunSettings, Worker
 from xdl_ec.settings import checks
 from xdl_ec.sparse.disk_tier_full import DiskTierFull, spill_dir_of
 from xdl_ec.sparse.memory_budget import MemoryBudget, tier_reports
+from xdl_ec.sparse.table import as_keys
 
 
 class LocalRun:
@@ -161,6 +162,18 @@ class LocalRun:
         self.step_times.resume(saved.step)
         self.samples = saved.worker_samples[0]
         self.worker.seek(saved.worker_batches[0], saved.worker_inputs[0])
+
+    def preload(self, table: str, chunks: Iterable[np.ndarray]) -> int:
+        """Creates the rows of every key in ``chunks`` before the first step, each by a pull (the path a step's first
+        pull of a key takes: its initializer's row); returns how many keys were asked."""
+        if table not in self.tables.tables:
+            raise ValueError(f"preload: the job has no table {table!r}")
+        t, sent = self.tables.tables[table], 0
+        for chunk in chunks:
+            keys = np.unique(as_keys(chunk, f"preload[{table!r}] keys"))
+            t.pull(keys)
+            sent += int(keys.size)
+        return sent
 
     def rows_per_table(self) -> Dict[str, int]:
         """Rows held per table now."""

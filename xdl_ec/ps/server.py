@@ -191,6 +191,9 @@ class ParameterServer(LinkHost):
     def load_rows(self, table: str, rows: Mapping[str, np.ndarray]) -> int:
         return self.admin.load_rows(table, rows)
 
+    def create_rows(self, table: str, keys: np.ndarray) -> int:
+        return self.admin.create_rows(table, keys)
+
     def erase_rows(self, table: str, keys: np.ndarray) -> int:
         return self.admin.erase_rows(table, keys)
 

@@ -66,6 +66,17 @@ class ServerAdmin:
             self._shards.new_epoch()
             return int(keys.size)
 
+    def create_rows(self, table: str, keys: np.ndarray) -> int:
+        """Creates the rows ``keys`` lack (a preload, :mod:`xdl_ec.ps.row_preload`) through the agent's pull, the
+        path a step's first pull of a key takes (its initializer's row; a mutation like a push); the rows read are
+        dropped. Returns how many keys were asked."""
+        with self._shards.lock:
+            t = self._host.table(table)
+            keys = as_keys(keys)
+            self._hosted.agent.pull(self._host, t, keys)
+            self._shards.new_epoch()
+            return int(keys.size)
+
     def erase_rows(self, table: str, keys: np.ndarray) -> int:
         """Removes the rows of ``keys`` (rows that moved to another server in a resize, :mod:`xdl_ec.ps.resize`)
         through the agent; returns how many."""

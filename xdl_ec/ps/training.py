@@ -41,6 +41,7 @@ from xdl_ec.ps.fault_tolerance import FaultTolerance, NoFaultTolerance
 from xdl_ec.ps.handle import Handle
 from xdl_ec.ps.recovery_coordinator import RecoveryCoordinator
 from xdl_ec.ps.remote import Remote
+from xdl_ec.ps.row_preload import preload_rows
 from xdl_ec.ps.run_keeper import RunRecord
 from xdl_ec.ps.run_persistence import RunPersistence
 from xdl_ec.ps.run_report import RunReport
@@ -230,6 +231,16 @@ class PSTrainer:
 
     def take_changes(self, full: bool) -> List[Dict[str, Any]]:
         return self.persistence.take_changes(full)
+
+    def preload(self, table: str, chunks: Iterable[np.ndarray]) -> int:
+        """Creates the rows of every key in ``chunks`` on the servers before the first step
+        (:func:`xdl_ec.ps.row_preload.preload_rows`); returns how many keys were sent. The strategy then takes the
+        preloaded rows as a resume's (``resumed``): no worker logs them for a replay, so ec waits until they are
+        parity-durable (a kill a few steps in could otherwise find some still on their way and rebuild the server
+        without them), ckpt and cpr take a fresh copy to roll back to."""
+        sent = preload_rows(self.roles, table, chunks)
+        self.strategy.resumed(self.state.step)
+        return sent
 
     # ---- evaluation and report --------------------------------------------------------------------------
     def evaluate(self, batches: Iterable[Any]) -> Dict[str, Any]:
