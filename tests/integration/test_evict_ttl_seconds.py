@@ -101,6 +101,9 @@ def test_a_ckpt_rollback_over_a_pass_keeps_the_first_step_times(tmp_path: Path, 
     assert digest == by_steps_digest(failure_free)
 
 
+# slow (not in CI's 20 minutes): the local backend's test of the same rebuild runs in CI, and Ray's transport
+# under a kill is test_ft_ec's and test_memory_budget_ray's
+@pytest.mark.slow
 @pytest.mark.ray
 def test_ec_on_ray_rebuilds_a_table_evicting_by_seconds_exactly(failure_free: Any) -> None:
     pytest.importorskip("ray")

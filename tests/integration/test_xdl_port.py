@@ -189,6 +189,9 @@ def test_the_same_scaffold_trains_when_supported(tmp_path: Path) -> None:
     assert json.loads(path.read_text())["steps"] == 4
 
 
+# slow (not in CI's 20 minutes): the local backend's test of the same rebuild runs in CI, and Ray's transport
+# under a kill is test_ft_ec's and test_memory_budget_ray's
+@pytest.mark.slow
 @pytest.mark.ray
 def test_the_port_on_ray_with_ec_and_a_killed_server_ends_at_the_failure_free_model() -> None:
     """On Ray actors, the script's module travels with the job (it is not importable there)."""
