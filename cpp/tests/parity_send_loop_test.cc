@@ -127,6 +127,13 @@ void Drain(Server& server, std::vector<std::unique_ptr<Link>>& links) {
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "parity did not catch up";
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  // the loop calls `delivered` after its Ack, so the last send's hook may still be on its way once nothing is pending
+  for (auto& l : links) {
+    while (l->deliveries.load() != static_cast<int>(l->loop->sends())) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "a send's delivered hook did not run";
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
 }
 
 TEST(ParitySendLoop, DeliversEveryBatchInOrderSoParityEqualsTheInProcessHolders) {
