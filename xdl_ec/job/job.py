@@ -161,51 +161,36 @@ class Job:
         create (its initializer's), a chunk at a time, through the servers' own insert path (so parity and
         checkpoints follow); every step then reads what it reads without the preload. The report's ``preload``
         gives {table: {"rows", "seconds"}}."""
+        reattach: Optional[DriverReattach] = None
         if run_dir is not None:
             if cluster is None:
                 raise ValueError("run_dir: roles that outlive the driver need a cluster on Ray")
             reattach = DriverReattach(run_dir, reattach_within, cluster, self.spec, seed, deterministic)
-            try:
+        try:
+            if reattach is not None:
                 resume = reattach.resume_from(resume, save_dir)
-                return self._run(
-                    steps,
-                    cluster,
-                    deterministic,
-                    seed,
-                    progress,
-                    False,
-                    resume,
-                    save_dir,
-                    save_every,
-                    keep,
-                    backstop_every,
-                    logdir,
-                    export_every,
-                    export_dir,
-                    memory=MemoryBudget.of(memory_budget, None if spill_dir is None else str(spill_dir)),
-                    reattach=reattach,
-                    preload=preload,
-                )
-            finally:
+            return self._run(
+                steps,
+                cluster,
+                deterministic,
+                seed,
+                progress,
+                False,
+                resume,
+                save_dir,
+                save_every,
+                keep,
+                backstop_every,
+                logdir,
+                export_every,
+                export_dir,
+                memory=MemoryBudget.of(memory_budget, None if spill_dir is None else str(spill_dir)),
+                reattach=reattach,
+                preload=preload,
+            )
+        finally:
+            if reattach is not None:
                 reattach.end()
-        return self._run(
-            steps,
-            cluster,
-            deterministic,
-            seed,
-            progress,
-            False,
-            resume,
-            save_dir,
-            save_every,
-            keep,
-            backstop_every,
-            logdir,
-            export_every,
-            export_dir,
-            memory=MemoryBudget.of(memory_budget, None if spill_dir is None else str(spill_dir)),
-            preload=preload,
-        )
 
     def verify(
         self,
