@@ -362,9 +362,10 @@ struct EmbeddingShard::Impl {
   // `fetched`, its slots and resident records are handed back (an untiered store leaves it empty), so the
   // operation does not resolve the keys a second time; `for_write`: the operation writes those records.
   // `hit_values` (with `fetched`, a pull's output): each hit's value is copied there as its key is confirmed,
-  // its frame in cache, and only the rows read in are left to copy (fetched->read_in).
+  // its frame in cache, and only the rows read in are left to copy (fetched->read_in). `may_insert`: the
+  // operation may add a row for each absent key, and room is made for those too.
   void FetchKeys(const int64_t* keys, size_t n, FetchedRows* fetched = nullptr, bool for_write = false,
-                 float* hit_values = nullptr) const;
+                 float* hit_values = nullptr, bool may_insert = false) const;
   // A scan in slot order: the block starting at `slot` read in whole (the scan's earlier blocks may go).
   void ScanAt(size_t slot) const {
     if (store.tiered() && store.WithinBlock(slot) == 0) store.FetchRange(slot, store.block_slots(), OtherBytes());

@@ -157,13 +157,20 @@ void ParityStore::ApplyEntries(size_t count, size_t rb, EntryAt entry_at, DeltaA
     // The fetch step: every target already on disk read in together (the only call that may fail, so a
     // full disk changes nothing), then new blocks appended as resident zeros; no frame moves until the apply is done.
     thread_local std::vector<uint32_t> slots;
+    thread_local std::vector<size_t> new_blocks;  // room is made for their records too: no frames past the budget
     slots.clear();
+    new_blocks.clear();
     for (size_t e = 0; e < count; ++e) {
       const ParityUpdate::Entry& en = entry_at(e);
-      if (AllocatedLocked(en.parity_block))
+      if (AllocatedLocked(en.parity_block)) {
         slots.push_back(static_cast<uint32_t>(tier_base_[en.parity_block] + en.offset / rb));
+      } else {
+        new_blocks.push_back(en.parity_block);
+      }
     }
-    tier_->Fetch(slots.data(), slots.size(), TierOtherBytesLocked());
+    std::sort(new_blocks.begin(), new_blocks.end());
+    const size_t fresh = static_cast<size_t>(std::unique(new_blocks.begin(), new_blocks.end()) - new_blocks.begin());
+    tier_->Fetch(slots.data(), slots.size(), TierOtherBytesLocked(), nullptr, false, fresh * (block_bytes_ / rb));
     const size_t allocated = allocated_;
     for (size_t e = 0; e < count; ++e) {
       const ParityUpdate::Entry& en = entry_at(e);

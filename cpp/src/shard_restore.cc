@@ -69,7 +69,7 @@ void EmbeddingShard::Impl::EnsureBlock(size_t b) {
 void EmbeddingShard::Impl::PrepareBlocks(const int64_t* keys, size_t n, bool may_insert, FetchedRows* fetched,
                                          bool for_write) {
   FaultBlocks(keys, n, may_insert);
-  FetchKeys(keys, n, fetched, for_write);  // after the faults: their blocks are what the fetch reads
+  FetchKeys(keys, n, fetched, for_write, nullptr, may_insert);  // after the faults: their blocks are what it reads
 }
 
 void EmbeddingShard::Impl::FaultBlocks(const int64_t* keys, size_t n, bool may_insert) {

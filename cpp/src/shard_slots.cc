@@ -27,7 +27,7 @@ void EmbeddingShard::Impl::ResolveParts(const int64_t* keys, size_t n, TaskPool&
 // The keys resolved over the pool's parts, each hit marked the batch's own where its key was confirmed (its
 // frame just read), the rows on disk gathered per part and read in together afterwards.
 void EmbeddingShard::Impl::FetchKeys(const int64_t* keys, size_t n, FetchedRows* fetched, bool for_write,
-                                     float* hit_values) const {
+                                     float* hit_values, bool may_insert) const {
   if (!store.tiered()) return;
   TaskPool& pool = TaskPool::Shared();
   FetchedRows local;
@@ -40,10 +40,10 @@ void EmbeddingShard::Impl::FetchKeys(const int64_t* keys, size_t n, FetchedRows*
   store.BeginFetch();
   const size_t parts = pool.PartsFor(n, config.split_min_keys);
   std::vector<std::vector<uint32_t>> on_disk(parts);  // per part: positions whose row is on disk
-  std::atomic<size_t> hits{0};
+  std::atomic<size_t> hits{0}, absent{0};
   pool.ForEachPart(parts, [&](size_t p) {
     const size_t lo = TaskPool::PartBegin(n, parts, p), hi = TaskPool::PartBegin(n, parts, p + 1);
-    size_t part_hits = 0;
+    size_t part_hits = 0, part_absent = 0;
     Resolve(keys + lo, hi - lo, 0, sizeof(int64_t), [&](size_t j, uint32_t slot) {
       const size_t i = lo + j;
       slots[i] = slot;
@@ -53,10 +53,13 @@ void EmbeddingShard::Impl::FetchKeys(const int64_t* keys, size_t n, FetchedRows*
         if (hit_values) std::memcpy(hit_values + i * dim, records[i] + RecordLayout::kValueOffset, value_bytes);
       } else if (slot != KeyIndex::kNone) {
         on_disk[p].push_back(static_cast<uint32_t>(i));
+      } else {
+        ++part_absent;
       }
       return true;
     });
     hits.fetch_add(part_hits, std::memory_order_relaxed);
+    absent.fetch_add(part_absent, std::memory_order_relaxed);
   });
   std::vector<uint32_t> missing;
   for (const std::vector<uint32_t>& part : on_disk) {
@@ -70,7 +73,9 @@ void EmbeddingShard::Impl::FetchKeys(const int64_t* keys, size_t n, FetchedRows*
       missing.push_back(static_cast<uint32_t>(slot));
     }
   }
-  store.FetchMissing(std::move(missing), hit_count, OtherBytes(), for_write);
+  // A repeated absent key counts twice: at most a batch's worth of frames freed early.
+  const size_t appends = may_insert ? absent.load(std::memory_order_relaxed) : 0;
+  store.FetchMissing(std::move(missing), hit_count, OtherBytes(), for_write, appends);
   rows.read_in.clear();
   for (const std::vector<uint32_t>& part : on_disk) {
     for (const uint32_t i : part) records[i] = store.Resident(slots[i]);

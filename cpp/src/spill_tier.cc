@@ -33,6 +33,7 @@ SpillTier::SpillTier(size_t record_bytes, size_t budget_bytes, const std::string
       budget_bytes_(budget_bytes),
       dir_(dir),
       stride_((kFrameHeader + record_bytes + 7) / 8 * 8),
+      window_bytes_(budget_bytes / kWindowShare),
       chunks_(new uint8_t*[kMaxChunks]) {
   while ((size_t{1} << chunk_shift_) * stride_ < kChunkBytes) ++chunk_shift_;
   chunk_mask_ = (size_t{1} << chunk_shift_) - 1;
@@ -109,7 +110,7 @@ uint32_t SpillTier::NewFrame() {
 }
 
 size_t SpillTier::Capacity(size_t other_bytes) const {
-  const size_t fixed = other_bytes + slots() * kSlotOverhead;
+  const size_t fixed = other_bytes + slots() * kSlotOverhead + window_bytes_;
   const size_t room = budget_bytes_ > fixed ? (budget_bytes_ - fixed) / (stride_ + kFrameWords) : 0;
   return std::max(room, kMinFrames);
 }
@@ -136,7 +137,8 @@ void SpillTier::Transfer(const std::vector<uint32_t>& sorted_slots, const std::v
     }
   });
   (write ? write_bytes_ : read_bytes_) += n * record_bytes_;
-  mapped_bytes_ += n * record_bytes_;
+  // Scattered rows: each copy (and the key read that confirmed a row on disk) touched a page of its own.
+  mapped_bytes_ += n * std::max(record_bytes_, kPage);
 }
 
 // The file's blocks allocated (so a write through the mapping never meets a full disk: that is this call's
@@ -161,11 +163,11 @@ void SpillTier::Cover(size_t slots) {
   map_bytes_ = target;
 }
 
-// The mapping's pages leave this process's resident set once it has copied about a budget's worth through
+// The mapping's pages leave this process's resident set once the copies may have touched a window's worth of
 // them (the page cache keeps them, dirty ones included): the file's pages count as the process's RSS while
-// mapped, and the budget is what RAM the tier holds.
+// mapped, and the budget is what RAM the tier holds, so the window is a share of it (Capacity leaves it out).
 void SpillTier::Unmap() {
-  if (mapped_bytes_ < budget_bytes_ || !map_) return;
+  if (mapped_bytes_ < window_bytes_ || !map_) return;
   madvise(map_, map_length_, MADV_DONTNEED);
   mapped_bytes_ = 0;
 }
@@ -187,6 +189,7 @@ uint8_t* SpillTier::Fault(size_t slot) {
 }
 
 void SpillTier::MakeRoom(size_t need, size_t capacity) {
+  capacity_ = capacity;
   if (held_ + need <= capacity || held_ == 0) return;
   const size_t excess = held_ + need - capacity;
   std::vector<uint32_t> victims;
@@ -222,9 +225,45 @@ void SpillTier::MakeRoom(size_t need, size_t capacity) {
 void SpillTier::BeginFetch() {
   Cover(slots());                 // every slot a victim may be written back to, before anything changes
   if (++epoch_ == 0) epoch_ = 1;  // 0 is no fetch's
+  Shrink();
 }
 
-void SpillTier::Fetch(const uint32_t* slots, size_t n, size_t other_bytes, uint8_t** records, bool for_write) {
+// The frames' capacity falls as the key index and the slot words grow (they come first in the budget): frames
+// carved when the table was small would stay mapped, free, past the budget. At a fetch step's start no operation
+// holds a record, so the last chunk's held frames move into free frames below it and the chunk goes back.
+void SpillTier::Shrink() {
+  while (num_chunks_ > 1) {
+    const size_t lo = (num_chunks_ - 1) << chunk_shift_;
+    if (lo < std::max(capacity_, held_) || capacity_ == 0) return;  // the frames below hold what is needed
+    std::vector<uint32_t> below;
+    below.reserve(free_.size());
+    for (const uint32_t f : free_) {
+      if (f < lo) below.push_back(f);
+    }
+    for (size_t f = lo; f < carved_; ++f) {
+      const uint32_t slot = held_slot_[f];
+      if (slot == kNone) continue;
+      const uint32_t g = below.back();  // held_ <= lo: a free frame below for each held one above
+      below.pop_back();
+      std::memcpy(FrameAt(g), FrameAt(static_cast<uint32_t>(f)), stride_);
+      held_slot_[g] = slot;
+      referenced_[g] = referenced_[f];
+      fetched_in_[g] = fetched_in_[f];
+      SetFrameOf(slot, g);
+    }
+    free_ = std::move(below);
+    carved_ = lo;
+    held_slot_.resize(lo);
+    referenced_.resize(lo);
+    fetched_in_.resize(lo);
+    chunk_buffers_.pop_back();
+    chunks_[--num_chunks_] = nullptr;
+    if (hand_ >= carved_) hand_ = 0;
+  }
+}
+
+void SpillTier::Fetch(const uint32_t* slots, size_t n, size_t other_bytes, uint8_t** records, bool for_write,
+                      size_t appends) {
   BeginFetch();
   std::vector<uint32_t> miss, miss_at;                // the slots to read, and (with records) where they were asked
   constexpr size_t kWordAhead = 16, kFrameAhead = 8;  // a hit is two dependent misses: overlapped
@@ -243,19 +282,20 @@ void SpillTier::Fetch(const uint32_t* slots, size_t n, size_t other_bytes, uint8
     }
   }
   if (records) {
-    FetchMissing(miss, hits, other_bytes, for_write);
+    FetchMissing(miss, hits, other_bytes, for_write, appends);
     for (size_t m = 0; m < miss.size(); ++m) records[miss_at[m]] = Resident(miss[m]);
   } else {
-    FetchMissing(std::move(miss), hits, other_bytes, for_write);
+    FetchMissing(std::move(miss), hits, other_bytes, for_write, appends);
   }
 }
 
-void SpillTier::FetchMissing(std::vector<uint32_t> slots, size_t hits, size_t other_bytes, bool for_write) {
+void SpillTier::FetchMissing(std::vector<uint32_t> slots, size_t hits, size_t other_bytes, bool for_write,
+                             size_t appends) {
   hits_ += hits;
   misses_ += slots.size();  // per row asked for, as hits are (a row asked twice is read once)
   std::sort(slots.begin(), slots.end());
   slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
-  MakeRoom(slots.size(), Capacity(other_bytes));
+  MakeRoom(slots.size() + appends, Capacity(other_bytes));
   std::vector<uint32_t> frames(slots.size());
   for (size_t i = 0; i < slots.size(); ++i) frames[i] = NewFrame();
   try {
@@ -361,6 +401,7 @@ SpillStats SpillTier::stats() const {
   s.budget_bytes = budget_bytes_;
   s.rows_in_memory = held_;
   s.rows_on_disk = slots() - held_;
+  s.frame_bytes = frame_bytes();
   struct stat st {};
   if (fstat(fd_, &st) == 0) s.disk_bytes = static_cast<size_t>(st.st_blocks) * 512;
   s.disk_read_bytes = read_bytes_;

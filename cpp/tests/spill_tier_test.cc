@@ -260,6 +260,40 @@ TEST(SpillTier, RestoreIntoTieredShard) {
   EXPECT_EQ(AllBlocks(original), AllBlocks(restored));
 }
 
+// As a table grows, its key index and slot words take more of the budget and the frames less: frames carved while
+// it was small go back (their rows moved below), and a batch of new rows takes frames its fetch step freed instead of
+// carving more. The rows stay the untiered shard's.
+TEST(SpillTier, FramesStayWithinTheBudgetAsTheTableGrows) {
+  const std::string dir = TempDir();
+  const ShardConfig c = Plain(4, 64);
+  const size_t budget = size_t{20} << 20;
+  EmbeddingShard plain(c), tiered(Tiered(c, dir, budget));
+  const size_t dim = static_cast<size_t>(c.dim);
+  const size_t batch = 50000;
+  size_t most = 0;
+  for (int round = 0; round < 12; ++round) {
+    std::vector<int64_t> keys(batch);
+    for (size_t i = 0; i < batch; ++i) keys[i] = static_cast<int64_t>((round * batch + i) * 2654435761u % 1000003);
+    std::vector<float> a(batch * dim), b(batch * dim);
+    DeltaBatch da, db;
+    plain.Pull(keys.data(), batch, a.data(), DeltaBatchSink(&da).sink());
+    tiered.Pull(keys.data(), batch, b.data(), DeltaBatchSink(&db).sink());
+    ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "round " << round;
+    ExpectSameDeltas(da, db, round);
+    const ShardMemoryStats m = tiered.memory();
+    most = std::max(most, m.spill.frame_bytes);
+    // the budget: frames, key index, slot words and the mapping's window (an eighth); a chunk's slack at most
+    const size_t held = m.spill.frame_bytes + m.index_bytes + m.slots * SpillTier::kSlotOverhead + budget / 8;
+    EXPECT_LE(held, budget + (size_t{10} << 20)) << "round " << round;
+  }
+  const ShardMemoryStats m = tiered.memory();
+  EXPECT_GT(most, size_t{10} << 20);                        // it once needed more than one chunk of frames ...
+  EXPECT_LE(m.spill.frame_bytes, size_t{10} << 20);         // ... and gave them back as the index grew
+  EXPECT_GT(m.spill.rows_on_disk, m.spill.rows_in_memory);  // most rows went to disk
+  ExpectSameRows(plain.Export(), tiered.Export());
+  EXPECT_EQ(AllBlocks(plain), AllBlocks(tiered));
+}
+
 TEST(SpillTier, BadConfigIsAClearError) {
   ShardConfig c = Plain();
   const size_t minimum = SpillTier::MinimumBudget(RecordBytes(c));

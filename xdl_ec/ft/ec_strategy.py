@@ -474,6 +474,11 @@ class ErasureCoded(FaultTolerance):
         them (before this wait, a kill a few steps in could find them still on their way under load)."""
         self.drain()
 
+    def catch_up(self) -> None:
+        """The parity holders apply a bulk load's deltas before its next chunk: the forwarders' queues would
+        otherwise hold many chunks' deltas (GBs at a few servers), whose freed buffers the allocator keeps."""
+        self.drain()
+
     def drain(self) -> None:
         """Waits until every live parity holder has applied every delta recorded so far, i.e. every push
         acknowledged until now is parity-durable (e.g. before stopping a server on purpose)."""

@@ -75,6 +75,10 @@ def in_memory(
     )
 
 
+# The budget's share the tier leaves to the spill file's mapped pages (SpillTier::kWindowShare).
+TIER_WINDOW_SHARE = 8
+
+
 def with_disk_tier(
     rows: Mapping[str, int],
     layouts: Mapping[str, RowLayout],
@@ -83,11 +87,11 @@ def with_disk_tier(
     memory_bytes: int,
 ) -> Optional[ServerMemory]:
     """One server's RAM when its records live in the spill file and ``memory_bytes`` is its RAM: the fixed part
-    (key index, the tier's slot words, parity) plus frames filling the rest, up to every record; None when the
-    fixed part alone does not fit."""
+    (key index, the tier's slot words and its mapping's window, an eighth of the budget: spill_tier.h; parity) plus
+    frames filling the rest, up to every record; None when the fixed part alone does not fit."""
     whole = in_memory(rows, layouts, row_memory, parity_share)
     index = whole.key_index
-    slot_words = sum(rows.values()) * row_memory.tier_slot_bytes
+    slot_words = sum(rows.values()) * row_memory.tier_slot_bytes + memory_bytes // TIER_WINDOW_SHARE
     fixed = index + slot_words + whole.parity
     if fixed > memory_bytes:
         return None

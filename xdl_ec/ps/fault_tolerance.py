@@ -121,6 +121,11 @@ class FaultTolerance:
         """The run continues a save of ``step`` whose rows are now loaded (after :meth:`attach`): a strategy
         whose redundancy is a copy of the state takes a fresh one."""
 
+    def catch_up(self) -> None:
+        """Waits until the redundancy has taken in every change the servers made so far, where it trails them: a
+        bulk load's pace, so that what is in flight stays one chunk's (a strategy that keeps nothing in flight has
+        nothing to wait for)."""
+
     @property
     def stripe_code(self) -> Optional[Tuple[int, int]]:
         """(k, r) when the servers form stripes of k + r members of which any r may be lost together (the

@@ -4,7 +4,9 @@ Each chunk of keys is routed to its owners as a step's keys are, and every owner
 its agent's pull, the path a step's first pull of a key takes: the row is its initializer's (a function of the
 table's seed and the key alone), and the mutation reaches what the strategy keeps (ec's parity, a checkpoint's
 change log) as a step's would. One chunk is in flight at a time, so the driver and each server hold a chunk's keys
-at most; a budgeted server's tier trims the chunk's new frames back to its budget at its next fetch step.
+at most, and the strategy catches up after each (ec's parity holders apply the chunk's deltas: otherwise many chunks'
+deltas queue, GBs at a few servers); a budgeted server's tier makes room for the chunk's new rows before it adds
+them.
 """
 
 from __future__ import annotations
@@ -38,5 +40,6 @@ def preload_rows(cluster: RunningCluster, table: str, chunks: Iterable[np.ndarra
             ]
         )
         sent += int(keys.size)
+        cluster.strategy.catch_up()
     cluster.quiesce()
     return sent

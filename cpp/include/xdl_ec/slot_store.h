@@ -66,8 +66,9 @@ class SlotStore {
   // (SpillTier::BeginFetch, Touch, FetchMissing, Resident).
   void BeginFetch() const { tier_->BeginFetch(); }
   uint8_t* Touch(size_t slot, bool for_write) const { return tier_->Touch(slot, for_write); }
-  void FetchMissing(std::vector<uint32_t> slots, size_t hits, size_t other_bytes, bool for_write) const {
-    tier_->FetchMissing(std::move(slots), hits, other_bytes, for_write);
+  void FetchMissing(std::vector<uint32_t> slots, size_t hits, size_t other_bytes, bool for_write,
+                    size_t appends = 0) const {
+    tier_->FetchMissing(std::move(slots), hits, other_bytes, for_write, appends);
   }
   uint8_t* Resident(size_t slot) const { return tier_->Resident(slot); }
   // Tiered: prefetch hints for resolving a key at `slot` (SpillTier::PrefetchSlot, PrefetchKey).

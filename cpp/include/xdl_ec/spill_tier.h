@@ -20,7 +20,8 @@
 // are allocated (posix_fallocate) before any write-back that needs them, so a full disk or a size limit
 // throws naming the directory before any frame is given up (a write through a mapping onto an unallocated
 // block would be a SIGBUS instead), and the bytes stay those of the last completed operation. The mapping's
-// pages are dropped from the resident set after each budget's worth of copies (the page cache keeps them).
+// pages count as RAM the tier holds: an eighth of the budget is theirs (the frames get the rest), and they are
+// dropped from the resident set once the copies may have touched that many (the page cache keeps them).
 //
 // RAM per slot beside the frames: its frame number only (4 bytes). A row on disk is confirmed by the key
 // bytes of its record in the file, read through the mapping (a tag match on disk is nearly always the row
@@ -44,6 +45,7 @@ struct SpillStats {
   size_t budget_bytes = 0;
   size_t rows_in_memory = 0;  // frames held
   size_t rows_on_disk = 0;    // slots without a frame
+  size_t frame_bytes = 0;     // RAM the frames take, free ones included, with their per-frame words
   size_t disk_bytes = 0;      // bytes the spill file takes on its filesystem
   uint64_t disk_read_bytes = 0;
   uint64_t disk_write_bytes = 0;
@@ -91,14 +93,18 @@ class SpillTier {
   // The same, handing back records[i], the resident bytes of slots[i] (null for kNone), so the operation
   // reaches its rows without looking their frames up again; `for_write`: they are marked dirty here (an
   // operation writing through these pointers does not pass through Frame()).
-  void Fetch(const uint32_t* slots, size_t n, size_t other_bytes, uint8_t** records, bool for_write);
+  // `appends`: rows the operation adds after it (as FetchMissing's).
+  void Fetch(const uint32_t* slots, size_t n, size_t other_bytes, uint8_t** records, bool for_write,
+             size_t appends = 0);
 
   // The same fetch step in three calls. BeginFetch: the file covered (throws naming the dir when it is full,
   // nothing changed) and a new batch begun. Touch(slot): a resident slot becomes the batch's own (referenced,
   // never a victim of this step, dirty when `for_write`) and its record is returned; null when it is on
   // disk. Touch may run on several threads at once (nothing else may). FetchMissing: the slots Touch found
-  // on disk (repeats allowed) read in together, room made first; `hits`: the Touch calls that found a frame
-  // (the stats count both per row asked). Then Resident gives their records.
+  // on disk (repeats allowed) read in together, room made first, for them and for `appends` rows the
+  // operation may add after it (Append then takes a frame this step freed: a batch of new rows does not carve
+  // frames past the budget); `hits`: the Touch calls that found a frame (the stats count both per row asked).
+  // Then Resident gives their records.
   void BeginFetch();
   uint8_t* Touch(size_t slot, bool for_write) {
     const uint32_t f = FrameOf(slot);
@@ -110,7 +116,7 @@ class SpillTier {
     if (for_write) __atomic_store_n(frame + kDirtyAt, uint8_t{1}, __ATOMIC_RELAXED);
     return frame + kFrameHeader;
   }
-  void FetchMissing(std::vector<uint32_t> slots, size_t hits, size_t other_bytes, bool for_write);
+  void FetchMissing(std::vector<uint32_t> slots, size_t hits, size_t other_bytes, bool for_write, size_t appends = 0);
   // The record of a resident slot (null on disk), marking nothing.
   uint8_t* Resident(size_t slot) const {
     const uint32_t f = FrameOf(slot);
@@ -136,7 +142,7 @@ class SpillTier {
   void Read(size_t slot, size_t count, uint8_t* out);
   void Write(size_t slot, size_t count, const uint8_t* bytes);
 
-  size_t frame_bytes() const { return held_ * record_bytes_; }
+  size_t frame_bytes() const { return carved_ * (stride_ + kFrameWords); }
   SpillStats stats() const;
 
  private:
@@ -171,11 +177,14 @@ class SpillTier {
   // Frees frames not fetched in this epoch until `need` more fit under the capacity (dirty ones written
   // back first, all or nothing).
   void MakeRoom(size_t need, size_t capacity);
+  // Chunks past what the frames need (the capacity MakeRoom last saw, or the held frames) given back, their
+  // held frames moved below first. Only where no operation holds a record: a fetch step's start.
+  void Shrink();
   // The records of frames[i] from / to the file at sorted_slots[i] through its mapping, over the pool.
   void Transfer(const std::vector<uint32_t>& sorted_slots, const std::vector<uint32_t>& frames, bool write);
   // The file allocated and mapped over at least `slots` records (throws naming the dir: a full disk).
   void Cover(size_t slots);
-  // The mapping's pages dropped from the resident set after a budget's worth of copies through them.
+  // The mapping's pages dropped from the resident set once the copies may have touched a window's worth.
   void Unmap();
   [[noreturn]] void Fail(const char* what, size_t slot, int err) const;
 
@@ -183,13 +192,16 @@ class SpillTier {
   const size_t budget_bytes_;
   const std::string dir_;
   const size_t stride_;  // header + record, rounded to 8
+  // The file's pages mapped in at most (copies counted a page each): a share of the budget, not frames.
+  static constexpr size_t kWindowShare = 8;
+  const size_t window_bytes_;
   int fd_ = -1;
   static constexpr size_t kPage = 4096;
   static constexpr size_t kCoverStep = size_t{1} << 20;  // the file grows by at least this much
   uint8_t* map_ = nullptr;   // the file, mapped shared: rows move by copies, not a syscall each
   size_t map_length_ = 0;    // the mapping's length (whole pages)
   size_t map_bytes_ = 0;     // the file's allocated length, all of it mapped
-  size_t mapped_bytes_ = 0;  // copied through the mapping since its pages last left the resident set
+  size_t mapped_bytes_ = 0;  // pages copied through since the mapping's pages last left the resident set
 
   MappedBuffer slot_words_;       // per slot: its frame + 1, or 0 on disk
   uint32_t* frame_of_ = nullptr;  // slot_words_' words
@@ -203,6 +215,7 @@ class SpillTier {
   size_t carved_ = 0;           // frames carved from chunks
   std::vector<uint32_t> free_;  // carved frames holding no slot
   size_t held_ = 0;             // frames holding a slot
+  size_t capacity_ = 0;         // the frames the budget left at the last MakeRoom (0: none yet)
   // Per carved frame, dense, so CLOCK's sweep reads a few bytes per frame and no frame: the slot it holds
   // (kNone: free), its referenced bit, the last fetch step that asked for it.
   std::vector<uint32_t> held_slot_;

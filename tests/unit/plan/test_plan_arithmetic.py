@@ -74,12 +74,14 @@ def test_index_doubles_when_full() -> None:
 
 def test_disk_tier_keeps_index_and_slot_words_in_ram() -> None:
     layout = {"t": RowLayout.of(16, "adagrad")}
-    ram = 16_384 + 12_000 + 14_000  # the index of 1,000 rows, 12 B per slot, a tenth of the records
+    # the index of 1,000 rows, 12 B per slot, the mapping's eighth of the budget, a tenth of the records
+    ram = 48_440
     m = with_disk_tier({"t": 1000}, layout, ROW, 0.0, memory_bytes=ram)
     assert m is not None and m.tiered
-    assert (m.key_index, m.disk_tier, m.disk_bytes) == (16_384, 12_000, 140_000)
-    assert m.rows + m.optimizer_state <= 14_000 and m.total <= ram  # frames fill the rest
-    assert with_disk_tier({"t": 1000}, layout, ROW, 0.0, memory_bytes=28_383) is None  # fixed part alone too big
+    assert (m.key_index, m.disk_tier, m.disk_bytes) == (16_384, 12_000 + ram // 8, 140_000)
+    assert m.rows + m.optimizer_state <= 14_001 and m.total <= ram  # frames fill the rest
+    assert with_disk_tier({"t": 1000}, layout, ROW, 0.0, memory_bytes=32_437) is None  # fixed part alone too big
+    assert with_disk_tier({"t": 1000}, layout, ROW, 0.0, memory_bytes=32_438) is not None
     assert fits(m, ram, 140_000)[0] and not fits(m, ram, 139_999)[0] and not fits(m, ram, None)[0]
 
 
