@@ -39,6 +39,15 @@ void EmbeddingShard::Impl::FetchKeys(const int64_t* keys, size_t n, FetchedRows*
   const size_t dim = static_cast<size_t>(config.dim), value_bytes = sizeof(float) * dim;
   store.BeginFetch();
   const size_t parts = pool.PartsFor(n, config.split_min_keys);
+  if (store.cold()) {  // the rows on disk are not in the page cache: their pages asked for together first
+    pool.ForEachPart(parts, [&](size_t p) {
+      const size_t lo = TaskPool::PartBegin(n, parts, p), hi = TaskPool::PartBegin(n, parts, p + 1);
+      for (size_t i = lo; i < hi; ++i) {
+        const uint32_t slot = index.Candidate(keys[i]);
+        if (slot != KeyIndex::kNone) store.WillNeed(slot);
+      }
+    });
+  }
   std::vector<std::vector<uint32_t>> on_disk(parts);  // per part: positions whose row is on disk
   std::atomic<size_t> hits{0}, absent{0};
   pool.ForEachPart(parts, [&](size_t p) {

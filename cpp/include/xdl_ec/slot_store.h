@@ -65,6 +65,8 @@ class SlotStore {
   // Tiered: the fetch step in three calls, for an owner resolving its keys over several threads
   // (SpillTier::BeginFetch, Touch, FetchMissing, Resident).
   void BeginFetch() const { tier_->BeginFetch(); }
+  bool cold() const { return tier_ && tier_->cold(); }
+  void WillNeed(size_t slot) const { tier_->WillNeed(slot); }
   uint8_t* Touch(size_t slot, bool for_write) const { return tier_->Touch(slot, for_write); }
   void FetchMissing(std::vector<uint32_t> slots, size_t hits, size_t other_bytes, bool for_write,
                     size_t appends = 0) const {

@@ -131,6 +131,12 @@ class SpillTier {
     const uint8_t* bytes = f != kNone ? FrameAt(f) : OnDisk(slot);
     if (bytes) __builtin_prefetch(bytes);  // a prefetch of an unmapped page is dropped, never a fault
   }
+  // Whether the file's pages are mostly not in the page cache (the last fetch steps took major faults): a fetch
+  // step then asks for its rows' pages ahead (WillNeed), so the disk reads them all at once, not one fault at a
+  // time per thread. Re-measured every kColdSteps steps with no asking ahead.
+  bool cold() const { return cold_steps_ > 0; }
+  // Asks the kernel to start reading the page(s) of `slot`'s record (no wait; nothing when it has a frame).
+  void WillNeed(size_t slot) const;
   // Fetch of [first, first + count) (clipped to slots()): a scan's next block.
   void FetchRange(size_t first, size_t count, size_t other_bytes);
 
@@ -177,6 +183,9 @@ class SpillTier {
   // Frees frames not fetched in this epoch until `need` more fit under the capacity (dirty ones written
   // back first, all or nothing).
   void MakeRoom(size_t need, size_t capacity);
+  // Asks the kernel to start reading the page(s) of `slot`'s record in the file / of every slot of `slots`.
+  void AskFor(size_t slot) const;
+  void AskAhead(const std::vector<uint32_t>& slots) const;
   // Chunks past what the frames need (the capacity MakeRoom last saw, or the held frames) given back, their
   // held frames moved below first. Only where no operation holds a record: a fetch step's start.
   void Shrink();
@@ -225,6 +234,9 @@ class SpillTier {
   uint32_t epoch_ = 1;      // a Fetch's number: frames stamped with it are the batch's own
   std::mutex fault_mutex_;  // Frame() faults from an operation's threads
   uint64_t read_bytes_ = 0, write_bytes_ = 0, hits_ = 0, misses_ = 0;
+  static constexpr int kColdSteps = 32;
+  int cold_steps_ = 0;        // fetch steps left that ask ahead (0: measuring)
+  long faults_at_begin_ = 0;  // the process's major faults when this fetch step began
 };
 
 }  // namespace xdl_ec
