@@ -8,7 +8,7 @@ caches, the tables' row rules, and the embedding bytes moved per sample trained 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -65,7 +65,7 @@ class RunReport:
         """``table``'s rows over every server in ascending key order, in chunks (a chunk per server held at once)."""
         return merge_key_order(self.cluster.scheduler.key_order_exports(table))
 
-    def digest_streamed(self, tables: Iterable[Iterable[Dict[str, np.ndarray]]]) -> str:
+    def digest_streamed(self, tables: Iterable[Iterable[Mapping[str, np.ndarray]]]) -> str:
         """``model_digest`` of ``tables`` given as their rows in key order, chunk by chunk (per table: what
         :meth:`key_order_rows` yields), with the dense state."""
         dense = self.dense.current()

@@ -21,7 +21,7 @@ A PSTrainer is also the run its hooks and the job layer see (``step``, ``samples
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -255,7 +255,7 @@ class PSTrainer:
     def key_order_rows(self, table: str) -> Iterator[Dict[str, np.ndarray]]:
         return self.reporter.key_order_rows(table)
 
-    def digest_streamed(self, tables: Iterable[Iterable[Dict[str, np.ndarray]]]) -> str:
+    def digest_streamed(self, tables: Iterable[Iterable[Mapping[str, np.ndarray]]]) -> str:
         return self.reporter.digest_streamed(tables)
 
     def rows_per_table(self) -> Dict[str, int]:
