@@ -25,14 +25,14 @@ import numpy as np
 from xdl_ec.model.key_order_merge import DUPLICATE_KEY, rows_of
 
 
-def _record_bytes(keys: np.ndarray, values: np.ndarray, state: np.ndarray) -> bytes:
-    """The records of rows already in key order."""
+def _record_bytes(keys: np.ndarray, values: np.ndarray, state: np.ndarray) -> np.ndarray:
+    """The records of rows already in key order, as bytes (uint8; hashed where they are, not copied)."""
     record = np.dtype([("key", "<i8"), ("value", "<f4", (values.shape[1],)), ("state", "<f4", (state.shape[1],))])
     out = np.empty(keys.size, dtype=record)
     out["key"] = keys
     out["value"] = values
     out["state"] = state
-    return out.tobytes()
+    return out.view(np.uint8)
 
 
 def _records(exports: Iterable[Mapping[str, np.ndarray]]) -> bytes:
@@ -50,7 +50,7 @@ def _records(exports: Iterable[Mapping[str, np.ndarray]]) -> bytes:
     if np.unique(k).size != k.size:
         raise ValueError(DUPLICATE_KEY)
     order = np.argsort(k, kind="stable")
-    return _record_bytes(k[order], np.concatenate(values)[order], np.concatenate(state)[order])
+    return _record_bytes(k[order], np.concatenate(values)[order], np.concatenate(state)[order]).tobytes()
 
 
 def _little_endian_bytes(array: Any) -> bytes:
