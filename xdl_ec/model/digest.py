@@ -100,7 +100,7 @@ def streamed_model_digest(
                     "(merge its shards' key-order exports with merge_key_order)"
                 )
             last = int(keys[-1])
-            h.update(_record_bytes(keys, rows["values"], rows["state"]))
+            h.update(_record_bytes(keys, rows["values"], rows["state"]).data)
     return _with_dense(h, dense_weights, optimizer_variables)
 
 
