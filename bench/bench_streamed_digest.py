@@ -4,9 +4,12 @@ way (every server's full export in the driver, then :func:`~xdl_ec.model.digest.
 
     PYTHONPATH=build/stage python3 -P bench/bench_streamed_digest.py [--rows 300000] [--servers 4] [--rounds 5]
                                                                       [--chunk 65536] [--dim 16]
+                                                                      [--budget 8M --spill-dir DIR]
 
 One cluster (local backend, ``--servers`` servers, no fault tolerance) of the built-in job (d``--dim``, Adagrad)
-holds ``--rows`` rows created by a preload, then one step. Each round takes the digest three ways in an order that
+holds ``--rows`` rows created by a preload, then one step; with ``--budget`` each server keeps that much in RAM and
+the rest of its rows in ``--spill-dir`` (the whole way then scans each spill file in slot order, the streamed way
+reads a chunk's rows by key). Each round takes the digest three ways in an order that
 alternates: whole, streamed and whole again (the A/A pair: its spread is the method's noise floor); each way twice,
 once under tracemalloc (the peak of the bytes Python and numpy allocate during the call: in the local backend the
 servers run in this process, so their answers and the streamed export's sorted keys, 8 bytes a row, are counted
@@ -31,6 +34,7 @@ from xdl_ec.benchmark.mtbf_sweep import interval  # noqa: E402
 from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job  # noqa: E402
 from xdl_ec.model.key_order_merge import merge_key_order  # noqa: E402
 from xdl_ec.ps import ClusterConfig, PSTrainer, RunSettings  # noqa: E402
+from xdl_ec.sparse.memory_budget import MemoryBudget  # noqa: E402
 
 
 def _peak_and_digest(take: Callable[[], str]) -> "tuple[int, str]":
@@ -56,6 +60,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--chunk", type=int, default=65536)
     parser.add_argument("--dim", type=int, default=16)
+    parser.add_argument("--budget", default=None, help="each server's memory budget, e.g. 8M (default: none)")
+    parser.add_argument("--spill-dir", default=None)
     args = parser.parse_args()
     config = TrainConfig(
         synthetic=True,
@@ -68,8 +74,12 @@ def main() -> None:
         emb_dim=args.dim,
         optimizer="adagrad",
     )
+    memory = None if args.budget is None else MemoryBudget(args.budget, args.spill_dir or "")
     trainer = PSTrainer(
-        criteo_job(config).spec, ClusterConfig(servers=args.servers, workers=1), RunSettings(3, True), None
+        criteo_job(config).spec,
+        ClusterConfig(servers=args.servers, workers=1, memory=memory),
+        RunSettings(3, True),
+        None,
     )
     try:
         tables = [t.name for t in trainer.job.tables]
@@ -100,7 +110,8 @@ def main() -> None:
         assert len(digests) == 1, f"the ways disagree: {digests}"
         load = os.getloadavg()
         print(
-            f"{rows} rows (d{args.dim} Adagrad) on {args.servers} servers, chunk {args.chunk}, {args.rounds} rounds; "
+            f"{rows} rows (d{args.dim} Adagrad) on {args.servers} servers (budget {args.budget or 'none'}), chunk "
+            f"{args.chunk}, {args.rounds} rounds; "
             f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; digest {digests.pop()[:16]}..."
         )
         for way in ways:
