@@ -512,7 +512,7 @@ class Job:
                 exports = [trainer.scheduler.exports(t.name) for t in self.spec.tables]
                 report["model_digest"] = trainer.digest_of(exports)
             else:  # tables larger than RAM: the digest streamed, the driver's copy of the rows as budgeted
-                tables = self._budgeted_copy(trainer, cluster_config.memory)
+                tables = self._budgeted_copy(cluster_config.memory)
                 report["model_digest"] = trainer.digest_streamed(
                     [tables.loading(t.name, trainer.key_order_rows(t.name)) for t in self.spec.tables]
                 )
@@ -547,7 +547,7 @@ class Job:
         report["job"] = self.spec.describe()
         return report
 
-    def _budgeted_copy(self, trainer: PSTrainer, memory: MemoryBudget) -> LocalTables:
+    def _budgeted_copy(self, memory: MemoryBudget) -> LocalTables:
         """Empty tables for a budgeted cluster run's trained model, filled as its digest streams the servers' rows:
         the servers' budget (without their parity's share) in this process's RAM, the rest in their spill dir
         (unlinked files, gone when the model is closed or the process ends): a table larger than RAM stays so."""

@@ -26,6 +26,7 @@ from xdl_ec.sparse.table import EmbeddingTable
 from xdl_ec.sparse.table_config import Table
 
 T = TypeVar("T")
+LOAD_PIECE = 4096  # rows per load of LocalTables.loading
 
 
 class _Done:
@@ -143,8 +144,10 @@ class LocalTables:
         while the rows stream past (a budgeted cluster run's trained model, as its digest reads them)."""
         into = self.tables[table]
         for chunk in chunks:
-            if len(chunk["keys"]):
-                into.load(chunk["keys"], chunk["values"], chunk["state"])
+            # loaded in pieces: a tiered table's load makes its rows resident together, a piece stays near the budget
+            for start in range(0, len(chunk["keys"]), LOAD_PIECE):
+                end = start + LOAD_PIECE
+                into.load(chunk["keys"][start:end], chunk["values"][start:end], chunk["state"][start:end])
             yield chunk
 
     def exports(self) -> List[List[Dict[str, np.ndarray]]]:
