@@ -4,7 +4,7 @@ way (every server's full export in the driver, then :func:`~xdl_ec.model.digest.
 
     PYTHONPATH=build/stage python3 -P bench/bench_streamed_digest.py [--rows 300000] [--servers 4] [--rounds 5]
                                                                       [--chunk 65536] [--dim 16]
-                                                                      [--budget 8M --spill-dir DIR]
+                                                                      [--budget 8M --spill-dir DIR] [--end]
 
 One cluster (local backend, ``--servers`` servers, no fault tolerance) of the built-in job (d``--dim``, Adagrad)
 holds ``--rows`` rows created by a preload, then one step; with ``--budget`` each server keeps that much in RAM and
@@ -13,15 +13,26 @@ reads a chunk's rows by key). Each round takes the digest three ways in an order
 alternates: whole, streamed and whole again (the A/A pair: its spread is the method's noise floor); each way twice,
 once under tracemalloc (the peak of the bytes Python and numpy allocate during the call: in the local backend the
 servers run in this process, so their answers and the streamed export's sorted keys, 8 bytes a row, are counted
-too) and once timed without it. Every digest must be the same. Prints the medians and the ratios to the whole way
-of the same round with their 95% t-intervals over rounds, and the load average.
+too) and once timed without it. Every digest must be the same.
+
+``--end`` (needs ``--budget``): the whole end of a budgeted cluster fit instead, the digest and the trained model's
+copy of the rows: whole (every server's export, ``model_digest``, the rows loaded into in-RAM tables: the end before
+#48) against streamed (the streamed digest loading a budgeted copy as it passes, :meth:`Job._fit_on`'s end now). The
+native tables are invisible to tracemalloc, so each way is measured by this process's peak anonymous resident memory
+(RssAnon, sampled every millisecond by a thread) above where it was before: the page cache of the tiers' mapped spill
+files is left out (it is the kernel's to reclaim); the servers (in this process) hold their budget throughout.
+
+Prints the medians and the ratios to the whole way of the same round with their 95% t-intervals over rounds, and the
+load average.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
+import threading
 import time
 import tracemalloc
 from typing import Callable, Dict, List
@@ -32,6 +43,7 @@ import numpy as np  # noqa: E402
 
 from xdl_ec.benchmark.mtbf_sweep import interval  # noqa: E402
 from xdl_ec.builtin.criteo_job import TrainConfig, criteo_job  # noqa: E402
+from xdl_ec.job.local_tables import LocalTables  # noqa: E402
 from xdl_ec.model.key_order_merge import merge_key_order  # noqa: E402
 from xdl_ec.ps import ClusterConfig, PSTrainer, RunSettings  # noqa: E402
 from xdl_ec.sparse.memory_budget import MemoryBudget  # noqa: E402
@@ -45,6 +57,36 @@ def _peak_and_digest(take: Callable[[], str]) -> "tuple[int, str]":
         return tracemalloc.get_traced_memory()[1], digest
     finally:
         tracemalloc.stop()
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def _peak_anon_and_digest(take: Callable[[], str]) -> "tuple[int, str]":
+    """The bytes this process's anonymous resident memory (RssAnon: not the page cache of mapped spill files) peaked
+    at above where it was, during ``take()``: sampled every millisecond by a thread."""
+    before = peak = _status_kib("RssAnon")
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _status_kib("RssAnon"))
+            time.sleep(0.001)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        digest = take()
+    finally:
+        done.set()
+        sampler.join()
+    return (max(peak, _status_kib("RssAnon")) - before) * 1024, digest
 
 
 def _seconds(take: Callable[[], str]) -> float:
@@ -62,6 +104,7 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=16)
     parser.add_argument("--budget", default=None, help="each server's memory budget, e.g. 8M (default: none)")
     parser.add_argument("--spill-dir", default=None)
+    parser.add_argument("--end", action="store_true", help="the end of a fit: digest and trained model's copy")
     args = parser.parse_args()
     config = TrainConfig(
         synthetic=True,
@@ -96,6 +139,36 @@ def main() -> None:
                 [merge_key_order(trainer.scheduler.key_order_exports(t, args.chunk)) for t in tables]
             )
 
+        def whole_end() -> str:
+            exports = [trainer.scheduler.exports(t) for t in tables]
+            digest = trainer.digest_of(exports)
+            copy = LocalTables(trainer.job.tables)
+            try:
+                for table, parts in zip(tables, exports):
+                    for part in parts:
+                        copy.tables[table].load(part["keys"], part["values"], part["state"])
+            finally:
+                copy.close()
+            return digest
+
+        def streamed_end() -> str:
+            assert memory is not None
+            copy = LocalTables(trainer.job.tables, dataclasses.replace(memory, parity_code=None), reserve=False)
+            try:
+                return trainer.digest_streamed(
+                    [
+                        copy.loading(t, merge_key_order(trainer.scheduler.key_order_exports(t, args.chunk)))
+                        for t in tables
+                    ]
+                )
+            finally:
+                copy.close()
+
+        if args.end:
+            if memory is None:
+                raise SystemExit("--end: needs --budget and --spill-dir (the end of a budgeted fit)")
+            whole, streamed = whole_end, streamed_end
+        measure = _peak_anon_and_digest if args.end else _peak_and_digest
         ways: Dict[str, Callable[[], str]] = {"whole": whole, "streamed": streamed, "whole (A/A)": whole}
         peaks: Dict[str, List[int]] = {w: [] for w in ways}
         seconds: Dict[str, List[float]] = {w: [] for w in ways}
@@ -103,7 +176,7 @@ def main() -> None:
         for r in range(args.rounds):
             order = list(ways) if r % 2 == 0 else list(reversed(ways))
             for way in order:
-                peak, digest = _peak_and_digest(ways[way])
+                peak, digest = measure(ways[way])
                 peaks[way].append(peak)
                 digests.add(digest)
                 seconds[way].append(_seconds(ways[way]))
@@ -111,7 +184,7 @@ def main() -> None:
         load = os.getloadavg()
         print(
             f"{rows} rows (d{args.dim} Adagrad) on {args.servers} servers (budget {args.budget or 'none'}), chunk "
-            f"{args.chunk}, {args.rounds} rounds; "
+            f"{args.chunk}, {args.rounds} rounds{', the end of a fit (peak RssAnon)' if args.end else ''}; "
             f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; digest {digests.pop()[:16]}..."
         )
         for way in ways:
