@@ -595,6 +595,10 @@ class EmbeddingShard:
         """
         (keys, values, state) of every live row, in slot order; with_words (tables with row rules): (keys, values, state, uses, last_step)
         """
+    def export_keys(self, keys: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], with_words: bool = False) -> tuple:
+        """
+        (keys, values, state) of the rows of `keys`, in that order, keys that are no row left out (a chunk of a key-order export); with_words (tables with row rules): (keys, values, state, uses, last_step)
+        """
     def export_pending(self) -> tuple:
         """
         (keys, uses, last_step) of the ids still counting toward admission
@@ -662,6 +666,10 @@ class EmbeddingShard:
     def sketch_estimate(self, keys: typing.Annotated[numpy.typing.ArrayLike, numpy.int64]) -> numpy.typing.NDArray[numpy.uint32]:
         """
         The sketch's estimated count of each key
+        """
+    def sorted_keys(self) -> numpy.ndarray:
+        """
+        int64[n]: the keys of every row (pending ids left out), ascending (a key-order export's index)
         """
     def stage_load_words(self, keys: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], uses: typing.Annotated[numpy.typing.ArrayLike, numpy.uint32], last_step: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], pending_keys: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], pending_uses: typing.Annotated[numpy.typing.ArrayLike, numpy.uint32], pending_last_step: typing.Annotated[numpy.typing.ArrayLike, numpy.int64]) -> None:
         """

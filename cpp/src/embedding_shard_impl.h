@@ -462,4 +462,20 @@ class ReadLock {
   std::unique_lock<std::shared_mutex> exclusive_;
 };
 
+// A read-only pass over the slots of keys[0..n): under the shared lock, or, while blocks are under restore,
+// under the write lock after faulting the keys' blocks in (a read of a block under restore is a degraded read).
+template <typename Run>
+void ReadPass(EmbeddingShard::Impl& s, const int64_t* keys, size_t n, Run run) {
+  {
+    ReadLock lock(s);
+    if (!s.Restoring()) {
+      s.FetchKeys(keys, n);
+      return run();
+    }
+  }
+  std::unique_lock<std::shared_mutex> lock(s.mutex);
+  s.PrepareBlocks(keys, n, /*may_insert=*/false);
+  run();
+}
+
 }  // namespace xdl_ec

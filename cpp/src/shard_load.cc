@@ -1,5 +1,6 @@
-// EmbeddingShard's export and import: every row in slot order, the rows changed since the last cut (dirty
-// tracking, for incremental backstops), and loads of rows with the policy words and pending ids staged for them.
+// EmbeddingShard's export and import: every row in slot order or, a chunk at a time, in key order, the rows changed
+// since the last cut (dirty tracking, for incremental backstops), and loads of rows with the policy words and pending
+// ids staged for them.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -38,6 +39,65 @@ EmbeddingShard::Rows EmbeddingShard::Export() const {
     uint8_t* r = s.Record(slot);
     if (!RecordLayout::IsLive(RecordLayout::Flags(r)) || !s.Admitted(r)) continue;
     s.AppendRow(r, &rows);
+  }
+  return rows;
+}
+
+std::vector<int64_t> EmbeddingShard::SortedKeys() const {
+  Impl& s = *impl_;
+  std::vector<int64_t> keys;
+  {
+    // Export's locking and scan, keeping only the keys (8 bytes a row, not the rows)
+    std::unique_lock<std::shared_mutex> exclusive(s.mutex, std::defer_lock);
+    std::shared_lock<std::shared_mutex> shared(s.mutex, std::defer_lock);
+    if (s.store.tiered()) {
+      exclusive.lock();
+    } else {
+      shared.lock();
+    }
+    if (s.Restoring()) {
+      if (shared.owns_lock()) {
+        shared.unlock();
+        exclusive.lock();
+      }
+      s.EnsureAllBlocks();
+    }
+    keys.reserve(s.index.size());
+    for (size_t slot = 0; slot < s.store.high_water(); ++slot) {
+      s.ScanAt(slot);
+      const uint8_t* r = s.Record(slot);
+      if (!RecordLayout::IsLive(RecordLayout::Flags(r)) || !s.Admitted(r)) continue;
+      int64_t key;
+      std::memcpy(&key, r, sizeof(key));
+      keys.push_back(key);
+    }
+  }
+  std::sort(keys.begin(), keys.end());  // outside the lock: training may go on
+  return keys;
+}
+
+EmbeddingShard::Rows EmbeddingShard::ExportKeys(const int64_t* keys, size_t n) const {
+  RequirePointer(keys, n, "ExportKeys", "keys");
+  RequireBatch(n, "ExportKeys");
+  Impl& s = *impl_;
+  Rows rows;
+  rows.keys.reserve(n);
+  rows.values.reserve(n * s.config.dim);
+  rows.state.reserve(n * s.layout.state_floats);
+  // A block's worth of keys per fetch step: a tiered shard keeps its budget (the rows are copied out, so the
+  // next step's fetch may let them go) however large the chunk asked.
+  const size_t batch = s.store.block_slots();
+  for (size_t first = 0; first < n; first += batch) {
+    const int64_t* part = keys + first;
+    const size_t m = std::min(batch, n - first);
+    ReadPass(s, part, m, [&]() {
+      s.Resolve(part, m, 0, s.record_bytes, [&](size_t, uint32_t slot) {
+        if (slot == KeyIndex::kNone) return true;
+        uint8_t* r = s.Record(slot);
+        if (s.Admitted(r)) s.AppendRow(r, &rows);
+        return true;
+      });
+    });
   }
   return rows;
 }

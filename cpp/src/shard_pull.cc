@@ -171,22 +171,6 @@ uint64_t ResolveInserting(Impl& s, const int64_t* keys, size_t n, DeltaBatch* de
   return zeros;
 }
 
-// A read-only pass over the slots of keys[0..n): under the shared lock, or, while blocks are under restore,
-// under the write lock after faulting the keys' blocks in (a read of a block under restore is a degraded read).
-template <typename Run>
-void ReadPass(Impl& s, const int64_t* keys, size_t n, Run run) {
-  {
-    ReadLock lock(s);
-    if (!s.Restoring()) {
-      s.FetchKeys(keys, n);
-      return run();
-    }
-  }
-  std::unique_lock<std::shared_mutex> lock(s.mutex);
-  s.PrepareBlocks(keys, n, /*may_insert=*/false);
-  run();
-}
-
 // PullStale's answers, key by key: each key's clock, and its row (written compactly, in the order of the keys)
 // when the worker's copy is missing or too old.
 class StaleAnswers {

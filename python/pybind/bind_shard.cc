@@ -238,16 +238,13 @@ py::object Erase(EmbeddingShard& shard, const Keys& keys, bool return_deltas) {
   return py::make_tuple(erased, DeltasToNumpy(shard, std::move(deltas)));
 }
 
-py::tuple Export(const EmbeddingShard& shard, bool with_words) {
-  EmbeddingShard::Rows rows;
-  {
-    py::gil_scoped_release release;
-    rows = shard.Export();
-  }
+// Rows as export returns them: (keys, values, state[, uses, last_step]).
+py::tuple RowsTuple(const EmbeddingShard& shard, EmbeddingShard::Rows rows, bool with_words, const char* where) {
   const py::ssize_t n = static_cast<py::ssize_t>(rows.keys.size());
   if (with_words) {
     if (!shard.config().row_policy.active()) {
-      throw std::invalid_argument("export: with_words needs a table with row rules (row_policy); this one has none");
+      throw std::invalid_argument(std::string(where) +
+                                  ": with_words needs a table with row rules (row_policy); this one has none");
     }
     return py::make_tuple(ToNumpy(std::move(rows.keys), {n}), ToNumpy(std::move(rows.values), {n, shard.dim()}),
                           ToNumpy(std::move(rows.state), {n, shard.layout().state_floats}),
@@ -255,6 +252,35 @@ py::tuple Export(const EmbeddingShard& shard, bool with_words) {
   }
   return py::make_tuple(ToNumpy(std::move(rows.keys), {n}), ToNumpy(std::move(rows.values), {n, shard.dim()}),
                         ToNumpy(std::move(rows.state), {n, shard.layout().state_floats}));
+}
+
+py::tuple Export(const EmbeddingShard& shard, bool with_words) {
+  EmbeddingShard::Rows rows;
+  {
+    py::gil_scoped_release release;
+    rows = shard.Export();
+  }
+  return RowsTuple(shard, std::move(rows), with_words, "export");
+}
+
+py::array SortedKeys(const EmbeddingShard& shard) {
+  std::vector<int64_t> keys;
+  {
+    py::gil_scoped_release release;
+    keys = shard.SortedKeys();
+  }
+  const py::ssize_t n = static_cast<py::ssize_t>(keys.size());
+  return ToNumpy(std::move(keys), {n});
+}
+
+py::tuple ExportKeys(const EmbeddingShard& shard, const Keys& keys, bool with_words) {
+  RequireKeys(keys, "export_keys");
+  EmbeddingShard::Rows rows;
+  {
+    py::gil_scoped_release release;
+    rows = shard.ExportKeys(keys.data(), static_cast<size_t>(keys.shape(0)));
+  }
+  return RowsTuple(shard, std::move(rows), with_words, "export_keys");
 }
 
 // One eviction pass: ({"ttl", "l2", "cap": counts, "keys": int64[m] in slot order}[, deltas]).
@@ -653,6 +679,11 @@ void BindShard(py::module_& m) {
       .def("export", &Export, py::arg("with_words") = false,
            "(keys, values, state) of every live row, in slot order; with_words (tables with row rules): "
            "(keys, values, state, uses, last_step)")
+      .def("sorted_keys", &SortedKeys,
+           "int64[n]: the keys of every row (pending ids left out), ascending (a key-order export's index)")
+      .def("export_keys", &ExportKeys, py::arg("keys"), py::arg("with_words") = false,
+           "(keys, values, state) of the rows of `keys`, in that order, keys that are no row left out (a chunk of a "
+           "key-order export); with_words (tables with row rules): (keys, values, state, uses, last_step)")
       .def("evict", &Evict, py::arg("now_step"), py::arg("return_deltas") = false, py::arg("forwarder") = nullptr,
            py::arg("table") = "",
            "One eviction pass at now_step (row_policy.h): {ttl, l2, cap, keys}, with the deltas when asked")

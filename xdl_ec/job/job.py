@@ -19,7 +19,7 @@ import dataclasses
 import logging
 import os
 import time
-from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -151,7 +151,10 @@ class Job:
         report's ``exports`` gives their freshness and size. ``memory_budget`` (bytes or ``"4G"``) with ``spill_dir``
         (in this process; a cluster takes them as ``Cluster(memory_budget=, spill_dir=)``): the tables keep at most
         that much in RAM and the rest of their rows on disk there, the model the same bit for bit (see
-        :mod:`xdl_ec.sparse.memory_budget`); the report then has each table's tier counts and ``memory``.
+        :mod:`xdl_ec.sparse.memory_budget`); the report then has each table's tier counts and ``memory``. A budgeted
+        run never holds every row in the driver: its ``model_digest`` is streamed from the servers in key order a
+        chunk at a time, and a cluster's trained model (``job.model``) copies their rows into tables under the
+        servers' budget in this process, the rest in the spill dir (gone when the model is closed).
         ``run_dir`` (a cluster on Ray of one worker, ft "ec" or "none"): the servers, their parity and the worker
         outlive this process for ``reattach_within`` seconds, and the same fit run again with the same ``run_dir``
         reattaches to them, continuing with nothing re-trained; past that grace it resumes from the newest save in
@@ -472,6 +475,8 @@ class Job:
             reattach=None if reattach is None else reattach.record,
         )
         resizer = self._resizer = self._resizer_of(trainer, cluster, steps, self.move_hooks)
+        tables: Optional[LocalTables] = None  # the trained model's rows: a budgeted run's copied as they stream
+        exports: List[List[Dict[str, Any]]] = []
         try:
             # a reattached run's rows are the servers' own: nothing to preload
             preloaded = self._begin(
@@ -503,8 +508,14 @@ class Job:
             if self.spec.eval_fn is not None:
                 report.update(trainer.evaluate(self.spec.eval_fn()))
             report["eval_seconds"] = time.perf_counter() - start
-            exports = [trainer.scheduler.exports(t.name) for t in self.spec.tables]
-            report["model_digest"] = trainer.digest_of(exports)
+            if cluster_config.memory is None:
+                exports = [trainer.scheduler.exports(t.name) for t in self.spec.tables]
+                report["model_digest"] = trainer.digest_of(exports)
+            else:  # tables larger than RAM: the digest streamed, the driver's copy of the rows as budgeted
+                tables = self._budgeted_copy(cluster_config.memory)
+                report["model_digest"] = trainer.digest_streamed(
+                    [tables.loading(t.name, trainer.key_order_rows(t.name)) for t in self.spec.tables]
+                )
             report.update(trainer.report())
             if preloaded:
                 report["preload"] = preloaded
@@ -516,20 +527,31 @@ class Job:
             if log is not None:
                 log.finish(trainer, report)
             position, samples = trainer.reader_position(), trainer.samples
+        except BaseException:
+            if tables is not None:
+                tables.close()
+            raise
         finally:
             resizer.close()
             if isinstance(saver, Backstop):
                 saver.close()
             trainer.close()
-        tables = LocalTables(self.spec.tables)
-        for table, parts in zip(self.spec.tables, exports):
-            for rows in parts:
-                if len(rows["keys"]):
-                    tables.tables[table.name].load(rows["keys"], rows["values"], rows["state"])
+        if tables is None:
+            tables = LocalTables(self.spec.tables)
+            for table, parts in zip(self.spec.tables, exports):
+                for rows in parts:
+                    if len(rows["keys"]):
+                        tables.tables[table.name].load(rows["keys"], rows["values"], rows["state"])
         self.model = TrainedModel(self.spec, tables, trainer.dense, trainer.signature)
         self._finished = _FinishedRun(self.model, position, samples, settings, cluster.workers)
         report["job"] = self.spec.describe()
         return report
+
+    def _budgeted_copy(self, memory: MemoryBudget) -> LocalTables:
+        """Empty tables for a budgeted cluster run's trained model, filled as its digest streams the servers' rows:
+        the servers' budget (without their parity's share) in this process's RAM, the rest in their spill dir
+        (unlinked files, gone when the model is closed or the process ends): a table larger than RAM stays so."""
+        return LocalTables(self.spec.tables, dataclasses.replace(memory, parity_code=None), reserve=False)
 
     @staticmethod
     def _backstop_error(err: BaseException, backstop: Backstop) -> Unrecoverable:

@@ -23,7 +23,7 @@ from xdl_ec.job.local_tables import LocalTables
 from xdl_ec.job.trained_model import TrainedModel
 from xdl_ec.keep.checkpoint import PendingCheckpoint
 from xdl_ec.keep.saved_run import SavedRun
-from xdl_ec.model.digest import model_digest
+from xdl_ec.model.digest import model_digest, streamed_model_digest
 from xdl_ec.model.job_spec import JobSpec
 from xdl_ec.model.progressive import ProgressiveWindow
 from xdl_ec.model.step_outputs import LAST_STEPS, StepOutputs
@@ -184,7 +184,11 @@ class LocalRun:
 
     def digest(self) -> str:
         dense = self.worker.built_dense
-        return model_digest(self.tables.exports(), dense.model.weights, dense.optimizer.variables)
+        if self.memory is None:
+            return model_digest(self.tables.exports(), dense.model.weights, dense.optimizer.variables)
+        # budgeted: each table's rows in key order a chunk at a time, read through its tier, never all in RAM
+        tables = [t.key_order_chunks() for t in self.tables.tables.values()]
+        return streamed_model_digest(tables, dense.model.weights, dense.optimizer.variables)
 
     def report(self) -> Dict[str, Any]:
         report: Dict[str, Any] = {

@@ -13,7 +13,7 @@ failure may follow a part already applied."""
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from xdl_ec.sparse.table import EmbeddingTable
 from xdl_ec.sparse.table_config import Table
 
 T = TypeVar("T")
+LOAD_PIECE = 4096  # rows per load of LocalTables.loading
 
 
 class _Done:
@@ -48,8 +49,9 @@ class LocalTables:
     num_servers = 1
     steps_groups = True
 
-    def __init__(self, tables: Sequence[Table], memory: Optional[MemoryBudget] = None) -> None:
-        """``memory``: the process's budget shared over the tables, the rest of their rows on disk."""
+    def __init__(self, tables: Sequence[Table], memory: Optional[MemoryBudget] = None, reserve: bool = True) -> None:
+        """``memory``: the process's budget shared over the tables, the rest of their rows on disk; ``reserve``
+        False: no disk reserve (tables nothing trains on: a trained model's copy of a budgeted run's rows)."""
         shares = {} if memory is None else memory.shares(tables)
         spill_dir = None if memory is None else memory.spill_dir
         self.tables: Dict[str, EmbeddingTable] = {
@@ -59,7 +61,7 @@ class LocalTables:
         self.bytes_pulled = self.bytes_requested = self.bytes_pushed = 0
         self._groups: Dict[TableGroup, Any] = {}  # each group's _core.ShardGroup, made at its first call
         self.reserve: Optional[DiskReserve] = None
-        if memory is not None:
+        if memory is not None and reserve:
             try:
                 self.reserve = DiskReserve(memory.spill_dir, memory.budget_bytes + RESERVE_SLACK)
             except BaseException:
@@ -136,6 +138,17 @@ class LocalTables:
 
     def sent_seqs(self) -> List[int]:
         return []
+
+    def loading(self, table: str, chunks: Iterable[Mapping[str, np.ndarray]]) -> Iterator[Mapping[str, np.ndarray]]:
+        """``chunks`` (rows as ``export()`` gives them) passed on, each loaded into ``table`` first: a copy taken
+        while the rows stream past (a budgeted cluster run's trained model, as its digest reads them)."""
+        into = self.tables[table]
+        for chunk in chunks:
+            # loaded in pieces: a tiered table's load makes its rows resident together, a piece stays near the budget
+            for start in range(0, len(chunk["keys"]), LOAD_PIECE):
+                end = start + LOAD_PIECE
+                into.load(chunk["keys"][start:end], chunk["values"][start:end], chunk["state"][start:end])
+            yield chunk
 
     def exports(self) -> List[List[Dict[str, np.ndarray]]]:
         """Per table (declared order), its one export: what the model digest hashes."""

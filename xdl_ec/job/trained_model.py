@@ -21,7 +21,8 @@ from xdl_ec.model.model_step import ModelStep
 
 
 class TrainedModel:
-    """``tables`` (a LocalTables holding every trained row) and ``dense`` (the trained DenseModel) of ``job``."""
+    """``tables`` (a LocalTables holding every trained row: in RAM, or within a budget with the rest in a spill dir
+    when the run was budgeted) and ``dense`` (the trained DenseModel) of ``job``."""
 
     def __init__(self, job: JobSpec, tables: LocalTables, dense: DenseModel, signature: Any) -> None:
         self.job, self.tables, self.dense, self.signature = job, tables, dense, signature

@@ -8,12 +8,13 @@ caches, the tables' row rules, and the embedding bytes moved per sample trained 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from xdl_ec.model.digest import model_digest
+from xdl_ec.model.digest import model_digest, streamed_model_digest
 from xdl_ec.model.evaluation import evaluate_batches
+from xdl_ec.model.key_order_merge import merge_key_order
 from xdl_ec.model.model_step import ModelStep
 from xdl_ec.ps.cached_client import merged_cache_stats
 from xdl_ec.ps.dense_sync import DriverDense
@@ -56,8 +57,19 @@ class RunReport:
         return evaluate_batches(batches, self.cluster.job, self.find_rows, self.predict.predict)
 
     def digest(self) -> str:
-        """``model_digest`` of every table (in the job's order) and the dense state (see :mod:`xdl_ec.model.digest`)."""
-        return self.digest_of([self.cluster.scheduler.exports(t.name) for t in self.cluster.job.tables])
+        """``model_digest`` of every table (in the job's order) and the dense state (see :mod:`xdl_ec.model.digest`),
+        streamed: each table's rows merged from its servers in key order a chunk at a time, never all in the driver."""
+        return self.digest_streamed([self.key_order_rows(t.name) for t in self.cluster.job.tables])
+
+    def key_order_rows(self, table: str) -> Iterator[Dict[str, np.ndarray]]:
+        """``table``'s rows over every server in ascending key order, in chunks (a chunk per server held at once)."""
+        return merge_key_order(self.cluster.scheduler.key_order_exports(table))
+
+    def digest_streamed(self, tables: Iterable[Iterable[Mapping[str, np.ndarray]]]) -> str:
+        """``model_digest`` of ``tables`` given as their rows in key order, chunk by chunk (per table: what
+        :meth:`key_order_rows` yields), with the dense state."""
+        dense = self.dense.current()
+        return streamed_model_digest(tables, dense.model.weights, dense.optimizer.variables)
 
     def digest_of(self, exports: Sequence[Sequence[Dict[str, np.ndarray]]]) -> str:
         """``model_digest`` of the tables' ``exports`` (per table, every server's) with the dense state."""

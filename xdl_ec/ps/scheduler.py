@@ -13,7 +13,7 @@ started on the node the placement names, workers on its worker node, and the clu
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from xdl_ec.ps.api import ServerAPI
 from xdl_ec.ps.backend import CallTimeout, Handle, RoleLost, lost_error
@@ -22,6 +22,7 @@ from xdl_ec.ps.remote import Remote
 from xdl_ec.ps.server import ParameterServer
 from xdl_ec.settings import checks
 from xdl_ec.sparse.memory_budget import MemoryBudget
+from xdl_ec.sparse.table import KEY_ORDER_CHUNK
 from xdl_ec.sparse.table_config import Table
 
 PROBE_TIMEOUT = 5.0  # seconds a live role takes at most to answer a ping between two calls
@@ -288,6 +289,25 @@ class Scheduler:
     def exports(self, table: str) -> List[Dict[str, Any]]:
         """Every server's rows of ``table`` (for the digest and checkpoints)."""
         return [f.result(300.0) for f in [Remote(s, ServerAPI).export(table) for s in self.servers]]
+
+    def key_order_exports(self, table: str, chunk_rows: int = KEY_ORDER_CHUNK) -> List[Iterator[Dict[str, Any]]]:
+        """Per server, its rows of ``table`` in ascending key order, ``chunk_rows`` at a time (a server's next chunk
+        is asked as its last one arrives): the sources :func:`~xdl_ec.model.key_order_merge.merge_key_order` merges
+        for the streamed digest, so the driver holds a chunk per server, not every row."""
+        chunk_rows = checks.positive_int("chunk_rows", chunk_rows)
+        return [self._key_order_chunks(server, table, chunk_rows) for server in self.servers]
+
+    @staticmethod
+    def _key_order_chunks(server: Handle, table: str, chunk_rows: int) -> Iterator[Dict[str, Any]]:
+        remote = Remote(server, ServerAPI)
+        pending: Any = remote.export_key_order(table, 0, chunk_rows)
+        start = 0
+        while pending is not None:
+            chunk = pending.result(300.0)
+            start += chunk_rows
+            # the next is asked only once this one is in: a server's export starts at row 0 before any other
+            pending = remote.export_key_order(table, start, chunk_rows) if start < chunk["rows"] else None
+            yield chunk
 
     def shutdown(self) -> None:
         self.backend.shutdown()

@@ -185,6 +185,9 @@ class ParameterServer(LinkHost):
     def export(self, table: str) -> Dict[str, np.ndarray]:
         return self.admin.export(table)
 
+    def export_key_order(self, table: str, start: int, count: int) -> Dict[str, Any]:
+        return self.admin.export_key_order(table, start, count)
+
     def size(self, table: str) -> int:
         return self.admin.size(table)
 

@@ -23,6 +23,7 @@ class ServerAdmin:
 
     def __init__(self, host: AgentHost, shards: ServerShards, hosted: HostedAgent) -> None:
         self._host, self._shards, self._hosted = host, shards, hosted
+        self._key_order: Dict[str, np.ndarray] = {}  # per table, the sorted keys of a key-order export under way
 
     def take_index(self, index: int) -> None:
         """A spare server becomes server ``index`` (replacing a dead one); only while it has served nothing."""
@@ -38,6 +39,26 @@ class ServerAdmin:
     def export(self, table: str) -> Dict[str, np.ndarray]:
         """Every live row of the table: dict(keys, values, state)."""
         return self._host.table(table).export()
+
+    def export_key_order(self, table: str, start: int, count: int) -> Dict[str, Any]:
+        """Rows ``start`` to ``start + count`` of ``table`` in ascending key order (dict(keys, values, state), and
+        ``rows``: how many it has): a key-order export a chunk at a time (the streamed digest). ``start`` 0 takes the
+        table's keys afresh (8 bytes a row, held here until the chunk that reaches the end)."""
+        start, count = checks.non_negative_int("start", start), checks.positive_int("count", count)
+        t = self._host.table(table)
+        keys = self._key_order.get(table)
+        if start == 0 or keys is None:
+            if start != 0:
+                raise ValueError(
+                    f"export_key_order: table {table!r} has no key-order export under way at row {start}; start one "
+                    f"at row 0"
+                )
+            keys = self._key_order[table] = t.sorted_keys()
+        out: Dict[str, Any] = t.export_keys(keys[start : start + count])
+        out["rows"] = int(keys.size)
+        if start + count >= keys.size:
+            del self._key_order[table]
+        return out
 
     def size(self, table: str) -> int:
         return len(self._host.table(table))

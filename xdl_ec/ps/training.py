@@ -21,7 +21,7 @@ A PSTrainer is also the run its hooks and the job layer see (``step``, ``samples
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -251,6 +251,12 @@ class PSTrainer:
 
     def digest_of(self, exports: Sequence[Sequence[Dict[str, np.ndarray]]]) -> str:
         return self.reporter.digest_of(exports)
+
+    def key_order_rows(self, table: str) -> Iterator[Dict[str, np.ndarray]]:
+        return self.reporter.key_order_rows(table)
+
+    def digest_streamed(self, tables: Iterable[Iterable[Mapping[str, np.ndarray]]]) -> str:
+        return self.reporter.digest_streamed(tables)
 
     def rows_per_table(self) -> Dict[str, int]:
         return self.roles.rows_per_table()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Dict, Mapping, Optional, Tuple, Union, cast
+from typing import Any, Dict, Iterator, Mapping, Optional, Tuple, Union, cast
 
 import numpy as np
 
@@ -90,6 +90,10 @@ def as_repeats(repeats: Any, n: int) -> Optional[np.ndarray]:
     if n and (array.min() < 1 or array.max() > MAX_REPEATS):
         raise ValueError(f"repeats must each be in [1, {MAX_REPEATS}], got values in [{array.min()}, {array.max()}]")
     return np.ascontiguousarray(array, dtype=np.uint32)
+
+
+# rows per chunk of a key-order export (EmbeddingTable.key_order_chunks): ~10 MB of d16 Adagrad rows
+KEY_ORDER_CHUNK = 65536
 
 
 class EmbeddingTable:
@@ -305,6 +309,25 @@ class EmbeddingTable:
             return {"keys": keys, "values": values, "state": state, "uses": uses, "last_step": last_step}
         keys, values, state = self._shard.export()
         return {"keys": keys, "values": values, "state": state}
+
+    def sorted_keys(self) -> np.ndarray:
+        """The keys of every row (int64, ascending; a table with admission's pending ids left out): the index of a
+        key-order export, 8 bytes a row (tiered: read a block at a time, never every row at once)."""
+        return self._shard.sorted_keys()
+
+    def export_keys(self, keys: Any) -> Dict[str, np.ndarray]:
+        """The rows of ``keys`` in their order as :meth:`export` gives rows, keys that are no row left out: one chunk
+        of a key-order export (tiered: read in one fetch step)."""
+        keys, values, state = self._shard.export_keys(as_keys(keys))
+        return {"keys": keys, "values": values, "state": state}
+
+    def key_order_chunks(self, chunk_rows: int = KEY_ORDER_CHUNK) -> Iterator[Dict[str, np.ndarray]]:
+        """Every row as :meth:`export`'s, but in ascending key order, ``chunk_rows`` at a time: what a digest or a
+        copy of a table larger than RAM reads (its keys once, then one chunk of rows in RAM at a time)."""
+        chunk_rows = checks.positive_int("chunk_rows", chunk_rows)
+        keys = self.sorted_keys()
+        for start in range(0, keys.size, chunk_rows):
+            yield self.export_keys(keys[start : start + chunk_rows])
 
     def slot_rows(self, slots: Any) -> Dict[str, np.ndarray]:
         """The live rows in the slot records ``slots`` (slot numbers, ascending; free slots and those past

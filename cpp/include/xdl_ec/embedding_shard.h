@@ -162,6 +162,12 @@ class EmbeddingShard {
     std::vector<int64_t> last_step;
   };
   Rows Export() const;
+  // Export in key order, a chunk at a time (a digest or copy of a table larger than RAM): SortedKeys is the keys of
+  // every row (pending ids left out), ascending, from one slot-order scan (tiered: a block at a time, as Export);
+  // ExportKeys the rows of keys[0..n) in that order, keys that are no row (absent, pending) left out (tiered: read
+  // in one fetch step). Neither changes a row's bytes.
+  std::vector<int64_t> SortedKeys() const;
+  Rows ExportKeys(const int64_t* keys, size_t n) const;
   // Dirty tracking, for incremental backstops: TrackDirty(true) starts (and clears) a set of the slots
   // changed since (inserted, pushed, loaded); TakeDirty returns their live rows in slot order and clears
   // the set, under the write lock, so a cut taken between mutations is consistent. Erased keys are not
