@@ -116,8 +116,8 @@ class ReattachableRun:
         """The dead driver was recovering or rebuilding lost servers: every replacement it started (the journal)
         is ended, whatever it holds (half restored, or whole without a boundary having seen it), so that its
         server counts as lost and the recovery is redone from the survivors, exactly (docs/design/reattach.md).
-        Mid-recovery the record's spares are ended too: one may have taken a lost server's index before the
-        journal named it. Returns the record this driver adopts (without the ended spares)."""
+        Then the record's spares are ended too (mid-recovery one may have taken a lost server's index before the
+        journal named it; the scheduler starts spares again). Returns the record this driver adopts (no spares)."""
         import ray
 
         redo = sorted({index for index, _ in self.journal})
