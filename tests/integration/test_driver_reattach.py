@@ -206,8 +206,10 @@ def test_driver_killed_mid_recovery_reattaches_and_redoes_the_recovery(
     reattach = report["reattach"]
     assert reattach["reattached"] is True, reattach
     assert reattach["steps_retrained"] == 0
-    # the failed step 70: answered before the loss surfaced (at the boundary), or trained and kept for its retry
-    assert reattach["step"] in (69, 70)
+    # the step that met the loss (70, or later under load: a push's failure may surface a step or two after the
+    # kill) was answered before the loss surfaced at its boundary (then done: one past the heartbeat's step), or
+    # trained and kept for its retry (not done: the heartbeat's step)
+    assert reattach["step"] in (beat["step"], beat["step"] + 1) and reattach["step"] >= 69, (reattach, beat)
     # a replacement the dead driver started is ended, its recovery redone; before one, server 1 is simply lost
     started = point in ("replaced", "replayed")
     assert reattach.get("recovery_redone") == ([1] if started else None), reattach
