@@ -6,7 +6,9 @@ then the failure-free twin over the same input; writes the result as JSON (issue
 
 ``--minutes``: the failure-free twin's length (the soak itself takes longer: restarts and re-trained steps). The
 JSON: ``{"kills": {"server", "worker", "driver"}, "digest_equal", "lost_samples", "hung", "leaked_processes",
-"recovery_s": {role: [median, max]}}`` and what it ran (see :mod:`xdl_ec.benchmark.soak`).
+"recovery_s": {role: [median, max]}}``, ``reattached`` (driver restarts that reattached to the run's roles: Ray,
+whose run has a ``--run-dir``), ``steps_retrained`` (steps the other restarts trained again from the backstop),
+``not_reattached`` (why each of those did not) and what it ran (see :mod:`xdl_ec.benchmark.soak`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The soak (issue #51): SIGKILLs on servers, workers and the driver of an ec run with a backstop, restarts of the
-driver with --resume, then the failure-free twin: the same model, nothing hung, nothing left running."""
+driver (on Ray the same command, which reattaches; in one process with --resume), then the failure-free twin: the
+same model, nothing hung, nothing left running."""
 
 from __future__ import annotations
 
@@ -20,6 +21,10 @@ def test_a_three_minute_soak_kills_every_role_and_ends_at_the_twins_model(tmp_pa
     assert result["lost_samples"] == 0, result
     assert result["hung"] == 0, result
     assert result["leaked_processes"] == 0, result
+    if backend == "ray":  # a driver killed after its first step left roles to reattach to
+        assert result["reattached"] > 0, result
+    else:
+        assert result["reattached"] == 0, result
 
 
 def test_a_soak_plan_refuses_what_it_cannot_run():

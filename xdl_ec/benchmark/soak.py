@@ -4,7 +4,9 @@ rate, then checked against its failure-free twin (issue #51's ``bench/soak.py``)
 The driver is a real ``xdl-ec train`` process. Its servers and workers are killed for real by the run's own
 failure injection (``--mtbf`` for servers, ``--fail-worker-at`` at seeded steps for workers: the local backend's
 roles live in the driver's process, where only the run can reach them); the driver itself is SIGKILLed from outside
-and started again with the same command plus ``--resume`` of its save dir, as an orchestrator would. The three
+and started again, as an orchestrator would: on Ray with the same command, whose ``--run-dir`` reattaches it to its
+servers, parity and worker (nothing re-trained), or resumes from the backstop when it cannot (docs/design/
+reattach.md); in one process (``local``: the roles die with the driver) with ``--resume`` of its save dir. The three
 roles share the rate: one kill every ``kill_every`` seconds on average, a third of them each. Every process the soak
 starts carries a marker in its environment, so what outlives its run (a dead driver's Ray processes) is found and
 counted as leaked once ``leak_grace`` seconds have passed, then killed.
@@ -34,8 +36,10 @@ import numpy as np
 MARKER = "XDL_EC_SOAK_ID"
 _STEP = re.compile(r"^step (\d+)/(\d+)")
 _DIGEST = re.compile(r"^model_digest ([0-9a-f]{64})")
-_INJECTED = re.compile(r"injected failure: (server|worker) \d+ killed")
+_INJECTED = re.compile(r"injected failure: (server|worker) \d+ killed before step (\d+)")
 _RECOVERED = re.compile(r"(server|worker) \d+ recovered in ([0-9.]+) s")
+_REATTACHED = re.compile(r"reattached at step (\d+)")
+_REFUSED = re.compile(r"cannot reattach: (.*); the run starts again")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +79,9 @@ class _Segment:
     recovered: Dict[str, List[float]] = dataclasses.field(default_factory=lambda: {"server": [], "worker": []})
     returncode: Optional[int] = None
     hung: bool = False
+    worker_kills_made: List[int] = dataclasses.field(default_factory=list)  # the steps they were made before
+    reattached_at: Optional[int] = None  # the step a driver restarted on Ray reattached at (None: it did not)
+    refused: Optional[str] = None  # why it did not (its log line), when it found a run to reattach to
     tail: Deque[str] = dataclasses.field(default_factory=lambda: collections.deque(maxlen=20))
 
 
@@ -86,9 +93,11 @@ class Soak:
     def __init__(self, plan: SoakPlan, workdir: Optional[str] = None, log: Callable[[str], None] = print) -> None:
         self.plan = plan
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="xdl-ec-soak-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)  # a --workdir given may not exist yet
         self.log = log
         self.marker = uuid.uuid4().hex
         self._rng = np.random.default_rng(plan.seed)
+        self.run_dir = self.workdir / "run"  # the Ray run's --run-dir
 
     # ---- the runs ---------------------------------------------------------------------------------------
     def _command(self, steps: int, save_dir: Path, kills: Sequence[int], resume: bool, faults: bool) -> List[str]:
@@ -100,6 +109,8 @@ class Soak:
         command += ["--servers", str(plan.servers), "--backend", plan.backend, "--ft", "ec", "--code", f"{k},{r}"]
         command += ["--save-dir", str(save_dir), "--backstop-every", plan.backstop_every]
         command += ["--report", str(save_dir.with_suffix(".json"))]
+        if plan.backend == "ray" and faults:  # the roles outlive a killed driver: the restart reattaches
+            command += ["--run-dir", str(self.run_dir)]
         if faults:
             command += ["--mtbf", f"{3 * plan.kill_every:g}"]
             command += [arg for step in kills for arg in ("--fail-worker-at", f"{step}:0")]
@@ -165,12 +176,20 @@ class Soak:
         injected = _INJECTED.search(line)
         if injected:
             segment.injected[injected.group(1)] += 1
+            if injected.group(1) == "worker":
+                segment.worker_kills_made.append(int(injected.group(2)))
         recovered = _RECOVERED.search(line)
         if recovered:
             segment.recovered[recovered.group(1)].append(float(recovered.group(2)))
         digest = _DIGEST.match(line)
         if digest:
             segment.digest = digest.group(1)
+        reattached = _REATTACHED.search(line)
+        if reattached:
+            segment.reattached_at = int(reattached.group(1))
+        refused = _REFUSED.search(line)
+        if refused:
+            segment.refused = refused.group(1)
 
     def _steps_for(self, minutes: float) -> int:
         """Steps the failure-free run trains in about ``minutes``, from a short calibration run."""
@@ -202,20 +221,33 @@ class Soak:
         segments: List[_Segment] = []
         driver_recovery: List[float] = []
         killed_at: Optional[float] = None
+        dead_step = 0  # the step the last killed driver had completed
+        retrained = 0  # steps trained again by restarts that resumed from the backstop
+        on_ray = plan.backend == "ray"
         while True:
             done = self._resumed_step(save_dir) if segments else 0
-            resume = done > 0  # as an orchestrator's script: --resume once a save was committed, else start over
-            kills = [s for s in worker_kills if s > done]  # a kill of a step the saves passed already happened
+            # as an orchestrator's script: on Ray the same command (its run dir reattaches, or resumes from the
+            # backstop); in one process --resume once a save was committed, else start over
+            resume = done > 0 and not on_ray
+            # a kill is an event in time, made once: not again when a restart trains its step again (a restart that
+            # resumed from the backstop would otherwise meet it each time, and a driver killed during the worker's
+            # restart would loop there); nor one of a step the saves passed (made by a run before them)
+            made = {s for seg in segments for s in seg.worker_kills_made}
+            kills = [s for s in worker_kills if s > done and s not in made]
             kill_after = float(self._rng.exponential(3 * plan.kill_every))
             segment = self._segment(self._command(steps, save_dir, kills, resume, faults=True), kill_after)
             segments.append(segment)
             if killed_at is not None and segment.first_step_at is not None:
                 driver_recovery.append(segment.first_step_at - killed_at)
+            if len(segments) > 1 and segment.reattached_at is None and segment.first_step_at is not None:
+                retrained += max(dead_step - done, 0)
             if segment.returncode != -9:
                 break
             killed_at = time.monotonic()  # by the soak: at its time, or hung
+            dead_step = self._dead_step(segment)
             why = f"no output for {plan.hang_after:g} s: hung" if segment.hung else "driver killed"
-            self.log(f"soak: {why} after step {segment.last_step}; restarting it with --resume")
+            again = "the same command" if on_ray else "--resume"
+            self.log(f"soak: {why} after step {dead_step}; restarting it with {again}")
         final = segments[-1]
         if final.returncode != 0:
             self.log(f"soak: the run ended with exit {final.returncode}:\n" + "\n".join(final.tail))
@@ -236,6 +268,9 @@ class Soak:
             "hung": sum(1 for s in segments if s.hung),
             "leaked_processes": leaked,
             "recovery_s": {role: _median_max(values) for role, values in recovery.items()},
+            "reattached": sum(1 for s in segments if s.reattached_at is not None),
+            "steps_retrained": retrained,
+            "not_reattached": [s.refused or "no run to reattach to" for s in segments[1:] if s.reattached_at is None],
             "steps": steps,
             "twin_seconds": round(twin_seconds, 1),
             "soak_seconds": round(time.monotonic() - started - twin_seconds, 1),
@@ -252,6 +287,17 @@ class Soak:
         if final.returncode != 0 or not report.exists():
             return None
         return int(json.loads(report.read_text()).get("lost_samples", 0))
+
+    def _dead_step(self, segment: _Segment) -> int:
+        """The step a killed driver had completed: its heartbeat's on Ray (written at every boundary), else the
+        last step line it printed."""
+        if self.plan.backend == "ray":
+            from xdl_ec.ps.run_heartbeat import last_heartbeat
+
+            beat = last_heartbeat(self.run_dir)
+            if beat is not None:
+                return int(beat.get("step", 0))
+        return segment.last_step
 
     @staticmethod
     def _resumed_step(save_dir: Path) -> int:

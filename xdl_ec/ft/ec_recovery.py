@@ -18,6 +18,7 @@ from xdl_ec.ft.consistent_decode import Fragment, FragmentRead, consistent_decod
 from xdl_ec.ft.delta_forwarding import ForwardingProgress, holders_of
 from xdl_ec.ft.parity_agent import ParityAgent, parity_agent_for
 from xdl_ec.net.job_secret import JobSecret
+from xdl_ec.ps import driver_kill_point
 from xdl_ec.ps.backend import KILL_SECONDS, CallTimeout, KillTimeout, WorkerLost
 from xdl_ec.ps.fault_tolerance import Unrecoverable
 from xdl_ec.ps.handle import Handle
@@ -176,8 +177,11 @@ class EcRecovery:
         seq, wseqs, pairs = self.roll_back(lost, survivors, progress)  # (b)
         self.check_replayable(lost, wseqs)  # I11
         self.settle_rollback(pairs, seq)  # I5
+        driver_kill_point.reached("rolled-back")
         self.replace(lost, survivors, seq, wseqs)  # (c)
+        driver_kill_point.reached("replaced")
         self.replay(lost, wseqs)  # (d)
+        driver_kill_point.reached("replayed")
 
     def stop_remnants(self, lost: Sequence[int]) -> None:
         """I5: kills every server of ``lost`` still running (a replacement whose rebuild was cut short by another

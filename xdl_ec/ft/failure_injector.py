@@ -28,6 +28,7 @@ class FailureInjector:
             raise TypeError(f"schedule: expected a FailureSchedule, got {type(schedule).__name__}")
         self.schedule = schedule
         self._injected: List[Dict[str, Any]] = []
+        self._due: List[Any] = []  # kills due and not made yet (a quiesce before them met a lost role)
 
     def validate(self, num_servers: int, num_workers: int, total_steps: Optional[int]) -> None:
         self.schedule.validate(num_servers, num_workers, total_steps)
@@ -37,16 +38,24 @@ class FailureInjector:
         self._injected = []
 
     def before_step(self, view: ClusterView, step: int, elapsed: float) -> None:
-        if self.schedule.empty:
+        if self.schedule.empty and not self._due:
             return
-        kills = self.schedule.due(step, elapsed, view.num_servers)
-        if kills:
+        self._due += self.schedule.due(step, elapsed, view.num_servers)
+        if self._due:
+            # a role lost meanwhile (not by this schedule) raises here: the driver recovers it and calls again, and
+            # the kills still due are made then
             view.quiesce()
-            for k in kills:
+            while self._due:
+                k = self._due[0]
                 killed_at = time.perf_counter()  # detection is timed from the kill, which waits for the death
                 view.kill(k.role, k.index)
+                self._due.pop(0)
                 log.warning("injected failure: %s %d killed before step %d", k.role, k.index, step)
                 self._injected.append({"step": step, "role": k.role, "index": k.index, "time": killed_at})
+
+    def made_through(self, step: int) -> None:
+        """A reattached driver continues a run whose dead driver made the kills due through ``step``."""
+        self.schedule.made_through(step)
 
     def detect_seconds(self, role: str, index: int) -> float:
         """Seconds from the injected kill of (role, index) to now (0.0 when its death was not injected)."""

@@ -139,6 +139,11 @@ class FailureSchedule:
                 )
         self._num_servers = num_servers
 
+    def made_through(self, step: int) -> None:
+        """The explicit kills of steps <= ``step`` were made already (by a driver that died, whose run a reattached
+        driver continues after ``step``): removed, not made twice."""
+        self._kills = [k for k in self._kills if k.step > step]
+
     def due(self, step: int, elapsed: float, num_servers: Optional[int] = None) -> List[Kill]:
         """The kills to perform right before ``step``, ``elapsed`` seconds into training (removed from the
         schedule): every explicit kill of a step <= ``step``, plus at most one MTBF failure whose time has come.

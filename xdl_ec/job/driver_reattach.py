@@ -11,6 +11,7 @@ backstop's) and reports how many steps that re-trains.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from typing import Any, Dict, Optional, Union
 
@@ -23,6 +24,8 @@ from xdl_ec.ps.run_keeper import RunRecord
 
 PathLike = Union[str, "os.PathLike[str]"]
 REATTACHING_STRATEGIES = ("none", "ec")
+
+log = logging.getLogger(__name__)
 
 
 class DriverReattach:
@@ -83,6 +86,9 @@ class DriverReattach:
         """The fit's trainer is ready (resumed or reattached): its record is kept from now on, step by step."""
         self.run.keep(trainer, self.shape)
         trainer.hooks.append(self.run)
+        if trainer.reattached_step is not None:  # said as it happens (an orchestrator's log, bench/soak.py)
+            step = trainer.reattached_step
+            log.warning("--run-dir %s: reattached at step %d, nothing re-trained", self.run.directory, step)
 
     def report(self, trainer: Any, saved: Optional[SavedRun]) -> Dict[str, Any]:
         """The report's ``reattach``: whether this driver reattached, the steps re-trained (0 when it did; else the
@@ -94,6 +100,8 @@ class DriverReattach:
         entry: Dict[str, Any] = {"reattached": reattached, "steps_retrained": retrained, "grace_s": self.grace}
         if reattached:
             entry["step"] = trainer.reattached_step
+            if self.run.redone:  # the dead driver was recovering them: their recovery was redone
+                entry["recovery_redone"] = list(self.run.redone)
         if self.run.previous is not None and not reattached:
             entry["dead_run_step"] = int(self.run.previous.get("step", 0))
         if self.run.refused is not None:

@@ -73,6 +73,9 @@ class DriverDense:
         self._fetch = fetch
         self.fetches = 0  # states taken from the worker, and logs applied here instead
         self.replays = 0
+        # answers whose gradients this model holds already: a reattached driver loaded the worker's state with the
+        # update of a step trained and not answered yet (docs/design/reattach.md); its retry's answer adds nothing
+        self.ahead = 0
 
     def for_step(self) -> Any:
         """What a step call carries: the weights (the driver applies the gradients), None (the worker's model is
@@ -92,6 +95,9 @@ class DriverDense:
             self.model.apply(average_gradients(per_worker))
             return
         (grads,) = per_worker
+        if self.ahead:
+            self.ahead -= 1
+            return
         self.log.append(list(grads))
         self._log_bytes += dense_nbytes(grads)
         if len(self.log) >= LOG_STEPS or self._log_bytes >= LOG_BYTES:

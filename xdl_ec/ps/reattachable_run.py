@@ -9,11 +9,13 @@ the record when the cluster's roles changed. :meth:`end` ends the run's head: on
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
+import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from xdl_ec.ps.api import RoleAPI
 from xdl_ec.ps.backend import CallTimeout, RoleLost, connect_ray, use_ray_token
@@ -25,6 +27,7 @@ from xdl_ec.settings import checks
 
 DEFAULT_GRACE = 300.0  # seconds the run's roles wait for a driver to reattach
 PROBE_SECONDS = 10.0
+END_SECONDS = 30.0  # a half-restored replacement ended at a reattach must stop answering within this
 
 log = logging.getLogger(__name__)
 
@@ -66,14 +69,18 @@ class ReattachableRun:
             connect_ray(self.address, namespace=self.namespace)
             self.keeper = self._keeper()
             self.record: Optional[RunRecord] = self._call(self.keeper.get) if self.head_was_up else None
+            # replacements a dead driver's recovery started and no boundary found whole (run_keeper's journal)
+            self.journal: List[Tuple[int, Any]] = self._call(self.keeper.replacements) if self.head_was_up else []
         except BaseException:
             self.heartbeat.stop()
             if head is not None and not self.head_was_up:  # a head started for nothing: not left for its grace
                 stop_head(self.directory, head)
             raise
         self.refused: Optional[str] = None
+        self.redone: List[int] = []  # servers whose recovery this driver redoes (their replacements ended)
         self._version: Optional[int] = None
         self._roles: Optional[tuple] = None
+        self._journaled = False  # this driver journaled a replacement its rebuild has not completed yet
 
     # ---- what a dead driver left --------------------------------------------------------------------------
     def usable_record(self, shape: Dict[str, Any], tolerated_losses: int) -> Optional[RunRecord]:
@@ -88,13 +95,13 @@ class ReattachableRun:
                 f"--run-dir {self.directory}: its run was started as {record.shape}, this command asks for {shape}; "
                 "rerun the same command, or give another --run-dir"
             )
+        previous = self.previous or {}
+        if previous.get("recovering") or previous.get("rebuilding") or self.journal:
+            record = self.record = self._end_unproven(record, bool(previous.get("recovering")))
         dead_workers = [w.index for w in record.workers if not _answers(w)]
         dead_servers = [s.index for s in record.servers if not _answers(s)]
-        previous = self.previous or {}
-        if previous.get("recovering") or previous.get("rebuilding"):
-            # the roles are mid-recovery (replacements half restored, holders rolled back): not a boundary's state
-            after = previous.get("step")
-            self.refused = f"the driver died while lost servers were recovered or rebuilt (after step {after})"
+        if self.refused is not None:
+            pass  # a replacement that would not end
         elif dead_workers:
             self.refused = f"worker(s) {dead_workers} died with the driver (the dense state with them)"
         elif len(dead_servers) > tolerated_losses:
@@ -105,13 +112,46 @@ class ReattachableRun:
             return None
         return record
 
+    def _end_unproven(self, record: RunRecord, recovering: bool) -> RunRecord:
+        """The dead driver was recovering or rebuilding lost servers: every replacement it started (the journal)
+        is ended, whatever it holds (half restored, or whole without a boundary having seen it), so that its
+        server counts as lost and the recovery is redone from the survivors, exactly (docs/design/reattach.md).
+        Then the record's spares are ended too (mid-recovery one may have taken a lost server's index before the
+        journal named it; the scheduler starts spares again). Returns the record this driver adopts (no spares)."""
+        import ray
+
+        redo = sorted({index for index, _ in self.journal})
+        ended = [handle for _, handle in self.journal] + [record.servers[i] for i in redo]
+        spares = list(record.spares)
+        if recovering or redo:
+            ended += spares
+            spares = []
+        for handle in ended:
+            try:
+                ray.kill(handle.actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - already dead
+                pass
+        deadline = time.monotonic() + END_SECONDS
+        answering = [h for h in ended if _answers(h, 1.0)]
+        while answering and time.monotonic() < deadline:
+            time.sleep(0.2)
+            answering = [h for h in answering if _answers(h, 1.0)]
+        if answering:
+            self.refused = f"replacements {[h.index for h in answering]} still answer {END_SECONDS:g} s after a kill"
+        self.redone = redo
+        self._call(self.keeper.rebuilt)  # ended: the next recovery journals its own
+        self.journal = []
+        if redo:
+            log.warning("--run-dir %s: the dead driver was recovering servers %s: redone", self.directory, redo)
+        return dataclasses.replace(record, spares=spares)
+
     def abandon(self) -> None:
         """Ends every role of the dead driver's run (the head stays for this driver's fresh cluster)."""
         import ray
 
         record, self.record = self.record, None
         if record is not None:
-            for handle in [*record.servers, *record.spares, *record.workers]:
+            for handle in [*record.servers, *record.spares, *record.workers, *(h for _, h in self.journal)]:
                 try:
                     ray.kill(handle.actor, no_restart=True)
                 except Exception:  # noqa: BLE001 - already dead
@@ -128,6 +168,12 @@ class ReattachableRun:
         self._roles = self._identities(run)
         self.heartbeat.after_step(run)
         run.recovery.on_recovery = self.heartbeat.recovery
+        run.recovery.on_replacement = self._journal_replacement
+
+    def _journal_replacement(self, index: int, handle: Any) -> None:
+        """A recovery started ``handle`` for server ``index``: journaled before any role is pointed at it."""
+        self._call(self.keeper.add_replacement, index, handle)
+        self._journaled = True
 
     @staticmethod
     def _identities(run: Any) -> tuple:
@@ -141,6 +187,9 @@ class ReattachableRun:
         self.heartbeat.after_step(run)
         if run.scheduler.version != self._version or self._identities(run) != self._roles:
             self.keep(run, self._shape)
+        if self._journaled and not run.strategy.rebuilding:  # the record names the replacements, whole now
+            self._call(self.keeper.rebuilt)
+            self._journaled = False
 
     def end(self) -> None:
         """The run is over (however it ended, this driver alive): the heartbeat stops and the run's head ends,
@@ -173,9 +222,9 @@ class ReattachableRun:
         return session_members(int(self.head["session"]))
 
 
-def _answers(handle: Any) -> bool:
+def _answers(handle: Any, timeout: float = PROBE_SECONDS) -> bool:
     try:
-        Remote(handle, RoleAPI).ping().result(PROBE_SECONDS)
+        Remote(handle, RoleAPI).ping().result(timeout)
         return True
     except (RoleLost, CallTimeout):
         return False

@@ -13,6 +13,7 @@ import logging
 import time
 from typing import Callable, List, Optional, Protocol
 
+from xdl_ec.ps import driver_kill_point
 from xdl_ec.ps.backend import RoleLost
 from xdl_ec.ps.dense_sync import DriverDense
 from xdl_ec.ps.fault_tolerance import FailureRecord, NoFaultTolerance, Resume
@@ -43,13 +44,17 @@ class RecoveryCoordinator:
     ) -> None:
         self.cluster, self.state, self.dense, self.injector = cluster, state, dense, injector
         # told True when a recovery begins and False when it ends (a reattachable run's heartbeat records it: a
-        # driver that dies mid-recovery leaves a run that is not reattached, docs/design/reattach.md)
+        # driver that dies mid-recovery leaves a run whose recovery the next driver redoes, docs/design/reattach.md)
         self.on_recovery: Optional[Callable[[bool], None]] = None
+        # told (index, handle) of each replacement server as soon as it is started, before any role is pointed at
+        # it (a reattachable run journals it: a next driver ends a replacement it cannot prove whole)
+        self.on_replacement: Optional[Callable[[int, Handle], None]] = None
 
     def recover(self, lost: List[RoleLost], step: int) -> bool:
         """Recovers every role of ``lost`` still dead; True when training was rolled back."""
         if self.on_recovery is not None:
             self.on_recovery(True)
+        driver_kill_point.reached("recovery-begun")
         try:
             return self._recover(lost, step)
         finally:
@@ -169,6 +174,8 @@ class RecoveryCoordinator:
         client at it; returns its handle (the strategy rebuilds its state)."""
         cluster = self.cluster
         handle = cluster.scheduler.replace_server(index)
+        if self.on_replacement is not None:
+            self.on_replacement(index, handle)
         cluster.client.servers[index] = handle
         workers = cluster.live_workers()
         cluster.answers([cluster.worker(i).set_server(index, handle) for i, w in enumerate(workers) if w is not None])

@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -125,7 +126,26 @@ def stop_head(directory: Path, record: Dict[str, Any], timeout: float = 30.0) ->
     while process_alive(int(record["supervisor"])) and time.monotonic() < deadline:
         time.sleep(POLL_SECONDS)
     _kill_session(int(record["session"]))
+    forget_current_cluster(str(record["address"]))
     (directory / HEAD_FILE).unlink(missing_ok=True)
+
+
+def forget_current_cluster(address: str) -> None:
+    """``ray start`` names its head in Ray's ``ray_current_cluster`` file, where a later ``ray.init()`` of this
+    machine looks for a cluster to join: once the run's head is ended, the file no longer names it (else that
+    ``ray.init`` fails, joining a dead cluster). A file naming another cluster is left alone."""
+    try:
+        from ray._common.utils import get_ray_address_file  # Ray's own, untyped
+
+        path = Path(get_ray_address_file(None))
+    except ImportError:  # another Ray layout: its default place
+        path = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+    port = address.rsplit(":", 1)[-1]
+    try:
+        if path.read_text().strip().rsplit(":", 1)[-1] == port:
+            path.unlink()
+    except OSError:
+        pass  # none, or another process's to manage
 
 
 def _kill_session(sid: int) -> None:
@@ -215,6 +235,7 @@ def supervise(directory: Path, grace: float) -> int:
     print(f"{time.strftime('%H:%M:%S')} ending the run's Ray head: {why}", flush=True)
     (directory / HEAD_FILE).unlink(missing_ok=True)
     (directory / STOP_FILE).unlink(missing_ok=True)
+    forget_current_cluster(str(record["address"]))  # before the session's end, which ends this process too
     _kill_session(os.getsid(0))
     return 0
 

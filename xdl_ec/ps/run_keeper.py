@@ -2,13 +2,16 @@
 that keeps it while no driver runs (docs/design/reattach.md).
 
 The record is written when the cluster starts and again at a boundary where its roles changed (a server replaced,
-a worker restarted), never on the step's path; the keeper only stores it.
+a worker restarted), never on the step's path; the keeper only stores it. Beside it the keeper journals the
+replacement servers a recovery started, each as soon as it exists (mid-recovery, no boundary's record yet), until
+a boundary finds their rebuild over: a driver that died meanwhile leaves replacements its successor cannot prove
+whole, and the journal names them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 KEEPER_NAME = "keeper"  # the keeper's actor name in the run's namespace
 
@@ -31,16 +34,31 @@ class RunRecord:
 
 
 class RunKeeper:
-    """A detached actor holding the run's :class:`RunRecord` (None until the first driver writes it)."""
+    """A detached actor holding the run's :class:`RunRecord` (None until the first driver writes it) and the
+    journal of replacement servers not known whole yet ((index, handle) in the order they were started)."""
 
     def __init__(self) -> None:
         self.record: Optional[RunRecord] = None
+        self.journal: List[Tuple[int, Any]] = []
 
     def ping(self) -> int:
         return 0
 
-    def put(self, record: RunRecord) -> None:
+    def put(self, record: Optional[RunRecord]) -> None:
+        """The run's record (None: the run is abandoned, its journal with it)."""
         self.record = record
+        if record is None:
+            self.journal = []
 
     def get(self) -> Optional[RunRecord]:
         return self.record
+
+    def add_replacement(self, index: int, handle: Any) -> None:
+        self.journal.append((int(index), handle))
+
+    def replacements(self) -> List[Tuple[int, Any]]:
+        return list(self.journal)
+
+    def rebuilt(self) -> None:
+        """Every journaled replacement is whole (a boundary found the rebuild over)."""
+        self.journal = []

@@ -31,6 +31,7 @@ class StepAgreement:
 
     def __init__(self, cluster: RunningCluster, state: TrainingState, dense: DriverDense) -> None:
         self.cluster, self.state, self.dense = cluster, state, dense
+        self.dispatched = 0  # the last step the dead driver sent the worker (the agreed one, or the one after)
 
     def agree(self, record: RunRecord) -> int:
         """The step training is at: every count of the state set from the worker's progress since ``record.base``
@@ -43,12 +44,25 @@ class StepAgreement:
                 f"the worker counts from batch {progress['since']}, the run record from {base['position']}"
             )
         trained = int(progress["position"]) - int(progress["since"])
+        position = int(progress["position"])
+        # the dense updates the worker applied: one per answered step, and one for a step whose push met a lost
+        # server (a driver that died while recovering it): that step is not agreed as done, its retry answers it
+        applied = trained
+        unanswered = progress.get("unanswered")
+        if unanswered is not None:
+            trained = len(progress["losses"])
+            position = int(progress["since"]) + trained
+            applied = trained + 1
+            at = int(base["step"]) + trained
+            if int(unanswered) != at + 1:
+                raise ReattachRefused(f"the worker holds step {unanswered} for its retry, the run is at step {at}")
         step = int(base["step"]) + trained
+        self.dispatched = step + (0 if unanswered is None else 1)
         state.step = step
         state.step_times.resume(step)
         state.samples = int(base["samples"]) + int(progress["samples"])
         state.restored_samples = int(base["restored_samples"])
-        state.worker_batches = [int(progress["position"])]
+        state.worker_batches = [position]
         state.worker_samples = [int(base["worker_samples"]) + int(progress["samples"])]
         state.losses = [float(x) for x in base["losses"]] + [float(x) for x in progress["losses"]]
         state.has_next = [bool(progress["has_next"])]
@@ -59,10 +73,14 @@ class StepAgreement:
         elif base.get("push_seqs") is not None:
             state.push_seqs[0] = list(base["push_seqs"])
         weights, optimizer, iterations = cluster.result(cluster.worker(0).dense_state(), AGREE_TIMEOUT)
-        if int(iterations) != step:
-            raise ReattachRefused(f"the worker's dense model applied {iterations} steps, the run is at step {step}")
+        if int(iterations) != int(base["step"]) + applied:
+            raise ReattachRefused(
+                f"the worker's dense model applied {iterations} steps, the run is at step {step}"
+                + ("" if unanswered is None else f" with step {unanswered} trained and not answered yet")
+            )
         self.dense.model.load_state(weights, optimizer)
         self.dense.log.clear()
+        self.dense.ahead = applied - trained  # the unanswered step's update is in the state loaded
         self.dense.worker_current = True
         if not any(role == "server" for role, _ in cluster.scheduler.dead):  # else the recovery replays them
             cluster.answers([cluster.worker(0).flush(True)])  # the in-flight step's pushes applied

@@ -117,6 +117,8 @@ class PSTrainer:
             else:
                 self.roles.scheduler.probe_servers()  # a server lost meanwhile is marked, then recovered
                 self.reattached_step = self.agreement.agree(reattach)
+                if injector is not None:  # the kills before the steps the dead driver sent are made
+                    injector.made_through(self.agreement.dispatched)
                 strategy.reattach(self.view, reattach.strategy_secret)
         except BaseException:
             if reattach is None:  # a reattach that failed leaves the run's roles to its caller's decision

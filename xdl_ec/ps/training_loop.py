@@ -68,7 +68,12 @@ class TrainingLoop:
         """Step ``step`` is about to start: the failure injector may kill roles now."""
         if self.injector is not None:
             elapsed = 0.0 if self._train_start is None else time.perf_counter() - self._train_start
-            self.injector.before_step(self.view, step, elapsed)
+            injector = self.injector
+            if self.cluster.config.mode != "sync":  # steps in flight: no boundary to recover at
+                injector.before_step(self.view, step, elapsed)
+                return
+            # its quiesce may meet a role lost otherwise (with a driver that died): recovered as at a boundary
+            self.recovery.at_boundary(lambda: injector.before_step(self.view, step, elapsed))
 
     def ttl_before(self, step: int) -> Optional[Dict[str, int]]:
         """{table: cutoff} of the Evict(ttl_seconds) passes that end ``step``'s pushes, for its workers (noting the

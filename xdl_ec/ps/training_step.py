@@ -125,6 +125,12 @@ class TrainingStep:
         """A rollback: a step whose push was sent is trained again, not answered from memory."""
         self._sent = None
 
+    @property
+    def unanswered(self) -> Optional[int]:
+        """The step trained whose push met a lost server, kept for its retry (None: none): its batch and dense
+        update are applied, its answer is not given yet (a reattaching driver retries it, docs/design/reattach.md)."""
+        return None if self._sent is None else self._sent.step
+
     @contextlib.contextmanager
     def _timed(self) -> Iterator[None]:
         """A step's wall time ("in_step"); a lost server drops the rows in flight (they may come from it: the

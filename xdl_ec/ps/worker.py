@@ -188,8 +188,14 @@ class Worker(LinkHost):
     def progress(self) -> Dict[str, Any]:
         """What this worker trained since its reader was last set (its start or a seek), for a reattaching driver
         (docs/design/reattach.md): {"position", "since", "samples", "losses", "last" (the last StepResult),
-        "has_next"}. Serialised with :meth:`train_step`: a step in flight ends first."""
-        return {**self._trained.report(), "position": self.position, "has_next": self.parts.input.current is not None}
+        "has_next", "unanswered" (a step trained whose push met a lost server, kept for its retry; None: none)}.
+        Serialised with :meth:`train_step`: a step in flight ends first."""
+        return {
+            **self._trained.report(),
+            "position": self.position,
+            "has_next": self.parts.input.current is not None,
+            "unanswered": self.training_step.unanswered,
+        }
 
     @_serialised
     def mark_progress(self) -> int:

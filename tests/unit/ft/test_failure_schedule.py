@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from support.paths import REPO_ROOT  # noqa: E402
+from xdl_ec.ft.failure_injector import FailureInjector
 from xdl_ec.ft.failure_schedule import FailureSchedule, Kill, parse_kill
 from xdl_ec.job.cluster import Cluster
 
@@ -42,6 +43,44 @@ def test_explicit_kills_fire_once_in_step_order() -> None:
     assert schedule.due(4, 0.0) == [Kill(3, "worker", 1)]  # a missed boundary still fires
     assert schedule.due(5, 0.0) == [Kill(5, "server", 1)]
     assert schedule.due(6, 0.0) == [] and schedule.kills == []
+
+
+def test_kills_a_dead_driver_made_are_not_made_again_after_a_reattach() -> None:
+    schedule = FailureSchedule.from_flags(["5:1", "2"], ["3:1"], mtbf=30.0, seed=1)
+    schedule.made_through(3)  # the reattached driver continues after step 3
+    assert schedule.kills == [Kill(5, "server", 1)]
+    assert schedule.due(5, 0.0) == [Kill(5, "server", 1)]
+    assert schedule.fired == [(Kill(5, "server", 1), None)]  # the dead driver's kills are not this run's
+
+
+class _View:
+    """What FailureInjector.before_step calls of a cluster view: a quiesce that meets a lost role ``fails`` times."""
+
+    num_servers = 2
+
+    def __init__(self, fails: int) -> None:
+        self.fails, self.killed = fails, []
+
+    def quiesce(self) -> None:
+        if self.fails:
+            self.fails -= 1
+            raise RuntimeError("server 0 was lost")
+
+    def kill(self, role: str, index: int) -> None:
+        self.killed.append((role, index))
+
+
+def test_a_kill_whose_quiesce_met_a_lost_role_is_made_when_called_again() -> None:
+    injector = FailureInjector(FailureSchedule.from_flags(["4:1"], []))
+    view = _View(fails=1)
+    with pytest.raises(RuntimeError, match="lost"):
+        injector.before_step(view, 4, 0.0)  # type: ignore[arg-type]
+    assert view.killed == []
+    injector.before_step(view, 4, 0.0)  # type: ignore[arg-type]  # after the driver recovered the lost role
+    assert view.killed == [("server", 1)]
+    assert [(k["step"], k["index"]) for k in injector.injected()] == [(4, 1)]
+    injector.before_step(view, 5, 0.0)  # type: ignore[arg-type]
+    assert view.killed == [("server", 1)]
 
 
 def test_validate_names_missing_roles_and_unreached_steps() -> None:

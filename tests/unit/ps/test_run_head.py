@@ -9,8 +9,10 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from xdl_ec.ps.reattachable_run import namespace_of
-from xdl_ec.ps.run_head import HEAD_FILE, read_head, session_members, stop_head
+from xdl_ec.ps.run_head import HEAD_FILE, forget_current_cluster, read_head, session_members, stop_head
 from xdl_ec.ps.run_heartbeat import RunHeartbeat, last_heartbeat
 
 
@@ -87,3 +89,16 @@ def test_each_run_dir_has_its_own_namespace(tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     assert namespace_of(a) != namespace_of(b)
     assert namespace_of(a) == namespace_of(tmp_path / "x" / ".." / "a")
+
+
+def test_an_ended_head_is_no_longer_rays_current_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `ray start` wrote it; a later ray.init() of this machine would try to join the dead head
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    current = tmp_path / "ray" / "ray_current_cluster"
+    current.parent.mkdir()
+    current.write_text("192.0.2.2:41234")
+    forget_current_cluster("127.0.0.1:41235")  # another cluster's: left alone
+    assert current.read_text() == "192.0.2.2:41234"
+    forget_current_cluster("127.0.0.1:41234")
+    assert not current.exists()
+    forget_current_cluster("127.0.0.1:41234")  # none left: nothing to do
