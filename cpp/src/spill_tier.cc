@@ -111,7 +111,7 @@ uint32_t SpillTier::NewFrame() {
 }
 
 size_t SpillTier::Capacity(size_t other_bytes) const {
-  const size_t fixed = other_bytes + slots() * kSlotOverhead + window_bytes_;
+  const size_t fixed = other_bytes + slots() * kSlotOverhead + (file_cold_ ? window_bytes_ : 0);
   const size_t room = budget_bytes_ > fixed ? (budget_bytes_ - fixed) / (stride_ + kFrameWords) : 0;
   return std::max(room, kMinFrames);
 }
@@ -138,8 +138,8 @@ void SpillTier::Transfer(const std::vector<uint32_t>& sorted_slots, const std::v
     }
   });
   (write ? write_bytes_ : read_bytes_) += n * record_bytes_;
-  // Scattered rows: each copy (and the key read that confirmed a row on disk) touched a page of its own.
-  mapped_bytes_ += n * std::max(record_bytes_, kPage);
+  // Cold, scattered rows: each copy (and the key read that confirmed a row on disk) touched a page of its own.
+  mapped_bytes_ += n * (file_cold_ ? std::max(record_bytes_, kPage) : record_bytes_);
 }
 
 // The file's blocks allocated (so a write through the mapping never meets a full disk: that is this call's
@@ -164,11 +164,14 @@ void SpillTier::Cover(size_t slots) {
   map_bytes_ = target;
 }
 
-// The mapping's pages leave this process's resident set once the copies may have touched a window's worth of
-// them (the page cache keeps them, dirty ones included): the file's pages count as the process's RSS while
-// mapped, and the budget is what RAM the tier holds, so the window is a share of it (Capacity leaves it out).
+// The mapping's pages leave this process's resident set once the copies may have touched enough of them (the
+// page cache keeps them, dirty ones included). Warm (the file in the page cache), they are cache the kernel takes
+// back at no I/O, and dropping them often made every miss refault (4x the CPU per sample at 20M rows,
+// docs/results/tier-speed-2026-12-07c.md): a budget's worth of copies. Cold (the file past the page cache), a
+// miss is a disk read anyway and the pages would pile up in the RSS: a window of an eighth of the budget, which
+// the frames then leave to them (Capacity).
 void SpillTier::Unmap() {
-  if (mapped_bytes_ < window_bytes_ || !map_) return;
+  if (mapped_bytes_ < (file_cold_ ? window_bytes_ : budget_bytes_) || !map_) return;
   madvise(map_, map_length_, MADV_DONTNEED);
   mapped_bytes_ = 0;
 }
@@ -345,8 +348,9 @@ void SpillTier::FetchMissing(std::vector<uint32_t> slots, size_t hits, size_t ot
   // ahead hides the faults it prevents, so a cold tier asks for kColdSteps steps and then measures again.
   if (cold_steps_ > 0) {
     --cold_steps_;
-  } else if (!slots.empty() && static_cast<size_t>(MajorFaults() - faults_at_begin_) * 16 > slots.size()) {
-    cold_steps_ = kColdSteps;
+  } else if (!slots.empty()) {  // a measuring step: the file stays cold (its window kept) unless it proves warm
+    file_cold_ = static_cast<size_t>(MajorFaults() - faults_at_begin_) * 16 > slots.size();
+    if (file_cold_) cold_steps_ = kColdSteps;
   }
 }
 

@@ -20,8 +20,8 @@
 // are allocated (posix_fallocate) before any write-back that needs them, so a full disk or a size limit
 // throws naming the directory before any frame is given up (a write through a mapping onto an unallocated
 // block would be a SIGBUS instead), and the bytes stay those of the last completed operation. The mapping's
-// pages count as RAM the tier holds: an eighth of the budget is theirs (the frames get the rest), and they are
-// dropped from the resident set once the copies may have touched that many (the page cache keeps them).
+// pages are dropped from the resident set after a budget's worth of copies while the file is in the page cache;
+// once it is not (cold), an eighth of the budget is theirs (the frames get the rest), counted a page per copy.
 //
 // RAM per slot beside the frames: its frame number only (4 bytes). A row on disk is confirmed by the key
 // bytes of its record in the file, read through the mapping (a tag match on disk is nearly always the row
@@ -193,7 +193,7 @@ class SpillTier {
   void Transfer(const std::vector<uint32_t>& sorted_slots, const std::vector<uint32_t>& frames, bool write);
   // The file allocated and mapped over at least `slots` records (throws naming the dir: a full disk).
   void Cover(size_t slots);
-  // The mapping's pages dropped from the resident set once the copies may have touched a window's worth.
+  // The mapping's pages dropped from the resident set once the copies may have touched enough (see Unmap).
   void Unmap();
   [[noreturn]] void Fail(const char* what, size_t slot, int err) const;
 
@@ -201,7 +201,7 @@ class SpillTier {
   const size_t budget_bytes_;
   const std::string dir_;
   const size_t stride_;  // header + record, rounded to 8
-  // The file's pages mapped in at most (copies counted a page each): a share of the budget, not frames.
+  // Cold, the file's pages mapped in at most (copies counted a page each): a share of the budget, not frames.
   static constexpr size_t kWindowShare = 8;
   const size_t window_bytes_;
   int fd_ = -1;
@@ -236,6 +236,7 @@ class SpillTier {
   uint64_t read_bytes_ = 0, write_bytes_ = 0, hits_ = 0, misses_ = 0;
   static constexpr int kColdSteps = 32;
   int cold_steps_ = 0;        // fetch steps left that ask ahead (0: measuring)
+  bool file_cold_ = false;    // the last measuring step found the file past the page cache (Unmap's window)
   long faults_at_begin_ = 0;  // the process's major faults when this fetch step began
 };
 
