@@ -138,8 +138,13 @@ void SpillTier::Transfer(const std::vector<uint32_t>& sorted_slots, const std::v
     }
   });
   (write ? write_bytes_ : read_bytes_) += n * record_bytes_;
-  // Cold, scattered rows: each copy (and the key read that confirmed a row on disk) touched a page of its own.
-  mapped_bytes_ += n * (file_cold_ ? std::max(record_bytes_, kPage) : record_bytes_);
+  mapped_bytes_ += n * record_bytes_;
+  size_t last = SIZE_MAX;  // the pages the copies touched: the slots are sorted
+  for (const uint32_t slot : sorted_slots) {
+    const size_t page = size_t{slot} * record_bytes_ / kPage;
+    if (page != last) ++mapped_pages_;
+    last = page;
+  }
 }
 
 // The file's blocks allocated (so a write through the mapping never meets a full disk: that is this call's
@@ -165,15 +170,18 @@ void SpillTier::Cover(size_t slots) {
 }
 
 // The mapping's pages leave this process's resident set once the copies may have touched enough of them (the
-// page cache keeps them, dirty ones included). Warm (the file in the page cache), they are cache the kernel takes
-// back at no I/O, and dropping them often made every miss refault (4x the CPU per sample at 20M rows,
-// docs/results/tier-speed-2026-12-07c.md): a budget's worth of copies. Cold (the file past the page cache), a
-// miss is a disk read anyway and the pages would pile up in the RSS: a window of an eighth of the budget, which
-// the frames then leave to them (Capacity).
+// page cache keeps them, dirty ones included). Rows scattered over a warm file (in the page cache): the pages are
+// cache the kernel takes back at no I/O, and dropping them often made every miss refault (4x the CPU per sample at
+// 20M rows, docs/results/tier-speed-2026-12-07c.md): after a budget's worth of copies. A cold file (past the page
+// cache: a miss is a disk read anyway) or dense copies (a bulk load's write-backs: no page is touched again soon):
+// once the pages touched fill a window of an eighth of the budget, which a cold file's frames leave to them.
 void SpillTier::Unmap() {
-  if (mapped_bytes_ < (file_cold_ ? window_bytes_ : budget_bytes_) || !map_) return;
+  if (!map_) return;
+  const size_t touched = mapped_pages_ * kPage;
+  const bool dense = touched <= 2 * mapped_bytes_;
+  if ((file_cold_ || dense) ? touched < window_bytes_ : mapped_bytes_ < budget_bytes_) return;
   madvise(map_, map_length_, MADV_DONTNEED);
-  mapped_bytes_ = 0;
+  mapped_bytes_ = mapped_pages_ = 0;
 }
 
 uint8_t* SpillTier::Fault(size_t slot) {
@@ -385,7 +393,7 @@ size_t SpillTier::Append() {
 void SpillTier::Reset(size_t slots) {
   if (map_) munmap(map_, map_length_);
   map_ = nullptr;
-  map_length_ = map_bytes_ = mapped_bytes_ = 0;
+  map_length_ = map_bytes_ = mapped_bytes_ = mapped_pages_ = 0;
   if (ftruncate(fd_, 0) != 0) Fail("truncate", 0, errno);
   free_.clear();
   for (size_t f = carved_; f > 0; --f) free_.push_back(static_cast<uint32_t>(f - 1));

@@ -20,8 +20,9 @@
 // are allocated (posix_fallocate) before any write-back that needs them, so a full disk or a size limit
 // throws naming the directory before any frame is given up (a write through a mapping onto an unallocated
 // block would be a SIGBUS instead), and the bytes stay those of the last completed operation. The mapping's
-// pages are dropped from the resident set after a budget's worth of copies while the file is in the page cache;
-// once it is not (cold), an eighth of the budget is theirs (the frames get the rest), counted a page per copy.
+// pages are dropped from the resident set after a budget's worth of scattered copies while the file is in the page
+// cache; once it is not (cold), or when the copies are dense (a bulk load), once they may fill an eighth of the
+// budget (Unmap).
 //
 // RAM per slot beside the frames: its frame number only (4 bytes). A row on disk is confirmed by the key
 // bytes of its record in the file, read through the mapping (a tag match on disk is nearly always the row
@@ -210,7 +211,8 @@ class SpillTier {
   uint8_t* map_ = nullptr;   // the file, mapped shared: rows move by copies, not a syscall each
   size_t map_length_ = 0;    // the mapping's length (whole pages)
   size_t map_bytes_ = 0;     // the file's allocated length, all of it mapped
-  size_t mapped_bytes_ = 0;  // pages copied through since the mapping's pages last left the resident set
+  size_t mapped_bytes_ = 0;  // bytes copied through since the mapping's pages last left the resident set
+  size_t mapped_pages_ = 0;  // ... and the pages those copies touched
 
   MappedBuffer slot_words_;       // per slot: its frame + 1, or 0 on disk
   uint32_t* frame_of_ = nullptr;  // slot_words_' words
