@@ -87,8 +87,8 @@ def with_disk_tier(
     memory_bytes: int,
 ) -> Optional[ServerMemory]:
     """One server's RAM when its records live in the spill file and ``memory_bytes`` is its RAM: the fixed part
-    (key index, the tier's slot words and, its file past the page cache, its mapping's eighth: spill_tier.h; parity) plus
-    frames filling the rest, up to every record; None when the fixed part alone does not fit."""
+    (key index, the tier's slot words and, its file past the page cache, its mapping's eighth: spill_tier.h;
+    parity) plus frames filling the rest, up to every record; None when the fixed part alone does not fit."""
     whole = in_memory(rows, layouts, row_memory, parity_share)
     index = whole.key_index
     slot_words = sum(rows.values()) * row_memory.tier_slot_bytes + memory_bytes // TIER_WINDOW_SHARE
