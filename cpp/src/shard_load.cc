@@ -13,11 +13,15 @@
 
 namespace xdl_ec {
 
-EmbeddingShard::Rows EmbeddingShard::Export() const {
-  Impl& s = *impl_;
+namespace {
+
+// Every live, admitted record in slot order, `reserve(live rows)` first, under the lock a scan needs: exclusive on a
+// tiered store (its scan moves frames) or while restoring (every block installed first), shared otherwise.
+template <class Reserve, class Visit>
+void ScanLiveRecords(EmbeddingShard::Impl& s, Reserve reserve, Visit visit) {
   std::unique_lock<std::shared_mutex> exclusive(s.mutex, std::defer_lock);
   std::shared_lock<std::shared_mutex> shared(s.mutex, std::defer_lock);
-  if (s.store.tiered()) {  // a tiered scan moves frames: exclusive (ReadLock)
+  if (s.store.tiered()) {
     exclusive.lock();
   } else {
     shared.lock();
@@ -29,49 +33,42 @@ EmbeddingShard::Rows EmbeddingShard::Export() const {
     }
     s.EnsureAllBlocks();
   }
-  Rows rows;
-  const size_t dim = s.config.dim, sf = s.layout.state_floats, live = s.index.size();
-  rows.keys.reserve(live);
-  rows.values.reserve(live * dim);
-  rows.state.reserve(live * sf);
+  reserve(s.index.size());
   for (size_t slot = 0; slot < s.store.high_water(); ++slot) {
     s.ScanAt(slot);
     uint8_t* r = s.Record(slot);
     if (!RecordLayout::IsLive(RecordLayout::Flags(r)) || !s.Admitted(r)) continue;
-    s.AppendRow(r, &rows);
+    visit(r);
   }
+}
+
+}  // namespace
+
+EmbeddingShard::Rows EmbeddingShard::Export() const {
+  Impl& s = *impl_;
+  Rows rows;
+  const size_t dim = s.config.dim, sf = s.layout.state_floats;
+  ScanLiveRecords(
+      s,
+      [&](size_t live) {
+        rows.keys.reserve(live);
+        rows.values.reserve(live * dim);
+        rows.state.reserve(live * sf);
+      },
+      [&](uint8_t* r) { s.AppendRow(r, &rows); });
   return rows;
 }
 
 std::vector<int64_t> EmbeddingShard::SortedKeys() const {
   Impl& s = *impl_;
-  std::vector<int64_t> keys;
-  {
-    // Export's locking and scan, keeping only the keys (8 bytes a row, not the rows)
-    std::unique_lock<std::shared_mutex> exclusive(s.mutex, std::defer_lock);
-    std::shared_lock<std::shared_mutex> shared(s.mutex, std::defer_lock);
-    if (s.store.tiered()) {
-      exclusive.lock();
-    } else {
-      shared.lock();
-    }
-    if (s.Restoring()) {
-      if (shared.owns_lock()) {
-        shared.unlock();
-        exclusive.lock();
-      }
-      s.EnsureAllBlocks();
-    }
-    keys.reserve(s.index.size());
-    for (size_t slot = 0; slot < s.store.high_water(); ++slot) {
-      s.ScanAt(slot);
-      const uint8_t* r = s.Record(slot);
-      if (!RecordLayout::IsLive(RecordLayout::Flags(r)) || !s.Admitted(r)) continue;
-      int64_t key;
-      std::memcpy(&key, r, sizeof(key));
-      keys.push_back(key);
-    }
-  }
+  std::vector<int64_t> keys;  // 8 bytes a row, not the rows
+  ScanLiveRecords(
+      s, [&](size_t live) { keys.reserve(live); },
+      [&](const uint8_t* r) {
+        int64_t key;
+        std::memcpy(&key, r, sizeof(key));
+        keys.push_back(key);
+      });
   std::sort(keys.begin(), keys.end());  // outside the lock: training may go on
   return keys;
 }
