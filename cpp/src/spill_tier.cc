@@ -322,6 +322,7 @@ void SpillTier::Fetch(const uint32_t* slots, size_t n, size_t other_bytes, uint8
       if (records) miss_at.push_back(static_cast<uint32_t>(i));
     }
   }
+  if (cold()) AskAhead(miss);  // the three-call fetch step's owner asks in its own pass, before its key reads
   if (records) {
     FetchMissing(miss, hits, other_bytes, for_write, appends);
     for (size_t m = 0; m < miss.size(); ++m) records[miss_at[m]] = Resident(miss[m]);
@@ -337,7 +338,6 @@ void SpillTier::FetchMissing(std::vector<uint32_t> slots, size_t hits, size_t ot
   std::sort(slots.begin(), slots.end());
   slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
   MakeRoom(slots.size() + appends, Capacity(other_bytes));
-  if (cold()) AskAhead(slots);  // the parity's fetch steps come here with no pass of their own before
   std::vector<uint32_t> frames(slots.size());
   for (size_t i = 0; i < slots.size(); ++i) frames[i] = NewFrame();
   try {
