@@ -527,6 +527,47 @@ def test_recovery_fragments_are_fetched_again_until_the_parity_caught_up_with_th
     assert servers[1].calls == ["read_many", "read_many"]
 
 
+def test_a_stopped_decode_ends_while_its_parity_blocks_disagree_on_a_dead_sender() -> None:
+    """Two parity blocks that applied different seqs of a sender lost mid-delivery never agree until the recovery
+    rolls its remnant back: the background rebuild's stop must end the decode then, not its 60 s deadline (the
+    stop's own wait was 30 s: an 'unrecoverable' that was not)."""
+    from concurrent.futures import Future
+
+    from xdl_ec.ft.consistent_decode import DecodeStopped, consistent_decode
+
+    def answered(value: Any) -> Future:
+        future: Future = Future()
+        future.set_result(value)
+        return future
+
+    class Holder:
+        def __init__(self, dead_senders_seq: int) -> None:
+            self.seq, self.reads = dead_senders_seq, 0
+
+        def call(self, method: str, *args: Any) -> Future:
+            raise AssertionError(f"{method}{args}: fragment reads go beside the server's queued calls")
+
+        def call_beside(self, method: str, name: str, *args: Any) -> Future:
+            if name == "flush":
+                return answered(None)
+            self.reads += 1
+            return answered([(np.zeros(8 * width, np.uint8), {2: self.seq}) for _k, _b, _o, width in args[1]])
+
+    servers = [Holder(7), Holder(6)]
+    asked: List[int] = []
+    start = time.monotonic()
+    with pytest.raises(DecodeStopped, match="stopped before its fragments agreed"):
+        consistent_decode(
+            servers,
+            "t",
+            8,
+            lambda data, parity: (parity(0, 1, 0, 2), parity(1, 1, 0, 2)),
+            60.0,
+            stopped=lambda: asked.append(1) or len(asked) >= 3,
+        )
+    assert time.monotonic() - start < 10 and servers[0].reads == 3 and len(asked) == 3
+
+
 # ---- the transport pieces, without training ------------------------------------------------------------------
 def _shards(n: int, block_slots: int = 8) -> List[Any]:
     from xdl_ec import _core

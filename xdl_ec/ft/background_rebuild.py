@@ -25,6 +25,7 @@ import threading
 import time
 from typing import Callable, Optional
 
+from xdl_ec.ft.consistent_decode import DecodeStopped
 from xdl_ec.ft.ec_recovery import REBUILD_BATCH, EcRecovery, RecoveryTimeout
 from xdl_ec.ft.rebuild_deadline import RebuildDeadline
 from xdl_ec.ft.rebuild_governor import RebuildGovernor
@@ -125,7 +126,12 @@ class BackgroundRebuild:
             while not self._stop.is_set():
                 before, own = _cpu_ticks(), time.thread_time()
                 start = time.perf_counter()
-                done = coordinator.rebuild_next(self._batch() if ray else 1)
+                try:
+                    # a stop ends a decode still waiting for its fragments to agree: those of a sender lost
+                    # mid-delivery agree only after the recovery the stop makes way for
+                    done = coordinator.rebuild_next(self._batch() if ray else 1, stopped=self._stop.is_set)
+                except DecodeStopped:
+                    break
                 if not done:
                     break
                 self.stripes += done

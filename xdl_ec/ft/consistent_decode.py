@@ -28,6 +28,11 @@ VersionedFragment = Tuple[np.ndarray, Version]
 Decoded = TypeVar("Decoded")
 
 
+class DecodeStopped(Exception):
+    """The caller stopped a decode whose fragments had not agreed yet (a background rebuild told to stop: fragments
+    of a sender that died mid-delivery never agree until the recovery rolls its remnant back)."""
+
+
 class FragmentSource(Protocol):
     """What a decode asks of a survivor's parity agent (:class:`~xdl_ec.ft.parity_agent.ParityAgent` answers it)."""
 
@@ -106,6 +111,7 @@ def consistent_decode(
     decode: Callable[[FragmentRead, FragmentRead], Decoded],
     timeout: float = 60.0,
     reads: Optional[Sequence[Fragment]] = None,
+    stopped: Optional[Callable[[], bool]] = None,
 ) -> Tuple[Decoded, Dict[int, int]]:
     """Runs ``decode(read_data, read_parity)`` (a C++ Recovery call that reads fragments through callbacks, one at a
     time) on fragments that are mutually consistent, all fetched at once: ``reads`` lists the fragments ``decode``
@@ -113,7 +119,8 @@ def consistent_decode(
     over zeros records them. The fetch is repeated (the survivors' links flushed first) until each survivor's blocks
     were read at one delta seq, every parity block read has applied exactly that seq of each survivor read, and the
     parity blocks agree on every other sender; then ``decode`` is served from them. Returns (result, versions
-    {sender: seq} the result reflects); TimeoutError when the fragments never agree within ``timeout`` seconds."""
+    {sender: seq} the result reflects); TimeoutError when the fragments never agree within ``timeout`` seconds,
+    DecodeStopped when ``stopped()`` turns true while they disagree."""
     wanted = _recorded_reads(decode, block_slots) if reads is None else [_fragment(*r) for r in reads]
     wanted = list(dict.fromkeys(wanted))
     deadline = time.monotonic() + timeout
@@ -145,6 +152,8 @@ def consistent_decode(
         consistent &= all(data_seqs.get(sender, seq) == seq for sender, seq in others.items())
         if consistent:
             break
+        if stopped is not None and stopped():
+            raise DecodeStopped(f"decode of table {table!r}: stopped before its fragments agreed")
         now = time.monotonic()
         if missed_at is not None and now - missed_at < REFLUSH_SECONDS:
             time.sleep(0.0005)  # several misses in a row: a mutation keeps slipping in, back off a little

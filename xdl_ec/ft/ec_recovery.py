@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple, TypeVar
 
 from xdl_ec import _core
-from xdl_ec.ft.consistent_decode import Fragment, FragmentRead, consistent_decode, stripe_reads
+from xdl_ec.ft.consistent_decode import DecodeStopped, Fragment, FragmentRead, consistent_decode, stripe_reads
 from xdl_ec.ft.delta_forwarding import ForwardingProgress, holders_of
 from xdl_ec.ft.parity_agent import ParityAgent, parity_agent_for
 from xdl_ec.net.job_secret import JobSecret
@@ -140,10 +140,11 @@ class EcRecovery:
         decode: Callable[[FragmentRead, FragmentRead], Decoded],
         timeout: float,
         reads: Optional[Sequence[Fragment]] = None,
+        stopped: Optional[Callable[[], bool]] = None,
     ) -> Tuple[Decoded, Dict[int, int]]:
         """``consistent_decode`` (I7) whose deadline running out is a RecoveryTimeout naming ``what`` it decoded."""
         try:
-            return consistent_decode(servers, table, self.geometry(table)[0], decode, timeout, reads)
+            return consistent_decode(servers, table, self.geometry(table)[0], decode, timeout, reads, stopped)
         except CallTimeout:
             raise
         except TimeoutError as err:
@@ -331,9 +332,10 @@ class EcRecovery:
                     view.confirm_failure(err)
 
     # ---- (e) the rebuild -------------------------------------------------------------------------------
-    def rebuild_next(self, stripes: int = 1) -> int:
+    def rebuild_next(self, stripes: int = 1, stopped: Optional[Callable[[], bool]] = None) -> int:
         """Rebuilds the first ``stripes`` stripes of ``plan`` (fewer where the plan's table changes: one table per
-        call) and drops them from the plan; returns how many, 0 when nothing was left."""
+        call) and drops them from the plan; returns how many, 0 when nothing was left. ``stopped``: polled while
+        the stripes' fragments disagree; DecodeStopped (the stripes left in the plan) once it is true."""
         with self._plan_lock:
             if not self.plan:
                 return 0
@@ -344,7 +346,7 @@ class EcRecovery:
                     break
                 batch.append(stripe)
         start = time.perf_counter()
-        self.rebuild_stripes(table, batch)
+        self.rebuild_stripes(table, batch, stopped=stopped)
         self.stripe_seconds = (time.perf_counter() - start) / len(batch)
         with self._plan_lock:
             done = [(table, stripe) for stripe in batch]
@@ -356,7 +358,13 @@ class EcRecovery:
                 hook(stripe)
         return len(batch)
 
-    def rebuild_stripes(self, table: str, stripes: Sequence[int], timeout: float = STRIPE_TIMEOUT) -> None:
+    def rebuild_stripes(
+        self,
+        table: str,
+        stripes: Sequence[int],
+        timeout: float = STRIPE_TIMEOUT,
+        stopped: Optional[Callable[[], bool]] = None,
+    ) -> None:
         """(e): decodes the stripes' blocks on restoring servers from consistent fragments (I7), all stripes in one
         round of reads (one call per server): data blocks are restored (unless a degraded read did it first),
         parity blocks written if their holder has applied exactly the data versions they encode (I8; else those
@@ -404,6 +412,7 @@ class EcRecovery:
                 decode_order,
                 max(deadline - time.monotonic(), 1.0),
                 stripe_reads(recovery, order, lost, record_bytes),
+                stopped,
             )
             # (stripe, parity holder or None, the write's future), all sent before any is awaited
             writes: List[Tuple[int, Optional[int], Any]] = []
@@ -425,6 +434,8 @@ class EcRecovery:
                     refused.setdefault(stripe, []).append(holder)
             if not refused:
                 return
+            if stopped is not None and stopped():
+                raise DecodeStopped(f"rebuild of table {table!r}: stopped while stripes {sorted(refused)} were refused")
             if time.monotonic() > deadline:
                 raise RecoveryTimeout(
                     f"rebuild of table {table!r} stripes {sorted(refused)}: the parity holders "

@@ -87,6 +87,10 @@ class FailureSchedule:
         self._rng = np.random.default_rng(self.seed)
         self._next_time: Optional[float] = None if self.mtbf is None else float(self._rng.exponential(self.mtbf))
         self.fired: List[Tuple[Kill, Optional[float]]] = []
+        # the step the last MTBF failure was made before: the driver asks again for a step after recovering from
+        # that failure, and a backlog of due times (a recovery slower than the MTBF) must not kill at every ask
+        # while the step never runs
+        self._mtbf_step: Optional[int] = None
 
     @classmethod
     def from_flags(
@@ -146,7 +150,8 @@ class FailureSchedule:
 
     def due(self, step: int, elapsed: float, num_servers: Optional[int] = None) -> List[Kill]:
         """The kills to perform right before ``step``, ``elapsed`` seconds into training (removed from the
-        schedule): every explicit kill of a step <= ``step``, plus at most one MTBF failure whose time has come.
+        schedule): every explicit kill of a step <= ``step``, plus one MTBF failure whose time has come (at most one
+        per step, however often the step is asked for).
         ``num_servers``: the servers the run has now; a kill of a server a resize has not brought yet (an ec move
         still copying) waits until the server is there."""
         out: List[Kill] = []
@@ -158,7 +163,13 @@ class FailureSchedule:
         self._kills = kept
         for k in out:
             self.fired.append((k, None))
-        if self._next_time is not None and self.mtbf is not None and elapsed >= self._next_time:
+        if (
+            self._next_time is not None
+            and self.mtbf is not None
+            and elapsed >= self._next_time
+            and self._mtbf_step != step
+        ):
+            self._mtbf_step = step
             victim = Kill(step, "server", int(self._rng.integers(servers)))
             self.fired.append((victim, self._next_time))
             out.append(victim)

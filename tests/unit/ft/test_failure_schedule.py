@@ -53,6 +53,18 @@ def test_kills_a_dead_driver_made_are_not_made_again_after_a_reattach() -> None:
     assert schedule.fired == [(Kill(5, "server", 1), None)]  # the dead driver's kills are not this run's
 
 
+def test_a_step_asked_for_again_after_its_mtbf_failure_gets_no_second_one() -> None:
+    """The driver asks again for the step it recovered before; a recovery slower than the MTBF leaves due times
+    behind, and killing at every ask would never let the step run."""
+    schedule = FailureSchedule(mtbf=0.001, seed=2)
+    schedule.validate(num_servers=2, num_workers=1)
+    first = schedule.due(4, 100.0)
+    assert len(first) == 1 and first[0].step == 4
+    assert schedule.due(4, 100.0) == [] and schedule.due(4, 200.0) == []
+    assert len(schedule.due(5, 100.0)) == 1  # the backlog goes on at the next step
+    assert [k.index for k, _ in schedule.fired] == [i for _, i in schedule.mtbf_times(2)]
+
+
 class _View:
     """What FailureInjector.before_step calls of a cluster view: a quiesce that meets a lost role ``fails`` times."""
 
