@@ -4,6 +4,9 @@ same model, nothing hung, nothing left running."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from xdl_ec.benchmark.soak import Soak, SoakPlan
@@ -34,3 +37,18 @@ def test_a_soak_plan_refuses_what_it_cannot_run():
         SoakPlan(minutes=1, backend="k8s")
     with pytest.raises(ValueError, match="kill_every"):
         SoakPlan(minutes=1, kill_every=-1)
+
+
+def test_the_soak_sizes_its_run_from_the_calibrations_steady_rate(tmp_path, monkeypatch):
+    """The calibration's steady samples/s (its report's), not its wall time to exit: that counted the digest, the
+    report and Ray's shutdown, and an "8-minute" soak's twin trained for 51 s."""
+    from xdl_ec.benchmark import soak
+
+    def calibrated(self, command, kill_after):
+        report = Path(command[command.index("--report") + 1])
+        report.write_text(json.dumps({"steady_samples_per_sec": 2560.0, "samples_per_sec": 1000.0}))
+        return soak._Segment(started=0.0, first_step_at=1.0, returncode=0)
+
+    monkeypatch.setattr(soak.Soak, "_segment", calibrated)
+    plan = SoakPlan(minutes=2.0, batch_size=256)
+    assert Soak(plan, str(tmp_path), log=lambda line: None)._steps_for(plan.minutes) == 10 * 120

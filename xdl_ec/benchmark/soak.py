@@ -40,6 +40,7 @@ _INJECTED = re.compile(r"injected failure: (server|worker) \d+ killed before ste
 _RECOVERED = re.compile(r"(server|worker) \d+ recovered in ([0-9.]+) s")
 _REATTACHED = re.compile(r"reattached at step (\d+)")
 _REFUSED = re.compile(r"cannot reattach: (.*); the run starts again")
+CALIBRATION_STEPS = 200  # the calibration run's: its steady rate sets the soak's steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,17 +193,22 @@ class Soak:
             segment.refused = refused.group(1)
 
     def _steps_for(self, minutes: float) -> int:
-        """Steps the failure-free run trains in about ``minutes``, from a short calibration run."""
+        """Steps the failure-free run trains in about ``minutes``, from a short calibration run's steady rate (its
+        report's): timed from its first step line to its exit, 40 steps also counted the digest, the report and
+        Ray's shutdown, and an "8-minute" soak's twin trained for 51 s."""
+        calibration_dir = self.workdir / "calibration"
         calibration = self._segment(
-            self._command(40, self.workdir / "calibration", (), resume=False, faults=False), kill_after=None
+            self._command(CALIBRATION_STEPS, calibration_dir, (), resume=False, faults=False), kill_after=None
         )
         if calibration.returncode != 0 or calibration.first_step_at is None:
             raise RuntimeError(
                 f"the calibration run failed (exit {calibration.returncode}, hung: {calibration.hung}); its last "
                 "lines:\n" + "\n".join(calibration.tail)
             )
-        seconds = max(time.monotonic() - calibration.first_step_at, 1e-3)
-        return max(40, int(40 * minutes * 60 / seconds))
+        report = json.loads(calibration_dir.with_suffix(".json").read_text())
+        samples_per_second = float(report.get("steady_samples_per_sec") or report["samples_per_sec"])
+        steps_per_second = samples_per_second / self.plan.batch_size
+        return max(CALIBRATION_STEPS, int(steps_per_second * minutes * 60))
 
     def run(self) -> Dict[str, object]:
         plan = self.plan
