@@ -1,14 +1,17 @@
 """Soak: SIGKILLs at a seeded rate on servers, workers and the driver of a run trained under ``ec`` with a backstop,
-then the failure-free twin over the same input; writes the result as JSON (issue #51). Not a test.
+and beside it the failure-free twin over the same input (in one process); writes the result as JSON (issue #51).
+Not a test.
 
     PYTHONPATH=build/stage python3 -P bench/soak.py --minutes 60 --backend ray --seed 1 --json soak.json
         [--kill-every 20] [--servers 3] [--code 2,1] [--batch-size 256] [--leak-grace 60] [--workdir DIR]
 
-``--minutes``: the failure-free twin's length (the soak itself takes longer: restarts and re-trained steps). The
+``--minutes``: the failure-free run's length on ``--backend`` (the soak itself takes longer: restarts and re-trained
+steps; the one-process twin beside it, as long or shorter, slows it on a small machine). The
 JSON: ``{"kills": {"server", "worker", "driver"}, "digest_equal", "lost_samples", "hung", "leaked_processes",
 "recovery_s": {role: [median, max]}}``, ``reattached`` (driver restarts that reattached to the run's roles: Ray,
 whose run has a ``--run-dir``), ``steps_retrained`` (steps the other restarts trained again from the backstop),
-``not_reattached`` (why each of those did not) and what it ran (see :mod:`xdl_ec.benchmark.soak`).
+``not_reattached`` (why each of those did not) and what it ran (``twin_backend``: local; see
+:mod:`xdl_ec.benchmark.soak`).
 """
 
 from __future__ import annotations

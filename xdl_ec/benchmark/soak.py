@@ -1,5 +1,7 @@
 """Soak: a run trained under ``ec`` with a backstop while SIGKILLs hit servers, workers and the driver at a seeded
-rate, then checked against its failure-free twin (issue #51's ``bench/soak.py``).
+rate, checked against its failure-free twin, which trains the same steps beside it in one process (issue #51's
+``bench/soak.py``). The steps: what the failure-free run on the soak's backend trains in ``minutes``, from a
+calibration run's steady rate.
 
 The driver is a real ``xdl-ec train`` process. Its servers and workers are killed for real by the run's own
 failure injection (``--mtbf`` for servers, ``--fail-worker-at`` at seeded steps for workers: the local backend's
@@ -99,18 +101,29 @@ class Soak:
         self.marker = uuid.uuid4().hex
         self._rng = np.random.default_rng(plan.seed)
         self.run_dir = self.workdir / "run"  # the Ray run's --run-dir
+        self.steps_per_second = 0.0  # the failure-free run's steady rate (the calibration's)
 
     # ---- the runs ---------------------------------------------------------------------------------------
-    def _command(self, steps: int, save_dir: Path, kills: Sequence[int], resume: bool, faults: bool) -> List[str]:
-        """The driver's command; its report goes to ``save_dir``'s sibling ``<name>.json``."""
+    def _command(
+        self,
+        steps: int,
+        save_dir: Path,
+        kills: Sequence[int],
+        resume: bool,
+        faults: bool,
+        backend: Optional[str] = None,
+    ) -> List[str]:
+        """The driver's command (on ``backend``, default the plan's); its report goes to ``save_dir``'s sibling
+        ``<name>.json``."""
         plan = self.plan
+        backend = backend or plan.backend
         k, r = plan.code
         command = [sys.executable, "-P", "-m", "xdl_ec", "train", "--synthetic", "--deterministic"]
         command += ["--seed", str(plan.seed), "--steps", str(steps), "--batch-size", str(plan.batch_size)]
-        command += ["--servers", str(plan.servers), "--backend", plan.backend, "--ft", "ec", "--code", f"{k},{r}"]
+        command += ["--servers", str(plan.servers), "--backend", backend, "--ft", "ec", "--code", f"{k},{r}"]
         command += ["--save-dir", str(save_dir), "--backstop-every", plan.backstop_every]
         command += ["--report", str(save_dir.with_suffix(".json"))]
-        if plan.backend == "ray" and faults:  # the roles outlive a killed driver: the restart reattaches
+        if backend == "ray" and faults:  # the roles outlive a killed driver: the restart reattaches
             command += ["--run-dir", str(self.run_dir)]
         if faults:
             command += ["--mtbf", f"{3 * plan.kill_every:g}"]
@@ -119,9 +132,10 @@ class Soak:
             command += ["--resume", str(save_dir)]
         return command
 
-    def _segment(self, command: List[str], kill_after: Optional[float]) -> _Segment:
-        """Runs one driver process; SIGKILLs it ``kill_after`` seconds after its first step (None: never)."""
-        env = dict(os.environ, **{MARKER: self.marker, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    def _segment(self, command: List[str], kill_after: Optional[float], marker: Optional[str] = None) -> _Segment:
+        """Runs one driver process; SIGKILLs it ``kill_after`` seconds after its first step (None: never).
+        ``marker``: its processes' marker (default the soak's, whose survivors count as leaked)."""
+        env = dict(os.environ, **{MARKER: marker or self.marker, "TF_CPP_MIN_LOG_LEVEL": "2"})
         process = subprocess.Popen(
             command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
         )
@@ -208,18 +222,29 @@ class Soak:
         report = json.loads(calibration_dir.with_suffix(".json").read_text())
         samples_per_second = float(report.get("steady_samples_per_sec") or report["samples_per_sec"])
         steps_per_second = samples_per_second / self.plan.batch_size
+        self.steps_per_second = steps_per_second
         return max(CALIBRATION_STEPS, int(steps_per_second * minutes * 60))
 
     def run(self) -> Dict[str, object]:
         plan = self.plan
         steps = self._steps_for(plan.minutes)
+        steps_per_second = self.steps_per_second
         self.log(
             f"soak: {steps} steps of batch {plan.batch_size} on {plan.backend}, a kill every ~{plan.kill_every:g} s"
         )
+        # the failure-free twin trains beside the soak, in one process (the same model_digest as on Ray with one
+        # worker, at the least cost): after it, a 60-minute soak took over two hours
         started = time.monotonic()
-        twin = self._segment(self._command(steps, self.workdir / "twin", (), resume=False, faults=False), None)
-        twin_seconds = time.monotonic() - started
-        steps_per_second = steps / max(twin_seconds, 1e-3)
+        twin_command = self._command(steps, self.workdir / "twin", (), resume=False, faults=False, backend="local")
+        twins: List[Tuple[_Segment, float]] = []
+        twin_thread = threading.Thread(
+            target=lambda: twins.append(
+                (self._segment(twin_command, None, marker=f"{self.marker}-twin"), time.monotonic() - started)
+            ),
+            name="soak-twin",
+            daemon=True,
+        )
+        twin_thread.start()
         # worker kills at seeded steps, a third of the rate (the driver's and the servers' are the other two)
         gaps = self._rng.exponential(3 * plan.kill_every * steps_per_second, size=4 * steps)
         worker_kills = sorted({int(s) for s in np.cumsum(gaps) if 2 <= s < steps})
@@ -254,6 +279,13 @@ class Soak:
             why = f"no output for {plan.hang_after:g} s: hung" if segment.hung else "driver killed"
             again = "the same command" if on_ray else "--resume"
             self.log(f"soak: {why} after step {dead_step}; restarting it with {again}")
+        soak_seconds = time.monotonic() - started
+        twin_thread.join()
+        if not twins:
+            raise RuntimeError("the failure-free twin's run did not report (its thread failed; see above)")
+        twin, twin_seconds = twins[0]
+        if twin.returncode != 0:
+            self.log(f"soak: the twin ended with exit {twin.returncode}:\n" + "\n".join(twin.tail))
         final = segments[-1]
         if final.returncode != 0:
             self.log(f"soak: the run ended with exit {final.returncode}:\n" + "\n".join(final.tail))
@@ -279,7 +311,8 @@ class Soak:
             "not_reattached": [s.refused or "no run to reattach to" for s in segments[1:] if s.reattached_at is None],
             "steps": steps,
             "twin_seconds": round(twin_seconds, 1),
-            "soak_seconds": round(time.monotonic() - started - twin_seconds, 1),
+            "twin_backend": "local",
+            "soak_seconds": round(soak_seconds, 1),
             "exit": final.returncode,
             "backend": plan.backend,
             "seed": plan.seed,
