@@ -22,7 +22,7 @@ import signal
 import threading
 import time
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Type
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
 from xdl_ec.ps.api import RoleAPI
 from xdl_ec.ps.handle import Handle
@@ -396,7 +396,9 @@ def connect_ray(address: Optional[str] = None, num_cpus: Optional[int] = None, n
         # step ran 2x one process's beside other load (docs/results/table-groups-ray-2026-12-07.md)
         kwargs["_system_config"] = {"prestart_worker_first_driver": False, "worker_niceness": 0}
     previous = signal.getsignal(signal.SIGTERM)
-    ray.init(address=address, runtime_env=ray_runtime_env(), **kwargs)
+    # "local", not None: None would join the newest Ray started on this machine (another run's --run-dir head),
+    # and refuse num_cpus there with an error about connecting that no flag of ours explains
+    ray.init(address="local" if address is None else address, runtime_env=ray_runtime_env(), **kwargs)
     # ray.init puts its own SIGTERM handler in (exit status 1, no clean stop): a handler the caller installed (xdl-ec
     # train stops on SIGTERM as on SIGINT) stays in charge; the Ray it started is shut down as after a SIGINT
     if callable(previous) and threading.current_thread() is threading.main_thread():
@@ -535,10 +537,10 @@ class RayBackend:
         Ray's word is what there is."""
         import ray
 
-        pid = _local_pid(handle)  # asked before the kill: Ray forgets where a dead actor ran
+        process = _local_pid(handle)  # asked before the kill
         ray.kill(handle.actor, no_restart=True)
         deadline = time.monotonic() + KILL_SECONDS
-        while self.alive(handle, 1.0) or (pid is not None and _process_running(pid)):
+        while self.alive(handle, 1.0) or (process is not None and _process_running(*process)):
             if time.monotonic() > deadline:
                 raise KillTimeout(f"{handle.role} {handle.index} still runs {KILL_SECONDS:g} s after ray.kill")
             time.sleep(0.005)
@@ -606,8 +608,9 @@ def make_backend(name: str, address: Optional[str] = None, detached: bool = Fals
     raise ValueError(f"backend: must be 'local' or 'ray', got {name!r}")
 
 
-def _local_pid(handle: RayHandle) -> Optional[int]:
-    """The pid of ``handle``'s actor when it runs on this process's node, else None (unknown, or elsewhere)."""
+def _local_pid(handle: RayHandle) -> Optional[Tuple[int, float]]:
+    """(pid, start) of ``handle``'s actor when it runs on this process's node (``start``: when Ray started the
+    actor, seconds since the epoch), else None (unknown, or elsewhere)."""
     try:
         import ray
         import ray._private.state  # the GCS actor table, as seconds_since_death reads it
@@ -615,17 +618,22 @@ def _local_pid(handle: RayHandle) -> Optional[int]:
         info = ray._private.state.actors(handle.actor._actor_id.hex())
         node = (info.get("Address") or {}).get("NodeID")
         pid = int(info.get("Pid") or 0)
+        start = float(info.get("StartTime") or 0) / 1000.0
         here = ray.get_runtime_context().get_node_id()
     except Exception:  # noqa: BLE001 - a private API: without it the kill waits as Ray says, as on another node
         return None
-    return pid if pid > 0 and node == here else None
+    return (pid, start) if pid > 0 and node == here else None
 
 
-def _process_running(pid: int) -> bool:
-    """Whether process ``pid`` still runs (a zombie serves nothing: gone)."""
+def _process_running(pid: int, started_by: float) -> bool:
+    """Whether the process ``pid`` that existed at ``started_by`` (seconds since the epoch) still runs: a zombie
+    serves nothing, and a process of that pid started later is another one (pids wrap at 32768 here)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        with open("/proc/stat", "rb") as f:
+            boot = next(float(line.split()[1]) for line in f if line.startswith(b"btime "))
+    except (OSError, StopIteration, ValueError, IndexError):
         return False
-    return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] != b"Z"
+    started = boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22 of stat: its start, in ticks after boot
+    return fields[0] != b"Z" and started <= started_by + 1.0  # 1 s: btime and the ticks are coarse
