@@ -51,4 +51,5 @@ def test_the_soak_sizes_its_run_from_the_calibrations_steady_rate(tmp_path, monk
 
     monkeypatch.setattr(soak.Soak, "_segment", calibrated)
     plan = SoakPlan(minutes=2.0, batch_size=256)
-    assert Soak(plan, str(tmp_path), log=lambda line: None)._steps_for(plan.minutes) == 10 * 120
+    steps, _ = Soak(plan, str(tmp_path), log=lambda line: None)._steps_for(plan.minutes)
+    assert steps == 10 * 120

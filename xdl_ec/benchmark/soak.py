@@ -101,7 +101,6 @@ class Soak:
         self.marker = uuid.uuid4().hex
         self._rng = np.random.default_rng(plan.seed)
         self.run_dir = self.workdir / "run"  # the Ray run's --run-dir
-        self.steps_per_second = 0.0  # the failure-free run's steady rate (the calibration's)
 
     # ---- the runs ---------------------------------------------------------------------------------------
     def _command(
@@ -206,10 +205,10 @@ class Soak:
         if refused:
             segment.refused = refused.group(1)
 
-    def _steps_for(self, minutes: float) -> int:
-        """Steps the failure-free run trains in about ``minutes``, from a short calibration run's steady rate (its
-        report's): timed from its first step line to its exit, 40 steps also counted the digest, the report and
-        Ray's shutdown, and an "8-minute" soak's twin trained for 51 s."""
+    def _steps_for(self, minutes: float) -> Tuple[int, float]:
+        """(steps, steps per second): what the failure-free run trains in about ``minutes``, from a short
+        calibration run's steady rate (its report's): timed from its first step line to its exit, 40 steps also
+        counted the digest, the report and Ray's shutdown, and an "8-minute" soak's twin trained for 51 s."""
         calibration_dir = self.workdir / "calibration"
         calibration = self._segment(
             self._command(CALIBRATION_STEPS, calibration_dir, (), resume=False, faults=False), kill_after=None
@@ -222,13 +221,11 @@ class Soak:
         report = json.loads(calibration_dir.with_suffix(".json").read_text())
         samples_per_second = float(report.get("steady_samples_per_sec") or report["samples_per_sec"])
         steps_per_second = samples_per_second / self.plan.batch_size
-        self.steps_per_second = steps_per_second
-        return max(CALIBRATION_STEPS, int(steps_per_second * minutes * 60))
+        return max(CALIBRATION_STEPS, int(steps_per_second * minutes * 60)), steps_per_second
 
     def run(self) -> Dict[str, object]:
         plan = self.plan
-        steps = self._steps_for(plan.minutes)
-        steps_per_second = self.steps_per_second
+        steps, steps_per_second = self._steps_for(plan.minutes)
         self.log(
             f"soak: {steps} steps of batch {plan.batch_size} on {plan.backend}, a kill every ~{plan.kill_every:g} s"
         )

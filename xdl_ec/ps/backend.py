@@ -537,7 +537,7 @@ class RayBackend:
         Ray's word is what there is."""
         import ray
 
-        process = _local_pid(handle)  # asked before the kill
+        process = _local_process(handle)  # asked before the kill
         ray.kill(handle.actor, no_restart=True)
         deadline = time.monotonic() + KILL_SECONDS
         while self.alive(handle, 1.0) or (process is not None and _process_running(*process)):
@@ -608,9 +608,10 @@ def make_backend(name: str, address: Optional[str] = None, detached: bool = Fals
     raise ValueError(f"backend: must be 'local' or 'ray', got {name!r}")
 
 
-def _local_pid(handle: RayHandle) -> Optional[Tuple[int, float]]:
-    """(pid, start) of ``handle``'s actor when it runs on this process's node (``start``: when Ray started the
-    actor, seconds since the epoch), else None (unknown, or elsewhere)."""
+def _local_process(handle: RayHandle) -> Optional[Tuple[int, bytes]]:
+    """(pid, start in clock ticks after boot) of ``handle``'s actor's process when it runs on this process's node,
+    else None (unknown, or elsewhere). A process of that pid started after Ray started the actor is another one
+    (pids wrap at 32768 here): None too, as the actor's is gone."""
     try:
         import ray
         import ray._private.state  # the GCS actor table, as seconds_since_death reads it
@@ -618,22 +619,35 @@ def _local_pid(handle: RayHandle) -> Optional[Tuple[int, float]]:
         info = ray._private.state.actors(handle.actor._actor_id.hex())
         node = (info.get("Address") or {}).get("NodeID")
         pid = int(info.get("Pid") or 0)
-        start = float(info.get("StartTime") or 0) / 1000.0
+        actor_start = float(info.get("StartTime") or 0) / 1000.0
         here = ray.get_runtime_context().get_node_id()
     except Exception:  # noqa: BLE001 - a private API: without it the kill waits as Ray says, as on another node
         return None
-    return (pid, start) if pid > 0 and node == here else None
-
-
-def _process_running(pid: int, started_by: float) -> bool:
-    """Whether the process ``pid`` that existed at ``started_by`` (seconds since the epoch) still runs: a zombie
-    serves nothing, and a process of that pid started later is another one (pids wrap at 32768 here)."""
+    if pid <= 0 or node != here:
+        return None
+    ticks = _start_ticks(pid)
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
         with open("/proc/stat", "rb") as f:
             boot = next(float(line.split()[1]) for line in f if line.startswith(b"btime "))
     except (OSError, StopIteration, ValueError, IndexError):
-        return False
-    started = boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22 of stat: its start, in ticks after boot
-    return fields[0] != b"Z" and started <= started_by + 1.0  # 1 s: btime and the ticks are coarse
+        return None
+    # 1 s: btime and the ticks are coarse
+    if ticks is None or boot + int(ticks) / os.sysconf("SC_CLK_TCK") > actor_start + 1.0:
+        return None
+    return pid, ticks
+
+
+def _start_ticks(pid: int) -> Optional[bytes]:
+    """Process ``pid``'s start (field 22 of its stat, clock ticks after boot) while it runs; None once it is gone
+    (a zombie serves nothing: gone too)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    return None if len(fields) < 20 or fields[0] == b"Z" else fields[19]
+
+
+def _process_running(pid: int, ticks: bytes) -> bool:
+    """Whether the process ``pid`` that started at ``ticks`` still runs (a later process of the pid is another)."""
+    return _start_ticks(pid) == ticks
