@@ -537,6 +537,8 @@ class RayBackend:
         Ray's word is what there is."""
         import ray
 
+        if handle.actor is None:  # a LostHandle (kept_handle.py): lost before this driver read its run's record
+            return
         process = _local_process(handle)  # asked before the kill
         ray.kill(handle.actor, no_restart=True)
         deadline = time.monotonic() + KILL_SECONDS

@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from xdl_ec.ps.api import RoleAPI
 from xdl_ec.ps.backend import CallTimeout, RoleLost, connect_ray, use_ray_token
+from xdl_ec.ps.kept_handle import KeptHandle
 from xdl_ec.ps.remote import Remote
 from xdl_ec.ps.run_head import HEARTBEAT_FILE, process_alive, read_head, start_head, stop_head
 from xdl_ec.ps.run_heartbeat import RunHeartbeat, last_heartbeat
@@ -68,9 +69,11 @@ class ReattachableRun:
             self.address = str(head["address"])
             connect_ray(self.address, namespace=self.namespace)
             self.keeper = self._keeper()
-            self.record: Optional[RunRecord] = self._call(self.keeper.get) if self.head_was_up else None
+            kept: Optional[RunRecord] = self._call(self.keeper.get) if self.head_was_up else None
+            self.record: Optional[RunRecord] = None if kept is None else kept.opened()
             # replacements a dead driver's recovery started and no boundary found whole (run_keeper's journal)
-            self.journal: List[Tuple[int, Any]] = self._call(self.keeper.replacements) if self.head_was_up else []
+            journal = self._call(self.keeper.replacements) if self.head_was_up else []
+            self.journal: List[Tuple[int, Any]] = [(index, kept_handle.open()) for index, kept_handle in journal]
         except BaseException:
             self.heartbeat.stop()
             if head is not None and not self.head_was_up:  # a head started for nothing: not left for its grace
@@ -127,6 +130,8 @@ class ReattachableRun:
             ended += spares
             spares = []
         for handle in ended:
+            if handle.actor is None:  # lost before this driver read the record: nothing runs
+                continue
             try:
                 ray.kill(handle.actor, no_restart=True)
             except Exception:  # noqa: BLE001 - already dead
@@ -152,6 +157,8 @@ class ReattachableRun:
         record, self.record = self.record, None
         if record is not None:
             for handle in [*record.servers, *record.spares, *record.workers, *(h for _, h in self.journal)]:
+                if handle.actor is None:  # lost before this driver read the record
+                    continue
                 try:
                     ray.kill(handle.actor, no_restart=True)
                 except Exception:  # noqa: BLE001 - already dead
@@ -163,7 +170,7 @@ class ReattachableRun:
         """Writes ``run``'s (a PSTrainer's) record, the worker counting from this boundary."""
         self._shape = shape
         record = run.roles.record(run.agreement.base(), shape)
-        self._call(self.keeper.put, record)
+        self._call(self.keeper.put, record.kept())
         self._version = run.scheduler.version
         self._roles = self._identities(run)
         self.heartbeat.after_step(run)
@@ -172,7 +179,7 @@ class ReattachableRun:
 
     def _journal_replacement(self, index: int, handle: Any) -> None:
         """A recovery started ``handle`` for server ``index``: journaled before any role is pointed at it."""
-        self._call(self.keeper.add_replacement, index, handle)
+        self._call(self.keeper.add_replacement, index, KeptHandle(handle))
         self._journaled = True
 
     @staticmethod

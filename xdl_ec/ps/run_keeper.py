@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, List, Optional, Tuple
 
+from xdl_ec.ps.kept_handle import KeptHandle, LostHandle
+
 KEEPER_NAME = "keeper"  # the keeper's actor name in the run's namespace
 
 
@@ -32,10 +34,32 @@ class RunRecord:
     shape: Dict[str, Any]
     base: Dict[str, Any]
 
+    def kept(self) -> "RunRecord":
+        """This record as the keeper keeps it: each role's handle pickled alone (:class:`KeptHandle`), so that a role
+        dead by the time a driver reads it cannot keep the others from being read."""
+        return dataclasses.replace(
+            self,
+            servers=[KeptHandle(h) for h in self.servers],
+            spares=[KeptHandle(h) for h in self.spares],
+            workers=[KeptHandle(h) for h in self.workers],
+        )
+
+    def opened(self) -> "RunRecord":
+        """A kept record with each handle opened alone: a role that died meanwhile is a LostHandle (it answers no
+        call, as a dead actor), and a dead spare is no spare."""
+        spares = [k.open() for k in self.spares]
+        return dataclasses.replace(
+            self,
+            servers=[k.open() for k in self.servers],
+            spares=[h for h in spares if not isinstance(h, LostHandle)],
+            workers=[k.open() for k in self.workers],
+        )
+
 
 class RunKeeper:
-    """A detached actor holding the run's :class:`RunRecord` (None until the first driver writes it) and the
-    journal of replacement servers not known whole yet ((index, handle) in the order they were started)."""
+    """A detached actor holding the run's :class:`RunRecord` (None until the first driver writes it; kept, see
+    :meth:`RunRecord.kept`) and the journal of replacement servers not known whole yet ((index, KeptHandle) in the
+    order they were started)."""
 
     def __init__(self) -> None:
         self.record: Optional[RunRecord] = None
