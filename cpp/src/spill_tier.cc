@@ -75,7 +75,7 @@ void SpillTier::Hold(uint32_t f, size_t slot) {
   uint8_t* frame = FrameAt(f);
   frame[kDirtyAt] = 0;
   held_slot_[f] = static_cast<uint32_t>(slot);
-  referenced_[f] = 1;
+  uses_[f] = 1;
   fetched_in_[f] = epoch_;
   ++held_;
   SetFrameOf(slot, f);
@@ -105,7 +105,7 @@ uint32_t SpillTier::NewFrame() {
     chunks_[num_chunks_++] = chunk_buffers_.back().data();
   }
   held_slot_.push_back(kNone);
-  referenced_.push_back(0);
+  uses_.push_back(0);
   fetched_in_.push_back(0);
   return static_cast<uint32_t>(carved_++);
 }
@@ -205,15 +205,15 @@ void SpillTier::MakeRoom(size_t need, size_t capacity) {
   if (held_ + need <= capacity || held_ == 0) return;
   const size_t excess = held_ + need - capacity;
   std::vector<uint32_t> victims;
-  // CLOCK in place: the hand walks the frames in their order (a freed frame takes the next miss where it is),
+  // GCLOCK in place: the hand walks the frames in their order (a freed frame takes the next miss where it is),
   // reading only the dense per-frame words, not the frames (a sweep over frame headers missed the cache on
-  // every step).
-  for (size_t step = 0; step < 2 * carved_ && victims.size() < excess; ++step) {
+  // every step). kMaxUses + 1 rounds bring every frame not the batch's own to zero.
+  for (size_t step = 0; step < (size_t{kMaxUses} + 1) * carved_ && victims.size() < excess; ++step) {
     if (hand_ >= carved_) hand_ = 0;
     const uint32_t f = static_cast<uint32_t>(hand_++);
     if (held_slot_[f] == kNone || fetched_in_[f] == epoch_) continue;  // free, or the batch's own
-    if (referenced_[f]) {
-      referenced_[f] = 0;
+    if (uses_[f]) {
+      --uses_[f];
       continue;
     }
     fetched_in_[f] = epoch_;  // picked once: the hand may pass it again
@@ -288,14 +288,14 @@ void SpillTier::Shrink() {
       below.pop_back();
       std::memcpy(FrameAt(g), FrameAt(static_cast<uint32_t>(f)), stride_);
       held_slot_[g] = slot;
-      referenced_[g] = referenced_[f];
+      uses_[g] = uses_[f];
       fetched_in_[g] = fetched_in_[f];
       SetFrameOf(slot, g);
     }
     free_ = std::move(below);
     carved_ = lo;
     held_slot_.resize(lo);
-    referenced_.resize(lo);
+    uses_.resize(lo);
     fetched_in_.resize(lo);
     chunk_buffers_.pop_back();
     chunks_[--num_chunks_] = nullptr;

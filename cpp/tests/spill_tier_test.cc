@@ -294,6 +294,36 @@ TEST(SpillTier, FramesStayWithinTheBudgetAsTheTableGrows) {
   EXPECT_EQ(AllBlocks(plain), AllBlocks(tiered));
 }
 
+// Frames go to the rows asked for often: rows asked for in three steps running keep their frames through two
+// bursts of rows asked for once that each take about all the other frames (one CLOCK bit let the second burst
+// take them: the first cleared it).
+TEST(SpillTier, RowsAskedForOftenOutlastRowsAskedForOnce) {
+  const std::string dir = TempDir();
+  constexpr size_t kRecord = 64, kSlots = 20000, kHot = 32;
+  // about 270 frames: the per-slot words, then ~96 bytes a frame (its header and words included)
+  SpillTier tier(kRecord, kSlots * SpillTier::kSlotOverhead + 270 * 96, dir);
+  tier.Reset(kSlots);
+  uint32_t next_cold = kHot;  // slots [0, kHot) are the hot rows, the rest each asked for once
+  size_t hot_asked = 0, hot_found = 0;
+  for (int step = 0; step < 60; ++step) {
+    std::vector<uint32_t> batch;
+    const bool hot = step % 5 < 3;  // three steps with the hot rows, then two bursts without
+    if (hot) {
+      if (step % 5 == 0 && step >= 10) {
+        for (uint32_t s = 0; s < kHot; ++s) hot_found += tier.Resident(s) != nullptr;
+        hot_asked += kHot;
+      }
+      for (uint32_t s = 0; s < kHot; ++s) batch.push_back(s);
+    }
+    for (size_t i = 0; i < (hot ? 8 : 120); ++i) batch.push_back(next_cold++);
+    tier.Fetch(batch.data(), batch.size(), 0, nullptr, /*for_write=*/true);
+    for (const uint32_t s : batch) ASSERT_NE(tier.Resident(s), nullptr) << "step " << step;
+  }
+  ASSERT_LE(next_cold, kSlots);
+  EXPECT_EQ(hot_found, hot_asked);
+  EXPECT_LE(tier.stats().rows_in_memory, size_t{300});  // within the budget's frames
+}
+
 TEST(SpillTier, BadConfigIsAClearError) {
   ShardConfig c = Plain();
   const size_t minimum = SpillTier::MinimumBudget(RecordBytes(c));

@@ -4,12 +4,14 @@
 //
 // Frames move only in Fetch (an operation's fetch step, before it holds any record pointer): the batch's
 // misses are read together, copied from the file's shared mapping over the core's TaskPool threads; room is
-// made first by CLOCK (a referenced bit per frame, the hand skipping the batch's own frames), the dirty
-// victims written back the same way. An owner resolving its keys over several threads runs the fetch step in
-// three calls instead (BeginFetch, Touch per row on any thread, FetchMissing): a hit is then marked where its
-// key was confirmed, with its frame still in cache, not in a second serial pass. A mapping, not preadv /
-// pwritev: rows are ~100-byte scattered pieces,
-// and a syscall per piece (ext4's buffered write path, the inode lock) cost more than the rest of the step
+// made first by a counting CLOCK (GCLOCK: a use count per frame, raised once per fetch step that asks for it
+// up to kMaxUses, lowered by the hand, which evicts at zero and skips the batch's own frames), the dirty victims
+// written back the same way. Counting, not CLOCK's one bit: a row asked for in most steps outlives a burst of
+// rows asked for once (docs/results/tier-policy-2026-12-07.md: 4% fewer misses on Zipf 1.1 ids at 5M rows). An owner
+// resolving its keys over several threads runs the fetch step in three calls instead (BeginFetch, Touch per row on any
+// thread, FetchMissing): a hit is then marked where its key was confirmed, with its frame still in cache, not in a
+// second serial pass. A mapping, not preadv / pwritev: rows are ~100-byte scattered pieces, and a syscall per piece
+// (ext4's buffered write path, the inode lock) cost more than the rest of the step
 // (docs/results/tier-speed-2026-12-07.md). Frame() on a row the fetch step did not cover (a row an operation
 // reaches by its rules, a scan) reads it alone and only adds a frame: nothing is evicted while an operation
 // may hold a pointer, so a batch larger than the budget overshoots it until the next fetch step. The owner
@@ -99,7 +101,7 @@ class SpillTier {
              size_t appends = 0);
 
   // The same fetch step in three calls. BeginFetch: the file covered (throws naming the dir when it is full,
-  // nothing changed) and a new batch begun. Touch(slot): a resident slot becomes the batch's own (referenced,
+  // nothing changed) and a new batch begun. Touch(slot): a resident slot becomes the batch's own (one more use,
   // never a victim of this step, dirty when `for_write`) and its record is returned; null when it is on
   // disk. Touch may run on several threads at once (nothing else may). FetchMissing: the slots Touch found
   // on disk (repeats allowed) read in together, room made first, for them and for `appends` rows the
@@ -111,9 +113,13 @@ class SpillTier {
     const uint32_t f = FrameOf(slot);
     if (f == kNone) return nullptr;
     uint8_t* frame = FrameAt(f);
-    // Relaxed atomic stores: two threads may touch one frame (a key repeated in a batch), storing the same.
-    __atomic_store_n(&referenced_[f], uint8_t{1}, __ATOMIC_RELAXED);
-    __atomic_store_n(&fetched_in_[f], epoch_, __ATOMIC_RELAXED);
+    // Relaxed atomics: two threads may touch one frame (a key repeated in a batch); both may then count the
+    // step's use, which only makes that frame a little stickier, never changes a byte.
+    if (__atomic_load_n(&fetched_in_[f], __ATOMIC_RELAXED) != epoch_) {
+      const uint8_t uses = __atomic_load_n(&uses_[f], __ATOMIC_RELAXED);
+      if (uses < kMaxUses) __atomic_store_n(&uses_[f], static_cast<uint8_t>(uses + 1), __ATOMIC_RELAXED);
+      __atomic_store_n(&fetched_in_[f], epoch_, __ATOMIC_RELAXED);
+    }
     if (for_write) __atomic_store_n(frame + kDirtyAt, uint8_t{1}, __ATOMIC_RELAXED);
     return frame + kFrameHeader;
   }
@@ -158,10 +164,14 @@ class SpillTier {
   // which a hit has just read).
   static constexpr size_t kFrameHeader = 16;
   static constexpr size_t kDirtyAt = 8;
-  // RAM per frame beside its bytes: held_slot_, referenced_, fetched_in_.
+  // RAM per frame beside its bytes: held_slot_, uses_, fetched_in_.
   static constexpr size_t kFrameWords = sizeof(uint32_t) + sizeof(uint8_t) + sizeof(uint32_t);
   static constexpr size_t kChunkBytes = size_t{8} << 20;  // frames are carved in chunks of at least this, never moved
   static constexpr size_t kMaxChunks = size_t{1} << 14;
+  // The most uses a frame counts: a pull and a push of one step count two, so 3 lets a row asked for again in a
+  // later step outlast one that was not; more held no more of benchmark 1's hot rows and makes the hand go round
+  // more often.
+  static constexpr uint8_t kMaxUses = 3;
 
   // frame_of_ holds frame + 1 (0: on disk), so a zeroed buffer is a run of slots on disk.
   uint32_t FrameOf(size_t slot) const { return __atomic_load_n(&frame_of_[slot], __ATOMIC_ACQUIRE) - 1; }
@@ -174,7 +184,7 @@ class SpillTier {
   }
   // The per-slot words made room for `slots` (doubling; new ones on disk).
   void ReserveSlots(size_t slots);
-  // Frame f starts holding `slot` (its record already there): referenced, in the ring, found by Frame().
+  // Frame f starts holding `slot` (its record already there): one use, in the ring, found by Frame().
   void Hold(uint32_t f, size_t slot);
   // Frame f (written back first when dirty) gives its slot up and goes to the free list.
   void Drop(uint32_t f);
@@ -227,12 +237,12 @@ class SpillTier {
   std::vector<uint32_t> free_;  // carved frames holding no slot
   size_t held_ = 0;             // frames holding a slot
   size_t capacity_ = 0;         // the frames the budget left at the last MakeRoom (0: none yet)
-  // Per carved frame, dense, so CLOCK's sweep reads a few bytes per frame and no frame: the slot it holds
-  // (kNone: free), its referenced bit, the last fetch step that asked for it.
+  // Per carved frame, dense, so the hand's sweep reads a few bytes per frame and no frame: the slot it holds
+  // (kNone: free), its use count, the last fetch step that asked for it.
   std::vector<uint32_t> held_slot_;
-  std::vector<uint8_t> referenced_;
+  std::vector<uint8_t> uses_;
   std::vector<uint32_t> fetched_in_;
-  size_t hand_ = 0;         // CLOCK's hand: a frame
+  size_t hand_ = 0;         // the hand: a frame
   uint32_t epoch_ = 1;      // a Fetch's number: frames stamped with it are the batch's own
   std::mutex fault_mutex_;  // Frame() faults from an operation's threads
   uint64_t read_bytes_ = 0, write_bytes_ = 0, hits_ = 0, misses_ = 0;
