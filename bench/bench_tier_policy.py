@@ -1,7 +1,8 @@
-"""Benchmark: which rows a disk tier should keep in RAM (issue #48): the hit rate of CLOCK (what SpillTier does),
-GCLOCK (CLOCK with a 2-bit use count: frequency, at CLOCK's cost) and LRU at equal budget on the same Zipf stream.
-Not a test; a replay of the replacement policies, not of the tier's bytes (hit rates do not depend on timing, so
-there is no noise floor to measure: the same seed gives the same figures).
+"""Benchmark: which rows a disk tier should keep in RAM (issue #48): the hit rate of CLOCK (SpillTier's first policy),
+GCLOCK (CLOCK with a 2-bit use count: frequency, at CLOCK's cost; SpillTier's since tier-policy-2026-12-07) and
+LRU at equal budget on the same Zipf stream. Not a test; a replay of the replacement policies, not of the tier's
+bytes (hit rates do not depend on timing, so there is no noise floor to measure: the same seed gives the same
+figures).
 
     python3 -P bench/bench_tier_policy.py [--rows 2000000] [--frames-share 0.0875] [--batch 65536] [--steps 40]
                                           [--warmup 16] [--seed 1]
@@ -27,9 +28,9 @@ ZIPF_A = 1.1
 
 
 class Clock:
-    """SpillTier's CLOCK as it is built: the hand walks the frames in their order, a referenced bit set on a hit
-    (``max_count`` > 1: a use count, GCLOCK), skipping the batch's own frames; a freed frame takes a missed row
-    where it is."""
+    """SpillTier's hand: it walks the frames in their order, a referenced bit set on a hit (``max_count`` > 1: a use
+    count, GCLOCK, which SpillTier raises once per fetch step and this replay per row asked), skipping the batch's
+    own frames; a freed frame takes a missed row where it is."""
 
     def __init__(self, resident: List[int], capacity: int, max_count: int = 1) -> None:
         self.capacity = capacity
@@ -113,6 +114,27 @@ class Lru:
         return hits
 
 
+class Hottest:
+    """Not a policy: the ``capacity`` hottest rows (ranks 0..capacity-1) always resident, the other rows a pull asks
+    for read in for its step only (its push finds them, as every policy's push does). No eviction order holds more
+    of a Zipf stream's ids at this budget: the bound the others are read against. Fetches come as pull, push."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.pulled: Set[int] = set()
+        self.pushing = False  # the next fetch is the step's push
+
+    def fetch(self, rows: np.ndarray) -> int:
+        hot = rows < self.capacity
+        if self.pushing:
+            hits = int(np.count_nonzero(hot)) + sum(1 for row in rows[~hot].tolist() if row in self.pulled)
+        else:
+            hits = int(np.count_nonzero(hot))
+            self.pulled = set(rows[~hot].tolist())
+        self.pushing = not self.pushing
+        return hits
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=2_000_000)
@@ -132,6 +154,7 @@ def main() -> None:
         "CLOCK": Clock(resident, capacity),
         "GCLOCK (2-bit count)": Clock(resident, capacity, max_count=3),
         "LRU": Lru(resident, capacity),
+        "the hottest rows (a bound)": Hottest(capacity),
     }
     asked = {name: 0 for name in policies}
     hit = {name: 0 for name in policies}
