@@ -17,6 +17,7 @@ import pickle
 from typing import Any, Optional
 
 from xdl_ec.ps.backend import RayHandle, lost_error
+from xdl_ec.ps.direct import unlinked
 from xdl_ec.ps.handle import Handle
 
 log = logging.getLogger(__name__)
@@ -59,10 +60,12 @@ def _actor_state(actor_id: str) -> Optional[str]:
 
 
 class KeptHandle:
-    """``handle`` (a RayHandle, or a LostHandle kept lost) as a run record keeps it: role, index, node, the actor's
-    id and the actor handle pickled alone (``pickle`` of a Ray actor handle is its serialized form)."""
+    """``handle`` (a RayHandle, linked or not, or a LostHandle kept lost) as a run record keeps it: role, index,
+    node, the actor's id and the actor handle pickled alone (``pickle`` of a Ray actor handle is its serialized
+    form)."""
 
     def __init__(self, handle: Handle) -> None:
+        handle = unlinked(handle)  # a role's direct link stays in its process: the Ray handle behind it is kept
         self.role, self.index, self.node = handle.role, int(handle.index), handle.node
         actor = getattr(handle, "actor", None)
         self.actor_id: Optional[str] = None if actor is None else actor._actor_id.hex()
