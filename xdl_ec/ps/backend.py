@@ -558,15 +558,12 @@ class RayBackend:
     def seconds_since_death(self, handle: RayHandle) -> Optional[float]:
         """Seconds since Ray recorded the actor's death (its GCS entry's end time: a kill from outside the job is
         timed from the kill, not from the call that failed), or None when Ray does not say."""
-        try:
-            import ray._private.state  # the GCS actor table; the public state API needs the dashboard
-
-            info = ray._private.state.actors(handle.actor._actor_id.hex())
-            if info.get("State") != "DEAD" or not info.get("EndTime"):
-                return None
-            return max(time.time() - float(info["EndTime"]) / 1000.0, 0.0)
-        except Exception:  # noqa: BLE001 - a private API: without it the detection time is unknown, not an error
+        if handle.actor is None:  # a LostHandle: dead before this driver, when is not known
             return None
+        info = actor_entry(handle.actor._actor_id.hex())
+        if info.get("State") != "DEAD" or not info.get("EndTime"):
+            return None
+        return max(time.time() - float(info["EndTime"]) / 1000.0, 0.0)
 
     def shutdown(self) -> None:
         import ray
@@ -610,15 +607,25 @@ def make_backend(name: str, address: Optional[str] = None, detached: bool = Fals
     raise ValueError(f"backend: must be 'local' or 'ray', got {name!r}")
 
 
+def actor_entry(actor_id: str) -> Dict[str, Any]:
+    """Ray's GCS actor table entry of the actor of hex id ``actor_id`` (State, Pid, Address, StartTime, EndTime), {}
+    when Ray does not say: a private API (the public state API needs the dashboard), whose absence is no error."""
+    try:
+        import ray._private.state
+
+        return dict(ray._private.state.actors(actor_id) or {})
+    except Exception:  # noqa: BLE001 - a private API: what it would say is unknown, not an error
+        return {}
+
+
 def _local_process(handle: RayHandle) -> Optional[Tuple[int, bytes]]:
     """(pid, start in clock ticks after boot) of ``handle``'s actor's process when it runs on this process's node,
     else None (unknown, or elsewhere). A process of that pid started after Ray started the actor is another one
     (pids wrap at 32768 here): None too, as the actor's is gone."""
     try:
         import ray
-        import ray._private.state  # the GCS actor table, as seconds_since_death reads it
 
-        info = ray._private.state.actors(handle.actor._actor_id.hex())
+        info = actor_entry(handle.actor._actor_id.hex())
         node = (info.get("Address") or {}).get("NodeID")
         pid = int(info.get("Pid") or 0)
         actor_start = float(info.get("StartTime") or 0) / 1000.0

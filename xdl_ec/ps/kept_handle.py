@@ -16,7 +16,7 @@ import logging
 import pickle
 from typing import Any, Optional
 
-from xdl_ec.ps.backend import RayHandle, lost_error
+from xdl_ec.ps.backend import RayHandle, actor_entry, lost_error
 from xdl_ec.ps.direct import unlinked
 from xdl_ec.ps.handle import Handle
 
@@ -49,16 +49,6 @@ class LostHandle(Handle):
         return LostFuture(self.role, self.index, self.reason)
 
 
-def _actor_state(actor_id: str) -> Optional[str]:
-    """Ray's state of the actor (``ALIVE``, ``DEAD``, ...), None when Ray does not say."""
-    try:
-        import ray._private.state  # the GCS actor table, as RayBackend.seconds_since_death reads it
-
-        return ray._private.state.actors(actor_id).get("State")
-    except Exception:  # noqa: BLE001 - a private API: without it the handle is opened and its error decides
-        return None
-
-
 class KeptHandle:
     """``handle`` (a RayHandle, linked or not, or a LostHandle kept lost) as a run record keeps it: role, index,
     node, the actor's id and the actor handle pickled alone (``pickle`` of a Ray actor handle is its serialized
@@ -75,16 +65,17 @@ class KeptHandle:
         """The handle to call: a RayHandle, or a LostHandle when the role is dead."""
         if self.actor is None or self.actor_id is None:
             return LostHandle(self.role, self.index, self.node, "it was lost before the record was written")
-        if _actor_state(self.actor_id) == "DEAD":
+        if actor_entry(self.actor_id).get("State") == "DEAD":
             return LostHandle(self.role, self.index, self.node, "its Ray actor died while no driver ran")
         try:
             actor = pickle.loads(self.actor)
         except Exception as err:  # noqa: BLE001 - Ray's own error when the actor's class is gone (see above)
-            if _actor_state(self.actor_id) in ("DEAD", None):
+            state = actor_entry(self.actor_id).get("State")  # asked again: it may have died since
+            if state in ("DEAD", None):
                 log.info("%s %d: its handle no longer opens (%s): lost", self.role, self.index, err)
                 return LostHandle(self.role, self.index, self.node, "its Ray actor died while no driver ran")
             raise RuntimeError(
-                f"the run record's {self.role} {self.index} (Ray actor {self.actor_id}, {_actor_state(self.actor_id)})"
-                f" could not be opened: {type(err).__name__}: {err}"
+                f"the run record's {self.role} {self.index} (Ray actor {self.actor_id}, {state}) could not be "
+                f"opened: {type(err).__name__}: {err}"
             ) from err
         return RayHandle(self.role, self.index, actor, self.node)

@@ -121,21 +121,13 @@ class ReattachableRun:
         server counts as lost and the recovery is redone from the survivors, exactly (docs/design/reattach.md).
         Then the record's spares are ended too (mid-recovery one may have taken a lost server's index before the
         journal named it; the scheduler starts spares again). Returns the record this driver adopts (no spares)."""
-        import ray
-
         redo = sorted({index for index, _ in self.journal})
         ended = [handle for _, handle in self.journal] + [record.servers[i] for i in redo]
         spares = list(record.spares)
         if recovering or redo:
             ended += spares
             spares = []
-        for handle in ended:
-            if handle.actor is None:  # lost before this driver read the record: nothing runs
-                continue
-            try:
-                ray.kill(handle.actor, no_restart=True)
-            except Exception:  # noqa: BLE001 - already dead
-                pass
+        _end_actors(ended)
         deadline = time.monotonic() + END_SECONDS
         answering = [h for h in ended if _answers(h, 1.0)]
         while answering and time.monotonic() < deadline:
@@ -152,17 +144,9 @@ class ReattachableRun:
 
     def abandon(self) -> None:
         """Ends every role of the dead driver's run (the head stays for this driver's fresh cluster)."""
-        import ray
-
         record, self.record = self.record, None
         if record is not None:
-            for handle in [*record.servers, *record.spares, *record.workers, *(h for _, h in self.journal)]:
-                if handle.actor is None:  # lost before this driver read the record
-                    continue
-                try:
-                    ray.kill(handle.actor, no_restart=True)
-                except Exception:  # noqa: BLE001 - already dead
-                    pass
+            _end_actors([*record.servers, *record.spares, *record.workers, *(h for _, h in self.journal)])
         self._call(self.keeper.put, None)
 
     # ---- this driver's run --------------------------------------------------------------------------------
@@ -227,6 +211,19 @@ class ReattachableRun:
         from xdl_ec.ps.run_head import session_members
 
         return session_members(int(self.head["session"]))
+
+
+def _end_actors(handles: List[Any]) -> None:
+    """``ray.kill`` of each role's actor (one already dead, or lost before this driver read the record: nothing)."""
+    import ray
+
+    for handle in handles:
+        if handle.actor is None:  # a LostHandle: nothing runs
+            continue
+        try:
+            ray.kill(handle.actor, no_restart=True)
+        except Exception:  # noqa: BLE001 - already dead
+            pass
 
 
 def _answers(handle: Any, timeout: float = PROBE_SECONDS) -> bool:
